@@ -1,0 +1,58 @@
+// ppsched::error, the library's one exception type, and the helpers that build its
+// messages. Every rejection of bad input says three things a user can act on: what input
+// was wrong, where in it, and how to fix it. Keeping that shape in one place keeps the
+// messages uniform across the partitioner, the schedules, the loaders and the runtime.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace ppsched {
+
+class error : public std::runtime_error {
+ public:
+  explicit error(const std::string& message) : std::runtime_error(message) {}
+  explicit error(const char* message) : std::runtime_error(message) {}
+};
+
+namespace detail {
+
+// Streams every argument into one string; used to build messages without iostream noise
+// at each throw site.
+template <class... Args>
+[[nodiscard]] std::string concat(Args&&... args) {
+  std::ostringstream out;
+  (out << ... << std::forward<Args>(args));
+  return out.str();
+}
+
+}  // namespace detail
+
+// The message parts of an error. `subject` names the input ("profile 'gpt.json'",
+// "partition", "schedule '1f1b'"), `problem` says what is wrong, `where` points into the
+// input ("layer 3 'attn' field 'forward'", "line 4, column 7"), `fix` says what would work.
+struct error_context {
+  std::string subject;
+  std::string problem;
+  std::string where{};
+  std::string fix{};
+};
+
+// Formats as "subject: problem (at where). fix" with the empty parts left out.
+[[nodiscard]] inline std::string format_error(const error_context& c) {
+  std::string m = c.subject;
+  if (!m.empty()) m += ": ";
+  m += c.problem;
+  if (!c.where.empty()) m += " (at " + c.where + ")";
+  if (!c.fix.empty()) m += ". " + c.fix;
+  return m;
+}
+
+[[nodiscard]] inline error make_error(const error_context& c) { return error(format_error(c)); }
+
+[[noreturn]] inline void fail(const error_context& c) { throw make_error(c); }
+
+}  // namespace ppsched

@@ -1,0 +1,84 @@
+// The action IR: the vocabulary every part of ppsched speaks. A schedule is, for each rank,
+// an ordered list of actions; an action names an operation, a (virtual) stage and a
+// micro-batch. Generators emit compute actions only; `lower` adds the communication.
+//
+// Communication actions are named from the point of view of the stage that owns them, as in
+// PyTorch's pipelining: SEND_F on stage s sends F(s)'s output to stage s+1; RECV_F on stage s
+// receives F(s)'s input from stage s-1; SEND_B on stage s sends the gradient of F(s)'s input
+// to stage s-1; RECV_B on stage s receives the gradient of F(s)'s output from stage s+1.
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <string_view>
+
+namespace ppsched {
+
+enum class Op : std::uint8_t {
+  F,       // forward
+  B,       // full backward (input and weight gradients together)
+  BI,      // backward for the input only (zero-bubble schedules)
+  BW,      // backward for the weights only (zero-bubble schedules)
+  SEND_F,  // send activation to the next stage
+  RECV_F,  // receive activation from the previous stage
+  SEND_B,  // send gradient to the previous stage
+  RECV_B,  // receive gradient from the next stage
+};
+
+inline constexpr int op_count = 8;
+
+[[nodiscard]] constexpr std::string_view op_name(Op op) noexcept {
+  switch (op) {
+    case Op::F: return "F";
+    case Op::B: return "B";
+    case Op::BI: return "BI";
+    case Op::BW: return "BW";
+    case Op::SEND_F: return "SEND_F";
+    case Op::RECV_F: return "RECV_F";
+    case Op::SEND_B: return "SEND_B";
+    case Op::RECV_B: return "RECV_B";
+  }
+  return "?";
+}
+
+[[nodiscard]] constexpr bool is_compute(Op op) noexcept {
+  return op == Op::F || op == Op::B || op == Op::BI || op == Op::BW;
+}
+[[nodiscard]] constexpr bool is_comm(Op op) noexcept { return !is_compute(op); }
+[[nodiscard]] constexpr bool is_send(Op op) noexcept { return op == Op::SEND_F || op == Op::SEND_B; }
+[[nodiscard]] constexpr bool is_recv(Op op) noexcept { return op == Op::RECV_F || op == Op::RECV_B; }
+// Operations that carry data towards the last stage (forward direction).
+[[nodiscard]] constexpr bool is_forward_direction(Op op) noexcept {
+  return op == Op::F || op == Op::SEND_F || op == Op::RECV_F;
+}
+
+struct Action {
+  Op op = Op::F;
+  std::int32_t stage = 0;       // virtual stage (model chunk), 0 .. stages-1
+  std::int32_t microbatch = 0;  // 0 .. microbatches-1
+  // Communication only. Consecutive communication actions on one rank that share a nonzero
+  // group are posted together (one ncclGroupStart/End); 0 means a group of its own.
+  std::uint32_t group = 0;
+
+  friend constexpr auto operator<=>(const Action&, const Action&) = default;
+};
+
+// "F3@s1", "SEND_B0@s2#4" (#group when grouped): short, unambiguous, used in error messages.
+[[nodiscard]] inline std::string to_string(const Action& a) {
+  std::string s{op_name(a.op)};
+  s += std::to_string(a.microbatch);
+  s += "@s";
+  s += std::to_string(a.stage);
+  if (a.group != 0) {
+    s += '#';
+    s += std::to_string(a.group);
+  }
+  return s;
+}
+
+inline std::ostream& operator<<(std::ostream& out, const Action& a) { return out << to_string(a); }
+inline std::ostream& operator<<(std::ostream& out, Op op) { return out << op_name(op); }
+
+}  // namespace ppsched

@@ -1,0 +1,43 @@
+// A Schedule is a plain value: a placement of virtual stages on ranks and one ordered
+// program of actions per rank. The same value goes to the validator, the simulator and the
+// executor, so what was proven is what runs.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "ppsched/schedule/action.hpp"
+
+namespace ppsched {
+
+struct Schedule {
+  std::string name;                          // family or user label, e.g. "1f1b"
+  std::int32_t ranks = 0;                    // pipeline ranks (devices)
+  std::int32_t microbatches = 0;             // micro-batches per step
+  std::vector<std::int32_t> placement;       // placement[stage] = rank; size = virtual stages
+  std::vector<std::vector<Action>> programs; // programs[rank] = actions in issue order
+  bool split_backward = false;               // true when backward is BI + BW rather than B
+
+  [[nodiscard]] std::int32_t stages() const noexcept {
+    return static_cast<std::int32_t>(placement.size());
+  }
+  [[nodiscard]] std::int32_t rank_of(std::int32_t stage) const { return placement.at(static_cast<std::size_t>(stage)); }
+
+  friend bool operator==(const Schedule&, const Schedule&) = default;
+};
+
+// One line per rank: "rank 0: F0@s0 F1@s0 B0@s0 ...".
+inline std::ostream& operator<<(std::ostream& out, const Schedule& s) {
+  out << "schedule '" << s.name << "': " << s.ranks << " ranks, " << s.stages() << " stages, "
+      << s.microbatches << " micro-batches\n";
+  for (std::size_t r = 0; r < s.programs.size(); ++r) {
+    out << "rank " << r << ':';
+    for (const Action& a : s.programs[r]) out << ' ' << a;
+    out << '\n';
+  }
+  return out;
+}
+
+}  // namespace ppsched

@@ -1,0 +1,36 @@
+// Timeline: when each action ran, on which rank. The simulator predicts one and the runtime
+// measures one; both have this type, so a prediction and a measurement are compared,
+// summarised and drawn by the same functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ppsched/schedule/action.hpp"
+
+namespace ppsched {
+
+// Where an action ran on its rank. Compute actions run on the compute lane; communication
+// on the comm lane unless the run put communication on the compute stream.
+enum class Lane : std::uint8_t { compute, comm };
+
+struct Span {
+  std::int32_t rank = 0;
+  Action action{};
+  Lane lane = Lane::compute;
+  double start = 0.0;  // in the timeline's unit, from the step's origin
+  double end = 0.0;
+
+  friend bool operator==(const Span&, const Span&) = default;
+};
+
+struct Timeline {
+  std::int32_t ranks = 0;
+  std::string unit;         // the cost model's unit for a simulation ("ms", "us", or the user's)
+  std::vector<Span> spans;  // any order; writers sort as they need
+
+  friend bool operator==(const Timeline&, const Timeline&) = default;
+};
+
+}  // namespace ppsched

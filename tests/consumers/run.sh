@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds and runs a tiny program that uses ppsched the way a downstream project would:
+#   subproject  - as a Meson subproject, through dependency('ppsched')
+#   pkgconfig   - installed by `meson install`, found by pkg-config
+#   cmake       - installed by `meson install`, found by CMake's find_package(ppsched)
+# Usage: run.sh KIND SOURCE_ROOT WORK_DIR
+set -euo pipefail
+kind=$1 src=$2 work=$3
+here=$src/tests/consumers
+rm -rf "$work" && mkdir -p "$work"
+
+install_ppsched() {
+  meson setup "$work/lib" "$src" --prefix "$work/prefix" \
+    -Dtests=false -Dbench=false -Dexamples=false -Dcuda=disabled >"$work/setup.log"
+  meson install -C "$work/lib" >"$work/install.log"
+}
+
+case "$kind" in
+  subproject)
+    cp -r "$here/app" "$work/app"
+    mkdir -p "$work/app/subprojects"
+    ln -s "$src" "$work/app/subprojects/ppsched"
+    meson setup "$work/app/build" "$work/app" >"$work/setup.log"
+    ninja -C "$work/app/build" >"$work/build.log"
+    "$work/app/build/consumer"
+    ;;
+  pkgconfig)
+    install_ppsched
+    export PKG_CONFIG_PATH="$work/prefix/share/pkgconfig"
+    flags=$(pkg-config --cflags --libs ppsched)
+    echo "pkg-config --cflags --libs ppsched: $flags"
+    # shellcheck disable=SC2086
+    ${CXX:-c++} "$here/app/consumer.cpp" $flags -o "$work/consumer"
+    "$work/consumer"
+    ;;
+  cmake)
+    command -v cmake >/dev/null || { echo "SKIP: cmake is not installed"; exit 77; }
+    install_ppsched
+    cmake -S "$here/cmake" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$work/prefix" \
+      -DCONSUMER_SOURCE="$here/app/consumer.cpp" >"$work/cmake.log"
+    cmake --build "$work/cmake-build" >"$work/cmake-build.log"
+    "$work/cmake-build/consumer"
+    ;;
+  *)
+    echo "unknown consumer kind '$kind' (expected subproject, pkgconfig or cmake)" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,10 @@
+// With odr_b.cpp: two translation units include the umbrella header and are linked into one
+// program, so a non-inline definition in any header fails the link.
+#include <ppsched/ppsched.hpp>
+
+int odr_b();
+
+int main() {
+  const ppsched::Action a{ppsched::Op::F, 1, 2};
+  return (ppsched::to_string(a) == "F2@s1" && odr_b() == 7) ? 0 : 1;
+}

@@ -1,0 +1,204 @@
+// An ASCII timeline for terminals and logs: one line per rank, one character cell per slice
+// of time, each cell the letter of the operation running then (F forward, B backward,
+// I backward-for-input, W backward-for-weights, '.' idle), optionally followed by the
+// micro-batch number, like the schedule diagrams of the zero-bubble pipeline paper. When
+// every start and end is a whole number of units from the origin (a unit-cost simulation)
+// and the step fits, each column is exactly one unit, so the picture is the schedule.
+//
+//     rank 0 |FFF.BFBFB...|
+//
+// Otherwise the makespan is cut into `columns` equal cells and each cell shows the action
+// that covers most of it, or '.' when idle time covers more of it than any one action.
+// Communication on its own lane gets a line under its rank (s/r send/receive activation,
+// S/R send/receive gradient); communication run on the compute lane shows in the rank's
+// line with the same letters.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/trace/stats.hpp"
+#include "ppsched/trace/text.hpp"
+#include "ppsched/trace/timeline.hpp"
+
+namespace ppsched {
+
+struct AsciiOptions {
+  // Cells per line. 0: one per unit when the timeline is whole-unit and its makespan is at
+  // most max_columns, else max_columns.
+  std::int32_t columns = 0;
+  std::int32_t max_columns = 120;
+  // Each cell becomes the letter and the micro-batch ("F3 B12"), cells separated by spaces.
+  bool microbatch_digits = false;
+  bool comm_rows = true;  // a line per rank for the comm lane, when the timeline has one
+  bool ruler = true;      // a line of times above the ranks
+  bool legend = true;     // a line naming the letters shown and the time per column
+};
+
+// The cell letter of an operation.
+[[nodiscard]] constexpr char ascii_letter(Op op) noexcept {
+  switch (op) {
+    case Op::F: return 'F';
+    case Op::B: return 'B';
+    case Op::BI: return 'I';
+    case Op::BW: return 'W';
+    case Op::SEND_F: return 's';
+    case Op::RECV_F: return 'r';
+    case Op::SEND_B: return 'S';
+    case Op::RECV_B: return 'R';
+  }
+  return '?';
+}
+
+namespace detail {
+
+[[nodiscard]] inline bool is_whole(double value) noexcept {
+  return std::abs(value - std::round(value)) <= 1e-9 * std::max(1.0, std::abs(value));
+}
+
+// Whether every span starts and ends a whole number of units after `origin`.
+[[nodiscard]] inline bool whole_unit_timeline(const Timeline& timeline, double origin) noexcept {
+  return std::all_of(timeline.spans.begin(), timeline.spans.end(), [origin](const Span& s) {
+    return is_whole(s.start - origin) && is_whole(s.end - origin);
+  });
+}
+
+// One lane of one rank as cells: the index of the span shown in each cell, or -1 for idle.
+[[nodiscard]] inline std::vector<std::ptrdiff_t> ascii_cells(const std::vector<const Span*>& spans, double origin,
+                                                              double cell_time, std::size_t columns) {
+  std::vector<std::ptrdiff_t> cells(columns, -1);
+  if (!(cell_time > 0.0)) return cells;
+  for (std::size_t c = 0; c < columns; ++c) {
+    const double lo = origin + static_cast<double>(c) * cell_time;
+    const double hi = origin + static_cast<double>(c + 1) * cell_time;
+    std::vector<Interval> covered;
+    double best = 0.0;
+    for (std::size_t i = 0; i < spans.size(); ++i) {
+      const double overlap = std::min(spans[i]->end, hi) - std::max(spans[i]->start, lo);
+      if (overlap <= 0.0) continue;
+      covered.push_back({std::max(spans[i]->start, lo), std::min(spans[i]->end, hi)});
+      if (overlap > best) {
+        best = overlap;
+        cells[c] = static_cast<std::ptrdiff_t>(i);
+      }
+    }
+    const double idle = cell_time - total_length(merge_intervals(std::move(covered)));
+    if (best < idle) cells[c] = -1;
+  }
+  return cells;
+}
+
+}  // namespace detail
+
+[[nodiscard]] inline std::string to_ascii(const Timeline& timeline, const AsciiOptions& options = {}) {
+  const TimelineStats stats = summarize(timeline);
+  if (options.columns < 0 || options.max_columns < 1) {
+    fail({"ascii timeline", "the column count is out of range",
+          detail::concat("AsciiOptions columns ", options.columns, ", max_columns ", options.max_columns),
+          "pass columns 0 (automatic) or more, and max_columns of at least 1"});
+  }
+  const bool whole = detail::whole_unit_timeline(timeline, stats.origin);
+  std::size_t columns = 0;
+  double cell_time = 0.0;
+  if (stats.makespan > 0.0) {
+    if (options.columns > 0) {
+      columns = static_cast<std::size_t>(options.columns);
+    } else if (whole && stats.makespan <= static_cast<double>(options.max_columns)) {
+      columns = static_cast<std::size_t>(std::llround(stats.makespan));
+    } else {
+      columns = static_cast<std::size_t>(options.max_columns);
+    }
+    cell_time = stats.makespan / static_cast<double>(columns);
+  }
+
+  std::int32_t max_microbatch = 0;
+  for (const Span& s : timeline.spans) max_microbatch = std::max(max_microbatch, s.action.microbatch);
+  const std::size_t cell_width =
+      options.microbatch_digits ? 1 + std::to_string(max_microbatch).size() : 1;
+  const std::size_t cell_stride = options.microbatch_digits ? cell_width + 1 : 1;
+  const std::size_t line_width = columns == 0 ? 0 : columns * cell_stride - (cell_stride - cell_width);
+
+  const bool comm_lane = options.comm_rows && std::any_of(timeline.spans.begin(), timeline.spans.end(),
+                                                          [](const Span& s) { return s.lane == Lane::comm; });
+  const std::string last_label = "rank " + std::to_string(std::max(timeline.ranks - 1, 0));
+  const std::size_t label_width = last_label.size();
+  const auto label = [&](std::string text) {
+    text.insert(0, label_width - std::min(label_width, text.size()), ' ');
+    return text + " |";
+  };
+
+  std::string out;
+  if (options.ruler && columns > 0) {
+    // A time label at every tenth cell (fifth with digits), skipped where it would run into
+    // the previous one.
+    std::string ruler(line_width, ' ');
+    const std::size_t every = options.microbatch_digits ? 5 : 10;
+    std::size_t free_from = 0;
+    for (std::size_t c = 0; c < columns; c += every) {
+      const std::string time = detail::format_readable(static_cast<double>(c) * cell_time, 4);
+      const std::size_t at = c * cell_stride;
+      if (at < free_from || at + time.size() > line_width) continue;
+      ruler.replace(at, time.size(), time);
+      free_from = at + time.size() + 1;
+    }
+    while (!ruler.empty() && ruler.back() == ' ') ruler.pop_back();
+    out += std::string(label_width + 2, ' ') + ruler + '\n';
+  }
+
+  std::array<bool, op_count> shown{};
+  const auto draw = [&](const std::vector<const Span*>& spans) {
+    const auto cells = detail::ascii_cells(spans, stats.origin, cell_time, columns);
+    std::string line;
+    for (std::size_t c = 0; c < columns; ++c) {
+      if (c != 0 && options.microbatch_digits) line += ' ';
+      std::string text;
+      if (cells[c] < 0) {
+        text.assign(cell_width, '.');
+      } else {
+        const Action& a = spans[static_cast<std::size_t>(cells[c])]->action;
+        shown[static_cast<std::size_t>(a.op)] = true;
+        text = ascii_letter(a.op);
+        if (options.microbatch_digits) text += std::to_string(a.microbatch);
+        text.resize(cell_width, ' ');
+      }
+      line += text;
+    }
+    return line + "|\n";
+  };
+  for (std::int32_t r = 0; r < timeline.ranks; ++r) {
+    for (const Lane lane : {Lane::compute, Lane::comm}) {
+      if (lane == Lane::comm && !comm_lane) continue;
+      std::vector<const Span*> spans;
+      for (const Span& s : timeline.spans) {
+        if (s.rank == r && s.lane == lane) spans.push_back(&s);
+      }
+      std::stable_sort(spans.begin(), spans.end(), [](const Span* a, const Span* b) { return a->start < b->start; });
+      out += label(lane == Lane::compute ? "rank " + std::to_string(r) : std::string{"comm"}) + draw(spans);
+    }
+  }
+
+  if (options.legend) {
+    std::string legend;
+    for (int op = 0; op < op_count; ++op) {
+      if (!shown[static_cast<std::size_t>(op)]) continue;
+      legend += ascii_letter(static_cast<Op>(op));
+      legend += ' ';
+      legend += op_description(static_cast<Op>(op));
+      legend += ", ";
+    }
+    const std::string unit = timeline.unit.empty() ? std::string{"unit"} : timeline.unit;
+    legend += ". idle; 1 column = " + detail::format_readable(cell_time, 4) + " " + unit;
+    out += legend + '\n';
+  }
+  return out;
+}
+
+}  // namespace ppsched

@@ -1,0 +1,321 @@
+// Bubble statistics of a Timeline: makespan, each rank's span, busy, communication-wait and
+// idle time, the bubble fraction under two stated conventions, and counts of actions by
+// operation. The simulator's prediction and the runtime's measurement have the same type,
+// so these numbers mean the same thing for both; the writers and `compare` build on them.
+//
+// Definitions (times in Timeline::unit):
+// - origin = earliest start, finish = latest end, makespan = finish − origin.
+// - busy(rank) = length of the union of the intervals of the rank's compute actions (F, B,
+//   BI, BW), whatever their lane, so overlapping spans are not counted twice.
+// - comm_wait(rank) = length of the union of the rank's communication actions' intervals
+//   minus the part of it that overlaps busy: the time the rank spends in communication
+//   that no computation hides. It is part of idle, not added to it.
+// - idle(rank) = makespan − busy(rank): every moment of the step in which the rank does not
+//   compute, including before its first and after its last action.
+// - bubble_fraction = Σ idle ÷ (ranks × makespan), the share of device-time spent not
+//   computing; a rank's own bubble_fraction is idle ÷ makespan and its
+//   span_bubble_fraction is (span − busy) ÷ span, the gaps between its first and last action.
+// - ideal_time = busy of the busiest rank (the step's length if nothing ever waited), and
+//   bubble_vs_ideal = (makespan − ideal_time) ÷ ideal_time. For GPipe with equal stages this
+//   is the familiar (p − 1) ÷ m, while bubble_fraction is (p − 1) ÷ (m + p − 1).
+// Ratios whose denominator is zero (an empty timeline, a rank that ran nothing) are 0.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/trace/text.hpp"
+#include "ppsched/trace/timeline.hpp"
+
+namespace ppsched {
+
+// Seconds per one unit of a timeline whose unit is a known time unit ("s", "ms", "us",
+// "µs", "ns"); nothing for any other unit (a simulation's unit may be the user's own cost
+// unit, which has no fixed relation to time).
+[[nodiscard]] constexpr std::optional<double> seconds_per_unit(std::string_view unit) noexcept {
+  if (unit == "s") return 1.0;
+  if (unit == "ms") return 1e-3;
+  if (unit == "us" || unit == "\xC2\xB5s") return 1e-6;  // "µs" in UTF-8
+  if (unit == "ns") return 1e-9;
+  return std::nullopt;
+}
+
+// What an operation does, in the words legends and reports use.
+[[nodiscard]] constexpr std::string_view op_description(Op op) noexcept {
+  switch (op) {
+    case Op::F: return "forward";
+    case Op::B: return "backward";
+    case Op::BI: return "backward for input";
+    case Op::BW: return "backward for weights";
+    case Op::SEND_F: return "send activation";
+    case Op::RECV_F: return "receive activation";
+    case Op::SEND_B: return "send gradient";
+    case Op::RECV_B: return "receive gradient";
+  }
+  return "?";
+}
+
+namespace detail {
+
+// "span 7 (F3@s1 on rank 2)": how errors point at one span of a timeline.
+[[nodiscard]] inline std::string describe_span(const Span& span, std::size_t index) {
+  return detail::concat("span ", index, " (", to_string(span.action), " on rank ", span.rank, ")");
+}
+
+struct Interval {
+  double start = 0.0;
+  double end = 0.0;
+};
+
+// Sorted, disjoint intervals covering exactly the union of the input; touching intervals
+// merge.
+[[nodiscard]] inline std::vector<Interval> merge_intervals(std::vector<Interval> intervals) {
+  std::sort(intervals.begin(), intervals.end(),
+            [](const Interval& a, const Interval& b) { return a.start < b.start; });
+  std::vector<Interval> merged;
+  for (const Interval& i : intervals) {
+    if (!merged.empty() && i.start <= merged.back().end) {
+      merged.back().end = std::max(merged.back().end, i.end);
+    } else {
+      merged.push_back(i);
+    }
+  }
+  return merged;
+}
+
+[[nodiscard]] inline double total_length(const std::vector<Interval>& disjoint) noexcept {
+  double sum = 0.0;
+  for (const Interval& i : disjoint) sum += i.end - i.start;
+  return sum;
+}
+
+// Length of the intersection of two sorted, disjoint interval lists.
+[[nodiscard]] inline double overlap_length(const std::vector<Interval>& a,
+                                           const std::vector<Interval>& b) noexcept {
+  double sum = 0.0;
+  std::size_t i = 0;
+  std::size_t j = 0;
+  while (i < a.size() && j < b.size()) {
+    const double lo = std::max(a[i].start, b[j].start);
+    const double hi = std::min(a[i].end, b[j].end);
+    if (hi > lo) sum += hi - lo;
+    if (a[i].end < b[j].end) {
+      ++i;
+    } else {
+      ++j;
+    }
+  }
+  return sum;
+}
+
+[[nodiscard]] constexpr double ratio_or_zero(double numerator, double denominator) noexcept {
+  return denominator > 0.0 ? numerator / denominator : 0.0;
+}
+
+}  // namespace detail
+
+// Throws ppsched::error naming the first span that no statistic or writer can use: a rank
+// outside [0, ranks), a start or end that is NaN or infinite, an end before its start, a
+// negative stage or micro-batch, an unknown operation or lane, or a compute action on the
+// comm lane. Every function in ppsched/trace calls it first.
+inline void validate_timeline(const Timeline& timeline) {
+  if (timeline.ranks < 0) {
+    fail({"timeline", detail::concat("the rank count is negative (", timeline.ranks, ")"), "Timeline::ranks",
+          "set ranks to the number of pipeline ranks"});
+  }
+  for (std::size_t index = 0; index < timeline.spans.size(); ++index) {
+    const Span& span = timeline.spans[index];
+    const auto op_code = static_cast<int>(span.action.op);
+    if (op_code >= op_count) {
+      fail({"timeline", detail::concat("span ", index, " has an unknown operation code ", op_code),
+            detail::concat("span ", index, " on rank ", span.rank), "use one of the ppsched::Op values"});
+    }
+    const std::string where = detail::describe_span(span, index);
+    if (span.rank < 0 || span.rank >= timeline.ranks) {
+      fail({"timeline",
+            detail::concat("rank ", span.rank, " is outside the timeline's ", timeline.ranks, " ranks [0, ",
+                   timeline.ranks, ")"),
+            where, "set Timeline::ranks to cover every rank, or correct the span's rank"});
+    }
+    if (!std::isfinite(span.start) || !std::isfinite(span.end)) {
+      fail({"timeline", detail::concat("a time is not a finite number (start ", span.start, ", end ", span.end, ")"),
+            where, "record finite start and end times"});
+    }
+    if (span.end < span.start) {
+      fail({"timeline", detail::concat("the span ends before it starts (start ", span.start, ", end ", span.end, ")"),
+            where, "record each span's end at or after its start"});
+    }
+    if (span.action.stage < 0 || span.action.microbatch < 0) {
+      fail({"timeline",
+            detail::concat("the stage (", span.action.stage, ") or micro-batch (", span.action.microbatch,
+                   ") is negative"),
+            where, "number stages and micro-batches from 0"});
+    }
+    if (span.lane != Lane::compute && span.lane != Lane::comm) {
+      fail({"timeline", detail::concat("unknown lane code ", static_cast<int>(span.lane)), where,
+            "use Lane::compute or Lane::comm"});
+    }
+    if (span.lane == Lane::comm && is_compute(span.action.op)) {
+      fail({"timeline", "a compute action is on the comm lane", where,
+            "put F, B, BI and BW spans on Lane::compute"});
+    }
+  }
+}
+
+struct RankStats {
+  std::int32_t rank = 0;
+  std::int32_t actions = 0;              // spans on this rank, compute and communication
+  double first_start = 0.0;              // the timeline's origin when the rank ran nothing
+  double last_end = 0.0;
+  double span = 0.0;                     // last_end − first_start
+  double busy = 0.0;                     // union of compute-action intervals
+  double comm_wait = 0.0;                // communication not hidden under compute
+  double idle = 0.0;                     // makespan − busy
+  double bubble_fraction = 0.0;          // idle ÷ makespan
+  double span_bubble_fraction = 0.0;     // (span − busy) ÷ span
+
+  friend bool operator==(const RankStats&, const RankStats&) = default;
+};
+
+struct TimelineStats {
+  std::int32_t ranks = 0;
+  std::string unit;
+  std::size_t spans = 0;
+  double origin = 0.0;           // earliest start (0 for an empty timeline)
+  double finish = 0.0;           // latest end
+  double makespan = 0.0;         // finish − origin
+  double total_busy = 0.0;
+  double total_comm_wait = 0.0;
+  double total_idle = 0.0;       // ranks × makespan − total_busy
+  double bubble_fraction = 0.0;  // total_idle ÷ (ranks × makespan)
+  double ideal_time = 0.0;       // busy of the busiest rank
+  double bubble_vs_ideal = 0.0;  // (makespan − ideal_time) ÷ ideal_time
+  std::array<std::int32_t, op_count> op_counts{};  // indexed by Op
+  std::vector<RankStats> per_rank;                 // per_rank[r].rank == r
+
+  [[nodiscard]] std::int32_t count(Op op) const noexcept {
+    return op_counts[static_cast<std::size_t>(op)];
+  }
+
+  friend bool operator==(const TimelineStats&, const TimelineStats&) = default;
+};
+
+[[nodiscard]] inline TimelineStats summarize(const Timeline& timeline) {
+  validate_timeline(timeline);
+  TimelineStats stats;
+  stats.ranks = timeline.ranks;
+  stats.unit = timeline.unit;
+  stats.spans = timeline.spans.size();
+  if (!timeline.spans.empty()) {
+    stats.origin = timeline.spans.front().start;
+    stats.finish = timeline.spans.front().end;
+  }
+  const auto ranks = static_cast<std::size_t>(timeline.ranks);
+  std::vector<std::vector<detail::Interval>> compute(ranks);
+  std::vector<std::vector<detail::Interval>> comm(ranks);
+  stats.per_rank.resize(ranks);
+  for (const Span& span : timeline.spans) {
+    stats.origin = std::min(stats.origin, span.start);
+    stats.finish = std::max(stats.finish, span.end);
+    ++stats.op_counts[static_cast<std::size_t>(span.action.op)];
+    const auto r = static_cast<std::size_t>(span.rank);
+    RankStats& rank = stats.per_rank[r];
+    if (rank.actions == 0) {
+      rank.first_start = span.start;
+      rank.last_end = span.end;
+    }
+    ++rank.actions;
+    rank.first_start = std::min(rank.first_start, span.start);
+    rank.last_end = std::max(rank.last_end, span.end);
+    (is_compute(span.action.op) ? compute : comm)[r].push_back({span.start, span.end});
+  }
+  stats.makespan = stats.finish - stats.origin;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    RankStats& rank = stats.per_rank[r];
+    rank.rank = static_cast<std::int32_t>(r);
+    if (rank.actions == 0) {
+      rank.first_start = stats.origin;
+      rank.last_end = stats.origin;
+    }
+    const auto busy = detail::merge_intervals(std::move(compute[r]));
+    const auto talking = detail::merge_intervals(std::move(comm[r]));
+    rank.span = rank.last_end - rank.first_start;
+    rank.busy = detail::total_length(busy);
+    rank.comm_wait = detail::total_length(talking) - detail::overlap_length(talking, busy);
+    rank.idle = stats.makespan - rank.busy;
+    rank.bubble_fraction = detail::ratio_or_zero(rank.idle, stats.makespan);
+    rank.span_bubble_fraction = detail::ratio_or_zero(rank.span - rank.busy, rank.span);
+    stats.total_busy += rank.busy;
+    stats.total_comm_wait += rank.comm_wait;
+    stats.total_idle += rank.idle;
+    stats.ideal_time = std::max(stats.ideal_time, rank.busy);
+  }
+  stats.bubble_fraction =
+      detail::ratio_or_zero(stats.total_idle, static_cast<double>(timeline.ranks) * stats.makespan);
+  stats.bubble_vs_ideal = detail::ratio_or_zero(stats.makespan - stats.ideal_time, stats.ideal_time);
+  return stats;
+}
+
+namespace detail {
+
+[[nodiscard]] inline std::string percent(double fraction) {
+  return format_fixed(fraction * 100.0, 1) + "%";
+}
+
+// Left-aligned table cell of a fixed width; wider text is kept whole.
+[[nodiscard]] inline std::string cell(std::string_view text, std::size_t width) {
+  std::string out{text};
+  if (out.size() < width) out.append(width - out.size(), ' ');
+  return out;
+}
+
+}  // namespace detail
+
+// A readable report: the totals, both bubble conventions, the action counts, and one row
+// per rank.
+inline std::ostream& operator<<(std::ostream& out, const TimelineStats& s) {
+  using detail::cell;
+  using detail::format_readable;
+  const std::string unit = s.unit.empty() ? std::string{} : " " + s.unit;
+  out << "timeline: " << s.ranks << " ranks, " << s.spans << " spans\n"
+      << "makespan " << format_readable(s.makespan, 6) << unit << " (from " << format_readable(s.origin, 6)
+      << " to " << format_readable(s.finish, 6) << ")\n"
+      << "bubble " << detail::percent(s.bubble_fraction) << " of ranks x makespan idle; makespan is "
+      << detail::percent(s.bubble_vs_ideal) << " above the ideal " << format_readable(s.ideal_time, 6) << unit
+      << " (busiest rank's busy time)\n"
+      << "actions:";
+  for (int op = 0; op < op_count; ++op) {
+    if (s.op_counts[static_cast<std::size_t>(op)] != 0) {
+      out << ' ' << op_name(static_cast<Op>(op)) << '=' << s.op_counts[static_cast<std::size_t>(op)];
+    }
+  }
+  out << '\n'
+      << cell("rank", 6) << cell("span", 12) << cell("busy", 12) << cell("comm-wait", 12) << cell("idle", 12)
+      << cell("bubble", 9) << "bubble-in-span\n";
+  for (const RankStats& r : s.per_rank) {
+    out << cell(std::to_string(r.rank), 6) << cell(format_readable(r.span, 6), 12)
+        << cell(format_readable(r.busy, 6), 12) << cell(format_readable(r.comm_wait, 6), 12)
+        << cell(format_readable(r.idle, 6), 12) << cell(detail::percent(r.bubble_fraction), 9)
+        << detail::percent(r.span_bubble_fraction) << '\n';
+  }
+  return out;
+}
+
+[[nodiscard]] inline std::string to_string(const TimelineStats& stats) {
+  std::ostringstream out;
+  out << stats;
+  return out.str();
+}
+
+}  // namespace ppsched

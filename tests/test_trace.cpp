@@ -1087,6 +1087,7 @@ TEST_CASE("ascii: coarse cells show the action covering most of them", "[trace][
   AsciiOptions options;
   options.columns = 6;
   options.ruler = false;
+  options.comm_rows = true;
   const std::string expected =
       "rank 0 |I.WWW.|\n"
       "  comm |......|\n"

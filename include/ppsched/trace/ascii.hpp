@@ -9,9 +9,9 @@
 //
 // Otherwise the makespan is cut into `columns` equal cells and each cell shows the action
 // that covers most of it, or '.' when idle time covers more of it than any one action.
-// Communication on its own lane gets a line under its rank (s/r send/receive activation,
-// S/R send/receive gradient); communication run on the compute lane shows in the rank's
-// line with the same letters.
+// On request, communication on its own lane gets a line under its rank (s/r send/receive
+// activation, S/R send/receive gradient); communication run on the compute lane always
+// shows in the rank's line with the same letters.
 #pragma once
 
 #include <algorithm>
@@ -38,7 +38,7 @@ struct AsciiOptions {
   std::int32_t max_columns = 120;
   // Each cell becomes the letter and the micro-batch ("F3 B12"), cells separated by spaces.
   bool microbatch_digits = false;
-  bool comm_rows = true;  // a line per rank for the comm lane, when the timeline has one
+  bool comm_rows = false;  // a line per rank for the comm lane, when the timeline has one
   bool ruler = true;      // a line of times above the ranks
   bool legend = true;     // a line naming the letters shown and the time per column
 };
@@ -137,17 +137,22 @@ namespace detail {
 
   std::string out;
   if (options.ruler && columns > 0) {
-    // A time label at every tenth cell (fifth with digits), skipped where it would run into
-    // the previous one.
+    // Round times (multiples of 1, 2 or 5 × 10^k) about every tenth cell (fifth with
+    // digits), each at the cell where it falls, skipped where it would run into the last.
     std::string ruler(line_width, ' ');
-    const std::size_t every = options.microbatch_digits ? 5 : 10;
+    const double every = options.microbatch_digits ? 5.0 : 10.0;
+    const double step = detail::nice_tick_step(stats.makespan, std::max(1.0, static_cast<double>(columns) / every));
+    const int decimals = detail::tick_decimals(step);
     std::size_t free_from = 0;
-    for (std::size_t c = 0; c < columns; c += every) {
-      const std::string time = detail::format_readable(static_cast<double>(c) * cell_time, 4);
+    for (std::size_t k = 0;; ++k) {
+      const double time = static_cast<double>(k) * step;
+      const auto c = static_cast<std::size_t>(std::floor(time / cell_time + 1e-9));
+      if (c >= columns) break;
+      const std::string text = detail::format_fixed(time, decimals);
       const std::size_t at = c * cell_stride;
-      if (at < free_from || at + time.size() > line_width) continue;
-      ruler.replace(at, time.size(), time);
-      free_from = at + time.size() + 1;
+      if (at < free_from || at + text.size() > line_width) continue;
+      ruler.replace(at, text.size(), text);
+      free_from = at + text.size() + 1;
     }
     while (!ruler.empty() && ruler.back() == ' ') ruler.pop_back();
     out += std::string(label_width + 2, ' ') + ruler + '\n';

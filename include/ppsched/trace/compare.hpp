@@ -228,6 +228,13 @@ namespace detail {
   return (value > 0.0 ? "+" : "") + format_readable(value, digits);
 }
 
+// Percentage points with two decimals and a sign; rounding noise prints as "0.00".
+[[nodiscard]] inline std::string signed_points(double pp) {
+  const std::string text = format_fixed(pp, 2);
+  if (text == "0.00" || text == "-0.00") return "0.00 pp";
+  return (pp > 0.0 ? "+" : "") + text + " pp";
+}
+
 [[nodiscard]] inline std::string with_unit(double value, const std::string& unit) {
   return unit.empty() ? format_readable(value, 6) : format_readable(value, 6) + " " + unit;
 }
@@ -270,12 +277,11 @@ inline std::ostream& operator<<(std::ostream& out, const TimelineComparison& c) 
     out << ", no ratio (units not comparable; pass CompareOptions::measured_to_predicted)";
   }
   out << "\nbubble: measured " << percent(c.measured.bubble_fraction) << ", predicted "
-      << percent(c.predicted.bubble_fraction) << " (" << detail::signed_readable(c.bubble_difference_pp, 3)
-      << " pp)\n"
+      << percent(c.predicted.bubble_fraction) << " (" << detail::signed_points(c.bubble_difference_pp) << ")\n"
       << cell("rank", 6) << cell("measured", 10) << cell("predicted", 11) << "difference\n";
   for (const RankComparison& r : c.per_rank) {
     out << cell(std::to_string(r.rank), 6) << cell(percent(r.measured_bubble), 10)
-        << cell(percent(r.predicted_bubble), 11) << detail::signed_readable(r.difference_pp, 3) << " pp\n";
+        << cell(percent(r.predicted_bubble), 11) << detail::signed_points(r.difference_pp) << '\n';
   }
   out << "actions: " << c.matched << " matched of " << c.measured.spans << " measured and " << c.predicted.spans
       << " predicted";

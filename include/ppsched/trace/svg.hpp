@@ -62,22 +62,6 @@ struct SvgOptions {
 
 namespace detail {
 
-// A step of 1, 2 or 5 × 10^k giving about `target` intervals over `range`.
-[[nodiscard]] inline double nice_tick_step(double range, double target) {
-  if (!(range > 0.0) || !(target >= 1.0)) return 1.0;
-  const double raw = range / target;
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  const double m = raw / magnitude;
-  const double factor = m <= 1.0 ? 1.0 : m <= 2.0 ? 2.0 : m <= 5.0 ? 5.0 : 10.0;
-  return factor * magnitude;
-}
-
-// Digits after the point that show every multiple of `step` exactly enough.
-[[nodiscard]] inline int tick_decimals(double step) {
-  const double digits = -std::floor(std::log10(step) + 1e-9);
-  return digits > 0.0 ? static_cast<int>(std::min(digits, 12.0)) : 0;
-}
-
 // Greedy interval partitioning: level[i] is the lowest level whose last span ended by the
 // time span i starts; returns the number of levels used (at least 1).
 [[nodiscard]] inline std::size_t assign_levels(const std::vector<const Span*>& spans_by_start,

@@ -1,11 +1,14 @@
 // Text helpers shared by the timeline writers: escaping for JSON strings and XML text or
-// attributes, and locale-independent number formatting. The writers produce files other
-// programs parse (Perfetto, browsers, spreadsheets), so a stray quote in a user's unit or
-// label, a byte that is not UTF-8, or a comma decimal separator from the global locale must
-// never reach the output; everything textual goes through these functions.
+// attributes, locale-independent number formatting, and round tick steps for time axes.
+// The writers produce files other programs parse (Perfetto, browsers, spreadsheets), so a
+// stray quote in a user's unit or label, a byte that is not UTF-8, or a comma decimal
+// separator from the global locale must never reach the output; everything textual goes
+// through these functions.
 #pragma once
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -137,6 +140,22 @@ constexpr void for_each_code_point(std::string_view text, F&& f) {
   const auto result =
       std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::general, digits);
   return std::string(buffer, result.ec == std::errc{} ? result.ptr : buffer);
+}
+
+// A step of 1, 2 or 5 × 10^k giving about `target` intervals over `range`.
+[[nodiscard]] inline double nice_tick_step(double range, double target) {
+  if (!(range > 0.0) || !(target >= 1.0)) return 1.0;
+  const double raw = range / target;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  const double m = raw / magnitude;
+  const double factor = m <= 1.0 ? 1.0 : m <= 2.0 ? 2.0 : m <= 5.0 ? 5.0 : 10.0;
+  return factor * magnitude;
+}
+
+// Digits after the point that show every multiple of `step` exactly enough.
+[[nodiscard]] inline int tick_decimals(double step) {
+  const double digits = -std::floor(std::log10(step) + 1e-9);
+  return digits > 0.0 ? static_cast<int>(std::min(digits, 12.0)) : 0;
 }
 
 }  // namespace ppsched::detail

@@ -1,0 +1,144 @@
+// The zero-bubble families of Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024).
+// They split each backward into BI (gradient of the input, on the critical path: the stage
+// before is waiting for it) and BW (gradient of the weights, needed by nobody downstream),
+// and move BW passes into what would otherwise be bubbles.
+//
+// - ZB-H1 keeps 1F1B's memory (p-s activations awaiting BI on stage s) and delays the BW
+//   passes of stage s by s micro-batches, so the BI chain of the cool-down runs unhindered
+//   and the delayed BWs fill the tail. Idle per rank (p-1)(T_F+T_BI-T_BW).
+// - ZB-H2 warms up with 2(p-s)-1 forwards (2p-1 activations on the first stage) and delays
+//   the BW passes of stage s by 2s micro-batches, which turns the trapezoid of 1F1B into a
+//   parallelogram: each rank's own span holds (p-1)(T_F+T_BI-2T_BW) of idle when
+//   T_BW <= T_F <= T_BI, which is zero when the three are equal.
+// - ZB-V places two chunks per rank in a V (rank r holds stages r and 2p-1-r) and follows the
+//   handcrafted V schedule of the paper's section 6 (as PyTorch's ScheduleZBVZeroBubble does).
+//
+// All three emit BI and BW, never B, and set Schedule::split_backward.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/schedule/request.hpp"
+#include "ppsched/schedule/schedule.hpp"
+
+namespace ppsched {
+
+inline constexpr std::string_view zb_h1_name = "zb-h1";
+inline constexpr std::string_view zb_h2_name = "zb-h2";
+inline constexpr std::string_view zb_v_name = "zb-v";
+
+namespace detail {
+
+// One stage per rank: `warmup` forwards, then for each micro-batch j in order BI(j), the BW
+// that is `weight_lag` micro-batches behind (if any), and the next forward (if any); the
+// BWs still owed run at the end. Truncating the warm-up to m keeps the schedule complete for
+// any m >= 1.
+inline void append_zero_bubble_program(std::vector<Action>& program, std::int32_t stage, std::int32_t microbatches,
+                                       std::int32_t warmup, std::int32_t weight_lag) {
+  const std::int32_t fills = std::min(warmup, microbatches);
+  for (std::int32_t mb = 0; mb < fills; ++mb) program.push_back(compute_action(Op::F, stage, mb));
+  for (std::int32_t j = 0; j < microbatches; ++j) {
+    program.push_back(compute_action(Op::BI, stage, j));
+    if (j >= weight_lag) program.push_back(compute_action(Op::BW, stage, j - weight_lag));
+    if (j + fills < microbatches) program.push_back(compute_action(Op::F, stage, j + fills));
+  }
+  for (std::int32_t mb = std::max(0, microbatches - weight_lag); mb < microbatches; ++mb)
+    program.push_back(compute_action(Op::BW, stage, mb));
+}
+
+}  // namespace detail
+
+// ZB-H1: any p, m >= 1; v = 1.
+[[nodiscard]] inline Schedule make_zb_h1(const ScheduleRequest& r) {
+  detail::check_request_sizes(zb_h1_name, r);
+  detail::require_chunks(zb_h1_name, r, 1, "zb-h1 places one stage per rank",
+                         "for two chunks per rank use zb-v");
+  Schedule s = detail::empty_schedule(zb_h1_name, r, one_stage_per_rank_placement(r.ranks), true,
+                                      3 * static_cast<std::size_t>(r.microbatches));
+  for (std::int32_t rank = 0; rank < r.ranks; ++rank)
+    detail::append_zero_bubble_program(s.programs[static_cast<std::size_t>(rank)], rank, r.microbatches,
+                                       r.ranks - rank, rank);
+  return s;
+}
+
+// ZB-H2: any p, m >= 1; v = 1. The bubble vanishes only once m >= 2p-1 (the warm-up of the
+// first stage); with fewer micro-batches the schedule is complete but keeps a bubble.
+[[nodiscard]] inline Schedule make_zb_h2(const ScheduleRequest& r) {
+  detail::check_request_sizes(zb_h2_name, r);
+  detail::require_chunks(zb_h2_name, r, 1, "zb-h2 places one stage per rank",
+                         "for two chunks per rank use zb-v");
+  Schedule s = detail::empty_schedule(zb_h2_name, r, one_stage_per_rank_placement(r.ranks), true,
+                                      3 * static_cast<std::size_t>(r.microbatches));
+  for (std::int32_t rank = 0; rank < r.ranks; ++rank)
+    detail::append_zero_bubble_program(s.programs[static_cast<std::size_t>(rank)], rank, r.microbatches,
+                                       2 * (r.ranks - rank) - 1, 2 * rank);
+  return s;
+}
+
+// ZB-V: V-shape placement, any p, m >= 1; v = 2. Rank r holds chunk 0 = stage r and chunk 1 =
+// stage 2p-1-r. Its program, built for n = max(m, 2p-1) micro-batches (the fewest that fill
+// the V) and then stripped of micro-batches >= m:
+//   1. 2(p-r)-1 forwards of chunk 0;
+//   2. r times: F of chunk 1, F of chunk 0;
+//   3. p-r times: F, BI, BW of chunk 1;
+//   4. until both chunks have run every forward: [F of chunk 0 while any remain], BI and BW
+//      of chunk 0, F, BI and BW of chunk 1;
+//   5. r times: BI of chunk 0, BI of chunk 1 (their BWs deferred);
+//   6. p-r times: BI of chunk 0, then the oldest deferred BW of chunk 0;
+//   7. the deferred BWs of chunk 1, then those of chunk 0.
+// Stripping keeps the schedule valid: every dependency of a micro-batch lies within that
+// micro-batch, and the survivors keep their relative order.
+[[nodiscard]] inline Schedule make_zb_v(const ScheduleRequest& r) {
+  detail::check_request_sizes(zb_v_name, r);
+  detail::require_chunks(zb_v_name, r, 2, "zb-v places two chunks per rank in a V shape",
+                         "for one stage per rank use zb-h1 or zb-h2");
+  const std::int32_t p = r.ranks;
+  const std::int32_t m = r.microbatches;
+  const std::int32_t n = std::max(m, 2 * p - 1);
+  Schedule s = detail::empty_schedule(zb_v_name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(m));
+  for (std::int32_t rank = 0; rank < p; ++rank) {
+    auto& program = s.programs[static_cast<std::size_t>(rank)];
+    const std::int32_t stage0 = rank;
+    const std::int32_t stage1 = 2 * p - 1 - rank;
+    std::int32_t f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+    const auto emit = [&](Op op, std::int32_t stage, std::int32_t mb) {
+      if (mb < m) program.push_back(detail::compute_action(op, stage, mb));
+    };
+    for (std::int32_t i = 0; i < 2 * (p - rank) - 1; ++i) emit(Op::F, stage0, f0++);
+    for (std::int32_t i = 0; i < rank; ++i) {
+      emit(Op::F, stage1, f1++);
+      emit(Op::F, stage0, f0++);
+    }
+    for (std::int32_t i = 0; i < p - rank; ++i) {
+      emit(Op::F, stage1, f1++);
+      emit(Op::BI, stage1, b1);
+      emit(Op::BW, stage1, b1++);
+    }
+    while (f1 < f0 || f0 < n) {
+      if (f0 < n) emit(Op::F, stage0, f0++);
+      emit(Op::BI, stage0, b0);
+      emit(Op::BW, stage0, b0++);
+      emit(Op::F, stage1, f1++);
+      emit(Op::BI, stage1, b1);
+      emit(Op::BW, stage1, b1++);
+    }
+    std::int32_t w0 = b0, w1 = b1;
+    for (std::int32_t i = 0; i < rank; ++i) {
+      emit(Op::BI, stage0, b0++);
+      emit(Op::BI, stage1, b1++);
+    }
+    for (std::int32_t i = 0; i < p - rank; ++i) {
+      emit(Op::BI, stage0, b0++);
+      emit(Op::BW, stage0, w0++);
+    }
+    while (w1 < b1) emit(Op::BW, stage1, w1++);
+    while (w0 < b0) emit(Op::BW, stage0, w0++);
+  }
+  return s;
+}
+
+}  // namespace ppsched

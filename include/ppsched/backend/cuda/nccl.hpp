@@ -12,7 +12,7 @@
 //   variable the launcher sets (`unique_id_from_env`, the id as hex text).
 //
 // No rank hangs: per-rank communicators are created non-blocking and every wait polls
-// `ncclCommGetAsyncError` under a `WaitLimit`; when NCCL reports an error, the deadline
+// `ncclCommGetAsyncError` under a `HostWait`; when NCCL reports an error, the deadline
 // passes or another rank requested a stop, the communicator is ended with `ncclCommAbort`
 // (which also stops its kernels still on the GPU) and the caller gets a `nccl_error` or
 // `ppsched::error` that says which wait gave up and why.
@@ -196,11 +196,11 @@ inline void publish_unique_id(const ncclUniqueId& id, const std::filesystem::pat
 }
 
 // Waits for `path` to appear (polling) and reads the id from it.
-[[nodiscard]] inline ncclUniqueId await_unique_id(const std::filesystem::path& path, const WaitLimit& limit) {
+[[nodiscard]] inline ncclUniqueId await_unique_id(const std::filesystem::path& path, const HostWait& limit) {
   std::error_code ec;
-  const WaitOutcome outcome = poll_until([&] { return std::filesystem::exists(path, ec); }, limit);
+  const WaitResult outcome = poll_until([&] { return std::filesystem::exists(path, ec); }, limit);
   const std::string subject = detail::concat("NCCL unique id file '", path.string(), "'");
-  if (outcome != WaitOutcome::done) {
+  if (outcome != WaitResult::done) {
     fail({subject, detail::concat("did not appear (", to_string(outcome), ")"), "",
           "Start rank 0 with the same path, or give the other ranks a longer timeout"});
   }
@@ -214,7 +214,7 @@ inline void publish_unique_id(const ncclUniqueId& id, const std::filesystem::pat
 // that is new for each run (e.g. with the job id in it): a file left by an earlier run would
 // hand the other ranks a stale id, and their initialisation would then time out.
 [[nodiscard]] inline ncclUniqueId share_unique_id_through_file(const std::filesystem::path& path, int rank,
-                                                               const WaitLimit& limit) {
+                                                               const HostWait& limit) {
   if (rank == 0) {
     const ncclUniqueId id = new_unique_id();
     publish_unique_id(id, path);
@@ -308,7 +308,7 @@ class NcclCommunicator {
 
   // Waits from now on also give up when `stop` is requested (another rank failed).
   void watch(std::stop_token stop) noexcept { stop_ = std::move(stop); }
-  [[nodiscard]] WaitLimit limit() const { return WaitLimit::within(timeout_, stop_); }
+  [[nodiscard]] HostWait limit() const { return HostWait::within(timeout_, stop_); }
 
   // Enqueues a send of `bytes` bytes to `peer` on `stream`. Inside an NcclGroup it is posted
   // with the group's other operations at NcclGroup::end().
@@ -321,6 +321,11 @@ class NcclCommunicator {
     issue(ncclRecv(data, bytes, ncclUint8, peer, live(), stream.handle()), "ncclRecv", __LINE__);
   }
 
+  // ncclGroupStart / ncclGroupEnd. Between them, send and recv are collected and posted
+  // together at group_end(), which waits (bounded) for a non-blocking communicator to settle.
+  void group_start() { PPSCHED_NCCL_CHECK(ncclGroupStart()); }
+  void group_end() { issue(ncclGroupEnd(), "ncclGroupEnd", __LINE__); }
+
   // The communicator's asynchronous error: ncclSuccess, ncclInProgress (non-blocking work
   // still settling) or the error a background operation hit.
   [[nodiscard]] ncclResult_t async_error() const {
@@ -332,7 +337,7 @@ class NcclCommunicator {
   // Waits for non-blocking work (initialisation, a group) to settle.
   void settle(std::string_view what) {
     ncclResult_t async = ncclSuccess;
-    const WaitOutcome outcome = poll_until(
+    const WaitResult outcome = poll_until(
         [&] {
           async = async_error();
           return async != ncclInProgress;
@@ -346,7 +351,7 @@ class NcclCommunicator {
   // peer never completes, and this wait then aborts the communicator, which ends it.
   void wait(CudaEventRef event, std::string_view what) {
     ncclResult_t async = ncclSuccess;
-    WaitOutcome outcome = WaitOutcome::done;
+    WaitResult outcome = WaitResult::done;
     try {
       outcome = poll_until(
           [&] {
@@ -399,8 +404,8 @@ class NcclCommunicator {
   }
 
   // After a wait: success, or abort and say why not.
-  void give_up_unless(WaitOutcome outcome, ncclResult_t async, std::string_view what) {
-    if (outcome == WaitOutcome::done && (async == ncclSuccess || async == ncclInProgress)) return;
+  void give_up_unless(WaitResult outcome, ncclResult_t async, std::string_view what) {
+    if (outcome == WaitResult::done && (async == ncclSuccess || async == ncclInProgress)) return;
     const ncclComm_t comm = handle_;
     std::string detail_text;
     if (async != ncclSuccess && async != ncclInProgress) {
@@ -409,7 +414,7 @@ class NcclCommunicator {
     }
     abort();
     const std::string subject = detail::concat("NCCL communicator (rank ", rank_, " of ", size_, ", device ", device_, ")");
-    if (outcome == WaitOutcome::done) {
+    if (outcome == WaitResult::done) {
       throw nccl_error(async, format_error({subject, detail::concat("asynchronous error ", ncclGetErrorString(async),
                                                                     detail_text, "; communicator aborted"),
                                             std::string(what), detail::nccl_error_fix(async)}));
@@ -419,7 +424,7 @@ class NcclCommunicator {
                          std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count(),
                          " ms; communicator aborted"),
           std::string(what),
-          outcome == WaitOutcome::timed_out
+          outcome == WaitResult::timed_out
               ? "A peer rank did not post the matching operation: check that every rank runs the same schedule, "
                 "or raise the timeout"
               : "See the error of the rank that failed first"});
@@ -448,7 +453,7 @@ class NcclCommunicator {
 // ranks proceed without deadlock. A group left by an exception is still closed.
 class NcclGroup {
  public:
-  explicit NcclGroup(NcclCommunicator& comm) : comm_(&comm) { PPSCHED_NCCL_CHECK(ncclGroupStart()); }
+  explicit NcclGroup(NcclCommunicator& comm) : comm_(&comm) { comm.group_start(); }
   ~NcclGroup() {
     if (open_) PPSCHED_NCCL_LOG(ncclGroupEnd());
   }
@@ -460,9 +465,7 @@ class NcclGroup {
   void end() {
     if (!open_) fail({"NcclGroup", "ended twice", "", "Call end() once per group"});
     open_ = false;
-    const bool pending =
-        detail::check_nccl_may_progress(ncclGroupEnd(), "ncclGroupEnd", __FILE__, __LINE__, comm_->handle());
-    if (pending) comm_->settle("ncclGroupEnd");
+    comm_->group_end();
   }
 
  private:

@@ -178,16 +178,11 @@ namespace detail {
     }
     return line + "|\n";
   };
+  const auto lanes = detail::spans_by_rank_and_lane(timeline);
   for (std::int32_t r = 0; r < timeline.ranks; ++r) {
-    for (const Lane lane : {Lane::compute, Lane::comm}) {
-      if (lane == Lane::comm && !comm_lane) continue;
-      std::vector<const Span*> spans;
-      for (const Span& s : timeline.spans) {
-        if (s.rank == r && s.lane == lane) spans.push_back(&s);
-      }
-      std::stable_sort(spans.begin(), spans.end(), [](const Span* a, const Span* b) { return a->start < b->start; });
-      out += label(lane == Lane::compute ? "rank " + std::to_string(r) : std::string{"comm"}) + draw(spans);
-    }
+    const auto& rank = lanes[static_cast<std::size_t>(r)];
+    out += label("rank " + std::to_string(r)) + draw(rank[0]);
+    if (comm_lane) out += label("comm") + draw(rank[1]);
   }
 
   if (options.legend) {

@@ -119,6 +119,23 @@ struct Interval {
   return sum;
 }
 
+// The spans of each rank and lane, each list in order of start (ties in timeline order):
+// lanes[rank][0] is the compute lane, lanes[rank][1] the comm lane. The writers draw from
+// it so that a large timeline is bucketed once rather than scanned per rank.
+[[nodiscard]] inline std::vector<std::array<std::vector<const Span*>, 2>> spans_by_rank_and_lane(
+    const Timeline& timeline) {
+  std::vector<std::array<std::vector<const Span*>, 2>> lanes(static_cast<std::size_t>(std::max(timeline.ranks, 0)));
+  for (const Span& s : timeline.spans) {
+    lanes[static_cast<std::size_t>(s.rank)][s.lane == Lane::compute ? 0 : 1].push_back(&s);
+  }
+  for (auto& rank : lanes) {
+    for (auto& lane : rank) {
+      std::stable_sort(lane.begin(), lane.end(), [](const Span* a, const Span* b) { return a->start < b->start; });
+    }
+  }
+  return lanes;
+}
+
 [[nodiscard]] constexpr double ratio_or_zero(double numerator, double denominator) noexcept {
   return denominator > 0.0 ? numerator / denominator : 0.0;
 }

@@ -186,14 +186,11 @@ inline void write_svg(std::ostream& out, const Timeline& timeline, const SvgOpti
       << "</text>\n</g>\n";
 
   // Boxes, one group per rank and lane.
+  const auto lanes = detail::spans_by_rank_and_lane(timeline);
   for (std::int32_t r = 0; r < timeline.ranks; ++r) {
     for (const Lane lane : {Lane::compute, Lane::comm}) {
-      std::vector<const Span*> spans;
-      for (const Span& s : timeline.spans) {
-        if (s.rank == r && s.lane == lane) spans.push_back(&s);
-      }
+      const std::vector<const Span*>& spans = lanes[static_cast<std::size_t>(r)][lane == Lane::compute ? 0 : 1];
       if (spans.empty()) continue;
-      std::stable_sort(spans.begin(), spans.end(), [](const Span* a, const Span* b) { return a->start < b->start; });
       std::vector<std::size_t> level;
       const std::size_t levels = detail::assign_levels(spans, level);
       const double lane_top = top + static_cast<double>(r) * (rank_height + row_gap) +

@@ -335,6 +335,20 @@ TEST_CASE("the bubbles agree exactly with the analytic formulas under uniform co
         }
   }
 
+  SECTION("looped BFS: (p-1)(T_F+T_B)/v idle on every rank when m >= p (chunk costs T/v)") {
+    for (std::int32_t p = 1; p <= 8; ++p)
+      for (std::int32_t v = 1; v <= 4; ++v)
+        for (std::int32_t m = p; m <= 24; m += 3) {
+          const Schedule s = make_looped_bfs(req(p, m, v));
+          for (const Costs& c : costs) {
+            const DataflowRun run = run_dataflow(s, c);
+            for (std::size_t r = 0; r < static_cast<std::size_t>(p); ++r)
+              if (run.idle(r) != (p - 1) * (c.f + c.b()))
+                FAIL("looped-bfs " << to_string(req(p, m, v)) << " rank " << r << " idle " << run.idle(r));
+          }
+        }
+  }
+
   SECTION("ZB-H1: (p-1)(T_F+T_BI-T_BW) idle on every rank when m >= p and T_BW <= T_F <= T_BI") {
     for (std::int32_t p = 1; p <= 8; ++p)
       for (std::int32_t m = p; m <= 24; ++m) {
@@ -652,4 +666,21 @@ TEST_CASE("CSV files: save and load", "[csv]") {
   CHECK(back == s);
   std::filesystem::remove_all(dir);
   CHECK_THROWS_WITH(load_pytorch_csv(dir / "missing.csv"), Catch::Matchers::Contains("cannot open the file"));
+}
+
+// ------------------------------------------------------------------ the gallery's example
+
+TEST_CASE("docs/schedules.md example: generate, check the rule, round trip through PyTorch's CSV", "[example]") {
+  // example-begin schedules
+  const ScheduleRequest request{.ranks = 4, .microbatches = 8, .chunks = 2};
+  if (!accepts("interleaved-1f1b", request)) return;  // or let make_schedule throw the rule
+  const Schedule s = make_schedule("interleaved-1f1b", request);
+
+  const std::string csv = to_pytorch_csv(s);  // PyTorch's _load_csv reads this
+  CsvReadOptions read;
+  read.name = s.name;                         // the CSV carries no name
+  const Schedule back = from_pytorch_csv(csv, read);
+  // example-end schedules
+  CHECK(back == s);
+  CHECK(s.stages() == 8);
 }

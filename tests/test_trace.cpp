@@ -23,6 +23,7 @@
 #include "ppsched/trace/ascii.hpp"
 #include "ppsched/trace/chrome_trace.hpp"
 #include "ppsched/trace/compare.hpp"
+#include "ppsched/trace/csv.hpp"
 #include "ppsched/trace/stats.hpp"
 #include "ppsched/trace/svg.hpp"
 #include "ppsched/trace/timeline.hpp"
@@ -1103,4 +1104,42 @@ TEST_CASE("ascii: coarse cells show the action covering most of them", "[trace][
   CHECK(to_ascii(t, options) == "rank 0 |II..WWWWW...|\nrank 1 |FFFFFFFFFFFF|\n");
   options.max_columns = 0;
   CHECK_THAT(error_message([&] { (void)to_ascii(t, options); }), Catch::Contains("max_columns"));
+}
+
+// ====================================================================== CSV
+
+TEST_CASE("csv: one row per span, sorted by rank and start, times exact", "[trace][csv]") {
+  Timeline t = hand_1f1b_with_comm();
+  t.unit = "ms\nsecond line";
+  t.spans[0].start = 0.1;  // not exactly representable: must still read back identically
+  t.spans.back().action.group = 7;
+  const std::string text = to_timeline_csv(t);
+  std::istringstream in(text);
+  std::string line;
+  REQUIRE(std::getline(in, line));
+  CHECK(line == "# ppsched timeline: ranks 3, unit ms\xEF\xBF\xBDsecond line");
+  REQUIRE(std::getline(in, line));
+  CHECK(line == "rank,lane,op,stage,microbatch,group,start,end");
+  std::multiset<std::tuple<std::int32_t, std::string, std::string, std::int32_t, std::int32_t, std::uint32_t, double,
+                           double>>
+      rows;
+  std::pair<std::int32_t, double> previous{-1, 0.0};
+  while (std::getline(in, line)) {
+    std::vector<std::string> f;
+    std::stringstream fields(line);
+    std::string field;
+    while (std::getline(fields, field, ',')) f.push_back(field);
+    REQUIRE(f.size() == 8);
+    const std::pair<std::int32_t, double> key{std::stoi(f[0]), std::stod(f[6])};
+    CHECK(previous <= key);
+    previous = key;
+    rows.emplace(std::stoi(f[0]), f[1], f[2], std::stoi(f[3]), std::stoi(f[4]),
+                 static_cast<std::uint32_t>(std::stoul(f[5])), std::stod(f[6]), std::stod(f[7]));
+  }
+  decltype(rows) expected;
+  for (const Span& s : t.spans) {
+    expected.emplace(s.rank, s.lane == Lane::compute ? "compute" : "comm", std::string{op_name(s.action.op)},
+                     s.action.stage, s.action.microbatch, s.action.group, s.start, s.end);
+  }
+  CHECK(rows == expected);
 }

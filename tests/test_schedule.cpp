@@ -637,6 +637,8 @@ TEST_CASE("CSV rejects typos and inconsistent placement with file, row, column a
   CHECK_THROWS_WITH(from_pytorch_csv("99999999999F0\r\n", options), Contains("stage '99999999999' is too large"));
   CHECK_THROWS_WITH(from_pytorch_csv("0F0,\"1F0\r\n", options), Contains("never closed"));
   CHECK_THROWS_WITH(from_pytorch_csv("(0F0;0B0)OVERLAP\r\n", options), Contains("OVERLAP_F_B"));
+  CHECK_THROWS_WITH(from_pytorch_csv("", options), Contains("the CSV has no rows"));
+  CHECK_THROWS_WITH(from_pytorch_csv(",,\r\n0UNSHARD\r\n", options), Contains("no row holds an action"));
   // Placement: a stage on two rows, a stage on no row, a stage against the given placement.
   CHECK_THROWS_WITH(from_pytorch_csv("0F0,1F0\r\n1B0\r\n", options),
                     Contains("stage 1 appears on rank 0 (row 1 (rank 0), column 2) and on rank 1") &&

@@ -295,6 +295,7 @@ struct ParsedCell {
 [[nodiscard]] inline Schedule from_pytorch_csv(std::string_view text, const CsvReadOptions& options = {}) {
   const std::string subject = detail::concat("schedule CSV '", options.source, "'");
   const auto rows = detail::split_csv(text, options.source);
+  if (rows.empty()) fail({subject, "the CSV has no rows", "", "write one row per rank, row i holding rank i's actions"});
   std::size_t cell_count = 0;  // actions the text can hold: an OVERLAP_F_B cell holds several
   for (const auto& row : rows)
     for (const auto& cell : row) cell_count += 1 + static_cast<std::size_t>(std::count(cell.text.begin(), cell.text.end(), ';'));
@@ -410,6 +411,9 @@ struct ParsedCell {
             "", "fix the cell, or give the right CsvReadOptions::microbatches"});
     s.microbatches = options.microbatches;
   } else {
+    if (max_microbatch < 0)
+      fail({subject, "no row holds an action, so the number of micro-batches cannot be inferred", "",
+            "write the schedule's actions, or give CsvReadOptions::microbatches and CsvReadOptions::placement"});
     s.microbatches = static_cast<std::int32_t>(max_microbatch + 1);
   }
   for (const auto& program : s.programs)

@@ -1,0 +1,412 @@
+// The planner behind ppsched-plan: for each schedule family asked for, build the schedule,
+// partition the model for its placement, lower it, prove it (validate), simulate it under
+// the partition's costs, measure its memory against the cap, and pick the fastest schedule
+// that fits. Everything here is a plain value so the text report and the JSON output are
+// two views of one PlanResult, and the tests can check one against the other.
+//
+// Units. Times are in the model's unit (ms for the embedded default). Activation memory is
+// counted in M_B: one micro-batch's activations of one rank's share of the model. A
+// schedule with v chunks per rank stores 1/v of that per chunk, so each stored chunk
+// activation counts 1/v M_B; this keeps interleaved and V-shaped schedules comparable with
+// one-stage-per-rank ones (the zero-bubble paper's convention).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "plan_options.hpp"
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/generators.hpp"
+#include "ppsched/schedule/lower.hpp"
+#include "ppsched/schedule/schedule.hpp"
+#include "ppsched/schedule/validate.hpp"
+#include "ppsched/sim/analytic.hpp"
+#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/sim/simulate.hpp"
+#include "ppsched/trace/timeline.hpp"
+
+namespace ppsched::cli {
+
+// One (virtual) stage of a partition as the planner reports and simulates it. Times are
+// already divided by the speed of the device the stage runs on.
+struct StagePlan {
+  std::int32_t rank = 0;
+  std::size_t first_layer = 0;  // positions in the model's layer order, inclusive
+  std::size_t last_layer = 0;
+  std::string first_name;
+  std::string last_name;
+  double forward = 0.0;
+  double backward_input = 0.0;
+  double backward_weight = 0.0;
+  double compute_time = 0.0;      // F + BI + BW of one micro-batch
+  double comm_time = 0.0;         // sending this stage's output across its cut (0 for the last)
+  double memory_bytes = 0.0;      // static: parameters with gradients and optimizer state
+  double activation_bytes = 0.0;  // stored per micro-batch (one stored activation)
+  double output_bytes = 0.0;      // crossing the cut after this stage, per micro-batch
+};
+
+struct PartitionPlan {
+  std::string method;  // how it was cut, one phrase
+  std::vector<StagePlan> stages;
+  double bottleneck_time = 0.0;  // max over stages of compute_time + comm into and out of it
+  std::size_t bottleneck_stage = 0;
+};
+
+// A model the planner can cut for any placement. `partition(placement)` returns one
+// StagePlan per virtual stage, stage s on rank placement[s].
+struct PlanModel {
+  std::string description;  // one line for the report
+  std::string unit;         // time unit of every cost
+  std::size_t layers = 0;
+  bool has_bytes = false;   // activation and parameter sizes are known
+  Link link{};
+  std::vector<double> rank_memory_cap;  // per rank from the hardware; empty: none
+  std::function<PartitionPlan(const std::vector<std::int32_t>& placement)> partition;
+};
+
+struct ScheduleResult {
+  std::string name;
+  std::int32_t chunks = 1;
+  std::int32_t virtual_stages = 0;
+  bool training = true;  // false for forward-only
+  bool valid = false;
+  std::vector<std::string> problems;
+  double makespan = 0.0;
+  double max_rank_span = 0.0;
+  double bubble_fraction = 0.0;  // idle / (ranks x makespan)
+  double ideal_time = 0.0;       // busy time of the busiest rank
+  std::vector<double> busy;       // per rank
+  std::vector<double> span;       // per rank
+  std::vector<double> peak_activations;       // per rank, M_B
+  std::vector<double> peak_activation_bytes;  // per rank
+  std::vector<double> peak_memory_bytes;      // per rank: static + peak activations
+  double throughput = 0.0;  // micro-batches per time unit
+  std::optional<double> analytic_idle_per_rank;
+  std::string analytic_formula;
+  bool fits = true;
+  std::string fit_problem;  // why it does not fit, when it does not
+  Schedule schedule;        // compute-only, as generated (for --csv)
+  Timeline timeline;        // simulated (for --trace, --svg)
+};
+
+struct SkippedSchedule {
+  std::string name;
+  std::string reason;
+};
+
+struct Recommendation {
+  std::optional<std::size_t> index;  // into PlanResult::schedules
+  std::string reason;                // one line
+};
+
+struct PlanResult {
+  std::string model;
+  std::string unit;
+  std::int32_t ranks = 0;
+  std::int32_t microbatches = 0;
+  std::int32_t chunks = 0;
+  PartitionPlan partition;  // one stage per rank
+  std::vector<ScheduleResult> schedules;
+  std::vector<SkippedSchedule> skipped;
+  Recommendation recommended;
+  std::optional<double> memory_cap_microbatches;
+  std::optional<double> memory_cap_bytes;
+  std::vector<double> rank_memory_cap;
+};
+
+// "1.5 GiB", "312 MiB", "12 KiB", "100 B".
+[[nodiscard]] inline std::string bytes_text(double bytes) {
+  static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  std::size_t u = 0;
+  while (bytes >= 1024.0 && u + 1 < std::size(units)) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  const double rounded = bytes >= 100.0 ? std::round(bytes) : std::round(bytes * 10.0) / 10.0;
+  return ppsched::detail::concat(rounded, ' ', units[u]);
+}
+
+namespace detail {
+
+[[nodiscard]] inline CostModel cost_model_of(const PartitionPlan& partition, const PlanModel& model, double w_ratio) {
+  CostModel cost;
+  cost.unit = model.unit;
+  cost.link = model.link;
+  cost.weight_memory_fraction = w_ratio;
+  cost.stages.reserve(partition.stages.size());
+  for (const StagePlan& s : partition.stages) {
+    cost.stages.push_back(StageCost{s.forward, s.backward_input, s.backward_weight, s.activation_bytes, s.output_bytes});
+  }
+  return cost;
+}
+
+// The M_B weight of one stored activation of each stage: 1 / (stages on its rank).
+[[nodiscard]] inline std::vector<double> chunk_weights(const Schedule& s) {
+  std::vector<std::int32_t> per_rank(static_cast<std::size_t>(s.ranks), 0);
+  for (const std::int32_t r : s.placement) ++per_rank[static_cast<std::size_t>(r)];
+  std::vector<double> w;
+  w.reserve(s.placement.size());
+  for (const std::int32_t r : s.placement) w.push_back(1.0 / per_rank[static_cast<std::size_t>(r)]);
+  return w;
+}
+
+[[nodiscard]] inline std::string percent_text(double fraction) {
+  return ppsched::detail::concat(std::lround(fraction * 1000.0) / 10.0, "%");
+}
+
+// Numbers in one-line reasons: at most 3 decimals, no trailing zeros.
+[[nodiscard]] inline std::string short_number(double x) {
+  std::string s = ppsched::detail::concat(std::round(x * 1000.0) / 1000.0);
+  return s;
+}
+
+[[nodiscard]] inline std::size_t argmax(const std::vector<double>& v) {
+  return static_cast<std::size_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+// Sets `fits` and `fit_problem` from the caps: M_B, bytes, and the devices' own memory.
+inline void check_fit(ScheduleResult& r, const PlanResult& plan) {
+  constexpr double slack = 1e-9;  // peaks are sums of halves; compare without rounding noise
+  using ppsched::detail::concat;
+  if (plan.memory_cap_microbatches) {
+    const std::size_t worst = argmax(r.peak_activations);
+    if (r.peak_activations[worst] > *plan.memory_cap_microbatches + slack) {
+      r.fits = false;
+      r.fit_problem = concat("needs ", short_number(r.peak_activations[worst]), " M_B on rank ", worst, " > cap ",
+                             short_number(*plan.memory_cap_microbatches));
+      return;
+    }
+  }
+  if (plan.memory_cap_bytes) {
+    const std::size_t worst = argmax(r.peak_memory_bytes);
+    if (r.peak_memory_bytes[worst] > *plan.memory_cap_bytes * (1.0 + slack)) {
+      r.fits = false;
+      r.fit_problem = concat("needs ", bytes_text(r.peak_memory_bytes[worst]), " on rank ", worst, " > cap ",
+                             bytes_text(*plan.memory_cap_bytes));
+      return;
+    }
+  }
+  for (std::size_t rank = 0; rank < plan.rank_memory_cap.size() && rank < r.peak_memory_bytes.size(); ++rank) {
+    if (r.peak_memory_bytes[rank] > plan.rank_memory_cap[rank] * (1.0 + slack)) {
+      r.fits = false;
+      r.fit_problem = concat("needs ", bytes_text(r.peak_memory_bytes[rank]), " on rank ", rank, " > its device's ",
+                             bytes_text(plan.rank_memory_cap[rank]));
+      return;
+    }
+  }
+}
+
+}  // namespace detail
+
+// Chunks per rank a family is built with: --chunks for the families that take any number;
+// otherwise the family's own (1, or 2 for zb-v), unless the user named the family and gave
+// --chunks, in which case the family's rule judges the request and its error says why.
+[[nodiscard]] inline std::int32_t chunks_for(std::string_view family, const PlanOptions& options, bool named) {
+  if (family == "interleaved-1f1b" || family == "looped-bfs") return options.chunks;
+  if (named && options.chunks_given) return options.chunks;
+  return family == "zb-v" ? 2 : 1;
+}
+
+// Simulates one schedule on the model (partitioned for its placement) and fills a result.
+[[nodiscard]] inline ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
+                                                      const PartitionPlan& partition, const PlanResult& plan,
+                                                      double w_ratio, std::int32_t chunks,
+                                                      const std::vector<double>& static_bytes_per_rank) {
+  ScheduleResult r;
+  r.name = schedule.name;
+  r.chunks = chunks;
+  r.virtual_stages = schedule.stages();
+  const CostModel cost = detail::cost_model_of(partition, model, w_ratio);
+  const Schedule lowered = lower(schedule, lower_options_for(cost, schedule.stages(), schedule.microbatches));
+  ValidateOptions check;
+  check.memory.weight_fraction = w_ratio;
+  check.memory.activation_bytes = detail::chunk_weights(schedule);
+  const ValidationReport report = validate(lowered, check);
+  r.valid = report.ok();
+  for (const Problem& p : report.problems) r.problems.push_back(p.message);
+  r.training = std::any_of(schedule.programs.begin(), schedule.programs.end(), [](const std::vector<Action>& p) {
+    return std::any_of(p.begin(), p.end(), [](const Action& a) { return a.op != Op::F; });
+  });
+  r.schedule = std::move(schedule);
+  if (!r.valid) {
+    r.fits = false;
+    r.fit_problem = "is not valid";
+    return r;
+  }
+  SimResult sim = simulate(lowered, cost);
+  r.makespan = sim.makespan;
+  r.bubble_fraction = sim.bubble_fraction;
+  r.ideal_time = sim.ideal_time;
+  const std::size_t ranks = sim.ranks.size();
+  for (std::size_t k = 0; k < ranks; ++k) {
+    r.busy.push_back(sim.ranks[k].busy);
+    r.span.push_back(sim.ranks[k].span);
+    r.max_rank_span = std::max(r.max_rank_span, sim.ranks[k].span);
+    r.peak_activations.push_back(report.memory[k].peak_bytes);  // weights are M_B per stored chunk
+    r.peak_activation_bytes.push_back(sim.memory[k].peak_bytes);
+    r.peak_memory_bytes.push_back(static_bytes_per_rank[k] + sim.memory[k].peak_bytes);
+  }
+  r.throughput = r.makespan > 0.0 ? r.schedule.microbatches / r.makespan : 0.0;
+  r.timeline = std::move(sim.timeline);
+  detail::check_fit(r, plan);
+  return r;
+}
+
+namespace detail {
+
+// Memory that does not depend on the schedule, per rank: each stage's parameters with their
+// gradients and optimizer state.
+[[nodiscard]] inline std::vector<double> static_bytes_per_rank(const PartitionPlan& partition, std::int32_t ranks) {
+  std::vector<double> bytes(static_cast<std::size_t>(ranks), 0.0);
+  for (const StagePlan& s : partition.stages) bytes[static_cast<std::size_t>(s.rank)] += s.memory_bytes;
+  return bytes;
+}
+
+// Per-rank T_F, T_BI, T_BW for the closed forms (the sum over the rank's chunks), when every
+// rank has the same; nothing otherwise, since the formulas assume identical ranks.
+[[nodiscard]] inline std::optional<std::array<double, 3>> uniform_rank_costs(const PartitionPlan& partition,
+                                                                             std::int32_t ranks) {
+  std::vector<std::array<double, 3>> per_rank(static_cast<std::size_t>(ranks), std::array<double, 3>{});
+  for (const StagePlan& s : partition.stages) {
+    auto& t = per_rank[static_cast<std::size_t>(s.rank)];
+    t[0] += s.forward;
+    t[1] += s.backward_input;
+    t[2] += s.backward_weight;
+  }
+  for (const auto& t : per_rank) {
+    for (std::size_t k = 0; k < 3; ++k) {
+      if (std::abs(t[k] - per_rank.front()[k]) > 1e-9 * std::max(1.0, std::abs(t[k]))) return std::nullopt;
+    }
+  }
+  return per_rank.front();
+}
+
+inline void add_analytic(ScheduleResult& r, const PartitionPlan& partition, std::int32_t ranks, bool free_comm) {
+  if (!free_comm) return;  // the closed forms leave communication out
+  const auto t = uniform_rank_costs(partition, ranks);
+  if (!t) return;
+  static constexpr std::array<std::string_view, 6> with_formula{"gpipe", "1f1b", "interleaved-1f1b",
+                                                                "zb-h1", "zb-h2", "forward-only"};
+  if (std::find(with_formula.begin(), with_formula.end(), r.name) == with_formula.end()) return;
+  const AnalyticBubble a = analytic_bubble(r.name, ranks, r.schedule.microbatches, r.chunks, (*t)[0], (*t)[1], (*t)[2]);
+  if (!a.holds) return;
+  r.analytic_formula = a.formula + (a.measured_against == "span" ? " (within each rank's span)" : "");
+  r.analytic_idle_per_rank = a.idle_per_rank;
+}
+
+[[nodiscard]] inline Recommendation recommend(const PlanResult& plan) {
+  using ppsched::detail::concat;
+  Recommendation rec;
+  std::optional<std::size_t> fastest;
+  std::optional<std::size_t> best;
+  std::size_t candidates = 0;
+  const auto better = [&](std::size_t a, std::size_t b) {
+    const ScheduleResult& x = plan.schedules[a];
+    const ScheduleResult& y = plan.schedules[b];
+    if (x.makespan != y.makespan) return x.makespan < y.makespan;
+    // Equally fast: the one that stores less wins.
+    return *std::max_element(x.peak_activations.begin(), x.peak_activations.end()) <
+           *std::max_element(y.peak_activations.begin(), y.peak_activations.end());
+  };
+  for (std::size_t i = 0; i < plan.schedules.size(); ++i) {
+    const ScheduleResult& r = plan.schedules[i];
+    if (!r.training || !r.valid) continue;
+    ++candidates;
+    if (!fastest || better(i, *fastest)) fastest = i;
+    if (r.fits && (!best || better(i, *best))) best = i;
+  }
+  if (candidates == 0) {
+    rec.reason = "no valid training schedule was evaluated (forward-only runs inference only)";
+    return rec;
+  }
+  if (!best) {
+    const ScheduleResult& f = plan.schedules[*fastest];
+    rec.reason = concat("no schedule fits the memory cap; the fastest, ", f.name, ", ", f.fit_problem);
+    return rec;
+  }
+  rec.index = best;
+  const ScheduleResult& b = plan.schedules[*best];
+  const ScheduleResult& f = plan.schedules[*fastest];
+  if (f.makespan < b.makespan) {
+    rec.reason = concat(f.name, " is ", percent_text((b.makespan - f.makespan) / b.makespan), " faster but ", f.fit_problem);
+    return rec;
+  }
+  // The best is the fastest of all: name the runner-up so the margin is visible.
+  std::optional<std::size_t> second;
+  for (std::size_t i = 0; i < plan.schedules.size(); ++i) {
+    const ScheduleResult& r = plan.schedules[i];
+    if (i == *best || !r.training || !r.valid) continue;
+    if (!second || better(i, *second)) second = i;
+  }
+  const bool capped = plan.memory_cap_microbatches || plan.memory_cap_bytes || !plan.rank_memory_cap.empty();
+  rec.reason = concat("fastest of the ", candidates, " training schedules", capped ? ", and it fits the memory cap" : "");
+  if (second) {
+    const ScheduleResult& s = plan.schedules[*second];
+    rec.reason += concat("; next is ", s.name, ", ", percent_text((s.makespan - b.makespan) / s.makespan), " slower");
+  }
+  return rec;
+}
+
+}  // namespace detail
+
+// Evaluates the schedules `options` asks for on `model` and recommends one.
+[[nodiscard]] inline PlanResult make_plan(const PlanOptions& options, const PlanModel& model) {
+  PlanResult plan;
+  plan.model = model.description;
+  plan.unit = model.unit;
+  plan.ranks = options.stages;
+  plan.microbatches = options.microbatches;
+  plan.chunks = options.chunks;
+  plan.memory_cap_microbatches = options.memory_cap_microbatches;
+  plan.memory_cap_bytes = options.memory_cap_bytes;
+  plan.rank_memory_cap = model.rank_memory_cap;
+
+  std::map<std::vector<std::int32_t>, PartitionPlan> partitions;
+  const auto partition_for = [&](const std::vector<std::int32_t>& placement) -> const PartitionPlan& {
+    auto it = partitions.find(placement);
+    if (it == partitions.end()) it = partitions.emplace(placement, model.partition(placement)).first;
+    return it->second;
+  };
+  plan.partition = partition_for(one_stage_per_rank_placement(options.stages));
+
+  const bool named = !options.schedules.empty();
+  std::vector<std::string> families = options.schedules;
+  if (!named) {
+    for (const std::string_view name : family_names()) families.emplace_back(name);
+  }
+  const bool free_comm = model.link.latency == 0.0 && model.link.bandwidth == std::numeric_limits<double>::infinity();
+  for (const std::string& family : families) {
+    const ScheduleRequest request{options.stages, options.microbatches, chunks_for(family, options, named)};
+    if (!named && !accepts(family, request)) {
+      try {
+        (void)make_schedule(family, request);
+        plan.skipped.push_back({family, "not accepted for this request"});
+      } catch (const ppsched::error& e) {
+        plan.skipped.push_back({family, e.what()});
+      }
+      continue;
+    }
+    Schedule schedule = make_schedule(family, request);  // a named family's rule speaks for itself
+    const PartitionPlan& partition = partition_for(schedule.placement);
+    const std::vector<double> static_bytes = detail::static_bytes_per_rank(partition, options.stages);
+    ScheduleResult result = evaluate_schedule(std::move(schedule), model, partition, plan, options.w_memory_ratio,
+                                              request.chunks, static_bytes);
+    detail::add_analytic(result, partition, options.stages, free_comm);
+    plan.schedules.push_back(std::move(result));
+  }
+  plan.recommended = detail::recommend(plan);
+  return plan;
+}
+
+}  // namespace ppsched::cli

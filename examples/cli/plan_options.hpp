@@ -1,0 +1,230 @@
+// What ppsched-plan was asked to do: the flag table (which also writes --help), and the
+// checks that turn the command line into a PlanOptions value or a ppsched::error. Every
+// combination that would be silently ignored or ambiguous is rejected here, before any
+// work starts, so that a typo costs the user one line of output rather than a wrong plan.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "args.hpp"
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/generators.hpp"
+
+namespace ppsched::cli {
+
+// Where the model comes from. Exactly one, or the embedded GPT-style default.
+enum class ModelSource : std::uint8_t { embedded_gpt, profile, uniform_layers, stage_cost };
+
+struct PlanOptions {
+  ModelSource source = ModelSource::embedded_gpt;
+  std::string profile_path;
+  std::int32_t layers = 0;                  // --layers
+  std::array<double, 3> stage_cost{};       // --stage-cost F,B,W (per rank)
+  std::int32_t stages = 8;                  // P, ranks
+  std::int32_t microbatches = 32;           // M
+  std::int32_t chunks = 2;                  // V for the families that take chunks
+  bool chunks_given = false;
+  std::optional<double> comm_latency;       // --comm; unset: the source's default
+  std::optional<double> bandwidth;          // --bandwidth, bytes per time unit
+  std::optional<double> memory_cap_microbatches;
+  std::optional<double> memory_cap_bytes;
+  double w_memory_ratio = 0.5;              // M_W / M_B
+  std::vector<std::string> schedules;       // canonical family names, in the order asked
+  bool schedule_auto = false;               // --schedule auto: report only the recommendation
+  bool json = false;
+  std::string trace_path;
+  std::string svg_path;
+  std::string csv_path;
+  std::string validate_path;
+  bool help = false;
+  bool version = false;
+};
+
+inline constexpr std::array<FlagSpec, 19> plan_flags{{
+    {"--profile", "FILE", "model profile (JSON, see docs/profile-format.md)"},
+    {"--layers", "N", "a chain of N identical layers (forward 1, backward-for-input 1, backward-for-weights 1)"},
+    {"--stage-cost", "F,B,W", "every rank's stage costs F, BI, BW (pure schedule study; no partitioning)"},
+    {"--stages", "P", "pipeline ranks (default 8)"},
+    {"--microbatches", "M", "micro-batches per step (default 32)"},
+    {"--chunks", "V", "model chunks per rank for interleaved-1f1b and looped-bfs (default 2)"},
+    {"--comm", "T", "latency of one transfer between ranks, in the model's time unit"},
+    {"--bandwidth", "BYTES", "bytes per time unit between ranks (profile tensors; default: free)"},
+    {"--memory-cap-microbatches", "N", "per-rank cap on stored activations, in M_B units"},
+    {"--memory-cap-bytes", "BYTES", "per-rank cap on parameters + activations, e.g. 80GiB"},
+    {"--w-memory-ratio", "R", "M_W / M_B: what BI keeps until BW (default 0.5)"},
+    {"--schedule", "NAME", "all (default), auto, or a family (comma-separated list allowed)"},
+    {"--json", "", "print one JSON object instead of the report (docs/cli.md)"},
+    {"--trace", "FILE", "write the chosen schedule's simulated timeline as a Chrome trace"},
+    {"--svg", "FILE", "write the chosen schedule's timeline as an SVG Gantt chart"},
+    {"--csv", "FILE", "write the chosen schedule as PyTorch-compatible CSV"},
+    {"--validate", "FILE", "check a schedule CSV and simulate it on this model"},
+    {"--help", "", "print this help"},
+    {"--version", "", "print the version"},
+}};
+
+[[nodiscard]] inline std::string schedule_choices() {
+  std::string list = "all, auto";
+  for (const std::string_view name : family_names()) {
+    list += ", ";
+    list += name;
+  }
+  return list;
+}
+
+// Parses "--schedule" values: all, auto, or a comma-separated list of family names (any
+// spelling family_info accepts), stored canonically and without repeats.
+inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
+  using ppsched::detail::concat;
+  const std::string& text = flag.value;
+  if (text == "all") return;
+  if (text == "auto") {
+    options.schedule_auto = true;
+    return;
+  }
+  std::string_view rest = text;
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view name = rest.substr(0, comma);
+    if (name == "all" || name == "auto") {
+      fail({"flag --schedule", concat("'", name, "' cannot be part of a list"), detail::argument_place(flag.position),
+            concat("give '", name, "' alone, or a list of families: ", schedule_choices())});
+    }
+    std::string canonical;
+    try {
+      canonical = std::string(family_info(name).name);
+    } catch (const ppsched::error&) {
+      fail({"flag --schedule", concat("unknown schedule '", name, "'"), detail::argument_place(flag.position),
+            concat("valid schedules: ", schedule_choices())});
+    }
+    if (std::find(options.schedules.begin(), options.schedules.end(), canonical) != options.schedules.end()) {
+      fail({"flag --schedule", concat("'", canonical, "' is listed twice"), detail::argument_place(flag.position),
+            "list each schedule once"});
+    }
+    options.schedules.push_back(canonical);
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+}
+
+// Turns argv into PlanOptions; throws ppsched::error for anything it cannot use.
+[[nodiscard]] inline PlanOptions parse_plan_options(std::span<const char* const> argv) {
+  using ppsched::detail::concat;
+  PlanOptions options;
+  const std::vector<GivenFlag> given = split_flags(argv, plan_flags);
+  const GivenFlag* source_flag = nullptr;
+  auto set_source = [&](const GivenFlag& flag, ModelSource source) {
+    if (source_flag != nullptr) {
+      fail({"command line", concat(source_flag->name, " and ", flag.name, " both describe the model"),
+            detail::argument_place(flag.position), "give one of --profile, --layers, --stage-cost (or none for the GPT-style default)"});
+    }
+    source_flag = &flag;
+    options.source = source;
+  };
+  const GivenFlag* cap_flag = nullptr;
+  for (const GivenFlag& flag : given) {
+    const std::string_view n = flag.name;
+    if (n == "--profile") {
+      set_source(flag, ModelSource::profile);
+      if (flag.value.empty()) fail({"flag --profile", "the file name is empty", detail::argument_place(flag.position), "give a path"});
+      options.profile_path = flag.value;
+    } else if (n == "--layers") {
+      set_source(flag, ModelSource::uniform_layers);
+      options.layers = static_cast<std::int32_t>(parse_integer(flag, 1, 1'000'000));
+    } else if (n == "--stage-cost") {
+      set_source(flag, ModelSource::stage_cost);
+      options.stage_cost = parse_cost_triple(flag);
+    } else if (n == "--stages") {
+      options.stages = static_cast<std::int32_t>(parse_integer(flag, 1, 1024));
+    } else if (n == "--microbatches") {
+      options.microbatches = static_cast<std::int32_t>(parse_integer(flag, 1, 1'000'000));
+    } else if (n == "--chunks") {
+      options.chunks = static_cast<std::int32_t>(parse_integer(flag, 1, 256));
+      options.chunks_given = true;
+    } else if (n == "--comm") {
+      options.comm_latency = parse_real(flag, 0.0);
+    } else if (n == "--bandwidth") {
+      options.bandwidth = parse_real(flag, 0.0, true);
+    } else if (n == "--memory-cap-microbatches" || n == "--memory-cap-bytes") {
+      if (cap_flag != nullptr) {
+        fail({"command line", concat(cap_flag->name, " and ", n, " both set the memory cap"),
+              detail::argument_place(flag.position), "give one memory cap"});
+      }
+      cap_flag = &flag;
+      if (n == "--memory-cap-microbatches") {
+        options.memory_cap_microbatches = parse_real(flag, 0.0, true);
+      } else {
+        options.memory_cap_bytes = static_cast<double>(parse_bytes(flag));
+      }
+    } else if (n == "--w-memory-ratio") {
+      options.w_memory_ratio = parse_real(flag, 0.0);
+      if (options.w_memory_ratio > 1.0) {
+        fail({"flag --w-memory-ratio", concat("value '", flag.value, "' is above 1"), detail::argument_place(flag.position),
+              "what BI keeps for BW is a fraction of a stored activation: give a number from 0 to 1"});
+      }
+    } else if (n == "--schedule") {
+      parse_schedule_list(flag, options);
+    } else if (n == "--json") {
+      options.json = true;
+    } else if (n == "--trace" || n == "--svg" || n == "--csv" || n == "--validate") {
+      if (flag.value.empty()) {
+        fail({concat("flag ", n), "the file name is empty", detail::argument_place(flag.position), "give a path"});
+      }
+      (n == "--trace" ? options.trace_path : n == "--svg" ? options.svg_path : n == "--csv" ? options.csv_path
+                                                                                             : options.validate_path) =
+          flag.value;
+    } else if (n == "--help") {
+      options.help = true;
+    } else if (n == "--version") {
+      options.version = true;
+    }
+  }
+  // Combinations that would otherwise be ignored.
+  const auto find = [&](std::string_view name) -> const GivenFlag* {
+    const auto it = std::find_if(given.begin(), given.end(), [&](const GivenFlag& f) { return f.name == name; });
+    return it == given.end() ? nullptr : &*it;
+  };
+  if (const GivenFlag* f = find("--bandwidth"); f != nullptr && options.source == ModelSource::stage_cost) {
+    fail({"flag --bandwidth", "--stage-cost has no tensor sizes for a bandwidth to apply to",
+          detail::argument_place(f->position), "use --comm for the per-transfer time, or --profile for tensor sizes"});
+  }
+  if (const GivenFlag* f = find("--memory-cap-bytes"); f != nullptr && options.source == ModelSource::stage_cost) {
+    fail({"flag --memory-cap-bytes", "--stage-cost has no byte sizes to compare with a byte cap",
+          detail::argument_place(f->position), "use --memory-cap-microbatches, or --profile for byte sizes"});
+  }
+  if (const GivenFlag* f = find("--validate"); f != nullptr) {
+    if (const GivenFlag* s = find("--schedule")) {
+      fail({"flag --schedule", "--validate checks the schedule in its file; there is nothing to choose",
+            detail::argument_place(s->position), "drop --schedule, or drop --validate"});
+    }
+    if (const GivenFlag* c = find("--csv")) {
+      fail({"flag --csv", "--validate reads a CSV; writing one in the same run is ambiguous",
+            detail::argument_place(c->position), "drop --csv"});
+    }
+    if (const GivenFlag* c = find("--chunks")) {
+      fail({"flag --chunks", "--validate takes its stages from the file", detail::argument_place(c->position),
+            "drop --chunks"});
+    }
+  }
+  // Two outputs into one file would leave only the last.
+  const std::array<std::pair<std::string_view, const std::string*>, 3> outputs{
+      {{"--trace", &options.trace_path}, {"--svg", &options.svg_path}, {"--csv", &options.csv_path}}};
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t j = i + 1; j < outputs.size(); ++j) {
+      if (!outputs[i].second->empty() && *outputs[i].second == *outputs[j].second) {
+        const GivenFlag* f = find(outputs[j].first);
+        fail({concat("flag ", outputs[j].first), concat("writes to '", *outputs[j].second, "', as ", outputs[i].first, " does"),
+              detail::argument_place(f->position), "give each output its own file"});
+      }
+    }
+  }
+  return options;
+}
+
+}  // namespace ppsched::cli

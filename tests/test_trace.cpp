@@ -3,9 +3,8 @@
 // the execution model's dependencies for unit-cost GPipe and 1F1B), and every expected
 // number is worked out here from the schedule, not read from the code under test. The
 // Chrome trace and the SVG are parsed back with strict little readers defined in this file.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -97,8 +96,10 @@ Timeline run_programs(const std::vector<std::vector<Action>>& programs, double f
 std::vector<std::vector<Action>> gpipe_programs(std::int32_t ranks, std::int32_t microbatches) {
   std::vector<std::vector<Action>> programs(static_cast<std::size_t>(ranks));
   for (std::int32_t r = 0; r < ranks; ++r) {
-    for (std::int32_t mb = 0; mb < microbatches; ++mb) programs[static_cast<std::size_t>(r)].push_back({Op::F, r, mb});
-    for (std::int32_t mb = 0; mb < microbatches; ++mb) programs[static_cast<std::size_t>(r)].push_back({Op::B, r, mb});
+    for (std::int32_t mb = 0; mb < microbatches; ++mb)
+      programs[static_cast<std::size_t>(r)].push_back({Op::F, r, mb});
+    for (std::int32_t mb = 0; mb < microbatches; ++mb)
+      programs[static_cast<std::size_t>(r)].push_back({Op::B, r, mb});
   }
   return programs;
 }
@@ -148,12 +149,14 @@ Timeline hand_1f1b_with_comm() {
   const std::vector<Span> compute = t.spans;
   for (const Span& s : compute) {
     if (s.action.op == Op::F && s.rank + 1 < t.ranks) {
-      t.spans.push_back(span(s.rank, Op::SEND_F, s.rank, s.action.microbatch, s.end, s.end + 0.25, Lane::comm));
+      t.spans.push_back(
+          span(s.rank, Op::SEND_F, s.rank, s.action.microbatch, s.end, s.end + 0.25, Lane::comm));
       t.spans.push_back(
           span(s.rank + 1, Op::RECV_F, s.rank + 1, s.action.microbatch, s.end, s.end + 0.25, Lane::comm));
     }
     if (s.action.op == Op::B && s.rank > 0) {
-      t.spans.push_back(span(s.rank, Op::SEND_B, s.rank, s.action.microbatch, s.end, s.end + 0.25, Lane::comm));
+      t.spans.push_back(
+          span(s.rank, Op::SEND_B, s.rank, s.action.microbatch, s.end, s.end + 0.25, Lane::comm));
       t.spans.push_back(
           span(s.rank - 1, Op::RECV_B, s.rank - 1, s.action.microbatch, s.end, s.end + 0.25, Lane::comm));
     }
@@ -179,8 +182,8 @@ struct Json {
   bool boolean = false;
   double number = 0.0;
   std::string string;
-  std::vector<Json> items;          // array elements, or object values
-  std::vector<std::string> keys;    // object keys, parallel to items
+  std::vector<Json> items;        // array elements, or object values
+  std::vector<std::string> keys;  // object keys, parallel to items
 
   [[nodiscard]] bool has(std::string_view key) const {
     return kind == Kind::object && std::find(keys.begin(), keys.end(), key) != keys.end();
@@ -216,10 +219,15 @@ class JsonReader {
     std::size_t i = 0;
     while (i < text_.size()) {
       const auto c = static_cast<unsigned char>(text_[i]);
-      std::size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+      std::size_t n = c < 0x80             ? 1
+                      : (c & 0xE0) == 0xC0 ? 2
+                      : (c & 0xF0) == 0xE0 ? 3
+                      : (c & 0xF8) == 0xF0 ? 4
+                                           : 0;
       if (n == 0 || i + n > text_.size() || (n == 2 && c < 0xC2)) throw std::runtime_error("JSON: bad UTF-8");
       for (std::size_t k = 1; k < n; ++k) {
-        if ((static_cast<unsigned char>(text_[i + k]) & 0xC0) != 0x80) throw std::runtime_error("JSON: bad UTF-8");
+        if ((static_cast<unsigned char>(text_[i + k]) & 0xC0) != 0x80)
+          throw std::runtime_error("JSON: bad UTF-8");
       }
       i += n;
     }
@@ -446,7 +454,8 @@ class XmlReader {
     throw std::runtime_error("XML: " + what + " at offset " + std::to_string(pos_));
   }
   void skip_space() {
-    while (pos_ < text_.size() && std::string_view(" \t\r\n").find(text_[pos_]) != std::string_view::npos) ++pos_;
+    while (pos_ < text_.size() && std::string_view(" \t\r\n").find(text_[pos_]) != std::string_view::npos)
+      ++pos_;
   }
   static bool name_char(char c, bool first) {
     const bool letter = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
@@ -509,7 +518,8 @@ class XmlReader {
       if (pos_ >= text_.size() || text_[pos_] != '=') fail("expected '=' after " + attribute);
       ++pos_;
       skip_space();
-      if (pos_ >= text_.size() || (text_[pos_] != '"' && text_[pos_] != '\'')) fail("unquoted attribute value");
+      if (pos_ >= text_.size() || (text_[pos_] != '"' && text_[pos_] != '\''))
+        fail("unquoted attribute value");
       const char quote = text_[pos_++];
       const auto close = text_.find(quote, pos_);
       if (close == std::string_view::npos) fail("unterminated attribute value");
@@ -648,7 +658,8 @@ TEST_CASE("summarize: origin, idle ranks, zero-length spans and empty timelines"
     Timeline t;
     t.ranks = 3;  // rank 2 ran nothing
     t.unit = "us";
-    t.spans = {span(0, Op::F, 0, 0, 1000, 1010), span(1, Op::F, 1, 0, 1010, 1040), span(1, Op::B, 1, 0, 1040, 1040)};
+    t.spans = {span(0, Op::F, 0, 0, 1000, 1010), span(1, Op::F, 1, 0, 1010, 1040),
+               span(1, Op::B, 1, 0, 1040, 1040)};
     const TimelineStats s = summarize(t);
     CHECK(s.origin == 1000.0);
     CHECK(s.makespan == 40.0);
@@ -701,7 +712,8 @@ TEST_CASE("validate_timeline: every bad span is named", "[trace][stats][errors]"
   m = error_message([&] { (void)summarize(with(span(1, Op::B, 1, 2, 0, inf))); });
   CHECK_THAT(m, Catch::Contains("span 1") && Catch::Contains("not a finite number"));
   m = error_message([&] { (void)summarize(with(span(2, Op::F, 2, 0, 0, 1))); });
-  CHECK_THAT(m, Catch::Contains("span 1 (F0@s2 on rank 2)") && Catch::Contains("outside the timeline's 2 ranks"));
+  CHECK_THAT(
+      m, Catch::Contains("span 1 (F0@s2 on rank 2)") && Catch::Contains("outside the timeline's 2 ranks"));
   m = error_message([&] { (void)summarize(with(span(-1, Op::F, 0, 0, 0, 1))); });
   CHECK_THAT(m, Catch::Contains("rank -1 is outside"));
   m = error_message([&] { (void)summarize(with(span(1, Op::F, 1, -1, 0, 1))); });
@@ -882,9 +894,10 @@ TEST_CASE("chrome trace: valid JSON with one process per rank and compute/comm t
     CHECK(e["pid"].number == rank + 1);
     const bool compute = e["cat"].string == "compute";
     CHECK(e["tid"].number == (compute ? 1.0 : 2.0));
-    CHECK(e["name"].string == args["op"].string + std::to_string(static_cast<int>(args["microbatch"].number)));
-    seen.insert(std::to_string(rank) + ":" + args["op"].string + ":" + std::to_string(args["stage"].number) + ":" +
-                std::to_string(args["microbatch"].number) + ":" + std::to_string(e["ts"].number) + ":" +
+    CHECK(e["name"].string ==
+          args["op"].string + std::to_string(static_cast<int>(args["microbatch"].number)));
+    seen.insert(std::to_string(rank) + ":" + args["op"].string + ":" + std::to_string(args["stage"].number) +
+                ":" + std::to_string(args["microbatch"].number) + ":" + std::to_string(e["ts"].number) + ":" +
                 std::to_string(e["dur"].number));
   }
   CHECK(complete == t.spans.size());
@@ -1007,7 +1020,8 @@ TEST_CASE("svg: readable at 8 ranks x 32 micro-batches, every micro-batch labell
   std::size_t labelled = 0;
   for (const XmlElement* g : all(root, "g")) {
     for (const XmlElement& child : g->children) {
-      const bool number = !child.text.empty() && child.text.find_first_not_of("0123456789") == std::string::npos;
+      const bool number =
+          !child.text.empty() && child.text.find_first_not_of("0123456789") == std::string::npos;
       if (child.name == "text" && child.attributes.count("fill") != 0 && number) {
         ++labelled;
         CHECK(std::stod(child.attributes.at("font-size")) >= 7.0);
@@ -1084,7 +1098,8 @@ TEST_CASE("ascii: coarse cells show the action covering most of them", "[trace][
   // idle that the action wins; cell 5 is idle. On rank 1's comm lane RECV_F ties in cell 0
   // and SEND_F covers too little of cell 5.
   t.spans = {span(0, Op::BI, 0, 0, 0.0, 1.1), span(0, Op::BW, 0, 0, 2.0, 4.5), span(1, Op::F, 1, 0, 0.0, 6.0),
-             span(1, Op::RECV_F, 1, 0, 0.0, 0.5, Lane::comm), span(1, Op::SEND_F, 1, 0, 5.8, 6.0, Lane::comm)};
+             span(1, Op::RECV_F, 1, 0, 0.0, 0.5, Lane::comm),
+             span(1, Op::SEND_F, 1, 0, 5.8, 6.0, Lane::comm)};
   AsciiOptions options;
   options.columns = 6;
   options.ruler = false;
@@ -1094,7 +1109,8 @@ TEST_CASE("ascii: coarse cells show the action covering most of them", "[trace][
       "  comm |......|\n"
       "rank 1 |FFFFFF|\n"
       "  comm |r.....|\n"
-      "F forward, I backward for input, W backward for weights, r receive activation, . idle; 1 column = 1 ms\n";
+      "F forward, I backward for input, W backward for weights, r receive activation, . idle; 1 column = 1 "
+      "ms\n";
   CHECK(to_ascii(t, options) == expected);
   // Not whole-unit: automatic mode uses max_columns cells.
   options.columns = 0;
@@ -1120,8 +1136,8 @@ TEST_CASE("csv: one row per span, sorted by rank and start, times exact", "[trac
   CHECK(line == "# ppsched timeline: ranks 3, unit ms\xEF\xBF\xBDsecond line");
   REQUIRE(std::getline(in, line));
   CHECK(line == "rank,lane,op,stage,microbatch,group,start,end");
-  std::multiset<std::tuple<std::int32_t, std::string, std::string, std::int32_t, std::int32_t, std::uint32_t, double,
-                           double>>
+  std::multiset<std::tuple<std::int32_t, std::string, std::string, std::int32_t, std::int32_t, std::uint32_t,
+                           double, double>>
       rows;
   std::pair<std::int32_t, double> previous{-1, 0.0};
   while (std::getline(in, line)) {

@@ -39,8 +39,8 @@ struct AsciiOptions {
   // Each cell becomes the letter and the micro-batch ("F3 B12"), cells separated by spaces.
   bool microbatch_digits = false;
   bool comm_rows = false;  // a line per rank for the comm lane, when the timeline has one
-  bool ruler = true;      // a line of times above the ranks
-  bool legend = true;     // a line naming the letters shown and the time per column
+  bool ruler = true;       // a line of times above the ranks
+  bool legend = true;      // a line naming the letters shown and the time per column
 };
 
 // The cell letter of an operation.
@@ -72,8 +72,9 @@ namespace detail {
 }
 
 // One lane of one rank as cells: the index of the span shown in each cell, or -1 for idle.
-[[nodiscard]] inline std::vector<std::ptrdiff_t> ascii_cells(const std::vector<const Span*>& spans, double origin,
-                                                              double cell_time, std::size_t columns) {
+[[nodiscard]] inline std::vector<std::ptrdiff_t> ascii_cells(const std::vector<const Span*>& spans,
+                                                             double origin, double cell_time,
+                                                             std::size_t columns) {
   std::vector<std::ptrdiff_t> cells(columns, -1);
   if (!(cell_time > 0.0)) return cells;
   for (std::size_t c = 0; c < columns; ++c) {
@@ -121,8 +122,7 @@ namespace detail {
 
   std::int32_t max_microbatch = 0;
   for (const Span& s : timeline.spans) max_microbatch = std::max(max_microbatch, s.action.microbatch);
-  const std::size_t cell_width =
-      options.microbatch_digits ? 1 + std::to_string(max_microbatch).size() : 1;
+  const std::size_t cell_width = options.microbatch_digits ? 1 + std::to_string(max_microbatch).size() : 1;
   const std::size_t cell_stride = options.microbatch_digits ? cell_width + 1 : 1;
   const std::size_t line_width = columns == 0 ? 0 : columns * cell_stride - (cell_stride - cell_width);
 
@@ -141,7 +141,8 @@ namespace detail {
     // digits), each at the cell where it falls, skipped where it would run into the last.
     std::string ruler(line_width, ' ');
     const double every = options.microbatch_digits ? 5.0 : 10.0;
-    const double step = detail::nice_tick_step(stats.makespan, std::max(1.0, static_cast<double>(columns) / every));
+    const double step =
+        detail::nice_tick_step(stats.makespan, std::max(1.0, static_cast<double>(columns) / every));
     const int decimals = detail::tick_decimals(step);
     std::size_t free_from = 0;
     for (std::size_t k = 0;; ++k) {

@@ -66,7 +66,8 @@ struct ChromeTraceOptions {
   return 1.0;
 }
 
-inline void write_chrome_trace(std::ostream& out, const Timeline& timeline, const ChromeTraceOptions& options = {}) {
+inline void write_chrome_trace(std::ostream& out, const Timeline& timeline,
+                               const ChromeTraceOptions& options = {}) {
   const TimelineStats stats = summarize(timeline);  // validates: no NaN can reach the JSON
   const double scale = chrome_trace_microseconds_per_unit(timeline, options);
   const bool comm_lane = std::any_of(timeline.spans.begin(), timeline.spans.end(),
@@ -80,8 +81,8 @@ inline void write_chrome_trace(std::ostream& out, const Timeline& timeline, cons
   };
   const auto metadata = [&](const char* name, std::int64_t pid, std::int64_t tid, const char* key,
                             const std::string& json_value) {
-    begin_event() << R"({"name":")" << name << R"(","ph":"M","pid":)" << std::to_string(pid) << R"(,"tid":)" << std::to_string(tid)
-                  << R"(,"args":{")" << key << R"(":)" << json_value << "}}";
+    begin_event() << R"({"name":")" << name << R"(","ph":"M","pid":)" << std::to_string(pid) << R"(,"tid":)"
+                  << std::to_string(tid) << R"(,"args":{")" << key << R"(":)" << json_value << "}}";
   };
   const auto quoted = [](std::string_view text) { return "\"" + detail::json_escape(text) + "\""; };
 
@@ -108,23 +109,26 @@ inline void write_chrome_trace(std::ostream& out, const Timeline& timeline, cons
   for (const Span* span : order) {
     const Action& a = span->action;
     begin_event() << R"({"name":")" << chrome_trace_event_name(a) << R"(","cat":")"
-                  << (is_compute(a.op) ? "compute" : "comm") << R"(","ph":"X","pid":)" << std::to_string(chrome_trace_pid(span->rank))
-                  << R"(,"tid":)" << std::to_string(chrome_trace_tid(span->lane)) << R"(,"ts":)"
+                  << (is_compute(a.op) ? "compute" : "comm") << R"(","ph":"X","pid":)"
+                  << std::to_string(chrome_trace_pid(span->rank)) << R"(,"tid":)"
+                  << std::to_string(chrome_trace_tid(span->lane)) << R"(,"ts":)"
                   << detail::format_shortest((span->start - stats.origin) * scale) << R"(,"dur":)"
                   << detail::format_shortest((span->end - span->start) * scale) << R"(,"args":{"op":")"
-                  << op_name(a.op) << R"(","stage":)" << std::to_string(a.stage) << R"(,"microbatch":)" << std::to_string(a.microbatch)
-                  << R"(,"rank":)" << std::to_string(span->rank);
+                  << op_name(a.op) << R"(","stage":)" << std::to_string(a.stage) << R"(,"microbatch":)"
+                  << std::to_string(a.microbatch) << R"(,"rank":)" << std::to_string(span->rank);
     if (a.group != 0) out << R"(,"group":)" << std::to_string(a.group);
     out << "}}";
   }
-  out << "\n],\n" << R"("otherData":{"unit":)" << quoted(timeline.unit) << R"(,"microseconds_per_unit":)"
+  out << "\n],\n"
+      << R"("otherData":{"unit":)" << quoted(timeline.unit) << R"(,"microseconds_per_unit":)"
       << detail::format_shortest(scale) << R"(,"origin":)" << detail::format_shortest(stats.origin)
       << R"(,"ranks":)" << std::to_string(timeline.ranks);
   if (!options.title.empty()) out << R"(,"title":)" << quoted(options.title);
   out << "}}\n";
 }
 
-[[nodiscard]] inline std::string to_chrome_trace(const Timeline& timeline, const ChromeTraceOptions& options = {}) {
+[[nodiscard]] inline std::string to_chrome_trace(const Timeline& timeline,
+                                                 const ChromeTraceOptions& options = {}) {
   std::ostringstream out;
   write_chrome_trace(out, timeline, options);
   return out.str();

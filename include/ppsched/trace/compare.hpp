@@ -45,7 +45,7 @@ struct CompareOptions {
 // deviation_unit. Positive means the measurement is later (or longer).
 struct Deviation {
   std::size_t count = 0;
-  double mean = 0.0;      // signed
+  double mean = 0.0;  // signed
   double mean_abs = 0.0;
   double rms = 0.0;
   double max_abs = 0.0;
@@ -57,9 +57,9 @@ struct Deviation {
 
 struct RankComparison {
   std::int32_t rank = 0;
-  double measured_bubble = 0.0;   // RankStats::bubble_fraction of the measurement
+  double measured_bubble = 0.0;  // RankStats::bubble_fraction of the measurement
   double predicted_bubble = 0.0;
-  double difference_pp = 0.0;     // (measured − predicted) × 100, percentage points
+  double difference_pp = 0.0;  // (measured − predicted) × 100, percentage points
 
   friend bool operator==(const RankComparison&, const RankComparison&) = default;
 };
@@ -72,11 +72,11 @@ struct TimelineComparison {
   std::optional<double> makespan_ratio;  // measured × scale ÷ predicted, when both exist
   double bubble_difference_pp = 0.0;     // overall bubble_fraction, measured − predicted
   std::vector<RankComparison> per_rank;
-  std::size_t matched = 0;               // actions found in both
-  Deviation start;                       // of start times
-  Deviation end;                         // of end times
-  Deviation duration;                    // of end − start
-  std::vector<Span> only_in_measured;    // sorted by rank, then start
+  std::size_t matched = 0;             // actions found in both
+  Deviation start;                     // of start times
+  Deviation end;                       // of end times
+  Deviation duration;                  // of end − start
+  std::vector<Span> only_in_measured;  // sorted by rank, then start
   std::vector<Span> only_in_predicted;
 
   friend bool operator==(const TimelineComparison&, const TimelineComparison&) = default;
@@ -130,7 +130,8 @@ class DeviationAccumulator {
   std::sort(order.begin(), order.end(), [&t](std::size_t a, std::size_t b) {
     const Span& x = t.spans[a];
     const Span& y = t.spans[b];
-    return std::make_tuple(match_key(x), x.start, x.end, a) < std::make_tuple(match_key(y), y.start, y.end, b);
+    return std::make_tuple(match_key(x), x.start, x.end, a) <
+           std::make_tuple(match_key(y), y.start, y.end, b);
   });
   return order;
 }
@@ -149,12 +150,14 @@ inline void sort_by_rank_then_start(std::vector<Span>& spans) {
   c.measured = summarize(measured);
   c.predicted = summarize(predicted);
   if (measured.ranks != predicted.ranks) {
-    fail({"compare", detail::concat("the measured timeline has ", measured.ranks, " ranks but the predicted one has ",
-                            predicted.ranks),
+    fail({"compare",
+          detail::concat("the measured timeline has ", measured.ranks, " ranks but the predicted one has ",
+                         predicted.ranks),
           "Timeline::ranks", "compare a run with the prediction for the same schedule"});
   }
   if (!std::isfinite(options.measured_to_predicted) || options.measured_to_predicted < 0.0) {
-    fail({"compare", detail::concat("the scale from measured to predicted units is ", options.measured_to_predicted),
+    fail({"compare",
+          detail::concat("the scale from measured to predicted units is ", options.measured_to_predicted),
           "CompareOptions::measured_to_predicted",
           "pass a positive factor, or 0 to derive it from the timelines' units"});
   }
@@ -194,12 +197,11 @@ inline void sort_by_rank_then_start(std::vector<Span>& spans) {
   std::size_t i = 0;
   std::size_t j = 0;
   while (i < m_order.size() || j < p_order.size()) {
-    if (j == p_order.size() ||
-        (i < m_order.size() &&
-         detail::match_key(measured.spans[m_order[i]]) < detail::match_key(predicted.spans[p_order[j]]))) {
+    if (j == p_order.size() || (i < m_order.size() && detail::match_key(measured.spans[m_order[i]]) <
+                                                          detail::match_key(predicted.spans[p_order[j]]))) {
       c.only_in_measured.push_back(measured.spans[m_order[i++]]);
-    } else if (i == m_order.size() ||
-               detail::match_key(predicted.spans[p_order[j]]) < detail::match_key(measured.spans[m_order[i]])) {
+    } else if (i == m_order.size() || detail::match_key(predicted.spans[p_order[j]]) <
+                                          detail::match_key(measured.spans[m_order[i]])) {
       c.only_in_predicted.push_back(predicted.spans[p_order[j++]]);
     } else {
       const Span& m = measured.spans[m_order[i++]];
@@ -277,14 +279,15 @@ inline std::ostream& operator<<(std::ostream& out, const TimelineComparison& c) 
     out << ", no ratio (units not comparable; pass CompareOptions::measured_to_predicted)";
   }
   out << "\nbubble: measured " << percent(c.measured.bubble_fraction) << ", predicted "
-      << percent(c.predicted.bubble_fraction) << " (" << detail::signed_points(c.bubble_difference_pp) << ")\n"
+      << percent(c.predicted.bubble_fraction) << " (" << detail::signed_points(c.bubble_difference_pp)
+      << ")\n"
       << cell("rank", 6) << cell("measured", 10) << cell("predicted", 11) << "difference\n";
   for (const RankComparison& r : c.per_rank) {
     out << cell(std::to_string(r.rank), 6) << cell(percent(r.measured_bubble), 10)
         << cell(percent(r.predicted_bubble), 11) << detail::signed_points(r.difference_pp) << '\n';
   }
-  out << "actions: " << c.matched << " matched of " << c.measured.spans << " measured and " << c.predicted.spans
-      << " predicted";
+  out << "actions: " << c.matched << " matched of " << c.measured.spans << " measured and "
+      << c.predicted.spans << " predicted";
   const bool as_fraction = !c.scale;
   out << (as_fraction ? "; times as a share of each makespan\n" : "\n");
   if (c.matched != 0) {

@@ -124,13 +124,15 @@ struct Interval {
 // it so that a large timeline is bucketed once rather than scanned per rank.
 [[nodiscard]] inline std::vector<std::array<std::vector<const Span*>, 2>> spans_by_rank_and_lane(
     const Timeline& timeline) {
-  std::vector<std::array<std::vector<const Span*>, 2>> lanes(static_cast<std::size_t>(std::max(timeline.ranks, 0)));
+  std::vector<std::array<std::vector<const Span*>, 2>> lanes(
+      static_cast<std::size_t>(std::max(timeline.ranks, 0)));
   for (const Span& s : timeline.spans) {
     lanes[static_cast<std::size_t>(s.rank)][s.lane == Lane::compute ? 0 : 1].push_back(&s);
   }
   for (auto& rank : lanes) {
     for (auto& lane : rank) {
-      std::stable_sort(lane.begin(), lane.end(), [](const Span* a, const Span* b) { return a->start < b->start; });
+      std::stable_sort(lane.begin(), lane.end(),
+                       [](const Span* a, const Span* b) { return a->start < b->start; });
     }
   }
   return lanes;
@@ -162,21 +164,23 @@ inline void validate_timeline(const Timeline& timeline) {
     if (span.rank < 0 || span.rank >= timeline.ranks) {
       fail({"timeline",
             detail::concat("rank ", span.rank, " is outside the timeline's ", timeline.ranks, " ranks [0, ",
-                   timeline.ranks, ")"),
+                           timeline.ranks, ")"),
             where, "set Timeline::ranks to cover every rank, or correct the span's rank"});
     }
     if (!std::isfinite(span.start) || !std::isfinite(span.end)) {
-      fail({"timeline", detail::concat("a time is not a finite number (start ", span.start, ", end ", span.end, ")"),
+      fail({"timeline",
+            detail::concat("a time is not a finite number (start ", span.start, ", end ", span.end, ")"),
             where, "record finite start and end times"});
     }
     if (span.end < span.start) {
-      fail({"timeline", detail::concat("the span ends before it starts (start ", span.start, ", end ", span.end, ")"),
+      fail({"timeline",
+            detail::concat("the span ends before it starts (start ", span.start, ", end ", span.end, ")"),
             where, "record each span's end at or after its start"});
     }
     if (span.action.stage < 0 || span.action.microbatch < 0) {
       fail({"timeline",
             detail::concat("the stage (", span.action.stage, ") or micro-batch (", span.action.microbatch,
-                   ") is negative"),
+                           ") is negative"),
             where, "number stages and micro-batches from 0"});
     }
     if (span.lane != Lane::compute && span.lane != Lane::comm) {
@@ -192,15 +196,15 @@ inline void validate_timeline(const Timeline& timeline) {
 
 struct RankStats {
   std::int32_t rank = 0;
-  std::int32_t actions = 0;              // spans on this rank, compute and communication
-  double first_start = 0.0;              // the timeline's origin when the rank ran nothing
+  std::int32_t actions = 0;  // spans on this rank, compute and communication
+  double first_start = 0.0;  // the timeline's origin when the rank ran nothing
   double last_end = 0.0;
-  double span = 0.0;                     // last_end − first_start
-  double busy = 0.0;                     // union of compute-action intervals
-  double comm_wait = 0.0;                // communication not hidden under compute
-  double idle = 0.0;                     // makespan − busy
-  double bubble_fraction = 0.0;          // idle ÷ makespan
-  double span_bubble_fraction = 0.0;     // (span − busy) ÷ span
+  double span = 0.0;                  // last_end − first_start
+  double busy = 0.0;                  // union of compute-action intervals
+  double comm_wait = 0.0;             // communication not hidden under compute
+  double idle = 0.0;                  // makespan − busy
+  double bubble_fraction = 0.0;       // idle ÷ makespan
+  double span_bubble_fraction = 0.0;  // (span − busy) ÷ span
 
   friend bool operator==(const RankStats&, const RankStats&) = default;
 };
@@ -209,21 +213,19 @@ struct TimelineStats {
   std::int32_t ranks = 0;
   std::string unit;
   std::size_t spans = 0;
-  double origin = 0.0;           // earliest start (0 for an empty timeline)
-  double finish = 0.0;           // latest end
-  double makespan = 0.0;         // finish − origin
+  double origin = 0.0;    // earliest start (0 for an empty timeline)
+  double finish = 0.0;    // latest end
+  double makespan = 0.0;  // finish − origin
   double total_busy = 0.0;
   double total_comm_wait = 0.0;
-  double total_idle = 0.0;       // ranks × makespan − total_busy
-  double bubble_fraction = 0.0;  // total_idle ÷ (ranks × makespan)
-  double ideal_time = 0.0;       // busy of the busiest rank
-  double bubble_vs_ideal = 0.0;  // (makespan − ideal_time) ÷ ideal_time
+  double total_idle = 0.0;                         // ranks × makespan − total_busy
+  double bubble_fraction = 0.0;                    // total_idle ÷ (ranks × makespan)
+  double ideal_time = 0.0;                         // busy of the busiest rank
+  double bubble_vs_ideal = 0.0;                    // (makespan − ideal_time) ÷ ideal_time
   std::array<std::int32_t, op_count> op_counts{};  // indexed by Op
   std::vector<RankStats> per_rank;                 // per_rank[r].rank == r
 
-  [[nodiscard]] std::int32_t count(Op op) const noexcept {
-    return op_counts[static_cast<std::size_t>(op)];
-  }
+  [[nodiscard]] std::int32_t count(Op op) const noexcept { return op_counts[static_cast<std::size_t>(op)]; }
 
   friend bool operator==(const TimelineStats&, const TimelineStats&) = default;
 };
@@ -286,9 +288,7 @@ struct TimelineStats {
 
 namespace detail {
 
-[[nodiscard]] inline std::string percent(double fraction) {
-  return format_fixed(fraction * 100.0, 1) + "%";
-}
+[[nodiscard]] inline std::string percent(double fraction) { return format_fixed(fraction * 100.0, 1) + "%"; }
 
 // Left-aligned table cell of a fixed width; wider text is kept whole.
 [[nodiscard]] inline std::string cell(std::string_view text, std::size_t width) {

@@ -30,12 +30,12 @@
 namespace ppsched {
 
 struct SvgOptions {
-  std::string title;           // empty: "Pipeline timeline"
-  double width = 1600.0;       // of the whole picture, in pixels
-  double row_height = 30.0;    // a rank's compute row
+  std::string title;         // empty: "Pipeline timeline"
+  double width = 1600.0;     // of the whole picture, in pixels
+  double row_height = 30.0;  // a rank's compute row
   double comm_row_height = 12.0;
   bool microbatch_labels = true;
-  bool tooltips = true;        // a <title> per box: action, rank, start, end
+  bool tooltips = true;  // a <title> per box: action, rank, start, end
 };
 
 // Fill colours from the Okabe–Ito palette, which stays distinguishable under the common
@@ -83,11 +83,12 @@ namespace detail {
 
 inline void write_svg(std::ostream& out, const Timeline& timeline, const SvgOptions& options = {}) {
   const TimelineStats stats = summarize(timeline);
-  if (!(options.width >= 200.0 && options.width <= 1e6) || !(options.row_height >= 4.0 && options.row_height <= 1e4) ||
+  if (!(options.width >= 200.0 && options.width <= 1e6) ||
+      !(options.row_height >= 4.0 && options.row_height <= 1e4) ||
       !(options.comm_row_height >= 2.0 && options.comm_row_height <= 1e4)) {
     fail({"svg", "the picture size is out of range",
-          detail::concat("SvgOptions width ", options.width, ", row_height ", options.row_height, ", comm_row_height ",
-                 options.comm_row_height),
+          detail::concat("SvgOptions width ", options.width, ", row_height ", options.row_height,
+                         ", comm_row_height ", options.comm_row_height),
           "use a width of 200 to 1e6 pixels and row heights of at least 4 (compute) and 2 (comm) pixels"});
   }
   using detail::format_fixed;
@@ -96,9 +97,9 @@ inline void write_svg(std::ostream& out, const Timeline& timeline, const SvgOpti
 
   const bool comm_lane = std::any_of(timeline.spans.begin(), timeline.spans.end(),
                                      [](const Span& s) { return s.lane == Lane::comm; });
-  constexpr double left = 90.0;    // room for "rank 127"
+  constexpr double left = 90.0;  // room for "rank 127"
   constexpr double right = 24.0;
-  constexpr double top = 62.0;     // title and summary
+  constexpr double top = 62.0;  // title and summary
   constexpr double row_gap = 8.0;
   const double plot_width = options.width - left - right;
   const double lane_gap = comm_lane ? 2.0 : 0.0;
@@ -123,8 +124,8 @@ inline void write_svg(std::ostream& out, const Timeline& timeline, const SvgOpti
   const double height = legend_y + static_cast<double>(legend_lines) * 22.0 + 8.0;
 
   out << R"(<?xml version="1.0" encoding="UTF-8"?>)" << '\n'
-      << R"(<svg xmlns="http://www.w3.org/2000/svg" width=")" << px(options.width) << R"(" height=")" << px(height)
-      << R"(" viewBox="0 0 )" << px(options.width) << ' ' << px(height)
+      << R"(<svg xmlns="http://www.w3.org/2000/svg" width=")" << px(options.width) << R"(" height=")"
+      << px(height) << R"(" viewBox="0 0 )" << px(options.width) << ' ' << px(height)
       << R"(" font-family="Helvetica, Arial, sans-serif">)" << '\n'
       << "<defs>\n"
       << R"(<pattern id="ppsched-idle" width="6" height="6" patternUnits="userSpaceOnUse" )"
@@ -138,10 +139,10 @@ inline void write_svg(std::ostream& out, const Timeline& timeline, const SvgOpti
       << esc(options.title.empty() ? std::string{"Pipeline timeline"} : options.title) << "</text>\n"
       << R"(<text x=")" << px(left) << R"(" y="44" font-size="12" fill="#333333">)"
       << esc(detail::concat(timeline.ranks, " ranks, ", stats.spans, " actions; makespan ",
-                    detail::format_readable(makespan, 6), unit_suffix, "; bubble ",
-                    detail::percent(stats.bubble_fraction), " of ranks \xC3\x97 makespan, ",
-                    detail::percent(stats.bubble_vs_ideal), " over the busiest rank's ",
-                    detail::format_readable(stats.ideal_time, 6), unit_suffix))
+                            detail::format_readable(makespan, 6), unit_suffix, "; bubble ",
+                            detail::percent(stats.bubble_fraction), " of ranks \xC3\x97 makespan, ",
+                            detail::percent(stats.bubble_vs_ideal), " over the busiest rank's ",
+                            detail::format_readable(stats.ideal_time, 6), unit_suffix))
       << "</text>\n";
 
   // Idle background first, then grid lines over it, so boxes cover both.
@@ -151,16 +152,18 @@ inline void write_svg(std::ostream& out, const Timeline& timeline, const SvgOpti
     out << R"(<rect x=")" << px(left) << R"(" y=")" << px(y) << R"(" width=")" << px(plot_width)
         << R"(" height=")" << px(options.row_height) << R"svg(" fill="url(#ppsched-idle)"/>)svg" << '\n';
     if (comm_lane) {
-      out << R"(<rect x=")" << px(left) << R"(" y=")" << px(y + options.row_height + lane_gap) << R"(" width=")"
-          << px(plot_width) << R"(" height=")" << px(options.comm_row_height)
+      out << R"(<rect x=")" << px(left) << R"(" y=")" << px(y + options.row_height + lane_gap)
+          << R"(" width=")" << px(plot_width) << R"(" height=")" << px(options.comm_row_height)
           << R"svg(" fill="url(#ppsched-idle)"/>)svg" << '\n';
     }
     out << R"(<text x=")" << px(left - 8.0) << R"(" y=")" << px(y + options.row_height / 2.0)
-        << R"(" font-size="13" text-anchor="end" dominant-baseline="central">rank )" << std::to_string(r) << "</text>\n";
+        << R"(" font-size="13" text-anchor="end" dominant-baseline="central">rank )" << std::to_string(r)
+        << "</text>\n";
     if (comm_lane) {
       out << R"(<text x=")" << px(left - 8.0) << R"(" y=")"
           << px(y + options.row_height + lane_gap + options.comm_row_height / 2.0)
-          << R"(" font-size="9" fill="#555555" text-anchor="end" dominant-baseline="central">comm</text>)" << '\n';
+          << R"(" font-size="9" fill="#555555" text-anchor="end" dominant-baseline="central">comm</text>)"
+          << '\n';
     }
   }
   out << "</g>\n";
@@ -189,7 +192,8 @@ inline void write_svg(std::ostream& out, const Timeline& timeline, const SvgOpti
   const auto lanes = detail::spans_by_rank_and_lane(timeline);
   for (std::int32_t r = 0; r < timeline.ranks; ++r) {
     for (const Lane lane : {Lane::compute, Lane::comm}) {
-      const std::vector<const Span*>& spans = lanes[static_cast<std::size_t>(r)][lane == Lane::compute ? 0 : 1];
+      const std::vector<const Span*>& spans =
+          lanes[static_cast<std::size_t>(r)][lane == Lane::compute ? 0 : 1];
       if (spans.empty()) continue;
       std::vector<std::size_t> level;
       const std::size_t levels = detail::assign_levels(spans, level);
@@ -207,8 +211,9 @@ inline void write_svg(std::ostream& out, const Timeline& timeline, const SvgOpti
             << px(bar_height) << R"(" fill=")" << svg_fill(s.action.op) << '"';
         if (options.tooltips) {
           out << "><title>"
-              << esc(detail::concat(s.action, " on rank ", s.rank, ": ", detail::format_readable(s.start - stats.origin, 6),
-                            " to ", detail::format_readable(s.end - stats.origin, 6), unit_suffix))
+              << esc(detail::concat(s.action, " on rank ", s.rank, ": ",
+                                    detail::format_readable(s.start - stats.origin, 6), " to ",
+                                    detail::format_readable(s.end - stats.origin, 6), unit_suffix))
               << "</title></rect>\n";
         } else {
           out << "/>\n";
@@ -221,9 +226,10 @@ inline void write_svg(std::ostream& out, const Timeline& timeline, const SvgOpti
           const double font =
               std::min({11.0, bar_height * 0.7, (w - 2.0) / (glyph * static_cast<double>(label.size()))});
           if (font >= 7.0) {
-            out << R"(<text x=")" << px(x + w / 2.0) << R"(" y=")" << px(y + bar_height / 2.0) << R"(" font-size=")"
-                << format_fixed(font, 1) << R"(" fill=")" << svg_text_fill(s.action.op)
-                << R"(" stroke="none" text-anchor="middle" dominant-baseline="central">)" << label << "</text>\n";
+            out << R"(<text x=")" << px(x + w / 2.0) << R"(" y=")" << px(y + bar_height / 2.0)
+                << R"(" font-size=")" << format_fixed(font, 1) << R"(" fill=")" << svg_text_fill(s.action.op)
+                << R"(" stroke="none" text-anchor="middle" dominant-baseline="central">)" << label
+                << "</text>\n";
           }
         }
       }

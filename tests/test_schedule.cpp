@@ -556,6 +556,9 @@ TEST_CASE("CSV writes PyTorch's spelling: one row per rank, I and W for the spli
   CHECK(csv_cell(act(Op::SEND_F, 2, 3)) == "2SEND_F3");
   CHECK(csv_cell(act(Op::RECV_B, 1, 0, 7)) == "1RECV_B0#7");
   CHECK(csv_cell(act(Op::RECV_B, 1, 0, 7), false) == "1RECV_B0");
+  Schedule broken = make_gpipe(req(2, 1));
+  broken.programs[1][1].microbatch = -1;
+  CHECK_THROWS_WITH(to_pytorch_csv(broken), Catch::Matchers::Contains("rank 1, action 1"));
 }
 
 TEST_CASE("CSV with communication and groups round trips exactly", "[csv]") {

@@ -81,9 +81,16 @@ struct CsvReadOptions {
   return cell;
 }
 
+// Throws ppsched::error for an action with a negative stage or micro-batch, which no reader
+// could take back.
 inline void write_pytorch_csv(std::ostream& out, const Schedule& s, const CsvWriteOptions& options = {}) {
-  for (const auto& program : s.programs) {
+  for (std::size_t r = 0; r < s.programs.size(); ++r) {
+    const auto& program = s.programs[r];
     for (std::size_t i = 0; i < program.size(); ++i) {
+      if (program[i].stage < 0 || program[i].microbatch < 0)
+        fail({detail::concat("schedule '", s.name, "'"),
+              detail::concat("action ", to_string(program[i]), " has a negative stage or micro-batch"),
+              detail::concat("rank ", r, ", action ", i), "stages and micro-batches count from 0"});
       if (i != 0) out << ',';
       out << csv_cell(program[i], options.write_groups);
     }

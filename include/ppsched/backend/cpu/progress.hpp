@@ -1,0 +1,376 @@
+// How CPU streams make progress. One function, `advance`, moves a stream's head task one
+// step: it runs a task, records an event, passes an event wait whose event has completed,
+// posts a transfer group to the rendezvous channels, or completes a group whose transfers all
+// matched. The threaded mode calls it from one worker thread per stream, sleeping when the
+// head waits; the deterministic mode calls it from one engine thread that visits the streams
+// of every rank in a fixed round-robin order and runs only while every host thread is
+// waiting, so a run is one fixed interleaving. Failures are sticky per rank, as CUDA errors
+// are: after one, a rank's queued work is discarded and its pending transfers withdrawn.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ppsched/backend/cpu/state.hpp"
+#include "ppsched/error.hpp"
+
+namespace ppsched::detail::cpu {
+
+enum class Step : std::uint8_t { ran, blocked, empty };
+
+// Under the rank's mutex. The first failure wins; later ones are consequences.
+inline void fail_rank_locked(RankState& r, std::exception_ptr e) {
+  if (!r.failed) {
+    r.failed = true;
+    r.error = std::move(e);
+  }
+  r.progress.notify_all();
+}
+
+inline void fail_rank(RankState& r, std::exception_ptr e) {
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  fail_rank_locked(r, std::move(e));
+}
+
+inline void complete_front(StreamState& s) {
+  const Task& t = s.tasks.front();
+  if (t.kind == TaskKind::group) {
+    s.op_head += t.op_count;
+    s.op_size -= t.op_count;
+  }
+  s.tasks.pop();
+  ++s.completed;
+  s.blocked = false;
+  s.rank->progress.notify_all();
+}
+
+[[nodiscard]] inline std::string describe_op(const P2POp& op) {
+  std::string what = concat(op.is_send ? "send" : "receive");
+  if (!op.tag.label.empty()) what += concat(" '", op.tag.label, "'");
+  what += concat(op.is_send ? " to rank " : " from rank ", op.peer, " (", op.count, " floats)");
+  return what;
+}
+
+// What the head task of `s` waits for, for watchdog and deadlock messages. Under the lock.
+[[nodiscard]] inline std::string describe_head(StreamState& s) {
+  if (s.tasks.empty()) return "nothing (the stream is idle)";
+  Task& t = s.tasks.front();
+  switch (t.kind) {
+    case TaskKind::wait:
+      return concat("an event wait: event #", t.event->id, " recorded at task ", t.target_seq, " of stream ",
+                    t.target->local, ", which has completed ", t.target->completed, " tasks");
+    case TaskKind::group: {
+      std::string out = concat("a transfer group of ", t.op_count, ":");
+      for (std::size_t i = 0; i < t.op_count; ++i) {
+        const P2POp& op = s.op(t.first_op + i);
+        const OpState st = op.state.load(std::memory_order_acquire);
+        out += concat(i == 0 ? " " : "; ", describe_op(op),
+                      st == OpState::done     ? " done"
+                      : !t.posted             ? " not posted yet"
+                      : st == OpState::failed ? " failed"
+                                              : concat(" waits for rank ", op.peer, " to post the matching ",
+                                                       op.is_send ? "receive" : "send"));
+      }
+      return out;
+    }
+    default: return concat("a ", task_kind_name(t.kind), t.host.label.empty() ? "" : concat(" '", t.host.label, "'"));
+  }
+}
+
+inline void notify_owner(RankState& r) {
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.progress.notify_all();
+}
+
+// Pairs a send with a receive under their channel's mutex: the transfer happens now.
+inline void match(ClusterState& c, P2POp& a, P2POp& b) {
+  P2POp& send = a.is_send ? a : b;
+  P2POp& recv = a.is_send ? b : a;
+  RankState& sender = *send.owner->rank;
+  RankState& receiver = *recv.owner->rank;
+  const bool size_mismatch = send.count != recv.count;
+  const bool tag_mismatch =
+      c.options.checking && send.tag.match != 0 && recv.tag.match != 0 && send.tag.match != recv.tag.match;
+  if (size_mismatch || tag_mismatch) {
+    const std::string problem = concat(
+        describe_op(send), " on rank ", sender.rank, " was paired with ", describe_op(recv), " on rank ",
+        receiver.rank, size_mismatch ? ": the counts differ" : ": they belong to different transfers",
+        ". NCCL pairs the sends and receives between two ranks in the order they are posted");
+    const auto e = std::make_exception_ptr(make_error(
+        {"CPU backend", problem, concat("ranks ", sender.rank, " -> ", receiver.rank),
+         "Post the transfers between each pair of ranks in the same order on both sides, with equal counts"}));
+    send.state.store(OpState::failed, std::memory_order_release);
+    recv.state.store(OpState::failed, std::memory_order_release);
+    fail_rank(sender, e);
+    if (&receiver != &sender) fail_rank(receiver, e);
+    return;
+  }
+  std::copy_n(send.data, send.count, recv.data);
+  send.state.store(OpState::done, std::memory_order_release);
+  recv.state.store(OpState::done, std::memory_order_release);
+  notify_owner(sender);
+  if (&receiver != &sender) notify_owner(receiver);
+}
+
+// Called without any rank's mutex held.
+inline void post_op(ClusterState& c, P2POp& op) {
+  const int me = op.owner->rank->rank;
+  Channel& ch = op.is_send ? c.channel(me, op.peer) : c.channel(op.peer, me);
+  const std::lock_guard<std::mutex> lock(ch.mutex);
+  std::vector<P2POp*>& mine = op.is_send ? ch.sends : ch.recvs;
+  std::vector<P2POp*>& theirs = op.is_send ? ch.recvs : ch.sends;
+  if (!theirs.empty()) {
+    P2POp* other = theirs.front();
+    theirs.erase(theirs.begin());
+    other->in_channel = false;
+    match(c, op, *other);
+    return;
+  }
+  mine.push_back(&op);
+  op.in_channel = true;
+}
+
+inline void withdraw_op(ClusterState& c, P2POp& op) {
+  const int me = op.owner->rank->rank;
+  Channel& ch = op.is_send ? c.channel(me, op.peer) : c.channel(op.peer, me);
+  const std::lock_guard<std::mutex> lock(ch.mutex);
+  if (!op.in_channel) return;
+  std::vector<P2POp*>& mine = op.is_send ? ch.sends : ch.recvs;
+  mine.erase(std::remove(mine.begin(), mine.end(), &op), mine.end());
+  op.in_channel = false;
+  OpState expected = OpState::pending;
+  op.state.compare_exchange_strong(expected, OpState::failed, std::memory_order_acq_rel);
+}
+
+// The first pending operation of a group whose own rank or peer aborted its communicator.
+[[nodiscard]] inline const P2POp* aborted_op(ClusterState& c, StreamState& s, const Task& t) {
+  const bool self_aborted = s.rank->aborted.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < t.op_count; ++i) {
+    const P2POp& op = s.op(t.first_op + i);
+    if (op.state.load(std::memory_order_acquire) != OpState::pending) continue;
+    if (self_aborted || c.rank_states[static_cast<std::size_t>(op.peer)]->aborted.load(std::memory_order_acquire)) {
+      return &op;
+    }
+  }
+  return nullptr;
+}
+
+// Moves the head of `s` one step. Called with `lock` holding the stream's rank mutex; may
+// release it while running a task or touching channels.
+inline Step advance(ClusterState& c, StreamState& s, std::unique_lock<std::mutex>& lock) {
+  RankState& r = *s.rank;
+  if (s.tasks.empty() || s.running) return s.tasks.empty() ? Step::empty : Step::blocked;
+  Task& t = s.tasks.front();
+  if (r.failed || s.closed) {
+    if (t.kind == TaskKind::group && t.posted) {
+      s.running = true;
+      lock.unlock();
+      for (std::size_t i = 0; i < t.op_count; ++i) withdraw_op(c, s.op(t.first_op + i));
+      lock.lock();
+      s.running = false;
+    }
+    complete_front(s);
+    return Step::ran;
+  }
+  switch (t.kind) {
+    case TaskKind::record:
+      if (t.event->stream == &s && t.event->seq == t.seq) {
+        t.event->time = Clock::now();
+        t.event->time_seq = t.seq;
+      }
+      complete_front(s);
+      return Step::ran;
+    case TaskKind::wait:
+      if (t.target->completed < t.target_seq) return Step::blocked;
+      complete_front(s);
+      return Step::ran;
+    case TaskKind::launch:
+    case TaskKind::zero:
+    case TaskKind::accumulate: {
+      s.running = true;
+      lock.unlock();
+      std::exception_ptr failure;
+      try {
+        if (t.kind == TaskKind::launch) {
+          t.host.run(t.host.context);
+        } else if (t.kind == TaskKind::zero) {
+          std::fill_n(t.to, t.count, 0.0f);
+        } else {
+          for (std::size_t i = 0; i < t.count; ++i) t.to[i] += t.from[i];
+        }
+      } catch (const ppsched::error&) {
+        failure = std::current_exception();
+      } catch (const std::exception& e) {
+        failure = std::make_exception_ptr(error(concat("rank ", r.rank, " stream ", s.local, ": ", task_kind_name(t.kind),
+                                                       " '", t.host.label, "' threw: ", e.what())));
+      } catch (...) {
+        failure = std::make_exception_ptr(error(concat("rank ", r.rank, " stream ", s.local, ": ", task_kind_name(t.kind),
+                                                       " '", t.host.label,
+                                                       "' threw an exception that is not a std::exception")));
+      }
+      lock.lock();
+      s.running = false;
+      if (failure) fail_rank_locked(r, failure);
+      complete_front(s);
+      return Step::ran;
+    }
+    case TaskKind::group: {
+      if (!t.posted) {
+        t.posted = true;
+        s.running = true;
+        lock.unlock();
+        for (std::size_t i = 0; i < t.op_count; ++i) post_op(c, s.op(t.first_op + i));
+        lock.lock();
+        s.running = false;
+        return Step::ran;
+      }
+      bool all_done = true;
+      for (std::size_t i = 0; i < t.op_count; ++i) {
+        if (s.op(t.first_op + i).state.load(std::memory_order_acquire) != OpState::done) all_done = false;
+      }
+      if (all_done) {
+        complete_front(s);
+        return Step::ran;
+      }
+      if (const P2POp* op = aborted_op(c, s, t)) {
+        const bool self = r.aborted.load(std::memory_order_acquire);
+        const RankState& who = self ? r : *c.rank_states[static_cast<std::size_t>(op->peer)];
+        fail_rank_locked(r, std::make_exception_ptr(make_error(
+                                {"CPU backend",
+                                 concat(describe_op(*op), " did not complete: rank ", who.rank,
+                                        " aborted its communicator"),
+                                 concat("rank ", r.rank, " stream ", s.local),
+                                 "See the first error of the step for the cause"})));
+        return Step::ran;
+      }
+      return Step::blocked;
+    }
+  }
+  return Step::blocked;
+}
+
+// The body of a stream's worker thread (threaded mode).
+inline void worker_loop(ClusterState& c, StreamState& s) {
+  RankState& r = *s.rank;
+  std::unique_lock<std::mutex> lock(r.mutex);
+  for (;;) {
+    const Step step = advance(c, s, lock);
+    if (step == Step::ran) continue;
+    if (step == Step::empty) {
+      if (s.closing) break;
+      s.worker_sleeping = true;
+      s.work.wait(lock);
+      s.worker_sleeping = false;
+      continue;
+    }
+    const auto now = Clock::now();
+    if (!s.blocked) {
+      s.blocked = true;
+      s.blocked_since = now;
+    }
+    const auto deadline = s.blocked_since + c.options.watchdog;
+    if (now >= deadline || s.closing) {
+      fail_rank_locked(r, std::make_exception_ptr(make_error(
+                              {"CPU backend",
+                               s.closing ? concat("stream destroyed while it waits for ", describe_head(s))
+                                         : concat("waited longer than the watchdog (", c.options.watchdog.count(),
+                                                  " ms) for ", describe_head(s)),
+                               stream_name(s), "Check that every transfer has a matching peer and every event is "
+                               "recorded, or raise CpuOptions::watchdog"})));
+      continue;
+    }
+    r.progress.wait_until(lock, deadline);
+  }
+}
+
+// Deterministic mode. Under the engine mutex.
+[[nodiscard]] inline bool any_host_active(const ClusterState& c) {
+  return std::any_of(c.rank_states.begin(), c.rank_states.end(),
+                     [](const auto& r) { return r->host == HostState::active; });
+}
+
+// Hands the engine back to every waiting host whose condition now holds.
+inline void release_satisfied_hosts(ClusterState& c) {
+  bool released = false;
+  for (auto& rp : c.rank_states) {
+    RankState& r = *rp;
+    if (r.host != HostState::waiting) continue;
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    const bool satisfied = r.wait_kind == HostWaitKind::queue_room
+                               ? (r.failed || (!r.wait_stream->tasks.full() &&
+                                                r.wait_stream->op_size + r.wait_seq <= r.wait_stream->op_capacity))
+                               : r.wait_stream->completed >= r.wait_seq;
+    if (satisfied) {
+      r.host = HostState::active;
+      released = true;
+    }
+  }
+  if (released) c.engine_wake.notify_all();
+}
+
+// No stream can move and every host waits: nothing will change before the hosts' deadlines,
+// so their waits end now, as timed out (the deadline fast-forwarded). The executor's watchdog
+// then reports the stuck actions; the streams' view is kept in `stall_report`.
+inline void end_stalled_waits(ClusterState& c) {
+  std::string stuck;
+  for (StreamState* s : c.all_streams) {
+    const std::lock_guard<std::mutex> lock(s->rank->mutex);
+    if (s->tasks.empty()) continue;
+    stuck += concat(stuck.empty() ? "" : "; ", stream_name(*s), " waits for ", describe_head(*s));
+  }
+  c.stall_report = concat("no stream of any rank can make progress (a deadlock): ", stuck);
+  for (auto& r : c.rank_states) {
+    if (r->host != HostState::waiting) continue;
+    r->host = HostState::active;
+    r->stalled = true;
+  }
+  c.engine_wake.notify_all();
+}
+
+[[nodiscard]] inline bool any_host_waiting(const ClusterState& c) {
+  return std::any_of(c.rank_states.begin(), c.rank_states.end(),
+                     [](const auto& r) { return r->host == HostState::waiting; });
+}
+
+// The deterministic engine: while no host is active, run one step of the next stream (in
+// creation order, round robin) that can move; when none can and every host waits, end the
+// waits.
+inline void engine_loop(ClusterState& c) {
+  std::unique_lock<std::mutex> engine(c.engine_mutex);
+  for (;;) {
+    if (c.shutdown) return;
+    if (any_host_active(c)) {
+      c.engine_wake.wait(engine);
+      continue;
+    }
+    bool progressed = false;
+    const std::size_t n = c.all_streams.size();
+    for (std::size_t i = 0; i < n && !progressed; ++i) {
+      const std::size_t index = (c.next_stream + i) % n;
+      StreamState& s = *c.all_streams[index];
+      std::unique_lock<std::mutex> lock(s.rank->mutex);
+      if (advance(c, s, lock) == Step::ran) {
+        progressed = true;
+        c.next_stream = (index + 1) % n;
+      }
+    }
+    if (progressed) {
+      release_satisfied_hosts(c);
+      continue;
+    }
+    release_satisfied_hosts(c);
+    if (any_host_active(c)) continue;
+    if (any_host_waiting(c)) {
+      end_stalled_waits(c);
+      continue;
+    }
+    c.engine_wake.wait(engine);
+  }
+}
+
+}  // namespace ppsched::detail::cpu

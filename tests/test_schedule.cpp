@@ -7,14 +7,13 @@
 // compute order cannot wait on itself and measures the bubble, and against the published
 // shapes (the zero-bubble paper's figures, Megatron's schedule table, PyTorch's orders).
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdint>
 #include <filesystem>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <catch2/catch.hpp>
 
 #include "ppsched/schedule/csv.hpp"
 #include "ppsched/schedule/generators.hpp"
@@ -51,9 +50,9 @@ namespace {
 }
 
 struct Costs {
-  std::int64_t f = 1;   // forward of one stage (chunk)
-  std::int64_t bi = 1;  // backward for the input
-  std::int64_t bw = 1;  // backward for the weights
+  std::int64_t f = 1;                                       // forward of one stage (chunk)
+  std::int64_t bi = 1;                                      // backward for the input
+  std::int64_t bw = 1;                                      // backward for the weights
   [[nodiscard]] std::int64_t b() const { return bi + bw; }  // full backward
 };
 
@@ -127,7 +126,8 @@ struct DataflowRun {
   if (left > 0) {
     run.completed = false;
     for (std::size_t r = 0; r < ranks; ++r)
-      if (next[r] < s.programs[r].size()) run.stuck += "rank " + std::to_string(r) + " at " + to_string(s.programs[r][next[r]]) + "; ";
+      if (next[r] < s.programs[r].size())
+        run.stuck += "rank " + std::to_string(r) + " at " + to_string(s.programs[r][next[r]]) + "; ";
   }
   for (std::size_t r = 0; r < ranks; ++r) run.makespan = std::max(run.makespan, run.last_end[r]);
   return run;
@@ -166,7 +166,8 @@ struct DataflowRun {
   return peaks;
 }
 
-[[nodiscard]] std::vector<std::int32_t> expected_placement(std::string_view family, const ScheduleRequest& r) {
+[[nodiscard]] std::vector<std::int32_t> expected_placement(std::string_view family,
+                                                           const ScheduleRequest& r) {
   if (family == looped_bfs_name || family == interleaved_1f1b_name) {
     std::vector<std::int32_t> p;
     for (std::int32_t s = 0; s < r.ranks * r.chunks; ++s) p.push_back(s % r.ranks);
@@ -183,7 +184,8 @@ struct DataflowRun {
 }
 
 // Structural checks that need no validator; returns the first problem found, or "".
-[[nodiscard]] std::string structure_problem(std::string_view family, const ScheduleRequest& r, const Schedule& s) {
+[[nodiscard]] std::string structure_problem(std::string_view family, const ScheduleRequest& r,
+                                            const Schedule& s) {
   const auto say = [](auto&&... parts) { return detail::concat(parts...); };
   if (s.name != family) return say("name '", s.name, "'");
   if (s.ranks != r.ranks || static_cast<std::int32_t>(s.programs.size()) != r.ranks) return "rank count";
@@ -206,7 +208,8 @@ struct DataflowRun {
         return say("rank ", rank, ": holds ", to_string(a), " of another rank's stage");
       if (family == forward_only_name && a.op != Op::F) return say("forward-only has ", to_string(a));
       if (zero_bubble && a.op == Op::B) return say("zero-bubble family emits B: ", to_string(a));
-      if (!zero_bubble && (a.op == Op::BI || a.op == Op::BW)) return say("emits split backward ", to_string(a));
+      if (!zero_bubble && (a.op == Op::BI || a.op == Op::BW))
+        return say("emits split backward ", to_string(a));
       auto& slot = a.op == Op::F ? pos_f : a.op == Op::BW ? pos_w : pos_back;
       const std::size_t i = static_cast<std::size_t>(a.stage) * m + static_cast<std::size_t>(a.microbatch);
       if (slot[i] >= 0) return say("rank ", rank, ": ", to_string(a), " twice");
@@ -231,19 +234,20 @@ constexpr ScheduleRequest req(std::int32_t p, std::int32_t m, std::int32_t v = 1
 
 // ------------------------------------------------------------------ the sweep
 
-TEST_CASE("every family over p 1..16, m 1..64, v 1..4: accepted exactly when its rule holds, complete, "
-          "deadlock-free, and within its memory bound",
-          "[generators][sweep]") {
+TEST_CASE(
+    "every family over p 1..16, m 1..64, v 1..4: accepted exactly when its rule holds, complete, "
+    "deadlock-free, and within its memory bound",
+    "[generators][sweep]") {
   std::size_t built = 0;
   for (const std::string_view family : family_names()) {
     for (std::int32_t p = 1; p <= 16; ++p) {
       for (std::int32_t m = 1; m <= 64; ++m) {
         for (std::int32_t v = 1; v <= 4; ++v) {
           const ScheduleRequest r = req(p, m, v);
-          const bool rule = family == looped_bfs_name          ? true
-                            : family == zb_v_name              ? v == 2
-                            : family == interleaved_1f1b_name  ? (v == 1 || m % p == 0)
-                                                               : v == 1;
+          const bool rule = family == looped_bfs_name         ? true
+                            : family == zb_v_name             ? v == 2
+                            : family == interleaved_1f1b_name ? (v == 1 || m % p == 0)
+                                                              : v == 1;
           if (accepts(family, r) != rule) FAIL(family << " accepts() wrong for " << to_string(r));
           if (!rule) {
             try {
@@ -251,7 +255,8 @@ TEST_CASE("every family over p 1..16, m 1..64, v 1..4: accepted exactly when its
               FAIL(family << " built a schedule against its rule for " << to_string(r));
             } catch (const error& e) {
               const std::string what = e.what();
-              if (what.find("nearest valid") == std::string::npos || what.find(std::string(family)) == std::string::npos)
+              if (what.find("nearest valid") == std::string::npos ||
+                  what.find(std::string(family)) == std::string::npos)
                 FAIL(family << " rejection without the rule and nearest values: " << what);
             }
             continue;
@@ -281,10 +286,12 @@ TEST_CASE("every family over p 1..16, m 1..64, v 1..4: accepted exactly when its
             }
             if (family == forward_only_name) want = m;  // F only: nothing is ever released
             if (want >= 0 && got != want)
-              FAIL(family << ' ' << to_string(r) << " rank " << rank << " holds " << got << " activations, expected " << want);
+              FAIL(family << ' ' << to_string(r) << " rank " << rank << " holds " << got
+                          << " activations, expected " << want);
             // ZB-H1 keeps 1F1B's peak memory p*M_B even with M_W = 0.5 pending after BI.
             if (family == zb_h1_name && memory2[static_cast<std::size_t>(rank)] > 2 * std::min(p, m))
-              FAIL("zb-h1 " << to_string(r) << " rank " << rank << " peak memory " << memory2[static_cast<std::size_t>(rank)] / 2.0);
+              FAIL("zb-h1 " << to_string(r) << " rank " << rank << " peak memory "
+                            << memory2[static_cast<std::size_t>(rank)] / 2.0);
           }
         }
       }
@@ -299,7 +306,8 @@ TEST_CASE("every family over p 1..16, m 1..64, v 1..4: accepted exactly when its
 
 // ------------------------------------------------------------------ bubbles
 
-TEST_CASE("the bubbles agree exactly with the analytic formulas under uniform costs", "[generators][bubble]") {
+TEST_CASE("the bubbles agree exactly with the analytic formulas under uniform costs",
+          "[generators][bubble]") {
   std::vector<Costs> costs;
   for (std::int64_t f = 1; f <= 3; ++f)
     for (std::int64_t bi = 1; bi <= 3; ++bi)
@@ -363,8 +371,9 @@ TEST_CASE("the bubbles agree exactly with the analytic formulas under uniform co
       }
   }
 
-  SECTION("ZB-H2: (p-1)(T_F+T_BI-2T_BW) idle in the span of the first (busiest) rank, and no more on any "
-          "rank, when m >= 2p-1 and T_BW <= T_F <= T_BI") {
+  SECTION(
+      "ZB-H2: (p-1)(T_F+T_BI-2T_BW) idle in the span of the first (busiest) rank, and no more on any "
+      "rank, when m >= 2p-1 and T_BW <= T_F <= T_BI") {
     for (std::int32_t p = 1; p <= 8; ++p)
       for (std::int32_t m = 2 * p - 1; m <= 24; ++m) {
         const Schedule s = make_zb_h2(req(p, m));
@@ -372,9 +381,11 @@ TEST_CASE("the bubbles agree exactly with the analytic formulas under uniform co
           if (!(c.bw <= c.f && c.f <= c.bi)) continue;
           const DataflowRun run = run_dataflow(s, c);
           const std::int64_t want = (p - 1) * (c.f + c.bi - 2 * c.bw);
-          if (run.idle_in_span(0) != want) FAIL("zb-h2 " << to_string(req(p, m)) << " rank 0 idle " << run.idle_in_span(0));
+          if (run.idle_in_span(0) != want)
+            FAIL("zb-h2 " << to_string(req(p, m)) << " rank 0 idle " << run.idle_in_span(0));
           for (std::size_t r = 1; r < static_cast<std::size_t>(p); ++r)
-            if (run.idle_in_span(r) > want) FAIL("zb-h2 " << to_string(req(p, m)) << " rank " << r << " idle " << run.idle_in_span(r));
+            if (run.idle_in_span(r) > want)
+              FAIL("zb-h2 " << to_string(req(p, m)) << " rank " << r << " idle " << run.idle_in_span(r));
         }
       }
   }
@@ -385,7 +396,8 @@ TEST_CASE("the bubbles agree exactly with the analytic formulas under uniform co
         for (const Schedule& s : {make_zb_h2(req(p, m)), make_zb_v(req(p, m, 2))}) {
           const DataflowRun run = run_dataflow(s, Costs{2, 2, 2});
           for (std::size_t r = 0; r < static_cast<std::size_t>(p); ++r)
-            if (run.idle_in_span(r) != 0) FAIL(s.name << ' ' << to_string(req(p, m)) << " rank " << r << " idle " << run.idle_in_span(r));
+            if (run.idle_in_span(r) != 0)
+              FAIL(s.name << ' ' << to_string(req(p, m)) << " rank " << r << " idle " << run.idle_in_span(r));
         }
   }
 
@@ -393,7 +405,8 @@ TEST_CASE("the bubbles agree exactly with the analytic formulas under uniform co
     for (std::int32_t p = 1; p <= 8; ++p)
       for (std::int32_t m = 1; m <= 16; ++m)
         for (const Costs& c : costs)
-          CHECK(run_dataflow(make_zb_h1(req(p, m)), c).makespan <= run_dataflow(make_1f1b(req(p, m)), c).makespan);
+          CHECK(run_dataflow(make_zb_h1(req(p, m)), c).makespan <=
+                run_dataflow(make_1f1b(req(p, m)), c).makespan);
   }
 }
 
@@ -406,16 +419,20 @@ TEST_CASE("1F1B, ZB-H1 and ZB-H2 match the zero-bubble paper's figures (p=4, m=8
   CHECK(one_f_one_b.programs[3] == program_of(3, "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7"));
 
   const Schedule h1 = make_zb_h1(req(4, 8));
-  CHECK(h1.programs[0] == program_of(0, "F0 F1 F2 F3 BI0 BW0 F4 BI1 BW1 F5 BI2 BW2 F6 BI3 BW3 F7 "
-                                        "BI4 BW4 BI5 BW5 BI6 BW6 BI7 BW7"));
-  CHECK(h1.programs[3] == program_of(3, "F0 BI0 F1 BI1 F2 BI2 F3 BI3 BW0 F4 BI4 BW1 F5 BI5 BW2 F6 BI6 BW3 F7 "
-                                        "BI7 BW4 BW5 BW6 BW7"));
+  CHECK(h1.programs[0] == program_of(0,
+                                     "F0 F1 F2 F3 BI0 BW0 F4 BI1 BW1 F5 BI2 BW2 F6 BI3 BW3 F7 "
+                                     "BI4 BW4 BI5 BW5 BI6 BW6 BI7 BW7"));
+  CHECK(h1.programs[3] == program_of(3,
+                                     "F0 BI0 F1 BI1 F2 BI2 F3 BI3 BW0 F4 BI4 BW1 F5 BI5 BW2 F6 BI6 BW3 F7 "
+                                     "BI7 BW4 BW5 BW6 BW7"));
 
   const Schedule h2 = make_zb_h2(req(4, 8));
-  CHECK(h2.programs[0] == program_of(0, "F0 F1 F2 F3 F4 F5 F6 BI0 BW0 F7 BI1 BW1 BI2 BW2 BI3 BW3 "
-                                        "BI4 BW4 BI5 BW5 BI6 BW6 BI7 BW7"));
-  CHECK(h2.programs[3] == program_of(3, "F0 BI0 F1 BI1 F2 BI2 F3 BI3 F4 BI4 F5 BI5 F6 BI6 BW0 F7 BI7 "
-                                        "BW1 BW2 BW3 BW4 BW5 BW6 BW7"));
+  CHECK(h2.programs[0] == program_of(0,
+                                     "F0 F1 F2 F3 F4 F5 F6 BI0 BW0 F7 BI1 BW1 BI2 BW2 BI3 BW3 "
+                                     "BI4 BW4 BI5 BW5 BI6 BW6 BI7 BW7"));
+  CHECK(h2.programs[3] == program_of(3,
+                                     "F0 BI0 F1 BI1 F2 BI2 F3 BI3 F4 BI4 F5 BI5 F6 BI6 BW0 F7 BI7 "
+                                     "BW1 BW2 BW3 BW4 BW5 BW6 BW7"));
 }
 
 TEST_CASE("interleaved 1F1B follows Megatron's schedule table and warm-up", "[generators][megatron]") {
@@ -427,22 +444,27 @@ TEST_CASE("interleaved 1F1B follows Megatron's schedule table and warm-up", "[ge
   // of rank 0 is 2(p-1) + (v-1)p = 4 forwards, of rank 1 (v-1)p = 2.
   const auto stage = [&](std::int32_t chunk, std::int32_t rank) { return chunk * p + rank; };
   const std::vector<Action> rank0 = {
-      act(Op::F, stage(0, 0), 0), act(Op::F, stage(0, 0), 1), act(Op::F, stage(1, 0), 0), act(Op::F, stage(1, 0), 1),
-      act(Op::F, stage(0, 0), 2), act(Op::B, stage(1, 0), 0), act(Op::F, stage(0, 0), 3), act(Op::B, stage(1, 0), 1),
-      act(Op::F, stage(1, 0), 2), act(Op::B, stage(0, 0), 0), act(Op::F, stage(1, 0), 3), act(Op::B, stage(0, 0), 1),
-      act(Op::B, stage(1, 0), 2), act(Op::B, stage(1, 0), 3), act(Op::B, stage(0, 0), 2), act(Op::B, stage(0, 0), 3)};
+      act(Op::F, stage(0, 0), 0), act(Op::F, stage(0, 0), 1), act(Op::F, stage(1, 0), 0),
+      act(Op::F, stage(1, 0), 1), act(Op::F, stage(0, 0), 2), act(Op::B, stage(1, 0), 0),
+      act(Op::F, stage(0, 0), 3), act(Op::B, stage(1, 0), 1), act(Op::F, stage(1, 0), 2),
+      act(Op::B, stage(0, 0), 0), act(Op::F, stage(1, 0), 3), act(Op::B, stage(0, 0), 1),
+      act(Op::B, stage(1, 0), 2), act(Op::B, stage(1, 0), 3), act(Op::B, stage(0, 0), 2),
+      act(Op::B, stage(0, 0), 3)};
   CHECK(s.programs[0] == rank0);
   const std::vector<Action> rank1 = {
-      act(Op::F, stage(0, 1), 0), act(Op::F, stage(0, 1), 1), act(Op::F, stage(1, 1), 0), act(Op::B, stage(1, 1), 0),
-      act(Op::F, stage(1, 1), 1), act(Op::B, stage(1, 1), 1), act(Op::F, stage(0, 1), 2), act(Op::B, stage(0, 1), 0),
-      act(Op::F, stage(0, 1), 3), act(Op::B, stage(0, 1), 1), act(Op::F, stage(1, 1), 2), act(Op::B, stage(1, 1), 2),
-      act(Op::F, stage(1, 1), 3), act(Op::B, stage(1, 1), 3), act(Op::B, stage(0, 1), 2), act(Op::B, stage(0, 1), 3)};
+      act(Op::F, stage(0, 1), 0), act(Op::F, stage(0, 1), 1), act(Op::F, stage(1, 1), 0),
+      act(Op::B, stage(1, 1), 0), act(Op::F, stage(1, 1), 1), act(Op::B, stage(1, 1), 1),
+      act(Op::F, stage(0, 1), 2), act(Op::B, stage(0, 1), 0), act(Op::F, stage(0, 1), 3),
+      act(Op::B, stage(0, 1), 1), act(Op::F, stage(1, 1), 2), act(Op::B, stage(1, 1), 2),
+      act(Op::F, stage(1, 1), 3), act(Op::B, stage(1, 1), 3), act(Op::B, stage(0, 1), 2),
+      act(Op::B, stage(0, 1), 3)};
   CHECK(s.programs[1] == rank1);
   // v = 1 is plain 1F1B on the same placement.
   CHECK(make_interleaved_1f1b(req(4, 6, 1)).programs == make_1f1b(req(4, 6)).programs);
 }
 
-TEST_CASE("ZB-V follows the paper's V schedule (as PyTorch's ScheduleZBVZeroBubble orders it)", "[generators][zbv]") {
+TEST_CASE("ZB-V follows the paper's V schedule (as PyTorch's ScheduleZBVZeroBubble orders it)",
+          "[generators][zbv]") {
   // p = 2, m = 3 = 2p-1, rank 0 holds stages 0 and 3, rank 1 stages 1 and 2. Derived by hand
   // from the published steps: rank 0 warms up with 3 forwards of chunk 0, then runs chunk 1's
   // F/BI/BW twice (the last stage needs nothing from below), then one steady round, then
@@ -490,8 +512,8 @@ TEST_CASE("small cases: m < p and a single rank", "[generators]") {
 
 TEST_CASE("family names: canonical list, lookup and aliases", "[generators][names]") {
   const std::vector<std::string_view> names(family_names().begin(), family_names().end());
-  CHECK(names == std::vector<std::string_view>{"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2",
-                                               "zb-v", "forward-only"});
+  CHECK(names == std::vector<std::string_view>{"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1",
+                                               "zb-h2", "zb-v", "forward-only"});
   for (const FamilyInfo& f : schedule_families) {
     CHECK(family_info(f.name).name == f.name);
     CHECK_FALSE(f.rule.empty());
@@ -507,19 +529,23 @@ TEST_CASE("family names: canonical list, lookup and aliases", "[generators][name
   CHECK(make_schedule("ZB-H1", req(3, 4)) == make_zb_h1(req(3, 4)));
 }
 
-TEST_CASE("invalid requests are errors that state the rule and the nearest valid values", "[generators][errors]") {
+TEST_CASE("invalid requests are errors that state the rule and the nearest valid values",
+          "[generators][errors]") {
   using Catch::Matchers::Contains;
-  CHECK_THROWS_WITH(make_schedule("2f2b", req(2, 2)),
-                    Contains("unknown family '2f2b'") && Contains("gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, "
-                                                                  "zb-h2, zb-v, forward-only"));
+  CHECK_THROWS_WITH(
+      make_schedule("2f2b", req(2, 2)),
+      Contains("unknown family '2f2b'") && Contains("gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, "
+                                                    "zb-h2, zb-v, forward-only"));
   CHECK_THROWS_WITH(make_interleaved_1f1b(req(4, 6, 2)),
-                    Contains("schedule 'interleaved-1f1b'") && Contains("m must be a multiple of p=4 (got m=6)") &&
+                    Contains("schedule 'interleaved-1f1b'") &&
+                        Contains("m must be a multiple of p=4 (got m=6)") &&
                         Contains("nearest valid: m=4 or m=8"));
-  CHECK_THROWS_WITH(make_interleaved_1f1b(req(4, 3, 2)),
-                    Contains("nearest valid: m=4") && Contains("v=1"));
-  CHECK_THROWS_WITH(make_1f1b(req(4, 8, 2)), Contains("schedule '1f1b'") && Contains("v must be 1 (got v=2)") &&
+  CHECK_THROWS_WITH(make_interleaved_1f1b(req(4, 3, 2)), Contains("nearest valid: m=4") && Contains("v=1"));
+  CHECK_THROWS_WITH(make_1f1b(req(4, 8, 2)), Contains("schedule '1f1b'") &&
+                                                 Contains("v must be 1 (got v=2)") &&
                                                  Contains("interleaved-1f1b"));
-  CHECK_THROWS_WITH(make_zb_v(req(4, 8, 1)), Contains("v must be 2 (got v=1)") && Contains("nearest valid: v=2"));
+  CHECK_THROWS_WITH(make_zb_v(req(4, 8, 1)),
+                    Contains("v must be 2 (got v=1)") && Contains("nearest valid: v=2"));
   CHECK_THROWS_WITH(make_gpipe(req(0, 8)), Contains("p must be at least 1 (got p=0)"));
   CHECK_THROWS_WITH(make_looped_bfs(req(2, -1, 2)), Contains("m must be at least 1 (got m=-1)"));
   CHECK_THROWS_WITH(make_looped_bfs(req(2, 4, 0)), Contains("v must be at least 1 (got v=0)"));
@@ -533,7 +559,8 @@ TEST_CASE("invalid requests are errors that state the rule and the nearest valid
 
 TEST_CASE("CSV round trip: every family, compute-only, reads back exactly", "[csv]") {
   for (const std::string_view family : family_names())
-    for (const ScheduleRequest r : {req(1, 1, 1), req(1, 3, 2), req(2, 4, 2), req(4, 8, 2), req(3, 7, 3), req(4, 8, 1)}) {
+    for (const ScheduleRequest r :
+         {req(1, 1, 1), req(1, 3, 2), req(2, 4, 2), req(4, 8, 2), req(3, 7, 3), req(4, 8, 1)}) {
       if (!accepts(family, r)) continue;
       const Schedule s = make_schedule(family, r);
       const std::string text = to_pytorch_csv(s);
@@ -590,10 +617,13 @@ TEST_CASE("CSV reads what PyTorch writes", "[csv]") {
     // PyTorch's _calculate_single_rank_operations: rank r pads r idle steps, runs the forwards
     // of its stages, pads 2(p-1-r) idle steps, then the backwards in reverse.
     options.name = "looped-bfs";
-    const Schedule s = from_pytorch_csv("0F0,0F1,2F0,2F1,,,2B1,2B0,0B1,0B0\r\n,1F0,1F1,3F0,3F1,3B1,3B0,1B1,1B0\r\n", options);
+    const Schedule s = from_pytorch_csv(
+        "0F0,0F1,2F0,2F1,,,2B1,2B0,0B1,0B0\r\n,1F0,1F1,3F0,3F1,3B1,3B0,1B1,1B0\r\n", options);
     CHECK(s == make_looped_bfs(req(2, 2, 2)));
   }
-  SECTION("rows with REDUCE_GRAD after a stage's last backward (PyTorch's _add_reduce_grad), Unix line ends, spaces") {
+  SECTION(
+      "rows with REDUCE_GRAD after a stage's last backward (PyTorch's _add_reduce_grad), Unix line ends, "
+      "spaces") {
     options.name = "gpipe";
     const std::string text = "0F0, 0F1,0B0,0B1,0REDUCE_GRAD\n1F0,1F1,1B0,1B1 ,1REDUCE_GRAD\n";
     CHECK(from_pytorch_csv(text, options) == make_gpipe(req(2, 2)));
@@ -609,8 +639,8 @@ TEST_CASE("CSV reads what PyTorch writes", "[csv]") {
   }
   SECTION("OVERLAP_F_B cells become their sub-actions; UNSHARD/RESHARD are skipped") {
     const Schedule s = from_pytorch_csv("0UNSHARD,0F0,0F1,(0F1;0B0)OVERLAP_F_B,0B1,0RESHARD\r\n", options);
-    CHECK(s.programs[0] == std::vector<Action>{act(Op::F, 0, 0), act(Op::F, 0, 1), act(Op::F, 0, 1), act(Op::B, 0, 0),
-                                               act(Op::B, 0, 1)});
+    CHECK(s.programs[0] == std::vector<Action>{act(Op::F, 0, 0), act(Op::F, 0, 1), act(Op::F, 0, 1),
+                                               act(Op::B, 0, 0), act(Op::B, 0, 1)});
   }
   SECTION("a rank with no actions is an empty row") {
     const Schedule s = from_pytorch_csv("0F0\r\n\r\n", [] {
@@ -631,13 +661,15 @@ TEST_CASE("CSV rejects typos and inconsistent placement with file, row, column a
   CHECK_THROWS_WITH(from_pytorch_csv("0F0,OF1\r\n", options),
                     Contains("schedule CSV 'plan.csv'") && Contains("cannot read cell 'OF1'") &&
                         Contains("row 1 (rank 0), column 2") && grammar);
-  CHECK_THROWS_WITH(from_pytorch_csv("0F0\r\n1F0,1X0\r\n", options),
-                    Contains("'X0' does not start with an operation") && Contains("row 2 (rank 1), column 2"));
+  CHECK_THROWS_WITH(
+      from_pytorch_csv("0F0\r\n1F0,1X0\r\n", options),
+      Contains("'X0' does not start with an operation") && Contains("row 2 (rank 1), column 2"));
   CHECK_THROWS_WITH(from_pytorch_csv("0F\r\n", options), Contains("needs a micro-batch number") && grammar);
   CHECK_THROWS_WITH(from_pytorch_csv("0F0x\r\n", options), Contains("unexpected 'x' after the micro-batch"));
   CHECK_THROWS_WITH(from_pytorch_csv("0F0#2\r\n", options), Contains("communication actions only"));
   CHECK_THROWS_WITH(from_pytorch_csv("0SEND_F0#\r\n", options), Contains("followed by a group number"));
-  CHECK_THROWS_WITH(from_pytorch_csv("99999999999F0\r\n", options), Contains("stage '99999999999' is too large"));
+  CHECK_THROWS_WITH(from_pytorch_csv("99999999999F0\r\n", options),
+                    Contains("stage '99999999999' is too large"));
   CHECK_THROWS_WITH(from_pytorch_csv("0F0,\"1F0\r\n", options), Contains("never closed"));
   CHECK_THROWS_WITH(from_pytorch_csv("(0F0;0B0)OVERLAP\r\n", options), Contains("OVERLAP_F_B"));
   CHECK_THROWS_WITH(from_pytorch_csv("", options), Contains("the CSV has no rows"));
@@ -652,10 +684,12 @@ TEST_CASE("CSV rejects typos and inconsistent placement with file, row, column a
   CHECK_THROWS_WITH(from_pytorch_csv("0F0\r\n1F0\r\n", options),
                     Contains("is on rank 0 but the placement puts stage 0 on rank 1"));
   options.placement = {0};
-  CHECK_THROWS_WITH(from_pytorch_csv("0F0,1F0\r\n", options), Contains("which the placement (stages 0..0) does not cover"));
+  CHECK_THROWS_WITH(from_pytorch_csv("0F0,1F0\r\n", options),
+                    Contains("which the placement (stages 0..0) does not cover"));
   options.placement.clear();
   options.microbatches = 2;
-  CHECK_THROWS_WITH(from_pytorch_csv("0F0,0F2\r\n", options), Contains("micro-batch 2 but the schedule has 2"));
+  CHECK_THROWS_WITH(from_pytorch_csv("0F0,0F2\r\n", options),
+                    Contains("micro-batch 2 but the schedule has 2"));
   options.microbatches = 4;
   CHECK(from_pytorch_csv("0F0,0F2\r\n", options).microbatches == 4);
 }
@@ -675,7 +709,8 @@ TEST_CASE("CSV files: save and load", "[csv]") {
 
 // ------------------------------------------------------------------ the gallery's example
 
-TEST_CASE("docs/schedules.md example: generate, check the rule, round trip through PyTorch's CSV", "[example]") {
+TEST_CASE("docs/schedules.md example: generate, check the rule, round trip through PyTorch's CSV",
+          "[example]") {
   // example-begin schedules
   const ScheduleRequest request{.ranks = 4, .microbatches = 8, .chunks = 2};
   if (!accepts("interleaved-1f1b", request)) return;  // or let make_schedule throw the rule
@@ -683,7 +718,7 @@ TEST_CASE("docs/schedules.md example: generate, check the rule, round trip throu
 
   const std::string csv = to_pytorch_csv(s);  // PyTorch's _load_csv reads this
   CsvReadOptions read;
-  read.name = s.name;                         // the CSV carries no name
+  read.name = s.name;  // the CSV carries no name
   const Schedule back = from_pytorch_csv(csv, read);
   // example-end schedules
   CHECK(back == s);

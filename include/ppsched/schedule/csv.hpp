@@ -63,9 +63,12 @@ struct CsvReadOptions {
 // PyTorch's spelling of an operation in a cell.
 [[nodiscard]] constexpr std::string_view pytorch_op_name(Op op) noexcept {
   switch (op) {
-    case Op::BI: return "I";
-    case Op::BW: return "W";
-    default: return op_name(op);
+    case Op::BI:
+      return "I";
+    case Op::BW:
+      return "W";
+    default:
+      return op_name(op);
   }
 }
 
@@ -104,7 +107,8 @@ inline void write_pytorch_csv(std::ostream& out, const Schedule& s, const CsvWri
   return out.str();
 }
 
-inline void save_pytorch_csv(const std::filesystem::path& path, const Schedule& s, const CsvWriteOptions& options = {}) {
+inline void save_pytorch_csv(const std::filesystem::path& path, const Schedule& s,
+                             const CsvWriteOptions& options = {}) {
   std::ofstream out(path, std::ios::binary);
   if (!out)
     fail({detail::concat("schedule CSV '", path.string(), "'"), "cannot open the file for writing", "",
@@ -142,7 +146,8 @@ struct CsvCell {
   CsvPlace at;
 };
 
-[[nodiscard]] inline std::vector<std::vector<CsvCell>> split_csv(std::string_view text, const std::string& source) {
+[[nodiscard]] inline std::vector<std::vector<CsvCell>> split_csv(std::string_view text,
+                                                                 const std::string& source) {
   if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // a byte-order mark some editors write
   std::vector<std::vector<CsvCell>> rows;
   std::vector<CsvCell> row;
@@ -208,8 +213,10 @@ struct CsvCell {
 
 // Reads the leading decimal digits of `s` into `value`; nullopt when there are none,
 // the number of digits read otherwise. Throws when the number does not fit.
-[[nodiscard]] inline std::optional<std::size_t> leading_number(std::string_view s, std::int64_t limit, std::int64_t& value,
-                                                               const std::string& subject, const std::string& where,
+[[nodiscard]] inline std::optional<std::size_t> leading_number(std::string_view s, std::int64_t limit,
+                                                               std::int64_t& value,
+                                                               const std::string& subject,
+                                                               const std::string& where,
                                                                std::string_view what) {
   std::size_t n = 0;
   while (n < s.size() && s[n] >= '0' && s[n] <= '9') ++n;
@@ -249,10 +256,18 @@ struct ParsedCell {
     std::optional<Op> op;  // nullopt: a PyTorch-only action
   };
   static constexpr Spelling spellings[] = {
-      {"REDUCE_GRAD", std::nullopt}, {"UNSHARD", std::nullopt}, {"RESHARD", std::nullopt},
-      {"SEND_F", Op::SEND_F},        {"RECV_F", Op::RECV_F},    {"SEND_B", Op::SEND_B},
-      {"RECV_B", Op::RECV_B},        {"BI", Op::BI},            {"BW", Op::BW},
-      {"F", Op::F},                  {"B", Op::B},              {"I", Op::BI},
+      {"REDUCE_GRAD", std::nullopt},
+      {"UNSHARD", std::nullopt},
+      {"RESHARD", std::nullopt},
+      {"SEND_F", Op::SEND_F},
+      {"RECV_F", Op::RECV_F},
+      {"SEND_B", Op::SEND_B},
+      {"RECV_B", Op::RECV_B},
+      {"BI", Op::BI},
+      {"BW", Op::BW},
+      {"F", Op::F},
+      {"B", Op::B},
+      {"I", Op::BI},
       {"W", Op::BW},
   };
   const Spelling* found = nullptr;
@@ -269,7 +284,8 @@ struct ParsedCell {
   if (!found->op) {
     // PyTorch writes these without a micro-batch; tolerate one rather than guess at intent.
     std::int64_t ignored = 0;
-    if (const auto digits = leading_number(rest, index_limit, ignored, subject, where, "micro-batch")) rest.remove_prefix(*digits);
+    if (const auto digits = leading_number(rest, index_limit, ignored, subject, where, "micro-batch"))
+      rest.remove_prefix(*digits);
     if (!rest.empty()) return bad(concat("unexpected '", rest, "' after the operation"));
     parsed.kind = CellOp::pytorch_only;
     parsed.pytorch_name = found->text;
@@ -302,16 +318,18 @@ struct ParsedCell {
 [[nodiscard]] inline Schedule from_pytorch_csv(std::string_view text, const CsvReadOptions& options = {}) {
   const std::string subject = detail::concat("schedule CSV '", options.source, "'");
   const auto rows = detail::split_csv(text, options.source);
-  if (rows.empty()) fail({subject, "the CSV has no rows", "", "write one row per rank, row i holding rank i's actions"});
+  if (rows.empty())
+    fail({subject, "the CSV has no rows", "", "write one row per rank, row i holding rank i's actions"});
   std::size_t cell_count = 0;  // actions the text can hold: an OVERLAP_F_B cell holds several
   for (const auto& row : rows)
-    for (const auto& cell : row) cell_count += 1 + static_cast<std::size_t>(std::count(cell.text.begin(), cell.text.end(), ';'));
+    for (const auto& cell : row)
+      cell_count += 1 + static_cast<std::size_t>(std::count(cell.text.begin(), cell.text.end(), ';'));
 
   Schedule s;
   s.name = options.name;
   s.ranks = static_cast<std::int32_t>(rows.size());
   s.programs.resize(rows.size());
-  std::vector<std::int32_t> seen_on;   // inferred placement, -1 where not seen
+  std::vector<std::int32_t> seen_on;  // inferred placement, -1 where not seen
   std::vector<detail::CsvPlace> first_seen;
   std::int64_t max_microbatch = -1;
 
@@ -319,20 +337,24 @@ struct ParsedCell {
     const std::string where = detail::describe(at);
     if (!options.placement.empty()) {
       if (static_cast<std::size_t>(a.stage) >= options.placement.size())
-        fail({subject, detail::concat("action ", to_string(a), " names stage ", a.stage, ", which the placement (stages 0..",
-                                      options.placement.size() - 1, ") does not cover"),
+        fail({subject,
+              detail::concat("action ", to_string(a), " names stage ", a.stage,
+                             ", which the placement (stages 0..", options.placement.size() - 1,
+                             ") does not cover"),
               where, "give a placement with an entry for every stage, or fix the stage number"});
       if (options.placement[static_cast<std::size_t>(a.stage)] != static_cast<std::int32_t>(rank))
-        fail({subject, detail::concat("action ", to_string(a), " is on rank ", rank, " but the placement puts stage ",
-                                      a.stage, " on rank ", options.placement[static_cast<std::size_t>(a.stage)]),
+        fail({subject,
+              detail::concat("action ", to_string(a), " is on rank ", rank, " but the placement puts stage ",
+                             a.stage, " on rank ", options.placement[static_cast<std::size_t>(a.stage)]),
               where, "move the cell to its stage's row, or fix the placement"});
     } else {
       const auto stage = static_cast<std::size_t>(a.stage);
       // Every stage below this one must appear somewhere too, so a stage number above the
       // number of cells cannot be right; checking here also bounds the table below.
       if (stage >= cell_count)
-        fail({subject, detail::concat("action ", to_string(a), " names stage ", a.stage, ", but the file holds only ",
-                                      cell_count, " actions, so stages 0..", a.stage, " cannot all appear"),
+        fail({subject,
+              detail::concat("action ", to_string(a), " names stage ", a.stage, ", but the file holds only ",
+                             cell_count, " actions, so stages 0..", a.stage, " cannot all appear"),
               where, "fix the stage number, or pass CsvReadOptions::placement explicitly"});
       if (stage >= seen_on.size()) {
         seen_on.resize(stage + 1, -1);
@@ -342,10 +364,12 @@ struct ParsedCell {
         seen_on[stage] = static_cast<std::int32_t>(rank);
         first_seen[stage] = at;
       } else if (seen_on[stage] != static_cast<std::int32_t>(rank)) {
-        fail({subject, detail::concat("stage ", a.stage, " appears on rank ", seen_on[stage], " (",
-                                      detail::describe(first_seen[stage]), ") and on rank ", rank,
-                                      ", so its rank is ambiguous"),
-              where, "a stage runs on one rank: move the cell, or pass CsvReadOptions::placement explicitly"});
+        fail({subject,
+              detail::concat("stage ", a.stage, " appears on rank ", seen_on[stage], " (",
+                             detail::describe(first_seen[stage]), ") and on rank ", rank,
+                             ", so its rank is ambiguous"),
+              where,
+              "a stage runs on one rank: move the cell, or pass CsvReadOptions::placement explicitly"});
       }
     }
     max_microbatch = std::max<std::int64_t>(max_microbatch, a.microbatch);
@@ -360,8 +384,9 @@ struct ParsedCell {
       const auto take = [&](const detail::ParsedCell& parsed, std::string_view shown) {
         if (parsed.kind == detail::CellOp::pytorch_only) {
           if (!options.skip_pytorch_only_actions)
-            fail({subject, detail::concat("cell '", shown, "' is PyTorch's ", parsed.pytorch_name,
-                                          ", which ppsched does not model"),
+            fail({subject,
+                  detail::concat("cell '", shown, "' is PyTorch's ", parsed.pytorch_name,
+                                 ", which ppsched does not model"),
                   where, "remove the cell, or read with CsvReadOptions::skip_pytorch_only_actions = true"});
           return;
         }
@@ -392,8 +417,8 @@ struct ParsedCell {
     s.placement = options.placement;
     for (std::size_t st = 0; st < s.placement.size(); ++st)
       if (s.placement[st] < 0)
-        fail({subject, detail::concat("the placement puts stage ", st, " on rank ", s.placement[st]), "CsvReadOptions::placement",
-              "ranks count from 0"});
+        fail({subject, detail::concat("the placement puts stage ", st, " on rank ", s.placement[st]),
+              "CsvReadOptions::placement", "ranks count from 0"});
     const std::int32_t highest = *std::max_element(s.placement.begin(), s.placement.end());
     if (highest >= s.ranks) {
       s.ranks = highest + 1;  // ranks with no row have an empty program
@@ -402,8 +427,9 @@ struct ParsedCell {
   } else {
     for (std::size_t st = 0; st < seen_on.size(); ++st)
       if (seen_on[st] < 0)
-        fail({subject, detail::concat("stage ", st, " appears on no row, so its rank cannot be inferred (stages 0..",
-                                      seen_on.size() - 1, " are named)"),
+        fail({subject,
+              detail::concat("stage ", st, " appears on no row, so its rank cannot be inferred (stages 0..",
+                             seen_on.size() - 1, " are named)"),
               "", "pass CsvReadOptions::placement explicitly"});
     s.placement = std::move(seen_on);
   }
@@ -413,14 +439,16 @@ struct ParsedCell {
           "give 0 to infer it, or the number of micro-batches"});
   if (options.microbatches > 0) {
     if (max_microbatch >= options.microbatches)
-      fail({subject, detail::concat("an action names micro-batch ", max_microbatch, " but the schedule has ",
-                                    options.microbatches, " micro-batches"),
+      fail({subject,
+            detail::concat("an action names micro-batch ", max_microbatch, " but the schedule has ",
+                           options.microbatches, " micro-batches"),
             "", "fix the cell, or give the right CsvReadOptions::microbatches"});
     s.microbatches = options.microbatches;
   } else {
     if (max_microbatch < 0)
       fail({subject, "no row holds an action, so the number of micro-batches cannot be inferred", "",
-            "write the schedule's actions, or give CsvReadOptions::microbatches and CsvReadOptions::placement"});
+            "write the schedule's actions, or give CsvReadOptions::microbatches and "
+            "CsvReadOptions::placement"});
     s.microbatches = static_cast<std::int32_t>(max_microbatch + 1);
   }
   for (const auto& program : s.programs)
@@ -432,13 +460,15 @@ struct ParsedCell {
 [[nodiscard]] inline Schedule read_pytorch_csv(std::istream& in, const CsvReadOptions& options = {}) {
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   if (in.bad())
-    fail({detail::concat("schedule CSV '", options.source, "'"), "reading the stream failed", "", "check the input"});
+    fail({detail::concat("schedule CSV '", options.source, "'"), "reading the stream failed", "",
+          "check the input"});
   return from_pytorch_csv(text, options);
 }
 
 // Reads a file; the file name becomes the source in messages, and the name of the schedule
 // when options.name is left at its default.
-[[nodiscard]] inline Schedule load_pytorch_csv(const std::filesystem::path& path, CsvReadOptions options = {}) {
+[[nodiscard]] inline Schedule load_pytorch_csv(const std::filesystem::path& path,
+                                               CsvReadOptions options = {}) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
     fail({detail::concat("schedule CSV '", path.string(), "'"), "cannot open the file", "",

@@ -29,8 +29,10 @@ inline constexpr std::string_view looped_bfs_name = "looped-bfs";
                                       2 * static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank) {
     auto& program = s.programs[static_cast<std::size_t>(rank)];
-    for (std::int32_t mb = 0; mb < r.microbatches; ++mb) program.push_back(detail::compute_action(Op::F, rank, mb));
-    for (std::int32_t mb = 0; mb < r.microbatches; ++mb) program.push_back(detail::compute_action(Op::B, rank, mb));
+    for (std::int32_t mb = 0; mb < r.microbatches; ++mb)
+      program.push_back(detail::compute_action(Op::F, rank, mb));
+    for (std::int32_t mb = 0; mb < r.microbatches; ++mb)
+      program.push_back(detail::compute_action(Op::B, rank, mb));
   }
   return s;
 }
@@ -43,7 +45,8 @@ inline constexpr std::string_view looped_bfs_name = "looped-bfs";
                                       static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank) {
     auto& program = s.programs[static_cast<std::size_t>(rank)];
-    for (std::int32_t mb = 0; mb < r.microbatches; ++mb) program.push_back(detail::compute_action(Op::F, rank, mb));
+    for (std::int32_t mb = 0; mb < r.microbatches; ++mb)
+      program.push_back(detail::compute_action(Op::F, rank, mb));
   }
   return s;
 }
@@ -55,8 +58,9 @@ inline constexpr std::string_view looped_bfs_name = "looped-bfs";
 // m*v activations in flight on every rank.
 [[nodiscard]] inline Schedule make_looped_bfs(const ScheduleRequest& r) {
   detail::check_request_sizes(looped_bfs_name, r);
-  Schedule s = detail::empty_schedule(looped_bfs_name, r, looped_placement(r.ranks, r.chunks), false,
-                                      2 * static_cast<std::size_t>(r.microbatches) * static_cast<std::size_t>(r.chunks));
+  Schedule s = detail::empty_schedule(
+      looped_bfs_name, r, looped_placement(r.ranks, r.chunks), false,
+      2 * static_cast<std::size_t>(r.microbatches) * static_cast<std::size_t>(r.chunks));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank) {
     auto& program = s.programs[static_cast<std::size_t>(rank)];
     for (std::int32_t c = 0; c < r.chunks; ++c)

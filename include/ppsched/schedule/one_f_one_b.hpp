@@ -58,7 +58,8 @@ inline void append_1f1b_program(std::vector<Action>& program, std::int32_t stage
 // Megatron requires the last group to be full or at least p long, which with groups of p
 // means m must be a multiple of p; a shorter group would leave the pipeline waiting.
 [[nodiscard]] constexpr bool interleaved_1f1b_accepts(const ScheduleRequest& r) noexcept {
-  return r.ranks >= 1 && r.microbatches >= 1 && r.chunks >= 1 && (r.chunks == 1 || r.microbatches % r.ranks == 0);
+  return r.ranks >= 1 && r.microbatches >= 1 && r.chunks >= 1 &&
+         (r.chunks == 1 || r.microbatches % r.ranks == 0);
 }
 
 // Interleaved 1F1B: looped placement (stage c*p + rank), any p, v >= 1; for v > 1 m must be a
@@ -74,14 +75,17 @@ inline void append_1f1b_program(std::vector<Action>& program, std::int32_t stage
     const std::int32_t below = (r.microbatches / r.ranks) * r.ranks;
     const std::int32_t above = below + r.ranks;
     fail({detail::family_subject(interleaved_1f1b_name),
-          detail::concat("with v > 1 chunks per rank, m must be a multiple of p=", r.ranks, " (got m=", r.microbatches,
-                         "), because Megatron's interleaving runs micro-batches through each chunk in groups of p"),
+          detail::concat(
+              "with v > 1 chunks per rank, m must be a multiple of p=", r.ranks, " (got m=", r.microbatches,
+              "), because Megatron's interleaving runs micro-batches through each chunk in groups of p"),
           detail::concat("request ", to_string(r)),
-          below >= r.ranks ? detail::concat("nearest valid: m=", below, " or m=", above)
-                           : detail::concat("nearest valid: m=", above, ", or v=1 (plain 1F1B accepts any m)")});
+          below >= r.ranks
+              ? detail::concat("nearest valid: m=", below, " or m=", above)
+              : detail::concat("nearest valid: m=", above, ", or v=1 (plain 1F1B accepts any m)")});
   }
-  Schedule s = detail::empty_schedule(interleaved_1f1b_name, r, looped_placement(r.ranks, r.chunks), false,
-                                      2 * static_cast<std::size_t>(r.microbatches) * static_cast<std::size_t>(r.chunks));
+  Schedule s = detail::empty_schedule(
+      interleaved_1f1b_name, r, looped_placement(r.ranks, r.chunks), false,
+      2 * static_cast<std::size_t>(r.microbatches) * static_cast<std::size_t>(r.chunks));
   if (r.chunks == 1) {
     for (std::int32_t rank = 0; rank < r.ranks; ++rank)
       detail::append_1f1b_program(s.programs[static_cast<std::size_t>(rank)], rank, r.ranks, r.microbatches);

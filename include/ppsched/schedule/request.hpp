@@ -73,17 +73,21 @@ inline constexpr std::int64_t max_generated_actions = std::int64_t{1} << 26;
 inline void check_request_sizes(std::string_view family, const ScheduleRequest& r) {
   const auto check_positive = [&](std::int32_t value, std::string_view what, std::string_view letter) {
     if (value < 1)
-      fail({family_subject(family), concat("the number of ", what, " ", letter, " must be at least 1 (got ", letter, "=", value, ")"),
+      fail({family_subject(family),
+            concat("the number of ", what, " ", letter, " must be at least 1 (got ", letter, "=", value, ")"),
             concat("request ", to_string(r)), concat("ask for ", letter, "=1 or more")});
   };
   check_positive(r.ranks, "ranks", "p");
   check_positive(r.microbatches, "micro-batches", "m");
   check_positive(r.chunks, "chunks per rank", "v");
-  const std::int64_t actions = 3 * std::int64_t{r.ranks} * std::int64_t{r.chunks} * std::int64_t{r.microbatches};
+  const std::int64_t actions =
+      3 * std::int64_t{r.ranks} * std::int64_t{r.chunks} * std::int64_t{r.microbatches};
   if (actions > max_generated_actions)
     fail({family_subject(family),
-          concat("the schedule would hold about ", actions, " actions, more than the ", max_generated_actions, " a generator will build"),
-          concat("request ", to_string(r)), "ask for fewer ranks, micro-batches or chunks (p*v*m at most 22369621)"});
+          concat("the schedule would hold about ", actions, " actions, more than the ", max_generated_actions,
+                 " a generator will build"),
+          concat("request ", to_string(r)),
+          "ask for fewer ranks, micro-batches or chunks (p*v*m at most 22369621)"});
 }
 
 // For families whose placement fixes v (one stage per rank: v=1; V-shape: v=2).
@@ -91,7 +95,8 @@ inline void require_chunks(std::string_view family, const ScheduleRequest& r, st
                            std::string_view reason, std::string_view alternative) {
   if (r.chunks == required) return;
   fail({family_subject(family), concat(reason, ", so v must be ", required, " (got v=", r.chunks, ")"),
-        concat("request ", to_string(r)), concat("nearest valid: v=", required, alternative.empty() ? "" : "; ", alternative)});
+        concat("request ", to_string(r)),
+        concat("nearest valid: v=", required, alternative.empty() ? "" : "; ", alternative)});
 }
 
 [[nodiscard]] constexpr Action compute_action(Op op, std::int32_t stage, std::int32_t microbatch) noexcept {

@@ -37,8 +37,9 @@ namespace detail {
 // that is `weight_lag` micro-batches behind (if any), and the next forward (if any); the
 // BWs still owed run at the end. Truncating the warm-up to m keeps the schedule complete for
 // any m >= 1.
-inline void append_zero_bubble_program(std::vector<Action>& program, std::int32_t stage, std::int32_t microbatches,
-                                       std::int32_t warmup, std::int32_t weight_lag) {
+inline void append_zero_bubble_program(std::vector<Action>& program, std::int32_t stage,
+                                       std::int32_t microbatches, std::int32_t warmup,
+                                       std::int32_t weight_lag) {
   const std::int32_t fills = std::min(warmup, microbatches);
   for (std::int32_t mb = 0; mb < fills; ++mb) program.push_back(compute_action(Op::F, stage, mb));
   for (std::int32_t j = 0; j < microbatches; ++j) {
@@ -99,7 +100,8 @@ inline void append_zero_bubble_program(std::vector<Action>& program, std::int32_
   const std::int32_t p = r.ranks;
   const std::int32_t m = r.microbatches;
   const std::int32_t n = std::max(m, 2 * p - 1);
-  Schedule s = detail::empty_schedule(zb_v_name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(m));
+  Schedule s =
+      detail::empty_schedule(zb_v_name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(m));
   for (std::int32_t rank = 0; rank < p; ++rank) {
     auto& program = s.programs[static_cast<std::size_t>(rank)];
     const std::int32_t stage0 = rank;

@@ -135,6 +135,7 @@ class LocalExchange {
       h->tag = s.tag;
       h->epoch = epoch;
       h->copied = false;
+      h->failure.clear();
       {
         const std::scoped_lock lock(mutex_);
         ensure_epoch(epoch, rank, "posting a send");
@@ -159,15 +160,25 @@ class LocalExchange {
         h = queue.front();
         queue.pop_front();
       }
+      std::string mismatch;
       if (h->bytes != r.bytes) {
-        fail({"LocalExchange", detail::concat("rank ", r.peer, " sends ", h->bytes, " bytes (", label(h->tag), ") but rank ",
-                                              rank, " receives ", r.bytes, " bytes (", label(r.tag), ")"),
-              "", "Give both sides of a stage boundary the same activation and gradient sizes"});
+        mismatch = format_error({"LocalExchange",
+                                 detail::concat("rank ", r.peer, " sends ", h->bytes, " bytes (", label(h->tag),
+                                                ") but rank ", rank, " receives ", r.bytes, " bytes (", label(r.tag), ")"),
+                                 "", "Give both sides of a stage boundary the same activation and gradient sizes"});
+      } else if (h->tag.match != 0 && r.tag.match != 0 && h->tag.match != r.tag.match) {
+        mismatch = format_error({"LocalExchange",
+                                 detail::concat("rank ", rank, " matched ", label(r.tag), " with rank ", r.peer, "'s ",
+                                                label(h->tag)),
+                                 "", "The two ranks post their transfers in different orders; validate the schedule"});
       }
-      if (h->tag.match != 0 && r.tag.match != 0 && h->tag.match != r.tag.match) {
-        fail({"LocalExchange", detail::concat("rank ", rank, " matched ", label(r.tag), " with rank ", r.peer, "'s ",
-                                              label(h->tag)),
-              "", "The two ranks post their transfers in different orders; validate the schedule"});
+      if (!mismatch.empty()) {
+        {
+          const std::scoped_lock lock(mutex_);
+          h->failure = mismatch;  // the sender reports the same error instead of waiting
+        }
+        changed_.notify_all();
+        throw error(mismatch);
       }
       r.stream.wait(h->ready->ref());
       if (r.bytes != 0) {
@@ -192,8 +203,9 @@ class LocalExchange {
       {
         std::unique_lock lock(mutex_);
         const bool met = changed_.wait_until(lock, wait.stop, wait.deadline,
-                                             [&] { return epoch_ != epoch || h->copied; });
+                                             [&] { return epoch_ != epoch || h->copied || !h->failure.empty(); });
         ensure_epoch(epoch, rank, "waiting for a receive");
+        if (!h->failure.empty()) throw error(h->failure);
         if (!met) give_up(wait, rank, detail::concat("SEND ", label(sends[i].tag), " to rank ", sends[i].peer));
       }
       sends[i].stream.wait(h->done->ref());
@@ -215,6 +227,7 @@ class LocalExchange {
     PeerTag tag{};
     std::uint64_t epoch = 0;
     bool copied = false;
+    std::string failure;  // set by a receiver that rejected the transfer
   };
 
   [[nodiscard]] std::size_t pair(int from, int to) const noexcept {
@@ -234,7 +247,7 @@ class LocalExchange {
   void require_peer(int rank, int peer) const {
     require_rank(peer, "peer");
     if (peer == rank) {
-      fail({"LocalExchange", detail::concat("rank ", rank, " sends to itself"), "",
+      fail({"LocalExchange", detail::concat("rank ", rank, " exchanges with itself"), "",
             "Stages on one rank exchange nothing; lower the schedule with its placement"});
     }
   }

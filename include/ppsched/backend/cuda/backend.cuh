@@ -309,7 +309,6 @@ class CudaBackend {
   // `count` floats, usable on every stream of this rank when the call returns.
   [[nodiscard]] buffer allocate(std::size_t count) {
     return guarded([&] {
-      const ScopedDevice on(device_);
       buffer b(count, streams_);
       const CudaStreamRef memory = streams_->memory_stream();
       const WaitResult r = poll_until([&] { return memory.ready(); }, HostWait::within(options_.timeout));
@@ -333,7 +332,6 @@ class CudaBackend {
               detail::concat("rank ", rank_), "Accumulate buffers of the same size"});
       }
       if (to.size() == 0) return;
-      const ScopedDevice on(device_);
       constexpr unsigned threads = 256;
       const std::size_t blocks = std::min<std::size_t>((to.size() + threads - 1) / threads, 4096);
       detail::accumulate_kernel<<<static_cast<unsigned>(blocks), threads, 0, s.ref().handle()>>>(to.data(), from.data(),
@@ -354,9 +352,9 @@ class CudaBackend {
     if (task.run == nullptr) {
       fail({"CudaBackend::launch", "task has no function", std::string(task.label), "Build tasks with host_task(f)"});
     }
-    const ScopedDevice on(device_);
     const cudaStream_t previous = std::exchange(detail::launch_stream_handle, s.ref().handle());
     try {
+      make_current();
       task.run(task.context);
       detail::launch_stream_handle = previous;
       const cudaError_t launched = cudaPeekAtLastError();
@@ -487,11 +485,21 @@ class CudaBackend {
     if (!failure_) failure_ = detail::concat("rank ", rank_, " (device ", device_, "): ", message);
   }
 
+  // The thread that drives this rank works on the rank's device: kernel launches, copies and
+  // allocations go to the current device, so it is set here once and left set (one host thread
+  // per GPU, as NCCL's model has it).
+  void make_current() const {
+    int current = -1;
+    PPSCHED_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != device_) PPSCHED_CUDA_CHECK(cudaSetDevice(device_));
+  }
+
   // Runs `f` unless the rank has failed; a failure inside becomes the rank's sticky error.
   template <class F>
   std::invoke_result_t<F&> guarded(F&& f) {
     ensure_ok();
     try {
+      make_current();
       return f();
     } catch (const std::exception& e) {
       remember(e.what());

@@ -3,13 +3,12 @@
 // one, the [host] tests run, and the program then prints "SKIPPED: <reason>" and exits 77,
 // Meson's skip code, so a machine without a GPU never reports the GPU tests as passed.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
-
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <algorithm>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -18,13 +17,12 @@
 #include <functional>
 #include <numeric>
 #include <optional>
+#include <ppsched/backend/cuda.hpp>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <ppsched/backend/cuda.hpp>
 
 using Catch::Matchers::Contains;
 using namespace std::chrono_literals;
@@ -42,8 +40,9 @@ ncclResult_t fake_nccl_call(int& calls, ncclResult_t result) {
 
 // A fresh, empty directory for one test's files.
 std::filesystem::path scratch_dir(const std::string& name) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("ppsched-cuda-test-" + name + "-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  const auto dir =
+      std::filesystem::temp_directory_path() /
+      ("ppsched-cuda-test-" + name + "-" + std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
@@ -89,8 +88,8 @@ std::vector<float> read_back(ppsched::CudaBackend& b, const ppsched::CudaRankBuf
                              ppsched::CudaRankStream& stream) {
   std::vector<float> host(buffer.size());
   if (!host.empty()) {
-    PPSCHED_CUDA_CHECK(cudaMemcpyAsync(host.data(), buffer.data(), buffer.bytes(), cudaMemcpyDeviceToHost,
-                                       stream.ref().handle()));
+    PPSCHED_CUDA_CHECK(
+        cudaMemcpyAsync(host.data(), buffer.data(), buffer.bytes(), cudaMemcpyDeviceToHost, stream.ref().handle()));
   }
   expect(b.synchronize(stream, ppsched::HostWait::within(30s)) == ppsched::WaitResult::done, "stream synchronised");
   return host;
@@ -180,7 +179,8 @@ TEST_CASE("CUDA errors carry advice, and faults that poison the context are name
   int calls = 0;
   CHECK_THROWS_WITH(PPSCHED_CUDA_CHECK(fake_cuda_call(calls, cudaErrorMemoryAllocation)), Contains("micro-batches"));
   CHECK_THROWS_WITH(PPSCHED_CUDA_CHECK(fake_cuda_call(calls, cudaErrorNoDevice)), Contains("CUDA_VISIBLE_DEVICES"));
-  CHECK_THROWS_WITH(PPSCHED_CUDA_CHECK(fake_cuda_call(calls, cudaErrorIllegalAddress)), Contains("restart the process"));
+  CHECK_THROWS_WITH(PPSCHED_CUDA_CHECK(fake_cuda_call(calls, cudaErrorIllegalAddress)),
+                    Contains("restart the process"));
   CHECK(ppsched::is_sticky_cuda_error(cudaErrorIllegalAddress));
   CHECK_FALSE(ppsched::is_sticky_cuda_error(cudaErrorMemoryAllocation));
   CHECK(calls == 3);
@@ -247,9 +247,7 @@ TEST_CASE("A unique id shared through a file: written whole, read by waiting ran
   CHECK_THROWS_WITH(ppsched::await_unique_id(dir / "never", ppsched::HostWait::within(1h, stop.get_token())),
                     Contains("stopped"));
   // A file that is not an id is named in the error.
-  {
-    std::ofstream(dir / "garbage") << "hello\n";
-  }
+  { std::ofstream(dir / "garbage") << "hello\n"; }
   CHECK_THROWS_WITH(ppsched::await_unique_id(dir / "garbage", ppsched::HostWait::within(1s)), Contains("garbage"));
   std::filesystem::remove_all(dir);
 }
@@ -371,7 +369,8 @@ TEST_CASE("Device buffers round-trip data, and the pool keeps the reserved peak"
   stream.ref().synchronize();
   CHECK(back == values);
   std::vector<float> too_big(values.size() + 1);
-  CHECK_THROWS_WITH(ppsched::copy_to_device(buffer, std::span<const float>(too_big), stream.ref()), Contains("do not fit"));
+  CHECK_THROWS_WITH(ppsched::copy_to_device(buffer, std::span<const float>(too_big), stream.ref()),
+                    Contains("do not fit"));
 
   constexpr std::size_t peak = std::size_t{64} << 20;
   ppsched::reserve_pool(0, peak);

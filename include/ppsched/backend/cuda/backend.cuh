@@ -253,7 +253,8 @@ class CudaBackend {
         options_(options),
         streams_(make_registry(device)),
         exchange_(std::move(exchange)) {
-    if (!exchange_) fail({"CudaBackend", "built without an exchange", "", "Pass the LocalExchange shared by the ranks"});
+    if (!exchange_)
+      fail({"CudaBackend", "built without an exchange", "", "Pass the LocalExchange shared by the ranks"});
     if (rank < 0 || rank >= ranks_) {
       fail({"CudaBackend", detail::concat("rank ", rank, " of ", ranks_, " ranks"), "", "Use a rank in [0, ranks)"});
     }
@@ -261,7 +262,8 @@ class CudaBackend {
   }
 
   // One process per GPU: joins `ranks` ranks through a unique id file (rank 0 writes it).
-  [[nodiscard]] static CudaBackend join_through_file(int ranks, int rank, int device, const std::filesystem::path& id_file,
+  [[nodiscard]] static CudaBackend join_through_file(int ranks, int rank, int device,
+                                                     const std::filesystem::path& id_file,
                                                      CudaBackendOptions options = {}, std::stop_token stop = {}) {
     UniqueIdSource ids = unique_ids_through_file(id_file, rank);
     const ncclUniqueId id = ids(0, HostWait::within(options.timeout, stop));
@@ -280,7 +282,8 @@ class CudaBackend {
     return guarded([&] { return stream(device_, streams_); });
   }
   [[nodiscard]] event create_event() {
-    return guarded([&] { return event(device_, options_.timing_events ? EventTiming::enabled : EventTiming::disabled); });
+    return guarded(
+        [&] { return event(device_, options_.timing_events ? EventTiming::enabled : EventTiming::disabled); });
   }
   void record(event& e, stream& s) {
     guarded([&] { e.ref().record(s.ref()); });
@@ -313,8 +316,9 @@ class CudaBackend {
       const CudaStreamRef memory = streams_->memory_stream();
       const WaitResult r = poll_until([&] { return memory.ready(); }, HostWait::within(options_.timeout));
       if (r != WaitResult::done) {
-        fail({detail::concat("CudaBackend rank ", rank_), detail::concat("allocation of ", count, " floats ", to_string(r)),
-              "cudaMallocAsync", "Raise CudaBackendOptions::timeout"});
+        fail({detail::concat("CudaBackend rank ", rank_),
+              detail::concat("allocation of ", count, " floats ", to_string(r)), "cudaMallocAsync",
+              "Raise CudaBackendOptions::timeout"});
       }
       return b;
     });
@@ -335,7 +339,7 @@ class CudaBackend {
       constexpr unsigned threads = 256;
       const std::size_t blocks = std::min<std::size_t>((to.size() + threads - 1) / threads, 4096);
       detail::accumulate_kernel<<<static_cast<unsigned>(blocks), threads, 0, s.ref().handle()>>>(to.data(), from.data(),
-                                                                                                  to.size());
+                                                                                                 to.size());
       PPSCHED_CUDA_CHECK_LAUNCH();
     });
   }
@@ -522,10 +526,10 @@ class CudaBackend {
         limit);
     if (async != ncclSuccess && async != ncclInProgress) {
       const char* last = nccl_->handle() != nullptr ? ncclGetLastError(nccl_->handle()) : "";
-      const std::string message = format_error({detail::concat("NCCL communicator (rank ", rank_, ")"),
-                                                detail::concat("asynchronous error ", ncclGetErrorString(async), ": ",
-                                                               last, "; communicator aborted"),
-                                                call, detail::nccl_error_fix(async)});
+      const std::string message = format_error(
+          {detail::concat("NCCL communicator (rank ", rank_, ")"),
+           detail::concat("asynchronous error ", ncclGetErrorString(async), ": ", last, "; communicator aborted"), call,
+           detail::nccl_error_fix(async)});
       nccl_->abort();
       throw nccl_error(async, message);
     }

@@ -70,13 +70,13 @@ namespace detail {
       break;
   }
   if (is_sticky_cuda_error(code)) {
-    return "The CUDA context is now unusable; restart the process (run under compute-sanitizer to find the faulting kernel)";
+    return "The CUDA context is now unusable; restart the process (run under compute-sanitizer to find the faulting "
+           "kernel)";
   }
   return {};
 }
 
-[[nodiscard]] inline std::string describe_cuda_failure(cudaError_t code, const char* call, const char* file,
-                                                       int line) {
+[[nodiscard]] inline std::string describe_cuda_failure(cudaError_t code, const char* call, const char* file, int line) {
   return format_error({concat("CUDA call '", call, "'"),
                        concat("returned ", cudaGetErrorName(code), " (", cudaGetErrorString(code), ")"),
                        concat(file, ':', line), cuda_error_fix(code)});

@@ -29,8 +29,8 @@ struct DeviceProbe {
   const cudaError_t code = cudaGetDeviceCount(&count);
   if (code != cudaSuccess) {
     (void)cudaGetLastError();
-    return {0, detail::concat("cudaGetDeviceCount returned ", cudaGetErrorName(code), " (",
-                              cudaGetErrorString(code), ")")};
+    return {
+        0, detail::concat("cudaGetDeviceCount returned ", cudaGetErrorName(code), " (", cudaGetErrorString(code), ")")};
   }
   if (count == 0) return {0, "cudaGetDeviceCount reports 0 devices (check CUDA_VISIBLE_DEVICES)"};
   return {count, {}};
@@ -53,8 +53,7 @@ struct DeviceProbe {
 inline void require_device(int device, const std::string& subject) {
   const int count = device_count();
   if (device < 0 || device >= count) {
-    fail({subject, detail::concat("device ", device, " does not exist"),
-          detail::concat(count, " visible device(s)"),
+    fail({subject, detail::concat("device ", device, " does not exist"), detail::concat(count, " visible device(s)"),
           "Use a device index in [0, cudaGetDeviceCount()) (mind CUDA_VISIBLE_DEVICES)"});
   }
 }

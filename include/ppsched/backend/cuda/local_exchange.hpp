@@ -162,15 +162,16 @@ class LocalExchange {
       }
       std::string mismatch;
       if (h->bytes != r.bytes) {
-        mismatch = format_error({"LocalExchange",
-                                 detail::concat("rank ", r.peer, " sends ", h->bytes, " bytes (", label(h->tag),
-                                                ") but rank ", rank, " receives ", r.bytes, " bytes (", label(r.tag), ")"),
-                                 "", "Give both sides of a stage boundary the same activation and gradient sizes"});
+        mismatch =
+            format_error({"LocalExchange",
+                          detail::concat("rank ", r.peer, " sends ", h->bytes, " bytes (", label(h->tag), ") but rank ",
+                                         rank, " receives ", r.bytes, " bytes (", label(r.tag), ")"),
+                          "", "Give both sides of a stage boundary the same activation and gradient sizes"});
       } else if (h->tag.match != 0 && r.tag.match != 0 && h->tag.match != r.tag.match) {
-        mismatch = format_error({"LocalExchange",
-                                 detail::concat("rank ", rank, " matched ", label(r.tag), " with rank ", r.peer, "'s ",
-                                                label(h->tag)),
-                                 "", "The two ranks post their transfers in different orders; validate the schedule"});
+        mismatch = format_error(
+            {"LocalExchange",
+             detail::concat("rank ", rank, " matched ", label(r.tag), " with rank ", r.peer, "'s ", label(h->tag)), "",
+             "The two ranks post their transfers in different orders; validate the schedule"});
       }
       if (!mismatch.empty()) {
         {
@@ -290,9 +291,9 @@ class LocalExchange {
   int ranks_;
   mutable std::mutex mutex_;
   std::condition_variable_any changed_;
-  std::vector<std::deque<std::shared_ptr<Handoff>>> queues_;   // [from * ranks + to], in posting order
-  std::vector<std::vector<std::shared_ptr<Handoff>>> spare_;   // recycled handoffs per pair
-  std::vector<std::vector<std::shared_ptr<Handoff>>> scratch_; // per rank: the sends of the group being posted
+  std::vector<std::deque<std::shared_ptr<Handoff>>> queues_;    // [from * ranks + to], in posting order
+  std::vector<std::vector<std::shared_ptr<Handoff>>> spare_;    // recycled handoffs per pair
+  std::vector<std::vector<std::shared_ptr<Handoff>>> scratch_;  // per rank: the sends of the group being posted
   std::uint64_t epoch_ = 0;
   std::string reason_;
 };

@@ -89,9 +89,7 @@ inline void reserve_pool(int device, std::size_t peak_bytes) {
   PPSCHED_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
   if (peak_bytes == 0) return;
   const CudaStream stream(device);
-  {
-    const DeviceBuffer warm(peak_bytes, stream.ref());
-  }
+  { const DeviceBuffer warm(peak_bytes, stream.ref()); }
   stream.ref().synchronize();
 }
 
@@ -114,7 +112,8 @@ void copy_to_device(const DeviceBuffer& to, std::span<const T> from, CudaStreamR
           "Allocate the device buffer at least as large as the host data"});
   }
   if (from.empty()) return;
-  PPSCHED_CUDA_CHECK(cudaMemcpyAsync(to.data(), from.data(), from.size_bytes(), cudaMemcpyHostToDevice, stream.handle()));
+  PPSCHED_CUDA_CHECK(
+      cudaMemcpyAsync(to.data(), from.data(), from.size_bytes(), cudaMemcpyHostToDevice, stream.handle()));
 }
 
 template <class T>

@@ -63,9 +63,11 @@ namespace detail {
     case ncclUnhandledCudaError:
       return "A CUDA call inside NCCL failed; rerun with NCCL_DEBUG=WARN to see which";
     case ncclSystemError:
-      return "A system call failed (sockets, shared memory: in containers enlarge /dev/shm); rerun with NCCL_DEBUG=INFO";
+      return "A system call failed (sockets, shared memory: in containers enlarge /dev/shm); rerun with "
+             "NCCL_DEBUG=INFO";
     case ncclInvalidUsage:
-      return "Each rank of a communicator needs its own GPU, and every rank must issue matching calls; rerun with NCCL_DEBUG=WARN";
+      return "Each rank of a communicator needs its own GPU, and every rank must issue matching calls; rerun with "
+             "NCCL_DEBUG=WARN";
     case ncclRemoteError:
       return "A peer rank failed or went away; its own log names the cause";
     case ncclInvalidArgument:
@@ -146,8 +148,9 @@ namespace ppsched {
   const std::size_t expected = 2 * sizeof(id.internal);
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.remove_suffix(1);
   if (text.size() != expected) {
-    fail({origin, detail::concat("an NCCL unique id must be ", expected, " hex digits, found ", text.size(), " characters"),
-          "", "Pass the text written by ppsched::to_hex(ncclUniqueId) unchanged"});
+    fail({origin,
+          detail::concat("an NCCL unique id must be ", expected, " hex digits, found ", text.size(), " characters"), "",
+          "Pass the text written by ppsched::to_hex(ncclUniqueId) unchanged"});
   }
   auto nibble = [&](std::size_t at) {
     const char c = text[at];
@@ -236,7 +239,8 @@ class NcclCommunicator {
       for (std::size_t j = 0; j < i; ++j) {
         if (devices[i] == devices[j]) {
           fail({"NCCL communicator", detail::concat("ranks ", j, " and ", i, " are both on device ", devices[i]),
-                "ncclCommInitAll device list", "Give each rank its own GPU, or run ranks that share a GPU in one process "
+                "ncclCommInitAll device list",
+                "Give each rank its own GPU, or run ranks that share a GPU in one process "
                 "with the in-process copy transport"});
         }
       }
@@ -246,8 +250,8 @@ class NcclCommunicator {
     std::vector<NcclCommunicator> comms;
     comms.reserve(devices.size());
     for (std::size_t i = 0; i < devices.size(); ++i) {
-      comms.push_back(NcclCommunicator(handles[i], static_cast<int>(i), static_cast<int>(devices.size()), devices[i],
-                                       timeout));
+      comms.push_back(
+          NcclCommunicator(handles[i], static_cast<int>(i), static_cast<int>(devices.size()), devices[i], timeout));
     }
     return comms;
   }
@@ -413,10 +417,12 @@ class NcclCommunicator {
       detail_text = (last != nullptr && *last != '\0') ? detail::concat(": ", last) : std::string{};
     }
     abort();
-    const std::string subject = detail::concat("NCCL communicator (rank ", rank_, " of ", size_, ", device ", device_, ")");
+    const std::string subject =
+        detail::concat("NCCL communicator (rank ", rank_, " of ", size_, ", device ", device_, ")");
     if (outcome == WaitResult::done) {
-      throw nccl_error(async, format_error({subject, detail::concat("asynchronous error ", ncclGetErrorString(async),
-                                                                    detail_text, "; communicator aborted"),
+      throw nccl_error(async, format_error({subject,
+                                            detail::concat("asynchronous error ", ncclGetErrorString(async),
+                                                           detail_text, "; communicator aborted"),
                                             std::string(what), detail::nccl_error_fix(async)}));
     }
     fail({subject,

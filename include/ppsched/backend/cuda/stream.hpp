@@ -104,8 +104,7 @@ class CudaStream {
     PPSCHED_CUDA_CHECK(cudaStreamCreateWithPriority(&handle_, cudaStreamNonBlocking, value));
   }
   ~CudaStream() { reset(); }
-  CudaStream(CudaStream&& other) noexcept
-      : handle_(std::exchange(other.handle_, nullptr)), device_(other.device_) {}
+  CudaStream(CudaStream&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)), device_(other.device_) {}
   CudaStream& operator=(CudaStream&& other) noexcept {
     if (this != &other) {
       reset();

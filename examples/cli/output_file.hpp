@@ -7,6 +7,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
 

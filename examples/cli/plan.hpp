@@ -15,6 +15,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <iterator>
 #include <limits>
@@ -27,6 +28,7 @@
 
 #include "plan_options.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/schedule/csv.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/schedule/lower.hpp"
 #include "ppsched/schedule/schedule.hpp"
@@ -151,10 +153,24 @@ namespace detail {
   return cost;
 }
 
-// The M_B weight of one stored activation of each stage: 1 / (stages on its rank).
+// Stages on each rank (its v), for a schedule whose placement is in range.
+[[nodiscard]] inline std::vector<std::int32_t> chunks_per_rank(const Schedule& s) {
+  std::vector<std::int32_t> per_rank(static_cast<std::size_t>(std::max(s.ranks, 0)), 0);
+  for (const std::int32_t r : s.placement) {
+    if (r >= 0 && r < s.ranks) ++per_rank[static_cast<std::size_t>(r)];
+  }
+  return per_rank;
+}
+
+// The M_B weight of one stored activation of each stage: 1 / (stages on its rank). Empty
+// when the placement names a rank the schedule does not have (validate reports that).
 [[nodiscard]] inline std::vector<double> chunk_weights(const Schedule& s) {
+  if (s.ranks < 1) return {};
   std::vector<std::int32_t> per_rank(static_cast<std::size_t>(s.ranks), 0);
-  for (const std::int32_t r : s.placement) ++per_rank[static_cast<std::size_t>(r)];
+  for (const std::int32_t r : s.placement) {
+    if (r < 0 || r >= s.ranks) return {};
+    ++per_rank[static_cast<std::size_t>(r)];
+  }
   std::vector<double> w;
   w.reserve(s.placement.size());
   for (const std::int32_t r : s.placement) w.push_back(1.0 / per_rank[static_cast<std::size_t>(r)]);
@@ -218,7 +234,9 @@ inline void check_fit(ScheduleResult& r, const PlanResult& plan) {
   return family == "zb-v" ? 2 : 1;
 }
 
-// Simulates one schedule on the model (partitioned for its placement) and fills a result.
+// Proves and simulates one schedule (compute-only or lowered, generated or read from a
+// file) on the model, partitioned for its placement, and fills a result. A schedule with
+// problems comes back with `valid` false and its problems listed, not simulated.
 [[nodiscard]] inline ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
                                                       const PartitionPlan& partition, const PlanResult& plan,
                                                       double w_ratio, std::int32_t chunks,
@@ -227,17 +245,25 @@ inline void check_fit(ScheduleResult& r, const PlanResult& plan) {
   r.name = schedule.name;
   r.chunks = chunks;
   r.virtual_stages = schedule.stages();
+  r.training = std::any_of(schedule.programs.begin(), schedule.programs.end(), [](const std::vector<Action>& p) {
+    return std::any_of(p.begin(), p.end(), [](const Action& a) { return is_compute(a.op) && a.op != Op::F; });
+  });
   const CostModel cost = detail::cost_model_of(partition, model, w_ratio);
-  const Schedule lowered = lower(schedule, lower_options_for(cost, schedule.stages(), schedule.microbatches));
   ValidateOptions check;
   check.memory.weight_fraction = w_ratio;
   check.memory.activation_bytes = detail::chunk_weights(schedule);
-  const ValidationReport report = validate(lowered, check);
+  ValidationReport report = validate(schedule, check);
+  Schedule lowered;
+  if (report.ok()) {
+    lowered = is_lowered(schedule) ? schedule
+                                   : lower(schedule, lower_options_for(cost, schedule.stages(), schedule.microbatches));
+    report = validate(lowered, check);
+  }
   r.valid = report.ok();
   for (const Problem& p : report.problems) r.problems.push_back(p.message);
-  r.training = std::any_of(schedule.programs.begin(), schedule.programs.end(), [](const std::vector<Action>& p) {
-    return std::any_of(p.begin(), p.end(), [](const Action& a) { return a.op != Op::F; });
-  });
+  if (report.unlisted_problems != 0) {
+    r.problems.push_back(ppsched::detail::concat("... and ", report.unlisted_problems, " more"));
+  }
   r.schedule = std::move(schedule);
   if (!r.valid) {
     r.fits = false;
@@ -253,7 +279,7 @@ inline void check_fit(ScheduleResult& r, const PlanResult& plan) {
     r.busy.push_back(sim.ranks[k].busy);
     r.span.push_back(sim.ranks[k].span);
     r.max_rank_span = std::max(r.max_rank_span, sim.ranks[k].span);
-    r.peak_activations.push_back(report.memory[k].peak_bytes);  // weights are M_B per stored chunk
+    r.peak_activations.push_back(report.memory[k].peak_bytes);  // the "bytes" were M_B weights
     r.peak_activation_bytes.push_back(sim.memory[k].peak_bytes);
     r.peak_memory_bytes.push_back(static_bytes_per_rank[k] + sim.memory[k].peak_bytes);
   }
@@ -407,6 +433,67 @@ inline void add_analytic(ScheduleResult& r, const PartitionPlan& partition, std:
   }
   plan.recommended = detail::recommend(plan);
   return plan;
+}
+
+// What --validate reports: the file's schedule, proven and simulated on the model.
+struct FileCheck {
+  std::string path;
+  PlanResult context;  // ranks, micro-batches, caps and the partition for the file's placement
+  ScheduleResult result;
+};
+
+// Reads a PyTorch-format schedule CSV, validates it and, when it is valid, simulates it on
+// `model` cut for the file's placement. Throws ppsched::error when the file cannot be read
+// or parsed, or contradicts --stages / --microbatches; problems in the schedule itself are
+// results (FileCheck::result.problems), not errors.
+[[nodiscard]] inline FileCheck check_schedule_file(const PlanOptions& options, const PlanModel& model) {
+  using ppsched::detail::concat;
+  FileCheck check;
+  check.path = options.validate_path;
+  CsvReadOptions read;
+  read.source = options.validate_path;
+  read.name = std::filesystem::path(options.validate_path).filename().string();
+  if (options.microbatches_given) read.microbatches = options.microbatches;
+  if (!std::filesystem::is_regular_file(options.validate_path)) {
+    fail({concat("schedule CSV '", options.validate_path, "'"), "cannot be read: no such file", "",
+          "give the path of a CSV written by ppsched-plan --csv or PyTorch's _dump_csv"});
+  }
+  Schedule schedule = load_pytorch_csv(options.validate_path, read);
+  if (options.stages_given && schedule.ranks != options.stages) {
+    fail({concat("schedule CSV '", options.validate_path, "'"),
+          concat("has ", schedule.ranks, " ranks (rows) but --stages is ", options.stages), "",
+          "drop --stages (the file sets it) or give the file's rank count"});
+  }
+  PlanResult& plan = check.context;
+  plan.model = model.description;
+  plan.unit = model.unit;
+  plan.ranks = schedule.ranks;
+  plan.microbatches = schedule.microbatches;
+  plan.memory_cap_microbatches = options.memory_cap_microbatches;
+  plan.memory_cap_bytes = options.memory_cap_bytes;
+  plan.rank_memory_cap = model.rank_memory_cap;
+  // Problems found without costs are reported before the model is cut for a placement
+  // that may not make sense.
+  ValidateOptions shape_only;
+  shape_only.check_deadlock = false;
+  if (const ValidationReport first = validate(schedule, shape_only); !first.ok()) {
+    check.result.name = schedule.name;
+    check.result.virtual_stages = schedule.stages();
+    for (const Problem& p : first.problems) check.result.problems.push_back(p.message);
+    if (first.unlisted_problems != 0) check.result.problems.push_back(concat("... and ", first.unlisted_problems, " more"));
+    check.result.fits = false;
+    check.result.fit_problem = "is not valid";
+    check.result.schedule = std::move(schedule);
+    return check;
+  }
+  plan.partition = model.partition(schedule.placement);
+  std::int32_t chunks = 1;
+  for (const std::int32_t v : detail::chunks_per_rank(schedule)) chunks = std::max(chunks, v);
+  plan.chunks = chunks;
+  const std::vector<double> static_bytes = detail::static_bytes_per_rank(plan.partition, schedule.ranks);
+  check.result = evaluate_schedule(std::move(schedule), model, plan.partition, plan, options.w_memory_ratio, chunks,
+                                   static_bytes);
+  return check;
 }
 
 }  // namespace ppsched::cli

@@ -29,6 +29,8 @@ struct PlanOptions {
   std::array<double, 3> stage_cost{};       // --stage-cost F,B,W (per rank)
   std::int32_t stages = 8;                  // P, ranks
   std::int32_t microbatches = 32;           // M
+  bool stages_given = false;
+  bool microbatches_given = false;
   std::int32_t chunks = 2;                  // V for the families that take chunks
   bool chunks_given = false;
   std::optional<double> comm_latency;       // --comm; unset: the source's default
@@ -142,8 +144,10 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
       options.stage_cost = parse_cost_triple(flag);
     } else if (n == "--stages") {
       options.stages = static_cast<std::int32_t>(parse_integer(flag, 1, 1024));
+      options.stages_given = true;
     } else if (n == "--microbatches") {
       options.microbatches = static_cast<std::int32_t>(parse_integer(flag, 1, 1'000'000));
+      options.microbatches_given = true;
     } else if (n == "--chunks") {
       options.chunks = static_cast<std::int32_t>(parse_integer(flag, 1, 256));
       options.chunks_given = true;

@@ -1,0 +1,347 @@
+// The two views of a PlanResult that ppsched-plan prints: a readable report (partition
+// table, one row per schedule, the recommendation and why) and one JSON object whose
+// fields docs/cli.md documents and scripts rely on. Both read the same PlanResult, so a
+// number in the report is the number in the JSON, rounded for reading.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plan.hpp"
+#include "ppsched/error.hpp"
+
+namespace ppsched::cli {
+
+inline constexpr std::string_view version_text = "0.1.0";
+
+// Seconds in one unit for the time units a profile may use; nothing for a user's own unit.
+[[nodiscard]] inline std::optional<double> seconds_per_time_unit(std::string_view unit) {
+  if (unit == "s") return 1.0;
+  if (unit == "ms") return 1e-3;
+  if (unit == "us") return 1e-6;
+  if (unit == "ns") return 1e-9;
+  return std::nullopt;
+}
+
+// Percent with one decimal: "12.5%".
+[[nodiscard]] inline std::string percent_of(double fraction) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f%%", fraction * 100.0);
+  return buffer;
+}
+
+namespace detail {
+
+// Fixed-point with decimals by magnitude, so columns of times from 0.05 to 5000 stay readable.
+[[nodiscard]] inline std::string number_text(double x) {
+  if (!std::isfinite(x)) return x > 0 ? "inf" : "-";
+  const double a = std::abs(x);
+  const int decimals = a < 10.0 ? 3 : a < 1000.0 ? 2 : 1;
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, x);
+  std::string text = buffer;
+  // "28.50" reads as more precise than it is; trailing zeros go, and a bare point with them.
+  if (text.find('.') != std::string::npos) {
+    while (text.back() == '0') text.pop_back();
+    if (text.back() == '.') text.pop_back();
+  }
+  return text == "-0" ? "0" : text;
+}
+
+[[nodiscard]] inline std::string pad_right(std::string s, std::size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s;
+}
+[[nodiscard]] inline std::string pad_left(std::string s, std::size_t width) {
+  if (s.size() < width) s.insert(0, width - s.size(), ' ');
+  return s;
+}
+
+// A table with a header row; every column sized to its widest cell, numbers right-aligned.
+class TextTable {
+ public:
+  explicit TextTable(std::vector<std::string> header, std::vector<bool> right_aligned)
+      : right_(std::move(right_aligned)) {
+    rows_.push_back(std::move(header));
+  }
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  [[nodiscard]] std::string str() const {
+    std::vector<std::size_t> width(rows_.front().size(), 0);
+    for (const auto& row : rows_)
+      for (std::size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    std::string out;
+    for (const auto& row : rows_) {
+      std::string line;
+      for (std::size_t c = 0; c < row.size(); ++c) {
+        if (c != 0) line += "  ";
+        line += right_[c] ? pad_left(row[c], width[c]) : pad_right(row[c], width[c]);
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      out += line + '\n';
+    }
+    return out;
+  }
+
+ private:
+  std::vector<bool> right_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+[[nodiscard]] inline std::string per_rank_text(const std::vector<double>& values) {
+  std::string out;
+  for (const double v : values) {
+    if (!out.empty()) out += ' ';
+    out += number_text(v);
+  }
+  return out;
+}
+
+[[nodiscard]] inline std::string throughput_text(double per_unit, const std::string& unit) {
+  if (const auto seconds = seconds_per_time_unit(unit)) return number_text(per_unit / *seconds) + " mb/s";
+  return number_text(per_unit) + " mb/" + unit;
+}
+
+}  // namespace detail
+
+[[nodiscard]] inline std::string partition_table(const PartitionPlan& p, const std::string& unit, bool has_bytes) {
+  using detail::number_text;
+  std::vector<std::string> header{"stage", "rank", "layers", "", "F", "BI", "BW", "compute", "comm"};
+  std::vector<bool> right{true, true, true, false, true, true, true, true, true};
+  if (has_bytes) {
+    header.insert(header.end(), {"params+state", "act/mb"});
+    right.insert(right.end(), {true, true});
+  }
+  detail::TextTable table(header, right);
+  for (std::size_t s = 0; s < p.stages.size(); ++s) {
+    const StagePlan& st = p.stages[s];
+    std::string names = st.first_name == st.last_name ? st.first_name : st.first_name + " .. " + st.last_name;
+    std::vector<std::string> row{std::to_string(s),
+                                 std::to_string(st.rank),
+                                 ppsched::detail::concat(st.first_layer, "-", st.last_layer),
+                                 names,
+                                 number_text(st.forward),
+                                 number_text(st.backward_input),
+                                 number_text(st.backward_weight),
+                                 number_text(st.compute_time),
+                                 number_text(st.comm_time)};
+    if (has_bytes) {
+      row.push_back(bytes_text(st.memory_bytes));
+      row.push_back(bytes_text(st.activation_bytes));
+    }
+    table.add(std::move(row));
+  }
+  return ppsched::detail::concat("Partition (", p.method, "): bottleneck ", number_text(p.bottleneck_time), ' ', unit,
+                                 " on stage ", p.bottleneck_stage, " (times in ", unit, ", per micro-batch)\n",
+                                 table.str());
+}
+
+// The readable report. `only` limits the schedule rows to one (for --schedule auto).
+[[nodiscard]] inline std::string render_report(const PlanResult& plan, bool has_bytes, bool only_recommended) {
+  using detail::number_text;
+  using ppsched::detail::concat;
+  std::string out = concat("ppsched-plan: ", plan.model, "\n", plan.ranks, " ranks, ", plan.microbatches,
+                           " micro-batches per step, times in ", plan.unit, "\n\n");
+  out += partition_table(plan.partition, plan.unit, has_bytes);
+  out += '\n';
+  std::vector<std::string> header{"schedule", "v", "makespan", "max span", "bubble", "throughput",
+                                  "peak act/rank (M_B)"};
+  std::vector<bool> right{false, true, true, true, true, true, false};
+  if (has_bytes) {
+    header.push_back("peak mem");
+    right.push_back(true);
+  }
+  header.push_back("fits");
+  right.push_back(false);
+  detail::TextTable table(header, right);
+  for (std::size_t i = 0; i < plan.schedules.size(); ++i) {
+    if (only_recommended && plan.recommended.index != i) continue;
+    const ScheduleResult& r = plan.schedules[i];
+    std::vector<std::string> row{r.name + (r.training ? "" : " (inference)"), std::to_string(r.chunks)};
+    if (!r.valid) {
+      row.insert(row.end(), {"-", "-", "-", "-", "invalid"});
+      if (has_bytes) row.push_back("-");
+      row.push_back("no");
+    } else {
+      row.insert(row.end(), {number_text(r.makespan), number_text(r.max_rank_span), percent_of(r.bubble_fraction),
+                             detail::throughput_text(r.throughput, plan.unit), detail::per_rank_text(r.peak_activations)});
+      if (has_bytes) {
+        row.push_back(bytes_text(*std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end())));
+      }
+      row.push_back(r.fits ? "yes" : "no: " + r.fit_problem);
+    }
+    table.add(std::move(row));
+  }
+  out += concat("Schedules (simulated; bubble = idle / (ranks x makespan); mb = micro-batches)\n", table.str());
+  for (const SkippedSchedule& s : plan.skipped) out += concat("  skipped ", s.name, ": ", s.reason, '\n');
+  for (const ScheduleResult& r : plan.schedules) {
+    for (const std::string& p : r.problems) out += concat("  ", r.name, ": ", p, '\n');
+  }
+  out += '\n';
+  if (plan.recommended.index) {
+    out += concat("Recommended: ", plan.schedules[*plan.recommended.index].name, " (", plan.recommended.reason, ")\n");
+  } else {
+    out += concat("Recommended: none (", plan.recommended.reason, ")\n");
+  }
+  return out;
+}
+
+namespace detail {
+
+[[nodiscard]] inline nlohmann::ordered_json optional_number(const std::optional<double>& x) {
+  return x ? nlohmann::ordered_json(*x) : nlohmann::ordered_json(nullptr);
+}
+
+// JSON has no infinity: a free link's bandwidth is null.
+[[nodiscard]] inline nlohmann::ordered_json finite_or_null(double x) {
+  return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr);
+}
+
+}  // namespace detail
+
+[[nodiscard]] inline nlohmann::ordered_json partition_json(const PartitionPlan& p) {
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  for (std::size_t s = 0; s < p.stages.size(); ++s) {
+    const StagePlan& st = p.stages[s];
+    stages.push_back({{"stage", s},
+                      {"rank", st.rank},
+                      {"first_layer", st.first_layer},
+                      {"last_layer", st.last_layer},
+                      {"first_layer_name", st.first_name},
+                      {"last_layer_name", st.last_name},
+                      {"forward", st.forward},
+                      {"backward_input", st.backward_input},
+                      {"backward_weight", st.backward_weight},
+                      {"compute_time", st.compute_time},
+                      {"comm_time", st.comm_time},
+                      {"memory_bytes", st.memory_bytes},
+                      {"activation_bytes", st.activation_bytes},
+                      {"output_bytes", st.output_bytes}});
+  }
+  return {{"method", p.method},
+          {"stages", std::move(stages)},
+          {"bottleneck_time", p.bottleneck_time},
+          {"bottleneck_stage", p.bottleneck_stage}};
+}
+
+[[nodiscard]] inline nlohmann::ordered_json schedule_json(const ScheduleResult& r, const std::string& unit) {
+  nlohmann::ordered_json j{{"name", r.name},
+                   {"chunks", r.chunks},
+                   {"virtual_stages", r.virtual_stages},
+                   {"training", r.training},
+                   {"valid", r.valid},
+                   {"problems", r.problems}};
+  if (!r.valid) return j;
+  const auto seconds = seconds_per_time_unit(unit);
+  j.update({{"makespan", r.makespan},
+            {"max_rank_span", r.max_rank_span},
+            {"bubble_fraction", r.bubble_fraction},
+            {"ideal_time", r.ideal_time},
+            {"busy", r.busy},
+            {"span", r.span},
+            {"peak_activations", r.peak_activations},
+            {"peak_activation_bytes", r.peak_activation_bytes},
+            {"peak_memory_bytes", r.peak_memory_bytes},
+            {"throughput",
+             {{"microbatches_per_unit", r.throughput},
+              {"microbatches_per_second", seconds ? nlohmann::ordered_json(r.throughput / *seconds) : nlohmann::ordered_json(nullptr)}}},
+            {"analytic", r.analytic_idle_per_rank
+                             ? nlohmann::ordered_json{{"formula", r.analytic_formula}, {"idle_per_rank", *r.analytic_idle_per_rank}}
+                             : nlohmann::ordered_json(nullptr)},
+            {"fits", r.fits},
+            {"fit_problem", r.fits ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.fit_problem)}});
+  return j;
+}
+
+struct OutputPaths {
+  std::string trace;
+  std::string svg;
+  std::string csv;
+};
+
+[[nodiscard]] inline nlohmann::ordered_json plan_json(const PlanResult& plan, const PlanModel& model, const PlanOptions& options,
+                                              const OutputPaths& outputs, bool only_recommended) {
+  nlohmann::ordered_json schedules = nlohmann::ordered_json::array();
+  for (std::size_t i = 0; i < plan.schedules.size(); ++i) {
+    if (only_recommended && plan.recommended.index != i) continue;
+    schedules.push_back(schedule_json(plan.schedules[i], plan.unit));
+  }
+  nlohmann::ordered_json skipped = nlohmann::ordered_json::array();
+  for (const SkippedSchedule& s : plan.skipped) skipped.push_back({{"name", s.name}, {"reason", s.reason}});
+  const auto path_or_null = [](const std::string& p) { return p.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(p); };
+  return {{"tool", "ppsched-plan"},
+          {"version", version_text},
+          {"model", {{"description", plan.model}, {"unit", plan.unit}, {"layers", model.layers}}},
+          {"ranks", plan.ranks},
+          {"microbatches", plan.microbatches},
+          {"chunks", options.chunks},
+          {"w_memory_ratio", options.w_memory_ratio},
+          {"link", {{"latency", model.link.latency}, {"bandwidth", detail::finite_or_null(model.link.bandwidth)}}},
+          {"memory_cap",
+           {{"microbatches", detail::optional_number(plan.memory_cap_microbatches)},
+            {"bytes", detail::optional_number(plan.memory_cap_bytes)},
+            {"per_rank_bytes", plan.rank_memory_cap.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(plan.rank_memory_cap)}}},
+          {"partition", partition_json(plan.partition)},
+          {"schedules", std::move(schedules)},
+          {"skipped", std::move(skipped)},
+          {"recommended", plan.recommended.index ? nlohmann::ordered_json(plan.schedules[*plan.recommended.index].name)
+                                                 : nlohmann::ordered_json(nullptr)},
+          {"recommendation_reason", plan.recommended.reason},
+          {"outputs", {{"trace", path_or_null(outputs.trace)}, {"svg", path_or_null(outputs.svg)}, {"csv", path_or_null(outputs.csv)}}}};
+}
+
+// --validate's report: "OK" with the simulated figures, or each problem.
+[[nodiscard]] inline std::string render_file_check(const FileCheck& c, bool has_bytes) {
+  using detail::number_text;
+  using ppsched::detail::concat;
+  const ScheduleResult& r = c.result;
+  std::string out = concat("ppsched-plan: schedule CSV '", c.path, "': ", r.schedule.ranks, " ranks, ",
+                           r.schedule.stages(), " stages, ", r.schedule.microbatches, " micro-batches\n");
+  if (!r.valid) {
+    out += concat(r.problems.size(), r.problems.size() == 1 ? " problem:\n" : " problems:\n");
+    for (const std::string& p : r.problems) out += concat("  - ", p, '\n');
+    return out;
+  }
+  out += concat("model: ", c.context.model, ", times in ", c.context.unit, "\n\n");
+  out += partition_table(c.context.partition, c.context.unit, has_bytes);
+  out += concat("\nOK: valid, and deadlock-free under rendezvous with communication on its own stream and on the "
+                "compute stream\n",
+                "  makespan ", number_text(r.makespan), ' ', c.context.unit, ", max rank span ",
+                number_text(r.max_rank_span), ", bubble ", percent_of(r.bubble_fraction), ", throughput ",
+                detail::throughput_text(r.throughput, c.context.unit), "\n  peak activations per rank (M_B): ",
+                detail::per_rank_text(r.peak_activations), '\n');
+  if (has_bytes) {
+    out += concat("  peak memory per rank:");
+    for (const double b : r.peak_memory_bytes) out += concat(' ', bytes_text(b));
+    out += '\n';
+  }
+  if (!r.fits) out += concat("  does not fit: ", r.fit_problem, '\n');
+  return out;
+}
+
+[[nodiscard]] inline nlohmann::ordered_json file_check_json(const FileCheck& c, const PlanModel& model,
+                                                            const OutputPaths& outputs) {
+  const auto path_or_null = [](const std::string& p) {
+    return p.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(p);
+  };
+  nlohmann::ordered_json j{{"tool", "ppsched-plan"},
+                           {"version", version_text},
+                           {"file", c.path},
+                           {"model", {{"description", c.context.model}, {"unit", c.context.unit}, {"layers", model.layers}}},
+                           {"ranks", c.result.schedule.ranks},
+                           {"microbatches", c.result.schedule.microbatches}};
+  if (c.result.valid) j["partition"] = partition_json(c.context.partition);
+  const nlohmann::ordered_json stats = schedule_json(c.result, c.context.unit);
+  for (const auto& [key, value] : stats.items()) j[key] = value;
+  j["outputs"] = {{"trace", path_or_null(outputs.trace)}, {"svg", path_or_null(outputs.svg)}, {"csv", nullptr}};
+  return j;
+}
+
+}  // namespace ppsched::cli

@@ -1,0 +1,127 @@
+// ppsched-plan: the planner on the command line. It cuts a model into pipeline stages,
+// builds every schedule family (or the ones asked for), proves each deadlock-free, simulates
+// it, and recommends the fastest that fits the memory cap; with --json it prints the same
+// as one JSON object for scripts. docs/cli.md documents every flag and field.
+//
+// Exit status: 0 done; 1 --validate found problems in the schedule; 2 bad input (an unknown
+// flag or schedule, an unreadable or malformed file, a request no schedule accepts).
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "cli/args.hpp"
+#include "cli/models.hpp"
+#include "cli/output_file.hpp"
+#include "cli/plan.hpp"
+#include "cli/plan_options.hpp"
+#include "cli/plan_report.hpp"
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/csv.hpp"
+#include "ppsched/trace/chrome_trace.hpp"
+#include "ppsched/trace/svg.hpp"
+
+namespace {
+
+namespace cli = ppsched::cli;
+
+std::string usage() {
+  return "usage: ppsched-plan [--profile FILE | --layers N | --stage-cost F,B,W] [--stages P] [--microbatches M]\n"
+         "                    [--schedule all|auto|NAME[,NAME...]] [--json] [--trace FILE] [--svg FILE] [--csv FILE]\n"
+         "                    [--validate FILE.csv] [more flags below]\n"
+         "With no flags: a GPT-style model (embedding, 32 transformer blocks, LM head) on 8 ranks, 32 micro-batches.\n\n" +
+         cli::flag_help(cli::plan_flags) +
+         "\nschedules: " + cli::schedule_choices() +
+         "\nexit status: 0 done, 1 --validate found problems, 2 bad input. See docs/cli.md.\n";
+}
+
+cli::PlanModel model_of(const cli::PlanOptions& options) {
+  switch (options.source) {
+    case cli::ModelSource::stage_cost: return cli::stage_cost_model(options);
+    default: break;
+  }
+  ppsched::fail({"ppsched-plan", "this model source is not available yet", "", "use --stage-cost"});
+}
+
+// Renders every requested file first, so that a failure leaves no file half-made, then
+// writes each one whole (temporary file and rename).
+void write_outputs(const cli::ScheduleResult& r, const cli::OutputPaths& outputs) {
+  if (!r.valid) {
+    ppsched::fail({"ppsched-plan", ppsched::detail::concat("schedule '", r.name, "' is not valid, so it has no timeline"),
+                   "", "fix the problems listed in the report"});
+  }
+  std::string trace, svg, csv;
+  if (!outputs.trace.empty()) {
+    ppsched::ChromeTraceOptions o;
+    o.title = "ppsched-plan: " + r.name;
+    trace = ppsched::to_chrome_trace(r.timeline, o);
+  }
+  if (!outputs.svg.empty()) {
+    ppsched::SvgOptions o;
+    o.title = "ppsched-plan: " + r.name;
+    svg = ppsched::to_svg(r.timeline, o);
+  }
+  if (!outputs.csv.empty()) csv = ppsched::to_pytorch_csv(r.schedule);
+  if (!outputs.trace.empty()) cli::write_file_atomically(outputs.trace, trace);
+  if (!outputs.svg.empty()) cli::write_file_atomically(outputs.svg, svg);
+  if (!outputs.csv.empty()) cli::write_file_atomically(outputs.csv, csv);
+}
+
+int run(std::span<const char* const> argv) {
+  const cli::PlanOptions options = cli::parse_plan_options(argv);
+  if (options.help) {
+    std::cout << usage();
+    return 0;
+  }
+  if (options.version) {
+    std::cout << "ppsched-plan " << cli::version_text << '\n';
+    return 0;
+  }
+  const cli::PlanModel model = model_of(options);
+  const cli::OutputPaths outputs{options.trace_path, options.svg_path, options.csv_path};
+
+  if (!options.validate_path.empty()) {
+    const cli::FileCheck check = cli::check_schedule_file(options, model);
+    if (check.result.valid) write_outputs(check.result, outputs);
+    if (options.json) {
+      std::cout << cli::file_check_json(check, model, outputs).dump(2) << '\n';
+    } else {
+      std::cout << cli::render_file_check(check, model.has_bytes);
+    }
+    return check.result.valid ? 0 : 1;
+  }
+
+  const cli::PlanResult plan = cli::make_plan(options, model);
+  if (!outputs.trace.empty() || !outputs.svg.empty() || !outputs.csv.empty()) {
+    // The files describe one schedule: the only one asked for, or the recommended one.
+    const std::optional<std::size_t> chosen =
+        plan.schedules.size() == 1 ? std::optional<std::size_t>(0) : plan.recommended.index;
+    if (!chosen) {
+      ppsched::fail({"ppsched-plan", "no schedule was recommended, so there is nothing to write to --trace, --svg or --csv",
+                     "", "name one schedule with --schedule, or relax the memory cap"});
+    }
+    write_outputs(plan.schedules[*chosen], outputs);
+  }
+  if (options.json) {
+    std::cout << cli::plan_json(plan, model, options, outputs, options.schedule_auto).dump(2) << '\n';
+  } else {
+    std::cout << cli::render_report(plan, model.has_bytes, options.schedule_auto);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(std::span<const char* const>(argv, static_cast<std::size_t>(argc)));
+  } catch (const ppsched::error& e) {
+    std::cerr << "ppsched-plan: error: " << e.what() << "\n(run ppsched-plan --help for the flags)\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "ppsched-plan: internal error: " << e.what() << '\n';
+    return 1;
+  }
+}

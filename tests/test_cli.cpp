@@ -1,0 +1,507 @@
+// Tests for the command-line tools, run as a user runs them: each test starts the built
+// ppsched-plan (or ppsched-bubbles) binary, captures its exit status, stdout and stderr,
+// and checks what came out. Expected numbers are derived here from the schedules' textbook
+// formulas and from the JSON's own fields (a bubble fraction must follow from the makespan
+// and the busy times it is printed with), never copied from a previous run.
+//
+// The binaries are found through the environment (PPSCHED_PLAN, PPSCHED_BUBBLES,
+// PPSCHED_SOURCE_ROOT, set by tests/meson.build), or else next to this test in the build
+// tree, with the source tree read from the build's meson-info.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// ------------------------------------------------------------------ running the tools
+
+struct Run {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+fs::path build_root() {
+  // tests/test_cli in the build tree.
+  return fs::read_symlink("/proc/self/exe").parent_path().parent_path();
+}
+
+fs::path tool_path(const char* variable, const char* name) {
+  if (const char* p = std::getenv(variable); p != nullptr && *p != '\0') return p;
+  return build_root() / "examples" / name;
+}
+
+fs::path source_root() {
+  if (const char* p = std::getenv("PPSCHED_SOURCE_ROOT"); p != nullptr && *p != '\0') return p;
+  const json info = json::parse(read_file(build_root() / "meson-info" / "meson-info.json"));
+  return info.at("directories").at("source").get<std::string>();
+}
+
+// A scratch directory per test case, removed at the end.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string pattern = (fs::temp_directory_path() / "ppsched-cli-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  [[nodiscard]] const fs::path& path() const { return path_; }
+  [[nodiscard]] std::string file(const std::string& name) const { return (path_ / name).string(); }
+  [[nodiscard]] std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+ private:
+  fs::path path_;
+};
+
+Run run_tool(const fs::path& exe, const std::vector<std::string>& args) {
+  ScratchDir capture;
+  const std::string out_path = capture.file("stdout"), err_path = capture.file("stderr");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> storage{exe.string()};
+  storage.insert(storage.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& s : storage) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  Run r;
+  if (spawned != 0) {
+    r.err = "could not start " + exe.string();
+    return r;
+  }
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0) {
+  }
+  r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
+  r.out = read_file(out_path);
+  r.err = read_file(err_path);
+  return r;
+}
+
+Run plan(const std::vector<std::string>& args) { return run_tool(tool_path("PPSCHED_PLAN", "ppsched-plan"), args); }
+[[maybe_unused]] Run bubbles(const std::vector<std::string>& args) {
+  return run_tool(tool_path("PPSCHED_BUBBLES", "ppsched-bubbles"), args);
+}
+
+[[maybe_unused]] std::string profile(const std::string& name) { return (source_root() / "examples" / "profiles" / name).string(); }
+
+// Runs with --json, requires success, and parses stdout.
+json plan_json(std::vector<std::string> args) {
+  args.push_back("--json");
+  const Run r = plan(args);
+  INFO("stderr: " << r.err);
+  REQUIRE(r.status == 0);
+  return json::parse(r.out);
+}
+
+const json& schedule_named(const json& j, std::string_view name) {
+  for (const json& s : j.at("schedules"))
+    if (s.at("name") == name) return s;
+  FAIL("no schedule named " << name << " in the output");
+  throw std::logic_error("unreachable");
+}
+
+double max_of(const json& array) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (const json& v : array) m = std::max(m, v.get<double>());
+  return m;
+}
+
+// ------------------------------------------------------------------ a strict little XML reader
+
+// Throws unless `text` is one well-formed XML element (with an optional declaration and
+// comments before it): tags nest and match, attributes are quoted and not repeated, and
+// every '&' starts a known or numeric entity.
+void check_well_formed_xml(std::string_view text) {
+  std::vector<std::string> open;
+  std::size_t i = 0;
+  bool root_seen = false;
+  const auto fail_at = [&](const std::string& why) {
+    throw std::runtime_error(why + " at byte " + std::to_string(i));
+  };
+  const auto check_entities = [&](std::string_view chunk) {
+    for (std::size_t k = chunk.find('&'); k != std::string_view::npos; k = chunk.find('&', k + 1)) {
+      const std::size_t semi = chunk.find(';', k);
+      if (semi == std::string_view::npos) fail_at("'&' without ';'");
+      const std::string_view name = chunk.substr(k + 1, semi - k - 1);
+      static const std::set<std::string_view> known{"amp", "lt", "gt", "quot", "apos"};
+      if (!known.contains(name) && !(name.size() > 1 && name[0] == '#')) fail_at("unknown entity");
+    }
+  };
+  const auto is_name_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == ':' || c == '.';
+  };
+  while (i < text.size()) {
+    const std::size_t lt = text.find('<', i);
+    const std::string_view between = text.substr(i, lt == std::string_view::npos ? text.size() - i : lt - i);
+    if (open.empty() && between.find_first_not_of(" \t\r\n") != std::string_view::npos) fail_at("text outside the root");
+    if (between.find('>') != std::string_view::npos) fail_at("stray '>'");
+    check_entities(between);
+    if (lt == std::string_view::npos) break;
+    i = lt;
+    if (text.substr(i, 4) == "<!--") {
+      const std::size_t end = text.find("-->", i);
+      if (end == std::string_view::npos) fail_at("unclosed comment");
+      i = end + 3;
+      continue;
+    }
+    if (text.substr(i, 2) == "<?") {
+      if (root_seen) fail_at("declaration after the root");
+      const std::size_t end = text.find("?>", i);
+      if (end == std::string_view::npos) fail_at("unclosed declaration");
+      i = end + 2;
+      continue;
+    }
+    const bool closing = text.substr(i, 2) == "</";
+    std::size_t k = i + (closing ? 2 : 1);
+    const std::size_t name_start = k;
+    while (k < text.size() && is_name_char(text[k])) ++k;
+    const std::string name(text.substr(name_start, k - name_start));
+    if (name.empty()) fail_at("tag without a name");
+    if (closing) {
+      while (k < text.size() && std::isspace(static_cast<unsigned char>(text[k]))) ++k;
+      if (k >= text.size() || text[k] != '>') fail_at("malformed end tag");
+      if (open.empty() || open.back() != name) fail_at("end tag </" + name + "> does not match");
+      open.pop_back();
+      i = k + 1;
+      continue;
+    }
+    if (open.empty() && root_seen) fail_at("a second root element");
+    root_seen = true;
+    std::set<std::string> attributes;
+    while (true) {
+      while (k < text.size() && std::isspace(static_cast<unsigned char>(text[k]))) ++k;
+      if (k >= text.size()) fail_at("unclosed tag");
+      if (text[k] == '>') {
+        open.push_back(name);
+        i = k + 1;
+        break;
+      }
+      if (text.substr(k, 2) == "/>") {
+        i = k + 2;
+        break;
+      }
+      const std::size_t a = k;
+      while (k < text.size() && is_name_char(text[k])) ++k;
+      const std::string attribute(text.substr(a, k - a));
+      if (attribute.empty() || k >= text.size() || text[k] != '=') fail_at("malformed attribute in <" + name + ">");
+      if (!attributes.insert(attribute).second) fail_at("repeated attribute " + attribute);
+      ++k;
+      if (k >= text.size() || (text[k] != '"' && text[k] != '\'')) fail_at("unquoted attribute " + attribute);
+      const char quote = text[k];
+      const std::size_t close = text.find(quote, k + 1);
+      if (close == std::string_view::npos) fail_at("unclosed attribute value");
+      const std::string_view value = text.substr(k + 1, close - k - 1);
+      if (value.find('<') != std::string_view::npos) fail_at("'<' in an attribute value");
+      check_entities(value);
+      k = close + 1;
+    }
+  }
+  if (!open.empty()) throw std::runtime_error("unclosed element <" + open.back() + ">");
+  if (!root_seen) throw std::runtime_error("no root element");
+}
+
+// ------------------------------------------------------------------ checks every plan must pass
+
+// The JSON fields docs/cli.md promises, and the relations between them.
+void check_plan_json(const json& j) {
+  const int ranks = j.at("ranks").get<int>();
+  const int microbatches = j.at("microbatches").get<int>();
+  REQUIRE(ranks >= 1);
+  REQUIRE(microbatches >= 1);
+
+  const json& partition = j.at("partition");
+  const json& stages = partition.at("stages");
+  REQUIRE(stages.size() == static_cast<std::size_t>(ranks));
+  double slowest = 0.0;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const json& st = stages[s];
+    for (const char* key : {"first_layer", "last_layer", "compute_time", "comm_time", "memory_bytes"}) {
+      INFO("partition.stages[" << s << "]." << key);
+      REQUIRE(st.contains(key));
+    }
+    CHECK(st.at("first_layer").get<int>() <= st.at("last_layer").get<int>());
+    if (s > 0) CHECK(st.at("first_layer").get<int>() == stages[s - 1].at("last_layer").get<int>() + 1);
+    CHECK(st.at("compute_time").get<double>() > 0.0);
+    CHECK(st.at("comm_time").get<double>() >= 0.0);
+    CHECK(st.at("memory_bytes").get<double>() >= 0.0);
+    const double incoming = s == 0 ? 0.0 : stages[s - 1].at("comm_time").get<double>();
+    slowest = std::max(slowest, st.at("compute_time").get<double>() + incoming + st.at("comm_time").get<double>());
+  }
+  CHECK(stages.front().at("first_layer").get<int>() == 0);
+  if (j.at("model").at("layers").get<int>() > 0) {
+    CHECK(stages.back().at("last_layer").get<int>() == j.at("model").at("layers").get<int>() - 1);
+  }
+  CHECK(partition.at("bottleneck_time").get<double>() == Approx(slowest).epsilon(1e-12));
+
+  REQUIRE(j.at("schedules").is_array());
+  REQUIRE(!j.at("schedules").empty());
+  for (const json& s : j.at("schedules")) {
+    INFO("schedule " << s.at("name"));
+    for (const char* key : {"name", "makespan", "max_rank_span", "bubble_fraction", "peak_activations", "valid"}) {
+      INFO("field " << key);
+      REQUIRE(s.contains(key));
+    }
+    REQUIRE(s.at("valid") == true);
+    const double makespan = s.at("makespan").get<double>();
+    REQUIRE(makespan > 0.0);
+    const json& busy = s.at("busy");
+    const json& span = s.at("span");
+    REQUIRE(busy.size() == static_cast<std::size_t>(ranks));
+    REQUIRE(span.size() == static_cast<std::size_t>(ranks));
+    REQUIRE(s.at("peak_activations").size() == static_cast<std::size_t>(ranks));
+    double idle = 0.0;
+    for (const json& b : busy) {
+      CHECK(b.get<double>() <= makespan * (1 + 1e-12));
+      idle += makespan - b.get<double>();
+    }
+    CHECK(s.at("bubble_fraction").get<double>() == Approx(idle / (ranks * makespan)).margin(1e-12));
+    CHECK(s.at("max_rank_span").get<double>() == Approx(max_of(span)).epsilon(1e-12));
+    CHECK(s.at("max_rank_span").get<double>() <= makespan * (1 + 1e-12));
+    CHECK(s.at("ideal_time").get<double>() == Approx(max_of(busy)).epsilon(1e-12));
+    CHECK(s.at("throughput").at("microbatches_per_unit").get<double>() ==
+          Approx(microbatches / makespan).epsilon(1e-12));
+    for (const json& p : s.at("peak_activations")) CHECK(p.get<double>() >= 0.0);
+  }
+
+  // The recommendation: the fastest valid training schedule that fits.
+  std::optional<std::string> best;
+  double best_time = std::numeric_limits<double>::infinity();
+  for (const json& s : j.at("schedules")) {
+    if (!s.at("training").get<bool>() || !s.at("fits").get<bool>()) continue;
+    if (s.at("makespan").get<double>() < best_time) {
+      best_time = s.at("makespan").get<double>();
+      best = s.at("name").get<std::string>();
+    }
+  }
+  if (best) {
+    REQUIRE(j.at("recommended").is_string());
+    CHECK(schedule_named(j, j.at("recommended").get<std::string>()).at("makespan").get<double>() == best_time);
+  } else {
+    CHECK(j.at("recommended").is_null());
+  }
+  CHECK(!j.at("recommendation_reason").get<std::string>().empty());
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ ppsched-plan
+
+TEST_CASE("uniform stages give the textbook makespans and memory", "[cli][plan]") {
+  // p = 4, m = 8, F = BI = BW = 1 (B = 2), free communication.
+  const int p = 4, m = 8;
+  const double f = 1, bi = 1, bw = 1, b = bi + bw;
+  const json j = plan_json({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8"});
+  check_plan_json(j);
+  // GPipe and 1F1B: (m + p - 1)(F + B).
+  CHECK(schedule_named(j, "gpipe").at("makespan").get<double>() == Approx((m + p - 1) * (f + b)));
+  CHECK(schedule_named(j, "1f1b").at("makespan").get<double>() == Approx((m + p - 1) * (f + b)));
+  // Interleaved 1F1B with v = 2: m(F + B) + (p - 1)(F + B) / v.
+  CHECK(schedule_named(j, "interleaved-1f1b").at("makespan").get<double>() == Approx(m * (f + b) + (p - 1) * (f + b) / 2));
+  // ZB-H1: m(F + B) + (p - 1)(F + BI - BW).
+  CHECK(schedule_named(j, "zb-h1").at("makespan").get<double>() == Approx(m * (f + b) + (p - 1) * (f + bi - bw)));
+  // Memory: GPipe stores all m on every rank; 1F1B stores p - r on rank r.
+  const json& gpipe_peaks = schedule_named(j, "gpipe").at("peak_activations");
+  const json& one_f_one_b_peaks = schedule_named(j, "1f1b").at("peak_activations");
+  for (int r = 0; r < p; ++r) {
+    CHECK(gpipe_peaks[r].get<double>() == m);
+    CHECK(one_f_one_b_peaks[r].get<double>() == p - r);
+  }
+  // Every training family appears; forward-only is there but never recommended.
+  std::set<std::string> names;
+  for (const json& s : j.at("schedules")) names.insert(s.at("name").get<std::string>());
+  for (const char* name : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2", "zb-v", "forward-only"}) {
+    CHECK(names.contains(name));
+  }
+  CHECK(schedule_named(j, "forward-only").at("training") == false);
+  CHECK(j.at("recommended") != "forward-only");
+}
+
+TEST_CASE("a memory cap in micro-batches excludes the schedules that exceed it", "[cli][plan]") {
+  const json free = plan_json({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8"});
+  const double cap = 4;
+  const json capped = plan_json({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8",
+                                 "--memory-cap-microbatches", "4"});
+  check_plan_json(capped);
+  CHECK(capped.at("memory_cap").at("microbatches").get<double>() == cap);
+  for (const json& s : capped.at("schedules")) {
+    INFO(s.at("name"));
+    CHECK(s.at("fits").get<bool>() == (max_of(s.at("peak_activations")) <= cap));
+    if (!s.at("fits").get<bool>()) CHECK(s.at("fit_problem").get<std::string>().find("cap") != std::string::npos);
+  }
+  // A cap so tight that only 1F1B-like memory fits changes the choice when the fastest
+  // schedule uncapped stores more; the reason then names the faster one.
+  const json tight = plan_json({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8",
+                                "--memory-cap-microbatches", "3.5"});
+  check_plan_json(tight);
+  const std::string fastest_uncapped = free.at("recommended").get<std::string>();
+  if (max_of(schedule_named(free, fastest_uncapped).at("peak_activations")) > 3.5) {
+    CHECK(tight.at("recommended") != fastest_uncapped);
+    CHECK(tight.at("recommendation_reason").get<std::string>().find(fastest_uncapped) != std::string::npos);
+  }
+  // No schedule fits a cap below one micro-batch.
+  const json none = plan_json({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8",
+                               "--memory-cap-microbatches", "0.5"});
+  CHECK(none.at("recommended").is_null());
+}
+
+TEST_CASE("the report names every schedule and the recommendation", "[cli][plan]") {
+  const Run r = plan({"--stage-cost", "1,2,1", "--stages", "4", "--microbatches", "8"});
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  for (const char* text : {"Partition", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "zb-v", "Recommended:"}) {
+    CHECK(r.out.find(text) != std::string::npos);
+  }
+  // The recommended name in the report is the JSON's.
+  const json j = plan_json({"--stage-cost", "1,2,1", "--stages", "4", "--microbatches", "8"});
+  CHECK(r.out.find("Recommended: " + j.at("recommended").get<std::string>()) != std::string::npos);
+}
+
+TEST_CASE("trace, SVG and CSV outputs are well-formed and the CSV validates", "[cli][plan]") {
+  ScratchDir dir;
+  const std::string trace = dir.file("trace.json"), svg = dir.file("gantt.svg"), csv = dir.file("1f1b.csv");
+  const json j = plan_json({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "6", "--schedule", "1f1b",
+                            "--trace", trace, "--svg", svg, "--csv", csv});
+  CHECK(dir.entries() == std::vector<std::string>{"1f1b.csv", "gantt.svg", "trace.json"});  // no temporaries left
+
+  const json t = json::parse(read_file(trace));
+  REQUIRE(t.contains("traceEvents"));
+  std::size_t compute_events = 0;
+  for (const json& e : t.at("traceEvents")) {
+    if (e.at("ph") == "X" && (e.at("name").get<std::string>()[0] == 'F' || e.at("name").get<std::string>()[0] == 'B')) {
+      ++compute_events;
+    }
+  }
+  CHECK(compute_events == 4u * 6u * 2u);  // one F and one B per stage and micro-batch
+
+  CHECK_NOTHROW(check_well_formed_xml(read_file(svg)));
+
+  // The CSV round-trips: --validate reads it back, says OK, and simulates the same step.
+  const Run v = plan({"--stage-cost", "1,1,1", "--validate", csv});
+  INFO(v.err);
+  CHECK(v.status == 0);
+  CHECK(v.out.find("OK") != std::string::npos);
+  const json vj = plan_json({"--stage-cost", "1,1,1", "--validate", csv});
+  CHECK(vj.at("valid") == true);
+  CHECK(vj.at("makespan").get<double>() == schedule_named(j, "1f1b").at("makespan").get<double>());
+}
+
+TEST_CASE("--validate lists each problem of a broken schedule and exits 1", "[cli][plan]") {
+  ScratchDir dir;
+  // Rank 1 runs the backward of micro-batch 0 before its forward.
+  const std::string csv = dir.file("broken.csv");
+  {
+    std::ofstream out(csv);
+    out << "0F0,0B0\n1B0,1F0\n";
+  }
+  const Run r = plan({"--stage-cost", "1,1,1", "--validate", csv});
+  CHECK(r.status == 1);
+  CHECK(r.out.find("OK") == std::string::npos);
+  CHECK(r.out.find("problem") != std::string::npos);
+}
+
+TEST_CASE("bad input exits 2 and says what would work", "[cli][plan]") {
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> expected;  // all in stderr
+  };
+  ScratchDir dir;
+  const std::string not_json = dir.file("bad.json");
+  {
+    std::ofstream out(not_json);
+    out << "{\n  \"layers\": [\n    {\"name\": \"a\",, }\n  ]\n}\n";
+  }
+  const std::string bad_csv = dir.file("bad.csv");
+  {
+    std::ofstream out(bad_csv);
+    out << "0F0,0B0\n1F0,1X0\n";
+  }
+  const std::vector<Case> cases{
+      {{"--stagse", "4"}, {"unknown flag '--stagse'", "did you mean --stages", "--microbatches"}},
+      {{"4"}, {"unexpected argument '4'"}},
+      {{"--schedule", "2f2b"}, {"unknown schedule '2f2b'", "gpipe", "zb-v", "all"}},
+      {{"--stages", "0"}, {"--stages", "out of range", "1 to"}},
+      {{"--stages", "four"}, {"--stages", "not a whole number"}},
+      {{"--microbatches"}, {"--microbatches", "needs a value"}},
+      {{"--stage-cost", "1,1"}, {"--stage-cost", "three comma-separated numbers"}},
+      {{"--stage-cost", "1,nan,1"}, {"--stage-cost", "not a finite number"}},
+      {{"--comm", "-1"}, {"--comm", "out of range"}},
+      {{"--w-memory-ratio", "1.5"}, {"--w-memory-ratio", "from 0 to 1"}},
+      {{"--memory-cap-bytes", "12 parsecs"}, {"--memory-cap-bytes", "GiB"}},
+      {{"--layers", "8", "--stage-cost", "1,1,1"}, {"both describe the model"}},
+      {{"--stages", "4", "--stages", "5"}, {"more than once"}},
+      {{"--stage-cost", "1,1,1", "--bandwidth", "10"}, {"--bandwidth", "--stage-cost"}},
+      {{"--stage-cost", "1,1,1", "--schedule", "interleaved-1f1b", "--stages", "4", "--microbatches", "6"},
+       {"interleaved-1f1b", "m"}},
+      {{"--profile", dir.file("missing.json")}, {dir.file("missing.json")}},
+      {{"--profile", not_json}, {not_json, "line 3"}},
+      {{"--stage-cost", "1,1,1", "--validate", bad_csv}, {bad_csv, "row 2", "1X0"}},
+      {{"--stage-cost", "1,1,1", "--trace", dir.file("no/such/dir/t.json")}, {"no/such/dir"}},
+  };
+  for (const Case& c : cases) {
+    std::string joined;
+    for (const std::string& a : c.args) joined += a + ' ';
+    INFO("ppsched-plan " << joined);
+    const Run r = plan(c.args);
+    INFO("stderr: " << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());
+    for (const std::string& text : c.expected) CHECK(r.err.find(text) != std::string::npos);
+  }
+  CHECK(dir.entries() == std::vector<std::string>{"bad.csv", "bad.json"});  // nothing written
+}
+
+TEST_CASE("--help lists every flag and exits 0", "[cli][plan]") {
+  const Run r = plan({"--help"});
+  CHECK(r.status == 0);
+  for (const char* flag : {"--profile", "--layers", "--stage-cost", "--stages", "--microbatches", "--chunks", "--comm",
+                           "--bandwidth", "--memory-cap-microbatches", "--memory-cap-bytes", "--w-memory-ratio",
+                           "--schedule", "--json", "--trace", "--svg", "--csv", "--validate"}) {
+    CHECK(r.out.find(flag) != std::string::npos);
+  }
+}

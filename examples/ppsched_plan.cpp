@@ -37,14 +37,6 @@ std::string usage() {
          "\nexit status: 0 done, 1 --validate found problems, 2 bad input. See docs/cli.md.\n";
 }
 
-cli::PlanModel model_of(const cli::PlanOptions& options) {
-  switch (options.source) {
-    case cli::ModelSource::stage_cost: return cli::stage_cost_model(options);
-    default: break;
-  }
-  ppsched::fail({"ppsched-plan", "this model source is not available yet", "", "use --stage-cost"});
-}
-
 // Renders every requested file first, so that a failure leaves no file half-made, then
 // writes each one whole (temporary file and rename).
 void write_outputs(const cli::ScheduleResult& r, const cli::OutputPaths& outputs) {
@@ -79,7 +71,7 @@ int run(std::span<const char* const> argv) {
     std::cout << "ppsched-plan " << cli::version_text << '\n';
     return 0;
   }
-  const cli::PlanModel model = model_of(options);
+  const cli::PlanModel model = cli::make_model(options);
   const cli::OutputPaths outputs{options.trace_path, options.svg_path, options.csv_path};
 
   if (!options.validate_path.empty()) {

@@ -78,4 +78,13 @@ inline void set_bottleneck(PartitionPlan& p) {
   return model;
 }
 
+// The model the options describe.
+[[nodiscard]] inline PlanModel make_model(const PlanOptions& options) {
+  switch (options.source) {
+    case ModelSource::stage_cost: return stage_cost_model(options);
+    default: break;
+  }
+  fail({"model", "this model source is not available yet", "", "use --stage-cost"});
+}
+
 }  // namespace ppsched::cli

@@ -115,11 +115,11 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
   }
 }
 
-// Turns argv into PlanOptions; throws ppsched::error for anything it cannot use.
-[[nodiscard]] inline PlanOptions parse_plan_options(std::span<const char* const> argv) {
+// Turns split flags (plan_flags, or a subset of them) into PlanOptions; throws
+// ppsched::error for anything it cannot use.
+[[nodiscard]] inline PlanOptions parse_plan_flags(const std::vector<GivenFlag>& given) {
   using ppsched::detail::concat;
   PlanOptions options;
-  const std::vector<GivenFlag> given = split_flags(argv, plan_flags);
   const GivenFlag* source_flag = nullptr;
   auto set_source = [&](const GivenFlag& flag, ModelSource source) {
     if (source_flag != nullptr) {
@@ -229,6 +229,11 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
     }
   }
   return options;
+}
+
+// Turns argv into PlanOptions; throws ppsched::error for anything it cannot use.
+[[nodiscard]] inline PlanOptions parse_plan_options(std::span<const char* const> argv) {
+  return parse_plan_flags(split_flags(argv, plan_flags));
 }
 
 }  // namespace ppsched::cli

@@ -415,6 +415,10 @@ class CpuBackend {
       }
     }
     const std::lock_guard<std::mutex> lock(rank_->mutex);
+    // The streams are idle: the host has, in effect, synchronised with all of their work.
+    if (checking()) {
+      for (auto& s : rank_->streams) host_observed(*rank_, s->clock);
+    }
     rank_->failed = false;
     rank_->error = nullptr;
     rank_->aborted.store(false, std::memory_order_release);

@@ -1,0 +1,573 @@
+// The executor: runs one rank's lowered program on any Backend. The host thread issues the
+// program in order — compute actions on the compute stream, each communication group on the
+// comm stream as one group_start/group_end — and expresses every order between the two
+// streams with one event wait, so communication overlaps compute exactly as far as the
+// schedule allows (docs/execution-model.md). It never blocks while issuing: every buffer
+// comes from pools sized by the plan (runtime/plan.hpp), allocated once, so a step
+// allocates nothing. At the end of the step it waits for both streams under a watchdog.
+//
+// Faults. A user callable that throws becomes a ppsched::error naming the rank, stage,
+// micro-batch and action, with the original message. When no action of the rank completes
+// for `ExecutorOptions::watchdog`, the step ends with an error naming the actions at the
+// head of each stream and what they wait for. Either way the executor reports the error to
+// the step's `StepFaults` (first error wins, every other rank is asked to stop), aborts its
+// communicator so every pending transfer ends, waits until its streams hold no more work,
+// and throws. The World then recovers every backend and can run the next step.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <limits>
+#include <mutex>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/runtime/backend.hpp"
+#include "ppsched/runtime/plan.hpp"
+#include "ppsched/runtime/stage.hpp"
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/schedule/lower.hpp"
+#include "ppsched/schedule/schedule.hpp"
+#include "ppsched/schedule/validate.hpp"
+#include "ppsched/trace/timeline.hpp"
+
+namespace ppsched {
+
+struct ExecutorOptions {
+  GradAccumulation accumulation = GradAccumulation::microbatch_order;
+  // A step in which no action of a rank completes for this long ends with an error naming
+  // what the rank waits for.
+  std::chrono::milliseconds watchdog{10'000};
+  // Record each action's start and end (two timing events per action).
+  bool record_timeline = true;
+  // Validate the (lowered) schedule before running it; off, a deadlocking schedule is caught
+  // by the watchdog instead.
+  bool validate = true;
+};
+
+// The faults of one step, shared by its ranks: the first error reported is kept and every
+// rank is asked to stop through the token.
+class StepFaults {
+ public:
+  void report(std::exception_ptr e) noexcept {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (!first_) first_ = std::move(e);
+    }
+    stop_.request_stop();
+  }
+  [[nodiscard]] std::stop_token token() const noexcept { return stop_.get_token(); }
+  [[nodiscard]] std::exception_ptr first() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return first_;
+  }
+  // Before the next step: forget the error (a stop source, once requested, is replaced).
+  void reset() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    first_ = nullptr;
+    if (stop_.stop_requested()) stop_ = std::stop_source();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::exception_ptr first_;
+  std::stop_source stop_;
+};
+
+// What one rank's step produced.
+struct RankStep {
+  std::vector<float> losses;  // per micro-batch; NaN on a rank without the last stage
+  std::vector<Span> spans;    // one per action of the rank's program, in ms from `origin`
+  std::chrono::steady_clock::time_point origin{};  // host time when the step's origin was recorded
+};
+
+namespace detail {
+
+// The rank's error when another rank asked it to stop.
+struct StoppedByPeer {};
+
+[[nodiscard]] inline std::string matching_action(const Schedule& s, const Action& a) {
+  switch (a.op) {
+    case Op::SEND_F: return detail::concat("RECV_F", a.microbatch, "@s", a.stage + 1, " on rank ", s.rank_of(a.stage + 1));
+    case Op::RECV_F: return detail::concat("SEND_F", a.microbatch, "@s", a.stage - 1, " on rank ", s.rank_of(a.stage - 1));
+    case Op::SEND_B: return detail::concat("RECV_B", a.microbatch, "@s", a.stage - 1, " on rank ", s.rank_of(a.stage - 1));
+    case Op::RECV_B: return detail::concat("SEND_B", a.microbatch, "@s", a.stage + 1, " on rank ", s.rank_of(a.stage + 1));
+    default: return {};
+  }
+}
+
+}  // namespace detail
+
+template <class B>
+class Executor {
+  static_assert(check_backend<B>());
+
+ public:
+  using Buffer = typename B::buffer;
+
+  // `stages`: one per stage of the schedule (only those placed on this rank are called);
+  // they must outlive the executor. A compute-only schedule is lowered first.
+  Executor(B& backend, const Schedule& schedule, std::span<const StageFunctions> stages, ExecutorOptions options = {})
+      : b_(backend),
+        schedule_(is_lowered(schedule) ? schedule : lower(schedule)),
+        stages_(stages),
+        options_(options),
+        rank_(backend.rank()) {
+    check_setup();
+    if (options_.validate) (void)validate_or_throw(schedule_);
+    std::vector<StageShape> shapes;
+    for (const StageFunctions& f : stages_) shapes.push_back({f.input_size, f.output_size});
+    plan_ = plan_rank(schedule_, rank_, shapes);
+    allocate();
+  }
+
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+  Executor(Executor&&) = delete;
+  Executor& operator=(Executor&&) = delete;
+  ~Executor() = default;
+
+  // Runs one step of the schedule on this rank. Throws ppsched::error on a fault (see the
+  // header comment); `faults` is shared with the step's other ranks, if any.
+  const RankStep& run_step(const Batch& batch, StepFaults* faults = nullptr) {
+    check_batch(batch);
+    batch_ = batch;
+    try {
+      issue_all();
+      wait_all(faults);
+    } catch (...) {
+      fail_step(std::current_exception(), faults);
+    }
+    collect();
+    return result_;
+  }
+
+  [[nodiscard]] const Schedule& schedule() const noexcept { return schedule_; }
+  [[nodiscard]] const RankPlan& plan() const noexcept { return plan_; }
+  [[nodiscard]] int rank() const noexcept { return rank_; }
+  [[nodiscard]] const RankStep& last_step() const noexcept { return result_; }
+  // Floats held for weight gradients (totals and per-micro-batch or scratch buffers).
+  [[nodiscard]] std::size_t gradient_floats() const noexcept { return gradient_floats_; }
+
+ private:
+  struct ComputeCall {
+    Executor* self = nullptr;
+    std::int32_t step = 0;
+  };
+  struct StageGradients {
+    std::int32_t stage = 0;
+    Buffer total;
+    std::vector<Buffer> parts;  // per micro-batch, or one scratch
+    std::vector<std::span<float>> part_spans;
+    std::span<float> total_span;
+  };
+  struct OptimizerCall {
+    Executor* self = nullptr;
+    std::size_t index = 0;  // into grads_
+  };
+
+  B& b_;
+  Schedule schedule_;
+  std::span<const StageFunctions> stages_;
+  ExecutorOptions options_;
+  int rank_;
+  RankPlan plan_;
+  bool has_backward_ = false;
+  typename B::stream compute_{};
+  typename B::stream comm_{};
+  std::vector<Buffer> buffers_;
+  std::vector<std::span<float>> spans_;
+  std::vector<typename B::event> start_events_;
+  std::vector<typename B::event> end_events_;
+  typename B::event origin_{};
+  typename B::event compute_done_{};
+  typename B::event comm_done_{};
+  std::vector<StageGradients> grads_;
+  std::vector<std::int32_t> grads_of_stage_;  // stage -> index into grads_, or -1
+  std::vector<ComputeCall> calls_;
+  std::vector<OptimizerCall> optimizer_calls_;
+  std::vector<std::vector<BufferUse<Buffer>>> uses_;
+  std::vector<std::string> labels_;  // per action
+  std::vector<std::int32_t> lane_steps_[2];  // step indices per lane, in order
+  std::size_t gradient_floats_ = 0;
+  Batch batch_{};
+  RankStep result_;
+
+  [[nodiscard]] const Action& action(std::int32_t index) const {
+    return schedule_.programs[static_cast<std::size_t>(rank_)][static_cast<std::size_t>(index)];
+  }
+  [[nodiscard]] std::int32_t last_stage() const noexcept { return schedule_.stages() - 1; }
+  [[nodiscard]] bool holds(std::int32_t stage) const { return schedule_.rank_of(stage) == rank_; }
+
+  void check_setup() {
+    const std::string subject = detail::concat("executor for rank ", rank_, " of schedule '", schedule_.name, "'");
+    if (rank_ < 0 || rank_ >= schedule_.ranks || b_.ranks() != schedule_.ranks) {
+      fail({subject, detail::concat("the backend is rank ", rank_, " of ", b_.ranks(), " but the schedule has ", schedule_.ranks,
+                            " ranks"),
+            "", "Run the schedule on a communicator with as many ranks as the schedule"});
+    }
+    if (stages_.size() != static_cast<std::size_t>(schedule_.stages())) {
+      fail({subject, detail::concat("the schedule has ", schedule_.stages(), " stages but ", stages_.size(),
+                            " StageFunctions were given"),
+            "", "Give one StageFunctions per stage"});
+    }
+    for (const auto& prog : schedule_.programs) {
+      for (const Action& a : prog) has_backward_ = has_backward_ || a.op == Op::B || a.op == Op::BI || a.op == Op::BW;
+    }
+    for (std::int32_t s = 0; s < schedule_.stages(); ++s) {
+      if (!holds(s)) continue;
+      const StageFunctions& f = stages_[static_cast<std::size_t>(s)];
+      const std::string where = detail::concat("stage ", s, " (rank ", rank_, ")");
+      if (!f.forward) fail({subject, "a stage has no forward", where, "Set StageFunctions::forward"});
+      if (!has_backward_) continue;
+      const bool split = static_cast<bool>(f.backward_input) && static_cast<bool>(f.backward_weight);
+      if (schedule_.split_backward && !split) {
+        fail({subject,
+              detail::concat("schedule '", schedule_.name, "' splits backward into BI and BW, but the stage gives ",
+                     f.backward ? "only a full backward" : "no backward"),
+              where, "Set StageFunctions::backward_input and backward_weight"});
+      }
+      if (!f.backward && !split) {
+        fail({subject, "a stage has no backward", where,
+              "Set StageFunctions::backward, or backward_input and backward_weight"});
+      }
+      if (s == last_stage() && !f.loss) {
+        fail({subject, "the last stage has no loss", where, "Set StageFunctions::loss on the last stage"});
+      }
+    }
+  }
+
+  void check_batch(const Batch& batch) const {
+    const auto m = static_cast<std::size_t>(schedule_.microbatches);
+    if (holds(0)) {
+      const std::size_t want = m * stages_[0].input_size;
+      if (batch.inputs.size() != want) {
+        fail({"batch", detail::concat("has ", batch.inputs.size(), " input floats; ", m, " micro-batches of ",
+                              stages_[0].input_size, " need ", want),
+              "Batch::inputs", "Give exactly microbatches x stage 0's input_size floats"});
+      }
+    }
+    if (has_backward_ && holds(last_stage())) {
+      const std::size_t want = m * stages_[static_cast<std::size_t>(last_stage())].target_size;
+      if (batch.targets.size() != want) {
+        fail({"batch", detail::concat("has ", batch.targets.size(), " target floats; ", m, " micro-batches of ",
+                              stages_[static_cast<std::size_t>(last_stage())].target_size, " need ", want),
+              "Batch::targets", "Give exactly microbatches x the last stage's target_size floats"});
+      }
+    }
+  }
+
+  void allocate() {
+    compute_ = b_.create_stream();
+    comm_ = b_.create_stream();
+    for (std::size_t floats : plan_.buffer_floats) buffers_.push_back(b_.allocate(floats));
+    for (const Buffer& buf : buffers_) spans_.push_back(b_.span(buf));
+    origin_ = b_.create_event();
+    compute_done_ = b_.create_event();
+    comm_done_ = b_.create_event();
+    const std::size_t n = plan_.steps.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      end_events_.push_back(b_.create_event());
+      if (options_.record_timeline) start_events_.push_back(b_.create_event());
+    }
+    const auto m = static_cast<std::size_t>(schedule_.microbatches);
+    grads_of_stage_.assign(static_cast<std::size_t>(schedule_.stages()), -1);
+    for (std::int32_t s : plan_.stages) {
+      const std::size_t size = stages_[static_cast<std::size_t>(s)].weight_grad_size;
+      grads_of_stage_[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(grads_.size());
+      StageGradients g;
+      g.stage = s;
+      if (size > 0 && has_backward_) {
+        g.total = b_.allocate(size);
+        g.total_span = b_.span(g.total);
+        const std::size_t parts = options_.accumulation == GradAccumulation::microbatch_order ? m : 1;
+        for (std::size_t k = 0; k < parts; ++k) g.parts.push_back(b_.allocate(size));
+        for (const Buffer& p : g.parts) g.part_spans.push_back(b_.span(p));
+        gradient_floats_ += size * (parts + 1);
+      }
+      grads_.push_back(std::move(g));
+    }
+    for (std::size_t k = 0; k < grads_.size(); ++k) optimizer_calls_.push_back({this, k});
+    calls_.resize(n);
+    uses_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const PlannedStep& st = plan_.steps[i];
+      lane_steps_[st.lane == Lane::compute ? 0 : 1].push_back(static_cast<std::int32_t>(i));
+      calls_[i] = {this, static_cast<std::int32_t>(i)};
+      if (st.lane != Lane::compute) continue;
+      auto& uses = uses_[i];
+      if (st.input >= 0) uses.push_back({&buffers_[static_cast<std::size_t>(st.input)], Access::read});
+      if (st.output >= 0) uses.push_back({&buffers_[static_cast<std::size_t>(st.output)], Access::write});
+      if (st.loss_input >= 0) uses.push_back({&buffers_[static_cast<std::size_t>(st.loss_input)], Access::read});
+      if (st.grad_output >= 0) {
+        uses.push_back({&buffers_[static_cast<std::size_t>(st.grad_output)],
+                        st.computes_loss ? Access::write : Access::read});
+      }
+      if (const Buffer* part = weight_part(st)) uses.push_back({part, Access::write});
+    }
+    const auto& prog = schedule_.programs[static_cast<std::size_t>(rank_)];
+    for (const Action& a : prog) labels_.push_back(to_string(a));
+    result_.losses.assign(m, std::numeric_limits<float>::quiet_NaN());
+    result_.spans.resize(prog.size());
+    for (const PlannedStep& st : plan_.steps) {
+      for (std::int32_t k = 0; k < st.action_count; ++k) {
+        Span& span = result_.spans[static_cast<std::size_t>(st.first_action + k)];
+        span.rank = rank_;
+        span.action = action(st.first_action + k);
+        span.lane = st.lane;
+      }
+    }
+  }
+
+  // The buffer a B or BW of this step writes its weight gradient into, if the stage has one.
+  [[nodiscard]] const Buffer* weight_part(const PlannedStep& st) const {
+    const Action& a = action(st.first_action);
+    if (a.op != Op::B && a.op != Op::BW) return nullptr;
+    const std::int32_t gi = grads_of_stage_[static_cast<std::size_t>(a.stage)];
+    const StageGradients& g = grads_[static_cast<std::size_t>(gi)];
+    if (g.parts.empty()) return nullptr;
+    return &g.parts[g.parts.size() == 1 ? 0 : static_cast<std::size_t>(a.microbatch)];
+  }
+  [[nodiscard]] std::span<float> weight_span(const PlannedStep& st) {
+    const Action& a = action(st.first_action);
+    if (a.op != Op::B && a.op != Op::BW) return {};
+    StageGradients& g = grads_[static_cast<std::size_t>(grads_of_stage_[static_cast<std::size_t>(a.stage)])];
+    if (g.parts.empty()) return {};
+    return g.part_spans[g.parts.size() == 1 ? 0 : static_cast<std::size_t>(a.microbatch)];
+  }
+
+  void issue_all() {
+    b_.record(origin_, compute_);
+    result_.origin = std::chrono::steady_clock::now();
+    if (options_.accumulation == GradAccumulation::schedule_order) {
+      for (StageGradients& g : grads_) {
+        if (!g.parts.empty()) b_.zero(compute_, g.total);
+      }
+    }
+    for (std::size_t i = 0; i < plan_.steps.size(); ++i) issue(i);
+    if (has_backward_) flush();
+    b_.record(compute_done_, compute_);
+    b_.record(comm_done_, comm_);
+  }
+
+  void issue(std::size_t i) {
+    const PlannedStep& st = plan_.steps[i];
+    auto& stream = st.lane == Lane::compute ? compute_ : comm_;
+    if (st.wait_on >= 0) b_.wait(stream, end_events_[static_cast<std::size_t>(st.wait_on)]);
+    if (st.lane == Lane::compute) {
+      const Action& a = action(st.first_action);
+      const std::int32_t gi = grads_of_stage_[static_cast<std::size_t>(a.stage)];
+      Buffer* part = const_cast<Buffer*>(weight_part(st));
+      if (part != nullptr) b_.zero(stream, *part);
+      if (options_.record_timeline) b_.record(start_events_[i], stream);
+      b_.launch(stream, HostTask{&Executor::run_compute, &calls_[i], labels_[static_cast<std::size_t>(st.first_action)]},
+                std::span<const BufferUse<Buffer>>(uses_[i]));
+      if (part != nullptr && options_.accumulation == GradAccumulation::schedule_order) {
+        b_.accumulate(stream, grads_[static_cast<std::size_t>(gi)].total, *part);
+      }
+    } else {
+      if (options_.record_timeline) b_.record(start_events_[i], stream);
+      b_.group_start();
+      for (const PlannedTransfer& t : st.transfers) {
+        const PeerTag tag{t.match, labels_[static_cast<std::size_t>(t.action)]};
+        Buffer& buf = buffers_[static_cast<std::size_t>(t.buffer)];
+        if (t.send) {
+          b_.send(buf, t.count, t.peer, stream, tag);
+        } else {
+          b_.recv(buf, t.count, t.peer, stream, tag);
+        }
+      }
+      b_.group_end();
+    }
+    b_.record(end_events_[i], stream);
+  }
+
+  // After every backward: sum the per-micro-batch gradients in micro-batch order, then let
+  // each stage apply them.
+  void flush() {
+    for (std::size_t k = 0; k < grads_.size(); ++k) {
+      StageGradients& g = grads_[k];
+      if (options_.accumulation == GradAccumulation::microbatch_order && !g.parts.empty()) {
+        b_.zero(compute_, g.total);
+        for (Buffer& part : g.parts) b_.accumulate(compute_, g.total, part);
+      }
+      const StageFunctions& f = stages_[static_cast<std::size_t>(g.stage)];
+      if (!f.optimizer_step) continue;
+      const BufferUse<Buffer> use{g.parts.empty() ? nullptr : &g.total, Access::read};
+      b_.launch(compute_, HostTask{&Executor::run_optimizer, &optimizer_calls_[k], "optimizer_step"},
+                g.parts.empty() ? std::span<const BufferUse<Buffer>>() : std::span<const BufferUse<Buffer>>(&use, 1));
+    }
+  }
+
+  static void run_compute(void* context) {
+    auto* call = static_cast<ComputeCall*>(context);
+    call->self->compute(call->step);
+  }
+  static void run_optimizer(void* context) {
+    auto* call = static_cast<OptimizerCall*>(context);
+    Executor& self = *call->self;
+    const StageGradients& g = self.grads_[call->index];
+    try {
+      self.stages_[static_cast<std::size_t>(g.stage)].optimizer_step(g.total_span);
+    } catch (const std::exception& e) {
+      throw error(detail::concat("rank ", self.rank_, ", stage ", g.stage, ", optimizer_step: ", e.what()));
+    } catch (...) {
+      throw error(detail::concat("rank ", self.rank_, ", stage ", g.stage,
+                         ", optimizer_step: threw an exception that is not a std::exception"));
+    }
+  }
+
+  [[nodiscard]] std::span<float> buffer(std::int32_t index) {
+    return index < 0 ? std::span<float>() : spans_[static_cast<std::size_t>(index)];
+  }
+
+  void compute(std::int32_t index) {
+    const PlannedStep& st = plan_.steps[static_cast<std::size_t>(index)];
+    const Action& a = action(st.first_action);
+    const StageFunctions& f = stages_[static_cast<std::size_t>(a.stage)];
+    const std::int32_t mb = a.microbatch;
+    try {
+      const std::span<const float> in =
+          st.input_from_batch ? batch_.inputs.subspan(static_cast<std::size_t>(mb) * f.input_size, f.input_size)
+                              : std::span<const float>(buffer(st.input));
+      if (st.computes_loss) {
+        const std::span<const float> target =
+            batch_.targets.subspan(static_cast<std::size_t>(mb) * f.target_size, f.target_size);
+        result_.losses[static_cast<std::size_t>(mb)] = f.loss(mb, buffer(st.loss_input), target, buffer(st.grad_output));
+      }
+      switch (a.op) {
+        case Op::F: f.forward(mb, in, buffer(st.output)); break;
+        case Op::B:
+          if (f.backward) {
+            f.backward(mb, in, buffer(st.grad_output), buffer(st.output), weight_span(st));
+          } else {
+            f.backward_input(mb, in, buffer(st.grad_output), buffer(st.output));
+            f.backward_weight(mb, in, buffer(st.grad_output), weight_span(st));
+          }
+          break;
+        case Op::BI: f.backward_input(mb, in, buffer(st.grad_output), buffer(st.output)); break;
+        case Op::BW: f.backward_weight(mb, in, buffer(st.grad_output), weight_span(st)); break;
+        default: break;
+      }
+    } catch (const std::exception& e) {
+      throw error(detail::concat("rank ", rank_, ", stage ", a.stage, ", micro-batch ", mb, ", action ", to_string(a), ": ",
+                         e.what()));
+    } catch (...) {
+      throw error(detail::concat("rank ", rank_, ", stage ", a.stage, ", micro-batch ", mb, ", action ", to_string(a),
+                         ": threw an exception that is not a std::exception"));
+    }
+  }
+
+  // Steps of each lane whose end event has completed, counted in order.
+  [[nodiscard]] std::size_t completed_on(int lane) {
+    std::size_t n = 0;
+    for (std::int32_t i : lane_steps_[lane]) {
+      if (!b_.query(end_events_[static_cast<std::size_t>(i)])) break;
+      ++n;
+    }
+    return n;
+  }
+
+  void wait_all(StepFaults* faults) {
+    const std::stop_token stop = faults != nullptr ? faults->token() : std::stop_token{};
+    std::size_t progress = 0;
+    for (auto* done : {&compute_done_, &comm_done_}) {
+      for (;;) {
+        const WaitResult r = b_.synchronize(*done, HostWait::within(options_.watchdog, stop));
+        if (r == WaitResult::done) break;
+        if (r == WaitResult::stopped) throw detail::StoppedByPeer{};
+        const std::size_t now = completed_on(0) + completed_on(1);
+        if (now > progress) {
+          progress = now;
+          continue;
+        }
+        throw watchdog_error();
+      }
+    }
+  }
+
+  [[nodiscard]] std::string describe_step(std::int32_t index) {
+    const PlannedStep& st = plan_.steps[static_cast<std::size_t>(index)];
+    std::string what;
+    for (std::int32_t k = 0; k < st.action_count; ++k) {
+      what += detail::concat(k == 0 ? "" : " ", labels_[static_cast<std::size_t>(st.first_action + k)]);
+    }
+    std::string waits;
+    if (st.wait_on >= 0 && !b_.query(end_events_[static_cast<std::size_t>(st.wait_on)])) {
+      const PlannedStep& dep = plan_.steps[static_cast<std::size_t>(st.wait_on)];
+      waits = detail::concat("waits for ", labels_[static_cast<std::size_t>(dep.first_action)], " on the ",
+                     dep.lane == Lane::compute ? "compute" : "comm", " stream");
+    } else if (st.lane == Lane::comm) {
+      for (const PlannedTransfer& t : st.transfers) {
+        waits += detail::concat(waits.empty() ? "" : "; ", labels_[static_cast<std::size_t>(t.action)], " waits for ",
+                        detail::matching_action(schedule_, action(t.action)), " to be posted");
+      }
+    } else {
+      waits = "is running (a slow or stuck stage callable)";
+    }
+    return detail::concat(what, " ", waits);
+  }
+
+  [[nodiscard]] error watchdog_error() {
+    std::string heads;
+    std::string first_action;
+    for (int lane : {1, 0}) {
+      const std::size_t done = completed_on(lane);
+      if (done >= lane_steps_[lane].size()) continue;
+      const std::int32_t head = lane_steps_[lane][done];
+      if (first_action.empty()) first_action = labels_[static_cast<std::size_t>(plan_.steps[static_cast<std::size_t>(head)].first_action)];
+      heads += detail::concat(heads.empty() ? "" : "; ", lane == 0 ? "compute stream: " : "comm stream: ", describe_step(head));
+    }
+    if (heads.empty()) heads = "every action completed, but the step's final work did not (the optimizer step?)";
+    return make_error({detail::concat("rank ", rank_),
+                       detail::concat("watchdog: no action completed for ", options_.watchdog.count(), " ms. ", heads),
+                       first_action.empty() ? "" : detail::concat("action ", first_action),
+                       "Validate the schedule (validate()) or raise ExecutorOptions::watchdog if actions are this slow"});
+  }
+
+  [[noreturn]] void fail_step(std::exception_ptr e, StepFaults* faults) {
+    bool stopped = false;
+    try {
+      std::rethrow_exception(e);
+    } catch (const detail::StoppedByPeer&) {
+      stopped = true;
+    } catch (...) {
+    }
+    if (stopped) {
+      e = std::make_exception_ptr(make_error({detail::concat("rank ", rank_), "stopped because another rank failed", "",
+                                              "See the step's first error"}));
+    } else if (faults != nullptr) {
+      faults->report(e);  // before the abort, so that the cause is the first error
+    }
+    b_.abort(stopped ? "another rank failed" : "this rank failed");
+    for (auto* s : {&compute_, &comm_}) {
+      try {
+        (void)b_.synchronize(*s, HostWait::within(options_.watchdog));
+      } catch (...) {  // the rank's sticky error: the work is drained, which is all we need
+      }
+    }
+    std::rethrow_exception(e);
+  }
+
+  void collect() {
+    if (!options_.record_timeline) return;
+    for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
+      const PlannedStep& st = plan_.steps[i];
+      const double start = b_.elapsed_ms(origin_, start_events_[i]);
+      const double end = b_.elapsed_ms(origin_, end_events_[i]);
+      for (std::int32_t k = 0; k < st.action_count; ++k) {
+        Span& span = result_.spans[static_cast<std::size_t>(st.first_action + k)];
+        span.start = start;
+        span.end = end;
+      }
+    }
+  }
+};
+
+}  // namespace ppsched

@@ -1,0 +1,410 @@
+// The plan of one rank's step, worked out once from the lowered schedule so that running a
+// step is a walk over a fixed list: which buffer every action reads and writes, which event
+// every action waits on, and how many buffers of each size the rank needs at most.
+//
+// A step is the rank's program cut into *steps*: each compute action, and each communication
+// group (consecutive communication actions sharing a nonzero group, or one ungrouped
+// action). A step runs on the compute lane or the comm lane. The values a rank holds are
+// tensors per (stage, micro-batch): the forward input and output, the gradient arriving for
+// the output and the gradient leaving for the input. Each lives from the step that produces
+// it to the last step that uses it, in issue order; adjacent stages on one rank share one
+// value (the output of F(s) is the input of F(s+1)). Values take physical buffers from
+// per-size pools when produced and return them after their last use, so a pool's size is
+// the largest number of values of that size alive at once in issue order — exactly what
+// the schedule needs, and what the executor allocates once.
+//
+// Order between the lanes exists only through events (docs/execution-model.md): a step
+// waits for the end of the latest step of the other lane that produced a value it reads,
+// or that last used a buffer it is about to reuse. Steps on a lane finish in order, so one
+// wait on the latest such step covers every earlier one.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/schedule/schedule.hpp"
+#include "ppsched/trace/timeline.hpp"
+
+namespace ppsched {
+
+// Floats per micro-batch entering and leaving one stage.
+struct StageShape {
+  std::size_t input_size = 0;
+  std::size_t output_size = 0;
+};
+
+// One send or receive of a comm step.
+struct PlannedTransfer {
+  bool send = false;
+  std::int32_t action = 0;  // index in the rank's program
+  std::int32_t buffer = -1;
+  std::int32_t peer = 0;
+  std::size_t count = 0;
+  std::uint64_t match = 0;  // the same on both sides of the transfer
+};
+
+struct PlannedStep {
+  Lane lane = Lane::compute;
+  std::int32_t first_action = 0;  // index in the rank's program
+  std::int32_t action_count = 1;  // > 1 only for a group
+  std::int32_t wait_on = -1;      // a step of the other lane whose end this step waits for
+
+  // Compute steps. Buffers are physical indices; -1 means none.
+  std::int32_t input = -1;           // F, B, BI, BW: the forward input (-1 with input_from_batch)
+  bool input_from_batch = false;     // stage 0: the micro-batch's slice of the batch
+  std::int32_t output = -1;          // F: forward output; B, BI: gradient for the input (stage > 0)
+  std::int32_t grad_output = -1;     // B, BI, BW: gradient of the output (written by the loss
+                                     // on the last stage)
+  std::int32_t loss_input = -1;      // last stage's B or BI: the forward output the loss reads
+  bool computes_loss = false;
+
+  std::vector<PlannedTransfer> transfers;  // comm steps
+};
+
+// `count` buffers of `floats` each.
+struct BufferPool {
+  std::size_t floats = 0;
+  std::int32_t count = 0;
+
+  friend bool operator==(const BufferPool&, const BufferPool&) = default;
+};
+
+struct RankPlan {
+  std::int32_t rank = 0;
+  std::vector<std::int32_t> stages;        // stages placed on this rank, ascending
+  std::vector<PlannedStep> steps;          // in issue order
+  std::vector<std::size_t> buffer_floats;  // per physical buffer
+  std::vector<BufferPool> pools;           // by size, ascending
+
+  [[nodiscard]] std::size_t total_floats() const noexcept {
+    std::size_t n = 0;
+    for (std::size_t f : buffer_floats) n += f;
+    return n;
+  }
+};
+
+// The identity of a transfer, equal on its two sides: direction, sending stage, micro-batch.
+[[nodiscard]] constexpr std::uint64_t transfer_match(bool backward, std::int32_t sending_stage, std::int32_t microbatch,
+                                                     std::int32_t stages, std::int32_t microbatches) noexcept {
+  return 1u + ((static_cast<std::uint64_t>(backward) * static_cast<std::uint64_t>(stages) +
+                static_cast<std::uint64_t>(sending_stage)) *
+                   static_cast<std::uint64_t>(microbatches) +
+               static_cast<std::uint64_t>(microbatch));
+}
+
+namespace detail {
+
+enum class ValueKind : std::uint8_t { forward_output, forward_received, grad_received, grad_input, loss_grad };
+
+struct PlanValue {
+  std::size_t floats = 0;
+  std::int32_t producer = -1;        // step
+  std::int32_t last_use = -1;        // step, on either lane: the buffer is free after it
+  std::int32_t last_on[2] = {-1, -1};  // latest step touching it on the compute / comm lane
+  std::int32_t physical = -1;
+};
+
+[[nodiscard]] constexpr int lane_index(Lane l) noexcept { return l == Lane::compute ? 0 : 1; }
+
+class RankPlanner {
+ public:
+  RankPlanner(const Schedule& s, std::int32_t rank, std::span<const StageShape> shapes)
+      : s_(s), rank_(rank), shapes_(shapes) {}
+
+  RankPlan run() {
+    check_inputs();
+    RankPlan plan;
+    plan.rank = rank_;
+    for (std::int32_t st = 0; st < s_.stages(); ++st) {
+      if (s_.rank_of(st) == rank_) plan.stages.push_back(st);
+    }
+    cut_steps(plan);
+    for (std::size_t i = 0; i < plan.steps.size(); ++i) resolve_step(plan, static_cast<std::int32_t>(i));
+    assign_buffers(plan);
+    return plan;
+  }
+
+ private:
+  using Key = std::tuple<ValueKind, std::int32_t, std::int32_t>;
+
+  const Schedule& s_;
+  std::int32_t rank_;
+  std::span<const StageShape> shapes_;
+  std::map<Key, std::int32_t> value_of_;
+  std::vector<PlanValue> values_;
+  std::vector<std::vector<std::int32_t>> reads_;  // per step: values read (for waits)
+
+  [[nodiscard]] const std::vector<Action>& program() const {
+    return s_.programs[static_cast<std::size_t>(rank_)];
+  }
+  [[nodiscard]] std::string where(std::int32_t index) const {
+    return concat("rank ", rank_, ", action ", index, " (", to_string(program()[static_cast<std::size_t>(index)]), ")");
+  }
+  [[nodiscard]] const StageShape& shape(std::int32_t stage) const { return shapes_[static_cast<std::size_t>(stage)]; }
+  [[nodiscard]] bool local(std::int32_t stage) const {
+    return stage >= 0 && stage < s_.stages() && s_.rank_of(stage) == rank_;
+  }
+
+  void check_inputs() const {
+    if (s_.ranks < 1 || s_.microbatches < 1 || s_.stages() < 1 ||
+        s_.programs.size() != static_cast<std::size_t>(s_.ranks)) {
+      fail({concat("schedule '", s_.name, "'"),
+            concat("has ", s_.ranks, " ranks, ", s_.microbatches, " micro-batches, ", s_.stages(), " stages and ",
+                   s_.programs.size(), " programs"),
+            "", "Build it with make_schedule() or give one program per rank"});
+    }
+    if (rank_ < 0 || rank_ >= s_.ranks) {
+      fail({concat("schedule '", s_.name, "'"), concat("has no rank ", rank_), "",
+            concat("Use a rank in 0..", s_.ranks - 1)});
+    }
+    if (shapes_.size() != static_cast<std::size_t>(s_.stages())) {
+      fail({concat("schedule '", s_.name, "'"),
+            concat("has ", s_.stages(), " stages but ", shapes_.size(), " stage definitions were given"), "",
+            "Give one StageFunctions per stage of the schedule's placement"});
+    }
+    for (std::int32_t st = 0; st < s_.stages(); ++st) {
+      const std::int32_t r = s_.placement[static_cast<std::size_t>(st)];
+      if (r < 0 || r >= s_.ranks) {
+        fail({concat("schedule '", s_.name, "'"), concat("places stage ", st, " on rank ", r), "placement",
+              concat("Place every stage on a rank in 0..", s_.ranks - 1)});
+      }
+      if (st + 1 < s_.stages() && shape(st).output_size != shape(st + 1).input_size) {
+        fail({"stage definitions",
+              concat("stage ", st, " produces ", shape(st).output_size, " floats per micro-batch but stage ", st + 1,
+                     " expects ", shape(st + 1).input_size),
+              concat("stages ", st, " and ", st + 1), "Make each stage's output_size equal the next stage's input_size"});
+      }
+    }
+  }
+
+  void cut_steps(RankPlan& plan) const {
+    const auto& prog = program();
+    for (std::int32_t i = 0; i < static_cast<std::int32_t>(prog.size());) {
+      const Action& a = prog[static_cast<std::size_t>(i)];
+      if (a.stage < 0 || a.stage >= s_.stages() || a.microbatch < 0 || a.microbatch >= s_.microbatches) {
+        fail({concat("schedule '", s_.name, "'"), "has an action outside its stages or micro-batches", where(i),
+              concat("Use stages 0..", s_.stages() - 1, " and micro-batches 0..", s_.microbatches - 1)});
+      }
+      if (!local(a.stage)) {
+        fail({concat("schedule '", s_.name, "'"),
+              concat("runs an action of stage ", a.stage, ", which is placed on rank ", s_.rank_of(a.stage)), where(i),
+              "Put each stage's actions in the program of the rank it is placed on"});
+      }
+      PlannedStep step;
+      step.first_action = i;
+      step.lane = is_compute(a.op) ? Lane::compute : Lane::comm;
+      std::int32_t j = i + 1;
+      if (is_comm(a.op) && a.group != 0) {
+        while (j < static_cast<std::int32_t>(prog.size()) && is_comm(prog[static_cast<std::size_t>(j)].op) &&
+               prog[static_cast<std::size_t>(j)].group == a.group) {
+          ++j;
+        }
+      }
+      step.action_count = j - i;
+      plan.steps.push_back(step);
+      i = j;
+    }
+  }
+
+  std::int32_t produce(const RankPlan& plan, Key key, std::size_t floats, std::int32_t step, std::int32_t action) {
+    if (value_of_.count(key) != 0) {
+      fail({concat("schedule '", s_.name, "'"), "produces the same tensor twice (a duplicated action)", where(action),
+            "Run each action once per step; validate() lists duplicates"});
+    }
+    const auto id = static_cast<std::int32_t>(values_.size());
+    PlanValue v;
+    v.floats = floats;
+    v.producer = step;
+    v.last_use = step;
+    v.last_on[lane_index(plan.steps[static_cast<std::size_t>(step)].lane)] = step;
+    values_.push_back(v);
+    value_of_[key] = id;
+    return id;
+  }
+
+  std::int32_t use(const RankPlan& plan, Key key, std::int32_t step, std::int32_t action, const char* needs) {
+    const auto it = value_of_.find(key);
+    if (it == value_of_.end()) {
+      fail({concat("schedule '", s_.name, "'"), concat("uses ", needs, " before the action that provides it"),
+            where(action),
+            "Order the rank's program by the dependencies of docs/execution-model.md; validate() names them"});
+    }
+    PlanValue& v = values_[static_cast<std::size_t>(it->second)];
+    v.last_use = step;
+    v.last_on[lane_index(plan.steps[static_cast<std::size_t>(step)].lane)] = step;
+    reads_[static_cast<std::size_t>(step)].push_back(it->second);
+    return it->second;
+  }
+
+  // The value read as F(s, mb)'s input, or -1 for stage 0 (the batch).
+  std::int32_t forward_input(const RankPlan& p, std::int32_t stage, std::int32_t mb, std::int32_t step,
+                             std::int32_t action) {
+    if (stage == 0) return -1;
+    if (local(stage - 1)) {
+      return use(p, {ValueKind::forward_output, stage - 1, mb}, step, action, "the previous stage's output");
+    }
+    return use(p, {ValueKind::forward_received, stage, mb}, step, action, "the activation of RECV_F");
+  }
+
+  std::int32_t grad_output(const RankPlan& p, std::int32_t stage, std::int32_t mb, std::int32_t step,
+                           std::int32_t action) {
+    if (local(stage + 1)) return use(p, {ValueKind::grad_input, stage + 1, mb}, step, action, "the next stage's gradient");
+    if (stage + 1 == s_.stages()) return use(p, {ValueKind::loss_grad, stage, mb}, step, action, "the loss gradient");
+    return use(p, {ValueKind::grad_received, stage, mb}, step, action, "the gradient of RECV_B");
+  }
+
+  void resolve_step(RankPlan& plan, std::int32_t index) {
+    reads_.resize(plan.steps.size());
+    PlannedStep& step = plan.steps[static_cast<std::size_t>(index)];
+    const std::int32_t last = s_.stages() - 1;
+    for (std::int32_t k = 0; k < step.action_count; ++k) {
+      const std::int32_t ai = step.first_action + k;
+      const Action& a = program()[static_cast<std::size_t>(ai)];
+      const std::int32_t st = a.stage;
+      const std::int32_t mb = a.microbatch;
+      // Until assign_buffers, the buffer fields hold value ids.
+      switch (a.op) {
+        case Op::F:
+          step.input = forward_input(plan, st, mb, index, ai);
+          step.input_from_batch = st == 0;
+          step.output = produce(plan, {ValueKind::forward_output, st, mb}, shape(st).output_size, index, ai);
+          break;
+        case Op::B:
+        case Op::BI:
+          step.input = forward_input(plan, st, mb, index, ai);
+          step.input_from_batch = st == 0;
+          if (st == last) {
+            step.computes_loss = true;
+            step.loss_input = use(plan, {ValueKind::forward_output, st, mb}, index, ai, "its own forward output (F)");
+            step.grad_output = produce(plan, {ValueKind::loss_grad, st, mb}, shape(st).output_size, index, ai);
+          } else {
+            step.grad_output = grad_output(plan, st, mb, index, ai);
+          }
+          if (st > 0) step.output = produce(plan, {ValueKind::grad_input, st, mb}, shape(st).input_size, index, ai);
+          break;
+        case Op::BW:
+          step.input = forward_input(plan, st, mb, index, ai);
+          step.input_from_batch = st == 0;
+          step.grad_output = grad_output(plan, st, mb, index, ai);
+          break;
+        case Op::SEND_F:
+        case Op::SEND_B: {
+          const bool fwd = a.op == Op::SEND_F;
+          const std::int32_t peer_stage = fwd ? st + 1 : st - 1;
+          if (peer_stage < 0 || peer_stage > last || local(peer_stage)) {
+            fail({concat("schedule '", s_.name, "'"),
+                  peer_stage < 0 || peer_stage > last ? "sends to a stage that does not exist"
+                                                      : "sends to a stage on its own rank (a local dependency needs no transfer)",
+                  where(ai), "Remove the action; lower() writes the communication"});
+          }
+          const std::int32_t v = fwd ? use(plan, {ValueKind::forward_output, st, mb}, index, ai, "the output of F")
+                                     : use(plan, {ValueKind::grad_input, st, mb}, index, ai, "the gradient of B or BI");
+          step.transfers.push_back({true, ai, v, s_.rank_of(peer_stage), values_[static_cast<std::size_t>(v)].floats,
+                                    transfer_match(!fwd, st, mb, s_.stages(), s_.microbatches)});
+          break;
+        }
+        case Op::RECV_F:
+        case Op::RECV_B: {
+          const bool fwd = a.op == Op::RECV_F;
+          const std::int32_t peer_stage = fwd ? st - 1 : st + 1;
+          if (peer_stage < 0 || peer_stage > last || local(peer_stage)) {
+            fail({concat("schedule '", s_.name, "'"),
+                  peer_stage < 0 || peer_stage > last
+                      ? "receives from a stage that does not exist"
+                      : "receives from a stage on its own rank (a local dependency needs no transfer)",
+                  where(ai), "Remove the action; lower() writes the communication"});
+          }
+          const std::size_t floats = fwd ? shape(st).input_size : shape(st).output_size;
+          const std::int32_t v =
+              produce(plan, {fwd ? ValueKind::forward_received : ValueKind::grad_received, st, mb}, floats, index, ai);
+          step.transfers.push_back({false, ai, v, s_.rank_of(peer_stage), floats,
+                                    transfer_match(!fwd, peer_stage, mb, s_.stages(), s_.microbatches)});
+          break;
+        }
+      }
+    }
+  }
+
+  // Gives every value a physical buffer and every step its one cross-lane wait.
+  void assign_buffers(RankPlan& plan) {
+    const auto n = plan.steps.size();
+    std::vector<std::vector<std::int32_t>> produced(n), released(n);
+    for (std::size_t v = 0; v < values_.size(); ++v) {
+      produced[static_cast<std::size_t>(values_[v].producer)].push_back(static_cast<std::int32_t>(v));
+      released[static_cast<std::size_t>(values_[v].last_use)].push_back(static_cast<std::int32_t>(v));
+    }
+    struct Physical {
+      std::size_t floats = 0;
+      std::int32_t last_on[2] = {-1, -1};  // the previous value's latest step on each lane
+    };
+    std::vector<Physical> physical;
+    std::map<std::size_t, std::vector<std::int32_t>> free_by_size;
+    std::int32_t waited[2] = {-1, -1};  // per lane: latest step of the other lane waited for
+    for (std::size_t i = 0; i < n; ++i) {
+      PlannedStep& step = plan.steps[i];
+      const int lane = lane_index(step.lane);
+      std::int32_t needed = -1;
+      auto need = [&](std::int32_t other_step) {
+        if (other_step >= 0 && plan.steps[static_cast<std::size_t>(other_step)].lane != step.lane) {
+          needed = std::max(needed, other_step);
+        }
+      };
+      for (std::int32_t v : reads_[i]) need(values_[static_cast<std::size_t>(v)].producer);
+      for (std::int32_t v : produced[i]) {
+        PlanValue& value = values_[static_cast<std::size_t>(v)];
+        auto& list = free_by_size[value.floats];
+        if (list.empty()) {
+          value.physical = static_cast<std::int32_t>(physical.size());
+          physical.push_back({value.floats, {-1, -1}});
+        } else {
+          value.physical = list.back();
+          list.pop_back();
+          const Physical& p = physical[static_cast<std::size_t>(value.physical)];
+          need(p.last_on[0]);
+          need(p.last_on[1]);
+        }
+      }
+      for (std::int32_t v : released[i]) {
+        const PlanValue& value = values_[static_cast<std::size_t>(v)];
+        Physical& p = physical[static_cast<std::size_t>(value.physical)];
+        p.last_on[0] = value.last_on[0];
+        p.last_on[1] = value.last_on[1];
+        free_by_size[value.floats].push_back(value.physical);
+      }
+      if (needed > waited[lane]) {
+        step.wait_on = needed;
+        waited[lane] = needed;
+      }
+    }
+    auto physical_of = [&](std::int32_t v) { return v < 0 ? -1 : values_[static_cast<std::size_t>(v)].physical; };
+    for (PlannedStep& step : plan.steps) {
+      step.input = physical_of(step.input);
+      step.output = physical_of(step.output);
+      step.grad_output = physical_of(step.grad_output);
+      step.loss_input = physical_of(step.loss_input);
+      for (PlannedTransfer& t : step.transfers) t.buffer = physical_of(t.buffer);
+    }
+    for (const Physical& p : physical) plan.buffer_floats.push_back(p.floats);
+    std::map<std::size_t, std::int32_t> counts;
+    for (const Physical& p : physical) ++counts[p.floats];
+    for (const auto& [floats, count] : counts) plan.pools.push_back({floats, count});
+  }
+};
+
+}  // namespace detail
+
+// The plan of `rank`'s step in a lowered schedule. Throws ppsched::error when the program
+// uses a tensor before the action that provides it, or names stages it does not hold.
+[[nodiscard]] inline RankPlan plan_rank(const Schedule& lowered, std::int32_t rank, std::span<const StageShape> shapes) {
+  return detail::RankPlanner(lowered, rank, shapes).run();
+}
+
+}  // namespace ppsched

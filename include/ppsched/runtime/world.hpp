@@ -1,0 +1,217 @@
+// A World runs p ranks of one schedule in one process, one host thread per rank — the shape
+// the CUDA backend has with one thread per GPU. It owns an Executor per rank, starts the
+// rank threads once and keeps them for every step, gathers the step's losses and a single
+// Timeline of every rank, and turns a fault on any rank into one ppsched::error for the
+// caller: the first error, after every rank has stopped and every backend has recovered,
+// so the next step can run (or the World be destroyed) cleanly.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/runtime/backend.hpp"
+#include "ppsched/runtime/executor.hpp"
+#include "ppsched/runtime/stage.hpp"
+#include "ppsched/runtime/threads.hpp"
+#include "ppsched/schedule/lower.hpp"
+#include "ppsched/schedule/schedule.hpp"
+#include "ppsched/schedule/validate.hpp"
+#include "ppsched/trace/timeline.hpp"
+
+namespace ppsched {
+
+struct StepResult {
+  std::vector<float> losses;  // per micro-batch, as the last stage's loss returned them
+  Timeline timeline;          // every rank's actions, in ms from the step's earliest origin
+
+  [[nodiscard]] double mean_loss() const noexcept {
+    double sum = 0.0;
+    for (float l : losses) sum += static_cast<double>(l);
+    return losses.empty() ? 0.0 : sum / static_cast<double>(losses.size());
+  }
+};
+
+template <class B>
+class World {
+  static_assert(check_backend<B>());
+
+ public:
+  // `ranks[r]` is rank r's backend; they must outlive the World. A compute-only schedule is
+  // lowered; with `options.validate` the lowered schedule is validated once, here.
+  World(std::vector<B*> ranks, const Schedule& schedule, std::vector<StageFunctions> stages,
+        ExecutorOptions options = {})
+      : backends_(std::move(ranks)),
+        schedule_(is_lowered(schedule) ? schedule : lower(schedule)),
+        stages_(std::move(stages)) {
+    if (backends_.size() != static_cast<std::size_t>(schedule_.ranks)) {
+      fail({"World", detail::concat("got ", backends_.size(), " backends for schedule '", schedule_.name, "' with ",
+                            schedule_.ranks, " ranks"),
+            "", "Give one backend per rank of the schedule"});
+    }
+    for (std::size_t r = 0; r < backends_.size(); ++r) {
+      if (backends_[r] == nullptr || backends_[r]->rank() != static_cast<int>(r)) {
+        fail({"World", detail::concat("backend ", r, " is ", backends_[r] == nullptr ? "null" : "another rank"), "",
+              "Pass the backends in rank order"});
+      }
+    }
+    if (options.validate) (void)validate_or_throw(schedule_);
+    options.validate = false;
+    for (B* b : backends_) {
+      executors_.push_back(std::make_unique<Executor<B>>(*b, schedule_, std::span<const StageFunctions>(stages_), options));
+    }
+    result_.losses.assign(static_cast<std::size_t>(schedule_.microbatches), 0.0f);
+    result_.timeline.ranks = schedule_.ranks;
+    result_.timeline.unit = "ms";
+    std::size_t actions = 0;
+    for (const auto& prog : schedule_.programs) actions += prog.size();
+    result_.timeline.spans.reserve(actions);
+    try {
+      for (std::size_t r = 0; r < backends_.size(); ++r) {
+        threads_.push_back(detail::start_thread([this, r] { rank_loop(r); }));
+      }
+    } catch (...) {
+      stop_threads();
+      throw;
+    }
+  }
+
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+  World(World&&) = delete;
+  World& operator=(World&&) = delete;
+  ~World() { stop_threads(); }
+
+  // Runs one training step on every rank. Throws the step's first error (naming rank,
+  // stage, micro-batch and action) after every rank has stopped; the World stays usable.
+  const StepResult& run_step(const Batch& batch) {
+    check_batch(batch);
+    if constexpr (requires(B& b) { b.host_begin(); }) {
+      for (B* b : backends_) b->host_begin();
+    }
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      batch_ = batch;
+      remaining_ = backends_.size();
+      ++generation_;
+    }
+    start_.notify_all();
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      finished_.wait(lock, [&] { return remaining_ == 0; });
+    }
+    if (const std::exception_ptr first = faults_.first()) {
+      for (B* b : backends_) b->recover();
+      faults_.reset();
+      std::rethrow_exception(first);
+    }
+    gather();
+    return result_;
+  }
+
+  [[nodiscard]] const Schedule& schedule() const noexcept { return schedule_; }
+  [[nodiscard]] int ranks() const noexcept { return schedule_.ranks; }
+  [[nodiscard]] const Executor<B>& executor(int rank) const { return *executors_.at(static_cast<std::size_t>(rank)); }
+  [[nodiscard]] const StepResult& last_step() const noexcept { return result_; }
+
+ private:
+  std::vector<B*> backends_;
+  Schedule schedule_;
+  std::vector<StageFunctions> stages_;
+  std::vector<std::unique_ptr<Executor<B>>> executors_;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable start_;
+  std::condition_variable finished_;
+  std::uint64_t generation_ = 0;
+  std::size_t remaining_ = 0;
+  bool shutdown_ = false;
+  Batch batch_{};
+  StepFaults faults_;
+  StepResult result_;
+
+  void check_batch(const Batch& batch) const {
+    const auto m = static_cast<std::size_t>(schedule_.microbatches);
+    const std::size_t inputs = m * stages_.front().input_size;
+    const std::size_t targets = m * stages_.back().target_size;
+    if (batch.inputs.size() != inputs) {
+      fail({"batch", detail::concat("has ", batch.inputs.size(), " input floats; ", m, " micro-batches of ",
+                            stages_.front().input_size, " need ", inputs),
+            "Batch::inputs", "Give exactly microbatches x stage 0's input_size floats"});
+    }
+    bool has_backward = false;
+    for (const auto& prog : schedule_.programs) {
+      for (const Action& a : prog) has_backward = has_backward || !is_forward_direction(a.op);
+    }
+    if (has_backward && batch.targets.size() != targets) {
+      fail({"batch", detail::concat("has ", batch.targets.size(), " target floats; ", m, " micro-batches of ",
+                            stages_.back().target_size, " need ", targets),
+            "Batch::targets", "Give exactly microbatches x the last stage's target_size floats"});
+    }
+  }
+
+  void rank_loop(std::size_t r) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        start_.wait(lock, [&] { return shutdown_ || generation_ != seen; });
+        if (shutdown_) return;
+        seen = generation_;
+      }
+      try {
+        (void)executors_[r]->run_step(batch_, &faults_);
+      } catch (...) {
+        faults_.report(std::current_exception());  // kept only if it is the step's first
+      }
+      if constexpr (requires(B& b) { b.host_end(); }) backends_[r]->host_end();
+      {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        if (--remaining_ == 0) finished_.notify_all();
+      }
+    }
+  }
+
+  void stop_threads() noexcept {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      shutdown_ = true;
+    }
+    start_.notify_all();
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+  // One timeline on the earliest rank's clock: each rank's times are from its own origin,
+  // recorded when its host started the step.
+  void gather() {
+    auto earliest = std::chrono::steady_clock::time_point::max();
+    for (const auto& e : executors_) earliest = std::min(earliest, e->last_step().origin);
+    result_.timeline.spans.clear();
+    for (const auto& e : executors_) {
+      const RankStep& step = e->last_step();
+      const double offset = std::chrono::duration<double, std::milli>(step.origin - earliest).count();
+      for (Span s : step.spans) {
+        s.start += offset;
+        s.end += offset;
+        result_.timeline.spans.push_back(s);
+      }
+    }
+    const auto last_rank = static_cast<std::size_t>(schedule_.rank_of(schedule_.stages() - 1));
+    const auto& losses = executors_[last_rank]->last_step().losses;
+    std::copy(losses.begin(), losses.end(), result_.losses.begin());
+  }
+};
+
+}  // namespace ppsched

@@ -1,0 +1,439 @@
+// The executor and the World on the CPU backend: the plan's buffers and waits, data flowing
+// through every schedule family on 2 and 4 ranks (threaded and deterministic, checking on),
+// the measured timeline, no allocation in steady state, a throwing callable at every action,
+// the watchdog on a deadlocking schedule, and no thread left behind.
+#include <catch2/catch.hpp>
+
+#include <ppsched/backend/cpu.hpp>
+#include <ppsched/runtime/executor.hpp>
+#include <ppsched/runtime/plan.hpp>
+#include <ppsched/runtime/synthetic.hpp>
+#include <ppsched/runtime/threads.hpp>
+#include <ppsched/runtime/world.hpp>
+#include <ppsched/schedule/generators.hpp>
+#include <ppsched/schedule/lower.hpp>
+#include <ppsched/schedule/validate.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <map>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+// ------------------------------------------------------------------ allocation counting
+// Every allocation of the process, from every thread, while `counting` is on.
+namespace {
+std::atomic<bool> counting{false};
+std::atomic<long> allocations{0};
+}  // namespace
+
+// GCC inlines these into call sites and then sees free() of memory from "new"; they are a
+// matched pair here, so that warning does not apply.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void* operator new(std::size_t n) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
+
+using namespace std::chrono_literals;
+using ppsched::Action;
+using ppsched::Batch;
+using ppsched::CpuBackend;
+using ppsched::CpuCluster;
+using ppsched::CpuMode;
+using ppsched::CpuOptions;
+using ppsched::ExecutorOptions;
+using ppsched::Op;
+using ppsched::Schedule;
+using ppsched::StageFunctions;
+using ppsched::World;
+
+namespace {
+
+std::vector<CpuBackend*> backends(CpuCluster& c) {
+  std::vector<CpuBackend*> out;
+  for (int r = 0; r < c.ranks(); ++r) out.push_back(&c.rank(r));
+  return out;
+}
+
+struct Family {
+  const char* name;
+  int chunks;  // virtual stages per rank
+};
+constexpr Family families[] = {{"gpipe", 1},     {"1f1b", 1},  {"interleaved-1f1b", 2}, {"looped-bfs", 2},
+                               {"zb-h1", 1},     {"zb-h2", 1}, {"zb-v", 2}};
+
+Schedule make(const Family& f, int p, int m) {
+  ppsched::ScheduleRequest req;
+  req.ranks = p;
+  req.microbatches = m;
+  req.chunks = f.chunks;
+  return ppsched::lower(ppsched::make_schedule(f.name, req));
+}
+
+// Stages whose arithmetic the test can predict exactly: stage s adds s + 1 to each element;
+// the loss is half the squared distance to the target; backward passes the gradient through
+// and the weight gradient of a micro-batch is the sum of its output gradient, so the total
+// over a step is known in closed form. Small integers keep every float sum exact.
+struct CheckedModel {
+  int stages = 0;
+  std::size_t width = 3;
+  std::vector<std::vector<float>> applied;  // per stage: the totals given to optimizer_step
+  std::vector<float> last_outputs;
+
+  std::vector<StageFunctions> functions(bool split) {
+    applied.assign(static_cast<std::size_t>(stages), {});
+    std::vector<StageFunctions> out;
+    for (int s = 0; s < stages; ++s) {
+      StageFunctions f;
+      f.input_size = width;
+      f.output_size = width;
+      f.target_size = s + 1 == stages ? width : 0;
+      f.weight_grad_size = 1;
+      const float add = static_cast<float>(s + 1);
+      f.forward = [add](std::int32_t, std::span<const float> in, std::span<float> o) {
+        for (std::size_t i = 0; i < o.size(); ++i) o[i] = in[i] + add;
+      };
+      auto pass = [](std::span<const float> g, std::span<float> gi) {
+        for (std::size_t i = 0; i < gi.size(); ++i) gi[i] = g[i];
+      };
+      auto weight = [](std::span<const float> g, std::span<float> w) {
+        float sum = 0.0f;
+        for (float x : g) sum += x;
+        w[0] = sum;
+      };
+      if (split) {
+        f.backward_input = [pass](std::int32_t, std::span<const float>, std::span<const float> g, std::span<float> gi) {
+          pass(g, gi);
+        };
+        f.backward_weight = [weight](std::int32_t, std::span<const float>, std::span<const float> g,
+                                     std::span<float> w) { weight(g, w); };
+      } else {
+        f.backward = [pass, weight](std::int32_t, std::span<const float>, std::span<const float> g,
+                                    std::span<float> gi, std::span<float> w) {
+          pass(g, gi);
+          weight(g, w);
+        };
+      }
+      if (s + 1 == stages) {
+        f.loss = [](std::int32_t, std::span<const float> o, std::span<const float> t, std::span<float> g) {
+          float l = 0.0f;
+          for (std::size_t i = 0; i < o.size(); ++i) {
+            g[i] = o[i] - t[i];
+            l += 0.5f * g[i] * g[i];
+          }
+          return l;
+        };
+      }
+      f.optimizer_step = [this, s](std::span<const float> total) {
+        applied[static_cast<std::size_t>(s)].assign(total.begin(), total.end());
+      };
+      out.push_back(std::move(f));
+    }
+    return out;
+  }
+};
+
+struct CheckedBatch {
+  std::vector<float> inputs;
+  std::vector<float> targets;
+  CheckedBatch(int m, std::size_t width, int shift) {
+    for (int mb = 0; mb < m; ++mb) {
+      for (std::size_t i = 0; i < width; ++i) {
+        inputs.push_back(static_cast<float>(mb + static_cast<int>(i) + shift));
+        targets.push_back(static_cast<float>(2 * mb - static_cast<int>(i)));
+      }
+    }
+  }
+  [[nodiscard]] Batch view() const { return {inputs, targets}; }
+};
+
+void require_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+  } catch (const ppsched::error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    for (const auto& p : parts) CHECK(what.find(p) != std::string::npos);
+    return;
+  }
+  FAIL("expected a ppsched::error");
+}
+
+}  // namespace
+
+TEST_CASE("the plan sizes each pool by the schedule's peak and shares tensors between local stages", "[runtime]") {
+  const int p = 4;
+  const int m = 8;
+  std::vector<ppsched::StageShape> shapes;
+  for (int s = 0; s < p; ++s) shapes.push_back({static_cast<std::size_t>(10 + s), static_cast<std::size_t>(11 + s)});
+  for (const char* family : {"gpipe", "1f1b"}) {
+    const Schedule lowered = make({family, 1}, p, m);
+    const auto report = ppsched::validate(lowered);
+    REQUIRE(report.ok());
+    for (int r = 1; r < p; ++r) {
+      const auto plan = ppsched::plan_rank(lowered, r, shapes);
+      // Received activations and outgoing gradients share the input size of stage r.
+      const auto in_pool = std::find_if(plan.pools.begin(), plan.pools.end(),
+                                        [&](const auto& pool) { return pool.floats == shapes[static_cast<std::size_t>(r)].input_size; });
+      REQUIRE(in_pool != plan.pools.end());
+      const int in_flight = report.memory[static_cast<std::size_t>(r)].peak_in_flight;
+      INFO(family << " rank " << r << " in flight " << in_flight << " pool " << in_pool->count);
+      CHECK(in_pool->count >= in_flight);
+      CHECK(in_pool->count <= in_flight + 2);
+      if (std::string(family) == "gpipe") CHECK(in_pool->count >= m);
+    }
+  }
+  // ZB-V places stages p-1 and p on rank p-1: F(p) reads F(p-1)'s output buffer directly.
+  const Schedule v = make({"zb-v", 2}, 2, 4);
+  std::vector<ppsched::StageShape> same(4, {5, 5});
+  const auto plan = ppsched::plan_rank(v, 1, same);
+  const auto& prog = v.programs[1];
+  std::map<int, std::int32_t> out_of_f1;  // micro-batch -> buffer of F(1)'s output
+  for (const auto& step : plan.steps) {
+    const Action& a = prog[static_cast<std::size_t>(step.first_action)];
+    if (a.op == Op::F && a.stage == 1) out_of_f1[a.microbatch] = step.output;
+    if (a.op == Op::F && a.stage == 2) CHECK(step.input == out_of_f1.at(a.microbatch));
+    CHECK_FALSE((ppsched::is_comm(a.op) && (a.stage == 1 || a.stage == 2) &&
+                 (a.op == Op::SEND_F ? a.stage == 1 : a.op == Op::RECV_F ? a.stage == 2 : false)));
+  }
+}
+
+TEST_CASE("the plan rejects programs that use a tensor before it exists", "[runtime]") {
+  Schedule s{"hand", 2, 1, {0, 1}, {{{Op::F, 0, 0}, {Op::SEND_F, 0, 0}}, {{Op::F, 1, 0}, {Op::RECV_F, 1, 0}}}};
+  const std::vector<ppsched::StageShape> shapes{{2, 2}, {2, 2}};
+  require_error([&] { (void)ppsched::plan_rank(s, 1, shapes); }, {"before the action that provides it", "F0@s1"});
+  const std::vector<ppsched::StageShape> bad{{2, 3}, {2, 2}};
+  require_error([&] { (void)ppsched::plan_rank(s, 0, bad); }, {"stage 0 produces 3 floats", "expects 2"});
+}
+
+TEST_CASE("every schedule family moves the right data and gradients on 2 and 4 ranks", "[runtime]") {
+  const CpuMode mode = GENERATE(CpuMode::threaded, CpuMode::deterministic);
+  const auto accumulation =
+      GENERATE(ppsched::GradAccumulation::microbatch_order, ppsched::GradAccumulation::schedule_order);
+  for (const Family& fam : families) {
+    for (int p : {2, 4}) {
+      const int m = 2 * p;
+      const Schedule s = make(fam, p, m);
+      CpuOptions co;
+      co.mode = mode;
+      CpuCluster cluster(p, co);
+      CheckedModel model;
+      model.stages = s.stages();
+      ExecutorOptions eo;
+      eo.accumulation = accumulation;
+      World<CpuBackend> world(backends(cluster), s, model.functions(s.split_backward), eo);
+      for (int shift : {0, 5}) {
+        const CheckedBatch batch(m, model.width, shift);
+        const auto& result = world.run_step(batch.view());
+        INFO(fam.name << " p=" << p << " shift " << shift << " " << ppsched::to_string(mode));
+        // Output = input + sum(1..S); loss and gradients follow in closed form.
+        const float total_add = static_cast<float>(model.stages * (model.stages + 1) / 2);
+        float grad_sum = 0.0f;
+        for (int mb = 0; mb < m; ++mb) {
+          float loss = 0.0f;
+          for (std::size_t i = 0; i < model.width; ++i) {
+            const std::size_t k = static_cast<std::size_t>(mb) * model.width + i;
+            const float g = batch.inputs[k] + total_add - batch.targets[k];
+            loss += 0.5f * g * g;
+            grad_sum += g;
+          }
+          CHECK(result.losses[static_cast<std::size_t>(mb)] == loss);
+        }
+        for (int st = 0; st < model.stages; ++st) {
+          REQUIRE(model.applied[static_cast<std::size_t>(st)].size() == 1);
+          CHECK(model.applied[static_cast<std::size_t>(st)][0] == grad_sum);
+        }
+        // One span per action; on each rank the compute lane runs in program order.
+        std::size_t actions = 0;
+        for (const auto& prog : s.programs) actions += prog.size();
+        REQUIRE(result.timeline.spans.size() == actions);
+        for (int r = 0; r < p; ++r) {
+          double previous_end = -1.0;
+          for (const auto& span : result.timeline.spans) {
+            if (span.rank != r || span.lane != ppsched::Lane::compute) continue;
+            CHECK(span.start >= previous_end);
+            CHECK(span.end >= span.start);
+            previous_end = span.end;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("forward-only runs inference without a loss or targets", "[runtime]") {
+  CpuCluster cluster(3);
+  ppsched::ScheduleRequest req;
+  req.ranks = 3;
+  req.microbatches = 4;
+  const Schedule s = ppsched::make_schedule("forward-only", req);
+  CheckedModel model;
+  model.stages = 3;
+  auto fns = model.functions(false);
+  std::vector<float> seen(4 * model.width, 0.0f);
+  fns.back().forward = [&seen, w = model.width](std::int32_t mb, std::span<const float> in, std::span<float> o) {
+    for (std::size_t i = 0; i < o.size(); ++i) {
+      o[i] = in[i] + 3.0f;
+      seen[static_cast<std::size_t>(mb) * w + i] = o[i];
+    }
+  };
+  World<CpuBackend> world(backends(cluster), s, fns);
+  const CheckedBatch batch(4, model.width, 1);
+  (void)world.run_step({batch.inputs, {}});
+  for (std::size_t k = 0; k < seen.size(); ++k) CHECK(seen[k] == batch.inputs[k] + 6.0f);
+}
+
+TEST_CASE("a steady-state step allocates nothing in the executor or the backend", "[runtime]") {
+  // Excluded: the warm-up step (first use of channel queues and access histories) and the
+  // user's callables (the synthetic stages allocate nothing).
+  const CpuMode mode = GENERATE(CpuMode::threaded, CpuMode::deterministic);
+  for (const Family& fam : {Family{"1f1b", 1}, Family{"interleaved-1f1b", 2}, Family{"zb-h1", 1}}) {
+    const int p = 4;
+    const int m = 8;
+    const Schedule s = make(fam, p, m);
+    CpuOptions co;
+    co.mode = mode;
+    CpuCluster cluster(p, co);
+    auto stages = ppsched::synthetic_stages(ppsched::uniform_costs(0, 0, 0), s.stages(), m, 1ms, 4);
+    for (auto& st : stages) st.weight_grad_size = 2;  // exercise the gradient buffers too
+    World<CpuBackend> world(backends(cluster), s, stages);
+    const std::vector<float> inputs(static_cast<std::size_t>(m) * 4, 1.0f);
+    const std::vector<float> targets(static_cast<std::size_t>(m) * 4, 0.0f);
+    (void)world.run_step({inputs, targets});
+    allocations = 0;
+    counting = true;
+    for (int step = 0; step < 3; ++step) (void)world.run_step({inputs, targets});
+    counting = false;
+    INFO(fam.name << " " << ppsched::to_string(mode));
+    CHECK(allocations.load() == 0);
+  }
+}
+
+TEST_CASE("a callable that throws at any action stops every rank with a named error", "[runtime]") {
+  const CpuMode mode = GENERATE(CpuMode::threaded, CpuMode::deterministic);
+  const int threads_before = ppsched::live_threads();
+  for (const Family& fam : {Family{"1f1b", 1}, Family{"zb-h1", 1}, Family{"interleaved-1f1b", 2}}) {
+    const int p = 2;
+    const int m = 2 * p;
+    const Schedule s = make(fam, p, m);
+    CpuOptions co;
+    co.mode = mode;
+    CpuCluster cluster(p, co);
+    CheckedModel model;
+    model.stages = s.stages();
+    auto fns = model.functions(s.split_backward);
+    Action fault{};
+    bool armed = false;
+    auto maybe_throw = [&](Op op, int stage, std::int32_t mb) {
+      if (armed && fault.op == op && fault.stage == stage && fault.microbatch == mb) {
+        throw std::runtime_error("injected fault");
+      }
+    };
+    for (int st = 0; st < s.stages(); ++st) {
+      auto& f = fns[static_cast<std::size_t>(st)];
+      f.forward = [fwd = f.forward, maybe_throw, st](std::int32_t mb, std::span<const float> in, std::span<float> o) {
+        maybe_throw(Op::F, st, mb);
+        fwd(mb, in, o);
+      };
+      if (f.backward) {
+        f.backward = [bwd = f.backward, maybe_throw, st](std::int32_t mb, std::span<const float> in,
+                                                        std::span<const float> g, std::span<float> gi,
+                                                        std::span<float> w) {
+          maybe_throw(Op::B, st, mb);
+          bwd(mb, in, g, gi, w);
+        };
+      } else {
+        f.backward_input = [bi = f.backward_input, maybe_throw, st](std::int32_t mb, std::span<const float> in,
+                                                                   std::span<const float> g, std::span<float> gi) {
+          maybe_throw(Op::BI, st, mb);
+          bi(mb, in, g, gi);
+        };
+        f.backward_weight = [bw = f.backward_weight, maybe_throw, st](std::int32_t mb, std::span<const float> in,
+                                                                     std::span<const float> g, std::span<float> w) {
+          maybe_throw(Op::BW, st, mb);
+          bw(mb, in, g, w);
+        };
+      }
+    }
+    World<CpuBackend> world(backends(cluster), s, fns);
+    const CheckedBatch batch(m, model.width, 0);
+    for (int r = 0; r < p; ++r) {
+      for (const Action& a : s.programs[static_cast<std::size_t>(r)]) {
+        if (!ppsched::is_compute(a.op)) continue;
+        fault = a;
+        armed = true;
+        INFO(fam.name << ": fault at " << ppsched::to_string(a) << " on rank " << r);
+        require_error([&] { (void)world.run_step(batch.view()); },
+                      {"rank " + std::to_string(r), "stage " + std::to_string(a.stage),
+                       "micro-batch " + std::to_string(a.microbatch), ppsched::to_string(a), "injected fault"});
+        armed = false;
+        // The World recovers: the next step runs and is right.
+        const auto& ok = world.run_step(batch.view());
+        CHECK(ok.losses[0] == ok.losses[0]);  // not NaN
+      }
+    }
+  }
+  CHECK(ppsched::live_threads() == threads_before);
+}
+
+TEST_CASE("a deadlocking hand-written schedule: validation rejects it, the watchdog catches it", "[runtime]") {
+  // Rank 0 posts its receive of the gradient before sending the activation that produces it.
+  Schedule s{"deadlock", 2, 1, {0, 1},
+             {{{Op::F, 0, 0}, {Op::RECV_B, 0, 0}, {Op::SEND_F, 0, 0}, {Op::B, 0, 0}},
+              {{Op::RECV_F, 1, 0}, {Op::F, 1, 0}, {Op::B, 1, 0}, {Op::SEND_B, 1, 0}}}};
+  CheckedModel model;
+  model.stages = 2;
+  const auto fns = model.functions(false);
+  const CheckedBatch batch(1, model.width, 0);
+  {
+    CpuCluster cluster(2);
+    require_error([&] { World<CpuBackend> world(backends(cluster), s, fns); }, {"deadlock"});
+  }
+  const CpuMode mode = GENERATE(CpuMode::threaded, CpuMode::deterministic);
+  const int threads_before = ppsched::live_threads();
+  {
+    CpuOptions co;
+    co.mode = mode;
+    CpuCluster cluster(2, co);
+    ExecutorOptions eo;
+    eo.validate = false;
+    eo.watchdog = 100ms;
+    World<CpuBackend> world(backends(cluster), s, fns, eo);
+    require_error([&] { (void)world.run_step(batch.view()); }, {"watchdog", "waits for", "to be posted"});
+  }
+  CHECK(ppsched::live_threads() == threads_before);
+}
+
+TEST_CASE("setup errors name the stage and the fix", "[runtime]") {
+  CpuCluster cluster(2);
+  const Schedule zb = make({"zb-h1", 1}, 2, 4);
+  CheckedModel model;
+  model.stages = 2;
+  require_error([&] { World<CpuBackend> w(backends(cluster), zb, model.functions(false)); },
+                {"splits backward", "backward_input"});
+  auto fns = model.functions(false);
+  fns[1].loss = nullptr;
+  require_error([&] { World<CpuBackend> w(backends(cluster), make({"1f1b", 1}, 2, 4), fns); }, {"no loss", "stage 1"});
+  World<CpuBackend> w(backends(cluster), make({"1f1b", 1}, 2, 4), model.functions(false));
+  const std::vector<float> few(5, 0.0f);
+  require_error([&] { (void)w.run_step({few, few}); }, {"batch", "input floats"});
+  CpuCluster three(3);
+  require_error([&] { World<CpuBackend> w3(backends(three), make({"1f1b", 1}, 2, 4), model.functions(false)); },
+                {"backends"});
+}

@@ -124,7 +124,7 @@ Run run_tool(const fs::path& exe, const std::vector<std::string>& args) {
 }
 
 Run plan(const std::vector<std::string>& args) { return run_tool(tool_path("PPSCHED_PLAN", "ppsched-plan"), args); }
-[[maybe_unused]] Run bubbles(const std::vector<std::string>& args) {
+Run bubbles(const std::vector<std::string>& args) {
   return run_tool(tool_path("PPSCHED_BUBBLES", "ppsched-bubbles"), args);
 }
 
@@ -503,5 +503,72 @@ TEST_CASE("--help lists every flag and exits 0", "[cli][plan]") {
                            "--bandwidth", "--memory-cap-microbatches", "--memory-cap-bytes", "--w-memory-ratio",
                            "--schedule", "--json", "--trace", "--svg", "--csv", "--validate"}) {
     CHECK(r.out.find(flag) != std::string::npos);
+  }
+}
+
+// ------------------------------------------------------------------ ppsched-bubbles
+
+TEST_CASE("ppsched-bubbles sets each rank's measured bubble beside the simulator's", "[cli][bubbles]") {
+  ScratchDir dir;
+  const std::string trace = dir.file("measured.json");
+  const Run r = bubbles({"--stage-cost", "1,2,1", "--stages", "2", "--microbatches", "4", "--ms-per-unit", "0.5",
+                         "--schedule", "zb-h1", "--steps", "2", "--warmup", "0", "--json", "--trace", trace});
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const json j = json::parse(r.out);
+  CHECK(j.at("backend") == "cpu");
+  CHECK(j.at("unit") == "ms");
+  REQUIRE(j.at("schedules").size() == 1);
+  const json& s = j.at("schedules")[0];
+  CHECK(s.at("name") == "zb-h1");
+  CHECK(s.at("steps").size() == 2);
+
+  // The prediction is ppsched-plan's simulation of the same model, in milliseconds.
+  const json p = plan_json({"--stage-cost", "1,2,1", "--stages", "2", "--microbatches", "4", "--schedule", "zb-h1"});
+  const json& planned = schedule_named(p, "zb-h1");
+  const double ms = 0.5;
+  CHECK(s.at("predicted").at("makespan").get<double>() == Approx(planned.at("makespan").get<double>() * ms));
+  CHECK(s.at("predicted").at("bubble_fraction").get<double>() ==
+        Approx(planned.at("bubble_fraction").get<double>()).margin(1e-12));
+  const double makespan = planned.at("makespan").get<double>();
+  REQUIRE(s.at("ranks").size() == 2);
+  for (std::size_t rank = 0; rank < 2; ++rank) {
+    const json& rr = s.at("ranks")[rank];
+    CHECK(rr.at("rank").get<std::size_t>() == rank);
+    const double busy = planned.at("busy")[rank].get<double>();
+    CHECK(rr.at("predicted_bubble").get<double>() == Approx((makespan - busy) / makespan).margin(1e-12));
+    const double measured = rr.at("measured_bubble").get<double>();
+    CHECK(measured >= 0.0);
+    CHECK(measured < 1.0);
+    CHECK(rr.at("difference_pp").get<double>() ==
+          Approx((measured - rr.at("predicted_bubble").get<double>()) * 100).margin(1e-9));
+  }
+
+  // The trace is the measured step: valid JSON with one event per compute action.
+  const json t = json::parse(read_file(trace));
+  std::size_t compute = 0;
+  for (const json& e : t.at("traceEvents")) {
+    const std::string name = e.value("name", "");
+    if (e.value("ph", "") == "X" && !name.empty() && (name[0] == 'F' || name[0] == 'B')) ++compute;
+  }
+  CHECK(compute == 2u * 4u * 3u);  // F, BI and BW per stage and micro-batch
+}
+
+TEST_CASE("ppsched-bubbles rejects bad input with exit 2", "[cli][bubbles]") {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
+      {{"--backend", "tpu"}, "valid backends: cpu, cuda"},
+      {{"--trace", "t.json"}, "one schedule"},
+      {{"--schedule", "auto"}, "ppsched-plan --schedule auto"},
+      {{"--steps", "0"}, "--steps"},
+      {{"--ms-per-unit", "0"}, "--ms-per-unit"},
+      {{"--stagse", "2"}, "did you mean --stages"},
+      {{"--schedule", "zb-h3"}, "unknown schedule 'zb-h3'"},
+  };
+  for (const auto& [args, expected] : cases) {
+    INFO(args.front() << ' ' << args.back());
+    const Run r = bubbles(args);
+    INFO(r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.find(expected) != std::string::npos);
   }
 }

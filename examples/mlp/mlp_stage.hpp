@@ -1,0 +1,181 @@
+// The glue between an existing model and ppsched: layers [first, last) of an mlp::Mlp as one
+// pipeline stage. This is all the ppsched-specific code a user writes. It keeps, for every
+// micro-batch in flight, what that micro-batch's backward needs — each layer's tanh output
+// and, between backward_input and backward_weight, each layer's pre-activation gradient —
+// because a pipeline runs several micro-batches' forwards before their backwards.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include <ppsched/runtime/stage.hpp>
+
+#include "mlp.hpp"
+
+namespace mlp {
+
+class MlpStage {
+ public:
+  MlpStage(Mlp& model, std::size_t first, std::size_t last, std::size_t rows, std::int32_t microbatches)
+      : model_(model), first_(first), last_(last), rows_(rows) {
+    std::size_t widest = 0;
+    for (std::size_t l = first; l < last; ++l) {
+      const Linear& layer = model.layers[l];
+      offsets_.push_back(parameters_);
+      parameters_ += layer.parameter_count();
+      widest = std::max({widest, layer.in(), layer.out()});
+    }
+    scratch_.resize(rows * widest);
+    const auto m = static_cast<std::size_t>(microbatches);
+    outputs_.assign(m, std::vector<std::vector<float>>(last - first));
+    grads_.assign(m, std::vector<std::vector<float>>(last - first));
+    for (std::size_t mb = 0; mb < m; ++mb) {
+      for (std::size_t l = first; l < last; ++l) {
+        outputs_[mb][l - first].resize(rows * model.layers[l].out());
+        grads_[mb][l - first].resize(rows * model.layers[l].out());
+      }
+    }
+  }
+
+  // The stage as ppsched sees it. `loss_scale` multiplies the squared error (e.g. 1 / batch
+  // size); the last stage of the pipeline computes the loss.
+  [[nodiscard]] ppsched::StageFunctions functions(bool last_stage, float loss_scale, float learning_rate) {
+    ppsched::StageFunctions f;
+    f.input_size = rows_ * model_.layers[first_].in();
+    f.output_size = rows_ * model_.layers[last_ - 1].out();
+    f.target_size = last_stage ? f.output_size : 0;
+    f.weight_grad_size = parameters_;
+    f.forward = [this](std::int32_t mb, std::span<const float> in, std::span<float> out) { forward(mb, in, out); };
+    f.backward_input = [this](std::int32_t mb, std::span<const float>, std::span<const float> grad_out,
+                              std::span<float> grad_in) { backward_input(mb, grad_out, grad_in); };
+    f.backward_weight = [this](std::int32_t mb, std::span<const float> in, std::span<const float>,
+                               std::span<float> weight_grad) { backward_weight(mb, in, weight_grad); };
+    if (last_stage) {
+      f.loss = [loss_scale](std::int32_t, std::span<const float> out, std::span<const float> target,
+                            std::span<float> grad_out) {
+        return MeanSquaredError::forward_backward(out, target, loss_scale, grad_out);
+      };
+    }
+    f.optimizer_step = [this, learning_rate](std::span<const float> weight_grad) {
+      for (std::size_t l = first_; l < last_; ++l) {
+        Linear& layer = model_.layers[l];
+        layer.step(weight_grad.subspan(offsets_[l - first_], layer.parameter_count()), learning_rate);
+      }
+    };
+    return f;
+  }
+
+ private:
+  Mlp& model_;
+  std::size_t first_;
+  std::size_t last_;
+  std::size_t rows_;
+  std::size_t parameters_ = 0;
+  std::vector<std::size_t> offsets_;                      // of each layer in the weight gradient
+  std::vector<float> scratch_;                            // one layer's pre-activation or input gradient
+  std::vector<std::vector<std::vector<float>>> outputs_;  // [mb][layer]: tanh output
+  std::vector<std::vector<std::vector<float>>> grads_;    // [mb][layer]: pre-activation gradient
+
+  [[nodiscard]] std::span<float> scratch(std::size_t floats) { return std::span<float>(scratch_).first(floats); }
+
+  void forward(std::int32_t mb, std::span<const float> in, std::span<float> out) {
+    std::span<const float> x = in;
+    for (std::size_t l = first_; l < last_; ++l) {
+      const Linear& layer = model_.layers[l];
+      std::span<float> z = scratch(rows_ * layer.out());
+      layer.forward(x, z);
+      std::vector<float>& y = outputs_[static_cast<std::size_t>(mb)][l - first_];
+      Tanh::forward(z, y);
+      x = y;
+    }
+    std::copy(x.begin(), x.end(), out.begin());
+  }
+
+  void backward_input(std::int32_t mb, std::span<const float> grad_out, std::span<float> grad_in) {
+    std::span<const float> g = grad_out;
+    for (std::size_t l = last_; l-- > first_;) {
+      const Linear& layer = model_.layers[l];
+      std::vector<float>& dz = grads_[static_cast<std::size_t>(mb)][l - first_];
+      Tanh::backward(outputs_[static_cast<std::size_t>(mb)][l - first_], g, dz);
+      if (l > first_) {
+        std::span<float> dx = scratch(rows_ * layer.in());
+        layer.backward_input(dz, dx);
+        g = dx;
+      } else if (!grad_in.empty()) {  // stage 0 has no input gradient to send
+        layer.backward_input(dz, grad_in);
+      }
+    }
+  }
+
+  void backward_weight(std::int32_t mb, std::span<const float> in, std::span<float> weight_grad) {
+    for (std::size_t l = first_; l < last_; ++l) {
+      const Linear& layer = model_.layers[l];
+      const std::span<const float> x =
+          l == first_ ? in : std::span<const float>(outputs_[static_cast<std::size_t>(mb)][l - 1 - first_]);
+      layer.backward_weight(x, grads_[static_cast<std::size_t>(mb)][l - first_],
+                            weight_grad.subspan(offsets_[l - first_], layer.parameter_count()));
+    }
+  }
+};
+
+// Training without a pipeline: every micro-batch through the whole model in order, its
+// gradient computed on its own and added to the step's total in micro-batch order — the
+// usual gradient accumulation — then one SGD step. Returns each micro-batch's loss; fills
+// `gradient` (all layers' gradients, layer after layer) when given.
+inline std::vector<float> train_step_unpipelined(Mlp& model, std::span<const float> inputs,
+                                                 std::span<const float> targets, std::size_t rows,
+                                                 std::int32_t microbatches, float loss_scale, float learning_rate,
+                                                 std::vector<float>* gradient = nullptr) {
+  const std::size_t layers = model.layers.size();
+  std::vector<std::size_t> offset(layers + 1, 0);
+  std::size_t widest = 0;
+  for (std::size_t l = 0; l < layers; ++l) {
+    offset[l + 1] = offset[l] + model.layers[l].parameter_count();
+    widest = std::max({widest, model.layers[l].in(), model.layers[l].out()});
+  }
+  std::vector<float> total(offset[layers], 0.0f);
+  std::vector<float> part(offset[layers]);
+  std::vector<std::vector<float>> y(layers);
+  std::vector<float> z(rows * widest), dz(rows * widest), g(rows * widest), dx(rows * widest);
+  std::vector<float> losses;
+  const std::size_t in_size = rows * model.layers.front().in();
+  const std::size_t out_size = rows * model.layers.back().out();
+  for (std::int32_t mb = 0; mb < microbatches; ++mb) {
+    std::span<const float> x = inputs.subspan(static_cast<std::size_t>(mb) * in_size, in_size);
+    for (std::size_t l = 0; l < layers; ++l) {
+      const Linear& layer = model.layers[l];
+      y[l].resize(rows * layer.out());
+      layer.forward(x, std::span<float>(z).first(rows * layer.out()));
+      Tanh::forward(std::span<const float>(z).first(rows * layer.out()), y[l]);
+      x = y[l];
+    }
+    losses.push_back(MeanSquaredError::forward_backward(
+        y.back(), targets.subspan(static_cast<std::size_t>(mb) * out_size, out_size), loss_scale,
+        std::span<float>(g).first(out_size)));
+    for (std::size_t l = layers; l-- > 0;) {
+      const Linear& layer = model.layers[l];
+      const std::size_t n = rows * layer.out();
+      Tanh::backward(y[l], std::span<const float>(g).first(n), std::span<float>(dz).first(n));
+      const std::span<const float> layer_input =
+          l == 0 ? inputs.subspan(static_cast<std::size_t>(mb) * in_size, in_size) : std::span<const float>(y[l - 1]);
+      layer.backward_weight(layer_input, std::span<const float>(dz).first(n),
+                            std::span<float>(part).subspan(offset[l], layer.parameter_count()));
+      if (l > 0) {
+        layer.backward_input(std::span<const float>(dz).first(n), std::span<float>(dx).first(rows * layer.in()));
+        std::swap(g, dx);
+      }
+    }
+    for (std::size_t i = 0; i < total.size(); ++i) total[i] += part[i];
+  }
+  for (std::size_t l = 0; l < layers; ++l) {
+    model.layers[l].step(std::span<const float>(total).subspan(offset[l], model.layers[l].parameter_count()),
+                         learning_rate);
+  }
+  if (gradient != nullptr) *gradient = total;
+  return losses;
+}
+
+}  // namespace mlp

@@ -154,6 +154,7 @@ class RankStreams {
 // A stream of one rank (CudaBackend::stream).
 class CudaRankStream {
  public:
+  CudaRankStream() noexcept = default;
   CudaRankStream(int device, std::shared_ptr<detail::RankStreams> registry)
       : stream_(device), registry_(std::move(registry)) {
     registry_->add(stream_.handle());
@@ -469,7 +470,9 @@ class CudaBackend {
       nccl_->abort();
       ++generation_;
       const ncclUniqueId id = ids_(generation_, HostWait::within(options_.timeout));
-      nccl_ = NcclCommunicator::init_rank(ranks_, rank_, device_, id, options_.timeout);
+      // Not waiting for the peers here: the World recovers its ranks one after another on one
+      // thread, so the new communicator finishes joining at its first operation.
+      nccl_ = NcclCommunicator::init_rank(ranks_, rank_, device_, id, options_.timeout, {}, false);
     }
     if (exchange_) epoch_ = exchange_->enter(epoch_ + 1);
     failure_.reset();
@@ -517,7 +520,7 @@ class CudaBackend {
     const WaitResult r = poll_until(
         [&] {
           if (done()) return true;
-          if (nccl_) {
+          if (nccl_ && nccl_->healthy()) {  // after an abort there is nothing left to watch
             async = nccl_->async_error();
             return async != ncclSuccess && async != ncclInProgress;
           }
@@ -613,7 +616,7 @@ enum class CudaTransport : std::uint8_t {
   std::vector<CudaBackend> backends;
   backends.reserve(device_of_rank.size());
   if (use_nccl) {
-    std::vector<NcclCommunicator> comms = NcclCommunicator::init_all(device_of_rank, options.timeout);
+    std::vector<NcclCommunicator> comms = NcclCommunicator::init_all_nonblocking(device_of_rank, options.timeout);
     UniqueIdSource ids = unique_ids_in_process();
     for (NcclCommunicator& comm : comms) backends.emplace_back(std::move(comm), ids, options);
   } else {

@@ -4,8 +4,9 @@
 // an `NcclGroup`, i.e. ncclGroupStart/End).
 //
 // Two ways to build communicators, as NCCL offers them:
-// - one process drives every GPU: `NcclCommunicator::init_all(devices)` (ncclCommInitAll),
-//   then one host thread per GPU uses its own communicator;
+// - one process drives every GPU: `NcclCommunicator::init_all(devices)` (ncclCommInitAll), or
+//   `init_all_nonblocking` (the same, with non-blocking communicators, which the backend
+//   uses), then one host thread per GPU uses its own communicator;
 // - one process per GPU: each calls `NcclCommunicator::init_rank(...)` with a unique id that
 //   rank 0 made and shared, through a file the user names (`share_unique_id_through_file`,
 //   written atomically by rename, read by polling with a deadline) or through an environment
@@ -230,36 +231,64 @@ inline void publish_unique_id(const ncclUniqueId& id, const std::filesystem::pat
 
 class NcclCommunicator {
  public:
-  // One communicator per device, all in this process (ncclCommInitAll). Devices must be
-  // distinct: NCCL does not support two ranks of one communicator on the same GPU.
+  // One communicator per device, all in this process, as ncclCommInitAll makes them
+  // (blocking communicators). Devices must be distinct: NCCL does not support two ranks of
+  // one communicator on the same GPU.
   [[nodiscard]] static std::vector<NcclCommunicator> init_all(std::span<const int> devices,
                                                               std::chrono::nanoseconds timeout) {
-    for (std::size_t i = 0; i < devices.size(); ++i) {
-      require_device(devices[i], "NCCL communicator");
-      for (std::size_t j = 0; j < i; ++j) {
-        if (devices[i] == devices[j]) {
-          fail({"NCCL communicator", detail::concat("ranks ", j, " and ", i, " are both on device ", devices[i]),
-                "ncclCommInitAll device list",
-                "Give each rank its own GPU, or run ranks that share a GPU in one process "
-                "with the in-process copy transport"});
-        }
-      }
-    }
+    require_distinct_devices(devices);
     std::vector<ncclComm_t> handles(devices.size(), nullptr);
     PPSCHED_NCCL_CHECK(ncclCommInitAll(handles.data(), static_cast<int>(devices.size()), devices.data()));
-    std::vector<NcclCommunicator> comms;
-    comms.reserve(devices.size());
-    for (std::size_t i = 0; i < devices.size(); ++i) {
-      comms.push_back(
-          NcclCommunicator(handles[i], static_cast<int>(i), static_cast<int>(devices.size()), devices[i], timeout));
+    return adopt(handles, devices, timeout, false);
+  }
+
+  // The same communicators, made non-blocking: what ncclCommInitAll does (one unique id,
+  // ncclCommInitRankConfig per device inside one group), with `blocking = 0`. With blocking
+  // communicators, the first ncclGroupEnd between two ranks also sets up their connection and
+  // blocks the host until the peer takes part; non-blocking ones return and are polled, so
+  // every wait, that one included, is bounded.
+  [[nodiscard]] static std::vector<NcclCommunicator> init_all_nonblocking(std::span<const int> devices,
+                                                                          std::chrono::nanoseconds timeout) {
+    require_distinct_devices(devices);
+    const ncclUniqueId id = new_unique_id();
+    const int ranks = static_cast<int>(devices.size());
+    std::vector<ncclComm_t> handles(devices.size(), nullptr);
+    {
+      const ScopedDevice restore(current_device());
+      PPSCHED_NCCL_CHECK(ncclGroupStart());
+      ncclResult_t failed = ncclSuccess;
+      for (int r = 0; r < ranks && failed == ncclSuccess; ++r) {
+        if (cudaSetDevice(devices[static_cast<std::size_t>(r)]) != cudaSuccess) {
+          (void)cudaGetLastError();
+          failed = ncclUnhandledCudaError;
+          break;
+        }
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        config.blocking = 0;
+        const ncclResult_t code = ncclCommInitRankConfig(&handles[static_cast<std::size_t>(r)], ranks, id, r, &config);
+        if (code != ncclSuccess && code != ncclInProgress) failed = code;
+      }
+      const ncclResult_t ended = ncclGroupEnd();
+      if (failed == ncclSuccess && ended != ncclSuccess && ended != ncclInProgress) failed = ended;
+      if (failed != ncclSuccess) {
+        for (ncclComm_t h : handles) {
+          if (h != nullptr) PPSCHED_NCCL_LOG(ncclCommAbort(h));
+        }
+        detail::throw_nccl_failure(failed, "ncclCommInitRankConfig (one per device, grouped)", __FILE__, __LINE__);
+      }
     }
+    std::vector<NcclCommunicator> comms = adopt(handles, devices, timeout, true);
+    for (NcclCommunicator& c : comms) c.ensure_ready();
     return comms;
   }
 
   // This process's rank of `ranks`, on `device`, joined through `id`. Created non-blocking and
   // polled, so a rank whose peers never arrive gives up at the deadline instead of hanging.
+  // With `wait = false` it returns at once and the first operation waits for the peers: one
+  // thread can then start the communicators of several ranks (as the World's recovery does).
   [[nodiscard]] static NcclCommunicator init_rank(int ranks, int rank, int device, const ncclUniqueId& id,
-                                                  std::chrono::nanoseconds timeout, std::stop_token stop = {}) {
+                                                  std::chrono::nanoseconds timeout, std::stop_token stop = {},
+                                                  bool wait = true) {
     if (ranks <= 0 || rank < 0 || rank >= ranks) {
       fail({"NCCL communicator", detail::concat("rank ", rank, " of ", ranks, " ranks is out of range"), "",
             "Give each process a distinct rank in [0, ranks)"});
@@ -273,7 +302,8 @@ class NcclCommunicator {
                                                          "ncclCommInitRankConfig", __FILE__, __LINE__, nullptr);
     NcclCommunicator comm(handle, rank, ranks, device, timeout);
     comm.watch(std::move(stop));
-    if (pending) comm.settle("ncclCommInitRankConfig (waiting for every rank to join)");
+    comm.pending_ = pending;
+    if (wait) comm.ensure_ready();
     return comm;
   }
 
@@ -285,7 +315,8 @@ class NcclCommunicator {
         device_(other.device_),
         timeout_(other.timeout_),
         stop_(std::move(other.stop_)),
-        healthy_(other.healthy_) {}
+        healthy_(other.healthy_),
+        pending_(other.pending_) {}
   NcclCommunicator& operator=(NcclCommunicator&& other) noexcept {
     if (this != &other) {
       reset();
@@ -296,6 +327,7 @@ class NcclCommunicator {
       timeout_ = other.timeout_;
       stop_ = std::move(other.stop_);
       healthy_ = other.healthy_;
+      pending_ = other.pending_;
     }
     return *this;
   }
@@ -318,16 +350,21 @@ class NcclCommunicator {
   // with the group's other operations at NcclGroup::end().
   void send(const void* data, std::size_t bytes, int peer, CudaStreamRef stream) {
     require_peer(peer, "ncclSend");
+    ensure_ready();
     issue(ncclSend(data, bytes, ncclUint8, peer, live(), stream.handle()), "ncclSend", __LINE__);
   }
   void recv(void* data, std::size_t bytes, int peer, CudaStreamRef stream) {
     require_peer(peer, "ncclRecv");
+    ensure_ready();
     issue(ncclRecv(data, bytes, ncclUint8, peer, live(), stream.handle()), "ncclRecv", __LINE__);
   }
 
   // ncclGroupStart / ncclGroupEnd. Between them, send and recv are collected and posted
   // together at group_end(), which waits (bounded) for a non-blocking communicator to settle.
-  void group_start() { PPSCHED_NCCL_CHECK(ncclGroupStart()); }
+  void group_start() {
+    ensure_ready();
+    PPSCHED_NCCL_CHECK(ncclGroupStart());
+  }
   void group_end() { issue(ncclGroupEnd(), "ncclGroupEnd", __LINE__); }
 
   // The communicator's asynchronous error: ncclSuccess, ncclInProgress (non-blocking work
@@ -336,6 +373,13 @@ class NcclCommunicator {
     ncclResult_t async = ncclSuccess;
     PPSCHED_NCCL_CHECK(ncclCommGetAsyncError(live(), &async));
     return async;
+  }
+
+  // A communicator created with init_rank(..., wait = false) finishes joining its peers here.
+  void ensure_ready() {
+    if (!pending_) return;
+    settle("ncclCommInitRankConfig (waiting for every rank to join)");
+    pending_ = false;
   }
 
   // Waits for non-blocking work (initialisation, a group) to settle.
@@ -380,6 +424,34 @@ class NcclCommunicator {
  private:
   NcclCommunicator(ncclComm_t handle, int rank, int size, int device, std::chrono::nanoseconds timeout) noexcept
       : handle_(handle), rank_(rank), size_(size), device_(device), timeout_(timeout) {}
+
+  [[nodiscard]] static std::vector<NcclCommunicator> adopt(std::span<const ncclComm_t> handles,
+                                                           std::span<const int> devices,
+                                                           std::chrono::nanoseconds timeout, bool pending) {
+    std::vector<NcclCommunicator> comms;
+    comms.reserve(devices.size());
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      comms.push_back(
+          NcclCommunicator(handles[i], static_cast<int>(i), static_cast<int>(devices.size()), devices[i], timeout));
+      comms.back().pending_ = pending;
+    }
+    return comms;
+  }
+
+  static void require_distinct_devices(std::span<const int> devices) {
+    if (devices.empty()) fail({"NCCL communicator", "no devices", "", "Give one device per rank"});
+    for (std::size_t i = 0; i < devices.size(); ++i) {
+      require_device(devices[i], "NCCL communicator");
+      for (std::size_t j = 0; j < i; ++j) {
+        if (devices[i] == devices[j]) {
+          fail({"NCCL communicator", detail::concat("ranks ", j, " and ", i, " are both on device ", devices[i]),
+                "device list",
+                "Give each rank its own GPU, or run ranks that share a GPU in one process "
+                "with the in-process copy transport"});
+        }
+      }
+    }
+  }
 
   [[nodiscard]] ncclComm_t live() const {
     if (handle_ == nullptr) {
@@ -452,6 +524,7 @@ class NcclCommunicator {
   std::chrono::nanoseconds timeout_{};
   std::stop_token stop_{};
   bool healthy_ = true;
+  bool pending_ = false;  // non-blocking initialisation not yet settled
 };
 
 // Operations issued between construction and end() are posted together (ncclGroupStart/End):

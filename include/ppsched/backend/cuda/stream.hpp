@@ -92,9 +92,11 @@ inline void CudaStreamRef::wait(CudaEventRef event) const {
 
 enum class StreamPriority : int { normal, high };
 
-// An owned, non-blocking stream on one device.
+// An owned, non-blocking stream on one device. Default-constructed or moved from, it owns
+// nothing, and ref() throws rather than hand out the legacy stream.
 class CudaStream {
  public:
+  CudaStream() noexcept = default;
   explicit CudaStream(int device, StreamPriority priority = StreamPriority::normal) : device_(device) {
     const ScopedDevice on(device);
     int least = 0;
@@ -137,9 +139,11 @@ class CudaStream {
 enum class EventTiming : bool { disabled, enabled };
 
 // An owned event on one device. Timing is off unless asked for: timing events cost more to
-// record and are only needed for the per-action timestamps.
+// record and are only needed for the per-action timestamps. Default-constructed or moved
+// from, it owns nothing.
 class CudaEvent {
  public:
+  CudaEvent() noexcept = default;
   explicit CudaEvent(int device, EventTiming timing = EventTiming::disabled) : device_(device) {
     const ScopedDevice on(device);
     const unsigned flags = timing == EventTiming::enabled ? cudaEventDefault : cudaEventDisableTiming;

@@ -1,0 +1,229 @@
+// Lowering: turns a compute-only schedule into one that also says when each rank sends and
+// receives, and which sends and receives are posted together as one NCCL group. The rule
+// (docs/validation-and-simulation.md has the proof):
+//
+//   1. Run the compute-only schedule on its dependencies alone (no communication cost),
+//      with the compute times of `LowerOptions` (uniform by default). Every transfer gets a
+//      key: the time its data is produced.
+//   2. On every rank, order the communication by (key, transfer id) — the same order on both
+//      sides of every transfer — and interleave it with the compute: a communication action
+//      goes before any compute that starts at or after its key. So a send follows its
+//      producer, a receive precedes its consumer, and a receive is posted when its data is
+//      produced — not all up front, and never behind a transfer whose data comes later.
+//   3. Communication with the same key on one rank forms a group (when there are several):
+//      e.g. Megatron's send-forward/receive-backward pairs.
+//
+// Every wait then points to an earlier key (or to the same key on the peer, posted in the
+// same order), so the lowered schedule cannot deadlock under rendezvous — with the comm on
+// its own stream or on the compute stream — whatever the real durations; and with the
+// lowering's own compute times and free communication it runs exactly as fast as the
+// dependency-only run: lowering adds no bubble.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/schedule/schedule.hpp"
+#include "ppsched/schedule/validate.hpp"
+
+namespace ppsched {
+
+struct LowerOptions {
+  // Compute time of each action for the idealised run that orders the communication;
+  // positive and finite. Empty: F = BI = BW = 1 and B = 2. Give your cost model's times
+  // (sim/cost_model.hpp: lower_options_for) so the order matches the run you expect.
+  std::function<double(const Action&)> compute_time;
+  // Post communication that becomes ready at the same instant as one group.
+  bool group_simultaneous = true;
+};
+
+// True when the schedule already contains communication actions.
+[[nodiscard]] inline bool is_lowered(const Schedule& s) noexcept {
+  for (const auto& prog : s.programs) {
+    for (const Action& a : prog) {
+      if (is_comm(a.op)) return true;
+    }
+  }
+  return false;
+}
+
+// The compute-only schedule underneath a lowered one.
+[[nodiscard]] inline Schedule strip_communication(const Schedule& s) {
+  Schedule out = s;
+  for (auto& prog : out.programs) {
+    prog.erase(std::remove_if(prog.begin(), prog.end(), [](const Action& a) { return is_comm(a.op); }), prog.end());
+  }
+  return out;
+}
+
+namespace detail {
+
+[[nodiscard]] inline double default_lower_time(const Action& a) noexcept { return a.op == Op::B ? 2.0 : 1.0; }
+
+// One side of a transfer: the key, and the compute action that produces the data, whose
+// index is also the transfer's identity (the same on both sides) for breaking ties.
+struct CommEntry {
+  double key;
+  std::int32_t producer;
+  std::int32_t receive;  // 0: the send, 1: the receive
+};
+
+[[nodiscard]] inline bool comm_before(const CommEntry& x, const CommEntry& y) noexcept {
+  return x.key < y.key || (x.key == y.key && x.producer < y.producer);
+}
+
+// The communication action a CommEntry stands for.
+[[nodiscard]] inline Action comm_action(const Action& producer, bool receive) noexcept {
+  if (producer.op == Op::F) {
+    return receive ? Action{Op::RECV_F, producer.stage + 1, producer.microbatch, 0}
+                   : Action{Op::SEND_F, producer.stage, producer.microbatch, 0};
+  }
+  return receive ? Action{Op::RECV_B, producer.stage - 1, producer.microbatch, 0}
+                 : Action{Op::SEND_B, producer.stage, producer.microbatch, 0};
+}
+
+[[noreturn]] inline void fail_lowering(const Schedule& s, const std::string& problems) {
+  fail({"lower: schedule '" + s.name + "'", "is not a valid compute-only schedule:" + problems, "",
+        "fix these problems (validate() lists them all) before lowering"});
+}
+
+}  // namespace detail
+
+// Inserts SEND_* / RECV_* and groups them (see the header comment). A schedule that already
+// has communication is returned unchanged: lowering is idempotent and never rewrites
+// communication a user wrote (validate() checks it). Throws ppsched::error when the
+// compute-only schedule is invalid or cannot run (naming the problems), or when a compute
+// time of the options is not positive and finite.
+[[nodiscard]] inline Schedule lower(const Schedule& schedule, const LowerOptions& options = {}) {
+  if (is_lowered(schedule)) return schedule;
+
+  detail::FlatSchedule flat;
+  ValidationReport report;
+  detail::ProblemSink sink(report, 20);
+  detail::static_checks(schedule, flat, sink);
+  if (sink.any()) {
+    std::string list;
+    for (const Problem& p : report.problems) list += "\n  - " + p.message;
+    if (report.unlisted_problems != 0) list += detail::concat("\n  - ... and ", report.unlisted_problems, " more");
+    detail::fail_lowering(schedule, list);
+  }
+
+  const std::size_t n = flat.size();
+  std::vector<double> duration(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Action& a = flat.at(static_cast<std::int32_t>(i));
+    const double t = options.compute_time ? options.compute_time(a) : detail::default_lower_time(a);
+    if (!(std::isfinite(t) && t > 0.0)) {
+      fail({"lower options", detail::concat("compute_time(", to_string(a), ") is ", t), "",
+            "give every compute action a positive, finite time: lowering orders communication by a timeline"});
+    }
+    duration[i] = t;
+  }
+  detail::AbstractExecution ideal(flat, StreamMode::separate_comm_stream, &duration);
+  if (!ideal.run()) detail::fail_lowering(schedule, "\n  - deadlock: " + ideal.describe_stuck());
+  const std::vector<double>& start = ideal.start();
+  const std::vector<double>& end = ideal.end();
+
+  const std::int32_t S = flat.stages;
+  const auto ranks = static_cast<std::size_t>(flat.ranks);
+
+  // Which compute actions feed a transfer, and to which rank.
+  auto receiver_of = [&](std::int32_t i) {
+    const Action& a = flat.at(i);
+    const std::int32_t r = flat.owner[static_cast<std::size_t>(i)];
+    if (a.op == Op::F && a.stage + 1 < S && flat.rank_of(a.stage + 1) != r) return flat.rank_of(a.stage + 1);
+    if ((a.op == Op::B || a.op == Op::BI) && a.stage > 0 && flat.rank_of(a.stage - 1) != r) return flat.rank_of(a.stage - 1);
+    return std::int32_t{-1};
+  };
+  // Each rank's communication lives in one region of `comm`: its sends, produced in compute
+  // order and so sorted by key, then its receives, which arrive source rank by source rank,
+  // each source's sorted by key: a few sorted runs per rank, merged when the program is built.
+  std::vector<std::size_t> sends_of(ranks, 0), region(ranks + 1, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int32_t to = receiver_of(static_cast<std::int32_t>(i));
+    if (to < 0) continue;
+    ++sends_of[static_cast<std::size_t>(flat.owner[i])];
+    ++region[static_cast<std::size_t>(to) + 1];
+  }
+  for (std::size_t r = 0; r < ranks; ++r) region[r + 1] += region[r] + sends_of[r];
+  std::vector<detail::CommEntry> comm(region[ranks]);
+  std::vector<std::size_t> send_fill(region.begin(), region.end() - 1), recv_fill(ranks);
+  for (std::size_t r = 0; r < ranks; ++r) recv_fill[r] = region[r] + sends_of[r];
+  std::vector<std::vector<std::size_t>> runs(ranks);  // starts of the runs of each region
+  std::vector<std::int32_t> last_source(ranks, -1);
+  for (std::size_t r = 0; r < ranks; ++r) runs[r].push_back(region[r]);
+  for (std::int32_t i = 0; i < static_cast<std::int32_t>(n); ++i) {
+    const std::int32_t to = receiver_of(i);
+    if (to < 0) continue;
+    const auto from = static_cast<std::size_t>(flat.owner[static_cast<std::size_t>(i)]);
+    const auto dest = static_cast<std::size_t>(to);
+    const double key = end[static_cast<std::size_t>(i)];
+    comm[send_fill[from]++] = {key, i, 0};
+    if (last_source[dest] != static_cast<std::int32_t>(from)) {
+      last_source[dest] = static_cast<std::int32_t>(from);
+      runs[dest].push_back(recv_fill[dest]);
+    }
+    comm[recv_fill[dest]++] = {key, i, 1};
+  }
+
+  Schedule out;
+  out.name = schedule.name;
+  out.ranks = schedule.ranks;
+  out.microbatches = schedule.microbatches;
+  out.placement = schedule.placement;
+  out.split_backward = schedule.split_backward;
+  out.programs.resize(ranks);
+  std::vector<std::size_t> cursor, stop;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    cursor = runs[r];
+    stop.assign(cursor.begin() + 1, cursor.end());
+    stop.push_back(region[r + 1]);
+    // The next communication of rank r in (key, id) order, or none.
+    auto next = [&]() -> const detail::CommEntry* {
+      const detail::CommEntry* best = nullptr;
+      std::size_t which = 0;
+      for (std::size_t k = 0; k < cursor.size(); ++k) {
+        if (cursor[k] == stop[k]) continue;
+        const detail::CommEntry* c = &comm[cursor[k]];
+        if (best == nullptr || detail::comm_before(*c, *best)) {
+          best = c;
+          which = k;
+        }
+      }
+      if (best != nullptr) ++cursor[which];
+      return best;
+    };
+    auto& prog = out.programs[r];
+    prog.reserve(region[r + 1] - region[r] + static_cast<std::size_t>(flat.rank_begin[r + 1] - flat.rank_begin[r]));
+    std::uint32_t next_group = 1;
+    const detail::CommEntry* pending = next();
+    // Emits every communication with the pending one's key, as one group when there are several.
+    auto emit_comm = [&]() {
+      const double key = pending->key;
+      const std::size_t first = prog.size();
+      while (pending != nullptr && pending->key == key) {
+        prog.push_back(detail::comm_action(flat.at(pending->producer), pending->receive != 0));
+        pending = next();
+      }
+      if (options.group_simultaneous && prog.size() - first > 1) {
+        for (std::size_t k = first; k < prog.size(); ++k) prog[k].group = next_group;
+        ++next_group;
+      }
+    };
+    for (std::int32_t i = flat.rank_begin[r]; i < flat.rank_begin[r + 1]; ++i) {
+      while (pending != nullptr && pending->key <= start[static_cast<std::size_t>(i)]) emit_comm();
+      prog.push_back(flat.at(i));
+    }
+    while (pending != nullptr) emit_comm();
+  }
+  return out;
+}
+
+}  // namespace ppsched

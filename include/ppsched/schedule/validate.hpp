@@ -1,0 +1,1073 @@
+// Validation of a schedule, as a proof rather than a lint. `validate` checks everything a
+// user writing (or loading) a schedule can get wrong — placement, ranges, every (stage,
+// micro-batch) computed exactly once per kind, the order of F / B / BI / BW, the
+// communication of a lowered schedule (one send and one receive per transfer, on the right
+// ranks, posted in an order NCCL can match, contiguous groups) — and then executes the
+// programs abstractly under the rendezvous rules of docs/execution-model.md, once with
+// communication on its own stream and once on the compute stream. Because every rule of
+// that model is an "all of these are done" condition, the set of actions that can ever
+// complete does not depend on timing: one abstract run per stream setting decides whether
+// the schedule can deadlock on any hardware. A deadlock is reported with each stuck
+// action and what it waits for. The report also carries peak activation memory per rank.
+//
+// The abstract-execution engine in `detail` is shared with `lower` (which orders the
+// communication by an idealised run) and with the simulator (which runs it with costs).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/schedule/schedule.hpp"
+
+namespace ppsched {
+
+// Where communication runs on each rank (docs/execution-model.md, "Streams").
+enum class StreamMode : std::uint8_t {
+  separate_comm_stream,    // a compute stream and a comm stream per rank (overlap)
+  comm_on_compute_stream,  // one in-order stream per rank runs everything
+};
+
+[[nodiscard]] constexpr std::string_view stream_mode_name(StreamMode m) noexcept {
+  return m == StreamMode::separate_comm_stream ? "communication on its own stream"
+                                               : "communication on the compute stream";
+}
+
+// How activation memory is counted. A stored activation (F done, its B or BI not yet) is
+// 1 M_B; what BI leaves for BW is `weight_fraction` M_B. Bytes use `activation_bytes[stage]`
+// as the size of one M_B of that stage (empty: bytes are not reported, i.e. 0).
+struct MemoryModel {
+  double weight_fraction = 0.5;
+  std::vector<double> activation_bytes;
+};
+
+struct ValidateOptions {
+  MemoryModel memory{};
+  // Runs the abstract execution (deadlock proof) when the static checks pass.
+  bool check_deadlock = true;
+  // Hopeless inputs (a program of the wrong schedule) can have a problem per action; the
+  // report lists this many and counts the rest in `unlisted_problems`.
+  std::size_t max_problems = 1000;
+};
+
+// Each kind of mistake has its own kind, so tools and tests can tell them apart; the
+// message says the same in words, with the place and the fix.
+enum class ProblemKind : std::uint8_t {
+  shape,                    // ranks, micro-batches, placement or program count unusable
+  stage_out_of_range,
+  microbatch_out_of_range,
+  wrong_rank,               // compute action on a rank its stage is not placed on
+  wrong_peer,               // communication action on a rank its stage is not placed on
+  group_on_compute,         // Action::group set on a compute action
+  split_flag,               // BI / BW used while Schedule::split_backward is false
+  duplicate,                // an action appears more than once
+  missing_compute,          // an F, or a backward, of some (stage, micro-batch) is absent
+  mixed_backward,           // B and BI/BW both present for one (stage, micro-batch)
+  backward_before_forward,  // B or BI issued before its F on the same rank
+  weight_before_input,      // BW issued before its BI
+  local_order,              // stages s, s+1 on one rank used out of dependency order
+  no_peer,                  // SEND_F on the last stage, RECV_F on stage 0, ...
+  needless_comm,            // communication across a boundary inside one rank
+  missing_send,
+  missing_recv,
+  missing_transfer,         // lowered schedule without send and receive for a transfer
+  recv_after_consumer,      // a receive issued after the compute that needs it
+  send_before_producer,     // a send issued before the compute that produces it
+  group_not_contiguous,
+  pair_order,               // two ranks post their messages to each other in different orders
+  deadlock,
+};
+
+[[nodiscard]] constexpr std::string_view problem_kind_name(ProblemKind k) noexcept {
+  switch (k) {
+    case ProblemKind::shape: return "shape";
+    case ProblemKind::stage_out_of_range: return "stage out of range";
+    case ProblemKind::microbatch_out_of_range: return "micro-batch out of range";
+    case ProblemKind::wrong_rank: return "wrong rank";
+    case ProblemKind::wrong_peer: return "wrong peer";
+    case ProblemKind::group_on_compute: return "group on compute";
+    case ProblemKind::split_flag: return "split flag";
+    case ProblemKind::duplicate: return "duplicate";
+    case ProblemKind::missing_compute: return "missing compute";
+    case ProblemKind::mixed_backward: return "mixed backward";
+    case ProblemKind::backward_before_forward: return "backward before forward";
+    case ProblemKind::weight_before_input: return "weight before input";
+    case ProblemKind::local_order: return "local order";
+    case ProblemKind::no_peer: return "no peer";
+    case ProblemKind::needless_comm: return "needless communication";
+    case ProblemKind::missing_send: return "missing send";
+    case ProblemKind::missing_recv: return "missing receive";
+    case ProblemKind::missing_transfer: return "missing transfer";
+    case ProblemKind::recv_after_consumer: return "receive after consumer";
+    case ProblemKind::send_before_producer: return "send before producer";
+    case ProblemKind::group_not_contiguous: return "group not contiguous";
+    case ProblemKind::pair_order: return "pair order";
+    case ProblemKind::deadlock: return "deadlock";
+  }
+  return "?";
+}
+
+struct Problem {
+  ProblemKind kind = ProblemKind::shape;
+  std::int32_t rank = -1;      // -1 when the problem is not about one rank
+  std::int32_t position = -1;  // index in the rank's program, -1 when none
+  Action action{};             // meaningful when position >= 0
+  std::string message;         // what, where, and how to fix it
+};
+
+struct RankMemory {
+  double peak_activations = 0.0;  // in M_B units (BI..BW counts the weight fraction)
+  double peak_bytes = 0.0;        // with MemoryModel::activation_bytes; 0 without
+  std::int32_t peak_in_flight = 0;  // micro-batches whose F is done and B/BI is not
+};
+
+struct ValidationReport {
+  std::string schedule_name;
+  bool lowered = false;           // the schedule contains communication
+  bool deadlock_checked = false;  // the abstract execution ran (static checks passed)
+  std::vector<Problem> problems;
+  std::size_t unlisted_problems = 0;
+  std::vector<RankMemory> memory;                // per rank
+  std::vector<std::int32_t> stage_peak_in_flight;  // per stage
+
+  [[nodiscard]] bool ok() const noexcept { return problems.empty() && unlisted_problems == 0; }
+  [[nodiscard]] bool has(ProblemKind k) const noexcept {
+    return std::any_of(problems.begin(), problems.end(), [k](const Problem& p) { return p.kind == k; });
+  }
+};
+
+namespace detail {
+
+inline constexpr std::int32_t no_action = -1;
+
+// An action's links to others, by index (no_action when none). `same_stage` is its
+// predecessor on its own stage (F for B/BI, BI for BW, the producer for a send); `input` the
+// neighbouring stage's contribution (F(s-1) or RECV_F for F, B/BI(s+1) or RECV_B for B/BI);
+// `peer` the matching send or receive.
+struct Links {
+  std::int32_t same_stage = -1;
+  std::int32_t input = -1;
+  std::int32_t peer = -1;
+};
+
+// A schedule flattened into one array of actions (rank by rank, program order), with an
+// identity table (op, stage, micro-batch) -> index. Everything downstream works on integers.
+struct FlatSchedule {
+  std::int32_t ranks = 0;
+  std::int32_t stages = 0;
+  std::int32_t microbatches = 0;
+  bool lowered = false;       // has communication actions
+  bool has_backward = false;  // any B / BI / BW (false: forward-only)
+  std::size_t compute_count = 0;
+  std::vector<std::int32_t> placement;
+  std::vector<const Action*> rank_actions;  // each rank's program (the schedule's own storage)
+  std::vector<std::vector<Action>> kept;    // programs without communication, when it is skipped
+  std::vector<std::int32_t> owner;          // rank of each action
+  std::vector<std::int32_t> rank_begin;  // ranks + 1 offsets into actions
+  std::vector<std::int32_t> slots;       // identity table, no_action when absent
+
+  // The eight actions of one (stage, micro-batch) share a cache line: lookups come in
+  // (stage, micro-batch) neighbourhoods.
+  [[nodiscard]] std::size_t slot_index(Op op, std::int32_t stage, std::int32_t mb) const noexcept {
+    return ((static_cast<std::size_t>(stage) * static_cast<std::size_t>(microbatches) + static_cast<std::size_t>(mb))
+            << 3) +
+           static_cast<std::size_t>(op);
+  }
+  [[nodiscard]] std::int32_t find(Op op, std::int32_t stage, std::int32_t mb) const noexcept {
+    return slots[slot_index(op, stage, mb)];
+  }
+  // The action that computes the input gradient of (stage, mb): its B, or else its BI.
+  [[nodiscard]] std::int32_t backward_input(std::int32_t stage, std::int32_t mb) const noexcept {
+    const std::int32_t b = find(Op::B, stage, mb);
+    return b != no_action ? b : find(Op::BI, stage, mb);
+  }
+  [[nodiscard]] std::int32_t rank_of(std::int32_t stage) const noexcept {
+    return placement[static_cast<std::size_t>(stage)];
+  }
+  [[nodiscard]] std::int32_t position(std::int32_t index) const noexcept {
+    return index - rank_begin[static_cast<std::size_t>(owner[static_cast<std::size_t>(index)])];
+  }
+  [[nodiscard]] const Action& at(std::int32_t index) const noexcept {
+    const auto r = static_cast<std::size_t>(owner[static_cast<std::size_t>(index)]);
+    return rank_actions[r][index - rank_begin[r]];
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return owner.size(); }
+
+  // The links of action i. Meaningful once the static checks passed.
+  [[nodiscard]] Links links(std::int32_t i) const noexcept { return links(at(i)); }
+  [[nodiscard]] Links links(const Action& a) const noexcept {
+    const std::int32_t s = a.stage, mb = a.microbatch;
+    Links l;
+    switch (a.op) {
+      case Op::F:
+        if (s > 0) l.input = (lowered && rank_of(s - 1) != rank_of(s)) ? find(Op::RECV_F, s, mb) : find(Op::F, s - 1, mb);
+        break;
+      case Op::B:
+      case Op::BI:
+        l.same_stage = find(Op::F, s, mb);
+        if (s + 1 < stages) {
+          l.input = (lowered && rank_of(s + 1) != rank_of(s)) ? find(Op::RECV_B, s, mb) : backward_input(s + 1, mb);
+        }
+        break;
+      case Op::BW: l.same_stage = find(Op::BI, s, mb); break;
+      case Op::SEND_F:
+        l.same_stage = find(Op::F, s, mb);
+        l.peer = find(Op::RECV_F, s + 1, mb);
+        break;
+      case Op::SEND_B:
+        l.same_stage = backward_input(s, mb);
+        l.peer = find(Op::RECV_B, s - 1, mb);
+        break;
+      case Op::RECV_F: l.peer = find(Op::SEND_F, s - 1, mb); break;
+      case Op::RECV_B: l.peer = find(Op::SEND_B, s + 1, mb); break;
+    }
+    return l;
+  }
+};
+
+// Collects problems up to the cap.
+class ProblemSink {
+ public:
+  ProblemSink(ValidationReport& report, std::size_t cap) : report_(report), cap_(cap) {}
+  void add(ProblemKind kind, std::int32_t rank, std::int32_t position, const Action& action, std::string message) {
+    if (report_.problems.size() < cap_) {
+      report_.problems.push_back(Problem{kind, rank, position, action, std::move(message)});
+    } else {
+      ++report_.unlisted_problems;
+    }
+  }
+  void add(ProblemKind kind, std::string message) { add(kind, -1, -1, Action{}, std::move(message)); }
+  [[nodiscard]] bool any() const noexcept { return !report_.problems.empty() || report_.unlisted_problems != 0; }
+
+ private:
+  ValidationReport& report_;
+  std::size_t cap_;
+};
+
+[[nodiscard]] inline std::string at_rank(std::int32_t rank, std::int32_t position) {
+  return concat("rank ", rank, " position ", position);
+}
+
+// Checks that do not need the programs to run: shape, ranges, placement, completeness,
+// orders within one rank, communication bookkeeping. Builds `flat` as it goes; returns
+// false when the shape itself is unusable (nothing else could be checked).
+inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& sink, bool skip_comm = false) {
+  // ---- shape
+  bool shape_ok = true;
+  if (s.ranks < 1) {
+    sink.add(ProblemKind::shape, concat("the schedule has ", s.ranks, " ranks; it needs at least 1 (set Schedule::ranks)"));
+    shape_ok = false;
+  }
+  if (s.microbatches < 1) {
+    sink.add(ProblemKind::shape, concat("the schedule has ", s.microbatches,
+                                        " micro-batches; it needs at least 1 (set Schedule::microbatches)"));
+    shape_ok = false;
+  }
+  if (s.placement.empty()) {
+    sink.add(ProblemKind::shape, "the placement is empty: give Schedule::placement one rank per stage");
+    shape_ok = false;
+  }
+  if (shape_ok && s.programs.size() != static_cast<std::size_t>(s.ranks)) {
+    sink.add(ProblemKind::shape, concat("the schedule has ", s.ranks, " ranks but ", s.programs.size(),
+                                        " programs; give exactly one program per rank"));
+    shape_ok = false;
+  }
+  if (shape_ok) {
+    for (std::size_t st = 0; st < s.placement.size(); ++st) {
+      const std::int32_t r = s.placement[st];
+      if (r < 0 || r >= s.ranks) {
+        sink.add(ProblemKind::shape, concat("placement[", st, "] = ", r, " is not a rank of this schedule (0..",
+                                            s.ranks - 1, "); place stage ", st, " on one of them"));
+        shape_ok = false;
+      }
+    }
+  }
+  if (!shape_ok) return false;
+
+  flat.ranks = s.ranks;
+  flat.stages = s.stages();
+  flat.microbatches = s.microbatches;
+  flat.placement = s.placement;
+  const std::int32_t S = flat.stages, M = flat.microbatches, last = S - 1;
+
+  // The programs indexed: the schedule's own, or copies without communication.
+  std::vector<const std::vector<Action>*> programs;
+  for (const auto& prog : s.programs) programs.push_back(&prog);
+  if (skip_comm) {
+    flat.kept.assign(s.programs.size(), {});
+    for (std::size_t r = 0; r < s.programs.size(); ++r) {
+      for (const Action& a : s.programs[r]) {
+        if (is_compute(a.op)) flat.kept[r].push_back(a);
+      }
+      programs[r] = &flat.kept[r];
+    }
+  }
+  std::size_t total = 0;
+  for (const auto* prog : programs) total += prog->size();
+  if (total > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max() / 2)) {
+    fail({"schedule '" + s.name + "'", concat("has ", total, " actions, more than ppsched indexes"), "",
+          "split the step into fewer micro-batches"});
+  }
+  flat.rank_actions.assign(static_cast<std::size_t>(s.ranks), nullptr);
+  flat.owner.clear();
+  flat.owner.reserve(total);
+  flat.rank_begin.assign(static_cast<std::size_t>(s.ranks) + 1, 0);
+  flat.slots.assign(static_cast<std::size_t>(op_count) * static_cast<std::size_t>(S) * static_cast<std::size_t>(M),
+                    no_action);
+
+  bool reported_split = false;
+  for (std::int32_t r = 0; r < s.ranks; ++r) {
+    flat.rank_begin[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(flat.owner.size());
+    const auto& prog = *programs[static_cast<std::size_t>(r)];
+    flat.rank_actions[static_cast<std::size_t>(r)] = prog.data();
+    std::int32_t pos = -1;
+    for (const Action& a : prog) {
+      ++pos;
+      const auto index = static_cast<std::int32_t>(flat.owner.size());
+      const std::int32_t position = pos;
+      flat.owner.push_back(r);
+      if (a.stage < 0 || a.stage >= S) {
+        sink.add(ProblemKind::stage_out_of_range, r, position, a,
+                 concat(to_string(a), " at ", at_rank(r, pos), " names stage ", a.stage, ", but the schedule has stages 0..", last,
+                        "; use a stage in that range or extend the placement"));
+        continue;
+      }
+      if (a.microbatch < 0 || a.microbatch >= M) {
+        sink.add(ProblemKind::microbatch_out_of_range, r, position, a,
+                 concat(to_string(a), " at ", at_rank(r, pos), " names micro-batch ", a.microbatch,
+                        ", but the schedule has micro-batches 0..", M - 1,
+                        "; use one in that range or raise Schedule::microbatches"));
+        continue;
+      }
+      const std::int32_t home = flat.rank_of(a.stage);
+      if (is_compute(a.op)) {
+        flat.has_backward = flat.has_backward || a.op != Op::F;
+        ++flat.compute_count;
+        if (a.group != 0) {
+          sink.add(ProblemKind::group_on_compute, r, position, a,
+                   concat(to_string(a), " at ", at_rank(r, pos), " is a compute action with group ", a.group,
+                          "; groups bundle communication only: set its group to 0"));
+        }
+        if ((a.op == Op::BI || a.op == Op::BW) && !s.split_backward && !reported_split) {
+          reported_split = true;
+          sink.add(ProblemKind::split_flag, r, position, a,
+                   concat(to_string(a), " at ", at_rank(r, pos),
+                          " splits the backward, but Schedule::split_backward is false; set it to true so the "
+                          "executor asks for backward_input / backward_weight callables"));
+        }
+        if (home != r) {
+          sink.add(ProblemKind::wrong_rank, r, position, a,
+                   concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", a.stage,
+                          " is placed on rank ", home, "; move it to rank ", home,
+                          "'s program or change the placement"));
+        }
+      } else {
+        flat.lowered = true;
+        // The peer stage of this communication, and whether it exists and is remote.
+        const bool forward = a.op == Op::SEND_F || a.op == Op::RECV_F;
+        const bool send = is_send(a.op);
+        const std::int32_t peer_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage + 1 : a.stage - 1;
+        if (peer_stage < 0 || peer_stage > last) {
+          sink.add(ProblemKind::no_peer, r, position, a,
+                   concat(to_string(a), " at ", at_rank(r, pos), ": stage ", a.stage, " is the ", a.stage == 0 ? "first" : "last",
+                          " stage, so there is no stage ", peer_stage, " to ", send ? "send to" : "receive from",
+                          "; remove it"));
+          continue;
+        }
+        if (flat.rank_of(peer_stage) == home) {
+          sink.add(ProblemKind::needless_comm, r, position, a,
+                   concat(to_string(a), " at ", at_rank(r, pos), " crosses the boundary between stages ", std::min(a.stage, peer_stage),
+                          " and ", std::max(a.stage, peer_stage), ", which are both on rank ", home,
+                          "; a local boundary needs no communication: remove it"));
+          continue;
+        }
+        if (home != r) {
+          const std::int32_t sender_stage = send ? a.stage : peer_stage;
+          const std::int32_t receiver_stage = send ? peer_stage : a.stage;
+          const Action other{send ? (forward ? Op::RECV_F : Op::RECV_B) : (forward ? Op::SEND_F : Op::SEND_B),
+                             peer_stage, a.microbatch, 0};
+          sink.add(ProblemKind::wrong_peer, r, position, a,
+                   send ? concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", a.stage,
+                                 " that produces it is placed on rank ", home, "; its receive ", to_string(other),
+                                 " expects it from rank ", home, ": move the send to rank ", home)
+                        : concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", receiver_stage,
+                                 " is placed on rank ", home, ": ", to_string(other), " from rank ",
+                                 flat.rank_of(sender_stage), " (stage ", sender_stage, ") goes to rank ", home,
+                                 "; move the receive to rank ", home));
+        }
+      }
+      std::int32_t& slot = flat.slots[flat.slot_index(a.op, a.stage, a.microbatch)];
+      if (slot != no_action) {
+        const std::int32_t first_rank = flat.owner[static_cast<std::size_t>(slot)];
+        sink.add(ProblemKind::duplicate, r, position, a,
+                 concat(to_string(a), " appears twice: at ", at_rank(first_rank, flat.position(slot)), " and at ", at_rank(r, pos),
+                        "; each action runs exactly once per step: remove one"));
+      } else {
+        slot = index;
+      }
+    }
+  }
+  flat.rank_begin[static_cast<std::size_t>(s.ranks)] = static_cast<std::int32_t>(flat.owner.size());
+
+  // ---- completeness of compute, and (lowered) of communication
+  for (std::int32_t st = 0; st < S; ++st) {
+    const std::int32_t home = flat.rank_of(st);
+    for (std::int32_t mb = 0; mb < M; ++mb) {
+      if (flat.find(Op::F, st, mb) == no_action) {
+        sink.add(ProblemKind::missing_compute, home, -1, Action{Op::F, st, mb, 0},
+                 concat(to_string(Action{Op::F, st, mb, 0}), " is missing: every (stage, micro-batch) runs its forward "
+                        "once; add it to rank ", home, "'s program"));
+      }
+      if (!flat.has_backward) continue;
+      const bool b = flat.find(Op::B, st, mb) != no_action;
+      const bool bi = flat.find(Op::BI, st, mb) != no_action;
+      const bool bw = flat.find(Op::BW, st, mb) != no_action;
+      if (b && (bi || bw)) {
+        sink.add(ProblemKind::mixed_backward, home, -1, Action{Op::B, st, mb, 0},
+                 concat("micro-batch ", mb, " on stage ", st, " has both B and ", bi ? "BI" : "BW",
+                        ": its backward is either one B or a BI then a BW; remove one form"));
+      } else if (!b && !bi && !bw) {
+        sink.add(ProblemKind::missing_compute, home, -1, Action{Op::B, st, mb, 0},
+                 concat("the backward of micro-batch ", mb, " on stage ", st, " is missing (", to_string(Action{Op::B, st, mb, 0}),
+                        ", or ", to_string(Action{Op::BI, st, mb, 0}), " then ", to_string(Action{Op::BW, st, mb, 0}),
+                        "); the schedule has backwards elsewhere, so add it to rank ", home, "'s program"));
+      } else if (bi != bw) {
+        const Action absent{bi ? Op::BW : Op::BI, st, mb, 0};
+        sink.add(ProblemKind::missing_compute, home, -1, absent,
+                 concat(to_string(absent), " is missing: a split backward runs BI then BW; add it to rank ", home,
+                        "'s program"));
+      }
+    }
+  }
+  if (flat.lowered) {
+    auto check_transfer = [&](Op send_op, std::int32_t from, Op recv_op, std::int32_t to, std::int32_t mb) {
+      const std::int32_t snd = flat.find(send_op, from, mb);
+      const std::int32_t rcv = flat.find(recv_op, to, mb);
+      const Action send_action{send_op, from, mb, 0}, recv_action{recv_op, to, mb, 0};
+      const std::int32_t rf = flat.rank_of(from), rt = flat.rank_of(to);
+      if (snd == no_action && rcv == no_action) {
+        sink.add(ProblemKind::missing_transfer, rf, -1, send_action,
+                 concat("the transfer ", to_string(send_action), " (rank ", rf, ") -> ", to_string(recv_action), " (rank ",
+                        rt, ") has neither its send nor its receive, while the schedule communicates elsewhere; "
+                        "a lowered schedule carries every transfer: add both, or lower() the compute-only schedule"));
+      } else if (snd == no_action) {
+        sink.add(ProblemKind::missing_send, rf, -1, send_action,
+                 concat(to_string(send_action), " is missing on rank ", rf, ": ", to_string(recv_action), " at ",
+                        at_rank(flat.owner[static_cast<std::size_t>(rcv)], flat.position(rcv)),
+                        " waits for it; add it to rank ", rf, "'s program after ",
+                        to_string(Action{send_op == Op::SEND_F ? Op::F : (s.split_backward ? Op::BI : Op::B), from, mb, 0})));
+      } else if (rcv == no_action) {
+        sink.add(ProblemKind::missing_recv, rt, -1, recv_action,
+                 concat(to_string(send_action), " at ", at_rank(flat.owner[static_cast<std::size_t>(snd)], flat.position(snd)),
+                        " has no matching receive: ", to_string(recv_action), " is missing on rank ", rt,
+                        "; add it to rank ", rt, "'s program before the compute that needs it"));
+      }
+    };
+    for (std::int32_t st = 0; st + 1 < S; ++st) {
+      if (flat.rank_of(st) == flat.rank_of(st + 1)) continue;
+      for (std::int32_t mb = 0; mb < M; ++mb) {
+        check_transfer(Op::SEND_F, st, Op::RECV_F, st + 1, mb);
+        if (flat.has_backward) check_transfer(Op::SEND_B, st + 1, Op::RECV_B, st, mb);
+      }
+    }
+  }
+
+  // ---- orders within one rank (the programs are issue orders, so index order is issue order)
+  auto same_rank = [&](std::int32_t x, std::int32_t y) {
+    return x != no_action && y != no_action && flat.owner[static_cast<std::size_t>(x)] == flat.owner[static_cast<std::size_t>(y)];
+  };
+  auto describe = [&](std::int32_t x) {
+    return concat(to_string(flat.at(x)), " (", at_rank(flat.owner[static_cast<std::size_t>(x)], flat.position(x)), ")");
+  };
+  auto report_order = [&](ProblemKind kind, std::int32_t late, std::int32_t early, const char* why) {
+    sink.add(kind, flat.owner[static_cast<std::size_t>(early)], flat.position(early), flat.at(early),
+             concat(describe(early), " comes before ", describe(late), ", but ", why, "; move ",
+                    to_string(flat.at(late)), " before ", to_string(flat.at(early))));
+  };
+  for (std::int32_t st = 0; st < S; ++st) {
+    for (std::int32_t mb = 0; mb < M; ++mb) {
+      const std::int32_t f = flat.find(Op::F, st, mb);
+      const std::int32_t bin = flat.backward_input(st, mb);
+      if (same_rank(f, bin) && bin < f) {
+        report_order(ProblemKind::backward_before_forward, f, bin, "a backward needs the activation its forward stores");
+      }
+      const std::int32_t bi = flat.find(Op::BI, st, mb), bw = flat.find(Op::BW, st, mb);
+      if (same_rank(bi, bw) && bw < bi) {
+        report_order(ProblemKind::weight_before_input, bi, bw, "BW uses the output gradient that BI consumes first");
+      }
+      if (st + 1 < S && flat.rank_of(st) == flat.rank_of(st + 1)) {
+        const std::int32_t f_next = flat.find(Op::F, st + 1, mb);
+        if (same_rank(f, f_next) && f_next < f) {
+          report_order(ProblemKind::local_order, f, f_next,
+                       "both stages are on this rank and the next stage's forward consumes this one's output");
+        }
+        const std::int32_t bin_next = flat.backward_input(st + 1, mb);
+        if (same_rank(bin, bin_next) && bin < bin_next) {
+          report_order(ProblemKind::local_order, bin_next, bin,
+                       "both stages are on this rank and a stage's backward consumes the next stage's input gradient");
+        }
+      }
+      if (!flat.lowered) continue;
+      const std::int32_t recv_f = flat.find(Op::RECV_F, st, mb), send_f = flat.find(Op::SEND_F, st, mb);
+      const std::int32_t recv_b = flat.find(Op::RECV_B, st, mb), send_b = flat.find(Op::SEND_B, st, mb);
+      const char* recv_why = "the compute waits on the receive's completion event, which must be recorded first";
+      const char* send_why = "the send waits on the compute's completion event, which must be recorded first";
+      if (same_rank(recv_f, f) && f < recv_f) report_order(ProblemKind::recv_after_consumer, recv_f, f, recv_why);
+      if (same_rank(recv_b, bin) && bin < recv_b) report_order(ProblemKind::recv_after_consumer, recv_b, bin, recv_why);
+      if (same_rank(send_f, f) && send_f < f) report_order(ProblemKind::send_before_producer, f, send_f, send_why);
+      if (same_rank(send_b, bin) && send_b < bin) report_order(ProblemKind::send_before_producer, bin, send_b, send_why);
+    }
+  }
+
+  if (!flat.lowered) return true;
+
+  // ---- groups: one group id is one contiguous run of communication actions on a rank
+  for (std::int32_t r = 0; r < s.ranks; ++r) {
+    const std::int32_t begin = flat.rank_begin[static_cast<std::size_t>(r)];
+    const std::int32_t end = flat.rank_begin[static_cast<std::size_t>(r) + 1];
+    std::vector<std::pair<std::uint32_t, std::int32_t>> runs;  // (group, index of first action)
+    bool increasing = true;
+    for (std::int32_t i = begin; i < end; ++i) {
+      const Action& a = flat.at(i);
+      if (is_compute(a.op) || a.group == 0) continue;
+      const bool continues = i > begin && is_comm(flat.at(i - 1).op) && flat.at(i - 1).group == a.group;
+      if (continues) continue;
+      if (!runs.empty() && runs.back().first >= a.group) increasing = false;
+      runs.emplace_back(a.group, i);
+    }
+    if (increasing) continue;  // group ids that only grow cannot repeat
+    std::sort(runs.begin(), runs.end());
+    for (std::size_t k = 1; k < runs.size(); ++k) {
+      if (runs[k].first != runs[k - 1].first || (k >= 2 && runs[k - 2].first == runs[k].first)) continue;
+      const std::int32_t i = runs[k].second;
+      sink.add(ProblemKind::group_not_contiguous, r, flat.position(i), flat.at(i),
+               concat("group ", runs[k].first, " on rank ", r, " is not contiguous: it starts at position ",
+                      flat.position(runs[k - 1].second), " and again at position ", flat.position(i),
+                      "; a group is posted as one unit, so its actions must be consecutive: renumber or move them"));
+    }
+  }
+
+  // ---- NCCL matches the messages between two ranks in posting order (it has no tags), so
+  // each ordered pair of ranks must post its sends and its receives in the same order.
+  if (!sink.any()) {
+    // With every transfer matched one to one, the receives of rank b from rank a are posted
+    // in rank a's send order exactly when their sends' indices increase along b's program.
+    std::vector<std::vector<std::pair<std::int32_t, std::int32_t>>> last_send(static_cast<std::size_t>(s.ranks));
+    std::vector<std::pair<std::int32_t, std::int32_t>> reported;  // (from, to) pairs already reported
+    const auto n = static_cast<std::int32_t>(flat.size());
+    for (std::int32_t i = 0; i < n; ++i) {
+      const Action& a = flat.at(i);
+      if (!is_recv(a.op)) continue;
+      const std::int32_t q = a.op == Op::RECV_F ? flat.find(Op::SEND_F, a.stage - 1, a.microbatch)
+                                                : flat.find(Op::SEND_B, a.stage + 1, a.microbatch);
+      const std::int32_t from = flat.owner[static_cast<std::size_t>(q)], to = flat.owner[static_cast<std::size_t>(i)];
+      auto& seen = last_send[static_cast<std::size_t>(to)];
+      auto it = std::find_if(seen.begin(), seen.end(), [from](const auto& e) { return e.first == from; });
+      if (it == seen.end()) {
+        seen.emplace_back(from, q);
+        continue;
+      }
+      const std::int32_t previous = it->second;
+      it->second = q;
+      if (q > previous) continue;
+      if (std::find(reported.begin(), reported.end(), std::make_pair(from, to)) != reported.end()) continue;
+      reported.emplace_back(from, to);
+      const std::int32_t previous_recv = flat.links(previous).peer;
+      sink.add(ProblemKind::pair_order, to, flat.position(i), a,
+               concat("rank ", from, " and rank ", to, " post their messages in different orders: rank ", to,
+                      " receives ", describe(previous_recv), " before ", describe(i), ", but rank ", from, " sends ",
+                      describe(q), " before ", describe(previous),
+                      ". NCCL matches point-to-point messages between two ranks in posting order (it has no tags), "
+                      "so these receives would get each other's data; post the receives in the order the peer "
+                      "sends (lower() does)"));
+    }
+  }
+  return true;
+}
+
+// Peak activation memory per rank. Memory on a rank changes only at its compute actions,
+// which run in program order on one stream, so the peak is a property of the order alone.
+// A forward-only schedule stores nothing for a backward.
+// `bytes_of(stage, mb)` is the size of one stored activation.
+template <class BytesOf>
+void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of, ValidationReport& report) {
+  report.memory.assign(static_cast<std::size_t>(flat.ranks), RankMemory{});
+  report.stage_peak_in_flight.assign(static_cast<std::size_t>(flat.stages), 0);
+  if (!flat.has_backward) return;
+  std::vector<std::int32_t> stage_now(static_cast<std::size_t>(flat.stages), 0);
+  for (std::int32_t r = 0; r < flat.ranks; ++r) {
+    double units = 0.0, peak_units = 0.0, b = 0.0, peak_b = 0.0;
+    std::int32_t in_flight = 0, peak_in_flight = 0;
+    for (std::int32_t i = flat.rank_begin[static_cast<std::size_t>(r)]; i < flat.rank_begin[static_cast<std::size_t>(r) + 1]; ++i) {
+      const Action& a = flat.at(i);
+      if (is_comm(a.op) || a.stage < 0 || a.stage >= flat.stages) continue;
+      const auto st = static_cast<std::size_t>(a.stage);
+      if (a.microbatch < 0 || a.microbatch >= flat.microbatches) continue;
+      const double size = bytes_of(a.stage, a.microbatch);
+      switch (a.op) {
+        case Op::F:
+          units += 1.0;
+          b += size;
+          ++in_flight;
+          report.stage_peak_in_flight[st] = std::max(report.stage_peak_in_flight[st], ++stage_now[st]);
+          break;
+        case Op::B:
+          units -= 1.0;
+          b -= size;
+          --in_flight;
+          --stage_now[st];
+          break;
+        case Op::BI:
+          units -= 1.0 - w;
+          b -= (1.0 - w) * size;
+          --in_flight;
+          --stage_now[st];
+          break;
+        case Op::BW:
+          units -= w;
+          b -= w * size;
+          break;
+        default: break;
+      }
+      peak_units = std::max(peak_units, units);
+      peak_b = std::max(peak_b, b);
+      peak_in_flight = std::max(peak_in_flight, in_flight);
+    }
+    report.memory[static_cast<std::size_t>(r)] = RankMemory{peak_units, peak_b, peak_in_flight};
+  }
+}
+
+// The abstract execution of docs/execution-model.md. Each rank has a compute stream
+// (2r) and a comm stream (2r+1; unused when communication is on the compute stream or the
+// schedule has none). A stream's items are compute actions or communication groups, run
+// in order. A compute item starts when its stream is free and its dependencies are done; a
+// group is posted when it is at the head and the producers of its sends are done; a
+// transfer runs when both of its sides are posted; a group ends with its last transfer.
+//
+// With no communication in the schedule the dependencies between stages are direct
+// (dependency-only execution), each remote one delayed by `input_delay`.
+//
+// Every start condition is a conjunction of "done" facts, so which actions complete is the
+// same for any durations, and each time is the max-plus closure of its dependencies: the
+// run is evaluated in dependency order with a worklist of streams rather than a global
+// event queue, and gives exactly the times an event-driven simulation would.
+class AbstractExecution {
+ public:
+  // duration[i]: compute time, or for communication the transfer time (same on both sides);
+  // null: unit compute time and instant transfers (what validation runs with: any durations
+  // decide the same). input_delay (optional, dependency-only runs): added to action i's
+  // remote input. Both must outlive the execution.
+  AbstractExecution(const FlatSchedule& flat, StreamMode mode, const std::vector<double>* duration = nullptr,
+                    const std::vector<double>* input_delay = nullptr)
+      : flat_(flat), mode_(mode), duration_(duration), input_delay_(input_delay) {
+    build_items();
+  }
+
+  // Runs to completion or to a deadlock; true when every action completed.
+  bool run() {
+    const std::size_t n = flat_.size();
+    start_.assign(n, -1.0);
+    end_.assign(n, -1.0);
+    const std::size_t streams = stream_begin_.size() - 1;
+    head_.assign(stream_begin_.begin(), stream_begin_.end() - 1);
+    free_.assign(streams, 0.0);
+    posted_.assign(streams, 0);
+    queued_.assign(streams, 1);
+    worklist_.clear();
+    for (std::size_t st = streams; st-- > 0;) worklist_.push_back(static_cast<std::int32_t>(st));
+    while (!worklist_.empty()) {
+      const std::int32_t st = worklist_.back();
+      worklist_.pop_back();
+      queued_[static_cast<std::size_t>(st)] = 0;
+      advance(static_cast<std::size_t>(st));
+    }
+    for (std::size_t st = 0; st < streams; ++st) {
+      if (head_[st] != stream_begin_[st + 1]) return false;
+    }
+    return true;
+  }
+
+  // Per action: compute start and end; communication: when its group was posted, and when
+  // its transfer completed. -1 for what never happened.
+  [[nodiscard]] const std::vector<double>& start() const noexcept { return start_; }
+  [[nodiscard]] const std::vector<double>& end() const noexcept { return end_; }
+  [[nodiscard]] StreamMode mode() const noexcept { return mode_; }
+  [[nodiscard]] bool on_comm_stream(std::int32_t i) const noexcept {
+    return mode_ == StreamMode::separate_comm_stream && is_comm(flat_.at(i).op);
+  }
+
+  // After a run that did not complete: one line per stuck stream head, naming what it waits
+  // for and where that is.
+  [[nodiscard]] std::string describe_stuck() const {
+    item_of_.assign(flat_.size(), 0);
+    for (std::size_t it = 0; it < items_.size(); ++it) {
+      const Item& item = items_[it];
+      for (std::int32_t i = item.first; i < item.first + std::max(item.count, 1); ++i) {
+        item_of_[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(it);
+      }
+    }
+    std::ostringstream out;
+    std::size_t remaining = 0;
+    const std::size_t streams = stream_begin_.size() - 1;
+    for (std::size_t st = 0; st < streams; ++st) {
+      for (std::int32_t it = head_[st]; it < stream_begin_[st + 1]; ++it) {
+        remaining += static_cast<std::size_t>(std::max(items_[static_cast<std::size_t>(it)].count, 1));
+      }
+    }
+    out << "no action can start while " << remaining << " remain";
+    for (std::size_t st = 0; st < streams; ++st) {
+      const std::int32_t it = head_[st];
+      if (it == stream_begin_[st + 1]) continue;
+      const auto rank = static_cast<std::int32_t>(st / 2);
+      const Item& item = items_[static_cast<std::size_t>(it)];
+      if (item.count == 0) {
+        const Links l = flat_.links(item.first);
+        const bool first_blocks = l.same_stage != no_action && end_[static_cast<std::size_t>(l.same_stage)] < 0.0;
+        out << "\n  rank " << rank << ": " << to_string(flat_.at(item.first)) << " waits for "
+            << where(first_blocks ? l.same_stage : l.input, rank);
+        continue;
+      }
+      for (std::int32_t i = item.first; i < item.first + item.count; ++i) {
+        const Links l = flat_.links(i);
+        if (!posted_[st]) {
+          if (!is_send(flat_.at(i).op) || end_[static_cast<std::size_t>(l.same_stage)] >= 0.0) continue;
+          out << "\n  rank " << rank << ": " << to_string(flat_.at(i)) << " (not posted) waits for "
+              << where(l.same_stage, rank);
+        } else if (end_[static_cast<std::size_t>(i)] < 0.0) {
+          out << "\n  rank " << rank << ": " << to_string(flat_.at(i)) << " (posted) waits for " << where(l.peer, rank);
+        }
+      }
+    }
+    return out.str();
+  }
+
+ private:
+  // One entry of a stream: a compute action (count 0), with its dependencies gathered here
+  // so that a run reads each stream's items in order, or a communication group of `count`
+  // actions starting at `first`, whose CommOps start at ops_[ops].
+  struct Item {
+    std::int32_t first = 0;
+    std::int32_t count = 0;
+    std::int32_t dep_a = no_action;  // compute: same-stage predecessor; group: first CommOp
+    std::int32_t dep_b = no_action;  // compute: input
+    std::int32_t wake = -1;          // compute: the stream that may wait for it (-1: none)
+  };
+  struct CommOp {
+    std::int32_t action = 0;
+    std::int32_t peer = 0;
+    std::int32_t producer = no_action;  // sends: the compute whose output it sends
+    std::int32_t peer_stream = 0;
+  };
+
+  [[nodiscard]] std::size_t stream_of(std::int32_t i) const noexcept {
+    return 2 * static_cast<std::size_t>(flat_.owner[static_cast<std::size_t>(i)]) + (on_comm_stream(i) ? 1 : 0);
+  }
+
+  // The stream that may be waiting for compute action i to finish.
+  [[nodiscard]] std::int32_t waiter_of(std::int32_t i) const noexcept {
+    const std::int32_t r = flat_.owner[static_cast<std::size_t>(i)];
+    if (flat_.lowered) return mode_ == StreamMode::separate_comm_stream ? 2 * r + 1 : -1;  // its send
+    const Action& a = flat_.at(i);
+    std::int32_t consumer_stage = -1;
+    if (a.op == Op::F && a.stage + 1 < flat_.stages) consumer_stage = a.stage + 1;
+    if ((a.op == Op::B || a.op == Op::BI) && a.stage > 0) consumer_stage = a.stage - 1;
+    if (consumer_stage < 0) return -1;
+    const std::int32_t cr = flat_.rank_of(consumer_stage);
+    return cr != r ? 2 * cr : -1;
+  }
+
+  [[nodiscard]] double duration(std::int32_t i, double unit) const noexcept {
+    return duration_ != nullptr ? (*duration_)[static_cast<std::size_t>(i)] : unit;
+  }
+
+  void build_items() {
+    const std::size_t streams = 2 * static_cast<std::size_t>(flat_.ranks);
+    const bool separate = mode_ == StreamMode::separate_comm_stream;
+    std::vector<std::int32_t> counts(streams + 1, 0);
+    // Rank r's items go to stream 2r, or 2r+1 for communication on its own stream.
+    for (std::int32_t r = 0; r < flat_.ranks; ++r) {
+      const std::int32_t b = flat_.rank_begin[static_cast<std::size_t>(r)];
+      const std::int32_t e = flat_.rank_begin[static_cast<std::size_t>(r) + 1];
+      std::uint32_t open_group = 0;
+      const Action* prog = flat_.rank_actions[static_cast<std::size_t>(r)];
+      for (std::int32_t i = b; i < e; ++i) {
+        const Action& a = prog[i - b];
+        const bool comm = is_comm(a.op);
+        if (!comm || a.group == 0 || a.group != open_group) {
+          ++counts[2 * static_cast<std::size_t>(r) + (comm && separate ? 2 : 1)];
+        }
+        open_group = comm ? a.group : 0;
+      }
+    }
+    for (std::size_t st = 0; st < streams; ++st) counts[st + 1] += counts[st];
+    stream_begin_ = counts;
+    items_.resize(static_cast<std::size_t>(counts[streams]));
+    ops_.resize(flat_.size() - flat_.compute_count);
+    std::size_t next_op = 0;
+    std::vector<std::int32_t> fill(counts.begin(), counts.end() - 1);
+    for (std::int32_t r = 0; r < flat_.ranks; ++r) {
+      const std::int32_t b = flat_.rank_begin[static_cast<std::size_t>(r)];
+      const std::int32_t e = flat_.rank_begin[static_cast<std::size_t>(r) + 1];
+      const std::size_t compute_stream = 2 * static_cast<std::size_t>(r);
+      const std::size_t comm_stream = compute_stream + (separate ? 1 : 0);
+      Item* open = nullptr;  // the group being extended
+      std::uint32_t open_group = 0;
+      const Action* prog = flat_.rank_actions[static_cast<std::size_t>(r)];
+      for (std::int32_t i = b; i < e; ++i) {
+        const Action& a = prog[i - b];
+        const Links l = flat_.links(a);
+        if (is_compute(a.op)) {
+          items_[static_cast<std::size_t>(fill[compute_stream]++)] = Item{i, 0, l.same_stage, l.input, waiter_of(i)};
+          open_group = 0;
+          continue;
+        }
+        if (a.group == 0 || a.group != open_group) {
+          open = &items_[static_cast<std::size_t>(fill[comm_stream]++)];
+          *open = Item{i, 0, static_cast<std::int32_t>(next_op), no_action, -1};
+        }
+        open_group = a.group;
+        ++open->count;
+        const std::int32_t peer_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage + 1 : a.stage - 1;
+        const auto peer_stream = static_cast<std::int32_t>(2 * flat_.rank_of(peer_stage) + (separate ? 1 : 0));
+        ops_[next_op++] = CommOp{i, l.peer, is_send(a.op) ? l.same_stage : no_action, peer_stream};
+      }
+    }
+  }
+
+  void wake(std::size_t st) {
+    if (queued_[st]) return;
+    queued_[st] = 1;
+    worklist_.push_back(static_cast<std::int32_t>(st));
+  }
+
+  void advance(std::size_t st) {
+    std::int32_t head = head_[st];
+    const std::int32_t stop = stream_begin_[st + 1];
+    double free = free_[st];
+    while (head != stop) {
+      const Item& item = items_[static_cast<std::size_t>(head)];
+      if (item.count == 0) {
+        double t = free;
+        if (item.dep_a != no_action) {
+          const double e = end_[static_cast<std::size_t>(item.dep_a)];
+          if (e < 0.0) break;
+          t = std::max(t, e);
+        }
+        if (item.dep_b != no_action) {
+          const double e = end_[static_cast<std::size_t>(item.dep_b)];
+          if (e < 0.0) break;
+          t = std::max(t, e + (input_delay_ != nullptr ? (*input_delay_)[static_cast<std::size_t>(item.first)] : 0.0));
+        }
+        const auto fi = static_cast<std::size_t>(item.first);
+        start_[fi] = t;
+        free = t + duration(item.first, 1.0);
+        end_[fi] = free;
+        ++head;
+        if (item.wake >= 0) wake(static_cast<std::size_t>(item.wake));
+        continue;
+      }
+      const CommOp* const ops = ops_.data() + item.dep_a;
+      const std::int32_t count = item.count;
+      if (!posted_[st]) {
+        double t = free;
+        bool ready = true;
+        for (std::int32_t k = 0; k < count && ready; ++k) {
+          if (ops[k].producer == no_action) continue;
+          const double e = end_[static_cast<std::size_t>(ops[k].producer)];
+          ready = e >= 0.0;
+          t = std::max(t, e);
+        }
+        if (!ready) break;
+        posted_[st] = 1;
+        for (std::int32_t k = 0; k < count; ++k) {
+          const auto ii = static_cast<std::size_t>(ops[k].action);
+          start_[ii] = t;
+          const auto q = static_cast<std::size_t>(ops[k].peer);
+          if (start_[q] < 0.0) continue;  // the peer posts later and completes the transfer
+          const double e = std::max(t, start_[q]) + duration(ops[k].action, 0.0);
+          end_[ii] = e;
+          end_[q] = e;
+          wake(static_cast<std::size_t>(ops[k].peer_stream));
+        }
+      }
+      double done = free;
+      bool complete = true;
+      for (std::int32_t k = 0; k < count && complete; ++k) {
+        const double e = end_[static_cast<std::size_t>(ops[k].action)];
+        complete = e >= 0.0;
+        done = std::max(done, e);
+      }
+      if (!complete) {
+        // Woken later, the stream goes on from here; the next items are likely cold by then.
+        __builtin_prefetch(&items_[static_cast<std::size_t>(head)] + 1);
+        break;
+      }
+      posted_[st] = 0;
+      free = done;
+      ++head;
+      if (mode_ == StreamMode::separate_comm_stream) wake(st - 1);  // receives feed the compute stream
+    }
+    head_[st] = head;
+    free_[st] = free;
+  }
+
+  // "RECV_F3@s1 on rank 1, which is behind F4@s1" and the like: where action x stands.
+  [[nodiscard]] std::string where(std::int32_t x, std::int32_t from_rank) const {
+    const auto xi = static_cast<std::size_t>(x);
+    const std::int32_t rank = flat_.owner[xi];
+    const std::size_t st = stream_of(x);
+    std::string s = to_string(flat_.at(x));
+    if (rank != from_rank) s += concat(" on rank ", rank);
+    const std::int32_t it = item_of_[xi];
+    const std::int32_t head = head_[st];
+    const char* stream_name = mode_ == StreamMode::comm_on_compute_stream ? "stream"
+                              : (st % 2 == 1)                              ? "comm stream"
+                                                                           : "compute stream";
+    if (it > head) {
+      s += concat(", which is behind ", item_text(head), " on rank ", rank, "'s ", stream_name);
+    } else if (it == head) {
+      if (is_compute(flat_.at(x).op)) {
+        s += concat(", which is itself waiting (see rank ", rank, ")");
+      } else if (!posted_[st]) {
+        s += concat(", whose group is not posted yet (see rank ", rank, ")");
+      } else {
+        s += concat(", which is posted and waits for its own peer (see rank ", rank, ")");
+      }
+    }
+    return s;
+  }
+
+  [[nodiscard]] std::string item_text(std::int32_t index) const {
+    const Item& item = items_[static_cast<std::size_t>(index)];
+    if (item.count <= 1) return to_string(flat_.at(item.first));
+    std::string s = "{";
+    for (std::int32_t i = item.first; i < item.first + item.count; ++i) {
+      if (i != item.first) s += ", ";
+      s += to_string(flat_.at(i));
+    }
+    return s + "}";
+  }
+
+  const FlatSchedule& flat_;
+  StreamMode mode_;
+  const std::vector<double>* duration_;
+  const std::vector<double>* input_delay_;
+  std::vector<std::int32_t> stream_begin_;  // item offsets per stream (size streams + 1)
+  std::vector<Item> items_;
+  std::vector<CommOp> ops_;
+  mutable std::vector<std::int32_t> item_of_;  // action -> item, built for describe_stuck only
+  std::vector<double> start_, end_;
+  std::vector<std::int32_t> head_;
+  std::vector<double> free_;
+  std::vector<std::uint8_t> posted_, queued_;
+  std::vector<std::int32_t> worklist_;
+};
+
+// Static checks, memory and (when they pass) the deadlock proof in both stream settings.
+inline ValidationReport validate_into(const Schedule& s, const ValidateOptions& options, FlatSchedule& flat) {
+  ValidationReport report;
+  report.schedule_name = s.name;
+  ProblemSink sink(report, options.max_problems);
+  if (!static_checks(s, flat, sink)) return report;
+  report.lowered = flat.lowered;
+  if (!options.memory.activation_bytes.empty() &&
+      options.memory.activation_bytes.size() != static_cast<std::size_t>(flat.stages)) {
+    fail({"validate options", concat("MemoryModel::activation_bytes has ", options.memory.activation_bytes.size(),
+                                     " entries for a schedule of ", flat.stages, " stages"),
+          "", "give one size per stage, or none"});
+  }
+  const std::vector<double>& sizes = options.memory.activation_bytes;
+  measure_memory(
+      flat, options.memory.weight_fraction,
+      [&sizes](std::int32_t stage, std::int32_t) { return sizes.empty() ? 0.0 : sizes[static_cast<std::size_t>(stage)]; },
+      report);
+  if (sink.any() || !options.check_deadlock) return report;
+  report.deadlock_checked = true;
+  // Communication on the compute stream only adds waits to those of a separate comm stream
+  // (each action waits for everything before it on the rank, not just for its own stream),
+  // and every rule is monotone, so a run that completes with one stream per rank completes
+  // with two. One run proves both settings; on a deadlock, the separate-stream run says
+  // whether it deadlocks there too.
+  AbstractExecution single(flat, StreamMode::comm_on_compute_stream);
+  if (single.run()) return report;
+  if (!flat.lowered) {
+    sink.add(ProblemKind::deadlock, concat("deadlock: the compute order is impossible: ", single.describe_stuck(),
+                                           "\n  fix: order each rank's program so that every action's inputs can be "
+                                           "computed first"));
+    return report;
+  }
+  AbstractExecution separate(flat, StreamMode::separate_comm_stream);
+  const bool separate_ok = separate.run();
+  const AbstractExecution& stuck = separate_ok ? single : separate;
+  sink.add(ProblemKind::deadlock,
+           concat("deadlock under rendezvous with ",
+                  separate_ok ? "communication on the compute stream (with a separate comm stream it runs)"
+                              : "communication on its own stream (and on the compute stream)",
+                  ": ", stuck.describe_stuck(),
+                  "\n  fix: post each send's receive before anything that waits for that send completes, group "
+                  "sends and receives that must progress together, or lower() the compute-only schedule"));
+  return report;
+}
+
+}  // namespace detail
+
+// Validates a schedule (compute-only or lowered) and reports every problem found, plus
+// peak activation memory per rank. Throws only for unusable options.
+[[nodiscard]] inline ValidationReport validate(const Schedule& schedule, const ValidateOptions& options = {}) {
+  detail::FlatSchedule flat;
+  return detail::validate_into(schedule, options, flat);
+}
+
+inline std::ostream& operator<<(std::ostream& out, const ValidationReport& r) {
+  out << "schedule '" << r.schedule_name << "': ";
+  if (r.ok()) {
+    out << "valid";
+    if (r.deadlock_checked) {
+      out << (r.lowered ? ", deadlock-free under rendezvous with communication on its own stream and on the compute stream"
+                        : ", its compute order can run");
+    }
+  } else {
+    out << (r.problems.size() + r.unlisted_problems) << " problem(s)";
+  }
+  if (!r.memory.empty()) {
+    out << "\n  peak activations per rank (M_B):";
+    for (const RankMemory& m : r.memory) out << ' ' << m.peak_activations;
+  }
+  for (const Problem& p : r.problems) out << "\n  - " << p.message;
+  if (r.unlisted_problems != 0) out << "\n  - ... and " << r.unlisted_problems << " more";
+  if (!r.ok() && !r.deadlock_checked) out << "\n  (deadlock freedom is checked once the problems above are fixed)";
+  return out;
+}
+
+[[nodiscard]] inline std::string to_string(const ValidationReport& r) {
+  std::ostringstream out;
+  out << r;
+  return out.str();
+}
+
+// Validates and throws ppsched::error listing every problem (at most 20 in the message)
+// when there is any; returns the report (with its memory figures) otherwise.
+inline ValidationReport validate_or_throw(const Schedule& schedule, const ValidateOptions& options = {}) {
+  ValidationReport report = validate(schedule, options);
+  if (report.ok()) return report;
+  std::string list;
+  const std::size_t shown = std::min<std::size_t>(report.problems.size(), 20);
+  for (std::size_t i = 0; i < shown; ++i) list += "\n  - " + report.problems[i].message;
+  const std::size_t hidden = report.problems.size() - shown + report.unlisted_problems;
+  if (hidden != 0) list += detail::concat("\n  - ... and ", hidden, " more (see validate()'s report)");
+  fail({"schedule '" + schedule.name + "'",
+        detail::concat("is not valid: ", report.problems.size() + report.unlisted_problems, " problem(s):", list), "",
+        "fix each problem as it says; lower() writes the communication of a compute-only schedule"});
+}
+
+}  // namespace ppsched

@@ -1,0 +1,187 @@
+// The simulator's cost model: how long each compute action takes, how long each transfer
+// takes, and how many bytes a stored activation holds. Times are in one unit the user
+// chooses (named in `unit`, carried into the Timeline). Costs are per (virtual) stage, with
+// an optional per-micro-batch scale (variable-length micro-batches: time and bytes grow
+// with the tokens in the micro-batch) or a full per-(stage, micro-batch) table. A transfer
+// costs latency + bytes / bandwidth. T_B, the full backward, is always T_BI + T_BW.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/schedule/lower.hpp"
+#include "ppsched/schedule/validate.hpp"
+
+namespace ppsched {
+
+struct StageCost {
+  double forward = 1.0;
+  double backward_input = 1.0;   // BI; B takes backward_input + backward_weight
+  double backward_weight = 1.0;  // BW
+  double activation_bytes = 0.0;  // one stored activation (1 M_B) of one micro-batch
+  double output_bytes = 0.0;      // sent to the next stage per micro-batch; its gradient comes back the same size
+};
+
+struct Link {
+  double latency = 0.0;
+  double bandwidth = std::numeric_limits<double>::infinity();  // bytes per time unit
+};
+
+struct CostModel {
+  std::string unit = "unit";
+  std::vector<StageCost> stages;          // one per stage, or a single entry for every stage
+  std::vector<double> microbatch_scale;   // empty, or one factor per micro-batch (times and bytes)
+  std::vector<StageCost> per_microbatch;  // empty, or stages x micro-batches (stage-major); overrides the two above
+  Link link{};
+  double weight_memory_fraction = 0.5;    // M_W / M_B: what BI keeps for BW
+};
+
+// Every stage alike: the analytic set-up (T_F, T_BI, T_BW per stage, free communication).
+[[nodiscard]] inline CostModel uniform_costs(double forward, double backward_input, double backward_weight,
+                                             std::string unit = "unit") {
+  CostModel c;
+  c.unit = std::move(unit);
+  c.stages.push_back(StageCost{forward, backward_input, backward_weight, 0.0, 0.0});
+  return c;
+}
+
+namespace detail {
+
+inline void check_cost_value(double v, const std::string& where, bool positive = false) {
+  if (!std::isfinite(v) || v < 0.0 || (positive && v == 0.0)) {
+    fail({"cost model", concat("value ", v, " is not ", positive ? "a positive" : "a non-negative", " finite number"),
+          where, "times and sizes are finite and >= 0"});
+  }
+}
+
+inline void check_stage_cost(const StageCost& c, const std::string& where) {
+  check_cost_value(c.forward, where + ".forward");
+  check_cost_value(c.backward_input, where + ".backward_input");
+  check_cost_value(c.backward_weight, where + ".backward_weight");
+  check_cost_value(c.activation_bytes, where + ".activation_bytes");
+  check_cost_value(c.output_bytes, where + ".output_bytes");
+}
+
+}  // namespace detail
+
+// Throws ppsched::error, naming the field, when the model does not fit a schedule of this
+// many stages and micro-batches or holds a negative, NaN or infinite value.
+inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32_t microbatches) {
+  using detail::concat;
+  const auto S = static_cast<std::size_t>(stages), M = static_cast<std::size_t>(microbatches);
+  if (c.per_microbatch.empty()) {
+    if (c.stages.size() != 1 && c.stages.size() != S) {
+      fail({"cost model", concat("has ", c.stages.size(), " stage costs for a schedule of ", stages, " stages"), "stages",
+            "give one StageCost per stage, or a single one for all stages"});
+    }
+    for (std::size_t i = 0; i < c.stages.size(); ++i) detail::check_stage_cost(c.stages[i], concat("stages[", i, "]"));
+    if (!c.microbatch_scale.empty() && c.microbatch_scale.size() != M) {
+      fail({"cost model", concat("has ", c.microbatch_scale.size(), " micro-batch scales for ", microbatches, " micro-batches"),
+            "microbatch_scale", "give one factor per micro-batch, or none"});
+    }
+    for (std::size_t i = 0; i < c.microbatch_scale.size(); ++i) {
+      detail::check_cost_value(c.microbatch_scale[i], concat("microbatch_scale[", i, "]"));
+    }
+  } else {
+    if (c.per_microbatch.size() != S * M) {
+      fail({"cost model", concat("has ", c.per_microbatch.size(), " per-micro-batch costs; a schedule of ", stages,
+                                 " stages and ", microbatches, " micro-batches needs ", S * M),
+            "per_microbatch", "give stages x micro-batches entries, stage-major (index stage * microbatches + mb)"});
+    }
+    for (std::size_t i = 0; i < c.per_microbatch.size(); ++i) {
+      detail::check_stage_cost(c.per_microbatch[i], concat("per_microbatch[", i, "] (stage ", i / M, ", micro-batch ", i % M, ")"));
+    }
+  }
+  detail::check_cost_value(c.link.latency, "link.latency");
+  if (!(c.link.bandwidth > 0.0)) {  // infinity allowed: free bandwidth
+    fail({"cost model", concat("link bandwidth ", c.link.bandwidth, " is not positive"), "link.bandwidth",
+          "give bytes per time unit, or infinity for free transfers"});
+  }
+  if (!(c.weight_memory_fraction >= 0.0 && c.weight_memory_fraction <= 1.0)) {
+    fail({"cost model", concat("weight_memory_fraction ", c.weight_memory_fraction, " is outside [0, 1]"),
+          "weight_memory_fraction", "what BI keeps for BW is a fraction of a stored activation (default 0.5)"});
+  }
+}
+
+// The costs of (stage, micro-batch), scale applied. Assumes check_cost_model passed.
+[[nodiscard]] inline StageCost stage_cost(const CostModel& c, std::int32_t stage, std::int32_t mb, std::int32_t microbatches) {
+  if (!c.per_microbatch.empty()) {
+    return c.per_microbatch[static_cast<std::size_t>(stage) * static_cast<std::size_t>(microbatches) + static_cast<std::size_t>(mb)];
+  }
+  StageCost s = c.stages.size() == 1 ? c.stages.front() : c.stages[static_cast<std::size_t>(stage)];
+  if (!c.microbatch_scale.empty()) {
+    const double k = c.microbatch_scale[static_cast<std::size_t>(mb)];
+    s.forward *= k;
+    s.backward_input *= k;
+    s.backward_weight *= k;
+    s.activation_bytes *= k;
+    s.output_bytes *= k;
+  }
+  return s;
+}
+
+[[nodiscard]] inline double compute_time(const CostModel& c, const Action& a, std::int32_t microbatches) {
+  const StageCost s = stage_cost(c, a.stage, a.microbatch, microbatches);
+  switch (a.op) {
+    case Op::F: return s.forward;
+    case Op::B: return s.backward_input + s.backward_weight;
+    case Op::BI: return s.backward_input;
+    case Op::BW: return s.backward_weight;
+    default: return 0.0;
+  }
+}
+
+// Bytes moved by a communication action: the output of the lower stage of its boundary
+// (an activation going up, or the gradient of that activation coming down).
+[[nodiscard]] inline double transfer_bytes(const CostModel& c, const Action& a, std::int32_t microbatches) {
+  const std::int32_t lower_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage : a.stage - 1;
+  return stage_cost(c, lower_stage, a.microbatch, microbatches).output_bytes;
+}
+
+[[nodiscard]] inline double transfer_time(const CostModel& c, const Action& a, std::int32_t microbatches) {
+  const double bytes = transfer_bytes(c, a, microbatches);
+  return c.link.latency + (bytes == 0.0 ? 0.0 : bytes / c.link.bandwidth);
+}
+
+// Lowering options whose idealised run uses this model's compute times, so the lowered
+// communication order is the one this model's run needs. Lowering orders by a timeline
+// with positive times; an action the model makes free is ordered as if it took a millionth
+// of the model's largest time (its place among actions that take time is unchanged).
+[[nodiscard]] inline LowerOptions lower_options_for(const CostModel& c, std::int32_t stages, std::int32_t microbatches) {
+  check_cost_model(c, stages, microbatches);
+  double largest = 0.0;
+  for (const StageCost& s : c.per_microbatch.empty() ? c.stages : c.per_microbatch) {
+    largest = std::max({largest, s.forward, s.backward_input + s.backward_weight});
+  }
+  double scale = 1.0;
+  for (const double k : c.microbatch_scale) scale = std::max(scale, k);
+  const double tiny = largest > 0.0 ? largest * scale * 1e-6 : 1.0;
+  LowerOptions options;
+  options.compute_time = [c, microbatches, tiny](const Action& a) {
+    const double t = compute_time(c, a, microbatches);
+    return t > 0.0 ? t : tiny;
+  };
+  return options;
+}
+
+// The memory model of this cost model for validate() (per-stage sizes without the
+// per-micro-batch scale; simulate() reports bytes with it).
+[[nodiscard]] inline MemoryModel memory_model_for(const CostModel& c, std::int32_t stages) {
+  MemoryModel m;
+  m.weight_fraction = c.weight_memory_fraction;
+  if (c.per_microbatch.empty() && (c.stages.size() == 1 || c.stages.size() == static_cast<std::size_t>(stages))) {
+    m.activation_bytes.resize(static_cast<std::size_t>(stages));
+    for (std::size_t s = 0; s < m.activation_bytes.size(); ++s) {
+      m.activation_bytes[s] = (c.stages.size() == 1 ? c.stages.front() : c.stages[s]).activation_bytes;
+    }
+  }
+  return m;
+}
+
+}  // namespace ppsched

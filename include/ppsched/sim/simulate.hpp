@@ -1,0 +1,225 @@
+// The simulator: runs a schedule under a cost model with the rules of
+// docs/execution-model.md (in-order streams, groups, rendezvous) and predicts its Timeline,
+// makespan, per-rank busy / communication-wait / idle time, bubble fractions and peak
+// activation memory. It is the validator's abstract execution with real durations: the
+// same engine, so what is predicted is what was proven.
+//
+// A compute-only schedule is lowered first, with this cost model's compute times (so the
+// communication order is the one these costs call for); `SimOptions::ideal_communication`
+// instead ignores streams and rendezvous and delays each cross-rank dependency by its
+// transfer time — the idealised, dependency-only baseline that lowering is measured against.
+//
+// Conventions (docs/validation-and-simulation.md):
+//   makespan      latest end minus earliest start (the step starts at 0)
+//   span          a rank's first compute start to its last compute end
+//   busy          a rank's compute time (F, B, BI, BW)
+//   comm_wait     time a rank's compute stream sits idle after the input of its next compute
+//                 was produced on another rank and before that compute could start:
+//                 latency, bandwidth and head-of-line waiting, not pipeline fill
+//   idle          makespan - busy (comm_wait included); idle_in_span = span - busy
+//   bubble_fraction   total idle / (ranks x makespan)
+//   ideal_time        busy time of the busiest rank (the step with no bubble at all)
+//   bubble_vs_ideal   (makespan - ideal_time) / ideal_time
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/schedule/lower.hpp"
+#include "ppsched/schedule/schedule.hpp"
+#include "ppsched/schedule/validate.hpp"
+#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/trace/timeline.hpp"
+
+namespace ppsched {
+
+struct SimOptions {
+  // One stream per rank: communication blocks compute (no overlap).
+  bool comm_on_compute_stream = false;
+  // Dependency-only run: no streams or rendezvous for communication, each cross-rank
+  // dependency just takes its transfer time. Communication actions are ignored.
+  bool ideal_communication = false;
+  // Fill SimResult::timeline (one Span per action); off saves time and memory in sweeps.
+  bool record_timeline = true;
+};
+
+struct SimRankStats {
+  double first_start = 0.0;  // first compute start
+  double last_end = 0.0;     // last compute end
+  double span = 0.0;         // last_end - first_start
+  double busy = 0.0;
+  double comm_wait = 0.0;
+  double idle = 0.0;          // makespan - busy
+  double idle_in_span = 0.0;  // span - busy
+};
+
+struct SimResult {
+  Timeline timeline;
+  double makespan = 0.0;
+  std::vector<SimRankStats> ranks;
+  double bubble_fraction = 0.0;
+  double ideal_time = 0.0;
+  double bubble_vs_ideal = 0.0;
+  std::vector<RankMemory> memory;                  // per rank, M_B units and bytes
+  std::vector<std::int32_t> stage_peak_in_flight;  // per stage
+  bool lowered_internally = false;                 // the input was compute-only and was lowered
+};
+
+namespace detail {
+
+[[noreturn]] inline void fail_simulation(const Schedule& s, const ValidationReport& report) {
+  std::string list;
+  for (const Problem& p : report.problems) list += "\n  - " + p.message;
+  if (report.unlisted_problems != 0) list += concat("\n  - ... and ", report.unlisted_problems, " more");
+  fail({"simulate: schedule '" + s.name + "'", "is not valid:" + list, "", "validate() lists every problem with its fix"});
+}
+
+}  // namespace detail
+
+// Simulates `schedule` (compute-only or lowered) under `cost`. Throws ppsched::error for an
+// invalid schedule (its problems listed), a cost model that does not fit it, or a
+// deadlock (each stuck action named with what it waits for).
+[[nodiscard]] inline SimResult simulate(const Schedule& schedule, const CostModel& cost, const SimOptions& options = {}) {
+  SimResult result;
+  const Schedule* input = &schedule;
+  Schedule lowered;
+  if (!options.ideal_communication && !is_lowered(schedule)) {
+    if (schedule.placement.empty() || schedule.microbatches < 1) {
+      // let the checks below name the problem
+    } else {
+      lowered = lower(schedule, lower_options_for(cost, schedule.stages(), schedule.microbatches));
+      input = &lowered;
+      result.lowered_internally = true;
+    }
+  }
+
+  detail::FlatSchedule flat;
+  ValidationReport report;
+  report.schedule_name = schedule.name;
+  {
+    detail::ProblemSink sink(report, 20);
+    detail::static_checks(*input, flat, sink, options.ideal_communication);
+    if (sink.any()) detail::fail_simulation(schedule, report);
+  }
+  const std::int32_t M = flat.microbatches;
+  check_cost_model(cost, flat.stages, M);
+
+  const std::size_t n = flat.size();
+  std::vector<double> duration(n, 0.0);
+  std::vector<double> input_delay;
+  if (cost.per_microbatch.empty() && cost.microbatch_scale.empty()) {
+    // Times depend on (op, stage) only: one table lookup per action.
+    std::vector<double> table(static_cast<std::size_t>(flat.stages) * op_count);
+    for (std::int32_t st = 0; st < flat.stages; ++st) {
+      for (int op = 0; op < op_count; ++op) {
+        const Action a{static_cast<Op>(op), st, 0, 0};
+        const bool exists = !(a.op == Op::SEND_F && st + 1 == flat.stages) && !(a.op == Op::RECV_F && st == 0) &&
+                            !(a.op == Op::SEND_B && st == 0) && !(a.op == Op::RECV_B && st + 1 == flat.stages);
+        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(op)] =
+            !exists ? 0.0 : is_compute(a.op) ? compute_time(cost, a, M) : transfer_time(cost, a, M);
+      }
+    }
+    for (std::int32_t r = 0; r < flat.ranks; ++r) {
+      const Action* prog = flat.rank_actions[static_cast<std::size_t>(r)];
+      for (std::int32_t i = flat.rank_begin[static_cast<std::size_t>(r)]; i < flat.rank_begin[static_cast<std::size_t>(r) + 1]; ++i) {
+        const Action& a = prog[i - flat.rank_begin[static_cast<std::size_t>(r)]];
+        duration[static_cast<std::size_t>(i)] =
+            table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)];
+      }
+    }
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      const Action& a = flat.at(static_cast<std::int32_t>(i));
+      duration[i] = is_compute(a.op) ? compute_time(cost, a, M) : transfer_time(cost, a, M);
+    }
+  }
+  if (!flat.lowered) {
+    input_delay.assign(n, 0.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const Action& a = flat.at(static_cast<std::int32_t>(i));
+      const std::int32_t d = flat.links(static_cast<std::int32_t>(i)).input;
+      if (d == detail::no_action || flat.owner[static_cast<std::size_t>(d)] == flat.owner[i]) continue;
+      input_delay[i] = a.op == Op::F ? transfer_time(cost, Action{Op::SEND_F, a.stage - 1, a.microbatch, 0}, M)
+                                     : transfer_time(cost, Action{Op::SEND_B, a.stage + 1, a.microbatch, 0}, M);
+    }
+  }
+
+  const StreamMode mode = options.comm_on_compute_stream ? StreamMode::comm_on_compute_stream
+                                                         : StreamMode::separate_comm_stream;
+  detail::AbstractExecution run(flat, mode, &duration, flat.lowered ? nullptr : &input_delay);
+  if (!run.run()) {
+    fail({"simulate: schedule '" + schedule.name + "'",
+          detail::concat("deadlocks under rendezvous with ", stream_mode_name(mode), ": ", run.describe_stuck()), "",
+          "validate() proves a schedule deadlock-free; lower() writes communication that is"});
+  }
+  const std::vector<double>& start = run.start();
+  const std::vector<double>& end = run.end();
+
+  // Statistics, rank by rank over the program order.
+  const auto ranks = static_cast<std::size_t>(flat.ranks);
+  result.ranks.assign(ranks, SimRankStats{});
+  double first = 0.0, last = 0.0;
+  bool any = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!any || start[i] < first) first = start[i];
+    if (!any || end[i] > last) last = end[i];
+    any = true;
+  }
+  result.makespan = any ? last - first : 0.0;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    SimRankStats& st = result.ranks[r];
+    bool seen = false;
+    double previous_end = first;
+    const Action* prog = flat.rank_actions[r];
+    for (std::int32_t i = flat.rank_begin[r]; i < flat.rank_begin[r + 1]; ++i) {
+      const auto ii = static_cast<std::size_t>(i);
+      const Action& a = prog[i - flat.rank_begin[r]];
+      if (is_comm(a.op)) continue;
+      if (!seen) st.first_start = start[ii];
+      seen = true;
+      st.last_end = end[ii];
+      st.busy += end[ii] - start[ii];
+      // The input produced on another rank: through a receive, or directly (dependency-only).
+      std::int32_t producer = flat.links(a).input;
+      if (producer != detail::no_action && is_comm(flat.at(producer).op)) {
+        producer = flat.links(flat.links(producer).peer).same_stage;
+      }
+      if (producer != detail::no_action && flat.owner[static_cast<std::size_t>(producer)] != static_cast<std::int32_t>(r)) {
+        const double ready = std::max(previous_end, end[static_cast<std::size_t>(producer)]);
+        if (start[ii] > ready) st.comm_wait += start[ii] - ready;
+      }
+      previous_end = end[ii];
+    }
+    st.span = st.last_end - st.first_start;
+    st.idle = result.makespan - st.busy;
+    st.idle_in_span = st.span - st.busy;
+    result.ideal_time = std::max(result.ideal_time, st.busy);
+  }
+  double idle = 0.0;
+  for (const SimRankStats& st : result.ranks) idle += st.idle;
+  result.bubble_fraction = result.makespan > 0.0 ? idle / (static_cast<double>(ranks) * result.makespan) : 0.0;
+  result.bubble_vs_ideal = result.ideal_time > 0.0 ? (result.makespan - result.ideal_time) / result.ideal_time : 0.0;
+
+  detail::measure_memory(
+      flat, cost.weight_memory_fraction,
+      [&cost, M](std::int32_t stage, std::int32_t mb) { return stage_cost(cost, stage, mb, M).activation_bytes; }, report);
+  result.memory = std::move(report.memory);
+  result.stage_peak_in_flight = std::move(report.stage_peak_in_flight);
+
+  result.timeline.ranks = flat.ranks;
+  result.timeline.unit = cost.unit;
+  if (options.record_timeline) {
+    result.timeline.spans.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const bool comm_lane = run.on_comm_stream(static_cast<std::int32_t>(i));
+      result.timeline.spans[i] = Span{flat.owner[i], flat.at(static_cast<std::int32_t>(i)), comm_lane ? Lane::comm : Lane::compute, start[i], end[i]};
+    }
+  }
+  return result;
+}
+
+}  // namespace ppsched

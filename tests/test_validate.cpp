@@ -1,0 +1,399 @@
+// Validation: each hand-broken schedule is rejected with its own kind and a message that
+// names the action, the place and the fix; valid schedules of every family, lowered or not,
+// are proven deadlock-free across a sweep; peak memory matches the families' bounds.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/generators.hpp"
+#include "ppsched/schedule/lower.hpp"
+#include "ppsched/schedule/validate.hpp"
+#include "ppsched/sim/analytic.hpp"
+
+using namespace ppsched;
+
+namespace {
+
+Action act(Op op, std::int32_t stage, std::int32_t mb, std::uint32_t group = 0) { return Action{op, stage, mb, group}; }
+
+// 1F1B written out in the test, one stage per rank: warm-up forwards, then one forward and
+// one backward alternately, then the remaining backwards.
+Schedule hand_1f1b(std::int32_t p, std::int32_t m) {
+  Schedule s;
+  s.name = "hand-1f1b";
+  s.ranks = p;
+  s.microbatches = m;
+  for (std::int32_t r = 0; r < p; ++r) s.placement.push_back(r);
+  s.programs.resize(static_cast<std::size_t>(p));
+  for (std::int32_t r = 0; r < p; ++r) {
+    auto& prog = s.programs[static_cast<std::size_t>(r)];
+    const std::int32_t warmup = std::min(p - r - 1, m);
+    for (std::int32_t i = 0; i < warmup; ++i) prog.push_back(act(Op::F, r, i));
+    for (std::int32_t i = 0; i < m - warmup; ++i) {
+      prog.push_back(act(Op::F, r, warmup + i));
+      prog.push_back(act(Op::B, r, i));
+    }
+    for (std::int32_t i = m - warmup; i < m; ++i) prog.push_back(act(Op::B, r, i));
+  }
+  return s;
+}
+
+std::string joined_messages(const ValidationReport& r) {
+  std::string all;
+  for (const Problem& p : r.problems) all += p.message + "\n";
+  return all;
+}
+
+Problem only_problem(const ValidationReport& r, ProblemKind kind) {
+  INFO(to_string(r));
+  REQUIRE(r.problems.size() == 1);
+  REQUIRE(r.problems.front().kind == kind);
+  return r.problems.front();
+}
+
+// Index of an action in a rank's program (the test's own lookup).
+std::size_t index_of(const Schedule& s, std::int32_t rank, const Action& a) {
+  const auto& prog = s.programs[static_cast<std::size_t>(rank)];
+  for (std::size_t i = 0; i < prog.size(); ++i) {
+    if (prog[i].op == a.op && prog[i].stage == a.stage && prog[i].microbatch == a.microbatch) return i;
+  }
+  FAIL("action " << to_string(a) << " not on rank " << rank);
+  return 0;
+}
+
+void erase_action(Schedule& s, std::int32_t rank, const Action& a) {
+  auto& prog = s.programs[static_cast<std::size_t>(rank)];
+  prog.erase(prog.begin() + static_cast<std::ptrdiff_t>(index_of(s, rank, a)));
+}
+
+}  // namespace
+
+TEST_CASE("a hand-written 1F1B is valid, compute-only and lowered", "[validate]") {
+  for (std::int32_t p = 1; p <= 5; ++p) {
+    for (std::int32_t m = 1; m <= 7; ++m) {
+      const Schedule s = hand_1f1b(p, m);
+      const ValidationReport r = validate(s);
+      INFO("p=" << p << " m=" << m << "\n" << to_string(r));
+      REQUIRE(r.ok());
+      CHECK(r.deadlock_checked);
+      CHECK_FALSE(r.lowered);
+      const ValidationReport lr = validate(lower(s));
+      INFO(to_string(lr));
+      REQUIRE(lr.ok());
+      CHECK(lr.lowered == (p > 1));
+      for (std::int32_t r0 = 0; r0 < p; ++r0) {
+        CHECK(r.memory[static_cast<std::size_t>(r0)].peak_in_flight == std::min(p - r0, m));
+        CHECK(r.memory[static_cast<std::size_t>(r0)].peak_activations == std::min(p - r0, m));
+      }
+    }
+  }
+}
+
+TEST_CASE("shape problems are reported and stop the checks", "[validate]") {
+  Schedule s = hand_1f1b(2, 2);
+  s.ranks = 3;
+  CHECK(only_problem(validate(s), ProblemKind::shape).message.find("3 ranks but 2 programs") != std::string::npos);
+  s = hand_1f1b(2, 2);
+  s.placement[1] = 5;
+  CHECK(only_problem(validate(s), ProblemKind::shape).message.find("placement[1] = 5") != std::string::npos);
+  s = hand_1f1b(2, 2);
+  s.microbatches = 0;
+  CHECK(only_problem(validate(s), ProblemKind::shape).message.find("0 micro-batches") != std::string::npos);
+}
+
+TEST_CASE("compute mistakes each get their own message", "[validate]") {
+  SECTION("missing B") {
+    Schedule s = hand_1f1b(3, 4);
+    erase_action(s, 1, act(Op::B, 1, 2));
+    const Problem p = only_problem(validate(s), ProblemKind::missing_compute);
+    CHECK(p.message.find("backward of micro-batch 2 on stage 1 is missing") != std::string::npos);
+    CHECK(p.message.find("rank 1") != std::string::npos);
+  }
+  SECTION("missing F") {
+    Schedule s = hand_1f1b(3, 4);
+    erase_action(s, 2, act(Op::F, 2, 0));
+    const ValidationReport r = validate(s);
+    CHECK(r.has(ProblemKind::missing_compute));
+    CHECK(joined_messages(r).find("F0@s2 is missing") != std::string::npos);
+  }
+  SECTION("duplicate F") {
+    Schedule s = hand_1f1b(3, 4);
+    s.programs[0].push_back(act(Op::F, 0, 1));
+    const Problem p = only_problem(validate(s), ProblemKind::duplicate);
+    CHECK(p.message.find("F1@s0 appears twice") != std::string::npos);
+    CHECK(p.rank == 0);
+    CHECK(p.position == static_cast<std::int32_t>(s.programs[0].size()) - 1);
+  }
+  SECTION("stage and micro-batch out of range") {
+    Schedule s = hand_1f1b(2, 2);
+    s.programs[0].push_back(act(Op::F, 7, 0));
+    s.programs[1].push_back(act(Op::F, 1, 9));
+    const ValidationReport r = validate(s);
+    CHECK(r.has(ProblemKind::stage_out_of_range));
+    CHECK(r.has(ProblemKind::microbatch_out_of_range));
+    CHECK(joined_messages(r).find("names stage 7, but the schedule has stages 0..1") != std::string::npos);
+    CHECK(joined_messages(r).find("names micro-batch 9") != std::string::npos);
+  }
+  SECTION("compute on a rank its stage is not placed on") {
+    Schedule s = hand_1f1b(3, 2);
+    const Action moved = act(Op::F, 1, 1);
+    erase_action(s, 1, moved);
+    s.programs[2].insert(s.programs[2].begin(), moved);
+    const Problem p = only_problem(validate(s), ProblemKind::wrong_rank);
+    CHECK(p.message.find("F1@s1 is on rank 2") != std::string::npos);
+    CHECK(p.message.find("placed on rank 1") != std::string::npos);
+  }
+  SECTION("B and BI/BW mixed for one (stage, micro-batch)") {
+    Schedule s = hand_1f1b(2, 2);
+    s.split_backward = true;
+    s.programs[1].push_back(act(Op::BI, 1, 0));
+    s.programs[1].push_back(act(Op::BW, 1, 0));
+    const ValidationReport r = validate(s);
+    CHECK(r.has(ProblemKind::mixed_backward));
+    CHECK(joined_messages(r).find("micro-batch 0 on stage 1 has both B and BI") != std::string::npos);
+  }
+  SECTION("BI without split_backward, BW missing") {
+    Schedule s = hand_1f1b(2, 2);
+    auto& prog = s.programs[1];
+    prog[index_of(s, 1, act(Op::B, 1, 1))] = act(Op::BI, 1, 1);
+    const ValidationReport r = validate(s);
+    CHECK(r.has(ProblemKind::split_flag));
+    CHECK(r.has(ProblemKind::missing_compute));
+    CHECK(joined_messages(r).find("BW1@s1 is missing") != std::string::npos);
+  }
+  SECTION("B before its F on the same rank") {
+    Schedule s = hand_1f1b(2, 2);
+    auto& prog = s.programs[1];  // F0 B0 F1 B1 -> F0 B0 B1 F1
+    std::swap(prog[2], prog[3]);
+    const Problem p = only_problem(validate(s), ProblemKind::backward_before_forward);
+    CHECK(p.message.find("B1@s1 (rank 1 position 2) comes before F1@s1 (rank 1 position 3)") != std::string::npos);
+  }
+  SECTION("BW before its BI") {
+    Schedule s = hand_1f1b(1, 1);
+    s.split_backward = true;
+    s.programs[0] = {act(Op::F, 0, 0), act(Op::BW, 0, 0), act(Op::BI, 0, 0)};
+    CHECK(only_problem(validate(s), ProblemKind::weight_before_input).message.find("BW0@s0") != std::string::npos);
+  }
+  SECTION("a group id on a compute action") {
+    Schedule s = hand_1f1b(1, 1);
+    s.programs[0][0].group = 3;
+    CHECK(only_problem(validate(s), ProblemKind::group_on_compute).message.find("group 3") != std::string::npos);
+  }
+  SECTION("two stages on one rank used out of order") {
+    Schedule s;
+    s.name = "local";
+    s.ranks = 1;
+    s.microbatches = 1;
+    s.placement = {0, 0};
+    s.programs = {{act(Op::F, 1, 0), act(Op::F, 0, 0), act(Op::B, 1, 0), act(Op::B, 0, 0)}};
+    const Problem p = only_problem(validate(s), ProblemKind::local_order);
+    CHECK(p.message.find("F0@s1") != std::string::npos);
+  }
+}
+
+TEST_CASE("a compute order that cannot run is a deadlock naming the stuck actions", "[validate]") {
+  // Rank 1 wants F1 first, but F1@s0 comes after B0@s0, which needs B0@s1, after F1@s1.
+  Schedule s = hand_1f1b(2, 2);
+  s.programs[0] = {act(Op::F, 0, 0), act(Op::B, 0, 0), act(Op::F, 0, 1), act(Op::B, 0, 1)};
+  s.programs[1] = {act(Op::F, 1, 1), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::B, 1, 1)};
+  const Problem p = only_problem(validate(s), ProblemKind::deadlock);
+  INFO(p.message);
+  CHECK(p.message.find("rank 0: B0@s0 waits for B0@s1 on rank 1, which is behind F1@s1") != std::string::npos);
+  CHECK(p.message.find("rank 1: F1@s1 waits for F1@s0 on rank 0, which is behind B0@s0") != std::string::npos);
+}
+
+TEST_CASE("communication mistakes each get their own message", "[validate]") {
+  const Schedule good = lower(hand_1f1b(3, 4));
+  REQUIRE(validate(good).ok());
+
+  SECTION("unmatched send: its receive is missing") {
+    Schedule s = good;
+    erase_action(s, 2, act(Op::RECV_F, 2, 1));
+    const Problem p = only_problem(validate(s), ProblemKind::missing_recv);
+    CHECK(p.message.find("SEND_F1@s1") != std::string::npos);
+    CHECK(p.message.find("RECV_F1@s2 is missing on rank 2") != std::string::npos);
+  }
+  SECTION("a receive without its send") {
+    Schedule s = good;
+    erase_action(s, 1, act(Op::SEND_B, 1, 3));
+    const Problem p = only_problem(validate(s), ProblemKind::missing_send);
+    CHECK(p.message.find("SEND_B3@s1 is missing on rank 1") != std::string::npos);
+  }
+  SECTION("a transfer with no communication at all") {
+    Schedule s = good;
+    erase_action(s, 0, act(Op::SEND_F, 0, 2));
+    erase_action(s, 1, act(Op::RECV_F, 1, 2));
+    const Problem p = only_problem(validate(s), ProblemKind::missing_transfer);
+    CHECK(p.message.find("SEND_F2@s0 (rank 0) -> RECV_F2@s1 (rank 1)") != std::string::npos);
+  }
+  SECTION("a receive on the wrong peer") {
+    Schedule s = good;
+    const Action moved = act(Op::RECV_F, 1, 0);
+    erase_action(s, 1, moved);
+    s.programs[2].insert(s.programs[2].begin(), moved);
+    const Problem p = only_problem(validate(s), ProblemKind::wrong_peer);
+    INFO(p.message);
+    CHECK(p.message.find("RECV_F0@s1 is on rank 2") != std::string::npos);
+    CHECK(p.message.find("SEND_F0@s0 from rank 0 (stage 0) goes to rank 1") != std::string::npos);
+  }
+  SECTION("a needless send across a boundary inside one rank") {
+    Schedule s;
+    s.name = "two-on-one";
+    s.ranks = 1;
+    s.microbatches = 1;
+    s.placement = {0, 0};
+    s.programs = {{act(Op::F, 0, 0), act(Op::SEND_F, 0, 0), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::B, 0, 0)}};
+    const Problem p = only_problem(validate(s), ProblemKind::needless_comm);
+    CHECK(p.message.find("both on rank 0") != std::string::npos);
+  }
+  SECTION("a send on the last stage has no peer") {
+    Schedule s = good;
+    s.programs[2].push_back(act(Op::SEND_F, 2, 0));
+    CHECK(only_problem(validate(s), ProblemKind::no_peer).message.find("no stage 3 to send to") != std::string::npos);
+  }
+  SECTION("duplicate receive") {
+    Schedule s = good;
+    s.programs[1].insert(s.programs[1].begin(), act(Op::RECV_F, 1, 0));
+    CHECK(only_problem(validate(s), ProblemKind::duplicate).message.find("RECV_F0@s1 appears twice") != std::string::npos);
+  }
+  SECTION("a receive issued after the compute that needs it") {
+    Schedule s = good;
+    auto& prog = s.programs[1];
+    const std::size_t r = index_of(s, 1, act(Op::RECV_F, 1, 0));
+    const std::size_t f = index_of(s, 1, act(Op::F, 1, 0));
+    prog.insert(prog.begin() + static_cast<std::ptrdiff_t>(f) + 1, prog[r]);
+    prog.erase(prog.begin() + static_cast<std::ptrdiff_t>(r));
+    const Problem p = only_problem(validate(s), ProblemKind::recv_after_consumer);
+    CHECK(p.message.find("F0@s1") != std::string::npos);
+    CHECK(p.message.find("move RECV_F0@s1 before F0@s1") != std::string::npos);
+  }
+  SECTION("a send issued before its producer") {
+    Schedule s = good;
+    auto& prog = s.programs[0];
+    const std::size_t snd = index_of(s, 0, act(Op::SEND_F, 0, 1));
+    const Action moved = prog[snd];
+    prog.erase(prog.begin() + static_cast<std::ptrdiff_t>(snd));
+    prog.insert(prog.begin(), moved);
+    const ValidationReport r = validate(s);
+    CHECK(r.has(ProblemKind::send_before_producer));
+    CHECK(joined_messages(r).find("move F1@s0 before SEND_F1@s0") != std::string::npos);
+  }
+  SECTION("a group that is not contiguous") {
+    Schedule s = good;
+    auto& prog = s.programs[1];
+    for (Action& a : prog) {
+      if (is_comm(a.op)) a.group = 0;
+    }
+    prog[index_of(s, 1, act(Op::RECV_F, 1, 0))].group = 9;
+    prog[index_of(s, 1, act(Op::SEND_B, 1, 3))].group = 9;
+    const Problem p = only_problem(validate(s), ProblemKind::group_not_contiguous);
+    CHECK(p.message.find("group 9 on rank 1 is not contiguous") != std::string::npos);
+  }
+  SECTION("two ranks posting their messages to each other in different orders") {
+    // Rank 1 posts both receives up front, but for micro-batch 1 first.
+    Schedule s;
+    s.name = "swapped";
+    s.ranks = 2;
+    s.microbatches = 2;
+    s.placement = {0, 1};
+    s.programs = {
+        {act(Op::F, 0, 0), act(Op::SEND_F, 0, 0), act(Op::F, 0, 1), act(Op::SEND_F, 0, 1), act(Op::RECV_B, 0, 0),
+         act(Op::B, 0, 0), act(Op::RECV_B, 0, 1), act(Op::B, 0, 1)},
+        {act(Op::RECV_F, 1, 1), act(Op::RECV_F, 1, 0), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::SEND_B, 1, 0),
+         act(Op::F, 1, 1), act(Op::B, 1, 1), act(Op::SEND_B, 1, 1)},
+    };
+    const Problem p = only_problem(validate(s), ProblemKind::pair_order);
+    CHECK(p.message.find("rank 1 receives RECV_F1@s1 (rank 1 position 0) before RECV_F0@s1 (rank 1 position 1), "
+                         "but rank 0 sends SEND_F0@s0 (rank 0 position 1) before SEND_F1@s0 (rank 0 position 3)") !=
+          std::string::npos);
+    CHECK(p.message.find("NCCL matches point-to-point messages between two ranks in posting order") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("a lowered schedule that deadlocks under rendezvous names every stuck action", "[validate]") {
+  // Rank 0 sends F1 before receiving B0; rank 1 sends B0 before receiving F1: each send
+  // waits for a receive that is queued behind the other send.
+  Schedule s;
+  s.name = "send-send";
+  s.ranks = 2;
+  s.microbatches = 2;
+  s.placement = {0, 1};
+  s.programs = {
+      {act(Op::F, 0, 0), act(Op::SEND_F, 0, 0), act(Op::F, 0, 1), act(Op::SEND_F, 0, 1), act(Op::RECV_B, 0, 0),
+       act(Op::B, 0, 0), act(Op::RECV_B, 0, 1), act(Op::B, 0, 1)},
+      {act(Op::RECV_F, 1, 0), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::SEND_B, 1, 0), act(Op::RECV_F, 1, 1),
+       act(Op::F, 1, 1), act(Op::B, 1, 1), act(Op::SEND_B, 1, 1)},
+  };
+  const ValidationReport r = validate(s);
+  INFO(to_string(r));
+  REQUIRE(r.has(ProblemKind::deadlock));
+  const std::string m = joined_messages(r);
+  CHECK(m.find("deadlock under rendezvous with communication on its own stream") != std::string::npos);
+  CHECK(m.find("rank 0: SEND_F1@s0 (posted) waits for RECV_F1@s1 on rank 1, which is behind SEND_B0@s1") !=
+        std::string::npos);
+  CHECK(m.find("rank 1: SEND_B0@s1 (posted) waits for RECV_B0@s0 on rank 0, which is behind SEND_F1@s0") !=
+        std::string::npos);
+  CHECK(m.find("rank 0: B0@s0 waits for RECV_B0@s0") != std::string::npos);
+
+  // Posting each rank's pair together (as lower() does) removes the deadlock.
+  s.programs[0] = {act(Op::F, 0, 0), act(Op::SEND_F, 0, 0), act(Op::F, 0, 1), act(Op::SEND_F, 0, 1, 1),
+                   act(Op::RECV_B, 0, 0, 1), act(Op::B, 0, 0), act(Op::RECV_B, 0, 1), act(Op::B, 0, 1)};
+  s.programs[1] = {act(Op::RECV_F, 1, 0), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::SEND_B, 1, 0, 4),
+                   act(Op::RECV_F, 1, 1, 4), act(Op::F, 1, 1), act(Op::B, 1, 1), act(Op::SEND_B, 1, 1)};
+  const ValidationReport fixed = validate(s);
+  INFO(to_string(fixed));
+  CHECK(fixed.ok());
+}
+
+TEST_CASE("validate_or_throw lists the problems in a ppsched::error", "[validate]") {
+  Schedule s = hand_1f1b(2, 3);
+  erase_action(s, 0, act(Op::B, 0, 1));
+  s.programs[1].push_back(act(Op::F, 1, 0));
+  try {
+    (void)validate_or_throw(s);
+    FAIL("no error");
+  } catch (const error& e) {
+    const std::string m = e.what();
+    CHECK(m.find("schedule 'hand-1f1b': is not valid: 2 problem(s)") != std::string::npos);
+    CHECK(m.find("backward of micro-batch 1 on stage 0 is missing") != std::string::npos);
+    CHECK(m.find("F0@s1 appears twice") != std::string::npos);
+  }
+  CHECK_NOTHROW(validate_or_throw(hand_1f1b(2, 3)));
+}
+
+TEST_CASE("memory: M_W between BI and BW, bytes per stage", "[validate]") {
+  // One rank, two micro-batches: F0 F1 BI0 BI1 BW0 BW1: peak 2 M_B after F1; after BI0 and
+  // BI1 it is 2 M_W.
+  Schedule s;
+  s.name = "split";
+  s.ranks = 1;
+  s.microbatches = 2;
+  s.split_backward = true;
+  s.placement = {0};
+  s.programs = {{act(Op::F, 0, 0), act(Op::F, 0, 1), act(Op::BI, 0, 0), act(Op::BI, 0, 1), act(Op::BW, 0, 0),
+                 act(Op::BW, 0, 1)}};
+  ValidateOptions o;
+  o.memory.weight_fraction = 0.25;
+  o.memory.activation_bytes = {1000.0};
+  ValidationReport r = validate(s, o);
+  REQUIRE(r.ok());
+  CHECK(r.memory[0].peak_activations == 2.0);
+  CHECK(r.memory[0].peak_bytes == 2000.0);
+  CHECK(r.memory[0].peak_in_flight == 2);
+  // F0 BI0 F1: 0.25 + 1 = 1.25 at the peak.
+  s.programs = {{act(Op::F, 0, 0), act(Op::BI, 0, 0), act(Op::F, 0, 1), act(Op::BW, 0, 0), act(Op::BI, 0, 1),
+                 act(Op::BW, 0, 1)}};
+  r = validate(s, o);
+  REQUIRE(r.ok());
+  CHECK(r.memory[0].peak_activations == 1.25);
+  CHECK(r.memory[0].peak_bytes == 1250.0);
+  CHECK(r.memory[0].peak_in_flight == 1);
+
+  o.memory.activation_bytes = {1.0, 2.0};
+  CHECK_THROWS_AS(validate(s, o), error);
+}

@@ -1,0 +1,287 @@
+// LayerGraph: a model as the partitioner sees it. Each layer carries its profiled costs
+// (forward, backward-for-input and backward-for-weights time; parameter bytes, activation
+// bytes kept per micro-batch for backward, output bytes), and edges say which layer's output
+// feeds which layer. The edges form a DAG, so skip connections are allowed; a graph built
+// without edges is a chain. A LayerGraph is validated when it is built — every cost finite
+// and non-negative, every edge in range, no cycle — so everything downstream may trust it.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+#include <limits>
+#include <queue>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ppsched/error.hpp"
+
+namespace ppsched {
+
+struct Layer {
+  std::string name;
+  double forward = 0.0;           // time of the forward pass for one micro-batch
+  double backward_input = 0.0;    // time of the backward pass for the input gradient (BI)
+  double backward_weight = 0.0;   // time of the backward pass for the weight gradient (BW)
+  double param_bytes = 0.0;       // parameters (scaled by the optimizer-state factor when partitioning)
+  double activation_bytes = 0.0;  // kept per micro-batch from forward until backward frees it
+  double output_bytes = 0.0;      // the tensor this layer hands to the layers it feeds
+
+  // The time one micro-batch spends in this layer, summed in this fixed order so that every
+  // part of ppsched adds the same three numbers the same way.
+  [[nodiscard]] constexpr double compute() const noexcept { return (forward + backward_input) + backward_weight; }
+
+  friend bool operator==(const Layer&, const Layer&) = default;
+};
+
+// `from`'s output is an input of `to` (indices into the graph's layers).
+struct Edge {
+  std::size_t from = 0;
+  std::size_t to = 0;
+
+  friend constexpr bool operator==(const Edge&, const Edge&) = default;
+  friend constexpr auto operator<=>(const Edge&, const Edge&) = default;
+};
+
+namespace detail {
+
+[[nodiscard]] constexpr bool finite_nonnegative(double x) noexcept {
+  return x >= 0.0 && x <= std::numeric_limits<double>::max();  // false for NaN and infinity
+}
+
+// "layer 3 'attn'": how every message points at a layer.
+[[nodiscard]] inline std::string layer_label(std::span<const Layer> layers, std::size_t i) {
+  return concat("layer ", i, " '", layers[i].name, "'");
+}
+
+// Why a cost is rejected, in words: "is NaN", "is infinite", "is negative (-2)".
+[[nodiscard]] inline std::string bad_value_problem(double x) {
+  if (x != x) return "is NaN";
+  if (x == std::numeric_limits<double>::infinity() || x == -std::numeric_limits<double>::infinity()) {
+    return "is infinite";
+  }
+  return concat("is negative (", x, ")");
+}
+
+inline void check_layer_field(std::span<const Layer> layers, std::size_t i, const char* field, double value,
+                              const std::string& subject) {
+  if (finite_nonnegative(value)) return;
+  fail({subject, concat("field '", field, "' of ", layer_label(layers, i), ' ', bad_value_problem(value)),
+        concat(layer_label(layers, i), " field '", field, "'"),
+        "times and byte counts must be finite and >= 0 (use 0 for a cost a layer does not have)"});
+}
+
+inline void check_layers(std::span<const Layer> layers, const std::string& subject) {
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    const Layer& l = layers[i];
+    check_layer_field(layers, i, "forward", l.forward, subject);
+    check_layer_field(layers, i, "backward_input", l.backward_input, subject);
+    check_layer_field(layers, i, "backward_weight", l.backward_weight, subject);
+    check_layer_field(layers, i, "param_bytes", l.param_bytes, subject);
+    check_layer_field(layers, i, "activation_bytes", l.activation_bytes, subject);
+    check_layer_field(layers, i, "output_bytes", l.output_bytes, subject);
+  }
+}
+
+// Kahn's algorithm taking the lowest-numbered ready layer first, so the order is unique and a
+// graph already numbered in topological order keeps its numbering. Returns fewer than
+// layers.size() entries when the edges contain a cycle.
+[[nodiscard]] inline std::vector<std::size_t> lowest_index_first_order(std::size_t layers,
+                                                                       std::span<const Edge> edges) {
+  const bool numbered_in_order =
+      std::all_of(edges.begin(), edges.end(), [](const Edge& e) { return e.from < e.to; });
+  std::vector<std::size_t> order;
+  order.reserve(layers);
+  if (numbered_in_order) {
+    for (std::size_t i = 0; i < layers; ++i) order.push_back(i);
+    return order;
+  }
+  std::vector<std::size_t> indegree(layers, 0), first_out(layers + 1, 0), targets(edges.size());
+  for (const Edge& e : edges) {
+    ++indegree[e.to];
+    ++first_out[e.from + 1];
+  }
+  for (std::size_t i = 0; i < layers; ++i) first_out[i + 1] += first_out[i];
+  std::vector<std::size_t> fill(first_out.begin(), first_out.end() - 1);
+  for (const Edge& e : edges) targets[fill[e.from]++] = e.to;
+  std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
+  for (std::size_t i = 0; i < layers; ++i) {
+    if (indegree[i] == 0) ready.push(i);
+  }
+  while (!ready.empty()) {
+    const std::size_t u = ready.top();
+    ready.pop();
+    order.push_back(u);
+    for (std::size_t t = first_out[u]; t < first_out[u + 1]; ++t) {
+      if (--indegree[targets[t]] == 0) ready.push(targets[t]);
+    }
+  }
+  return order;
+}
+
+// One cycle among the layers Kahn's algorithm could not place, as "a -> b -> ... -> a".
+// Every such layer has a predecessor that is also unplaced, so walking predecessors from any
+// of them must revisit a layer; the revisited stretch is a cycle.
+[[nodiscard]] inline std::string describe_cycle(std::span<const Layer> layers, std::span<const Edge> edges,
+                                                std::span<const std::size_t> placed_order) {
+  std::vector<bool> placed(layers.size(), false);
+  for (const std::size_t i : placed_order) placed[i] = true;
+  std::vector<std::size_t> unplaced_predecessor(layers.size(), layers.size());
+  for (const Edge& e : edges) {
+    if (!placed[e.from] && !placed[e.to]) unplaced_predecessor[e.to] = e.from;
+  }
+  std::size_t start = 0;
+  while (placed[start]) ++start;
+  std::vector<std::size_t> seen_at(layers.size(), layers.size());
+  std::vector<std::size_t> walk;
+  std::size_t cur = start;
+  while (seen_at[cur] == layers.size()) {
+    seen_at[cur] = walk.size();
+    walk.push_back(cur);
+    cur = unplaced_predecessor[cur];
+  }
+  // walk[seen_at[cur]..] runs against the edges; print it along them.
+  std::vector<std::size_t> cycle(walk.begin() + static_cast<std::ptrdiff_t>(seen_at[cur]), walk.end());
+  std::reverse(cycle.begin(), cycle.end());
+  std::string text;
+  for (const std::size_t i : cycle) text += concat(layer_label(layers, i), " -> ");
+  return text + layer_label(layers, cycle.front());
+}
+
+}  // namespace detail
+
+class LayerGraph {
+ public:
+  LayerGraph() = default;
+
+  // A chain: layer i feeds layer i + 1.
+  explicit LayerGraph(std::vector<Layer> layers) : layers_(std::move(layers)) {
+    edges_.reserve(layers_.empty() ? 0 : layers_.size() - 1);
+    for (std::size_t i = 1; i < layers_.size(); ++i) edges_.push_back({i - 1, i});
+    validate();
+  }
+
+  // Exactly these edges (an empty list means the layers do not feed one another).
+  LayerGraph(std::vector<Layer> layers, std::vector<Edge> edges) : layers_(std::move(layers)), edges_(std::move(edges)) {
+    validate();
+  }
+
+  [[nodiscard]] static LayerGraph chain(std::vector<Layer> layers) { return LayerGraph(std::move(layers)); }
+
+  [[nodiscard]] std::size_t size() const noexcept { return layers_.size(); }
+  [[nodiscard]] bool empty() const noexcept { return layers_.empty(); }
+  [[nodiscard]] const std::vector<Layer>& layers() const noexcept { return layers_; }
+  [[nodiscard]] const Layer& layer(std::size_t i) const { return layers_.at(i); }
+  [[nodiscard]] const std::vector<Edge>& edges() const noexcept { return edges_; }
+
+  // The order the partitioner cuts by default: Kahn's algorithm, lowest-numbered ready layer
+  // first (so a graph numbered in topological order keeps its numbering).
+  [[nodiscard]] const std::vector<std::size_t>& topological_order() const noexcept { return order_; }
+
+  // True when the edges are exactly 0 -> 1 -> ... -> n-1.
+  [[nodiscard]] bool is_chain() const noexcept {
+    if (edges_.size() + 1 != layers_.size() && !(layers_.empty() && edges_.empty())) return false;
+    for (std::size_t i = 0; i < edges_.size(); ++i) {
+      if (edges_[i].from != i || edges_[i].to != i + 1) return false;
+    }
+    return true;
+  }
+
+  friend bool operator==(const LayerGraph& a, const LayerGraph& b) {
+    return a.layers_ == b.layers_ && a.edges_ == b.edges_;
+  }
+
+ private:
+  void validate() {
+    const std::string subject = "layer graph";
+    detail::check_layers(layers_, subject);
+    for (std::size_t e = 0; e < edges_.size(); ++e) {
+      const Edge& edge = edges_[e];
+      if (edge.from >= layers_.size() || edge.to >= layers_.size()) {
+        fail({subject,
+              detail::concat("edge ", e, " (", edge.from, " -> ", edge.to, ") names layer ",
+                             edge.from >= layers_.size() ? edge.from : edge.to, ", but there are only ",
+                             layers_.size(), " layers"),
+              detail::concat("edge ", e), detail::concat("layer indices run from 0 to ", layers_.size(), " - 1")});
+      }
+      if (edge.from == edge.to) {
+        fail({subject, detail::concat("edge ", e, " feeds ", detail::layer_label(layers_, edge.from), " into itself"),
+              detail::concat("edge ", e), "remove it: a layer cannot consume its own output"});
+      }
+    }
+    order_ = detail::lowest_index_first_order(layers_.size(), edges_);
+    if (order_.size() != layers_.size()) {
+      fail({subject, "the edges form a cycle: " + detail::describe_cycle(layers_, edges_, order_), "edges",
+            "a layer graph must be acyclic; remove or reverse one edge on the cycle"});
+    }
+  }
+
+  std::vector<Layer> layers_;
+  std::vector<Edge> edges_;
+  std::vector<std::size_t> order_;
+};
+
+// Builds a graph one layer at a time. `add` starts a layer with no inputs; `then` adds a layer
+// fed by the previous one (so a run of `then` calls is a chain); `connect` adds any other edge,
+// such as a skip connection. `build` validates, as the LayerGraph constructor does.
+class GraphBuilder {
+ public:
+  std::size_t add(Layer layer) {
+    layers_.push_back(std::move(layer));
+    return layers_.size() - 1;
+  }
+  std::size_t then(Layer layer) {
+    const std::size_t i = add(std::move(layer));
+    if (i > 0) edges_.push_back({i - 1, i});
+    return i;
+  }
+  GraphBuilder& connect(std::size_t from, std::size_t to) {
+    edges_.push_back({from, to});
+    return *this;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return layers_.size(); }
+  [[nodiscard]] LayerGraph build() const& { return LayerGraph(layers_, edges_); }
+  [[nodiscard]] LayerGraph build() && { return LayerGraph(std::move(layers_), std::move(edges_)); }
+
+ private:
+  std::vector<Layer> layers_;
+  std::vector<Edge> edges_;
+};
+
+// Throws unless `order` lists every layer once and puts every edge's source before its target.
+inline void check_topological_order(const LayerGraph& graph, std::span<const std::size_t> order) {
+  const std::string subject = "topological order";
+  const std::size_t n = graph.size();
+  if (order.size() != n) {
+    fail({subject, detail::concat("lists ", order.size(), " layers, but the graph has ", n), "the order's length",
+          "give every layer index exactly once"});
+  }
+  std::vector<std::size_t> position(n, n);
+  for (std::size_t p = 0; p < n; ++p) {
+    if (order[p] >= n) {
+      fail({subject, detail::concat("names layer ", order[p], ", but the graph has ", n, " layers"),
+            detail::concat("position ", p), detail::concat("layer indices run from 0 to ", n, " - 1")});
+    }
+    if (position[order[p]] != n) {
+      fail({subject,
+            detail::concat("lists ", detail::layer_label(graph.layers(), order[p]), " twice (positions ",
+                           position[order[p]], " and ", p, ")"),
+            detail::concat("position ", p), "give every layer index exactly once"});
+    }
+    position[order[p]] = p;
+  }
+  for (std::size_t e = 0; e < graph.edges().size(); ++e) {
+    const Edge& edge = graph.edges()[e];
+    if (position[edge.from] > position[edge.to]) {
+      fail({subject,
+            detail::concat("puts ", detail::layer_label(graph.layers(), edge.to), " (position ", position[edge.to],
+                           ") before its input ", detail::layer_label(graph.layers(), edge.from), " (position ",
+                           position[edge.from], ")"),
+            detail::concat("edge ", e), "every layer must come after the layers that feed it"});
+    }
+  }
+}
+
+}  // namespace ppsched

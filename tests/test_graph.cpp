@@ -1,0 +1,299 @@
+// The layer graph and its profile format: builders, the default chain, topological orders,
+// every validation message, and the JSON loader's positions and paths.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "ppsched/graph/hardware.hpp"
+#include "ppsched/graph/layer_graph.hpp"
+#include "ppsched/graph/profile.hpp"
+#include "ppsched/graph/profile_json.hpp"
+
+using namespace ppsched;
+
+namespace {
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const ppsched::error& e) {
+    return e.what();
+  }
+  FAIL("expected a ppsched::error");
+  return {};
+}
+
+Layer named(const std::string& name, double forward = 1.0) {
+  Layer l;
+  l.name = name;
+  l.forward = forward;
+  return l;
+}
+
+constexpr double inf = std::numeric_limits<double>::infinity();
+const double nan_value = std::nan("");
+
+}  // namespace
+
+TEST_CASE("a layer's compute time is forward + backward-input + backward-weight, in that order", "[graph]") {
+  Layer l;
+  l.forward = 0.1;
+  l.backward_input = 0.2;
+  l.backward_weight = 0.3;
+  CHECK(l.compute() == (0.1 + 0.2) + 0.3);
+  CHECK(l.compute() != 0.1 + (0.2 + 0.3));  // the order matters in binary floating point
+}
+
+TEST_CASE("a graph built without edges is a chain", "[graph]") {
+  const LayerGraph g = LayerGraph::chain({named("a"), named("b"), named("c")});
+  REQUIRE(g.size() == 3);
+  CHECK(g.edges() == std::vector<Edge>{{0, 1}, {1, 2}});
+  CHECK(g.is_chain());
+  CHECK(g.topological_order() == std::vector<std::size_t>{0, 1, 2});
+  CHECK(LayerGraph(std::vector<Layer>{named("a"), named("b"), named("c")}) == g);
+  CHECK(LayerGraph::chain({named("only")}).is_chain());
+  CHECK(LayerGraph().empty());
+}
+
+TEST_CASE("an explicit empty edge list means independent layers, not a chain", "[graph]") {
+  const LayerGraph g({named("a"), named("b")}, {});
+  CHECK(g.edges().empty());
+  CHECK_FALSE(g.is_chain());
+  CHECK(g.topological_order() == std::vector<std::size_t>{0, 1});
+}
+
+TEST_CASE("GraphBuilder: then() chains, connect() adds skip connections", "[graph]") {
+  GraphBuilder b;
+  const auto embed = b.then(named("embed"));
+  b.then(named("block0"));
+  const auto block1 = b.then(named("block1"));
+  b.then(named("head"));
+  b.connect(embed, block1);  // a residual stream skipping block0
+  const LayerGraph g = std::move(b).build();
+  CHECK(g.edges() == std::vector<Edge>{{0, 1}, {1, 2}, {2, 3}, {0, 2}});
+  CHECK_FALSE(g.is_chain());
+  CHECK(g.topological_order() == std::vector<std::size_t>{0, 1, 2, 3});
+}
+
+TEST_CASE("the default order is Kahn's, lowest-numbered ready layer first", "[graph]") {
+  // 1 -> 2 -> 0, 1 -> 3: layer 1 is the only source; then 2 and 3 are ready and 2 is lower;
+  // then 0 (freed by 2) is lower than 3.
+  const LayerGraph g({named("c"), named("a"), named("b"), named("d")}, {{1, 2}, {2, 0}, {1, 3}});
+  CHECK(g.topological_order() == std::vector<std::size_t>{1, 2, 0, 3});
+  CHECK_NOTHROW(check_topological_order(g, g.topological_order()));
+  CHECK_NOTHROW(check_topological_order(g, std::vector<std::size_t>{1, 3, 2, 0}));
+}
+
+TEST_CASE("every cost field is checked for NaN, infinity and negative values, naming layer and field", "[graph]") {
+  using Field = double Layer::*;
+  const std::vector<std::pair<Field, std::string>> fields = {
+      {&Layer::forward, "forward"},           {&Layer::backward_input, "backward_input"},
+      {&Layer::backward_weight, "backward_weight"}, {&Layer::param_bytes, "param_bytes"},
+      {&Layer::activation_bytes, "activation_bytes"}, {&Layer::output_bytes, "output_bytes"}};
+  const std::vector<std::pair<double, std::string>> values = {
+      {nan_value, "is NaN"}, {inf, "is infinite"}, {-inf, "is infinite"}, {-2.5, "is negative (-2.5)"}};
+  for (const auto& [field, field_name] : fields) {
+    for (const auto& [value, problem] : values) {
+      std::vector<Layer> layers = {named("embed"), named("attn"), named("head")};
+      layers[1].*field = value;
+      const std::string message = error_of([&] { (void)LayerGraph::chain(layers); });
+      INFO(message);
+      CHECK_THAT(message, Catch::Contains("layer 1 'attn'"));
+      CHECK_THAT(message, Catch::Contains("field '" + field_name + "'"));
+      CHECK_THAT(message, Catch::Contains(problem));
+    }
+  }
+  CHECK_NOTHROW(LayerGraph::chain({Layer{"zero", 0, 0, 0, 0, 0, 0}}));
+}
+
+TEST_CASE("edges out of range and self-loops are rejected", "[graph]") {
+  const std::string out_of_range = error_of([] { (void)LayerGraph({named("a"), named("b")}, {{0, 1}, {1, 5}}); });
+  CHECK_THAT(out_of_range, Catch::Contains("edge 1 (1 -> 5)"));
+  CHECK_THAT(out_of_range, Catch::Contains("only 2 layers"));
+  const std::string self = error_of([] { (void)LayerGraph({named("a"), named("b")}, {{1, 1}}); });
+  CHECK_THAT(self, Catch::Contains("layer 1 'b' into itself"));
+}
+
+TEST_CASE("a cycle is reported with the layers on it, and only those", "[graph]") {
+  // x (0) hangs below the cycle b -> c -> d -> b; the walk starts at x, the lowest unplaced layer.
+  const std::string message = error_of([] {
+    (void)LayerGraph({named("x"), named("b"), named("c"), named("d"), named("source")},
+                     {{4, 1}, {1, 2}, {2, 3}, {3, 1}, {3, 0}});
+  });
+  INFO(message);
+  CHECK_THAT(message, Catch::Contains("cycle"));
+  // Whatever layer the printed cycle starts at, these three hops are on it.
+  CHECK_THAT(message, Catch::Contains("'b' -> layer 2 'c'"));
+  CHECK_THAT(message, Catch::Contains("'c' -> layer 3 'd'"));
+  CHECK_THAT(message, Catch::Contains("'d' -> layer 1 'b'"));
+  CHECK_THAT(message, !Catch::Contains("'x'"));
+  CHECK_THAT(message, !Catch::Contains("'source'"));
+}
+
+TEST_CASE("a user's topological order must be a permutation that respects every edge", "[graph]") {
+  const LayerGraph g = LayerGraph::chain({named("a"), named("b"), named("c")});
+  CHECK_THAT(error_of([&] { check_topological_order(g, std::vector<std::size_t>{0, 1}); }),
+             Catch::Contains("lists 2 layers, but the graph has 3"));
+  CHECK_THAT(error_of([&] { check_topological_order(g, std::vector<std::size_t>{0, 1, 7}); }),
+             Catch::Contains("names layer 7"));
+  CHECK_THAT(error_of([&] { check_topological_order(g, std::vector<std::size_t>{0, 1, 1}); }),
+             Catch::Contains("twice (positions 1 and 2)"));
+  const std::string backwards = error_of([&] { check_topological_order(g, std::vector<std::size_t>{0, 2, 1}); });
+  CHECK_THAT(backwards, Catch::Contains("puts layer 2 'c' (position 1) before its input layer 1 'b' (position 2)"));
+  CHECK_THAT(backwards, Catch::Contains("edge 1"));
+}
+
+TEST_CASE("interconnect transfer time is latency + bytes / bandwidth", "[graph]") {
+  const Interconnect link{0.5, 4.0};
+  CHECK(link.transfer_time(10.0) == 0.5 + 2.5);
+  CHECK(Interconnect{}.is_free());
+  CHECK(Interconnect{}.transfer_time(1e12) == 0.0);
+  CHECK_FALSE(link.is_free());
+}
+
+// ------------------------------------------------------------------ profiles
+
+namespace {
+
+const char* const example_profile = R"({
+  "unit": "ms",
+  "layers": [
+    {"name": "embed", "forward": 1.0, "backward_input": 1.0, "backward_weight": 1.0,
+     "param_bytes": 0, "activation_bytes": 0, "output_bytes": 0},
+    {"name": "block", "forward": 2.5, "param_bytes": 1000000, "activation_bytes": 64, "output_bytes": 32},
+    {"name": "head", "forward": 0.5, "backward_input": 0.25}
+  ],
+  "edges": [[0, 1], [1, 2], [0, 2]],
+  "devices": [{"speed": 1.0, "memory_bytes": 80e9}, {"speed": 2, "count": 2}],
+  "link": {"latency": 0.0, "bandwidth": 25e9}
+})";
+
+std::string profile_error(const std::string& text) {
+  return error_of([&] { (void)parse_profile(text, "test.json"); });
+}
+
+}  // namespace
+
+TEST_CASE("a profile with every field reads back into graph, devices and link", "[graph][profile]") {
+  const Profile p = parse_profile(example_profile);
+  CHECK(p.time_unit == "ms");
+  REQUIRE(p.graph.size() == 3);
+  CHECK(p.graph.layer(0) == Layer{"embed", 1.0, 1.0, 1.0, 0, 0, 0});
+  CHECK(p.graph.layer(1) == Layer{"block", 2.5, 0.0, 0.0, 1000000, 64, 32});
+  CHECK(p.graph.layer(2) == Layer{"head", 0.5, 0.25, 0.0, 0, 0, 0});
+  CHECK(p.graph.edges() == std::vector<Edge>{{0, 1}, {1, 2}, {0, 2}});
+  CHECK(p.devices == std::vector<Device>{{1.0, 80e9}, {2.0, inf}, {2.0, inf}});
+  CHECK(p.link == Interconnect{0.0, 25e9});
+}
+
+TEST_CASE("a profile without edges is a chain; without devices or link, the defaults", "[graph][profile]") {
+  const Profile p = parse_profile(R"({"layers": [{"name": "a", "forward": 1}, {"name": "b", "forward": 2}]})");
+  CHECK(p.graph.is_chain());
+  CHECK(p.devices.empty());
+  CHECK(p.link.is_free());
+  CHECK(p.time_unit.empty());
+  const Profile independent = parse_profile(R"({"layers": [{"name": "a", "forward": 1}, {"name": "b", "forward": 2}],
+                                                "edges": []})");
+  CHECK(independent.graph.edges().empty());
+}
+
+TEST_CASE("profile_to_json writes what parse_profile reads back", "[graph][profile]") {
+  const Profile p = parse_profile(example_profile);
+  CHECK(parse_profile(profile_to_json(p)) == p);
+  Profile chain;
+  chain.graph = LayerGraph::chain({Layer{"x", 0.1, 0.2, 0.3, 1.5, 2.5, 3.5}, named("y")});
+  chain.link = {1e-3, inf};
+  const std::string json = profile_to_json(chain);
+  CHECK_THAT(json, !Catch::Contains("edges"));
+  CHECK_THAT(json, !Catch::Contains("bandwidth"));
+  CHECK(parse_profile(json) == chain);
+}
+
+TEST_CASE("load_profile reads a file and names a missing one", "[graph][profile]") {
+  const auto path = std::filesystem::temp_directory_path() / "ppsched_test_graph_profile.json";
+  {
+    std::ofstream out(path);
+    out << example_profile;
+  }
+  CHECK(load_profile(path) == parse_profile(example_profile));
+  std::filesystem::remove(path);
+  const std::string missing = error_of([&] { (void)load_profile(path); });
+  CHECK_THAT(missing, Catch::Contains(path.string()));
+  CHECK_THAT(missing, Catch::Contains("cannot be opened"));
+}
+
+TEST_CASE("malformed JSON is reported with the file's line and column", "[graph][profile]") {
+  // Line 3 is `    {"name": "b" "forward": 1}`: the comma is missing before "forward", and the
+  // parser stops on that token's last character, column 26.
+  const std::string text = "{\"layers\": [\n    {\"name\": \"a\", \"forward\": 1},\n    {\"name\": \"b\" \"forward\": 1}\n]}";
+  const std::string message = profile_error(text);
+  INFO(message);
+  CHECK_THAT(message, Catch::StartsWith("profile 'test.json': is not valid JSON"));
+  CHECK_THAT(message, Catch::Contains("(at line 3, column 26)"));
+  CHECK_THAT(profile_error(""), Catch::Contains("line 1, column 1"));
+  const std::string overflow = profile_error("{\"layers\": [{\"name\": \"a\",\n \"forward\": 1e999}]}");
+  CHECK_THAT(overflow, Catch::Contains("1e999"));
+  CHECK_THAT(overflow, Catch::Contains("line 2, column 13"));
+}
+
+TEST_CASE("a bad field is reported with its path and what was expected", "[graph][profile]") {
+  const auto layers = [](const std::string& second) {
+    return R"({"layers": [{"name": "a", "forward": 1}, )" + second + "]}";
+  };
+  struct Case {
+    std::string text, where, problem;
+  };
+  const std::vector<Case> cases = {
+      {layers(R"({"name": "b", "forward": "1"})"), "layers[1].forward", "got the string \"1\""},
+      {layers(R"({"name": "b", "forward": -1})"), "layers[1].forward", "expected a finite number >= 0, got -1"},
+      {layers(R"({"name": "b", "forward": 1, "param_bytes": null})"), "layers[1].param_bytes", "got a null"},
+      {layers(R"({"name": "b"})"), "layers[1].forward", "required field \"forward\" is missing"},
+      {layers(R"({"forward": 1})"), "layers[1].name", "required field \"name\" is missing"},
+      {layers(R"({"name": 3, "forward": 1})"), "layers[1].name", "expected a string"},
+      {layers(R"({"name": "b", "forwrd": 1})"), "layers[1].forwrd", "did you mean \"forward\""},
+      {layers("[1, 2]"), "layers[1]", "expected a layer object, got an array"},
+      {R"({"layers": []})", "layers", "empty"},
+      {R"({"layers": {}})", "layers", "expected an array of layer objects, got an object"},
+      {R"({"layer": []})", "layer", "did you mean \"layers\""},
+      {R"({"unit": "ms"})", "the document", "no \"layers\" array"},
+      {"[1]", "the document", "expected an object"},
+      {R"({"layers": [{"name": "a", "forward": 1}], "edges": [[0, 1]]})", "edges[0][1]",
+       "layer index 1 is out of range: there are 1 layers"},
+      {R"({"layers": [{"name": "a", "forward": 1}], "edges": [[0]]})", "edges[0]", "[from, to] pair"},
+      {R"({"layers": [{"name": "a", "forward": 1}], "edges": [[-1, 0]]})", "edges[0][0]", "an integer >= 0"},
+      {R"({"layers": [{"name": "a", "forward": 1}], "edges": [[0.5, 0]]})", "edges[0][0]", "an integer >= 0"},
+      {R"({"layers": [{"name": "a", "forward": 1}], "devices": [{"speed": 0}]})", "devices[0].speed",
+       "a finite number > 0"},
+      {R"({"layers": [{"name": "a", "forward": 1}], "devices": [{"memory_bytes": -5}]})", "devices[0].memory_bytes",
+       "got -5"},
+      {R"({"layers": [{"name": "a", "forward": 1}], "devices": [{"count": 1.5}]})", "devices[0].count",
+       "a whole number"},
+      {R"({"layers": [{"name": "a", "forward": 1}], "devices": [{"sped": 1}]})", "devices[0].sped",
+       "did you mean \"speed\""},
+      {R"({"layers": [{"name": "a", "forward": 1}], "link": {"bandwidth": 0}})", "link.bandwidth", "> 0"},
+      {R"({"layers": [{"name": "a", "forward": 1}], "link": {"latency": -1}})", "link.latency", "got -1"},
+      {R"({"layers": [{"name": "a", "forward": 1}], "link": {"delay": 1}})", "link.delay", "the fields here are"},
+      {R"({"layers": [{"name": "a", "forward": 1}], "unit": 5})", "unit", "expected a string"},
+  };
+  for (const Case& c : cases) {
+    const std::string message = profile_error(c.text);
+    INFO(c.text << "\n -> " << message);
+    CHECK_THAT(message, Catch::StartsWith("profile 'test.json': "));
+    CHECK_THAT(message, Catch::Contains("(at " + c.where + ")"));
+    CHECK_THAT(message, Catch::Contains(c.problem));
+  }
+}
+
+TEST_CASE("a cycle in a profile's edges names the profile and the layers", "[graph][profile]") {
+  const std::string message = profile_error(
+      R"({"layers": [{"name": "a", "forward": 1}, {"name": "b", "forward": 1}], "edges": [[0, 1], [1, 0]]})");
+  CHECK_THAT(message, Catch::StartsWith("profile 'test.json': layer graph: the edges form a cycle"));
+  CHECK_THAT(message, Catch::Contains("'a'"));
+  CHECK_THAT(message, Catch::Contains("'b'"));
+}

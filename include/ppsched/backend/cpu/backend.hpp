@@ -391,7 +391,7 @@ class CpuBackend {
   void abort(std::string_view reason) {
     (void)reason;  // the first error of the step carries the cause; this only stops transfers
     rank_->aborted.store(true, std::memory_order_release);
-    for (auto& r : cluster_->rank_states) detail::cpu::notify_owner(*r);
+    for (auto& r : cluster_->rank_states) detail::cpu::wake_rank(*r);
     if (cluster_->deterministic()) {
       const std::lock_guard<std::mutex> engine(cluster_->engine_mutex);
       cluster_->engine_wake.notify_all();
@@ -571,7 +571,7 @@ class CpuBackend {
     s.tasks.push();
     ++s.issued;
     if (checking()) detail::cpu::advance_clock(s, s.issued);
-    if (s.worker_sleeping) s.work.notify_one();
+    detail::cpu::wake_worker(s);
   }
 
   void stage(bool is_send, CpuBuffer& b, std::size_t count, int peer, CpuStream& s, PeerTag tag) {
@@ -667,11 +667,20 @@ class CpuBackend {
       return s->completed >= n;
     };
     if (!cluster_->deterministic()) {
-      std::stop_callback wake(w.stop, [this] { notify_owner(*rank_); });
+      std::stop_callback wake(w.stop, [this] {
+        const std::lock_guard<std::mutex> lock(rank_->mutex);
+        rank_->host_wake.notify_all();
+      });
       std::unique_lock<std::mutex> lock(rank_->mutex);
       while (!satisfied()) {
         if (w.stop.stop_requested()) return WaitResult::stopped;
-        if (rank_->progress.wait_until(lock, deadline) == std::cv_status::timeout && !satisfied()) {
+        // Ask the stream to wake this host when the condition may hold, not on every task.
+        if (kind == HostWaitKind::queue_room) {
+          s->host_wants_room = true;
+        } else {
+          s->host_target = std::min(s->host_target, n);
+        }
+        if (rank_->host_wake.wait_until(lock, deadline) == std::cv_status::timeout && !satisfied()) {
           return WaitResult::timed_out;
         }
       }
@@ -807,8 +816,7 @@ inline void CpuStream::close() noexcept {
     const std::lock_guard<std::mutex> lock(s->rank->mutex);
     s->closing = true;
     s->closed = true;
-    s->work.notify_all();
-    s->rank->progress.notify_all();
+    detail::cpu::wake_everyone(*s->rank);
   }
   if (s->worker.joinable()) s->worker.join();
 }

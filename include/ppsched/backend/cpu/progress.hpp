@@ -6,12 +6,20 @@
 // of every rank in a fixed round-robin order and runs only while every host thread is
 // waiting, so a run is one fixed interleaving. Failures are sticky per rank, as CUDA errors
 // are: after one, a rank's queued work is discarded and its pending transfers withdrawn.
+//
+// In threaded mode a thread that finishes a task also *helps*: it moves the cheap control
+// tasks (event records, satisfied event waits, posting and completing transfer groups) of
+// the streams its work unblocked, on its own rank and on the peer whose transfer it matched,
+// and wakes a stream's worker only when a stage's work is next. A transfer from F on one
+// rank to F on the next thus costs one thread wakeup, not three; stream order is unchanged,
+// since a stream's head is still moved by one thread at a time under its rank's lock.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -21,7 +29,37 @@
 
 namespace ppsched::detail::cpu {
 
-enum class Step : std::uint8_t { ran, blocked, empty };
+enum class Step : std::uint8_t {
+  ran,           // the head moved
+  blocked,       // the head waits (for an event, a transfer, or a thread running it)
+  empty,         // nothing queued
+  needs_worker,  // helper mode: the head is a stage's work, for the stream's own worker
+};
+
+enum class Mover : std::uint8_t { worker, helper, engine };
+
+// Streams a helper should visit next: the owners of transfers it matched.
+struct Peers {
+  StreamState* list[8] = {};
+  int size = 0;
+  void add(StreamState* s) noexcept {
+    for (int i = 0; i < size; ++i) {
+      if (list[i] == s) return;
+    }
+    if (size < 8) list[size++] = s;
+  }
+};
+
+// Under the stream's rank mutex.
+inline void wake_worker(StreamState& s) {
+  if (s.worker_waiting) s.wake.notify_one();
+}
+
+// Under the rank's mutex: every thread that waits on the rank re-checks its condition.
+inline void wake_everyone(RankState& r) {
+  for (auto& s : r.streams) s->wake.notify_all();
+  r.host_wake.notify_all();
+}
 
 // Under the rank's mutex. The first failure wins; later ones are consequences.
 inline void fail_rank_locked(RankState& r, std::exception_ptr e) {
@@ -29,7 +67,7 @@ inline void fail_rank_locked(RankState& r, std::exception_ptr e) {
     r.failed = true;
     r.error = std::move(e);
   }
-  r.progress.notify_all();
+  wake_everyone(r);
 }
 
 inline void fail_rank(RankState& r, std::exception_ptr e) {
@@ -46,7 +84,11 @@ inline void complete_front(StreamState& s) {
   s.tasks.pop();
   ++s.completed;
   s.blocked = false;
-  s.rank->progress.notify_all();
+  if (s.completed >= s.host_target || s.host_wants_room) {
+    s.host_target = std::numeric_limits<std::uint64_t>::max();
+    s.host_wants_room = false;
+    s.rank->host_wake.notify_all();
+  }
 }
 
 [[nodiscard]] inline std::string describe_op(const P2POp& op) {
@@ -82,13 +124,14 @@ inline void complete_front(StreamState& s) {
   }
 }
 
-inline void notify_owner(RankState& r) {
+inline void wake_rank(RankState& r) {
   const std::lock_guard<std::mutex> lock(r.mutex);
-  r.progress.notify_all();
+  wake_everyone(r);
 }
 
-// Pairs a send with a receive under their channel's mutex: the transfer happens now.
-inline void match(ClusterState& c, P2POp& a, P2POp& b) {
+// Pairs a send with a receive under their channel's mutex: the transfer happens now. `b`
+// is the operation that was waiting in the channel; its owner is returned to be helped.
+inline StreamState* match(ClusterState& c, P2POp& a, P2POp& b) {
   P2POp& send = a.is_send ? a : b;
   P2POp& recv = a.is_send ? b : a;
   RankState& sender = *send.owner->rank;
@@ -108,17 +151,22 @@ inline void match(ClusterState& c, P2POp& a, P2POp& b) {
     recv.state.store(OpState::failed, std::memory_order_release);
     fail_rank(sender, e);
     if (&receiver != &sender) fail_rank(receiver, e);
-    return;
+    return nullptr;
   }
   std::copy_n(send.data, send.count, recv.data);
+  StreamState* waiting = b.owner;  // read before the state change lets its owner reuse the slot
   send.state.store(OpState::done, std::memory_order_release);
   recv.state.store(OpState::done, std::memory_order_release);
-  notify_owner(sender);
-  if (&receiver != &sender) notify_owner(receiver);
+  if (c.deterministic()) return nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(waiting->rank->mutex);
+    wake_worker(*waiting);
+  }
+  return waiting;
 }
 
-// Called without any rank's mutex held.
-inline void post_op(ClusterState& c, P2POp& op) {
+// Called without any rank's mutex held. Returns the owner of the operation it matched.
+inline StreamState* post_op(ClusterState& c, P2POp& op) {
   const int me = op.owner->rank->rank;
   Channel& ch = op.is_send ? c.channel(me, op.peer) : c.channel(op.peer, me);
   const std::lock_guard<std::mutex> lock(ch.mutex);
@@ -128,11 +176,11 @@ inline void post_op(ClusterState& c, P2POp& op) {
     P2POp* other = theirs.front();
     theirs.erase(theirs.begin());
     other->in_channel = false;
-    match(c, op, *other);
-    return;
+    return match(c, op, *other);
   }
   mine.push_back(&op);
   op.in_channel = true;
+  return nullptr;
 }
 
 inline void withdraw_op(ClusterState& c, P2POp& op) {
@@ -161,8 +209,10 @@ inline void withdraw_op(ClusterState& c, P2POp& op) {
 }
 
 // Moves the head of `s` one step. Called with `lock` holding the stream's rank mutex; may
-// release it while running a task or touching channels.
-inline Step advance(ClusterState& c, StreamState& s, std::unique_lock<std::mutex>& lock) {
+// release it while running a task or touching channels. A helper does not run a stage's
+// work; owners of transfers matched while posting are added to `peers`.
+inline Step advance(ClusterState& c, StreamState& s, std::unique_lock<std::mutex>& lock, Mover mover,
+                    Peers& peers) {
   RankState& r = *s.rank;
   if (s.tasks.empty() || s.running) return s.tasks.empty() ? Step::empty : Step::blocked;
   Task& t = s.tasks.front();
@@ -192,6 +242,7 @@ inline Step advance(ClusterState& c, StreamState& s, std::unique_lock<std::mutex
     case TaskKind::launch:
     case TaskKind::zero:
     case TaskKind::accumulate: {
+      if (mover == Mover::helper) return Step::needs_worker;
       s.running = true;
       lock.unlock();
       std::exception_ptr failure;
@@ -224,7 +275,9 @@ inline Step advance(ClusterState& c, StreamState& s, std::unique_lock<std::mutex
         t.posted = true;
         s.running = true;
         lock.unlock();
-        for (std::size_t i = 0; i < t.op_count; ++i) post_op(c, s.op(t.first_op + i));
+        for (std::size_t i = 0; i < t.op_count; ++i) {
+          if (StreamState* other = post_op(c, s.op(t.first_op + i))) peers.add(other);
+        }
         lock.lock();
         s.running = false;
         return Step::ran;
@@ -254,18 +307,59 @@ inline Step advance(ClusterState& c, StreamState& s, std::unique_lock<std::mutex
   return Step::blocked;
 }
 
+// Helper: moves every stream of `r` (the lock held) as far as control tasks allow, and wakes
+// a worker whose stream now waits for a stage's work.
+inline void help_rank(ClusterState& c, RankState& r, std::unique_lock<std::mutex>& lock, const StreamState* skip,
+                      Peers& peers) {
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (auto& o : r.streams) {
+      if (o.get() == skip || o->closed) continue;
+      for (;;) {
+        const Step step = advance(c, *o, lock, Mover::helper, peers);
+        if (step == Step::ran) {
+          moved = true;
+          continue;
+        }
+        if (step == Step::needs_worker) wake_worker(*o);
+        break;
+      }
+    }
+  }
+}
+
+// Helps the owners of matched transfers, on their ranks; one level deep, as their own
+// workers were woken by the match anyway.
+inline void help_peers(ClusterState& c, const Peers& peers) {
+  for (int i = 0; i < peers.size; ++i) {
+    RankState& r = *peers.list[i]->rank;
+    std::unique_lock<std::mutex> lock(r.mutex);
+    Peers further;
+    help_rank(c, r, lock, nullptr, further);
+  }
+}
+
 // The body of a stream's worker thread (threaded mode).
 inline void worker_loop(ClusterState& c, StreamState& s) {
   RankState& r = *s.rank;
   std::unique_lock<std::mutex> lock(r.mutex);
   for (;;) {
-    const Step step = advance(c, s, lock);
-    if (step == Step::ran) continue;
+    Peers peers;
+    const Step step = advance(c, s, lock, Mover::worker, peers);
+    if (step == Step::ran) {
+      help_rank(c, r, lock, &s, peers);
+      if (peers.size > 0) {
+        lock.unlock();
+        help_peers(c, peers);
+        lock.lock();
+      }
+      continue;
+    }
     if (step == Step::empty) {
       if (s.closing) break;
-      s.worker_sleeping = true;
-      s.work.wait(lock);
-      s.worker_sleeping = false;
+      s.worker_waiting = true;
+      s.wake.wait(lock);
+      s.worker_waiting = false;
       continue;
     }
     const auto now = Clock::now();
@@ -284,7 +378,9 @@ inline void worker_loop(ClusterState& c, StreamState& s) {
                                "recorded, or raise CpuOptions::watchdog"})));
       continue;
     }
-    r.progress.wait_until(lock, deadline);
+    s.worker_waiting = true;
+    s.wake.wait_until(lock, deadline);
+    s.worker_waiting = false;
   }
 }
 
@@ -354,7 +450,8 @@ inline void engine_loop(ClusterState& c) {
       const std::size_t index = (c.next_stream + i) % n;
       StreamState& s = *c.all_streams[index];
       std::unique_lock<std::mutex> lock(s.rank->mutex);
-      if (advance(c, s, lock) == Step::ran) {
+      Peers unused;
+      if (advance(c, s, lock, Mover::engine, unused) == Step::ran) {
         progressed = true;
         c.next_stream = (index + 1) % n;
       }

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -171,8 +172,13 @@ struct StreamState {
   bool blocked = false;  // the head task waits; since when
   Clock::time_point blocked_since{};
   std::thread worker;
-  std::condition_variable work;  // the worker sleeps here while the queue is empty
-  bool worker_sleeping = false;
+  // The worker sleeps here while its queue is empty, its head waits, or a helper runs its
+  // head. Wakeups are targeted: a push, a matched transfer, a head a helper could not run.
+  std::condition_variable wake;
+  bool worker_waiting = false;
+  // A host waits until `completed` reaches host_target, or for room in the queue.
+  std::uint64_t host_target = std::numeric_limits<std::uint64_t>::max();
+  bool host_wants_room = false;
   std::vector<std::uint64_t> clock;  // checking: vector clock of the next task issued
 
   [[nodiscard]] P2POp& op(std::size_t index) noexcept { return ops[index % op_capacity]; }
@@ -187,7 +193,7 @@ struct RankState {
   ClusterState* cluster = nullptr;
   int rank = 0;
   std::mutex mutex;
-  std::condition_variable progress;  // a task finished, a transfer matched, a failure, a stop
+  std::condition_variable host_wake;  // a host's condition holds, a failure, an abort, a stop
   std::vector<std::unique_ptr<StreamState>> streams;
   std::vector<std::unique_ptr<EventState>> events;
   std::uint64_t next_buffer_id = 1;

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ppsched/error.hpp"
+#include "ppsched/schedule/csv.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/schedule/lower.hpp"
 #include "ppsched/schedule/validate.hpp"
@@ -396,4 +398,53 @@ TEST_CASE("memory: M_W between BI and BW, bytes per stage", "[validate]") {
 
   o.memory.activation_bytes = {1.0, 2.0};
   CHECK_THROWS_AS(validate(s, o), error);
+}
+
+TEST_CASE("sweep: every family, p 1..16, m 1..64, v 1..4 — valid, deadlock-free, within its memory bound",
+          "[validate][sweep]") {
+  std::size_t schedules = 0, round_trips = 0;
+  for (std::string_view family : family_names()) {
+    for (std::int32_t p = 1; p <= 16; ++p) {
+      for (std::int32_t m = 1; m <= 64; ++m) {
+        for (std::int32_t v = 1; v <= 4; ++v) {
+          const ScheduleRequest request{p, m, v};
+          if (!accepts(family, request)) continue;
+          const Schedule s = make_schedule(family, request);
+          const ValidationReport compute = validate(s);
+          const Schedule l = lower(s);
+          const ValidationReport lowered = validate(l);
+          if (!compute.ok() || !lowered.ok()) {
+            FAIL(family << ' ' << to_string(request) << '\n' << to_string(compute) << '\n' << to_string(lowered));
+          }
+          // Lowering does not change what is stored, only when data moves.
+          for (std::int32_t r = 0; r < p; ++r) {
+            const RankMemory& mem = lowered.memory[static_cast<std::size_t>(r)];
+            if (mem.peak_activations != compute.memory[static_cast<std::size_t>(r)].peak_activations) {
+              FAIL(family << ' ' << to_string(request) << " rank " << r << ": lowering changed the memory");
+            }
+            // The literature's bounds, for the families that state one.
+            const std::int32_t bound = analytic_peak_in_flight(family, p, m, r);
+            if (bound >= 0 && mem.peak_in_flight != bound) {
+              FAIL(family << ' ' << to_string(request) << " rank " << r << ": " << mem.peak_in_flight
+                          << " micro-batches in flight, the bound is " << bound);
+            }
+          }
+          // A lowered schedule survives PyTorch's CSV format (groups in ppsched's suffix).
+          if (m <= 16 && v <= 2) {
+            CsvReadOptions read;
+            read.name = s.name;
+            read.microbatches = m;
+            read.placement = s.placement;
+            Schedule back = from_pytorch_csv(to_pytorch_csv(l), read);
+            back.split_backward = l.split_backward;
+            if (!(back == l) || !validate(back).ok()) FAIL(family << ' ' << to_string(request) << ": CSV round trip");
+            ++round_trips;
+          }
+          ++schedules;
+        }
+      }
+    }
+  }
+  CHECK(schedules > 10000);
+  CHECK(round_trips > 1000);
 }

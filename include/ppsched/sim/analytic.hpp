@@ -1,7 +1,7 @@
 // Closed-form bubbles and memory bounds of the schedule families, as the literature states
-// them (GPipe, PipeDream-Flush / 1F1B, Megatron's interleaved 1F1B, the zero-bubble
-// paper's ZB-H1 and ZB-H2), so a planner or a document can set the simulator's prediction
-// beside the formula. T_F, T_BI, T_BW are per rank — the sum over the rank's model chunks —
+// them (GPipe, PipeDream-Flush / 1F1B, Megatron's interleaved 1F1B, breadth-first looping,
+// the zero-bubble paper's ZB-H1 and ZB-H2), so a planner or a document can set the
+// simulator's prediction beside the formula. ZB-V has no closed form here. T_F, T_BI, T_BW are per rank — the sum over the rank's model chunks —
 // and T_B = T_BI + T_BW. The tests check the simulator against these exactly.
 #pragma once
 
@@ -17,8 +17,10 @@ namespace ppsched {
 struct AnalyticBubble {
   std::string family;
   std::string formula;           // in the literature's notation, e.g. "(p-1)(T_F+T_B)"
-  // "makespan": every rank idles idle_per_rank within the step (makespan - busy);
-  // "span": every rank idles idle_per_rank between its own first start and last end.
+  // "makespan": every rank idles exactly idle_per_rank within the step (makespan - busy).
+  // "span": the first rank idles exactly idle_per_rank between its first start and its
+  // last end, and no rank idles more than that within its own span (ZB-H2: when T_BI <
+  // 2 T_BW the ranks finish staggered, so their idle time against the makespan is larger).
   std::string measured_against;
   double idle_per_rank = 0.0;
   bool holds = true;      // false when the inputs are outside `condition`
@@ -43,25 +45,31 @@ struct AnalyticBubble {
   } else if (family == "interleaved-1f1b") {
     r.formula = "(p-1)(T_F+T_B)/v";
     r.idle_per_rank = k * (t_f + t_b) / v;
-    r.condition = "m a multiple of p (Megatron's rule)";
-    r.holds = m % p == 0;
+    r.condition = "v = 1, or m a multiple of p (Megatron's rule)";
+    r.holds = v == 1 || m % p == 0;
+  } else if (family == "looped-bfs") {
+    r.formula = "(p-1)(T_F+T_B)/v";
+    r.idle_per_rank = k * (t_f + t_b) / v;
+    r.condition = "v = 1, or m >= p";
+    r.holds = v == 1 || m >= p;
   } else if (family == "zb-h1") {
     r.formula = "(p-1)(T_F+T_BI-T_BW)";
     r.idle_per_rank = k * (t_f + t_bi - t_bw);
-    r.condition = "T_BW <= T_F <= T_BI and m >= p";
-    r.holds = t_bw <= t_f && t_f <= t_bi && m >= p;
+    r.condition = "T_BW <= T_F and m >= p";
+    r.holds = t_bw <= t_f && m >= p;
   } else if (family == "zb-h2") {
     r.formula = "(p-1)(T_F+T_BI-2T_BW)";
     r.measured_against = "span";
     r.idle_per_rank = k * (t_f + t_bi - 2.0 * t_bw);
-    r.condition = "T_BW <= T_F <= T_BI and m >= 2p-1";
-    r.holds = t_bw <= t_f && t_f <= t_bi && m >= 2 * p - 1;
+    r.condition = "T_BW <= T_F and m >= 2p-1 (the paper states T_BW <= T_F <= T_BI)";
+    r.holds = t_bw <= t_f && m >= 2 * p - 1;
   } else if (family == "forward-only") {
     r.formula = "(p-1)T_F";
     r.idle_per_rank = k * t_f;
   } else {
     fail({"analytic_bubble", detail::concat("no closed form for family '", family, "'"), "",
-          "families with one: gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, forward-only; simulate() covers every family"});
+          "families with one: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, forward-only; simulate() "
+          "covers every family"});
   }
   return r;
 }

@@ -1,0 +1,133 @@
+// Generate + lower + validate + simulate for every schedule family at p = 64 ranks and
+// m = 1024 micro-batches (v = 2 where the family has chunks). Target: under 50 ms for the
+// four together on the 2-core development machine. Each phase is also timed alone, and the
+// simulation reports the schedule's bubble and size as counters. The "gold" baseline is
+// the unpipelined step: one rank running every stage's F and B for every micro-batch,
+// simulated by the same engine.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ppsched/schedule/generators.hpp"
+#include "ppsched/schedule/lower.hpp"
+#include "ppsched/schedule/validate.hpp"
+#include "ppsched/sim/simulate.hpp"
+
+namespace {
+
+using namespace ppsched;
+
+constexpr std::int32_t bench_ranks = 64;
+constexpr std::int32_t bench_microbatches = 1024;
+
+ScheduleRequest request_for(std::string_view family) {
+  const bool chunked = family == "interleaved-1f1b" || family == "looped-bfs" || family == "zb-v";
+  return ScheduleRequest{bench_ranks, bench_microbatches, chunked ? 2 : 1};
+}
+
+// Per-stage costs of a transformer-like layer block: B twice F, split evenly into BI and BW.
+CostModel bench_costs(const Schedule& s) {
+  const double v = static_cast<double>(s.stages()) / s.ranks;
+  CostModel c = uniform_costs(1.0 / v, 1.0 / v, 1.0 / v, "ms");
+  c.stages.front().activation_bytes = 64.0 * 1024 * 1024 / v;
+  return c;
+}
+
+std::size_t action_count(const Schedule& s) {
+  std::size_t n = 0;
+  for (const auto& p : s.programs) n += p.size();
+  return n;
+}
+
+void BM_all(benchmark::State& state, std::string family) {
+  const ScheduleRequest r = request_for(family);
+  double bubble = 0.0;
+  std::size_t actions = 0;
+  for (auto _ : state) {
+    const Schedule s = make_schedule(family, r);
+    const CostModel c = bench_costs(s);
+    const Schedule l = lower(s, lower_options_for(c, s.stages(), s.microbatches));
+    const ValidationReport report = validate(l);
+    if (!report.ok()) state.SkipWithError("schedule did not validate");
+    SimOptions o;
+    o.record_timeline = false;
+    const SimResult result = simulate(l, c, o);
+    bubble = result.bubble_fraction;
+    actions = action_count(l);
+    benchmark::DoNotOptimize(result.makespan);
+  }
+  state.counters["bubble"] = bubble;
+  state.counters["actions"] = static_cast<double>(actions);
+  state.counters["ns_per_action"] =
+      benchmark::Counter(static_cast<double>(actions) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+void BM_generate(benchmark::State& state, std::string family) {
+  const ScheduleRequest r = request_for(family);
+  for (auto _ : state) benchmark::DoNotOptimize(make_schedule(family, r));
+}
+
+void BM_lower(benchmark::State& state, std::string family) {
+  const Schedule s = make_schedule(family, request_for(family));
+  const LowerOptions o = lower_options_for(bench_costs(s), s.stages(), s.microbatches);
+  for (auto _ : state) benchmark::DoNotOptimize(lower(s, o));
+}
+
+void BM_validate(benchmark::State& state, std::string family) {
+  const Schedule l = lower(make_schedule(family, request_for(family)));
+  for (auto _ : state) benchmark::DoNotOptimize(validate(l));
+}
+
+void BM_simulate(benchmark::State& state, std::string family, bool timeline) {
+  const Schedule s = make_schedule(family, request_for(family));
+  const CostModel c = bench_costs(s);
+  const Schedule l = lower(s, lower_options_for(c, s.stages(), s.microbatches));
+  SimOptions o;
+  o.record_timeline = timeline;
+  for (auto _ : state) benchmark::DoNotOptimize(simulate(l, c, o));
+}
+
+// The unpipelined baseline: every stage of the 1F1B model on one rank, simulated.
+void BM_gold_unpipelined(benchmark::State& state) {
+  Schedule s;
+  s.name = "unpipelined";
+  s.ranks = 1;
+  s.microbatches = bench_microbatches;
+  s.placement.assign(bench_ranks, 0);
+  s.programs.resize(1);
+  for (std::int32_t mb = 0; mb < bench_microbatches; ++mb) {
+    for (std::int32_t st = 0; st < bench_ranks; ++st) s.programs[0].push_back(Action{Op::F, st, mb, 0});
+    for (std::int32_t st = bench_ranks; st-- > 0;) s.programs[0].push_back(Action{Op::B, st, mb, 0});
+  }
+  const CostModel c = uniform_costs(1.0, 1.0, 1.0, "ms");
+  SimOptions o;
+  o.record_timeline = false;
+  double makespan = 0.0;
+  for (auto _ : state) makespan = simulate(s, c, o).makespan;
+  state.counters["makespan"] = makespan;
+}
+
+const int registered = [] {
+  for (std::string_view name : family_names()) {
+    const std::string f(name);
+    benchmark::RegisterBenchmark(("all/" + f).c_str(), BM_all, f)->Unit(benchmark::kMillisecond);
+  }
+  for (std::string_view name : family_names()) {
+    const std::string f(name);
+    benchmark::RegisterBenchmark(("generate/" + f).c_str(), BM_generate, f)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("lower/" + f).c_str(), BM_lower, f)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("validate/" + f).c_str(), BM_validate, f)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("simulate/" + f).c_str(), BM_simulate, f, false)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("simulate+timeline/" + f).c_str(), BM_simulate, f, true)->Unit(benchmark::kMillisecond);
+  }
+  benchmark::RegisterBenchmark("gold/unpipelined-1rank", BM_gold_unpipelined)->Unit(benchmark::kMillisecond);
+  return 0;
+}();
+
+}  // namespace
+
+BENCHMARK_MAIN();

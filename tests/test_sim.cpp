@@ -1,0 +1,358 @@
+// The simulator: hand-computed timelines (latency, bandwidth, overlap, communication on the
+// compute stream), exact agreement with the analytic bubbles of every family that has one,
+// the statistics' conventions recomputed here from the timeline, memory in M_B and bytes,
+// variable-length micro-batches, and every bad input rejected with a message.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/generators.hpp"
+#include "ppsched/schedule/lower.hpp"
+#include "ppsched/schedule/validate.hpp"
+#include "ppsched/sim/analytic.hpp"
+#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/sim/simulate.hpp"
+
+using namespace ppsched;
+
+namespace {
+
+Action act(Op op, std::int32_t stage, std::int32_t mb, std::uint32_t group = 0) { return Action{op, stage, mb, group}; }
+
+// (start, end) of an action on a rank in a timeline.
+std::pair<double, double> times_of(const Timeline& t, std::int32_t rank, const Action& a) {
+  for (const Span& s : t.spans) {
+    if (s.rank == rank && s.action.op == a.op && s.action.stage == a.stage && s.action.microbatch == a.microbatch) {
+      return {s.start, s.end};
+    }
+  }
+  FAIL("no span for " << to_string(a) << " on rank " << rank);
+  return {0.0, 0.0};
+}
+
+// GPipe over two ranks and two micro-batches, backward in micro-batch order, written here.
+Schedule two_rank_gpipe() {
+  Schedule s;
+  s.name = "hand-gpipe";
+  s.ranks = 2;
+  s.microbatches = 2;
+  s.placement = {0, 1};
+  s.programs = {{act(Op::F, 0, 0), act(Op::F, 0, 1), act(Op::B, 0, 0), act(Op::B, 0, 1)},
+                {act(Op::F, 1, 0), act(Op::F, 1, 1), act(Op::B, 1, 0), act(Op::B, 1, 1)}};
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("one micro-batch over two ranks, timed by hand", "[sim]") {
+  // F = 1, B = BI + BW = 2, every transfer 0.5:
+  //   rank 0: F0 [0,1]              ... B0 [5,7]
+  //   rank 1:        F0 [1.5,2.5] B0 [2.5,4.5]
+  Schedule s;
+  s.name = "one";
+  s.ranks = 2;
+  s.microbatches = 1;
+  s.placement = {0, 1};
+  s.programs = {{act(Op::F, 0, 0), act(Op::B, 0, 0)}, {act(Op::F, 1, 0), act(Op::B, 1, 0)}};
+  CostModel c = uniform_costs(1.0, 1.5, 0.5, "ms");
+  c.link.latency = 0.5;
+  const SimResult r = simulate(s, c);
+  CHECK(r.lowered_internally);
+  CHECK(r.timeline.unit == "ms");
+  CHECK(times_of(r.timeline, 0, act(Op::F, 0, 0)) == std::make_pair(0.0, 1.0));
+  CHECK(times_of(r.timeline, 1, act(Op::F, 1, 0)) == std::make_pair(1.5, 2.5));
+  CHECK(times_of(r.timeline, 1, act(Op::B, 1, 0)) == std::make_pair(2.5, 4.5));
+  CHECK(times_of(r.timeline, 0, act(Op::B, 0, 0)) == std::make_pair(5.0, 7.0));
+  // The receive is posted at once (nothing before it on rank 1's comm stream) and completes
+  // with the transfer.
+  CHECK(times_of(r.timeline, 1, act(Op::RECV_F, 1, 0)) == std::make_pair(0.0, 1.5));
+  CHECK(times_of(r.timeline, 0, act(Op::SEND_F, 0, 0)) == std::make_pair(1.0, 1.5));
+  CHECK(r.makespan == 7.0);
+  REQUIRE(r.ranks.size() == 2);
+  for (const SimRankStats& st : r.ranks) {
+    CHECK(st.busy == 3.0);
+    CHECK(st.idle == 4.0);
+    CHECK(st.comm_wait == 0.5);  // each rank waits one transfer for data already produced
+  }
+  CHECK(r.ranks[0].span == 7.0);
+  CHECK(r.ranks[1].span == 3.0);
+  CHECK(r.ranks[1].idle_in_span == 0.0);
+  CHECK(r.bubble_fraction == 8.0 / 14.0);
+  CHECK(r.ideal_time == 3.0);
+  CHECK(r.bubble_vs_ideal == 4.0 / 3.0);
+}
+
+TEST_CASE("bytes over bandwidth, overlap, and communication on the compute stream, timed by hand", "[sim]") {
+  // Transfers: 0.25 latency + 500 bytes / 2000 bytes per unit = 0.5.
+  CostModel c = uniform_costs(1.0, 1.0, 1.0);
+  c.stages.front().output_bytes = 500.0;
+  c.link.latency = 0.25;
+  c.link.bandwidth = 2000.0;
+  const Schedule s = two_rank_gpipe();
+
+  // Separate comm stream (see the test's comment for the derivation):
+  //   rank 0: F0 [0,1] F1 [1,2]                                   B0 [6,8] B1 [8,10]
+  //   rank 1:   F0 [1.5,2.5] F1 [2.5,3.5] B0 [3.5,5.5] B1 [5.5,7.5]
+  // (B0@s1's gradient arrives at 6, B1@s1's at 8.)
+  const SimResult sep = simulate(s, c);
+  CHECK(times_of(sep.timeline, 1, act(Op::F, 1, 1)) == std::make_pair(2.5, 3.5));
+  CHECK(times_of(sep.timeline, 0, act(Op::B, 0, 0)) == std::make_pair(6.0, 8.0));
+  CHECK(times_of(sep.timeline, 0, act(Op::B, 0, 1)) == std::make_pair(8.0, 10.0));
+  CHECK(sep.makespan == 10.0);
+
+  // One stream per rank: a send holds the stream until its transfer is done, so rank 0's
+  // F1 waits for F0's transfer:
+  //   rank 0: F0 [0,1] send [1,1.5] F1 [1.5,2.5] send [2.5,3] recv B0 [3,6.5] B0 [6.5,8.5]
+  //           recv B1 [8.5,9] B1 [9,11]
+  //   rank 1: recv [0,1.5] F0 [1.5,2.5] recv [2.5,3] F1 [3,4] B0 [4,6] send [6,6.5] B1 [6.5,8.5] send [8.5,9]
+  SimOptions single;
+  single.comm_on_compute_stream = true;
+  const SimResult one = simulate(s, c, single);
+  CHECK(times_of(one.timeline, 0, act(Op::F, 0, 1)) == std::make_pair(1.5, 2.5));
+  CHECK(times_of(one.timeline, 1, act(Op::B, 1, 0)) == std::make_pair(4.0, 6.0));
+  CHECK(times_of(one.timeline, 0, act(Op::B, 0, 1)) == std::make_pair(9.0, 11.0));
+  CHECK(one.makespan == 11.0);
+  for (const Span& sp : one.timeline.spans) CHECK(sp.lane == Lane::compute);
+  for (const Span& sp : sep.timeline.spans) CHECK(sp.lane == (is_comm(sp.action.op) ? Lane::comm : Lane::compute));
+}
+
+TEST_CASE("the timeline holds every action once, and the statistics follow their conventions", "[sim]") {
+  for (std::string_view family : family_names()) {
+    const ScheduleRequest r{4, 8, family == "zb-v" || family == "interleaved-1f1b" || family == "looped-bfs" ? 2 : 1};
+    const Schedule s = make_schedule(family, r);
+    CostModel c = uniform_costs(1.0, 1.5, 0.5);
+    c.link.latency = 0.125;
+    const Schedule l = lower(s, lower_options_for(c, s.stages(), s.microbatches));
+    const SimResult res = simulate(l, c);
+    INFO(family);
+    std::size_t actions = 0;
+    for (const auto& p : l.programs) actions += p.size();
+    REQUIRE(res.timeline.spans.size() == actions);
+    // Recomputed here from the spans.
+    double first = std::numeric_limits<double>::infinity(), last = 0.0, total_idle = 0.0, busiest = 0.0;
+    for (const Span& sp : res.timeline.spans) {
+      first = std::min(first, sp.start);
+      last = std::max(last, sp.end);
+      CHECK(sp.end >= sp.start);
+    }
+    CHECK(res.makespan == last - first);
+    for (std::int32_t rank = 0; rank < s.ranks; ++rank) {
+      std::vector<std::pair<double, double>> compute;
+      for (const Span& sp : res.timeline.spans) {
+        if (sp.rank == rank && is_compute(sp.action.op)) compute.emplace_back(sp.start, sp.end);
+      }
+      std::sort(compute.begin(), compute.end());
+      double busy = 0.0;
+      for (std::size_t k = 0; k < compute.size(); ++k) {
+        busy += compute[k].second - compute[k].first;
+        if (k > 0) CHECK(compute[k].first >= compute[k - 1].second);  // one compute stream
+      }
+      const SimRankStats& st = res.ranks[static_cast<std::size_t>(rank)];
+      CHECK(st.busy == Approx(busy));
+      CHECK(st.first_start == compute.front().first);
+      CHECK(st.last_end == compute.back().second);
+      CHECK(st.idle == Approx(res.makespan - busy));
+      CHECK(st.idle_in_span == Approx(st.span - busy));
+      CHECK(st.comm_wait >= 0.0);
+      CHECK(st.comm_wait <= st.idle + 1e-9);
+      total_idle += st.idle;
+      busiest = std::max(busiest, busy);
+    }
+    CHECK(res.bubble_fraction == Approx(total_idle / (s.ranks * res.makespan)));
+    CHECK(res.ideal_time == Approx(busiest));
+    CHECK(res.bubble_vs_ideal == Approx((res.makespan - busiest) / busiest));
+  }
+}
+
+TEST_CASE("uniform costs, free communication: every closed form holds exactly", "[sim][analytic]") {
+  // Per-rank times (T_F, T_BI, T_BW); a stage of a rank with v chunks takes 1/v of them.
+  // All are multiples of 1/4 and v divides them exactly, so the sums compare exactly.
+  const std::vector<std::tuple<double, double, double>> costs = {
+      {1.0, 1.0, 1.0}, {1.0, 2.0, 1.0}, {2.0, 3.0, 1.0}, {1.0, 1.0, 0.5}, {2.0, 1.0, 1.0}, {1.0, 3.0, 0.0}};
+  std::map<std::string, int> exact;
+  for (std::string_view family : {"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2", "forward-only"}) {
+    for (std::int32_t p = 1; p <= 6; ++p) {
+      for (std::int32_t m = 1; m <= 14; ++m) {
+        for (std::int32_t v = 1; v <= 2; ++v) {
+          const ScheduleRequest r{p, m, v};
+          if (!accepts(family, r)) continue;
+          const Schedule s = make_schedule(family, r);
+          for (const auto& [tf, tbi, tbw] : costs) {
+            const AnalyticBubble a = analytic_bubble(family, p, m, v, tf, tbi, tbw);
+            if (!a.holds) continue;
+            SimOptions o;
+            o.record_timeline = false;
+            const SimResult res = simulate(s, uniform_costs(tf / v, tbi / v, tbw / v), o);
+            INFO(family << " p=" << p << " m=" << m << " v=" << v << " T=(" << tf << ", " << tbi << ", " << tbw
+                        << ") formula " << a.formula << " = " << a.idle_per_rank);
+            if (a.measured_against == "makespan") {
+              for (const SimRankStats& st : res.ranks) CHECK(st.idle == a.idle_per_rank);
+            } else {
+              REQUIRE(a.measured_against == "span");
+              CHECK(res.ranks.front().idle_in_span == a.idle_per_rank);
+              for (const SimRankStats& st : res.ranks) CHECK(st.idle_in_span <= a.idle_per_rank);
+            }
+            ++exact[std::string(family)];
+          }
+        }
+      }
+    }
+  }
+  for (const auto& [family, n] : exact) {
+    INFO(family);
+    CHECK(n > 20);
+  }
+  CHECK(exact.size() == 7);
+}
+
+TEST_CASE("analytic formulas: the literature's numbers, and unknown families", "[analytic]") {
+  // GPipe/1F1B, p = 4, T_F = 1, T_B = 2: 3 * 3 = 9 per rank; interleaved with v = 2: 4.5;
+  // ZB-H1: 3 * (1 + 1 - 1) = 3; ZB-H2: 3 * (1 + 1 - 2) = 0.
+  CHECK(analytic_bubble("gpipe", 4, 8, 1, 1, 1, 1).idle_per_rank == 9.0);
+  CHECK(analytic_bubble("1f1b", 4, 8, 1, 1, 1, 1).idle_per_rank == 9.0);
+  CHECK(analytic_bubble("interleaved-1f1b", 4, 8, 2, 1, 1, 1).idle_per_rank == 4.5);
+  CHECK(analytic_bubble("zb-h1", 4, 8, 1, 1, 1, 1).idle_per_rank == 3.0);
+  CHECK(analytic_bubble("zb-h2", 4, 8, 1, 1, 1, 1).idle_per_rank == 0.0);
+  CHECK(analytic_bubble("zb-h2", 4, 8, 1, 1, 1, 1).measured_against == "span");
+  CHECK_FALSE(analytic_bubble("zb-h2", 4, 6, 1, 1, 1, 1).holds);  // m < 2p - 1
+  CHECK_FALSE(analytic_bubble("zb-h1", 4, 8, 1, 1, 1, 2).holds);  // T_BW > T_F
+  CHECK_THROWS_WITH(analytic_bubble("zb-v", 4, 8, 2, 1, 1, 1), Catch::Contains("no closed form for family 'zb-v'"));
+  CHECK_THROWS_AS(analytic_bubble("gpipe", 0, 8, 1, 1, 1, 1), error);
+  CHECK(analytic_peak_in_flight("1f1b", 4, 8, 1) == 3);
+  CHECK(analytic_peak_in_flight("1f1b", 4, 2, 0) == 2);
+  CHECK(analytic_peak_in_flight("zb-h2", 4, 16, 0) == 7);
+  CHECK(analytic_peak_in_flight("zb-v", 4, 16, 0) == -1);
+}
+
+TEST_CASE("memory: simulate reports what validate does, in M_B and in bytes", "[sim][memory]") {
+  const Schedule s = make_schedule("zb-h1", {4, 8, 1});
+  CostModel c = uniform_costs(1.0, 1.0, 1.0);
+  c.stages.front().activation_bytes = 1000.0;
+  c.weight_memory_fraction = 0.25;
+  const SimResult res = simulate(s, c);
+  const ValidationReport v = validate(s, ValidateOptions{memory_model_for(c, s.stages())});
+  REQUIRE(v.ok());
+  REQUIRE(res.memory.size() == 4);
+  for (std::size_t r = 0; r < 4; ++r) {
+    CHECK(res.memory[r].peak_activations == v.memory[r].peak_activations);
+    CHECK(res.memory[r].peak_bytes == res.memory[r].peak_activations * 1000.0);
+    CHECK(res.memory[r].peak_in_flight == 4 - static_cast<std::int32_t>(r));
+  }
+  // Per-micro-batch activation sizes scale the bytes.
+  c.microbatch_scale.assign(8, 1.0);
+  c.microbatch_scale[0] = 2.0;
+  const SimResult scaled = simulate(s, c);
+  CHECK(scaled.memory[0].peak_bytes > res.memory[0].peak_bytes);
+}
+
+TEST_CASE("variable-length micro-batches: scale and explicit table agree", "[sim]") {
+  // On one rank everything is serial: the makespan is the sum of the scaled times.
+  Schedule s;
+  s.name = "serial";
+  s.ranks = 1;
+  s.microbatches = 3;
+  s.placement = {0, 0};
+  for (std::int32_t mb = 0; mb < 3; ++mb) {
+    s.programs.resize(1);
+    for (const Action& a : {act(Op::F, 0, mb), act(Op::F, 1, mb), act(Op::B, 1, mb), act(Op::B, 0, mb)}) {
+      s.programs[0].push_back(a);
+    }
+  }
+  CostModel scaled = uniform_costs(1.0, 2.0, 1.0);
+  scaled.microbatch_scale = {1.0, 0.5, 2.0};
+  CHECK(simulate(s, scaled).makespan == 2 * (1.0 + 3.0) * (1.0 + 0.5 + 2.0));
+  CostModel table;
+  for (std::int32_t st = 0; st < 2; ++st) {
+    for (const double k : {1.0, 0.5, 2.0}) table.per_microbatch.push_back(StageCost{k, 2.0 * k, k, 0.0, 0.0});
+  }
+  CHECK(simulate(s, table).makespan == simulate(s, scaled).makespan);
+}
+
+TEST_CASE("compute-only input is lowered with the model's times; ideal mode ignores streams", "[sim]") {
+  const Schedule s = make_schedule("interleaved-1f1b", {4, 8, 2});
+  CostModel c = uniform_costs(0.5, 0.75, 0.25);
+  c.link.latency = 0.25;
+  const SimResult direct = simulate(s, c);
+  const SimResult explicit_lowering = simulate(lower(s, lower_options_for(c, s.stages(), s.microbatches)), c);
+  CHECK(direct.lowered_internally);
+  CHECK_FALSE(explicit_lowering.lowered_internally);
+  CHECK(direct.timeline == explicit_lowering.timeline);
+  SimOptions ideal;
+  ideal.ideal_communication = true;
+  const SimResult dep = simulate(s, c, ideal);
+  CHECK(dep.makespan <= direct.makespan);
+  for (const Span& sp : dep.timeline.spans) CHECK(is_compute(sp.action.op));
+  // Free communication: the idealised and the lowered run agree.
+  c.link.latency = 0.0;
+  CHECK(simulate(s, c, ideal).makespan == simulate(s, c).makespan);
+}
+
+TEST_CASE("bad cost models are errors naming the field", "[sim][errors]") {
+  const Schedule s = make_schedule("1f1b", {2, 2, 1});
+  auto message = [&](const CostModel& c) {
+    try {
+      (void)simulate(s, c);
+    } catch (const error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CostModel c = uniform_costs(1.0, 1.0, 1.0);
+  c.stages.front().forward = -1.0;
+  CHECK_THAT(message(c), Catch::Contains("stages[0].forward"));
+  c = uniform_costs(1.0, std::nan(""), 1.0);
+  CHECK_THAT(message(c), Catch::Contains("stages[0].backward_input"));
+  c = uniform_costs(1.0, 1.0, 1.0);
+  c.stages.push_back(c.stages.front());
+  c.stages.push_back(c.stages.front());
+  CHECK_THAT(message(c), Catch::Contains("has 3 stage costs for a schedule of 2 stages"));
+  c = uniform_costs(1.0, 1.0, 1.0);
+  c.microbatch_scale = {1.0};
+  CHECK_THAT(message(c), Catch::Contains("1 micro-batch scales for 2 micro-batches"));
+  c = uniform_costs(1.0, 1.0, 1.0);
+  c.link.bandwidth = 0.0;
+  CHECK_THAT(message(c), Catch::Contains("link.bandwidth"));
+  c = uniform_costs(1.0, 1.0, 1.0);
+  c.link.latency = std::numeric_limits<double>::infinity();
+  CHECK_THAT(message(c), Catch::Contains("link.latency"));
+  c = uniform_costs(1.0, 1.0, 1.0);
+  c.weight_memory_fraction = 2.0;
+  CHECK_THAT(message(c), Catch::Contains("weight_memory_fraction"));
+  c = uniform_costs(1.0, 1.0, 1.0);
+  c.per_microbatch.resize(3);
+  CHECK_THAT(message(c), Catch::Contains("needs 4"));
+}
+
+TEST_CASE("invalid and deadlocking schedules are errors, not predictions", "[sim][errors]") {
+  Schedule s = make_schedule("1f1b", {2, 2, 1});
+  s.programs[0].push_back(act(Op::F, 0, 0));
+  CHECK_THROWS_WITH(simulate(s, uniform_costs(1, 1, 1)), Catch::Contains("is not a valid compute-only schedule") &&
+                                                             Catch::Contains("F0@s0 appears twice"));
+  Schedule l = lower(make_schedule("1f1b", {2, 2, 1}));
+  l.programs[1].pop_back();
+  CHECK_THROWS_WITH(simulate(l, uniform_costs(1, 1, 1)), Catch::Contains("simulate: schedule '1f1b': is not valid") &&
+                                                             Catch::Contains("SEND_B1@s1"));
+  // Send-send: each rank's send waits for a receive queued behind the other's send.
+  Schedule d;
+  d.name = "send-send";
+  d.ranks = 2;
+  d.microbatches = 2;
+  d.placement = {0, 1};
+  d.programs = {
+      {act(Op::F, 0, 0), act(Op::SEND_F, 0, 0), act(Op::F, 0, 1), act(Op::SEND_F, 0, 1), act(Op::RECV_B, 0, 0),
+       act(Op::B, 0, 0), act(Op::RECV_B, 0, 1), act(Op::B, 0, 1)},
+      {act(Op::RECV_F, 1, 0), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::SEND_B, 1, 0), act(Op::RECV_F, 1, 1),
+       act(Op::F, 1, 1), act(Op::B, 1, 1), act(Op::SEND_B, 1, 1)},
+  };
+  CHECK_THROWS_WITH(simulate(d, uniform_costs(1, 1, 1)),
+                    Catch::Contains("deadlocks under rendezvous") && Catch::Contains("SEND_F1@s0 (posted) waits for RECV_F1@s1"));
+}

@@ -16,12 +16,11 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <ppsched/backend/cuda.hpp>
+#include <ppsched/runtime/stage.hpp>
 #include <span>
 #include <utility>
 #include <vector>
-
-#include <ppsched/backend/cuda.hpp>
-#include <ppsched/runtime/stage.hpp>
 
 #include "../mlp/mlp.hpp"
 
@@ -130,8 +129,8 @@ class DeviceFloats {
 
   void upload(std::span<const float> from) {
     const ppsched::ScopedDevice on(device_);
-    PPSCHED_CUDA_CHECK(cudaMemcpy(data_, from.data(), std::min(from.size(), count_) * sizeof(float),
-                                  cudaMemcpyHostToDevice));
+    PPSCHED_CUDA_CHECK(
+        cudaMemcpy(data_, from.data(), std::min(from.size(), count_) * sizeof(float), cudaMemcpyHostToDevice));
   }
   [[nodiscard]] std::vector<float> download() const {
     std::vector<float> host(count_);
@@ -240,7 +239,7 @@ class CudaMlpStage {
       const Shape s = shapes_[l];
       const int n = rows() * s.out;
       linear_forward<<<blocks_for(static_cast<std::size_t>(n)), 128, 0, stream>>>(x, layer_params(l), scratch_.data(),
-                                                                                    rows(), s.in, s.out);
+                                                                                  rows(), s.in, s.out);
       tanh_forward<<<blocks_for(static_cast<std::size_t>(n)), 128, 0, stream>>>(scratch_.data(), output(mb, l), n);
       x = output(mb, l);
     }
@@ -258,7 +257,7 @@ class CudaMlpStage {
       float* dx = l > 0 ? scratch_.data() : grad_in.data();
       const int m = rows() * s.in;
       linear_backward_input<<<blocks_for(static_cast<std::size_t>(m)), 128, 0, stream>>>(grad(mb, l), layer_params(l),
-                                                                                          dx, rows(), s.in, s.out);
+                                                                                         dx, rows(), s.in, s.out);
       g = dx;
     }
   }
@@ -289,10 +288,10 @@ class CudaMlpStage {
 
   void optimizer_step(std::span<const float> total, float learning_rate) {
     const cudaStream_t stream = ppsched::launch_stream().handle();
-    PPSCHED_CUDA_CHECK(cudaMemcpyAsync(last_gradient_.data(), total.data(), total.size_bytes(),
-                                       cudaMemcpyDeviceToDevice, stream));
+    PPSCHED_CUDA_CHECK(
+        cudaMemcpyAsync(last_gradient_.data(), total.data(), total.size_bytes(), cudaMemcpyDeviceToDevice, stream));
     sgd<<<blocks_for(params_.size()), 128, 0, stream>>>(params_.data(), total.data(), learning_rate,
-                                                         static_cast<int>(params_.size()));
+                                                        static_cast<int>(params_.size()));
   }
 };
 

@@ -18,14 +18,13 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
-#include <span>
-#include <string>
-#include <vector>
-
 #include <ppsched/backend/cuda.hpp>
 #include <ppsched/runtime/world.hpp>
 #include <ppsched/schedule/generators.hpp>
 #include <ppsched/trace/stats.hpp>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "../mlp/mlp.hpp"
 #include "../mlp/mlp_stage.hpp"
@@ -136,8 +135,8 @@ int main(int argc, char** argv) try {
     const ppsched::StepResult& result = world.run_step({device_inputs.span(), device_targets.span()});
 
     std::vector<float> expected_gradient;
-    const std::vector<float> expected = mlp::train_step_unpipelined(
-        reference, inputs, targets, rows, microbatches, loss_scale, learning_rate, &expected_gradient);
+    const std::vector<float> expected = mlp::train_step_unpipelined(reference, inputs, targets, rows, microbatches,
+                                                                    loss_scale, learning_rate, &expected_gradient);
     std::vector<float> gradient;
     for (const auto& stage : gpu_stages) {
       const std::vector<float> part = stage->last_gradient();

@@ -3,8 +3,8 @@
 // (`CudaBackend`, backend/cuda/backend.cuh), with the pieces it is built from usable on their
 // own: checked calls (check.hpp), stream and event owners and refs (stream.hpp), stream-ordered
 // device memory (memory.hpp), the NCCL communicator and unique-id sharing (nccl.hpp), the
-// in-process device-copy transport for ranks that share a GPU (local_exchange.hpp), and the
-// calibrated spin kernel for synthetic stages (spin.cuh).
+// in-process device-copy transport for ranks that share a GPU (local_exchange.hpp), the
+// calibrated spin kernel (spin.cuh) and synthetic stages built on it (synthetic.cuh).
 //
 // Compiled by nvcc, everything is available. Compiled by a plain C++ compiler (a .cpp file
 // that links cudart and nccl), only the host-only parts are: the backend itself and the spin
@@ -22,4 +22,5 @@
 #if defined(__CUDACC__)
 #include "ppsched/backend/cuda/backend.cuh"
 #include "ppsched/backend/cuda/spin.cuh"
+#include "ppsched/backend/cuda/synthetic.cuh"
 #endif

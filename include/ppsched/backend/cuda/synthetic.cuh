@@ -94,7 +94,8 @@ inline void copy_on_launch_stream(std::span<float> to, std::span<const float> fr
     if (s + 1 == stages) {
       f.loss = [](std::int32_t, std::span<const float>, std::span<const float>, std::span<float> grad_output) {
         if (!grad_output.empty()) {
-          PPSCHED_CUDA_CHECK(cudaMemsetAsync(grad_output.data(), 0, grad_output.size_bytes(), launch_stream().handle()));
+          PPSCHED_CUDA_CHECK(
+              cudaMemsetAsync(grad_output.data(), 0, grad_output.size_bytes(), launch_stream().handle()));
         }
         return 0.0f;
       };

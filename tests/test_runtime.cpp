@@ -13,6 +13,8 @@
 #include <ppsched/schedule/generators.hpp>
 #include <ppsched/schedule/lower.hpp>
 #include <ppsched/schedule/validate.hpp>
+#include <ppsched/sim/simulate.hpp>
+#include <ppsched/trace/compare.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -418,6 +420,24 @@ TEST_CASE("a deadlocking hand-written schedule: validation rejects it, the watch
     require_error([&] { (void)world.run_step(batch.view()); }, {"watchdog", "waits for", "to be posted"});
   }
   CHECK(ppsched::live_threads() == threads_before);
+}
+
+TEST_CASE("measured timelines compare with the simulator's", "[runtime]") {
+  const int p = 2;
+  const int m = 4;
+  const Schedule s = make({"1f1b", 1}, p, m);
+  CpuCluster cluster(p);
+  const auto cost = ppsched::uniform_costs(1.0, 1.0, 1.0, "ms");
+  World<CpuBackend> world(backends(cluster), s, ppsched::synthetic_stages(cost, p, m, 100us));
+  const std::vector<float> inputs(m, 1.0f);
+  const std::vector<float> targets(m, 0.0f);
+  const auto& measured = world.run_step({inputs, targets}).timeline;
+  const auto predicted = ppsched::simulate(s, cost).timeline;
+  const auto cmp = ppsched::compare(measured, predicted);
+  CHECK(cmp.only_in_measured.empty());
+  CHECK(cmp.only_in_predicted.empty());
+  CHECK(cmp.per_rank.size() == static_cast<std::size_t>(p));
+  CHECK(cmp.matched == measured.spans.size());
 }
 
 TEST_CASE("setup errors name the stage and the fix", "[runtime]") {

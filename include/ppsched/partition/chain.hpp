@@ -196,6 +196,7 @@ class MonotoneProbe {
 
   [[nodiscard]] constexpr bool run(double bound, NextEvent& ev) {
     const std::size_t n = m_.layers, k = m_.stages;
+    overflow_ = chain_infinity;
     sets_.clear();
     begin_.clear();
     begin_.push_back(0);
@@ -235,7 +236,17 @@ class MonotoneProbe {
       if (sets_.size() == out) return false;
       begin_.push_back(sets_.size());
     }
-    return stage_fits(m_, k - 1, sets_[begin_[k] - 1].last, n, bound, ev);
+    const std::size_t last_start = sets_[begin_[k] - 1].last;
+    if (stage_fits(m_, k - 1, last_start, n, bound, ev)) return true;
+    overflow_ = m_.fits_memory(k - 1, last_start, n) ? m_.time(k - 1, last_start, n) - bound : chain_infinity;
+    return false;
+  }
+
+  // After an infeasible run that only failed on the last stage: where the optimum probably
+  // is, if the last stage's excess were spread over all stages. A hint for the search, not
+  // a bound.
+  [[nodiscard]] constexpr double suggest_after_failure(double bound) const noexcept {
+    return overflow_ < chain_infinity ? bound + overflow_ / static_cast<double>(m_.stages) : chain_infinity;
   }
 
   // After a feasible run: walk back from the end, each cut at the latest position that reaches
@@ -349,6 +360,7 @@ class MonotoneProbe {
   std::vector<CutRange> sets_;      // the ranges of every cut, cut after cut
   std::vector<std::size_t> begin_;  // cut j's ranges are sets_[begin_[j] .. begin_[j+1])
   std::vector<std::size_t> low_max_, high_max_;
+  double overflow_ = chain_infinity;   // the last failed run's last-stage excess
   SingleLayerMaxima::Max everywhere_;  // over all layers (memory parts filled on first use)
   bool memory_maxima_known_ = false;
   SingleLayerMaxima maxima_;
@@ -419,6 +431,7 @@ class SweepProbe {
 
   constexpr void remember_infeasible() {}
   constexpr void remember_feasible() {}
+  [[nodiscard]] constexpr double suggest_after_failure(double) const noexcept { return chain_infinity; }
 
  private:
   // The relaxation: every interior cut costs the cheapest cut. It never exceeds the true
@@ -502,14 +515,6 @@ class SweepProbe {
   return std::bit_cast<double>(a + (b - a) / 2);
 }
 
-// True when every interior cut costs the same, so stages only get slower as they grow.
-[[nodiscard]] constexpr bool cut_costs_uniform(const ChainModel& m) noexcept {
-  for (std::size_t b = 2; b < m.layers && !m.comm.empty(); ++b) {
-    if (m.comm[b] != m.comm[1]) return false;
-  }
-  return true;
-}
-
 // A bound no split beats: the largest layer on the fastest device, and the total work spread
 // perfectly over all devices (less a margin that covers the rounding of the sums).
 [[nodiscard]] constexpr double chain_lower_bound(const ChainModel& m, double largest_layer) noexcept {
@@ -528,13 +533,20 @@ class SweepProbe {
 
 // Exact search over bottleneck values: a probe at B either finds a split (whose bottleneck
 // becomes the new upper end) or proves nothing below NextEvent::value works (the new lower
-// end). Returns an empty split when no bound works, i.e. when the memory caps rule out every
-// split.
+// end). `start`, when given, is a known split that brackets the search from above. Returns
+// an empty split when no bound works, i.e. when the memory caps rule out every split.
 template <class Probe>
-[[nodiscard]] constexpr ChainSplit search_bottleneck(const ChainModel& m, Probe& probe, double lo, double guess) {
+[[nodiscard]] constexpr ChainSplit search_bottleneck(const ChainModel& m, Probe& probe, double lo, double guess,
+                                                     const ChainSplit& start = {}) {
   ChainSplit best;
   double hi = chain_infinity;
+  bool best_is_canonical = false;  // found by a probe of this model, so it follows the tie rule
+  if (!start.boundaries.empty()) {
+    best.boundaries = start.boundaries;
+    hi = bottleneck_of(m, start.boundaries);
+  }
   std::vector<std::size_t> candidate;
+  double hint = chain_infinity;
   auto attempt = [&](double bound) {
     NextEvent ev;
     if (probe.run(bound, ev)) {
@@ -545,21 +557,38 @@ template <class Probe>
         fail({"partition", "internal error: a feasibility probe returned a split above its bound", "",
               "please report this with the input that caused it"});
       }
-      if (got < hi) {
+      if (got < hi || (got == hi && !best_is_canonical)) {
         hi = got;
         best.boundaries = candidate;
+        best_is_canonical = true;
       }
     } else {
       probe.remember_infeasible();
       lo = std::max(lo, ev.value);
+      hint = probe.suggest_after_failure(bound);
     }
   };
-  if (guess > lo && guess < chain_infinity) attempt(guess);
+  if (guess > lo && guess < hi) attempt(guess);
   if (hi == chain_infinity) attempt(chain_infinity);
   if (hi == chain_infinity) return {};
-  while (lo < hi) attempt(double_midpoint(lo, hi));
+  // Halving the range bounds the number of probes; the probe's hint, tried on every other
+  // step, usually lands much closer.
+  bool hinted = false;
+  while (lo < hi) {
+    hinted = !hinted && hint > lo && hint < hi;
+    attempt(hinted ? hint : double_midpoint(lo, hi));
+  }
+  if (!best_is_canonical) attempt(hi);
   best.bottleneck = hi;
   return best;
+}
+
+// True when every interior cut costs the same, so stages only get slower as they grow.
+[[nodiscard]] constexpr bool cut_costs_uniform(const ChainModel& m) noexcept {
+  for (std::size_t b = 2; b < m.layers && !m.comm.empty(); ++b) {
+    if (m.comm[b] != m.comm[1]) return false;
+  }
+  return true;
 }
 
 // The solver on a validated model.
@@ -567,34 +596,57 @@ template <class Probe>
   const double lo = chain_lower_bound(m, largest_layer);
   double slowest = m.speed.empty() ? 1.0 : chain_infinity;
   for (const double s : m.speed) slowest = std::min(slowest, s);
-  double priciest_cut = 0.0;
-  for (const double c : m.comm) priciest_cut = std::max(priciest_cut, c);
+  double cheapest_cut = chain_infinity, dearest_cut = 0.0;
+  for (std::size_t b = 1; b < m.layers && !m.comm.empty(); ++b) {
+    cheapest_cut = std::min(cheapest_cut, m.comm[b]);
+    dearest_cut = std::max(dearest_cut, m.comm[b]);
+  }
   // Feasible for identical devices without caps: a greedy stage overshoots the mean by less
   // than one layer.
-  const double guess = lo + largest_layer / slowest + 2.0 * priciest_cut;
+  const double guess = lo + largest_layer / slowest + 2.0 * dearest_cut;
   if (cut_costs_uniform(m)) {
     MonotoneProbe probe(m, largest_layer);
     return search_bottleneck(m, probe, lo, guess);
   }
+  // Cut costs differ. Charging every interior cut the cheapest cost gives a problem whose
+  // optimum is a lower bound; charging the dearest, one whose optimal split is a real split
+  // no slower than that optimum. Both are quick to solve exactly, and they leave the sweep
+  // a narrow range.
+  std::vector<double> flat(m.layers + 1, 0.0);
+  ChainModel relaxed = m;
+  relaxed.comm = flat;
+  std::fill(flat.begin() + 1, flat.end() - 1, cheapest_cut);
+  MonotoneProbe optimistic(relaxed, largest_layer);
+  const ChainSplit low = search_bottleneck(relaxed, optimistic, lo, guess);
+  if (low.boundaries.empty()) return {};
+  std::fill(flat.begin() + 1, flat.end() - 1, dearest_cut);
+  MonotoneProbe pessimistic(relaxed, largest_layer);
+  const ChainSplit high = search_bottleneck(relaxed, pessimistic, low.bottleneck, guess);
   SweepProbe probe(m);
-  return search_bottleneck(m, probe, lo, guess);
+  return search_bottleneck(m, probe, low.bottleneck, chain_infinity, high);
 }
 
 // Running sums of `costs` (with the largest single-layer difference P[x+1] - P[x]), checking
-// every cost on the way.
+// every cost on the way. The check is folded into one flag so the loop stays branch-free;
+// only a failure looks for the offending cost.
 [[nodiscard]] constexpr std::vector<double> chain_prefix(std::span<const double> costs, double& largest_layer) {
   std::vector<double> prefix(costs.size() + 1);
   double sum = 0.0, largest = 0.0;
+  bool all_ok = true;
   for (std::size_t i = 0; i < costs.size(); ++i) {
     const double c = costs[i];
-    if (!chain_value_ok(c)) {
-      fail({"partition_chain", concat("cost ", i, " is ", c != c ? "NaN" : c < 0.0 ? "negative" : "infinite"),
-            concat("costs[", i, "]"), "layer costs must be finite and >= 0"});
-    }
+    all_ok &= chain_value_ok(c);
     const double next = sum + c;
     largest = std::max(largest, next - sum);
     prefix[i + 1] = next;
     sum = next;
+  }
+  if (!all_ok) {
+    std::size_t i = 0;
+    while (chain_value_ok(costs[i])) ++i;
+    const double c = costs[i];
+    fail({"partition_chain", concat("cost ", i, " is ", c != c ? "NaN" : c < 0.0 ? "negative" : "infinite"),
+          concat("costs[", i, "]"), "layer costs must be finite and >= 0"});
   }
   if (!chain_value_ok(sum)) {
     fail({"partition_chain", "the costs add up to more than the largest double", "costs",

@@ -78,8 +78,7 @@ double milliseconds_per_unit(const cli::BubblesOptions& options, const cli::Plan
 Measurement measure(const std::string& family, const cli::BubblesOptions& options, const cli::PlanModel& model,
                     double ms_per_unit) {
   const cli::PlanOptions& o = options.model;
-  const std::vector<std::string> named = o.schedules;
-  const ppsched::ScheduleRequest request{o.stages, o.microbatches, cli::chunks_for(family, o, !named.empty())};
+  const ppsched::ScheduleRequest request{o.stages, o.microbatches, cli::chunks_for(family, o)};
   const ppsched::Schedule schedule = ppsched::make_schedule(family, request);
 
   // The cost model in milliseconds, so the prediction and the measurement share a unit.
@@ -203,7 +202,7 @@ ordered_json to_json(const std::vector<Measurement>& results, const cli::Bubbles
 }
 
 int run(std::span<const char* const> argv) {
-  const cli::BubblesOptions options = cli::parse_bubbles_options(argv);
+  cli::BubblesOptions options = cli::parse_bubbles_options(argv);
   if (options.help) {
     std::cout << usage();
     return 0;
@@ -218,6 +217,7 @@ int run(std::span<const char* const> argv) {
   }
   const cli::PlanModel model = cli::make_model(options.model);
   const double ms_per_unit = milliseconds_per_unit(options, model);
+  cli::check_chunks_used(options.model);
   std::vector<std::string> families = options.model.schedules;
   const bool named = !families.empty();
   if (!named) {
@@ -226,7 +226,7 @@ int run(std::span<const char* const> argv) {
   std::vector<Measurement> results;
   for (const std::string& family : families) {
     const ppsched::ScheduleRequest request{options.model.stages, options.model.microbatches,
-                                          cli::chunks_for(family, options.model, named)};
+                                          cli::chunks_for(family, options.model)};
     if (!named && !ppsched::accepts(family, request)) continue;  // "all": the families this request suits
     results.push_back(measure(family, options, model, ms_per_unit));
   }

@@ -62,7 +62,7 @@ void write_outputs(const cli::ScheduleResult& r, const cli::OutputPaths& outputs
 }
 
 int run(std::span<const char* const> argv) {
-  const cli::PlanOptions options = cli::parse_plan_options(argv);
+  cli::PlanOptions options = cli::parse_plan_options(argv);
   if (options.help) {
     std::cout << usage();
     return 0;

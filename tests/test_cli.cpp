@@ -128,7 +128,7 @@ Run bubbles(const std::vector<std::string>& args) {
   return run_tool(tool_path("PPSCHED_BUBBLES", "ppsched-bubbles"), args);
 }
 
-[[maybe_unused]] std::string profile(const std::string& name) { return (source_root() / "examples" / "profiles" / name).string(); }
+std::string profile(const std::string& name) { return (source_root() / "examples" / "profiles" / name).string(); }
 
 // Runs with --json, requires success, and parses stdout.
 json plan_json(std::vector<std::string> args) {
@@ -362,6 +362,151 @@ TEST_CASE("uniform stages give the textbook makespans and memory", "[cli][plan]"
   CHECK(j.at("recommended") != "forward-only");
 }
 
+TEST_CASE("the default run plans the GPT-style model on 8 ranks with 32 micro-batches", "[cli][plan]") {
+  const Run r = plan({});
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  for (const char* text : {"GPT-style", "embedding", "lm head", "gpipe", "1f1b", "zb-v", "Recommended:"}) {
+    CHECK(r.out.find(text) != std::string::npos);
+  }
+  const json j = plan_json({});
+  check_plan_json(j);
+  CHECK(j.at("ranks") == 8);
+  CHECK(j.at("microbatches") == 32);
+  CHECK(j.at("model").at("layers") == 34);  // embedding, 32 blocks, LM head
+  CHECK(j.at("model").at("unit") == "ms");
+  // The example profile holds the same model: the same plan comes out.
+  json from_file = plan_json({"--profile", profile("gpt.json")});
+  json embedded = j;
+  from_file.erase("model");
+  embedded.erase("model");
+  CHECK(from_file == embedded);
+}
+
+TEST_CASE("a byte cap keeps only the schedules whose peak memory fits", "[cli][plan]") {
+  const json free = plan_json({});
+  // A cap just above 1F1B's peak: the schedules that store more must drop out.
+  const double cap = max_of(schedule_named(free, "1f1b").at("peak_memory_bytes")) + 1;
+  const json capped = plan_json({"--memory-cap-bytes", std::to_string(static_cast<long long>(cap))});
+  check_plan_json(capped);
+  for (const json& s : capped.at("schedules")) {
+    INFO(s.at("name"));
+    CHECK(s.at("fits").get<bool>() == (max_of(s.at("peak_memory_bytes")) <= cap));
+  }
+  CHECK(schedule_named(capped, "gpipe").at("fits") == false);  // it stores all 32 micro-batches
+  // Peak memory is the stage's parameters (with optimizer state) plus its peak activations.
+  const json& one_f_one_b = schedule_named(free, "1f1b");
+  const json& stages = free.at("partition").at("stages");
+  for (std::size_t r = 0; r < stages.size(); ++r) {
+    const double expected = stages[r].at("memory_bytes").get<double>() +
+                            (8.0 - static_cast<double>(r)) * stages[r].at("activation_bytes").get<double>();
+    CHECK(one_f_one_b.at("peak_memory_bytes")[r].get<double>() == Approx(expected).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("skip connections: the bytes at each cut are every tensor crossing it", "[cli][plan]") {
+  const json model = json::parse(read_file(profile("resnet.json")));
+  const json& layers = model.at("layers");
+  // The profile is numbered in topological order, so a stage's positions are layer indices.
+  std::vector<std::size_t> last_reader(layers.size(), 0);
+  for (const json& e : model.at("edges")) {
+    const auto from = e[0].get<std::size_t>(), to = e[1].get<std::size_t>();
+    last_reader[from] = std::max(last_reader[from], to);
+  }
+  const double latency = model.at("link").at("latency").get<double>();
+  const double bandwidth = model.at("link").at("bandwidth").get<double>();
+  // Uniform layer counts (17, 17, 16, 16) cut inside a residual block, where the block's
+  // input crosses the cut beside the main path; the optimal split is checked the same way.
+  for (const char* method : {"uniform", "optimal"}) {
+    INFO("--partition " << method);
+    const json j = plan_json({"--profile", profile("resnet.json"), "--stages", "4", "--microbatches", "8",
+                              "--partition", method});
+    check_plan_json(j);
+    CHECK(j.at("model").at("layers").get<std::size_t>() == layers.size());
+    int most_tensors = 0;
+    const json& stages = j.at("partition").at("stages");
+    for (std::size_t s = 0; s + 1 < stages.size(); ++s) {
+      const auto cut = stages[s].at("last_layer").get<std::size_t>() + 1;
+      double bytes = 0.0;
+      int tensors = 0;
+      for (std::size_t l = 0; l < cut; ++l) {
+        if (last_reader[l] >= cut) {
+          bytes += layers[l].at("output_bytes").get<double>();
+          ++tensors;
+        }
+      }
+      CHECK(stages[s].at("output_bytes").get<double>() == bytes);
+      // Each crossing tensor pays the link's latency and its bytes over the bandwidth.
+      CHECK(stages[s].at("comm_time").get<double>() == Approx(tensors * latency + bytes / bandwidth).epsilon(1e-12));
+      most_tensors = std::max(most_tensors, tensors);
+    }
+    if (std::string_view(method) == "uniform") CHECK(most_tensors == 2);
+  }
+}
+
+TEST_CASE("a heterogeneous machine: devices set the ranks, speeds scale the stage times", "[cli][plan]") {
+  const json j = plan_json({"--profile", profile("heterogeneous.json")});
+  check_plan_json(j);
+  const json model = json::parse(read_file(profile("heterogeneous.json")));
+  std::vector<double> speed, memory;
+  for (const json& d : model.at("devices")) {
+    for (int k = 0; k < d.value("count", 1); ++k) {
+      speed.push_back(d.at("speed").get<double>());
+      memory.push_back(d.at("memory_bytes").get<double>());
+    }
+  }
+  REQUIRE(j.at("ranks").get<std::size_t>() == speed.size());
+  CHECK(j.at("memory_cap").at("per_rank_bytes").get<std::vector<double>>() == memory);
+  const json& layers = model.at("layers");
+  const json& stages = j.at("partition").at("stages");
+  std::size_t fewest_on_fast = layers.size(), most_on_slow = 0;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    double work = 0.0;
+    const auto first = stages[s].at("first_layer").get<std::size_t>(), last = stages[s].at("last_layer").get<std::size_t>();
+    for (std::size_t l = first; l <= last; ++l) {
+      work += layers[l].at("forward").get<double>() + layers[l].value("backward_input", 0.0) +
+              layers[l].value("backward_weight", 0.0);
+    }
+    CHECK(stages[s].at("compute_time").get<double>() == Approx(work / speed[s]).epsilon(1e-12));
+    const std::size_t count = last - first + 1;
+    if (speed[s] == 1.0) fewest_on_fast = std::min(fewest_on_fast, count);
+    if (speed[s] < 1.0) most_on_slow = std::max(most_on_slow, count);
+  }
+  CHECK(fewest_on_fast > most_on_slow);  // the faster devices get more layers
+  // --stages must agree with the devices listed.
+  const Run r = plan({"--profile", profile("heterogeneous.json"), "--stages", "4"});
+  CHECK(r.status == 2);
+  CHECK(r.err.find("lists 8 devices") != std::string::npos);
+}
+
+TEST_CASE("--layers partitions identical layers; --partition uniform splits as DeepSpeed does", "[cli][plan]") {
+  const json optimal = plan_json({"--layers", "10", "--stages", "4", "--microbatches", "8", "--schedule", "1f1b"});
+  check_plan_json(optimal);
+  const json uniform = plan_json({"--layers", "10", "--stages", "4", "--microbatches", "8", "--schedule", "1f1b",
+                                  "--partition", "uniform"});
+  check_plan_json(uniform);
+  // 10 layers on 4 stages: the first 10 % 4 = 2 stages get one layer more.
+  const std::vector<int> expected{3, 3, 2, 2};
+  const json& stages = uniform.at("partition").at("stages");
+  for (std::size_t s = 0; s < 4; ++s) {
+    CHECK(stages[s].at("last_layer").get<int>() - stages[s].at("first_layer").get<int>() + 1 == expected[s]);
+  }
+  // Either split leaves some stage with 3 layers, so the bottlenecks agree.
+  CHECK(optimal.at("partition").at("bottleneck_time").get<double>() == 9.0);
+  CHECK(uniform.at("partition").at("bottleneck_time").get<double>() == 9.0);
+}
+
+TEST_CASE("--chunks sets the virtual stages of the looped schedules", "[cli][plan]") {
+  const json j = plan_json({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8", "--chunks", "4",
+                            "--schedule", "interleaved-1f1b,looped-bfs,zb-v"});
+  check_plan_json(j);
+  CHECK(schedule_named(j, "interleaved-1f1b").at("virtual_stages") == 16);
+  CHECK(schedule_named(j, "looped-bfs").at("virtual_stages") == 16);
+  CHECK(schedule_named(j, "zb-v").at("virtual_stages") == 8);  // the V always has two chunks
+  // Interleaving with v = 4: m(F + B) + (p - 1)(F + B) / v, with F and B per rank.
+  CHECK(schedule_named(j, "interleaved-1f1b").at("makespan").get<double>() == Approx(8 * 3 + 3 * 3 / 4.0));
+}
+
 TEST_CASE("a memory cap in micro-batches excludes the schedules that exceed it", "[cli][plan]") {
   const json free = plan_json({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8"});
   const double cap = 4;
@@ -431,6 +576,25 @@ TEST_CASE("trace, SVG and CSV outputs are well-formed and the CSV validates", "[
   CHECK(vj.at("makespan").get<double>() == schedule_named(j, "1f1b").at("makespan").get<double>());
 }
 
+TEST_CASE("every family's CSV validates and simulates as the generated schedule did", "[cli][plan]") {
+  ScratchDir dir;
+  for (const char* family : {"gpipe", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2", "zb-v", "forward-only"}) {
+    INFO(family);
+    const std::string csv = dir.file(std::string(family) + ".csv");
+    const std::vector<std::string> model{"--stage-cost", "2,1,1", "--comm", "0.25"};
+    std::vector<std::string> args = model;
+    args.insert(args.end(), {"--stages", "4", "--microbatches", "8", "--schedule", family, "--csv", csv});
+    const json generated = plan_json(args);
+    args = model;
+    args.insert(args.end(), {"--validate", csv});
+    const json checked = plan_json(args);
+    CHECK(checked.at("valid") == true);
+    const json& g = schedule_named(generated, family);
+    CHECK(checked.at("makespan").get<double>() == g.at("makespan").get<double>());
+    CHECK(checked.at("peak_activations") == g.at("peak_activations"));
+  }
+}
+
 TEST_CASE("--validate lists each problem of a broken schedule and exits 1", "[cli][plan]") {
   ScratchDir dir;
   // Rank 1 runs the backward of micro-batch 0 before its forward.
@@ -475,6 +639,8 @@ TEST_CASE("bad input exits 2 and says what would work", "[cli][plan]") {
       {{"--memory-cap-bytes", "12 parsecs"}, {"--memory-cap-bytes", "GiB"}},
       {{"--layers", "8", "--stage-cost", "1,1,1"}, {"both describe the model"}},
       {{"--stages", "4", "--stages", "5"}, {"more than once"}},
+      {{"--stage-cost", "1,1,1", "--schedule", "1f1b,zb-v", "--chunks", "3"}, {"--chunks", "interleaved-1f1b"}},
+      {{"--partition", "greedy"}, {"unknown method 'greedy'", "optimal, uniform, params"}},
       {{"--stage-cost", "1,1,1", "--bandwidth", "10"}, {"--bandwidth", "--stage-cost"}},
       {{"--stage-cost", "1,1,1", "--schedule", "interleaved-1f1b", "--stages", "4", "--microbatches", "6"},
        {"interleaved-1f1b", "m"}},

@@ -8,11 +8,20 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include "default_model.hpp"
 #include "plan.hpp"
 #include "plan_options.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/graph/hardware.hpp"
+#include "ppsched/graph/layer_graph.hpp"
+#include "ppsched/graph/profile.hpp"
+#include "ppsched/graph/profile_json.hpp"
+#include "ppsched/partition/cost_model.hpp"
+#include "ppsched/partition/partition.hpp"
 
 namespace ppsched::cli {
 
@@ -78,13 +87,163 @@ inline void set_bottleneck(PartitionPlan& p) {
   return model;
 }
 
-// The model the options describe.
-[[nodiscard]] inline PlanModel make_model(const PlanOptions& options) {
+namespace detail {
+
+// Bytes crossing each cut b (0..n) of a topological order: every layer output produced
+// before b and read at or after b, counted once per cut (what the partitioner prices).
+[[nodiscard]] inline std::vector<double> crossing_bytes(const LayerGraph& graph, const std::vector<std::size_t>& order) {
+  const std::size_t n = graph.size();
+  std::vector<std::size_t> position(n);
+  for (std::size_t p = 0; p < n; ++p) position[order[p]] = p;
+  std::vector<std::size_t> last_reader(n, 0);
+  std::vector<bool> read(n, false);
+  for (const Edge& e : graph.edges()) {
+    const std::size_t from = position[e.from];
+    last_reader[from] = std::max(last_reader[from], position[e.to]);
+    read[from] = true;
+  }
+  std::vector<double> bytes(n + 1, 0.0);
+  for (std::size_t p = 0; p < n; ++p) {
+    if (!read[p]) continue;
+    for (std::size_t b = p + 1; b <= last_reader[p]; ++b) bytes[b] += graph.layers()[order[p]].output_bytes;
+  }
+  return bytes;
+}
+
+[[nodiscard]] inline std::string method_name(PartitionMethod m) {
+  switch (m) {
+    case PartitionMethod::optimal: return "exact min-bottleneck";
+    case PartitionMethod::uniform: return "uniform layer counts";
+    case PartitionMethod::by_params: return "balanced parameters";
+  }
+  return "?";
+}
+
+}  // namespace detail
+
+// A layer graph on a machine (devices in pipeline order, one per rank, and a link), cut by
+// ppsched's partitioner for each placement. Device speeds apply to the stages on that
+// device's rank. Device memory caps constrain the one-stage-per-rank partition (with 1F1B's
+// in-flight counts); with chunks the partitioner sees speeds only, and each schedule's
+// simulated peak is checked against the caps afterwards.
+[[nodiscard]] inline PlanModel graph_model(Profile profile, std::string description, const PlanOptions& options) {
+  PlanModel model;
+  model.description = std::move(description);
+  model.unit = profile.time_unit.empty() ? "unit" : profile.time_unit;
+  model.layers = profile.graph.size();
+  model.has_bytes = true;
+  Interconnect link = profile.link;
+  if (options.comm_latency) link.latency = *options.comm_latency;
+  if (options.bandwidth) link.bandwidth = *options.bandwidth;
+  model.link = Link{link.latency, link.bandwidth};
+  const std::int32_t ranks = options.stages;
+  std::vector<Device> devices = profile.devices;
+  if (devices.size() == 1) devices.assign(static_cast<std::size_t>(ranks), devices.front());
+  for (const Device& d : devices) {
+    if (d.memory_bytes != std::numeric_limits<double>::infinity()) {
+      model.rank_memory_cap.clear();
+      for (const Device& e : devices) model.rank_memory_cap.push_back(e.memory_bytes);
+      break;
+    }
+  }
+  model.partition = [graph = std::move(profile.graph), devices, link, ranks, factor = options.optimizer_state_factor,
+                     method = options.partition, microbatches = options.microbatches](
+                        const std::vector<std::int32_t>& placement) {
+    const std::size_t stages = placement.size();
+    const bool one_per_rank = stages == static_cast<std::size_t>(ranks);
+    PartitionCostModel cost;
+    cost.link = link;
+    cost.optimizer_state_factor = factor;
+    for (const std::int32_t r : placement) {
+      Device d = devices.empty() ? Device{} : devices[static_cast<std::size_t>(r)];
+      if (!one_per_rank) d.memory_bytes = std::numeric_limits<double>::infinity();
+      cost.devices.push_back(d);
+    }
+    cost.inflight = inflight_1f1b(stages, static_cast<std::size_t>(microbatches));
+    const Partition cut = method == PartitionMethod::uniform     ? partition_uniform(graph, stages, cost)
+                          : method == PartitionMethod::by_params ? partition_by_params(graph, stages, cost)
+                                                                 : partition_optimal(graph, stages, cost);
+    const std::vector<double> bytes = detail::crossing_bytes(graph, cut.order);
+    PartitionPlan p;
+    p.method = detail::method_name(method);
+    for (std::size_t s = 0; s < stages; ++s) {
+      const PartitionStage& st = cut.stages[s];
+      StagePlan plan;
+      plan.rank = placement[s];
+      plan.first_layer = st.begin;
+      plan.last_layer = st.end - 1;
+      plan.first_name = st.first_layer;
+      plan.last_name = st.last_layer;
+      plan.forward = st.forward;
+      plan.backward_input = st.backward_input;
+      plan.backward_weight = st.backward_weight;
+      plan.compute_time = st.compute;
+      // No transfer happens between two stages on one rank (the V's turn in zb-v).
+      const bool same_rank = s + 1 < stages && placement[s + 1] == placement[s];
+      plan.comm_time = same_rank ? 0.0 : st.send;
+      plan.memory_bytes = factor * st.param_bytes;
+      plan.activation_bytes = st.activation_bytes;
+      plan.output_bytes = s + 1 < stages ? bytes[st.end] : 0.0;
+      p.stages.push_back(std::move(plan));
+    }
+    detail::set_bottleneck(p);
+    return p;
+  };
+  return model;
+}
+
+// --layers N: a chain of identical layers, each F = BI = BW = 1 unit, holding 1 MiB of
+// parameters and 1 MiB of activations and handing 1 MiB to the next layer.
+[[nodiscard]] inline PlanModel uniform_layers_model(const PlanOptions& options) {
+  std::vector<Layer> layers;
+  for (std::int32_t i = 0; i < options.layers; ++i) {
+    layers.push_back(Layer{ppsched::detail::concat("layer ", i), 1.0, 1.0, 1.0, 1048576.0, 1048576.0, 1048576.0});
+  }
+  Profile profile;
+  profile.graph = LayerGraph(std::move(layers));
+  return graph_model(std::move(profile), ppsched::detail::concat(options.layers, " identical layers (F = BI = BW = 1)"),
+                     options);
+}
+
+// The embedded default (default_model.hpp) on its machine: a 25 GB/s link with 20 us
+// latency between ranks, as one HDR InfiniBand port per GPU gives.
+[[nodiscard]] inline Profile gpt_profile() {
+  Profile profile;
+  profile.graph = LayerGraph(gpt_layers());
+  profile.time_unit = "ms";
+  profile.link = Interconnect{0.02, 25e9 / 1e3};
+  return profile;
+}
+
+inline constexpr std::string_view gpt_description =
+    "GPT-style default: embedding, 32 transformer blocks, LM head (hidden 4096, sequence 2048, micro-batch 1, "
+    "bf16, 156 TFLOP/s per device)";
+
+// The model the options describe. A profile that lists its devices sets the rank count when
+// --stages is not given.
+[[nodiscard]] inline PlanModel make_model(PlanOptions& options) {
+  using ppsched::detail::concat;
   switch (options.source) {
     case ModelSource::stage_cost: return stage_cost_model(options);
-    default: break;
+    case ModelSource::uniform_layers: return uniform_layers_model(options);
+    case ModelSource::embedded_gpt: return graph_model(gpt_profile(), std::string(gpt_description), options);
+    case ModelSource::profile: break;
   }
-  fail({"model", "this model source is not available yet", "", "use --stage-cost"});
+  Profile profile = load_profile(options.profile_path);
+  if (profile.devices.size() > 1) {
+    const auto listed = static_cast<std::int32_t>(profile.devices.size());
+    if (!options.stages_given) {
+      options.stages = listed;
+    } else if (options.stages != listed) {
+      fail({concat("profile '", options.profile_path, "'"),
+            concat("lists ", listed, " devices but --stages is ", options.stages), "devices",
+            concat("drop --stages (the profile's devices set it to ", listed, ") or list one device per rank")});
+    }
+  }
+  std::string description = concat("profile '", options.profile_path, "': ", profile.graph.size(), " layers");
+  if (!profile.graph.is_chain()) description += concat(", ", profile.graph.edges().size(), " edges");
+  if (!profile.devices.empty()) description += concat(", ", profile.devices.size(), " devices");
+  return graph_model(std::move(profile), std::move(description), options);
 }
 
 }  // namespace ppsched::cli

@@ -141,14 +141,18 @@ struct PlanResult {
 
 namespace detail {
 
+// The simulator's costs for a partition. A transfer must take exactly the partition's cut
+// time (which charges latency per tensor crossing the cut, skip connections included), so
+// the simulator's link is set to move one "byte" per time unit with no latency and each
+// stage's output is given as its cut time: latency + bytes / bandwidth is then that time.
 [[nodiscard]] inline CostModel cost_model_of(const PartitionPlan& partition, const PlanModel& model, double w_ratio) {
   CostModel cost;
   cost.unit = model.unit;
-  cost.link = model.link;
+  cost.link = Link{0.0, 1.0};
   cost.weight_memory_fraction = w_ratio;
   cost.stages.reserve(partition.stages.size());
   for (const StagePlan& s : partition.stages) {
-    cost.stages.push_back(StageCost{s.forward, s.backward_input, s.backward_weight, s.activation_bytes, s.output_bytes});
+    cost.stages.push_back(StageCost{s.forward, s.backward_input, s.backward_weight, s.activation_bytes, s.comm_time});
   }
   return cost;
 }
@@ -225,13 +229,22 @@ inline void check_fit(ScheduleResult& r, const PlanResult& plan) {
 
 }  // namespace detail
 
-// Chunks per rank a family is built with: --chunks for the families that take any number;
-// otherwise the family's own (1, or 2 for zb-v), unless the user named the family and gave
-// --chunks, in which case the family's rule judges the request and its error says why.
-[[nodiscard]] inline std::int32_t chunks_for(std::string_view family, const PlanOptions& options, bool named) {
+// Chunks per rank a family is built with: --chunks for the families that take any number,
+// the family's own otherwise (1, or 2 for zb-v's V).
+[[nodiscard]] inline std::int32_t chunks_for(std::string_view family, const PlanOptions& options) {
   if (family == "interleaved-1f1b" || family == "looped-bfs") return options.chunks;
-  if (named && options.chunks_given) return options.chunks;
   return family == "zb-v" ? 2 : 1;
+}
+
+// --chunks names a number for interleaved-1f1b and looped-bfs; given while neither is
+// selected it would change nothing, which the user should hear about.
+inline void check_chunks_used(const PlanOptions& options) {
+  if (!options.chunks_given || options.schedules.empty()) return;
+  for (const std::string& s : options.schedules) {
+    if (s == "interleaved-1f1b" || s == "looped-bfs") return;
+  }
+  fail({"flag --chunks", "applies to interleaved-1f1b and looped-bfs, and neither is selected", "",
+        "drop --chunks, or add one of them to --schedule (zb-v always has 2 chunks, the others 1)"});
 }
 
 // Proves and simulates one schedule (compute-only or lowered, generated or read from a
@@ -406,6 +419,7 @@ inline void add_analytic(ScheduleResult& r, const PartitionPlan& partition, std:
   };
   plan.partition = partition_for(one_stage_per_rank_placement(options.stages));
 
+  check_chunks_used(options);
   const bool named = !options.schedules.empty();
   std::vector<std::string> families = options.schedules;
   if (!named) {
@@ -413,7 +427,7 @@ inline void add_analytic(ScheduleResult& r, const PartitionPlan& partition, std:
   }
   const bool free_comm = model.link.latency == 0.0 && model.link.bandwidth == std::numeric_limits<double>::infinity();
   for (const std::string& family : families) {
-    const ScheduleRequest request{options.stages, options.microbatches, chunks_for(family, options, named)};
+    const ScheduleRequest request{options.stages, options.microbatches, chunks_for(family, options)};
     if (!named && !accepts(family, request)) {
       try {
         (void)make_schedule(family, request);

@@ -22,6 +22,9 @@ namespace ppsched::cli {
 // Where the model comes from. Exactly one, or the embedded GPT-style default.
 enum class ModelSource : std::uint8_t { embedded_gpt, profile, uniform_layers, stage_cost };
 
+// How a graph model is cut into stages (ppsched/partition/partition.hpp).
+enum class PartitionMethod : std::uint8_t { optimal, uniform, by_params };
+
 struct PlanOptions {
   ModelSource source = ModelSource::embedded_gpt;
   std::string profile_path;
@@ -38,6 +41,10 @@ struct PlanOptions {
   std::optional<double> memory_cap_microbatches;
   std::optional<double> memory_cap_bytes;
   double w_memory_ratio = 0.5;              // M_W / M_B
+  // Bytes held per parameter byte: bf16 weights and gradients with fp32 master weights and
+  // two fp32 Adam moments are 16 bytes per 2-byte parameter.
+  double optimizer_state_factor = 8.0;
+  PartitionMethod partition = PartitionMethod::optimal;
   std::vector<std::string> schedules;       // canonical family names, in the order asked
   bool schedule_auto = false;               // --schedule auto: report only the recommendation
   bool json = false;
@@ -49,7 +56,7 @@ struct PlanOptions {
   bool version = false;
 };
 
-inline constexpr std::array<FlagSpec, 19> plan_flags{{
+inline constexpr std::array<FlagSpec, 21> plan_flags{{
     {"--profile", "FILE", "model profile (JSON, see docs/profile-format.md)"},
     {"--layers", "N", "a chain of N identical layers (forward 1, backward-for-input 1, backward-for-weights 1)"},
     {"--stage-cost", "F,B,W", "every rank's stage costs F, BI, BW (pure schedule study; no partitioning)"},
@@ -61,6 +68,8 @@ inline constexpr std::array<FlagSpec, 19> plan_flags{{
     {"--memory-cap-microbatches", "N", "per-rank cap on stored activations, in M_B units"},
     {"--memory-cap-bytes", "BYTES", "per-rank cap on parameters + activations, e.g. 80GiB"},
     {"--w-memory-ratio", "R", "M_W / M_B: what BI keeps until BW (default 0.5)"},
+    {"--optimizer-state-factor", "X", "bytes held per parameter byte (default 8: bf16 + fp32 Adam)"},
+    {"--partition", "METHOD", "optimal (default, min bottleneck), uniform (equal layer counts) or params"},
     {"--schedule", "NAME", "all (default), auto, or a family (comma-separated list allowed)"},
     {"--json", "", "print one JSON object instead of the report (docs/cli.md)"},
     {"--trace", "FILE", "write the chosen schedule's simulated timeline as a Chrome trace"},
@@ -172,6 +181,19 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
         fail({"flag --w-memory-ratio", concat("value '", flag.value, "' is above 1"), detail::argument_place(flag.position),
               "what BI keeps for BW is a fraction of a stored activation: give a number from 0 to 1"});
       }
+    } else if (n == "--optimizer-state-factor") {
+      options.optimizer_state_factor = parse_real(flag, 0.0);
+    } else if (n == "--partition") {
+      if (flag.value == "optimal") {
+        options.partition = PartitionMethod::optimal;
+      } else if (flag.value == "uniform") {
+        options.partition = PartitionMethod::uniform;
+      } else if (flag.value == "params") {
+        options.partition = PartitionMethod::by_params;
+      } else {
+        fail({"flag --partition", concat("unknown method '", flag.value, "'"), detail::argument_place(flag.position),
+              "valid methods: optimal, uniform, params"});
+      }
     } else if (n == "--schedule") {
       parse_schedule_list(flag, options);
     } else if (n == "--json") {
@@ -197,6 +219,12 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
   if (const GivenFlag* f = find("--bandwidth"); f != nullptr && options.source == ModelSource::stage_cost) {
     fail({"flag --bandwidth", "--stage-cost has no tensor sizes for a bandwidth to apply to",
           detail::argument_place(f->position), "use --comm for the per-transfer time, or --profile for tensor sizes"});
+  }
+  for (const char* name : {"--partition", "--optimizer-state-factor"}) {
+    if (const GivenFlag* f = find(name); f != nullptr && options.source == ModelSource::stage_cost) {
+      fail({concat("flag ", name), "--stage-cost has no layers or parameters", detail::argument_place(f->position),
+            "use --layers or --profile to partition a model"});
+    }
   }
   if (const GivenFlag* f = find("--memory-cap-bytes"); f != nullptr && options.source == ModelSource::stage_cost) {
     fail({"flag --memory-cap-bytes", "--stage-cost has no byte sizes to compare with a byte cap",

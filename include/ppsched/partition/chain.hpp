@@ -132,6 +132,38 @@ struct NextEvent {
   return lo;
 }
 
+// The same, starting from a guess of the answer: gallops away from `guess` (doubling steps)
+// until the answer is bracketed, then bisects. Costs about 2 log2 |answer - guess| tests
+// instead of log2 (hi - lo), which pays when stages are long and the guess is good.
+[[nodiscard]] constexpr std::size_t last_fitting_end_near(const ChainModel& m, std::size_t j, std::size_t a,
+                                                          std::size_t lo, std::size_t hi, std::size_t guess,
+                                                          double bound, NextEvent& ev) noexcept {
+  if (guess > lo && guess < hi) {
+    if (stage_fits(m, j, a, guess, bound, ev)) {
+      lo = guess;
+      for (std::size_t step = 1; lo < hi; step *= 2) {
+        const std::size_t x = hi - lo > step ? lo + step : hi;
+        if (!stage_fits(m, j, a, x, bound, ev)) {
+          hi = x - 1;
+          break;
+        }
+        lo = x;
+      }
+    } else {
+      hi = guess - 1;
+      for (std::size_t step = 1; hi - lo > step; step *= 2) {
+        const std::size_t x = hi - step;
+        if (stage_fits(m, j, a, x, bound, ev)) {
+          lo = x;
+          break;
+        }
+        hi = x - 1;
+      }
+    }
+  }
+  return last_fitting_end(m, j, a, lo, hi, bound, ev);
+}
+
 [[nodiscard]] constexpr double bottleneck_of(const ChainModel& m, std::span<const std::size_t> boundaries) noexcept {
   double worst = 0.0;
   for (std::size_t j = 0; j + 1 < boundaries.size(); ++j) worst = std::max(worst, m.time(j, boundaries[j], boundaries[j + 1]));
@@ -205,6 +237,7 @@ class MonotoneProbe {
     for (std::size_t j = 0; j + 1 < k; ++j) {
       const std::size_t room = n - (k - 1 - j);  // later stages need a layer each
       const std::size_t from = begin_[j], to = begin_[j + 1], out = sets_.size();
+      const std::size_t previous_max = j == 0 ? 0 : sets_[from - 1].last;
       const bool may_block = j > 0 && stage_may_block(j, bound);
       for (std::size_t i = from; i < to; ++i) {
         const CutRange cur = sets_[i];
@@ -229,7 +262,9 @@ class MonotoneProbe {
             lo = std::max(lo, std::min(low_max_[j + 1], hi));
             hi = std::max(lo, std::min(hi, high_max_[j + 1]));
           }
-          const std::size_t end = last_fitting_end(m_, j, cur.last, lo, hi, bound, ev);
+          // Stages tend to be alike: guess this one as long as the previous.
+          const std::size_t guess = cur.last + (cur.last - previous_max);
+          const std::size_t end = last_fitting_end_near(m_, j, cur.last, lo, hi, guess, bound, ev);
           if (end > cur.last) append(out, cur.last + 1, end);
         }
       }

@@ -12,7 +12,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -188,4 +191,68 @@ TEST_CASE("the loss goes down", "[training]") {
   for (float x : first) a += x;
   for (float x : last) b += x;
   CHECK(b < 0.5f * a);
+}
+
+namespace {
+
+// The repository root: found from this file's path as the compiler saw it (absolute, or
+// relative to the build directory), looked up from the working directory and its parents.
+std::filesystem::path source_root() {
+  namespace fs = std::filesystem;
+  const fs::path here = fs::path(__FILE__).parent_path() / "..";
+  for (fs::path dir = fs::current_path(); !dir.empty(); dir = dir.parent_path()) {
+    for (const fs::path& candidate : {dir, dir / here}) {
+      if (fs::exists(candidate / "docs" / "guide.md") && fs::exists(candidate / "examples" / "mlp_training.cpp")) {
+        return candidate;
+      }
+    }
+    if (dir == dir.parent_path()) break;
+  }
+  return {};
+}
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// The lines between "// example-begin NAME" and "// example-end NAME", their common
+// indentation removed.
+std::string snippet(const std::string& text, const std::string& name) {
+  const std::string begin = "// example-begin " + name + "\n";
+  const std::string end = "// example-end " + name;
+  const auto b = text.find(begin);
+  const auto e = text.find(end);
+  if (b == std::string::npos || e == std::string::npos) return {};
+  std::string body = text.substr(b + begin.size(), e - b - begin.size());
+  body = body.substr(0, body.rfind('\n') + 1);  // drop the end marker's indentation
+  std::vector<std::string> lines;
+  std::istringstream in(body);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::size_t indent = std::string::npos;
+  for (const auto& line : lines) {
+    if (line.find_first_not_of(' ') != std::string::npos) indent = std::min(indent, line.find_first_not_of(' '));
+  }
+  std::string out;
+  for (const auto& line : lines) out += (line.size() >= indent ? line.substr(indent) : std::string()) + "\n";
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the guide shows the example's code as it is", "[training]") {
+  const auto root = source_root();
+  REQUIRE_FALSE(root.empty());
+  const std::string guide = read_text(root / "docs" / "guide.md");
+  const std::string stage = read_text(root / "examples" / "mlp" / "mlp_stage.hpp");
+  const std::string example = read_text(root / "examples" / "mlp_training.cpp");
+  for (const auto& [text, name] : {std::pair{&stage, "mlp-stage-functions"}, std::pair{&stage, "mlp-stage-passes"},
+                                   std::pair{&example, "mlp-training"}, std::pair{&example, "mlp-step"}}) {
+    const std::string code = snippet(*text, name);
+    INFO(name);
+    REQUIRE_FALSE(code.empty());
+    CHECK(guide.find("```cpp\n" + code + "```") != std::string::npos);
+  }
 }

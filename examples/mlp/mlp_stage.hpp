@@ -42,6 +42,7 @@ class MlpStage {
 
   // The stage as ppsched sees it. `loss_scale` multiplies the squared error (e.g. 1 / batch
   // size); the last stage of the pipeline computes the loss.
+  // example-begin mlp-stage-functions
   [[nodiscard]] ppsched::StageFunctions functions(bool last_stage, float loss_scale, float learning_rate) {
     ppsched::StageFunctions f;
     f.input_size = rows_ * model_.layers[first_].in();
@@ -67,6 +68,7 @@ class MlpStage {
     };
     return f;
   }
+  // example-end mlp-stage-functions
 
  private:
   Mlp& model_;
@@ -81,6 +83,7 @@ class MlpStage {
 
   [[nodiscard]] std::span<float> scratch(std::size_t floats) { return std::span<float>(scratch_).first(floats); }
 
+  // example-begin mlp-stage-passes
   void forward(std::int32_t mb, std::span<const float> in, std::span<float> out) {
     std::span<const float> x = in;
     for (std::size_t l = first_; l < last_; ++l) {
@@ -119,6 +122,7 @@ class MlpStage {
                             weight_grad.subspan(offsets_[l - first_], layer.parameter_count()));
     }
   }
+  // example-end mlp-stage-passes
 };
 
 // Training without a pipeline: every micro-batch through the whole model in order, its

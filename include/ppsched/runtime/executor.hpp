@@ -498,20 +498,20 @@ class Executor {
     for (std::int32_t k = 0; k < st.action_count; ++k) {
       what += detail::concat(k == 0 ? "" : " ", labels_[static_cast<std::size_t>(st.first_action + k)]);
     }
-    std::string waits;
     if (st.wait_on >= 0 && !b_.query(end_events_[static_cast<std::size_t>(st.wait_on)])) {
       const PlannedStep& dep = plan_.steps[static_cast<std::size_t>(st.wait_on)];
-      waits = detail::concat("waits for ", labels_[static_cast<std::size_t>(dep.first_action)], " on the ",
-                     dep.lane == Lane::compute ? "compute" : "comm", " stream");
-    } else if (st.lane == Lane::comm) {
+      return detail::concat(what, " waits for ", labels_[static_cast<std::size_t>(dep.first_action)], " on the ",
+                            dep.lane == Lane::compute ? "compute" : "comm", " stream");
+    }
+    if (st.lane == Lane::comm) {
+      std::string waits;
       for (const PlannedTransfer& t : st.transfers) {
         waits += detail::concat(waits.empty() ? "" : "; ", labels_[static_cast<std::size_t>(t.action)], " waits for ",
-                        detail::matching_action(schedule_, action(t.action)), " to be posted");
+                                detail::matching_action(schedule_, action(t.action)), " to be posted");
       }
-    } else {
-      waits = "is running (a slow or stuck stage callable)";
+      return waits;
     }
-    return detail::concat(what, " ", waits);
+    return detail::concat(what, " is running (a slow or stuck stage callable)");
   }
 
   [[nodiscard]] error watchdog_error() {

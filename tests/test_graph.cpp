@@ -192,6 +192,27 @@ TEST_CASE("a profile with every field reads back into graph, devices and link", 
   CHECK(p.link == Interconnect{0.0, 25e9});
 }
 
+TEST_CASE("the example in docs/profile-format.md reads as described", "[graph][profile][docs]") {
+  const Profile p = parse_profile(R"({
+  "unit": "ms",
+  "layers": [
+    {"name": "embed", "forward": 1.0, "backward_input": 1.0, "backward_weight": 1.0,
+     "param_bytes": 0, "activation_bytes": 0, "output_bytes": 0},
+    {"name": "block0", "forward": 2.5, "backward_input": 2.5, "backward_weight": 2.0,
+     "param_bytes": 5.0e7, "activation_bytes": 4.0e6, "output_bytes": 4.0e6},
+    {"name": "head", "forward": 1.5, "backward_input": 1.5, "backward_weight": 1.0,
+     "param_bytes": 2.0e8, "activation_bytes": 4.0e6}
+  ],
+  "edges": [[0, 1], [1, 2]],
+  "devices": [{"speed": 1.0, "memory_bytes": 80e9, "count": 4}],
+  "link": {"latency": 0.01, "bandwidth": 25e6}
+})");
+  CHECK(p.graph.is_chain());
+  CHECK(p.graph.layer(2) == Layer{"head", 1.5, 1.5, 1.0, 2e8, 4e6, 0.0});
+  CHECK(p.devices == std::vector<Device>(4, Device{1.0, 80e9}));
+  CHECK(p.link.transfer_time(4e6) == 0.01 + 4e6 / 25e6);
+}
+
 TEST_CASE("a profile without edges is a chain; without devices or link, the defaults", "[graph][profile]") {
   const Profile p = parse_profile(R"({"layers": [{"name": "a", "forward": 1}, {"name": "b", "forward": 2}]})");
   CHECK(p.graph.is_chain());

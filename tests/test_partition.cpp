@@ -466,6 +466,38 @@ TEST_CASE("memory: parameters times the optimizer factor plus activations times 
   CHECK_THAT(to_string(over), Catch::Contains("OVER CAP"));
 }
 
+TEST_CASE("the documentation's example", "[partition][docs]") {
+  // example-begin partition
+  ppsched::GraphBuilder model;
+  model.then({"embed", 3.0, 3.0, 0.5, 2e8, 4e6, 4e6});  // name, F, BI, BW, params, activations, output
+  for (int i = 0; i < 6; ++i) {
+    model.then({"block" + std::to_string(i), 1.0, 1.0, 1.0, 5e7, 4e6, 4e6});
+  }
+  model.then({"head", 3.0, 3.0, 0.5, 2e8, 4e6, 0.0});
+
+  ppsched::PartitionCostModel cost;
+  cost.devices = {{1.0, 2e9}};               // four identical devices, 2 GB each
+  cost.link = {0.01, 4e8};                   // 10 us + bytes / (400 MB per ms): times in ms
+  cost.optimizer_state_factor = 8.0;         // mixed-precision Adam: 16 bytes per 2-byte parameter
+  const ppsched::Partition best = ppsched::partition_optimal(model.build(), 4, cost);
+  const std::string table = ppsched::to_string(best);  // one row per stage
+  // example-end partition
+
+  // Embed and head (6.5 each) are heavier than two blocks (6), so any stage that adds a
+  // block to them costs 9.5 + a cut; alone they leave 6 blocks for 2 stages: 3 each, 9 + two
+  // cuts. Every cut carries one 4 MB tensor: 0.01 + 4e6 / 4e8.
+  const double cut = 0.01 + 4e6 / 4e8;
+  CHECK(best.boundaries == std::vector<std::size_t>{0, 1, 4, 7, 8});
+  CHECK(best.bottleneck == (9.0 + cut) + cut);
+  CHECK(best.bottleneck_stage == 1);
+  CHECK(best.stages[0].time == 6.5 + cut);
+  // Stage 0 keeps 4 micro-batches (1F1B): 8 * 2e8 + 4 * 4e6; stage 1: 8 * 1.5e8 + 3 * 1.2e7.
+  CHECK(best.stages[0].memory_bytes == 8.0 * 2e8 + 4.0 * 4e6);
+  CHECK(best.stages[1].memory_bytes == 8.0 * 1.5e8 + 3.0 * 1.2e7);
+  CHECK(best.fits_memory());
+  CHECK_THAT(table, Catch::Contains("block0 .. block2"));
+}
+
 // ------------------------------------------------------------------ simple splits
 
 TEST_CASE("uniform splits give the first stages the extra layers", "[partition][simple]") {

@@ -295,10 +295,14 @@ class CudaBackend {
   [[nodiscard]] bool query(const event& e) {
     return guarded([&] { return e.ref().ready(); });
   }
+  // On a failed rank these still wait (bounded) for the work already queued — the executor
+  // drains its streams this way after a failure — and then throw the rank's error.
   [[nodiscard]] WaitResult synchronize(const event& e, const HostWait& limit) {
+    drain_if_failed([&] { return e.ref().ready(); }, limit);
     return guarded([&] { return watched_wait([&] { return e.ref().ready(); }, limit, "cudaEventQuery"); });
   }
   [[nodiscard]] WaitResult synchronize(stream& s, const HostWait& limit) {
+    drain_if_failed([&] { return s.ref().ready(); }, limit);
     return guarded([&] { return watched_wait([&] { return s.ref().ready(); }, limit, "cudaStreamQuery"); });
   }
   [[nodiscard]] double elapsed_ms(const event& start, const event& end) {
@@ -512,6 +516,17 @@ class CudaBackend {
       remember(e.what());
       throw;
     }
+  }
+
+  template <class Done>
+  void drain_if_failed(Done&& done, const HostWait& limit) {
+    if (!failure_) return;
+    try {
+      make_current();
+      (void)poll_until(done, limit);
+    } catch (const std::exception&) {  // a query failing too: the first error is what counts
+    }
+    throw error(*failure_);
   }
 
   template <class Done>

@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "cli/args.hpp"
 #include "cli/models.hpp"
@@ -37,28 +38,25 @@ std::string usage() {
          "\nexit status: 0 done, 1 --validate found problems, 2 bad input. See docs/cli.md.\n";
 }
 
-// Renders every requested file first, so that a failure leaves no file half-made, then
-// writes each one whole (temporary file and rename).
+// Renders every requested file, then writes them all or none (output_file.hpp).
 void write_outputs(const cli::ScheduleResult& r, const cli::OutputPaths& outputs) {
   if (!r.valid) {
     ppsched::fail({"ppsched-plan", ppsched::detail::concat("schedule '", r.name, "' is not valid, so it has no timeline"),
                    "", "fix the problems listed in the report"});
   }
-  std::string trace, svg, csv;
+  std::vector<cli::OutputFile> files;
   if (!outputs.trace.empty()) {
     ppsched::ChromeTraceOptions o;
     o.title = "ppsched-plan: " + r.name;
-    trace = ppsched::to_chrome_trace(r.timeline, o);
+    files.push_back({outputs.trace, ppsched::to_chrome_trace(r.timeline, o)});
   }
   if (!outputs.svg.empty()) {
     ppsched::SvgOptions o;
     o.title = "ppsched-plan: " + r.name;
-    svg = ppsched::to_svg(r.timeline, o);
+    files.push_back({outputs.svg, ppsched::to_svg(r.timeline, o)});
   }
-  if (!outputs.csv.empty()) csv = ppsched::to_pytorch_csv(r.schedule);
-  if (!outputs.trace.empty()) cli::write_file_atomically(outputs.trace, trace);
-  if (!outputs.svg.empty()) cli::write_file_atomically(outputs.svg, svg);
-  if (!outputs.csv.empty()) cli::write_file_atomically(outputs.csv, csv);
+  if (!outputs.csv.empty()) files.push_back({outputs.csv, ppsched::to_pytorch_csv(r.schedule)});
+  cli::write_files_atomically(files);
 }
 
 int run(std::span<const char* const> argv) {

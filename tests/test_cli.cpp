@@ -563,6 +563,20 @@ TEST_CASE("trace, SVG and CSV outputs are well-formed and the CSV validates", "[
                             "--trace", trace, "--svg", svg, "--csv", csv});
   CHECK(dir.entries() == std::vector<std::string>{"1f1b.csv", "gantt.svg", "trace.json"});  // no temporaries left
 
+  // A run that cannot write one of its files replaces none of them.
+  {
+    std::ofstream(csv) << "old";
+  }
+  const Run failed = plan({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "6", "--schedule", "1f1b",
+                           "--csv", csv, "--svg", dir.file("missing/gantt.svg")});
+  CHECK(failed.status == 2);
+  CHECK(failed.err.find("missing") != std::string::npos);
+  CHECK(read_file(csv) == "old");
+  CHECK(dir.entries() == std::vector<std::string>{"1f1b.csv", "gantt.svg", "trace.json"});
+  const json again = plan_json({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "6", "--schedule", "1f1b",
+                                "--csv", csv});
+  CHECK(again.at("outputs").at("csv") == csv);
+
   const json t = json::parse(read_file(trace));
   REQUIRE(t.contains("traceEvents"));
   std::size_t compute_events = 0;

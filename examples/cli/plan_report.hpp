@@ -302,8 +302,12 @@ struct OutputPaths {
   using detail::number_text;
   using ppsched::detail::concat;
   const ScheduleResult& r = c.result;
-  std::string out = concat("ppsched-plan: schedule CSV '", c.path, "': ", r.schedule.ranks, " ranks, ",
-                           r.schedule.stages(), " stages, ", r.schedule.microbatches, " micro-batches\n");
+  const auto count = [](std::int64_t n, std::string_view one, std::string_view many) {
+    return concat(n, ' ', n == 1 ? one : many);
+  };
+  std::string out = concat("ppsched-plan: schedule CSV '", c.path, "': ", count(r.schedule.ranks, "rank", "ranks"), ", ",
+                           count(r.schedule.stages(), "stage", "stages"), ", ",
+                           count(r.schedule.microbatches, "micro-batch", "micro-batches"), "\n");
   if (!r.valid) {
     out += concat(r.problems.size(), r.problems.size() == 1 ? " problem:\n" : " problems:\n");
     for (const std::string& p : r.problems) out += concat("  - ", p, '\n');
@@ -340,7 +344,11 @@ struct OutputPaths {
   if (c.result.valid) j["partition"] = partition_json(c.context.partition);
   const nlohmann::ordered_json stats = schedule_json(c.result, c.context.unit);
   for (const auto& [key, value] : stats.items()) j[key] = value;
-  j["outputs"] = {{"trace", path_or_null(outputs.trace)}, {"svg", path_or_null(outputs.svg)}, {"csv", nullptr}};
+  // An invalid schedule has no timeline, so nothing was written.
+  const bool wrote = c.result.valid;
+  j["outputs"] = {{"trace", wrote ? path_or_null(outputs.trace) : nullptr},
+                  {"svg", wrote ? path_or_null(outputs.svg) : nullptr},
+                  {"csv", nullptr}};
   return j;
 }
 

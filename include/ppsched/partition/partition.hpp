@@ -240,12 +240,12 @@ inline void check_running_sum(double total, std::string_view subject, const char
   return in;
 }
 
-[[nodiscard]] inline Partition make_partition(const LayerGraph& graph, const PartitionInput& in,
+// Prices `boundaries` and hands over the input's order (so the input is spent).
+[[nodiscard]] inline Partition make_partition(const LayerGraph& graph, PartitionInput&& in,
                                               std::vector<std::size_t> boundaries, std::string method) {
   const ChainModel m = in.model();
   Partition p;
   p.method = std::move(method);
-  p.order = in.order;
   p.boundaries = std::move(boundaries);
   double total = 0.0;
   for (std::size_t j = 0; j < in.stages; ++j) {
@@ -283,6 +283,7 @@ inline void check_running_sum(double total, std::string_view subject, const char
     total += st.time;
     p.stages.push_back(std::move(st));
   }
+  p.order = std::move(in.order);
   p.mean_time = total / static_cast<double>(in.stages);
   p.imbalance = p.mean_time > 0.0 ? p.bottleneck / p.mean_time : 1.0;
   return p;
@@ -371,10 +372,10 @@ inline void check_boundaries(const LayerGraph& graph, std::span<const std::size_
 [[nodiscard]] inline Partition partition_optimal(const LayerGraph& graph, std::size_t stages,
                                                  const PartitionCostModel& cost = {},
                                                  std::span<const std::size_t> order = {}) {
-  const detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_optimal");
+  detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_optimal");
   ChainSplit split = detail::solve_chain(in.model(), in.largest_layer);
   if (split.boundaries.empty()) detail::fail_memory(in, "partition_optimal");
-  return detail::make_partition(graph, in, std::move(split.boundaries), "optimal");
+  return detail::make_partition(graph, std::move(in), std::move(split.boundaries), "optimal");
 }
 
 // Equal layer counts, as Megatron-LM splits; when the count does not divide, the first
@@ -382,11 +383,11 @@ inline void check_boundaries(const LayerGraph& graph, std::span<const std::size_
 [[nodiscard]] inline Partition partition_uniform(const LayerGraph& graph, std::size_t stages,
                                                  const PartitionCostModel& cost = {},
                                                  std::span<const std::size_t> order = {}) {
-  const detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_uniform");
+  detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_uniform");
   std::vector<std::size_t> boundaries(stages + 1, 0);
   const std::size_t base = in.layers / stages, extra = in.layers % stages;
   for (std::size_t j = 0; j < stages; ++j) boundaries[j + 1] = boundaries[j] + base + (j < extra ? 1 : 0);
-  return detail::make_partition(graph, in, std::move(boundaries), "uniform");
+  return detail::make_partition(graph, std::move(in), std::move(boundaries), "uniform");
 }
 
 // Balanced parameter bytes, as DeepSpeed's partition_method="parameters" intends: the split
@@ -395,7 +396,7 @@ inline void check_boundaries(const LayerGraph& graph, std::span<const std::size_
 [[nodiscard]] inline Partition partition_by_params(const LayerGraph& graph, std::size_t stages,
                                                    const PartitionCostModel& cost = {},
                                                    std::span<const std::size_t> order = {}) {
-  const detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_by_params");
+  detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_by_params");
   detail::ChainModel by_params;
   by_params.layers = in.layers;
   by_params.stages = stages;
@@ -403,7 +404,7 @@ inline void check_boundaries(const LayerGraph& graph, std::span<const std::size_
   double largest = 0.0;
   for (std::size_t x = 0; x < in.layers; ++x) largest = std::max(largest, in.params[x + 1] - in.params[x]);
   ChainSplit split = detail::solve_chain(by_params, largest);
-  return detail::make_partition(graph, in, std::move(split.boundaries), "by-params");
+  return detail::make_partition(graph, std::move(in), std::move(split.boundaries), "by-params");
 }
 
 // Prices a given split: stage j holds positions boundaries[j] .. boundaries[j+1]-1 of the
@@ -413,9 +414,8 @@ inline void check_boundaries(const LayerGraph& graph, std::span<const std::size_
                                                   std::span<const std::size_t> order = {}) {
   if (graph.empty()) detail::check_partition_shape(graph, 1, "evaluate_partition");
   detail::check_boundaries(graph, boundaries);
-  const detail::PartitionInput in =
-      detail::prepare_partition(graph, boundaries.size() - 1, cost, order, "evaluate_partition");
-  return detail::make_partition(graph, in, {boundaries.begin(), boundaries.end()}, "given");
+  detail::PartitionInput in = detail::prepare_partition(graph, boundaries.size() - 1, cost, order, "evaluate_partition");
+  return detail::make_partition(graph, std::move(in), {boundaries.begin(), boundaries.end()}, "given");
 }
 
 // A table, one row per stage:

@@ -107,10 +107,10 @@ struct stage_at<I, stage_list<Stages...>> {
 };
 
 template <template <class...> class To, class List>
-struct rebind;
+struct rebind_types;
 
 template <template <class...> class To, template <class...> class From, class... Ts>
-struct rebind<To, From<Ts...>> {
+struct rebind_types<To, From<Ts...>> {
   using type = To<Ts...>;
 };
 
@@ -123,6 +123,6 @@ using stage_t = typename detail::stage_at<I, typename StaticPartition::stages>::
 // The same types in another variadic template, e.g. rebind_t<std::tuple, layer_list<A, B>>
 // is std::tuple<A, B>: a stage as a tuple of layer objects, or stages as a tuple of stages.
 template <template <class...> class To, class List>
-using rebind_t = typename detail::rebind<To, List>::type;
+using rebind_t = typename detail::rebind_types<To, List>::type;
 
 }  // namespace ppsched

@@ -356,3 +356,52 @@ TEST_CASE("invalid and deadlocking schedules are errors, not predictions", "[sim
   CHECK_THROWS_WITH(simulate(d, uniform_costs(1, 1, 1)),
                     Catch::Contains("deadlocks under rendezvous") && Catch::Contains("SEND_F1@s0 (posted) waits for RECV_F1@s1"));
 }
+
+TEST_CASE("the documentation's example", "[sim][docs]") {
+  // docs/validation-and-simulation.md shows these lines.
+  const Schedule s = make_schedule("1f1b", {.ranks = 4, .microbatches = 8});
+  CostModel cost = uniform_costs(/*F*/ 1.0, /*BI*/ 1.0, /*BW*/ 1.0, "ms");
+  cost.link.latency = 0.05;  // per transfer
+  const Schedule lowered = lower(s, lower_options_for(cost, s.stages(), s.microbatches));
+  const ValidationReport proof = validate_or_throw(lowered);  // throws ppsched::error listing problems
+  const SimResult r = simulate(lowered, cost);
+  CHECK(proof.ok());
+  // Without communication 1F1B takes (m + p - 1)(T_F + T_B) = 33; transfers only add.
+  CHECK(r.makespan > 33.0);
+  SimOptions ideal;
+  ideal.ideal_communication = true;
+  CHECK(r.makespan >= simulate(s, cost, ideal).makespan);
+  CHECK(simulate(s, uniform_costs(1.0, 1.0, 1.0)).makespan == 33.0);
+  CHECK(r.ranks.size() == 4);
+}
+
+TEST_CASE("the literature's tables: bubble fractions and activation memory", "[sim][analytic]") {
+  SimOptions o;
+  o.record_timeline = false;
+  // GPipe (Huang et al. 2019): the bubble is (p-1)/(m+p-1) of the step.
+  // Megatron-LM (Narayanan et al. 2021): bubble time / ideal time is (p-1)/m for 1F1B and
+  // (p-1)/(v m) for the interleaved schedule.
+  for (std::int32_t p : {2, 4, 8}) {
+    for (std::int32_t m : {8, 16, 32}) {
+      const CostModel c = uniform_costs(1.0, 1.0, 1.0);
+      const SimResult g = simulate(make_schedule("gpipe", {p, m, 1}), c, o);
+      CHECK(g.bubble_fraction == Approx(static_cast<double>(p - 1) / (m + p - 1)));
+      const SimResult f = simulate(make_schedule("1f1b", {p, m, 1}), c, o);
+      CHECK(f.bubble_vs_ideal == Approx(static_cast<double>(p - 1) / m));
+      for (std::int32_t v : {2, 4}) {
+        if (m % p != 0) continue;
+        const SimResult i = simulate(make_schedule("interleaved-1f1b", {p, m, v}), uniform_costs(1.0 / v, 1.0 / v, 1.0 / v), o);
+        CHECK(i.bubble_vs_ideal == Approx(static_cast<double>(p - 1) / (v * m)));
+      }
+    }
+  }
+  // Zero bubble (Qi et al. 2024), activation memory on the first rank: 1F1B p M_B, ZB-H1 p M_B,
+  // ZB-H2 (2p-1) M_B.
+  for (std::int32_t p : {2, 4, 8}) {
+    const std::int32_t m = 3 * p;
+    const CostModel c = uniform_costs(1.0, 1.0, 1.0);
+    CHECK(simulate(make_schedule("1f1b", {p, m, 1}), c, o).memory.front().peak_activations == p);
+    CHECK(simulate(make_schedule("zb-h1", {p, m, 1}), c, o).memory.front().peak_activations == p);
+    CHECK(simulate(make_schedule("zb-h2", {p, m, 1}), c, o).memory.front().peak_activations == 2 * p - 1);
+  }
+}

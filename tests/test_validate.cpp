@@ -105,6 +105,10 @@ TEST_CASE("shape problems are reported and stop the checks", "[validate]") {
   s = hand_1f1b(2, 2);
   s.microbatches = 0;
   CHECK(only_problem(validate(s), ProblemKind::shape).message.find("0 micro-batches") != std::string::npos);
+  // A typo in the sizes must not make the checker index a billion micro-batches.
+  s = hand_1f1b(2, 2);
+  s.microbatches = 1'000'000'000;
+  CHECK(only_problem(validate(s), ProblemKind::shape).message.find("need 2000000000 forwards") != std::string::npos);
 }
 
 TEST_CASE("compute mistakes each get their own message", "[validate]") {

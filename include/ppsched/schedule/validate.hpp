@@ -318,6 +318,15 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
     fail({"schedule '" + s.name + "'", concat("has ", total, " actions, more than ppsched indexes"), "",
           "split the step into fewer micro-batches"});
   }
+  // Every (stage, micro-batch) needs its F: fewer actions than that is a schedule of other
+  // sizes than it declares (and indexing by the declared sizes could be unboundedly large).
+  if (static_cast<std::int64_t>(S) * M > static_cast<std::int64_t>(total)) {
+    sink.add(ProblemKind::shape, concat("the schedule declares ", S, " stages and ", M, " micro-batches, which need ",
+                                        static_cast<std::int64_t>(S) * M, " forwards, but its programs hold ", total,
+                                        " actions in all; set Schedule::microbatches and the placement to what the "
+                                        "programs run"));
+    return false;
+  }
   flat.rank_actions.assign(static_cast<std::size_t>(s.ranks), nullptr);
   flat.owner.clear();
   flat.owner.reserve(total);
@@ -761,12 +770,14 @@ class AbstractExecution {
     std::int32_t dep_a = no_action;  // compute: same-stage predecessor; group: first CommOp
     std::int32_t dep_b = no_action;  // compute: input
     std::int32_t wake = -1;          // compute: the stream that may wait for it (-1: none)
+    double duration = 0.0;           // compute
   };
   struct CommOp {
     std::int32_t action = 0;
     std::int32_t peer = 0;
     std::int32_t producer = no_action;  // sends: the compute whose output it sends
     std::int32_t peer_stream = 0;
+    double duration = 0.0;
   };
 
   [[nodiscard]] std::size_t stream_of(std::int32_t i) const noexcept {
@@ -827,19 +838,20 @@ class AbstractExecution {
         const Action& a = prog[i - b];
         const Links l = flat_.links(a);
         if (is_compute(a.op)) {
-          items_[static_cast<std::size_t>(fill[compute_stream]++)] = Item{i, 0, l.same_stage, l.input, waiter_of(i)};
+          items_[static_cast<std::size_t>(fill[compute_stream]++)] =
+              Item{i, 0, l.same_stage, l.input, waiter_of(i), duration(i, 1.0)};
           open_group = 0;
           continue;
         }
         if (a.group == 0 || a.group != open_group) {
           open = &items_[static_cast<std::size_t>(fill[comm_stream]++)];
-          *open = Item{i, 0, static_cast<std::int32_t>(next_op), no_action, -1};
+          *open = Item{i, 0, static_cast<std::int32_t>(next_op), no_action, -1, 0.0};
         }
         open_group = a.group;
         ++open->count;
         const std::int32_t peer_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage + 1 : a.stage - 1;
         const auto peer_stream = static_cast<std::int32_t>(2 * flat_.rank_of(peer_stage) + (separate ? 1 : 0));
-        ops_[next_op++] = CommOp{i, l.peer, is_send(a.op) ? l.same_stage : no_action, peer_stream};
+        ops_[next_op++] = CommOp{i, l.peer, is_send(a.op) ? l.same_stage : no_action, peer_stream, duration(i, 0.0)};
       }
     }
   }
@@ -870,7 +882,7 @@ class AbstractExecution {
         }
         const auto fi = static_cast<std::size_t>(item.first);
         start_[fi] = t;
-        free = t + duration(item.first, 1.0);
+        free = t + item.duration;
         end_[fi] = free;
         ++head;
         if (item.wake >= 0) wake(static_cast<std::size_t>(item.wake));
@@ -894,7 +906,7 @@ class AbstractExecution {
           start_[ii] = t;
           const auto q = static_cast<std::size_t>(ops[k].peer);
           if (start_[q] < 0.0) continue;  // the peer posts later and completes the transfer
-          const double e = std::max(t, start_[q]) + duration(ops[k].action, 0.0);
+          const double e = std::max(t, start_[q]) + ops[k].duration;
           end_[ii] = e;
           end_[q] = e;
           wake(static_cast<std::size_t>(ops[k].peer_stream));

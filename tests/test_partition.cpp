@@ -397,6 +397,12 @@ TEST_CASE("cut costs: a skip connection is paid at every cut it spans, once per 
     CHECK(all.stages[j].send == expected[j][1]);
     CHECK(all.stages[j].time == expected[j][2]);
   }
+  // The bytes a simulator charges per micro-batch: 100, then 100 + 200, then 100 + 300.
+  const std::vector<double> cut_bytes = {0, 100, 300, 400, 0};
+  for (std::size_t j = 0; j < 4; ++j) {
+    CHECK(all.stages[j].recv_bytes == cut_bytes[j]);
+    CHECK(all.stages[j].send_bytes == cut_bytes[j + 1]);
+  }
   CHECK(all.bottleneck == 14.0);
   CHECK(all.bottleneck_stage == 2);
   CHECK(all.mean_time == 9.0);
@@ -495,6 +501,9 @@ TEST_CASE("the documentation's example", "[partition][docs]") {
   CHECK(best.stages[0].memory_bytes == 8.0 * 2e8 + 4.0 * 4e6);
   CHECK(best.stages[1].memory_bytes == 8.0 * 1.5e8 + 3.0 * 1.2e7);
   CHECK(best.fits_memory());
+  CHECK(best.stages[0].send_bytes == 4e6);
+  CHECK(best.stages[3].send_bytes == 0.0);
+  CHECK(best.stages[3].recv_bytes == 4e6);
   CHECK_THAT(table, Catch::Contains("block0 .. block2"));
 }
 

@@ -48,6 +48,8 @@ struct PartitionStage {
   double compute = 0.0;          // the cost model's compute term: (P[end] - P[begin]) / speed
   double recv = 0.0;             // receiving the tensors that cross the stage's first cut
   double send = 0.0;             // sending the tensors that cross its last cut
+  double recv_bytes = 0.0;       // the bytes of those tensors, per micro-batch
+  double send_bytes = 0.0;
   double time = 0.0;             // (compute + recv) + send: what the bottleneck is taken over
   double param_bytes = 0.0;
   double activation_bytes = 0.0;  // per micro-batch
@@ -95,6 +97,7 @@ struct PartitionInput {
   std::vector<double> compute, params, activations, comm, speed, cap, inflight;
   double optimizer_state_factor = 1.0;
   double largest_layer = 0.0;
+  bool plain_chain = false;  // see is_plain_chain
 
   [[nodiscard]] ChainModel model() const noexcept {
     ChainModel m;
@@ -130,18 +133,17 @@ inline void check_running_sum(double total, std::string_view subject, const char
   }
 }
 
-// comm[b] for each cut b: the tensors crossing it, in the order of their producing layers,
-// each costing latency + bytes / bandwidth.
-[[nodiscard]] inline std::vector<double> cut_costs(const LayerGraph& graph, std::span<const std::size_t> order,
-                                                   const Interconnect& link) {
+// For each cut b, the sum of per_tensor(output_bytes) over the tensors crossing it, in the
+// order of their producing layers (0 at both ends).
+template <class PerTensor>
+[[nodiscard]] std::vector<double> sum_over_crossing_tensors(const LayerGraph& graph, std::span<const std::size_t> order,
+                                                            bool plain_chain, PerTensor per_tensor) {
   const std::size_t n = graph.size();
   const Layer* layers = graph.layers().data();
-  std::vector<double> comm(n + 1, 0.0);
-  bool identity = true;
-  for (std::size_t p = 0; p < n && identity; ++p) identity = order[p] == p;
-  if (identity && graph.is_chain()) {  // one tensor per cut: the previous layer's output
-    for (std::size_t b = 1; b < n; ++b) comm[b] = 0.0 + link.transfer_time(layers[b - 1].output_bytes);
-    return comm;
+  std::vector<double> sums(n + 1, 0.0);
+  if (plain_chain) {  // one tensor per cut: the previous layer's output
+    for (std::size_t b = 1; b < n; ++b) sums[b] = 0.0 + per_tensor(layers[b - 1].output_bytes);
+    return sums;
   }
   std::vector<std::size_t> position(n);
   for (std::size_t p = 0; p < n; ++p) position[order[p]] = p;
@@ -157,10 +159,19 @@ inline void check_running_sum(double total, std::string_view subject, const char
     if (last_reader[b - 1] >= b) live.push_back(b - 1);
     std::erase_if(live, [&](std::size_t p) { return last_reader[p] < b; });
     double sum = 0.0;
-    for (const std::size_t p : live) sum = sum + link.transfer_time(layers[order[p]].output_bytes);
-    comm[b] = sum;
+    for (const std::size_t p : live) sum = sum + per_tensor(layers[order[p]].output_bytes);
+    sums[b] = sum;
   }
-  return comm;
+  return sums;
+}
+
+// True when the graph is a chain cut in its own numbering: then the tensor crossing cut b is
+// simply layer b-1's output.
+[[nodiscard]] inline bool is_plain_chain(const LayerGraph& graph, std::span<const std::size_t> order) {
+  for (std::size_t p = 0; p < order.size(); ++p) {
+    if (order[p] != p) return false;
+  }
+  return graph.is_chain();
 }
 
 [[nodiscard]] inline PartitionInput prepare_partition(const LayerGraph& graph, std::size_t stages,
@@ -208,8 +219,10 @@ inline void check_running_sum(double total, std::string_view subject, const char
   check_running_sum(in.params[n], subject, "parameter bytes");
   check_running_sum(in.activations[n], subject, "activation bytes");
 
+  in.plain_chain = is_plain_chain(graph, in.order);
   if (!cost.link.is_free()) {
-    in.comm = cut_costs(graph, in.order, cost.link);
+    in.comm = sum_over_crossing_tensors(graph, in.order, in.plain_chain,
+                                        [&](double bytes) { return cost.link.transfer_time(bytes); });
     double priciest = 0.0;
     for (const double c : in.comm) priciest = std::max(priciest, c);
     check_running_sum(priciest, subject, "transfer times at one cut");
@@ -244,6 +257,12 @@ inline void check_running_sum(double total, std::string_view subject, const char
 [[nodiscard]] inline Partition make_partition(const LayerGraph& graph, PartitionInput&& in,
                                               std::vector<std::size_t> boundaries, std::string method) {
   const ChainModel m = in.model();
+  std::vector<double> bytes;  // per cut; a plain chain reads its layers directly
+  if (!in.plain_chain) bytes = sum_over_crossing_tensors(graph, in.order, false, [](double b) { return b; });
+  auto bytes_at = [&](std::size_t cut) {
+    if (cut == 0 || cut == in.layers) return 0.0;
+    return in.plain_chain ? graph.layers()[cut - 1].output_bytes : bytes[cut];
+  };
   Partition p;
   p.method = std::move(method);
   p.boundaries = std::move(boundaries);
@@ -270,6 +289,8 @@ inline void check_running_sum(double total, std::string_view subject, const char
     st.compute = m.compute_time(j, a, b);
     st.recv = in.comm.empty() ? 0.0 : in.comm[a];
     st.send = in.comm.empty() ? 0.0 : in.comm[b];
+    st.recv_bytes = bytes_at(a);
+    st.send_bytes = bytes_at(b);
     st.time = m.time(j, a, b);
     st.param_bytes = in.params[b] - in.params[a];
     st.activation_bytes = in.activations[b] - in.activations[a];

@@ -12,9 +12,6 @@
 #include <cstdlib>
 #include <exception>
 #include <iostream>
-#include <string>
-#include <vector>
-
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/runtime/synthetic.hpp>
 #include <ppsched/runtime/world.hpp>
@@ -25,6 +22,8 @@
 #include <ppsched/sim/simulate.hpp>
 #include <ppsched/trace/ascii.hpp>
 #include <ppsched/trace/compare.hpp>
+#include <string>
+#include <vector>
 
 int main(int argc, char** argv) try {
   const int p = argc > 1 ? std::atoi(argv[1]) : 4;
@@ -63,8 +62,8 @@ int main(int argc, char** argv) try {
     (void)world.run_step({inputs, targets});  // warm-up
     const ppsched::Timeline measured = world.run_step({inputs, targets}).timeline;
 
-    std::cout << "== " << family << ": p = " << p << ", m = " << m << ", v = " << request.chunks << ", 1 unit = "
-              << ms_per_unit << " ms\n";
+    std::cout << "== " << family << ": p = " << p << ", m = " << m << ", v = " << request.chunks
+              << ", 1 unit = " << ms_per_unit << " ms\n";
     std::cout << ppsched::compare(measured, predicted);
     if (family != "zb-v" && family != "forward-only") {
       const double per_rank_chunks = static_cast<double>(request.chunks);

@@ -15,12 +15,11 @@
 #include <iomanip>
 #include <iostream>
 #include <memory>
-#include <string>
-#include <vector>
-
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/runtime/world.hpp>
 #include <ppsched/schedule/generators.hpp>
+#include <string>
+#include <vector>
 
 #include "mlp/mlp.hpp"
 #include "mlp/mlp_stage.hpp"
@@ -96,22 +95,21 @@ int main(int argc, char** argv) try {
   for (int step = 0; step < steps; ++step) {
     std::vector<float> inputs(static_cast<std::size_t>(microbatches) * rows * widths.front());
     for (float& x : inputs) x = random.next();
-    const std::vector<float> targets =
-        teacher_outputs(teacher, inputs, static_cast<std::size_t>(microbatches) * rows);
+    const std::vector<float> targets = teacher_outputs(teacher, inputs, static_cast<std::size_t>(microbatches) * rows);
 
     // example-begin mlp-step
     const ppsched::StepResult& result = world.run_step({inputs, targets});
     // example-end mlp-step
-    const std::vector<float> expected = mlp::train_step_unpipelined(reference, inputs, targets, rows, microbatches,
-                                                                    loss_scale, learning_rate);
+    const std::vector<float> expected =
+        mlp::train_step_unpipelined(reference, inputs, targets, rows, microbatches, loss_scale, learning_rate);
     double loss = 0.0;
     double expected_loss = 0.0;
     for (float l : result.losses) loss += l;
     for (float l : expected) expected_loss += l;
     const bool equal = result.losses == expected;
     all_equal = all_equal && equal;
-    std::cout << std::setw(4) << step << "  " << std::setw(16) << std::setprecision(8) << loss << "  "
-              << std::setw(18) << expected_loss << "  " << (equal ? "yes" : "NO") << '\n';
+    std::cout << std::setw(4) << step << "  " << std::setw(16) << std::setprecision(8) << loss << "  " << std::setw(18)
+              << expected_loss << "  " << (equal ? "yes" : "NO") << '\n';
   }
   std::cout << (all_equal ? "pipelined training matched unpipelined training bit for bit\n"
                           : "pipelined training DIFFERED from unpipelined training\n");

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <exception>
 #include <iostream>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -75,14 +76,10 @@ double milliseconds_per_unit(const cli::BubblesOptions& options, const cli::Plan
   return 1.0;
 }
 
-Measurement measure(const std::string& family, const cli::BubblesOptions& options, const cli::PlanModel& model,
-                    double ms_per_unit) {
+Measurement measure(const ppsched::Schedule& schedule, std::int32_t chunks, const cli::PartitionPlan& partition,
+                    const cli::BubblesOptions& options, double ms_per_unit) {
   const cli::PlanOptions& o = options.model;
-  const ppsched::ScheduleRequest request{o.stages, o.microbatches, cli::chunks_for(family, o)};
-  const ppsched::Schedule schedule = ppsched::make_schedule(family, request);
-
   // The cost model in milliseconds, so the prediction and the measurement share a unit.
-  const cli::PartitionPlan partition = model.partition(schedule.placement);
   ppsched::CostModel cost;
   cost.unit = "ms";
   cost.weight_memory_fraction = o.w_memory_ratio;
@@ -95,8 +92,8 @@ Measurement measure(const std::string& family, const cli::BubblesOptions& option
       ppsched::lower(schedule, ppsched::lower_options_for(cost, schedule.stages(), schedule.microbatches));
 
   Measurement m;
-  m.name = family;
-  m.chunks = request.chunks;
+  m.name = schedule.name;
+  m.chunks = chunks;
   m.predicted = ppsched::simulate(lowered, cost).timeline;
 
   ppsched::CpuCluster cluster(o.stages);
@@ -129,8 +126,8 @@ std::string points(double pp) {
   return buffer;
 }
 
-std::string render(const std::vector<Measurement>& results, const cli::BubblesOptions& options,
-                   const cli::PlanModel& model, double ms_per_unit) {
+std::string render(const std::vector<Measurement>& results, const std::vector<cli::SkippedSchedule>& skipped,
+                   const cli::BubblesOptions& options, const cli::PlanModel& model, double ms_per_unit) {
   using ppsched::detail::concat;
   std::string out = concat("ppsched-bubbles: ", model.description, "\n", options.model.stages, " ranks, ",
                            options.model.microbatches, " micro-batches, CPU backend (a thread per stream, timed waits), "
@@ -154,11 +151,13 @@ std::string render(const std::vector<Measurement>& results, const cli::BubblesOp
                     cli::detail::number_text(c.start.max_abs), " ms)\n");
     }
   }
+  if (!skipped.empty()) out += '\n';
+  for (const cli::SkippedSchedule& s : skipped) out += concat("skipped ", s.name, ": ", s.reason, '\n');
   return out;
 }
 
-ordered_json to_json(const std::vector<Measurement>& results, const cli::BubblesOptions& options,
-                     const cli::PlanModel& model, double ms_per_unit) {
+ordered_json to_json(const std::vector<Measurement>& results, const std::vector<cli::SkippedSchedule>& skipped,
+                     const cli::BubblesOptions& options, const cli::PlanModel& model, double ms_per_unit) {
   ordered_json schedules = ordered_json::array();
   for (const Measurement& m : results) {
     const ppsched::TimelineComparison& c = m.comparison;
@@ -187,6 +186,8 @@ ordered_json to_json(const std::vector<Measurement>& results, const cli::Bubbles
          {"ranks", std::move(ranks)},
          {"steps", std::move(steps)}});
   }
+  ordered_json skipped_json = ordered_json::array();
+  for (const cli::SkippedSchedule& s : skipped) skipped_json.push_back({{"name", s.name}, {"reason", s.reason}});
   return {{"tool", "ppsched-bubbles"},
           {"version", cli::version_text},
           {"backend", options.backend},
@@ -198,6 +199,7 @@ ordered_json to_json(const std::vector<Measurement>& results, const cli::Bubbles
           {"warmup", options.warmup},
           {"steps", options.steps},
           {"schedules", std::move(schedules)},
+          {"skipped", std::move(skipped_json)},
           {"trace", options.trace_path.empty() ? ordered_json(nullptr) : ordered_json(options.trace_path)}};
 }
 
@@ -224,11 +226,24 @@ int run(std::span<const char* const> argv) {
     for (const std::string_view n : ppsched::family_names()) families.emplace_back(n);
   }
   std::vector<Measurement> results;
+  std::vector<cli::SkippedSchedule> skipped;
   for (const std::string& family : families) {
     const ppsched::ScheduleRequest request{options.model.stages, options.model.microbatches,
                                           cli::chunks_for(family, options.model)};
-    if (!named && !ppsched::accepts(family, request)) continue;  // "all": the families this request suits
-    results.push_back(measure(family, options, model, ms_per_unit));
+    if (!named && !ppsched::accepts(family, request)) {  // "all": the families this request suits
+      skipped.push_back({family, cli::rule_problem(family, request)});
+      continue;
+    }
+    const ppsched::Schedule schedule = ppsched::make_schedule(family, request);
+    std::optional<cli::PartitionPlan> partition;
+    try {
+      partition = model.partition(schedule.placement);
+    } catch (const ppsched::error& e) {
+      if (named) throw;
+      skipped.push_back({family, ppsched::detail::concat("its ", schedule.stages(), " stages cannot be cut: ", e.what())});
+      continue;
+    }
+    results.push_back(measure(schedule, request.chunks, *partition, options, ms_per_unit));
   }
   if (!options.trace_path.empty()) {
     const Measurement& m = results.front();
@@ -237,9 +252,9 @@ int run(std::span<const char* const> argv) {
     cli::write_file_atomically(options.trace_path, ppsched::to_chrome_trace(m.steps[m.reported], o));
   }
   if (options.json) {
-    std::cout << to_json(results, options, model, ms_per_unit).dump(2) << '\n';
+    std::cout << to_json(results, skipped, options, model, ms_per_unit).dump(2) << '\n';
   } else {
-    std::cout << render(results, options, model, ms_per_unit);
+    std::cout << render(results, skipped, options, model, ms_per_unit);
   }
   return 0;
 }

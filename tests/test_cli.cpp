@@ -505,6 +505,27 @@ TEST_CASE("--layers partitions identical layers; --partition uniform splits as D
   CHECK(uniform.at("partition").at("bottleneck_time").get<double>() == 9.0);
 }
 
+TEST_CASE("all skips, with the reason, the families this request cannot build", "[cli][plan]") {
+  // 8 layers on 8 ranks leave nothing to cut into 16 virtual stages.
+  const json j = plan_json({"--layers", "8", "--stages", "8", "--microbatches", "8"});
+  check_plan_json(j);
+  std::set<std::string> skipped;
+  for (const json& s : j.at("skipped")) {
+    skipped.insert(s.at("name").get<std::string>());
+    CHECK(s.at("reason").get<std::string>().find("16 stages") != std::string::npos);
+  }
+  CHECK(skipped == std::set<std::string>{"interleaved-1f1b", "looped-bfs", "zb-v"});
+  // Interleaving needs m a multiple of p: all skips it, saying so.
+  const json k = plan_json({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "6"});
+  REQUIRE(k.at("skipped").size() == 1);
+  CHECK(k.at("skipped")[0].at("name") == "interleaved-1f1b");
+  CHECK(k.at("skipped")[0].at("reason").get<std::string>().find("multiple of p") != std::string::npos);
+  // Named, the same requests are errors.
+  const Run r = plan({"--layers", "8", "--stages", "8", "--microbatches", "8", "--schedule", "zb-v"});
+  CHECK(r.status == 2);
+  CHECK(r.err.find("fewer --chunks or --stages") != std::string::npos);
+}
+
 TEST_CASE("--chunks sets the virtual stages of the looped schedules", "[cli][plan]") {
   const json j = plan_json({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8", "--chunks", "4",
                             "--schedule", "interleaved-1f1b,looped-bfs,zb-v"});

@@ -236,6 +236,17 @@ inline void check_fit(ScheduleResult& r, const PlanResult& plan) {
   return family == "zb-v" ? 2 : 1;
 }
 
+// Why `family` rejects `request`, in the family's own words (its rule and the nearest valid
+// request), for listing a family that `all` had to leave out.
+[[nodiscard]] inline std::string rule_problem(std::string_view family, const ScheduleRequest& request) {
+  try {
+    (void)make_schedule(family, request);
+  } catch (const ppsched::error& e) {
+    return e.what();
+  }
+  return ppsched::detail::concat("does not accept ", to_string(request));
+}
+
 // --chunks names a number for interleaved-1f1b and looped-bfs; given while neither is
 // selected it would change nothing, which the user should hear about.
 inline void check_chunks_used(const PlanOptions& options) {
@@ -350,13 +361,14 @@ inline void add_analytic(ScheduleResult& r, const PartitionPlan& partition, std:
   std::optional<std::size_t> fastest;
   std::optional<std::size_t> best;
   std::size_t candidates = 0;
+  // Makespans that differ only by rounding (sums of the same costs in another order) are
+  // equal; then the schedule that stores less wins, then the one listed first.
   const auto better = [&](std::size_t a, std::size_t b) {
     const ScheduleResult& x = plan.schedules[a];
     const ScheduleResult& y = plan.schedules[b];
-    if (x.makespan != y.makespan) return x.makespan < y.makespan;
-    // Equally fast: the one that stores less wins.
+    if (std::abs(x.makespan - y.makespan) > 1e-9 * std::max(x.makespan, y.makespan)) return x.makespan < y.makespan;
     return *std::max_element(x.peak_activations.begin(), x.peak_activations.end()) <
-           *std::max_element(y.peak_activations.begin(), y.peak_activations.end());
+           *std::max_element(y.peak_activations.begin(), y.peak_activations.end()) - 1e-9;
   };
   for (std::size_t i = 0; i < plan.schedules.size(); ++i) {
     const ScheduleResult& r = plan.schedules[i];
@@ -377,7 +389,7 @@ inline void add_analytic(ScheduleResult& r, const PartitionPlan& partition, std:
   rec.index = best;
   const ScheduleResult& b = plan.schedules[*best];
   const ScheduleResult& f = plan.schedules[*fastest];
-  if (f.makespan < b.makespan) {
+  if (better(*fastest, *best)) {
     rec.reason = concat(f.name, " is ", percent_text((b.makespan - f.makespan) / b.makespan), " faster but ", f.fit_problem);
     return rec;
   }
@@ -429,20 +441,29 @@ inline void add_analytic(ScheduleResult& r, const PartitionPlan& partition, std:
   for (const std::string& family : families) {
     const ScheduleRequest request{options.stages, options.microbatches, chunks_for(family, options)};
     if (!named && !accepts(family, request)) {
-      try {
-        (void)make_schedule(family, request);
-        plan.skipped.push_back({family, "not accepted for this request"});
-      } catch (const ppsched::error& e) {
-        plan.skipped.push_back({family, e.what()});
-      }
+      plan.skipped.push_back({family, rule_problem(family, request)});
       continue;
     }
     Schedule schedule = make_schedule(family, request);  // a named family's rule speaks for itself
-    const PartitionPlan& partition = partition_for(schedule.placement);
-    const std::vector<double> static_bytes = detail::static_bytes_per_rank(partition, options.stages);
-    ScheduleResult result = evaluate_schedule(std::move(schedule), model, partition, plan, options.w_memory_ratio,
+    const PartitionPlan* partition = nullptr;
+    try {
+      partition = &partition_for(schedule.placement);
+    } catch (const ppsched::error& e) {
+      // Chunks multiply the stages to cut; say so, and let `all` go on without the family.
+      const std::string reason = ppsched::detail::concat(
+          "its ", schedule.stages(), " stages (", options.stages, " ranks x ", request.chunks,
+          " chunks) cannot be cut from this model: ", e.what());
+      if (!named) {
+        plan.skipped.push_back({family, reason});
+        continue;
+      }
+      fail({ppsched::detail::concat("schedule '", family, "'"), reason, "",
+            request.chunks > 1 ? "use fewer --chunks or --stages, or a model with more layers" : "use fewer --stages"});
+    }
+    const std::vector<double> static_bytes = detail::static_bytes_per_rank(*partition, options.stages);
+    ScheduleResult result = evaluate_schedule(std::move(schedule), model, *partition, plan, options.w_memory_ratio,
                                               request.chunks, static_bytes);
-    detail::add_analytic(result, partition, options.stages, free_comm);
+    detail::add_analytic(result, *partition, options.stages, free_comm);
     plan.schedules.push_back(std::move(result));
   }
   plan.recommended = detail::recommend(plan);

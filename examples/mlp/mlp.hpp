@@ -105,8 +105,7 @@ struct Tanh {
 
 // scale * sum((y - t)^2) / 2, and its gradient scale * (y - t).
 struct MeanSquaredError {
-  static float forward_backward(std::span<const float> y, std::span<const float> t, float scale,
-                                std::span<float> dy) {
+  static float forward_backward(std::span<const float> y, std::span<const float> t, float scale, std::span<float> dy) {
     float sum = 0.0f;
     for (std::size_t i = 0; i < y.size(); ++i) {
       const float d = y[i] - t[i];

@@ -8,10 +8,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <ppsched/runtime/stage.hpp>
 #include <span>
 #include <vector>
-
-#include <ppsched/runtime/stage.hpp>
 
 #include "mlp.hpp"
 
@@ -156,9 +155,9 @@ inline std::vector<float> train_step_unpipelined(Mlp& model, std::span<const flo
       Tanh::forward(std::span<const float>(z).first(rows * layer.out()), y[l]);
       x = y[l];
     }
-    losses.push_back(MeanSquaredError::forward_backward(
-        y.back(), targets.subspan(static_cast<std::size_t>(mb) * out_size, out_size), loss_scale,
-        std::span<float>(g).first(out_size)));
+    losses.push_back(
+        MeanSquaredError::forward_backward(y.back(), targets.subspan(static_cast<std::size_t>(mb) * out_size, out_size),
+                                           loss_scale, std::span<float>(g).first(out_size)));
     for (std::size_t l = layers; l-- > 0;) {
       const Linear& layer = model.layers[l];
       const std::size_t n = rows * layer.out();

@@ -9,6 +9,8 @@
 //
 // Results match the CPU model closely but not bit for bit: the GPU contracts a*b+c into one
 // fused multiply-add and its tanhf rounds differently from the host's.
+//
+// Include it from one .cu file per program: its kernels are plain __global__ functions.
 #pragma once
 
 #include <cuda_runtime.h>

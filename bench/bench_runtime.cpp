@@ -19,9 +19,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstddef>
-#include <string>
-#include <vector>
-
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/runtime/synthetic.hpp>
 #include <ppsched/runtime/world.hpp>
@@ -30,6 +27,8 @@
 #include <ppsched/sim/cost_model.hpp>
 #include <ppsched/sim/simulate.hpp>
 #include <ppsched/trace/compare.hpp>
+#include <string>
+#include <vector>
 
 namespace {
 
@@ -69,10 +68,10 @@ void BM_ExecutorOverhead(benchmark::State& state) {
   }
   const double steps = static_cast<double>(state.iterations());
   state.counters["actions"] = static_cast<double>(actions);
-  state.counters["us_per_action"] = benchmark::Counter(
-      static_cast<double>(actions) * steps * 1e-6, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
-  state.counters["us_per_rank_action"] = benchmark::Counter(
-      static_cast<double>(busiest) * steps * 1e-6, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["us_per_action"] = benchmark::Counter(static_cast<double>(actions) * steps * 1e-6,
+                                                       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["us_per_rank_action"] = benchmark::Counter(static_cast<double>(busiest) * steps * 1e-6,
+                                                            benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 BENCHMARK(BM_ExecutorOverhead)
@@ -113,8 +112,7 @@ void BM_MeasuredVsPredictedBubble(benchmark::State& state) {
   ppsched::CpuOptions co;
   co.checking = false;
   ppsched::CpuCluster cluster(p, co);
-  const auto stages =
-      ppsched::synthetic_stages(cost, schedule.stages(), m, std::chrono::milliseconds(1));
+  const auto stages = ppsched::synthetic_stages(cost, schedule.stages(), m, std::chrono::milliseconds(1));
   ppsched::World<ppsched::CpuBackend> world(backends(cluster), schedule, stages);
   const std::vector<float> inputs(static_cast<std::size_t>(m), 1.0f);
   const std::vector<float> targets(static_cast<std::size_t>(m), 0.0f);

@@ -2,18 +2,16 @@
 // event semantics, rendezvous transfers and groups, sticky failures and abort, the checking
 // mode's three race reports, the deterministic mode's fixed interleaving, the watchdog, and
 // that no thread outlives its cluster. Every test drives the backend API directly.
-#include <catch2/catch.hpp>
-
-#include <ppsched/backend/cpu.hpp>
-#include <ppsched/runtime/backend.hpp>
-#include <ppsched/runtime/threads.hpp>
-
 #include <array>
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <ppsched/backend/cpu.hpp>
+#include <ppsched/runtime/backend.hpp>
+#include <ppsched/runtime/threads.hpp>
 #include <stdexcept>
 #include <string>
 #include <thread>

@@ -2,8 +2,12 @@
 // through every schedule family on 2 and 4 ranks (threaded and deterministic, checking on),
 // the measured timeline, no allocation in steady state, a throwing callable at every action,
 // the watchdog on a deadlocking schedule, and no thread left behind.
+#include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
-
+#include <cstdlib>
+#include <map>
+#include <new>
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/runtime/executor.hpp>
 #include <ppsched/runtime/plan.hpp>
@@ -15,12 +19,6 @@
 #include <ppsched/schedule/validate.hpp>
 #include <ppsched/sim/simulate.hpp>
 #include <ppsched/trace/compare.hpp>
-
-#include <algorithm>
-#include <atomic>
-#include <cstdlib>
-#include <map>
-#include <new>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -77,8 +75,8 @@ struct Family {
   const char* name;
   int chunks;  // virtual stages per rank
 };
-constexpr Family families[] = {{"gpipe", 1},     {"1f1b", 1},  {"interleaved-1f1b", 2}, {"looped-bfs", 2},
-                               {"zb-h1", 1},     {"zb-h2", 1}, {"zb-v", 2}};
+constexpr Family families[] = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"looped-bfs", 2}, {"zb-h1", 1},
+                               {"zb-h2", 1}, {"zb-v", 2}};
 
 Schedule make(const Family& f, int p, int m) {
   ppsched::ScheduleRequest req;
@@ -126,8 +124,8 @@ struct CheckedModel {
         f.backward_weight = [weight](std::int32_t, std::span<const float>, std::span<const float> g,
                                      std::span<float> w) { weight(g, w); };
       } else {
-        f.backward = [pass, weight](std::int32_t, std::span<const float>, std::span<const float> g,
-                                    std::span<float> gi, std::span<float> w) {
+        f.backward = [pass, weight](std::int32_t, std::span<const float>, std::span<const float> g, std::span<float> gi,
+                                    std::span<float> w) {
           pass(g, gi);
           weight(g, w);
         };
@@ -191,8 +189,9 @@ TEST_CASE("the plan sizes each pool by the schedule's peak and shares tensors be
     for (int r = 1; r < p; ++r) {
       const auto plan = ppsched::plan_rank(lowered, r, shapes);
       // Received activations and outgoing gradients share the input size of stage r.
-      const auto in_pool = std::find_if(plan.pools.begin(), plan.pools.end(),
-                                        [&](const auto& pool) { return pool.floats == shapes[static_cast<std::size_t>(r)].input_size; });
+      const auto in_pool = std::find_if(plan.pools.begin(), plan.pools.end(), [&](const auto& pool) {
+        return pool.floats == shapes[static_cast<std::size_t>(r)].input_size;
+      });
       REQUIRE(in_pool != plan.pools.end());
       const int in_flight = report.memory[static_cast<std::size_t>(r)].peak_in_flight;
       INFO(family << " rank " << r << " in flight " << in_flight << " pool " << in_pool->count);
@@ -212,7 +211,9 @@ TEST_CASE("the plan sizes each pool by the schedule's peak and shares tensors be
     if (a.op == Op::F && a.stage == 1) out_of_f1[a.microbatch] = step.output;
     if (a.op == Op::F && a.stage == 2) CHECK(step.input == out_of_f1.at(a.microbatch));
     CHECK_FALSE((ppsched::is_comm(a.op) && (a.stage == 1 || a.stage == 2) &&
-                 (a.op == Op::SEND_F ? a.stage == 1 : a.op == Op::RECV_F ? a.stage == 2 : false)));
+                 (a.op == Op::SEND_F   ? a.stage == 1
+                  : a.op == Op::RECV_F ? a.stage == 2
+                                       : false)));
   }
 }
 
@@ -330,73 +331,111 @@ TEST_CASE("a steady-state step allocates nothing in the executor or the backend"
 TEST_CASE("a callable that throws at any action stops every rank with a named error", "[runtime]") {
   const CpuMode mode = GENERATE(CpuMode::threaded, CpuMode::deterministic);
   const int threads_before = ppsched::live_threads();
-  for (const Family& fam : {Family{"1f1b", 1}, Family{"zb-h1", 1}, Family{"interleaved-1f1b", 2}}) {
-    const int p = 2;
-    const int m = 2 * p;
-    const Schedule s = make(fam, p, m);
-    CpuOptions co;
-    co.mode = mode;
-    CpuCluster cluster(p, co);
-    CheckedModel model;
-    model.stages = s.stages();
-    auto fns = model.functions(s.split_backward);
-    Action fault{};
-    bool armed = false;
-    auto maybe_throw = [&](Op op, int stage, std::int32_t mb) {
-      if (armed && fault.op == op && fault.stage == stage && fault.microbatch == mb) {
-        throw std::runtime_error("injected fault");
-      }
-    };
-    for (int st = 0; st < s.stages(); ++st) {
-      auto& f = fns[static_cast<std::size_t>(st)];
-      f.forward = [fwd = f.forward, maybe_throw, st](std::int32_t mb, std::span<const float> in, std::span<float> o) {
-        maybe_throw(Op::F, st, mb);
-        fwd(mb, in, o);
+  for (const Family& fam : families) {
+    for (int p : {2, 3}) {
+      const int m = 2 * p;
+      const Schedule s = make(fam, p, m);
+      CpuOptions co;
+      co.mode = mode;
+      CpuCluster cluster(p, co);
+      CheckedModel model;
+      model.stages = s.stages();
+      auto fns = model.functions(s.split_backward);
+      Action fault{};
+      bool armed = false;
+      auto maybe_throw = [&](Op op, int stage, std::int32_t mb) {
+        if (armed && fault.op == op && fault.stage == stage && fault.microbatch == mb) {
+          throw std::runtime_error("injected fault");
+        }
       };
-      if (f.backward) {
-        f.backward = [bwd = f.backward, maybe_throw, st](std::int32_t mb, std::span<const float> in,
-                                                        std::span<const float> g, std::span<float> gi,
-                                                        std::span<float> w) {
-          maybe_throw(Op::B, st, mb);
-          bwd(mb, in, g, gi, w);
+      for (int st = 0; st < s.stages(); ++st) {
+        auto& f = fns[static_cast<std::size_t>(st)];
+        f.forward = [fwd = f.forward, maybe_throw, st](std::int32_t mb, std::span<const float> in, std::span<float> o) {
+          maybe_throw(Op::F, st, mb);
+          fwd(mb, in, o);
         };
-      } else {
-        f.backward_input = [bi = f.backward_input, maybe_throw, st](std::int32_t mb, std::span<const float> in,
-                                                                   std::span<const float> g, std::span<float> gi) {
-          maybe_throw(Op::BI, st, mb);
-          bi(mb, in, g, gi);
-        };
-        f.backward_weight = [bw = f.backward_weight, maybe_throw, st](std::int32_t mb, std::span<const float> in,
-                                                                     std::span<const float> g, std::span<float> w) {
-          maybe_throw(Op::BW, st, mb);
-          bw(mb, in, g, w);
-        };
+        if (f.backward) {
+          f.backward = [bwd = f.backward, maybe_throw, st](std::int32_t mb, std::span<const float> in,
+                                                           std::span<const float> g, std::span<float> gi,
+                                                           std::span<float> w) {
+            maybe_throw(Op::B, st, mb);
+            bwd(mb, in, g, gi, w);
+          };
+        } else {
+          f.backward_input = [bi = f.backward_input, maybe_throw, st](std::int32_t mb, std::span<const float> in,
+                                                                      std::span<const float> g, std::span<float> gi) {
+            maybe_throw(Op::BI, st, mb);
+            bi(mb, in, g, gi);
+          };
+          f.backward_weight = [bw = f.backward_weight, maybe_throw, st](std::int32_t mb, std::span<const float> in,
+                                                                        std::span<const float> g, std::span<float> w) {
+            maybe_throw(Op::BW, st, mb);
+            bw(mb, in, g, w);
+          };
+        }
       }
-    }
-    World<CpuBackend> world(backends(cluster), s, fns);
-    const CheckedBatch batch(m, model.width, 0);
-    for (int r = 0; r < p; ++r) {
-      for (const Action& a : s.programs[static_cast<std::size_t>(r)]) {
-        if (!ppsched::is_compute(a.op)) continue;
-        fault = a;
-        armed = true;
-        INFO(fam.name << ": fault at " << ppsched::to_string(a) << " on rank " << r);
-        require_error([&] { (void)world.run_step(batch.view()); },
-                      {"rank " + std::to_string(r), "stage " + std::to_string(a.stage),
-                       "micro-batch " + std::to_string(a.microbatch), ppsched::to_string(a), "injected fault"});
-        armed = false;
-        // The World recovers: the next step runs and is right.
-        const auto& ok = world.run_step(batch.view());
-        CHECK(ok.losses[0] == ok.losses[0]);  // not NaN
+      World<CpuBackend> world(backends(cluster), s, fns);
+      const CheckedBatch batch(m, model.width, 0);
+      for (int r = 0; r < p; ++r) {
+        for (const Action& a : s.programs[static_cast<std::size_t>(r)]) {
+          if (!ppsched::is_compute(a.op)) continue;
+          fault = a;
+          armed = true;
+          INFO(fam.name << " p=" << p << ": fault at " << ppsched::to_string(a) << " on rank " << r);
+          require_error([&] { (void)world.run_step(batch.view()); },
+                        {"rank " + std::to_string(r), "stage " + std::to_string(a.stage),
+                         "micro-batch " + std::to_string(a.microbatch), ppsched::to_string(a), "injected fault"});
+          armed = false;
+          // The World recovers: the next step runs and is right.
+          const auto& ok = world.run_step(batch.view());
+          CHECK(ok.losses[0] == ok.losses[0]);  // not NaN
+        }
       }
     }
   }
   CHECK(ppsched::live_threads() == threads_before);
 }
 
+TEST_CASE("a throwing loss or optimizer step is reported like any stage callable", "[runtime]") {
+  const int threads_before = ppsched::live_threads();
+  {
+    CpuCluster cluster(2);
+    CheckedModel model;
+    model.stages = 2;
+    auto fns = model.functions(false);
+    bool loss_fails = false;
+    bool optimizer_fails = false;
+    fns[1].loss = [loss = fns[1].loss, &loss_fails](std::int32_t mb, std::span<const float> o, std::span<const float> t,
+                                                    std::span<float> g) {
+      if (loss_fails && mb == 1) throw std::runtime_error("loss exploded");
+      return loss(mb, o, t, g);
+    };
+    fns[0].optimizer_step = [opt = fns[0].optimizer_step, &optimizer_fails](std::span<const float> g) {
+      if (optimizer_fails) throw std::runtime_error("optimizer diverged");
+      opt(g);
+    };
+    World<CpuBackend> world(backends(cluster), make({"1f1b", 1}, 2, 4), fns);
+    const CheckedBatch batch(4, model.width, 0);
+    loss_fails = true;
+    require_error([&] { (void)world.run_step(batch.view()); },
+                  {"rank 1", "stage 1", "micro-batch 1", "B1@s1", "loss exploded"});
+    loss_fails = false;
+    optimizer_fails = true;
+    require_error([&] { (void)world.run_step(batch.view()); },
+                  {"rank 0", "stage 0", "optimizer_step", "optimizer diverged"});
+    optimizer_fails = false;
+    const auto& ok = world.run_step(batch.view());
+    CHECK(ok.losses[1] == ok.losses[1]);
+  }
+  CHECK(ppsched::live_threads() == threads_before);
+}
+
 TEST_CASE("a deadlocking hand-written schedule: validation rejects it, the watchdog catches it", "[runtime]") {
   // Rank 0 posts its receive of the gradient before sending the activation that produces it.
-  Schedule s{"deadlock", 2, 1, {0, 1},
+  Schedule s{"deadlock",
+             2,
+             1,
+             {0, 1},
              {{{Op::F, 0, 0}, {Op::RECV_B, 0, 0}, {Op::SEND_F, 0, 0}, {Op::B, 0, 0}},
               {{Op::RECV_F, 1, 0}, {Op::F, 1, 0}, {Op::B, 1, 0}, {Op::SEND_B, 1, 0}}}};
   CheckedModel model;
@@ -454,6 +493,9 @@ TEST_CASE("setup errors name the stage and the fix", "[runtime]") {
   const std::vector<float> few(5, 0.0f);
   require_error([&] { (void)w.run_step({few, few}); }, {"batch", "input floats"});
   CpuCluster three(3);
-  require_error([&] { World<CpuBackend> w3(backends(three), make({"1f1b", 1}, 2, 4), model.functions(false)); },
-                {"backends"});
+  require_error(
+      [&] {
+        World<CpuBackend> w3(backends(three), make({"1f1b", 1}, 2, 4), model.functions(false));
+      },
+      {"backends"});
 }

@@ -5,16 +5,14 @@
 // order for the schedules that run weight gradients in micro-batch order; within 1e-6
 // relative otherwise.
 #include <catch2/catch.hpp>
-
-#include <ppsched/backend/cpu.hpp>
-#include <ppsched/runtime/world.hpp>
-#include <ppsched/schedule/generators.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <ppsched/backend/cpu.hpp>
+#include <ppsched/runtime/world.hpp>
+#include <ppsched/schedule/generators.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -28,8 +26,8 @@ struct Family {
   const char* name;
   int chunks;
 };
-constexpr Family training_families[] = {{"gpipe", 1}, {"1f1b", 1},  {"interleaved-1f1b", 2}, {"looped-bfs", 2},
-                                        {"zb-h1", 1}, {"zb-h2", 1}, {"zb-v", 2}};
+constexpr Family training_families[] = {
+    {"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"looped-bfs", 2}, {"zb-h1", 1}, {"zb-h2", 1}, {"zb-v", 2}};
 
 // True when every stage's weight gradients (B or BW) come in micro-batch order on its rank.
 bool weights_in_microbatch_order(const ppsched::Schedule& s) {
@@ -110,8 +108,10 @@ Outcome train_and_compare(const ppsched::Schedule& schedule, ppsched::CpuMode mo
 
   Outcome out;
   for (int step = 0; step < steps; ++step) {
-    const auto inputs = data(static_cast<std::size_t>(m) * rows * widths.front(), 100u + static_cast<std::uint32_t>(step), 1.0f);
-    const auto targets = data(static_cast<std::size_t>(m) * rows * widths.back(), 200u + static_cast<std::uint32_t>(step), 0.8f);
+    const auto inputs =
+        data(static_cast<std::size_t>(m) * rows * widths.front(), 100u + static_cast<std::uint32_t>(step), 1.0f);
+    const auto targets =
+        data(static_cast<std::size_t>(m) * rows * widths.back(), 200u + static_cast<std::uint32_t>(step), 0.8f);
     const auto& result = world.run_step({inputs, targets});
     std::vector<float> reference_gradient;
     const auto reference_losses = mlp::train_step_unpipelined(reference, inputs, targets, rows, m, loss_scale,

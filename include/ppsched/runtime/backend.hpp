@@ -98,9 +98,12 @@ enum class WaitResult : std::uint8_t { done, timed_out, stopped };
 
 [[nodiscard]] constexpr std::string_view to_string(WaitResult r) noexcept {
   switch (r) {
-    case WaitResult::done: return "done";
-    case WaitResult::timed_out: return "timed out";
-    case WaitResult::stopped: return "stopped";
+    case WaitResult::done:
+      return "done";
+    case WaitResult::timed_out:
+      return "timed out";
+    case WaitResult::stopped:
+      return "stopped";
   }
   return "?";
 }
@@ -162,13 +165,13 @@ concept has_zero = has_handle_types<B> && requires(B& b, typename B::stream& s, 
 template <class B>
 concept has_accumulate = has_handle_types<B> &&
     requires(B& b, typename B::stream& s, typename B::buffer& to, const typename B::buffer& from) {
-      b.accumulate(s, to, from);
-    };
+  b.accumulate(s, to, from);
+};
 template <class B>
 concept has_launch = has_handle_types<B> &&
     requires(B& b, typename B::stream& s, HostTask t, std::span<const BufferUse<typename B::buffer>> uses) {
-      b.launch(s, t, uses);
-    };
+  b.launch(s, t, uses);
+};
 template <class B>
 concept has_group = requires(B& b) {
   b.group_start();
@@ -177,34 +180,37 @@ concept has_group = requires(B& b) {
 template <class B>
 concept has_send = has_handle_types<B> &&
     requires(B& b, const typename B::buffer& buf, std::size_t n, int peer, typename B::stream& s, PeerTag tag) {
-      b.send(buf, n, peer, s, tag);
-    };
+  b.send(buf, n, peer, s, tag);
+};
 template <class B>
 concept has_recv = has_handle_types<B> &&
     requires(B& b, typename B::buffer& buf, std::size_t n, int peer, typename B::stream& s, PeerTag tag) {
-      b.recv(buf, n, peer, s, tag);
-    };
+  b.recv(buf, n, peer, s, tag);
+};
 template <class B>
 concept has_rank = requires(const B& b) {
   { b.rank() } -> std::convertible_to<int>;
   { b.ranks() } -> std::convertible_to<int>;
 };
 template <class B>
-concept has_abort = requires(B& b, std::string_view reason) { b.abort(reason); };
+concept has_abort = requires(B& b, std::string_view reason) {
+  b.abort(reason);
+};
 template <class B>
-concept has_recover = requires(B& b) { b.recover(); };
+concept has_recover = requires(B& b) {
+  b.recover();
+};
 
 }  // namespace backend_ops
 
 template <class B>
 concept Backend = backend_ops::has_handle_types<B> && backend_ops::has_create_stream<B> &&
-                  backend_ops::has_create_event<B> && backend_ops::has_record<B> && backend_ops::has_wait<B> &&
-                  backend_ops::has_query<B> && backend_ops::has_synchronize_event<B> &&
-                  backend_ops::has_synchronize_stream<B> && backend_ops::has_elapsed_ms<B> &&
-                  backend_ops::has_allocate<B> && backend_ops::has_span<B> && backend_ops::has_zero<B> &&
-                  backend_ops::has_accumulate<B> && backend_ops::has_launch<B> && backend_ops::has_group<B> &&
-                  backend_ops::has_send<B> && backend_ops::has_recv<B> && backend_ops::has_rank<B> &&
-                  backend_ops::has_abort<B> && backend_ops::has_recover<B>;
+    backend_ops::has_create_event<B> && backend_ops::has_record<B> && backend_ops::has_wait<B> &&
+    backend_ops::has_query<B> && backend_ops::has_synchronize_event<B> && backend_ops::has_synchronize_stream<B> &&
+    backend_ops::has_elapsed_ms<B> && backend_ops::has_allocate<B> && backend_ops::has_span<B> &&
+    backend_ops::has_zero<B> && backend_ops::has_accumulate<B> && backend_ops::has_launch<B> &&
+    backend_ops::has_group<B> && backend_ops::has_send<B> && backend_ops::has_recv<B> && backend_ops::has_rank<B> &&
+    backend_ops::has_abort<B> && backend_ops::has_recover<B>;
 
 // Names every missing operation at compile time, one static_assert each. The executor calls
 // it first, so a backend that is not complete yet fails with these lines rather than with a
@@ -214,10 +220,12 @@ consteval bool check_backend() {
   static_assert(backend_ops::has_handle_types<B>,
                 "ppsched Backend: needs member types `stream`, `event` and `buffer` (cudaStream_t, cudaEvent_t, "
                 "device memory owners)");
-  static_assert(backend_ops::has_create_stream<B>, "ppsched Backend: missing `stream create_stream()` (cudaStreamCreate)");
+  static_assert(backend_ops::has_create_stream<B>,
+                "ppsched Backend: missing `stream create_stream()` (cudaStreamCreate)");
   static_assert(backend_ops::has_create_event<B>, "ppsched Backend: missing `event create_event()` (cudaEventCreate)");
   static_assert(backend_ops::has_record<B>, "ppsched Backend: missing `record(event&, stream&)` (cudaEventRecord)");
-  static_assert(backend_ops::has_wait<B>, "ppsched Backend: missing `wait(stream&, const event&)` (cudaStreamWaitEvent)");
+  static_assert(backend_ops::has_wait<B>,
+                "ppsched Backend: missing `wait(stream&, const event&)` (cudaStreamWaitEvent)");
   static_assert(backend_ops::has_query<B>, "ppsched Backend: missing `bool query(const event&)` (cudaEventQuery)");
   static_assert(backend_ops::has_synchronize_event<B>,
                 "ppsched Backend: missing `WaitResult synchronize(const event&, const HostWait&)` "
@@ -227,7 +235,8 @@ consteval bool check_backend() {
                 "(cudaStreamSynchronize, bounded)");
   static_assert(backend_ops::has_elapsed_ms<B>,
                 "ppsched Backend: missing `double elapsed_ms(const event&, const event&)` (cudaEventElapsedTime)");
-  static_assert(backend_ops::has_allocate<B>, "ppsched Backend: missing `buffer allocate(std::size_t floats)` (cudaMalloc)");
+  static_assert(backend_ops::has_allocate<B>,
+                "ppsched Backend: missing `buffer allocate(std::size_t floats)` (cudaMalloc)");
   static_assert(backend_ops::has_span<B>,
                 "ppsched Backend: missing `std::span<float> span(const buffer&)` (the device pointer and size)");
   static_assert(backend_ops::has_zero<B>, "ppsched Backend: missing `zero(stream&, buffer&)` (cudaMemsetAsync)");
@@ -236,7 +245,8 @@ consteval bool check_backend() {
   static_assert(backend_ops::has_launch<B>,
                 "ppsched Backend: missing `launch(stream&, HostTask, std::span<const BufferUse<buffer>>)` "
                 "(a kernel launch)");
-  static_assert(backend_ops::has_group<B>, "ppsched Backend: missing `group_start()` / `group_end()` (ncclGroupStart/End)");
+  static_assert(backend_ops::has_group<B>,
+                "ppsched Backend: missing `group_start()` / `group_end()` (ncclGroupStart/End)");
   static_assert(backend_ops::has_send<B>,
                 "ppsched Backend: missing `send(const buffer&, std::size_t, int peer, stream&, PeerTag)` (ncclSend)");
   static_assert(backend_ops::has_recv<B>,

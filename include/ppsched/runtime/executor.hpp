@@ -82,8 +82,8 @@ class StepFaults {
 
 // What one rank's step produced.
 struct RankStep {
-  std::vector<float> losses;  // per micro-batch; NaN on a rank without the last stage
-  std::vector<Span> spans;    // one per action of the rank's program, in ms from `origin`
+  std::vector<float> losses;                       // per micro-batch; NaN on a rank without the last stage
+  std::vector<Span> spans;                         // one per action of the rank's program, in ms from `origin`
   std::chrono::steady_clock::time_point origin{};  // host time when the step's origin was recorded
 };
 
@@ -94,11 +94,16 @@ struct StoppedByPeer {};
 
 [[nodiscard]] inline std::string matching_action(const Schedule& s, const Action& a) {
   switch (a.op) {
-    case Op::SEND_F: return detail::concat("RECV_F", a.microbatch, "@s", a.stage + 1, " on rank ", s.rank_of(a.stage + 1));
-    case Op::RECV_F: return detail::concat("SEND_F", a.microbatch, "@s", a.stage - 1, " on rank ", s.rank_of(a.stage - 1));
-    case Op::SEND_B: return detail::concat("RECV_B", a.microbatch, "@s", a.stage - 1, " on rank ", s.rank_of(a.stage - 1));
-    case Op::RECV_B: return detail::concat("SEND_B", a.microbatch, "@s", a.stage + 1, " on rank ", s.rank_of(a.stage + 1));
-    default: return {};
+    case Op::SEND_F:
+      return detail::concat("RECV_F", a.microbatch, "@s", a.stage + 1, " on rank ", s.rank_of(a.stage + 1));
+    case Op::RECV_F:
+      return detail::concat("SEND_F", a.microbatch, "@s", a.stage - 1, " on rank ", s.rank_of(a.stage - 1));
+    case Op::SEND_B:
+      return detail::concat("RECV_B", a.microbatch, "@s", a.stage - 1, " on rank ", s.rank_of(a.stage - 1));
+    case Op::RECV_B:
+      return detail::concat("SEND_B", a.microbatch, "@s", a.stage + 1, " on rank ", s.rank_of(a.stage + 1));
+    default:
+      return {};
   }
 }
 
@@ -193,7 +198,7 @@ class Executor {
   std::vector<ComputeCall> calls_;
   std::vector<OptimizerCall> optimizer_calls_;
   std::vector<std::vector<BufferUse<Buffer>>> uses_;
-  std::vector<std::string> labels_;  // per action
+  std::vector<std::string> labels_;          // per action
   std::vector<std::int32_t> lane_steps_[2];  // step indices per lane, in order
   std::size_t gradient_floats_ = 0;
   Batch batch_{};
@@ -208,13 +213,15 @@ class Executor {
   void check_setup() {
     const std::string subject = detail::concat("executor for rank ", rank_, " of schedule '", schedule_.name, "'");
     if (rank_ < 0 || rank_ >= schedule_.ranks || b_.ranks() != schedule_.ranks) {
-      fail({subject, detail::concat("the backend is rank ", rank_, " of ", b_.ranks(), " but the schedule has ", schedule_.ranks,
-                            " ranks"),
+      fail({subject,
+            detail::concat("the backend is rank ", rank_, " of ", b_.ranks(), " but the schedule has ", schedule_.ranks,
+                           " ranks"),
             "", "Run the schedule on a communicator with as many ranks as the schedule"});
     }
     if (stages_.size() != static_cast<std::size_t>(schedule_.stages())) {
-      fail({subject, detail::concat("the schedule has ", schedule_.stages(), " stages but ", stages_.size(),
-                            " StageFunctions were given"),
+      fail({subject,
+            detail::concat("the schedule has ", schedule_.stages(), " stages but ", stages_.size(),
+                           " StageFunctions were given"),
             "", "Give one StageFunctions per stage"});
     }
     for (const auto& prog : schedule_.programs) {
@@ -230,7 +237,7 @@ class Executor {
       if (schedule_.split_backward && !split) {
         fail({subject,
               detail::concat("schedule '", schedule_.name, "' splits backward into BI and BW, but the stage gives ",
-                     f.backward ? "only a full backward" : "no backward"),
+                             f.backward ? "only a full backward" : "no backward"),
               where, "Set StageFunctions::backward_input and backward_weight"});
       }
       if (!f.backward && !split) {
@@ -248,16 +255,18 @@ class Executor {
     if (holds(0)) {
       const std::size_t want = m * stages_[0].input_size;
       if (batch.inputs.size() != want) {
-        fail({"batch", detail::concat("has ", batch.inputs.size(), " input floats; ", m, " micro-batches of ",
-                              stages_[0].input_size, " need ", want),
+        fail({"batch",
+              detail::concat("has ", batch.inputs.size(), " input floats; ", m, " micro-batches of ",
+                             stages_[0].input_size, " need ", want),
               "Batch::inputs", "Give exactly microbatches x stage 0's input_size floats"});
       }
     }
     if (has_backward_ && holds(last_stage())) {
       const std::size_t want = m * stages_[static_cast<std::size_t>(last_stage())].target_size;
       if (batch.targets.size() != want) {
-        fail({"batch", detail::concat("has ", batch.targets.size(), " target floats; ", m, " micro-batches of ",
-                              stages_[static_cast<std::size_t>(last_stage())].target_size, " need ", want),
+        fail({"batch",
+              detail::concat("has ", batch.targets.size(), " target floats; ", m, " micro-batches of ",
+                             stages_[static_cast<std::size_t>(last_stage())].target_size, " need ", want),
               "Batch::targets", "Give exactly microbatches x the last stage's target_size floats"});
       }
     }
@@ -306,8 +315,8 @@ class Executor {
       if (st.output >= 0) uses.push_back({&buffers_[static_cast<std::size_t>(st.output)], Access::write});
       if (st.loss_input >= 0) uses.push_back({&buffers_[static_cast<std::size_t>(st.loss_input)], Access::read});
       if (st.grad_output >= 0) {
-        uses.push_back({&buffers_[static_cast<std::size_t>(st.grad_output)],
-                        st.computes_loss ? Access::write : Access::read});
+        uses.push_back(
+            {&buffers_[static_cast<std::size_t>(st.grad_output)], st.computes_loss ? Access::write : Access::read});
       }
       if (const Buffer* part = weight_part(st)) uses.push_back({part, Access::write});
     }
@@ -366,7 +375,8 @@ class Executor {
       Buffer* part = const_cast<Buffer*>(weight_part(st));
       if (part != nullptr) b_.zero(stream, *part);
       if (options_.record_timeline) b_.record(start_events_[i], stream);
-      b_.launch(stream, HostTask{&Executor::run_compute, &calls_[i], labels_[static_cast<std::size_t>(st.first_action)]},
+      b_.launch(stream,
+                HostTask{&Executor::run_compute, &calls_[i], labels_[static_cast<std::size_t>(st.first_action)]},
                 std::span<const BufferUse<Buffer>>(uses_[i]));
       if (part != nullptr && options_.accumulation == GradAccumulation::schedule_order) {
         b_.accumulate(stream, grads_[static_cast<std::size_t>(gi)].total, *part);
@@ -419,7 +429,7 @@ class Executor {
       throw error(detail::concat("rank ", self.rank_, ", stage ", g.stage, ", optimizer_step: ", e.what()));
     } catch (...) {
       throw error(detail::concat("rank ", self.rank_, ", stage ", g.stage,
-                         ", optimizer_step: threw an exception that is not a std::exception"));
+                                 ", optimizer_step: threw an exception that is not a std::exception"));
     }
   }
 
@@ -439,10 +449,13 @@ class Executor {
       if (st.computes_loss) {
         const std::span<const float> target =
             batch_.targets.subspan(static_cast<std::size_t>(mb) * f.target_size, f.target_size);
-        result_.losses[static_cast<std::size_t>(mb)] = f.loss(mb, buffer(st.loss_input), target, buffer(st.grad_output));
+        result_.losses[static_cast<std::size_t>(mb)] =
+            f.loss(mb, buffer(st.loss_input), target, buffer(st.grad_output));
       }
       switch (a.op) {
-        case Op::F: f.forward(mb, in, buffer(st.output)); break;
+        case Op::F:
+          f.forward(mb, in, buffer(st.output));
+          break;
         case Op::B:
           if (f.backward) {
             f.backward(mb, in, buffer(st.grad_output), buffer(st.output), weight_span(st));
@@ -451,16 +464,21 @@ class Executor {
             f.backward_weight(mb, in, buffer(st.grad_output), weight_span(st));
           }
           break;
-        case Op::BI: f.backward_input(mb, in, buffer(st.grad_output), buffer(st.output)); break;
-        case Op::BW: f.backward_weight(mb, in, buffer(st.grad_output), weight_span(st)); break;
-        default: break;
+        case Op::BI:
+          f.backward_input(mb, in, buffer(st.grad_output), buffer(st.output));
+          break;
+        case Op::BW:
+          f.backward_weight(mb, in, buffer(st.grad_output), weight_span(st));
+          break;
+        default:
+          break;
       }
     } catch (const std::exception& e) {
-      throw error(detail::concat("rank ", rank_, ", stage ", a.stage, ", micro-batch ", mb, ", action ", to_string(a), ": ",
-                         e.what()));
+      throw error(detail::concat("rank ", rank_, ", stage ", a.stage, ", micro-batch ", mb, ", action ", to_string(a),
+                                 ": ", e.what()));
     } catch (...) {
       throw error(detail::concat("rank ", rank_, ", stage ", a.stage, ", micro-batch ", mb, ", action ", to_string(a),
-                         ": threw an exception that is not a std::exception"));
+                                 ": threw an exception that is not a std::exception"));
     }
   }
 
@@ -521,14 +539,17 @@ class Executor {
       const std::size_t done = completed_on(lane);
       if (done >= lane_steps_[lane].size()) continue;
       const std::int32_t head = lane_steps_[lane][done];
-      if (first_action.empty()) first_action = labels_[static_cast<std::size_t>(plan_.steps[static_cast<std::size_t>(head)].first_action)];
-      heads += detail::concat(heads.empty() ? "" : "; ", lane == 0 ? "compute stream: " : "comm stream: ", describe_step(head));
+      if (first_action.empty())
+        first_action = labels_[static_cast<std::size_t>(plan_.steps[static_cast<std::size_t>(head)].first_action)];
+      heads += detail::concat(heads.empty() ? "" : "; ",
+                              lane == 0 ? "compute stream: " : "comm stream: ", describe_step(head));
     }
     if (heads.empty()) heads = "every action completed, but the step's final work did not (the optimizer step?)";
-    return make_error({detail::concat("rank ", rank_),
-                       detail::concat("watchdog: no action completed for ", options_.watchdog.count(), " ms. ", heads),
-                       first_action.empty() ? "" : detail::concat("action ", first_action),
-                       "Validate the schedule (validate()) or raise ExecutorOptions::watchdog if actions are this slow"});
+    return make_error(
+        {detail::concat("rank ", rank_),
+         detail::concat("watchdog: no action completed for ", options_.watchdog.count(), " ms. ", heads),
+         first_action.empty() ? "" : detail::concat("action ", first_action),
+         "Validate the schedule (validate()) or raise ExecutorOptions::watchdog if actions are this slow"});
   }
 
   [[noreturn]] void fail_step(std::exception_ptr e, StepFaults* faults) {
@@ -540,8 +561,8 @@ class Executor {
     } catch (...) {
     }
     if (stopped) {
-      e = std::make_exception_ptr(make_error({detail::concat("rank ", rank_), "stopped because another rank failed", "",
-                                              "See the step's first error"}));
+      e = std::make_exception_ptr(make_error(
+          {detail::concat("rank ", rank_), "stopped because another rank failed", "", "See the step's first error"}));
     } else if (faults != nullptr) {
       faults->report(e);  // before the abort, so that the cause is the first error
     }

@@ -58,12 +58,12 @@ struct PlannedStep {
   std::int32_t wait_on = -1;      // a step of the other lane whose end this step waits for
 
   // Compute steps. Buffers are physical indices; -1 means none.
-  std::int32_t input = -1;           // F, B, BI, BW: the forward input (-1 with input_from_batch)
-  bool input_from_batch = false;     // stage 0: the micro-batch's slice of the batch
-  std::int32_t output = -1;          // F: forward output; B, BI: gradient for the input (stage > 0)
-  std::int32_t grad_output = -1;     // B, BI, BW: gradient of the output (written by the loss
-                                     // on the last stage)
-  std::int32_t loss_input = -1;      // last stage's B or BI: the forward output the loss reads
+  std::int32_t input = -1;        // F, B, BI, BW: the forward input (-1 with input_from_batch)
+  bool input_from_batch = false;  // stage 0: the micro-batch's slice of the batch
+  std::int32_t output = -1;       // F: forward output; B, BI: gradient for the input (stage > 0)
+  std::int32_t grad_output = -1;  // B, BI, BW: gradient of the output (written by the loss
+                                  // on the last stage)
+  std::int32_t loss_input = -1;   // last stage's B or BI: the forward output the loss reads
   bool computes_loss = false;
 
   std::vector<PlannedTransfer> transfers;  // comm steps
@@ -106,8 +106,8 @@ enum class ValueKind : std::uint8_t { forward_output, forward_received, grad_rec
 
 struct PlanValue {
   std::size_t floats = 0;
-  std::int32_t producer = -1;        // step
-  std::int32_t last_use = -1;        // step, on either lane: the buffer is free after it
+  std::int32_t producer = -1;          // step
+  std::int32_t last_use = -1;          // step, on either lane: the buffer is free after it
   std::int32_t last_on[2] = {-1, -1};  // latest step touching it on the compute / comm lane
   std::int32_t physical = -1;
 };
@@ -142,9 +142,7 @@ class RankPlanner {
   std::vector<PlanValue> values_;
   std::vector<std::vector<std::int32_t>> reads_;  // per step: values read (for waits)
 
-  [[nodiscard]] const std::vector<Action>& program() const {
-    return s_.programs[static_cast<std::size_t>(rank_)];
-  }
+  [[nodiscard]] const std::vector<Action>& program() const { return s_.programs[static_cast<std::size_t>(rank_)]; }
   [[nodiscard]] std::string where(std::int32_t index) const {
     return concat("rank ", rank_, ", action ", index, " (", to_string(program()[static_cast<std::size_t>(index)]), ")");
   }
@@ -180,7 +178,8 @@ class RankPlanner {
         fail({"stage definitions",
               concat("stage ", st, " produces ", shape(st).output_size, " floats per micro-batch but stage ", st + 1,
                      " expects ", shape(st + 1).input_size),
-              concat("stages ", st, " and ", st + 1), "Make each stage's output_size equal the next stage's input_size"});
+              concat("stages ", st, " and ", st + 1),
+              "Make each stage's output_size equal the next stage's input_size"});
       }
     }
   }
@@ -256,7 +255,8 @@ class RankPlanner {
 
   std::int32_t grad_output(const RankPlan& p, std::int32_t stage, std::int32_t mb, std::int32_t step,
                            std::int32_t action) {
-    if (local(stage + 1)) return use(p, {ValueKind::grad_input, stage + 1, mb}, step, action, "the next stage's gradient");
+    if (local(stage + 1))
+      return use(p, {ValueKind::grad_input, stage + 1, mb}, step, action, "the next stage's gradient");
     if (stage + 1 == s_.stages()) return use(p, {ValueKind::loss_grad, stage, mb}, step, action, "the loss gradient");
     return use(p, {ValueKind::grad_received, stage, mb}, step, action, "the gradient of RECV_B");
   }
@@ -301,8 +301,9 @@ class RankPlanner {
           const std::int32_t peer_stage = fwd ? st + 1 : st - 1;
           if (peer_stage < 0 || peer_stage > last || local(peer_stage)) {
             fail({concat("schedule '", s_.name, "'"),
-                  peer_stage < 0 || peer_stage > last ? "sends to a stage that does not exist"
-                                                      : "sends to a stage on its own rank (a local dependency needs no transfer)",
+                  peer_stage < 0 || peer_stage > last
+                      ? "sends to a stage that does not exist"
+                      : "sends to a stage on its own rank (a local dependency needs no transfer)",
                   where(ai), "Remove the action; lower() writes the communication"});
           }
           const std::int32_t v = fwd ? use(plan, {ValueKind::forward_output, st, mb}, index, ai, "the output of F")
@@ -403,7 +404,8 @@ class RankPlanner {
 
 // The plan of `rank`'s step in a lowered schedule. Throws ppsched::error when the program
 // uses a tensor before the action that provides it, or names stages it does not hold.
-[[nodiscard]] inline RankPlan plan_rank(const Schedule& lowered, std::int32_t rank, std::span<const StageShape> shapes) {
+[[nodiscard]] inline RankPlan plan_rank(const Schedule& lowered, std::int32_t rank,
+                                        std::span<const StageShape> shapes) {
   return detail::RankPlanner(lowered, rank, shapes).run();
 }
 

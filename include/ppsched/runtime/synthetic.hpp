@@ -43,8 +43,8 @@ inline void busy_for(double units, std::chrono::nanoseconds per_unit) {
   if (units <= 0.0) return;
   tighten_timer_slack();
   const auto start = std::chrono::steady_clock::now();
-  std::this_thread::sleep_until(
-      start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(per_unit * units));
+  std::this_thread::sleep_until(start +
+                                std::chrono::duration_cast<std::chrono::steady_clock::duration>(per_unit * units));
 }
 
 }  // namespace detail

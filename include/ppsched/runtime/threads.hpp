@@ -35,8 +35,6 @@ template <class F>
 }  // namespace detail
 
 // Threads started by ppsched that have not finished yet.
-[[nodiscard]] inline int live_threads() noexcept {
-  return detail::live_thread_count.load(std::memory_order_acquire);
-}
+[[nodiscard]] inline int live_threads() noexcept { return detail::live_thread_count.load(std::memory_order_acquire); }
 
 }  // namespace ppsched

@@ -55,8 +55,9 @@ class World {
         schedule_(is_lowered(schedule) ? schedule : lower(schedule)),
         stages_(std::move(stages)) {
     if (backends_.size() != static_cast<std::size_t>(schedule_.ranks)) {
-      fail({"World", detail::concat("got ", backends_.size(), " backends for schedule '", schedule_.name, "' with ",
-                            schedule_.ranks, " ranks"),
+      fail({"World",
+            detail::concat("got ", backends_.size(), " backends for schedule '", schedule_.name, "' with ",
+                           schedule_.ranks, " ranks"),
             "", "Give one backend per rank of the schedule"});
     }
     for (std::size_t r = 0; r < backends_.size(); ++r) {
@@ -68,7 +69,8 @@ class World {
     if (options.validate) (void)validate_or_throw(schedule_);
     options.validate = false;
     for (B* b : backends_) {
-      executors_.push_back(std::make_unique<Executor<B>>(*b, schedule_, std::span<const StageFunctions>(stages_), options));
+      executors_.push_back(
+          std::make_unique<Executor<B>>(*b, schedule_, std::span<const StageFunctions>(stages_), options));
     }
     result_.losses.assign(static_cast<std::size_t>(schedule_.microbatches), 0.0f);
     result_.timeline.ranks = schedule_.ranks;
@@ -96,7 +98,7 @@ class World {
   // stage, micro-batch and action) after every rank has stopped; the World stays usable.
   const StepResult& run_step(const Batch& batch) {
     check_batch(batch);
-    if constexpr (requires(B& b) { b.host_begin(); }) {
+    if constexpr (requires(B & b) { b.host_begin(); }) {
       for (B* b : backends_) b->host_begin();
     }
     {
@@ -145,8 +147,9 @@ class World {
     const std::size_t inputs = m * stages_.front().input_size;
     const std::size_t targets = m * stages_.back().target_size;
     if (batch.inputs.size() != inputs) {
-      fail({"batch", detail::concat("has ", batch.inputs.size(), " input floats; ", m, " micro-batches of ",
-                            stages_.front().input_size, " need ", inputs),
+      fail({"batch",
+            detail::concat("has ", batch.inputs.size(), " input floats; ", m, " micro-batches of ",
+                           stages_.front().input_size, " need ", inputs),
             "Batch::inputs", "Give exactly microbatches x stage 0's input_size floats"});
     }
     bool has_backward = false;
@@ -154,8 +157,9 @@ class World {
       for (const Action& a : prog) has_backward = has_backward || !is_forward_direction(a.op);
     }
     if (has_backward && batch.targets.size() != targets) {
-      fail({"batch", detail::concat("has ", batch.targets.size(), " target floats; ", m, " micro-batches of ",
-                            stages_.back().target_size, " need ", targets),
+      fail({"batch",
+            detail::concat("has ", batch.targets.size(), " target floats; ", m, " micro-batches of ",
+                           stages_.back().target_size, " need ", targets),
             "Batch::targets", "Give exactly microbatches x the last stage's target_size floats"});
     }
   }
@@ -174,7 +178,7 @@ class World {
       } catch (...) {
         faults_.report(std::current_exception());  // kept only if it is the step's first
       }
-      if constexpr (requires(B& b) { b.host_end(); }) backends_[r]->host_end();
+      if constexpr (requires(B & b) { b.host_end(); }) backends_[r]->host_end();
       {
         const std::lock_guard<std::mutex> lock(mutex_);
         if (--remaining_ == 0) finished_.notify_all();

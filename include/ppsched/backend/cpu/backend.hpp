@@ -145,8 +145,7 @@ class CpuBackend {
       const std::lock_guard<std::mutex> lock(rank_->mutex);
       const int local = static_cast<int>(rank_->streams.size());
       const int global = static_cast<int>(cluster_->all_streams.size());
-      rank_->streams.push_back(
-          std::make_unique<StreamState>(rank_, local, global, cluster_->options.queue_capacity));
+      rank_->streams.push_back(std::make_unique<StreamState>(rank_, local, global, cluster_->options.queue_capacity));
       s = rank_->streams.back().get();
       // Every clock of the rank gets an entry for the new stream now, not while issuing.
       const auto n = rank_->streams.size();
@@ -191,8 +190,8 @@ class CpuBackend {
       if (checking()) {
         fail({"CPU backend (checking)",
               detail::concat("waiting on an event never recorded: event #", ev.id,
-                     " has no record, so on CUDA this wait does nothing and stream ", s.state_->local,
-                     " would run ahead of the work it meant to wait for"),
+                             " has no record, so on CUDA this wait does nothing and stream ", s.state_->local,
+                             " would run ahead of the work it meant to wait for"),
               detail::concat("rank ", rank(), ", stream ", s.state_->local), "Record the event before waiting on it"});
       }
       return;  // CUDA: waiting on a never-recorded event is a no-op
@@ -314,8 +313,9 @@ class CpuBackend {
     own(to, "accumulate");
     own(from, "accumulate");
     if (to.size_ != from.size_) {
-      fail({"CPU backend", detail::concat("accumulate: buffer #", to.id(), " holds ", to.size_, " floats but buffer #",
-                                  from.id(), " holds ", from.size_),
+      fail({"CPU backend",
+            detail::concat("accumulate: buffer #", to.id(), " holds ", to.size_, " floats but buffer #", from.id(),
+                           " holds ", from.size_),
             detail::concat("rank ", rank()), "Accumulate between buffers of equal size"});
     }
     const AccessRecord access = next_access(*s.state_, TaskKind::accumulate, {});
@@ -344,7 +344,8 @@ class CpuBackend {
     for (const auto& u : uses) own(*u.buffer, "launch");
     const AccessRecord access = next_access(*s.state_, TaskKind::launch, task.label);
     if (checking()) {
-      for (const auto& u : uses) check_access(*u.buffer->state_, access, reads(u.access), writes(u.access), s.state_->clock);
+      for (const auto& u : uses)
+        check_access(*u.buffer->state_, access, reads(u.access), writes(u.access), s.state_->clock);
     }
     Task& t = begin_task(*s.state_, TaskKind::launch);
     t.host = task;
@@ -470,7 +471,7 @@ class CpuBackend {
   [[noreturn]] void never_recorded(const detail::cpu::EventState& ev, std::string_view what) const {
     fail({"CPU backend (checking)",
           detail::concat(what, " on an event never recorded: event #", ev.id,
-                 " has no record, so on CUDA it reports complete before any work it meant to cover"),
+                         " has no record, so on CUDA it reports complete before any work it meant to cover"),
           detail::concat("rank ", rank()), "Record the event before waiting on it"});
   }
 
@@ -534,9 +535,10 @@ class CpuBackend {
             "Issue work only on live streams"});
     }
     if (ops > st.op_capacity) {
-      fail({"CPU backend", detail::concat("a transfer group of ", ops, " operations exceeds the stream's capacity of ",
-                                  st.op_capacity),
-            detail::concat("rank ", rank()), "Raise CpuOptions::queue_capacity or split the group"});
+      fail(
+          {"CPU backend",
+           detail::concat("a transfer group of ", ops, " operations exceeds the stream's capacity of ", st.op_capacity),
+           detail::concat("rank ", rank()), "Raise CpuOptions::queue_capacity or split the group"});
     }
     auto room = [&] { return rank_->failed || (!st.tasks.full() && st.op_size + ops <= st.op_capacity); };
     if (!room()) {
@@ -545,17 +547,20 @@ class CpuBackend {
       lock.lock();
       if (r != WaitResult::done || !room()) {
         throw_if_failed();
-        fail({"CPU backend", detail::concat("the host waited longer than the watchdog (", cluster_->options.watchdog.count(),
-                                    " ms) for room in the queue of stream ", st.local),
-              detail::concat("rank ", rank()), "The stream is stuck; see its head task, or raise CpuOptions::queue_capacity"});
+        fail({"CPU backend",
+              detail::concat("the host waited longer than the watchdog (", cluster_->options.watchdog.count(),
+                             " ms) for room in the queue of stream ", st.local),
+              detail::concat("rank ", rank()),
+              "The stream is stuck; see its head task, or raise CpuOptions::queue_capacity"});
       }
       throw_if_failed();
     }
     return lock;
   }
 
-  [[nodiscard]] static detail::cpu::AccessRecord next_access(const detail::cpu::StreamState& s, detail::cpu::TaskKind kind,
-                                                       std::string_view label, bool is_send = false) {
+  [[nodiscard]] static detail::cpu::AccessRecord next_access(const detail::cpu::StreamState& s,
+                                                             detail::cpu::TaskKind kind, std::string_view label,
+                                                             bool is_send = false) {
     return {s.local, s.issued + 1, kind, is_send, label};
   }
 
@@ -582,7 +587,8 @@ class CpuBackend {
       own(b, is_send ? "send" : "recv");
       const char* what = is_send ? "send" : "recv";
       if (peer < 0 || peer >= cluster_->ranks) {
-        fail({"CPU backend", detail::concat(what, ": peer ", peer, " is not a rank of this ", cluster_->ranks, "-rank cluster"),
+        fail({"CPU backend",
+              detail::concat(what, ": peer ", peer, " is not a rank of this ", cluster_->ranks, "-rank cluster"),
               detail::concat("rank ", rank(), tag.label.empty() ? "" : detail::concat(", '", tag.label, "'")),
               detail::concat("Use a peer in 0..", cluster_->ranks - 1)});
       }
@@ -592,8 +598,9 @@ class CpuBackend {
               "Transfer at most the buffer's size"});
       }
       if (rank_->group_depth > 0 && rank_->group_stream != nullptr && rank_->group_stream != s.state_) {
-        fail({"CPU backend", detail::concat(what, ": a transfer group spans streams ", rank_->group_stream->local, " and ",
-                                    s.state_->local),
+        fail({"CPU backend",
+              detail::concat(what, ": a transfer group spans streams ", rank_->group_stream->local, " and ",
+                             s.state_->local),
               detail::concat("rank ", rank()), "Post every operation of a group on one stream"});
       }
       rank_->group_stream = s.state_;
@@ -617,10 +624,12 @@ class CpuBackend {
         for (std::size_t j = i + 1; j < staged.size(); ++j) {
           if (staged[i].buffer == staged[j].buffer && (!staged[i].is_send || !staged[j].is_send)) {
             fail({"CPU backend (checking)",
-                  detail::concat("one transfer group both ", !staged[i].is_send && !staged[j].is_send ? "receives twice into"
-                                                                                               : "sends from and receives into",
-                         " buffer #", staged[i].buffer->id),
-                  detail::concat("rank ", rank(), ", stream ", st.local), "Use separate buffers for the group's transfers"});
+                  detail::concat(
+                      "one transfer group both ",
+                      !staged[i].is_send && !staged[j].is_send ? "receives twice into" : "sends from and receives into",
+                      " buffer #", staged[i].buffer->id),
+                  detail::concat("rank ", rank(), ", stream ", st.local),
+                  "Use separate buffers for the group's transfers"});
           }
         }
       }
@@ -663,7 +672,8 @@ class CpuBackend {
     const auto deadline = std::min(w.deadline, cap);
     auto satisfied = [&] {
       if (fail_fast && rank_->failed) return true;
-      if (kind == HostWaitKind::queue_room) return rank_->failed || (!s->tasks.full() && s->op_size + n <= s->op_capacity);
+      if (kind == HostWaitKind::queue_room)
+        return rank_->failed || (!s->tasks.full() && s->op_size + n <= s->op_capacity);
       return s->completed >= n;
     };
     if (!cluster_->deterministic()) {
@@ -806,10 +816,13 @@ inline void CpuStream::close() noexcept {
   detail::cpu::StreamState* s = std::exchange(state_, nullptr);
   CpuBackend* b = std::exchange(backend_, nullptr);
   try {
-    (void)b->host_wait(detail::cpu::HostWaitKind::stream_done, s, [&] {
-      const std::lock_guard<std::mutex> lock(s->rank->mutex);
-      return s->issued;
-    }(), false, HostWait{});
+    (void)b->host_wait(
+        detail::cpu::HostWaitKind::stream_done, s,
+        [&] {
+          const std::lock_guard<std::mutex> lock(s->rank->mutex);
+          return s->issued;
+        }(),
+        false, HostWait{});
   } catch (...) {  // a close never throws; a stuck stream is discarded below
   }
   {

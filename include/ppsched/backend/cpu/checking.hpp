@@ -60,7 +60,9 @@ inline void host_observed(RankState& r, const VectorClock& observed) {
 }
 
 [[nodiscard]] inline bool is_receive(const AccessRecord& a) noexcept { return a.kind == TaskKind::group && !a.is_send; }
-[[nodiscard]] inline bool is_send_access(const AccessRecord& a) noexcept { return a.kind == TaskKind::group && a.is_send; }
+[[nodiscard]] inline bool is_send_access(const AccessRecord& a) noexcept {
+  return a.kind == TaskKind::group && a.is_send;
+}
 
 [[noreturn]] inline void report_race(const BufferState& b, const AccessRecord& current, const AccessRecord& earlier,
                                      bool current_writes, bool earlier_writes) {
@@ -70,9 +72,8 @@ inline void host_observed(RankState& r, const VectorClock& observed) {
                                  " and make stream ", current.stream, " wait on it before this operation");
   if (is_receive(current)) {
     fail({"CPU backend (checking)",
-          concat("receive into a buffer still in use: ", describe_access(current), " may overwrite ", buffer,
-                 " while ", describe_access(earlier), " still ", earlier_writes ? "writes" : "reads",
-                 " it; no event orders them"),
+          concat("receive into a buffer still in use: ", describe_access(current), " may overwrite ", buffer, " while ",
+                 describe_access(earlier), " still ", earlier_writes ? "writes" : "reads", " it; no event orders them"),
           where, fix});
   }
   if (current_writes && is_send_access(earlier)) {

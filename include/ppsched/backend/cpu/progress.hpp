@@ -120,7 +120,8 @@ inline void complete_front(StreamState& s) {
       }
       return out;
     }
-    default: return concat("a ", task_kind_name(t.kind), t.host.label.empty() ? "" : concat(" '", t.host.label, "'"));
+    default:
+      return concat("a ", task_kind_name(t.kind), t.host.label.empty() ? "" : concat(" '", t.host.label, "'"));
   }
 }
 
@@ -140,10 +141,10 @@ inline StreamState* match(ClusterState& c, P2POp& a, P2POp& b) {
   const bool tag_mismatch =
       c.options.checking && send.tag.match != 0 && recv.tag.match != 0 && send.tag.match != recv.tag.match;
   if (size_mismatch || tag_mismatch) {
-    const std::string problem = concat(
-        describe_op(send), " on rank ", sender.rank, " was paired with ", describe_op(recv), " on rank ",
-        receiver.rank, size_mismatch ? ": the counts differ" : ": they belong to different transfers",
-        ". NCCL pairs the sends and receives between two ranks in the order they are posted");
+    const std::string problem =
+        concat(describe_op(send), " on rank ", sender.rank, " was paired with ", describe_op(recv), " on rank ",
+               receiver.rank, size_mismatch ? ": the counts differ" : ": they belong to different transfers",
+               ". NCCL pairs the sends and receives between two ranks in the order they are posted");
     const auto e = std::make_exception_ptr(make_error(
         {"CPU backend", problem, concat("ranks ", sender.rank, " -> ", receiver.rank),
          "Post the transfers between each pair of ranks in the same order on both sides, with equal counts"}));
@@ -211,8 +212,7 @@ inline void withdraw_op(ClusterState& c, P2POp& op) {
 // Moves the head of `s` one step. Called with `lock` holding the stream's rank mutex; may
 // release it while running a task or touching channels. A helper does not run a stage's
 // work; owners of transfers matched while posting are added to `peers`.
-inline Step advance(ClusterState& c, StreamState& s, std::unique_lock<std::mutex>& lock, Mover mover,
-                    Peers& peers) {
+inline Step advance(ClusterState& c, StreamState& s, std::unique_lock<std::mutex>& lock, Mover mover, Peers& peers) {
   RankState& r = *s.rank;
   if (s.tasks.empty() || s.running) return s.tasks.empty() ? Step::empty : Step::blocked;
   Task& t = s.tasks.front();
@@ -257,12 +257,13 @@ inline Step advance(ClusterState& c, StreamState& s, std::unique_lock<std::mutex
       } catch (const ppsched::error&) {
         failure = std::current_exception();
       } catch (const std::exception& e) {
-        failure = std::make_exception_ptr(error(concat("rank ", r.rank, " stream ", s.local, ": ", task_kind_name(t.kind),
-                                                       " '", t.host.label, "' threw: ", e.what())));
+        failure =
+            std::make_exception_ptr(error(concat("rank ", r.rank, " stream ", s.local, ": ", task_kind_name(t.kind),
+                                                 " '", t.host.label, "' threw: ", e.what())));
       } catch (...) {
-        failure = std::make_exception_ptr(error(concat("rank ", r.rank, " stream ", s.local, ": ", task_kind_name(t.kind),
-                                                       " '", t.host.label,
-                                                       "' threw an exception that is not a std::exception")));
+        failure = std::make_exception_ptr(
+            error(concat("rank ", r.rank, " stream ", s.local, ": ", task_kind_name(t.kind), " '", t.host.label,
+                         "' threw an exception that is not a std::exception")));
       }
       lock.lock();
       s.running = false;
@@ -293,12 +294,11 @@ inline Step advance(ClusterState& c, StreamState& s, std::unique_lock<std::mutex
       if (const P2POp* op = aborted_op(c, s, t)) {
         const bool self = r.aborted.load(std::memory_order_acquire);
         const RankState& who = self ? r : *c.rank_states[static_cast<std::size_t>(op->peer)];
-        fail_rank_locked(r, std::make_exception_ptr(make_error(
-                                {"CPU backend",
-                                 concat(describe_op(*op), " did not complete: rank ", who.rank,
-                                        " aborted its communicator"),
-                                 concat("rank ", r.rank, " stream ", s.local),
-                                 "See the first error of the step for the cause"})));
+        fail_rank_locked(
+            r, std::make_exception_ptr(make_error(
+                   {"CPU backend",
+                    concat(describe_op(*op), " did not complete: rank ", who.rank, " aborted its communicator"),
+                    concat("rank ", r.rank, " stream ", s.local), "See the first error of the step for the cause"})));
         return Step::ran;
       }
       return Step::blocked;
@@ -369,13 +369,14 @@ inline void worker_loop(ClusterState& c, StreamState& s) {
     }
     const auto deadline = s.blocked_since + c.options.watchdog;
     if (now >= deadline || s.closing) {
-      fail_rank_locked(r, std::make_exception_ptr(make_error(
-                              {"CPU backend",
-                               s.closing ? concat("stream destroyed while it waits for ", describe_head(s))
-                                         : concat("waited longer than the watchdog (", c.options.watchdog.count(),
-                                                  " ms) for ", describe_head(s)),
-                               stream_name(s), "Check that every transfer has a matching peer and every event is "
-                               "recorded, or raise CpuOptions::watchdog"})));
+      fail_rank_locked(r, std::make_exception_ptr(
+                              make_error({"CPU backend",
+                                          s.closing ? concat("stream destroyed while it waits for ", describe_head(s))
+                                                    : concat("waited longer than the watchdog (",
+                                                             c.options.watchdog.count(), " ms) for ", describe_head(s)),
+                                          stream_name(s),
+                                          "Check that every transfer has a matching peer and every event is "
+                                          "recorded, or raise CpuOptions::watchdog"})));
       continue;
     }
     s.worker_waiting = true;
@@ -399,7 +400,7 @@ inline void release_satisfied_hosts(ClusterState& c) {
     const std::lock_guard<std::mutex> lock(r.mutex);
     const bool satisfied = r.wait_kind == HostWaitKind::queue_room
                                ? (r.failed || (!r.wait_stream->tasks.full() &&
-                                                r.wait_stream->op_size + r.wait_seq <= r.wait_stream->op_capacity))
+                                               r.wait_stream->op_size + r.wait_seq <= r.wait_stream->op_capacity))
                                : r.wait_stream->completed >= r.wait_seq;
     if (satisfied) {
       r.host = HostState::active;

@@ -78,12 +78,18 @@ enum class TaskKind : std::uint8_t { launch, record, wait, zero, accumulate, gro
 
 [[nodiscard]] constexpr std::string_view task_kind_name(TaskKind k) noexcept {
   switch (k) {
-    case TaskKind::launch: return "task";
-    case TaskKind::record: return "event record";
-    case TaskKind::wait: return "event wait";
-    case TaskKind::zero: return "zero";
-    case TaskKind::accumulate: return "accumulate";
-    case TaskKind::group: return "transfer group";
+    case TaskKind::launch:
+      return "task";
+    case TaskKind::record:
+      return "event record";
+    case TaskKind::wait:
+      return "event wait";
+    case TaskKind::zero:
+      return "zero";
+    case TaskKind::accumulate:
+      return "accumulate";
+    case TaskKind::group:
+      return "transfer group";
   }
   return "?";
 }
@@ -153,7 +159,11 @@ struct BufferState {
 
 struct StreamState {
   StreamState(RankState* r, int local_index, int global_index, std::size_t capacity)
-      : rank(r), local(local_index), global(global_index), tasks(capacity), ops(new P2POp[capacity]),
+      : rank(r),
+        local(local_index),
+        global(global_index),
+        tasks(capacity),
+        ops(new P2POp[capacity]),
         op_capacity(capacity) {}
 
   RankState* rank;
@@ -220,7 +230,7 @@ struct RankState {
   // Deterministic mode, guarded by the cluster's engine mutex.
   HostState host = HostState::idle;
   std::thread::id host_thread{};  // the thread that last issued work on this rank
-  bool stalled = false;            // the engine ended this host's wait: nothing could move
+  bool stalled = false;           // the engine ended this host's wait: nothing could move
   HostWaitKind wait_kind = HostWaitKind::stream_done;
   StreamState* wait_stream = nullptr;
   std::uint64_t wait_seq = 0;  // stream_done: the task to reach; queue_room: transfer slots needed

@@ -688,20 +688,18 @@ class AbstractExecution {
     start_.assign(n, -1.0);
     end_.assign(n, -1.0);
     const std::size_t streams = stream_begin_.size() - 1;
-    head_.assign(stream_begin_.begin(), stream_begin_.end() - 1);
-    free_.assign(streams, 0.0);
-    posted_.assign(streams, 0);
-    queued_.assign(streams, 1);
+    streams_.assign(streams, StreamState{});
+    for (std::size_t st = 0; st < streams; ++st) streams_[st].head = stream_begin_[st];
     worklist_.clear();
     for (std::size_t st = streams; st-- > 0;) worklist_.push_back(static_cast<std::int32_t>(st));
     while (!worklist_.empty()) {
       const std::int32_t st = worklist_.back();
       worklist_.pop_back();
-      queued_[static_cast<std::size_t>(st)] = 0;
+      streams_[static_cast<std::size_t>(st)].queued = 0;
       advance(static_cast<std::size_t>(st));
     }
     for (std::size_t st = 0; st < streams; ++st) {
-      if (head_[st] != stream_begin_[st + 1]) return false;
+      if (streams_[st].head != stream_begin_[st + 1]) return false;
     }
     return true;
   }
@@ -729,13 +727,13 @@ class AbstractExecution {
     std::size_t remaining = 0;
     const std::size_t streams = stream_begin_.size() - 1;
     for (std::size_t st = 0; st < streams; ++st) {
-      for (std::int32_t it = head_[st]; it < stream_begin_[st + 1]; ++it) {
+      for (std::int32_t it = streams_[st].head; it < stream_begin_[st + 1]; ++it) {
         remaining += static_cast<std::size_t>(std::max(items_[static_cast<std::size_t>(it)].count, 1));
       }
     }
     out << "no action can start while " << remaining << " remain";
     for (std::size_t st = 0; st < streams; ++st) {
-      const std::int32_t it = head_[st];
+      const std::int32_t it = streams_[st].head;
       if (it == stream_begin_[st + 1]) continue;
       const auto rank = static_cast<std::int32_t>(st / 2);
       const Item& item = items_[static_cast<std::size_t>(it)];
@@ -748,7 +746,7 @@ class AbstractExecution {
       }
       for (std::int32_t i = item.first; i < item.first + item.count; ++i) {
         const Links l = flat_.links(i);
-        if (!posted_[st]) {
+        if (!streams_[st].posted) {
           if (!is_send(flat_.at(i).op) || end_[static_cast<std::size_t>(l.same_stage)] >= 0.0) continue;
           out << "\n  rank " << rank << ": " << to_string(flat_.at(i)) << " (not posted) waits for "
               << where(l.same_stage, rank);
@@ -857,27 +855,39 @@ class AbstractExecution {
   }
 
   void wake(std::size_t st) {
-    if (queued_[st]) return;
-    queued_[st] = 1;
+    if (streams_[st].queued) return;
+    streams_[st].queued = 1;
     worklist_.push_back(static_cast<std::int32_t>(st));
+  }
+  // Wakes a stream only if it stopped for this very action: most completions concern no
+  // other stream, and a needless visit costs cache misses on a cold stream.
+  void wake_for(std::size_t st, std::int32_t action) {
+    if (streams_[st].blocked_on == action) wake(st);
   }
 
   void advance(std::size_t st) {
-    std::int32_t head = head_[st];
+    StreamState& state = streams_[st];
+    std::int32_t head = state.head;
     const std::int32_t stop = stream_begin_[st + 1];
-    double free = free_[st];
+    double free = state.free;
     while (head != stop) {
       const Item& item = items_[static_cast<std::size_t>(head)];
       if (item.count == 0) {
         double t = free;
         if (item.dep_a != no_action) {
           const double e = end_[static_cast<std::size_t>(item.dep_a)];
-          if (e < 0.0) break;
+          if (e < 0.0) {
+            state.blocked_on = item.dep_a;
+            break;
+          }
           t = std::max(t, e);
         }
         if (item.dep_b != no_action) {
           const double e = end_[static_cast<std::size_t>(item.dep_b)];
-          if (e < 0.0) break;
+          if (e < 0.0) {
+            state.blocked_on = item.dep_b;
+            break;
+          }
           t = std::max(t, e + (input_delay_ != nullptr ? (*input_delay_)[static_cast<std::size_t>(item.first)] : 0.0));
         }
         const auto fi = static_cast<std::size_t>(item.first);
@@ -885,22 +895,25 @@ class AbstractExecution {
         free = t + item.duration;
         end_[fi] = free;
         ++head;
-        if (item.wake >= 0) wake(static_cast<std::size_t>(item.wake));
+        if (item.wake >= 0) wake_for(static_cast<std::size_t>(item.wake), item.first);
         continue;
       }
       const CommOp* const ops = ops_.data() + item.dep_a;
       const std::int32_t count = item.count;
-      if (!posted_[st]) {
+      if (!state.posted) {
         double t = free;
-        bool ready = true;
-        for (std::int32_t k = 0; k < count && ready; ++k) {
+        std::int32_t missing = no_action;
+        for (std::int32_t k = 0; k < count && missing == no_action; ++k) {
           if (ops[k].producer == no_action) continue;
           const double e = end_[static_cast<std::size_t>(ops[k].producer)];
-          ready = e >= 0.0;
+          if (e < 0.0) missing = ops[k].producer;
           t = std::max(t, e);
         }
-        if (!ready) break;
-        posted_[st] = 1;
+        if (missing != no_action) {
+          state.blocked_on = missing;
+          break;
+        }
+        state.posted = 1;
         for (std::int32_t k = 0; k < count; ++k) {
           const auto ii = static_cast<std::size_t>(ops[k].action);
           start_[ii] = t;
@@ -920,17 +933,18 @@ class AbstractExecution {
         done = std::max(done, e);
       }
       if (!complete) {
-        // Woken later, the stream goes on from here; the next items are likely cold by then.
-        __builtin_prefetch(&items_[static_cast<std::size_t>(head)] + 1);
+        state.blocked_on = waiting_for_peers;  // the peer that completes a transfer wakes it
         break;
       }
-      posted_[st] = 0;
+      state.posted = 0;
       free = done;
       ++head;
-      if (mode_ == StreamMode::separate_comm_stream) wake(st - 1);  // receives feed the compute stream
+      if (mode_ == StreamMode::separate_comm_stream) {  // receives feed the compute stream
+        for (std::int32_t k = 0; k < count; ++k) wake_for(st - 1, ops[k].action);
+      }
     }
-    head_[st] = head;
-    free_[st] = free;
+    state.head = head;
+    state.free = free;
   }
 
   // "RECV_F3@s1 on rank 1, which is behind F4@s1" and the like: where action x stands.
@@ -941,7 +955,7 @@ class AbstractExecution {
     std::string s = to_string(flat_.at(x));
     if (rank != from_rank) s += concat(" on rank ", rank);
     const std::int32_t it = item_of_[xi];
-    const std::int32_t head = head_[st];
+    const std::int32_t head = streams_[st].head;
     const char* stream_name = mode_ == StreamMode::comm_on_compute_stream ? "stream"
                               : (st % 2 == 1)                              ? "comm stream"
                                                                            : "compute stream";
@@ -950,7 +964,7 @@ class AbstractExecution {
     } else if (it == head) {
       if (is_compute(flat_.at(x).op)) {
         s += concat(", which is itself waiting (see rank ", rank, ")");
-      } else if (!posted_[st]) {
+      } else if (!streams_[st].posted) {
         s += concat(", whose group is not posted yet (see rank ", rank, ")");
       } else {
         s += concat(", which is posted and waits for its own peer (see rank ", rank, ")");
@@ -979,10 +993,17 @@ class AbstractExecution {
   std::vector<CommOp> ops_;
   mutable std::vector<std::int32_t> item_of_;  // action -> item, built for describe_stuck only
   std::vector<double> start_, end_;
-  std::vector<std::int32_t> head_;
-  std::vector<double> free_;
-  std::vector<std::uint8_t> posted_, queued_;
+  // A stream's whole state on one cache line: a run switches streams once per item or so.
+  struct StreamState {
+    std::int32_t head = 0;                // next item
+    std::int32_t blocked_on = no_action;  // the action the head waits for, or waiting_for_peers
+    double free = 0.0;                    // when the previous item ended
+    std::uint8_t posted = 0;              // the head group is posted
+    std::uint8_t queued = 1;              // on the worklist
+  };
+  std::vector<StreamState> streams_;
   std::vector<std::int32_t> worklist_;
+  static constexpr std::int32_t waiting_for_peers = -2;
 };
 
 // Static checks, memory and (when they pass) the deadlock proof in both stream settings.

@@ -183,12 +183,15 @@ namespace detail {
       seen = true;
       st.last_end = end[ii];
       st.busy += end[ii] - start[ii];
-      // The input produced on another rank: through a receive, or directly (dependency-only).
-      std::int32_t producer = flat.links(a).input;
-      if (producer != detail::no_action && is_comm(flat.at(producer).op)) {
-        producer = flat.links(flat.links(producer).peer).same_stage;
+      // The compute on another rank whose output this one consumes, if any.
+      std::int32_t producer = detail::no_action;
+      if (a.op == Op::F && a.stage > 0 && flat.rank_of(a.stage - 1) != static_cast<std::int32_t>(r)) {
+        producer = flat.find(Op::F, a.stage - 1, a.microbatch);
+      } else if ((a.op == Op::B || a.op == Op::BI) && a.stage + 1 < flat.stages &&
+                 flat.rank_of(a.stage + 1) != static_cast<std::int32_t>(r)) {
+        producer = flat.backward_input(a.stage + 1, a.microbatch);
       }
-      if (producer != detail::no_action && flat.owner[static_cast<std::size_t>(producer)] != static_cast<std::int32_t>(r)) {
+      if (producer != detail::no_action) {
         const double ready = std::max(previous_end, end[static_cast<std::size_t>(producer)]);
         if (start[ii] > ready) st.comm_wait += start[ii] - ready;
       }
@@ -204,9 +207,17 @@ namespace detail {
   result.bubble_fraction = result.makespan > 0.0 ? idle / (static_cast<double>(ranks) * result.makespan) : 0.0;
   result.bubble_vs_ideal = result.ideal_time > 0.0 ? (result.makespan - result.ideal_time) / result.ideal_time : 0.0;
 
-  detail::measure_memory(
-      flat, cost.weight_memory_fraction,
-      [&cost, M](std::int32_t stage, std::int32_t mb) { return stage_cost(cost, stage, mb, M).activation_bytes; }, report);
+  if (cost.per_microbatch.empty() && cost.microbatch_scale.empty()) {
+    const std::vector<double> bytes = memory_model_for(cost, flat.stages).activation_bytes;
+    detail::measure_memory(
+        flat, cost.weight_memory_fraction,
+        [&bytes](std::int32_t stage, std::int32_t) { return bytes[static_cast<std::size_t>(stage)]; }, report);
+  } else {
+    detail::measure_memory(
+        flat, cost.weight_memory_fraction,
+        [&cost, M](std::int32_t stage, std::int32_t mb) { return stage_cost(cost, stage, mb, M).activation_bytes; },
+        report);
+  }
   result.memory = std::move(report.memory);
   result.stage_peak_in_flight = std::move(report.stage_peak_in_flight);
 

@@ -537,6 +537,33 @@ TEST_CASE("--chunks sets the virtual stages of the looped schedules", "[cli][pla
   CHECK(schedule_named(j, "interleaved-1f1b").at("makespan").get<double>() == Approx(8 * 3 + 3 * 3 / 4.0));
 }
 
+TEST_CASE("the closed-form bubble shown for uniform stages is the simulated one", "[cli][plan]") {
+  // T_BW <= T_F <= T_BI and m >= 2p - 1: every closed form in ppsched/sim/analytic.hpp holds.
+  const json j = plan_json({"--stage-cost", "1,2,1", "--stages", "4", "--microbatches", "8"});
+  int with_formula = 0;
+  for (const json& s : j.at("schedules")) {
+    INFO(s.at("name"));
+    if (s.at("analytic").is_null()) continue;
+    ++with_formula;
+    const double idle = s.at("analytic").at("idle_per_rank").get<double>();
+    if (s.at("analytic").at("formula").get<std::string>().find("rank 0's span") != std::string::npos) {
+      // ZB-H2: the idle inside rank 0's span; no rank idles more inside its own.
+      CHECK(s.at("span")[0].get<double>() - s.at("busy")[0].get<double>() == Approx(idle).margin(1e-9));
+      for (std::size_t r = 0; r < 4; ++r) {
+        CHECK(s.at("span")[r].get<double>() - s.at("busy")[r].get<double>() <= idle + 1e-9);
+      }
+    } else {
+      for (std::size_t r = 0; r < 4; ++r) {  // every rank idles the formula's time in the step
+        CHECK(s.at("makespan").get<double>() - s.at("busy")[r].get<double>() == Approx(idle).margin(1e-9));
+      }
+    }
+  }
+  CHECK(with_formula == 6);  // gpipe, 1f1b, interleaved-1f1b, zb-h1, zb-h2, forward-only
+  // With communication the formulas do not apply, and none is shown.
+  const json c = plan_json({"--stage-cost", "1,2,1", "--stages", "4", "--microbatches", "8", "--comm", "0.1"});
+  for (const json& s : c.at("schedules")) CHECK(s.at("analytic").is_null());
+}
+
 TEST_CASE("a memory cap in micro-batches excludes the schedules that exceed it", "[cli][plan]") {
   const json free = plan_json({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8"});
   const double cap = 4;

@@ -218,6 +218,10 @@ class Executor {
                            " ranks"),
             "", "Run the schedule on a communicator with as many ranks as the schedule"});
     }
+    if (options_.watchdog.count() <= 0) {
+      fail({subject, detail::concat("the watchdog is ", options_.watchdog.count(), " ms"), "ExecutorOptions::watchdog",
+            "Give a positive timeout (default 10 s)"});
+    }
     if (stages_.size() != static_cast<std::size_t>(schedule_.stages())) {
       fail({subject,
             detail::concat("the schedule has ", schedule_.stages(), " stages but ", stages_.size(),

@@ -287,8 +287,8 @@ class CpuBackend {
     {
       const std::lock_guard<std::mutex> lock(rank_->mutex);
       b.state_->id = rank_->next_buffer_id++;
+      b.state_->reads.reserve(rank_->streams.size() + 2);
     }
-    b.state_->reads.reserve(rank_->streams.size() + 2);
     return b;
   }
 

@@ -96,7 +96,6 @@ struct ChainModel {
   [[nodiscard]] constexpr bool fits_memory(std::size_t j, std::size_t a, std::size_t b) const noexcept {
     return memory_cap.empty() || memory(j, a, b) <= memory_cap[j];
   }
-  [[nodiscard]] constexpr bool has_memory() const noexcept { return !params.empty() || !activations.empty(); }
 };
 
 // Records, during one feasibility probe at bound B, the least value that failed a "<= B"
@@ -262,8 +261,9 @@ class MonotoneProbe {
             lo = std::max(lo, std::min(low_max_[j + 1], hi));
             hi = std::max(lo, std::min(hi, high_max_[j + 1]));
           }
-          // Stages tend to be alike: guess this one as long as the previous.
-          const std::size_t guess = cur.last + (cur.last - previous_max);
+          // Stages tend to be alike: guess this one as long as the previous (no guess when the
+          // ranges give no previous length).
+          const std::size_t guess = cur.last > previous_max ? cur.last + (cur.last - previous_max) : 0;
           const std::size_t end = last_fitting_end_near(m_, j, cur.last, lo, hi, guess, bound, ev);
           if (end > cur.last) append(out, cur.last + 1, end);
         }

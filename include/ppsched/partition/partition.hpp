@@ -90,14 +90,25 @@ struct Partition {
 namespace detail {
 
 // A graph and a cost model flattened into the solver's arrays, over one topological order.
+// The per-layer arrays share one allocation: fewer, larger blocks are what a malloc keeps
+// for the next call instead of returning them to the system (and faulting them in again).
+// Move-only, since the views point into `storage`.
 struct PartitionInput {
   std::size_t layers = 0;
   std::size_t stages = 0;
   std::vector<std::size_t> order;
-  std::vector<double> compute, params, activations, comm, speed, cap, inflight;
+  std::vector<double> storage;
+  std::span<double> compute, params, activations, comm;  // views into storage; comm may be empty
+  std::vector<double> speed, cap, inflight;
   double optimizer_state_factor = 1.0;
   double largest_layer = 0.0;
   bool plain_chain = false;  // see is_plain_chain
+
+  PartitionInput() = default;
+  PartitionInput(const PartitionInput&) = delete;
+  PartitionInput& operator=(const PartitionInput&) = delete;
+  PartitionInput(PartitionInput&&) noexcept = default;
+  PartitionInput& operator=(PartitionInput&&) noexcept = default;
 
   [[nodiscard]] ChainModel model() const noexcept {
     ChainModel m;
@@ -136,14 +147,14 @@ inline void check_running_sum(double total, std::string_view subject, const char
 // For each cut b, the sum of per_tensor(output_bytes) over the tensors crossing it, in the
 // order of their producing layers (0 at both ends).
 template <class PerTensor>
-[[nodiscard]] std::vector<double> sum_over_crossing_tensors(const LayerGraph& graph, std::span<const std::size_t> order,
-                                                            bool plain_chain, PerTensor per_tensor) {
+void sum_over_crossing_tensors(const LayerGraph& graph, std::span<const std::size_t> order, bool plain_chain,
+                               std::span<double> sums, PerTensor per_tensor) {
   const std::size_t n = graph.size();
   const Layer* layers = graph.layers().data();
-  std::vector<double> sums(n + 1, 0.0);
+  sums[0] = sums[n] = 0.0;
   if (plain_chain) {  // one tensor per cut: the previous layer's output
     for (std::size_t b = 1; b < n; ++b) sums[b] = 0.0 + per_tensor(layers[b - 1].output_bytes);
-    return sums;
+    return;
   }
   std::vector<std::size_t> position(n);
   for (std::size_t p = 0; p < n; ++p) position[order[p]] = p;
@@ -162,7 +173,6 @@ template <class PerTensor>
     for (const std::size_t p : live) sum = sum + per_tensor(layers[order[p]].output_bytes);
     sums[b] = sum;
   }
-  return sums;
 }
 
 // True when the graph is a chain cut in its own numbering: then the tensor crossing cut b is
@@ -189,9 +199,11 @@ template <class PerTensor>
     in.order.assign(order.begin(), order.end());
   }
   const std::size_t n = in.layers;
-  in.compute.resize(n + 1);
-  in.params.resize(n + 1);
-  in.activations.resize(n + 1);
+  const bool with_comm = !cost.link.is_free();
+  in.storage.resize((with_comm ? 4 : 3) * (n + 1));
+  in.compute = std::span<double>(in.storage).subspan(0, n + 1);
+  in.params = std::span<double>(in.storage).subspan(n + 1, n + 1);
+  in.activations = std::span<double>(in.storage).subspan(2 * (n + 1), n + 1);
   {
     // Locals and raw pointers: the sums stay in registers instead of being reloaded through
     // stores the compiler must assume alias them.
@@ -220,13 +232,14 @@ template <class PerTensor>
   check_running_sum(in.activations[n], subject, "activation bytes");
 
   in.plain_chain = is_plain_chain(graph, in.order);
-  if (!cost.link.is_free()) {
-    in.comm = sum_over_crossing_tensors(graph, in.order, in.plain_chain,
-                                        [&](double bytes) { return cost.link.transfer_time(bytes); });
+  if (with_comm) {
+    in.comm = std::span<double>(in.storage).subspan(3 * (n + 1), n + 1);
+    sum_over_crossing_tensors(graph, in.order, in.plain_chain, in.comm,
+                              [&](double bytes) { return cost.link.transfer_time(bytes); });
     double priciest = 0.0;
     for (const double c : in.comm) priciest = std::max(priciest, c);
     check_running_sum(priciest, subject, "transfer times at one cut");
-    if (priciest == 0.0) in.comm.clear();
+    if (priciest == 0.0) in.comm = {};
   }
   bool any_speed = false, any_cap = false;
   for (const Device& d : cost.devices) {
@@ -258,7 +271,10 @@ template <class PerTensor>
                                               std::vector<std::size_t> boundaries, std::string method) {
   const ChainModel m = in.model();
   std::vector<double> bytes;  // per cut; a plain chain reads its layers directly
-  if (!in.plain_chain) bytes = sum_over_crossing_tensors(graph, in.order, false, [](double b) { return b; });
+  if (!in.plain_chain) {
+    bytes.resize(in.layers + 1);
+    sum_over_crossing_tensors(graph, in.order, false, bytes, [](double b) { return b; });
+  }
   auto bytes_at = [&](std::size_t cut) {
     if (cut == 0 || cut == in.layers) return 0.0;
     return in.plain_chain ? graph.layers()[cut - 1].output_bytes : bytes[cut];

@@ -90,10 +90,16 @@ TEST_CASE("every family lowers to a valid, deadlock-free schedule that keeps its
   CHECK(checked > 1000);
 }
 
-TEST_CASE("lowering adds no bubble: with free communication it runs as the dependency-only schedule", "[lower]") {
+// With the cost model's times (lower_options_for), the lowered schedule runs exactly as the
+// dependency-only one: free communication, or a latency that the comm stream never has to
+// queue (transfers of one rank are at least a compute apart here).
+TEST_CASE("lowering adds no bubble: it runs as the dependency-only schedule", "[lower]") {
   for_each_request(6, 10, 3, [&](std::string_view family, const ScheduleRequest& r) {
     const Schedule s = make_schedule(family, r);
-    for (const CostModel& cost : {uniform_costs(1.0, 1.0, 1.0), uniform_costs(2.0, 3.0, 1.0), uneven_costs(s.stages())}) {
+    CostModel with_latency = uniform_costs(1.0, 1.0, 1.0);
+    with_latency.link.latency = 0.25;
+    for (const CostModel& cost :
+         {uniform_costs(1.0, 1.0, 1.0), uniform_costs(2.0, 3.0, 1.0), uneven_costs(s.stages()), with_latency}) {
       SimOptions ideal_options;
       ideal_options.ideal_communication = true;
       const SimResult ideal = simulate(s, cost, ideal_options);
@@ -102,7 +108,9 @@ TEST_CASE("lowering adds no bubble: with free communication it runs as the depen
       INFO(family << ' ' << to_string(r));
       REQUIRE(lowered.makespan == ideal.makespan);
       REQUIRE(compute_spans(lowered.timeline) == compute_spans(ideal.timeline));
-      for (const SimRankStats& st : lowered.ranks) CHECK(st.comm_wait == 0.0);
+      if (cost.link.latency == 0.0) {
+        for (const SimRankStats& st : lowered.ranks) CHECK(st.comm_wait == 0.0);
+      }
     }
   });
 }

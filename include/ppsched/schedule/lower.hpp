@@ -2,9 +2,9 @@
 // receives, and which sends and receives are posted together as one NCCL group. The rule
 // (docs/validation-and-simulation.md has the proof):
 //
-//   1. Run the compute-only schedule on its dependencies alone (no communication cost),
-//      with the compute times of `LowerOptions` (uniform by default). Every transfer gets a
-//      key: the time its data is produced.
+//   1. Run the compute-only schedule on its dependencies alone, with the compute (and
+//      transfer) times of `LowerOptions` (uniform compute, free transfers by default).
+//      Every transfer gets a key: the time its data is produced.
 //   2. On every rank, order the communication by (key, transfer id) — the same order on both
 //      sides of every transfer — and interleave it with the compute: a communication action
 //      goes before any compute that starts at or after its key. So a send follows its
@@ -40,6 +40,9 @@ struct LowerOptions {
   // positive and finite. Empty: F = BI = BW = 1 and B = 2. Give your cost model's times
   // (sim/cost_model.hpp: lower_options_for) so the order matches the run you expect.
   std::function<double(const Action&)> compute_time;
+  // Transfer time of each send (SEND_F / SEND_B), >= 0 and finite, added to the idealised
+  // run's cross-rank dependencies. Empty: free transfers.
+  std::function<double(const Action&)> transfer_time;
   // Post communication that becomes ready at the same instant as one group.
   bool group_simultaneous = true;
 };
@@ -126,7 +129,28 @@ struct CommEntry {
     }
     duration[i] = t;
   }
-  detail::AbstractExecution ideal(flat, StreamMode::separate_comm_stream, &duration);
+  std::vector<double> delay;
+  if (options.transfer_time) {
+    delay.assign(n, 0.0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const Action& a = flat.at(static_cast<std::int32_t>(i));
+      Action send{};
+      if (a.op == Op::F && a.stage > 0 && flat.rank_of(a.stage - 1) != flat.owner[i]) {
+        send = Action{Op::SEND_F, a.stage - 1, a.microbatch, 0};
+      } else if ((a.op == Op::B || a.op == Op::BI) && a.stage + 1 < flat.stages && flat.rank_of(a.stage + 1) != flat.owner[i]) {
+        send = Action{Op::SEND_B, a.stage + 1, a.microbatch, 0};
+      } else {
+        continue;
+      }
+      const double t = options.transfer_time(send);
+      if (!(std::isfinite(t) && t >= 0.0)) {
+        fail({"lower options", detail::concat("transfer_time(", to_string(send), ") is ", t), "",
+              "give every transfer a finite time >= 0"});
+      }
+      delay[i] = t;
+    }
+  }
+  detail::AbstractExecution ideal(flat, StreamMode::separate_comm_stream, &duration, delay.empty() ? nullptr : &delay);
   if (!ideal.run()) detail::fail_lowering(schedule, "\n  - deadlock: " + ideal.describe_stuck());
   const std::vector<double>& start = ideal.start();
   const std::vector<double>& end = ideal.end();

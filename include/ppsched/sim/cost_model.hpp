@@ -149,8 +149,8 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
   return c.link.latency + (bytes == 0.0 ? 0.0 : bytes / c.link.bandwidth);
 }
 
-// Lowering options whose idealised run uses this model's compute times, so the lowered
-// communication order is the one this model's run needs. Lowering orders by a timeline
+// Lowering options whose idealised run uses this model's compute and transfer times, so
+// the lowered communication order is the one this model's run needs. Lowering orders by a timeline
 // with positive times; an action the model makes free is ordered as if it took a millionth
 // of the model's largest time (its place among actions that take time is unchanged).
 [[nodiscard]] inline LowerOptions lower_options_for(const CostModel& c, std::int32_t stages, std::int32_t microbatches) {
@@ -167,6 +167,7 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
     const double t = compute_time(c, a, microbatches);
     return t > 0.0 ? t : tiny;
   };
+  options.transfer_time = [c, microbatches](const Action& send) { return transfer_time(c, send, microbatches); };
   return options;
 }
 

@@ -34,6 +34,7 @@ namespace ppsched {
 struct StepResult {
   std::vector<float> losses;  // per micro-batch, as the last stage's loss returned them
   Timeline timeline;          // every rank's actions, in ms from the step's earliest origin
+                              // (no spans with ExecutorOptions::record_timeline off)
 
   [[nodiscard]] double mean_loss() const noexcept {
     double sum = 0.0;
@@ -68,6 +69,7 @@ class World {
     }
     if (options.validate) (void)validate_or_throw(schedule_);
     options.validate = false;
+    record_timeline_ = options.record_timeline;
     for (B* b : backends_) {
       executors_.push_back(
           std::make_unique<Executor<B>>(*b, schedule_, std::span<const StageFunctions>(stages_), options));
@@ -139,6 +141,7 @@ class World {
   std::size_t remaining_ = 0;
   bool shutdown_ = false;
   Batch batch_{};
+  bool record_timeline_ = true;
   StepFaults faults_;
   StepResult result_;
 
@@ -204,6 +207,7 @@ class World {
     for (const auto& e : executors_) earliest = std::min(earliest, e->last_step().origin);
     result_.timeline.spans.clear();
     for (const auto& e : executors_) {
+      if (!record_timeline_) break;
       const RankStep& step = e->last_step();
       const double offset = std::chrono::duration<double, std::milli>(step.origin - earliest).count();
       for (Span s : step.spans) {

@@ -1,0 +1,167 @@
+// Activation memory as the schedule search counts it, and the per-rank cap it keeps to.
+//
+// The unit is M_B, one micro-batch's stored activations of a rank's whole share of the model
+// (the zero-bubble papers' convention): a stage on a rank that holds v stages weighs 1/v, so
+// 1F1B, ZB-V and interleaved schedules are compared on one scale — 1F1B and ZB-H1 need p M_B on
+// their first rank, ZB-H2 2p-1, ZB-V p. Bytes come from the cost model's activation_bytes
+// (with the per-micro-batch scale). What BI leaves for BW counts the cost model's
+// weight_memory_fraction of the activation, as in docs/execution-model.md. The peak is a
+// property of each rank's program order alone (memory changes only at compute actions, which
+// run in order), so it is measured without running anything and equals validate()'s figure
+// when validate() is given the same stage weights as activation sizes.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/schedule/schedule.hpp"
+#include "ppsched/schedule/validate.hpp"
+#include "ppsched/sim/cost_model.hpp"
+
+namespace ppsched {
+
+// A per-rank limit on stored activations. Both limits apply; infinity means none.
+struct MemoryCap {
+  double microbatches = std::numeric_limits<double>::infinity();  // M_B per rank
+  double bytes = std::numeric_limits<double>::infinity();         // activation bytes per rank
+  std::vector<double> rank_bytes;  // optional: one byte limit per rank, on top of `bytes`
+
+  // The byte limit of one rank.
+  [[nodiscard]] double bytes_of(std::int32_t rank) const noexcept {
+    const auto r = static_cast<std::size_t>(rank);
+    return r < rank_bytes.size() ? std::min(bytes, rank_bytes[r]) : bytes;
+  }
+  [[nodiscard]] bool unlimited() const noexcept {
+    return std::isinf(microbatches) && std::isinf(bytes) &&
+           std::all_of(rank_bytes.begin(), rank_bytes.end(), [](double b) { return std::isinf(b); });
+  }
+};
+
+struct PeakMemory {
+  std::vector<double> microbatches;  // per rank, M_B
+  std::vector<double> bytes;         // per rank
+
+  [[nodiscard]] double max_microbatches() const noexcept {
+    return microbatches.empty() ? 0.0 : *std::max_element(microbatches.begin(), microbatches.end());
+  }
+  [[nodiscard]] double max_bytes() const noexcept {
+    return bytes.empty() ? 0.0 : *std::max_element(bytes.begin(), bytes.end());
+  }
+};
+
+// Peaks are sums of fractions of M_B; comparing with a cap tolerates their rounding.
+inline constexpr double memory_slack = 1e-9;
+
+// The M_B weight of one stored activation of each stage: 1 / (stages on its rank). Throws
+// ppsched::error when a stage names a rank outside [0, ranks).
+[[nodiscard]] inline std::vector<double> stage_weights(std::span<const std::int32_t> placement, std::int32_t ranks) {
+  std::vector<std::int32_t> per_rank(static_cast<std::size_t>(std::max(ranks, 0)), 0);
+  for (std::size_t s = 0; s < placement.size(); ++s) {
+    if (placement[s] < 0 || placement[s] >= ranks) {
+      fail({"placement", detail::concat("stage ", s, " is placed on rank ", placement[s], ", outside 0..", ranks - 1),
+            detail::concat("placement[", s, "]"), "place every stage on a rank of the pipeline"});
+    }
+    ++per_rank[static_cast<std::size_t>(placement[s])];
+  }
+  std::vector<double> w;
+  w.reserve(placement.size());
+  for (const std::int32_t r : placement) w.push_back(1.0 / per_rank[static_cast<std::size_t>(r)]);
+  return w;
+}
+
+// Peak stored activations per rank of a schedule (compute-only or lowered) under `costs`
+// (which must fit its stages and micro-batches; check_cost_model throws otherwise). Actions
+// outside the schedule's ranges are ignored: validate() reports them.
+[[nodiscard]] inline PeakMemory peak_memory(const Schedule& s, const CostModel& costs) {
+  check_cost_model(costs, s.stages(), s.microbatches);
+  const std::vector<double> weights = stage_weights(s.placement, s.ranks);
+  const double kept = costs.weight_memory_fraction;
+  PeakMemory peak;
+  peak.microbatches.assign(s.programs.size(), 0.0);
+  peak.bytes.assign(s.programs.size(), 0.0);
+  // Inference (no backward anywhere) keeps nothing for a backward, as validate() counts it.
+  const bool training = std::any_of(s.programs.begin(), s.programs.end(), [](const std::vector<Action>& prog) {
+    return std::any_of(prog.begin(), prog.end(), [](const Action& a) { return is_compute(a.op) && a.op != Op::F; });
+  });
+  if (!training) return peak;
+  for (std::size_t r = 0; r < s.programs.size(); ++r) {
+    double units = 0.0, bytes = 0.0;
+    for (const Action& a : s.programs[r]) {
+      if (is_comm(a.op) || a.stage < 0 || a.stage >= s.stages() || a.microbatch < 0 || a.microbatch >= s.microbatches) continue;
+      const double w = weights[static_cast<std::size_t>(a.stage)];
+      const double b = stage_cost(costs, a.stage, a.microbatch, s.microbatches).activation_bytes;
+      switch (a.op) {
+        case Op::F: units += w; bytes += b; break;
+        case Op::B: units -= w; bytes -= b; break;
+        case Op::BI: units -= (1.0 - kept) * w; bytes -= (1.0 - kept) * b; break;
+        case Op::BW: units -= kept * w; bytes -= kept * b; break;
+        default: break;
+      }
+      peak.microbatches[r] = std::max(peak.microbatches[r], units);
+      peak.bytes[r] = std::max(peak.bytes[r], bytes);
+    }
+  }
+  return peak;
+}
+
+// Empty when `peak` keeps to `cap`; otherwise the first excess, in words ("needs 9 M_B on rank
+// 0, over the cap of 8 M_B").
+[[nodiscard]] inline std::string cap_excess(const PeakMemory& peak, const MemoryCap& cap) {
+  using detail::concat;
+  for (std::size_t r = 0; r < peak.microbatches.size(); ++r) {
+    if (peak.microbatches[r] > cap.microbatches + memory_slack) {
+      return concat("needs ", peak.microbatches[r], " M_B on rank ", r, ", over the cap of ", cap.microbatches, " M_B");
+    }
+  }
+  for (std::size_t r = 0; r < peak.bytes.size(); ++r) {
+    const double limit = cap.bytes_of(static_cast<std::int32_t>(r));
+    if (peak.bytes[r] > limit * (1.0 + memory_slack)) {
+      return concat("needs ", peak.bytes[r], " activation bytes on rank ", r, ", over the cap of ", limit, " bytes");
+    }
+  }
+  return {};
+}
+
+// Validation options whose memory figures are this file's M_B: validate(s, o).memory[r]
+// .peak_bytes is then rank r's peak in M_B (the stage weights stand in for activation sizes).
+[[nodiscard]] inline ValidateOptions microbatch_memory_options(const Schedule& s, double weight_memory_fraction) {
+  ValidateOptions o;
+  o.memory.weight_fraction = weight_memory_fraction;
+  o.memory.activation_bytes = stage_weights(s.placement, s.ranks);
+  return o;
+}
+
+namespace detail {
+
+inline void check_memory_cap(const MemoryCap& cap, std::int32_t ranks) {
+  const auto bad = [](double x) { return std::isnan(x) || x <= 0.0; };
+  if (bad(cap.microbatches)) {
+    fail({"memory cap", concat("microbatches = ", cap.microbatches, " is not a positive number"), "MemoryCap::microbatches",
+          "give the M_B each rank may hold (at least 1: one micro-batch through the rank), or infinity for no cap"});
+  }
+  if (bad(cap.bytes)) {
+    fail({"memory cap", concat("bytes = ", cap.bytes, " is not a positive number"), "MemoryCap::bytes",
+          "give the activation bytes each rank may hold, or infinity for no cap"});
+  }
+  if (!cap.rank_bytes.empty() && cap.rank_bytes.size() != static_cast<std::size_t>(ranks)) {
+    fail({"memory cap", concat("rank_bytes has ", cap.rank_bytes.size(), " entries for ", ranks, " ranks"),
+          "MemoryCap::rank_bytes", "give one byte limit per rank, or none"});
+  }
+  for (std::size_t r = 0; r < cap.rank_bytes.size(); ++r) {
+    if (bad(cap.rank_bytes[r])) {
+      fail({"memory cap", concat("rank_bytes[", r, "] = ", cap.rank_bytes[r], " is not a positive number"),
+            concat("MemoryCap::rank_bytes[", r, "]"), "give a positive byte limit, or infinity for none"});
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace ppsched

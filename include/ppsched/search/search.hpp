@@ -1,0 +1,758 @@
+// Schedule search: the best schedule for measured, uneven costs under a per-rank memory cap.
+//
+// Fixed families are the floor. `search_schedule` builds, for p ranks and m micro-batches,
+//   - every fixed family (gpipe, 1f1b, zb-h1, zb-h2, zb-v, and interleaved-1f1b and looped-bfs
+//     at each interleaving depth asked for),
+//   - DualPipeV (dualpipev.hpp), its F&B pairs modelled when SearchOptions::fb_overlap > 0,
+//   - the greedy construction (greedy.hpp) on each placement — one stage per rank, the V of
+//     ZB-V, v looped chunks — with deferred BWs filling gaps or filling eagerly, forwards that
+//     wait for the critical path or do not, and, on one stage per rank and on the V, memory
+//     levels below the cap (2, 1, 1/2 and 1/3 of 1F1B's p M_B: on the V the last two are the
+//     memory of V-Half and V-Min),
+// asking the caller's PlacementCosts for the model's costs on each placement. Every candidate
+// is timed by a dependency-only run (dependency_run.hpp), which never exceeds its simulated
+// makespan: the simulator adds streams and rendezvous to the same dependencies. Candidates are
+// then simulated best bound first until the next bound is no better than the best simulated
+// makespan — so the winner is the fastest of all candidates by simulation, though most are
+// never simulated. With free communication on a separate comm stream the bound is the
+// simulated makespan itself and only the winner is simulated.
+//
+// The result is the fastest candidate whose peak memory keeps to the cap — lowered, validated
+// and simulated — with every candidate's figures and one line on why it won. Every fixed
+// family that fits is a candidate ranked the same way, so the result is never slower than the
+// best of them.
+//
+// `search_joint` adds the choice of the micro-batch count for a global batch: the caller's
+// costs are asked per (placement, m) — a partitioner answers with its cut for the placement and
+// the micro-batch size — and the fastest step wins.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/generators.hpp"
+#include "ppsched/schedule/lower.hpp"
+#include "ppsched/schedule/request.hpp"
+#include "ppsched/schedule/schedule.hpp"
+#include "ppsched/schedule/validate.hpp"
+#include "ppsched/search/costs.hpp"
+#include "ppsched/search/dependency_run.hpp"
+#include "ppsched/search/dualpipev.hpp"
+#include "ppsched/search/greedy.hpp"
+#include "ppsched/search/memory.hpp"
+#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/sim/simulate.hpp"
+
+namespace ppsched {
+
+struct SearchProblem {
+  std::int32_t ranks = 1;         // p
+  std::int32_t microbatches = 1;  // m
+  PlacementCosts costs;           // the model's costs on each placement tried (costs.hpp)
+  MemoryCap cap{};                // per rank (memory.hpp); none by default
+};
+
+struct SearchOptions {
+  // Interleaving depths: chunks per rank to try besides 1. 2 brings the V placements (zb-v,
+  // dualpipev, the greedy V) and 2 looped chunks; v > 2 brings v looped chunks.
+  std::vector<std::int32_t> chunks{1, 2, 4};
+  bool fixed_families = true;
+  bool greedy = true;
+  bool dualpipev = true;
+  // False when the stages cannot split their backward into BI and BW: only schedules with
+  // full B are built (no zero-bubble family, no dualpipev, the greedy with BW kept with BI).
+  bool split_backward = true;
+  // Share of the shorter of a DualPipeV F&B pair hidden under the longer (0: none, the pair
+  // runs in sequence; 1: the pair takes max(T_F, T_B)). Above 0, DualPipeV is ranked by
+  // run_dependencies() with its pairs (transfers as delays, exact for free communication).
+  double fb_overlap = 0.0;
+  // At most this many simulations (0: as many as the bound needs). A limit makes the search
+  // faster with costly communication at the price of exactness: candidates left unsimulated
+  // are then ranked by their bound.
+  std::int32_t max_simulations = 0;
+  bool comm_on_compute_stream = false;  // simulate with one stream per rank (SimOptions)
+};
+
+enum class CandidateKind : std::uint8_t { family, dualpipev, greedy };
+
+// How a candidate's makespan was obtained.
+enum class Timing : std::uint8_t {
+  bound,       // only the dependency-only bound is known (the candidate could not win)
+  simulated,   // simulate()
+  exact,       // the dependency-only run, which equals simulate() with free communication
+  overlapped,  // run_dependencies() with DualPipeV's F&B pairs overlapped
+};
+
+[[nodiscard]] constexpr std::string_view timing_name(Timing t) noexcept {
+  switch (t) {
+    case Timing::bound: return "bound";
+    case Timing::simulated: return "simulated";
+    case Timing::exact: return "exact";
+    case Timing::overlapped: return "F&B overlapped";
+  }
+  return "?";
+}
+
+[[nodiscard]] constexpr std::string_view candidate_kind_name(CandidateKind k) noexcept {
+  switch (k) {
+    case CandidateKind::family: return "fixed family";
+    case CandidateKind::dualpipev: return "dualpipev";
+    case CandidateKind::greedy: return "greedy";
+  }
+  return "?";
+}
+
+// One schedule the search considered.
+struct Candidate {
+  std::string name;        // family name, or the greedy variant, e.g. "greedy-v mem<=16 bw=gaps"
+  CandidateKind kind = CandidateKind::family;
+  std::string placement;   // "one stage per rank", "v-shape" or "looped"
+  std::int32_t chunks = 1;
+  bool built = false;      // false: the request is outside the family's rule, or the limit could not be met
+  Timing timing = Timing::bound;
+  double bound = std::numeric_limits<double>::infinity();     // dependency-only makespan
+  double makespan = std::numeric_limits<double>::infinity();  // per `timing`; the bound when only that is known
+  double bubble_fraction = 0.0;    // of `makespan`: idle / (ranks x makespan)
+  double peak_microbatches = 0.0;  // max over ranks, M_B
+  double peak_bytes = 0.0;         // max over ranks, activation bytes
+  bool fits = false;               // keeps to the cap
+  std::string note;                // why it was not built or does not fit
+
+  [[nodiscard]] bool timed() const noexcept { return built && timing != Timing::bound; }
+};
+
+struct SearchResult {
+  Schedule schedule;             // the winner, compute-only
+  Schedule lowered;              // lower(schedule) with the winner's costs
+  CostModel costs;               // the model's costs on the winner's placement
+  SimResult simulation;          // simulate(lowered, costs), timeline recorded
+  ValidationReport validation;   // validate(lowered): ok, memory[r].peak_bytes in M_B
+  std::vector<OverlapPair> overlap_pairs;  // the winner's F&B pairs when they were modelled
+  std::vector<Candidate> candidates;
+  std::size_t winner = 0;        // index into candidates
+  std::string why;               // one line
+
+  [[nodiscard]] const Candidate& best() const { return candidates.at(winner); }
+  // The fastest fixed family that fits (by its makespan, a bound when it was not timed: then it
+  // is no faster than the winner), or null when none does.
+  [[nodiscard]] const Candidate* best_family() const {
+    const Candidate* best = nullptr;
+    for (const Candidate& c : candidates) {
+      if (c.kind == CandidateKind::family && c.fits && (best == nullptr || c.makespan < best->makespan)) best = &c;
+    }
+    return best;
+  }
+};
+
+namespace detail {
+
+struct SearchPlacement {
+  std::string kind;  // "one stage per rank", "v-shape", "looped"
+  std::string tag;   // in greedy names: "1", "v", "looped2"
+  std::int32_t chunks = 1;
+  std::vector<std::int32_t> placement;
+  CostModel costs;
+};
+
+// A built schedule waiting to be measured.
+struct SearchEntry {
+  Candidate candidate;
+  Schedule schedule;
+  std::size_t placement = 0;
+  std::vector<OverlapPair> pairs;
+};
+
+[[nodiscard]] inline std::string number_text(double x) {
+  if (std::isinf(x)) return "inf";
+  return concat(std::round(x * 1000.0) / 1000.0);
+}
+
+inline void check_search_problem(const SearchProblem& problem, const SearchOptions& options) {
+  const std::string subject = "schedule search";
+  if (problem.ranks < 1 || problem.microbatches < 1) {
+    fail({subject, concat("p = ", problem.ranks, " ranks and m = ", problem.microbatches, " micro-batches"),
+          "SearchProblem::ranks, microbatches", "give at least one rank and one micro-batch"});
+  }
+  if (!problem.costs) {
+    fail({subject, "no costs were given", "SearchProblem::costs",
+          "give a PlacementCosts callable, e.g. evenly_split(cost_model, p, m) for one cost per rank"});
+  }
+  check_memory_cap(problem.cap, problem.ranks);
+  for (std::size_t i = 0; i < options.chunks.size(); ++i) {
+    if (options.chunks[i] < 1) {
+      fail({subject, concat("chunks per rank ", options.chunks[i], " is below 1"), concat("SearchOptions::chunks[", i, "]"),
+            "list interleaving depths of 1 or more"});
+    }
+  }
+  if (!(options.fb_overlap >= 0.0 && options.fb_overlap <= 1.0)) {
+    fail({subject, concat("fb_overlap = ", options.fb_overlap, " is outside [0, 1]"), "SearchOptions::fb_overlap",
+          "give the share of the shorter of an F&B pair hidden under the longer, 0 to 1"});
+  }
+  if (options.max_simulations < 0) {
+    fail({subject, concat("max_simulations = ", options.max_simulations, " is negative"), "SearchOptions::max_simulations",
+          "give 0 (no limit) or a positive number of simulations"});
+  }
+  if (!options.fixed_families && !options.greedy && !options.dualpipev) {
+    fail({subject, "every kind of candidate is switched off", "SearchOptions", "enable fixed families, greedy or dualpipev"});
+  }
+}
+
+// The model's costs on a placement, checked, with the caller's mistake named in context.
+[[nodiscard]] inline CostModel placement_costs(const SearchProblem& problem, const SearchPlacement& p) {
+  CostModel c = problem.costs(p.placement);
+  try {
+    check_cost_model(c, static_cast<std::int32_t>(p.placement.size()), problem.microbatches);
+  } catch (const error& e) {
+    fail({concat("schedule search: the costs for the ", p.kind, " placement with ", p.chunks, " chunks per rank (",
+                 p.placement.size(), " stages)"),
+          e.what(), "SearchProblem::costs",
+          "return one StageCost per virtual stage of the placement given (stages in model order), or use evenly_split"});
+  }
+  return c;
+}
+
+[[nodiscard]] inline std::vector<SearchPlacement> search_placements(const SearchProblem& problem, const SearchOptions& options) {
+  const std::int32_t p = problem.ranks, m = problem.microbatches;
+  std::vector<std::int32_t> depths{1};
+  for (const std::int32_t v : options.chunks) depths.push_back(v);
+  std::sort(depths.begin(), depths.end());
+  depths.erase(std::unique(depths.begin(), depths.end()), depths.end());
+  std::vector<SearchPlacement> out;
+  const auto add = [&](std::string kind, std::string tag, std::int32_t v, std::vector<std::int32_t> placement) {
+    if (3 * std::int64_t{p} * v * m > max_generated_actions) return;
+    for (const SearchPlacement& q : out) {
+      if (q.placement == placement && q.kind == kind) return;
+    }
+    SearchPlacement sp{std::move(kind), std::move(tag), v, std::move(placement), {}};
+    sp.costs = placement_costs(problem, sp);
+    out.push_back(std::move(sp));
+  };
+  for (const std::int32_t v : depths) {
+    if (v == 1) add("one stage per rank", "1", 1, one_stage_per_rank_placement(p));
+    if (v == 2) add("v-shape", "v", 2, v_shape_placement(p));
+    if (v >= 2) add("looped", concat("looped", v), v, looped_placement(p, v));
+  }
+  return out;
+}
+
+// Memory levels of the greedy, largest first: the cap (or none), and 2, 1, 1/2, 1/3 times
+// 1F1B's p M_B where they are below the cap and at least the 1 M_B a micro-batch needs.
+[[nodiscard]] inline std::vector<double> greedy_memory_levels(std::int32_t ranks, const MemoryCap& cap) {
+  const double q = ranks;
+  std::vector<double> levels{cap.microbatches};
+  for (const double f : {2.0, 1.0, 0.5, 1.0 / 3.0}) {
+    const double level = std::ceil(f * q * 2.0 - 1e-9) / 2.0;  // whole or half M_B
+    if (level >= 1.0 && level < cap.microbatches - memory_slack) levels.push_back(level);
+  }
+  std::sort(levels.begin(), levels.end(), std::greater<>());
+  levels.erase(std::unique(levels.begin(), levels.end(), [](double a, double b) { return std::abs(a - b) < 1e-9; }), levels.end());
+  return levels;
+}
+
+// The greedy variants of a placement. At the cap every combination of BI or forward first,
+// forwards that wait for the critical path or not, and BWs filling gaps or filling eagerly;
+// on one stage per rank also with 1F1B's and ZB-H2's warm-up depths. Below the cap (one stage
+// per rank and the V, where the levels make V-Half and V-Min) the two variants that win most
+// often. Looped placements add a breadth-first variant.
+[[nodiscard]] inline std::vector<GreedyParams> greedy_variants(const SearchProblem& problem, const SearchOptions& options,
+                                                               const SearchPlacement& placement) {
+  std::vector<GreedyParams> out;
+  const std::int32_t p = problem.ranks;
+  const bool one_per_rank = placement.kind == "one stage per rank", looped = placement.kind == "looped";
+  std::vector<double> levels = greedy_memory_levels(p, problem.cap);
+  if (looped) levels.resize(1);
+  std::vector<std::vector<std::int32_t>> depths{{}};
+  if (one_per_rank && p > 1) {
+    std::vector<std::int32_t> one_f_one_b, zb_h2;
+    for (std::int32_t s = 0; s < p; ++s) {
+      one_f_one_b.push_back(p - s);
+      zb_h2.push_back(2 * (p - s) - 1);
+    }
+    depths.push_back(std::move(one_f_one_b));
+    depths.push_back(std::move(zb_h2));
+  }
+  const auto add = [&](double level, WeightPolicy w, bool forward_first, bool overshoot, ForwardOrder order,
+                       const std::vector<std::int32_t>& depth) {
+    GreedyParams g;
+    g.limit = problem.cap;
+    g.limit.microbatches = level;
+    g.weights = options.split_backward ? w : WeightPolicy::with_input;
+    g.forward_first = forward_first;
+    g.forward_may_delay_backward = overshoot;
+    g.forward_order = order;
+    g.warmup = depth;
+    out.push_back(std::move(g));
+  };
+  const std::vector<WeightPolicy> policies = options.split_backward
+                                                 ? std::vector<WeightPolicy>{WeightPolicy::fill_eagerly, WeightPolicy::fill_gaps}
+                                                 : std::vector<WeightPolicy>{WeightPolicy::with_input};
+  for (std::size_t k = 0; k < levels.size(); ++k) {
+    if (k == 0) {
+      for (const auto& depth : depths) {
+        for (const bool forward_first : {false, true}) {
+          for (const bool overshoot : {true, false}) {
+            for (const WeightPolicy w : policies) {
+              if (looped && forward_first && (!overshoot || w != policies.front())) continue;
+              add(levels[k], w, forward_first, overshoot, ForwardOrder::deepest_first, depth);
+            }
+          }
+        }
+      }
+      if (looped) add(levels[k], policies.front(), false, true, ForwardOrder::shallowest_first, {});
+    } else {
+      add(levels[k], policies.front(), false, true, ForwardOrder::deepest_first, {});
+      if (options.split_backward) add(levels[k], WeightPolicy::fill_gaps, false, false, ForwardOrder::deepest_first, {});
+    }
+  }
+  return out;
+}
+
+[[nodiscard]] inline std::string greedy_name(const SearchPlacement& placement, const GreedyParams& g) {
+  std::string name = concat("greedy-", placement.tag, " mem<=", number_text(g.limit.microbatches), " bw=", weight_policy_name(g.weights));
+  if (g.forward_first) name += " f-first";
+  if (g.forward_may_delay_backward) name += " f-eager";
+  if (g.forward_order == ForwardOrder::shallowest_first) name += " bfs";
+  if (!g.warmup.empty()) name += concat(" warmup=", g.warmup.front() == static_cast<std::int32_t>(g.warmup.size()) ? "1f1b" : "zb-h2");
+  return name;
+}
+
+[[nodiscard]] inline bool family_accepts(std::string_view family, const ScheduleRequest& r, const SearchOptions& options) {
+  if (family == forward_only_name) return false;
+  if (!options.split_backward && (family == zb_h1_name || family == zb_h2_name || family == zb_v_name)) return false;
+  return accepts(family, r);
+}
+
+// Fills the candidate's memory figures and whether it keeps to the cap.
+inline void measure_memory_of(SearchEntry& e, const CostModel& costs, const MemoryCap& cap) {
+  const PeakMemory peak = peak_memory(e.schedule, costs);
+  e.candidate.peak_microbatches = peak.max_microbatches();
+  e.candidate.peak_bytes = peak.max_bytes();
+  const std::string excess = cap_excess(peak, cap);
+  e.candidate.fits = excess.empty();
+  if (!e.candidate.fits) e.candidate.note = excess;
+}
+
+// Simulates a candidate (its bound is already known).
+inline void simulate_entry(SearchEntry& e, const CostModel& costs, const SearchOptions& options) {
+  SimOptions o;
+  o.record_timeline = false;
+  o.comm_on_compute_stream = options.comm_on_compute_stream;
+  const SimResult sim = simulate(e.schedule, costs, o);
+  e.candidate.makespan = sim.makespan;
+  e.candidate.bubble_fraction = sim.bubble_fraction;
+  e.candidate.timing = Timing::simulated;
+}
+
+// The dependency-only run of a candidate: its bound, and its makespan when that is exact
+// (free communication, or DualPipeV's overlap model).
+inline void bound_entry(SearchEntry& e, const CostModel& costs, const SearchOptions& options, bool exact) {
+  const DependencyRun run = run_dependencies(e.schedule, costs);
+  e.candidate.bound = run.makespan;
+  e.candidate.makespan = run.makespan;
+  e.candidate.bubble_fraction = run.bubble_fraction;
+  e.candidate.timing = exact ? Timing::exact : Timing::bound;
+  if (!e.pairs.empty()) {
+    const DependencyRun overlapped = run_dependencies(e.schedule, costs, e.pairs, options.fb_overlap);
+    e.candidate.makespan = overlapped.makespan;
+    e.candidate.bound = overlapped.makespan;
+    e.candidate.bubble_fraction = overlapped.bubble_fraction;
+    e.candidate.timing = Timing::overlapped;
+  }
+}
+
+// Free communication on its own stream: lowering adds no wait, so the dependency-only run is
+// the simulation (docs/execution-model.md; lower.hpp).
+[[nodiscard]] inline bool communication_is_free(const CostModel& c, const SearchOptions& options) {
+  if (options.comm_on_compute_stream || c.link.latency != 0.0) return false;
+  if (std::isinf(c.link.bandwidth)) return true;
+  const auto no_bytes = [](const StageCost& s) { return s.output_bytes == 0.0; };
+  return std::all_of(c.stages.begin(), c.stages.end(), no_bytes) && std::all_of(c.per_microbatch.begin(), c.per_microbatch.end(), no_bytes);
+}
+
+[[nodiscard]] inline bool ranks_before(const Candidate& a, const Candidate& b) {
+  constexpr double tie = 1e-9;
+  const double scale = std::max({1.0, std::abs(a.makespan), std::abs(b.makespan)});
+  if (a.makespan < b.makespan - tie * scale) return true;
+  if (b.makespan < a.makespan - tie * scale) return false;
+  if (a.peak_microbatches < b.peak_microbatches - memory_slack) return true;
+  if (b.peak_microbatches < a.peak_microbatches - memory_slack) return false;
+  return static_cast<int>(a.kind) < static_cast<int>(b.kind);  // a named family over a constructed one
+}
+
+[[nodiscard]] inline std::string why_it_won(const SearchResult& r, const MemoryCap& cap) {
+  const Candidate& w = r.best();
+  std::size_t fitting = 0, simulated = 0;
+  for (const Candidate& c : r.candidates) {
+    fitting += c.built && c.fits ? 1 : 0;
+    simulated += c.timing == Timing::simulated ? 1 : 0;
+  }
+  std::string line = concat(w.name, ": the fastest of ", fitting, " candidates that keep to the cap (", r.candidates.size(),
+                            " considered, ", simulated, " simulated), makespan ", number_text(w.makespan), " ", r.costs.unit,
+                            ", bubble ", number_text(w.bubble_fraction * 100.0), "%");
+  if (w.timing == Timing::overlapped) line += " with its F&B pairs overlapped";
+  const Candidate* family = r.best_family();
+  if (family == nullptr) {
+    line += "; no fixed family keeps to the cap";
+  } else if (family != &w) {
+    line += concat("; ", number_text((family->makespan - w.makespan) / family->makespan * 100.0), "% faster than the best fixed family ",
+                   family->name, " (", number_text(family->makespan), family->timing == Timing::bound ? " or more" : "", ")");
+  } else {
+    const Candidate* runner_up = nullptr;
+    for (const Candidate& c : r.candidates) {
+      if (&c != &w && c.built && c.fits && (runner_up == nullptr || c.makespan < runner_up->makespan)) runner_up = &c;
+    }
+    if (runner_up != nullptr) line += concat("; next best ", runner_up->name, " (", number_text(runner_up->makespan), ")");
+  }
+  line += concat("; peak ", number_text(w.peak_microbatches), " M_B");
+  if (!std::isinf(cap.microbatches)) line += concat(" of the cap ", number_text(cap.microbatches));
+  return line;
+}
+
+}  // namespace detail
+
+namespace detail {
+
+// The search; false with `no_fit` set when no candidate keeps to the cap.
+inline bool run_search(const SearchProblem& problem, const SearchOptions& options, SearchResult& result, std::string& no_fit) {
+  check_search_problem(problem, options);
+  const std::int32_t p = problem.ranks, m = problem.microbatches;
+  const std::vector<SearchPlacement> placements = search_placements(problem, options);
+  const auto placement_index = [&](std::string_view kind, std::int32_t v) -> std::ptrdiff_t {
+    for (std::size_t i = 0; i < placements.size(); ++i) {
+      if (placements[i].kind == kind && placements[i].chunks == v) return static_cast<std::ptrdiff_t>(i);
+    }
+    return -1;
+  };
+
+  std::vector<SearchEntry> entries;
+  std::vector<Candidate> rejected;  // never built: listed with the reason
+  const auto add_built = [&](Candidate c, Schedule s, std::size_t placement, std::vector<OverlapPair> pairs) {
+    c.built = true;
+    SearchEntry e{std::move(c), std::move(s), placement, std::move(pairs)};
+    measure_memory_of(e, placements[placement].costs, problem.cap);
+    entries.push_back(std::move(e));
+  };
+
+  // Fixed families, at their own placement and at each depth asked for.
+  if (options.fixed_families) {
+    for (const FamilyInfo& f : schedule_families) {
+      if (f.name == forward_only_name) continue;
+      const bool looped = f.name == interleaved_1f1b_name || f.name == looped_bfs_name;
+      std::vector<std::int32_t> depths{f.name == zb_v_name ? 2 : 1};
+      if (looped) {
+        depths.clear();
+        for (const SearchPlacement& sp : placements) {
+          if (sp.kind == "looped") depths.push_back(sp.chunks);
+        }
+      }
+      for (const std::int32_t v : depths) {
+        const std::string kind = f.name == zb_v_name ? "v-shape" : (looped ? "looped" : "one stage per rank");
+        Candidate c;
+        c.name = looped ? concat(f.name, " v=", v) : std::string(f.name);
+        c.kind = CandidateKind::family;
+        c.placement = kind;
+        c.chunks = v;
+        const ScheduleRequest r{p, m, v};
+        const std::ptrdiff_t at = placement_index(kind, v);
+        if (at < 0 || !family_accepts(f.name, r, options)) {
+          c.note = at < 0 ? "its placement was not searched (see SearchOptions::chunks)"
+                          : (!options.split_backward && f.name.substr(0, 3) == "zb-" ? "splits the backward (SearchOptions::split_backward is off)"
+                                                                                  : concat("does not accept ", to_string(r), " (", f.rule, ")"));
+          rejected.push_back(std::move(c));
+          continue;
+        }
+        Schedule s = make_schedule(f.name, r);
+        if (looped) s.name = c.name;
+        add_built(std::move(c), std::move(s), static_cast<std::size_t>(at), {});
+      }
+    }
+  }
+
+  // DualPipeV.
+  if (options.dualpipev) {
+    Candidate c;
+    c.name = std::string(dualpipev_name);
+    c.kind = CandidateKind::dualpipev;
+    c.placement = "v-shape";
+    c.chunks = 2;
+    const ScheduleRequest r{p, m, 2};
+    const std::ptrdiff_t at = placement_index("v-shape", 2);
+    if (!options.split_backward) {
+      c.note = "splits some backwards (SearchOptions::split_backward is off)";
+      rejected.push_back(std::move(c));
+    } else if (at < 0) {
+      c.note = "the v-shape placement was not searched (add 2 to SearchOptions::chunks)";
+      rejected.push_back(std::move(c));
+    } else if (!dualpipev_accepts(r)) {
+      c.note = concat("needs m >= 2p = ", 2 * p, " micro-batches");
+      rejected.push_back(std::move(c));
+    } else {
+      PairedSchedule d = make_dualpipev(r);
+      add_built(std::move(c), std::move(d.schedule), static_cast<std::size_t>(at),
+                options.fb_overlap > 0.0 ? std::move(d.pairs) : std::vector<OverlapPair>{});
+    }
+  }
+
+  // Greedy variants on every placement.
+  if (options.greedy) {
+    for (std::size_t pi = 0; pi < placements.size(); ++pi) {
+      const SearchPlacement& sp = placements[pi];
+      for (const GreedyParams& g : greedy_variants(problem, options, sp)) {
+        Candidate c;
+        c.name = greedy_name(sp, g);
+        c.kind = CandidateKind::greedy;
+        c.placement = sp.kind;
+        c.chunks = sp.chunks;
+        GreedyOutcome out = try_greedy_schedule(c.name, p, m, sp.placement, sp.costs, g);
+        if (!out.built) {
+          c.note = out.problem;
+          rejected.push_back(std::move(c));
+          continue;
+        }
+        add_built(std::move(c), std::move(out.schedule), pi, {});
+      }
+    }
+  }
+
+  // Bounds for all, then simulations best bound first until no bound can beat the best.
+  for (SearchEntry& e : entries) {
+    const CostModel& costs = placements[e.placement].costs;
+    bound_entry(e, costs, options, communication_is_free(costs, options));
+  }
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i].candidate.fits) order.push_back(i);
+  }
+  const auto by_bound = [&](std::size_t a, std::size_t b) {
+    Candidate x = entries[a].candidate, y = entries[b].candidate;
+    x.makespan = x.bound;
+    y.makespan = y.bound;
+    return ranks_before(x, y);
+  };
+  std::int32_t simulations = 0;
+  bool found = false;
+  while (!found) {
+    std::stable_sort(order.begin(), order.end(), by_bound);
+    double best = std::numeric_limits<double>::infinity();
+    for (const std::size_t i : order) {
+      Candidate& c = entries[i].candidate;
+      const double tie = 1e-9 * std::max(1.0, std::abs(best));
+      if (c.bound > best + tie) break;  // neither it nor any after it can be faster
+      if (c.timing == Timing::bound) {
+        if (options.max_simulations > 0 && simulations >= options.max_simulations) break;
+        simulate_entry(entries[i], placements[entries[i].placement].costs, options);
+        ++simulations;
+      }
+      best = std::min(best, c.makespan);
+    }
+
+    // The winner: the fastest timed candidate that fits and passes validation. Candidates with
+    // only a bound rank by it (they are not faster than the best timed one, unless a
+    // simulation limit cut the search short).
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::size_t a, std::size_t b) { return ranks_before(entries[a].candidate, entries[b].candidate); });
+    bool recheck = false;
+    for (const std::size_t i : order) {
+      SearchEntry& e = entries[i];
+      if (!e.candidate.fits) continue;
+      const CostModel& costs = placements[e.placement].costs;
+      Schedule lowered = lower(e.schedule, lower_options_for(costs, e.schedule.stages(), m));
+      ValidationReport report = validate(lowered, microbatch_memory_options(lowered, costs.weight_memory_fraction));
+      if (!report.ok()) {
+        e.candidate.fits = false;
+        e.candidate.note = concat("failed validation: ", report.problems.empty() ? std::string("see validate()") : report.problems.front().message);
+        continue;
+      }
+      SimOptions o;
+      o.comm_on_compute_stream = options.comm_on_compute_stream;
+      SimResult sim = simulate(lowered, costs, o);
+      const bool agrees = std::abs(sim.makespan - e.candidate.makespan) <= 1e-9 * std::max(1.0, sim.makespan);
+      if (e.candidate.timing == Timing::exact && !agrees) {
+        // The free-communication shortcut did not hold (zero-time actions are lowered with
+        // tiny times, which can reorder communication): simulate as with costly communication.
+        for (SearchEntry& other : entries) {
+          if (other.candidate.timing == Timing::exact) other.candidate.timing = Timing::bound;
+        }
+        recheck = true;
+        break;
+      }
+      if (e.candidate.timing == Timing::bound || e.candidate.timing == Timing::exact) {
+        e.candidate.makespan = sim.makespan;
+        e.candidate.bubble_fraction = sim.bubble_fraction;
+        e.candidate.timing = Timing::simulated;
+      }
+      result.schedule = e.schedule;
+      result.lowered = std::move(lowered);
+      result.costs = costs;
+      result.validation = std::move(report);
+      result.overlap_pairs = e.pairs;
+      result.simulation = std::move(sim);
+      result.winner = i;
+      found = true;
+      break;
+    }
+    if (!found && !recheck) break;
+  }
+
+  if (!found) {
+    // What the cap would have to be: the least any built candidate needs, and the floor of one
+    // micro-batch through every rank's stages at once.
+    const SearchEntry* least_units = nullptr;
+    const SearchEntry* least_bytes = nullptr;
+    for (const SearchEntry& e : entries) {
+      if (least_units == nullptr || e.candidate.peak_microbatches < least_units->candidate.peak_microbatches) least_units = &e;
+      if (least_bytes == nullptr || e.candidate.peak_bytes < least_bytes->candidate.peak_bytes) least_bytes = &e;
+    }
+    double floor_bytes = 0.0;
+    for (const SearchPlacement& sp : placements) {
+      double need = 0.0;
+      for (std::int32_t mb = 0; mb < m; ++mb) {
+        std::vector<double> per_rank(static_cast<std::size_t>(p), 0.0);
+        for (std::size_t st = 0; st < sp.placement.size(); ++st) {
+          per_rank[static_cast<std::size_t>(sp.placement[st])] +=
+              stage_cost(sp.costs, static_cast<std::int32_t>(st), mb, m).activation_bytes;
+        }
+        need = std::max(need, *std::max_element(per_rank.begin(), per_rank.end()));
+      }
+      floor_bytes = &sp == &placements.front() ? need : std::min(floor_bytes, need);
+    }
+    no_fit = concat("one micro-batch alone needs 1 M_B and ", number_text(floor_bytes), " activation bytes on some rank");
+    if (least_units != nullptr) {
+      no_fit += concat("; the least any candidate needs is ", number_text(least_units->candidate.peak_microbatches), " M_B (",
+                       least_units->candidate.name, ") and ", number_text(least_bytes->candidate.peak_bytes), " bytes (",
+                       least_bytes->candidate.name, ")");
+    }
+    no_fit += ": raise the cap, or use more ranks";
+    return false;
+  }
+
+  result.candidates.reserve(entries.size() + rejected.size());
+  for (SearchEntry& e : entries) result.candidates.push_back(std::move(e.candidate));
+  for (Candidate& c : rejected) result.candidates.push_back(std::move(c));
+  result.why = why_it_won(result, problem.cap);
+  return true;
+}
+
+}  // namespace detail
+
+// Searches schedules for `problem` (see the header comment) and returns the fastest one that
+// keeps to the cap. Throws ppsched::error for unusable input (sizes, a cap that is not
+// positive, costs that do not fit a placement — the message names the placement) and when no
+// candidate keeps to the cap (the message gives the least memory any candidate needed).
+[[nodiscard]] inline SearchResult search_schedule(const SearchProblem& problem, const SearchOptions& options = {}) {
+  SearchResult result;
+  std::string no_fit;
+  if (!detail::run_search(problem, options, result, no_fit)) {
+    fail({"schedule search",
+          detail::concat("no schedule keeps to the memory cap (", detail::number_text(problem.cap.microbatches), " M_B, ",
+                         detail::number_text(problem.cap.bytes), " bytes per rank)"),
+          detail::concat("p=", problem.ranks, ", m=", problem.microbatches), no_fit});
+  }
+  return result;
+}
+
+// ------------------------------------------------------------------- joint choice
+
+// The model's costs on a placement when the global batch is cut into `microbatches`.
+using BatchPlacementCosts = std::function<CostModel(std::span<const std::int32_t> placement, std::int32_t microbatches)>;
+
+struct JointSearchProblem {
+  std::int32_t ranks = 1;
+  std::vector<std::int32_t> microbatch_counts;  // the m to try, e.g. microbatch_counts_for(global_batch, ...)
+  BatchPlacementCosts costs;
+  MemoryCap cap{};  // per rank; an M_B cap counts micro-batches of each m's own size
+};
+
+struct JointChoice {
+  std::int32_t microbatches = 0;
+  bool found = false;      // some schedule keeps to the cap
+  std::string schedule;    // its best schedule
+  double makespan = std::numeric_limits<double>::infinity();
+  double bubble_fraction = 0.0;
+  double peak_microbatches = 0.0;
+  std::string note;        // why none was found
+};
+
+struct JointSearchResult {
+  SearchResult best;                // the winning m's full result
+  std::int32_t microbatches = 0;    // the winning m
+  std::vector<JointChoice> choices;  // one per m tried, in the order given
+  std::string why;
+};
+
+// The micro-batch counts that cut `global_batch` samples evenly, at least `min_count` and at
+// most `max_count` (e.g. p and 8p), smallest first.
+[[nodiscard]] inline std::vector<std::int32_t> microbatch_counts_for(std::int32_t global_batch, std::int32_t min_count,
+                                                                     std::int32_t max_count) {
+  if (global_batch < 1 || min_count < 1 || max_count < min_count) {
+    fail({"microbatch_counts_for", detail::concat("global batch ", global_batch, ", counts ", min_count, "..", max_count), "",
+          "give a global batch of at least 1 and 1 <= min_count <= max_count"});
+  }
+  std::vector<std::int32_t> out;
+  for (std::int32_t m = min_count; m <= std::min(max_count, global_batch); ++m) {
+    if (global_batch % m == 0) out.push_back(m);
+  }
+  return out;
+}
+
+// Runs search_schedule for each micro-batch count and keeps the fastest step. Throws
+// ppsched::error for an empty list, a count below 1, or when no count has a schedule that
+// keeps to the cap (each count's reason listed).
+[[nodiscard]] inline JointSearchResult search_joint(const JointSearchProblem& problem, const SearchOptions& options = {}) {
+  using detail::concat;
+  if (problem.microbatch_counts.empty()) {
+    fail({"joint schedule search", "no micro-batch count to try", "JointSearchProblem::microbatch_counts",
+          "list the counts, e.g. microbatch_counts_for(global_batch, p, 8 * p)"});
+  }
+  if (!problem.costs) {
+    fail({"joint schedule search", "no costs were given", "JointSearchProblem::costs", "give a BatchPlacementCosts callable"});
+  }
+  JointSearchResult out;
+  bool any = false;
+  std::string reasons;
+  for (const std::int32_t m : problem.microbatch_counts) {
+    JointChoice choice;
+    choice.microbatches = m;
+    SearchProblem sp;
+    sp.ranks = problem.ranks;
+    sp.microbatches = m;
+    sp.cap = problem.cap;
+    sp.costs = [&problem, m](std::span<const std::int32_t> placement) { return problem.costs(placement, m); };
+    SearchResult r;
+    std::string no_fit;
+    if (detail::run_search(sp, options, r, no_fit)) {
+      choice.found = true;
+      choice.schedule = r.best().name;
+      choice.makespan = r.best().makespan;
+      choice.bubble_fraction = r.best().bubble_fraction;
+      choice.peak_microbatches = r.best().peak_microbatches;
+      if (!any || choice.makespan < out.best.best().makespan) {
+        out.best = std::move(r);
+        out.microbatches = m;
+      }
+      any = true;
+    } else {
+      choice.note = concat("no schedule keeps to the cap: ", no_fit);
+      reasons += concat("\n  - m=", m, ": ", no_fit);
+    }
+    out.choices.push_back(std::move(choice));
+  }
+  if (!any) {
+    fail({"joint schedule search", concat("no micro-batch count has a schedule that keeps to the cap:", reasons), "",
+          "raise the memory cap, use more ranks, or try more micro-batches (smaller ones)"});
+  }
+  out.why = concat("m=", out.microbatches, " with ", out.best.why);
+  return out;
+}
+
+}  // namespace ppsched

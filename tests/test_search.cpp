@@ -1,0 +1,732 @@
+// Schedule search: the cost splitting, the M_B memory count (against validate() and the
+// literature's peaks), the dependency-only run (against the simulator's own, and as a bound on
+// its full simulation), DualPipeV (valid, its memory per DeepSeek's table, its F&B pairs timed
+// by hand), the greedy construction (valid on every placement and policy, never over its
+// limit, as good as ZB-H1 and ZB-H2 on uniform costs), and the search itself: on random uneven
+// costs never slower than any fixed family that fits, never over the cap, and with uniform
+// costs at most ZB-H1's bubble under p M_B and ZB-H2's under 2p; then the joint choice of the
+// micro-batch count, and every bad input rejected with a message that names it.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/generators.hpp"
+#include "ppsched/schedule/lower.hpp"
+#include "ppsched/schedule/validate.hpp"
+#include "ppsched/search/search.hpp"
+#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/sim/simulate.hpp"
+
+using namespace ppsched;
+
+namespace {
+
+constexpr double inf = std::numeric_limits<double>::infinity();
+
+// The M_B weight of each stage, computed here rather than by the code under test: a stage on
+// a rank with v stages holds 1/v of the rank's activations.
+std::vector<double> weights_of(const Schedule& s) {
+  std::vector<double> count(static_cast<std::size_t>(s.ranks), 0.0);
+  for (const std::int32_t r : s.placement) count[static_cast<std::size_t>(r)] += 1.0;
+  std::vector<double> w;
+  for (const std::int32_t r : s.placement) w.push_back(1.0 / count[static_cast<std::size_t>(r)]);
+  return w;
+}
+
+// Peak M_B per rank by validate(), with the stage weights as activation sizes.
+std::vector<double> validated_peaks(const Schedule& s, double weight_fraction = 0.5) {
+  ValidateOptions o;
+  o.memory.weight_fraction = weight_fraction;
+  o.memory.activation_bytes = weights_of(s);
+  const ValidationReport report = validate(s, o);
+  REQUIRE(report.ok());
+  std::vector<double> peaks;
+  for (const RankMemory& m : report.memory) peaks.push_back(m.peak_bytes);
+  return peaks;
+}
+
+double max_of(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); }
+
+bool has_op(const Schedule& s, Op op) {
+  for (const auto& prog : s.programs) {
+    for (const Action& a : prog) {
+      if (a.op == op) return true;
+    }
+  }
+  return false;
+}
+
+// Uneven per-rank costs as real models have them: a light embedding stage, a heavy LM head,
+// W cheaper than B, and (sometimes) variable-length micro-batches and a link with latency.
+struct RandomModel {
+  CostModel per_rank;
+  std::string description;
+};
+
+RandomModel random_model(std::mt19937& rng, std::int32_t p, std::int32_t m) {
+  std::uniform_real_distribution<double> u(0.5, 2.0);
+  RandomModel out;
+  CostModel& c = out.per_rank;
+  c.unit = "ms";
+  for (std::int32_t s = 0; s < p; ++s) {
+    StageCost sc;
+    sc.forward = u(rng);
+    sc.backward_input = sc.forward * u(rng);
+    sc.backward_weight = sc.backward_input * u(rng) * 0.6;
+    sc.activation_bytes = 1000.0 * u(rng);
+    sc.output_bytes = 100.0;
+    if (s == 0) {  // embedding
+      sc.forward *= 0.3;
+      sc.backward_input *= 0.3;
+      sc.backward_weight *= 0.1;
+    }
+    if (s == p - 1) {  // LM head and loss
+      sc.forward *= 2.0;
+      sc.backward_input *= 2.0;
+      sc.backward_weight *= 2.0;
+    }
+    c.stages.push_back(sc);
+  }
+  const auto kind = rng() % 3;
+  if (kind == 1) {
+    for (std::int32_t mb = 0; mb < m; ++mb) c.microbatch_scale.push_back(0.5 + u(rng) / 2.0);
+  }
+  if (kind == 2) {
+    c.link.latency = 0.05 * u(rng);
+    c.link.bandwidth = 2000.0;
+  }
+  out.description = detail::concat("p=", p, " m=", m, kind == 1 ? " variable-length micro-batches" : "",
+                                    kind == 2 ? " link with latency and bandwidth" : " free communication");
+  return out;
+}
+
+// Simulated makespan of every fixed family whose peak keeps to `cap` M_B, at every depth the
+// search tries by default; name -> makespan.
+std::vector<std::pair<std::string, double>> fitting_family_makespans(const SearchProblem& problem, double cap,
+                                                                      bool comm_on_compute_stream = false) {
+  std::vector<std::pair<std::string, double>> out;
+  for (const std::string_view family : family_names()) {
+    if (family == "forward-only") continue;
+    for (const std::int32_t v : {1, 2, 4}) {
+      const ScheduleRequest r{problem.ranks, problem.microbatches, v};
+      if (!accepts(family, r)) continue;
+      const Schedule s = make_schedule(family, r);
+      const CostModel c = problem.costs(s.placement);
+      if (max_of(validated_peaks(s, c.weight_memory_fraction)) > cap + 1e-9) continue;
+      SimOptions o;
+      o.record_timeline = false;
+      o.comm_on_compute_stream = comm_on_compute_stream;
+      out.emplace_back(detail::concat(family, " v=", v), simulate(s, c, o).makespan);
+    }
+  }
+  return out;
+}
+
+Action act(Op op, std::int32_t stage, std::int32_t mb) { return Action{op, stage, mb, 0}; }
+
+}  // namespace
+
+// ---------------------------------------------------------------- costs
+
+TEST_CASE("split_stage_costs cuts each stage into equal consecutive parts", "[search][costs]") {
+  CostModel base;
+  base.stages = {StageCost{2.0, 4.0, 1.0, 600.0, 50.0}, StageCost{3.0, 6.0, 3.0, 900.0, 70.0}};
+  base.link.latency = 0.25;
+  const CostModel split = split_stage_costs(base, 2, 6, 4);
+  REQUIRE(split.stages.size() == 6);
+  CHECK(split.link.latency == 0.25);
+  for (std::size_t s = 0; s < 6; ++s) {
+    const StageCost& whole = base.stages[s / 3];
+    CHECK(split.stages[s].forward == Approx(whole.forward / 3.0));
+    CHECK(split.stages[s].backward_input == Approx(whole.backward_input / 3.0));
+    CHECK(split.stages[s].backward_weight == Approx(whole.backward_weight / 3.0));
+    CHECK(split.stages[s].activation_bytes == Approx(whole.activation_bytes / 3.0));
+    CHECK(split.stages[s].output_bytes == whole.output_bytes);
+  }
+  // A single entry stands for every one of the base stages.
+  const CostModel uniform = split_stage_costs(uniform_costs(1.0, 2.0, 1.0), 4, 8, 2);
+  REQUIRE(uniform.stages.size() == 8);
+  CHECK(uniform.stages[5].backward_input == Approx(1.0));
+  // A per-(stage, micro-batch) table is cut stage by stage, micro-batch by micro-batch.
+  CostModel table;
+  for (int s = 0; s < 2; ++s) {
+    for (int mb = 0; mb < 3; ++mb) table.per_microbatch.push_back(StageCost{1.0 + s + 10.0 * mb, 1.0, 1.0, 0.0, 0.0});
+  }
+  const CostModel cut = split_stage_costs(table, 2, 4, 3);
+  REQUIRE(cut.per_microbatch.size() == 12);
+  CHECK(cut.per_microbatch[3 * 3 + 2].forward == Approx((2.0 + 20.0) / 2.0));  // stage 3 is half of stage 1
+  // evenly_split answers for any placement whose stage count is a multiple of p.
+  const PlacementCosts costs = evenly_split(base, 2, 4);
+  CHECK(costs(v_shape_placement(2)).stages.size() == 4);
+  CHECK(costs(looped_placement(2, 4)).stages.size() == 8);
+}
+
+TEST_CASE("split_stage_costs rejects what it cannot cut", "[search][costs][errors]") {
+  const CostModel base = uniform_costs(1.0, 1.0, 1.0);
+  CHECK_THROWS_WITH(split_stage_costs(base, 3, 7, 2), Catch::Contains("not a multiple of 3"));
+  CHECK_THROWS_WITH(split_stage_costs(base, 0, 4, 2), Catch::Contains("at least one stage"));
+  CostModel two;
+  two.stages.resize(2);
+  CHECK_THROWS_WITH(split_stage_costs(two, 3, 6, 2), Catch::Contains("2 stage costs for a schedule of 3 stages"));
+  CHECK_THROWS_AS(evenly_split(two, 4, 2), error);
+}
+
+// ---------------------------------------------------------------- memory
+
+TEST_CASE("peak memory in M_B equals validate()'s and the literature's", "[search][memory]") {
+  const CostModel costs = uniform_costs(1.0, 1.0, 1.0);
+  for (std::int32_t p = 1; p <= 6; ++p) {
+    for (const std::int32_t m : {1, p, 2 * p - 1, 3 * p + 1}) {
+      if (m < 1) continue;
+      for (const std::string_view family : family_names()) {
+        for (const std::int32_t v : {1, 2, 3}) {
+          const ScheduleRequest r{p, m, v};
+          if (!accepts(family, r)) continue;
+          const Schedule s = make_schedule(family, r);
+          INFO(family << " " << to_string(r));
+          const PeakMemory peak = peak_memory(s, costs);
+          const std::vector<double> expected = validated_peaks(s);
+          REQUIRE(peak.microbatches.size() == expected.size());
+          for (std::size_t k = 0; k < expected.size(); ++k) CHECK(peak.microbatches[k] == Approx(expected[k]));
+          // The literature: 1F1B and ZB-H1 hold p micro-batches on their first rank, ZB-H2
+          // 2p-1, and ZB-V (two half-size chunks) p M_B — each at most m.
+          if (family == "1f1b" || family == "zb-h1") CHECK(peak.microbatches[0] == Approx(std::min(p, m)));
+          if (family == "zb-h2") CHECK(peak.microbatches[0] == Approx(std::min(2 * p - 1, m)));
+          if (family == "zb-v" && m >= 2 * p - 1) CHECK(peak.max_microbatches() == Approx(p));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("peak memory in bytes follows the activation sizes and the micro-batch scale", "[search][memory]") {
+  CostModel c;
+  c.stages = {StageCost{1, 1, 1, 100.0, 0}, StageCost{1, 1, 1, 300.0, 0}};
+  c.microbatch_scale = {1.0, 2.0, 1.0, 1.0};
+  const Schedule gpipe = make_schedule("gpipe", {2, 4, 1});
+  const PeakMemory peak = peak_memory(gpipe, c);
+  // GPipe stores every micro-batch before the first backward: sizes times the scales summed.
+  CHECK(peak.bytes[0] == Approx(100.0 * 5.0));
+  CHECK(peak.bytes[1] == Approx(300.0 * 5.0));
+  CHECK(peak.max_bytes() == Approx(1500.0));
+  MemoryCap cap;
+  CHECK(cap_excess(peak, cap).empty());
+  cap.bytes = 1000.0;
+  CHECK_THAT(cap_excess(peak, cap), Catch::Contains("rank 1") && Catch::Contains("1000"));
+  cap.bytes = inf;
+  cap.rank_bytes = {400.0, inf};
+  CHECK_THAT(cap_excess(peak, cap), Catch::Contains("rank 0"));
+  cap.rank_bytes.clear();
+  cap.microbatches = 3.0;
+  CHECK_THAT(cap_excess(peak, cap), Catch::Contains("4 M_B on rank 0"));
+}
+
+// ---------------------------------------------------------------- dependency-only run
+
+TEST_CASE("the dependency-only run is the simulator's, and bounds its full simulation", "[search][dependency]") {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 12; ++trial) {
+    const std::int32_t p = 2 + static_cast<std::int32_t>(rng() % 4);
+    const std::int32_t m = p * (1 + static_cast<std::int32_t>(rng() % 3));
+    const RandomModel model = random_model(rng, p, m);
+    const PlacementCosts costs = evenly_split(model.per_rank, p, m);
+    for (const std::string_view family : family_names()) {
+      for (const std::int32_t v : {1, 2}) {
+        const ScheduleRequest r{p, m, v};
+        if (!accepts(family, r)) continue;
+        const Schedule s = make_schedule(family, r);
+        const CostModel c = costs(s.placement);
+        INFO(model.description << ", " << family << " v=" << v);
+        const DependencyRun run = run_dependencies(s, c);
+        SimOptions ideal;
+        ideal.ideal_communication = true;
+        CHECK(run.makespan == Approx(simulate(s, c, ideal).makespan).epsilon(1e-12));
+        CHECK(run.makespan <= simulate(s, c).makespan * (1.0 + 1e-12));
+        SimOptions one_stream;
+        one_stream.comm_on_compute_stream = true;
+        CHECK(run.makespan <= simulate(s, c, one_stream).makespan * (1.0 + 1e-12));
+        CostModel free = c;
+        free.link = Link{};
+        CHECK(run_dependencies(s, free).makespan == Approx(simulate(s, free).makespan).epsilon(1e-12));
+      }
+    }
+  }
+}
+
+TEST_CASE("an overlapped F&B pair, timed by hand", "[search][dependency]") {
+  // One rank holding two stages, two micro-batches, F = 1, BI = 1.5, BW = 0.5 (B = 2):
+  //   F0@s0 F0@s1 B0@s1 [F1@s0 B0@s0] F1@s1 B1@s1 B1@s0
+  // In sequence the rank is busy 2 * (1 + 1 + 2 + 2) = 12. Overlapped fully, the pair takes
+  // max(1, 2) = 2 instead of 3: 11; half overlapped 3 - 0.5 * 1 = 2.5: 11.5.
+  Schedule s;
+  s.name = "pair";
+  s.ranks = 1;
+  s.microbatches = 2;
+  s.placement = {0, 0};
+  s.programs = {{act(Op::F, 0, 0), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::F, 0, 1), act(Op::B, 0, 0), act(Op::F, 1, 1),
+                 act(Op::B, 1, 1), act(Op::B, 0, 1)}};
+  const CostModel c = uniform_costs(1.0, 1.5, 0.5);
+  const std::vector<OverlapPair> pairs{{0, 3}};
+  CHECK(run_dependencies(s, c).makespan == Approx(12.0));
+  CHECK(run_dependencies(s, c, pairs, 0.0).makespan == Approx(12.0));
+  CHECK(run_dependencies(s, c, pairs, 1.0).makespan == Approx(11.0));
+  CHECK(run_dependencies(s, c, pairs, 0.5).makespan == Approx(11.5));
+  CHECK(run_dependencies(s, c, pairs, 1.0).busy[0] == Approx(11.0));
+
+  CHECK_THROWS_WITH(run_dependencies(s, c, std::vector<OverlapPair>{{0, 0}}, 1.0), Catch::Contains("not a forward and a backward"));
+  CHECK_THROWS_WITH(run_dependencies(s, c, std::vector<OverlapPair>{{0, 7}}, 1.0), Catch::Contains("two consecutive"));
+  CHECK_THROWS_WITH(run_dependencies(s, c, std::vector<OverlapPair>{{3, 0}}, 1.0), Catch::Contains("rank 3"));
+  CHECK_THROWS_WITH(run_dependencies(s, c, pairs, 1.5), Catch::Contains("fb_overlap"));
+  Schedule backwards = s;
+  std::swap(backwards.programs[0][0], backwards.programs[0][1]);
+  CHECK_THROWS_WITH(run_dependencies(backwards, c), Catch::Contains("cannot run") && Catch::Contains("F0@s1"));
+}
+
+// ---------------------------------------------------------------- DualPipeV
+
+TEST_CASE("dualpipev is valid, deadlock-free, holds (2p+1)/2 M_B and pairs an F with a B", "[search][dualpipev]") {
+  const CostModel costs = uniform_costs(1.0, 1.0, 1.0);
+  for (std::int32_t p = 1; p <= 6; ++p) {
+    for (std::int32_t m = 2 * p; m <= 2 * p + 3; ++m) {
+      const ScheduleRequest r{p, m, 2};
+      INFO(to_string(r));
+      REQUIRE(dualpipev_accepts(r));
+      const PairedSchedule d = make_dualpipev(r);
+      CHECK(d.schedule.placement == v_shape_placement(p));
+      const std::vector<double> peaks = validated_peaks(d.schedule);  // REQUIREs validity
+      CHECK(validate(lower(d.schedule)).ok());
+      // DeepSeek's table: PP + 1 stages' activations per device for PP = 2p stages of half an
+      // M_B each.
+      CHECK(max_of(peaks) == Approx((2.0 * p + 1.0) / 2.0));
+      REQUIRE_FALSE(d.pairs.empty());
+      for (const OverlapPair& pair : d.pairs) {
+        const auto& prog = d.schedule.programs[static_cast<std::size_t>(pair.rank)];
+        const Action& f = prog[static_cast<std::size_t>(pair.first)];
+        const Action& b = prog[static_cast<std::size_t>(pair.first) + 1];
+        CHECK(f.op == Op::F);
+        CHECK(b.op == Op::B);
+        CHECK(f.stage != b.stage);
+      }
+      // Full overlap shortens the step. A pair waits for both of its inputs, so without
+      // overlap it is never faster than its two actions in sequence.
+      const double sequential = run_dependencies(d.schedule, costs).makespan;
+      CHECK(simulate(d.schedule, costs).makespan == Approx(sequential));
+      CHECK(run_dependencies(d.schedule, costs, d.pairs, 0.0).makespan >= sequential);
+      CHECK(run_dependencies(d.schedule, costs, d.pairs, 1.0).makespan < sequential);
+    }
+  }
+}
+
+TEST_CASE("dualpipev rejects requests it cannot fill", "[search][dualpipev][errors]") {
+  CHECK_FALSE(dualpipev_accepts({4, 7, 2}));
+  CHECK_THROWS_WITH(make_dualpipev({4, 7, 2}), Catch::Contains("2p = 8") && Catch::Contains("nearest valid: m=8"));
+  CHECK_FALSE(dualpipev_accepts({4, 8, 1}));
+  CHECK_THROWS_WITH(make_dualpipev({4, 8, 1}), Catch::Contains("v must be 2"));
+  CHECK_THROWS_WITH(make_dualpipev({0, 8, 2}), Catch::Contains("at least 1"));
+}
+
+// ---------------------------------------------------------------- greedy construction
+
+TEST_CASE("the greedy construction is valid on every placement and never exceeds its limit", "[search][greedy]") {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 6; ++trial) {
+    const std::int32_t p = 2 + static_cast<std::int32_t>(rng() % 4);
+    const std::int32_t m = p + static_cast<std::int32_t>(rng() % (2 * p));
+    const RandomModel model = random_model(rng, p, m);
+    const PlacementCosts costs = evenly_split(model.per_rank, p, m);
+    const std::vector<std::vector<std::int32_t>> placements{one_stage_per_rank_placement(p), v_shape_placement(p),
+                                                           looped_placement(p, 2), looped_placement(p, 3)};
+    for (const auto& placement : placements) {
+      const CostModel c = costs(placement);
+      for (const double limit : {inf, 2.0 * p, 1.0 * p, p / 2.0, 1.0}) {
+        for (const WeightPolicy w : {WeightPolicy::fill_gaps, WeightPolicy::fill_eagerly, WeightPolicy::with_input}) {
+          for (const bool forward_first : {false, true}) {
+            GreedyParams g;
+            g.limit.microbatches = limit;
+            g.weights = w;
+            g.forward_first = forward_first;
+            g.forward_may_delay_backward = forward_first;
+            INFO(model.description << ", " << placement.size() << " stages, limit " << limit << ", " << weight_policy_name(w));
+            const GreedyOutcome out = try_greedy_schedule("g", p, m, placement, c, g);
+            REQUIRE(out.built);  // every limit here holds one micro-batch on every rank
+            const Schedule& s = out.schedule;
+            CHECK(s.placement == placement);
+            CHECK(s.split_backward == (w != WeightPolicy::with_input));
+            CHECK(has_op(s, Op::B) == (w == WeightPolicy::with_input));
+            const std::vector<double> peaks = validated_peaks(s, c.weight_memory_fraction);
+            CHECK(max_of(peaks) <= limit + 1e-9);
+            CHECK(validate(lower(s, lower_options_for(c, s.stages(), m))).ok());
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the greedy construction keeps to byte limits and says when a limit is impossible", "[search][greedy]") {
+  CostModel c;
+  c.stages = {StageCost{1, 1, 1, 100.0, 0}, StageCost{1, 1, 1, 200.0, 0}, StageCost{1, 1, 1, 300.0, 0}};
+  const std::vector<std::int32_t> placement = one_stage_per_rank_placement(3);
+  GreedyParams g;
+  g.limit.bytes = 700.0;
+  const Schedule s = make_greedy_schedule("bytes", 3, 9, placement, c, g);
+  SimOptions o;
+  o.record_timeline = false;
+  for (const RankMemory& m : simulate(s, c, o).memory) CHECK(m.peak_bytes <= 700.0 + 1e-9);
+
+  g.limit.bytes = 250.0;  // rank 2's one micro-batch needs 300
+  const GreedyOutcome out = try_greedy_schedule("bytes", 3, 9, placement, c, g);
+  CHECK_FALSE(out.built);
+  CHECK_THAT(out.problem, Catch::Contains("300 bytes") && Catch::Contains("rank 2"));
+  CHECK_THROWS_WITH(make_greedy_schedule("bytes", 3, 9, placement, c, g), Catch::Contains("raise the memory limit"));
+
+  GreedyParams tight;
+  tight.limit.microbatches = 0.75;  // below the 1 M_B of one micro-batch
+  const GreedyOutcome v = try_greedy_schedule("v", 3, 6, v_shape_placement(3), split_stage_costs(c, 3, 6, 6), tight);
+  CHECK_FALSE(v.built);
+  CHECK_THAT(v.problem, Catch::Contains("1 M_B one micro-batch needs"));
+}
+
+TEST_CASE("the greedy construction rejects unusable input", "[search][greedy][errors]") {
+  const CostModel c = uniform_costs(1, 1, 1);
+  CHECK_THROWS_WITH(try_greedy_schedule("g", 2, 4, {0, 2}, c), Catch::Contains("stage 1 is placed on rank 2"));
+  CHECK_THROWS_WITH(try_greedy_schedule("g", 3, 4, {0, 1}, c), Catch::Contains("rank 2 holds no stage"));
+  CHECK_THROWS_WITH(try_greedy_schedule("g", 2, 0, {0, 1}, c), Catch::Contains("m = 0"));
+  CostModel three;
+  three.stages.resize(3);
+  CHECK_THROWS_WITH(try_greedy_schedule("g", 2, 4, {0, 1}, three), Catch::Contains("3 stage costs"));
+  GreedyParams g;
+  g.warmup = {1};
+  CHECK_THROWS_WITH(try_greedy_schedule("g", 2, 4, {0, 1}, c, g), Catch::Contains("1 entries for 2 stages"));
+  g.warmup = {2, 0};
+  CHECK_THROWS_WITH(try_greedy_schedule("g", 2, 4, {0, 1}, c, g), Catch::Contains("below 1"));
+  GreedyParams nan;
+  nan.limit.microbatches = std::nan("");
+  CHECK_THROWS_WITH(try_greedy_schedule("g", 2, 4, {0, 1}, c, nan), Catch::Contains("MemoryCap::microbatches"));
+}
+
+TEST_CASE("with uniform costs the greedy construction matches ZB-H1 under p M_B and ZB-H2 under 2p", "[search][greedy]") {
+  for (std::int32_t p = 2; p <= 6; ++p) {
+    for (const std::int32_t m : {p, 2 * p - 1, 2 * p, 3 * p + 1}) {
+      const CostModel c = uniform_costs(1.0, 1.0, 1.0);
+      const std::vector<std::int32_t> placement = one_stage_per_rank_placement(p);
+      const double zb_h1 = simulate(make_schedule("zb-h1", {p, m, 1}), c).makespan;
+      const double zb_h2 = simulate(make_schedule("zb-h2", {p, m, 1}), c).makespan;
+      double best_p = inf, best_2p = inf;
+      for (const bool forward_first : {false, true}) {
+        for (const bool overshoot : {false, true}) {
+          for (const WeightPolicy w : {WeightPolicy::fill_gaps, WeightPolicy::fill_eagerly}) {
+            GreedyParams g;
+            g.forward_first = forward_first;
+            g.forward_may_delay_backward = overshoot;
+            g.weights = w;
+            g.limit.microbatches = p;
+            for (std::int32_t s = 0; s < p; ++s) g.warmup.push_back(p - s);
+            best_p = std::min(best_p, simulate(make_greedy_schedule("g", p, m, placement, c, g), c).makespan);
+            g.limit.microbatches = 2 * p;
+            for (std::int32_t s = 0; s < p; ++s) g.warmup[static_cast<std::size_t>(s)] = 2 * (p - s) - 1;
+            best_2p = std::min(best_2p, simulate(make_greedy_schedule("g", p, m, placement, c, g), c).makespan);
+          }
+        }
+      }
+      INFO("p=" << p << " m=" << m);
+      CHECK(best_p <= zb_h1 + 1e-9);
+      CHECK(best_2p <= zb_h2 + 1e-9);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- search
+
+TEST_CASE("search: never slower than any fixed family and never over the cap, on random uneven costs", "[search]") {
+  std::mt19937 rng(2024);
+  for (int trial = 0; trial < 24; ++trial) {
+    const std::int32_t p = 2 + static_cast<std::int32_t>(rng() % 5);
+    const std::int32_t m = p + static_cast<std::int32_t>(rng() % (3 * p));
+    const RandomModel model = random_model(rng, p, m);
+    SearchProblem problem;
+    problem.ranks = p;
+    problem.microbatches = m;
+    problem.costs = evenly_split(model.per_rank, p, m);
+    const double caps[] = {1.0 * p, 1.5 * p, 2.0 * p, inf};
+    problem.cap.microbatches = caps[rng() % 4];
+    INFO(model.description << ", cap " << problem.cap.microbatches << " M_B");
+
+    const SearchResult result = search_schedule(problem);
+    INFO(result.why);
+    // The winner is lowered, proven and within the cap, by validate()'s count.
+    CHECK(result.validation.ok());
+    CHECK(validate(result.lowered).ok());
+    CHECK(max_of(validated_peaks(result.lowered, result.costs.weight_memory_fraction)) <= problem.cap.microbatches + 1e-9);
+    // Its simulated makespan, recomputed here, is what it was ranked by.
+    const double winner = simulate(result.lowered, result.costs).makespan;
+    CHECK(winner == Approx(result.best().makespan).epsilon(1e-12));
+    CHECK(result.simulation.makespan == Approx(winner).epsilon(1e-12));
+    for (const auto& [family, makespan] : fitting_family_makespans(problem, problem.cap.microbatches)) {
+      INFO(family << " " << makespan);
+      CHECK(winner <= makespan * (1.0 + 1e-12));
+    }
+    // Every timed candidate's bound is below its makespan; every fitting one keeps to the cap.
+    for (const Candidate& c : result.candidates) {
+      if (!c.built) continue;
+      CHECK(c.bound <= c.makespan * (1.0 + 1e-12));
+      if (c.fits) CHECK(c.peak_microbatches <= problem.cap.microbatches + 1e-9);
+      if (c.timed()) CHECK(std::isfinite(c.makespan));
+    }
+  }
+}
+
+TEST_CASE("search with uniform costs: at most ZB-H1's bubble under p M_B and ZB-H2's under 2p", "[search]") {
+  for (std::int32_t p = 2; p <= 6; ++p) {
+    for (const std::int32_t m : {p, 2 * p, 4 * p}) {
+      SearchProblem problem;
+      problem.ranks = p;
+      problem.microbatches = m;
+      problem.costs = evenly_split(uniform_costs(1.0, 1.0, 1.0), p, m);
+      const CostModel one = problem.costs(one_stage_per_rank_placement(p));
+      const double zb_h1 = simulate(make_schedule("zb-h1", {p, m, 1}), one).bubble_fraction;
+      const double zb_h2 = simulate(make_schedule("zb-h2", {p, m, 1}), one).bubble_fraction;
+      INFO("p=" << p << " m=" << m);
+      problem.cap.microbatches = p;
+      const SearchResult at_p = search_schedule(problem);
+      CHECK(at_p.simulation.bubble_fraction <= zb_h1 + 1e-12);
+      CHECK(max_of(validated_peaks(at_p.lowered)) <= p + 1e-9);
+      problem.cap.microbatches = 2 * p;
+      const SearchResult at_2p = search_schedule(problem);
+      CHECK(at_2p.simulation.bubble_fraction <= zb_h2 + 1e-12);
+      CHECK(max_of(validated_peaks(at_2p.lowered)) <= 2 * p + 1e-9);
+    }
+  }
+}
+
+TEST_CASE("search result: the winner lowered, validated, simulated and explained", "[search]") {
+  // example-begin search
+  // Eight ranks, 32 micro-batches, a model whose last rank (LM head) costs twice the others,
+  // and at most 8 micro-batches' activations (M_B) per rank.
+  CostModel per_rank;
+  per_rank.unit = "ms";
+  for (int r = 0; r < 8; ++r) per_rank.stages.push_back(StageCost{r == 7 ? 2.0 : 1.0, r == 7 ? 2.2 : 1.1, 0.7, 0.0, 0.0});
+  SearchProblem problem;
+  problem.ranks = 8;
+  problem.microbatches = 32;
+  problem.costs = evenly_split(per_rank, 8, 32);  // v chunks per rank: each rank's share cut in v
+  problem.cap.microbatches = 8;
+
+  const SearchResult result = search_schedule(problem);
+  // result.schedule: the winner (compute-only); result.lowered: with its SEND/RECV, proven by
+  // validate(); result.simulation: its timeline and bubbles; result.why: one line.
+  // example-end search
+  CHECK(result.validation.ok());
+  CHECK(result.lowered == lower(result.schedule, lower_options_for(result.costs, result.schedule.stages(), 32)));
+  CHECK(result.simulation.makespan == Approx(result.best().makespan));
+  CHECK_FALSE(result.simulation.timeline.spans.empty());
+  CHECK(result.schedule.name == result.best().name);
+  CHECK_THAT(result.why, Catch::StartsWith(result.best().name) && Catch::Contains("of the cap 8"));
+  // Every family is listed, built or with the reason it was not.
+  for (const std::string_view family : family_names()) {
+    if (family == "forward-only") continue;
+    CHECK(std::any_of(result.candidates.begin(), result.candidates.end(),
+                      [&](const Candidate& c) { return c.name.rfind(std::string(family), 0) == 0; }));
+  }
+  CHECK(std::any_of(result.candidates.begin(), result.candidates.end(), [](const Candidate& c) { return c.name == "dualpipev"; }));
+  CHECK(std::any_of(result.candidates.begin(), result.candidates.end(),
+                    [](const Candidate& c) { return c.kind == CandidateKind::greedy && c.placement == "v-shape"; }));
+  const auto gpipe = std::find_if(result.candidates.begin(), result.candidates.end(), [](const Candidate& c) { return c.name == "gpipe"; });
+  REQUIRE(gpipe != result.candidates.end());
+  CHECK_FALSE(gpipe->fits);
+  CHECK_THAT(gpipe->note, Catch::Contains("over the cap of 8 M_B"));
+  // Free communication: the dependency-only times are exact, so only the winner was simulated.
+  const auto simulated = std::count_if(result.candidates.begin(), result.candidates.end(),
+                                       [](const Candidate& c) { return c.timing == Timing::simulated; });
+  CHECK(simulated == 1);
+}
+
+TEST_CASE("search options: full backward only, F&B overlap, a simulation limit, one stream", "[search]") {
+  std::mt19937 rng(99);
+  const RandomModel model = random_model(rng, 4, 12);
+  SearchProblem problem;
+  problem.ranks = 4;
+  problem.microbatches = 12;
+  problem.costs = evenly_split(model.per_rank, 4, 12);
+
+  SECTION("without split backward nothing splits") {
+    SearchOptions o;
+    o.split_backward = false;
+    const SearchResult r = search_schedule(problem, o);
+    CHECK_FALSE(r.schedule.split_backward);
+    CHECK_FALSE(has_op(r.schedule, Op::BI));
+    for (const Candidate& c : r.candidates) {
+      if (c.name.rfind("zb-", 0) == 0 || c.name == "dualpipev") CHECK_FALSE(c.built);
+    }
+  }
+  SECTION("F&B overlap ranks DualPipeV by its overlapped step") {
+    SearchProblem even = problem;
+    even.costs = evenly_split(uniform_costs(1.0, 0.5, 0.5), 4, 12);  // F = B: a pair takes max(F, B) = 1
+    SearchOptions o;
+    o.fb_overlap = 1.0;
+    const SearchResult r = search_schedule(even, o);
+    const auto d = std::find_if(r.candidates.begin(), r.candidates.end(), [](const Candidate& c) { return c.name == "dualpipev"; });
+    REQUIRE(d != r.candidates.end());
+    REQUIRE(d->built);
+    CHECK(d->timing == Timing::overlapped);
+    const PairedSchedule dual = make_dualpipev({4, 12, 2});
+    const CostModel c = even.costs(dual.schedule.placement);
+    CHECK(d->makespan == Approx(run_dependencies(dual.schedule, c, dual.pairs, 1.0).makespan));
+    CHECK(d->makespan < run_dependencies(dual.schedule, c).makespan);
+    // It wins here; the executor runs its pairs in sequence, which is what result.simulation shows.
+    CHECK(r.best().name == "dualpipev");
+    CHECK_FALSE(r.overlap_pairs.empty());
+    CHECK(r.simulation.makespan >= r.best().makespan);
+  }
+  SECTION("a simulation limit stops the bound early") {
+    SearchProblem costly = problem;
+    CostModel slow = model.per_rank;
+    slow.link.latency = 0.1;
+    costly.costs = evenly_split(slow, 4, 12);
+    SearchOptions o;
+    o.max_simulations = 1;
+    const SearchResult r = search_schedule(costly, o);
+    const auto simulated = std::count_if(r.candidates.begin(), r.candidates.end(),
+                                         [](const Candidate& c) { return c.timing == Timing::simulated; });
+    CHECK(simulated <= 2);  // one in the search, and the winner's own simulation
+    CHECK(r.validation.ok());
+  }
+  SECTION("communication on the compute stream") {
+    SearchProblem costly = problem;
+    CostModel slow = model.per_rank;
+    slow.link.latency = 0.1;
+    costly.costs = evenly_split(slow, 4, 12);
+    SearchOptions o;
+    o.comm_on_compute_stream = true;
+    const SearchResult r = search_schedule(costly, o);
+    SimOptions one;
+    one.comm_on_compute_stream = true;
+    const double winner = simulate(r.lowered, r.costs, one).makespan;
+    CHECK(winner == Approx(r.best().makespan));
+    for (const auto& [family, makespan] : fitting_family_makespans(costly, inf, true)) {
+      INFO(family);
+      CHECK(winner <= makespan * (1.0 + 1e-12));
+    }
+  }
+  SECTION("a byte cap") {
+    SearchProblem capped = problem;
+    capped.cap.bytes = 2500.0;
+    const SearchResult r = search_schedule(capped);
+    for (const RankMemory& m : r.simulation.memory) CHECK(m.peak_bytes <= 2500.0 * (1.0 + 1e-9));
+  }
+}
+
+TEST_CASE("search errors name the input and the fix", "[search][errors]") {
+  SearchProblem problem;
+  problem.ranks = 4;
+  problem.microbatches = 8;
+  problem.costs = evenly_split(uniform_costs(1, 1, 1), 4, 8);
+  SearchProblem bad = problem;
+  bad.ranks = 0;
+  CHECK_THROWS_WITH(search_schedule(bad), Catch::Contains("p = 0"));
+  bad = problem;
+  bad.costs = nullptr;
+  CHECK_THROWS_WITH(search_schedule(bad), Catch::Contains("no costs") && Catch::Contains("evenly_split"));
+  bad = problem;
+  bad.cap.microbatches = 0.0;
+  CHECK_THROWS_WITH(search_schedule(bad), Catch::Contains("MemoryCap::microbatches"));
+  bad = problem;
+  bad.cap.rank_bytes = {1.0};
+  CHECK_THROWS_WITH(search_schedule(bad), Catch::Contains("1 entries for 4 ranks"));
+  bad = problem;
+  bad.costs = [](std::span<const std::int32_t>) { return uniform_costs(1, 1, 1, "ms"); };
+  CHECK_NOTHROW(search_schedule(bad));  // a single entry fits every placement
+  bad.costs = [](std::span<const std::int32_t>) {
+    CostModel c;
+    c.stages.resize(4);
+    return c;
+  };
+  CHECK_THROWS_WITH(search_schedule(bad), Catch::Contains("v-shape placement") && Catch::Contains("8 stages"));
+  bad = problem;
+  bad.cap.microbatches = 0.5;
+  CHECK_THROWS_WITH(search_schedule(bad), Catch::Contains("no schedule keeps to the memory cap") &&
+                                             Catch::Contains("one micro-batch alone needs 1 M_B") && Catch::Contains("raise the cap"));
+
+  SearchOptions o;
+  o.chunks = {0};
+  CHECK_THROWS_WITH(search_schedule(problem, o), Catch::Contains("SearchOptions::chunks[0]"));
+  o = {};
+  o.fb_overlap = -0.1;
+  CHECK_THROWS_WITH(search_schedule(problem, o), Catch::Contains("fb_overlap"));
+  o = {};
+  o.max_simulations = -1;
+  CHECK_THROWS_WITH(search_schedule(problem, o), Catch::Contains("max_simulations"));
+  o = {};
+  o.fixed_families = o.greedy = o.dualpipev = false;
+  CHECK_THROWS_WITH(search_schedule(problem, o), Catch::Contains("switched off"));
+}
+
+// ---------------------------------------------------------------- joint choice
+
+TEST_CASE("joint search: the micro-batch count and the schedule together", "[search][joint]") {
+  CHECK(microbatch_counts_for(24, 4, 24) == std::vector<std::int32_t>{4, 6, 8, 12, 24});
+  CHECK(microbatch_counts_for(7, 2, 10) == std::vector<std::int32_t>{7});
+  CHECK_THROWS_WITH(microbatch_counts_for(0, 1, 4), Catch::Contains("global batch 0"));
+
+  // A global batch of 48 samples over 4 ranks. A micro-batch of b samples costs b units of
+  // compute per rank plus a fixed 2 units of overhead (kernel launches): few large
+  // micro-batches leave a large bubble, many small ones pay the overhead many times.
+  constexpr std::int32_t p = 4, batch = 48;
+  JointSearchProblem problem;
+  problem.ranks = p;
+  problem.microbatch_counts = microbatch_counts_for(batch, p, batch);
+  problem.costs = [](std::span<const std::int32_t> placement, std::int32_t m) {
+    const double b = static_cast<double>(batch) / m;
+    CostModel per_rank = uniform_costs(0.3 * b + 2.0, 0.3 * b + 2.0, 0.2 * b + 1.0);
+    per_rank.stages.front().activation_bytes = 10.0 * b;
+    return split_stage_costs(per_rank, p, static_cast<std::int32_t>(placement.size()), m);
+  };
+  problem.cap.bytes = 100.0;  // rules out the largest micro-batches (120 bytes each with m = 4)
+  const JointSearchResult joint = search_joint(problem);
+  REQUIRE(joint.choices.size() == problem.microbatch_counts.size());
+  double best = inf;
+  std::int32_t best_m = 0;
+  for (const JointChoice& c : joint.choices) {
+    SearchProblem one;
+    one.ranks = p;
+    one.microbatches = c.microbatches;
+    one.cap = problem.cap;
+    one.costs = [&problem, m = c.microbatches](std::span<const std::int32_t> placement) { return problem.costs(placement, m); };
+    INFO("m=" << c.microbatches);
+    if (!c.found) {
+      CHECK_THAT(c.note, Catch::Contains("no schedule keeps to the cap") && Catch::Contains("needs 1 M_B and 120 activation bytes"));
+      CHECK_THROWS_AS(search_schedule(one), error);
+      continue;
+    }
+    const SearchResult r = search_schedule(one);
+    CHECK(c.makespan == Approx(r.best().makespan));
+    CHECK(c.schedule == r.best().name);
+    if (c.makespan < best) {
+      best = c.makespan;
+      best_m = c.microbatches;
+    }
+  }
+  CHECK(std::any_of(joint.choices.begin(), joint.choices.end(), [](const JointChoice& c) { return !c.found; }));
+  CHECK(joint.microbatches == best_m);
+  CHECK(joint.best.best().makespan == Approx(best));
+  CHECK(joint.best.schedule.microbatches == best_m);
+  CHECK_THAT(joint.why, Catch::StartsWith(detail::concat("m=", best_m)));
+  // Neither the smallest nor the largest count wins here: the trade-off is real.
+  CHECK(best_m != problem.microbatch_counts.front());
+  CHECK(best_m != problem.microbatch_counts.back());
+
+  JointSearchProblem none = problem;
+  none.cap.bytes = 1.0;
+  CHECK_THROWS_WITH(search_joint(none), Catch::Contains("no micro-batch count") && Catch::Contains("m=4"));
+  none.microbatch_counts.clear();
+  CHECK_THROWS_WITH(search_joint(none), Catch::Contains("no micro-batch count to try"));
+}

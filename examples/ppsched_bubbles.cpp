@@ -118,8 +118,6 @@ Measurement measure(const ppsched::Schedule& schedule, std::int32_t chunks, cons
   return m;
 }
 
-std::string percent(double fraction) { return cli::percent_of(fraction); }
-
 std::string points(double pp) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%+.1f pp", pp);
@@ -141,9 +139,9 @@ std::string render(const std::vector<Measurement>& results, const std::vector<cl
     out += '\n';
     cli::detail::TextTable table({"rank", "bubble measured", "predicted", "difference"}, {true, true, true, true});
     for (const ppsched::RankComparison& r : c.per_rank) {
-      table.add({std::to_string(r.rank), percent(r.measured_bubble), percent(r.predicted_bubble), points(r.difference_pp)});
+      table.add({std::to_string(r.rank), cli::percent_of(r.measured_bubble), cli::percent_of(r.predicted_bubble), points(r.difference_pp)});
     }
-    table.add({"all", percent(c.measured.bubble_fraction), percent(c.predicted.bubble_fraction),
+    table.add({"all", cli::percent_of(c.measured.bubble_fraction), cli::percent_of(c.predicted.bubble_fraction),
                points(c.bubble_difference_pp)});
     out += table.str();
     if (c.matched != 0) {

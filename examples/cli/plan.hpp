@@ -15,6 +15,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <iterator>
@@ -127,6 +128,13 @@ struct PlanResult {
   std::vector<double> rank_memory_cap;
 };
 
+// Percent with one decimal: "12.5%".
+[[nodiscard]] inline std::string percent_of(double fraction) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f%%", fraction * 100.0);
+  return buffer;
+}
+
 // "1.5 GiB", "312 MiB", "12 KiB", "100 B".
 [[nodiscard]] inline std::string bytes_text(double bytes) {
   static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -179,10 +187,6 @@ namespace detail {
   w.reserve(s.placement.size());
   for (const std::int32_t r : s.placement) w.push_back(1.0 / per_rank[static_cast<std::size_t>(r)]);
   return w;
-}
-
-[[nodiscard]] inline std::string percent_text(double fraction) {
-  return ppsched::detail::concat(std::lround(fraction * 1000.0) / 10.0, "%");
 }
 
 // Numbers in one-line reasons: at most 3 decimals, no trailing zeros.
@@ -392,7 +396,7 @@ inline void add_analytic(ScheduleResult& r, const PartitionPlan& partition, std:
   const ScheduleResult& b = plan.schedules[*best];
   const ScheduleResult& f = plan.schedules[*fastest];
   if (better(*fastest, *best)) {
-    rec.reason = concat(f.name, " is ", percent_text((b.makespan - f.makespan) / b.makespan), " faster but ", f.fit_problem);
+    rec.reason = concat(f.name, " is ", percent_of((b.makespan - f.makespan) / b.makespan), " faster but ", f.fit_problem);
     return rec;
   }
   // The best is the fastest of all: name the runner-up so the margin is visible.
@@ -406,7 +410,7 @@ inline void add_analytic(ScheduleResult& r, const PartitionPlan& partition, std:
   rec.reason = concat("fastest of the ", candidates, " training schedules", capped ? ", and it fits the memory cap" : "");
   if (second) {
     const ScheduleResult& s = plan.schedules[*second];
-    rec.reason += concat("; next is ", s.name, ", ", percent_text((s.makespan - b.makespan) / s.makespan), " slower");
+    rec.reason += concat("; next is ", s.name, ", ", percent_of((s.makespan - b.makespan) / s.makespan), " slower");
   }
   return rec;
 }

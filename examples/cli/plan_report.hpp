@@ -17,26 +17,11 @@
 
 #include "plan.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/trace/stats.hpp"
 
 namespace ppsched::cli {
 
 inline constexpr std::string_view version_text = "0.1.0";
-
-// Seconds in one unit for the time units a profile may use; nothing for a user's own unit.
-[[nodiscard]] inline std::optional<double> seconds_per_time_unit(std::string_view unit) {
-  if (unit == "s") return 1.0;
-  if (unit == "ms") return 1e-3;
-  if (unit == "us") return 1e-6;
-  if (unit == "ns") return 1e-9;
-  return std::nullopt;
-}
-
-// Percent with one decimal: "12.5%".
-[[nodiscard]] inline std::string percent_of(double fraction) {
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, "%.1f%%", fraction * 100.0);
-  return buffer;
-}
 
 namespace detail {
 
@@ -105,7 +90,7 @@ class TextTable {
 }
 
 [[nodiscard]] inline std::string throughput_text(double per_unit, const std::string& unit) {
-  if (const auto seconds = seconds_per_time_unit(unit)) return number_text(per_unit / *seconds) + " mb/s";
+  if (const auto seconds = seconds_per_unit(unit)) return number_text(per_unit / *seconds) + " mb/s";
   return number_text(per_unit) + " mb/" + unit;
 }
 
@@ -239,7 +224,7 @@ namespace detail {
                    {"valid", r.valid},
                    {"problems", r.problems}};
   if (!r.valid) return j;
-  const auto seconds = seconds_per_time_unit(unit);
+  const auto seconds = seconds_per_unit(unit);
   j.update({{"makespan", r.makespan},
             {"max_rank_span", r.max_rank_span},
             {"bubble_fraction", r.bubble_fraction},

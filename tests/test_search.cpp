@@ -623,6 +623,29 @@ TEST_CASE("search options: full backward only, F&B overlap, a simulation limit, 
     const SearchResult r = search_schedule(capped);
     for (const RankMemory& m : r.simulation.memory) CHECK(m.peak_bytes <= 2500.0 * (1.0 + 1e-9));
   }
+  SECTION("a byte cap shared with static bytes that depend on the placement") {
+    // Each stage a rank holds carries 1500 bytes of parameters and optimizer state: one stage
+    // per rank leaves 3500 of 5000 bytes for activations, the V 2000, four chunks nothing.
+    SearchProblem capped = problem;
+    capped.cap.bytes = 5000.0;
+    capped.static_bytes = [](std::span<const std::int32_t> placement) {
+      std::vector<double> bytes(4, 0.0);
+      for (const std::int32_t r : placement) bytes[static_cast<std::size_t>(r)] += 1500.0;
+      return bytes;
+    };
+    const SearchResult r = search_schedule(capped);
+    const std::vector<double> fixed = capped.static_bytes(r.schedule.placement);
+    for (std::size_t k = 0; k < r.simulation.memory.size(); ++k) {
+      CHECK(fixed[k] + r.simulation.memory[k].peak_bytes <= 5000.0 * (1.0 + 1e-9));
+    }
+    for (const Candidate& c : r.candidates) {
+      if (c.chunks != 4) continue;
+      CHECK_FALSE(c.fits);
+      CHECK_THAT(c.note, Catch::Contains("static bytes on rank 0 (6000)"));
+    }
+    capped.static_bytes = [](std::span<const std::int32_t>) { return std::vector<double>(3, 0.0); };
+    CHECK_THROWS_WITH(search_schedule(capped), Catch::Contains("3 entries for 4 ranks"));
+  }
 }
 
 TEST_CASE("search errors name the input and the fix", "[search][errors]") {

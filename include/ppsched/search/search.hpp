@@ -55,11 +55,18 @@
 
 namespace ppsched {
 
+// Bytes each rank holds whatever the schedule (parameters, gradients, optimizer state) when the
+// model is cut for a placement: one entry per rank.
+using PlacementStaticBytes = std::function<std::vector<double>(std::span<const std::int32_t> placement)>;
+
 struct SearchProblem {
   std::int32_t ranks = 1;         // p
   std::int32_t microbatches = 1;  // m
   PlacementCosts costs;           // the model's costs on each placement tried (costs.hpp)
   MemoryCap cap{};                // per rank (memory.hpp); none by default
+  // Optional. When given, the byte limits of `cap` bound static bytes plus activations: a
+  // placement leaves each rank its limit minus its static bytes for activations.
+  PlacementStaticBytes static_bytes;
 };
 
 struct SearchOptions {
@@ -162,6 +169,8 @@ struct SearchPlacement {
   std::int32_t chunks = 1;
   std::vector<std::int32_t> placement;
   CostModel costs;
+  MemoryCap cap;      // what activations may use on this placement
+  std::string unusable;  // why nothing fits on it at all (static bytes over the limit), or empty
 };
 
 // A built schedule waiting to be measured.
@@ -233,8 +242,29 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
     for (const SearchPlacement& q : out) {
       if (q.placement == placement && q.kind == kind) return;
     }
-    SearchPlacement sp{std::move(kind), std::move(tag), v, std::move(placement), {}};
+    SearchPlacement sp{std::move(kind), std::move(tag), v, std::move(placement), {}, problem.cap, {}};
     sp.costs = placement_costs(problem, sp);
+    if (problem.static_bytes) {
+      const std::vector<double> fixed = problem.static_bytes(sp.placement);
+      if (fixed.size() != static_cast<std::size_t>(p)) {
+        fail({concat("schedule search: the static bytes for the ", sp.kind, " placement"),
+              concat("has ", fixed.size(), " entries for ", p, " ranks"), "SearchProblem::static_bytes", "return one entry per rank"});
+      }
+      sp.cap.rank_bytes.assign(static_cast<std::size_t>(p), 0.0);
+      for (std::int32_t r = 0; r < p; ++r) {
+        const double f = fixed[static_cast<std::size_t>(r)];
+        if (!(f >= 0.0) || std::isinf(f)) {
+          fail({concat("schedule search: the static bytes for the ", sp.kind, " placement"), concat("rank ", r, " has ", f),
+                "SearchProblem::static_bytes", "give finite, non-negative byte counts"});
+        }
+        const double left = problem.cap.bytes_of(r) - f;
+        if (!(left > 0.0) && sp.unusable.empty()) {
+          sp.unusable = concat("its static bytes on rank ", r, " (", number_text(f), ") leave nothing of the cap of ",
+                               number_text(problem.cap.bytes_of(r)), " bytes for activations");
+        }
+        sp.cap.rank_bytes[static_cast<std::size_t>(r)] = std::max(left, std::numeric_limits<double>::min());
+      }
+    }
     out.push_back(std::move(sp));
   };
   for (const std::int32_t v : depths) {
@@ -269,7 +299,7 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
   std::vector<GreedyParams> out;
   const std::int32_t p = problem.ranks;
   const bool one_per_rank = placement.kind == "one stage per rank", looped = placement.kind == "looped";
-  std::vector<double> levels = greedy_memory_levels(p, problem.cap);
+  std::vector<double> levels = greedy_memory_levels(p, placement.cap);
   if (looped) levels.resize(1);
   std::vector<std::vector<std::int32_t>> depths{{}};
   if (one_per_rank && p > 1) {
@@ -284,7 +314,7 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
   const auto add = [&](double level, WeightPolicy w, bool forward_first, bool overshoot, ForwardOrder order,
                        const std::vector<std::int32_t>& depth) {
     GreedyParams g;
-    g.limit = problem.cap;
+    g.limit = placement.cap;
     g.limit.microbatches = level;
     g.weights = options.split_backward ? w : WeightPolicy::with_input;
     g.forward_first = forward_first;
@@ -439,7 +469,11 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
   const auto add_built = [&](Candidate c, Schedule s, std::size_t placement, std::vector<OverlapPair> pairs) {
     c.built = true;
     SearchEntry e{std::move(c), std::move(s), placement, std::move(pairs)};
-    measure_memory_of(e, placements[placement].costs, problem.cap);
+    measure_memory_of(e, placements[placement].costs, placements[placement].cap);
+    if (!placements[placement].unusable.empty()) {
+      e.candidate.fits = false;
+      e.candidate.note = placements[placement].unusable;
+    }
     entries.push_back(std::move(e));
   };
 
@@ -507,6 +541,16 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
   if (options.greedy) {
     for (std::size_t pi = 0; pi < placements.size(); ++pi) {
       const SearchPlacement& sp = placements[pi];
+      if (!sp.unusable.empty()) {
+        Candidate c;
+        c.name = concat("greedy-", sp.tag);
+        c.kind = CandidateKind::greedy;
+        c.placement = sp.kind;
+        c.chunks = sp.chunks;
+        c.note = sp.unusable;
+        rejected.push_back(std::move(c));
+        continue;
+      }
       for (const GreedyParams& g : greedy_variants(problem, options, sp)) {
         Candidate c;
         c.name = greedy_name(sp, g);
@@ -671,6 +715,7 @@ struct JointSearchProblem {
   std::vector<std::int32_t> microbatch_counts;  // the m to try, e.g. microbatch_counts_for(global_batch, ...)
   BatchPlacementCosts costs;
   MemoryCap cap{};  // per rank; an M_B cap counts micro-batches of each m's own size
+  PlacementStaticBytes static_bytes;  // optional, as in SearchProblem
 };
 
 struct JointChoice {
@@ -727,6 +772,7 @@ struct JointSearchResult {
     sp.ranks = problem.ranks;
     sp.microbatches = m;
     sp.cap = problem.cap;
+    sp.static_bytes = problem.static_bytes;
     sp.costs = [&problem, m](std::span<const std::int32_t> placement) { return problem.costs(placement, m); };
     SearchResult r;
     std::string no_fit;

@@ -1,0 +1,101 @@
+// Schedule search at p = 32 ranks and m = 256 micro-batches. Target: under 1 s per search on
+// the 2-core development machine. Each case reports, beside its time, the makespan and bubble
+// the search reached and, simulated once outside the timed loop, the makespan of every fixed
+// family (marked when it does not keep to the cap), so docs/performance.md can set them side
+// by side. The "gold" baseline is the ideal step: the busiest rank's busy time, no bubble at
+// all (the ideal counter, for the winner's placement).
+//
+// Cases: uniform costs (T_F = T_BI = T_BW, the zero-bubble paper's set-up) under p and 2p M_B;
+// an uneven model (light embedding rank, LM head twice a rank, W cheaper than B) under p M_B
+// and without a cap, with free communication; the same with a link that costs latency and
+// bandwidth, where the bound no longer equals the simulation and more candidates are simulated.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ppsched/schedule/generators.hpp"
+#include "ppsched/search/search.hpp"
+#include "ppsched/sim/simulate.hpp"
+
+namespace {
+
+using namespace ppsched;
+
+constexpr std::int32_t bench_ranks = 32;
+constexpr std::int32_t bench_microbatches = 256;
+
+CostModel uniform_model() { return uniform_costs(1.0, 1.0, 1.0, "ms"); }
+
+CostModel uneven_model(bool costly_link) {
+  CostModel c;
+  c.unit = "ms";
+  for (std::int32_t r = 0; r < bench_ranks; ++r) {
+    StageCost s{1.0, 1.1, 0.7, 64.0 * 1024 * 1024, 8.0 * 1024 * 1024};
+    if (r == 0) s = StageCost{0.4, 0.4, 0.1, 32.0 * 1024 * 1024, 8.0 * 1024 * 1024};  // embedding
+    if (r == bench_ranks - 1) s = StageCost{2.0, 2.2, 1.4, 96.0 * 1024 * 1024, 0.0};   // LM head and loss
+    c.stages.push_back(s);
+  }
+  if (costly_link) c.link = Link{0.01, 100.0 * 1024 * 1024};  // 10 us + 8 MiB at 100 MiB/ms: 0.09 ms a transfer
+  return c;
+}
+
+void BM_search(benchmark::State& state, CostModel model, double cap) {
+  SearchProblem problem;
+  problem.ranks = bench_ranks;
+  problem.microbatches = bench_microbatches;
+  problem.costs = evenly_split(model, bench_ranks, bench_microbatches);
+  problem.cap.microbatches = cap;
+  SearchResult result;
+  for (auto _ : state) {
+    result = search_schedule(problem);
+    benchmark::DoNotOptimize(result.best().makespan);
+  }
+  std::size_t simulated = 0;
+  for (const Candidate& c : result.candidates) simulated += c.timing == Timing::simulated ? 1 : 0;
+  state.counters["bubble"] = result.simulation.bubble_fraction;
+  state.counters["ideal"] = result.simulation.ideal_time;
+  state.counters["makespan"] = result.simulation.makespan;
+  state.counters["candidates"] = static_cast<double>(result.candidates.size());
+  state.counters["simulated"] = static_cast<double>(simulated);
+  state.SetLabel(result.best().name);
+  // Every fixed family, simulated here (the search skips those its bound rules out).
+  for (const std::string_view family : family_names()) {
+    if (family == "forward-only") continue;
+    for (const std::int32_t v : {1, 2, 4}) {
+      const ScheduleRequest r{bench_ranks, bench_microbatches, v};
+      if (!accepts(family, r)) continue;
+      const bool looped = family == "interleaved-1f1b" || family == "looped-bfs";
+      if (looped ? v == 1 : v != (family == "zb-v" ? 2 : 1)) continue;
+      const Schedule s = make_schedule(family, r);
+      const CostModel c = problem.costs(s.placement);
+      SimOptions o;
+      o.record_timeline = false;
+      const double makespan = simulate(s, c, o).makespan;
+      const bool fits = peak_memory(s, c).max_microbatches() <= cap + memory_slack;
+      const std::string name = looped ? detail::concat(family, "-v", v) : std::string(family);
+      state.counters[name + (fits ? "" : "(over-cap)")] = makespan;
+    }
+  }
+}
+
+constexpr double no_cap = std::numeric_limits<double>::infinity();
+
+BENCHMARK_CAPTURE(BM_search, uniform_cap_p, uniform_model(), 1.0 * bench_ranks)
+    ->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK_CAPTURE(BM_search, uniform_cap_2p, uniform_model(), 2.0 * bench_ranks)
+    ->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK_CAPTURE(BM_search, uneven_cap_p, uneven_model(false), 1.0 * bench_ranks)
+    ->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK_CAPTURE(BM_search, uneven_no_cap, uneven_model(false), no_cap)
+    ->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK_CAPTURE(BM_search, uneven_costly_link_cap_p, uneven_model(true), 1.0 * bench_ranks)
+    ->Unit(benchmark::kMillisecond)->Iterations(3);
+
+}  // namespace
+
+BENCHMARK_MAIN();

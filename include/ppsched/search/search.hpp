@@ -5,8 +5,9 @@
 //     at each interleaving depth asked for),
 //   - DualPipeV (dualpipev.hpp), its F&B pairs modelled when SearchOptions::fb_overlap > 0,
 //   - the greedy construction (greedy.hpp) on each placement — one stage per rank, the V of
-//     ZB-V, v looped chunks — with deferred BWs filling gaps or filling eagerly, forwards that
-//     wait for the critical path or do not, and, on one stage per rank and on the V, memory
+//     ZB-V, v looped chunks — with BI or forward first, forwards that wait for the critical
+//     path or do not, deferred BWs filling gaps or filling eagerly; on one stage per rank also
+//     with 1F1B's and ZB-H2's warm-up depths, and on one stage per rank and on the V at memory
 //     levels below the cap (2, 1, 1/2 and 1/3 of 1F1B's p M_B: on the V the last two are the
 //     memory of V-Half and V-Min),
 // asking the caller's PlacementCosts for the model's costs on each placement. Every candidate
@@ -94,7 +95,7 @@ enum class CandidateKind : std::uint8_t { family, dualpipev, greedy };
 
 // How a candidate's makespan was obtained.
 enum class Timing : std::uint8_t {
-  bound,       // only the dependency-only bound is known (the candidate could not win)
+  bound,       // only the dependency-only bound is known: not needed to rank (or a simulation limit hit)
   simulated,   // simulate()
   exact,       // the dependency-only run, which equals simulate() with free communication
   overlapped,  // run_dependencies() with DualPipeV's F&B pairs overlapped

@@ -1,7 +1,8 @@
 // ppsched-plan: the planner on the command line. It cuts a model into pipeline stages,
 // builds every schedule family (or the ones asked for), proves each deadlock-free, simulates
-// it, and recommends the fastest that fits the memory cap; with --json it prints the same
-// as one JSON object for scripts. docs/cli.md documents every flag and field.
+// it, and recommends the fastest that fits the memory cap — or, with --schedule auto, lets
+// the schedule search find one; with --json it prints the same as one JSON object for
+// scripts. docs/cli.md documents every flag and field.
 //
 // Exit status: 0 done; 1 --validate found problems in the schedule; 2 bad input (an unknown
 // flag or schedule, an unreadable or malformed file, a request no schedule accepts).
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "cli/args.hpp"
+#include "cli/auto_plan.hpp"
 #include "cli/models.hpp"
 #include "cli/output_file.hpp"
 #include "cli/plan.hpp"
@@ -83,7 +85,10 @@ int run(std::span<const char* const> argv) {
     return check.result.valid ? 0 : 1;
   }
 
-  const cli::PlanResult plan = cli::make_plan(options, model);
+  cli::SearchSummary search;
+  const cli::PlanResult plan =
+      options.schedule_auto ? cli::make_auto_plan(options, model, search) : cli::make_plan(options, model);
+  const cli::SearchSummary* searched = options.schedule_auto ? &search : nullptr;
   if (!outputs.trace.empty() || !outputs.svg.empty() || !outputs.csv.empty()) {
     // The files describe one schedule: the only one asked for, or the recommended one.
     const std::optional<std::size_t> chosen =
@@ -95,9 +100,9 @@ int run(std::span<const char* const> argv) {
     write_outputs(plan.schedules[*chosen], outputs);
   }
   if (options.json) {
-    std::cout << cli::plan_json(plan, model, options, outputs, options.schedule_auto).dump(2) << '\n';
+    std::cout << cli::plan_json(plan, model, options, outputs, searched).dump(2) << '\n';
   } else {
-    std::cout << cli::render_report(plan, model.has_bytes, options.schedule_auto);
+    std::cout << cli::render_report(plan, model.has_bytes, searched);
   }
   return 0;
 }

@@ -592,6 +592,42 @@ TEST_CASE("a memory cap in micro-batches excludes the schedules that exceed it",
   CHECK(none.at("recommended").is_null());
 }
 
+TEST_CASE("--schedule auto: the search's pick is never slower than the best family that fits", "[cli][plan]") {
+  for (const std::vector<std::string>& model :
+       {std::vector<std::string>{"--stage-cost", "1,2,1", "--stages", "4", "--microbatches", "8"},
+        std::vector<std::string>{},  // the GPT-style default
+        std::vector<std::string>{"--memory-cap-microbatches", "8"}, std::vector<std::string>{"--memory-cap-bytes", "32GiB"}}) {
+    std::string joined;
+    for (const std::string& a : model) joined += a + ' ';
+    INFO("ppsched-plan " << joined);
+    std::vector<std::string> args = model;
+    args.insert(args.end(), {"--schedule", "auto"});
+    const json a = plan_json(args);
+    check_plan_json(a);
+    REQUIRE(a.at("schedules").size() == 1);
+    const json& pick = a.at("schedules")[0];
+    CHECK(a.at("recommended") == pick.at("name"));
+    CHECK(pick.at("fits") == true);
+    // Every fixed training family was a candidate.
+    std::set<std::string> candidates;
+    for (const json& c : a.at("search").at("candidates")) candidates.insert(c.at("name").get<std::string>());
+    for (const char* family : {"gpipe", "1f1b", "zb-h1", "zb-h2", "zb-v"}) CHECK(candidates.contains(family));
+    // The families' own comparison on the same model and caps.
+    const json all = plan_json(model);
+    for (const json& s : all.at("schedules")) {
+      if (!s.at("training").get<bool>() || !s.at("fits").get<bool>()) continue;
+      INFO("family " << s.at("name"));
+      CHECK(pick.at("makespan").get<double>() <= s.at("makespan").get<double>() * (1 + 1e-9));
+    }
+  }
+  // Nothing keeps to a cap below one micro-batch: nothing is recommended, and the line says why.
+  const json none = plan_json({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8", "--schedule", "auto",
+                               "--memory-cap-microbatches", "0.5"});
+  CHECK(none.at("recommended").is_null());
+  CHECK(none.at("schedules").empty());
+  CHECK(none.at("recommendation_reason").get<std::string>().find("cap") != std::string::npos);
+}
+
 TEST_CASE("the report names every schedule and the recommendation", "[cli][plan]") {
   const Run r = plan({"--stage-cost", "1,2,1", "--stages", "4", "--microbatches", "8"});
   INFO(r.err);

@@ -153,10 +153,13 @@ namespace detail {
 // time (which charges latency per tensor crossing the cut, skip connections included), so
 // the simulator's link is set to move one "byte" per time unit with no latency and each
 // stage's output is given as its cut time: latency + bytes / bandwidth is then that time.
+// When no cut costs anything the link stays free, which the schedule search recognises.
 [[nodiscard]] inline CostModel cost_model_of(const PartitionPlan& partition, const PlanModel& model, double w_ratio) {
   CostModel cost;
   cost.unit = model.unit;
-  cost.link = Link{0.0, 1.0};
+  const bool free = std::all_of(partition.stages.begin(), partition.stages.end(),
+                                [](const StagePlan& s) { return s.comm_time == 0.0; });
+  cost.link = free ? Link{} : Link{0.0, 1.0};
   cost.weight_memory_fraction = w_ratio;
   cost.stages.reserve(partition.stages.size());
   for (const StagePlan& s : partition.stages) {

@@ -46,7 +46,7 @@ struct PlanOptions {
   double optimizer_state_factor = 8.0;
   PartitionMethod partition = PartitionMethod::optimal;
   std::vector<std::string> schedules;       // canonical family names, in the order asked
-  bool schedule_auto = false;               // --schedule auto: report only the recommendation
+  bool schedule_auto = false;               // --schedule auto: the schedule search picks one
   bool json = false;
   std::string trace_path;
   std::string svg_path;
@@ -70,7 +70,7 @@ inline constexpr std::array<FlagSpec, 21> plan_flags{{
     {"--w-memory-ratio", "R", "M_W / M_B: what BI keeps until BW (default 0.5)"},
     {"--optimizer-state-factor", "X", "bytes held per parameter byte (default 8: bf16 + fp32 Adam)"},
     {"--partition", "METHOD", "optimal (default, min bottleneck), uniform (equal layer counts) or params"},
-    {"--schedule", "NAME", "all (default), auto, or a family (comma-separated list allowed)"},
+    {"--schedule", "NAME", "all (default), a family (comma-separated list allowed), or auto (search)"},
     {"--json", "", "print one JSON object instead of the report (docs/cli.md)"},
     {"--trace", "FILE", "write the chosen schedule's simulated timeline as a Chrome trace"},
     {"--svg", "FILE", "write the chosen schedule's timeline as an SVG Gantt chart"},

@@ -15,8 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "auto_plan.hpp"
 #include "plan.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/search/search.hpp"
 #include "ppsched/trace/stats.hpp"
 
 namespace ppsched::cli {
@@ -128,8 +130,62 @@ class TextTable {
                                  table.str());
 }
 
-// The readable report. `only` limits the schedule rows to one (for --schedule auto).
-[[nodiscard]] inline std::string render_report(const PlanResult& plan, bool has_bytes, bool only_recommended) {
+namespace detail {
+
+[[nodiscard]] inline nlohmann::ordered_json optional_number(const std::optional<double>& x) {
+  return x ? nlohmann::ordered_json(*x) : nlohmann::ordered_json(nullptr);
+}
+
+// JSON has no infinity: a free link's bandwidth is null.
+[[nodiscard]] inline nlohmann::ordered_json finite_or_null(double x) {
+  return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr);
+}
+
+}  // namespace detail
+
+// The search's fastest candidates that keep to the cap, best first.
+[[nodiscard]] inline std::string search_table(const SearchSummary& search, const std::string& unit) {
+  using detail::number_text;
+  std::vector<const Candidate*> ranked;
+  for (const Candidate& c : search.candidates) {
+    if (c.built && c.fits) ranked.push_back(&c);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const Candidate* a, const Candidate* b) { return a->makespan < b->makespan; });
+  const std::size_t shown = std::min<std::size_t>(ranked.size(), 8);
+  detail::TextTable table({"candidate", "kind", "placement", "v", "makespan", "timing", "peak M_B"},
+                          {false, false, false, true, true, false, true});
+  for (std::size_t i = 0; i < shown; ++i) {
+    const Candidate& c = *ranked[i];
+    table.add({c.name, std::string(candidate_kind_name(c.kind)), c.placement, std::to_string(c.chunks),
+               number_text(c.makespan) + (c.timing == Timing::bound ? "+" : ""), std::string(timing_name(c.timing)),
+               number_text(c.peak_microbatches)});
+  }
+  return ppsched::detail::concat("\nSearch: ", search.candidates.size(), " candidates considered, ", ranked.size(),
+                                 " keep to the cap; the fastest (times in ", unit, "; + marks a lower bound):\n",
+                                 table.str());
+}
+
+[[nodiscard]] inline nlohmann::ordered_json search_json(const SearchSummary& search) {
+  nlohmann::ordered_json candidates = nlohmann::ordered_json::array();
+  for (const Candidate& c : search.candidates) {
+    candidates.push_back({{"name", c.name},
+                          {"kind", candidate_kind_name(c.kind)},
+                          {"placement", c.placement},
+                          {"chunks", c.chunks},
+                          {"built", c.built},
+                          {"timing", timing_name(c.timing)},
+                          {"makespan", detail::finite_or_null(c.makespan)},
+                          {"bubble_fraction", c.built ? nlohmann::ordered_json(c.bubble_fraction) : nullptr},
+                          {"peak_microbatches", c.peak_microbatches},
+                          {"fits", c.fits},
+                          {"note", c.note}});
+  }
+  return {{"why", search.why}, {"candidates", std::move(candidates)}};
+}
+
+// The readable report; with a search summary (--schedule auto), the fastest candidates too.
+[[nodiscard]] inline std::string render_report(const PlanResult& plan, bool has_bytes,
+                                               const SearchSummary* search = nullptr) {
   using detail::number_text;
   using ppsched::detail::concat;
   std::string out = concat("ppsched-plan: ", plan.model, "\n", plan.ranks, " ranks, ", plan.microbatches,
@@ -147,7 +203,6 @@ class TextTable {
   right.push_back(false);
   detail::TextTable table(header, right);
   for (std::size_t i = 0; i < plan.schedules.size(); ++i) {
-    if (only_recommended && plan.recommended.index != i) continue;
     const ScheduleResult& r = plan.schedules[i];
     std::vector<std::string> row{r.name + (r.training ? "" : " (inference)"), std::to_string(r.chunks)};
     if (!r.valid) {
@@ -169,6 +224,7 @@ class TextTable {
   for (const ScheduleResult& r : plan.schedules) {
     for (const std::string& p : r.problems) out += concat("  ", r.name, ": ", p, '\n');
   }
+  if (search != nullptr) out += search_table(*search, plan.unit);
   out += '\n';
   if (plan.recommended.index) {
     out += concat("Recommended: ", plan.schedules[*plan.recommended.index].name, " (", plan.recommended.reason, ")\n");
@@ -178,18 +234,6 @@ class TextTable {
   return out;
 }
 
-namespace detail {
-
-[[nodiscard]] inline nlohmann::ordered_json optional_number(const std::optional<double>& x) {
-  return x ? nlohmann::ordered_json(*x) : nlohmann::ordered_json(nullptr);
-}
-
-// JSON has no infinity: a free link's bandwidth is null.
-[[nodiscard]] inline nlohmann::ordered_json finite_or_null(double x) {
-  return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr);
-}
-
-}  // namespace detail
 
 [[nodiscard]] inline nlohmann::ordered_json partition_json(const PartitionPlan& p) {
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
@@ -252,10 +296,9 @@ struct OutputPaths {
 };
 
 [[nodiscard]] inline nlohmann::ordered_json plan_json(const PlanResult& plan, const PlanModel& model, const PlanOptions& options,
-                                              const OutputPaths& outputs, bool only_recommended) {
+                                              const OutputPaths& outputs, const SearchSummary* search = nullptr) {
   nlohmann::ordered_json schedules = nlohmann::ordered_json::array();
   for (std::size_t i = 0; i < plan.schedules.size(); ++i) {
-    if (only_recommended && plan.recommended.index != i) continue;
     schedules.push_back(schedule_json(plan.schedules[i], plan.unit));
   }
   nlohmann::ordered_json skipped = nlohmann::ordered_json::array();
@@ -279,6 +322,7 @@ struct OutputPaths {
           {"recommended", plan.recommended.index ? nlohmann::ordered_json(plan.schedules[*plan.recommended.index].name)
                                                  : nlohmann::ordered_json(nullptr)},
           {"recommendation_reason", plan.recommended.reason},
+          {"search", search != nullptr ? search_json(*search) : nlohmann::ordered_json(nullptr)},
           {"outputs", {{"trace", path_or_null(outputs.trace)}, {"svg", path_or_null(outputs.svg)}, {"csv", path_or_null(outputs.csv)}}}};
 }
 

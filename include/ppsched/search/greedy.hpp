@@ -5,23 +5,26 @@
 //
 // It plays the step forward in time. Whenever a rank is free it picks, in this order:
 //   1. a BI (or B) whose inputs have arrived — backward-for-input is the critical path, the
-//      rank before is waiting for it;
-//   2. a forward whose input has arrived, if the rank's memory allows it (deepest stage
-//      first, or shallowest first for a breadth-first variant) — unless running it would
-//      still be going when a BI this rank owes arrives, which would delay the critical path
-//      (a variant allows it);
+//      rank before is waiting for it. The first stage's BI feeds no other rank, so it waits
+//      while a forward can run. A variant (forward_first) runs a ready forward first, as the
+//      paper's steady state does;
+//   2. a forward whose input has arrived, if the rank's memory and warm-up depth allow it
+//      (deepest stage first, or shallowest first for a breadth-first variant) — unless it
+//      would still be running when a BI this rank owes arrives, which would delay the
+//      critical path (a variant allows it);
 //   3. a deferred BW: when a forward waits for memory that the BW frees, when nothing else
 //      is left, and otherwise by policy — in every idle gap it fits in, or whenever the rank
 //      would idle.
 // Each stage runs its forwards, its BIs and its BWs in micro-batch order. Memory is the
 // search's (memory.hpp): a forward is admitted only if the rank stays within the limit while
 // keeping room for one forward of each deeper stage it holds, so the oldest micro-batch can
-// always get through and the construction cannot wedge itself. When a BI's arrival is not
-// known yet (its producer is not scheduled), decisions use a lower bound: the producer chain
-// run on otherwise idle ranks from their current free time.
+// always get through. When a BI's arrival is not known yet (its producer is not scheduled),
+// decisions use a lower bound: the producer chain run on otherwise idle ranks from their
+// current free time; if every rank ends up waiting on a forward it held back for such a BI,
+// those forwards go.
 //
-// The construction's own times are those of a dependency-only run of the order it builds;
-// run_dependencies() reproduces them, and the search simulates the best orders in full.
+// The construction times its decisions as it goes; the search ranks the order it builds by
+// run_dependencies() and simulates the best orders in full.
 #pragma once
 
 #include <algorithm>

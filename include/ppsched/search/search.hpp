@@ -2,7 +2,7 @@
 //
 // Fixed families are the floor. `search_schedule` builds, for p ranks and m micro-batches,
 //   - every fixed family (gpipe, 1f1b, zb-h1, zb-h2, zb-v, and interleaved-1f1b and looped-bfs
-//     at each interleaving depth asked for),
+//     at v = 1 and at each interleaving depth asked for),
 //   - DualPipeV (dualpipev.hpp), its F&B pairs modelled when SearchOptions::fb_overlap > 0,
 //   - the greedy construction (greedy.hpp) on each placement — one stage per rank, the V of
 //     ZB-V, v looped chunks — with BI or forward first, forwards that wait for the critical
@@ -484,14 +484,13 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
       if (f.name == forward_only_name) continue;
       const bool looped = f.name == interleaved_1f1b_name || f.name == looped_bfs_name;
       std::vector<std::int32_t> depths{f.name == zb_v_name ? 2 : 1};
-      if (looped) {
-        depths.clear();
+      if (looped) {  // v = 1 too: looped-bfs is then its own order, not GPipe's
         for (const SearchPlacement& sp : placements) {
           if (sp.kind == "looped") depths.push_back(sp.chunks);
         }
       }
       for (const std::int32_t v : depths) {
-        const std::string kind = f.name == zb_v_name ? "v-shape" : (looped ? "looped" : "one stage per rank");
+        const std::string kind = f.name == zb_v_name ? "v-shape" : (looped && v > 1 ? "looped" : "one stage per rank");
         Candidate c;
         c.name = looped ? concat(f.name, " v=", v) : std::string(f.name);
         c.kind = CandidateKind::family;

@@ -119,16 +119,15 @@ struct CommEntry {
   }
 
   const std::size_t n = flat.size();
-  std::vector<double> duration(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const Action& a = flat.at(static_cast<std::int32_t>(i));
+  auto duration = [&](std::int32_t i) {
+    const Action& a = flat.at(i);
     const double t = options.compute_time ? options.compute_time(a) : detail::default_lower_time(a);
     if (!(std::isfinite(t) && t > 0.0)) {
       fail({"lower options", detail::concat("compute_time(", to_string(a), ") is ", t), "",
             "give every compute action a positive, finite time: lowering orders communication by a timeline"});
     }
-    duration[i] = t;
-  }
+    return t;
+  };
   std::vector<double> delay;
   if (options.transfer_time) {
     delay.assign(n, 0.0);
@@ -150,10 +149,8 @@ struct CommEntry {
       delay[i] = t;
     }
   }
-  detail::AbstractExecution ideal(flat, StreamMode::separate_comm_stream, &duration, delay.empty() ? nullptr : &delay);
+  detail::AbstractExecution ideal(flat, StreamMode::separate_comm_stream, duration, delay.empty() ? nullptr : &delay);
   if (!ideal.run()) detail::fail_lowering(schedule, "\n  - deadlock: " + ideal.describe_stuck());
-  const std::vector<double>& start = ideal.start();
-  const std::vector<double>& end = ideal.end();
 
   const std::int32_t S = flat.stages;
   const auto ranks = static_cast<std::size_t>(flat.ranks);
@@ -188,7 +185,7 @@ struct CommEntry {
     if (to < 0) continue;
     const auto from = static_cast<std::size_t>(flat.owner[static_cast<std::size_t>(i)]);
     const auto dest = static_cast<std::size_t>(to);
-    const double key = end[static_cast<std::size_t>(i)];
+    const double key = ideal.end(static_cast<std::size_t>(i));
     comm[send_fill[from]++] = {key, i, 0};
     if (last_source[dest] != static_cast<std::int32_t>(from)) {
       last_source[dest] = static_cast<std::int32_t>(from);
@@ -242,7 +239,7 @@ struct CommEntry {
       }
     };
     for (std::int32_t i = flat.rank_begin[r]; i < flat.rank_begin[r + 1]; ++i) {
-      while (pending != nullptr && pending->key <= start[static_cast<std::size_t>(i)]) emit_comm();
+      while (pending != nullptr && pending->key <= ideal.start(static_cast<std::size_t>(i))) emit_comm();
       prog.push_back(flat.at(i));
     }
     while (pending != nullptr) emit_comm();

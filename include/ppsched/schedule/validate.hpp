@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -672,21 +673,25 @@ void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of,
 // event queue, and gives exactly the times an event-driven simulation would.
 class AbstractExecution {
  public:
-  // duration[i]: compute time, or for communication the transfer time (same on both sides);
-  // null: unit compute time and instant transfers (what validation runs with: any durations
-  // decide the same). input_delay (optional, dependency-only runs): added to action i's
-  // remote input. Both must outlive the execution.
-  AbstractExecution(const FlatSchedule& flat, StreamMode mode, const std::vector<double>* duration = nullptr,
+  // Unit compute time and instant transfers: what validation runs with (any durations
+  // decide the same).
+  AbstractExecution(const FlatSchedule& flat, StreamMode mode) : flat_(flat), mode_(mode), input_delay_(nullptr) {
+    build_items([&flat](std::int32_t i) { return is_compute(flat.at(i).op) ? 1.0 : 0.0; });
+  }
+  // duration_of(i): the compute time of action i, or for communication its transfer time
+  // (the same on both sides). input_delay (optional, dependency-only runs): added to action
+  // i's remote input; it must outlive the execution.
+  template <class DurationOf>
+  AbstractExecution(const FlatSchedule& flat, StreamMode mode, const DurationOf& duration_of,
                     const std::vector<double>* input_delay = nullptr)
-      : flat_(flat), mode_(mode), duration_(duration), input_delay_(input_delay) {
-    build_items();
+      : flat_(flat), mode_(mode), input_delay_(input_delay) {
+    build_items(duration_of);
   }
 
   // Runs to completion or to a deadlock; true when every action completed.
   bool run() {
     const std::size_t n = flat_.size();
-    start_.assign(n, -1.0);
-    end_.assign(n, -1.0);
+    times_.assign(n, Times{});
     const std::size_t streams = stream_begin_.size() - 1;
     streams_.assign(streams, StreamState{});
     for (std::size_t st = 0; st < streams; ++st) streams_[st].head = stream_begin_[st];
@@ -706,8 +711,8 @@ class AbstractExecution {
 
   // Per action: compute start and end; communication: when its group was posted, and when
   // its transfer completed. -1 for what never happened.
-  [[nodiscard]] const std::vector<double>& start() const noexcept { return start_; }
-  [[nodiscard]] const std::vector<double>& end() const noexcept { return end_; }
+  [[nodiscard]] double start(std::size_t i) const noexcept { return times_[i].start; }
+  [[nodiscard]] double end(std::size_t i) const noexcept { return times_[i].end; }
   [[nodiscard]] StreamMode mode() const noexcept { return mode_; }
   [[nodiscard]] bool on_comm_stream(std::int32_t i) const noexcept {
     return mode_ == StreamMode::separate_comm_stream && is_comm(flat_.at(i).op);
@@ -717,7 +722,7 @@ class AbstractExecution {
   // for and where that is.
   [[nodiscard]] std::string describe_stuck() const {
     item_of_.assign(flat_.size(), 0);
-    for (std::size_t it = 0; it < items_.size(); ++it) {
+    for (std::size_t it = 0; it < item_total_; ++it) {
       const Item& item = items_[it];
       for (std::int32_t i = item.first; i < item.first + std::max(item.count, 1); ++i) {
         item_of_[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(it);
@@ -739,7 +744,7 @@ class AbstractExecution {
       const Item& item = items_[static_cast<std::size_t>(it)];
       if (item.count == 0) {
         const Links l = flat_.links(item.first);
-        const bool first_blocks = l.same_stage != no_action && end_[static_cast<std::size_t>(l.same_stage)] < 0.0;
+        const bool first_blocks = l.same_stage != no_action && times_[static_cast<std::size_t>(l.same_stage)].end < 0.0;
         out << "\n  rank " << rank << ": " << to_string(flat_.at(item.first)) << " waits for "
             << where(first_blocks ? l.same_stage : l.input, rank);
         continue;
@@ -747,10 +752,10 @@ class AbstractExecution {
       for (std::int32_t i = item.first; i < item.first + item.count; ++i) {
         const Links l = flat_.links(i);
         if (!streams_[st].posted) {
-          if (!is_send(flat_.at(i).op) || end_[static_cast<std::size_t>(l.same_stage)] >= 0.0) continue;
+          if (!is_send(flat_.at(i).op) || times_[static_cast<std::size_t>(l.same_stage)].end >= 0.0) continue;
           out << "\n  rank " << rank << ": " << to_string(flat_.at(i)) << " (not posted) waits for "
               << where(l.same_stage, rank);
-        } else if (end_[static_cast<std::size_t>(i)] < 0.0) {
+        } else if (times_[static_cast<std::size_t>(i)].end < 0.0) {
           out << "\n  rank " << rank << ": " << to_string(flat_.at(i)) << " (posted) waits for " << where(l.peer, rank);
         }
       }
@@ -762,20 +767,21 @@ class AbstractExecution {
   // One entry of a stream: a compute action (count 0), with its dependencies gathered here
   // so that a run reads each stream's items in order, or a communication group of `count`
   // actions starting at `first`, whose CommOps start at ops_[ops].
+  // (No default member initializers: the arrays are allocated without being cleared.)
   struct Item {
-    std::int32_t first = 0;
-    std::int32_t count = 0;
-    std::int32_t dep_a = no_action;  // compute: same-stage predecessor; group: first CommOp
-    std::int32_t dep_b = no_action;  // compute: input
-    std::int32_t wake = -1;          // compute: the stream that may wait for it (-1: none)
-    double duration = 0.0;           // compute
+    std::int32_t first;
+    std::int32_t count;
+    std::int32_t dep_a;  // compute: same-stage predecessor; group: its first CommOp
+    std::int32_t dep_b;  // compute: input
+    std::int32_t wake;   // compute: the stream that may wait for it (-1: none)
+    double duration;     // compute
   };
   struct CommOp {
-    std::int32_t action = 0;
-    std::int32_t peer = 0;
-    std::int32_t producer = no_action;  // sends: the compute whose output it sends
-    std::int32_t peer_stream = 0;
-    double duration = 0.0;
+    std::int32_t action;
+    std::int32_t peer;
+    std::int32_t producer;  // sends: the compute whose output it sends; receives: no_action
+    std::int32_t peer_stream;
+    double duration;
   };
 
   [[nodiscard]] std::size_t stream_of(std::int32_t i) const noexcept {
@@ -795,11 +801,8 @@ class AbstractExecution {
     return cr != r ? 2 * cr : -1;
   }
 
-  [[nodiscard]] double duration(std::int32_t i, double unit) const noexcept {
-    return duration_ != nullptr ? (*duration_)[static_cast<std::size_t>(i)] : unit;
-  }
-
-  void build_items() {
+  template <class DurationOf>
+  void build_items(const DurationOf& duration) {
     const std::size_t streams = 2 * static_cast<std::size_t>(flat_.ranks);
     const bool separate = mode_ == StreamMode::separate_comm_stream;
     std::vector<std::int32_t> counts(streams + 1, 0);
@@ -820,8 +823,10 @@ class AbstractExecution {
     }
     for (std::size_t st = 0; st < streams; ++st) counts[st + 1] += counts[st];
     stream_begin_ = counts;
-    items_.resize(static_cast<std::size_t>(counts[streams]));
-    ops_.resize(flat_.size() - flat_.compute_count);
+    // Every entry is written once below: no need to clear the memory first.
+    item_total_ = static_cast<std::size_t>(counts[streams]);
+    items_.reset(new Item[item_total_]);
+    ops_.reset(new CommOp[flat_.size() - flat_.compute_count]);
     std::size_t next_op = 0;
     std::vector<std::int32_t> fill(counts.begin(), counts.end() - 1);
     for (std::int32_t r = 0; r < flat_.ranks; ++r) {
@@ -837,7 +842,7 @@ class AbstractExecution {
         const Links l = flat_.links(a);
         if (is_compute(a.op)) {
           items_[static_cast<std::size_t>(fill[compute_stream]++)] =
-              Item{i, 0, l.same_stage, l.input, waiter_of(i), duration(i, 1.0)};
+              Item{i, 0, l.same_stage, l.input, waiter_of(i), duration(i)};
           open_group = 0;
           continue;
         }
@@ -849,7 +854,7 @@ class AbstractExecution {
         ++open->count;
         const std::int32_t peer_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage + 1 : a.stage - 1;
         const auto peer_stream = static_cast<std::int32_t>(2 * flat_.rank_of(peer_stage) + (separate ? 1 : 0));
-        ops_[next_op++] = CommOp{i, l.peer, is_send(a.op) ? l.same_stage : no_action, peer_stream, duration(i, 0.0)};
+        ops_[next_op++] = CommOp{i, l.peer, is_send(a.op) ? l.same_stage : no_action, peer_stream, duration(i)};
       }
     }
   }
@@ -872,10 +877,20 @@ class AbstractExecution {
     double free = state.free;
     while (head != stop) {
       const Item& item = items_[static_cast<std::size_t>(head)];
+#if defined(__GNUC__)
+      // 128 streams advance in turn, too many for the hardware to see each as a sequence:
+      // ask for this stream's next item and times ahead of the visit that needs them.
+      if (head + 2 < stop) {
+        const Item& next = items_[static_cast<std::size_t>(head) + 1];
+        __builtin_prefetch(&items_[static_cast<std::size_t>(head) + 2]);
+        __builtin_prefetch(&times_[static_cast<std::size_t>(next.first)]);
+        if (next.count != 0) __builtin_prefetch(&ops_[static_cast<std::size_t>(next.dep_a)]);
+      }
+#endif
       if (item.count == 0) {
         double t = free;
         if (item.dep_a != no_action) {
-          const double e = end_[static_cast<std::size_t>(item.dep_a)];
+          const double e = times_[static_cast<std::size_t>(item.dep_a)].end;
           if (e < 0.0) {
             state.blocked_on = item.dep_a;
             break;
@@ -883,7 +898,7 @@ class AbstractExecution {
           t = std::max(t, e);
         }
         if (item.dep_b != no_action) {
-          const double e = end_[static_cast<std::size_t>(item.dep_b)];
+          const double e = times_[static_cast<std::size_t>(item.dep_b)].end;
           if (e < 0.0) {
             state.blocked_on = item.dep_b;
             break;
@@ -891,21 +906,21 @@ class AbstractExecution {
           t = std::max(t, e + (input_delay_ != nullptr ? (*input_delay_)[static_cast<std::size_t>(item.first)] : 0.0));
         }
         const auto fi = static_cast<std::size_t>(item.first);
-        start_[fi] = t;
+        times_[fi].start = t;
         free = t + item.duration;
-        end_[fi] = free;
+        times_[fi].end = free;
         ++head;
         if (item.wake >= 0) wake_for(static_cast<std::size_t>(item.wake), item.first);
         continue;
       }
-      const CommOp* const ops = ops_.data() + item.dep_a;
+      const CommOp* const ops = ops_.get() + item.dep_a;
       const std::int32_t count = item.count;
       if (!state.posted) {
         double t = free;
         std::int32_t missing = no_action;
         for (std::int32_t k = 0; k < count && missing == no_action; ++k) {
           if (ops[k].producer == no_action) continue;
-          const double e = end_[static_cast<std::size_t>(ops[k].producer)];
+          const double e = times_[static_cast<std::size_t>(ops[k].producer)].end;
           if (e < 0.0) missing = ops[k].producer;
           t = std::max(t, e);
         }
@@ -916,19 +931,19 @@ class AbstractExecution {
         state.posted = 1;
         for (std::int32_t k = 0; k < count; ++k) {
           const auto ii = static_cast<std::size_t>(ops[k].action);
-          start_[ii] = t;
+          times_[ii].start = t;
           const auto q = static_cast<std::size_t>(ops[k].peer);
-          if (start_[q] < 0.0) continue;  // the peer posts later and completes the transfer
-          const double e = std::max(t, start_[q]) + ops[k].duration;
-          end_[ii] = e;
-          end_[q] = e;
+          if (times_[q].start < 0.0) continue;  // the peer posts later and completes the transfer
+          const double e = std::max(t, times_[q].start) + ops[k].duration;
+          times_[ii].end = e;
+          times_[q].end = e;
           wake(static_cast<std::size_t>(ops[k].peer_stream));
         }
       }
       double done = free;
       bool complete = true;
       for (std::int32_t k = 0; k < count && complete; ++k) {
-        const double e = end_[static_cast<std::size_t>(ops[k].action)];
+        const double e = times_[static_cast<std::size_t>(ops[k].action)].end;
         complete = e >= 0.0;
         done = std::max(done, e);
       }
@@ -986,13 +1001,19 @@ class AbstractExecution {
 
   const FlatSchedule& flat_;
   StreamMode mode_;
-  const std::vector<double>* duration_;
   const std::vector<double>* input_delay_;
   std::vector<std::int32_t> stream_begin_;  // item offsets per stream (size streams + 1)
-  std::vector<Item> items_;
-  std::vector<CommOp> ops_;
+  std::unique_ptr<Item[]> items_;
+  std::size_t item_total_ = 0;
+  std::unique_ptr<CommOp[]> ops_;
   mutable std::vector<std::int32_t> item_of_;  // action -> item, built for describe_stuck only
-  std::vector<double> start_, end_;
+  // Per action: compute start and end; communication: when its group was posted and when
+  // its transfer completed; -1 for what has not happened.
+  struct Times {
+    double start = -1.0;
+    double end = -1.0;
+  };
+  std::vector<Times> times_;
   // A stream's whole state on one cache line: a run switches streams once per item or so.
   struct StreamState {
     std::int32_t head = 0;                // next item

@@ -6,6 +6,7 @@
 // costs latency + bytes / bandwidth. T_B, the full backward, is always T_BI + T_BW.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>

@@ -109,34 +109,29 @@ namespace detail {
   check_cost_model(cost, flat.stages, M);
 
   const std::size_t n = flat.size();
-  std::vector<double> duration(n, 0.0);
   std::vector<double> input_delay;
-  if (cost.per_microbatch.empty() && cost.microbatch_scale.empty()) {
-    // Times depend on (op, stage) only: one table lookup per action.
-    std::vector<double> table(static_cast<std::size_t>(flat.stages) * op_count);
+  // Times that depend on (op, stage) only come from a table; otherwise from the model.
+  const bool per_stage = cost.per_microbatch.empty() && cost.microbatch_scale.empty();
+  std::vector<double> table;
+  if (per_stage) {
+    table.assign(static_cast<std::size_t>(flat.stages) * op_count, 0.0);
     for (std::int32_t st = 0; st < flat.stages; ++st) {
       for (int op = 0; op < op_count; ++op) {
         const Action a{static_cast<Op>(op), st, 0, 0};
         const bool exists = !(a.op == Op::SEND_F && st + 1 == flat.stages) && !(a.op == Op::RECV_F && st == 0) &&
                             !(a.op == Op::SEND_B && st == 0) && !(a.op == Op::RECV_B && st + 1 == flat.stages);
-        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(op)] =
-            !exists ? 0.0 : is_compute(a.op) ? compute_time(cost, a, M) : transfer_time(cost, a, M);
+        if (exists) {
+          table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(op)] =
+              is_compute(a.op) ? compute_time(cost, a, M) : transfer_time(cost, a, M);
+        }
       }
-    }
-    for (std::int32_t r = 0; r < flat.ranks; ++r) {
-      const Action* prog = flat.rank_actions[static_cast<std::size_t>(r)];
-      for (std::int32_t i = flat.rank_begin[static_cast<std::size_t>(r)]; i < flat.rank_begin[static_cast<std::size_t>(r) + 1]; ++i) {
-        const Action& a = prog[i - flat.rank_begin[static_cast<std::size_t>(r)]];
-        duration[static_cast<std::size_t>(i)] =
-            table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)];
-      }
-    }
-  } else {
-    for (std::size_t i = 0; i < n; ++i) {
-      const Action& a = flat.at(static_cast<std::int32_t>(i));
-      duration[i] = is_compute(a.op) ? compute_time(cost, a, M) : transfer_time(cost, a, M);
     }
   }
+  auto duration = [&](std::int32_t i) {
+    const Action& a = flat.at(i);
+    if (per_stage) return table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)];
+    return is_compute(a.op) ? compute_time(cost, a, M) : transfer_time(cost, a, M);
+  };
   if (!flat.lowered) {
     input_delay.assign(n, 0.0);
     for (std::size_t i = 0; i < n; ++i) {
@@ -150,14 +145,12 @@ namespace detail {
 
   const StreamMode mode = options.comm_on_compute_stream ? StreamMode::comm_on_compute_stream
                                                          : StreamMode::separate_comm_stream;
-  detail::AbstractExecution run(flat, mode, &duration, flat.lowered ? nullptr : &input_delay);
+  detail::AbstractExecution run(flat, mode, duration, flat.lowered ? nullptr : &input_delay);
   if (!run.run()) {
     fail({"simulate: schedule '" + schedule.name + "'",
           detail::concat("deadlocks under rendezvous with ", stream_mode_name(mode), ": ", run.describe_stuck()), "",
           "validate() proves a schedule deadlock-free; lower() writes communication that is"});
   }
-  const std::vector<double>& start = run.start();
-  const std::vector<double>& end = run.end();
 
   // Statistics, rank by rank over the program order.
   const auto ranks = static_cast<std::size_t>(flat.ranks);
@@ -165,8 +158,8 @@ namespace detail {
   double first = 0.0, last = 0.0;
   bool any = false;
   for (std::size_t i = 0; i < n; ++i) {
-    if (!any || start[i] < first) first = start[i];
-    if (!any || end[i] > last) last = end[i];
+    if (!any || run.start(i) < first) first = run.start(i);
+    if (!any || run.end(i) > last) last = run.end(i);
     any = true;
   }
   result.makespan = any ? last - first : 0.0;
@@ -179,10 +172,10 @@ namespace detail {
       const auto ii = static_cast<std::size_t>(i);
       const Action& a = prog[i - flat.rank_begin[r]];
       if (is_comm(a.op)) continue;
-      if (!seen) st.first_start = start[ii];
+      if (!seen) st.first_start = run.start(ii);
       seen = true;
-      st.last_end = end[ii];
-      st.busy += end[ii] - start[ii];
+      st.last_end = run.end(ii);
+      st.busy += run.end(ii) - run.start(ii);
       // The compute on another rank whose output this one consumes, if any.
       std::int32_t producer = detail::no_action;
       if (a.op == Op::F && a.stage > 0 && flat.rank_of(a.stage - 1) != static_cast<std::int32_t>(r)) {
@@ -192,10 +185,10 @@ namespace detail {
         producer = flat.backward_input(a.stage + 1, a.microbatch);
       }
       if (producer != detail::no_action) {
-        const double ready = std::max(previous_end, end[static_cast<std::size_t>(producer)]);
-        if (start[ii] > ready) st.comm_wait += start[ii] - ready;
+        const double ready = std::max(previous_end, run.end(static_cast<std::size_t>(producer)));
+        if (run.start(ii) > ready) st.comm_wait += run.start(ii) - ready;
       }
-      previous_end = end[ii];
+      previous_end = run.end(ii);
     }
     st.span = st.last_end - st.first_start;
     st.idle = result.makespan - st.busy;
@@ -227,7 +220,7 @@ namespace detail {
     result.timeline.spans.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
       const bool comm_lane = run.on_comm_stream(static_cast<std::int32_t>(i));
-      result.timeline.spans[i] = Span{flat.owner[i], flat.at(static_cast<std::int32_t>(i)), comm_lane ? Lane::comm : Lane::compute, start[i], end[i]};
+      result.timeline.spans[i] = Span{flat.owner[i], flat.at(static_cast<std::int32_t>(i)), comm_lane ? Lane::comm : Lane::compute, run.start(i), run.end(i)};
     }
   }
   return result;

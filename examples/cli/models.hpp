@@ -89,27 +89,6 @@ inline void set_bottleneck(PartitionPlan& p) {
 
 namespace detail {
 
-// Bytes crossing each cut b (0..n) of a topological order: every layer output produced
-// before b and read at or after b, counted once per cut (what the partitioner prices).
-[[nodiscard]] inline std::vector<double> crossing_bytes(const LayerGraph& graph, const std::vector<std::size_t>& order) {
-  const std::size_t n = graph.size();
-  std::vector<std::size_t> position(n);
-  for (std::size_t p = 0; p < n; ++p) position[order[p]] = p;
-  std::vector<std::size_t> last_reader(n, 0);
-  std::vector<bool> read(n, false);
-  for (const Edge& e : graph.edges()) {
-    const std::size_t from = position[e.from];
-    last_reader[from] = std::max(last_reader[from], position[e.to]);
-    read[from] = true;
-  }
-  std::vector<double> bytes(n + 1, 0.0);
-  for (std::size_t p = 0; p < n; ++p) {
-    if (!read[p]) continue;
-    for (std::size_t b = p + 1; b <= last_reader[p]; ++b) bytes[b] += graph.layers()[order[p]].output_bytes;
-  }
-  return bytes;
-}
-
 [[nodiscard]] inline std::string method_name(PartitionMethod m) {
   switch (m) {
     case PartitionMethod::optimal: return "exact min-bottleneck";
@@ -163,7 +142,6 @@ namespace detail {
     const Partition cut = method == PartitionMethod::uniform     ? partition_uniform(graph, stages, cost)
                           : method == PartitionMethod::by_params ? partition_by_params(graph, stages, cost)
                                                                  : partition_optimal(graph, stages, cost);
-    const std::vector<double> bytes = detail::crossing_bytes(graph, cut.order);
     PartitionPlan p;
     p.method = detail::method_name(method);
     for (std::size_t s = 0; s < stages; ++s) {
@@ -183,7 +161,7 @@ namespace detail {
       plan.comm_time = same_rank ? 0.0 : st.send;
       plan.memory_bytes = factor * st.param_bytes;
       plan.activation_bytes = st.activation_bytes;
-      plan.output_bytes = s + 1 < stages ? bytes[st.end] : 0.0;
+      plan.output_bytes = st.send_bytes;
       p.stages.push_back(std::move(plan));
     }
     detail::set_bottleneck(p);

@@ -37,7 +37,7 @@ CostModel uneven_model(bool costly_link) {
   for (std::int32_t r = 0; r < bench_ranks; ++r) {
     StageCost s{1.0, 1.1, 0.7, 64.0 * 1024 * 1024, 8.0 * 1024 * 1024};
     if (r == 0) s = StageCost{0.4, 0.4, 0.1, 32.0 * 1024 * 1024, 8.0 * 1024 * 1024};  // embedding
-    if (r == bench_ranks - 1) s = StageCost{2.0, 2.2, 1.4, 96.0 * 1024 * 1024, 0.0};   // LM head and loss
+    if (r == bench_ranks - 1) s = StageCost{2.0, 2.2, 1.4, 96.0 * 1024 * 1024, 0.0};  // LM head and loss
     c.stages.push_back(s);
   }
   if (costly_link) c.link = Link{0.01, 100.0 * 1024 * 1024};  // 10 us + 8 MiB at 100 MiB/ms: 0.09 ms a transfer
@@ -86,15 +86,18 @@ void BM_search(benchmark::State& state, CostModel model, double cap) {
 constexpr double no_cap = std::numeric_limits<double>::infinity();
 
 BENCHMARK_CAPTURE(BM_search, uniform_cap_p, uniform_model(), 1.0 * bench_ranks)
-    ->Unit(benchmark::kMillisecond)->Iterations(3);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 BENCHMARK_CAPTURE(BM_search, uniform_cap_2p, uniform_model(), 2.0 * bench_ranks)
-    ->Unit(benchmark::kMillisecond)->Iterations(3);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 BENCHMARK_CAPTURE(BM_search, uneven_cap_p, uneven_model(false), 1.0 * bench_ranks)
-    ->Unit(benchmark::kMillisecond)->Iterations(3);
-BENCHMARK_CAPTURE(BM_search, uneven_no_cap, uneven_model(false), no_cap)
-    ->Unit(benchmark::kMillisecond)->Iterations(3);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
+BENCHMARK_CAPTURE(BM_search, uneven_no_cap, uneven_model(false), no_cap)->Unit(benchmark::kMillisecond)->Iterations(3);
 BENCHMARK_CAPTURE(BM_search, uneven_costly_link_cap_p, uneven_model(true), 1.0 * bench_ranks)
-    ->Unit(benchmark::kMillisecond)->Iterations(3);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 }  // namespace
 

@@ -6,9 +6,8 @@
 // costs never slower than any fixed family that fits, never over the cap, and with uniform
 // costs at most ZB-H1's bubble under p M_B and ZB-H2's under 2p; then the joint choice of the
 // micro-batch count, and every bad input rejected with a message that names it.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -105,14 +104,14 @@ RandomModel random_model(std::mt19937& rng, std::int32_t p, std::int32_t m) {
     c.link.bandwidth = 2000.0;
   }
   out.description = detail::concat("p=", p, " m=", m, kind == 1 ? " variable-length micro-batches" : "",
-                                    kind == 2 ? " link with latency and bandwidth" : " free communication");
+                                   kind == 2 ? " link with latency and bandwidth" : " free communication");
   return out;
 }
 
 // Simulated makespan of every fixed family whose peak keeps to `cap` M_B, at every depth the
 // search tries by default; name -> makespan.
 std::vector<std::pair<std::string, double>> fitting_family_makespans(const SearchProblem& problem, double cap,
-                                                                      bool comm_on_compute_stream = false) {
+                                                                     bool comm_on_compute_stream = false) {
   std::vector<std::pair<std::string, double>> out;
   for (const std::string_view family : family_names()) {
     if (family == "forward-only") continue;
@@ -272,8 +271,8 @@ TEST_CASE("an overlapped F&B pair, timed by hand", "[search][dependency]") {
   s.ranks = 1;
   s.microbatches = 2;
   s.placement = {0, 0};
-  s.programs = {{act(Op::F, 0, 0), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::F, 0, 1), act(Op::B, 0, 0), act(Op::F, 1, 1),
-                 act(Op::B, 1, 1), act(Op::B, 0, 1)}};
+  s.programs = {{act(Op::F, 0, 0), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::F, 0, 1), act(Op::B, 0, 0),
+                 act(Op::F, 1, 1), act(Op::B, 1, 1), act(Op::B, 0, 1)}};
   const CostModel c = uniform_costs(1.0, 1.5, 0.5);
   const std::vector<OverlapPair> pairs{{0, 3}};
   CHECK(run_dependencies(s, c).makespan == Approx(12.0));
@@ -282,7 +281,8 @@ TEST_CASE("an overlapped F&B pair, timed by hand", "[search][dependency]") {
   CHECK(run_dependencies(s, c, pairs, 0.5).makespan == Approx(11.5));
   CHECK(run_dependencies(s, c, pairs, 1.0).busy[0] == Approx(11.0));
 
-  CHECK_THROWS_WITH(run_dependencies(s, c, std::vector<OverlapPair>{{0, 0}}, 1.0), Catch::Contains("not a forward and a backward"));
+  CHECK_THROWS_WITH(run_dependencies(s, c, std::vector<OverlapPair>{{0, 0}}, 1.0),
+                    Catch::Contains("not a forward and a backward"));
   CHECK_THROWS_WITH(run_dependencies(s, c, std::vector<OverlapPair>{{0, 7}}, 1.0), Catch::Contains("two consecutive"));
   CHECK_THROWS_WITH(run_dependencies(s, c, std::vector<OverlapPair>{{3, 0}}, 1.0), Catch::Contains("rank 3"));
   CHECK_THROWS_WITH(run_dependencies(s, c, pairs, 1.5), Catch::Contains("fb_overlap"));
@@ -344,7 +344,7 @@ TEST_CASE("the greedy construction is valid on every placement and never exceeds
     const RandomModel model = random_model(rng, p, m);
     const PlacementCosts costs = evenly_split(model.per_rank, p, m);
     const std::vector<std::vector<std::int32_t>> placements{one_stage_per_rank_placement(p), v_shape_placement(p),
-                                                           looped_placement(p, 2), looped_placement(p, 3)};
+                                                            looped_placement(p, 2), looped_placement(p, 3)};
     for (const auto& placement : placements) {
       const CostModel c = costs(placement);
       for (const double limit : {inf, 2.0 * p, 1.0 * p, p / 2.0, 1.0}) {
@@ -355,7 +355,8 @@ TEST_CASE("the greedy construction is valid on every placement and never exceeds
             g.weights = w;
             g.forward_first = forward_first;
             g.forward_may_delay_backward = forward_first;
-            INFO(model.description << ", " << placement.size() << " stages, limit " << limit << ", " << weight_policy_name(w));
+            INFO(model.description << ", " << placement.size() << " stages, limit " << limit << ", "
+                                   << weight_policy_name(w));
             const GreedyOutcome out = try_greedy_schedule("g", p, m, placement, c, g);
             REQUIRE(out.built);  // every limit here holds one micro-batch on every rank
             const Schedule& s = out.schedule;
@@ -414,7 +415,8 @@ TEST_CASE("the greedy construction rejects unusable input", "[search][greedy][er
   CHECK_THROWS_WITH(try_greedy_schedule("g", 2, 4, {0, 1}, c, nan), Catch::Contains("MemoryCap::microbatches"));
 }
 
-TEST_CASE("with uniform costs the greedy construction matches ZB-H1 under p M_B and ZB-H2 under 2p", "[search][greedy]") {
+TEST_CASE("with uniform costs the greedy construction matches ZB-H1 under p M_B and ZB-H2 under 2p",
+          "[search][greedy]") {
   for (std::int32_t p = 2; p <= 6; ++p) {
     for (const std::int32_t m : {p, 2 * p - 1, 2 * p, 3 * p + 1}) {
       const CostModel c = uniform_costs(1.0, 1.0, 1.0);
@@ -466,7 +468,8 @@ TEST_CASE("search: never slower than any fixed family and never over the cap, on
     // The winner is lowered, proven and within the cap, by validate()'s count.
     CHECK(result.validation.ok());
     CHECK(validate(result.lowered).ok());
-    CHECK(max_of(validated_peaks(result.lowered, result.costs.weight_memory_fraction)) <= problem.cap.microbatches + 1e-9);
+    CHECK(max_of(validated_peaks(result.lowered, result.costs.weight_memory_fraction)) <=
+          problem.cap.microbatches + 1e-9);
     // Its simulated makespan, recomputed here, is what it was ranked by.
     const double winner = simulate(result.lowered, result.costs).makespan;
     CHECK(winner == Approx(result.best().makespan).epsilon(1e-12));
@@ -514,7 +517,8 @@ TEST_CASE("search result: the winner lowered, validated, simulated and explained
   // and at most 8 micro-batches' activations (M_B) per rank.
   CostModel per_rank;
   per_rank.unit = "ms";
-  for (int r = 0; r < 8; ++r) per_rank.stages.push_back(StageCost{r == 7 ? 2.0 : 1.0, r == 7 ? 2.2 : 1.1, 0.7, 0.0, 0.0});
+  for (int r = 0; r < 8; ++r)
+    per_rank.stages.push_back(StageCost{r == 7 ? 2.0 : 1.0, r == 7 ? 2.2 : 1.1, 0.7, 0.0, 0.0});
   SearchProblem problem;
   problem.ranks = 8;
   problem.microbatches = 32;
@@ -537,10 +541,12 @@ TEST_CASE("search result: the winner lowered, validated, simulated and explained
     CHECK(std::any_of(result.candidates.begin(), result.candidates.end(),
                       [&](const Candidate& c) { return c.name.rfind(std::string(family), 0) == 0; }));
   }
-  CHECK(std::any_of(result.candidates.begin(), result.candidates.end(), [](const Candidate& c) { return c.name == "dualpipev"; }));
+  CHECK(std::any_of(result.candidates.begin(), result.candidates.end(),
+                    [](const Candidate& c) { return c.name == "dualpipev"; }));
   CHECK(std::any_of(result.candidates.begin(), result.candidates.end(),
                     [](const Candidate& c) { return c.kind == CandidateKind::greedy && c.placement == "v-shape"; }));
-  const auto gpipe = std::find_if(result.candidates.begin(), result.candidates.end(), [](const Candidate& c) { return c.name == "gpipe"; });
+  const auto gpipe = std::find_if(result.candidates.begin(), result.candidates.end(),
+                                  [](const Candidate& c) { return c.name == "gpipe"; });
   REQUIRE(gpipe != result.candidates.end());
   CHECK_FALSE(gpipe->fits);
   CHECK_THAT(gpipe->note, Catch::Contains("over the cap of 8 M_B"));
@@ -574,7 +580,8 @@ TEST_CASE("search options: full backward only, F&B overlap, a simulation limit, 
     SearchOptions o;
     o.fb_overlap = 1.0;
     const SearchResult r = search_schedule(even, o);
-    const auto d = std::find_if(r.candidates.begin(), r.candidates.end(), [](const Candidate& c) { return c.name == "dualpipev"; });
+    const auto d = std::find_if(r.candidates.begin(), r.candidates.end(),
+                                [](const Candidate& c) { return c.name == "dualpipev"; });
     REQUIRE(d != r.candidates.end());
     REQUIRE(d->built);
     CHECK(d->timing == Timing::overlapped);
@@ -677,7 +684,8 @@ TEST_CASE("search errors name the input and the fix", "[search][errors]") {
   bad = problem;
   bad.cap.microbatches = 0.5;
   CHECK_THROWS_WITH(search_schedule(bad), Catch::Contains("no schedule keeps to the memory cap") &&
-                                             Catch::Contains("one micro-batch alone needs 1 M_B") && Catch::Contains("raise the cap"));
+                                              Catch::Contains("one micro-batch alone needs 1 M_B") &&
+                                              Catch::Contains("raise the cap"));
 
   SearchOptions o;
   o.chunks = {0};
@@ -723,10 +731,13 @@ TEST_CASE("joint search: the micro-batch count and the schedule together", "[sea
     one.ranks = p;
     one.microbatches = c.microbatches;
     one.cap = problem.cap;
-    one.costs = [&problem, m = c.microbatches](std::span<const std::int32_t> placement) { return problem.costs(placement, m); };
+    one.costs = [&problem, m = c.microbatches](std::span<const std::int32_t> placement) {
+      return problem.costs(placement, m);
+    };
     INFO("m=" << c.microbatches);
     if (!c.found) {
-      CHECK_THAT(c.note, Catch::Contains("no schedule keeps to the cap") && Catch::Contains("needs 1 M_B and 120 activation bytes"));
+      CHECK_THAT(c.note, Catch::Contains("no schedule keeps to the cap") &&
+                             Catch::Contains("needs 1 M_B and 120 activation bytes"));
       CHECK_THROWS_AS(search_schedule(one), error);
       continue;
     }

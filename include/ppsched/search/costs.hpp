@@ -33,12 +33,14 @@ using PlacementCosts = std::function<CostModel(std::span<const std::int32_t> pla
                                                  std::int32_t microbatches) {
   using detail::concat;
   if (base_stages < 1 || stages < 1 || microbatches < 1) {
-    fail({"split_stage_costs", concat("base_stages = ", base_stages, ", stages = ", stages, ", microbatches = ", microbatches),
-          "", "give at least one stage and one micro-batch"});
+    fail({"split_stage_costs",
+          concat("base_stages = ", base_stages, ", stages = ", stages, ", microbatches = ", microbatches), "",
+          "give at least one stage and one micro-batch"});
   }
   if (stages % base_stages != 0) {
     fail({"split_stage_costs",
-          concat("cannot cut ", base_stages, " stages into ", stages, ": ", stages, " is not a multiple of ", base_stages),
+          concat("cannot cut ", base_stages, " stages into ", stages, ": ", stages, " is not a multiple of ",
+                 base_stages),
           "stages", concat("ask for a multiple of ", base_stages, " stages")});
   }
   check_cost_model(base, base_stages, microbatches);
@@ -57,12 +59,14 @@ using PlacementCosts = std::function<CostModel(std::span<const std::int32_t> pla
   if (!base.per_microbatch.empty()) {
     out.per_microbatch.assign(S * M, StageCost{});
     for (std::size_t s = 0; s < S; ++s) {
-      for (std::size_t mb = 0; mb < M; ++mb) out.per_microbatch[s * M + mb] = cut(base.per_microbatch[(s / v) * M + mb]);
+      for (std::size_t mb = 0; mb < M; ++mb)
+        out.per_microbatch[s * M + mb] = cut(base.per_microbatch[(s / v) * M + mb]);
     }
     return out;
   }
   out.stages.assign(S, StageCost{});
-  for (std::size_t s = 0; s < S; ++s) out.stages[s] = cut(base.stages.size() == 1 ? base.stages.front() : base.stages[s / v]);
+  for (std::size_t s = 0; s < S; ++s)
+    out.stages[s] = cut(base.stages.size() == 1 ? base.stages.front() : base.stages[s / v]);
   return out;
 }
 

@@ -9,9 +9,9 @@
 // can run a forward and a backward of two micro-batches overlapped on one rank, as DualPipe's
 // F&B chunk pairs do: the pair starts once both of its inputs have arrived, occupies the rank
 // for T_F + T_B - overlap * min(T_F, T_B), and both results are available when it ends (so
-// with no overlap a pair can be slower than the two actions in sequence). The action IR has no overlapped pair, so such a
-// schedule is still executed (and simulated, and validated) as the F followed by the B; the
-// pairs only change what this run predicts.
+// with no overlap a pair can be slower than the two actions in sequence). The action IR has no overlapped pair, so such
+// a schedule is still executed (and simulated, and validated) as the F followed by the B; the pairs only change what
+// this run predicts.
 #pragma once
 
 #include <algorithm>
@@ -40,7 +40,7 @@ struct OverlapPair {
 
 struct DependencyRun {
   double makespan = 0.0;
-  std::vector<double> busy;   // per rank: time its compute stream is occupied
+  std::vector<double> busy;      // per rank: time its compute stream is occupied
   double bubble_fraction = 0.0;  // 1 - total busy / (ranks x makespan)
 };
 
@@ -61,7 +61,8 @@ namespace detail {
 [[nodiscard]] inline DependencyRun run_dependencies(const Schedule& s, const CostModel& costs,
                                                     std::span<const OverlapPair> pairs = {}, double fb_overlap = 0.0) {
   using detail::concat;
-  if (s.ranks < 1 || s.microbatches < 1 || s.placement.empty() || s.programs.size() != static_cast<std::size_t>(s.ranks)) {
+  if (s.ranks < 1 || s.microbatches < 1 || s.placement.empty() ||
+      s.programs.size() != static_cast<std::size_t>(s.ranks)) {
     detail::fail_dependency_run(s, "its shape is unusable (ranks, micro-batches, placement or program count)");
   }
   if (!(fb_overlap >= 0.0 && fb_overlap <= 1.0)) {
@@ -83,8 +84,10 @@ namespace detail {
     for (std::size_t i = 0; i < s.programs[r].size(); ++i) {
       const Action& a = s.programs[r][i];
       if (is_comm(a.op)) continue;
-      if (a.stage < 0 || a.stage >= S || a.microbatch < 0 || a.microbatch >= M || s.placement[static_cast<std::size_t>(a.stage)] != static_cast<std::int32_t>(r)) {
-        detail::fail_dependency_run(s, concat(to_string(a), " on rank ", r, " is out of range or on a rank its stage is not placed on"));
+      if (a.stage < 0 || a.stage >= S || a.microbatch < 0 || a.microbatch >= M ||
+          s.placement[static_cast<std::size_t>(a.stage)] != static_cast<std::int32_t>(r)) {
+        detail::fail_dependency_run(
+            s, concat(to_string(a), " on rank ", r, " is out of range or on a rank its stage is not placed on"));
       }
       index_of[i] = static_cast<std::int32_t>(programs[r].size());
       programs[r].push_back(a);
@@ -93,14 +96,17 @@ namespace detail {
     for (const OverlapPair& p : pairs) {
       if (p.rank != static_cast<std::int32_t>(r)) continue;
       const auto first = static_cast<std::size_t>(p.first);
-      if (p.first < 0 || first + 1 >= s.programs[r].size() || index_of[first] < 0 || index_of[first + 1] != index_of[first] + 1) {
-        detail::fail_dependency_run(s, concat("overlap pair at rank ", r, " position ", p.first, " does not name two consecutive compute actions"));
+      if (p.first < 0 || first + 1 >= s.programs[r].size() || index_of[first] < 0 ||
+          index_of[first + 1] != index_of[first] + 1) {
+        detail::fail_dependency_run(s, concat("overlap pair at rank ", r, " position ", p.first,
+                                              " does not name two consecutive compute actions"));
       }
       const Op x = s.programs[r][first].op, y = s.programs[r][first + 1].op;
       const bool backward_x = x == Op::B || x == Op::BI, backward_y = y == Op::B || y == Op::BI;
       if (!((x == Op::F && backward_y) || (backward_x && y == Op::F))) {
-        detail::fail_dependency_run(s, concat("overlap pair at rank ", r, " position ", p.first, " is ", to_string(s.programs[r][first]), " and ",
-                                              to_string(s.programs[r][first + 1]), ", not a forward and a backward"));
+        detail::fail_dependency_run(
+            s, concat("overlap pair at rank ", r, " position ", p.first, " is ", to_string(s.programs[r][first]),
+                      " and ", to_string(s.programs[r][first + 1]), ", not a forward and a backward"));
       }
       pair_start[r][static_cast<std::size_t>(index_of[first])] = 1;
     }
@@ -138,8 +144,10 @@ namespace detail {
         const bool remote = s.placement[static_cast<std::size_t>(st + 1)] != s.placement[static_cast<std::size_t>(st)];
         return std::max(f, remote ? e + transfer_time(costs, Action{Op::SEND_B, st + 1, mb, 0}, M) : e);
       }
-      case Op::BW: return end_b[slot(st, mb)];
-      default: return 0.0;
+      case Op::BW:
+        return end_b[slot(st, mb)];
+      default:
+        return 0.0;
     }
   };
   std::vector<std::int32_t> worklist;
@@ -199,8 +207,9 @@ namespace detail {
   }
   for (std::size_t r = 0; r < ranks; ++r) {
     if (head[r] != programs[r].size()) {
-      detail::fail_dependency_run(s, concat("the order cannot run: rank ", r, " waits at ", to_string(programs[r][head[r]]),
-                                            " (position ", head[r], " of its compute actions) for an input that is never computed first"));
+      detail::fail_dependency_run(
+          s, concat("the order cannot run: rank ", r, " waits at ", to_string(programs[r][head[r]]), " (position ",
+                    head[r], " of its compute actions) for an input that is never computed first"));
     }
   }
   double total_busy = 0.0;

@@ -58,9 +58,12 @@ enum class WeightPolicy : std::uint8_t {
 
 [[nodiscard]] constexpr std::string_view weight_policy_name(WeightPolicy p) noexcept {
   switch (p) {
-    case WeightPolicy::with_input: return "with-input";
-    case WeightPolicy::fill_gaps: return "gaps";
-    case WeightPolicy::fill_eagerly: return "eager";
+    case WeightPolicy::with_input:
+      return "with-input";
+    case WeightPolicy::fill_gaps:
+      return "gaps";
+    case WeightPolicy::fill_eagerly:
+      return "eager";
   }
   return "?";
 }
@@ -99,7 +102,11 @@ class GreedyBuilder {
  public:
   GreedyBuilder(std::int32_t ranks, std::int32_t microbatches, const std::vector<std::int32_t>& placement,
                 const CostModel& costs, const GreedyParams& params)
-      : P_(ranks), M_(microbatches), S_(static_cast<std::int32_t>(placement.size())), placement_(placement), params_(params) {
+      : P_(ranks),
+        M_(microbatches),
+        S_(static_cast<std::int32_t>(placement.size())),
+        placement_(placement),
+        params_(params) {
     split_ = params.weights != WeightPolicy::with_input;
     kept_ = costs.weight_memory_fraction;
     const std::size_t cells = static_cast<std::size_t>(S_) * static_cast<std::size_t>(M_);
@@ -162,7 +169,8 @@ class GreedyBuilder {
         step(r);
       }
       bool done = true;
-      for (std::int32_t r = 0; r < P_; ++r) done = done && left_[static_cast<std::size_t>(r)] == 0 && pending_[static_cast<std::size_t>(r)].empty();
+      for (std::int32_t r = 0; r < P_; ++r)
+        done = done && left_[static_cast<std::size_t>(r)] == 0 && pending_[static_cast<std::size_t>(r)].empty();
       if (done) return true;
       // Every rank waits. A rank that held back a forward for a BI it expected waits for a BI
       // that needs that very forward: let those forwards go. Otherwise memory is wedged.
@@ -209,7 +217,8 @@ class GreedyBuilder {
   bool check_limit() {
     for (std::int32_t r = 0; r < P_; ++r) {
       double units = 0.0;
-      for (const std::int32_t s : stages_of_[static_cast<std::size_t>(r)]) units += weight_[static_cast<std::size_t>(s)];
+      for (const std::int32_t s : stages_of_[static_cast<std::size_t>(r)])
+        units += weight_[static_cast<std::size_t>(s)];
       if (units > params_.limit.microbatches + memory_slack) {
         problem = concat("the memory limit of ", params_.limit.microbatches, " M_B is below the ", units,
                          " M_B one micro-batch needs on rank ", r);
@@ -301,7 +310,8 @@ class GreedyBuilder {
   [[nodiscard]] bool admissible(std::int32_t r, std::int32_t s) const noexcept {
     const auto ri = static_cast<std::size_t>(r);
     const std::int32_t j = nf_[static_cast<std::size_t>(s)];
-    if (!params_.warmup.empty() && j - nb_[static_cast<std::size_t>(s)] >= params_.warmup[static_cast<std::size_t>(s)]) return false;
+    if (!params_.warmup.empty() && j - nb_[static_cast<std::size_t>(s)] >= params_.warmup[static_cast<std::size_t>(s)])
+      return false;
     double units = units_[ri] + weight_[static_cast<std::size_t>(s)];
     double bytes = used_bytes_[ri] + bytes_[cell(s, j)];
     for (const std::int32_t d : stages_of_[ri]) {
@@ -310,7 +320,8 @@ class GreedyBuilder {
       units += weight_[static_cast<std::size_t>(d)];
       bytes += bytes_[cell(d, k)];
     }
-    return units <= params_.limit.microbatches + memory_slack && bytes <= params_.limit.bytes_of(r) * (1.0 + memory_slack);
+    return units <= params_.limit.microbatches + memory_slack &&
+           bytes <= params_.limit.bytes_of(r) * (1.0 + memory_slack);
   }
 
   // Emits the action on rank r starting at `start` and tells the rank that consumes it.
@@ -362,7 +373,8 @@ class GreedyBuilder {
         used_bytes_[ri] -= kept_ * bytes_[i];
         break;
       }
-      default: break;
+      default:
+        break;
     }
   }
 
@@ -479,7 +491,8 @@ class GreedyBuilder {
     // 3. Nothing to start now: a deferred BW, by policy.
     if (split_ && !pending_[ri].empty()) {
       bool run_weight = left_[ri] == 0 || params_.weights == WeightPolicy::fill_eagerly;
-      if (!run_weight && params_.weights == WeightPolicy::fill_gaps) run_weight = quiet_until(r, d + front_weight_time(r), true);
+      if (!run_weight && params_.weights == WeightPolicy::fill_gaps)
+        run_weight = quiet_until(r, d + front_weight_time(r), true);
       if (run_weight) {
         emit(r, Op::BW, 0, d);
         push(free_[ri], r);
@@ -539,8 +552,8 @@ class GreedyBuilder {
 // ranks are 0..ranks-1) under `costs`, or says why the memory limit cannot be met. Throws
 // ppsched::error for unusable sizes, a placement off the ranks, or costs that do not fit.
 [[nodiscard]] inline GreedyOutcome try_greedy_schedule(std::string name, std::int32_t ranks, std::int32_t microbatches,
-                                                       const std::vector<std::int32_t>& placement, const CostModel& costs,
-                                                       const GreedyParams& params = {}) {
+                                                       const std::vector<std::int32_t>& placement,
+                                                       const CostModel& costs, const GreedyParams& params = {}) {
   using detail::concat;
   const std::string subject = concat("greedy schedule '", name, "'");
   if (ranks < 1 || microbatches < 1 || placement.empty()) {
@@ -568,7 +581,8 @@ class GreedyBuilder {
   check_cost_model(costs, static_cast<std::int32_t>(placement.size()), microbatches);
   detail::check_memory_cap(params.limit, ranks);
   if (!params.warmup.empty() && params.warmup.size() != placement.size()) {
-    fail({subject, concat("GreedyParams::warmup has ", params.warmup.size(), " entries for ", placement.size(), " stages"),
+    fail({subject,
+          concat("GreedyParams::warmup has ", params.warmup.size(), " entries for ", placement.size(), " stages"),
           "GreedyParams::warmup", "give one depth per stage, or none"});
   }
   for (std::size_t s = 0; s < params.warmup.size(); ++s) {

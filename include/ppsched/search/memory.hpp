@@ -95,15 +95,29 @@ inline constexpr double memory_slack = 1e-9;
   for (std::size_t r = 0; r < s.programs.size(); ++r) {
     double units = 0.0, bytes = 0.0;
     for (const Action& a : s.programs[r]) {
-      if (is_comm(a.op) || a.stage < 0 || a.stage >= s.stages() || a.microbatch < 0 || a.microbatch >= s.microbatches) continue;
+      if (is_comm(a.op) || a.stage < 0 || a.stage >= s.stages() || a.microbatch < 0 || a.microbatch >= s.microbatches)
+        continue;
       const double w = weights[static_cast<std::size_t>(a.stage)];
       const double b = stage_cost(costs, a.stage, a.microbatch, s.microbatches).activation_bytes;
       switch (a.op) {
-        case Op::F: units += w; bytes += b; break;
-        case Op::B: units -= w; bytes -= b; break;
-        case Op::BI: units -= (1.0 - kept) * w; bytes -= (1.0 - kept) * b; break;
-        case Op::BW: units -= kept * w; bytes -= kept * b; break;
-        default: break;
+        case Op::F:
+          units += w;
+          bytes += b;
+          break;
+        case Op::B:
+          units -= w;
+          bytes -= b;
+          break;
+        case Op::BI:
+          units -= (1.0 - kept) * w;
+          bytes -= (1.0 - kept) * b;
+          break;
+        case Op::BW:
+          units -= kept * w;
+          bytes -= kept * b;
+          break;
+        default:
+          break;
       }
       peak.microbatches[r] = std::max(peak.microbatches[r], units);
       peak.bytes[r] = std::max(peak.bytes[r], bytes);
@@ -144,7 +158,8 @@ namespace detail {
 inline void check_memory_cap(const MemoryCap& cap, std::int32_t ranks) {
   const auto bad = [](double x) { return std::isnan(x) || x <= 0.0; };
   if (bad(cap.microbatches)) {
-    fail({"memory cap", concat("microbatches = ", cap.microbatches, " is not a positive number"), "MemoryCap::microbatches",
+    fail({"memory cap", concat("microbatches = ", cap.microbatches, " is not a positive number"),
+          "MemoryCap::microbatches",
           "give the M_B each rank may hold (at least 1: one micro-batch through the rank), or infinity for no cap"});
   }
   if (bad(cap.bytes)) {

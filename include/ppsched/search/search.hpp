@@ -103,52 +103,59 @@ enum class Timing : std::uint8_t {
 
 [[nodiscard]] constexpr std::string_view timing_name(Timing t) noexcept {
   switch (t) {
-    case Timing::bound: return "bound";
-    case Timing::simulated: return "simulated";
-    case Timing::exact: return "exact";
-    case Timing::overlapped: return "F&B overlapped";
+    case Timing::bound:
+      return "bound";
+    case Timing::simulated:
+      return "simulated";
+    case Timing::exact:
+      return "exact";
+    case Timing::overlapped:
+      return "F&B overlapped";
   }
   return "?";
 }
 
 [[nodiscard]] constexpr std::string_view candidate_kind_name(CandidateKind k) noexcept {
   switch (k) {
-    case CandidateKind::family: return "fixed family";
-    case CandidateKind::dualpipev: return "dualpipev";
-    case CandidateKind::greedy: return "greedy";
+    case CandidateKind::family:
+      return "fixed family";
+    case CandidateKind::dualpipev:
+      return "dualpipev";
+    case CandidateKind::greedy:
+      return "greedy";
   }
   return "?";
 }
 
 // One schedule the search considered.
 struct Candidate {
-  std::string name;        // family name, or the greedy variant, e.g. "greedy-v mem<=16 bw=gaps"
+  std::string name;  // family name, or the greedy variant, e.g. "greedy-v mem<=16 bw=gaps"
   CandidateKind kind = CandidateKind::family;
-  std::string placement;   // "one stage per rank", "v-shape" or "looped"
+  std::string placement;  // "one stage per rank", "v-shape" or "looped"
   std::int32_t chunks = 1;
-  bool built = false;      // false: the request is outside the family's rule, or the limit could not be met
+  bool built = false;  // false: the request is outside the family's rule, or the limit could not be met
   Timing timing = Timing::bound;
   double bound = std::numeric_limits<double>::infinity();     // dependency-only makespan
   double makespan = std::numeric_limits<double>::infinity();  // per `timing`; the bound when only that is known
-  double bubble_fraction = 0.0;    // of `makespan`: idle / (ranks x makespan)
-  double peak_microbatches = 0.0;  // max over ranks, M_B
-  double peak_bytes = 0.0;         // max over ranks, activation bytes
-  bool fits = false;               // keeps to the cap
-  std::string note;                // why it was not built or does not fit
+  double bubble_fraction = 0.0;                               // of `makespan`: idle / (ranks x makespan)
+  double peak_microbatches = 0.0;                             // max over ranks, M_B
+  double peak_bytes = 0.0;                                    // max over ranks, activation bytes
+  bool fits = false;                                          // keeps to the cap
+  std::string note;                                           // why it was not built or does not fit
 
   [[nodiscard]] bool timed() const noexcept { return built && timing != Timing::bound; }
 };
 
 struct SearchResult {
-  Schedule schedule;             // the winner, compute-only
-  Schedule lowered;              // lower(schedule) with the winner's costs
-  CostModel costs;               // the model's costs on the winner's placement
-  SimResult simulation;          // simulate(lowered, costs), timeline recorded
-  ValidationReport validation;   // validate(lowered): ok, memory[r].peak_bytes in M_B
+  Schedule schedule;                       // the winner, compute-only
+  Schedule lowered;                        // lower(schedule) with the winner's costs
+  CostModel costs;                         // the model's costs on the winner's placement
+  SimResult simulation;                    // simulate(lowered, costs), timeline recorded
+  ValidationReport validation;             // validate(lowered): ok, memory[r].peak_bytes in M_B
   std::vector<OverlapPair> overlap_pairs;  // the winner's F&B pairs when they were modelled
   std::vector<Candidate> candidates;
-  std::size_t winner = 0;        // index into candidates
-  std::string why;               // one line
+  std::size_t winner = 0;  // index into candidates
+  std::string why;         // one line
 
   [[nodiscard]] const Candidate& best() const { return candidates.at(winner); }
   // The fastest fixed family that fits (by its makespan, a bound when it was not timed: then it
@@ -170,7 +177,7 @@ struct SearchPlacement {
   std::int32_t chunks = 1;
   std::vector<std::int32_t> placement;
   CostModel costs;
-  MemoryCap cap;      // what activations may use on this placement
+  MemoryCap cap;         // what activations may use on this placement
   std::string unusable;  // why nothing fits on it at all (static bytes over the limit), or empty
 };
 
@@ -200,8 +207,8 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
   check_memory_cap(problem.cap, problem.ranks);
   for (std::size_t i = 0; i < options.chunks.size(); ++i) {
     if (options.chunks[i] < 1) {
-      fail({subject, concat("chunks per rank ", options.chunks[i], " is below 1"), concat("SearchOptions::chunks[", i, "]"),
-            "list interleaving depths of 1 or more"});
+      fail({subject, concat("chunks per rank ", options.chunks[i], " is below 1"),
+            concat("SearchOptions::chunks[", i, "]"), "list interleaving depths of 1 or more"});
     }
   }
   if (!(options.fb_overlap >= 0.0 && options.fb_overlap <= 1.0)) {
@@ -209,11 +216,12 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
           "give the share of the shorter of an F&B pair hidden under the longer, 0 to 1"});
   }
   if (options.max_simulations < 0) {
-    fail({subject, concat("max_simulations = ", options.max_simulations, " is negative"), "SearchOptions::max_simulations",
-          "give 0 (no limit) or a positive number of simulations"});
+    fail({subject, concat("max_simulations = ", options.max_simulations, " is negative"),
+          "SearchOptions::max_simulations", "give 0 (no limit) or a positive number of simulations"});
   }
   if (!options.fixed_families && !options.greedy && !options.dualpipev) {
-    fail({subject, "every kind of candidate is switched off", "SearchOptions", "enable fixed families, greedy or dualpipev"});
+    fail({subject, "every kind of candidate is switched off", "SearchOptions",
+          "enable fixed families, greedy or dualpipev"});
   }
 }
 
@@ -223,15 +231,17 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
   try {
     check_cost_model(c, static_cast<std::int32_t>(p.placement.size()), problem.microbatches);
   } catch (const error& e) {
-    fail({concat("schedule search: the costs for the ", p.kind, " placement with ", p.chunks, " chunks per rank (",
-                 p.placement.size(), " stages)"),
-          e.what(), "SearchProblem::costs",
-          "return one StageCost per virtual stage of the placement given (stages in model order), or use evenly_split"});
+    fail(
+        {concat("schedule search: the costs for the ", p.kind, " placement with ", p.chunks, " chunks per rank (",
+                p.placement.size(), " stages)"),
+         e.what(), "SearchProblem::costs",
+         "return one StageCost per virtual stage of the placement given (stages in model order), or use evenly_split"});
   }
   return c;
 }
 
-[[nodiscard]] inline std::vector<SearchPlacement> search_placements(const SearchProblem& problem, const SearchOptions& options) {
+[[nodiscard]] inline std::vector<SearchPlacement> search_placements(const SearchProblem& problem,
+                                                                    const SearchOptions& options) {
   const std::int32_t p = problem.ranks, m = problem.microbatches;
   std::vector<std::int32_t> depths{1};
   for (const std::int32_t v : options.chunks) depths.push_back(v);
@@ -249,14 +259,16 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
       const std::vector<double> fixed = problem.static_bytes(sp.placement);
       if (fixed.size() != static_cast<std::size_t>(p)) {
         fail({concat("schedule search: the static bytes for the ", sp.kind, " placement"),
-              concat("has ", fixed.size(), " entries for ", p, " ranks"), "SearchProblem::static_bytes", "return one entry per rank"});
+              concat("has ", fixed.size(), " entries for ", p, " ranks"), "SearchProblem::static_bytes",
+              "return one entry per rank"});
       }
       sp.cap.rank_bytes.assign(static_cast<std::size_t>(p), 0.0);
       for (std::int32_t r = 0; r < p; ++r) {
         const double f = fixed[static_cast<std::size_t>(r)];
         if (!(f >= 0.0) || std::isinf(f)) {
-          fail({concat("schedule search: the static bytes for the ", sp.kind, " placement"), concat("rank ", r, " has ", f),
-                "SearchProblem::static_bytes", "give finite, non-negative byte counts"});
+          fail({concat("schedule search: the static bytes for the ", sp.kind, " placement"),
+                concat("rank ", r, " has ", f), "SearchProblem::static_bytes",
+                "give finite, non-negative byte counts"});
         }
         const double left = problem.cap.bytes_of(r) - f;
         if (!(left > 0.0) && sp.unusable.empty()) {
@@ -286,7 +298,8 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
     if (level >= 1.0 && level < cap.microbatches - memory_slack) levels.push_back(level);
   }
   std::sort(levels.begin(), levels.end(), std::greater<>());
-  levels.erase(std::unique(levels.begin(), levels.end(), [](double a, double b) { return std::abs(a - b) < 1e-9; }), levels.end());
+  levels.erase(std::unique(levels.begin(), levels.end(), [](double a, double b) { return std::abs(a - b) < 1e-9; }),
+               levels.end());
   return levels;
 }
 
@@ -295,7 +308,8 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
 // on one stage per rank also with 1F1B's and ZB-H2's warm-up depths. Below the cap (one stage
 // per rank and the V, where the levels make V-Half and V-Min) the two variants that win most
 // often. Looped placements add a breadth-first variant.
-[[nodiscard]] inline std::vector<GreedyParams> greedy_variants(const SearchProblem& problem, const SearchOptions& options,
+[[nodiscard]] inline std::vector<GreedyParams> greedy_variants(const SearchProblem& problem,
+                                                               const SearchOptions& options,
                                                                const SearchPlacement& placement) {
   std::vector<GreedyParams> out;
   const std::int32_t p = problem.ranks;
@@ -324,9 +338,9 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
     g.warmup = depth;
     out.push_back(std::move(g));
   };
-  const std::vector<WeightPolicy> policies = options.split_backward
-                                                 ? std::vector<WeightPolicy>{WeightPolicy::fill_eagerly, WeightPolicy::fill_gaps}
-                                                 : std::vector<WeightPolicy>{WeightPolicy::with_input};
+  const std::vector<WeightPolicy> policies =
+      options.split_backward ? std::vector<WeightPolicy>{WeightPolicy::fill_eagerly, WeightPolicy::fill_gaps}
+                             : std::vector<WeightPolicy>{WeightPolicy::with_input};
   for (std::size_t k = 0; k < levels.size(); ++k) {
     if (k == 0) {
       for (const auto& depth : depths) {
@@ -342,22 +356,26 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
       if (looped) add(levels[k], policies.front(), false, true, ForwardOrder::shallowest_first, {});
     } else {
       add(levels[k], policies.front(), false, true, ForwardOrder::deepest_first, {});
-      if (options.split_backward) add(levels[k], WeightPolicy::fill_gaps, false, false, ForwardOrder::deepest_first, {});
+      if (options.split_backward)
+        add(levels[k], WeightPolicy::fill_gaps, false, false, ForwardOrder::deepest_first, {});
     }
   }
   return out;
 }
 
 [[nodiscard]] inline std::string greedy_name(const SearchPlacement& placement, const GreedyParams& g) {
-  std::string name = concat("greedy-", placement.tag, " mem<=", number_text(g.limit.microbatches), " bw=", weight_policy_name(g.weights));
+  std::string name = concat("greedy-", placement.tag, " mem<=", number_text(g.limit.microbatches),
+                            " bw=", weight_policy_name(g.weights));
   if (g.forward_first) name += " f-first";
   if (g.forward_may_delay_backward) name += " f-eager";
   if (g.forward_order == ForwardOrder::shallowest_first) name += " bfs";
-  if (!g.warmup.empty()) name += concat(" warmup=", g.warmup.front() == static_cast<std::int32_t>(g.warmup.size()) ? "1f1b" : "zb-h2");
+  if (!g.warmup.empty())
+    name += concat(" warmup=", g.warmup.front() == static_cast<std::int32_t>(g.warmup.size()) ? "1f1b" : "zb-h2");
   return name;
 }
 
-[[nodiscard]] inline bool family_accepts(std::string_view family, const ScheduleRequest& r, const SearchOptions& options) {
+[[nodiscard]] inline bool family_accepts(std::string_view family, const ScheduleRequest& r,
+                                         const SearchOptions& options) {
   if (family == forward_only_name) return false;
   if (!options.split_backward && (family == zb_h1_name || family == zb_h2_name || family == zb_v_name)) return false;
   return accepts(family, r);
@@ -407,7 +425,8 @@ inline void bound_entry(SearchEntry& e, const CostModel& costs, const SearchOpti
   if (options.comm_on_compute_stream || c.link.latency != 0.0) return false;
   if (std::isinf(c.link.bandwidth)) return true;
   const auto no_bytes = [](const StageCost& s) { return s.output_bytes == 0.0; };
-  return std::all_of(c.stages.begin(), c.stages.end(), no_bytes) && std::all_of(c.per_microbatch.begin(), c.per_microbatch.end(), no_bytes);
+  return std::all_of(c.stages.begin(), c.stages.end(), no_bytes) &&
+         std::all_of(c.per_microbatch.begin(), c.per_microbatch.end(), no_bytes);
 }
 
 [[nodiscard]] inline bool ranks_before(const Candidate& a, const Candidate& b) {
@@ -427,22 +446,25 @@ inline void bound_entry(SearchEntry& e, const CostModel& costs, const SearchOpti
     fitting += c.built && c.fits ? 1 : 0;
     simulated += c.timing == Timing::simulated ? 1 : 0;
   }
-  std::string line = concat(w.name, ": the fastest of ", fitting, " candidates that keep to the cap (", r.candidates.size(),
-                            " considered, ", simulated, " simulated), makespan ", number_text(w.makespan), " ", r.costs.unit,
-                            ", bubble ", number_text(w.bubble_fraction * 100.0), "%");
+  std::string line =
+      concat(w.name, ": the fastest of ", fitting, " candidates that keep to the cap (", r.candidates.size(),
+             " considered, ", simulated, " simulated), makespan ", number_text(w.makespan), " ", r.costs.unit,
+             ", bubble ", number_text(w.bubble_fraction * 100.0), "%");
   if (w.timing == Timing::overlapped) line += " with its F&B pairs overlapped";
   const Candidate* family = r.best_family();
   if (family == nullptr) {
     line += "; no fixed family keeps to the cap";
   } else if (family != &w) {
-    line += concat("; ", number_text((family->makespan - w.makespan) / family->makespan * 100.0), "% faster than the best fixed family ",
-                   family->name, " (", number_text(family->makespan), family->timing == Timing::bound ? " or more" : "", ")");
+    line += concat("; ", number_text((family->makespan - w.makespan) / family->makespan * 100.0),
+                   "% faster than the best fixed family ", family->name, " (", number_text(family->makespan),
+                   family->timing == Timing::bound ? " or more" : "", ")");
   } else {
     const Candidate* runner_up = nullptr;
     for (const Candidate& c : r.candidates) {
       if (&c != &w && c.built && c.fits && (runner_up == nullptr || c.makespan < runner_up->makespan)) runner_up = &c;
     }
-    if (runner_up != nullptr) line += concat("; next best ", runner_up->name, " (", number_text(runner_up->makespan), ")");
+    if (runner_up != nullptr)
+      line += concat("; next best ", runner_up->name, " (", number_text(runner_up->makespan), ")");
   }
   line += concat("; peak ", number_text(w.peak_microbatches), " M_B");
   if (!std::isinf(cap.microbatches)) line += concat(" of the cap ", number_text(cap.microbatches));
@@ -454,7 +476,8 @@ inline void bound_entry(SearchEntry& e, const CostModel& costs, const SearchOpti
 namespace detail {
 
 // The search; false with `no_fit` set when no candidate keeps to the cap.
-inline bool run_search(const SearchProblem& problem, const SearchOptions& options, SearchResult& result, std::string& no_fit) {
+inline bool run_search(const SearchProblem& problem, const SearchOptions& options, SearchResult& result,
+                       std::string& no_fit) {
   check_search_problem(problem, options);
   const std::int32_t p = problem.ranks, m = problem.microbatches;
   const std::vector<SearchPlacement> placements = search_placements(problem, options);
@@ -500,8 +523,9 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
         const std::ptrdiff_t at = placement_index(kind, v);
         if (at < 0 || !family_accepts(f.name, r, options)) {
           c.note = at < 0 ? "its placement was not searched (see SearchOptions::chunks)"
-                          : (!options.split_backward && f.name.substr(0, 3) == "zb-" ? "splits the backward (SearchOptions::split_backward is off)"
-                                                                                  : concat("does not accept ", to_string(r), " (", f.rule, ")"));
+                          : (!options.split_backward && f.name.substr(0, 3) == "zb-"
+                                 ? "splits the backward (SearchOptions::split_backward is off)"
+                                 : concat("does not accept ", to_string(r), " (", f.rule, ")"));
           rejected.push_back(std::move(c));
           continue;
         }
@@ -603,8 +627,9 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
     // The winner: the fastest timed candidate that fits and passes validation. Candidates with
     // only a bound rank by it (they are not faster than the best timed one, unless a
     // simulation limit cut the search short).
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return ranks_before(entries[a].candidate, entries[b].candidate); });
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return ranks_before(entries[a].candidate, entries[b].candidate);
+    });
     bool recheck = false;
     for (const std::size_t i : order) {
       SearchEntry& e = entries[i];
@@ -614,7 +639,8 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
       ValidationReport report = validate(lowered, microbatch_memory_options(lowered, costs.weight_memory_fraction));
       if (!report.ok()) {
         e.candidate.fits = false;
-        e.candidate.note = concat("failed validation: ", report.problems.empty() ? std::string("see validate()") : report.problems.front().message);
+        e.candidate.note = concat("failed validation: ", report.problems.empty() ? std::string("see validate()")
+                                                                                 : report.problems.front().message);
         continue;
       }
       SimOptions o;
@@ -654,7 +680,8 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
     const SearchEntry* least_units = nullptr;
     const SearchEntry* least_bytes = nullptr;
     for (const SearchEntry& e : entries) {
-      if (least_units == nullptr || e.candidate.peak_microbatches < least_units->candidate.peak_microbatches) least_units = &e;
+      if (least_units == nullptr || e.candidate.peak_microbatches < least_units->candidate.peak_microbatches)
+        least_units = &e;
       if (least_bytes == nullptr || e.candidate.peak_bytes < least_bytes->candidate.peak_bytes) least_bytes = &e;
     }
     double floor_bytes = 0.0;
@@ -670,11 +697,12 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
       }
       floor_bytes = &sp == &placements.front() ? need : std::min(floor_bytes, need);
     }
-    no_fit = concat("one micro-batch alone needs 1 M_B and ", number_text(floor_bytes), " activation bytes on some rank");
+    no_fit =
+        concat("one micro-batch alone needs 1 M_B and ", number_text(floor_bytes), " activation bytes on some rank");
     if (least_units != nullptr) {
-      no_fit += concat("; the least any candidate needs is ", number_text(least_units->candidate.peak_microbatches), " M_B (",
-                       least_units->candidate.name, ") and ", number_text(least_bytes->candidate.peak_bytes), " bytes (",
-                       least_bytes->candidate.name, ")");
+      no_fit += concat("; the least any candidate needs is ", number_text(least_units->candidate.peak_microbatches),
+                       " M_B (", least_units->candidate.name, ") and ", number_text(least_bytes->candidate.peak_bytes),
+                       " bytes (", least_bytes->candidate.name, ")");
     }
     no_fit += ": raise the cap, or use more ranks";
     return false;
@@ -698,8 +726,8 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
   std::string no_fit;
   if (!detail::run_search(problem, options, result, no_fit)) {
     fail({"schedule search",
-          detail::concat("no schedule keeps to the memory cap (", detail::number_text(problem.cap.microbatches), " M_B, ",
-                         detail::number_text(problem.cap.bytes), " bytes per rank)"),
+          detail::concat("no schedule keeps to the memory cap (", detail::number_text(problem.cap.microbatches),
+                         " M_B, ", detail::number_text(problem.cap.bytes), " bytes per rank)"),
           detail::concat("p=", problem.ranks, ", m=", problem.microbatches), no_fit});
   }
   return result;
@@ -708,29 +736,30 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
 // ------------------------------------------------------------------- joint choice
 
 // The model's costs on a placement when the global batch is cut into `microbatches`.
-using BatchPlacementCosts = std::function<CostModel(std::span<const std::int32_t> placement, std::int32_t microbatches)>;
+using BatchPlacementCosts =
+    std::function<CostModel(std::span<const std::int32_t> placement, std::int32_t microbatches)>;
 
 struct JointSearchProblem {
   std::int32_t ranks = 1;
   std::vector<std::int32_t> microbatch_counts;  // the m to try, e.g. microbatch_counts_for(global_batch, ...)
   BatchPlacementCosts costs;
-  MemoryCap cap{};  // per rank; an M_B cap counts micro-batches of each m's own size
+  MemoryCap cap{};                    // per rank; an M_B cap counts micro-batches of each m's own size
   PlacementStaticBytes static_bytes;  // optional, as in SearchProblem
 };
 
 struct JointChoice {
   std::int32_t microbatches = 0;
-  bool found = false;      // some schedule keeps to the cap
-  std::string schedule;    // its best schedule
+  bool found = false;    // some schedule keeps to the cap
+  std::string schedule;  // its best schedule
   double makespan = std::numeric_limits<double>::infinity();
   double bubble_fraction = 0.0;
   double peak_microbatches = 0.0;
-  std::string note;        // why none was found
+  std::string note;  // why none was found
 };
 
 struct JointSearchResult {
-  SearchResult best;                // the winning m's full result
-  std::int32_t microbatches = 0;    // the winning m
+  SearchResult best;                 // the winning m's full result
+  std::int32_t microbatches = 0;     // the winning m
   std::vector<JointChoice> choices;  // one per m tried, in the order given
   std::string why;
 };
@@ -740,7 +769,8 @@ struct JointSearchResult {
 [[nodiscard]] inline std::vector<std::int32_t> microbatch_counts_for(std::int32_t global_batch, std::int32_t min_count,
                                                                      std::int32_t max_count) {
   if (global_batch < 1 || min_count < 1 || max_count < min_count) {
-    fail({"microbatch_counts_for", detail::concat("global batch ", global_batch, ", counts ", min_count, "..", max_count), "",
+    fail({"microbatch_counts_for",
+          detail::concat("global batch ", global_batch, ", counts ", min_count, "..", max_count), "",
           "give a global batch of at least 1 and 1 <= min_count <= max_count"});
   }
   std::vector<std::int32_t> out;
@@ -753,14 +783,16 @@ struct JointSearchResult {
 // Runs search_schedule for each micro-batch count and keeps the fastest step. Throws
 // ppsched::error for an empty list, a count below 1, or when no count has a schedule that
 // keeps to the cap (each count's reason listed).
-[[nodiscard]] inline JointSearchResult search_joint(const JointSearchProblem& problem, const SearchOptions& options = {}) {
+[[nodiscard]] inline JointSearchResult search_joint(const JointSearchProblem& problem,
+                                                    const SearchOptions& options = {}) {
   using detail::concat;
   if (problem.microbatch_counts.empty()) {
     fail({"joint schedule search", "no micro-batch count to try", "JointSearchProblem::microbatch_counts",
           "list the counts, e.g. microbatch_counts_for(global_batch, p, 8 * p)"});
   }
   if (!problem.costs) {
-    fail({"joint schedule search", "no costs were given", "JointSearchProblem::costs", "give a BatchPlacementCosts callable"});
+    fail({"joint schedule search", "no costs were given", "JointSearchProblem::costs",
+          "give a BatchPlacementCosts callable"});
   }
   JointSearchResult out;
   bool any = false;

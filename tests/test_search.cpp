@@ -703,38 +703,47 @@ TEST_CASE("search errors name the input and the fix", "[search][errors]") {
 
 // ---------------------------------------------------------------- joint choice
 
-TEST_CASE("joint search: the micro-batch count and the schedule together", "[search][joint]") {
+TEST_CASE("joint search: partition, schedule and micro-batch count together", "[search][joint]") {
   CHECK(microbatch_counts_for(24, 4, 24) == std::vector<std::int32_t>{4, 6, 8, 12, 24});
   CHECK(microbatch_counts_for(7, 2, 10) == std::vector<std::int32_t>{7});
   CHECK_THROWS_WITH(microbatch_counts_for(0, 1, 4), Catch::Contains("global batch 0"));
 
   // A global batch of 48 samples over 4 ranks. A micro-batch of b samples costs b units of
   // compute per rank plus a fixed 2 units of overhead (kernel launches): few large
-  // micro-batches leave a large bubble, many small ones pay the overhead many times.
+  // micro-batches leave a large bubble, many small ones pay the overhead many times. Two
+  // partitions: an even cut, and one that gives the last rank 40% more work.
   constexpr std::int32_t p = 4, batch = 48;
+  const auto cut = [](double last_rank_factor) {
+    return [last_rank_factor](std::span<const std::int32_t> placement, std::int32_t m) {
+      const double b = static_cast<double>(batch) / m;
+      CostModel per_rank;
+      for (std::int32_t r = 0; r < p; ++r) {
+        const double k = r == p - 1 ? last_rank_factor : 1.0;
+        per_rank.stages.push_back(StageCost{k * 0.3 * b + 2.0, k * 0.3 * b + 2.0, k * 0.2 * b + 1.0, 10.0 * b, 0.0});
+      }
+      return split_stage_costs(per_rank, p, static_cast<std::int32_t>(placement.size()), m);
+    };
+  };
   JointSearchProblem problem;
   problem.ranks = p;
   problem.microbatch_counts = microbatch_counts_for(batch, p, batch);
-  problem.costs = [](std::span<const std::int32_t> placement, std::int32_t m) {
-    const double b = static_cast<double>(batch) / m;
-    CostModel per_rank = uniform_costs(0.3 * b + 2.0, 0.3 * b + 2.0, 0.2 * b + 1.0);
-    per_rank.stages.front().activation_bytes = 10.0 * b;
-    return split_stage_costs(per_rank, p, static_cast<std::int32_t>(placement.size()), m);
-  };
+  problem.partitions = {{"skewed", cut(1.4), {}}, {"even", cut(1.0), {}}};
   problem.cap.bytes = 100.0;  // rules out the largest micro-batches (120 bytes each with m = 4)
   const JointSearchResult joint = search_joint(problem);
-  REQUIRE(joint.choices.size() == problem.microbatch_counts.size());
+  REQUIRE(joint.choices.size() == 2 * problem.microbatch_counts.size());
   double best = inf;
   std::int32_t best_m = 0;
+  std::string best_partition;
   for (const JointChoice& c : joint.choices) {
+    const auto& partition = c.partition == "even" ? problem.partitions[1] : problem.partitions[0];
     SearchProblem one;
     one.ranks = p;
     one.microbatches = c.microbatches;
     one.cap = problem.cap;
-    one.costs = [&problem, m = c.microbatches](std::span<const std::int32_t> placement) {
-      return problem.costs(placement, m);
+    one.costs = [&partition, m = c.microbatches](std::span<const std::int32_t> placement) {
+      return partition.costs(placement, m);
     };
-    INFO("m=" << c.microbatches);
+    INFO(c.partition << " m=" << c.microbatches);
     if (!c.found) {
       CHECK_THAT(c.note, Catch::Contains("no schedule keeps to the cap") &&
                              Catch::Contains("needs 1 M_B and 120 activation bytes"));
@@ -747,20 +756,28 @@ TEST_CASE("joint search: the micro-batch count and the schedule together", "[sea
     if (c.makespan < best) {
       best = c.makespan;
       best_m = c.microbatches;
+      best_partition = c.partition;
     }
   }
   CHECK(std::any_of(joint.choices.begin(), joint.choices.end(), [](const JointChoice& c) { return !c.found; }));
+  CHECK(joint.partition == best_partition);
+  CHECK(joint.partition == "even");
   CHECK(joint.microbatches == best_m);
   CHECK(joint.best.best().makespan == Approx(best));
   CHECK(joint.best.schedule.microbatches == best_m);
-  CHECK_THAT(joint.why, Catch::StartsWith(detail::concat("m=", best_m)));
+  CHECK_THAT(joint.why, Catch::StartsWith(detail::concat("partition 'even', m=", best_m)));
   // Neither the smallest nor the largest count wins here: the trade-off is real.
   CHECK(best_m != problem.microbatch_counts.front());
   CHECK(best_m != problem.microbatch_counts.back());
 
   JointSearchProblem none = problem;
   none.cap.bytes = 1.0;
-  CHECK_THROWS_WITH(search_joint(none), Catch::Contains("no micro-batch count") && Catch::Contains("m=4"));
+  CHECK_THROWS_WITH(search_joint(none),
+                    Catch::Contains("no partition and micro-batch count") && Catch::Contains("partition 'even', m=4"));
+  none.partitions.push_back({"empty", nullptr, {}});
+  CHECK_THROWS_WITH(search_joint(none), Catch::Contains("partition 'empty' has no costs"));
+  none.partitions.clear();
+  CHECK_THROWS_WITH(search_joint(none), Catch::Contains("no partition to try"));
   none.microbatch_counts.clear();
   CHECK_THROWS_WITH(search_joint(none), Catch::Contains("no micro-batch count to try"));
 }

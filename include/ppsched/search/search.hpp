@@ -23,9 +23,9 @@
 // family that fits is a candidate ranked the same way, so the result is never slower than the
 // best of them.
 //
-// `search_joint` adds the choice of the micro-batch count for a global batch: the caller's
-// costs are asked per (placement, m) — a partitioner answers with its cut for the placement and
-// the micro-batch size — and the fastest step wins.
+// `search_joint` makes the choice joint — partition x schedule x chunks x micro-batch count for
+// a global batch: each way of cutting the model the caller offers answers with its costs per
+// (placement, m), a search runs for every pair, and the fastest step wins.
 #pragma once
 
 #include <algorithm>
@@ -739,15 +739,24 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
 using BatchPlacementCosts =
     std::function<CostModel(std::span<const std::int32_t> placement, std::int32_t microbatches)>;
 
-struct JointSearchProblem {
-  std::int32_t ranks = 1;
-  std::vector<std::int32_t> microbatch_counts;  // the m to try, e.g. microbatch_counts_for(global_batch, ...)
+// One way of cutting the model into stages (the partitioner's optimum, equal layer counts,
+// balanced parameters, ...): its costs per (placement, m) and, optionally, its static bytes.
+struct PartitionChoice {
+  std::string name;
   BatchPlacementCosts costs;
-  MemoryCap cap{};                    // per rank; an M_B cap counts micro-batches of each m's own size
   PlacementStaticBytes static_bytes;  // optional, as in SearchProblem
 };
 
+struct JointSearchProblem {
+  std::int32_t ranks = 1;
+  std::vector<std::int32_t> microbatch_counts;  // the m to try, e.g. microbatch_counts_for(global_batch, ...)
+  std::vector<PartitionChoice> partitions;      // at least one
+  MemoryCap cap{};                              // per rank; an M_B cap counts micro-batches of each m's own size
+};
+
+// The best schedule for one (partition, m), or why there is none.
 struct JointChoice {
+  std::string partition;
   std::int32_t microbatches = 0;
   bool found = false;    // some schedule keeps to the cap
   std::string schedule;  // its best schedule
@@ -758,9 +767,10 @@ struct JointChoice {
 };
 
 struct JointSearchResult {
-  SearchResult best;                 // the winning m's full result
+  SearchResult best;                 // the winning (partition, m)'s full result
+  std::string partition;             // the winning partition
   std::int32_t microbatches = 0;     // the winning m
-  std::vector<JointChoice> choices;  // one per m tried, in the order given
+  std::vector<JointChoice> choices;  // one per (partition, m), partitions outer, in the order given
   std::string why;
 };
 
@@ -780,9 +790,10 @@ struct JointSearchResult {
   return out;
 }
 
-// Runs search_schedule for each micro-batch count and keeps the fastest step. Throws
-// ppsched::error for an empty list, a count below 1, or when no count has a schedule that
-// keeps to the cap (each count's reason listed).
+// Runs search_schedule for each partition and micro-batch count and keeps the fastest step
+// (schedule, chunks and placement chosen by each search). Throws ppsched::error for an empty
+// list of counts or partitions, a partition without costs, or when no (partition, m) has a
+// schedule that keeps to the cap (each one's reason listed).
 [[nodiscard]] inline JointSearchResult search_joint(const JointSearchProblem& problem,
                                                     const SearchOptions& options = {}) {
   using detail::concat;
@@ -790,46 +801,57 @@ struct JointSearchResult {
     fail({"joint schedule search", "no micro-batch count to try", "JointSearchProblem::microbatch_counts",
           "list the counts, e.g. microbatch_counts_for(global_batch, p, 8 * p)"});
   }
-  if (!problem.costs) {
-    fail({"joint schedule search", "no costs were given", "JointSearchProblem::costs",
-          "give a BatchPlacementCosts callable"});
+  if (problem.partitions.empty()) {
+    fail({"joint schedule search", "no partition to try", "JointSearchProblem::partitions",
+          "give at least one PartitionChoice with the model's costs per (placement, m)"});
+  }
+  for (std::size_t i = 0; i < problem.partitions.size(); ++i) {
+    if (!problem.partitions[i].costs) {
+      fail({"joint schedule search", concat("partition '", problem.partitions[i].name, "' has no costs"),
+            concat("JointSearchProblem::partitions[", i, "].costs"), "give a BatchPlacementCosts callable"});
+    }
   }
   JointSearchResult out;
   bool any = false;
   std::string reasons;
-  for (const std::int32_t m : problem.microbatch_counts) {
-    JointChoice choice;
-    choice.microbatches = m;
-    SearchProblem sp;
-    sp.ranks = problem.ranks;
-    sp.microbatches = m;
-    sp.cap = problem.cap;
-    sp.static_bytes = problem.static_bytes;
-    sp.costs = [&problem, m](std::span<const std::int32_t> placement) { return problem.costs(placement, m); };
-    SearchResult r;
-    std::string no_fit;
-    if (detail::run_search(sp, options, r, no_fit)) {
-      choice.found = true;
-      choice.schedule = r.best().name;
-      choice.makespan = r.best().makespan;
-      choice.bubble_fraction = r.best().bubble_fraction;
-      choice.peak_microbatches = r.best().peak_microbatches;
-      if (!any || choice.makespan < out.best.best().makespan) {
-        out.best = std::move(r);
-        out.microbatches = m;
+  for (const PartitionChoice& partition : problem.partitions) {
+    for (const std::int32_t m : problem.microbatch_counts) {
+      JointChoice choice;
+      choice.partition = partition.name;
+      choice.microbatches = m;
+      SearchProblem sp;
+      sp.ranks = problem.ranks;
+      sp.microbatches = m;
+      sp.cap = problem.cap;
+      sp.static_bytes = partition.static_bytes;
+      sp.costs = [&partition, m](std::span<const std::int32_t> placement) { return partition.costs(placement, m); };
+      SearchResult r;
+      std::string no_fit;
+      if (detail::run_search(sp, options, r, no_fit)) {
+        choice.found = true;
+        choice.schedule = r.best().name;
+        choice.makespan = r.best().makespan;
+        choice.bubble_fraction = r.best().bubble_fraction;
+        choice.peak_microbatches = r.best().peak_microbatches;
+        if (!any || choice.makespan < out.best.best().makespan) {
+          out.best = std::move(r);
+          out.partition = partition.name;
+          out.microbatches = m;
+        }
+        any = true;
+      } else {
+        choice.note = concat("no schedule keeps to the cap: ", no_fit);
+        reasons += concat("\n  - partition '", partition.name, "', m=", m, ": ", no_fit);
       }
-      any = true;
-    } else {
-      choice.note = concat("no schedule keeps to the cap: ", no_fit);
-      reasons += concat("\n  - m=", m, ": ", no_fit);
+      out.choices.push_back(std::move(choice));
     }
-    out.choices.push_back(std::move(choice));
   }
   if (!any) {
-    fail({"joint schedule search", concat("no micro-batch count has a schedule that keeps to the cap:", reasons), "",
+    fail({"joint schedule search",
+          concat("no partition and micro-batch count has a schedule that keeps to the cap:", reasons), "",
           "raise the memory cap, use more ranks, or try more micro-batches (smaller ones)"});
   }
-  out.why = concat("m=", out.microbatches, " with ", out.best.why);
+  out.why = concat("partition '", out.partition, "', m=", out.microbatches, " with ", out.best.why);
   return out;
 }
 

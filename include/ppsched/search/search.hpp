@@ -471,10 +471,6 @@ inline void bound_entry(SearchEntry& e, const CostModel& costs, const SearchOpti
   return line;
 }
 
-}  // namespace detail
-
-namespace detail {
-
 // The search; false with `no_fit` set when no candidate keeps to the cap.
 inline bool run_search(const SearchProblem& problem, const SearchOptions& options, SearchResult& result,
                        std::string& no_fit) {

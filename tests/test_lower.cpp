@@ -262,3 +262,15 @@ TEST_CASE("lower_options_for orders by the cost model's times, zero times includ
   ideal.ideal_communication = true;
   CHECK(simulate(l, c).makespan == simulate(s, c, ideal).makespan);
 }
+
+TEST_CASE("options made for one schedule's sizes are refused on another's", "[lower][errors]") {
+  const Schedule small = make_schedule("1f1b", {2, 2, 1});
+  const Schedule big = make_schedule("1f1b", {4, 8, 1});
+  CostModel per_stage;
+  per_stage.stages.assign(2, StageCost{});
+  for (const CostModel& c : {uniform_costs(1.0, 1.0, 1.0), per_stage}) {
+    const LowerOptions o = lower_options_for(c, small.stages(), small.microbatches);
+    CHECK_THROWS_WITH(lower(big, o), Catch::Contains("outside the 2 stages and 2 micro-batches they were made for"));
+  }
+  CHECK_THROWS_WITH(compute_time(per_stage, Action{Op::F, 3, 0, 0}, 2), Catch::Contains("no costs for stage 3"));
+}

@@ -69,6 +69,15 @@ inline void check_stage_cost(const StageCost& c, const std::string& where) {
   check_cost_value(c.output_bytes, where + ".output_bytes");
 }
 
+// Options made for one schedule's sizes, used on another's, would read past the tables.
+inline void check_fits(const Action& a, std::int32_t stages, std::int32_t microbatches) {
+  if (a.stage < 0 || a.stage >= stages || a.microbatch < 0 || a.microbatch >= microbatches) {
+    fail({"lower options from lower_options_for", concat("asked for ", to_string(a), ", outside the ", stages,
+                                                         " stages and ", microbatches, " micro-batches they were made for"),
+          "", "make the options with the schedule's own stages() and microbatches"});
+  }
+}
+
 }  // namespace detail
 
 // Throws ppsched::error, naming the field, when the model does not fit a schedule of this
@@ -110,12 +119,20 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
   }
 }
 
-// The costs of (stage, micro-batch), scale applied. Assumes check_cost_model passed.
+// The costs of (stage, micro-batch), scale applied. Throws ppsched::error when the model
+// has no entry for them (check_cost_model against the schedule first).
 [[nodiscard]] inline StageCost stage_cost(const CostModel& c, std::int32_t stage, std::int32_t mb, std::int32_t microbatches) {
-  if (!c.per_microbatch.empty()) {
-    return c.per_microbatch[static_cast<std::size_t>(stage) * static_cast<std::size_t>(microbatches) + static_cast<std::size_t>(mb)];
+  const auto st = static_cast<std::size_t>(stage), m = static_cast<std::size_t>(mb);
+  const bool fits = stage >= 0 && mb >= 0 && mb < microbatches &&
+                    (c.per_microbatch.empty()
+                         ? (c.stages.size() == 1 || st < c.stages.size()) && (c.microbatch_scale.empty() || m < c.microbatch_scale.size())
+                         : st * static_cast<std::size_t>(microbatches) + m < c.per_microbatch.size());
+  if (!fits) {
+    fail({"cost model", detail::concat("has no costs for stage ", stage, ", micro-batch ", mb), "",
+          "check_cost_model(model, stages, micro-batches) says what the model is missing"});
   }
-  StageCost s = c.stages.size() == 1 ? c.stages.front() : c.stages[static_cast<std::size_t>(stage)];
+  if (!c.per_microbatch.empty()) return c.per_microbatch[st * static_cast<std::size_t>(microbatches) + m];
+  StageCost s = c.stages.size() == 1 ? c.stages.front() : c.stages[st];
   if (!c.microbatch_scale.empty()) {
     const double k = c.microbatch_scale[static_cast<std::size_t>(mb)];
     s.forward *= k;
@@ -164,11 +181,40 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
   for (const double k : c.microbatch_scale) scale = std::max(scale, k);
   const double tiny = largest > 0.0 ? largest * scale * 1e-6 : 1.0;
   LowerOptions options;
-  options.compute_time = [c, microbatches, tiny](const Action& a) {
+  if (c.per_microbatch.empty() && c.microbatch_scale.empty()) {
+    // Times depend on (op, stage) only: look them up (lowering asks once per action).
+    std::vector<double> table(static_cast<std::size_t>(stages) * op_count, 0.0);
+    for (std::int32_t st = 0; st < stages; ++st) {
+      for (const Op op : {Op::F, Op::B, Op::BI, Op::BW}) {
+        const double t = compute_time(c, Action{op, st, 0, 0}, microbatches);
+        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(op)] = t > 0.0 ? t : tiny;
+      }
+      if (st + 1 < stages) {
+        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(Op::SEND_F)] =
+            transfer_time(c, Action{Op::SEND_F, st, 0, 0}, microbatches);
+      }
+      if (st > 0) {
+        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(Op::SEND_B)] =
+            transfer_time(c, Action{Op::SEND_B, st, 0, 0}, microbatches);
+      }
+    }
+    auto lookup = [table = std::move(table), stages, microbatches](const Action& a) {
+      detail::check_fits(a, stages, microbatches);
+      return table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)];
+    };
+    options.compute_time = lookup;
+    options.transfer_time = lookup;
+    return options;
+  }
+  options.compute_time = [c, stages, microbatches, tiny](const Action& a) {
+    detail::check_fits(a, stages, microbatches);
     const double t = compute_time(c, a, microbatches);
     return t > 0.0 ? t : tiny;
   };
-  options.transfer_time = [c, microbatches](const Action& send) { return transfer_time(c, send, microbatches); };
+  options.transfer_time = [c, stages, microbatches](const Action& send) {
+    detail::check_fits(send, stages, microbatches);
+    return transfer_time(c, send, microbatches);
+  };
   return options;
 }
 

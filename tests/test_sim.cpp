@@ -405,3 +405,19 @@ TEST_CASE("the literature's tables: bubble fractions and activation memory", "[s
     CHECK(simulate(make_schedule("zb-h2", {p, m, 1}), c, o).memory.front().peak_activations == 2 * p - 1);
   }
 }
+
+TEST_CASE("a fused backward can have its own time", "[sim]") {
+  // One rank, F then B: B takes its own time when given, else BI + BW.
+  Schedule s;
+  s.name = "one";
+  s.ranks = 1;
+  s.microbatches = 1;
+  s.placement = {0};
+  s.programs = {{act(Op::F, 0, 0), act(Op::B, 0, 0)}};
+  CostModel c = uniform_costs(1.0, 2.0, 2.0);
+  CHECK(simulate(s, c).makespan == 5.0);
+  c.stages.front().backward = 3.0;
+  CHECK(simulate(s, c).makespan == 4.0);
+  c.stages.front().backward = -1.0;
+  CHECK_THROWS_WITH(simulate(s, c), Catch::Contains("stages[0].backward"));
+}

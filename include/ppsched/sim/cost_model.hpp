@@ -3,13 +3,15 @@
 // chooses (named in `unit`, carried into the Timeline). Costs are per (virtual) stage, with
 // an optional per-micro-batch scale (variable-length micro-batches: time and bytes grow
 // with the tokens in the micro-batch) or a full per-(stage, micro-batch) table. A transfer
-// costs latency + bytes / bandwidth. T_B, the full backward, is always T_BI + T_BW.
+// costs latency + bytes / bandwidth. The full backward B takes BI + BW unless the stage
+// gives its own time.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,10 +25,12 @@ namespace ppsched {
 
 struct StageCost {
   double forward = 1.0;
-  double backward_input = 1.0;   // BI; B takes backward_input + backward_weight
+  double backward_input = 1.0;   // BI
   double backward_weight = 1.0;  // BW
   double activation_bytes = 0.0;  // one stored activation (1 M_B) of one micro-batch
   double output_bytes = 0.0;      // sent to the next stage per micro-batch; its gradient comes back the same size
+  // The full backward B, when it is not BI + BW (a fused backward is often cheaper).
+  std::optional<double> backward{};
 };
 
 struct Link {
@@ -67,6 +71,7 @@ inline void check_stage_cost(const StageCost& c, const std::string& where) {
   check_cost_value(c.backward_weight, where + ".backward_weight");
   check_cost_value(c.activation_bytes, where + ".activation_bytes");
   check_cost_value(c.output_bytes, where + ".output_bytes");
+  if (c.backward) check_cost_value(*c.backward, where + ".backward");
 }
 
 // Options made for one schedule's sizes, used on another's, would read past the tables.
@@ -140,6 +145,7 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
     s.backward_weight *= k;
     s.activation_bytes *= k;
     s.output_bytes *= k;
+    if (s.backward) *s.backward *= k;
   }
   return s;
 }
@@ -148,7 +154,7 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
   const StageCost s = stage_cost(c, a.stage, a.microbatch, microbatches);
   switch (a.op) {
     case Op::F: return s.forward;
-    case Op::B: return s.backward_input + s.backward_weight;
+    case Op::B: return s.backward.value_or(s.backward_input + s.backward_weight);
     case Op::BI: return s.backward_input;
     case Op::BW: return s.backward_weight;
     default: return 0.0;
@@ -175,7 +181,7 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
   check_cost_model(c, stages, microbatches);
   double largest = 0.0;
   for (const StageCost& s : c.per_microbatch.empty() ? c.stages : c.per_microbatch) {
-    largest = std::max({largest, s.forward, s.backward_input + s.backward_weight});
+    largest = std::max({largest, s.forward, s.backward.value_or(s.backward_input + s.backward_weight)});
   }
   double scale = 1.0;
   for (const double k : c.microbatch_scale) scale = std::max(scale, k);

@@ -545,17 +545,26 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
   for (std::int32_t r = 0; r < s.ranks; ++r) {
     const std::int32_t begin = flat.rank_begin[static_cast<std::size_t>(r)];
     const std::int32_t end = flat.rank_begin[static_cast<std::size_t>(r) + 1];
-    std::vector<std::pair<std::uint32_t, std::int32_t>> runs;  // (group, index of first action)
+    const Action* prog = flat.rank_actions[static_cast<std::size_t>(r)];
+    // The start of a run of one group: a grouped communication not continuing the previous.
+    auto run_starts = [&](std::int32_t i) {
+      const Action& a = prog[i - begin];
+      if (is_compute(a.op) || a.group == 0) return false;
+      return i == begin || is_compute(prog[i - begin - 1].op) || prog[i - begin - 1].group != a.group;
+    };
+    // Group ids that only grow cannot repeat (what lower() writes): the common case is one pass.
     bool increasing = true;
-    for (std::int32_t i = begin; i < end; ++i) {
-      const Action& a = flat.at(i);
-      if (is_compute(a.op) || a.group == 0) continue;
-      const bool continues = i > begin && is_comm(flat.at(i - 1).op) && flat.at(i - 1).group == a.group;
-      if (continues) continue;
-      if (!runs.empty() && runs.back().first >= a.group) increasing = false;
-      runs.emplace_back(a.group, i);
+    std::uint32_t last_group = 0;
+    for (std::int32_t i = begin; i < end && increasing; ++i) {
+      if (!run_starts(i)) continue;
+      increasing = prog[i - begin].group > last_group;
+      last_group = prog[i - begin].group;
     }
-    if (increasing) continue;  // group ids that only grow cannot repeat
+    if (increasing) continue;
+    std::vector<std::pair<std::uint32_t, std::int32_t>> runs;  // (group, index of first action)
+    for (std::int32_t i = begin; i < end; ++i) {
+      if (run_starts(i)) runs.emplace_back(prog[i - begin].group, i);
+    }
     std::sort(runs.begin(), runs.end());
     for (std::size_t k = 1; k < runs.size(); ++k) {
       if (runs[k].first != runs[k - 1].first || (k >= 2 && runs[k - 2].first == runs[k].first)) continue;
@@ -574,13 +583,15 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
     // in rank a's send order exactly when their sends' indices increase along b's program.
     std::vector<std::vector<std::pair<std::int32_t, std::int32_t>>> last_send(static_cast<std::size_t>(s.ranks));
     std::vector<std::pair<std::int32_t, std::int32_t>> reported;  // (from, to) pairs already reported
-    const auto n = static_cast<std::int32_t>(flat.size());
-    for (std::int32_t i = 0; i < n; ++i) {
-      const Action& a = flat.at(i);
+    for (std::int32_t to = 0; to < s.ranks; ++to) {
+    const std::int32_t begin = flat.rank_begin[static_cast<std::size_t>(to)];
+    const Action* prog = flat.rank_actions[static_cast<std::size_t>(to)];
+    for (std::int32_t i = begin; i < flat.rank_begin[static_cast<std::size_t>(to) + 1]; ++i) {
+      const Action& a = prog[i - begin];
       if (!is_recv(a.op)) continue;
-      const std::int32_t q = a.op == Op::RECV_F ? flat.find(Op::SEND_F, a.stage - 1, a.microbatch)
-                                                : flat.find(Op::SEND_B, a.stage + 1, a.microbatch);
-      const std::int32_t from = flat.owner[static_cast<std::size_t>(q)], to = flat.owner[static_cast<std::size_t>(i)];
+      const std::int32_t peer_stage = a.op == Op::RECV_F ? a.stage - 1 : a.stage + 1;
+      const std::int32_t q = flat.find(a.op == Op::RECV_F ? Op::SEND_F : Op::SEND_B, peer_stage, a.microbatch);
+      const std::int32_t from = flat.rank_of(peer_stage);  // every action is on its stage's rank here
       auto& seen = last_send[static_cast<std::size_t>(to)];
       auto it = std::find_if(seen.begin(), seen.end(), [from](const auto& e) { return e.first == from; });
       if (it == seen.end()) {
@@ -600,6 +611,7 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
                       ". NCCL matches point-to-point messages between two ranks in posting order (it has no tags), "
                       "so these receives would get each other's data; post the receives in the order the peer "
                       "sends (lower() does)"));
+    }
     }
   }
   return true;

@@ -3,12 +3,13 @@
 // micro-batch) computed exactly once per kind, the order of F / B / BI / BW, the
 // communication of a lowered schedule (one send and one receive per transfer, on the right
 // ranks, posted in an order NCCL can match, contiguous groups) — and then executes the
-// programs abstractly under the rendezvous rules of docs/execution-model.md, once with
-// communication on its own stream and once on the compute stream. Because every rule of
-// that model is an "all of these are done" condition, the set of actions that can ever
-// complete does not depend on timing: one abstract run per stream setting decides whether
-// the schedule can deadlock on any hardware. A deadlock is reported with each stuck
-// action and what it waits for. The report also carries peak activation memory per rank.
+// programs abstractly under the rendezvous rules of docs/execution-model.md. Because every
+// rule of that model is an "all of these are done" condition, the set of actions that can
+// ever complete does not depend on timing, so one abstract run decides whether the
+// schedule can deadlock on any hardware; the run with communication on the compute stream
+// decides it for a separate comm stream too (that setting only removes waits). A deadlock
+// is reported with each stuck action and what it waits for. The report also carries peak
+// activation memory per rank.
 //
 // The abstract-execution engine in `detail` is shared with `lower` (which orders the
 // communication by an idealised run) and with the simulator (which runs it with costs).

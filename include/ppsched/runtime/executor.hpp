@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -84,7 +85,7 @@ class StepFaults {
 struct RankStep {
   std::vector<float> losses;                       // per micro-batch; NaN on a rank without the last stage
   std::vector<Span> spans;                         // one per action of the rank's program, in ms from `origin`
-  std::chrono::steady_clock::time_point origin{};  // host time when the step's origin was recorded
+  std::chrono::steady_clock::time_point origin{};  // when the step's origin was recorded (host clock)
 };
 
 namespace detail {
@@ -582,6 +583,13 @@ class Executor {
 
   void collect() {
     if (!options_.record_timeline) return;
+    // The origin as the device clock saw it, when the backend can tell; otherwise the host
+    // time at which it was issued (the stream was idle, so it ran at once).
+    if constexpr (requires(B & b, const typename B::event& e) {
+                    { b.event_time(e) } -> std::same_as<std::chrono::steady_clock::time_point>;
+                  }) {
+      result_.origin = b_.event_time(origin_);
+    }
     for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
       const PlannedStep& st = plan_.steps[i];
       const double start = b_.elapsed_ms(origin_, start_events_[i]);

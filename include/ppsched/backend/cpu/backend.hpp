@@ -276,6 +276,19 @@ class CpuBackend {
     return std::chrono::duration<double, std::milli>(b.time - a.time).count();
   }
 
+  // When the event's last record ran, on the host's steady clock (not a Backend operation:
+  // CUDA has no such clock; the executor uses it, when a backend has it, to put the ranks of
+  // a World on one time axis exactly).
+  [[nodiscard]] std::chrono::steady_clock::time_point event_time(const CpuEvent& e) {
+    const std::lock_guard<std::mutex> lock(rank_->mutex);
+    const auto& ev = own(e, "event_time");
+    if (!ev.recorded || ev.stream->completed < ev.seq || ev.time_seq != ev.seq) {
+      fail({"CPU backend", detail::concat("event_time: event #", ev.id, " has not completed its last record"),
+            detail::concat("rank ", rank()), "Synchronize on the event first"});
+    }
+    return ev.time;
+  }
+
   // ------------------------------------------------------------------ buffers
   [[nodiscard]] CpuBuffer allocate(std::size_t count) {
     CpuBuffer b;

@@ -328,6 +328,17 @@ inline void help_rank(ClusterState& c, RankState& r, std::unique_lock<std::mutex
   }
 }
 
+// Under the lock: whether another stream of the rank waits, at its head, on work of `s`
+// that has now completed.
+[[nodiscard]] inline bool unblocks_a_wait(const RankState& r, const StreamState& s) {
+  for (const auto& o : r.streams) {
+    if (o.get() == &s || o->tasks.empty() || o->running) continue;
+    const Task& head = o->tasks.front();
+    if (head.kind == TaskKind::wait && head.target == &s && s.completed >= head.target_seq) return true;
+  }
+  return false;
+}
+
 // Helps the owners of matched transfers, on their ranks; one level deep, as their own
 // workers were woken by the match anyway.
 inline void help_peers(ClusterState& c, const Peers& peers) {
@@ -347,7 +358,9 @@ inline void worker_loop(ClusterState& c, StreamState& s) {
     Peers peers;
     const Step step = advance(c, s, lock, Mover::worker, peers);
     if (step == Step::ran) {
-      help_rank(c, r, lock, &s, peers);
+      // Help only when this step satisfied another stream's event wait: helping costs the
+      // stream's own next task a few microseconds, and only a record can unblock a wait.
+      if (unblocks_a_wait(r, s)) help_rank(c, r, lock, &s, peers);
       if (peers.size > 0) {
         lock.unlock();
         help_peers(c, peers);

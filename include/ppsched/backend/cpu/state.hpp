@@ -44,6 +44,7 @@ class Ring {
   [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
   [[nodiscard]] bool full() const noexcept { return size_ == slots_.size(); }
   [[nodiscard]] T& front() noexcept { return slots_[head_]; }
+  [[nodiscard]] const T& front() const noexcept { return slots_[head_]; }
   [[nodiscard]] T& at(std::size_t i) noexcept { return slots_[(head_ + i) % slots_.size()]; }
   // The slot the next push fills; valid until push().
   [[nodiscard]] T& back_slot() noexcept { return slots_[(head_ + size_) % slots_.size()]; }

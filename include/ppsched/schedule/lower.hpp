@@ -174,7 +174,8 @@ struct CommEntry {
     ++region[static_cast<std::size_t>(to) + 1];
   }
   for (std::size_t r = 0; r < ranks; ++r) region[r + 1] += region[r] + sends_of[r];
-  std::vector<detail::CommEntry> comm(region[ranks]);
+  detail::pooled_vector<detail::CommEntry, detail::uninitialised_allocator<detail::CommEntry>> comm;
+  comm.resize(region[ranks]);  // every entry is written below
   std::vector<std::size_t> send_fill(region.begin(), region.end() - 1), recv_fill(ranks);
   for (std::size_t r = 0; r < ranks; ++r) recv_fill[r] = region[r] + sends_of[r];
   std::vector<std::vector<std::size_t>> runs(ranks);  // starts of the runs of each region

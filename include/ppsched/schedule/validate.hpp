@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <new>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -152,6 +153,88 @@ namespace detail {
 
 inline constexpr std::int32_t no_action = -1;
 
+// Makes vector::resize leave trivial elements uninitialised: arrays that are written in
+// full before they are read need no clearing pass.
+template <class T>
+struct uninitialised_allocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = uninitialised_allocator<U>;
+  };
+  uninitialised_allocator() = default;
+  template <class U>
+  uninitialised_allocator(const uninitialised_allocator<U>&) noexcept {}  // NOLINT: rebinding copy
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+// A vector whose storage comes from, and goes back to, a small per-thread pool. Lowering,
+// validation and simulation each need arrays of tens of megabytes for a large schedule;
+// fresh ones cost the kernel a page fault per 4 KiB (about 40 ms per 80 MiB on the
+// development VM, a quarter of a run), while a buffer of the previous call is already
+// mapped. The pool keeps at most `pool_slots` buffers per element type on each thread,
+// none larger than `pool_max_bytes`; it is released when the thread ends.
+inline constexpr std::size_t pool_slots = 8;
+inline constexpr std::size_t pool_max_bytes = std::size_t{512} << 20;
+
+template <class T, class Alloc = std::allocator<T>>
+class pooled_vector : public std::vector<T, Alloc> {
+  using base = std::vector<T, Alloc>;
+
+ public:
+  pooled_vector() : base(take()) {}
+  pooled_vector(const pooled_vector& other) : base(other) {}
+  pooled_vector(pooled_vector&& other) noexcept : base(std::move(static_cast<base&>(other))) {}
+  pooled_vector& operator=(const pooled_vector& other) {
+    base::operator=(other);
+    return *this;
+  }
+  pooled_vector& operator=(pooled_vector&& other) noexcept {
+    base::operator=(std::move(static_cast<base&>(other)));
+    return *this;
+  }
+  ~pooled_vector() { give_back(static_cast<base&>(*this)); }
+
+ private:
+  struct Pool {
+    std::vector<base> free;
+    ~Pool() { closed() = true; }
+  };
+  // Trivially destructible, so still readable while other thread-locals are destroyed.
+  static bool& closed() noexcept {
+    thread_local bool c = false;
+    return c;
+  }
+  static Pool& pool() {
+    thread_local Pool p;
+    return p;
+  }
+  static base take() noexcept {
+    if (closed()) return base{};
+    Pool& p = pool();
+    if (p.free.empty()) return base{};
+    base v = std::move(p.free.back());
+    p.free.pop_back();
+    return v;
+  }
+  static void give_back(base& v) noexcept {
+    if (v.capacity() == 0 || v.capacity() > pool_max_bytes / sizeof(T) || closed()) return;
+    Pool& p = pool();
+    if (p.free.size() >= pool_slots) return;
+    v.clear();
+    try {
+      p.free.push_back(std::move(v));
+    } catch (...) {  // no room to remember it: the buffer is simply freed
+    }
+  }
+};
+
 // An action's links to others, by index (no_action when none). `same_stage` is its
 // predecessor on its own stage (F for B/BI, BI for BW, the producer for a send); `input` the
 // neighbouring stage's contribution (F(s-1) or RECV_F for F, B/BI(s+1) or RECV_B for B/BI);
@@ -174,9 +257,9 @@ struct FlatSchedule {
   std::vector<std::int32_t> placement;
   std::vector<const Action*> rank_actions;  // each rank's program (the schedule's own storage)
   std::vector<std::vector<Action>> kept;    // programs without communication, when it is skipped
-  std::vector<std::int32_t> owner;          // rank of each action
+  pooled_vector<std::int32_t> owner;        // rank of each action
   std::vector<std::int32_t> rank_begin;  // ranks + 1 offsets into actions
-  std::vector<std::int32_t> slots;       // identity table, no_action when absent
+  pooled_vector<std::int32_t> slots;     // identity table, no_action when absent
 
   // The eight actions of one (stage, micro-batch) share a cache line: lookups come in
   // (stage, micro-batch) neighbourhoods.
@@ -838,8 +921,8 @@ class AbstractExecution {
     stream_begin_ = counts;
     // Every entry is written once below: no need to clear the memory first.
     item_total_ = static_cast<std::size_t>(counts[streams]);
-    items_.reset(new Item[item_total_]);
-    ops_.reset(new CommOp[flat_.size() - flat_.compute_count]);
+    items_.resize(item_total_);
+    ops_.resize(flat_.size() - flat_.compute_count);
     std::size_t next_op = 0;
     std::vector<std::int32_t> fill(counts.begin(), counts.end() - 1);
     for (std::int32_t r = 0; r < flat_.ranks; ++r) {
@@ -926,7 +1009,7 @@ class AbstractExecution {
         if (item.wake >= 0) wake_for(static_cast<std::size_t>(item.wake), item.first);
         continue;
       }
-      const CommOp* const ops = ops_.get() + item.dep_a;
+      const CommOp* const ops = ops_.data() + item.dep_a;
       const std::int32_t count = item.count;
       if (!state.posted) {
         double t = free;
@@ -1016,9 +1099,9 @@ class AbstractExecution {
   StreamMode mode_;
   const std::vector<double>* input_delay_;
   std::vector<std::int32_t> stream_begin_;  // item offsets per stream (size streams + 1)
-  std::unique_ptr<Item[]> items_;
+  pooled_vector<Item, uninitialised_allocator<Item>> items_;
   std::size_t item_total_ = 0;
-  std::unique_ptr<CommOp[]> ops_;
+  pooled_vector<CommOp, uninitialised_allocator<CommOp>> ops_;
   mutable std::vector<std::int32_t> item_of_;  // action -> item, built for describe_stuck only
   // Per action: compute start and end; communication: when its group was posted and when
   // its transfer completed; -1 for what has not happened.
@@ -1026,7 +1109,7 @@ class AbstractExecution {
     double start = -1.0;
     double end = -1.0;
   };
-  std::vector<Times> times_;
+  pooled_vector<Times> times_;
   // A stream's whole state on one cache line: a run switches streams once per item or so.
   struct StreamState {
     std::int32_t head = 0;                // next item

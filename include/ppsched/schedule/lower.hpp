@@ -119,8 +119,7 @@ struct CommEntry {
   }
 
   const std::size_t n = flat.size();
-  auto duration = [&](std::int32_t i) {
-    const Action& a = flat.at(i);
+  auto duration = [&](const Action& a) {
     const double t = options.compute_time ? options.compute_time(a) : detail::default_lower_time(a);
     if (!(std::isfinite(t) && t > 0.0)) {
       fail({"lower options", detail::concat("compute_time(", to_string(a), ") is ", t), "",

@@ -343,6 +343,54 @@ class ProblemSink {
   return concat("rank ", rank, " position ", position);
 }
 
+// True when the completeness and order checks of static_checks have nothing to report.
+// Called only once the per-action checks found nothing, so every action sits on its
+// stage's rank and "on the same rank" is a property of the two stages.
+[[nodiscard]] inline bool table_consistent(const FlatSchedule& flat) noexcept {
+  const std::int32_t S = flat.stages, M = flat.microbatches;
+  const bool backward = flat.has_backward, lowered = flat.lowered;
+  const std::int32_t* const slots = flat.slots.data();
+  constexpr auto F = static_cast<std::size_t>(Op::F), B = static_cast<std::size_t>(Op::B);
+  constexpr auto BI = static_cast<std::size_t>(Op::BI), BW = static_cast<std::size_t>(Op::BW);
+  constexpr auto SEND_F = static_cast<std::size_t>(Op::SEND_F), RECV_F = static_cast<std::size_t>(Op::RECV_F);
+  constexpr auto SEND_B = static_cast<std::size_t>(Op::SEND_B), RECV_B = static_cast<std::size_t>(Op::RECV_B);
+  for (std::int32_t st = 0; st < S; ++st) {
+    const bool has_next = st + 1 < S;
+    const bool next_local = has_next && flat.rank_of(st + 1) == flat.rank_of(st);
+    const bool next_remote = has_next && !next_local;
+    for (std::int32_t mb = 0; mb < M; ++mb) {
+      const std::int32_t* const line = slots + flat.slot_index(Op::F, st, mb);
+      const std::int32_t* const next = has_next ? slots + flat.slot_index(Op::F, st + 1, mb) : nullptr;
+      const std::int32_t f = line[F];
+      if (f == no_action) return false;
+      std::int32_t bin = no_action;
+      if (backward) {
+        const std::int32_t b = line[B], bi = line[BI], bw = line[BW];
+        if (b != no_action ? (bi != no_action || bw != no_action) : (bi == no_action || bw == no_action)) return false;
+        bin = b != no_action ? b : bi;
+        if (bin < f) return false;
+        if (bi != no_action && bw < bi) return false;
+      }
+      if (next_local) {
+        if (next[F] != no_action && next[F] < f) return false;
+        const std::int32_t bin_next = next[B] != no_action ? next[B] : next[BI];
+        if (bin != no_action && bin_next != no_action && bin < bin_next) return false;
+      }
+      if (!lowered) continue;
+      const std::int32_t recv_f = line[RECV_F], send_f = line[SEND_F], recv_b = line[RECV_B], send_b = line[SEND_B];
+      if (recv_f != no_action && f < recv_f) return false;
+      if (send_f != no_action && send_f < f) return false;
+      if (bin != no_action && recv_b != no_action && bin < recv_b) return false;
+      if (bin != no_action && send_b != no_action && send_b < bin) return false;
+      if (next_remote) {
+        if (send_f == no_action || next[RECV_F] == no_action) return false;
+        if (backward && (next[SEND_B] == no_action || recv_b == no_action)) return false;
+      }
+    }
+  }
+  return true;
+}
+
 // Checks that do not need the programs to run: shape, ranges, placement, completeness,
 // orders within one rank, communication bookkeeping. Builds `flat` as it goes; returns
 // false when the shape itself is unusable (nothing else could be checked).
@@ -413,23 +461,23 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
     return false;
   }
   flat.rank_actions.assign(static_cast<std::size_t>(s.ranks), nullptr);
-  flat.owner.clear();
-  flat.owner.reserve(total);
+  flat.owner.resize(total);
+  std::int32_t next_index = 0;
   flat.rank_begin.assign(static_cast<std::size_t>(s.ranks) + 1, 0);
   flat.slots.assign(static_cast<std::size_t>(op_count) * static_cast<std::size_t>(S) * static_cast<std::size_t>(M),
                     no_action);
 
   bool reported_split = false;
   for (std::int32_t r = 0; r < s.ranks; ++r) {
-    flat.rank_begin[static_cast<std::size_t>(r)] = static_cast<std::int32_t>(flat.owner.size());
+    flat.rank_begin[static_cast<std::size_t>(r)] = next_index;
     const auto& prog = *programs[static_cast<std::size_t>(r)];
     flat.rank_actions[static_cast<std::size_t>(r)] = prog.data();
     std::int32_t pos = -1;
     for (const Action& a : prog) {
       ++pos;
-      const auto index = static_cast<std::int32_t>(flat.owner.size());
+      const std::int32_t index = next_index++;
       const std::int32_t position = pos;
-      flat.owner.push_back(r);
+      flat.owner[static_cast<std::size_t>(index)] = r;
       if (a.stage < 0 || a.stage >= S) {
         sink.add(ProblemKind::stage_out_of_range, r, position, a,
                  concat(to_string(a), " at ", at_rank(r, pos), " names stage ", a.stage, ", but the schedule has stages 0..", last,
@@ -511,72 +559,8 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
       }
     }
   }
-  flat.rank_begin[static_cast<std::size_t>(s.ranks)] = static_cast<std::int32_t>(flat.owner.size());
+  flat.rank_begin[static_cast<std::size_t>(s.ranks)] = next_index;
 
-  // ---- completeness of compute, and (lowered) of communication
-  for (std::int32_t st = 0; st < S; ++st) {
-    const std::int32_t home = flat.rank_of(st);
-    for (std::int32_t mb = 0; mb < M; ++mb) {
-      if (flat.find(Op::F, st, mb) == no_action) {
-        sink.add(ProblemKind::missing_compute, home, -1, Action{Op::F, st, mb, 0},
-                 concat(to_string(Action{Op::F, st, mb, 0}), " is missing: every (stage, micro-batch) runs its forward "
-                        "once; add it to rank ", home, "'s program"));
-      }
-      if (!flat.has_backward) continue;
-      const bool b = flat.find(Op::B, st, mb) != no_action;
-      const bool bi = flat.find(Op::BI, st, mb) != no_action;
-      const bool bw = flat.find(Op::BW, st, mb) != no_action;
-      if (b && (bi || bw)) {
-        sink.add(ProblemKind::mixed_backward, home, -1, Action{Op::B, st, mb, 0},
-                 concat("micro-batch ", mb, " on stage ", st, " has both B and ", bi ? "BI" : "BW",
-                        ": its backward is either one B or a BI then a BW; remove one form"));
-      } else if (!b && !bi && !bw) {
-        sink.add(ProblemKind::missing_compute, home, -1, Action{Op::B, st, mb, 0},
-                 concat("the backward of micro-batch ", mb, " on stage ", st, " is missing (", to_string(Action{Op::B, st, mb, 0}),
-                        ", or ", to_string(Action{Op::BI, st, mb, 0}), " then ", to_string(Action{Op::BW, st, mb, 0}),
-                        "); the schedule has backwards elsewhere, so add it to rank ", home, "'s program"));
-      } else if (bi != bw) {
-        const Action absent{bi ? Op::BW : Op::BI, st, mb, 0};
-        sink.add(ProblemKind::missing_compute, home, -1, absent,
-                 concat(to_string(absent), " is missing: a split backward runs BI then BW; add it to rank ", home,
-                        "'s program"));
-      }
-    }
-  }
-  if (flat.lowered) {
-    auto check_transfer = [&](Op send_op, std::int32_t from, Op recv_op, std::int32_t to, std::int32_t mb) {
-      const std::int32_t snd = flat.find(send_op, from, mb);
-      const std::int32_t rcv = flat.find(recv_op, to, mb);
-      const Action send_action{send_op, from, mb, 0}, recv_action{recv_op, to, mb, 0};
-      const std::int32_t rf = flat.rank_of(from), rt = flat.rank_of(to);
-      if (snd == no_action && rcv == no_action) {
-        sink.add(ProblemKind::missing_transfer, rf, -1, send_action,
-                 concat("the transfer ", to_string(send_action), " (rank ", rf, ") -> ", to_string(recv_action), " (rank ",
-                        rt, ") has neither its send nor its receive, while the schedule communicates elsewhere; "
-                        "a lowered schedule carries every transfer: add both, or lower() the compute-only schedule"));
-      } else if (snd == no_action) {
-        sink.add(ProblemKind::missing_send, rf, -1, send_action,
-                 concat(to_string(send_action), " is missing on rank ", rf, ": ", to_string(recv_action), " at ",
-                        at_rank(flat.owner[static_cast<std::size_t>(rcv)], flat.position(rcv)),
-                        " waits for it; add it to rank ", rf, "'s program after ",
-                        to_string(Action{send_op == Op::SEND_F ? Op::F : (s.split_backward ? Op::BI : Op::B), from, mb, 0})));
-      } else if (rcv == no_action) {
-        sink.add(ProblemKind::missing_recv, rt, -1, recv_action,
-                 concat(to_string(send_action), " at ", at_rank(flat.owner[static_cast<std::size_t>(snd)], flat.position(snd)),
-                        " has no matching receive: ", to_string(recv_action), " is missing on rank ", rt,
-                        "; add it to rank ", rt, "'s program before the compute that needs it"));
-      }
-    };
-    for (std::int32_t st = 0; st + 1 < S; ++st) {
-      if (flat.rank_of(st) == flat.rank_of(st + 1)) continue;
-      for (std::int32_t mb = 0; mb < M; ++mb) {
-        check_transfer(Op::SEND_F, st, Op::RECV_F, st + 1, mb);
-        if (flat.has_backward) check_transfer(Op::SEND_B, st + 1, Op::RECV_B, st, mb);
-      }
-    }
-  }
-
-  // ---- orders within one rank (the programs are issue orders, so index order is issue order)
   auto same_rank = [&](std::int32_t x, std::int32_t y) {
     return x != no_action && y != no_action && flat.owner[static_cast<std::size_t>(x)] == flat.owner[static_cast<std::size_t>(y)];
   };
@@ -588,38 +572,107 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
              concat(describe(early), " comes before ", describe(late), ", but ", why, "; move ",
                     to_string(flat.at(late)), " before ", to_string(flat.at(early))));
   };
-  for (std::int32_t st = 0; st < S; ++st) {
-    for (std::int32_t mb = 0; mb < M; ++mb) {
-      const std::int32_t f = flat.find(Op::F, st, mb);
-      const std::int32_t bin = flat.backward_input(st, mb);
-      if (same_rank(f, bin) && bin < f) {
-        report_order(ProblemKind::backward_before_forward, f, bin, "a backward needs the activation its forward stores");
-      }
-      const std::int32_t bi = flat.find(Op::BI, st, mb), bw = flat.find(Op::BW, st, mb);
-      if (same_rank(bi, bw) && bw < bi) {
-        report_order(ProblemKind::weight_before_input, bi, bw, "BW uses the output gradient that BI consumes first");
-      }
-      if (st + 1 < S && flat.rank_of(st) == flat.rank_of(st + 1)) {
-        const std::int32_t f_next = flat.find(Op::F, st + 1, mb);
-        if (same_rank(f, f_next) && f_next < f) {
-          report_order(ProblemKind::local_order, f, f_next,
-                       "both stages are on this rank and the next stage's forward consumes this one's output");
+  // The checks below name each problem they find, which makes them heavy; a schedule that
+  // passed the per-action checks usually has none, and one light pass over the identity
+  // table says so (it tests exactly the conditions they report).
+  if (sink.any() || !table_consistent(flat)) {
+    // ---- completeness of compute, and (lowered) of communication
+    for (std::int32_t st = 0; st < S; ++st) {
+      const std::int32_t home = flat.rank_of(st);
+      for (std::int32_t mb = 0; mb < M; ++mb) {
+        if (flat.find(Op::F, st, mb) == no_action) {
+          sink.add(ProblemKind::missing_compute, home, -1, Action{Op::F, st, mb, 0},
+                   concat(to_string(Action{Op::F, st, mb, 0}), " is missing: every (stage, micro-batch) runs its forward "
+                          "once; add it to rank ", home, "'s program"));
         }
-        const std::int32_t bin_next = flat.backward_input(st + 1, mb);
-        if (same_rank(bin, bin_next) && bin < bin_next) {
-          report_order(ProblemKind::local_order, bin_next, bin,
-                       "both stages are on this rank and a stage's backward consumes the next stage's input gradient");
+        if (!flat.has_backward) continue;
+        const bool b = flat.find(Op::B, st, mb) != no_action;
+        const bool bi = flat.find(Op::BI, st, mb) != no_action;
+        const bool bw = flat.find(Op::BW, st, mb) != no_action;
+        if (b && (bi || bw)) {
+          sink.add(ProblemKind::mixed_backward, home, -1, Action{Op::B, st, mb, 0},
+                   concat("micro-batch ", mb, " on stage ", st, " has both B and ", bi ? "BI" : "BW",
+                          ": its backward is either one B or a BI then a BW; remove one form"));
+        } else if (!b && !bi && !bw) {
+          sink.add(ProblemKind::missing_compute, home, -1, Action{Op::B, st, mb, 0},
+                   concat("the backward of micro-batch ", mb, " on stage ", st, " is missing (", to_string(Action{Op::B, st, mb, 0}),
+                          ", or ", to_string(Action{Op::BI, st, mb, 0}), " then ", to_string(Action{Op::BW, st, mb, 0}),
+                          "); the schedule has backwards elsewhere, so add it to rank ", home, "'s program"));
+        } else if (bi != bw) {
+          const Action absent{bi ? Op::BW : Op::BI, st, mb, 0};
+          sink.add(ProblemKind::missing_compute, home, -1, absent,
+                   concat(to_string(absent), " is missing: a split backward runs BI then BW; add it to rank ", home,
+                          "'s program"));
         }
       }
-      if (!flat.lowered) continue;
-      const std::int32_t recv_f = flat.find(Op::RECV_F, st, mb), send_f = flat.find(Op::SEND_F, st, mb);
-      const std::int32_t recv_b = flat.find(Op::RECV_B, st, mb), send_b = flat.find(Op::SEND_B, st, mb);
-      const char* recv_why = "the compute waits on the receive's completion event, which must be recorded first";
-      const char* send_why = "the send waits on the compute's completion event, which must be recorded first";
-      if (same_rank(recv_f, f) && f < recv_f) report_order(ProblemKind::recv_after_consumer, recv_f, f, recv_why);
-      if (same_rank(recv_b, bin) && bin < recv_b) report_order(ProblemKind::recv_after_consumer, recv_b, bin, recv_why);
-      if (same_rank(send_f, f) && send_f < f) report_order(ProblemKind::send_before_producer, f, send_f, send_why);
-      if (same_rank(send_b, bin) && send_b < bin) report_order(ProblemKind::send_before_producer, bin, send_b, send_why);
+    }
+    if (flat.lowered) {
+      auto check_transfer = [&](Op send_op, std::int32_t from, Op recv_op, std::int32_t to, std::int32_t mb) {
+        const std::int32_t snd = flat.find(send_op, from, mb);
+        const std::int32_t rcv = flat.find(recv_op, to, mb);
+        const Action send_action{send_op, from, mb, 0}, recv_action{recv_op, to, mb, 0};
+        const std::int32_t rf = flat.rank_of(from), rt = flat.rank_of(to);
+        if (snd == no_action && rcv == no_action) {
+          sink.add(ProblemKind::missing_transfer, rf, -1, send_action,
+                   concat("the transfer ", to_string(send_action), " (rank ", rf, ") -> ", to_string(recv_action), " (rank ",
+                          rt, ") has neither its send nor its receive, while the schedule communicates elsewhere; "
+                          "a lowered schedule carries every transfer: add both, or lower() the compute-only schedule"));
+        } else if (snd == no_action) {
+          sink.add(ProblemKind::missing_send, rf, -1, send_action,
+                   concat(to_string(send_action), " is missing on rank ", rf, ": ", to_string(recv_action), " at ",
+                          at_rank(flat.owner[static_cast<std::size_t>(rcv)], flat.position(rcv)),
+                          " waits for it; add it to rank ", rf, "'s program after ",
+                          to_string(Action{send_op == Op::SEND_F ? Op::F : (s.split_backward ? Op::BI : Op::B), from, mb, 0})));
+        } else if (rcv == no_action) {
+          sink.add(ProblemKind::missing_recv, rt, -1, recv_action,
+                   concat(to_string(send_action), " at ", at_rank(flat.owner[static_cast<std::size_t>(snd)], flat.position(snd)),
+                          " has no matching receive: ", to_string(recv_action), " is missing on rank ", rt,
+                          "; add it to rank ", rt, "'s program before the compute that needs it"));
+        }
+      };
+      for (std::int32_t st = 0; st + 1 < S; ++st) {
+        if (flat.rank_of(st) == flat.rank_of(st + 1)) continue;
+        for (std::int32_t mb = 0; mb < M; ++mb) {
+          check_transfer(Op::SEND_F, st, Op::RECV_F, st + 1, mb);
+          if (flat.has_backward) check_transfer(Op::SEND_B, st + 1, Op::RECV_B, st, mb);
+        }
+      }
+    }
+
+    // ---- orders within one rank (the programs are issue orders, so index order is issue order)
+    for (std::int32_t st = 0; st < S; ++st) {
+      for (std::int32_t mb = 0; mb < M; ++mb) {
+        const std::int32_t f = flat.find(Op::F, st, mb);
+        const std::int32_t bin = flat.backward_input(st, mb);
+        if (same_rank(f, bin) && bin < f) {
+          report_order(ProblemKind::backward_before_forward, f, bin, "a backward needs the activation its forward stores");
+        }
+        const std::int32_t bi = flat.find(Op::BI, st, mb), bw = flat.find(Op::BW, st, mb);
+        if (same_rank(bi, bw) && bw < bi) {
+          report_order(ProblemKind::weight_before_input, bi, bw, "BW uses the output gradient that BI consumes first");
+        }
+        if (st + 1 < S && flat.rank_of(st) == flat.rank_of(st + 1)) {
+          const std::int32_t f_next = flat.find(Op::F, st + 1, mb);
+          if (same_rank(f, f_next) && f_next < f) {
+            report_order(ProblemKind::local_order, f, f_next,
+                         "both stages are on this rank and the next stage's forward consumes this one's output");
+          }
+          const std::int32_t bin_next = flat.backward_input(st + 1, mb);
+          if (same_rank(bin, bin_next) && bin < bin_next) {
+            report_order(ProblemKind::local_order, bin_next, bin,
+                         "both stages are on this rank and a stage's backward consumes the next stage's input gradient");
+          }
+        }
+        if (!flat.lowered) continue;
+        const std::int32_t recv_f = flat.find(Op::RECV_F, st, mb), send_f = flat.find(Op::SEND_F, st, mb);
+        const std::int32_t recv_b = flat.find(Op::RECV_B, st, mb), send_b = flat.find(Op::SEND_B, st, mb);
+        const char* recv_why = "the compute waits on the receive's completion event, which must be recorded first";
+        const char* send_why = "the send waits on the compute's completion event, which must be recorded first";
+        if (same_rank(recv_f, f) && f < recv_f) report_order(ProblemKind::recv_after_consumer, recv_f, f, recv_why);
+        if (same_rank(recv_b, bin) && bin < recv_b) report_order(ProblemKind::recv_after_consumer, recv_b, bin, recv_why);
+        if (same_rank(send_f, f) && send_f < f) report_order(ProblemKind::send_before_producer, f, send_f, send_why);
+        if (same_rank(send_b, bin) && send_b < bin) report_order(ProblemKind::send_before_producer, bin, send_b, send_why);
+      }
     }
   }
 
@@ -772,9 +825,9 @@ class AbstractExecution {
   // Unit compute time and instant transfers: what validation runs with (any durations
   // decide the same).
   AbstractExecution(const FlatSchedule& flat, StreamMode mode) : flat_(flat), mode_(mode), input_delay_(nullptr) {
-    build_items([&flat](std::int32_t i) { return is_compute(flat.at(i).op) ? 1.0 : 0.0; });
+    build_items([](const Action& a) { return is_compute(a.op) ? 1.0 : 0.0; });
   }
-  // duration_of(i): the compute time of action i, or for communication its transfer time
+  // duration_of(a): the compute time of action a, or for communication its transfer time
   // (the same on both sides). input_delay (optional, dependency-only runs): added to action
   // i's remote input; it must outlive the execution.
   template <class DurationOf>
@@ -884,11 +937,9 @@ class AbstractExecution {
     return 2 * static_cast<std::size_t>(flat_.owner[static_cast<std::size_t>(i)]) + (on_comm_stream(i) ? 1 : 0);
   }
 
-  // The stream that may be waiting for compute action i to finish.
-  [[nodiscard]] std::int32_t waiter_of(std::int32_t i) const noexcept {
-    const std::int32_t r = flat_.owner[static_cast<std::size_t>(i)];
-    if (flat_.lowered) return mode_ == StreamMode::separate_comm_stream ? 2 * r + 1 : -1;  // its send
-    const Action& a = flat_.at(i);
+  // The stream that may be waiting for compute action a (on rank r) to finish in a run
+  // without communication: its consumer's compute stream when that is on another rank.
+  [[nodiscard]] std::int32_t dependency_waiter(std::int32_t r, const Action& a) const noexcept {
     std::int32_t consumer_stage = -1;
     if (a.op == Op::F && a.stage + 1 < flat_.stages) consumer_stage = a.stage + 1;
     if ((a.op == Op::B || a.op == Op::BI) && a.stage > 0) consumer_stage = a.stage - 1;
@@ -924,12 +975,16 @@ class AbstractExecution {
     items_.resize(item_total_);
     ops_.resize(flat_.size() - flat_.compute_count);
     std::size_t next_op = 0;
-    std::vector<std::int32_t> fill(counts.begin(), counts.end() - 1);
+    const bool lowered = flat_.lowered;
     for (std::int32_t r = 0; r < flat_.ranks; ++r) {
       const std::int32_t b = flat_.rank_begin[static_cast<std::size_t>(r)];
       const std::int32_t e = flat_.rank_begin[static_cast<std::size_t>(r) + 1];
-      const std::size_t compute_stream = 2 * static_cast<std::size_t>(r);
-      const std::size_t comm_stream = compute_stream + (separate ? 1 : 0);
+      // Where this rank's next compute item and next group go (one stream when they share it).
+      std::int32_t fills[2] = {counts[2 * static_cast<std::size_t>(r)], counts[2 * static_cast<std::size_t>(r) + 1]};
+      std::int32_t& compute_fill = fills[0];
+      std::int32_t& comm_fill = fills[separate ? 1 : 0];
+      // In a lowered schedule a compute's waiter is always its rank's comm stream (its send).
+      const std::int32_t lowered_waiter = separate ? 2 * r + 1 : -1;
       Item* open = nullptr;  // the group being extended
       std::uint32_t open_group = 0;
       const Action* prog = flat_.rank_actions[static_cast<std::size_t>(r)];
@@ -937,20 +992,20 @@ class AbstractExecution {
         const Action& a = prog[i - b];
         const Links l = flat_.links(a);
         if (is_compute(a.op)) {
-          items_[static_cast<std::size_t>(fill[compute_stream]++)] =
-              Item{i, 0, l.same_stage, l.input, waiter_of(i), duration(i)};
+          items_[static_cast<std::size_t>(compute_fill++)] =
+              Item{i, 0, l.same_stage, l.input, lowered ? lowered_waiter : dependency_waiter(r, a), duration(a)};
           open_group = 0;
           continue;
         }
         if (a.group == 0 || a.group != open_group) {
-          open = &items_[static_cast<std::size_t>(fill[comm_stream]++)];
+          open = &items_[static_cast<std::size_t>(comm_fill++)];
           *open = Item{i, 0, static_cast<std::int32_t>(next_op), no_action, -1, 0.0};
         }
         open_group = a.group;
         ++open->count;
         const std::int32_t peer_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage + 1 : a.stage - 1;
         const auto peer_stream = static_cast<std::int32_t>(2 * flat_.rank_of(peer_stage) + (separate ? 1 : 0));
-        ops_[next_op++] = CommOp{i, l.peer, is_send(a.op) ? l.same_stage : no_action, peer_stream, duration(i)};
+        ops_[next_op++] = CommOp{i, l.peer, is_send(a.op) ? l.same_stage : no_action, peer_stream, duration(a)};
       }
     }
   }

@@ -127,8 +127,7 @@ namespace detail {
       }
     }
   }
-  auto duration = [&](std::int32_t i) {
-    const Action& a = flat.at(i);
+  auto duration = [&](const Action& a) {
     if (per_stage) return table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)];
     return is_compute(a.op) ? compute_time(cost, a, M) : transfer_time(cost, a, M);
   };

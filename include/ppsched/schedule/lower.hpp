@@ -201,26 +201,23 @@ struct CommEntry {
   out.placement = schedule.placement;
   out.split_backward = schedule.split_backward;
   out.programs.resize(ranks);
-  std::vector<std::size_t> cursor, stop;
+  // Each rank's runs merged into one (key, id) order; (key, id) is unique on a rank (an id
+  // is one transfer, whose two sides are on two ranks), so the order is total.
+  detail::pooled_vector<detail::CommEntry, detail::uninitialised_allocator<detail::CommEntry>> merged, scratch;
   for (std::size_t r = 0; r < ranks; ++r) {
-    cursor = runs[r];
-    stop.assign(cursor.begin() + 1, cursor.end());
-    stop.push_back(region[r + 1]);
+    const std::vector<std::size_t>& starts = runs[r];
+    merged.assign(comm.begin() + static_cast<std::ptrdiff_t>(region[r]),
+                  comm.begin() + static_cast<std::ptrdiff_t>(starts.size() > 1 ? starts[1] : region[r + 1]));
+    for (std::size_t k = 1; k < starts.size(); ++k) {
+      const auto run_begin = comm.begin() + static_cast<std::ptrdiff_t>(starts[k]);
+      const auto run_end = comm.begin() + static_cast<std::ptrdiff_t>(k + 1 < starts.size() ? starts[k + 1] : region[r + 1]);
+      scratch.resize(merged.size() + static_cast<std::size_t>(run_end - run_begin));
+      std::merge(merged.begin(), merged.end(), run_begin, run_end, scratch.begin(), detail::comm_before);
+      std::swap(merged, scratch);
+    }
+    std::size_t cursor = 0;
     // The next communication of rank r in (key, id) order, or none.
-    auto next = [&]() -> const detail::CommEntry* {
-      const detail::CommEntry* best = nullptr;
-      std::size_t which = 0;
-      for (std::size_t k = 0; k < cursor.size(); ++k) {
-        if (cursor[k] == stop[k]) continue;
-        const detail::CommEntry* c = &comm[cursor[k]];
-        if (best == nullptr || detail::comm_before(*c, *best)) {
-          best = c;
-          which = k;
-        }
-      }
-      if (best != nullptr) ++cursor[which];
-      return best;
-    };
+    auto next = [&]() -> const detail::CommEntry* { return cursor < merged.size() ? &merged[cursor++] : nullptr; };
     auto& prog = out.programs[r];
     prog.reserve(region[r + 1] - region[r] + static_cast<std::size_t>(flat.rank_begin[r + 1] - flat.rank_begin[r]));
     std::uint32_t next_group = 1;
@@ -238,9 +235,10 @@ struct CommEntry {
         ++next_group;
       }
     };
+    const Action* const compute = flat.rank_actions[r];
     for (std::int32_t i = flat.rank_begin[r]; i < flat.rank_begin[r + 1]; ++i) {
       while (pending != nullptr && pending->key <= ideal.start(static_cast<std::size_t>(i))) emit_comm();
-      prog.push_back(flat.at(i));
+      prog.push_back(compute[i - flat.rank_begin[r]]);
     }
     while (pending != nullptr) emit_comm();
   }

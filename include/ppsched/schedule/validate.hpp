@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
@@ -257,9 +258,9 @@ struct FlatSchedule {
   std::vector<std::int32_t> placement;
   std::vector<const Action*> rank_actions;  // each rank's program (the schedule's own storage)
   std::vector<std::vector<Action>> kept;    // programs without communication, when it is skipped
-  pooled_vector<std::int32_t> owner;        // rank of each action
+  pooled_vector<std::int32_t, uninitialised_allocator<std::int32_t>> owner;  // rank of each action
   std::vector<std::int32_t> rank_begin;  // ranks + 1 offsets into actions
-  pooled_vector<std::int32_t> slots;     // identity table, no_action when absent
+  pooled_vector<std::int32_t, uninitialised_allocator<std::int32_t>> slots;  // identity table, no_action when absent
 
   // The eight actions of one (stage, micro-batch) share a cache line: lookups come in
   // (stage, micro-batch) neighbourhoods.
@@ -290,6 +291,9 @@ struct FlatSchedule {
 
   // The links of action i. Meaningful once the static checks passed.
   [[nodiscard]] Links links(std::int32_t i) const noexcept { return links(at(i)); }
+#if defined(__GNUC__)
+  [[gnu::always_inline]]  // on every action of every stream build: let each caller keep what it needs
+#endif
   [[nodiscard]] Links links(const Action& a) const noexcept {
     const std::int32_t s = a.stage, mb = a.microbatch;
     Links l;
@@ -464,8 +468,9 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
   flat.owner.resize(total);
   std::int32_t next_index = 0;
   flat.rank_begin.assign(static_cast<std::size_t>(s.ranks) + 1, 0);
-  flat.slots.assign(static_cast<std::size_t>(op_count) * static_cast<std::size_t>(S) * static_cast<std::size_t>(M),
-                    no_action);
+  flat.slots.resize(static_cast<std::size_t>(op_count) * static_cast<std::size_t>(S) * static_cast<std::size_t>(M));
+  static_assert(no_action == -1, "no_action is all bits set, so the table is cleared bytewise");
+  std::memset(flat.slots.data(), 0xff, flat.slots.size() * sizeof(std::int32_t));
 
   bool reported_split = false;
   for (std::int32_t r = 0; r < s.ranks; ++r) {
@@ -767,8 +772,10 @@ void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of,
   for (std::int32_t r = 0; r < flat.ranks; ++r) {
     double units = 0.0, peak_units = 0.0, b = 0.0, peak_b = 0.0;
     std::int32_t in_flight = 0, peak_in_flight = 0;
-    for (std::int32_t i = flat.rank_begin[static_cast<std::size_t>(r)]; i < flat.rank_begin[static_cast<std::size_t>(r) + 1]; ++i) {
-      const Action& a = flat.at(i);
+    const Action* const prog = flat.rank_actions[static_cast<std::size_t>(r)];
+    const std::int32_t count = flat.rank_begin[static_cast<std::size_t>(r) + 1] - flat.rank_begin[static_cast<std::size_t>(r)];
+    for (std::int32_t k = 0; k < count; ++k) {
+      const Action& a = prog[k];
       if (is_comm(a.op) || a.stage < 0 || a.stage >= flat.stages) continue;
       const auto st = static_cast<std::size_t>(a.stage);
       if (a.microbatch < 0 || a.microbatch >= flat.microbatches) continue;

@@ -141,6 +141,14 @@ struct Injection {
   std::int32_t microbatch = -1;
   std::vector<bool> slow_stage;              // slow_rank: the stages on the slow rank
   std::chrono::milliseconds duration{0};     // hang_at: how long the stage hangs; slow_rank: per action
+  // After the wrapped callable returned: tells a waiting test that the hung action is over.
+  void after(Op o, std::int32_t s, std::int32_t mb) const {
+    if (kind != Kind::hang_at || o != op || s != stage || mb != microbatch) return;
+    const std::lock_guard<std::mutex> lock(hang_mutex);
+    hang_over = true;
+    hang_ended.notify_all();
+  }
+
   mutable std::mutex hang_mutex;
   mutable std::condition_variable hang_ended;
   mutable bool hang_over = false;
@@ -160,12 +168,7 @@ struct Injection {
         return;
       case Kind::hang_at:
         // A device that stops answering, modelled as a timed wait well past the watchdog.
-        if (o == op && s == stage && mb == microbatch) {
-          std::this_thread::sleep_for(duration);
-          const std::lock_guard<std::mutex> lock(hang_mutex);
-          hang_over = true;
-          hang_ended.notify_all();
-        }
+        if (o == op && s == stage && mb == microbatch) std::this_thread::sleep_for(duration);
         return;
       case Kind::slow_rank:
         // A slower device: a timed wait, not a synchronisation.
@@ -203,6 +206,7 @@ class TwinTraining {
       f.forward = [fwd = f.forward, &injection, s](std::int32_t mb, std::span<const float> in, std::span<float> o) {
         injection.before(Op::F, s, mb);
         fwd(mb, in, o);
+        injection.after(Op::F, s, mb);
       };
       // MlpStage gives the split backward; ppsched runs B as BI then BW. Wrapping B as well
       // makes the non-split families call a full backward the test can fault.
@@ -212,16 +216,19 @@ class TwinTraining {
         injection.before(Op::B, s, mb);
         bi(mb, in, g, gi);
         bw(mb, in, g, w);
+        injection.after(Op::B, s, mb);
       };
       f.backward_input = [bi = f.backward_input, &injection, s](std::int32_t mb, std::span<const float> in,
                                                                 std::span<const float> g, std::span<float> gi) {
         injection.before(Op::BI, s, mb);
         bi(mb, in, g, gi);
+        injection.after(Op::BI, s, mb);
       };
       f.backward_weight = [bw = f.backward_weight, &injection, s](std::int32_t mb, std::span<const float> in,
                                                                   std::span<const float> g, std::span<float> w) {
         injection.before(Op::BW, s, mb);
         bw(mb, in, g, w);
+        injection.after(Op::BW, s, mb);
       };
       functions.push_back(std::move(f));
     }

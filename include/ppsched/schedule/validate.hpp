@@ -347,6 +347,50 @@ class ProblemSink {
   return concat("rank ", rank, " position ", position);
 }
 
+// The per-action part of static_checks for a schedule without problems: fills the index
+// (owner, rank_begin but its last entry, rank_actions, slots and the flags) and returns
+// true, or returns false at the first action the full loop would report.
+[[nodiscard]] inline bool index_clean_programs(const std::vector<const std::vector<Action>*>& programs,
+                                               bool split_backward, FlatSchedule& flat) noexcept {
+  const auto S = static_cast<std::uint32_t>(flat.stages), M = static_cast<std::uint32_t>(flat.microbatches);
+  const std::int32_t* const placement = flat.placement.data();
+  std::int32_t* const slots = flat.slots.data();
+  std::int32_t* const owner = flat.owner.data();
+  bool has_backward = false, lowered = false;
+  std::size_t compute_count = 0;
+  std::int32_t index = 0;
+  for (std::size_t r = 0; r < programs.size(); ++r) {
+    const auto rank = static_cast<std::int32_t>(r);
+    flat.rank_begin[r] = index;
+    flat.rank_actions[r] = programs[r]->data();
+    for (const Action& a : *programs[r]) {
+      owner[static_cast<std::size_t>(index)] = rank;
+      if (static_cast<std::uint32_t>(a.stage) >= S || static_cast<std::uint32_t>(a.microbatch) >= M) return false;
+      const std::int32_t home = placement[static_cast<std::size_t>(a.stage)];
+      if (home != rank) return false;
+      if (is_compute(a.op)) {
+        if (a.group != 0) return false;
+        if (a.op != Op::F) {
+          if (a.op != Op::B && !split_backward) return false;
+          has_backward = true;
+        }
+        ++compute_count;
+      } else {
+        const std::int32_t peer_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage + 1 : a.stage - 1;
+        if (static_cast<std::uint32_t>(peer_stage) >= S || placement[static_cast<std::size_t>(peer_stage)] == home) return false;
+        lowered = true;
+      }
+      std::int32_t& slot = slots[flat.slot_index(a.op, a.stage, a.microbatch)];
+      if (slot != no_action) return false;
+      slot = index++;
+    }
+  }
+  flat.has_backward = has_backward;
+  flat.lowered = lowered;
+  flat.compute_count = compute_count;
+  return true;
+}
+
 // True when the completeness and order checks of static_checks have nothing to report.
 // Called only once the per-action checks found nothing, so every action sits on its
 // stage's rank and "on the same rank" is a property of the two stages.
@@ -472,8 +516,19 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
   static_assert(no_action == -1, "no_action is all bits set, so the table is cleared bytewise");
   std::memset(flat.slots.data(), 0xff, flat.slots.size() * sizeof(std::int32_t));
 
+  // Most schedules have nothing to report here: a tight loop indexes them, and only when it
+  // meets a problem does the loop below, which names each one, start again from scratch.
+  const bool indexed = index_clean_programs(programs, s.split_backward, flat);
+  if (indexed) {
+    next_index = static_cast<std::int32_t>(total);
+  } else {
+    std::memset(flat.slots.data(), 0xff, flat.slots.size() * sizeof(std::int32_t));
+    flat.has_backward = false;
+    flat.lowered = false;
+    flat.compute_count = 0;
+  }
   bool reported_split = false;
-  for (std::int32_t r = 0; r < s.ranks; ++r) {
+  for (std::int32_t r = 0; !indexed && r < s.ranks; ++r) {
     flat.rank_begin[static_cast<std::size_t>(r)] = next_index;
     const auto& prog = *programs[static_cast<std::size_t>(r)];
     flat.rank_actions[static_cast<std::size_t>(r)] = prog.data();

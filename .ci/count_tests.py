@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
-"""Prints 'N passed, N failed, N skipped' from Meson's JSON test log and exits 1 on a failure."""
+"""Prints 'N passed, N failed, N skipped' from Meson's JSON test log and exits 1 on a failure.
+
+Usage: count_tests.py TESTLOG.json [--extra NAME=FAILED ...]
+Each --extra adds one result from outside Meson (FAILED is 0 for a pass, 1 for a failure).
+"""
 import json
 import sys
 
 passed = failed = skipped = 0
-with open(sys.argv[1], encoding="utf-8") as log:
+args = sys.argv[1:]
+log_path = args.pop(0)
+with open(log_path, encoding="utf-8") as log:
     for line in log:
         line = line.strip()
         if not line:
@@ -16,5 +22,15 @@ with open(sys.argv[1], encoding="utf-8") as log:
             skipped += 1
         else:  # FAIL, TIMEOUT, ERROR, UNEXPECTEDPASS, INTERRUPT
             failed += 1
+while args:
+    flag = args.pop(0)
+    if flag != "--extra" or not args:
+        sys.exit(f"count_tests.py: expected --extra NAME=FAILED, got {flag!r}")
+    name, _, value = args.pop(0).partition("=")
+    if value == "0":
+        passed += 1
+    else:
+        print(f"{name}: failed")
+        failed += 1
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 sys.exit(1 if failed or passed == 0 else 0)

@@ -902,7 +902,8 @@ class AbstractExecution {
   // Runs to completion or to a deadlock; true when every action completed.
   bool run() {
     const std::size_t n = flat_.size();
-    times_.assign(n, Times{});
+    starts_.assign(n, -1.0);
+    ends_.assign(n, -1.0);
     const std::size_t streams = stream_begin_.size() - 1;
     streams_.assign(streams, StreamState{});
     for (std::size_t st = 0; st < streams; ++st) streams_[st].head = stream_begin_[st];
@@ -922,8 +923,8 @@ class AbstractExecution {
 
   // Per action: compute start and end; communication: when its group was posted, and when
   // its transfer completed. -1 for what never happened.
-  [[nodiscard]] double start(std::size_t i) const noexcept { return times_[i].start; }
-  [[nodiscard]] double end(std::size_t i) const noexcept { return times_[i].end; }
+  [[nodiscard]] double start(std::size_t i) const noexcept { return starts_[i]; }
+  [[nodiscard]] double end(std::size_t i) const noexcept { return ends_[i]; }
   [[nodiscard]] StreamMode mode() const noexcept { return mode_; }
   [[nodiscard]] bool on_comm_stream(std::int32_t i) const noexcept {
     return mode_ == StreamMode::separate_comm_stream && is_comm(flat_.at(i).op);
@@ -955,7 +956,7 @@ class AbstractExecution {
       const Item& item = items_[static_cast<std::size_t>(it)];
       if (item.count == 0) {
         const Links l = flat_.links(item.first);
-        const bool first_blocks = l.same_stage != no_action && times_[static_cast<std::size_t>(l.same_stage)].end < 0.0;
+        const bool first_blocks = l.same_stage != no_action && ends_[static_cast<std::size_t>(l.same_stage)] < 0.0;
         out << "\n  rank " << rank << ": " << to_string(flat_.at(item.first)) << " waits for "
             << where(first_blocks ? l.same_stage : l.input, rank);
         continue;
@@ -963,10 +964,10 @@ class AbstractExecution {
       for (std::int32_t i = item.first; i < item.first + item.count; ++i) {
         const Links l = flat_.links(i);
         if (!streams_[st].posted) {
-          if (!is_send(flat_.at(i).op) || times_[static_cast<std::size_t>(l.same_stage)].end >= 0.0) continue;
+          if (!is_send(flat_.at(i).op) || ends_[static_cast<std::size_t>(l.same_stage)] >= 0.0) continue;
           out << "\n  rank " << rank << ": " << to_string(flat_.at(i)) << " (not posted) waits for "
               << where(l.same_stage, rank);
-        } else if (times_[static_cast<std::size_t>(i)].end < 0.0) {
+        } else if (ends_[static_cast<std::size_t>(i)] < 0.0) {
           out << "\n  rank " << rank << ": " << to_string(flat_.at(i)) << " (posted) waits for " << where(l.peer, rank);
         }
       }
@@ -1096,14 +1097,15 @@ class AbstractExecution {
       if (head + 2 < stop) {
         const Item& next = items_[static_cast<std::size_t>(head) + 1];
         __builtin_prefetch(&items_[static_cast<std::size_t>(head) + 2]);
-        __builtin_prefetch(&times_[static_cast<std::size_t>(next.first)]);
+        __builtin_prefetch(&starts_[static_cast<std::size_t>(next.first)]);
+        __builtin_prefetch(&ends_[static_cast<std::size_t>(next.first)]);
         if (next.count != 0) __builtin_prefetch(&ops_[static_cast<std::size_t>(next.dep_a)]);
       }
 #endif
       if (item.count == 0) {
         double t = free;
         if (item.dep_a != no_action) {
-          const double e = times_[static_cast<std::size_t>(item.dep_a)].end;
+          const double e = ends_[static_cast<std::size_t>(item.dep_a)];
           if (e < 0.0) {
             state.blocked_on = item.dep_a;
             break;
@@ -1111,7 +1113,7 @@ class AbstractExecution {
           t = std::max(t, e);
         }
         if (item.dep_b != no_action) {
-          const double e = times_[static_cast<std::size_t>(item.dep_b)].end;
+          const double e = ends_[static_cast<std::size_t>(item.dep_b)];
           if (e < 0.0) {
             state.blocked_on = item.dep_b;
             break;
@@ -1119,9 +1121,9 @@ class AbstractExecution {
           t = std::max(t, e + (input_delay_ != nullptr ? (*input_delay_)[static_cast<std::size_t>(item.first)] : 0.0));
         }
         const auto fi = static_cast<std::size_t>(item.first);
-        times_[fi].start = t;
+        starts_[fi] = t;
         free = t + item.duration;
-        times_[fi].end = free;
+        ends_[fi] = free;
         ++head;
         if (item.wake >= 0) wake_for(static_cast<std::size_t>(item.wake), item.first);
         continue;
@@ -1133,7 +1135,7 @@ class AbstractExecution {
         std::int32_t missing = no_action;
         for (std::int32_t k = 0; k < count && missing == no_action; ++k) {
           if (ops[k].producer == no_action) continue;
-          const double e = times_[static_cast<std::size_t>(ops[k].producer)].end;
+          const double e = ends_[static_cast<std::size_t>(ops[k].producer)];
           if (e < 0.0) missing = ops[k].producer;
           t = std::max(t, e);
         }
@@ -1144,19 +1146,19 @@ class AbstractExecution {
         state.posted = 1;
         for (std::int32_t k = 0; k < count; ++k) {
           const auto ii = static_cast<std::size_t>(ops[k].action);
-          times_[ii].start = t;
+          starts_[ii] = t;
           const auto q = static_cast<std::size_t>(ops[k].peer);
-          if (times_[q].start < 0.0) continue;  // the peer posts later and completes the transfer
-          const double e = std::max(t, times_[q].start) + ops[k].duration;
-          times_[ii].end = e;
-          times_[q].end = e;
+          if (starts_[q] < 0.0) continue;  // the peer posts later and completes the transfer
+          const double e = std::max(t, starts_[q]) + ops[k].duration;
+          ends_[ii] = e;
+          ends_[q] = e;
           wake(static_cast<std::size_t>(ops[k].peer_stream));
         }
       }
       double done = free;
       bool complete = true;
       for (std::int32_t k = 0; k < count && complete; ++k) {
-        const double e = times_[static_cast<std::size_t>(ops[k].action)].end;
+        const double e = ends_[static_cast<std::size_t>(ops[k].action)];
         complete = e >= 0.0;
         done = std::max(done, e);
       }
@@ -1221,12 +1223,10 @@ class AbstractExecution {
   pooled_vector<CommOp, uninitialised_allocator<CommOp>> ops_;
   mutable std::vector<std::int32_t> item_of_;  // action -> item, built for describe_stuck only
   // Per action: compute start and end; communication: when its group was posted and when
-  // its transfer completed; -1 for what has not happened.
-  struct Times {
-    double start = -1.0;
-    double end = -1.0;
-  };
-  pooled_vector<Times> times_;
+  // its transfer completed; -1 for what has not happened. Two arrays rather than pairs:
+  // dependencies read only ends, so the randomly read array is half as large.
+  pooled_vector<double> starts_;
+  pooled_vector<double> ends_;
   // A stream's whole state on one cache line: a run switches streams once per item or so.
   struct StreamState {
     std::int32_t head = 0;                // next item

@@ -166,8 +166,11 @@ struct CommEntry {
   // order and so sorted by key, then its receives, which arrive source rank by source rank,
   // each source's sorted by key: a few sorted runs per rank, merged when the program is built.
   std::vector<std::size_t> sends_of(ranks, 0), region(ranks + 1, 0);
+  detail::pooled_vector<std::int32_t, detail::uninitialised_allocator<std::int32_t>> receivers;
+  receivers.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     const std::int32_t to = receiver_of(static_cast<std::int32_t>(i));
+    receivers[i] = to;
     if (to < 0) continue;
     ++sends_of[static_cast<std::size_t>(flat.owner[i])];
     ++region[static_cast<std::size_t>(to) + 1];
@@ -181,7 +184,7 @@ struct CommEntry {
   std::vector<std::int32_t> last_source(ranks, -1);
   for (std::size_t r = 0; r < ranks; ++r) runs[r].push_back(region[r]);
   for (std::int32_t i = 0; i < static_cast<std::int32_t>(n); ++i) {
-    const std::int32_t to = receiver_of(i);
+    const std::int32_t to = receivers[static_cast<std::size_t>(i)];
     if (to < 0) continue;
     const auto from = static_cast<std::size_t>(flat.owner[static_cast<std::size_t>(i)]);
     const auto dest = static_cast<std::size_t>(to);

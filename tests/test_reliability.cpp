@@ -65,6 +65,18 @@ void* operator new[](std::size_t n) {
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
+// The nothrow forms too (std::stable_sort's buffer uses them): left to the runtime, they
+// would hand ASan's allocations to the free() below, which ASan reports as a mismatch.
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(n == 0 ? 1 : n);
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(n == 0 ? 1 : n);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
@@ -107,6 +119,12 @@ int os_threads() {
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
   return n;
 }
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool under_sanitizer = true;
+#else
+constexpr bool under_sanitizer = false;
+#endif
 
 // Resident pages of this process (the second field of /proc/self/statm).
 long resident_pages() {
@@ -537,8 +555,10 @@ TEST_CASE("soak: 10,000 steps on 4 ranks allocate nothing after warm-up and lose
     CHECK(allocations.load() == 0);
     CHECK(wrong_losses == 0);
     // No allocation means no growth; the margin (64 pages) is for the kernel's own accounting.
+    // Under a sanitizer the runtime's shadow memory and fake stacks grow on their own, so
+    // only the allocation count speaks there.
     INFO("resident pages after warm-up " << resident_after_warmup << ", at the end " << resident_at_end);
-    CHECK(resident_at_end <= resident_after_warmup + 64);
+    if (!under_sanitizer) CHECK(resident_at_end <= resident_after_warmup + 64);
     for (std::size_t i = 0; i < slots; ++i) {
       INFO("stage " << i / static_cast<std::size_t>(m) << ", micro-batch " << i % static_cast<std::size_t>(m));
       CHECK(forwards[i] == steps);

@@ -126,6 +126,14 @@ constexpr bool under_sanitizer = true;
 constexpr bool under_sanitizer = false;
 #endif
 
+// The thread count before a test starts any: a thread is started and joined first, so that
+// a runtime that starts a helper thread of its own on the first std::thread (TSan does)
+// has done so before the count is taken.
+int baseline_threads() {
+  std::thread([] {}).join();
+  return os_threads();
+}
+
 // Resident pages of this process (the second field of /proc/self/statm).
 long resident_pages() {
   std::ifstream statm("/proc/self/statm");
@@ -337,7 +345,7 @@ const Action* find_action(const Schedule& s, int rank, Op op, std::int32_t mb) {
 
 TEST_CASE("fault matrix: a throw in F, B, BI or BW on the first, a middle and the last rank and micro-batch",
           "[reliability]") {
-  const int threads_before = os_threads();
+  const int threads_before = baseline_threads();
   const int ppsched_threads_before = ppsched::live_threads();
   int cases = 0;
   for (const Family& fam : families) {
@@ -383,7 +391,7 @@ TEST_CASE("fault matrix: a throw in F, B, BI or BW on the first, a middle and th
 }
 
 TEST_CASE("fault matrix: a rank whose host stops without sending ends the step by the watchdog", "[reliability]") {
-  const int threads_before = os_threads();
+  const int threads_before = baseline_threads();
   for (const Family& fam : families) {
     const Schedule good = make(fam, ranks, microbatches);
     CpuCluster cluster(ranks);
@@ -432,7 +440,7 @@ TEST_CASE("fault matrix: a rank whose host stops without sending ends the step b
 // without leaving a thread behind once the callable has returned.
 TEST_CASE("fault matrix: a stage that hangs past the watchdog ends the step with a named timeout",
           "[reliability]") {
-  const int threads_before = os_threads();
+  const int threads_before = baseline_threads();
   for (const Family& fam : families) {
     const Schedule s = make(fam, ranks, microbatches);
     const int rank = ranks / 2;
@@ -466,12 +474,22 @@ TEST_CASE("fault matrix: a stage that hangs past the watchdog ends the step with
     // Destroying the World while the callable runs frees the buffers it writes (reported);
     // wait for the modelled device to answer before tearing down.
     REQUIRE(injection.wait_for_hang_to_end(10'000ms));
+    // The executor still finishes the hung task after the callable returns, and destroying
+    // it meanwhile races with that (reported with the above). One more step is the only
+    // barrier the World offers: its work queues behind the old task on the same streams.
+    // Its outcome is the reported problem (it fails on the failed step's stale send), so
+    // it is not checked.
+    injection.kind = Injection::Kind::none;
+    try {
+      twin.failing_step(2);
+    } catch (const ppsched::error&) {
+    }
   }
   CHECK(os_threads() == threads_before);
 }
 
 TEST_CASE("fault matrix: a slow rank changes the timing, not the results", "[reliability]") {
-  const int threads_before = os_threads();
+  const int threads_before = baseline_threads();
   for (const Family& fam : families) {
     const Schedule s = make(fam, ranks, microbatches);
     for (const int rank : {0, ranks / 2, ranks - 1}) {
@@ -499,7 +517,7 @@ TEST_CASE("soak: 10,000 steps on 4 ranks allocate nothing after warm-up and lose
   const int m = 8;
   const std::size_t floats = 4;
   const Schedule s = make({"1f1b", 1}, p, m);
-  const int threads_before = os_threads();
+  const int threads_before = baseline_threads();
   {
     CpuCluster cluster(p);
     // Fast synthetic stages (zero cost: no wait), each counting the micro-batches it sees.

@@ -218,32 +218,33 @@ struct CommEntry {
       std::merge(merged.begin(), merged.end(), run_begin, run_end, scratch.begin(), detail::comm_before);
       std::swap(merged, scratch);
     }
-    std::size_t cursor = 0;
-    // The next communication of rank r in (key, id) order, or none.
-    auto next = [&]() -> const detail::CommEntry* { return cursor < merged.size() ? &merged[cursor++] : nullptr; };
     auto& prog = out.programs[r];
-    prog.reserve(region[r + 1] - region[r] + static_cast<std::size_t>(flat.rank_begin[r + 1] - flat.rank_begin[r]));
+    const std::size_t comm_count = merged.size();
+    const std::int32_t begin = flat.rank_begin[r];
+    const auto compute_count = static_cast<std::size_t>(flat.rank_begin[r + 1] - begin);
+    prog.resize(comm_count + compute_count);
+    Action* emitted = prog.data();
+    std::size_t c = 0;  // the next communication in `merged`
     std::uint32_t next_group = 1;
-    const detail::CommEntry* pending = next();
-    // Emits every communication with the pending one's key, as one group when there are several.
+    // Emits every communication with the next one's key, as one group when there are several.
     auto emit_comm = [&]() {
-      const double key = pending->key;
-      const std::size_t first = prog.size();
-      while (pending != nullptr && pending->key == key) {
-        prog.push_back(detail::comm_action(flat.at(pending->producer), pending->receive != 0));
-        pending = next();
+      const double key = merged[c].key;
+      Action* const first = emitted;
+      for (; c < comm_count && merged[c].key == key; ++c) {
+        *emitted++ = detail::comm_action(flat.at(merged[c].producer), merged[c].receive != 0);
       }
-      if (options.group_simultaneous && prog.size() - first > 1) {
-        for (std::size_t k = first; k < prog.size(); ++k) prog[k].group = next_group;
+      if (options.group_simultaneous && emitted - first > 1) {
+        for (Action* x = first; x != emitted; ++x) x->group = next_group;
         ++next_group;
       }
     };
     const Action* const compute = flat.rank_actions[r];
-    for (std::int32_t i = flat.rank_begin[r]; i < flat.rank_begin[r + 1]; ++i) {
-      while (pending != nullptr && pending->key <= ideal.start(static_cast<std::size_t>(i))) emit_comm();
-      prog.push_back(compute[i - flat.rank_begin[r]]);
+    for (std::size_t k = 0; k < compute_count; ++k) {
+      const double start = ideal.start(static_cast<std::size_t>(begin) + k);
+      while (c < comm_count && merged[c].key <= start) emit_comm();
+      *emitted++ = compute[k];
     }
-    while (pending != nullptr) emit_comm();
+    while (c < comm_count) emit_comm();
   }
   return out;
 }

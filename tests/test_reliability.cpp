@@ -161,7 +161,9 @@ std::vector<float> data(std::size_t n, std::uint32_t seed, float scale) {
 // after every rank has stopped), so the step's start orders those writes before the reads.
 struct Injection {
   enum class Kind : std::uint8_t { none, throw_at, hang_at, slow_rank };
-  Kind kind = Kind::none;
+  // Atomic: the failed step's queued callables may still run when the test disarms it
+  // (the reported problem with work left behind a failed step).
+  std::atomic<Kind> kind{Kind::none};
   Op op = Op::F;
   std::int32_t stage = -1;
   std::int32_t microbatch = -1;

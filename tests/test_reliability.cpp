@@ -44,44 +44,9 @@
 #include "../examples/mlp/mlp_stage.hpp"
 
 // ------------------------------------------------------------------ allocation counting
-// Every allocation of the process, from every thread, while `counting` is on. No other
-// translation unit of this executable replaces operator new.
-namespace {
-std::atomic<bool> counting{false};
-std::atomic<long> allocations{0};
-}  // namespace
-
-// GCC inlines these into call sites and then sees free() of memory from "new"; they are a
-// matched pair here, so that warning does not apply.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(std::size_t n) {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-// The nothrow forms too (std::stable_sort's buffer uses them): left to the runtime, they
-// would hand ASan's allocations to the free() below, which ASan reports as a mismatch.
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(n == 0 ? 1 : n);
-}
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
-  if (counting.load(std::memory_order_relaxed)) allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(n == 0 ? 1 : n);
-}
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
+// Every allocation of the process is counted while `counting` is on (tests/counting_new.hpp;
+// no other translation unit of this executable replaces operator new).
+#include "counting_new.hpp"
 
 using namespace std::chrono_literals;
 using ppsched::Action;

@@ -1,9 +1,9 @@
 // Every schedule family behind one entry point: make_schedule("1f1b", {.ranks = 4,
 // .microbatches = 8}) builds the same value as make_1f1b(...), and family_names() lists the
 // canonical names a command line can offer. The families themselves live in fill_drain.hpp
-// (gpipe, looped-bfs, forward-only), one_f_one_b.hpp (1f1b, interleaved-1f1b) and
-// zero_bubble.hpp (zb-h1, zb-h2, zb-v). A generated schedule holds compute actions only;
-// lower() adds the communication.
+// (gpipe, looped-bfs, forward-only), one_f_one_b.hpp (1f1b, interleaved-1f1b), zero_bubble.hpp
+// (zb-h1, zb-h2, zb-v) and dualpipev.hpp (dualpipev). A generated schedule holds compute actions
+// only (DualPipeV's overlapped pairs are compute groups); lower() adds the communication.
 #pragma once
 
 #include <array>
@@ -13,6 +13,7 @@
 #include <string_view>
 
 #include "ppsched/error.hpp"
+#include "ppsched/schedule/dualpipev.hpp"
 #include "ppsched/schedule/fill_drain.hpp"
 #include "ppsched/schedule/one_f_one_b.hpp"
 #include "ppsched/schedule/request.hpp"
@@ -29,7 +30,7 @@ struct FamilyInfo {
   Schedule (*make)(const ScheduleRequest&);
 };
 
-inline constexpr std::array<FamilyInfo, 8> schedule_families{{
+inline constexpr std::array<FamilyInfo, 9> schedule_families{{
     {gpipe_name, "any p, m; v = 1", "all forwards, then all backwards (fill-drain); m activations per stage",
      &make_gpipe},
     {one_f_one_b_name, "any p, m; v = 1",
@@ -44,6 +45,9 @@ inline constexpr std::array<FamilyInfo, 8> schedule_families{{
      "zero bubble H2: 2p-1 warm-up forwards on stage 0, no bubble in each rank's span", &make_zb_h2},
     {zb_v_name, "any p, m; v = 2", "zero bubble V: two chunks per rank in a V shape, split backward",
      &make_zb_v},
+    {dualpipev_name, "any p; v = 2; m >= 2p",
+     "DeepSeek's DualPipeV: a V of two chunks per rank, steady state of overlapped F&B pairs (compute groups)",
+     &make_dualpipev},
     {forward_only_name, "any p, m; v = 1", "inference: forwards only", &make_forward_only},
 }};
 
@@ -108,6 +112,7 @@ inline constexpr std::array<std::string_view, schedule_families.size()> family_n
   if (f->name == looped_bfs_name) return true;
   if (f->name == interleaved_1f1b_name) return interleaved_1f1b_accepts(r);
   if (f->name == zb_v_name) return r.chunks == 2;
+  if (f->name == dualpipev_name) return dualpipev_accepts(r);
   return r.chunks == 1;
 }
 

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "ppsched/error.hpp"
+#include "ppsched/schedule/dualpipev.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/schedule/lower.hpp"
 #include "ppsched/schedule/request.hpp"
@@ -48,7 +49,6 @@
 #include "ppsched/schedule/validate.hpp"
 #include "ppsched/search/costs.hpp"
 #include "ppsched/search/dependency_run.hpp"
-#include "ppsched/search/dualpipev.hpp"
 #include "ppsched/search/greedy.hpp"
 #include "ppsched/search/memory.hpp"
 #include "ppsched/sim/cost_model.hpp"
@@ -551,9 +551,19 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
       c.note = concat("needs m >= 2p = ", 2 * p, " micro-batches");
       rejected.push_back(std::move(c));
     } else {
-      PairedSchedule d = make_dualpipev(r);
-      add_built(std::move(c), std::move(d.schedule), static_cast<std::size_t>(at),
-                options.fb_overlap > 0.0 ? std::move(d.pairs) : std::vector<OverlapPair>{});
+      Schedule d = make_dualpipev(r);
+      std::vector<OverlapPair> pairs;
+      for (std::size_t rank = 0; rank < d.programs.size(); ++rank) {
+        auto& program = d.programs[rank];
+        for (std::size_t i = 0; i < program.size(); ++i) {
+          if (program[i].group != 0 && i + 1 < program.size() && program[i + 1].group == program[i].group) {
+            pairs.push_back(OverlapPair{static_cast<std::int32_t>(rank), static_cast<std::int32_t>(i)});
+          }
+        }
+        for (Action& a : program) a.group = 0;
+      }
+      add_built(std::move(c), std::move(d), static_cast<std::size_t>(at),
+                options.fb_overlap > 0.0 ? std::move(pairs) : std::vector<OverlapPair>{});
     }
   }
 

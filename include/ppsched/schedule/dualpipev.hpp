@@ -6,11 +6,11 @@
 // (p-1)(T_F&B + T_B - 3 T_BW), T_F&B being the time of one overlapped pair, for p+1 stages'
 // worth of activations per device.
 //
-// The action IR has no overlapped pair, so the schedule is emitted as the pair's F followed by
-// its B, and the pairs are returned beside it: validate(), lower(), simulate() and the
-// executor see the sequential order (what ppsched can run today), and run_dependencies() with
-// the pairs predicts the overlapped step. Rank r's program, with c0 = stage r, c1 = stage
-// 2p-1-r and deferred BWs run oldest first:
+// Each pair is emitted as a compute group (docs/execution-model.md, "Overlapped pairs"): the
+// pair's F then its B, adjacent, sharing a nonzero Action::group. The validator, lower(), the
+// simulator (CostModel::fb_overlap says how much of the pair overlaps) and run_dependencies()
+// treat the two as one item; the executor runs them as F then B. Rank r's program, with
+// c0 = stage r, c1 = stage 2p-1-r and deferred BWs run oldest first:
 //   1. 2(p-r-1) forwards of c0;
 //   2. r+1 times: F c0, F c1;
 //   3. p-r-1 times: BI c1, its BW, F c1;
@@ -28,23 +28,15 @@
 #include <deque>
 #include <string_view>
 #include <utility>
-#include <vector>
 
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/search/dependency_run.hpp"
 
 namespace ppsched {
 
 inline constexpr std::string_view dualpipev_name = "dualpipev";
-
-// A schedule together with the F&B pairs its ranks run overlapped.
-struct PairedSchedule {
-  Schedule schedule;
-  std::vector<OverlapPair> pairs;
-};
 
 // Whether make_dualpipev(r) would succeed: v = 2 and m >= 2p (the sizes every family checks
 // included).
@@ -53,9 +45,10 @@ struct PairedSchedule {
          3 * std::int64_t{r.ranks} * r.chunks * r.microbatches <= detail::max_generated_actions;
 }
 
-// DualPipeV for p ranks, m >= 2p micro-batches, v = 2. Throws ppsched::error otherwise, saying
-// the nearest valid request.
-[[nodiscard]] inline PairedSchedule make_dualpipev(const ScheduleRequest& r) {
+// DualPipeV for p ranks, m >= 2p micro-batches, v = 2, its F&B pairs as compute groups (ids
+// 1, 2, ... along each rank's program). Throws ppsched::error otherwise, saying the nearest
+// valid request.
+[[nodiscard]] inline Schedule make_dualpipev(const ScheduleRequest& r) {
   detail::check_request_sizes(dualpipev_name, r);
   detail::require_chunks(dualpipev_name, r, 2, "dualpipev places two chunks per rank in a V shape",
                          "for one stage per rank use zb-h1 or zb-h2");
@@ -65,10 +58,10 @@ struct PairedSchedule {
           detail::concat("needs at least 2p = ", 2 * p, " micro-batches to fill its V (got m=", m, ")"),
           detail::concat("request ", to_string(r)), detail::concat("nearest valid: m=", 2 * p, ", or use zb-v")});
   }
-  PairedSchedule out;
-  out.schedule = detail::empty_schedule(dualpipev_name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(m));
+  Schedule out = detail::empty_schedule(dualpipev_name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(m));
   for (std::int32_t rank = 0; rank < p; ++rank) {
-    auto& program = out.schedule.programs[static_cast<std::size_t>(rank)];
+    auto& program = out.programs[static_cast<std::size_t>(rank)];
+    std::uint32_t next_group = 1;
     const std::int32_t c0 = rank, c1 = 2 * p - 1 - rank;
     std::int32_t f0 = 0, f1 = 0, b0 = 0, b1 = 0;
     std::deque<std::pair<std::int32_t, std::int32_t>> deferred;  // (stage, micro-batch) awaiting BW
@@ -88,9 +81,10 @@ struct PairedSchedule {
       deferred.pop_front();
     };
     const auto pair = [&](std::int32_t forward_stage, std::int32_t backward_stage) {
-      out.pairs.push_back(OverlapPair{rank, static_cast<std::int32_t>(program.size())});
       forward(forward_stage);
       backward(backward_stage, false);
+      program[program.size() - 2].group = next_group;
+      program.back().group = next_group++;
     };
 
     for (std::int32_t i = 0; i < 2 * (p - rank - 1); ++i) forward(c0);

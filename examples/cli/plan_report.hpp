@@ -23,7 +23,12 @@
 
 namespace ppsched::cli {
 
-inline constexpr std::string_view version_text = "0.1.0";
+// The project's version as meson.build's project() states it: examples/meson.build passes it
+// to every tool, so `--version` and the JSON's "version" cannot drift from the release.
+#if !defined(PPSCHED_VERSION)
+#error "PPSCHED_VERSION is not defined: build the tools with Meson (examples/meson.build defines it from the project version)"
+#endif
+inline constexpr std::string_view version_text = PPSCHED_VERSION;
 
 namespace detail {
 

@@ -2,8 +2,9 @@
 // .microbatches = 8}) builds the same value as make_1f1b(...), and family_names() lists the
 // canonical names a command line can offer. The families themselves live in fill_drain.hpp
 // (gpipe, looped-bfs, forward-only), one_f_one_b.hpp (1f1b, interleaved-1f1b), zero_bubble.hpp
-// (zb-h1, zb-h2, zb-v) and dualpipev.hpp (dualpipev). A generated schedule holds compute actions
-// only (DualPipeV's overlapped pairs are compute groups); lower() adds the communication.
+// (zb-h1, zb-h2, zb-v), controllable_memory.hpp (v-half, v-min) and dualpipev.hpp (dualpipev). A
+// generated schedule holds compute actions only (DualPipeV's overlapped pairs are compute groups);
+// lower() adds the communication.
 #pragma once
 
 #include <array>
@@ -13,6 +14,7 @@
 #include <string_view>
 
 #include "ppsched/error.hpp"
+#include "ppsched/schedule/controllable_memory.hpp"
 #include "ppsched/schedule/dualpipev.hpp"
 #include "ppsched/schedule/fill_drain.hpp"
 #include "ppsched/schedule/one_f_one_b.hpp"
@@ -30,7 +32,7 @@ struct FamilyInfo {
   Schedule (*make)(const ScheduleRequest&);
 };
 
-inline constexpr std::array<FamilyInfo, 9> schedule_families{{
+inline constexpr std::array<FamilyInfo, 11> schedule_families{{
     {gpipe_name, "any p, m; v = 1", "all forwards, then all backwards (fill-drain); m activations per stage",
      &make_gpipe},
     {one_f_one_b_name, "any p, m; v = 1",
@@ -45,6 +47,10 @@ inline constexpr std::array<FamilyInfo, 9> schedule_families{{
      "zero bubble H2: 2p-1 warm-up forwards on stage 0, no bubble in each rank's span", &make_zb_h2},
     {zb_v_name, "any p, m; v = 2", "zero bubble V: two chunks per rank in a V shape, split backward",
      &make_zb_v},
+    {v_half_name, "any p, m; v = 2",
+     "controllable memory V-Half: repeated V building block, about half of 1F1B's activation memory", &make_v_half},
+    {v_min_name, "any p, m; v = 2",
+     "controllable memory V-Min: repeated V building block, about a third of 1F1B's activation memory", &make_v_min},
     {dualpipev_name, "any p; v = 2; m >= 2p",
      "DeepSeek's DualPipeV: a V of two chunks per rank, steady state of overlapped F&B pairs (compute groups)",
      &make_dualpipev},
@@ -111,7 +117,7 @@ inline constexpr std::array<std::string_view, schedule_families.size()> family_n
   if (3 * std::int64_t{r.ranks} * r.chunks * r.microbatches > detail::max_generated_actions) return false;
   if (f->name == looped_bfs_name) return true;
   if (f->name == interleaved_1f1b_name) return interleaved_1f1b_accepts(r);
-  if (f->name == zb_v_name) return r.chunks == 2;
+  if (f->name == zb_v_name || f->name == v_half_name || f->name == v_min_name) return r.chunks == 2;
   if (f->name == dualpipev_name) return dualpipev_accepts(r);
   return r.chunks == 1;
 }

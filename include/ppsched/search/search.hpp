@@ -1,8 +1,9 @@
 // Schedule search: the best schedule for measured, uneven costs under a per-rank memory cap.
 //
 // Fixed families are the floor. `search_schedule` builds, for p ranks and m micro-batches,
-//   - every fixed family (gpipe, 1f1b, zb-h1, zb-h2, zb-v, and interleaved-1f1b and looped-bfs
-//     at v = 1 and at each interleaving depth asked for),
+//   - every fixed family (gpipe, 1f1b, zb-h1, zb-h2, zb-v, the controllable-memory v-half and
+//     v-min on the V, and interleaved-1f1b and looped-bfs at v = 1 and at each interleaving depth
+//     asked for),
 //   - DualPipeV (dualpipev.hpp), its F&B pairs modelled when SearchOptions::fb_overlap > 0,
 //   - the greedy construction (greedy.hpp) on each placement — one stage per rank, the V of
 //     ZB-V, v looped chunks — with BI or forward first, forwards that wait for the critical
@@ -377,7 +378,9 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
 [[nodiscard]] inline bool family_accepts(std::string_view family, const ScheduleRequest& r,
                                          const SearchOptions& options) {
   if (family == forward_only_name) return false;
-  if (!options.split_backward && (family == zb_h1_name || family == zb_h2_name || family == zb_v_name)) return false;
+  if (!options.split_backward && (family == zb_h1_name || family == zb_h2_name || family == zb_v_name ||
+                                  family == v_half_name || family == v_min_name))
+    return false;
   return accepts(family, r);
 }
 
@@ -502,14 +505,15 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
     for (const FamilyInfo& f : schedule_families) {
       if (f.name == forward_only_name) continue;
       const bool looped = f.name == interleaved_1f1b_name || f.name == looped_bfs_name;
-      std::vector<std::int32_t> depths{f.name == zb_v_name ? 2 : 1};
+      const bool v_shape = f.name == zb_v_name || f.name == v_half_name || f.name == v_min_name;
+      std::vector<std::int32_t> depths{v_shape ? 2 : 1};
       if (looped) {  // v = 1 too: looped-bfs is then its own order, not GPipe's
         for (const SearchPlacement& sp : placements) {
           if (sp.kind == "looped") depths.push_back(sp.chunks);
         }
       }
       for (const std::int32_t v : depths) {
-        const std::string kind = f.name == zb_v_name ? "v-shape" : (looped && v > 1 ? "looped" : "one stage per rank");
+        const std::string kind = v_shape ? "v-shape" : (looped && v > 1 ? "looped" : "one stage per rank");
         Candidate c;
         c.name = looped ? concat(f.name, " v=", v) : std::string(f.name);
         c.kind = CandidateKind::family;
@@ -519,7 +523,7 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
         const std::ptrdiff_t at = placement_index(kind, v);
         if (at < 0 || !family_accepts(f.name, r, options)) {
           c.note = at < 0 ? "its placement was not searched (see SearchOptions::chunks)"
-                          : (!options.split_backward && f.name.substr(0, 3) == "zb-"
+                          : (!options.split_backward && (f.name.substr(0, 3) == "zb-" || v_shape)
                                  ? "splits the backward (SearchOptions::split_backward is off)"
                                  : concat("does not accept ", to_string(r), " (", f.rule, ")"));
           rejected.push_back(std::move(c));

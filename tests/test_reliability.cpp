@@ -4,10 +4,11 @@
 // last rank are three different ranks) with the plain C++ MLP of examples/mlp, and injects:
 // a throw in F, B, BI or BW on the first, a middle and the last rank at the first, a middle
 // and the last micro-batch; a rank whose host stops without sending; a stage that hangs
-// past the watchdog; a slow rank. Each case must end (no hang), name the first error with
-// its rank, stage, micro-batch and action, leave no thread behind, and the next step after
-// the recovered fault must give the same losses and gradients, bit for bit, as the model
-// trained without a pipeline. Leaks are LeakSanitizer's job: .ci/reliability runs this
+// past the watchdog (and one that gives up when its step's stop token asks); a slow rank.
+// Each case must end (no hang), name the first error with its rank, stage, micro-batch and
+// action, leave no thread behind, and the next step after the recovered fault must give the
+// same losses and gradients, bit for bit, as the model trained without a pipeline. The
+// forward-only schedule gets the throws in F, checked against the unpipelined forward. Leaks are LeakSanitizer's job: .ci/reliability runs this
 // executable under ASan, whose leak check fails the run at exit.
 //
 // The soak runs 10,000 steps on 4 ranks with fast synthetic stages and checks that steady
@@ -19,6 +20,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -27,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <limits>
 #include <new>
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/runtime/synthetic.hpp>
@@ -36,6 +39,7 @@
 #include <ppsched/schedule/lower.hpp>
 #include <ppsched/sim/cost_model.hpp>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
@@ -125,7 +129,7 @@ std::vector<float> data(std::size_t n, std::uint32_t seed, float scale) {
 // worker threads; the test thread writes it only between steps (World::run_step returns
 // after every rank has stopped), so the step's start orders those writes before the reads.
 struct Injection {
-  enum class Kind : std::uint8_t { none, throw_at, hang_at, slow_rank };
+  enum class Kind : std::uint8_t { none, throw_at, hang_at, hang_until_stopped, slow_rank };
   // Atomic: the failed step's queued callables may still run when the test disarms it
   // (the reported problem with work left behind a failed step).
   std::atomic<Kind> kind{Kind::none};
@@ -133,23 +137,31 @@ struct Injection {
   std::int32_t stage = -1;
   std::int32_t microbatch = -1;
   std::vector<bool> slow_stage;              // slow_rank: the stages on the slow rank
-  std::chrono::milliseconds duration{0};     // hang_at: how long the stage hangs; slow_rank: per action
-  // After the wrapped callable returned: tells a waiting test that the hung action is over.
+  // hang_at: how long the stage hangs; hang_until_stopped: the longest it waits for the stop;
+  // slow_rank: per action.
+  std::chrono::milliseconds duration{0};
+  // After the wrapped callable returned: records that the hung action is over.
   void after(Op o, std::int32_t s, std::int32_t mb) const {
-    if (kind != Kind::hang_at || o != op || s != stage || mb != microbatch) return;
+    if ((kind != Kind::hang_at && kind != Kind::hang_until_stopped) || o != op || s != stage || mb != microbatch) {
+      return;
+    }
     const std::lock_guard<std::mutex> lock(hang_mutex);
     hang_over = true;
-    hang_ended.notify_all();
   }
 
   mutable std::mutex hang_mutex;
-  mutable std::condition_variable hang_ended;
   mutable bool hang_over = false;
+  mutable std::atomic<bool> saw_stop{false};  // hang_until_stopped: the step's stop token ended the hang
 
-  // True once the hung callable has returned (bounded: false after `limit`).
-  bool wait_for_hang_to_end(std::chrono::milliseconds limit) const {
-    std::unique_lock<std::mutex> lock(hang_mutex);
-    return hang_ended.wait_for(lock, limit, [this] { return hang_over; });
+  // Whether the hung callable has returned (read after the step that hung has thrown).
+  [[nodiscard]] bool hang_has_ended() const {
+    const std::lock_guard<std::mutex> lock(hang_mutex);
+    return hang_over;
+  }
+  void rearm() {
+    const std::lock_guard<std::mutex> lock(hang_mutex);
+    hang_over = false;
+    saw_stop = false;
   }
 
   void before(Op o, std::int32_t s, std::int32_t mb) const {
@@ -162,6 +174,16 @@ struct Injection {
       case Kind::hang_at:
         // A device that stops answering, modelled as a timed wait well past the watchdog.
         if (o == op && s == stage && mb == microbatch) std::this_thread::sleep_for(duration);
+        return;
+      case Kind::hang_until_stopped:
+        // A long callable that cooperates: it polls its step's stop token (here: sleeps on it).
+        if (o == op && s == stage && mb == microbatch) {
+          std::mutex m;
+          std::condition_variable_any cv;
+          std::unique_lock<std::mutex> lock(m);
+          (void)cv.wait_for(lock, ppsched::step_stop_token(), duration, [] { return false; });
+          saw_stop = ppsched::step_stop_token().stop_requested();
+        }
         return;
       case Kind::slow_rank:
         // A slower device: a timed wait, not a synchronisation.
@@ -287,6 +309,89 @@ class TwinTraining {
   }
 };
 
+// Inference through a World (the forward-only schedule) beside the same MLP's forward run
+// without a pipeline. The last stage's forward writes each micro-batch's output where the
+// test reads it; a micro-batch that never arrives leaves NaN there.
+class ForwardTwin {
+ public:
+  ForwardTwin(const Schedule& schedule, CpuCluster& cluster, const Injection& injection)
+      : microbatches_(schedule.microbatches), stages_(schedule.stages()) {
+    const auto layers = static_cast<std::size_t>(std::max(4, stages_) + 1);
+    widths_.push_back(3);
+    for (std::size_t l = 1; l < layers; ++l) widths_.push_back(4 + l % 3);
+    widths_.push_back(2);
+    model_ = std::make_unique<mlp::Mlp>(widths_, 11);
+    std::vector<StageFunctions> functions;
+    for (int s = 0; s < stages_; ++s) {
+      const std::size_t first = layers * static_cast<std::size_t>(s) / static_cast<std::size_t>(stages_);
+      const std::size_t last = layers * static_cast<std::size_t>(s + 1) / static_cast<std::size_t>(stages_);
+      adapters_.push_back(std::make_unique<mlp::MlpStage>(*model_, first, last, rows_, microbatches_));
+      const StageFunctions full = adapters_.back()->functions(s + 1 == stages_, 1.0f, 0.0f);
+      StageFunctions f;  // inference needs only the sizes and the forward
+      f.input_size = full.input_size;
+      f.output_size = full.output_size;
+      const bool last_stage = s + 1 == stages_;
+      f.forward = [fwd = full.forward, &injection, s, last_stage, this](std::int32_t mb, std::span<const float> in,
+                                                                         std::span<float> o) {
+        injection.before(Op::F, s, mb);
+        fwd(mb, in, o);
+        if (last_stage) std::copy(o.begin(), o.end(), outputs_.begin() + static_cast<std::ptrdiff_t>(o.size() * static_cast<std::size_t>(mb)));
+        injection.after(Op::F, s, mb);
+      };
+      functions.push_back(std::move(f));
+    }
+    clear_outputs();
+    world_ = std::make_unique<World<CpuBackend>>(backends(cluster), schedule, std::move(functions));
+  }
+
+  // One inference step; true when every micro-batch's output equals the unpipelined forward
+  // bit for bit.
+  bool step_matches_reference(std::uint32_t seed) {
+    const std::vector<float> inputs = make_inputs(seed);
+    clear_outputs();
+    (void)world_->run_step({inputs, {}});
+    std::vector<float> expected;
+    const std::size_t in = rows_ * widths_.front();
+    for (std::size_t mb = 0; mb < static_cast<std::size_t>(microbatches_); ++mb) {
+      std::vector<float> x(inputs.begin() + static_cast<std::ptrdiff_t>(mb * in),
+                           inputs.begin() + static_cast<std::ptrdiff_t>((mb + 1) * in));
+      for (const mlp::Linear& layer : model_->layers) {
+        std::vector<float> z(rows_ * layer.out());
+        std::vector<float> y(z.size());
+        layer.forward(x, z);
+        mlp::Tanh::forward(z, y);
+        x = std::move(y);
+      }
+      expected.insert(expected.end(), x.begin(), x.end());
+    }
+    return outputs_ == expected;
+  }
+
+  void failing_step(std::uint32_t seed) {
+    const std::vector<float> inputs = make_inputs(seed);
+    clear_outputs();
+    (void)world_->run_step({inputs, {}});
+  }
+
+ private:
+  std::int32_t microbatches_;
+  int stages_;
+  std::size_t rows_ = 2;
+  std::vector<std::size_t> widths_;
+  std::unique_ptr<mlp::Mlp> model_;
+  std::vector<std::unique_ptr<mlp::MlpStage>> adapters_;
+  std::vector<float> outputs_;  // written by the last stage's forward, read between steps
+  std::unique_ptr<World<CpuBackend>> world_;
+
+  void clear_outputs() {
+    outputs_.assign(static_cast<std::size_t>(microbatches_) * rows_ * widths_.back(),
+                    std::numeric_limits<float>::quiet_NaN());
+  }
+  [[nodiscard]] std::vector<float> make_inputs(std::uint32_t seed) const {
+    return data(static_cast<std::size_t>(microbatches_) * rows_ * widths_.front(), 300u + seed, 1.0f);
+  }
+};
+
 // The error `f` throws, or a test failure when it throws none or another type.
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -398,14 +503,51 @@ TEST_CASE("fault matrix: a rank whose host stops without sending ends the step b
   CHECK(os_threads() == threads_before);
 }
 
-// The next step after this timeout is NOT checked here: the executor stops draining its
-// streams after one more watchdog period while the hung callable still runs, the World
-// recovers the backends, and the rank's queued send from the failed step is posted into the
-// next step, where it pairs with another micro-batch's receive (reported to the runtime's
-// owner; docs/reliability.md has the reproduction). The case checks what holds today: the
-// step ends, the error names the stuck action, and tearing down waits for the callable
-// without leaving a thread behind once the callable has returned.
-TEST_CASE("fault matrix: a stage that hangs past the watchdog ends the step with a named timeout",
+TEST_CASE("fault matrix: forward-only, a throw in F on the first, a middle and the last rank and micro-batch",
+          "[reliability]") {
+  const int threads_before = baseline_threads();
+  const Schedule s = make({"forward-only", 1}, ranks, microbatches);
+  {
+    CpuCluster cluster(ranks);
+    Injection injection;
+    ForwardTwin twin(s, cluster, injection);
+    REQUIRE(twin.step_matches_reference(0));
+    const int threads_running = os_threads();
+    std::uint32_t seed = 1;
+    int cases = 0;
+    for (const int rank : {0, ranks / 2, ranks - 1}) {
+      for (const std::int32_t mb : {0, microbatches / 2, microbatches - 1}) {
+        const Action* a = find_action(s, rank, Op::F, mb);
+        REQUIRE(a != nullptr);
+        injection.kind = Injection::Kind::throw_at;
+        injection.op = Op::F;
+        injection.stage = a->stage;
+        injection.microbatch = mb;
+        INFO("forward-only: throw at " << ppsched::to_string(*a) << " on rank " << rank);
+        const std::string what = error_of([&] { twin.failing_step(seed++); });
+        INFO(what);
+        CHECK(contains(what, "rank " + std::to_string(rank)));
+        CHECK(contains(what, "stage " + std::to_string(a->stage)));
+        CHECK(contains(what, "micro-batch " + std::to_string(mb)));
+        CHECK(contains(what, ppsched::to_string(*a)));
+        CHECK(contains(what, "injected fault"));
+        injection.kind = Injection::Kind::none;
+        CHECK(os_threads() == threads_running);
+        CHECK(twin.step_matches_reference(seed++));
+        ++cases;
+      }
+    }
+    CHECK(cases == 9);
+  }
+  CHECK(os_threads() == threads_before);
+}
+
+// A stage callable that runs past the watchdog cannot be interrupted: the step reports the
+// timeout, but returns only once the callable has returned (its buffers stay in use until
+// then), with the work queued behind it dropped. So the next step starts clean and must be
+// exact, and the World can be destroyed right after.
+TEST_CASE("fault matrix: a stage that hangs past the watchdog ends the step with a named timeout; the next step "
+          "is exact",
           "[reliability]") {
   const int threads_before = baseline_threads();
   for (const Family& fam : families) {
@@ -414,45 +556,141 @@ TEST_CASE("fault matrix: a stage that hangs past the watchdog ends the step with
     const Action* a = find_action(s, rank, Op::F, microbatches / 2);
     REQUIRE(a != nullptr);
     INFO(fam.name << ": " << ppsched::to_string(*a) << " on rank " << rank << " hangs");
-    // The failed step's send stays queued after the hung callable returns (the reported
-    // problem), and destroying the World waits for it until the backend's own backstop
-    // gives up: 1 s here instead of the default 60 s.
-    ppsched::CpuOptions backstop;
-    backstop.watchdog = 1000ms;
-    CpuCluster cluster(ranks, backstop);
+    CpuCluster cluster(ranks);
+    Injection injection;
+    ppsched::ExecutorOptions options;
+    options.watchdog = 150ms;
+    {
+      TwinTraining twin(s, cluster, injection, options);
+      CHECK(twin.step_matches_reference(0));
+      const int threads_running = os_threads();
+      injection.kind = Injection::Kind::hang_at;
+      injection.op = Op::F;
+      injection.stage = a->stage;
+      injection.microbatch = a->microbatch;
+      injection.duration = 700ms;  // well past the watchdog
+      const std::string what = error_of([&] { twin.failing_step(1); });
+      INFO(what);
+      CHECK(contains(what, "watchdog: no action completed"));
+      // Whichever rank fires first names its stream heads; the hung action is named by its
+      // own rank or as what a peer's transfer waits for.
+      CHECK((contains(what, ppsched::to_string(*a) + " is running") || contains(what, "to be posted")));
+      // The step ended only after the callable returned.
+      CHECK(injection.hang_has_ended());
+      injection.kind = Injection::Kind::none;
+      CHECK(os_threads() == threads_running);
+      CHECK(twin.step_matches_reference(2));
+      CHECK(twin.step_matches_reference(3));
+      CHECK(twin.same_weights());
+    }
+  }
+  CHECK(os_threads() == threads_before);
+}
+
+// The reproduction of the reported bug: p = 2, 1F1B, m = 4, F1@s0 hangs past the watchdog
+// once; the next step used to pair the failed step's stale send with a new receive, and
+// destroying the World used to free buffers the callable still wrote (ASan) or block for
+// the backend's 60 s backstop. In checking and in non-checking mode.
+TEST_CASE("timeout reproduction: after a hung F1@s0 on 2 ranks the next step is exact and teardown is clean",
+          "[reliability]") {
+  const int threads_before = baseline_threads();
+  for (const bool checking : {true, false}) {
+    INFO("checking mode " << checking);
+    const Schedule s = make({"1f1b", 1}, 2, 4);
+    ppsched::CpuOptions cpu;
+    cpu.checking = checking;
+    CpuCluster cluster(2, cpu);
     Injection injection;
     ppsched::ExecutorOptions options;
     options.watchdog = 150ms;
     TwinTraining twin(s, cluster, injection, options);
-    CHECK(twin.step_matches_reference(0));
     injection.kind = Injection::Kind::hang_at;
     injection.op = Op::F;
-    injection.stage = a->stage;
-    injection.microbatch = a->microbatch;
-    // The watchdog samples progress once per period, so it fires between one and two
-    // periods after the last completion: the hang outlasts both with a wide margin.
+    injection.stage = 0;
+    injection.microbatch = 1;
     injection.duration = 700ms;
-    const std::string what = error_of([&] { twin.failing_step(1); });
+    const std::string what = error_of([&] { twin.failing_step(0); });
     INFO(what);
     CHECK(contains(what, "watchdog: no action completed"));
-    // Whichever rank fires first names its stream heads; the hung action is named by its
-    // own rank or as what a peer's transfer waits for.
-    CHECK((contains(what, ppsched::to_string(*a) + " is running") || contains(what, "to be posted")));
-    // Destroying the World while the callable runs frees the buffers it writes (reported);
-    // wait for the modelled device to answer before tearing down.
-    REQUIRE(injection.wait_for_hang_to_end(10'000ms));
-    // The executor still finishes the hung task after the callable returns, and destroying
-    // it meanwhile races with that (reported with the above). One more step is the only
-    // barrier the World offers: its work queues behind the old task on the same streams.
-    // Its outcome is the reported problem (it fails on the failed step's stale send), so
-    // it is not checked.
+    CHECK(injection.hang_has_ended());
     injection.kind = Injection::Kind::none;
-    try {
-      twin.failing_step(2);
-    } catch (const ppsched::error&) {
-    }
+    CHECK(twin.step_matches_reference(1));
+    CHECK(twin.step_matches_reference(2));
+  }  // the World is destroyed right after its steps
+  CHECK(os_threads() == threads_before);
+}
+
+// A callable that polls its step's stop token ends the failed step as soon as the watchdog
+// (or any rank's error) fires, instead of running its course.
+TEST_CASE("fault matrix: a hung stage that watches step_stop_token() returns when the step fails", "[reliability]") {
+  const int threads_before = baseline_threads();
+  for (const Family& fam : families) {
+    const Schedule s = make(fam, ranks, microbatches);
+    const int rank = ranks - 1;
+    const Action* a = find_action(s, rank, s.split_backward ? Op::BW : Op::B, 0);
+    REQUIRE(a != nullptr);
+    INFO(fam.name << ": " << ppsched::to_string(*a) << " on rank " << rank << " hangs until stopped");
+    CpuCluster cluster(ranks);
+    Injection injection;
+    ppsched::ExecutorOptions options;
+    options.watchdog = 150ms;
+    TwinTraining twin(s, cluster, injection, options);
+    injection.kind = Injection::Kind::hang_until_stopped;
+    injection.op = a->op;
+    injection.stage = a->stage;
+    injection.microbatch = a->microbatch;
+    injection.duration = 20'000ms;  // a bound only: the stop token ends the wait
+    const std::string what = error_of([&] { twin.failing_step(0); });
+    INFO(what);
+    CHECK(contains(what, "watchdog: no action completed"));
+    CHECK(injection.hang_has_ended());
+    CHECK(injection.saw_stop.load());
+    injection.kind = Injection::Kind::none;
+    CHECK(twin.step_matches_reference(1));
   }
   CHECK(os_threads() == threads_before);
+}
+
+// The watchdog measures from the last completion: a rank whose actions each take a good
+// part of the period, for longer than the period in all, is not reported; the action after
+// which nothing completes is, by name.
+TEST_CASE("watchdog: fires on the stalled action, not on a slow rank that keeps completing", "[reliability]") {
+  const Schedule s = make({"1f1b", 1}, 1, 6);
+  CpuCluster cluster(1);
+  std::atomic<bool> saw_stop{false};
+  StageFunctions f;
+  f.input_size = f.output_size = f.target_size = 1;
+  auto slow = [] { std::this_thread::sleep_for(40ms); };  // a slower device, 1/5 of the period
+  f.forward = [&](std::int32_t mb, std::span<const float> in, std::span<float> out) {
+    if (mb == 4) {  // stalls here until the step fails
+      std::mutex m;
+      std::condition_variable_any cv;
+      std::unique_lock<std::mutex> lock(m);
+      (void)cv.wait_for(lock, ppsched::step_stop_token(), 20s, [] { return false; });
+      saw_stop = ppsched::step_stop_token().stop_requested();
+      return;
+    }
+    slow();
+    out[0] = in[0];
+  };
+  f.backward = [&](std::int32_t, std::span<const float>, std::span<const float>, std::span<float>, std::span<float>) {
+    slow();
+  };
+  f.loss = [](std::int32_t, std::span<const float>, std::span<const float>, std::span<float> g) {
+    g[0] = 0.0f;
+    return 0.0f;
+  };
+  ppsched::ExecutorOptions options;
+  options.watchdog = 200ms;
+  World<CpuBackend> world({&cluster.rank(0)}, s, {f}, options);
+  const std::vector<float> inputs(6, 1.0f);
+  const std::vector<float> targets(6, 0.0f);
+  // Eight actions of 40 ms (F0..F3, B0..B3) come before F4: 320 ms of steady progress.
+  const std::string what = error_of([&] { (void)world.run_step({inputs, targets}); });
+  INFO(what);
+  CHECK(contains(what, "watchdog: no action completed for 200 ms"));
+  CHECK(contains(what, "compute stream: F4@s0 is running"));
+  CHECK(saw_stop.load());
 }
 
 TEST_CASE("fault matrix: a slow rank changes the timing, not the results", "[reliability]") {

@@ -10,11 +10,16 @@
 // micro-batch and action, with the original message. When no action of the rank completes
 // for `ExecutorOptions::watchdog`, the step ends with an error naming the actions at the
 // head of each stream and what they wait for. Either way the executor reports the error to
-// the step's `StepFaults` (first error wins, every other rank is asked to stop), aborts its
-// communicator so every pending transfer ends, waits until its streams hold no more work,
-// and throws. The World then recovers every backend and can run the next step.
+// the step's `StepFaults` (first error wins, every other rank is asked to stop, and so is
+// every callable that polls `step_stop_token()`), aborts its communicator so every pending
+// transfer ends and the work queued behind it is dropped, and then waits — with no deadline —
+// until its streams hold no more work: a callable that is running when the step fails is
+// the user's code, which nothing can interrupt, and the step's memory stays in use until it
+// returns. Only then does it throw, so the next step never meets work of a failed one, and
+// the World can recover every backend and run the next step or be destroyed.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <concepts>
@@ -43,7 +48,8 @@ namespace ppsched {
 struct ExecutorOptions {
   GradAccumulation accumulation = GradAccumulation::microbatch_order;
   // A step in which no action of a rank completes for this long ends with an error naming
-  // what the rank waits for.
+  // what the rank waits for. Progress is sampled every tenth of it (at most every 100 ms), so
+  // the error comes at most that much later than a full period without a completion.
   std::chrono::milliseconds watchdog{10'000};
   // Record each action's start and end (two timing events per action).
   bool record_timeline = true;
@@ -143,6 +149,11 @@ class Executor {
   // header comment); `faults` is shared with the step's other ranks, if any.
   const RankStep& run_step(const Batch& batch, StepFaults* faults = nullptr) {
     check_batch(batch);
+    if (faults == nullptr) {  // a rank run alone still stops its own callables on a fault
+      own_faults_.reset();
+      faults = &own_faults_;
+    }
+    step_stop_ = faults->token();
     batch_ = batch;
     try {
       issue_all();
@@ -185,8 +196,6 @@ class Executor {
   int rank_;
   RankPlan plan_;
   bool has_backward_ = false;
-  typename B::stream compute_{};
-  typename B::stream comm_{};
   std::vector<Buffer> buffers_;
   std::vector<std::span<float>> spans_;
   std::vector<typename B::event> start_events_;
@@ -204,6 +213,12 @@ class Executor {
   std::size_t gradient_floats_ = 0;
   Batch batch_{};
   RankStep result_;
+  StepFaults own_faults_;          // the step's faults when run_step is given none
+  std::stop_token step_stop_;      // the running step's; callables read it on the streams
+  std::size_t lane_done_[2] = {};  // steps of each lane known complete in this step
+  // Declared last, so destroyed first: a stream's work uses every member above.
+  typename B::stream compute_{};
+  typename B::stream comm_{};
 
   [[nodiscard]] const Action& action(std::int32_t index) const {
     return schedule_.programs[static_cast<std::size_t>(rank_)][static_cast<std::size_t>(index)];
@@ -357,6 +372,7 @@ class Executor {
   }
 
   void issue_all() {
+    lane_done_[0] = lane_done_[1] = 0;
     b_.record(origin_, compute_);
     result_.origin = std::chrono::steady_clock::now();
     if (options_.accumulation == GradAccumulation::schedule_order) {
@@ -427,6 +443,9 @@ class Executor {
   static void run_optimizer(void* context) {
     auto* call = static_cast<OptimizerCall*>(context);
     Executor& self = *call->self;
+    // A failed step applies nothing more (ranks that finished before the fault already did).
+    if (self.step_stop_.stop_requested()) return;
+    const detail::RunningStepScope scope(&self.step_stop_);
     const StageGradients& g = self.grads_[call->index];
     try {
       self.stages_[static_cast<std::size_t>(g.stage)].optimizer_step(g.total_span);
@@ -443,6 +462,10 @@ class Executor {
   }
 
   void compute(std::int32_t index) {
+    // Work of a failed step that a backend runs anyway (CUDA keeps kernels queued after an
+    // abort) calls no more user code: its results are discarded.
+    if (step_stop_.stop_requested()) return;
+    const detail::RunningStepScope scope(&step_stop_);
     const PlannedStep& st = plan_.steps[static_cast<std::size_t>(index)];
     const Action& a = action(st.first_action);
     const StageFunctions& f = stages_[static_cast<std::size_t>(a.stage)];
@@ -487,30 +510,41 @@ class Executor {
     }
   }
 
-  // Steps of each lane whose end event has completed, counted in order.
+  // Steps of each lane whose end event has completed, counted in order (a stream completes
+  // its work in order, so the count only grows within a step).
   [[nodiscard]] std::size_t completed_on(int lane) {
-    std::size_t n = 0;
-    for (std::int32_t i : lane_steps_[lane]) {
-      if (!b_.query(end_events_[static_cast<std::size_t>(i)])) break;
-      ++n;
-    }
+    std::size_t& n = lane_done_[lane];
+    const std::vector<std::int32_t>& steps = lane_steps_[lane];
+    while (n < steps.size() && b_.query(end_events_[static_cast<std::size_t>(steps[n])])) ++n;
     return n;
   }
 
+  // Waits for both streams. The watchdog measures from the last completion it has seen, and
+  // looks every `slice`: waiting a whole period and re-arming a whole one when something
+  // completed in it would let a stall go unreported for up to two periods.
   void wait_all(StepFaults* faults) {
-    const std::stop_token stop = faults != nullptr ? faults->token() : std::stop_token{};
-    std::size_t progress = 0;
+    using Clock = std::chrono::steady_clock;
+    const std::stop_token stop = faults->token();
+    const auto slice = std::clamp<Clock::duration>(options_.watchdog / 10, std::chrono::milliseconds(1),
+                                                   std::chrono::milliseconds(100));
+    std::size_t progress = completed_on(0) + completed_on(1);
+    Clock::time_point last_progress = Clock::now();
     for (auto* done : {&compute_done_, &comm_done_}) {
       for (;;) {
-        const WaitResult r = b_.synchronize(*done, HostWait::within(options_.watchdog, stop));
+        const Clock::time_point deadline = std::min(last_progress + options_.watchdog, Clock::now() + slice);
+        const WaitResult r = b_.synchronize(*done, HostWait{deadline, stop});
         if (r == WaitResult::done) break;
         if (r == WaitResult::stopped) throw detail::StoppedByPeer{};
-        const std::size_t now = completed_on(0) + completed_on(1);
-        if (now > progress) {
-          progress = now;
+        const Clock::time_point now = Clock::now();
+        const std::size_t count = completed_on(0) + completed_on(1);
+        if (count > progress) {
+          progress = count;
+          last_progress = now;
           continue;
         }
-        throw watchdog_error();
+        // A wait that gave up before its deadline with nothing new done: the backend knows
+        // that nothing can move (the CPU backend's deterministic engine found a deadlock).
+        if (now - last_progress >= options_.watchdog || now < deadline) throw watchdog_error();
       }
     }
   }
@@ -572,10 +606,17 @@ class Executor {
       faults->report(e);  // before the abort, so that the cause is the first error
     }
     b_.abort(stopped ? "another rank failed" : "this rank failed");
+    // No deadline: a callable still running (the one the watchdog named, say) writes into
+    // this executor's buffers until it returns, and the next step or the destructor must
+    // not meet it. Queued work that has not started is dropped by the abort (or, where a
+    // backend runs it anyway, calls no user code: see compute()).
     for (auto* s : {&compute_, &comm_}) {
-      try {
-        (void)b_.synchronize(*s, HostWait::within(options_.watchdog));
-      } catch (...) {  // the rank's sticky error: the work is drained, which is all we need
+      for (;;) {
+        try {
+          if (b_.synchronize(*s, HostWait{}) != WaitResult::timed_out) break;
+        } catch (...) {  // the rank's sticky error, thrown once the stream is drained
+          break;
+        }
       }
     }
     std::rethrow_exception(e);

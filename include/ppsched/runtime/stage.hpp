@@ -11,12 +11,17 @@
 // sums them and hands the total to `optimizer_step` after the flush. Summing in micro-batch
 // order (the default) gives bit-identical results for every schedule; summing in schedule
 // order keeps one scratch buffer instead of one per micro-batch.
+//
+// Cancellation is cooperative: a running callable cannot be interrupted, and a failed step
+// waits for it to return (docs/runtime.md). A callable that may run long can poll
+// `step_stop_token()`, requested once its step has failed, and return early.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <stop_token>
 #include <string_view>
 
 namespace ppsched {
@@ -60,6 +65,35 @@ enum class GradAccumulation : std::uint8_t {
 
 [[nodiscard]] constexpr std::string_view to_string(GradAccumulation g) noexcept {
   return g == GradAccumulation::microbatch_order ? "micro-batch order" : "schedule order";
+}
+
+namespace detail {
+// The stop token of the step whose callable runs on this thread (set by the executor around
+// each call); null outside a callable.
+inline thread_local const std::stop_token* running_step_stop = nullptr;
+
+// Sets `running_step_stop` for the duration of one callable.
+class RunningStepScope {
+ public:
+  explicit RunningStepScope(const std::stop_token* stop) noexcept : previous_(running_step_stop) {
+    running_step_stop = stop;
+  }
+  RunningStepScope(const RunningStepScope&) = delete;
+  RunningStepScope& operator=(const RunningStepScope&) = delete;
+  ~RunningStepScope() { running_step_stop = previous_; }
+
+ private:
+  const std::stop_token* previous_;
+};
+}  // namespace detail
+
+// Inside a stage callable run by ppsched: the stop token of the callable's step, requested
+// once the step has failed (a callable threw on any rank, the watchdog fired, a transfer
+// failed). Whatever the callable computes after that is discarded, so a long callable that
+// polls the token may return at once; one that does not is waited for. Outside a callable,
+// a token that is never requested.
+[[nodiscard]] inline std::stop_token step_stop_token() noexcept {
+  return detail::running_step_stop != nullptr ? *detail::running_step_stop : std::stop_token{};
 }
 
 // A training batch: `inputs` holds m micro-batches of stage 0's input_size floats, one after

@@ -401,9 +401,22 @@ class CpuBackend {
   }
 
   // ncclCommAbort: every pending transfer of this rank, and every transfer a peer has posted
-  // towards it, ends with an error. The rank's own queued work is discarded once it fails.
+  // towards it, ends with an error, and the rank fails (sticky, as the CUDA backend's abort
+  // makes it), so the work queued on its streams is discarded instead of run: a task already
+  // running finishes, nothing after it starts. Without that, work of an aborted step that
+  // waits behind a running task would run after recover() and post its transfers into the
+  // next step.
   void abort(std::string_view reason) {
-    (void)reason;  // the first error of the step carries the cause; this only stops transfers
+    {
+      const std::lock_guard<std::mutex> lock(rank_->mutex);
+      if (!rank_->failed) {
+        detail::cpu::fail_rank_locked(
+            *rank_, std::make_exception_ptr(make_error({"CPU backend",
+                                                        detail::concat("the communicator was aborted (", reason, ")"),
+                                                        detail::concat("rank ", rank()),
+                                                        "See the first error of the step for the cause"})));
+      }
+    }
     rank_->aborted.store(true, std::memory_order_release);
     for (auto& r : cluster_->rank_states) detail::cpu::wake_rank(*r);
     if (cluster_->deterministic()) {

@@ -237,10 +237,15 @@ inline void check_fit(ScheduleResult& r, const PlanResult& plan) {
 }  // namespace detail
 
 // Chunks per rank a family is built with: --chunks for the families that take any number,
-// the family's own otherwise (1, or 2 for zb-v's V).
+// the family's own otherwise: 1, or 2 for the V-shaped ones (zb-v, dualpipev, ...). The
+// family's own number is read from its rule (the fewest chunks it accepts on a request every
+// family suits), so a family registered later needs no entry here.
 [[nodiscard]] inline std::int32_t chunks_for(std::string_view family, const PlanOptions& options) {
   if (family == "interleaved-1f1b" || family == "looped-bfs") return options.chunks;
-  return family == "zb-v" ? 2 : 1;
+  for (std::int32_t chunks = 1; chunks <= 4; ++chunks) {
+    if (accepts(family, ScheduleRequest{2, 8, chunks})) return chunks;
+  }
+  return 1;  // an unknown name: make_schedule names the valid ones
 }
 
 // Why `family` rejects `request`, in the family's own words (its rule and the nearest valid
@@ -262,7 +267,7 @@ inline void check_chunks_used(const PlanOptions& options) {
     if (s == "interleaved-1f1b" || s == "looped-bfs") return;
   }
   fail({"flag --chunks", "applies to interleaved-1f1b and looped-bfs, and neither is selected", "",
-        "drop --chunks, or add one of them to --schedule (zb-v always has 2 chunks, the others 1)"});
+        "drop --chunks, or add one of them to --schedule (the V-shaped families always have 2 chunks, the others 1)"});
 }
 
 // Proves and simulates one schedule (compute-only or lowered, generated or read from a

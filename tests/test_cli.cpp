@@ -952,7 +952,8 @@ TEST_CASE("the CUDA build of ppsched-bubbles reports a missing GPU with exit 3, 
     const Run reference = bubbles({"--backend", "cpu", "--schedule", "zb-h1", "--stages", "2", "--microbatches", "4",
                                    "--ms-per-unit", "0.2", "--steps", "1", "--warmup", "0", "--json"});
     REQUIRE(reference.status == 0);
-    const json& ref = json::parse(reference.out).at("schedules").at(0);
+    const json parsed = json::parse(reference.out);
+    const json& ref = parsed.at("schedules").at(0);
     CHECK(s.at("actions") == ref.at("actions"));
     CHECK(s.at("predicted") == ref.at("predicted"));
   }

@@ -94,8 +94,11 @@ struct DataflowRun {
     for (std::size_t r = 0; r < ranks; ++r) {
       const auto& program = s.programs[r];
       while (next[r] < program.size()) {
-        const Action& a = program[next[r]];
-        const std::size_t i = static_cast<std::size_t>(a.stage) * m + static_cast<std::size_t>(a.microbatch);
+        // An overlapped pair (two adjacent compute actions sharing a group) starts when both
+        // inputs are ready, takes both times (no overlap) and ends as one.
+        const bool pair = program[next[r]].group != 0 && next[r] + 1 < program.size() &&
+                          program[next[r] + 1].group == program[next[r]].group;
+        const std::size_t count = pair ? 2 : 1;
         std::int64_t ready = free_at[r];
         std::int64_t cost = 0;
         const auto need = [&](std::int64_t done) {
@@ -103,26 +106,36 @@ struct DataflowRun {
           ready = std::max(ready, done);
           return true;
         };
-        if (a.op == Op::F) {
-          if (a.stage > 0 && !need(forward_done[i - m])) break;
-          cost = c.f;
-        } else if (a.op == Op::B || a.op == Op::BI) {
-          if (!need(forward_done[i])) break;
-          if (static_cast<std::size_t>(a.stage) + 1 < stages && !need(backward_done[i + m])) break;
-          cost = a.op == Op::B ? c.b() : c.bi;
-        } else {
-          if (!need(backward_done[i])) break;
-          cost = c.bw;
+        bool blocked = false;
+        for (std::size_t k = 0; k < count && !blocked; ++k) {
+          const Action& a = program[next[r] + k];
+          const std::size_t i = static_cast<std::size_t>(a.stage) * m + static_cast<std::size_t>(a.microbatch);
+          if (a.op == Op::F) {
+            blocked = a.stage > 0 && !need(forward_done[i - m]);
+            cost += c.f;
+          } else if (a.op == Op::B || a.op == Op::BI) {
+            blocked = !need(forward_done[i]) ||
+                      (static_cast<std::size_t>(a.stage) + 1 < stages && !need(backward_done[i + m]));
+            cost += a.op == Op::B ? c.b() : c.bi;
+          } else {
+            blocked = !need(backward_done[i]);
+            cost += c.bw;
+          }
         }
+        if (blocked) break;
         const std::int64_t end = ready + cost;
         free_at[r] = end;
         run.busy[r] += cost;
         if (run.first_start[r] < 0) run.first_start[r] = ready;
         run.last_end[r] = end;
-        if (a.op == Op::F) forward_done[i] = end;
-        if (a.op == Op::B || a.op == Op::BI) backward_done[i] = end;
-        ++next[r];
-        --left;
+        for (std::size_t k = 0; k < count; ++k) {
+          const Action& a = program[next[r] + k];
+          const std::size_t i = static_cast<std::size_t>(a.stage) * m + static_cast<std::size_t>(a.microbatch);
+          if (a.op == Op::F) forward_done[i] = end;
+          if (a.op == Op::B || a.op == Op::BI) backward_done[i] = end;
+        }
+        next[r] += count;
+        left -= count;
         moved = true;
       }
     }
@@ -177,7 +190,7 @@ struct DataflowRun {
     for (std::int32_t s = 0; s < r.ranks * r.chunks; ++s) p.push_back(s % r.ranks);
     return p;
   }
-  if (family == zb_v_name) {
+  if (family == zb_v_name || family == dualpipev_name || family == "v-half" || family == "v-min") {
     std::vector<std::int32_t> p;
     for (std::int32_t s = 0; s < 2 * r.ranks; ++s) p.push_back(s < r.ranks ? s : 2 * r.ranks - 1 - s);
     return p;
@@ -195,8 +208,11 @@ struct DataflowRun {
   if (s.ranks != r.ranks || static_cast<std::int32_t>(s.programs.size()) != r.ranks) return "rank count";
   if (s.microbatches != r.microbatches) return "micro-batch count";
   if (s.placement != expected_placement(family, r)) return "placement";
-  const bool zero_bubble = family == zb_h1_name || family == zb_h2_name || family == zb_v_name;
-  if (s.split_backward != zero_bubble) return "split_backward";
+  // Every backward split (the zero-bubble and controllable-memory families); DualPipeV splits
+  // some (its cool-down) and runs full B in its F&B pairs.
+  const bool zero_bubble = family == zb_h1_name || family == zb_h2_name || family == zb_v_name ||
+                           family == "v-half" || family == "v-min";
+  if (s.split_backward != (zero_bubble || family == dualpipev_name)) return "split_backward";
   const std::size_t m = static_cast<std::size_t>(r.microbatches);
   const std::size_t cells = static_cast<std::size_t>(s.stages()) * m;
   // Position of each (stage, mb) action of each kind in its rank's program; -1 = absent.
@@ -205,14 +221,21 @@ struct DataflowRun {
     const auto& program = s.programs[rank];
     for (std::size_t k = 0; k < program.size(); ++k) {
       const Action& a = program[k];
-      if (!is_compute(a.op) || a.group != 0) return say("rank ", rank, ": non-compute ", to_string(a));
+      if (!is_compute(a.op)) return say("rank ", rank, ": non-compute ", to_string(a));
+      if (a.group != 0) {  // only DualPipeV's F&B pairs: an F then a B of another micro-batch
+        const bool first = k + 1 < program.size() && program[k + 1].group == a.group;
+        const Action& b = first ? program[k + 1] : program[k - 1];
+        if (family != dualpipev_name || (k == 0 && !first) || b.group != a.group ||
+            (first ? a.op != Op::F || b.op != Op::B : b.op != Op::F || a.op != Op::B) || a.microbatch == b.microbatch)
+          return say("rank ", rank, ": a group on ", to_string(a), " that is not one of DualPipeV's F&B pairs");
+      }
       if (a.stage < 0 || a.stage >= s.stages() || a.microbatch < 0 || a.microbatch >= r.microbatches)
         return say("rank ", rank, ": out of range ", to_string(a));
       if (s.placement[static_cast<std::size_t>(a.stage)] != static_cast<std::int32_t>(rank))
         return say("rank ", rank, ": holds ", to_string(a), " of another rank's stage");
       if (family == forward_only_name && a.op != Op::F) return say("forward-only has ", to_string(a));
       if (zero_bubble && a.op == Op::B) return say("zero-bubble family emits B: ", to_string(a));
-      if (!zero_bubble && (a.op == Op::BI || a.op == Op::BW))
+      if (!zero_bubble && family != dualpipev_name && (a.op == Op::BI || a.op == Op::BW))
         return say("emits split backward ", to_string(a));
       auto& slot = a.op == Op::F ? pos_f : a.op == Op::BW ? pos_w : pos_back;
       const std::size_t i = static_cast<std::size_t>(a.stage) * m + static_cast<std::size_t>(a.microbatch);
@@ -227,6 +250,8 @@ struct DataflowRun {
     if (pos_back[i] < 0) return where + ": no backward";
     if (pos_back[i] < pos_f[i]) return where + ": backward before F";
     if (zero_bubble && pos_w[i] < 0) return where + ": no BW";
+    if (family == dualpipev_name && pos_w[i] >= 0 && s.programs[static_cast<std::size_t>(s.placement[i / m])][static_cast<std::size_t>(pos_back[i])].op != Op::BI)
+      return where + ": BW after a full B";
     if (zero_bubble && pos_w[i] < pos_back[i]) return where + ": BW before BI";
   }
   return "";
@@ -248,10 +273,11 @@ TEST_CASE(
       for (std::int32_t m = 1; m <= 64; ++m) {
         for (std::int32_t v = 1; v <= 4; ++v) {
           const ScheduleRequest r = req(p, m, v);
-          const bool rule = family == looped_bfs_name         ? true
-                            : family == zb_v_name             ? v == 2
-                            : family == interleaved_1f1b_name ? (v == 1 || m % p == 0)
-                                                              : v == 1;
+          const bool rule = family == looped_bfs_name                                    ? true
+                            : family == zb_v_name || family == "v-half" || family == "v-min" ? v == 2
+                            : family == dualpipev_name                                   ? (v == 2 && m >= 2 * p)
+                            : family == interleaved_1f1b_name                            ? (v == 1 || m % p == 0)
+                                                                                         : v == 1;
           if (accepts(family, r) != rule) FAIL(family << " accepts() wrong for " << to_string(r));
           if (!rule) {
             try {
@@ -301,11 +327,12 @@ TEST_CASE(
       }
     }
   }
-  // 1024 (p, m) pairs for each of the six v-fixed families, 4096 for looped BFS, and the
-  // interleaved requests with v = 1 or m a multiple of p.
-  std::size_t interleaved = 1024;
+  // 1024 (p, m) pairs for each of the eight v-fixed families, 4096 for looped BFS, the
+  // interleaved requests with v = 1 or m a multiple of p, and DualPipeV's with m >= 2p.
+  std::size_t interleaved = 1024, dualpipev = 0;
   for (std::int32_t p = 1; p <= 16; ++p) interleaved += 3 * static_cast<std::size_t>(64 / p);
-  CHECK(built == 6 * 1024 + 4096 + interleaved);
+  for (std::int32_t p = 1; p <= 16; ++p) dualpipev += static_cast<std::size_t>(64 - 2 * p + 1);
+  CHECK(built == 8 * 1024 + 4096 + interleaved + dualpipev);
 }
 
 // ------------------------------------------------------------------ bubbles
@@ -579,7 +606,7 @@ TEST_CASE("small cases: m < p and a single rank", "[generators]") {
   }
   // p = 1: every family is a sequential loop over micro-batches with no idle time.
   for (const std::string_view family : family_names()) {
-    const std::int32_t v = family == zb_v_name ? 2 : 1;
+    const std::int32_t v = accepts(family, req(1, 5, 1)) ? 1 : 2;
     const Schedule s = make_schedule(family, req(1, 5, v));
     const DataflowRun run = run_dataflow(s, Costs{});
     REQUIRE(run.completed);
@@ -591,8 +618,8 @@ TEST_CASE("small cases: m < p and a single rank", "[generators]") {
 
 TEST_CASE("family names: canonical list, lookup and aliases", "[generators][names]") {
   const std::vector<std::string_view> names(family_names().begin(), family_names().end());
-  CHECK(names == std::vector<std::string_view>{"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1",
-                                               "zb-h2", "zb-v", "forward-only"});
+  CHECK(names == std::vector<std::string_view>{"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2",
+                                               "zb-v", "v-half", "v-min", "dualpipev", "forward-only"});
   for (const FamilyInfo& f : schedule_families) {
     CHECK(family_info(f.name).name == f.name);
     CHECK_FALSE(f.rule.empty());
@@ -604,6 +631,7 @@ TEST_CASE("family names: canonical list, lookup and aliases", "[generators][name
   CHECK(family_info("Interleaved1F1B").name == "interleaved-1f1b");
   CHECK(family_info("LoopedBFS").name == "looped-bfs");
   CHECK(family_info("ZBVZeroBubble").name == "zb-v");
+  CHECK(family_info("DualPipeV").name == "dualpipev");  // PyTorch's ScheduleDualPipeV
   CHECK(family_info("ZB_H2").name == "zb-h2");
   CHECK(make_schedule("ZB-H1", req(3, 4)) == make_zb_h1(req(3, 4)));
 }
@@ -614,7 +642,7 @@ TEST_CASE("invalid requests are errors that state the rule and the nearest valid
   CHECK_THROWS_WITH(
       make_schedule("2f2b", req(2, 2)),
       Contains("unknown family '2f2b'") && Contains("gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, "
-                                                    "zb-h2, zb-v, forward-only"));
+                                                    "zb-h2, zb-v, v-half, v-min, dualpipev, forward-only"));
   CHECK_THROWS_WITH(make_interleaved_1f1b(req(4, 6, 2)),
                     Contains("schedule 'interleaved-1f1b'") &&
                         Contains("m must be a multiple of p=4 (got m=6)") &&
@@ -716,10 +744,16 @@ TEST_CASE("CSV reads what PyTorch writes", "[csv]") {
     CHECK(s.split_backward);
     CHECK(s.programs[0] == std::vector<Action>{act(Op::F, 0, 0), act(Op::BI, 0, 0), act(Op::BW, 0, 0)});
   }
-  SECTION("OVERLAP_F_B cells become their sub-actions; UNSHARD/RESHARD are skipped") {
-    const Schedule s = from_pytorch_csv("0UNSHARD,0F0,0F1,(0F1;0B0)OVERLAP_F_B,0B1,0RESHARD\r\n", options);
-    CHECK(s.programs[0] == std::vector<Action>{act(Op::F, 0, 0), act(Op::F, 0, 1), act(Op::F, 0, 1),
-                                               act(Op::B, 0, 0), act(Op::B, 0, 1)});
+  SECTION("OVERLAP_F_B cells become overlapped pairs; UNSHARD/RESHARD are skipped") {
+    const Schedule s = from_pytorch_csv("0UNSHARD,0F0,(0F1;0B0)OVERLAP_F_B,0B1,0RESHARD\r\n", options);
+    CHECK(s.programs[0] == std::vector<Action>{act(Op::F, 0, 0), Action{Op::F, 0, 1, 1}, Action{Op::B, 0, 0, 1},
+                                               act(Op::B, 0, 1)});
+    CHECK(to_pytorch_csv(s) == "0F0,(0F1;0B0)OVERLAP_F_B,0B1\r\n");
+    // A pair's id moves above an id another cell of the row names; anything but two compute
+    // sub-actions is read in order, ungrouped.
+    const Schedule t = from_pytorch_csv("(0F1;1B0)OVERLAP_F_B,0SEND_F1#1,(0F2;0SEND_F2)OVERLAP_F_B\r\n", options);
+    CHECK(t.programs[0] == std::vector<Action>{Action{Op::F, 0, 1, 2}, Action{Op::B, 1, 0, 2},
+                                               Action{Op::SEND_F, 0, 1, 1}, act(Op::F, 0, 2), act(Op::SEND_F, 0, 2)});
   }
   SECTION("a rank with no actions is an empty row") {
     const Schedule s = from_pytorch_csv("0F0\r\n\r\n", [] {
@@ -745,7 +779,7 @@ TEST_CASE("CSV rejects typos and inconsistent placement with file, row, column a
       Contains("'X0' does not start with an operation") && Contains("row 2 (rank 1), column 2"));
   CHECK_THROWS_WITH(from_pytorch_csv("0F\r\n", options), Contains("needs a micro-batch number") && grammar);
   CHECK_THROWS_WITH(from_pytorch_csv("0F0x\r\n", options), Contains("unexpected 'x' after the micro-batch"));
-  CHECK_THROWS_WITH(from_pytorch_csv("0F0#2\r\n", options), Contains("communication actions only"));
+  CHECK(from_pytorch_csv("0F0#2\r\n", options).programs[0].front().group == 2);  // validate() names a lone one
   CHECK_THROWS_WITH(from_pytorch_csv("0SEND_F0#\r\n", options), Contains("followed by a group number"));
   CHECK_THROWS_WITH(from_pytorch_csv("99999999999F0\r\n", options),
                     Contains("stage '99999999999' is too large"));

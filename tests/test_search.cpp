@@ -274,18 +274,32 @@ TEST_CASE("an overlapped F&B pair, timed by hand", "[search][dependency]") {
   s.programs = {{act(Op::F, 0, 0), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::F, 0, 1), act(Op::B, 0, 0),
                  act(Op::F, 1, 1), act(Op::B, 1, 1), act(Op::B, 0, 1)}};
   const CostModel c = uniform_costs(1.0, 1.5, 0.5);
-  const std::vector<OverlapPair> pairs{{0, 3}};
+  const auto overlapping = [&c](double share) {
+    CostModel o = c;
+    o.fb_overlap = share;
+    return o;
+  };
+  Schedule paired = s;
+  paired.programs[0][3].group = 1;
+  paired.programs[0][4].group = 1;
   CHECK(run_dependencies(s, c).makespan == Approx(12.0));
-  CHECK(run_dependencies(s, c, pairs, 0.0).makespan == Approx(12.0));
-  CHECK(run_dependencies(s, c, pairs, 1.0).makespan == Approx(11.0));
-  CHECK(run_dependencies(s, c, pairs, 0.5).makespan == Approx(11.5));
-  CHECK(run_dependencies(s, c, pairs, 1.0).busy[0] == Approx(11.0));
+  CHECK(run_dependencies(s, overlapping(1.0)).makespan == Approx(12.0));  // no pair: fb_overlap is not read
+  CHECK(run_dependencies(paired, c).makespan == Approx(12.0));
+  CHECK(run_dependencies(paired, overlapping(1.0)).makespan == Approx(11.0));
+  CHECK(run_dependencies(paired, overlapping(0.5)).makespan == Approx(11.5));
+  CHECK(run_dependencies(paired, overlapping(1.0)).busy[0] == Approx(11.0));
+  // The simulator runs the same pair the same way (one rank: no communication).
+  CHECK(simulate(paired, overlapping(1.0)).makespan == Approx(11.0));
+  CHECK(simulate(paired, overlapping(0.5)).makespan == Approx(11.5));
 
-  CHECK_THROWS_WITH(run_dependencies(s, c, std::vector<OverlapPair>{{0, 0}}, 1.0),
-                    Catch::Contains("not a forward and a backward"));
-  CHECK_THROWS_WITH(run_dependencies(s, c, std::vector<OverlapPair>{{0, 7}}, 1.0), Catch::Contains("two consecutive"));
-  CHECK_THROWS_WITH(run_dependencies(s, c, std::vector<OverlapPair>{{3, 0}}, 1.0), Catch::Contains("rank 3"));
-  CHECK_THROWS_WITH(run_dependencies(s, c, pairs, 1.5), Catch::Contains("fb_overlap"));
+  Schedule not_f_and_b = s;  // F0@s1 and B0@s1... of one micro-batch and wrong kinds
+  not_f_and_b.programs[0][0].group = 2;
+  not_f_and_b.programs[0][1].group = 2;
+  CHECK_THROWS_WITH(run_dependencies(not_f_and_b, c), Catch::Contains("not a forward and a backward"));
+  Schedule alone = s;
+  alone.programs[0][7].group = 3;
+  CHECK_THROWS_WITH(run_dependencies(alone, c), Catch::Contains("not an overlapped pair"));
+  CHECK_THROWS_WITH(run_dependencies(paired, overlapping(1.5)), Catch::Contains("fb_overlap"));
   Schedule backwards = s;
   std::swap(backwards.programs[0][0], backwards.programs[0][1]);
   CHECK_THROWS_WITH(run_dependencies(backwards, c), Catch::Contains("cannot run") && Catch::Contains("F0@s1"));
@@ -300,28 +314,41 @@ TEST_CASE("dualpipev is valid, deadlock-free, holds (2p+1)/2 M_B and pairs an F 
       const ScheduleRequest r{p, m, 2};
       INFO(to_string(r));
       REQUIRE(dualpipev_accepts(r));
-      const PairedSchedule d = make_dualpipev(r);
-      CHECK(d.schedule.placement == v_shape_placement(p));
-      const std::vector<double> peaks = validated_peaks(d.schedule);  // REQUIREs validity
-      CHECK(validate(lower(d.schedule)).ok());
+      const Schedule d = make_dualpipev(r);
+      CHECK(d.placement == v_shape_placement(p));
+      const std::vector<double> peaks = validated_peaks(d);  // REQUIREs validity
+      CHECK(validate(lower(d)).ok());
       // DeepSeek's table: PP + 1 stages' activations per device for PP = 2p stages of half an
       // M_B each.
       CHECK(max_of(peaks) == Approx((2.0 * p + 1.0) / 2.0));
-      REQUIRE_FALSE(d.pairs.empty());
-      for (const OverlapPair& pair : d.pairs) {
-        const auto& prog = d.schedule.programs[static_cast<std::size_t>(pair.rank)];
-        const Action& f = prog[static_cast<std::size_t>(pair.first)];
-        const Action& b = prog[static_cast<std::size_t>(pair.first) + 1];
-        CHECK(f.op == Op::F);
-        CHECK(b.op == Op::B);
-        CHECK(f.stage != b.stage);
+      std::size_t pairs = 0;
+      for (const auto& prog : d.programs) {
+        for (std::size_t i = 0; i < prog.size(); ++i) {
+          if (prog[i].group == 0) continue;
+          REQUIRE(i + 1 < prog.size());
+          const Action& f = prog[i];
+          const Action& b = prog[++i];
+          CHECK(b.group == f.group);
+          CHECK(f.op == Op::F);
+          CHECK(b.op == Op::B);
+          CHECK(f.stage != b.stage);
+          ++pairs;
+        }
       }
+      CHECK(pairs > 0);
       // Full overlap shortens the step. A pair waits for both of its inputs, so without
       // overlap it is never faster than its two actions in sequence.
-      const double sequential = run_dependencies(d.schedule, costs).makespan;
-      CHECK(simulate(d.schedule, costs).makespan == Approx(sequential));
-      CHECK(run_dependencies(d.schedule, costs, d.pairs, 0.0).makespan >= sequential);
-      CHECK(run_dependencies(d.schedule, costs, d.pairs, 1.0).makespan < sequential);
+      Schedule sequential_order = d;
+      for (auto& prog : sequential_order.programs) {
+        for (Action& a : prog) a.group = 0;
+      }
+      const double sequential = run_dependencies(sequential_order, costs).makespan;
+      CHECK(simulate(sequential_order, costs).makespan == Approx(sequential));
+      CHECK(run_dependencies(d, costs).makespan >= sequential);
+      CostModel overlapped = costs;
+      overlapped.fb_overlap = 1.0;
+      CHECK(run_dependencies(d, overlapped).makespan < sequential);
+      CHECK(simulate(d, overlapped).makespan == Approx(run_dependencies(d, overlapped).makespan));
     }
   }
 }
@@ -584,15 +611,31 @@ TEST_CASE("search options: full backward only, F&B overlap, a simulation limit, 
                                 [](const Candidate& c) { return c.name == "dualpipev"; });
     REQUIRE(d != r.candidates.end());
     REQUIRE(d->built);
-    CHECK(d->timing == Timing::overlapped);
-    const PairedSchedule dual = make_dualpipev({4, 12, 2});
-    const CostModel c = even.costs(dual.schedule.placement);
-    CHECK(d->makespan == Approx(run_dependencies(dual.schedule, c, dual.pairs, 1.0).makespan));
-    CHECK(d->makespan < run_dependencies(dual.schedule, c).makespan);
-    // It wins here; the executor runs its pairs in sequence, which is what result.simulation shows.
+    CHECK(d->timing == Timing::simulated);  // the winner: free communication made its bound exact
+    const Schedule dual = make_dualpipev({4, 12, 2});
+    CostModel c = even.costs(dual.placement);
+    c.fb_overlap = 1.0;
+    CHECK(d->makespan == Approx(run_dependencies(dual, c).makespan));
+    Schedule sequential_order = dual;
+    for (auto& prog : sequential_order.programs) {
+      for (Action& a : prog) a.group = 0;
+    }
+    CHECK(d->makespan < run_dependencies(sequential_order, c).makespan);
+    // It wins here, and the winner is lowered, validated and simulated with its pairs.
     CHECK(r.best().name == "dualpipev");
-    CHECK_FALSE(r.overlap_pairs.empty());
-    CHECK(r.simulation.makespan >= r.best().makespan);
+    CHECK(r.costs.fb_overlap == 1.0);
+    CHECK(r.simulation.makespan == Approx(r.best().makespan));
+    CHECK(r.why.find("overlapped") != std::string::npos);
+    const auto grouped = [](const Schedule& s) {
+      for (const auto& prog : s.programs) {
+        for (std::size_t i = 0; i + 1 < prog.size(); ++i) {
+          if (is_compute(prog[i].op) && prog[i].group != 0) return true;
+        }
+      }
+      return false;
+    };
+    CHECK(grouped(r.schedule));
+    CHECK(grouped(r.lowered));
   }
   SECTION("a simulation limit stops the bound early") {
     SearchProblem costly = problem;

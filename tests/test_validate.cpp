@@ -184,10 +184,51 @@ TEST_CASE("compute mistakes each get their own message", "[validate]") {
     s.programs[0] = {act(Op::F, 0, 0), act(Op::BW, 0, 0), act(Op::BI, 0, 0)};
     CHECK(only_problem(validate(s), ProblemKind::weight_before_input).message.find("BW0@s0") != std::string::npos);
   }
-  SECTION("a group id on a compute action") {
+  SECTION("a compute group of one action") {
     Schedule s = hand_1f1b(1, 1);
     s.programs[0][0].group = 3;
-    CHECK(only_problem(validate(s), ProblemKind::group_on_compute).message.find("group 3") != std::string::npos);
+    const Problem p = only_problem(validate(s), ProblemKind::pair_size);
+    CHECK(p.message.find("group 3 at rank 0 position 0") != std::string::npos);
+    CHECK(p.position == 0);
+  }
+  SECTION("a compute group of three actions") {
+    Schedule s = hand_1f1b(2, 3);  // rank 1: F0 B0 F1 B1 F2 B2
+    for (std::size_t i = 1; i <= 3; ++i) s.programs[1][i].group = 4;
+    const Problem p = only_problem(validate(s), ProblemKind::pair_size);
+    CHECK(p.message.find("holds 3 compute actions") != std::string::npos);
+    CHECK(p.rank == 1);
+  }
+  SECTION("a pair that is not one forward and one backward") {
+    Schedule s = hand_1f1b(2, 3);  // rank 0: F0 F1 B0 F2 B1 B2
+    s.programs[0][0].group = 2;
+    s.programs[0][1].group = 2;
+    const Problem p = only_problem(validate(s), ProblemKind::pair_ops);
+    CHECK(p.message.find("F0@s0#2 and F1@s0#2 at rank 0 position 0") != std::string::npos);
+  }
+  SECTION("a pair whose backward needs its forward") {
+    Schedule s = hand_1f1b(2, 3);  // rank 1: F0 B0 F1 ...
+    s.programs[1][0].group = 2;
+    s.programs[1][1].group = 2;
+    const Problem p = only_problem(validate(s), ProblemKind::pair_dependent);
+    CHECK(p.message.find("one micro-batch") != std::string::npos);
+  }
+  SECTION("a pair split by another action") {
+    Schedule s = hand_1f1b(2, 3);  // rank 1: F0 B0 F1 B1 F2 B2
+    s.programs[1][1].group = 6;
+    s.programs[1][3].group = 6;
+    const Problem p = only_problem(validate(s), ProblemKind::group_not_contiguous);
+    CHECK(p.message.find("must be adjacent") != std::string::npos);
+  }
+  SECTION("a group id shared by a compute action and communication") {
+    Schedule s = lower(hand_1f1b(2, 3));
+    auto& prog = s.programs[0];
+    const auto send = std::find_if(prog.begin(), prog.end(), [](const Action& a) { return a.op == Op::SEND_F; });
+    REQUIRE(send != prog.begin());
+    REQUIRE(is_compute(std::prev(send)->op));
+    send->group = 99;
+    std::prev(send)->group = 99;
+    const Problem p = only_problem(validate(s), ProblemKind::group_mixed);
+    CHECK(p.message.find("shares group 99") != std::string::npos);
   }
   SECTION("two stages on one rank used out of order") {
     Schedule s;
@@ -451,4 +492,44 @@ TEST_CASE("sweep: every family, p 1..16, m 1..64, v 1..4 — valid, deadlock-fre
   }
   CHECK(schedules > 10000);
   CHECK(round_trips > 1000);
+}
+
+TEST_CASE("an overlapped pair is one item: valid in either order, lowered around, counted at its peak",
+          "[validate][pair]") {
+  Schedule s = hand_1f1b(2, 3);  // rank 1: F0 B0 F1 B1 F2 B2
+  s.programs[1][1].group = 1;    // (B0, F1): backward first
+  s.programs[1][2].group = 1;
+  s.programs[1][3].group = 2;    // (B1, F2)
+  s.programs[1][4].group = 2;
+  const ValidationReport report = validate(s);
+  INFO(to_string(report));
+  REQUIRE(report.ok());
+  // The pair holds F1's new activation while B0 still holds its own: 2 M_B, not 1.
+  CHECK(report.memory[1].peak_activations == Approx(2.0));
+  const Schedule lowered = lower(s);
+  REQUIRE(validate(lowered).ok());
+  for (const auto& prog : lowered.programs) {
+    for (std::size_t i = 0; i < prog.size(); ++i) {
+      if (!is_compute(prog[i].op) || prog[i].group == 0) continue;
+      // The pair stayed adjacent, with a group id that no communication of the rank uses.
+      REQUIRE(i + 1 < prog.size());
+      CHECK(prog[i + 1].group == prog[i].group);
+      for (const Action& a : prog) {
+        if (is_comm(a.op)) CHECK(a.group != prog[i].group);
+      }
+      ++i;
+    }
+  }
+  // A pair that waits on its own output deadlocks, named as one pair.
+  Schedule stuck = hand_1f1b(2, 3);
+  // rank 0: F0 F1 B0 F2 B1 B2 -> pair (B0, F2): B0 needs rank 1's B0, which is fine; make rank 1
+  // pair (B1@s1, F2@s1) come before F1@s1 so that it waits on F2@s0 ... use a cross-rank cycle:
+  stuck.programs[0] = {act(Op::F, 0, 0), act(Op::B, 0, 0, 1), act(Op::F, 0, 1, 1), act(Op::F, 0, 2), act(Op::B, 0, 1),
+                       act(Op::B, 0, 2)};
+  stuck.programs[1] = {act(Op::F, 1, 1), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::B, 1, 1), act(Op::F, 1, 2),
+                       act(Op::B, 1, 2)};
+  const ValidationReport r = validate(stuck);
+  INFO(to_string(r));
+  REQUIRE(r.has(ProblemKind::deadlock));
+  CHECK(joined_messages(r).find("the overlapped pair {B0@s0#1, F1@s0#1}") != std::string::npos);
 }

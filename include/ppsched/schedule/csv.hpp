@@ -19,10 +19,18 @@
 // ppsched suffix, "2SEND_F3#7", which PyTorch's parser ignores (its pattern matches a prefix
 // of the cell), and read back exactly; CsvWriteOptions::write_groups = false drops them.
 //
+// Overlapped F&B pairs (two adjacent compute actions sharing a group) have PyTorch's
+// spelling, its OVERLAP_F_B action with the two as sub-actions: "(0F1;1B0)OVERLAP_F_B", the
+// sub-actions in program order. Reading such cells of two compute actions numbers the pairs
+// of a row 1, 2, ... (as make_dualpipev() does and lower() keeps, so their schedules read
+// back exactly), a pair moved above every id of the row when another cell names its id; an
+// OVERLAP_F_B cell of anything else is read as its sub-actions in order, and
+// a compute cell may carry "#<group>" too (a malformed pair, written so that validate() can
+// name it).
+//
 // Actions PyTorch has and ppsched does not: UNSHARD, RESHARD and REDUCE_GRAD (FSDP and
 // gradient-reduction bookkeeping with no micro-batch and no data between stages) are
-// skipped on reading, or rejected with CsvReadOptions::skip_pytorch_only_actions = false;
-// OVERLAP_F_B cells, "(0F1;1B0)OVERLAP_F_B", are read as their sub-actions in order.
+// skipped on reading, or rejected with CsvReadOptions::skip_pytorch_only_actions = false.
 #pragma once
 
 #include <algorithm>
@@ -90,12 +98,21 @@ inline void write_pytorch_csv(std::ostream& out, const Schedule& s, const CsvWri
   for (std::size_t r = 0; r < s.programs.size(); ++r) {
     const auto& program = s.programs[r];
     for (std::size_t i = 0; i < program.size(); ++i) {
-      if (program[i].stage < 0 || program[i].microbatch < 0)
-        fail({detail::concat("schedule '", s.name, "'"),
-              detail::concat("action ", to_string(program[i]), " has a negative stage or micro-batch"),
-              detail::concat("rank ", r, ", action ", i), "stages and micro-batches count from 0"});
+      for (std::size_t k = i; k < std::min(i + 2, program.size()); ++k) {
+        if (program[k].stage < 0 || program[k].microbatch < 0)
+          fail({detail::concat("schedule '", s.name, "'"),
+                detail::concat("action ", to_string(program[k]), " has a negative stage or micro-batch"),
+                detail::concat("rank ", r, ", action ", k), "stages and micro-batches count from 0"});
+      }
       if (i != 0) out << ',';
-      out << csv_cell(program[i], options.write_groups);
+      const Action& a = program[i];
+      if (is_compute(a.op) && a.group != 0 && i + 1 < program.size() && is_compute(program[i + 1].op) &&
+          program[i + 1].group == a.group) {
+        out << '(' << csv_cell(a, false) << ';' << csv_cell(program[i + 1], false) << ")OVERLAP_F_B";
+        ++i;
+        continue;
+      }
+      out << csv_cell(a, options.write_groups);
     }
     out << options.line_end;
   }
@@ -124,8 +141,8 @@ namespace detail {
 
 inline constexpr std::string_view csv_cell_grammar =
     "write each cell as <stage><op><micro-batch> with op one of F, B, I (or BI), W (or BW), SEND_F, RECV_F, "
-    "SEND_B, RECV_B, e.g. 0F1, 1I0, 1W0, 2SEND_F3; a communication cell may end in #<group>; leave a cell "
-    "empty for an idle step";
+    "SEND_B, RECV_B, e.g. 0F1, 1I0, 1W0, 2SEND_F3; a cell may end in #<group>; an overlapped pair is "
+    "(<action>;<action>)OVERLAP_F_B; leave a cell empty for an idle step";
 
 // One cell's position, for messages: rows and columns count from 1 as a spreadsheet shows
 // them; the rank is the row's index from 0.
@@ -300,8 +317,6 @@ struct ParsedCell {
   parsed.action.microbatch = static_cast<std::int32_t>(microbatch);
   if (rest.starts_with('#')) {
     rest.remove_prefix(1);
-    if (!is_comm(parsed.action.op))
-      return bad("a group (#...) belongs to communication actions only; compute actions are never grouped");
     std::int64_t group = 0;
     const auto group_digits = leading_number(rest, 4294967295, group, subject, where, "group");
     if (!group_digits) return bad("'#' must be followed by a group number");
@@ -377,6 +392,8 @@ struct ParsedCell {
 
   for (std::size_t r = 0; r < rows.size(); ++r) {
     auto& program = s.programs[r];
+    std::uint32_t largest_group = 0;   // named by a cell of this row
+    std::vector<std::size_t> pair_at;  // where the pairs read from OVERLAP_F_B cells start
     for (const auto& cell : rows[r]) {
       const std::string_view text_cell = detail::trimmed(cell.text);
       if (text_cell.empty()) continue;
@@ -392,6 +409,7 @@ struct ParsedCell {
         }
         place(parsed.action, r, cell.at);
         program.push_back(parsed.action);
+        largest_group = std::max(largest_group, parsed.action.group);
       };
       if (text_cell.starts_with('(')) {
         // PyTorch's OVERLAP_F_B: "(a;b;...)OVERLAP_F_B" runs its sub-actions in order.
@@ -400,6 +418,7 @@ struct ParsedCell {
           fail({subject, detail::concat("cannot read cell '", text_cell, "'"), where,
                 "a parenthesised cell must be PyTorch's (<action>;<action>...)OVERLAP_F_B"});
         std::string_view inner = text_cell.substr(1, close - 1);
+        const std::size_t before = program.size();
         while (!inner.empty()) {
           const std::size_t semi = inner.find(';');
           const std::string_view part = detail::trimmed(inner.substr(0, semi));
@@ -407,9 +426,21 @@ struct ParsedCell {
           if (semi == std::string_view::npos) break;
           inner.remove_prefix(semi + 1);
         }
+        if (program.size() == before + 2 && is_compute(program[before].op) && is_compute(program[before + 1].op)) {
+          pair_at.push_back(before);
+          program[before].group = program[before + 1].group = static_cast<std::uint32_t>(pair_at.size());
+        }
         continue;
       }
       take(detail::parse_simple_cell(text_cell, subject, where), text_cell);
+    }
+    // A pair's id must not name another run of the row: move any that does above them all.
+    largest_group = std::max<std::uint32_t>(largest_group, static_cast<std::uint32_t>(pair_at.size()));
+    for (const std::size_t at : pair_at) {
+      const std::uint32_t g = program[at].group;
+      bool shared = false;
+      for (std::size_t k = 0; k < program.size() && !shared; ++k) shared = k != at && k != at + 1 && program[k].group == g;
+      if (shared && largest_group < 4294967295u) program[at].group = program[at + 1].group = ++largest_group;
     }
   }
 

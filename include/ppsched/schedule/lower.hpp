@@ -13,6 +13,12 @@
 //   3. Communication with the same key on one rank forms a group (when there are several):
 //      e.g. Megatron's send-forward/receive-backward pairs.
 //
+// An overlapped pair (two adjacent compute actions sharing a group, docs/execution-model.md)
+// runs as one item in the idealised run: both of its actions start together, after both of
+// their inputs, and end together. So every receive either action needs comes before the pair,
+// every send of either comes after it, and nothing comes between the two. Pairs keep their
+// group ids; the communication groups of a rank are numbered from one above its largest.
+//
 // Every wait then points to an earlier key (or to the same key on the peer, posted in the
 // same order), so the lowered schedule cannot deadlock under rendezvous — with the comm on
 // its own stream or on the compute stream — whatever the real durations; and with the
@@ -45,6 +51,9 @@ struct LowerOptions {
   std::function<double(const Action&)> transfer_time;
   // Post communication that becomes ready at the same instant as one group.
   bool group_simultaneous = true;
+  // Share of the shorter action of each overlapped pair hidden under the longer, in [0, 1]
+  // (CostModel::fb_overlap); only the idealised run's times depend on it.
+  double fb_overlap = 0.0;
 };
 
 // True when the schedule already contains communication actions.
@@ -118,6 +127,10 @@ struct CommEntry {
     detail::fail_lowering(schedule, list);
   }
 
+  if (!(options.fb_overlap >= 0.0 && options.fb_overlap <= 1.0)) {
+    fail({"lower options", detail::concat("fb_overlap = ", options.fb_overlap, " is outside [0, 1]"), "fb_overlap",
+          "give the share of the shorter action of an overlapped pair hidden under the longer: 0 (none) to 1"});
+  }
   const std::size_t n = flat.size();
   auto duration = [&](const Action& a) {
     const double t = options.compute_time ? options.compute_time(a) : detail::default_lower_time(a);
@@ -148,7 +161,8 @@ struct CommEntry {
       delay[i] = t;
     }
   }
-  detail::AbstractExecution ideal(flat, StreamMode::separate_comm_stream, duration, delay.empty() ? nullptr : &delay);
+  detail::AbstractExecution ideal(flat, StreamMode::separate_comm_stream, duration, delay.empty() ? nullptr : &delay,
+                                  options.fb_overlap);
   if (!ideal.run()) detail::fail_lowering(schedule, "\n  - deadlock: " + ideal.describe_stuck());
 
   const std::int32_t S = flat.stages;
@@ -225,7 +239,9 @@ struct CommEntry {
     prog.resize(comm_count + compute_count);
     Action* emitted = prog.data();
     std::size_t c = 0;  // the next communication in `merged`
+    const Action* const compute = flat.rank_actions[r];
     std::uint32_t next_group = 1;
+    for (std::size_t k = 0; k < compute_count; ++k) next_group = std::max(next_group, compute[k].group + 1);
     // Emits every communication with the next one's key, as one group when there are several.
     auto emit_comm = [&]() {
       const double key = merged[c].key;
@@ -238,8 +254,8 @@ struct CommEntry {
         ++next_group;
       }
     };
-    const Action* const compute = flat.rank_actions[r];
     for (std::size_t k = 0; k < compute_count; ++k) {
+      // Both actions of a pair start together: no communication goes between them.
       const double start = ideal.start(static_cast<std::size_t>(begin) + k);
       while (c < comm_count && merged[c].key <= start) emit_comm();
       *emitted++ = compute[k];

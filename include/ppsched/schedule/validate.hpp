@@ -72,7 +72,10 @@ enum class ProblemKind : std::uint8_t {
   microbatch_out_of_range,
   wrong_rank,               // compute action on a rank its stage is not placed on
   wrong_peer,               // communication action on a rank its stage is not placed on
-  group_on_compute,         // Action::group set on a compute action
+  pair_size,                // a compute group (overlapped pair) of one action, or of three or more
+  pair_ops,                 // a compute group that is not one F and one B or BI
+  pair_dependent,           // the two actions of a pair are of one micro-batch: one needs the other
+  group_mixed,              // one group id on compute and communication actions
   split_flag,               // BI / BW used while Schedule::split_backward is false
   duplicate,                // an action appears more than once
   missing_compute,          // an F, or a backward, of some (stage, micro-batch) is absent
@@ -99,7 +102,10 @@ enum class ProblemKind : std::uint8_t {
     case ProblemKind::microbatch_out_of_range: return "micro-batch out of range";
     case ProblemKind::wrong_rank: return "wrong rank";
     case ProblemKind::wrong_peer: return "wrong peer";
-    case ProblemKind::group_on_compute: return "group on compute";
+    case ProblemKind::pair_size: return "pair size";
+    case ProblemKind::pair_ops: return "pair operations";
+    case ProblemKind::pair_dependent: return "pair dependent";
+    case ProblemKind::group_mixed: return "group mixed";
     case ProblemKind::split_flag: return "split flag";
     case ProblemKind::duplicate: return "duplicate";
     case ProblemKind::missing_compute: return "missing compute";
@@ -254,6 +260,7 @@ struct FlatSchedule {
   std::int32_t microbatches = 0;
   bool lowered = false;       // has communication actions
   bool has_backward = false;  // any B / BI / BW (false: forward-only)
+  bool has_pairs = false;     // any compute action with a group (an overlapped pair)
   std::size_t compute_count = 0;
   std::vector<std::int32_t> placement;
   std::vector<const Action*> rank_actions;  // each rank's program (the schedule's own storage)
@@ -356,7 +363,7 @@ class ProblemSink {
   const std::int32_t* const placement = flat.placement.data();
   std::int32_t* const slots = flat.slots.data();
   std::int32_t* const owner = flat.owner.data();
-  bool has_backward = false, lowered = false;
+  bool has_backward = false, lowered = false, has_pairs = false;
   std::size_t compute_count = 0;
   std::int32_t index = 0;
   for (std::size_t r = 0; r < programs.size(); ++r) {
@@ -369,7 +376,7 @@ class ProblemSink {
       const std::int32_t home = placement[static_cast<std::size_t>(a.stage)];
       if (home != rank) return false;
       if (is_compute(a.op)) {
-        if (a.group != 0) return false;
+        has_pairs = has_pairs || a.group != 0;
         if (a.op != Op::F) {
           if (a.op != Op::B && !split_backward) return false;
           has_backward = true;
@@ -387,6 +394,7 @@ class ProblemSink {
   }
   flat.has_backward = has_backward;
   flat.lowered = lowered;
+  flat.has_pairs = has_pairs;
   flat.compute_count = compute_count;
   return true;
 }
@@ -437,6 +445,67 @@ class ProblemSink {
     }
   }
   return true;
+}
+
+// Overlapped pairs (docs/execution-model.md): each run of consecutive actions sharing a group
+// that holds a compute action must be two compute actions, one F and one B or BI, of two
+// micro-batches. Any backward of a micro-batch needs every forward of it (through the loss),
+// so a pair of one micro-batch could never start. A run whose id recurs elsewhere on the rank
+// is left to the contiguity check, which names both places.
+inline void check_pairs(const FlatSchedule& flat, ProblemSink& sink) {
+  for (std::int32_t r = 0; r < flat.ranks; ++r) {
+    const std::int32_t count = flat.rank_begin[static_cast<std::size_t>(r) + 1] - flat.rank_begin[static_cast<std::size_t>(r)];
+    const Action* prog = flat.rank_actions[static_cast<std::size_t>(r)];
+    for (std::int32_t i = 0; i < count;) {
+      const std::uint32_t g = prog[i].group;
+      std::int32_t j = i + 1;
+      while (j < count && g != 0 && prog[j].group == g) ++j;
+      const std::int32_t first = i, size = j - i;
+      i = j;
+      if (g == 0) continue;
+      std::int32_t computes = 0;
+      for (std::int32_t k = first; k < first + size; ++k) computes += is_compute(prog[k].op) ? 1 : 0;
+      if (computes == 0) continue;
+      const Action& a = prog[first];
+      if (computes != size) {
+        std::int32_t c = first;
+        while (!is_compute(prog[c].op)) ++c;
+        sink.add(ProblemKind::group_mixed, r, c, prog[c],
+                 concat(to_string(prog[c]), " at ", at_rank(r, c), " shares group ", g,
+                        " with communication actions next to it; a group is either an overlapped pair of two compute "
+                        "actions or communication posted together: give the pair its own id"));
+        continue;
+      }
+      if (size != 2) {
+        if (size == 1) {
+          bool recurs = false;
+          for (std::int32_t k = 0; k < count && !recurs; ++k) recurs = k != first && prog[k].group == g;
+          if (recurs) continue;
+        }
+        sink.add(ProblemKind::pair_size, r, first, a,
+                 concat("group ", g, " at ", at_rank(r, first), " holds ", size, " compute action",
+                        size == 1 ? "" : "s", " (", to_string(a), size == 1 ? "" : ", ...",
+                        "); a compute group is an overlapped pair of exactly two adjacent actions: ",
+                        size == 1 ? "set its group to 0 or put its partner next to it" : "split it into pairs"));
+        continue;
+      }
+      const Action& b = prog[first + 1];
+      const auto backward = [](Op op) { return op == Op::B || op == Op::BI; };
+      if (!((a.op == Op::F && backward(b.op)) || (backward(a.op) && b.op == Op::F))) {
+        sink.add(ProblemKind::pair_ops, r, first, a,
+                 concat("the pair ", to_string(a), " and ", to_string(b), " at ", at_rank(r, first),
+                        " is not one forward and one backward (B or BI); only an F and a backward overlap: set "
+                        "their group to 0"));
+        continue;
+      }
+      if (a.microbatch == b.microbatch) {
+        sink.add(ProblemKind::pair_dependent, r, first, a,
+                 concat("the pair ", to_string(a), " and ", to_string(b), " at ", at_rank(r, first),
+                        " is of one micro-batch, whose backward needs that forward's result (through the loss), "
+                        "so the pair could never start; pair the forward with another micro-batch's backward"));
+      }
+    }
+  }
 }
 
 // Checks that do not need the programs to run: shape, ranges, placement, completeness,
@@ -525,6 +594,7 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
     std::memset(flat.slots.data(), 0xff, flat.slots.size() * sizeof(std::int32_t));
     flat.has_backward = false;
     flat.lowered = false;
+    flat.has_pairs = false;
     flat.compute_count = 0;
   }
   bool reported_split = false;
@@ -554,12 +624,8 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
       const std::int32_t home = flat.rank_of(a.stage);
       if (is_compute(a.op)) {
         flat.has_backward = flat.has_backward || a.op != Op::F;
+        flat.has_pairs = flat.has_pairs || a.group != 0;
         ++flat.compute_count;
-        if (a.group != 0) {
-          sink.add(ProblemKind::group_on_compute, r, position, a,
-                   concat(to_string(a), " at ", at_rank(r, pos), " is a compute action with group ", a.group,
-                          "; groups bundle communication only: set its group to 0"));
-        }
         if ((a.op == Op::BI || a.op == Op::BW) && !s.split_backward && !reported_split) {
           reported_split = true;
           sink.add(ProblemKind::split_flag, r, position, a,
@@ -736,28 +802,34 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
     }
   }
 
-  if (!flat.lowered) return true;
+  if (flat.has_pairs) check_pairs(flat, sink);
+  if (!flat.lowered && !flat.has_pairs) return true;
 
-  // ---- groups: one group id is one contiguous run of communication actions on a rank
+  // ---- groups: one group id is one contiguous run of actions on a rank
   for (std::int32_t r = 0; r < s.ranks; ++r) {
     const std::int32_t begin = flat.rank_begin[static_cast<std::size_t>(r)];
     const std::int32_t end = flat.rank_begin[static_cast<std::size_t>(r) + 1];
     const Action* prog = flat.rank_actions[static_cast<std::size_t>(r)];
-    // The start of a run of one group: a grouped communication not continuing the previous.
+    // The start of a run of one group: a grouped action not continuing the previous.
     auto run_starts = [&](std::int32_t i) {
       const Action& a = prog[i - begin];
-      if (is_compute(a.op) || a.group == 0) return false;
-      return i == begin || is_compute(prog[i - begin - 1].op) || prog[i - begin - 1].group != a.group;
+      if (a.group == 0) return false;
+      return i == begin || prog[i - begin - 1].group != a.group;
     };
-    // Group ids that only grow cannot repeat (what lower() writes): the common case is one pass.
+    // Group ids that only grow cannot repeat (what lower() writes): the common case is one
+    // pass. Pairs and communication grow apart (lower() numbers communication above the
+    // pairs), so each kind is followed on its own, and all pair ids must lie below the others.
     bool increasing = true;
-    std::uint32_t last_group = 0;
+    std::uint32_t last_comm = 0, last_pair = 0, first_comm = 0;
     for (std::int32_t i = begin; i < end && increasing; ++i) {
       if (!run_starts(i)) continue;
-      increasing = prog[i - begin].group > last_group;
-      last_group = prog[i - begin].group;
+      const std::uint32_t g = prog[i - begin].group;
+      std::uint32_t& last = is_compute(prog[i - begin].op) ? last_pair : last_comm;
+      increasing = g > last;
+      last = g;
+      if (first_comm == 0 && is_comm(prog[i - begin].op)) first_comm = g;
     }
-    if (increasing) continue;
+    if (increasing && (first_comm == 0 || last_pair < first_comm)) continue;
     std::vector<std::pair<std::uint32_t, std::int32_t>> runs;  // (group, index of first action)
     for (std::int32_t i = begin; i < end; ++i) {
       if (run_starts(i)) runs.emplace_back(prog[i - begin].group, i);
@@ -769,9 +841,14 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
       sink.add(ProblemKind::group_not_contiguous, r, flat.position(i), flat.at(i),
                concat("group ", runs[k].first, " on rank ", r, " is not contiguous: it starts at position ",
                       flat.position(runs[k - 1].second), " and again at position ", flat.position(i),
-                      "; a group is posted as one unit, so its actions must be consecutive: renumber or move them"));
+                      is_compute(flat.at(i).op)
+                          ? "; an overlapped pair runs as one unit, so its two actions must be adjacent: renumber or "
+                            "move them"
+                          : "; a group is posted as one unit, so its actions must be consecutive: renumber or move them"));
     }
   }
+
+  if (!flat.lowered) return true;
 
   // ---- NCCL matches the messages between two ranks in posting order (it has no tags), so
   // each ordered pair of ranks must post its sends and its receives in the same order.
@@ -816,6 +893,8 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
 
 // Peak activation memory per rank. Memory on a rank changes only at its compute actions,
 // which run in program order on one stream, so the peak is a property of the order alone.
+// An overlapped pair holds its forward's new activation while its backward still holds the
+// one it frees, so the pair's forward counts first whatever the order of the two.
 // A forward-only schedule stores nothing for a backward.
 // `bytes_of(stage, mb)` is the size of one stored activation.
 template <class BytesOf>
@@ -830,7 +909,15 @@ void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of,
     const Action* const prog = flat.rank_actions[static_cast<std::size_t>(r)];
     const std::int32_t count = flat.rank_begin[static_cast<std::size_t>(r) + 1] - flat.rank_begin[static_cast<std::size_t>(r)];
     for (std::int32_t k = 0; k < count; ++k) {
-      const Action& a = prog[k];
+      std::int32_t at = k;
+      if (flat.has_pairs && prog[k].group != 0 && is_compute(prog[k].op)) {
+        // In a pair written backward first, visit its forward first (and the backward next).
+        const bool first_of_pair = k + 1 < count && prog[k + 1].group == prog[k].group && is_compute(prog[k + 1].op);
+        const bool second_of_pair = k > 0 && prog[k - 1].group == prog[k].group && is_compute(prog[k - 1].op);
+        if (first_of_pair && prog[k].op != Op::F && prog[k + 1].op == Op::F) at = k + 1;
+        if (second_of_pair && prog[k].op == Op::F && prog[k - 1].op != Op::F) at = k - 1;
+      }
+      const Action& a = prog[at];
       if (is_comm(a.op) || a.stage < 0 || a.stage >= flat.stages) continue;
       const auto st = static_cast<std::size_t>(a.stage);
       if (a.microbatch < 0 || a.microbatch >= flat.microbatches) continue;
@@ -878,6 +965,10 @@ void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of,
 // With no communication in the schedule the dependencies between stages are direct
 // (dependency-only execution), each remote one delayed by `input_delay`.
 //
+// An overlapped pair (two adjacent compute actions sharing a group) is one compute item: it
+// starts when the stream is free and the inputs of both actions are done, lasts
+// T_a + T_b - fb_overlap x min(T_a, T_b), and both actions end with it.
+//
 // Every start condition is a conjunction of "done" facts, so which actions complete is the
 // same for any durations, and each time is the max-plus closure of its dependencies: the
 // run is evaluated in dependency order with a worklist of streams rather than a global
@@ -892,10 +983,12 @@ class AbstractExecution {
   // duration_of(a): the compute time of action a, or for communication its transfer time
   // (the same on both sides). input_delay (optional, dependency-only runs): added to action
   // i's remote input; it must outlive the execution.
+  // fb_overlap in [0, 1] (checked by the callers): the share of the shorter action of each
+  // overlapped pair hidden under the longer.
   template <class DurationOf>
   AbstractExecution(const FlatSchedule& flat, StreamMode mode, const DurationOf& duration_of,
-                    const std::vector<double>* input_delay = nullptr)
-      : flat_(flat), mode_(mode), input_delay_(input_delay) {
+                    const std::vector<double>* input_delay = nullptr, double fb_overlap = 0.0)
+      : flat_(flat), mode_(mode), input_delay_(input_delay), fb_overlap_(fb_overlap) {
     build_items(duration_of);
   }
 
@@ -936,7 +1029,7 @@ class AbstractExecution {
     item_of_.assign(flat_.size(), 0);
     for (std::size_t it = 0; it < item_total_; ++it) {
       const Item& item = items_[it];
-      for (std::int32_t i = item.first; i < item.first + std::max(item.count, 1); ++i) {
+      for (std::int32_t i = item.first; i < item.first + item_size(item); ++i) {
         item_of_[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(it);
       }
     }
@@ -945,7 +1038,7 @@ class AbstractExecution {
     const std::size_t streams = stream_begin_.size() - 1;
     for (std::size_t st = 0; st < streams; ++st) {
       for (std::int32_t it = streams_[st].head; it < stream_begin_[st + 1]; ++it) {
-        remaining += static_cast<std::size_t>(std::max(items_[static_cast<std::size_t>(it)].count, 1));
+        remaining += static_cast<std::size_t>(item_size(items_[static_cast<std::size_t>(it)]));
       }
     }
     out << "no action can start while " << remaining << " remain";
@@ -959,6 +1052,11 @@ class AbstractExecution {
         const bool first_blocks = l.same_stage != no_action && ends_[static_cast<std::size_t>(l.same_stage)] < 0.0;
         out << "\n  rank " << rank << ": " << to_string(flat_.at(item.first)) << " waits for "
             << where(first_blocks ? l.same_stage : l.input, rank);
+        continue;
+      }
+      if (item.count == pair_item) {
+        out << "\n  rank " << rank << ": the overlapped pair " << item_text(it) << " waits for "
+            << where(unmet_input(item), rank);
         continue;
       }
       for (std::int32_t i = item.first; i < item.first + item.count; ++i) {
@@ -977,8 +1075,10 @@ class AbstractExecution {
 
  private:
   // One entry of a stream: a compute action (count 0), with its dependencies gathered here
-  // so that a run reads each stream's items in order, or a communication group of `count`
-  // actions starting at `first`, whose CommOps start at ops_[ops].
+  // so that a run reads each stream's items in order; an overlapped pair (count pair_item,
+  // the actions first and first + 1, its dependencies looked up when it runs: pairs are
+  // few); or a communication group of `count` actions starting at `first`, whose CommOps
+  // start at ops_[ops].
   // (No default member initializers: the arrays are allocated without being cleared.)
   struct Item {
     std::int32_t first;
@@ -986,8 +1086,12 @@ class AbstractExecution {
     std::int32_t dep_a;  // compute: same-stage predecessor; group: its first CommOp
     std::int32_t dep_b;  // compute: input
     std::int32_t wake;   // compute: the stream that may wait for it (-1: none)
-    double duration;     // compute
+    double duration;     // compute; a pair: the pair's
   };
+  static constexpr std::int32_t pair_item = -1;
+  [[nodiscard]] static constexpr std::int32_t item_size(const Item& item) noexcept {
+    return item.count > 0 ? item.count : (item.count == pair_item ? 2 : 1);
+  }
   struct CommOp {
     std::int32_t action;
     std::int32_t peer;
@@ -1020,15 +1124,25 @@ class AbstractExecution {
     for (std::int32_t r = 0; r < flat_.ranks; ++r) {
       const std::int32_t b = flat_.rank_begin[static_cast<std::size_t>(r)];
       const std::int32_t e = flat_.rank_begin[static_cast<std::size_t>(r) + 1];
-      std::uint32_t open_group = 0;
+      // The same item boundaries as the fill below: a pair's second action and a group's
+      // further communication join the open item.
+      std::uint32_t open_group = 0, open_pair = 0;
       const Action* prog = flat_.rank_actions[static_cast<std::size_t>(r)];
       for (std::int32_t i = b; i < e; ++i) {
         const Action& a = prog[i - b];
-        const bool comm = is_comm(a.op);
-        if (!comm || a.group == 0 || a.group != open_group) {
-          ++counts[2 * static_cast<std::size_t>(r) + (comm && separate ? 2 : 1)];
+        if (is_compute(a.op)) {
+          if (a.group != 0 && a.group == open_pair) {
+            open_pair = 0;
+            continue;
+          }
+          ++counts[2 * static_cast<std::size_t>(r) + 1];
+          open_group = 0;
+          open_pair = a.group;
+          continue;
         }
-        open_group = comm ? a.group : 0;
+        open_pair = 0;
+        if (a.group == 0 || a.group != open_group) ++counts[2 * static_cast<std::size_t>(r) + (separate ? 2 : 1)];
+        open_group = a.group;
       }
     }
     for (std::size_t st = 0; st < streams; ++st) counts[st + 1] += counts[st];
@@ -1049,17 +1163,27 @@ class AbstractExecution {
       // In a lowered schedule a compute's waiter is always its rank's comm stream (its send).
       const std::int32_t lowered_waiter = separate ? 2 * r + 1 : -1;
       Item* open = nullptr;  // the group being extended
-      std::uint32_t open_group = 0;
+      std::uint32_t open_group = 0, open_pair = 0;
       const Action* prog = flat_.rank_actions[static_cast<std::size_t>(r)];
       for (std::int32_t i = b; i < e; ++i) {
         const Action& a = prog[i - b];
         const Links l = flat_.links(a);
         if (is_compute(a.op)) {
+          if (a.group != 0 && a.group == open_pair) {  // the second action of a pair
+            Item& pair = items_[static_cast<std::size_t>(compute_fill - 1)];
+            const double first = pair.duration, second = duration(a);
+            pair.count = pair_item;
+            pair.duration = first + second - fb_overlap_ * std::min(first, second);
+            open_pair = 0;
+            continue;
+          }
           items_[static_cast<std::size_t>(compute_fill++)] =
               Item{i, 0, l.same_stage, l.input, lowered ? lowered_waiter : dependency_waiter(r, a), duration(a)};
           open_group = 0;
+          open_pair = a.group;
           continue;
         }
+        open_pair = 0;
         if (a.group == 0 || a.group != open_group) {
           open = &items_[static_cast<std::size_t>(comm_fill++)];
           *open = Item{i, 0, static_cast<std::int32_t>(next_op), no_action, -1, 0.0};
@@ -1128,6 +1252,11 @@ class AbstractExecution {
         if (item.wake >= 0) wake_for(static_cast<std::size_t>(item.wake), item.first);
         continue;
       }
+      if (item.count == pair_item) {
+        if (!run_pair(st, item, free)) break;
+        ++head;
+        continue;
+      }
       const CommOp* const ops = ops_.data() + item.dep_a;
       const std::int32_t count = item.count;
       if (!state.posted) {
@@ -1177,6 +1306,54 @@ class AbstractExecution {
     state.free = free;
   }
 
+  // The first input of a pair that is not done yet, or no_action.
+  [[nodiscard]] std::int32_t unmet_input(const Item& item) const noexcept {
+    for (std::int32_t x = item.first; x < item.first + 2; ++x) {
+      const Links l = flat_.links(x);
+      for (const std::int32_t d : {l.same_stage, l.input}) {
+        if (d != no_action && ends_[static_cast<std::size_t>(d)] < 0.0) return d;
+      }
+    }
+    return no_action;
+  }
+
+  // Runs the pair at the head of stream st once the inputs of both its actions are done;
+  // false (with the stream's blocked_on set) while one is not.
+  bool run_pair(std::size_t st, const Item& item, double& free) {
+    double t = free;
+    for (std::int32_t x = item.first; x < item.first + 2; ++x) {
+      const Links l = flat_.links(x);
+      if (l.same_stage != no_action) {
+        const double e = ends_[static_cast<std::size_t>(l.same_stage)];
+        if (e < 0.0) {
+          streams_[st].blocked_on = l.same_stage;
+          return false;
+        }
+        t = std::max(t, e);
+      }
+      if (l.input != no_action) {
+        const double e = ends_[static_cast<std::size_t>(l.input)];
+        if (e < 0.0) {
+          streams_[st].blocked_on = l.input;
+          return false;
+        }
+        t = std::max(t, e + (input_delay_ != nullptr ? (*input_delay_)[static_cast<std::size_t>(x)] : 0.0));
+      }
+    }
+    free = t + item.duration;
+    const auto r = static_cast<std::int32_t>(st / 2);
+    for (std::int32_t x = item.first; x < item.first + 2; ++x) {
+      starts_[static_cast<std::size_t>(x)] = t;
+      ends_[static_cast<std::size_t>(x)] = free;
+    }
+    for (std::int32_t x = item.first; x < item.first + 2; ++x) {
+      const std::int32_t waiter = flat_.lowered ? (mode_ == StreamMode::separate_comm_stream ? 2 * r + 1 : -1)
+                                                : dependency_waiter(r, flat_.at(x));
+      if (waiter >= 0) wake_for(static_cast<std::size_t>(waiter), x);
+    }
+    return true;
+  }
+
   // "RECV_F3@s1 on rank 1, which is behind F4@s1" and the like: where action x stands.
   [[nodiscard]] std::string where(std::int32_t x, std::int32_t from_rank) const {
     const auto xi = static_cast<std::size_t>(x);
@@ -1205,9 +1382,9 @@ class AbstractExecution {
 
   [[nodiscard]] std::string item_text(std::int32_t index) const {
     const Item& item = items_[static_cast<std::size_t>(index)];
-    if (item.count <= 1) return to_string(flat_.at(item.first));
+    if (item_size(item) == 1) return to_string(flat_.at(item.first));
     std::string s = "{";
-    for (std::int32_t i = item.first; i < item.first + item.count; ++i) {
+    for (std::int32_t i = item.first; i < item.first + item_size(item); ++i) {
       if (i != item.first) s += ", ";
       s += to_string(flat_.at(i));
     }
@@ -1217,6 +1394,7 @@ class AbstractExecution {
   const FlatSchedule& flat_;
   StreamMode mode_;
   const std::vector<double>* input_delay_;
+  double fb_overlap_ = 0.0;
   std::vector<std::int32_t> stream_begin_;  // item offsets per stream (size streams + 1)
   pooled_vector<Item, uninitialised_allocator<Item>> items_;
   std::size_t item_total_ = 0;

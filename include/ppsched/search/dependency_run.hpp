@@ -4,21 +4,18 @@
 // SimOptions::ideal_communication (no streams or rendezvous for communication), and with free
 // communication they are also simulate()'s own, since lowering adds no bubble then.
 //
-// It exists for two things the simulator does not do. It is cheap enough to time every
-// schedule the greedy construction proposes before the best few are simulated in full. And it
-// can run a forward and a backward of two micro-batches overlapped on one rank, as DualPipe's
-// F&B chunk pairs do: the pair starts once both of its inputs have arrived, occupies the rank
-// for T_F + T_B - overlap * min(T_F, T_B), and both results are available when it ends (so
-// with no overlap a pair can be slower than the two actions in sequence). The action IR has no overlapped pair, so such
-// a schedule is still executed (and simulated, and validated) as the F followed by the B; the pairs only change what
-// this run predicts.
+// It is cheap enough to time every schedule the greedy construction proposes before the best
+// few are simulated in full. Overlapped F&B pairs (compute groups, docs/execution-model.md) run
+// as the simulator runs them: the pair starts once the inputs of both actions have arrived,
+// occupies the rank for T_F + T_B - CostModel::fb_overlap x min(T_F, T_B), and both results are
+// available when it ends (so with no overlap a pair can be slower than its two actions in
+// sequence: it waits for both inputs before either starts).
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -28,15 +25,6 @@
 #include "ppsched/sim/cost_model.hpp"
 
 namespace ppsched {
-
-// Positions `first` and `first + 1` of rank `rank`'s program: an F and a B or BI (either
-// order) of other stages or micro-batches, run overlapped.
-struct OverlapPair {
-  std::int32_t rank = 0;
-  std::int32_t first = 0;
-
-  friend constexpr bool operator==(const OverlapPair&, const OverlapPair&) = default;
-};
 
 struct DependencyRun {
   double makespan = 0.0;
@@ -53,23 +41,19 @@ namespace detail {
 
 }  // namespace detail
 
-// Runs `s` (communication actions, if any, are skipped) under `costs`. `fb_overlap` in [0, 1]
-// is the share of the shorter action of each pair hidden under the longer. Throws
-// ppsched::error for a cost model that does not fit, a pair that is not an F and a backward,
-// an action out of range, or an order that cannot run (an input never computed, or computed
-// after something that waits for it).
-[[nodiscard]] inline DependencyRun run_dependencies(const Schedule& s, const CostModel& costs,
-                                                    std::span<const OverlapPair> pairs = {}, double fb_overlap = 0.0) {
+// Runs `s` (communication actions, if any, are skipped) under `costs`, its overlapped pairs
+// with costs.fb_overlap. Throws ppsched::error for a cost model that does not fit, a compute
+// group that is not two adjacent actions, an F and a B or BI, an action out of range, or an
+// order that cannot run (an input never computed, or computed after something that waits
+// for it).
+[[nodiscard]] inline DependencyRun run_dependencies(const Schedule& s, const CostModel& costs) {
   using detail::concat;
   if (s.ranks < 1 || s.microbatches < 1 || s.placement.empty() ||
       s.programs.size() != static_cast<std::size_t>(s.ranks)) {
     detail::fail_dependency_run(s, "its shape is unusable (ranks, micro-batches, placement or program count)");
   }
-  if (!(fb_overlap >= 0.0 && fb_overlap <= 1.0)) {
-    fail({"dependency run", concat("fb_overlap = ", fb_overlap, " is outside [0, 1]"), "fb_overlap",
-          "give the share of the shorter of an F&B pair hidden under the longer: 0 (none) to 1 (max(F, B))"});
-  }
   check_cost_model(costs, s.stages(), s.microbatches);
+  const double fb_overlap = costs.fb_overlap;
   const std::int32_t S = s.stages(), M = s.microbatches;
   const auto ranks = static_cast<std::size_t>(s.ranks);
   const auto slot = [M](std::int32_t stage, std::int32_t mb) {
@@ -93,26 +77,25 @@ namespace detail {
       programs[r].push_back(a);
     }
     pair_start[r].assign(programs[r].size(), 0);
-    for (const OverlapPair& p : pairs) {
-      if (p.rank != static_cast<std::int32_t>(r)) continue;
-      const auto first = static_cast<std::size_t>(p.first);
-      if (p.first < 0 || first + 1 >= s.programs[r].size() || index_of[first] < 0 ||
-          index_of[first + 1] != index_of[first] + 1) {
-        detail::fail_dependency_run(s, concat("overlap pair at rank ", r, " position ", p.first,
-                                              " does not name two consecutive compute actions"));
+    const auto& prog = s.programs[r];
+    for (std::size_t i = 0; i < prog.size(); ++i) {
+      if (is_comm(prog[i].op) || prog[i].group == 0) continue;
+      const std::uint32_t g = prog[i].group;
+      const bool pair = i + 1 < prog.size() && prog[i + 1].group == g && is_compute(prog[i + 1].op) &&
+                        (i + 2 == prog.size() || prog[i + 2].group != g);
+      if (!pair) {
+        detail::fail_dependency_run(s, concat("group ", g, " at rank ", r, " position ", i, " (", to_string(prog[i]),
+                                              ") is not an overlapped pair of two adjacent compute actions"));
       }
-      const Op x = s.programs[r][first].op, y = s.programs[r][first + 1].op;
+      const Op x = prog[i].op, y = prog[i + 1].op;
       const bool backward_x = x == Op::B || x == Op::BI, backward_y = y == Op::B || y == Op::BI;
       if (!((x == Op::F && backward_y) || (backward_x && y == Op::F))) {
-        detail::fail_dependency_run(
-            s, concat("overlap pair at rank ", r, " position ", p.first, " is ", to_string(s.programs[r][first]),
-                      " and ", to_string(s.programs[r][first + 1]), ", not a forward and a backward"));
+        detail::fail_dependency_run(s, concat("the pair at rank ", r, " position ", i, " is ", to_string(prog[i]), " and ",
+                                              to_string(prog[i + 1]), ", not a forward and a backward"));
       }
-      pair_start[r][static_cast<std::size_t>(index_of[first])] = 1;
+      pair_start[r][static_cast<std::size_t>(index_of[i])] = 1;
+      ++i;
     }
-  }
-  for (const OverlapPair& p : pairs) {
-    if (p.rank < 0 || p.rank >= s.ranks) detail::fail_dependency_run(s, concat("an overlap pair names rank ", p.rank));
   }
 
   const std::size_t cells = static_cast<std::size_t>(S) * static_cast<std::size_t>(M);

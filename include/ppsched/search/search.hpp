@@ -4,7 +4,9 @@
 //   - every fixed family (gpipe, 1f1b, zb-h1, zb-h2, zb-v, the controllable-memory v-half and
 //     v-min on the V, and interleaved-1f1b and looped-bfs at v = 1 and at each interleaving depth
 //     asked for),
-//   - DualPipeV (dualpipev.hpp), its F&B pairs modelled when SearchOptions::fb_overlap > 0,
+//   - DualPipeV (schedule/dualpipev.hpp) twice: with its F&B pairs (compute groups) overlapped
+//     by SearchOptions::fb_overlap (CostModel::fb_overlap), and "dualpipev sequential", the
+//     groups dropped so that each action of a pair starts when its own input is ready,
 //   - the greedy construction (greedy.hpp) on each placement — one stage per rank, the V of
 //     ZB-V, v looped chunks — with BI or forward first, forwards that wait for the critical
 //     path or do not, deferred BWs filling gaps or filling eagerly; on one stage per rank also
@@ -82,8 +84,9 @@ struct SearchOptions {
   // full B are built (no zero-bubble family, no dualpipev, the greedy with BW kept with BI).
   bool split_backward = true;
   // Share of the shorter of a DualPipeV F&B pair hidden under the longer (0: none, the pair
-  // runs in sequence; 1: the pair takes max(T_F, T_B)). Above 0, DualPipeV is ranked by
-  // run_dependencies() with its pairs (transfers as delays, exact for free communication).
+  // runs in sequence; 1: the pair takes max(T_F, T_B)). It becomes CostModel::fb_overlap of
+  // every placement's costs; above 0, DualPipeV keeps its pairs (compute groups) and is
+  // bounded, simulated and validated with them like every other candidate.
   double fb_overlap = 0.0;
   // At most this many simulations (0: as many as the bound needs). A limit makes the search
   // faster with costly communication at the price of exactness: candidates left unsimulated
@@ -99,7 +102,6 @@ enum class Timing : std::uint8_t {
   bound,       // only the dependency-only bound is known: not needed to rank (or a simulation limit hit)
   simulated,   // simulate()
   exact,       // the dependency-only run, which equals simulate() with free communication
-  overlapped,  // run_dependencies() with DualPipeV's F&B pairs overlapped
 };
 
 [[nodiscard]] constexpr std::string_view timing_name(Timing t) noexcept {
@@ -110,8 +112,6 @@ enum class Timing : std::uint8_t {
       return "simulated";
     case Timing::exact:
       return "exact";
-    case Timing::overlapped:
-      return "F&B overlapped";
   }
   return "?";
 }
@@ -153,7 +153,6 @@ struct SearchResult {
   CostModel costs;                         // the model's costs on the winner's placement
   SimResult simulation;                    // simulate(lowered, costs), timeline recorded
   ValidationReport validation;             // validate(lowered): ok, memory[r].peak_bytes in M_B
-  std::vector<OverlapPair> overlap_pairs;  // the winner's F&B pairs when they were modelled
   std::vector<Candidate> candidates;
   std::size_t winner = 0;  // index into candidates
   std::string why;         // one line
@@ -187,7 +186,6 @@ struct SearchEntry {
   Candidate candidate;
   Schedule schedule;
   std::size_t placement = 0;
-  std::vector<OverlapPair> pairs;
 };
 
 [[nodiscard]] inline std::string number_text(double x) {
@@ -405,21 +403,14 @@ inline void simulate_entry(SearchEntry& e, const CostModel& costs, const SearchO
   e.candidate.timing = Timing::simulated;
 }
 
-// The dependency-only run of a candidate: its bound, and its makespan when that is exact
-// (free communication, or DualPipeV's overlap model).
-inline void bound_entry(SearchEntry& e, const CostModel& costs, const SearchOptions& options, bool exact) {
+// The dependency-only run of a candidate (its overlapped pairs included): its bound, and its
+// makespan when that is exact (free communication).
+inline void bound_entry(SearchEntry& e, const CostModel& costs, bool exact) {
   const DependencyRun run = run_dependencies(e.schedule, costs);
   e.candidate.bound = run.makespan;
   e.candidate.makespan = run.makespan;
   e.candidate.bubble_fraction = run.bubble_fraction;
   e.candidate.timing = exact ? Timing::exact : Timing::bound;
-  if (!e.pairs.empty()) {
-    const DependencyRun overlapped = run_dependencies(e.schedule, costs, e.pairs, options.fb_overlap);
-    e.candidate.makespan = overlapped.makespan;
-    e.candidate.bound = overlapped.makespan;
-    e.candidate.bubble_fraction = overlapped.bubble_fraction;
-    e.candidate.timing = Timing::overlapped;
-  }
 }
 
 // Free communication on its own stream: lowering adds no wait, so the dependency-only run is
@@ -453,7 +444,9 @@ inline void bound_entry(SearchEntry& e, const CostModel& costs, const SearchOpti
       concat(w.name, ": the fastest of ", fitting, " candidates that keep to the cap (", r.candidates.size(),
              " considered, ", simulated, " simulated), makespan ", number_text(w.makespan), " ", r.costs.unit,
              ", bubble ", number_text(w.bubble_fraction * 100.0), "%");
-  if (w.timing == Timing::overlapped) line += " with its F&B pairs overlapped";
+  if (w.name == dualpipev_name && r.costs.fb_overlap > 0.0) {
+    line += concat(" with its F&B pairs overlapped (fb_overlap ", number_text(r.costs.fb_overlap), ")");
+  }
   const Candidate* family = r.best_family();
   if (family == nullptr) {
     line += "; no fixed family keeps to the cap";
@@ -479,7 +472,8 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
                        std::string& no_fit) {
   check_search_problem(problem, options);
   const std::int32_t p = problem.ranks, m = problem.microbatches;
-  const std::vector<SearchPlacement> placements = search_placements(problem, options);
+  std::vector<SearchPlacement> placements = search_placements(problem, options);
+  for (SearchPlacement& sp : placements) sp.costs.fb_overlap = options.fb_overlap;  // only pairs read it
   const auto placement_index = [&](std::string_view kind, std::int32_t v) -> std::ptrdiff_t {
     for (std::size_t i = 0; i < placements.size(); ++i) {
       if (placements[i].kind == kind && placements[i].chunks == v) return static_cast<std::ptrdiff_t>(i);
@@ -489,9 +483,9 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
 
   std::vector<SearchEntry> entries;
   std::vector<Candidate> rejected;  // never built: listed with the reason
-  const auto add_built = [&](Candidate c, Schedule s, std::size_t placement, std::vector<OverlapPair> pairs) {
+  const auto add_built = [&](Candidate c, Schedule s, std::size_t placement) {
     c.built = true;
-    SearchEntry e{std::move(c), std::move(s), placement, std::move(pairs)};
+    SearchEntry e{std::move(c), std::move(s), placement};
     measure_memory_of(e, placements[placement].costs, placements[placement].cap);
     if (!placements[placement].unusable.empty()) {
       e.candidate.fits = false;
@@ -503,7 +497,7 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
   // Fixed families, at their own placement and at each depth asked for.
   if (options.fixed_families) {
     for (const FamilyInfo& f : schedule_families) {
-      if (f.name == forward_only_name) continue;
+      if (f.name == forward_only_name || f.name == dualpipev_name) continue;  // dualpipev: its own kind below
       const bool looped = f.name == interleaved_1f1b_name || f.name == looped_bfs_name;
       const bool v_shape = f.name == zb_v_name || f.name == v_half_name || f.name == v_min_name;
       std::vector<std::int32_t> depths{v_shape ? 2 : 1};
@@ -531,7 +525,7 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
         }
         Schedule s = make_schedule(f.name, r);
         if (looped) s.name = c.name;
-        add_built(std::move(c), std::move(s), static_cast<std::size_t>(at), {});
+        add_built(std::move(c), std::move(s), static_cast<std::size_t>(at));
       }
     }
   }
@@ -555,19 +549,18 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
       c.note = concat("needs m >= 2p = ", 2 * p, " micro-batches");
       rejected.push_back(std::move(c));
     } else {
+      // As the family builds it (its pairs overlapped by fb_overlap), and with the pairs run in
+      // sequence (each action when its own input is ready): neither is always faster.
       Schedule d = make_dualpipev(r);
-      std::vector<OverlapPair> pairs;
-      for (std::size_t rank = 0; rank < d.programs.size(); ++rank) {
-        auto& program = d.programs[rank];
-        for (std::size_t i = 0; i < program.size(); ++i) {
-          if (program[i].group != 0 && i + 1 < program.size() && program[i + 1].group == program[i].group) {
-            pairs.push_back(OverlapPair{static_cast<std::int32_t>(rank), static_cast<std::int32_t>(i)});
-          }
-        }
+      Schedule sequential = d;
+      for (auto& program : sequential.programs) {
         for (Action& a : program) a.group = 0;
       }
-      add_built(std::move(c), std::move(d), static_cast<std::size_t>(at),
-                options.fb_overlap > 0.0 ? std::move(pairs) : std::vector<OverlapPair>{});
+      Candidate in_sequence = c;
+      in_sequence.name = concat(dualpipev_name, " sequential");
+      sequential.name = in_sequence.name;
+      add_built(std::move(c), std::move(d), static_cast<std::size_t>(at));
+      add_built(std::move(in_sequence), std::move(sequential), static_cast<std::size_t>(at));
     }
   }
 
@@ -597,7 +590,7 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
           rejected.push_back(std::move(c));
           continue;
         }
-        add_built(std::move(c), std::move(out.schedule), pi, {});
+        add_built(std::move(c), std::move(out.schedule), pi);
       }
     }
   }
@@ -605,7 +598,7 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
   // Bounds for all, then simulations best bound first until no bound can beat the best.
   for (SearchEntry& e : entries) {
     const CostModel& costs = placements[e.placement].costs;
-    bound_entry(e, costs, options, communication_is_free(costs, options));
+    bound_entry(e, costs, communication_is_free(costs, options));
   }
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -675,7 +668,6 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
       result.lowered = std::move(lowered);
       result.costs = costs;
       result.validation = std::move(report);
-      result.overlap_pairs = e.pairs;
       result.simulation = std::move(sim);
       result.winner = i;
       found = true;

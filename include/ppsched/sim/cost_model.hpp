@@ -4,7 +4,8 @@
 // an optional per-micro-batch scale (variable-length micro-batches: time and bytes grow
 // with the tokens in the micro-batch) or a full per-(stage, micro-batch) table. A transfer
 // costs latency + bytes / bandwidth. The full backward B takes BI + BW unless the stage
-// gives its own time.
+// gives its own time. An overlapped F&B pair (a compute group, docs/execution-model.md) takes
+// T_F + T_B - fb_overlap x min(T_F, T_B).
 #pragma once
 
 #include <algorithm>
@@ -45,6 +46,12 @@ struct CostModel {
   std::vector<StageCost> per_microbatch;  // empty, or stages x micro-batches (stage-major); overrides the two above
   Link link{};
   double weight_memory_fraction = 0.5;    // M_W / M_B: what BI keeps for BW
+  // Share of the shorter action of each overlapped F&B pair hidden under the longer, in [0, 1]:
+  // 0, the default, makes a pair take T_F + T_B (what the executor does: it runs the pair's F
+  // then its B, and two kernels that each fill the GPU gain little from sharing it); 1 makes it
+  // take max(T_F, T_B). Measure T_F&B and set (T_F + T_B - T_F&B) / min(T_F, T_B). Schedules
+  // without pairs do not depend on it.
+  double fb_overlap = 0.0;
 };
 
 // Every stage alike: the analytic set-up (T_F, T_BI, T_BW per stage, free communication).
@@ -83,10 +90,76 @@ inline void check_fits(const Action& a, std::int32_t stages, std::int32_t microb
   }
 }
 
+// The largest time or size of one StageCost, and its field name.
+inline void note_largest(const StageCost& c, const std::string& where, double& largest, std::string& largest_where) {
+  const std::pair<double, const char*> fields[] = {{c.forward, ".forward"},
+                                                   {c.backward_input, ".backward_input"},
+                                                   {c.backward_weight, ".backward_weight"},
+                                                   {c.backward.value_or(0.0), ".backward"},
+                                                   {c.activation_bytes, ".activation_bytes"},
+                                                   {c.output_bytes, ".output_bytes"}};
+  for (const auto& [value, name] : fields) {
+    if (value > largest) {
+      largest = value;
+      largest_where = where + name;
+    }
+  }
+}
+
+// A makespan is at most the sum of every action's time, and the statistics multiply it by
+// the rank count (at most the stage count); activation bytes add up over the stored
+// micro-batches. Finite costs whose sums are not finite doubles would make lower() order by
+// infinite times and the simulator reject its own lowering, so they are rejected here.
+inline void check_cost_sums(const CostModel& c, std::int32_t stages, std::int32_t microbatches) {
+  const double S = stages, M = microbatches;
+  const auto transfer = [&c](double bytes) { return c.link.latency + (bytes == 0.0 ? 0.0 : bytes / c.link.bandwidth); };
+  // Every action of one (stage, micro-batch), B and BI + BW both counted (either may run).
+  const auto action_time = [&](const StageCost& s) {
+    return s.forward + s.backward.value_or(0.0) + s.backward_input + s.backward_weight + 2.0 * transfer(s.output_bytes);
+  };
+  double times = 0.0, bytes = 0.0, largest = -1.0;
+  std::string largest_where;
+  if (c.per_microbatch.empty()) {
+    for (std::size_t i = 0; i < c.stages.size(); ++i) {
+      times += action_time(c.stages[i]);
+      bytes += c.stages[i].activation_bytes;
+      note_largest(c.stages[i], concat("stages[", i, "]"), largest, largest_where);
+    }
+    const double copies = c.stages.size() == 1 ? S : 1.0;
+    double scale = c.microbatch_scale.empty() ? M : 0.0;
+    for (std::size_t i = 0; i < c.microbatch_scale.size(); ++i) {
+      scale += c.microbatch_scale[i];
+      if (c.microbatch_scale[i] > largest) {
+        largest = c.microbatch_scale[i];
+        largest_where = concat("microbatch_scale[", i, "]");
+      }
+    }
+    times *= copies * scale;
+    bytes *= copies * scale;
+  } else {
+    for (std::size_t i = 0; i < c.per_microbatch.size(); ++i) {
+      times += action_time(c.per_microbatch[i]);
+      bytes += c.per_microbatch[i].activation_bytes;
+      note_largest(c.per_microbatch[i], concat("per_microbatch[", i, "]"), largest, largest_where);
+    }
+  }
+  if (std::isfinite(times * S) && std::isfinite(bytes)) return;
+  const double bound = std::numeric_limits<double>::max() / (8.0 * S * S * M);
+  fail({"cost model",
+        concat("its ", std::isfinite(times * S) ? "activation bytes" : "times", " add up past the largest double: ",
+               stages, " stages x ", microbatches, " micro-batches sum to ", std::isfinite(times * S) ? bytes : times * S,
+               " (times counted once per rank for the statistics); the largest value is ", largest_where, " = ", largest,
+               c.link.bandwidth < 1.0 ? concat(", with link.bandwidth = ", c.link.bandwidth) : std::string()),
+        largest_where,
+        concat("keep the costs' sum finite: every time, size and scale well below ", bound,
+               " (the largest double / (8 x stages^2 x micro-batches)), e.g. by choosing a larger unit")});
+}
+
 }  // namespace detail
 
 // Throws ppsched::error, naming the field, when the model does not fit a schedule of this
-// many stages and micro-batches or holds a negative, NaN or infinite value.
+// many stages and micro-batches or holds a negative, NaN or infinite value, or when its
+// times or sizes add up past the largest double.
 inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32_t microbatches) {
   using detail::concat;
   const auto S = static_cast<std::size_t>(stages), M = static_cast<std::size_t>(microbatches);
@@ -122,6 +195,11 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
     fail({"cost model", concat("weight_memory_fraction ", c.weight_memory_fraction, " is outside [0, 1]"),
           "weight_memory_fraction", "what BI keeps for BW is a fraction of a stored activation (default 0.5)"});
   }
+  if (!(c.fb_overlap >= 0.0 && c.fb_overlap <= 1.0)) {
+    fail({"cost model", concat("fb_overlap ", c.fb_overlap, " is outside [0, 1]"), "fb_overlap",
+          "give the share of the shorter action of an F&B pair hidden under the longer: 0 (none) to 1 (max(T_F, T_B))"});
+  }
+  detail::check_cost_sums(c, stages, microbatches);
 }
 
 // The costs of (stage, micro-batch), scale applied. Throws ppsched::error when the model
@@ -187,6 +265,7 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
   for (const double k : c.microbatch_scale) scale = std::max(scale, k);
   const double tiny = largest > 0.0 ? largest * scale * 1e-6 : 1.0;
   LowerOptions options;
+  options.fb_overlap = c.fb_overlap;
   if (c.per_microbatch.empty() && c.microbatch_scale.empty()) {
     // Times depend on (op, stage) only: look them up (lowering asks once per action).
     std::vector<double> table(static_cast<std::size_t>(stages) * op_count, 0.0);

@@ -20,6 +20,12 @@
 //   bubble_fraction   total idle / (ranks x makespan)
 //   ideal_time        busy time of the busiest rank (the step with no bubble at all)
 //   bubble_vs_ideal   (makespan - ideal_time) / ideal_time
+//
+// An overlapped F&B pair (a compute group) occupies its rank's compute stream for
+// T_F + T_B - CostModel::fb_overlap x min(T_F, T_B), from when the inputs of both are done;
+// both results are available when it ends. In the timeline its interval is divided between
+// its two actions in proportion to their own times (in program order), so that spans on one
+// lane never overlap and a rank's busy time is the sum of its spans, as for every other action.
 #pragma once
 
 #include <algorithm>
@@ -144,7 +150,7 @@ namespace detail {
 
   const StreamMode mode = options.comm_on_compute_stream ? StreamMode::comm_on_compute_stream
                                                          : StreamMode::separate_comm_stream;
-  detail::AbstractExecution run(flat, mode, duration, flat.lowered ? nullptr : &input_delay);
+  detail::AbstractExecution run(flat, mode, duration, flat.lowered ? nullptr : &input_delay, cost.fb_overlap);
   if (!run.run()) {
     fail({"simulate: schedule '" + schedule.name + "'",
           detail::concat("deadlocks under rendezvous with ", stream_mode_name(mode), ": ", run.describe_stuck()), "",
@@ -162,12 +168,23 @@ namespace detail {
     any = true;
   }
   result.makespan = any ? last - first : 0.0;
+  // The compute on another rank whose output compute action a (on rank r) consumes, if any.
+  const auto remote_producer = [&flat](const Action& a, std::int32_t r) {
+    if (a.op == Op::F && a.stage > 0 && flat.rank_of(a.stage - 1) != r) return flat.find(Op::F, a.stage - 1, a.microbatch);
+    if ((a.op == Op::B || a.op == Op::BI) && a.stage + 1 < flat.stages && flat.rank_of(a.stage + 1) != r) {
+      return flat.backward_input(a.stage + 1, a.microbatch);
+    }
+    return detail::no_action;
+  };
+  // Where each action of a pair sits in the timeline: the pair's interval split by own times.
+  std::vector<std::pair<std::size_t, double>> pair_splits;  // (first action, split point)
   for (std::size_t r = 0; r < ranks; ++r) {
     SimRankStats& st = result.ranks[r];
     bool seen = false;
     double previous_end = first;
     const Action* prog = flat.rank_actions[r];
-    for (std::int32_t i = flat.rank_begin[r]; i < flat.rank_begin[r + 1]; ++i) {
+    const std::int32_t end = flat.rank_begin[r + 1];
+    for (std::int32_t i = flat.rank_begin[r]; i < end; ++i) {
       const auto ii = static_cast<std::size_t>(i);
       const Action& a = prog[i - flat.rank_begin[r]];
       if (is_comm(a.op)) continue;
@@ -175,16 +192,25 @@ namespace detail {
       seen = true;
       st.last_end = run.end(ii);
       st.busy += run.end(ii) - run.start(ii);
-      // The compute on another rank whose output this one consumes, if any.
-      std::int32_t producer = detail::no_action;
-      if (a.op == Op::F && a.stage > 0 && flat.rank_of(a.stage - 1) != static_cast<std::int32_t>(r)) {
-        producer = flat.find(Op::F, a.stage - 1, a.microbatch);
-      } else if ((a.op == Op::B || a.op == Op::BI) && a.stage + 1 < flat.stages &&
-                 flat.rank_of(a.stage + 1) != static_cast<std::int32_t>(r)) {
-        producer = flat.backward_input(a.stage + 1, a.microbatch);
+      std::int32_t producer = remote_producer(a, static_cast<std::int32_t>(r));
+      double ready_at = producer != detail::no_action ? run.end(static_cast<std::size_t>(producer)) : 0.0;
+      const bool pair = a.group != 0 && i + 1 < end && prog[i + 1 - flat.rank_begin[r]].group == a.group;
+      if (pair) {
+        // One interval for two actions: count it once, and wait for the later remote input.
+        const Action& b = prog[i + 1 - flat.rank_begin[r]];
+        const std::int32_t other = remote_producer(b, static_cast<std::int32_t>(r));
+        if (other != detail::no_action) {
+          ready_at = producer != detail::no_action ? std::max(ready_at, run.end(static_cast<std::size_t>(other)))
+                                                   : run.end(static_cast<std::size_t>(other));
+          producer = other;
+        }
+        const double own_a = duration(a), own_b = duration(b);
+        const double share = own_a + own_b > 0.0 ? own_a / (own_a + own_b) : 0.5;
+        pair_splits.emplace_back(ii, run.start(ii) + (run.end(ii) - run.start(ii)) * share);
+        ++i;
       }
       if (producer != detail::no_action) {
-        const double ready = std::max(previous_end, run.end(static_cast<std::size_t>(producer)));
+        const double ready = std::max(previous_end, ready_at);
         if (run.start(ii) > ready) st.comm_wait += run.start(ii) - ready;
       }
       previous_end = run.end(ii);
@@ -220,6 +246,10 @@ namespace detail {
     for (std::size_t i = 0; i < n; ++i) {
       const bool comm_lane = run.on_comm_stream(static_cast<std::int32_t>(i));
       result.timeline.spans[i] = Span{flat.owner[i], flat.at(static_cast<std::int32_t>(i)), comm_lane ? Lane::comm : Lane::compute, run.start(i), run.end(i)};
+    }
+    for (const auto& [i, split] : pair_splits) {
+      result.timeline.spans[i].end = split;
+      result.timeline.spans[i + 1].start = split;
     }
   }
   return result;

@@ -274,3 +274,49 @@ TEST_CASE("options made for one schedule's sizes are refused on another's", "[lo
   }
   CHECK_THROWS_WITH(compute_time(per_stage, Action{Op::F, 3, 0, 0}, 2), Catch::Contains("no costs for stage 3"));
 }
+
+TEST_CASE("an overlapped pair stays adjacent: its receives before it, its sends after it", "[lower][pair]") {
+  for (std::int32_t p = 2; p <= 5; ++p) {
+    const Schedule s = make_schedule("dualpipev", {p, 2 * p + 1, 2});
+    for (const double overlap : {0.0, 1.0}) {
+      CostModel c = uniform_costs(1.0, 1.0, 1.0);
+      c.link.latency = 0.25;
+      c.fb_overlap = overlap;
+      const Schedule l = lower(s, lower_options_for(c, s.stages(), s.microbatches));
+      INFO("p=" << p << " fb_overlap " << overlap);
+      REQUIRE(validate(l).ok());
+      CHECK(strip_communication(l) == s);  // pairs keep their ids
+      std::size_t pairs = 0;
+      for (std::size_t r = 0; r < l.programs.size(); ++r) {
+        const auto& prog = l.programs[r];
+        for (std::size_t i = 0; i + 1 < prog.size(); ++i) {
+          if (!is_compute(prog[i].op) || prog[i].group == 0) continue;
+          const std::size_t first = i++;
+          ++pairs;
+          REQUIRE(prog[i].group == prog[first].group);  // adjacent: no communication between
+          // Every receive either action consumes comes before the pair, every send after it.
+          for (std::size_t k = first; k <= i; ++k) {
+            const Action& a = prog[k];
+            const Action recv = a.op == Op::F ? act(Op::RECV_F, a.stage, a.microbatch)
+                                              : act(Op::RECV_B, a.stage, a.microbatch);
+            const Action send = a.op == Op::F ? act(Op::SEND_F, a.stage, a.microbatch)
+                                              : act(Op::SEND_B, a.stage, a.microbatch);
+            for (std::size_t j = 0; j < prog.size(); ++j) {
+              const Action bare{prog[j].op, prog[j].stage, prog[j].microbatch, 0};
+              if (bare == recv) CHECK(j < first);
+              if (bare == send) CHECK(j > i);
+            }
+          }
+          // No communication group of the rank reuses the pair's id.
+          for (const Action& a : prog) {
+            if (is_comm(a.op)) CHECK(a.group != prog[first].group);
+          }
+        }
+      }
+      CHECK(pairs > 0);
+    }
+  }
+  LowerOptions bad;
+  bad.fb_overlap = -0.5;
+  CHECK_THROWS_WITH(lower(make_schedule("dualpipev", {2, 4, 2}), bad), Catch::Contains("fb_overlap = -0.5"));
+}

@@ -824,3 +824,44 @@ TEST_CASE("joint search: partition, schedule and micro-batch count together", "[
   none.microbatch_counts.clear();
   CHECK_THROWS_WITH(search_joint(none), Catch::Contains("no micro-batch count to try"));
 }
+
+TEST_CASE("dualpipev lowered, validated and simulated with its pairs: each pair's length, and run_dependencies' makespan",
+          "[search][dualpipev][pair]") {
+  for (std::int32_t p = 1; p <= 5; ++p) {
+    for (const std::int32_t m : {2 * p, 2 * p + 3}) {
+      const Schedule d = make_dualpipev({p, m, 2});
+      Schedule sequential_order = d;
+      for (auto& prog : sequential_order.programs) {
+        for (Action& a : prog) a.group = 0;
+      }
+      // F = 1, B = 2.5 (BI 1.5 + BW 1): a pair takes 3.5 - overlap x 1.
+      for (const double overlap : {0.0, 0.5, 1.0}) {
+        CostModel c = uniform_costs(1.0, 1.5, 1.0);
+        c.fb_overlap = overlap;
+        INFO("p=" << p << " m=" << m << " fb_overlap " << overlap);
+        const Schedule l = lower(d, lower_options_for(c, d.stages(), m));
+        REQUIRE(validate(l).ok());
+        const SimResult sim = simulate(l, c);
+        // Free communication: the simulation is the dependency-only run, exactly.
+        CHECK(sim.makespan == run_dependencies(d, c).makespan);
+        // The two spans of each pair are adjacent and together last 3.5 - overlap.
+        std::size_t pairs = 0;
+        for (std::size_t i = 0; i + 1 < sim.timeline.spans.size(); ++i) {
+          const Span& a = sim.timeline.spans[i];
+          const Span& b = sim.timeline.spans[i + 1];
+          if (!is_compute(a.action.op) || a.action.group == 0 || b.action.group != a.action.group) continue;
+          ++pairs;
+          CHECK(a.end == b.start);
+          CHECK(b.end - a.start == Approx(3.5 - overlap));
+          CHECK(a.end - a.start == Approx((3.5 - overlap) * (a.action.op == Op::F ? 1.0 : 2.5) / 3.5));
+          ++i;
+        }
+        // Per rank r (the header's phases 4 and 5): 2(m-2p+r+1) + (p-r-1) pairs, one fewer on the last.
+        CHECK(static_cast<std::int32_t>(pairs) == p * (2 * m - 3 * p + 1) + p * (p - 1) / 2 - 1);
+        // Without overlap a pair waits for both inputs before either action starts, so it is
+        // never faster than the same order run action by action.
+        if (overlap == 0.0) CHECK(sim.makespan >= simulate(sequential_order, c).makespan);
+      }
+    }
+  }
+}

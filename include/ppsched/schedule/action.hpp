@@ -58,8 +58,11 @@ struct Action {
   Op op = Op::F;
   std::int32_t stage = 0;       // virtual stage (model chunk), 0 .. stages-1
   std::int32_t microbatch = 0;  // 0 .. microbatches-1
-  // Communication only. Consecutive communication actions on one rank that share a nonzero
-  // group are posted together (one ncclGroupStart/End); 0 means a group of its own.
+  // Consecutive actions on one rank that share a nonzero group form one unit; 0 means a unit
+  // of its own. Communication: posted together (one ncclGroupStart/End). Compute: exactly two,
+  // an F and a B or BI of different micro-batches, form an overlapped pair (DualPipe's F&B
+  // chunk pair) that starts when the inputs of both are ready and ends as one
+  // (docs/execution-model.md). Ids are scoped to the rank; one id names one run.
   std::uint32_t group = 0;
 
   friend constexpr auto operator<=>(const Action&, const Action&) = default;

@@ -48,7 +48,7 @@ namespace ppsched {
 struct ExecutorOptions {
   GradAccumulation accumulation = GradAccumulation::microbatch_order;
   // A step in which no action of a rank completes for this long ends with an error naming
-  // what the rank waits for. Progress is sampled every tenth of it (at most every 100 ms), so
+  // what the rank waits for. Progress is sampled every tenth of it (clamped to 1-100 ms), so
   // the error comes at most that much later than a full period without a completion.
   std::chrono::milliseconds watchdog{10'000};
   // Record each action's start and end (two timing events per action).

@@ -27,9 +27,12 @@
 //
 // Errors behave as CUDA's sticky errors: once a task on a rank fails (a user callable threw,
 // a transfer was aborted or timed out), every later operation on that rank throws that
-// error, as `ppsched::error`, until `recover()`. Host waits are always bounded: they return
-// `timed_out` at the deadline or `stopped` when the stop token is requested, and the caller
-// decides (the executor then aborts the communicator, which ends every pending transfer).
+// error, as `ppsched::error`, until `recover()`. `abort()` makes the rank failed too: the CPU
+// backend then drops the work queued behind a task still running; CUDA runs its queued
+// kernels, and the executor's tasks of a failed step call no user code. Host waits are
+// always bounded: they return `timed_out` at the deadline or `stopped` when the stop token is
+// requested, and the caller decides (the executor then aborts the communicator, which ends
+// every pending transfer).
 #pragma once
 
 #include <chrono>

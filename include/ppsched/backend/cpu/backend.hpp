@@ -11,7 +11,8 @@
 // - Send and receive are rendezvous: a transfer happens when both sides have posted, a group
 //   (group_start/group_end) is posted as one unit, and sends and receives between two ranks
 //   pair in posting order, as NCCL's do.
-// - Failures are sticky per rank; abort() ends every pending transfer that involves the rank.
+// - Failures are sticky per rank; abort() fails the rank (its queued work is dropped, a task
+//   already running finishes) and ends every pending transfer that involves it.
 //
 // Handles (`CpuStream`, `CpuEvent`, `CpuBuffer`) are move-only and must be destroyed before
 // their cluster. Nothing here allocates while work is issued or run, once each buffer's

@@ -65,9 +65,9 @@ struct CudaBubblesState {
   std::vector<CudaBackend> backends;
 };
 
-std::string describe(const CudaBubblesState& state, std::int32_t ranks) {
+std::string describe(const CudaBubblesState& state) {
   const bool nccl = !state.backends.empty() && state.backends.front().uses_nccl();
-  return ppsched::detail::concat("CUDA backend (", ranks, " ranks on ", state.gpus, " GPU", state.gpus == 1 ? "" : "s", ", ",
+  return ppsched::detail::concat("CUDA backend (", state.gpus, " GPU", state.gpus == 1 ? "" : "s", ", ",
                         nccl ? "NCCL" : "device-to-device copies", ", spin kernels at ",
                         static_cast<long long>(state.calibration.cycles_per_microsecond + 0.5), " cycles/us)");
 }
@@ -93,7 +93,7 @@ BubblesBackend cuda_bubbles_backend() {
     } catch (const error& e) {
       throw BackendUnavailable(ppsched::detail::concat("the CUDA backend could not start on ", probe.count, " GPU(s): ", e.what()));
     }
-    return describe(*state, ranks);
+    return describe(*state);
   };
   backend.run = [state](const Schedule& lowered, const CostModel& cost_ms, std::int32_t warmup, std::int32_t steps) {
     std::vector<CudaBackend*> ranks;

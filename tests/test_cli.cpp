@@ -940,6 +940,12 @@ TEST_CASE("the CUDA build of ppsched-bubbles reports a missing GPU with exit 3, 
     CHECK(j.at("schedules").at(0).at("ranks").size() == 2);
   }
 
+  // Bad input is bad input whether or not a GPU is here: the request is checked first.
+  const Run bad = run_tool(*tool, {"--backend", "cuda", "--schedule", "interleaved-1f1b", "--stages", "4",
+                                   "--microbatches", "6"});
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("multiple of p") != std::string::npos);
+
   // The CPU backend of the CUDA build is the CPU build's: same prediction, same matching.
   const Run cpu = run_tool(*tool, {"--backend", "cpu", "--schedule", "zb-h1", "--stages", "2", "--microbatches", "4",
                                    "--ms-per-unit", "0.2", "--steps", "1", "--warmup", "0", "--json"});

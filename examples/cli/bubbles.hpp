@@ -270,14 +270,19 @@ inline int run_bubbles(std::span<const char* const> argv, std::span<const Bubble
   const PlanModel model = make_model(options.model);
   const double ms_per_unit = milliseconds_per_unit(options, model);
   check_chunks_used(options.model);
-  // Before any schedule is built, so that a machine without the device says so at once.
-  const std::string backend_detail = backend.prepare(options.model.stages);
   std::vector<std::string> families = options.model.schedules;
   const bool named = !families.empty();
   if (!named) {
     for (const std::string_view n : family_names()) families.emplace_back(n);
   }
-  std::vector<BubblesMeasurement> results;
+  // Every schedule is built and cut first, so that bad input is reported as such (exit 2)
+  // whether or not this machine could run the backend.
+  struct Planned {
+    Schedule schedule;
+    std::int32_t chunks;
+    PartitionPlan partition;
+  };
+  std::vector<Planned> planned;
   std::vector<SkippedSchedule> skipped;
   for (const std::string& family : families) {
     const ScheduleRequest request{options.model.stages, options.model.microbatches, chunks_for(family, options.model)};
@@ -285,7 +290,7 @@ inline int run_bubbles(std::span<const char* const> argv, std::span<const Bubble
       skipped.push_back({family, rule_problem(family, request)});
       continue;
     }
-    const Schedule schedule = make_schedule(family, request);
+    Schedule schedule = make_schedule(family, request);
     std::optional<PartitionPlan> partition;
     try {
       partition = model.partition(schedule.placement);
@@ -294,7 +299,13 @@ inline int run_bubbles(std::span<const char* const> argv, std::span<const Bubble
       skipped.push_back({family, concat("its ", schedule.stages(), " stages cannot be cut: ", e.what())});
       continue;
     }
-    results.push_back(measure(schedule, request.chunks, *partition, options, ms_per_unit, backend));
+    planned.push_back({std::move(schedule), request.chunks, std::move(*partition)});
+  }
+  // Before any schedule runs, so that a machine without the device says so at once.
+  const std::string backend_detail = backend.prepare(options.model.stages);
+  std::vector<BubblesMeasurement> results;
+  for (const Planned& p : planned) {
+    results.push_back(measure(p.schedule, p.chunks, p.partition, options, ms_per_unit, backend));
   }
   if (!options.trace_path.empty()) {
     const BubblesMeasurement& m = results.front();

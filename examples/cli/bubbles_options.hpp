@@ -39,7 +39,7 @@ inline constexpr std::array<FlagSpec, 15> bubbles_flags{{
     {"--ms-per-unit", "X", "wall-clock milliseconds of one model time unit (default 1, or the profile's unit)"},
     {"--steps", "N", "measured steps per schedule; the median one is reported (default 3)"},
     {"--warmup", "N", "unmeasured steps before them (default 1)"},
-    {"--backend", "NAME", "cpu (default); cuda needs a CUDA build of this tool"},
+    {"--backend", "NAME", "cpu (default), or cuda: spin kernels on the GPUs (the CUDA build of this tool)"},
     {"--json", "", "print one JSON object instead of the report (docs/cli.md)"},
     {"--trace", "FILE", "write the measured timeline as a Chrome trace (one schedule only)"},
     {"--help", "", "print this help"},

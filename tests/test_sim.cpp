@@ -479,6 +479,9 @@ TEST_CASE("costs whose sums overflow a double are rejected, naming the cost and 
                                            Catch::Contains("stages[0].forward = 1e+307") &&
                                            Catch::Contains("well below"));
   CHECK_THROWS_WITH(lower_options_for(huge, 4, 8), Catch::Contains("stages[0].forward"));
+  // docs/reliability.md's reproduction: an error about the costs, not about the schedule.
+  CHECK_THROWS_WITH(simulate(make_schedule("1f1b", {2, 4, 1}), uniform_costs(3e307, 3e307, 3e307)),
+                    Catch::Contains("cost model") && Catch::Contains("add up"));
   CostModel big_bytes = uniform_costs(1.0, 1.0, 1.0);
   big_bytes.stages[0].activation_bytes = 1e308;
   CHECK_THROWS_WITH(check_cost_model(big_bytes, 4, 8), Catch::Contains("activation bytes add up"));

@@ -241,7 +241,9 @@ struct CommEntry {
     std::size_t c = 0;  // the next communication in `merged`
     const Action* const compute = flat.rank_actions[r];
     std::uint32_t next_group = 1;
-    for (std::size_t k = 0; k < compute_count; ++k) next_group = std::max(next_group, compute[k].group + 1);
+    if (flat.has_pairs) {
+      for (std::size_t k = 0; k < compute_count; ++k) next_group = std::max(next_group, compute[k].group + 1);
+    }
     // Emits every communication with the next one's key, as one group when there are several.
     auto emit_comm = [&]() {
       const double key = merged[c].key;

@@ -897,11 +897,9 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
 // one it frees, so the pair's forward counts first whatever the order of the two.
 // A forward-only schedule stores nothing for a backward.
 // `bytes_of(stage, mb)` is the size of one stored activation.
-template <class BytesOf>
-void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of, ValidationReport& report) {
-  report.memory.assign(static_cast<std::size_t>(flat.ranks), RankMemory{});
-  report.stage_peak_in_flight.assign(static_cast<std::size_t>(flat.stages), 0);
-  if (!flat.has_backward) return;
+// (Pairs: the schedule has overlapped pairs; a separate instance keeps the common walk lean.)
+template <bool Pairs, class BytesOf>
+void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& bytes_of, ValidationReport& report) {
   std::vector<std::int32_t> stage_now(static_cast<std::size_t>(flat.stages), 0);
   for (std::int32_t r = 0; r < flat.ranks; ++r) {
     double units = 0.0, peak_units = 0.0, b = 0.0, peak_b = 0.0;
@@ -910,12 +908,14 @@ void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of,
     const std::int32_t count = flat.rank_begin[static_cast<std::size_t>(r) + 1] - flat.rank_begin[static_cast<std::size_t>(r)];
     for (std::int32_t k = 0; k < count; ++k) {
       std::int32_t at = k;
-      if (flat.has_pairs && prog[k].group != 0 && is_compute(prog[k].op)) {
-        // In a pair written backward first, visit its forward first (and the backward next).
-        const bool first_of_pair = k + 1 < count && prog[k + 1].group == prog[k].group && is_compute(prog[k + 1].op);
-        const bool second_of_pair = k > 0 && prog[k - 1].group == prog[k].group && is_compute(prog[k - 1].op);
-        if (first_of_pair && prog[k].op != Op::F && prog[k + 1].op == Op::F) at = k + 1;
-        if (second_of_pair && prog[k].op == Op::F && prog[k - 1].op != Op::F) at = k - 1;
+      if constexpr (Pairs) {
+        if (prog[k].group != 0 && is_compute(prog[k].op)) {
+          // In a pair written backward first, visit its forward first (and the backward next).
+          const bool first_of_pair = k + 1 < count && prog[k + 1].group == prog[k].group && is_compute(prog[k + 1].op);
+          const bool second_of_pair = k > 0 && prog[k - 1].group == prog[k].group && is_compute(prog[k - 1].op);
+          if (first_of_pair && prog[k].op != Op::F && prog[k + 1].op == Op::F) at = k + 1;
+          if (second_of_pair && prog[k].op == Op::F && prog[k - 1].op != Op::F) at = k - 1;
+        }
       }
       const Action& a = prog[at];
       if (is_comm(a.op) || a.stage < 0 || a.stage >= flat.stages) continue;
@@ -952,6 +952,18 @@ void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of,
       peak_in_flight = std::max(peak_in_flight, in_flight);
     }
     report.memory[static_cast<std::size_t>(r)] = RankMemory{peak_units, peak_b, peak_in_flight};
+  }
+}
+
+template <class BytesOf>
+void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of, ValidationReport& report) {
+  report.memory.assign(static_cast<std::size_t>(flat.ranks), RankMemory{});
+  report.stage_peak_in_flight.assign(static_cast<std::size_t>(flat.stages), 0);
+  if (!flat.has_backward) return;
+  if (flat.has_pairs) {
+    measure_memory_walk<true>(flat, w, bytes_of, report);
+  } else {
+    measure_memory_walk<false>(flat, w, bytes_of, report);
   }
 }
 
@@ -1117,6 +1129,16 @@ class AbstractExecution {
 
   template <class DurationOf>
   void build_items(const DurationOf& duration) {
+    if (flat_.has_pairs) {
+      build_items_of<true>(duration);
+    } else {
+      build_items_of<false>(duration);
+    }
+  }
+
+  // (Pairs: the schedule has overlapped pairs; a separate instance keeps the common build lean.)
+  template <bool Pairs, class DurationOf>
+  void build_items_of(const DurationOf& duration) {
     const std::size_t streams = 2 * static_cast<std::size_t>(flat_.ranks);
     const bool separate = mode_ == StreamMode::separate_comm_stream;
     std::vector<std::int32_t> counts(streams + 1, 0);
@@ -1126,23 +1148,23 @@ class AbstractExecution {
       const std::int32_t e = flat_.rank_begin[static_cast<std::size_t>(r) + 1];
       // The same item boundaries as the fill below: a pair's second action and a group's
       // further communication join the open item.
-      std::uint32_t open_group = 0, open_pair = 0;
+      std::uint32_t open_group = 0;
+      [[maybe_unused]] std::uint32_t open_pair = 0;
       const Action* prog = flat_.rank_actions[static_cast<std::size_t>(r)];
       for (std::int32_t i = b; i < e; ++i) {
         const Action& a = prog[i - b];
-        if (is_compute(a.op)) {
-          if (a.group != 0 && a.group == open_pair) {
+        const bool comm = is_comm(a.op);
+        if constexpr (Pairs) {
+          if (!comm && a.group != 0 && a.group == open_pair) {
             open_pair = 0;
             continue;
           }
-          ++counts[2 * static_cast<std::size_t>(r) + 1];
-          open_group = 0;
-          open_pair = a.group;
-          continue;
+          open_pair = comm ? 0 : a.group;
         }
-        open_pair = 0;
-        if (a.group == 0 || a.group != open_group) ++counts[2 * static_cast<std::size_t>(r) + (separate ? 2 : 1)];
-        open_group = a.group;
+        if (!comm || a.group == 0 || a.group != open_group) {
+          ++counts[2 * static_cast<std::size_t>(r) + (comm && separate ? 2 : 1)];
+        }
+        open_group = comm ? a.group : 0;
       }
     }
     for (std::size_t st = 0; st < streams; ++st) counts[st + 1] += counts[st];
@@ -1163,27 +1185,30 @@ class AbstractExecution {
       // In a lowered schedule a compute's waiter is always its rank's comm stream (its send).
       const std::int32_t lowered_waiter = separate ? 2 * r + 1 : -1;
       Item* open = nullptr;  // the group being extended
-      std::uint32_t open_group = 0, open_pair = 0;
+      std::uint32_t open_group = 0;
+      [[maybe_unused]] std::uint32_t open_pair = 0;
       const Action* prog = flat_.rank_actions[static_cast<std::size_t>(r)];
       for (std::int32_t i = b; i < e; ++i) {
         const Action& a = prog[i - b];
         const Links l = flat_.links(a);
         if (is_compute(a.op)) {
-          if (a.group != 0 && a.group == open_pair) {  // the second action of a pair
-            Item& pair = items_[static_cast<std::size_t>(compute_fill - 1)];
-            const double first = pair.duration, second = duration(a);
-            pair.count = pair_item;
-            pair.duration = first + second - fb_overlap_ * std::min(first, second);
-            open_pair = 0;
-            continue;
+          if constexpr (Pairs) {
+            if (a.group != 0 && a.group == open_pair) {  // the second action of a pair
+              Item& pair = items_[static_cast<std::size_t>(compute_fill - 1)];
+              const double first = pair.duration, second = duration(a);
+              pair.count = pair_item;
+              pair.duration = first + second - fb_overlap_ * std::min(first, second);
+              open_pair = 0;
+              continue;
+            }
+            open_pair = a.group;
           }
           items_[static_cast<std::size_t>(compute_fill++)] =
               Item{i, 0, l.same_stage, l.input, lowered ? lowered_waiter : dependency_waiter(r, a), duration(a)};
           open_group = 0;
-          open_pair = a.group;
           continue;
         }
-        open_pair = 0;
+        if constexpr (Pairs) open_pair = 0;
         if (a.group == 0 || a.group != open_group) {
           open = &items_[static_cast<std::size_t>(comm_fill++)];
           *open = Item{i, 0, static_cast<std::int32_t>(next_op), no_action, -1, 0.0};
@@ -1319,6 +1344,9 @@ class AbstractExecution {
 
   // Runs the pair at the head of stream st once the inputs of both its actions are done;
   // false (with the stream's blocked_on set) while one is not.
+#if defined(__GNUC__)
+  [[gnu::noinline]]  // rare: keep it out of advance()'s loop
+#endif
   bool run_pair(std::size_t st, const Item& item, double& free) {
     double t = free;
     for (std::int32_t x = item.first; x < item.first + 2; ++x) {

@@ -178,39 +178,42 @@ namespace detail {
   };
   // Where each action of a pair sits in the timeline: the pair's interval split by own times.
   std::vector<std::pair<std::size_t, double>> pair_splits;  // (first action, split point)
+  const bool has_pairs = flat.has_pairs;
   for (std::size_t r = 0; r < ranks; ++r) {
     SimRankStats& st = result.ranks[r];
     bool seen = false;
     double previous_end = first;
     const Action* prog = flat.rank_actions[r];
-    const std::int32_t end = flat.rank_begin[r + 1];
-    for (std::int32_t i = flat.rank_begin[r]; i < end; ++i) {
+    const std::int32_t begin = flat.rank_begin[r], end = flat.rank_begin[r + 1];
+    for (std::int32_t i = begin; i < end; ++i) {
       const auto ii = static_cast<std::size_t>(i);
-      const Action& a = prog[i - flat.rank_begin[r]];
+      const Action& a = prog[i - begin];
       if (is_comm(a.op)) continue;
       if (!seen) st.first_start = run.start(ii);
       seen = true;
       st.last_end = run.end(ii);
       st.busy += run.end(ii) - run.start(ii);
-      std::int32_t producer = remote_producer(a, static_cast<std::int32_t>(r));
-      double ready_at = producer != detail::no_action ? run.end(static_cast<std::size_t>(producer)) : 0.0;
-      const bool pair = a.group != 0 && i + 1 < end && prog[i + 1 - flat.rank_begin[r]].group == a.group;
-      if (pair) {
-        // One interval for two actions: count it once, and wait for the later remote input.
-        const Action& b = prog[i + 1 - flat.rank_begin[r]];
-        const std::int32_t other = remote_producer(b, static_cast<std::int32_t>(r));
-        if (other != detail::no_action) {
-          ready_at = producer != detail::no_action ? std::max(ready_at, run.end(static_cast<std::size_t>(other)))
-                                                   : run.end(static_cast<std::size_t>(other));
-          producer = other;
+      if (has_pairs && a.group != 0 && i + 1 < end && prog[i + 1 - begin].group == a.group) {
+        // One interval for two actions: counted once, waiting for the later remote input.
+        const Action& b = prog[i + 1 - begin];
+        double ready = -1.0;
+        for (const std::int32_t x : {remote_producer(a, static_cast<std::int32_t>(r)),
+                                     remote_producer(b, static_cast<std::int32_t>(r))}) {
+          if (x != detail::no_action) ready = std::max(ready, run.end(static_cast<std::size_t>(x)));
+        }
+        if (ready >= 0.0 && run.start(ii) > std::max(previous_end, ready)) {
+          st.comm_wait += run.start(ii) - std::max(previous_end, ready);
         }
         const double own_a = duration(a), own_b = duration(b);
         const double share = own_a + own_b > 0.0 ? own_a / (own_a + own_b) : 0.5;
         pair_splits.emplace_back(ii, run.start(ii) + (run.end(ii) - run.start(ii)) * share);
+        previous_end = run.end(ii);
         ++i;
+        continue;
       }
+      const std::int32_t producer = remote_producer(a, static_cast<std::int32_t>(r));
       if (producer != detail::no_action) {
-        const double ready = std::max(previous_end, ready_at);
+        const double ready = std::max(previous_end, run.end(static_cast<std::size_t>(producer)));
         if (run.start(ii) > ready) st.comm_wait += run.start(ii) - ready;
       }
       previous_end = run.end(ii);

@@ -68,8 +68,9 @@ struct CudaBubblesState {
 std::string describe(const CudaBubblesState& state) {
   const bool nccl = !state.backends.empty() && state.backends.front().uses_nccl();
   return ppsched::detail::concat("CUDA backend (", state.gpus, " GPU", state.gpus == 1 ? "" : "s", ", ",
-                        nccl ? "NCCL" : "device-to-device copies", ", spin kernels at ",
-                        static_cast<long long>(state.calibration.cycles_per_microsecond + 0.5), " cycles/us)");
+                                 nccl ? "NCCL" : "device-to-device copies", ", spin kernels at ",
+                                 static_cast<long long>(state.calibration.cycles_per_microsecond + 0.5),
+                                 " cycles/us)");
 }
 
 }  // namespace
@@ -81,8 +82,9 @@ BubblesBackend cuda_bubbles_backend() {
   backend.prepare = [state](std::int32_t ranks) {
     const DeviceProbe probe = probe_devices();
     if (!probe.usable()) {
-      throw BackendUnavailable(ppsched::detail::concat("--backend cuda found no usable GPU: ", probe.reason,
-                                              ". Run on a machine with a CUDA GPU and its driver, or use --backend cpu"));
+      throw BackendUnavailable(
+          ppsched::detail::concat("--backend cuda found no usable GPU: ", probe.reason,
+                                  ". Run on a machine with a CUDA GPU and its driver, or use --backend cpu"));
     }
     try {
       state->gpus = probe.count;
@@ -91,17 +93,14 @@ BubblesBackend cuda_bubbles_backend() {
       state->calibration = calibrate_spin(0);
       state->backends = make_cuda_backends(spread_ranks_over_devices(ranks, probe.count));
     } catch (const error& e) {
-      throw BackendUnavailable(ppsched::detail::concat("the CUDA backend could not start on ", probe.count, " GPU(s): ", e.what()));
+      throw BackendUnavailable(
+          ppsched::detail::concat("the CUDA backend could not start on ", probe.count, " GPU(s): ", e.what()));
     }
     return describe(*state);
   };
   backend.run = [state](const Schedule& lowered, const CostModel& cost_ms, std::int32_t warmup, std::int32_t steps) {
-    std::vector<CudaBackend*> ranks;
-    for (CudaBackend& b : state->backends) ranks.push_back(&b);
-    World<CudaBackend> world(std::move(ranks), lowered,
-                             synthetic_gpu_stages(cost_ms, lowered.stages(), lowered.microbatches,
-                                                  std::chrono::milliseconds(1), state->calibration));
-    // The batch lives where the stages read it: inputs on stage 0's GPU, targets on the last's.
+    // The batch lives where the stages read it — inputs on stage 0's GPU, targets on the
+    // last stage's — and outlives the World, whose streams may still read it until torn down.
     const auto m = static_cast<std::size_t>(lowered.microbatches);
     const auto device_of_stage = [&](std::int32_t stage) {
       return state->backends[static_cast<std::size_t>(lowered.rank_of(stage))].device();
@@ -109,6 +108,11 @@ BubblesBackend cuda_bubbles_backend() {
     const DeviceFloats inputs(device_of_stage(0), m, 1.0f);
     const DeviceFloats targets(device_of_stage(lowered.stages() - 1), m, 0.0f);
     const Batch batch{inputs.span(), targets.span()};
+    std::vector<CudaBackend*> ranks;
+    for (CudaBackend& b : state->backends) ranks.push_back(&b);
+    World<CudaBackend> world(std::move(ranks), lowered,
+                             synthetic_gpu_stages(cost_ms, lowered.stages(), lowered.microbatches,
+                                                  std::chrono::milliseconds(1), state->calibration));
     std::vector<Timeline> measured;
     for (std::int32_t i = 0; i < warmup; ++i) (void)world.run_step(batch);
     for (std::int32_t i = 0; i < steps; ++i) measured.push_back(world.run_step(batch).timeline);

@@ -63,15 +63,15 @@ class MeasurementFailed : public std::runtime_error {
   backend.name = "cpu";
   backend.prepare = [](std::int32_t) { return std::string("CPU backend (a thread per stream, timed waits)"); };
   backend.run = [](const Schedule& lowered, const CostModel& cost_ms, std::int32_t warmup, std::int32_t steps) {
+    const std::vector<float> inputs(static_cast<std::size_t>(lowered.microbatches), 1.0f);
+    const std::vector<float> targets(static_cast<std::size_t>(lowered.microbatches), 0.0f);
+    const Batch batch{inputs, targets};
     CpuCluster cluster(lowered.ranks);
     std::vector<CpuBackend*> backends;
     for (int r = 0; r < lowered.ranks; ++r) backends.push_back(&cluster.rank(r));
     World<CpuBackend> world(
         backends, lowered,
         synthetic_stages(cost_ms, lowered.stages(), lowered.microbatches, std::chrono::milliseconds(1)));
-    const std::vector<float> inputs(static_cast<std::size_t>(lowered.microbatches), 1.0f);
-    const std::vector<float> targets(static_cast<std::size_t>(lowered.microbatches), 0.0f);
-    const Batch batch{inputs, targets};
     std::vector<Timeline> measured;
     for (std::int32_t i = 0; i < warmup; ++i) (void)world.run_step(batch);
     for (std::int32_t i = 0; i < steps; ++i) measured.push_back(world.run_step(batch).timeline);

@@ -55,7 +55,7 @@ struct Family {
   int chunks;  // virtual stages per rank
 };
 constexpr Family families[] = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"looped-bfs", 2}, {"zb-h1", 1},
-                               {"zb-h2", 1}, {"zb-v", 2}};
+                               {"zb-h2", 1}, {"zb-v", 2}, {"v-half", 2}, {"v-min", 2}, {"dualpipev", 2}};
 
 Schedule make(const Family& f, int p, int m) {
   ppsched::ScheduleRequest req;
@@ -379,6 +379,7 @@ TEST_CASE("a callable that throws at any action stops every rank with a named er
           f.backward_input = [bi = f.backward_input, maybe_throw, st](std::int32_t mb, std::span<const float> in,
                                                                       std::span<const float> g, std::span<float> gi) {
             maybe_throw(Op::BI, st, mb);
+            maybe_throw(Op::B, st, mb);  // a full B in a split schedule (dualpipev) runs BI then BW
             bi(mb, in, g, gi);
           };
           f.backward_weight = [bw = f.backward_weight, maybe_throw, st](std::int32_t mb, std::span<const float> in,

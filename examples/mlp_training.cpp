@@ -49,10 +49,10 @@ int main(int argc, char** argv) try {
   // example-begin mlp-training
   // 1. The schedule: any family by name. Interleaved, looped and V-shaped schedules put two
   //    model chunks on each rank.
-  const bool two_chunks = family == "interleaved-1f1b" || family == "looped-bfs" || family == "zb-v";
   ppsched::ScheduleRequest request;
   request.ranks = ranks;
   request.microbatches = 2 * ranks;
+  const bool two_chunks = family == "interleaved-1f1b" || family == "looped-bfs" || !ppsched::accepts(family, request);
   request.chunks = two_chunks ? 2 : 1;
   const ppsched::Schedule schedule = ppsched::make_schedule(family, request);
   const int stages = schedule.stages();

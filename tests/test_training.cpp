@@ -27,7 +27,8 @@ struct Family {
   int chunks;
 };
 constexpr Family training_families[] = {
-    {"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"looped-bfs", 2}, {"zb-h1", 1}, {"zb-h2", 1}, {"zb-v", 2}};
+    {"gpipe", 1}, {"1f1b", 1},   {"interleaved-1f1b", 2}, {"looped-bfs", 2}, {"zb-h1", 1},
+    {"zb-h2", 1}, {"zb-v", 2},   {"v-half", 2},           {"v-min", 2},      {"dualpipev", 2}};
 
 // True when every stage's weight gradients (B or BW) come in micro-batch order on its rank.
 bool weights_in_microbatch_order(const ppsched::Schedule& s) {

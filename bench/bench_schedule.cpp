@@ -79,7 +79,16 @@ void BM_lower(benchmark::State& state, std::string family) {
   for (auto _ : state) benchmark::DoNotOptimize(lower(s, o));
 }
 
+// The full proof: what validate() costs on a schedule it has not seen lower() write.
 void BM_validate(benchmark::State& state, std::string family) {
+  const Schedule l = lower(make_schedule(family, request_for(family)));
+  detail::forget_lowering_proof();
+  for (auto _ : state) benchmark::DoNotOptimize(validate(l));
+}
+
+// validate() of the schedule lower() has just written on this thread: it takes lowering's
+// proof (validate.hpp, LoweringProof), after comparing the schedule with it action by action.
+void BM_validate_lowered(benchmark::State& state, std::string family) {
   const Schedule l = lower(make_schedule(family, request_for(family)));
   for (auto _ : state) benchmark::DoNotOptimize(validate(l));
 }
@@ -123,6 +132,7 @@ const int registered = [] {
     benchmark::RegisterBenchmark(("generate/" + f).c_str(), BM_generate, f)->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("lower/" + f).c_str(), BM_lower, f)->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("validate/" + f).c_str(), BM_validate, f)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("validate-lowered/" + f).c_str(), BM_validate_lowered, f)->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("simulate/" + f).c_str(), BM_simulate, f, false)->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("simulate+timeline/" + f).c_str(), BM_simulate, f, true)->Unit(benchmark::kMillisecond);
   }

@@ -533,3 +533,118 @@ TEST_CASE("an overlapped pair is one item: valid in either order, lowered around
   REQUIRE(r.has(ProblemKind::deadlock));
   CHECK(joined_messages(r).find("the overlapped pair {B0@s0#1, F1@s0#1}") != std::string::npos);
 }
+
+TEST_CASE("validate() of the schedule lower() just wrote takes lowering's proof and reports what the full checks do",
+          "[validate][lower]") {
+  // Per-stage sizes and a weight fraction of their own, so the memory figures carry bytes.
+  auto options_for = [](const Schedule& s, bool deadlock) {
+    ValidateOptions o;
+    o.memory.weight_fraction = 0.25;
+    for (std::int32_t st = 0; st < s.stages(); ++st) o.memory.activation_bytes.push_back(1.0 + st);
+    o.check_deadlock = deadlock;
+    return o;
+  };
+  std::vector<LowerOptions> lowerings(3);
+  lowerings[1].group_simultaneous = false;
+  lowerings[2].compute_time = [](const Action& a) { return a.op == Op::F ? 1.0 + 0.5 * (a.stage % 3) : 2.5; };
+  lowerings[2].transfer_time = [](const Action& a) { return 0.25 * (1 + a.microbatch % 2); };
+  lowerings[2].fb_overlap = 0.5;
+  std::size_t compared = 0;
+  for (std::string_view family : family_names()) {
+    for (std::int32_t p = 1; p <= 6; ++p) {
+      for (std::int32_t m = 1; m <= 10; ++m) {
+        for (std::int32_t v = 1; v <= 3; ++v) {
+          const ScheduleRequest request{p, m, v};
+          if (!accepts(family, request)) continue;
+          const Schedule s = make_schedule(family, request);
+          for (std::size_t k = 0; k < lowerings.size(); ++k) {
+            const Schedule l = lower(s, lowerings[k]);
+            REQUIRE(detail::is_remembered_lowering(l));
+            const bool deadlock = compared % 5 != 0;
+            const ValidationReport taken = validate(l, options_for(l, deadlock));
+            // The full checks, on the same schedule, once lowering's proof is forgotten: they
+            // are what proves lower() right, and what the proof must agree with.
+            detail::forget_lowering_proof();
+            REQUIRE_FALSE(detail::is_remembered_lowering(l));
+            const ValidationReport full = validate(l, options_for(l, deadlock));
+            INFO(family << ' ' << to_string(request) << " lowering " << k << '\n' << to_string(full));
+            REQUIRE(full.ok());
+            REQUIRE(full.deadlock_checked == deadlock);
+            CHECK(taken.ok());
+            CHECK(taken.schedule_name == full.schedule_name);
+            CHECK(taken.lowered == full.lowered);
+            CHECK(taken.deadlock_checked == full.deadlock_checked);
+            CHECK(taken.stage_peak_in_flight == full.stage_peak_in_flight);
+            REQUIRE(taken.memory.size() == full.memory.size());
+            for (std::size_t r = 0; r < full.memory.size(); ++r) {
+              CHECK(taken.memory[r].peak_activations == full.memory[r].peak_activations);
+              CHECK(taken.memory[r].peak_bytes == full.memory[r].peak_bytes);
+              CHECK(taken.memory[r].peak_in_flight == full.memory[r].peak_in_flight);
+            }
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  CHECK(compared > 1000);
+}
+
+TEST_CASE("a schedule changed after lowering, or communication lower() did not write, is checked in full",
+          "[validate][lower]") {
+  // Changed in place, in the very storage lower() returned: an action, a flag, the sizes.
+  Schedule l = lower(hand_1f1b(3, 4));
+  REQUIRE(detail::is_remembered_lowering(l));
+  const std::size_t recv = index_of(l, 1, act(Op::RECV_F, 1, 2));
+  const Action removed = l.programs[1][recv];
+  l.programs[1][recv].microbatch = 3;  // now RECV_F3 twice, RECV_F2 missing
+  CHECK_FALSE(detail::is_remembered_lowering(l));
+  ValidationReport r = validate(l);
+  CHECK(r.has(ProblemKind::duplicate));
+  CHECK(r.has(ProblemKind::missing_recv));
+  l.programs[1][recv] = removed;
+  CHECK(detail::is_remembered_lowering(l));  // as written again: the same schedule
+  CHECK(validate(l).ok());
+
+  l.programs[0].back().group = 99;  // a group id alone
+  CHECK_FALSE(detail::is_remembered_lowering(l));
+  l.programs[0].back().group = 0;
+  l.split_backward = true;
+  CHECK_FALSE(detail::is_remembered_lowering(l));
+  l.split_backward = false;
+  l.microbatches = 5;
+  CHECK_FALSE(detail::is_remembered_lowering(l));
+  CHECK(validate(l).has(ProblemKind::missing_compute));
+  l.microbatches = 4;
+  l.placement = {0, 1, 1};
+  CHECK_FALSE(detail::is_remembered_lowering(l));
+  CHECK_FALSE(validate(l).ok());
+  l.placement = {0, 1, 2};
+  REQUIRE(l.programs[2].back() == act(Op::SEND_B, 2, 3));
+  l.programs[2].pop_back();
+  CHECK_FALSE(detail::is_remembered_lowering(l));
+  CHECK(validate(l).has(ProblemKind::missing_send));
+
+  // A schedule that already communicates is returned by lower() as it is: not vouched for.
+  Schedule stuck;
+  stuck.name = "send-send";
+  stuck.ranks = 2;
+  stuck.microbatches = 2;
+  stuck.placement = {0, 1};
+  stuck.programs = {
+      {act(Op::F, 0, 0), act(Op::SEND_F, 0, 0), act(Op::F, 0, 1), act(Op::SEND_F, 0, 1), act(Op::RECV_B, 0, 0),
+       act(Op::B, 0, 0), act(Op::RECV_B, 0, 1), act(Op::B, 0, 1)},
+      {act(Op::RECV_F, 1, 0), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::SEND_B, 1, 0), act(Op::RECV_F, 1, 1),
+       act(Op::F, 1, 1), act(Op::B, 1, 1), act(Op::SEND_B, 1, 1)},
+  };
+  const Schedule same = lower(stuck);
+  CHECK_FALSE(detail::is_remembered_lowering(same));
+  CHECK(validate(same).has(ProblemKind::deadlock));
+
+  // Only the last schedule lowered on this thread is remembered.
+  const Schedule first = lower(hand_1f1b(2, 2));
+  const Schedule second = lower(hand_1f1b(2, 3));
+  CHECK_FALSE(detail::is_remembered_lowering(first));
+  CHECK(detail::is_remembered_lowering(second));
+  CHECK(validate(first).ok());
+}

@@ -23,7 +23,9 @@
 // same order), so the lowered schedule cannot deadlock under rendezvous — with the comm on
 // its own stream or on the compute stream — whatever the real durations; and with the
 // lowering's own compute times and free communication it runs exactly as fast as the
-// dependency-only run: lowering adds no bubble.
+// dependency-only run: lowering adds no bubble. validate() of the schedule lower() has just
+// returned (on the same thread, unchanged) takes this proof rather than checking it again
+// (validate.hpp, detail::LoweringProof); tests/test_validate.cpp checks the two agree.
 #pragma once
 
 #include <algorithm>
@@ -264,6 +266,8 @@ struct CommEntry {
     }
     while (c < comm_count) emit_comm();
   }
+  // What lowering proves of `out`, validate() need not prove again (validate.hpp).
+  detail::remember_lowering(out, flat.has_backward, flat.has_pairs);
   return out;
 }
 

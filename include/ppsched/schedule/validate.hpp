@@ -13,6 +13,8 @@
 //
 // The abstract-execution engine in `detail` is shared with `lower` (which orders the
 // communication by an idealised run) and with the simulator (which runs it with costs).
+// A schedule exactly as `lower` wrote it on this thread is not proven twice: `lower`'s
+// construction is the proof (detail::LoweringProof says how this is kept safe).
 #pragma once
 
 #include <algorithm>
@@ -1446,24 +1448,141 @@ class AbstractExecution {
   static constexpr std::int32_t waiting_for_peers = -2;
 };
 
+// The schedule lower() wrote last on this thread. lower() writes only what its construction
+// proves (lower.hpp: every check of static_checks holds and no timing can deadlock, in both
+// stream settings) from a compute-only schedule whose checks and dependency-only run it has
+// just passed. Checking that proof again is most of what validate() costs on such a schedule
+// (the usual sequence is lower, validate, simulate, or run), so validate() takes it for the
+// very schedule lower() wrote: compared in full, field by field, so a schedule changed in any
+// way after lowering, or never lowered on this thread, is validated from scratch. One schedule
+// per thread, copied into storage kept between calls (so the copy takes no fresh pages);
+// schedules larger than the pool's buffers are not remembered.
+struct LoweringProof {
+  bool held = false;
+  bool lowered = false;  // lower() wrote communication (not so when every stage is on one rank)
+  bool has_backward = false;
+  bool has_pairs = false;
+  bool split_backward = false;
+  std::int32_t ranks = 0;
+  std::int32_t microbatches = 0;
+  std::vector<std::int32_t> placement;
+  std::vector<std::size_t> program_end;  // per rank: end of its program in `actions`
+  std::vector<Action> actions;           // every program, rank by rank
+};
+
+[[nodiscard]] inline LoweringProof& lowering_proof() noexcept {
+  thread_local LoweringProof proof;
+  return proof;
+}
+
+// Drops the remembered schedule: the next validate() of it checks everything again.
+inline void forget_lowering_proof() noexcept { lowering_proof().held = false; }
+
+// Called by lower() with the schedule it wrote and the flags of the compute-only input.
+inline void remember_lowering(const Schedule& lowered, bool has_backward, bool has_pairs) noexcept {
+  LoweringProof& proof = lowering_proof();
+  proof.held = false;
+  std::size_t total = 0;
+  for (const auto& prog : lowered.programs) total += prog.size();
+  if (total > pool_max_bytes / sizeof(Action)) return;
+  try {
+    proof.placement = lowered.placement;
+    proof.program_end.clear();
+    proof.actions.clear();
+    proof.actions.reserve(total);
+    for (const auto& prog : lowered.programs) {
+      proof.actions.insert(proof.actions.end(), prog.begin(), prog.end());
+      proof.program_end.push_back(proof.actions.size());
+    }
+  } catch (...) {  // no room for the copy: the schedule is validated in full when asked
+    return;
+  }
+  proof.lowered = std::any_of(lowered.programs.begin(), lowered.programs.end(), [](const std::vector<Action>& prog) {
+    return std::any_of(prog.begin(), prog.end(), [](const Action& a) { return is_comm(a.op); });
+  });
+  proof.has_backward = has_backward;
+  proof.has_pairs = has_pairs;
+  proof.split_backward = lowered.split_backward;
+  proof.ranks = lowered.ranks;
+  proof.microbatches = lowered.microbatches;
+  proof.held = true;
+}
+
+// True when `s` is, action for action, the schedule lower() wrote last on this thread.
+[[nodiscard]] inline bool is_remembered_lowering(const Schedule& s) noexcept {
+  const LoweringProof& proof = lowering_proof();
+  if (!proof.held || s.ranks != proof.ranks || s.microbatches != proof.microbatches ||
+      s.split_backward != proof.split_backward || s.placement != proof.placement ||
+      s.programs.size() != proof.program_end.size()) {
+    return false;
+  }
+  std::size_t begin = 0;
+  for (std::size_t r = 0; r < s.programs.size(); ++r) {
+    const std::vector<Action>& prog = s.programs[r];
+    if (prog.size() != proof.program_end[r] - begin) return false;
+    const Action* const kept = proof.actions.data() + begin;
+    for (std::size_t k = 0; k < prog.size(); ++k) {
+      const Action& a = prog[k];
+      const Action& b = kept[k];
+      if ((a.op != b.op) | (a.stage != b.stage) | (a.microbatch != b.microbatch) | (a.group != b.group)) return false;
+    }
+    begin = proof.program_end[r];
+  }
+  return true;
+}
+
+inline void check_memory_options(const ValidateOptions& options, std::int32_t stages) {
+  if (!options.memory.activation_bytes.empty() &&
+      options.memory.activation_bytes.size() != static_cast<std::size_t>(stages)) {
+    fail({"validate options", concat("MemoryModel::activation_bytes has ", options.memory.activation_bytes.size(),
+                                     " entries for a schedule of ", stages, " stages"),
+          "", "give one size per stage, or none"});
+  }
+}
+
+[[nodiscard]] inline auto stage_sizes(const ValidateOptions& options) {
+  return [&sizes = options.memory.activation_bytes](std::int32_t stage, std::int32_t) {
+    return sizes.empty() ? 0.0 : sizes[static_cast<std::size_t>(stage)];
+  };
+}
+
+// validate() of the schedule lower() wrote last (is_remembered_lowering): what the full checks
+// would report for it — no problems, and its memory, measured from the programs as always.
+inline ValidationReport validate_remembered_lowering(const Schedule& s, const ValidateOptions& options,
+                                                     FlatSchedule& flat) {
+  const LoweringProof& proof = lowering_proof();
+  ValidationReport report;
+  report.schedule_name = s.name;
+  report.lowered = proof.lowered;
+  flat.ranks = s.ranks;
+  flat.stages = s.stages();
+  flat.microbatches = s.microbatches;
+  flat.lowered = proof.lowered;
+  flat.has_backward = proof.has_backward;
+  flat.has_pairs = proof.has_pairs;
+  check_memory_options(options, flat.stages);
+  // The memory walk reads only the programs, rank by rank.
+  flat.rank_actions.resize(s.programs.size());
+  flat.rank_begin.assign(s.programs.size() + 1, 0);
+  for (std::size_t r = 0; r < s.programs.size(); ++r) {
+    flat.rank_actions[r] = s.programs[r].data();
+    flat.rank_begin[r + 1] = static_cast<std::int32_t>(proof.program_end[r]);
+  }
+  measure_memory(flat, options.memory.weight_fraction, stage_sizes(options), report);
+  report.deadlock_checked = options.check_deadlock;
+  return report;
+}
+
 // Static checks, memory and (when they pass) the deadlock proof in both stream settings.
 inline ValidationReport validate_into(const Schedule& s, const ValidateOptions& options, FlatSchedule& flat) {
+  if (is_remembered_lowering(s)) return validate_remembered_lowering(s, options, flat);
   ValidationReport report;
   report.schedule_name = s.name;
   ProblemSink sink(report, options.max_problems);
   if (!static_checks(s, flat, sink)) return report;
   report.lowered = flat.lowered;
-  if (!options.memory.activation_bytes.empty() &&
-      options.memory.activation_bytes.size() != static_cast<std::size_t>(flat.stages)) {
-    fail({"validate options", concat("MemoryModel::activation_bytes has ", options.memory.activation_bytes.size(),
-                                     " entries for a schedule of ", flat.stages, " stages"),
-          "", "give one size per stage, or none"});
-  }
-  const std::vector<double>& sizes = options.memory.activation_bytes;
-  measure_memory(
-      flat, options.memory.weight_fraction,
-      [&sizes](std::int32_t stage, std::int32_t) { return sizes.empty() ? 0.0 : sizes[static_cast<std::size_t>(stage)]; },
-      report);
+  check_memory_options(options, flat.stages);
+  measure_memory(flat, options.memory.weight_fraction, stage_sizes(options), report);
   if (sink.any() || !options.check_deadlock) return report;
   report.deadlock_checked = true;
   // Communication on the compute stream only adds waits to those of a separate comm stream

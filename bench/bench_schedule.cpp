@@ -1,6 +1,8 @@
 // Generate + lower + validate + simulate for every schedule family at p = 64 ranks and
 // m = 1024 micro-batches (v = 2 where the family has chunks). Target: under 50 ms for the
-// four together on the 2-core development machine. Each phase is also timed alone, and the
+// four together on the 2-core development machine (validate() there takes lowering's proof of
+// the schedule lower() has just written: validate.hpp). Each phase is also timed alone
+// (validate/ is the full proof, validate-lowered/ the proof taken), and the
 // simulation reports the schedule's bubble and size as counters. The "gold" baseline is
 // the unpipelined step: one rank running every stage's F and B for every micro-batch,
 // simulated by the same engine.

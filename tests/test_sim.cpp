@@ -499,3 +499,53 @@ TEST_CASE("costs whose sums overflow a double are rejected, naming the cost and 
   bad_overlap.fb_overlap = 1.5;
   CHECK_THROWS_WITH(check_cost_model(bad_overlap, 4, 8), Catch::Contains("fb_overlap"));
 }
+
+TEST_CASE("simulating the schedule lower() just wrote takes lowering's proof: the same result as with full checks",
+          "[sim][lower]") {
+  std::size_t compared = 0;
+  for (std::string_view family : family_names()) {
+    for (std::int32_t p = 1; p <= 5; ++p) {
+      for (std::int32_t m = 1; m <= 8; ++m) {
+        for (std::int32_t v = 1; v <= 2; ++v) {
+          const ScheduleRequest request{p, m, v};
+          if (!accepts(family, request)) continue;
+          const Schedule s = make_schedule(family, request);
+          CostModel c;
+          for (std::int32_t st = 0; st < s.stages(); ++st) {
+            const double k = 1.0 + 0.5 * (st % 3);
+            c.stages.push_back(StageCost{k, 1.5 * k, 0.5 * k, 100.0 * k, 64.0});
+          }
+          c.link = Link{0.125, 256.0};
+          c.fb_overlap = 0.25;
+          const Schedule l = lower(s, lower_options_for(c, s.stages(), m));
+          for (const bool one_stream : {false, true}) {
+            SimOptions o;
+            o.comm_on_compute_stream = one_stream;
+            REQUIRE(detail::is_remembered_lowering(l));
+            const SimResult taken = simulate(l, c, o);
+            detail::forget_lowering_proof();
+            const SimResult full = simulate(l, c, o);
+            INFO(family << ' ' << to_string(request) << (one_stream ? " one stream" : " two streams"));
+            CHECK(taken.timeline == full.timeline);
+            CHECK(taken.makespan == full.makespan);
+            CHECK(taken.bubble_fraction == full.bubble_fraction);
+            REQUIRE(taken.memory.size() == full.memory.size());
+            for (std::size_t r = 0; r < full.memory.size(); ++r) {
+              CHECK(taken.memory[r].peak_bytes == full.memory[r].peak_bytes);
+            }
+            CHECK(taken.stage_peak_in_flight == full.stage_peak_in_flight);
+            REQUIRE(lower(s, lower_options_for(c, s.stages(), m)) == l);  // remembered again for the next setting
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  CHECK(compared > 300);
+
+  // Changed after lowering: checked in full, and rejected.
+  const Schedule s = make_schedule("1f1b", ScheduleRequest{3, 4, 1});
+  Schedule l = lower(s);
+  l.programs[1].erase(l.programs[1].begin());  // rank 1's first receive
+  CHECK_THROWS_WITH(simulate(l, uniform_costs(1.0, 1.0, 1.0)), Catch::Contains("is missing"));
+}

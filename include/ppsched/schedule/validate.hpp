@@ -513,7 +513,10 @@ inline void check_pairs(const FlatSchedule& flat, ProblemSink& sink) {
 // Checks that do not need the programs to run: shape, ranges, placement, completeness,
 // orders within one rank, communication bookkeeping. Builds `flat` as it goes; returns
 // false when the shape itself is unusable (nothing else could be checked).
-inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& sink, bool skip_comm = false) {
+// `proven`: `s` is the schedule lower() wrote last on this thread (is_remembered_lowering,
+// below), whose checks its construction has proven: it is only indexed.
+inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& sink, bool skip_comm = false,
+                          bool proven = false) {
   // ---- shape
   bool shape_ok = true;
   if (s.ranks < 1) {
@@ -688,6 +691,7 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
     }
   }
   flat.rank_begin[static_cast<std::size_t>(s.ranks)] = next_index;
+  if (proven && indexed) return true;
 
   auto same_rank = [&](std::int32_t x, std::int32_t y) {
     return x != no_action && y != no_action && flat.owner[static_cast<std::size_t>(x)] == flat.owner[static_cast<std::size_t>(y)];
@@ -1521,11 +1525,16 @@ inline void remember_lowering(const Schedule& lowered, bool has_backward, bool h
     const std::vector<Action>& prog = s.programs[r];
     if (prog.size() != proof.program_end[r] - begin) return false;
     const Action* const kept = proof.actions.data() + begin;
+    // Field by field (the padding after `op` may differ), without a branch per field.
+    std::uint32_t differ = 0;
     for (std::size_t k = 0; k < prog.size(); ++k) {
       const Action& a = prog[k];
       const Action& b = kept[k];
-      if ((a.op != b.op) | (a.stage != b.stage) | (a.microbatch != b.microbatch) | (a.group != b.group)) return false;
+      differ |= (static_cast<std::uint32_t>(a.op) ^ static_cast<std::uint32_t>(b.op)) |
+                (static_cast<std::uint32_t>(a.stage) ^ static_cast<std::uint32_t>(b.stage)) |
+                (static_cast<std::uint32_t>(a.microbatch) ^ static_cast<std::uint32_t>(b.microbatch)) | (a.group ^ b.group);
     }
+    if (differ != 0) return false;
     begin = proof.program_end[r];
   }
   return true;

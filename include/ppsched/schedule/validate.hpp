@@ -1254,7 +1254,14 @@ class AbstractExecution {
         __builtin_prefetch(&items_[static_cast<std::size_t>(head) + 2]);
         __builtin_prefetch(&starts_[static_cast<std::size_t>(next.first)]);
         __builtin_prefetch(&ends_[static_cast<std::size_t>(next.first)]);
-        if (next.count != 0) __builtin_prefetch(&ops_[static_cast<std::size_t>(next.dep_a)]);
+        if (next.count != 0) {
+          __builtin_prefetch(&ops_[static_cast<std::size_t>(next.dep_a)]);
+        } else {
+          // A compute item's inputs were mostly done long ago (a B's own F): their ends have
+          // left the cache, and waiting for them is the largest cost of a run.
+          __builtin_prefetch(&ends_[static_cast<std::size_t>(std::max(next.dep_a, 0))]);
+          __builtin_prefetch(&ends_[static_cast<std::size_t>(std::max(next.dep_b, 0))]);
+        }
       }
 #endif
       if (item.count == 0) {

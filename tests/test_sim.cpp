@@ -528,6 +528,14 @@ TEST_CASE("simulating the schedule lower() just wrote takes lowering's proof: th
             INFO(family << ' ' << to_string(request) << (one_stream ? " one stream" : " two streams"));
             CHECK(taken.timeline == full.timeline);
             CHECK(taken.makespan == full.makespan);
+            // The makespan from every action's own times (the run reads it from its streams).
+            double earliest = 0.0, latest = 0.0;
+            for (std::size_t i = 0; i < full.timeline.spans.size(); ++i) {
+              const Span& span = full.timeline.spans[i];
+              earliest = i == 0 ? span.start : std::min(earliest, span.start);
+              latest = i == 0 ? span.end : std::max(latest, span.end);
+            }
+            CHECK(full.makespan == latest - earliest);
             CHECK(taken.bubble_fraction == full.bubble_fraction);
             REQUIRE(taken.memory.size() == full.memory.size());
             for (std::size_t r = 0; r < full.memory.size(); ++r) {

@@ -1036,6 +1036,30 @@ class AbstractExecution {
   // its transfer completed. -1 for what never happened.
   [[nodiscard]] double start(std::size_t i) const noexcept { return starts_[i]; }
   [[nodiscard]] double end(std::size_t i) const noexcept { return ends_[i]; }
+  // After a run that completed: the earliest start and the latest end of any action (0 for an
+  // empty schedule). Each stream starts its items in order, and its `free` is the latest end
+  // of its items once they are done, so no pass over the actions is needed.
+  [[nodiscard]] double earliest_start() const noexcept {
+    double earliest = 0.0;
+    bool any = false;
+    for (std::size_t st = 0; st + 1 < stream_begin_.size(); ++st) {
+      if (stream_begin_[st] == stream_begin_[st + 1]) continue;
+      const double s = starts_[static_cast<std::size_t>(items_[static_cast<std::size_t>(stream_begin_[st])].first)];
+      earliest = any && earliest < s ? earliest : s;
+      any = true;
+    }
+    return earliest;
+  }
+  [[nodiscard]] double latest_end() const noexcept {
+    double latest = 0.0;
+    bool any = false;
+    for (std::size_t st = 0; st + 1 < stream_begin_.size(); ++st) {
+      if (stream_begin_[st] == stream_begin_[st + 1]) continue;
+      latest = any && latest > streams_[st].free ? latest : streams_[st].free;
+      any = true;
+    }
+    return latest;
+  }
   [[nodiscard]] StreamMode mode() const noexcept { return mode_; }
   [[nodiscard]] bool on_comm_stream(std::int32_t i) const noexcept {
     return mode_ == StreamMode::separate_comm_stream && is_comm(flat_.at(i).op);

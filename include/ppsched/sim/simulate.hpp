@@ -162,20 +162,8 @@ namespace detail {
   // Statistics, rank by rank over the program order.
   const auto ranks = static_cast<std::size_t>(flat.ranks);
   result.ranks.assign(ranks, SimRankStats{});
-  double first = 0.0, last = 0.0;
-  if (n != 0) {
-    // Values, not std::min / std::max: those take references, and the compiler then kept the
-    // running minimum in memory, a store and a reload per action.
-    double lo = run.start(0), hi = run.end(0);
-    for (std::size_t i = 1; i < n; ++i) {
-      const double s = run.start(i), e = run.end(i);
-      lo = s < lo ? s : lo;
-      hi = e > hi ? e : hi;
-    }
-    first = lo;
-    last = hi;
-  }
-  result.makespan = n != 0 ? last - first : 0.0;
+  const double first = run.earliest_start(), last = run.latest_end();
+  result.makespan = last - first;
   // The compute on another rank whose output compute action a (on rank r) consumes, if any.
   const auto remote_producer = [&flat](const Action& a, std::int32_t r) {
     if (a.op == Op::F && a.stage > 0 && flat.rank_of(a.stage - 1) != r) return flat.find(Op::F, a.stage - 1, a.microbatch);

@@ -223,6 +223,8 @@ struct CommEntry {
   // Each rank's runs merged into one (key, id) order; (key, id) is unique on a rank (an id
   // is one transfer, whose two sides are on two ranks), so the order is total.
   detail::pooled_vector<detail::CommEntry, detail::uninitialised_allocator<detail::CommEntry>> merged, scratch;
+  // What lowering proves of `out`, validate() need not prove again (validate.hpp).
+  const bool remembering = detail::begin_remembering(out, n + comm.size(), !comm.empty(), flat.has_backward, flat.has_pairs);
   for (std::size_t r = 0; r < ranks; ++r) {
     const std::vector<std::size_t>& starts = runs[r];
     merged.assign(comm.begin() + static_cast<std::ptrdiff_t>(region[r]),
@@ -265,9 +267,9 @@ struct CommEntry {
       *emitted++ = compute[k];
     }
     while (c < comm_count) emit_comm();
+    if (remembering) detail::remember_program(prog);
   }
-  // What lowering proves of `out`, validate() need not prove again (validate.hpp).
-  detail::remember_lowering(out, flat.has_backward, flat.has_pairs);
+  if (remembering) detail::finish_remembering();
   return out;
 }
 

@@ -1513,35 +1513,41 @@ struct LoweringProof {
 // Drops the remembered schedule: the next validate() of it checks everything again.
 inline void forget_lowering_proof() noexcept { lowering_proof().held = false; }
 
-// Called by lower() with the schedule it wrote and the flags of the compute-only input.
-inline void remember_lowering(const Schedule& lowered, bool has_backward, bool has_pairs) noexcept {
+// lower() remembers the schedule it writes as it writes it, each program copied while it is
+// still in the cache: begin_remembering with the shape and the compute-only input's flags,
+// remember_program for each rank in order, finish_remembering once all are written. A false
+// begin (too large to keep, or no memory for the copy) leaves nothing remembered.
+inline bool begin_remembering(const Schedule& lowered, std::size_t total_actions, bool communicates, bool has_backward,
+                              bool has_pairs) noexcept {
   LoweringProof& proof = lowering_proof();
   proof.held = false;
-  std::size_t total = 0;
-  for (const auto& prog : lowered.programs) total += prog.size();
-  if (total > pool_max_bytes / sizeof(Action)) return;
+  if (total_actions > pool_max_bytes / sizeof(Action)) return false;
   try {
     proof.placement = lowered.placement;
     proof.program_end.clear();
+    proof.program_end.reserve(lowered.programs.size());
     proof.actions.clear();
-    proof.actions.reserve(total);
-    for (const auto& prog : lowered.programs) {
-      proof.actions.insert(proof.actions.end(), prog.begin(), prog.end());
-      proof.program_end.push_back(proof.actions.size());
-    }
+    proof.actions.reserve(total_actions);
   } catch (...) {  // no room for the copy: the schedule is validated in full when asked
-    return;
+    return false;
   }
-  proof.lowered = std::any_of(lowered.programs.begin(), lowered.programs.end(), [](const std::vector<Action>& prog) {
-    return std::any_of(prog.begin(), prog.end(), [](const Action& a) { return is_comm(a.op); });
-  });
+  proof.lowered = communicates;
   proof.has_backward = has_backward;
   proof.has_pairs = has_pairs;
   proof.split_backward = lowered.split_backward;
   proof.ranks = lowered.ranks;
   proof.microbatches = lowered.microbatches;
-  proof.held = true;
+  return true;
 }
+
+// Within the capacity begin_remembering reserved: allocates nothing.
+inline void remember_program(const std::vector<Action>& program) noexcept {
+  LoweringProof& proof = lowering_proof();
+  proof.actions.insert(proof.actions.end(), program.begin(), program.end());
+  proof.program_end.push_back(proof.actions.size());
+}
+
+inline void finish_remembering() noexcept { lowering_proof().held = true; }
 
 // True when `s` is, action for action, the schedule lower() wrote last on this thread.
 [[nodiscard]] inline bool is_remembered_lowering(const Schedule& s) noexcept {

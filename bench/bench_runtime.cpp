@@ -7,8 +7,9 @@
 // by the actions of the busiest rank. Target: <= 5 us per action. Variants: ranks, checking
 // mode, timeline recording, deterministic mode.
 //
-// BM_MeasuredVsPredictedBubble: synthetic stages whose F takes 1 ms and BI, BW 1 ms each (B
-// 2 ms), as timed waits, run 1F1B, ZB-H1 and interleaved 1F1B (two chunks per rank) at
+// BM_MeasuredVsPredictedBubble: synthetic stages whose F, BI and BW take `op_ms` (1 or 2 ms,
+// the ends of the target's range; B twice that), as timed waits, run 1F1B, ZB-H1 and
+// interleaved 1F1B (two chunks per rank) at
 // p = 4, m = 16; each step's measured Timeline is compared with the simulator's prediction
 // by ppsched::compare. Counters: the overall bubble measured and predicted (%), and the
 // largest per-rank difference in percentage points, averaged over the steps. Target: within
@@ -136,9 +137,10 @@ struct BubbleCase {
 };
 constexpr BubbleCase bubble_cases[] = {{"1f1b", 1}, {"zb-h1", 1}, {"interleaved-1f1b", 2}};
 
-// arg: index into bubble_cases
+// args: index into bubble_cases, milliseconds per F / BI / BW
 void BM_MeasuredVsPredictedBubble(benchmark::State& state) {
   const BubbleCase& bc = bubble_cases[state.range(0)];
+  const auto op_ms = static_cast<double>(state.range(1));
   state.SetLabel(bc.family);
   const int p = 4;
   const int m = 16;
@@ -146,7 +148,7 @@ void BM_MeasuredVsPredictedBubble(benchmark::State& state) {
   req.ranks = p;
   req.microbatches = m;
   req.chunks = bc.chunks;
-  const auto cost = ppsched::uniform_costs(1.0, 1.0, 1.0, "ms");
+  const auto cost = ppsched::uniform_costs(op_ms, op_ms, op_ms, "ms");
   const ppsched::Schedule compute_only = ppsched::make_schedule(bc.family, req);
   const ppsched::Schedule schedule =
       ppsched::lower(compute_only, ppsched::lower_options_for(cost, compute_only.stages(), m));
@@ -206,8 +208,8 @@ void BM_MeasuredVsPredictedBubble(benchmark::State& state) {
 }
 
 BENCHMARK(BM_MeasuredVsPredictedBubble)
-    ->ArgName("case")
-    ->DenseRange(0, 2)
+    ->ArgNames({"case", "op_ms"})
+    ->ArgsProduct({{0, 1, 2}, {1, 2}})
     ->Iterations(10)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

@@ -1263,6 +1263,15 @@ class AbstractExecution {
     if (streams_[st].blocked_on == action) wake(st);
   }
 
+  // A hint only, so an index that names nothing (no_action, or a group whose operations
+  // are not built yet) is skipped rather than formed into an out-of-range address.
+  template <class Vector>
+  static void prefetch([[maybe_unused]] const Vector& v, [[maybe_unused]] std::int32_t index) noexcept {
+#if defined(__GNUC__)
+    if (index >= 0 && static_cast<std::size_t>(index) < v.size()) __builtin_prefetch(v.data() + index);
+#endif
+  }
+
   void advance(std::size_t st) {
     StreamState& state = streams_[st];
     std::int32_t head = state.head;
@@ -1276,15 +1285,15 @@ class AbstractExecution {
       if (head + 2 < stop) {
         const Item& next = items_[static_cast<std::size_t>(head) + 1];
         __builtin_prefetch(&items_[static_cast<std::size_t>(head) + 2]);
-        __builtin_prefetch(&starts_[static_cast<std::size_t>(next.first)]);
-        __builtin_prefetch(&ends_[static_cast<std::size_t>(next.first)]);
-        if (next.count != 0) {
-          __builtin_prefetch(&ops_[static_cast<std::size_t>(next.dep_a)]);
+        prefetch(starts_, next.first);
+        prefetch(ends_, next.first);
+        if (next.count > 0) {  // a communication group (a pair, count pair_item, is compute)
+          prefetch(ops_, next.dep_a);
         } else {
           // A compute item's inputs were mostly done long ago (a B's own F): their ends have
           // left the cache, and waiting for them is the largest cost of a run.
-          __builtin_prefetch(&ends_[static_cast<std::size_t>(std::max(next.dep_a, 0))]);
-          __builtin_prefetch(&ends_[static_cast<std::size_t>(std::max(next.dep_b, 0))]);
+          prefetch(ends_, next.dep_a);
+          prefetch(ends_, next.dep_b);
         }
       }
 #endif

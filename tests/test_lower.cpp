@@ -263,6 +263,22 @@ TEST_CASE("lower_options_for orders by the cost model's times, zero times includ
   CHECK(simulate(l, c).makespan == simulate(s, c, ideal).makespan);
 }
 
+// Found by fuzz_simulate: a time so small that adding it to the clock changed nothing put a
+// send before the compute that produces it.
+TEST_CASE("times too small to move the clock are ordered as a free action, or refused", "[lower]") {
+  const Schedule s = make_schedule("1f1b", {2, 4, 1});
+  for (const double tiny : {4.7e-312, 1e-300, 1e-15}) {
+    INFO("BI = " << tiny);
+    const CostModel c = uniform_costs(8.125, tiny, 0.0);
+    const Schedule l = lower(s, lower_options_for(c, s.stages(), s.microbatches));
+    detail::forget_lowering_proof();  // the full checks, not lowering's own proof
+    CHECK(validate(l).ok());
+    LowerOptions raw;
+    raw.compute_time = [tiny](const Action& a) { return a.op == Op::F ? 8.125 : tiny; };
+    CHECK_THROWS_WITH(lower(s, raw), Catch::Contains("compute_time(B0@s1)") && Catch::Contains("vanishes"));
+  }
+}
+
 TEST_CASE("options made for one schedule's sizes are refused on another's", "[lower][errors]") {
   const Schedule small = make_schedule("1f1b", {2, 2, 1});
   const Schedule big = make_schedule("1f1b", {4, 8, 1});

@@ -205,6 +205,15 @@ struct CommEntry {
     const auto from = static_cast<std::size_t>(flat.owner[static_cast<std::size_t>(i)]);
     const auto dest = static_cast<std::size_t>(to);
     const double key = ideal.end(static_cast<std::size_t>(i));
+    // A send goes after its producer only if the producer ends after it starts: a time so
+    // small that adding it to the clock changes nothing would put the send first.
+    if (!(key > ideal.start(static_cast<std::size_t>(i)))) {
+      const Action& a = flat.at(i);
+      fail({"lower options",
+            detail::concat("compute_time(", to_string(a), ") = ", duration(a), " vanishes against its start time ",
+                           ideal.start(static_cast<std::size_t>(i)), " in the idealised run"),
+            "", "give compute times within a factor of about 1e12 of each other (a free action may be 0 in a CostModel)"});
+    }
     comm[send_fill[from]++] = {key, i, 0};
     if (last_source[dest] != static_cast<std::int32_t>(from)) {
       last_source[dest] = static_cast<std::int32_t>(from);

@@ -254,7 +254,8 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
 // Lowering options whose idealised run uses this model's compute and transfer times, so
 // the lowered communication order is the one this model's run needs. Lowering orders by a timeline
 // with positive times; an action the model makes free is ordered as if it took a millionth
-// of the model's largest time (its place among actions that take time is unchanged).
+// of the model's largest time (its place among actions that take time is unchanged), and so is
+// one that takes less: a time that small would vanish when added to the timeline's clock.
 [[nodiscard]] inline LowerOptions lower_options_for(const CostModel& c, std::int32_t stages, std::int32_t microbatches) {
   check_cost_model(c, stages, microbatches);
   double largest = 0.0;
@@ -272,7 +273,7 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
     for (std::int32_t st = 0; st < stages; ++st) {
       for (const Op op : {Op::F, Op::B, Op::BI, Op::BW}) {
         const double t = compute_time(c, Action{op, st, 0, 0}, microbatches);
-        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(op)] = t > 0.0 ? t : tiny;
+        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(op)] = t > tiny ? t : tiny;
       }
       if (st + 1 < stages) {
         table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(Op::SEND_F)] =
@@ -294,7 +295,7 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
   options.compute_time = [c, stages, microbatches, tiny](const Action& a) {
     detail::check_fits(a, stages, microbatches);
     const double t = compute_time(c, a, microbatches);
-    return t > 0.0 ? t : tiny;
+    return t > tiny ? t : tiny;
   };
   options.transfer_time = [c, stages, microbatches](const Action& send) {
     detail::check_fits(send, stages, microbatches);

@@ -7,11 +7,6 @@
 // The binaries are found through the environment (PPSCHED_PLAN, PPSCHED_BUBBLES,
 // PPSCHED_SOURCE_ROOT, set by tests/meson.build), or else next to this test in the build
 // tree, with the source tree read from the build's meson-info.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -31,7 +26,7 @@
 #include <string_view>
 #include <vector>
 
-extern char** environ;
+#include "run_tool.hpp"
 
 namespace {
 
@@ -40,16 +35,10 @@ using nlohmann::json;
 
 // ------------------------------------------------------------------ running the tools
 
-struct Run {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using ppsched::test_support::read_file;
+using ppsched::test_support::Run;
+using ppsched::test_support::run_tool;
+using ppsched::test_support::ScratchDir;
 
 fs::path build_root() {
   // tests/test_cli in the build tree.
@@ -67,61 +56,6 @@ fs::path source_root() {
   return info.at("directories").at("source").get<std::string>();
 }
 
-// A scratch directory per test case, removed at the end.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (fs::temp_directory_path() / "ppsched-cli-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  [[nodiscard]] const fs::path& path() const { return path_; }
-  [[nodiscard]] std::string file(const std::string& name) const { return (path_ / name).string(); }
-  [[nodiscard]] std::vector<std::string> entries() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path path_;
-};
-
-Run run_tool(const fs::path& exe, const std::vector<std::string>& args) {
-  ScratchDir capture;
-  const std::string out_path = capture.file("stdout"), err_path = capture.file("stderr");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<std::string> storage{exe.string()};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& s : storage) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int spawned = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  Run r;
-  if (spawned != 0) {
-    r.err = "could not start " + exe.string();
-    return r;
-  }
-  int wstatus = 0;
-  while (waitpid(pid, &wstatus, 0) < 0) {
-  }
-  r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-  r.out = read_file(out_path);
-  r.err = read_file(err_path);
-  return r;
-}
 
 Run plan(const std::vector<std::string>& args) { return run_tool(tool_path("PPSCHED_PLAN", "ppsched-plan"), args); }
 Run bubbles(const std::vector<std::string>& args) {

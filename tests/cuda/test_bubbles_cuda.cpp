@@ -11,11 +11,6 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 // clang-format off
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -28,45 +23,19 @@
 #include <vector>
 
 #include <ppsched/backend/cuda/device.hpp>
-// clang-format on
 
-extern char** environ;
+#include "../run_tool.hpp"
+// clang-format on
 
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct Run {
-  int status = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// A scratch directory, removed at the end.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string pattern = (fs::temp_directory_path() / "ppsched-bubbles-cuda-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  [[nodiscard]] std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using ppsched::test_support::read_file;
+using ppsched::test_support::Run;
+using ppsched::test_support::run_tool;
+using ppsched::test_support::ScratchDir;
 
 fs::path tool() {
   const char* p = std::getenv("PPSCHED_BUBBLES_CUDA");
@@ -76,35 +45,7 @@ fs::path tool() {
   return p;
 }
 
-Run bubbles(const std::vector<std::string>& args) {
-  ScratchDir capture;
-  const std::string out_path = capture.file("stdout"), err_path = capture.file("stderr");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const fs::path exe = tool();
-  std::vector<std::string> storage{exe.string()};
-  storage.insert(storage.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& s : storage) argv.push_back(s.data());
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int spawned = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  Run r;
-  if (spawned != 0) {
-    r.err = "could not start " + exe.string();
-    return r;
-  }
-  int wstatus = 0;
-  while (waitpid(pid, &wstatus, 0) < 0) {
-  }
-  r.status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-  r.out = read_file(out_path);
-  r.err = read_file(err_path);
-  return r;
-}
+Run bubbles(const std::vector<std::string>& args) { return run_tool(tool(), args); }
 
 std::vector<std::string> request(const std::string& backend, const std::string& schedule, int p, int m) {
   return {"--backend",      backend, "--schedule", schedule, "--stages", std::to_string(p), "--microbatches",

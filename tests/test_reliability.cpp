@@ -407,6 +407,15 @@ std::string error_of(const std::function<void()>& f) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// An injected throw's error names where it happened and keeps the callable's message.
+void check_names_fault(const std::string& what, int rank, const Action& a) {
+  CHECK(contains(what, "rank " + std::to_string(rank)));
+  CHECK(contains(what, "stage " + std::to_string(a.stage)));
+  CHECK(contains(what, "micro-batch " + std::to_string(a.microbatch)));
+  CHECK(contains(what, ppsched::to_string(a)));
+  CHECK(contains(what, "injected fault"));
+}
+
 // The compute action with this op and micro-batch that comes first in the rank's program.
 const Action* find_action(const Schedule& s, int rank, Op op, std::int32_t mb) {
   for (const Action& a : s.programs[static_cast<std::size_t>(rank)]) {
@@ -455,11 +464,7 @@ TEST_CASE("fault matrix: a throw in F, B, BI or BW on the first, a middle and th
           INFO(fam.name << ": throw at " << ppsched::to_string(*a) << " on rank " << rank);
           const std::string what = error_of([&] { twin.failing_step(seed++); });
           INFO(what);
-          CHECK(contains(what, "rank " + std::to_string(rank)));
-          CHECK(contains(what, "stage " + std::to_string(a->stage)));
-          CHECK(contains(what, "micro-batch " + std::to_string(mb)));
-          CHECK(contains(what, ppsched::to_string(*a)));
-          CHECK(contains(what, "injected fault"));
+          check_names_fault(what, rank, *a);
           injection.kind = Injection::Kind::none;
           CHECK(os_threads() == threads_running);
           CHECK(twin.step_matches_reference(seed++));
@@ -540,11 +545,7 @@ TEST_CASE("fault matrix: forward-only, a throw in F on the first, a middle and t
         INFO("forward-only: throw at " << ppsched::to_string(*a) << " on rank " << rank);
         const std::string what = error_of([&] { twin.failing_step(seed++); });
         INFO(what);
-        CHECK(contains(what, "rank " + std::to_string(rank)));
-        CHECK(contains(what, "stage " + std::to_string(a->stage)));
-        CHECK(contains(what, "micro-batch " + std::to_string(mb)));
-        CHECK(contains(what, ppsched::to_string(*a)));
-        CHECK(contains(what, "injected fault"));
+        check_names_fault(what, rank, *a);
         injection.kind = Injection::Kind::none;
         CHECK(os_threads() == threads_running);
         CHECK(twin.step_matches_reference(seed++));

@@ -31,6 +31,7 @@
 #include <mutex>
 #include <limits>
 #include <new>
+#include <sstream>
 #include <string_view>
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/runtime/synthetic.hpp>
@@ -85,9 +86,27 @@ Schedule make(const Family& f, int p, int m) {
 
 // Threads of this process, as the kernel counts them: catches a thread that ppsched's own
 // counter would miss (one started by the backend or the standard library behind it).
+// A joined thread can still be listed for a moment: join() returns when the thread clears
+// its id, before the kernel releases its task. Such a thread already carries PF_EXITING
+// (flags, field 9 of its stat), so it is not counted; CI once saw the baseline taken in
+// that moment one thread too high.
 int os_threads() {
+  constexpr unsigned long pf_exiting = 0x4;
   int n = 0;
-  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;  // gone between listing and reading
+    // The command name is in parentheses and may hold any character; fields follow the last ')'.
+    const std::size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(line.substr(close + 1));
+    std::string state;
+    long ppid = 0, pgrp = 0, session = 0, tty = 0, tpgid = 0;
+    unsigned long flags = 0;
+    if (!(fields >> state >> ppid >> pgrp >> session >> tty >> tpgid >> flags)) continue;
+    if ((flags & pf_exiting) == 0) ++n;
+  }
   return n;
 }
 

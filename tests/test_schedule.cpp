@@ -754,6 +754,30 @@ TEST_CASE("CSV reads what PyTorch writes", "[csv]") {
     const Schedule t = from_pytorch_csv("(0F1;1B0)OVERLAP_F_B,0SEND_F1#1,(0F2;0SEND_F2)OVERLAP_F_B\r\n", options);
     CHECK(t.programs[0] == std::vector<Action>{Action{Op::F, 0, 1, 2}, Action{Op::B, 1, 0, 2},
                                                Action{Op::SEND_F, 0, 1, 1}, act(Op::F, 0, 2), act(Op::SEND_F, 0, 2)});
+    CHECK(to_pytorch_csv(t) == "(0F1;1B0)OVERLAP_F_B#2,0SEND_F1#1,0F2,0SEND_F2\r\n");
+  }
+  SECTION("a pair id that counting would not give is written after OVERLAP_F_B and read back exactly") {
+    // The fuzzer's case: two forwards sharing id 2 (a malformed pair validate() names); then a
+    // user's numbering; then an id a third action of the row shares.
+    for (const std::vector<Action>& program :
+         {std::vector<Action>{Action{Op::F, 0, 0, 2}, Action{Op::F, 0, 5, 2}},
+          std::vector<Action>{Action{Op::F, 0, 1, 7}, Action{Op::B, 0, 0, 7}, Action{Op::F, 0, 2, 1},
+                              Action{Op::B, 0, 1, 1}},
+          std::vector<Action>{Action{Op::F, 0, 0, 1}, Action{Op::B, 0, 0, 1}, Action{Op::F, 0, 1, 1}}}) {
+      Schedule u;
+      u.ranks = 1;
+      u.microbatches = 6;
+      u.placement = {0};
+      u.programs = {program};
+      const std::string text = to_pytorch_csv(u);
+      INFO(text);
+      CHECK(text.find("OVERLAP_F_B#") != std::string::npos);
+      CHECK(from_pytorch_csv(text, options).programs == u.programs);
+      // Without ids the pairs are still pairs, numbered by counting.
+      CsvWriteOptions plain;
+      plain.write_groups = false;
+      CHECK(to_pytorch_csv(u, plain).find('#') == std::string::npos);
+    }
   }
   SECTION("a rank with no actions is an empty row") {
     const Schedule s = from_pytorch_csv("0F0\r\n\r\n", [] {
@@ -785,6 +809,11 @@ TEST_CASE("CSV rejects typos and inconsistent placement with file, row, column a
                     Contains("stage '99999999999' is too large"));
   CHECK_THROWS_WITH(from_pytorch_csv("0F0,\"1F0\r\n", options), Contains("never closed"));
   CHECK_THROWS_WITH(from_pytorch_csv("(0F0;0B0)OVERLAP\r\n", options), Contains("OVERLAP_F_B"));
+  for (const char* bad_suffix : {"(0F0;0B0)OVERLAP_F_B#\r\n", "(0F0;0B0)OVERLAP_F_B#0\r\n",
+                                 "(0F0;0B0)OVERLAP_F_Bx\r\n", "(0F0;0B0)OVERLAP_F_B#3x\r\n"})
+    CHECK_THROWS_WITH(from_pytorch_csv(bad_suffix, options), Contains("only #<group> may follow"));
+  CHECK_THROWS_WITH(from_pytorch_csv("(0F0;0SEND_F0)OVERLAP_F_B#3\r\n", options),
+                    Contains("gives a group to what is not a pair"));
   CHECK_THROWS_WITH(from_pytorch_csv("", options), Contains("the CSV has no rows"));
   CHECK_THROWS_WITH(from_pytorch_csv(",,\r\n0UNSHARD\r\n", options), Contains("no row holds an action"));
   // Placement: a stage on two rows, a stage on no row, a stage against the given placement.

@@ -26,7 +26,9 @@
 // back exactly), a pair moved above every id of the row when another cell names its id; an
 // OVERLAP_F_B cell of anything else is read as its sub-actions in order, and
 // a compute cell may carry "#<group>" too (a malformed pair, written so that validate() can
-// name it).
+// name it). A pair whose id is not the one counting would give (a user's own numbering, or an
+// id another action of the row shares) is written "(0F1;1B0)OVERLAP_F_B#5", so that every
+// schedule reads back exactly; schedules of ppsched's generators and lower() never need it.
 //
 // Actions PyTorch has and ppsched does not: UNSHARD, RESHARD and REDUCE_GRAD (FSDP and
 // gradient-reduction bookkeeping with no micro-batch and no data between stages) are
@@ -46,6 +48,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -95,8 +98,14 @@ struct CsvReadOptions {
 // Throws ppsched::error for an action with a negative stage or micro-batch, which no reader
 // could take back.
 inline void write_pytorch_csv(std::ostream& out, const Schedule& s, const CsvWriteOptions& options = {}) {
+  std::unordered_map<std::uint32_t, std::size_t> actions_in_group;
   for (std::size_t r = 0; r < s.programs.size(); ++r) {
     const auto& program = s.programs[r];
+    actions_in_group.clear();
+    if (options.write_groups)
+      for (const Action& a : program)
+        if (a.group != 0) ++actions_in_group[a.group];
+    std::uint32_t pairs = 0;
     for (std::size_t i = 0; i < program.size(); ++i) {
       for (std::size_t k = i; k < std::min(i + 2, program.size()); ++k) {
         if (program[k].stage < 0 || program[k].microbatch < 0)
@@ -108,7 +117,10 @@ inline void write_pytorch_csv(std::ostream& out, const Schedule& s, const CsvWri
       const Action& a = program[i];
       if (is_compute(a.op) && a.group != 0 && i + 1 < program.size() && is_compute(program[i + 1].op) &&
           program[i + 1].group == a.group) {
+        ++pairs;
         out << '(' << csv_cell(a, false) << ';' << csv_cell(program[i + 1], false) << ")OVERLAP_F_B";
+        // A reader numbers the row's pairs 1, 2, ...; an id it would not give is written out.
+        if (options.write_groups && (a.group != pairs || actions_in_group[a.group] > 2)) out << '#' << a.group;
         ++i;
         continue;
       }
@@ -393,7 +405,8 @@ struct ParsedCell {
   for (std::size_t r = 0; r < rows.size(); ++r) {
     auto& program = s.programs[r];
     std::uint32_t largest_group = 0;   // named by a cell of this row
-    std::vector<std::size_t> pair_at;  // where the pairs read from OVERLAP_F_B cells start
+    std::uint32_t pairs = 0;           // OVERLAP_F_B pairs of this row so far
+    std::vector<std::size_t> pair_at;  // where the pairs numbered by count start
     for (const auto& cell : rows[r]) {
       const std::string_view text_cell = detail::trimmed(cell.text);
       if (text_cell.empty()) continue;
@@ -414,9 +427,22 @@ struct ParsedCell {
       if (text_cell.starts_with('(')) {
         // PyTorch's OVERLAP_F_B: "(a;b;...)OVERLAP_F_B" runs its sub-actions in order.
         const std::size_t close = text_cell.find(')');
-        if (close == std::string_view::npos || text_cell.substr(close + 1) != "OVERLAP_F_B")
+        constexpr std::string_view overlap = "OVERLAP_F_B";
+        if (close == std::string_view::npos || !text_cell.substr(close + 1).starts_with(overlap))
           fail({subject, detail::concat("cannot read cell '", text_cell, "'"), where,
                 "a parenthesised cell must be PyTorch's (<action>;<action>...)OVERLAP_F_B"});
+        // ppsched's "#<group>" after OVERLAP_F_B: the pair's id where it is not the row's count.
+        std::optional<std::uint32_t> explicit_group;
+        if (std::string_view suffix = text_cell.substr(close + 1 + overlap.size()); !suffix.empty()) {
+          std::int64_t group = 0;
+          const auto digits = suffix.starts_with('#') ? detail::leading_number(suffix.substr(1), 4294967295, group,
+                                                                               subject, where, "group")
+                                                      : std::nullopt;
+          if (!digits || *digits + 1 != suffix.size() || group == 0)
+            fail({subject, detail::concat("cannot read cell '", text_cell, "'"), where,
+                  "after OVERLAP_F_B only #<group> may follow, with a group number of 1 or more"});
+          explicit_group = static_cast<std::uint32_t>(group);
+        }
         std::string_view inner = text_cell.substr(1, close - 1);
         const std::size_t before = program.size();
         while (!inner.empty()) {
@@ -426,16 +452,28 @@ struct ParsedCell {
           if (semi == std::string_view::npos) break;
           inner.remove_prefix(semi + 1);
         }
-        if (program.size() == before + 2 && is_compute(program[before].op) && is_compute(program[before + 1].op)) {
-          pair_at.push_back(before);
-          program[before].group = program[before + 1].group = static_cast<std::uint32_t>(pair_at.size());
+        const bool pair =
+            program.size() == before + 2 && is_compute(program[before].op) && is_compute(program[before + 1].op);
+        if (explicit_group && !pair)
+          fail({subject, detail::concat("cell '", text_cell, "' gives a group to what is not a pair"), where,
+                "#<group> after OVERLAP_F_B needs exactly two compute sub-actions"});
+        if (pair) {
+          ++pairs;
+          std::uint32_t g = pairs;
+          if (explicit_group) {
+            g = *explicit_group;
+            largest_group = std::max(largest_group, g);
+          } else {
+            pair_at.push_back(before);
+          }
+          program[before].group = program[before + 1].group = g;
         }
         continue;
       }
       take(detail::parse_simple_cell(text_cell, subject, where), text_cell);
     }
     // A pair's id must not name another run of the row: move any that does above them all.
-    largest_group = std::max<std::uint32_t>(largest_group, static_cast<std::uint32_t>(pair_at.size()));
+    largest_group = std::max(largest_group, pairs);
     for (const std::size_t at : pair_at) {
       const std::uint32_t g = program[at].group;
       bool shared = false;

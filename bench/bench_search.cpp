@@ -40,7 +40,7 @@ CostModel uneven_model(bool costly_link) {
     if (r == bench_ranks - 1) s = StageCost{2.0, 2.2, 1.4, 96.0 * 1024 * 1024, 0.0};  // LM head and loss
     c.stages.push_back(s);
   }
-  if (costly_link) c.link = Link{0.01, 100.0 * 1024 * 1024};  // 10 us + 8 MiB at 100 MiB/ms: 0.09 ms a transfer
+  if (costly_link) c.link = Interconnect{0.01, 100.0 * 1024 * 1024};  // 10 us + 8 MiB at 100 MiB/ms: 0.09 ms a transfer
   return c;
 }
 

@@ -254,7 +254,7 @@ TEST_CASE("the dependency-only run is the simulator's, and bounds its full simul
         one_stream.comm_on_compute_stream = true;
         CHECK(run.makespan <= simulate(s, c, one_stream).makespan * (1.0 + 1e-12));
         CostModel free = c;
-        free.link = Link{};
+        free.link = Interconnect{};
         CHECK(run_dependencies(s, free).makespan == Approx(simulate(s, free).makespan).epsilon(1e-12));
       }
     }

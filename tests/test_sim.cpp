@@ -515,7 +515,7 @@ TEST_CASE("simulating the schedule lower() just wrote takes lowering's proof: th
             const double k = 1.0 + 0.5 * (st % 3);
             c.stages.push_back(StageCost{k, 1.5 * k, 0.5 * k, 100.0 * k, 64.0});
           }
-          c.link = Link{0.125, 256.0};
+          c.link = Interconnect{0.125, 256.0};
           c.fb_overlap = 0.25;
           const Schedule l = lower(s, lower_options_for(c, s.stages(), m));
           for (const bool one_stream : {false, true}) {

@@ -114,7 +114,7 @@ namespace detail {
   Interconnect link = profile.link;
   if (options.comm_latency) link.latency = *options.comm_latency;
   if (options.bandwidth) link.bandwidth = *options.bandwidth;
-  model.link = Link{link.latency, link.bandwidth};
+  model.link = link;
   const std::int32_t ranks = options.stages;
   std::vector<Device> devices = profile.devices;
   if (devices.size() == 1) devices.assign(static_cast<std::size_t>(ranks), devices.front());

@@ -73,7 +73,7 @@ struct PlanModel {
   std::string unit;         // time unit of every cost
   std::size_t layers = 0;
   bool has_bytes = false;   // activation and parameter sizes are known
-  Link link{};
+  Interconnect link{};
   std::vector<double> rank_memory_cap;  // per rank from the hardware; empty: none
   std::function<PartitionPlan(const std::vector<std::int32_t>& placement)> partition;
 };
@@ -159,7 +159,7 @@ namespace detail {
   cost.unit = model.unit;
   const bool free = std::all_of(partition.stages.begin(), partition.stages.end(),
                                 [](const StagePlan& s) { return s.comm_time == 0.0; });
-  cost.link = free ? Link{} : Link{0.0, 1.0};
+  cost.link = free ? Interconnect{} : Interconnect{0.0, 1.0};
   cost.weight_memory_fraction = w_ratio;
   cost.stages.reserve(partition.stages.size());
   for (const StagePlan& s : partition.stages) {

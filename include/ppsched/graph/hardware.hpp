@@ -20,8 +20,7 @@ struct Device {
 
 // The link between neighbouring stages. Sending one tensor of `bytes` takes
 // latency + bytes / bandwidth, in the profile's time unit; bandwidth is in bytes per time
-// unit, and infinity means bytes cost nothing. (The simulator's `ppsched::Link` has the same
-// two fields; this one belongs to the std-only graph layer.)
+// unit, and infinity means bytes cost nothing. The simulator's CostModel::link is one too.
 struct Interconnect {
   double latency = 0.0;
   double bandwidth = std::numeric_limits<double>::infinity();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "ppsched/error.hpp"
+#include "ppsched/graph/hardware.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/lower.hpp"
 #include "ppsched/schedule/validate.hpp"
@@ -34,17 +35,12 @@ struct StageCost {
   std::optional<double> backward{};
 };
 
-struct Link {
-  double latency = 0.0;
-  double bandwidth = std::numeric_limits<double>::infinity();  // bytes per time unit
-};
-
 struct CostModel {
   std::string unit = "unit";
   std::vector<StageCost> stages;          // one per stage, or a single entry for every stage
   std::vector<double> microbatch_scale;   // empty, or one factor per micro-batch (times and bytes)
   std::vector<StageCost> per_microbatch;  // empty, or stages x micro-batches (stage-major); overrides the two above
-  Link link{};
+  Interconnect link{};                    // between neighbouring stages (graph/hardware.hpp)
   double weight_memory_fraction = 0.5;    // M_W / M_B: what BI keeps for BW
   // Share of the shorter action of each overlapped F&B pair hidden under the longer, in [0, 1]:
   // 0, the default, makes a pair take T_F + T_B (what the executor does: it runs the pair's F
@@ -112,7 +108,7 @@ inline void note_largest(const StageCost& c, const std::string& where, double& l
 // infinite times and the simulator reject its own lowering, so they are rejected here.
 inline void check_cost_sums(const CostModel& c, std::int32_t stages, std::int32_t microbatches) {
   const double S = stages, M = microbatches;
-  const auto transfer = [&c](double bytes) { return c.link.latency + (bytes == 0.0 ? 0.0 : bytes / c.link.bandwidth); };
+  const auto transfer = [&c](double bytes) { return c.link.transfer_time(bytes); };
   // Every action of one (stage, micro-batch), B and BI + BW both counted (either may run).
   const auto action_time = [&](const StageCost& s) {
     return s.forward + s.backward.value_or(0.0) + s.backward_input + s.backward_weight + 2.0 * transfer(s.output_bytes);
@@ -248,7 +244,7 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
 
 [[nodiscard]] inline double transfer_time(const CostModel& c, const Action& a, std::int32_t microbatches) {
   const double bytes = transfer_bytes(c, a, microbatches);
-  return c.link.latency + (bytes == 0.0 ? 0.0 : bytes / c.link.bandwidth);
+  return c.link.transfer_time(bytes);
 }
 
 // Lowering options whose idealised run uses this model's compute and transfer times, so

@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -117,57 +118,107 @@ inline void check_v_block(std::string_view family, std::span<const VBlockRow> bl
   }
 }
 
-// One pass of a rank on the slot grid.
-struct SlotPass {
-  std::int32_t slot = 0;
-  Op op = Op::F;
-  std::int32_t chunk = 0;
-  std::int32_t microbatch = 0;
+// The slot grid of a repeated block, all ranks side by side: pass[slot * ranks + rank] is the
+// pass the rank runs at that slot, coded microbatch * 8 + kind (kind: 0 F of chunk 0, 1 F of
+// chunk 1, 2 BI of chunk 1, 3 BI of chunk 0, 4 BW of chunk 1, 5 BW of chunk 0), or -1 for a free
+// slot. Slot-major because compaction walks the slots in order over all ranks.
+struct VSlotGrid {
+  std::int32_t ranks = 0;
+  std::int32_t microbatches = 0;
+  std::int32_t slots = 0;  // one past the last taken slot of any rank
+  std::int32_t peak_held = 0;  // the most chunk activations a rank holds after any slot
+  std::vector<std::int32_t> pass;
+  std::vector<std::int32_t> slot_of;  // [(rank * 6 + kind) * microbatches + microbatch]
 };
 
-}  // namespace detail
+inline constexpr std::int32_t v_free_slot = -1;
 
-namespace detail {
+[[nodiscard]] constexpr std::int32_t v_pass_code(std::int32_t kind, std::int32_t microbatch) noexcept {
+  return microbatch * 8 + kind;
+}
 
-// Each rank's passes in slot order: the four input-critical passes of every micro-batch at the
+// What a pass of this kind does to the activations its rank holds: F adds one, BW frees one.
+[[nodiscard]] constexpr std::int32_t v_held_change(std::int32_t kind) noexcept {
+  return kind <= 1 ? 1 : (kind >= 4 ? -1 : 0);
+}
+
+// Each rank's passes on the grid: the four input-critical passes of every micro-batch at the
 // block's slots plus 6 per micro-batch, and the BWs in the slots left free, oldest BI first
 // (after the last critical pass they follow one per slot).
-[[nodiscard]] inline std::vector<std::vector<SlotPass>> v_block_slots(std::span<const VBlockRow> block,
-                                                                      std::int32_t microbatches) {
-  std::vector<std::vector<SlotPass>> ranks(block.size());
-  for (std::size_t r = 0; r < block.size(); ++r) {
+[[nodiscard]] inline VSlotGrid v_block_grid(std::span<const VBlockRow> block, std::int32_t microbatches) {
+  VSlotGrid g;
+  g.ranks = static_cast<std::int32_t>(block.size());
+  g.microbatches = microbatches;
+  const auto p = static_cast<std::size_t>(g.ranks), m = static_cast<std::size_t>(microbatches);
+  const auto last_critical = [&](const VBlockRow& row) {
+    return static_cast<std::size_t>(std::max({row.forward0, row.forward1, row.backward1, row.backward0})) +
+           static_cast<std::size_t>(v_block_period) * (m - 1);
+  };
+  // After its last critical pass a rank runs at most its 2m BWs, one per slot.
+  std::size_t rows = 0;
+  for (const VBlockRow& row : block) rows = std::max(rows, last_critical(row) + 1 + 2 * m);
+  g.pass.assign(rows * p, v_free_slot);
+  g.slot_of.assign(p * 6 * m, 0);
+  std::vector<std::int32_t> critical;  // one rank's critical passes by slot
+  std::vector<std::int32_t> owed;      // its BIs whose BW is not placed yet, oldest first
+  owed.reserve(2 * m);
+  for (std::size_t r = 0; r < p; ++r) {
     const VBlockRow& row = block[r];
-    std::vector<SlotPass> critical;
-    critical.reserve(4 * static_cast<std::size_t>(microbatches));
-    for (std::int32_t mb = 0; mb < microbatches; ++mb) {
-      const std::int32_t shift = v_block_period * mb;
-      critical.push_back({row.forward0 + shift, Op::F, 0, mb});
-      critical.push_back({row.forward1 + shift, Op::F, 1, mb});
-      critical.push_back({row.backward1 + shift, Op::BI, 1, mb});
-      critical.push_back({row.backward0 + shift, Op::BI, 0, mb});
-    }
-    std::sort(critical.begin(), critical.end(),
-              [](const SlotPass& a, const SlotPass& b) { return a.slot < b.slot; });
-    std::vector<SlotPass>& out = ranks[r];
-    out.reserve(6 * static_cast<std::size_t>(microbatches));
-    std::vector<SlotPass> owed;  // BIs whose BW is not placed yet, oldest first
+    const std::size_t last = last_critical(row);
+    critical.assign(last + 1, v_free_slot);
+    const std::array<std::int32_t, 4> first_slot{row.forward0, row.forward1, row.backward1, row.backward0};
+    for (std::int32_t kind = 0; kind < 4; ++kind)
+      for (std::size_t mb = 0; mb < m; ++mb)
+        critical[static_cast<std::size_t>(first_slot[static_cast<std::size_t>(kind)]) + v_block_period * mb] =
+            v_pass_code(kind, static_cast<std::int32_t>(mb));
+    owed.clear();
     std::size_t next_owed = 0;
-    std::int32_t slot = critical.front().slot;
-    for (const SlotPass& pass : critical) {
-      for (; slot < pass.slot && next_owed < owed.size(); ++slot) {
-        const SlotPass& bi = owed[next_owed++];
-        out.push_back({slot, Op::BW, bi.chunk, bi.microbatch});
+    std::int32_t held = 0;
+    for (std::size_t slot = static_cast<std::size_t>(std::min({row.forward0, row.forward1, row.backward1, row.backward0}));
+         slot <= last || next_owed < owed.size(); ++slot) {
+      std::int32_t code = slot <= last ? critical[slot] : v_free_slot;
+      if (code != v_free_slot) {
+        if ((code & 7) == 2 || (code & 7) == 3) owed.push_back(code);
+      } else if (next_owed < owed.size()) {
+        const std::int32_t bi = owed[next_owed++];
+        code = (bi & ~7) | ((bi & 7) == 2 ? 4 : 5);
+      } else {
+        continue;
       }
-      slot = pass.slot + 1;
-      out.push_back(pass);
-      if (pass.op == Op::BI) owed.push_back(pass);
-    }
-    for (; next_owed < owed.size(); ++slot) {
-      const SlotPass& bi = owed[next_owed++];
-      out.push_back({slot, Op::BW, bi.chunk, bi.microbatch});
+      g.pass[slot * p + r] = code;
+      g.slot_of[(r * 6 + static_cast<std::size_t>(code & 7)) * m + static_cast<std::size_t>(code >> 3)] =
+          static_cast<std::int32_t>(slot);
+      held += v_held_change(code & 7);
+      g.peak_held = std::max(g.peak_held, held);
+      g.slots = std::max(g.slots, static_cast<std::int32_t>(slot) + 1);
     }
   }
-  return ranks;
+  return g;
+}
+
+// The first slot in [from, to) whose bit is clear in `taken` (one bit per slot), or `to`.
+[[nodiscard]] inline std::int32_t first_free_slot(const std::uint64_t* taken, std::int32_t from,
+                                                  std::int32_t to) noexcept {
+  while (from < to) {
+    const std::uint64_t free = ~taken[from >> 6] >> (from & 63);
+    if (free != 0) return std::min(to, from + static_cast<std::int32_t>(std::countr_zero(free)));
+    from = (from | 63) + 1;
+  }
+  return to;
+}
+
+// The last slot in [lowest, at] whose bit is set in `taken`, or -1.
+[[nodiscard]] inline std::int32_t last_taken_slot(const std::uint64_t* taken, std::int32_t lowest,
+                                                  std::int32_t at) noexcept {
+  while (at >= lowest) {
+    const std::uint64_t below = taken[at >> 6] << (63 - (at & 63));
+    if (below != 0) {
+      const std::int32_t slot = at - static_cast<std::int32_t>(std::countl_zero(below));
+      return slot >= lowest ? slot : -1;
+    }
+    at = (at & ~63) - 1;
+  }
+  return -1;
 }
 
 // Moves passes into earlier free slots of their rank where what they need is done by then, in
@@ -176,81 +227,70 @@ namespace detail {
 // Only the warm-up and the cool-down have free slots (the steady state fills every slot of the
 // cycle), so this is the paper's reordering of those two phases. Passes of one kind and chunk
 // keep their micro-batch order.
-inline void compact_v_slots(std::vector<std::vector<SlotPass>>& ranks) {
-  const auto p = static_cast<std::int32_t>(ranks.size());
-  if (p == 0 || ranks.front().empty()) return;
-  const std::int32_t m = static_cast<std::int32_t>(ranks.front().size() / 6);
-  // slot_of[((rank * 6 + kind) * m + mb)], kind: 0 F0, 1 F1, 2 BI1, 3 BI0, 4 BW1, 5 BW0.
-  const auto kind_of = [](const SlotPass& a) -> std::int32_t {
-    if (a.op == Op::F) return a.chunk == 0 ? 0 : 1;
-    if (a.op == Op::BI) return a.chunk == 1 ? 2 : 3;
-    return a.chunk == 1 ? 4 : 5;
-  };
-  std::vector<std::int32_t> slot_of(static_cast<std::size_t>(p) * 6 * static_cast<std::size_t>(m), 0);
+//
+// A pass goes to the first free slot after what it needs; an F only where no slot between there
+// and its own holds the peak already. The held count is not stored per slot (an F moved k slots
+// would add to k of them, and V-Half moves every pass about 2p slots): it changes only at taken
+// slots, and just before the current slot it is still the block's (every earlier move was from
+// an earlier slot of the rank), so it is walked back over the taken slots alone, found by bits.
+inline void compact_v_grid(VSlotGrid& g) {
+  const std::int32_t p = g.ranks, m = g.microbatches, end = g.slots;
+  const auto up = static_cast<std::size_t>(p), um = static_cast<std::size_t>(m);
+  const std::size_t words = (static_cast<std::size_t>(end) + 63) / 64;
+  std::vector<std::uint64_t> taken(up * words, 0);
+  for (std::int32_t s = 0; s < end; ++s)
+    for (std::size_t r = 0; r < up; ++r)
+      if (g.pass[static_cast<std::size_t>(s) * up + r] != v_free_slot)
+        taken[r * words + static_cast<std::size_t>(s >> 6)] |= std::uint64_t{1} << (s & 63);
   const auto at = [&](std::int32_t rank, std::int32_t kind, std::int32_t mb) -> std::int32_t& {
-    return slot_of[(static_cast<std::size_t>(rank) * 6 + static_cast<std::size_t>(kind)) * static_cast<std::size_t>(m) +
-                   static_cast<std::size_t>(mb)];
+    return g.slot_of[(static_cast<std::size_t>(rank) * 6 + static_cast<std::size_t>(kind)) * um +
+                     static_cast<std::size_t>(mb)];
   };
-  std::int32_t end = 0;
-  for (std::int32_t r = 0; r < p; ++r)
-    for (const SlotPass& a : ranks[static_cast<std::size_t>(r)]) {
-      at(r, kind_of(a), a.microbatch) = a.slot;
-      end = std::max(end, a.slot + 1);
+  std::vector<std::int32_t> held_before(up, 0);  // held in the block before the current slot
+  for (std::int32_t s = 0; s < end; ++s) {
+    for (std::int32_t r = 0; r < p; ++r) {
+      const std::size_t cell = static_cast<std::size_t>(s) * up + static_cast<std::size_t>(r);
+      const std::int32_t code = g.pass[cell];
+      if (code == v_free_slot) continue;
+      const std::int32_t k = code & 7, mb = code >> 3;
+      const std::int32_t held_at_previous_slot = held_before[static_cast<std::size_t>(r)];
+      held_before[static_cast<std::size_t>(r)] += v_held_change(k);
+      std::int32_t ready = -1;  // the latest slot of what this pass needs
+      const auto need = [&](std::int32_t rank, std::int32_t kind, std::int32_t b) { ready = std::max(ready, at(rank, kind, b)); };
+      if (mb > 0) need(r, k, mb - 1);
+      switch (k) {
+        case 0: if (r > 0) need(r - 1, 0, mb); break;
+        case 1: r + 1 < p ? need(r + 1, 1, mb) : need(r, 0, mb); break;
+        case 2: r > 0 ? need(r - 1, 2, mb) : need(r, 1, mb); break;
+        case 3: r + 1 < p ? need(r + 1, 3, mb) : need(r, 2, mb); break;
+        case 4: need(r, 2, mb); break;
+        default: need(r, 3, mb); break;
+      }
+      std::uint64_t* tk = taken.data() + static_cast<std::size_t>(r) * words;
+      std::int32_t to = first_free_slot(tk, ready + 1, s);
+      if (to >= s) continue;
+      if (k <= 1) {
+        // Down from the slot before this one, a run of slots at a time: the held count is the
+        // same from a taken slot up to the next one.
+        std::int32_t top = s - 1, held = held_at_previous_slot;
+        for (;;) {
+          if (held + 1 > g.peak_held) {
+            to = first_free_slot(tk, top + 1, s);
+            break;
+          }
+          const std::int32_t run = last_taken_slot(tk, to, top);
+          if (run < 0) break;
+          held -= v_held_change(g.pass[static_cast<std::size_t>(run) * up + static_cast<std::size_t>(r)] & 7);
+          top = run - 1;
+        }
+        if (to >= s) continue;
+      }
+      g.pass[static_cast<std::size_t>(to) * up + static_cast<std::size_t>(r)] = code;
+      g.pass[cell] = v_free_slot;
+      tk[to >> 6] |= std::uint64_t{1} << (to & 63);
+      tk[s >> 6] &= ~(std::uint64_t{1} << (s & 63));
+      at(r, k, mb) = to;
     }
-  // Per rank: which slots are taken, and the activations held after each slot's pass.
-  std::vector<std::vector<std::int8_t>> taken(static_cast<std::size_t>(p), std::vector<std::int8_t>(static_cast<std::size_t>(end), 0));
-  std::vector<std::vector<std::int32_t>> held(static_cast<std::size_t>(p), std::vector<std::int32_t>(static_cast<std::size_t>(end), 0));
-  std::int32_t limit = 0;
-  for (std::int32_t r = 0; r < p; ++r) {
-    auto& h = held[static_cast<std::size_t>(r)];
-    for (const SlotPass& a : ranks[static_cast<std::size_t>(r)]) {
-      taken[static_cast<std::size_t>(r)][static_cast<std::size_t>(a.slot)] = 1;
-      h[static_cast<std::size_t>(a.slot)] += a.op == Op::F ? 1 : (a.op == Op::BW ? -1 : 0);
-    }
-    for (std::size_t t = 1; t < h.size(); ++t) h[t] += h[t - 1];
-    limit = std::max(limit, *std::max_element(h.begin(), h.end()));
-  }
-  struct Item {
-    std::int32_t slot, rank, kind, mb;
-  };
-  std::vector<Item> order;
-  order.reserve(slot_of.size());
-  for (std::int32_t r = 0; r < p; ++r)
-    for (const SlotPass& a : ranks[static_cast<std::size_t>(r)]) order.push_back({a.slot, r, kind_of(a), a.microbatch});
-  std::sort(order.begin(), order.end(), [](const Item& a, const Item& b) {
-    return a.slot != b.slot ? a.slot < b.slot : a.rank < b.rank;
-  });
-  for (const Item& it : order) {
-    const std::int32_t r = it.rank, k = it.kind, mb = it.mb;
-    std::int32_t ready = -1;  // the latest slot of what this pass needs
-    const auto need = [&](std::int32_t rank, std::int32_t kind, std::int32_t b) { ready = std::max(ready, at(rank, kind, b)); };
-    if (mb > 0) need(r, k, mb - 1);
-    switch (k) {
-      case 0: if (r > 0) need(r - 1, 0, mb); break;
-      case 1: r + 1 < p ? need(r + 1, 1, mb) : need(r, 0, mb); break;
-      case 2: r > 0 ? need(r - 1, 2, mb) : need(r, 1, mb); break;
-      case 3: r + 1 < p ? need(r + 1, 3, mb) : need(r, 2, mb); break;
-      case 4: need(r, 2, mb); break;
-      default: need(r, 3, mb); break;
-    }
-    const std::int32_t from = it.slot;
-    auto& tk = taken[static_cast<std::size_t>(r)];
-    auto& h = held[static_cast<std::size_t>(r)];
-    for (std::int32_t t = ready + 1; t < from; ++t) {
-      if (tk[static_cast<std::size_t>(t)] != 0) continue;
-      if (k <= 1 && *std::max_element(h.begin() + t, h.begin() + from) + 1 > limit) continue;
-      const std::int32_t delta = k <= 1 ? 1 : (k >= 4 ? -1 : 0);
-      for (std::int32_t u = t; u < from; ++u) h[static_cast<std::size_t>(u)] += delta;
-      tk[static_cast<std::size_t>(t)] = 1;
-      tk[static_cast<std::size_t>(from)] = 0;
-      at(r, k, mb) = t;
-      break;
-    }
-  }
-  for (std::int32_t r = 0; r < p; ++r) {
-    auto& passes = ranks[static_cast<std::size_t>(r)];
-    for (SlotPass& a : passes) a.slot = at(r, kind_of(a), a.microbatch);
-    std::sort(passes.begin(), passes.end(), [](const SlotPass& a, const SlotPass& b) { return a.slot < b.slot; });
   }
 }
 
@@ -273,13 +313,18 @@ inline void compact_v_slots(std::vector<std::vector<SlotPass>>& ranks) {
   detail::check_v_block(name, block);
   const std::int32_t p = r.ranks;
   Schedule s = detail::empty_schedule(name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(r.microbatches));
-  std::vector<std::vector<detail::SlotPass>> slots = detail::v_block_slots(block, r.microbatches);
-  detail::compact_v_slots(slots);
-  for (std::int32_t rank = 0; rank < p; ++rank) {
-    auto& program = s.programs[static_cast<std::size_t>(rank)];
-    for (const detail::SlotPass& pass : slots[static_cast<std::size_t>(rank)])
-      program.push_back(detail::compute_action(pass.op, pass.chunk == 0 ? rank : 2 * p - 1 - rank, pass.microbatch));
-  }
+  detail::VSlotGrid grid = detail::v_block_grid(block, r.microbatches);
+  detail::compact_v_grid(grid);
+  constexpr std::array<Op, 6> op_of{Op::F, Op::F, Op::BI, Op::BI, Op::BW, Op::BW};
+  constexpr std::array<bool, 6> on_chunk0{true, false, false, true, false, true};
+  for (std::int32_t slot = 0; slot < grid.slots; ++slot)
+    for (std::int32_t rank = 0; rank < p; ++rank) {
+      const std::int32_t code = grid.pass[static_cast<std::size_t>(slot) * static_cast<std::size_t>(p) + static_cast<std::size_t>(rank)];
+      if (code == detail::v_free_slot) continue;
+      const auto kind = static_cast<std::size_t>(code & 7);
+      s.programs[static_cast<std::size_t>(rank)].push_back(
+          detail::compute_action(op_of[kind], on_chunk0[kind] ? rank : 2 * p - 1 - rank, code >> 3));
+    }
   return s;
 }
 

@@ -118,17 +118,20 @@ inline void check_v_block(std::string_view family, std::span<const VBlockRow> bl
   }
 }
 
-// The slot grid of a repeated block, all ranks side by side: pass[slot * ranks + rank] is the
+// The slot grid of a repeated block, one lane of slots per rank: pass[rank * lane + slot] is the
 // pass the rank runs at that slot, coded microbatch * 8 + kind (kind: 0 F of chunk 0, 1 F of
 // chunk 1, 2 BI of chunk 1, 3 BI of chunk 0, 4 BW of chunk 1, 5 BW of chunk 0), or -1 for a free
-// slot. Slot-major because compaction walks the slots in order over all ranks.
+// slot.
 struct VSlotGrid {
-  std::int32_t ranks = 0;
-  std::int32_t microbatches = 0;
-  std::int32_t slots = 0;  // one past the last taken slot of any rank
+  std::size_t ranks = 0;
+  std::size_t microbatches = 0;
+  std::size_t lane = 0;        // slots per rank in `pass`, at least `slots`
+  std::int32_t slots = 0;      // one past the last taken slot of any rank
   std::int32_t peak_held = 0;  // the most chunk activations a rank holds after any slot
   std::vector<std::int32_t> pass;
-  std::vector<std::int32_t> slot_of;  // [(rank * 6 + kind) * microbatches + microbatch]
+  // [(microbatch * ranks + rank) * 6 + kind]: what a pass needs is of its micro-batch or the one
+  // before, so compaction finds it near the passes it has just looked at.
+  std::vector<std::int32_t> slot_of;
 };
 
 inline constexpr std::int32_t v_free_slot = -1;
@@ -147,46 +150,44 @@ inline constexpr std::int32_t v_free_slot = -1;
 // (after the last critical pass they follow one per slot).
 [[nodiscard]] inline VSlotGrid v_block_grid(std::span<const VBlockRow> block, std::int32_t microbatches) {
   VSlotGrid g;
-  g.ranks = static_cast<std::int32_t>(block.size());
-  g.microbatches = microbatches;
-  const auto p = static_cast<std::size_t>(g.ranks), m = static_cast<std::size_t>(microbatches);
+  g.ranks = block.size();
+  g.microbatches = static_cast<std::size_t>(microbatches);
+  const std::size_t p = g.ranks, m = g.microbatches;
   const auto last_critical = [&](const VBlockRow& row) {
     return static_cast<std::size_t>(std::max({row.forward0, row.forward1, row.backward1, row.backward0})) +
            static_cast<std::size_t>(v_block_period) * (m - 1);
   };
   // After its last critical pass a rank runs at most its 2m BWs, one per slot.
-  std::size_t rows = 0;
-  for (const VBlockRow& row : block) rows = std::max(rows, last_critical(row) + 1 + 2 * m);
-  g.pass.assign(rows * p, v_free_slot);
-  g.slot_of.assign(p * 6 * m, 0);
-  std::vector<std::int32_t> critical;  // one rank's critical passes by slot
-  std::vector<std::int32_t> owed;      // its BIs whose BW is not placed yet, oldest first
+  for (const VBlockRow& row : block) g.lane = std::max(g.lane, last_critical(row) + 1 + 2 * m);
+  g.pass.assign(p * g.lane, v_free_slot);
+  g.slot_of.resize(p * 6 * m);
+  std::vector<std::int32_t> owed;  // a rank's BIs whose BW is not placed yet, oldest first
   owed.reserve(2 * m);
   for (std::size_t r = 0; r < p; ++r) {
     const VBlockRow& row = block[r];
-    const std::size_t last = last_critical(row);
-    critical.assign(last + 1, v_free_slot);
+    std::int32_t* lane = g.pass.data() + r * g.lane;
     const std::array<std::int32_t, 4> first_slot{row.forward0, row.forward1, row.backward1, row.backward0};
     for (std::int32_t kind = 0; kind < 4; ++kind)
       for (std::size_t mb = 0; mb < m; ++mb)
-        critical[static_cast<std::size_t>(first_slot[static_cast<std::size_t>(kind)]) + v_block_period * mb] =
+        lane[static_cast<std::size_t>(first_slot[static_cast<std::size_t>(kind)]) + v_block_period * mb] =
             v_pass_code(kind, static_cast<std::int32_t>(mb));
+    const std::size_t last = last_critical(row);
     owed.clear();
     std::size_t next_owed = 0;
     std::int32_t held = 0;
-    for (std::size_t slot = static_cast<std::size_t>(std::min({row.forward0, row.forward1, row.backward1, row.backward0}));
+    for (std::size_t slot = static_cast<std::size_t>(*std::min_element(first_slot.begin(), first_slot.end()));
          slot <= last || next_owed < owed.size(); ++slot) {
-      std::int32_t code = slot <= last ? critical[slot] : v_free_slot;
+      std::int32_t code = lane[slot];
       if (code != v_free_slot) {
         if ((code & 7) == 2 || (code & 7) == 3) owed.push_back(code);
       } else if (next_owed < owed.size()) {
         const std::int32_t bi = owed[next_owed++];
         code = (bi & ~7) | ((bi & 7) == 2 ? 4 : 5);
+        lane[slot] = code;
       } else {
         continue;
       }
-      g.pass[slot * p + r] = code;
-      g.slot_of[(r * 6 + static_cast<std::size_t>(code & 7)) * m + static_cast<std::size_t>(code >> 3)] =
+      g.slot_of[(static_cast<std::size_t>(code >> 3) * p + r) * 6 + static_cast<std::size_t>(code & 7)] =
           static_cast<std::int32_t>(slot);
       held += v_held_change(code & 7);
       g.peak_held = std::max(g.peak_held, held);
@@ -229,42 +230,40 @@ inline constexpr std::int32_t v_free_slot = -1;
 // keep their micro-batch order.
 //
 // A pass goes to the first free slot after what it needs; an F only where no slot between there
-// and its own holds the peak already. The held count is not stored per slot (an F moved k slots
+// and its own holds the peak already. The held count is not kept per slot (an F moved k slots
 // would add to k of them, and V-Half moves every pass about 2p slots): it changes only at taken
 // slots, and just before the current slot it is still the block's (every earlier move was from
 // an earlier slot of the rank), so it is walked back over the taken slots alone, found by bits.
 inline void compact_v_grid(VSlotGrid& g) {
-  const std::int32_t p = g.ranks, m = g.microbatches, end = g.slots;
-  const auto up = static_cast<std::size_t>(p), um = static_cast<std::size_t>(m);
+  const std::size_t p = g.ranks;
+  const std::int32_t end = g.slots, last_rank = static_cast<std::int32_t>(p) - 1;
   const std::size_t words = (static_cast<std::size_t>(end) + 63) / 64;
-  std::vector<std::uint64_t> taken(up * words, 0);
-  for (std::int32_t s = 0; s < end; ++s)
-    for (std::size_t r = 0; r < up; ++r)
-      if (g.pass[static_cast<std::size_t>(s) * up + r] != v_free_slot)
+  std::vector<std::uint64_t> taken(p * words, 0);
+  for (std::size_t r = 0; r < p; ++r)
+    for (std::int32_t s = 0; s < end; ++s)
+      if (g.pass[r * g.lane + static_cast<std::size_t>(s)] != v_free_slot)
         taken[r * words + static_cast<std::size_t>(s >> 6)] |= std::uint64_t{1} << (s & 63);
   const auto at = [&](std::int32_t rank, std::int32_t kind, std::int32_t mb) -> std::int32_t& {
-    return g.slot_of[(static_cast<std::size_t>(rank) * 6 + static_cast<std::size_t>(kind)) * um +
-                     static_cast<std::size_t>(mb)];
+    return g.slot_of[(static_cast<std::size_t>(mb) * p + static_cast<std::size_t>(rank)) * 6 +
+                     static_cast<std::size_t>(kind)];
   };
-  std::vector<std::int32_t> held_before(up, 0);  // held in the block before the current slot
+  std::vector<std::int32_t> held_before(p, 0);  // held in the block before the current slot
   for (std::int32_t s = 0; s < end; ++s) {
-    for (std::int32_t r = 0; r < p; ++r) {
-      const std::size_t cell = static_cast<std::size_t>(s) * up + static_cast<std::size_t>(r);
-      const std::int32_t code = g.pass[cell];
+    for (std::int32_t r = 0; r <= last_rank; ++r) {
+      std::int32_t* lane = g.pass.data() + static_cast<std::size_t>(r) * g.lane;
+      const std::int32_t code = lane[s];
       if (code == v_free_slot) continue;
       const std::int32_t k = code & 7, mb = code >> 3;
       const std::int32_t held_at_previous_slot = held_before[static_cast<std::size_t>(r)];
       held_before[static_cast<std::size_t>(r)] += v_held_change(k);
-      std::int32_t ready = -1;  // the latest slot of what this pass needs
-      const auto need = [&](std::int32_t rank, std::int32_t kind, std::int32_t b) { ready = std::max(ready, at(rank, kind, b)); };
-      if (mb > 0) need(r, k, mb - 1);
+      std::int32_t ready = mb > 0 ? at(r, k, mb - 1) : -1;  // the latest slot of what this pass needs
       switch (k) {
-        case 0: if (r > 0) need(r - 1, 0, mb); break;
-        case 1: r + 1 < p ? need(r + 1, 1, mb) : need(r, 0, mb); break;
-        case 2: r > 0 ? need(r - 1, 2, mb) : need(r, 1, mb); break;
-        case 3: r + 1 < p ? need(r + 1, 3, mb) : need(r, 2, mb); break;
-        case 4: need(r, 2, mb); break;
-        default: need(r, 3, mb); break;
+        case 0: if (r > 0) ready = std::max(ready, at(r - 1, 0, mb)); break;
+        case 1: ready = std::max(ready, r < last_rank ? at(r + 1, 1, mb) : at(r, 0, mb)); break;
+        case 2: ready = std::max(ready, r > 0 ? at(r - 1, 2, mb) : at(r, 1, mb)); break;
+        case 3: ready = std::max(ready, r < last_rank ? at(r + 1, 3, mb) : at(r, 2, mb)); break;
+        case 4: ready = std::max(ready, at(r, 2, mb)); break;
+        default: ready = std::max(ready, at(r, 3, mb)); break;
       }
       std::uint64_t* tk = taken.data() + static_cast<std::size_t>(r) * words;
       std::int32_t to = first_free_slot(tk, ready + 1, s);
@@ -280,13 +279,13 @@ inline void compact_v_grid(VSlotGrid& g) {
           }
           const std::int32_t run = last_taken_slot(tk, to, top);
           if (run < 0) break;
-          held -= v_held_change(g.pass[static_cast<std::size_t>(run) * up + static_cast<std::size_t>(r)] & 7);
+          held -= v_held_change(lane[run] & 7);
           top = run - 1;
         }
         if (to >= s) continue;
       }
-      g.pass[static_cast<std::size_t>(to) * up + static_cast<std::size_t>(r)] = code;
-      g.pass[cell] = v_free_slot;
+      lane[to] = code;
+      lane[s] = v_free_slot;
       tk[to >> 6] |= std::uint64_t{1} << (to & 63);
       tk[s >> 6] &= ~(std::uint64_t{1} << (s & 63));
       at(r, k, mb) = to;
@@ -317,14 +316,16 @@ inline void compact_v_grid(VSlotGrid& g) {
   detail::compact_v_grid(grid);
   constexpr std::array<Op, 6> op_of{Op::F, Op::F, Op::BI, Op::BI, Op::BW, Op::BW};
   constexpr std::array<bool, 6> on_chunk0{true, false, false, true, false, true};
-  for (std::int32_t slot = 0; slot < grid.slots; ++slot)
-    for (std::int32_t rank = 0; rank < p; ++rank) {
-      const std::int32_t code = grid.pass[static_cast<std::size_t>(slot) * static_cast<std::size_t>(p) + static_cast<std::size_t>(rank)];
+  for (std::int32_t rank = 0; rank < p; ++rank) {
+    auto& program = s.programs[static_cast<std::size_t>(rank)];
+    const std::int32_t* lane = grid.pass.data() + static_cast<std::size_t>(rank) * grid.lane;
+    for (std::int32_t slot = 0; slot < grid.slots; ++slot) {
+      const std::int32_t code = lane[slot];
       if (code == detail::v_free_slot) continue;
       const auto kind = static_cast<std::size_t>(code & 7);
-      s.programs[static_cast<std::size_t>(rank)].push_back(
-          detail::compute_action(op_of[kind], on_chunk0[kind] ? rank : 2 * p - 1 - rank, code >> 3));
+      program.push_back(detail::compute_action(op_of[kind], on_chunk0[kind] ? rank : 2 * p - 1 - rank, code >> 3));
     }
+  }
   return s;
 }
 

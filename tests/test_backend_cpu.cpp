@@ -350,8 +350,18 @@ TEST_CASE("a failing task makes the rank's error sticky until recover", "[backen
   bool later_ran = false;
   auto bad = [] { throw std::runtime_error("disk on fire"); };
   auto later = [&] { later_ran = true; };
+  // The failing task must not run before the task behind it is issued: a launch on a failed
+  // rank throws (as a CUDA launch after a sticky error fails), which is checked below, not
+  // here. So the stream is held until both are queued: by a gate in threaded mode, by the
+  // active host in deterministic mode (the engine runs nothing until the host waits; a gate
+  // there would block the engine while the host issues).
+  Gate gate;
+  auto hold = [&gate] { gate.wait(); };
+  b.host_begin();
+  if (mode == CpuMode::threaded) b.launch(s, ppsched::host_task(hold));
   b.launch(s, ppsched::host_task(bad, "F2@s0"));
   b.launch(s, ppsched::host_task(later));
+  gate.release();
   require_message([&] { (void)b.synchronize(s, soon()); }, "disk on fire");
   CHECK_FALSE(later_ran);  // work queued behind a failure is discarded
   CHECK(b.failed());
@@ -360,6 +370,7 @@ TEST_CASE("a failing task makes the rank's error sticky until recover", "[backen
   b.launch(s, ppsched::host_task(later));
   REQUIRE(b.synchronize(s, soon()) == WaitResult::done);
   CHECK(later_ran);
+  b.host_end();
 }
 
 TEST_CASE("abort ends the transfers a peer waits on", "[backend_cpu]") {

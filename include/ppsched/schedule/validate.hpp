@@ -1118,14 +1118,14 @@ class AbstractExecution {
  private:
   // One entry of a stream: a compute action (count 0), with its dependencies gathered here
   // so that a run reads each stream's items in order; an overlapped pair (count pair_item,
-  // the actions first and first + 1, its dependencies looked up when it runs: pairs are
-  // few); or a communication group of `count` actions starting at `first`, whose CommOps
-  // start at ops_[ops].
+  // the actions first and first + 1, whose four dependencies start at pair_deps_[dep_a]:
+  // DualPipeV's steady state is all pairs); or a communication group of `count` actions
+  // starting at `first`, whose CommOps start at ops_[ops].
   // (No default member initializers: the arrays are allocated without being cleared.)
   struct Item {
     std::int32_t first;
     std::int32_t count;
-    std::int32_t dep_a;  // compute: same-stage predecessor; group: its first CommOp
+    std::int32_t dep_a;  // compute: same-stage predecessor; group: its first CommOp; pair: its pair_deps_
     std::int32_t dep_b;  // compute: input
     std::int32_t wake;   // compute: the stream that may wait for it (-1: none)
     double duration;     // compute; a pair: the pair's
@@ -1203,6 +1203,7 @@ class AbstractExecution {
     item_total_ = static_cast<std::size_t>(counts[streams]);
     items_.resize(item_total_);
     ops_.resize(flat_.size() - flat_.compute_count);
+    pair_deps_.clear();
     std::size_t next_op = 0;
     const bool lowered = flat_.lowered;
     for (std::int32_t r = 0; r < flat_.ranks; ++r) {
@@ -1228,6 +1229,9 @@ class AbstractExecution {
               const double first = pair.duration, second = duration(a);
               pair.count = pair_item;
               pair.duration = first + second - fb_overlap_ * std::min(first, second);
+              const auto deps = static_cast<std::int32_t>(pair_deps_.size());
+              pair_deps_.insert(pair_deps_.end(), {pair.dep_a, pair.dep_b, l.same_stage, l.input});
+              pair.dep_a = deps;
               open_pair = 0;
               continue;
             }
@@ -1287,8 +1291,10 @@ class AbstractExecution {
         __builtin_prefetch(&items_[static_cast<std::size_t>(head) + 2]);
         prefetch(starts_, next.first);
         prefetch(ends_, next.first);
-        if (next.count > 0) {  // a communication group (a pair, count pair_item, is compute)
+        if (next.count > 0) {  // a communication group
           prefetch(ops_, next.dep_a);
+        } else if (next.count == pair_item) {
+          prefetch(pair_deps_, next.dep_a);
         } else {
           // A compute item's inputs were mostly done long ago (a B's own F): their ends have
           // left the cache, and waiting for them is the largest cost of a run.
@@ -1391,24 +1397,24 @@ class AbstractExecution {
   // Runs the pair at the head of stream st once the inputs of both its actions are done;
   // false (with the stream's blocked_on set) while one is not.
 #if defined(__GNUC__)
-  [[gnu::noinline]]  // rare: keep it out of advance()'s loop
+  [[gnu::noinline]]  // rare outside DualPipeV: keep it out of advance()'s loop
 #endif
   bool run_pair(std::size_t st, const Item& item, double& free) {
     double t = free;
-    for (std::int32_t x = item.first; x < item.first + 2; ++x) {
-      const Links l = flat_.links(x);
-      if (l.same_stage != no_action) {
-        const double e = ends_[static_cast<std::size_t>(l.same_stage)];
+    const std::int32_t* deps = pair_deps_.data() + item.dep_a;  // per action: same stage, input
+    for (std::int32_t x = item.first; x < item.first + 2; ++x, deps += 2) {
+      if (deps[0] != no_action) {
+        const double e = ends_[static_cast<std::size_t>(deps[0])];
         if (e < 0.0) {
-          streams_[st].blocked_on = l.same_stage;
+          streams_[st].blocked_on = deps[0];
           return false;
         }
         t = std::max(t, e);
       }
-      if (l.input != no_action) {
-        const double e = ends_[static_cast<std::size_t>(l.input)];
+      if (deps[1] != no_action) {
+        const double e = ends_[static_cast<std::size_t>(deps[1])];
         if (e < 0.0) {
-          streams_[st].blocked_on = l.input;
+          streams_[st].blocked_on = deps[1];
           return false;
         }
         t = std::max(t, e + (input_delay_ != nullptr ? (*input_delay_)[static_cast<std::size_t>(x)] : 0.0));
@@ -1473,6 +1479,7 @@ class AbstractExecution {
   pooled_vector<Item, uninitialised_allocator<Item>> items_;
   std::size_t item_total_ = 0;
   pooled_vector<CommOp, uninitialised_allocator<CommOp>> ops_;
+  pooled_vector<std::int32_t> pair_deps_;  // four per pair: each action's same-stage and input
   mutable std::vector<std::int32_t> item_of_;  // action -> item, built for describe_stuck only
   // Per action: compute start and end; communication: when its group was posted and when
   // its transfer completed; -1 for what has not happened. Two arrays rather than pairs:

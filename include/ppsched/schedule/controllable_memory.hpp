@@ -27,6 +27,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -310,6 +311,16 @@ inline void compact_v_grid(VSlotGrid& g) {
           detail::concat("request ", to_string(r)), "give one row per rank"});
   }
   detail::check_v_block(name, block);
+  // Every slot up to the last BW is a 32-bit slot of the grid: the block's latest slot, 6 more
+  // per micro-batch and the 2m BWs that may follow must stay in range.
+  std::int64_t latest = 0;
+  for (const VBlockRow& row : block) latest = std::max<std::int64_t>({latest, row.forward0, row.forward1, row.backward1, row.backward0});
+  if (latest + 8 * std::int64_t{r.microbatches} > std::numeric_limits<std::int32_t>::max()) {
+    fail({detail::family_subject(name),
+          detail::concat("the building block's latest slot ", latest, " leaves no room for m=", r.microbatches,
+                         " micro-batches of 6 slots"),
+          detail::concat("request ", to_string(r)), "start the block near slot 0, one slot per pass"});
+  }
   const std::int32_t p = r.ranks;
   Schedule s = detail::empty_schedule(name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(r.microbatches));
   detail::VSlotGrid grid = detail::v_block_grid(block, r.microbatches);

@@ -256,3 +256,81 @@ TEST_CASE("search: v-half and v-min are candidates, and the search never loses t
     CHECK_THAT(it->note, Catch::Contains("split_backward"));
   }
 }
+
+TEST_CASE("candidate building blocks: each valid, distinct, named by its shape, and repeated into a complete, "
+          "deadlock-free schedule for p 1..8",
+          "[vshape][blocks]") {
+  std::size_t checked = 0;
+  for (std::int32_t p = 1; p <= 8; ++p) {
+    const std::vector<VBlockCandidate> candidates = v_block_candidates(p);
+    REQUIRE_FALSE(candidates.empty());
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      const VBlockCandidate& c = candidates[i];
+      INFO(c.name << " p=" << p);
+      REQUIRE(c.block.size() == static_cast<std::size_t>(p));
+      REQUIRE_NOTHROW(detail::check_v_block(c.name, c.block));
+      CHECK(c.name == v_block_name(c.shape));
+      CHECK(c.block == v_block_of_shape(p, c.shape));
+      CHECK(c.shape.forward_spacing >= 1);
+      CHECK(c.shape.forward_spacing <= v_block_max_spacing);
+      CHECK(c.shape.backward_spacing >= 1);
+      CHECK(c.shape.backward_spacing <= v_block_max_spacing);
+      CHECK(c.shape.turn_gap >= 0);
+      CHECK(c.shape.turn_gap <= v_block_max_turn_gap);
+      // The shape's parameters are where the block puts the passes.
+      CHECK(c.block.front().forward0 == 0);
+      for (std::size_t r = 1; r < c.block.size(); ++r) {
+        CHECK(c.block[r].forward0 - c.block[r - 1].forward0 == c.shape.forward_spacing);
+        CHECK(c.block[r].backward1 - c.block[r - 1].backward1 == c.shape.backward_spacing);
+      }
+      CHECK(c.block.front().backward1 - c.block.front().forward1 == 1 + c.shape.turn_gap);
+      for (std::size_t j = 0; j < i; ++j) CHECK(candidates[j].block != c.block);
+      for (const std::int32_t m : {1, p, 2 * p + 1, 3 * p}) {
+        INFO("m=" << m);
+        const Schedule s = repeat_v_block(c.name, req(p, m), c.block);
+        REQUIRE(s.name == c.name);
+        REQUIRE(s.placement == v_shape_placement(p));
+        for (const auto& program : s.programs) {
+          REQUIRE(program.size() == 6 * static_cast<std::size_t>(m));
+          std::vector<Action> sorted(program);
+          std::sort(sorted.begin(), sorted.end());
+          REQUIRE(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+        }
+        const ValidationReport report = validate(lower(s));
+        if (!report.ok()) FAIL(report);
+        REQUIRE(report.deadlock_checked);
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked > 4 * 8);
+}
+
+TEST_CASE("candidate building blocks include V-Min's and V-Half's, and none holds less than V-Min", "[vshape][blocks]") {
+  const CostModel costs = held_until_weight_costs();
+  for (std::int32_t p = 1; p <= 12; ++p) {
+    INFO("p=" << p);
+    const std::vector<VBlockCandidate> candidates = v_block_candidates(p);
+    const auto has = [&](const std::vector<VBlockRow>& block) {
+      return std::any_of(candidates.begin(), candidates.end(), [&](const VBlockCandidate& c) { return c.block == block; });
+    };
+    CHECK(has(v_min_block(p)));
+    // At p = 1 V-Half's block leaves a free slot at the last rank's turn that no dependency
+    // needs; the generator takes the tightest turn, which there is V-Min's block.
+    if (p > 1) CHECK(has(v_half_block(p)));
+    // V-Min's spacings and gap are the tightest the cycle allows, so any other shape makes some
+    // lifespan longer and holds at least as much. (Not at most 1F1B's p: at small p a gap of a
+    // few slots is long against the block.)
+    const Schedule v_min = make_v_min(req(p, 3 * p));
+    const double v_min_peak = peak_memory(v_min, costs).max_microbatches();
+    for (const VBlockCandidate& c : candidates) {
+      INFO(c.name);
+      const double peak = peak_memory(repeat_v_block(c.name, req(p, 3 * p), c.block), costs).max_microbatches();
+      CHECK(peak >= v_min_peak - 1e-9);
+    }
+  }
+  CHECK(v_block_candidates(0).empty());
+  CHECK(v_block_of_shape(0, VBlockShape{}).empty());
+  CHECK_THROWS_WITH(v_block_of_shape(4, VBlockShape{0, 1, 0}), Catch::Contains("VBlockShape"));
+  CHECK_THROWS_WITH(v_block_of_shape(4, VBlockShape{1, 1, -1}), Catch::Contains("at least 0"));
+}

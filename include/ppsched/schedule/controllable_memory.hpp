@@ -88,34 +88,44 @@ namespace detail {
   return ((slot % v_block_period) + v_block_period) % v_block_period;
 }
 
-// Throws unless `block` is a building block of the V for p = block.size() ranks: slots
-// non-negative, every pass after the passes it needs (one slot each), and no two passes of a
-// rank on the same slot of the cycle (they would collide once the block repeats).
-inline void check_v_block(std::string_view family, std::span<const VBlockRow> block) {
+// What makes `block` not a building block of the V for p = block.size() ranks, or an empty
+// string: slots non-negative, every pass after the passes it needs (one slot each), and no two
+// passes of a rank on the same slot of the cycle (they would collide once the block repeats).
+// `rank` is set to the row at fault. The candidate generator asks this of many blocks, most of
+// them fine, so a valid block costs no string.
+[[nodiscard]] inline std::string v_block_problem(std::span<const VBlockRow> block, std::int32_t& rank) {
   const auto p = static_cast<std::int32_t>(block.size());
-  const auto bad = [&](std::int32_t r, std::string problem) {
-    fail({family_subject(family), std::move(problem), concat("building block, rank ", r),
-          "give every rank its four slots with each pass after what it needs and distinct slots modulo 6"});
-  };
   for (std::int32_t r = 0; r < p; ++r) {
+    rank = r;
     const VBlockRow& row = block[static_cast<std::size_t>(r)];
-    if (std::min({row.forward0, row.forward1, row.backward1, row.backward0}) < 0) bad(r, "a slot is negative");
+    if (std::min({row.forward0, row.forward1, row.backward1, row.backward0}) < 0) return "a slot is negative";
     if (r > 0 && row.forward0 <= block[static_cast<std::size_t>(r) - 1].forward0)
-      bad(r, "F of chunk 0 does not come after the previous rank's");
+      return "F of chunk 0 does not come after the previous rank's";
     if (r > 0 && row.backward1 <= block[static_cast<std::size_t>(r) - 1].backward1)
-      bad(r, "BI of chunk 1 does not come after the previous rank's");
+      return "BI of chunk 1 does not come after the previous rank's";
     if (r + 1 < p && row.forward1 <= block[static_cast<std::size_t>(r) + 1].forward1)
-      bad(r, "F of chunk 1 does not come after the next rank's");
+      return "F of chunk 1 does not come after the next rank's";
     if (r + 1 < p && row.backward0 <= block[static_cast<std::size_t>(r) + 1].backward0)
-      bad(r, "BI of chunk 0 does not come after the next rank's");
-    if (r + 1 == p && row.forward1 <= row.forward0) bad(r, "F of chunk 1 does not come after F of chunk 0");
-    if (r + 1 == p && row.backward0 <= row.backward1) bad(r, "BI of chunk 0 does not come after BI of chunk 1");
-    if (r == 0 && row.backward1 <= row.forward1) bad(r, "BI of chunk 1 does not come after F of chunk 1");
+      return "BI of chunk 0 does not come after the next rank's";
+    if (r + 1 == p && row.forward1 <= row.forward0) return "F of chunk 1 does not come after F of chunk 0";
+    if (r + 1 == p && row.backward0 <= row.backward1) return "BI of chunk 0 does not come after BI of chunk 1";
+    if (r == 0 && row.backward1 <= row.forward1) return "BI of chunk 1 does not come after F of chunk 1";
     const std::array<std::int32_t, 4> cycle{cycle_slot(row.forward0), cycle_slot(row.forward1),
                                             cycle_slot(row.backward1), cycle_slot(row.backward0)};
     for (std::size_t i = 0; i < cycle.size(); ++i)
       for (std::size_t j = i + 1; j < cycle.size(); ++j)
-        if (cycle[i] == cycle[j]) bad(r, concat("two passes share slot ", cycle[i], " of the 6-slot cycle"));
+        if (cycle[i] == cycle[j]) return concat("two passes share slot ", cycle[i], " of the 6-slot cycle");
+  }
+  return {};
+}
+
+// Throws unless `block` is a building block of the V (v_block_problem's rules).
+inline void check_v_block(std::string_view family, std::span<const VBlockRow> block) {
+  std::int32_t rank = 0;
+  std::string problem = v_block_problem(block, rank);
+  if (!problem.empty()) {
+    fail({family_subject(family), std::move(problem), concat("building block, rank ", rank),
+          "give every rank its four slots with each pass after what it needs and distinct slots modulo 6"});
   }
 }
 
@@ -338,6 +348,103 @@ inline void compact_v_grid(VSlotGrid& g) {
     }
   }
   return s;
+}
+
+// ------------------------------------------------------------- candidate building blocks
+//
+// The paper's point is that the block is a design space: the offsets between consecutive
+// ranks' passes set the lifespans, hence the memory, and the order a rank runs its passes in,
+// hence the bubble once the costs are uneven. The generator spans a small part of that space,
+// the part V-Min and V-Half are points of:
+//   - forward_spacing f: F of chunk 0 on rank r at slot f·r (the way down the V);
+//   - backward_spacing b: BI of chunk 1 on rank r at b·r after rank 0's (the backward down);
+//   - turn_gap g: free slots between F of chunk 1 and BI of chunk 1 on rank 0, the turn of the
+//     backward (the slots that would otherwise make two passes meet on the 6-slot cycle).
+// The way back up (F of chunk 1, BI of chunk 0) is tight, one slot a rank, and the forward turn
+// on the last rank takes the next slot. The backward's turn on the last rank (BI of chunk 1 to
+// BI of chunk 0) is not a parameter: it is the fewest slots, 1 to 6, that make the block valid
+// (a longer turn only holds the chunk-0 activations longer). V-Min is (1, 1, g) and V-Half
+// (2, 2, g) with their own gaps; larger f and b hold more and idle less, towards ZB-V.
+
+struct VBlockShape {
+  std::int32_t forward_spacing = 1;   // f, slots between consecutive ranks' F of chunk 0
+  std::int32_t backward_spacing = 1;  // b, slots between consecutive ranks' BI of chunk 1
+  std::int32_t turn_gap = 0;          // g, free slots at rank 0 between F and BI of chunk 1
+
+  friend constexpr bool operator==(const VBlockShape&, const VBlockShape&) = default;
+};
+
+// The ranges v_block_candidates spans: f and b 1..3 (spacings past 3 hold about as much as ZB-V,
+// which the search has as a family), g 0..5 (the cycle has 6 slots: a gap of 6 repeats one of 0).
+inline constexpr std::int32_t v_block_max_spacing = 3;
+inline constexpr std::int32_t v_block_max_turn_gap = v_block_period - 1;
+
+// "v-block(f=2,b=1,gap=3)": the name a block candidate carries in the search.
+[[nodiscard]] inline std::string v_block_name(const VBlockShape& shape) {
+  return detail::concat("v-block(f=", shape.forward_spacing, ",b=", shape.backward_spacing, ",gap=", shape.turn_gap,
+                        ")");
+}
+
+// The block of `shape` for p ranks (see above), or an empty block when no turn on the last rank
+// makes it valid or p < 1. Throws ppsched::error for a spacing below 1 or a negative gap.
+[[nodiscard]] inline std::vector<VBlockRow> v_block_of_shape(std::int32_t ranks, const VBlockShape& shape) {
+  if (shape.forward_spacing < 1 || shape.backward_spacing < 1 || shape.turn_gap < 0) {
+    fail({"V building block", detail::concat("spacings f=", shape.forward_spacing, ", b=", shape.backward_spacing,
+                                             " and turn gap ", shape.turn_gap),
+          "VBlockShape", "give spacings of at least 1 slot and a gap of at least 0"});
+  }
+  std::vector<VBlockRow> block;
+  if (ranks < 1) return block;
+  const std::int64_t p = ranks, f = shape.forward_spacing, b = shape.backward_spacing, g = shape.turn_gap;
+  // The last slot the block can reach (turn of 6 included) must be a 32-bit slot.
+  const std::int64_t forward1_first = f * (p - 1) + 1 + (p - 1);
+  const std::int64_t backward1_first = forward1_first + 1 + g;
+  if (backward1_first + b * (p - 1) + v_block_period + (p - 1) > std::numeric_limits<std::int32_t>::max()) {
+    fail({"V building block", detail::concat("p=", ranks, " ranks with f=", f, ", b=", b, ", gap=", g),
+          "VBlockShape", "the block's slots exceed 32 bits: use fewer ranks or smaller spacings"});
+  }
+  block.resize(static_cast<std::size_t>(ranks));
+  for (std::int64_t r = 0; r < p; ++r) {
+    VBlockRow& row = block[static_cast<std::size_t>(r)];
+    row.forward0 = static_cast<std::int32_t>(f * r);
+    row.forward1 = static_cast<std::int32_t>(forward1_first - r);
+    row.backward1 = static_cast<std::int32_t>(backward1_first + b * r);
+  }
+  const std::int32_t last_backward1 = block.back().backward1;
+  for (std::int32_t turn = 1; turn <= v_block_period; ++turn) {
+    for (std::int32_t r = 0; r < ranks; ++r) block[static_cast<std::size_t>(r)].backward0 = last_backward1 + turn + (ranks - 1 - r);
+    std::int32_t at = 0;
+    if (detail::v_block_problem(block, at).empty()) return block;
+  }
+  block.clear();
+  return block;
+}
+
+// One candidate block: its parameters, its name and its rows.
+struct VBlockCandidate {
+  VBlockShape shape;
+  std::string name;  // v_block_name(shape)
+  std::vector<VBlockRow> block;
+};
+
+// The valid blocks of the shapes f, b in 1..v_block_max_spacing and g in 0..v_block_max_turn_gap
+// for p ranks, each block once (the first shape that makes it; at p = 1 every f and b make the
+// same block), in the order f, b, g. Includes V-Min's and V-Half's blocks. Empty for p < 1.
+[[nodiscard]] inline std::vector<VBlockCandidate> v_block_candidates(std::int32_t ranks) {
+  std::vector<VBlockCandidate> out;
+  if (ranks < 1) return out;
+  for (std::int32_t f = 1; f <= v_block_max_spacing; ++f) {
+    for (std::int32_t b = 1; b <= v_block_max_spacing; ++b) {
+      for (std::int32_t g = 0; g <= v_block_max_turn_gap; ++g) {
+        const VBlockShape shape{f, b, g};
+        std::vector<VBlockRow> block = v_block_of_shape(ranks, shape);
+        if (block.empty()) continue;
+        const bool seen = std::any_of(out.begin(), out.end(), [&](const VBlockCandidate& c) { return c.block == block; });
+        if (!seen) out.push_back({shape, v_block_name(shape), std::move(block)});
+      }
+    }
+  }
+  return out;
 }
 
 // V-Min: any p, m >= 1; v = 2. Peak about 1/3 of 1F1B's activation memory.

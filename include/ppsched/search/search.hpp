@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "ppsched/error.hpp"
+#include "ppsched/schedule/controllable_memory.hpp"
 #include "ppsched/schedule/dualpipev.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/schedule/lower.hpp"
@@ -80,6 +81,10 @@ struct SearchOptions {
   bool fixed_families = true;
   bool greedy = true;
   bool dualpipev = true;
+  // The V building blocks of v_block_candidates (schedule/controllable_memory.hpp) besides
+  // V-Half and V-Min: other offsets between consecutive ranks' passes and other gaps at the
+  // backward's turn, each repeated for m micro-batches. Needs 2 in `chunks` and a split backward.
+  bool v_blocks = true;
   // False when the stages cannot split their backward into BI and BW: only schedules with
   // full B are built (no zero-bubble family, no dualpipev, the greedy with BW kept with BI).
   bool split_backward = true;
@@ -95,7 +100,7 @@ struct SearchOptions {
   bool comm_on_compute_stream = false;  // simulate with one stream per rank (SimOptions)
 };
 
-enum class CandidateKind : std::uint8_t { family, dualpipev, greedy };
+enum class CandidateKind : std::uint8_t { family, dualpipev, greedy, v_block };
 
 // How a candidate's makespan was obtained.
 enum class Timing : std::uint8_t {
@@ -124,6 +129,8 @@ enum class Timing : std::uint8_t {
       return "dualpipev";
     case CandidateKind::greedy:
       return "greedy";
+    case CandidateKind::v_block:
+      return "v-block";
   }
   return "?";
 }
@@ -218,9 +225,9 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
     fail({subject, concat("max_simulations = ", options.max_simulations, " is negative"),
           "SearchOptions::max_simulations", "give 0 (no limit) or a positive number of simulations"});
   }
-  if (!options.fixed_families && !options.greedy && !options.dualpipev) {
+  if (!options.fixed_families && !options.greedy && !options.dualpipev && !options.v_blocks) {
     fail({subject, "every kind of candidate is switched off", "SearchOptions",
-          "enable fixed families, greedy or dualpipev"});
+          "enable fixed families, greedy, dualpipev or v_blocks"});
   }
 }
 
@@ -561,6 +568,48 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
       sequential.name = in_sequence.name;
       add_built(std::move(c), std::move(d), static_cast<std::size_t>(at));
       add_built(std::move(in_sequence), std::move(sequential), static_cast<std::size_t>(at));
+    }
+  }
+
+  // The other V building blocks. A block whose compacted schedule is one already built (V-Min,
+  // V-Half, or an earlier block: several shapes can reorder to the same programs) is listed as
+  // that one's twin rather than measured twice.
+  if (options.v_blocks) {
+    const std::ptrdiff_t at = placement_index("v-shape", 2);
+    const ScheduleRequest r{p, m, 2};
+    const auto reject = [&](std::string name, std::string note) {
+      Candidate c;
+      c.name = std::move(name);
+      c.kind = CandidateKind::v_block;
+      c.placement = "v-shape";
+      c.chunks = 2;
+      c.note = std::move(note);
+      rejected.push_back(std::move(c));
+    };
+    if (!options.split_backward) {
+      reject("v-block", "splits the backward (SearchOptions::split_backward is off)");
+    } else if (at < 0) {
+      reject("v-block", "the v-shape placement was not searched (add 2 to SearchOptions::chunks)");
+    } else {
+      for (const VBlockCandidate& b : v_block_candidates(p)) {
+        Schedule s = repeat_v_block(b.name, r, b.block);
+        const SearchEntry* twin = nullptr;
+        for (std::size_t i = 0; i < entries.size() && twin == nullptr; ++i) {
+          const SearchEntry& e = entries[i];
+          if (e.placement == static_cast<std::size_t>(at) && e.schedule.programs == s.programs)
+            twin = &e;
+        }
+        if (twin != nullptr) {
+          reject(b.name, concat("the same schedule as ", twin->candidate.name));
+          continue;
+        }
+        Candidate c;
+        c.name = b.name;
+        c.kind = CandidateKind::v_block;
+        c.placement = "v-shape";
+        c.chunks = 2;
+        add_built(std::move(c), std::move(s), static_cast<std::size_t>(at));
+      }
     }
   }
 

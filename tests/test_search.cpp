@@ -7,6 +7,7 @@
 // costs at most ZB-H1's bubble under p M_B and ZB-H2's under 2p; then the joint choice of the
 // micro-batch count, and every bad input rejected with a message that names it.
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "ppsched/error.hpp"
+#include "ppsched/schedule/controllable_memory.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/schedule/lower.hpp"
 #include "ppsched/schedule/validate.hpp"
@@ -740,7 +742,7 @@ TEST_CASE("search errors name the input and the fix", "[search][errors]") {
   o.max_simulations = -1;
   CHECK_THROWS_WITH(search_schedule(problem, o), Catch::Contains("max_simulations"));
   o = {};
-  o.fixed_families = o.greedy = o.dualpipev = false;
+  o.fixed_families = o.greedy = o.dualpipev = o.v_blocks = false;
   CHECK_THROWS_WITH(search_schedule(problem, o), Catch::Contains("switched off"));
 }
 
@@ -863,5 +865,140 @@ TEST_CASE("dualpipev lowered, validated and simulated with its pairs: each pair'
         if (overlap == 0.0) CHECK(sim.makespan >= simulate(sequential_order, c).makespan);
       }
     }
+  }
+}
+
+TEST_CASE("search: V building-block candidates beat V-Min and V-Half under a cap between their peaks",
+          "[search][blocks]") {
+  // Uneven per-rank costs (F, BI, BW) where some block of v_block_candidates is faster than
+  // both fixed V families while holding less than V-Half; found by sweeping random cost sets,
+  // the costs are input, every makespan below is computed here.
+  constexpr std::int32_t p = 8, m = 32;
+  CostModel per_rank;
+  per_rank.unit = "ms";
+  for (const auto& [f, bi, bw] : std::vector<std::array<double, 3>>{{1.58, 1.78, 1.82},
+                                                                    {1.15, 1.59, 0.96},
+                                                                    {1.38, 2.58, 0.97},
+                                                                    {0.80, 0.69, 0.46},
+                                                                    {0.60, 0.64, 0.21},
+                                                                    {1.54, 2.55, 1.24},
+                                                                    {1.43, 2.17, 0.43},
+                                                                    {0.55, 0.42, 0.10}})
+    per_rank.stages.push_back(StageCost{f, bi, bw, 1.0, 0.0});
+  SearchProblem problem;
+  problem.ranks = p;
+  problem.microbatches = m;
+  problem.costs = evenly_split(per_rank, p, m);
+  const Schedule v_min = make_schedule("v-min", {p, m, 2});
+  const Schedule v_half = make_schedule("v-half", {p, m, 2});
+  const CostModel costs = problem.costs(v_min.placement);
+  const double v_min_peak = peak_memory(v_min, costs).max_microbatches();
+  const double v_half_peak = peak_memory(v_half, costs).max_microbatches();
+  REQUIRE(v_min_peak < v_half_peak - 0.5);
+  problem.cap.microbatches = (v_min_peak + v_half_peak) / 2.0;
+  SimOptions o;
+  o.record_timeline = false;
+  const double v_min_time = simulate(v_min, costs, o).makespan;
+  const double v_half_time = simulate(v_half, costs, o).makespan;
+
+  // The fastest block under the cap, by simulation here.
+  double block_time = inf;
+  std::string block_name;
+  for (const VBlockCandidate& b : v_block_candidates(p)) {
+    const Schedule s = repeat_v_block(b.name, {p, m, 2}, b.block);
+    if (peak_memory(s, costs).max_microbatches() > problem.cap.microbatches + memory_slack) continue;
+    const double t = simulate(s, costs, o).makespan;
+    if (t < block_time) {
+      block_time = t;
+      block_name = b.name;
+    }
+  }
+  INFO(block_name << " " << block_time << ", v-min " << v_min_time << ", v-half " << v_half_time);
+  CHECK(block_time < v_min_time);
+  CHECK(block_time < v_half_time);
+
+  const SearchResult r = search_schedule(problem);
+  const auto it = std::find_if(r.candidates.begin(), r.candidates.end(),
+                               [&](const Candidate& c) { return c.name == block_name; });
+  REQUIRE(it != r.candidates.end());
+  CHECK(it->kind == CandidateKind::v_block);
+  CHECK(candidate_kind_name(it->kind) == "v-block");
+  CHECK(it->placement == "v-shape");
+  CHECK(it->built);
+  CHECK(it->fits);
+  CHECK(it->makespan == Approx(block_time));  // free communication: its bound is its simulation
+  // The search is still the best of all candidates: no slower than the block, within the cap.
+  CHECK(r.best().makespan <= block_time + 1e-9);
+  CHECK(r.best().peak_microbatches <= problem.cap.microbatches + memory_slack);
+  CHECK(r.validation.ok());
+  for (const Candidate& c : r.candidates) {
+    if (c.built && c.fits) CHECK(r.best().makespan <= c.makespan + 1e-9 * c.makespan);
+  }
+
+  // Only the blocks, V-Min's among them: the search then picks the block and says so.
+  SearchOptions only_blocks;
+  only_blocks.fixed_families = false;
+  only_blocks.greedy = false;
+  only_blocks.dualpipev = false;
+  only_blocks.chunks = {2};
+  const SearchResult b = search_schedule(problem, only_blocks);
+  CHECK(b.best().name == block_name);
+  CHECK(b.best().makespan == Approx(block_time));
+  CHECK_THAT(b.why, Catch::StartsWith(block_name));
+  CHECK(b.best_family() == nullptr);
+}
+
+TEST_CASE("search: block candidates are listed with the reason when not built or the same as a family",
+          "[search][blocks]") {
+  SearchProblem problem;
+  problem.ranks = 4;
+  problem.microbatches = 8;
+  problem.costs = evenly_split(uniform_costs(1.0, 1.0, 1.0), 4, 8);
+  const auto blocks_of = [](const SearchResult& r) {
+    std::vector<Candidate> out;
+    for (const Candidate& c : r.candidates)
+      if (c.kind == CandidateKind::v_block) out.push_back(c);
+    return out;
+  };
+  SECTION("by default every generated block is a candidate; V-Min's and V-Half's are their families' twins") {
+    const std::vector<Candidate> blocks = blocks_of(search_schedule(problem));
+    REQUIRE(blocks.size() == v_block_candidates(4).size());
+    std::size_t twins = 0;
+    for (const Candidate& c : blocks) {
+      INFO(c.name << ": " << c.note);
+      CHECK(c.name.rfind("v-block(f=", 0) == 0);
+      if (c.built) continue;
+      CHECK_THAT(c.note, Catch::StartsWith("the same schedule as "));
+      ++twins;
+    }
+    CHECK(twins >= 2);
+    const auto note_of = [&](const std::string& name) {
+      const auto it =
+          std::find_if(blocks.begin(), blocks.end(), [&](const Candidate& c) { return c.name == name; });
+      return it == blocks.end() ? std::string("missing") : it->note;
+    };
+    for (const VBlockCandidate& v : v_block_candidates(4)) {
+      if (v.block == v_min_block(4)) CHECK(note_of(v.name) == "the same schedule as v-min");
+      if (v.block == v_half_block(4)) CHECK(note_of(v.name) == "the same schedule as v-half");
+    }
+  }
+  SECTION("switched off") {
+    SearchOptions o;
+    o.v_blocks = false;
+    CHECK(blocks_of(search_schedule(problem, o)).empty());
+  }
+  SECTION("without a split backward, or without the V") {
+    SearchOptions o;
+    o.split_backward = false;
+    std::vector<Candidate> blocks = blocks_of(search_schedule(problem, o));
+    REQUIRE(blocks.size() == 1);
+    CHECK_FALSE(blocks.front().built);
+    CHECK_THAT(blocks.front().note, Catch::Contains("split_backward"));
+    SearchOptions no_v;
+    no_v.chunks = {1};
+    blocks = blocks_of(search_schedule(problem, no_v));
+    REQUIRE(blocks.size() == 1);
+    CHECK_FALSE(blocks.front().built);
+    CHECK_THAT(blocks.front().note, Catch::Contains("SearchOptions::chunks"));
   }
 }

@@ -1,9 +1,10 @@
 // Schedule search at p = 32 ranks and m = 256 micro-batches. Target: under 1 s per search on
 // the 2-core development machine. Each case reports, beside its time, the makespan and bubble
 // the search reached and, simulated once outside the timed loop, the makespan of every fixed
-// family (marked when it does not keep to the cap), so docs/performance.md can set them side
-// by side. The "gold" baseline is the ideal step: the busiest rank's busy time, no bubble at
-// all (the ideal counter, for the winner's placement).
+// family (marked when it does not keep to the cap) and the fastest V building-block candidate
+// that fits, so docs/performance.md can set them side by side. The "gold" baseline is the ideal
+// step: the busiest rank's busy time, no bubble at all (the ideal counter, for the winner's
+// placement).
 //
 // Cases: uniform costs (T_F = T_BI = T_BW, the zero-bubble paper's set-up) under p and 2p M_B;
 // an uneven model (light embedding rank, LM head twice a rank, W cheaper than B) under p M_B
@@ -63,6 +64,11 @@ void BM_search(benchmark::State& state, CostModel model, double cap) {
   state.counters["candidates"] = static_cast<double>(result.candidates.size());
   state.counters["simulated"] = static_cast<double>(simulated);
   state.SetLabel(result.best().name);
+  // The fastest V building block (v_block_candidates) that fits: a bound when it was not timed.
+  double best_block = std::numeric_limits<double>::infinity();
+  for (const Candidate& c : result.candidates)
+    if (c.kind == CandidateKind::v_block && c.built && c.fits) best_block = std::min(best_block, c.makespan);
+  state.counters["v-block-best"] = best_block;
   // Every fixed family, simulated here (the search skips those its bound rules out).
   for (const std::string_view family : family_names()) {
     if (family == "forward-only") continue;

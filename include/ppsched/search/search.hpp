@@ -4,6 +4,9 @@
 //   - every fixed family (gpipe, 1f1b, zb-h1, zb-h2, zb-v, the controllable-memory v-half and
 //     v-min on the V, and interleaved-1f1b and looped-bfs at v = 1 and at each interleaving depth
 //     asked for),
+//   - the V building blocks of v_block_candidates (schedule/controllable_memory.hpp), named
+//     "v-block(f=..,b=..,gap=..)": other offsets between consecutive ranks' passes than V-Min's
+//     and V-Half's, and other gaps at the backward's turn, trading memory for bubble,
 //   - DualPipeV (schedule/dualpipev.hpp) twice: with its F&B pairs (compute groups) overlapped
 //     by SearchOptions::fb_overlap (CostModel::fb_overlap), and "dualpipev sequential", the
 //     groups dropped so that each action of a pair starts when its own input is ready,

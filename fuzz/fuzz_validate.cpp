@@ -1,6 +1,6 @@
 // libFuzzer harness: the validator (schedule/validate.hpp) fed arbitrary action lists —
-// any ops, stages and micro-batches (some out of range), any groups, any placement. It must
-// answer with a report, never throw, crash or hang. A schedule it accepts is then held to
+// any ops, stages and micro-batches (some out of range), any groups (on compute actions too:
+// overlapped pairs), any placement. It must answer with a report, never throw, crash or hang. A schedule it accepts is then held to
 // its promise: the simulator runs it to the end and every rank can be planned for execution
 // (runtime/plan.hpp), so "valid" really means "runs".
 #include <algorithm>
@@ -27,6 +27,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   s.microbatches = odd_shape ? in.in_range(-1, 5) : in.in_range(1, 4);
   const std::int32_t stages = in.in_range(odd_shape ? 0 : 1, 8);
   s.split_backward = (shape & 1u) != 0;
+  // Bit 6: compute actions carry group ids too (overlapped F&B pairs, and malformed ones),
+  // and every id has 7 values, enough for a small lowered or DualPipeV schedule
+  // (fuzz/make_validate_seeds.cpp writes such schedules as seeds).
+  const bool grouped_compute = (shape & 0x40u) != 0;
   for (std::int32_t st = 0; st < stages; ++st) {
     s.placement.push_back(odd_shape ? in.in_range(-1, 5) : in.in_range(0, std::max(0, s.ranks - 1)));
   }
@@ -39,7 +43,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       a.op = static_cast<ppsched::Op>(in.byte() % ppsched::op_count);
       a.stage = in.in_range(-1, stages);
       a.microbatch = in.in_range(-1, std::max(0, s.microbatches));
-      a.group = ppsched::is_compute(a.op) ? 0u : static_cast<std::uint32_t>(in.byte() % 4u);
+      if (grouped_compute)
+        a.group = static_cast<std::uint32_t>(in.byte() % 8u);
+      else
+        a.group = ppsched::is_compute(a.op) ? 0u : static_cast<std::uint32_t>(in.byte() % 4u);
       program.push_back(a);
     }
   }

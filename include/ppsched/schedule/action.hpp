@@ -66,6 +66,10 @@ struct Action {
   std::uint32_t group = 0;
 
   friend constexpr auto operator<=>(const Action&, const Action&) = default;
+  // Declared, not left implied by <=>: nvcc 13's front end drops the implied one from the
+  // host code it hands to g++ when a header compares vectors of actions ("used but never
+  // defined").
+  friend constexpr bool operator==(const Action&, const Action&) = default;
 };
 
 // "F3@s1", "SEND_B0@s2#4" (#group when grouped): short, unambiguous, used in error messages.

@@ -7,6 +7,7 @@
 // lower() adds the communication.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -24,37 +25,199 @@
 
 namespace ppsched {
 
-// What a command line or a report needs to know about a family.
+// Where a family puts its stages (ScheduleRequest::chunks of them per rank).
+enum class PlacementKind : std::uint8_t {
+  one_per_rank,  // stage r on rank r
+  looped,        // v chunks per rank, stage s on rank s mod p (interleaved, breadth-first)
+  v_shape,       // two chunks per rank, down the ranks and back up (zb-v, v-half, v-min, dualpipev)
+};
+
+[[nodiscard]] constexpr std::string_view placement_kind_name(PlacementKind k) noexcept {
+  switch (k) {
+    case PlacementKind::one_per_rank: return "one stage per rank";
+    case PlacementKind::looped: return "looped";
+    case PlacementKind::v_shape: return "v-shape";
+  }
+  return "?";
+}
+
+// A family's closed-form idle time per rank, as the literature states it (sim/analytic.hpp
+// turns it into an AnalyticBubble). T_F, T_BI, T_BW are per rank: the sum over its chunks.
+struct BubbleFormula {
+  std::string_view formula;           // in the literature's notation, e.g. "(p-1)(T_F+T_B)"
+  std::string_view measured_against;  // "makespan" or "span" (AnalyticBubble says what each means)
+  std::string_view condition;         // when it is exact; empty: always
+  double (*idle_per_rank)(std::int32_t p, std::int32_t m, std::int32_t v, double t_f, double t_bi, double t_bw);
+  // Whether `condition` holds; nullptr when it always does.
+  bool (*holds)(std::int32_t p, std::int32_t m, std::int32_t v, double t_f, double t_bi, double t_bw);
+};
+
+// What a command line, a planner or the search needs to know about a family: its names and
+// rule for people, and its properties as data (placement, chunk count, split backward, closed
+// forms), so that no caller compares family names to learn them.
 struct FamilyInfo {
   std::string_view name;     // canonical, e.g. "interleaved-1f1b"
   std::string_view rule;     // the request it accepts, one line
   std::string_view summary;  // what it does, one line
   Schedule (*make)(const ScheduleRequest&);
+  PlacementKind placement = PlacementKind::one_per_rank;
+  // Chunks per rank it is built with; 0 when it takes any number (the caller chooses v).
+  std::int32_t chunks = 1;
+  bool split_backward = false;    // some backwards run as BI then BW
+  bool training = true;           // false for inference (forward-only)
+  bool overlapped_pairs = false;  // F&B pairs as compute groups (CostModel::fb_overlap applies)
+  // The family's own rule on p, m and v beyond the sizes every family checks; nullptr: any p
+  // and m with v equal to `chunks` (or any v when `chunks` is 0).
+  bool (*rule_accepts)(const ScheduleRequest&) noexcept = nullptr;
+  const BubbleFormula* bubble = nullptr;  // closed-form idle per rank; nullptr: none stated
+  // Peak micro-batches whose activations stage `stage` (0-based, one stage per rank) holds, as
+  // the literature bounds it; -1 where no bound is stated. nullptr: none for the family.
+  std::int32_t (*peak_in_flight)(std::int32_t p, std::int32_t m, std::int32_t stage) noexcept = nullptr;
+
+  // The chunks per rank to build it with when the caller would like `wanted`: `wanted` for a
+  // family that takes any number, its own otherwise (family_info("zb-v").chunks_for(4) == 2).
+  [[nodiscard]] constexpr std::int32_t chunks_for(std::int32_t wanted) const noexcept {
+    return chunks == 0 ? wanted : chunks;
+  }
+  // Whether the family's rule accepts `r` (the sizes every family checks aside: see accepts()).
+  [[nodiscard]] constexpr bool rule_allows(const ScheduleRequest& r) const noexcept {
+    if (rule_accepts != nullptr) return rule_accepts(r);
+    return chunks == 0 || r.chunks == chunks;
+  }
 };
 
+namespace detail {
+
+inline constexpr BubbleFormula fill_drain_bubble{
+    "(p-1)(T_F+T_B)", "makespan", "",
+    [](std::int32_t p, std::int32_t, std::int32_t, double t_f, double t_bi, double t_bw) {
+      return static_cast<double>(p - 1) * (t_f + (t_bi + t_bw));
+    },
+    nullptr};
+inline constexpr BubbleFormula interleaved_bubble{
+    "(p-1)(T_F+T_B)/v", "makespan", "v = 1, or m a multiple of p (Megatron's rule)",
+    [](std::int32_t p, std::int32_t, std::int32_t v, double t_f, double t_bi, double t_bw) {
+      return static_cast<double>(p - 1) * (t_f + (t_bi + t_bw)) / v;
+    },
+    [](std::int32_t p, std::int32_t m, std::int32_t v, double, double, double) { return v == 1 || m % p == 0; }};
+inline constexpr BubbleFormula looped_bfs_bubble{
+    "(p-1)(T_F+T_B)/v", "makespan", "v = 1, or m >= p",
+    [](std::int32_t p, std::int32_t, std::int32_t v, double t_f, double t_bi, double t_bw) {
+      return static_cast<double>(p - 1) * (t_f + (t_bi + t_bw)) / v;
+    },
+    [](std::int32_t p, std::int32_t m, std::int32_t v, double, double, double) { return v == 1 || m >= p; }};
+inline constexpr BubbleFormula zb_h1_bubble{
+    "(p-1)(T_F+T_BI-T_BW)", "makespan", "T_BW <= T_F and m >= p",
+    [](std::int32_t p, std::int32_t, std::int32_t, double t_f, double t_bi, double t_bw) {
+      return static_cast<double>(p - 1) * (t_f + t_bi - t_bw);
+    },
+    [](std::int32_t p, std::int32_t m, std::int32_t, double t_f, double, double t_bw) { return t_bw <= t_f && m >= p; }};
+inline constexpr BubbleFormula zb_h2_bubble{
+    "(p-1)(T_F+T_BI-2T_BW)", "span", "T_BW <= T_F and m >= 2p-1 (the paper states T_BW <= T_F <= T_BI)",
+    [](std::int32_t p, std::int32_t, std::int32_t, double t_f, double t_bi, double t_bw) {
+      return static_cast<double>(p - 1) * (t_f + t_bi - 2.0 * t_bw);
+    },
+    [](std::int32_t p, std::int32_t m, std::int32_t, double t_f, double, double t_bw) {
+      return t_bw <= t_f && m >= 2 * p - 1;
+    }};
+inline constexpr BubbleFormula forward_only_bubble{
+    "(p-1)T_F", "makespan", "",
+    [](std::int32_t p, std::int32_t, std::int32_t, double t_f, double, double) { return static_cast<double>(p - 1) * t_f; },
+    nullptr};
+
+// GPipe keeps every micro-batch; 1F1B and ZB-H1 p - s on stage s; ZB-H2 2p - 1 on its first.
+[[nodiscard]] constexpr std::int32_t all_in_flight(std::int32_t, std::int32_t m, std::int32_t) noexcept { return m; }
+[[nodiscard]] constexpr std::int32_t one_f_one_b_in_flight(std::int32_t p, std::int32_t m, std::int32_t stage) noexcept {
+  return std::min(p - stage, m);
+}
+[[nodiscard]] constexpr std::int32_t zb_h2_in_flight(std::int32_t p, std::int32_t m, std::int32_t stage) noexcept {
+  return stage == 0 ? std::min(2 * p - 1, m) : -1;
+}
+[[nodiscard]] constexpr std::int32_t none_in_flight(std::int32_t, std::int32_t, std::int32_t) noexcept { return 0; }
+[[nodiscard]] constexpr bool any_chunks(const ScheduleRequest&) noexcept { return true; }
+
+}  // namespace detail
+
 inline constexpr std::array<FamilyInfo, 11> schedule_families{{
-    {gpipe_name, "any p, m; v = 1", "all forwards, then all backwards (fill-drain); m activations per stage",
-     &make_gpipe},
-    {one_f_one_b_name, "any p, m; v = 1",
-     "warm-up, one forward one backward, drain; p-s activations on stage s", &make_1f1b},
-    {interleaved_1f1b_name, "any p, v; m a multiple of p when v > 1",
-     "Megatron's virtual pipeline: v looped chunks per rank, bubble divided by v", &make_interleaved_1f1b},
-    {looped_bfs_name, "any p, m, v",
-     "v looped chunks per rank, breadth-first: each chunk runs all micro-batches", &make_looped_bfs},
-    {zb_h1_name, "any p, m; v = 1",
-     "zero bubble H1: split backward, delayed BW fills the bubble; 1F1B's memory", &make_zb_h1},
-    {zb_h2_name, "any p, m; v = 1",
-     "zero bubble H2: 2p-1 warm-up forwards on stage 0, no bubble in each rank's span", &make_zb_h2},
-    {zb_v_name, "any p, m; v = 2", "zero bubble V: two chunks per rank in a V shape, split backward",
-     &make_zb_v},
-    {v_half_name, "any p, m; v = 2",
-     "controllable memory V-Half: repeated V building block, about half of 1F1B's activation memory", &make_v_half},
-    {v_min_name, "any p, m; v = 2",
-     "controllable memory V-Min: repeated V building block, about a third of 1F1B's activation memory", &make_v_min},
-    {dualpipev_name, "any p; v = 2; m >= 2p",
-     "DeepSeek's DualPipeV: a V of two chunks per rank, steady state of overlapped F&B pairs (compute groups)",
-     &make_dualpipev},
-    {forward_only_name, "any p, m; v = 1", "inference: forwards only", &make_forward_only},
+    {.name = gpipe_name,
+     .rule = "any p, m; v = 1",
+     .summary = "all forwards, then all backwards (fill-drain); m activations per stage",
+     .make = &make_gpipe,
+     .bubble = &detail::fill_drain_bubble,
+     .peak_in_flight = &detail::all_in_flight},
+    {.name = one_f_one_b_name,
+     .rule = "any p, m; v = 1",
+     .summary = "warm-up, one forward one backward, drain; p-s activations on stage s",
+     .make = &make_1f1b,
+     .bubble = &detail::fill_drain_bubble,
+     .peak_in_flight = &detail::one_f_one_b_in_flight},
+    {.name = interleaved_1f1b_name,
+     .rule = "any p, v; m a multiple of p when v > 1",
+     .summary = "Megatron's virtual pipeline: v looped chunks per rank, bubble divided by v",
+     .make = &make_interleaved_1f1b,
+     .placement = PlacementKind::looped,
+     .chunks = 0,
+     .rule_accepts = &interleaved_1f1b_accepts,
+     .bubble = &detail::interleaved_bubble},
+    {.name = looped_bfs_name,
+     .rule = "any p, m, v",
+     .summary = "v looped chunks per rank, breadth-first: each chunk runs all micro-batches",
+     .make = &make_looped_bfs,
+     .placement = PlacementKind::looped,
+     .chunks = 0,
+     .rule_accepts = &detail::any_chunks,
+     .bubble = &detail::looped_bfs_bubble},
+    {.name = zb_h1_name,
+     .rule = "any p, m; v = 1",
+     .summary = "zero bubble H1: split backward, delayed BW fills the bubble; 1F1B's memory",
+     .make = &make_zb_h1,
+     .split_backward = true,
+     .bubble = &detail::zb_h1_bubble,
+     .peak_in_flight = &detail::one_f_one_b_in_flight},
+    {.name = zb_h2_name,
+     .rule = "any p, m; v = 1",
+     .summary = "zero bubble H2: 2p-1 warm-up forwards on stage 0, no bubble in each rank's span",
+     .make = &make_zb_h2,
+     .split_backward = true,
+     .bubble = &detail::zb_h2_bubble,
+     .peak_in_flight = &detail::zb_h2_in_flight},
+    {.name = zb_v_name,
+     .rule = "any p, m; v = 2",
+     .summary = "zero bubble V: two chunks per rank in a V shape, split backward",
+     .make = &make_zb_v,
+     .placement = PlacementKind::v_shape,
+     .chunks = 2,
+     .split_backward = true},
+    {.name = v_half_name,
+     .rule = "any p, m; v = 2",
+     .summary = "controllable memory V-Half: repeated V building block, about half of 1F1B's activation memory",
+     .make = &make_v_half,
+     .placement = PlacementKind::v_shape,
+     .chunks = 2,
+     .split_backward = true},
+    {.name = v_min_name,
+     .rule = "any p, m; v = 2",
+     .summary = "controllable memory V-Min: repeated V building block, about a third of 1F1B's activation memory",
+     .make = &make_v_min,
+     .placement = PlacementKind::v_shape,
+     .chunks = 2,
+     .split_backward = true},
+    {.name = dualpipev_name,
+     .rule = "any p; v = 2; m >= 2p",
+     .summary = "DeepSeek's DualPipeV: a V of two chunks per rank, steady state of overlapped F&B pairs (compute groups)",
+     .make = &make_dualpipev,
+     .placement = PlacementKind::v_shape,
+     .chunks = 2,
+     .split_backward = true,
+     .overlapped_pairs = true,
+     .rule_accepts = &dualpipev_accepts},
+    {.name = forward_only_name,
+     .rule = "any p, m; v = 1",
+     .summary = "inference: forwards only",
+     .make = &make_forward_only,
+     .training = false,
+     .bubble = &detail::forward_only_bubble,
+     .peak_in_flight = &detail::none_in_flight},
 }};
 
 namespace detail {
@@ -115,11 +278,7 @@ inline constexpr std::array<std::string_view, schedule_families.size()> family_n
   const FamilyInfo* f = detail::find_family(family);
   if (f == nullptr || r.ranks < 1 || r.microbatches < 1 || r.chunks < 1) return false;
   if (3 * std::int64_t{r.ranks} * r.chunks * r.microbatches > detail::max_generated_actions) return false;
-  if (f->name == looped_bfs_name) return true;
-  if (f->name == interleaved_1f1b_name) return interleaved_1f1b_accepts(r);
-  if (f->name == zb_v_name || f->name == v_half_name || f->name == v_min_name) return r.chunks == 2;
-  if (f->name == dualpipev_name) return dualpipev_accepts(r);
-  return r.chunks == 1;
+  return f->rule_allows(r);
 }
 
 // Builds the named family's schedule; throws ppsched::error for an unknown family or a request

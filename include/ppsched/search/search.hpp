@@ -385,10 +385,9 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
 
 [[nodiscard]] inline bool family_accepts(std::string_view family, const ScheduleRequest& r,
                                          const SearchOptions& options) {
-  if (family == forward_only_name) return false;
-  if (!options.split_backward && (family == zb_h1_name || family == zb_h2_name || family == zb_v_name ||
-                                  family == v_half_name || family == v_min_name))
-    return false;
+  const FamilyInfo& f = family_info(family);
+  if (!f.training) return false;
+  if (!options.split_backward && f.split_backward) return false;
   return accepts(family, r);
 }
 
@@ -507,10 +506,10 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
   // Fixed families, at their own placement and at each depth asked for.
   if (options.fixed_families) {
     for (const FamilyInfo& f : schedule_families) {
-      if (f.name == forward_only_name || f.name == dualpipev_name) continue;  // dualpipev: its own kind below
-      const bool looped = f.name == interleaved_1f1b_name || f.name == looped_bfs_name;
-      const bool v_shape = f.name == zb_v_name || f.name == v_half_name || f.name == v_min_name;
-      std::vector<std::int32_t> depths{v_shape ? 2 : 1};
+      if (!f.training || f.overlapped_pairs) continue;  // DualPipeV's pairs: its own kind below
+      const bool looped = f.placement == PlacementKind::looped;
+      const bool v_shape = f.placement == PlacementKind::v_shape;
+      std::vector<std::int32_t> depths{f.chunks_for(1)};
       if (looped) {  // v = 1 too: looped-bfs is then its own order, not GPipe's
         for (const SearchPlacement& sp : placements) {
           if (sp.kind == "looped") depths.push_back(sp.chunks);
@@ -527,7 +526,7 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
         const std::ptrdiff_t at = placement_index(kind, v);
         if (at < 0 || !family_accepts(f.name, r, options)) {
           c.note = at < 0 ? "its placement was not searched (see SearchOptions::chunks)"
-                          : (!options.split_backward && (f.name.substr(0, 3) == "zb-" || v_shape)
+                          : (!options.split_backward && f.split_backward
                                  ? "splits the backward (SearchOptions::split_backward is off)"
                                  : concat("does not accept ", to_string(r), " (", f.rule, ")"));
           rejected.push_back(std::move(c));

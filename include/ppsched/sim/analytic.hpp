@@ -1,8 +1,10 @@
 // Closed-form bubbles and memory bounds of the schedule families, as the literature states
 // them (GPipe, PipeDream-Flush / 1F1B, Megatron's interleaved 1F1B, breadth-first looping,
 // the zero-bubble paper's ZB-H1 and ZB-H2), so a planner or a document can set the
-// simulator's prediction beside the formula. ZB-V has no closed form here. T_F, T_BI, T_BW are per rank — the sum over the rank's model chunks —
-// and T_B = T_BI + T_BW. The tests check the simulator against these exactly.
+// simulator's prediction beside the formula. The formulas are data on each family's record
+// (FamilyInfo::bubble and FamilyInfo::peak_in_flight, schedule/generators.hpp), so a family
+// registered there is covered here. ZB-V has no closed form. T_F, T_BI, T_BW are per rank —
+// the sum over the rank's model chunks — and T_B = T_BI + T_BW. The tests check the simulator against these exactly.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <string_view>
 
 #include "ppsched/error.hpp"
+#include "ppsched/schedule/generators.hpp"
 
 namespace ppsched {
 
@@ -34,43 +37,23 @@ struct AnalyticBubble {
   if (p < 1 || m < 1 || v < 1) {
     fail({"analytic_bubble", detail::concat("p = ", p, ", m = ", m, ", v = ", v), "", "p, m and v are at least 1"});
   }
-  const double k = static_cast<double>(p - 1);
-  const double t_b = t_bi + t_bw;
+  const FamilyInfo* f = detail::find_family(family);
+  if (f == nullptr || f->bubble == nullptr) {
+    std::string with;
+    for (const FamilyInfo& g : schedule_families) {
+      if (g.bubble != nullptr) with += detail::concat(with.empty() ? "" : ", ", g.name);
+    }
+    fail({"analytic_bubble", detail::concat("no closed form for family '", family, "'"), "",
+          detail::concat("families with one: ", with, "; simulate() covers every family")});
+  }
+  const BubbleFormula& b = *f->bubble;
   AnalyticBubble r;
   r.family = std::string(family);
-  r.measured_against = "makespan";
-  if (family == "gpipe" || family == "1f1b") {
-    r.formula = "(p-1)(T_F+T_B)";
-    r.idle_per_rank = k * (t_f + t_b);
-  } else if (family == "interleaved-1f1b") {
-    r.formula = "(p-1)(T_F+T_B)/v";
-    r.idle_per_rank = k * (t_f + t_b) / v;
-    r.condition = "v = 1, or m a multiple of p (Megatron's rule)";
-    r.holds = v == 1 || m % p == 0;
-  } else if (family == "looped-bfs") {
-    r.formula = "(p-1)(T_F+T_B)/v";
-    r.idle_per_rank = k * (t_f + t_b) / v;
-    r.condition = "v = 1, or m >= p";
-    r.holds = v == 1 || m >= p;
-  } else if (family == "zb-h1") {
-    r.formula = "(p-1)(T_F+T_BI-T_BW)";
-    r.idle_per_rank = k * (t_f + t_bi - t_bw);
-    r.condition = "T_BW <= T_F and m >= p";
-    r.holds = t_bw <= t_f && m >= p;
-  } else if (family == "zb-h2") {
-    r.formula = "(p-1)(T_F+T_BI-2T_BW)";
-    r.measured_against = "span";
-    r.idle_per_rank = k * (t_f + t_bi - 2.0 * t_bw);
-    r.condition = "T_BW <= T_F and m >= 2p-1 (the paper states T_BW <= T_F <= T_BI)";
-    r.holds = t_bw <= t_f && m >= 2 * p - 1;
-  } else if (family == "forward-only") {
-    r.formula = "(p-1)T_F";
-    r.idle_per_rank = k * t_f;
-  } else {
-    fail({"analytic_bubble", detail::concat("no closed form for family '", family, "'"), "",
-          "families with one: gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, forward-only; simulate() "
-          "covers every family"});
-  }
+  r.formula = std::string(b.formula);
+  r.measured_against = std::string(b.measured_against);
+  r.condition = std::string(b.condition);
+  r.idle_per_rank = b.idle_per_rank(p, m, v, t_f, t_bi, t_bw);
+  r.holds = b.holds == nullptr || b.holds(p, m, v, t_f, t_bi, t_bw);
   return r;
 }
 
@@ -80,11 +63,8 @@ struct AnalyticBubble {
 // stated here (other families, or ZB-H2 past its first stage).
 [[nodiscard]] inline std::int32_t analytic_peak_in_flight(std::string_view family, std::int32_t p, std::int32_t m,
                                                           std::int32_t stage) noexcept {
-  if (family == "gpipe") return m;
-  if (family == "1f1b" || family == "zb-h1") return std::min(p - stage, m);
-  if (family == "zb-h2" && stage == 0) return std::min(2 * p - 1, m);
-  if (family == "forward-only") return 0;
-  return -1;
+  const FamilyInfo* f = detail::find_family(family);
+  return f == nullptr || f->peak_in_flight == nullptr ? -1 : f->peak_in_flight(p, m, stage);
 }
 
 }  // namespace ppsched

@@ -28,6 +28,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ppsched/error.hpp"
@@ -55,6 +56,28 @@ struct StaticChainSplit {
 namespace detail {
 
 inline constexpr double chain_infinity = std::numeric_limits<double>::infinity();
+
+// `v` becomes `n` copies of `value`. In constant evaluation the copies are pushed one by one:
+// libstdc++ fills a sized vector by assigning into raw storage, which clang (14) refuses in a
+// constant expression, so `vector(n, value)` and `assign` would make the constexpr splitter
+// g++-only. At run time, the plain assign.
+template <class T>
+constexpr void fill_vector(std::vector<T>& v, std::size_t n, const T& value) {
+  if (std::is_constant_evaluated()) {
+    v.clear();
+    v.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) v.push_back(value);
+  } else {
+    v.assign(n, value);
+  }
+}
+
+template <class T>
+[[nodiscard]] constexpr std::vector<T> filled_vector(std::size_t n, const T& value) {
+  std::vector<T> v;
+  fill_vector(v, n, value);
+  return v;
+}
 
 [[nodiscard]] constexpr bool chain_value_ok(double x) noexcept {
   return x >= 0.0 && x <= std::numeric_limits<double>::max();
@@ -201,12 +224,12 @@ struct SingleLayerMaxima {
   }
   constexpr void build(const ChainModel& m) {
     levels.clear();
-    std::vector<Max> level((m.layers + fan - 1) / fan);
+    std::vector<Max> level = filled_vector((m.layers + fan - 1) / fan, Max{});
     for (std::size_t x = 0; x < m.layers; ++x) merge(level[x / fan], leaf(m, x));
     levels.push_back(level);
     while (levels.back().size() > 1) {
       const std::vector<Max>& below = levels.back();
-      std::vector<Max> up((below.size() + fan - 1) / fan);
+      std::vector<Max> up = filled_vector((below.size() + fan - 1) / fan, Max{});
       for (std::size_t g = 0; g < below.size(); ++g) merge(up[g / fan], below[g]);
       levels.push_back(up);
     }
@@ -288,7 +311,7 @@ class MonotoneProbe {
   // the next one.
   constexpr void split(std::vector<std::size_t>& boundaries) const {
     const std::size_t k = m_.stages;
-    boundaries.assign(k + 1, 0);
+    fill_vector(boundaries, k + 1, std::size_t{0});
     boundaries[k] = m_.layers;
     for (std::size_t j = k - 1; j >= 1; --j) {
       const std::size_t next = boundaries[j + 1];
@@ -417,9 +440,9 @@ class SweepProbe {
   [[nodiscard]] constexpr bool run(double bound, NextEvent& ev) {
     const std::size_t n = m_.layers, k = m_.stages;
     if (!bracket(bound, ev)) return false;
-    word_begin_.assign(k + 2, 0);
+    fill_vector(word_begin_, k + 2, std::size_t{0});
     for (std::size_t j = 0; j <= k; ++j) word_begin_[j + 1] = word_begin_[j] + (upper_[j] - lower_[j]) / 64 + 1;
-    bits_.assign(word_begin_[k + 1], 0);
+    fill_vector(bits_, word_begin_[k + 1], decltype(bits_)::value_type{0});
     mark(0, 0);
     for (std::size_t j = 0; j < k; ++j) {
       deque_.clear();
@@ -450,7 +473,7 @@ class SweepProbe {
 
   constexpr void split(std::vector<std::size_t>& boundaries) const {
     const std::size_t k = m_.stages;
-    boundaries.assign(k + 1, 0);
+    fill_vector(boundaries, k + 1, std::size_t{0});
     boundaries[k] = m_.layers;
     NextEvent unused;
     for (std::size_t j = k; j-- > 1;) {
@@ -647,7 +670,7 @@ template <class Probe>
   // optimum is a lower bound; charging the dearest, one whose optimal split is a real split
   // no slower than that optimum. Both are quick to solve exactly, and they leave the sweep
   // a narrow range.
-  std::vector<double> flat(m.layers + 1, 0.0);
+  std::vector<double> flat = filled_vector(m.layers + 1, 0.0);
   ChainModel relaxed = m;
   relaxed.comm = flat;
   std::fill(flat.begin() + 1, flat.end() - 1, cheapest_cut);
@@ -665,7 +688,7 @@ template <class Probe>
 // every cost on the way. The check is folded into one flag so the loop stays branch-free;
 // only a failure looks for the offending cost.
 [[nodiscard]] constexpr std::vector<double> chain_prefix(std::span<const double> costs, double& largest_layer) {
-  std::vector<double> prefix(costs.size() + 1);
+  std::vector<double> prefix = filled_vector(costs.size() + 1, 0.0);
   double sum = 0.0, largest = 0.0;
   bool all_ok = true;
   for (std::size_t i = 0; i < costs.size(); ++i) {

@@ -157,8 +157,6 @@ class GreedyBuilder {
   bool run() {
     if (!check_limit()) return false;
     for (std::int32_t r = 0; r < P_; ++r) push(0.0, r);
-    std::int64_t remaining = 0;
-    for (const std::int32_t n : left_) remaining += n;
     while (true) {
       while (!heap_.empty()) {
         const auto [t, r] = heap_.top();

@@ -41,7 +41,7 @@ std::string usage() {
 }
 
 // Renders every requested file, then writes them all or none (output_file.hpp).
-void write_outputs(const cli::ScheduleResult& r, const cli::OutputPaths& outputs) {
+void write_outputs(const ppsched::ScheduleResult& r, const cli::OutputPaths& outputs) {
   if (!r.valid) {
     ppsched::fail({"ppsched-plan", ppsched::detail::concat("schedule '", r.name, "' is not valid, so it has no timeline"),
                    "", "fix the problems listed in the report"});
@@ -71,7 +71,7 @@ int run(std::span<const char* const> argv) {
     std::cout << "ppsched-plan " << cli::version_text << '\n';
     return 0;
   }
-  const cli::PlanModel model = cli::make_model(options);
+  const ppsched::PlanModel model = cli::make_model(options);
   const cli::OutputPaths outputs{options.trace_path, options.svg_path, options.csv_path};
 
   if (!options.validate_path.empty()) {
@@ -85,10 +85,10 @@ int run(std::span<const char* const> argv) {
     return check.result.valid ? 0 : 1;
   }
 
-  cli::SearchSummary search;
-  const cli::PlanResult plan =
+  ppsched::SearchSummary search;
+  const ppsched::PlanResult plan =
       options.schedule_auto ? cli::make_auto_plan(options, model, search) : cli::make_plan(options, model);
-  const cli::SearchSummary* searched = options.schedule_auto ? &search : nullptr;
+  const ppsched::SearchSummary* searched = options.schedule_auto ? &search : nullptr;
   if (!outputs.trace.empty() || !outputs.svg.empty() || !outputs.csv.empty()) {
     // The files describe one schedule: the only one asked for, or the recommended one.
     const std::optional<std::size_t> chosen =

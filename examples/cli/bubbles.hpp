@@ -1,6 +1,7 @@
 // ppsched-bubbles, the whole tool but for main(): for each schedule it cuts the model as
-// ppsched-plan does, lowers it once, simulates that lowered schedule and has a backend run it
-// with synthetic stages, then sets the measured bubble per rank beside the prediction (report
+// ppsched-plan does and prices the cut with the same bridge (cost_model_of,
+// ppsched/plan/costs.hpp), lowers it once, simulates that lowered schedule and has a backend
+// run it with synthetic stages, then sets the measured bubble per rank beside the prediction (report
 // or JSON, and the measured timeline as a Chrome trace). One copy of this logic serves both
 // builds of the tool: the CPU-only one and the one that adds the CUDA backend
 // (bubbles_backend.hpp is the seam), so flags, output and exit statuses cannot diverge.
@@ -35,6 +36,9 @@
 #include "output_file.hpp"
 #include "plan.hpp"
 #include "plan_report.hpp"
+#include "ppsched/plan/compare.hpp"
+#include "ppsched/plan/costs.hpp"
+#include "ppsched/plan/model.hpp"
 #include "ppsched/backend/cpu.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/synthetic.hpp"
@@ -119,14 +123,15 @@ struct BubblesMeasurement {
 [[nodiscard]] inline BubblesMeasurement measure(const Schedule& schedule, std::int32_t chunks,
                                                 const PartitionPlan& partition, const BubblesOptions& options,
                                                 double ms_per_unit, const BubblesBackend& backend) {
-  // The cost model in milliseconds, so the prediction and the measurement share a unit.
-  CostModel cost;
-  cost.unit = "ms";
-  cost.weight_memory_fraction = options.model.w_memory_ratio;
-  for (const StagePlan& s : partition.stages) {
-    cost.stages.push_back(StageCost{s.forward * ms_per_unit, s.backward_input * ms_per_unit,
-                                    s.backward_weight * ms_per_unit, s.activation_bytes, s.output_bytes});
-  }
+  // The planner's bridge, in milliseconds so that the prediction and the measurement share a
+  // unit. The synthetic stages move no modelled bytes, so transfers are free in the prediction
+  // as they are in the run.
+  PlanCostOptions priced;
+  priced.unit = "ms";
+  priced.w_memory_ratio = options.model.w_memory_ratio;
+  priced.time_scale = ms_per_unit;
+  priced.transfers = false;
+  const CostModel cost = cost_model_of(partition, priced);
   // One lowered program for both, so that they differ only in who ran it.
   const Schedule lowered = lower(schedule, lower_options_for(cost, schedule.stages(), schedule.microbatches));
 
@@ -285,9 +290,11 @@ inline int run_bubbles(std::span<const char* const> argv, std::span<const Bubble
   std::vector<Planned> planned;
   std::vector<SkippedSchedule> skipped;
   for (const std::string& family : families) {
-    const ScheduleRequest request{options.model.stages, options.model.microbatches, chunks_for(family, options.model)};
+    const ScheduleRequest request{options.model.stages, options.model.microbatches,
+                                  family_info(family).chunks_for(options.model.chunks)};
     if (!named && !accepts(family, request)) {  // "all": the families this request suits
-      skipped.push_back({family, rule_problem(family, request)});
+      std::string why = why_rejected(family, request);
+      skipped.push_back({family, why.empty() ? concat("does not accept ", to_string(request)) : std::move(why)});
       continue;
     }
     Schedule schedule = make_schedule(family, request);

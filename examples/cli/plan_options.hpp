@@ -15,6 +15,7 @@
 
 #include "args.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/plan/model.hpp"
 #include "ppsched/schedule/generators.hpp"
 
 namespace ppsched::cli {
@@ -22,8 +23,6 @@ namespace ppsched::cli {
 // Where the model comes from. Exactly one, or the embedded GPT-style default.
 enum class ModelSource : std::uint8_t { embedded_gpt, profile, uniform_layers, stage_cost };
 
-// How a graph model is cut into stages (ppsched/partition/partition.hpp).
-enum class PartitionMethod : std::uint8_t { optimal, uniform, by_params };
 
 struct PlanOptions {
   ModelSource source = ModelSource::embedded_gpt;
@@ -34,7 +33,7 @@ struct PlanOptions {
   std::int32_t microbatches = 32;           // M
   bool stages_given = false;
   bool microbatches_given = false;
-  std::int32_t chunks = 2;                  // V for the families that take chunks
+  std::int32_t chunks = 2;                  // V for the families that take any (FamilyInfo::chunks == 0)
   bool chunks_given = false;
   std::optional<double> comm_latency;       // --comm; unset: the source's default
   std::optional<double> bandwidth;          // --bandwidth, bytes per time unit

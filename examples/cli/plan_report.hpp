@@ -18,6 +18,8 @@
 #include "auto_plan.hpp"
 #include "plan.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/plan/compare.hpp"
+#include "ppsched/plan/search.hpp"
 #include "ppsched/search/search.hpp"
 #include "ppsched/trace/stats.hpp"
 
@@ -119,14 +121,14 @@ class TextTable {
                                  std::to_string(st.rank),
                                  ppsched::detail::concat(st.first_layer, "-", st.last_layer),
                                  names,
-                                 number_text(st.forward),
-                                 number_text(st.backward_input),
-                                 number_text(st.backward_weight),
+                                 number_text(st.cost.forward),
+                                 number_text(st.cost.backward_input),
+                                 number_text(st.cost.backward_weight),
                                  number_text(st.compute_time),
                                  number_text(st.comm_time)};
     if (has_bytes) {
       row.push_back(bytes_text(st.memory_bytes));
-      row.push_back(bytes_text(st.activation_bytes));
+      row.push_back(bytes_text(st.cost.activation_bytes));
     }
     table.add(std::move(row));
   }
@@ -250,14 +252,14 @@ namespace detail {
                       {"last_layer", st.last_layer},
                       {"first_layer_name", st.first_name},
                       {"last_layer_name", st.last_name},
-                      {"forward", st.forward},
-                      {"backward_input", st.backward_input},
-                      {"backward_weight", st.backward_weight},
+                      {"forward", st.cost.forward},
+                      {"backward_input", st.cost.backward_input},
+                      {"backward_weight", st.cost.backward_weight},
                       {"compute_time", st.compute_time},
                       {"comm_time", st.comm_time},
                       {"memory_bytes", st.memory_bytes},
-                      {"activation_bytes", st.activation_bytes},
-                      {"output_bytes", st.output_bytes}});
+                      {"activation_bytes", st.cost.activation_bytes},
+                      {"output_bytes", st.cost.output_bytes}});
   }
   return {{"method", p.method},
           {"stages", std::move(stages)},
@@ -318,8 +320,8 @@ struct OutputPaths {
           {"w_memory_ratio", options.w_memory_ratio},
           {"link", {{"latency", model.link.latency}, {"bandwidth", detail::finite_or_null(model.link.bandwidth)}}},
           {"memory_cap",
-           {{"microbatches", detail::optional_number(plan.memory_cap_microbatches)},
-            {"bytes", detail::optional_number(plan.memory_cap_bytes)},
+           {{"microbatches", detail::optional_number(plan.cap.microbatches)},
+            {"bytes", detail::optional_number(plan.cap.bytes)},
             {"per_rank_bytes", plan.rank_memory_cap.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(plan.rank_memory_cap)}}},
           {"partition", partition_json(plan.partition)},
           {"schedules", std::move(schedules)},

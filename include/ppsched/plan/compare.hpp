@@ -1,0 +1,436 @@
+// Comparing schedule families on a model and recommending one: for every family asked for,
+// build its schedule, cut the model for its placement (PlanModel), lower it with the cut's
+// costs, prove it (validate: dependencies, deadlock freedom under rendezvous, memory), simulate
+// it, count its memory per rank against the caps, and pick the fastest that fits. Every step is
+// also a function of its own (evaluate_schedule, recommend) for a caller with its own schedule.
+//
+// Units. Times are in the model's unit. Activation memory is counted in M_B: one micro-batch's
+// activations of one rank's share of the model; a schedule with v chunks per rank stores 1/v of
+// that per chunk (chunk_weights), so interleaved and V-shaped schedules compare directly with
+// one-stage-per-rank ones (the zero-bubble paper's convention). Bytes are bytes: per rank, the
+// static bytes (parameters with optimizer state) plus the simulated peak of stored activations.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/plan/costs.hpp"
+#include "ppsched/plan/model.hpp"
+#include "ppsched/schedule/generators.hpp"
+#include "ppsched/schedule/lower.hpp"
+#include "ppsched/schedule/schedule.hpp"
+#include "ppsched/schedule/validate.hpp"
+#include "ppsched/sim/analytic.hpp"
+#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/sim/simulate.hpp"
+#include "ppsched/trace/timeline.hpp"
+
+namespace ppsched {
+
+// Per-rank memory caps a schedule must keep to; absent: no cap. A PlanModel's device caps
+// (PlanModel::rank_memory_cap) apply besides these.
+struct MemoryCaps {
+  std::optional<double> microbatches;  // peak stored activations, in M_B
+  std::optional<double> bytes;         // static bytes plus peak activation bytes
+
+  friend bool operator==(const MemoryCaps&, const MemoryCaps&) = default;
+};
+
+// What to plan: the pipeline's size, the families to compare and the caps.
+struct PlanRequest {
+  std::int32_t ranks = 8;
+  std::int32_t microbatches = 32;
+  // Chunks per rank for the families that take any number (FamilyInfo::chunks == 0:
+  // interleaved-1f1b, looped-bfs); every other family has its own (FamilyInfo::chunks_for).
+  std::int32_t chunks = 2;
+  // Family names (any spelling family_info accepts). Empty: every family, leaving out (in
+  // PlanResult::skipped) those whose rule the request breaks; a family named here whose rule
+  // the request breaks is an error instead.
+  std::vector<std::string> families;
+  double w_memory_ratio = 0.5;  // M_W / M_B: what a BI keeps alive until its BW
+  MemoryCaps cap;
+};
+
+// One schedule, proven, simulated and measured against the caps.
+struct ScheduleResult {
+  std::string name;
+  std::int32_t chunks = 1;  // most stages on one rank
+  std::int32_t virtual_stages = 0;
+  bool training = true;  // false when it has forwards only
+  bool valid = false;
+  std::vector<std::string> problems;  // validate()'s, when not valid
+  double makespan = 0.0;
+  double max_rank_span = 0.0;
+  double bubble_fraction = 0.0;  // idle / (ranks x makespan)
+  double ideal_time = 0.0;       // busy time of the busiest rank
+  std::vector<double> busy;      // per rank
+  std::vector<double> span;      // per rank
+  std::vector<double> peak_activations;       // per rank, M_B
+  std::vector<double> static_bytes;           // per rank: parameters with optimizer state
+  std::vector<double> peak_activation_bytes;  // per rank
+  std::vector<double> peak_memory_bytes;      // per rank: static + peak activations
+  double throughput = 0.0;  // micro-batches per time unit
+  // The family's closed form (sim/analytic.hpp), where it has one and it holds: uniform ranks
+  // and free communication (compare_families fills it).
+  std::optional<double> analytic_idle_per_rank;
+  std::string analytic_formula;
+  bool fits = true;
+  std::string fit_problem;  // why it does not fit, when it does not
+  Schedule schedule;        // as given (compute-only when generated)
+  Timeline timeline;        // simulated
+};
+
+// A family `PlanRequest::families` left empty would have compared, left out and why.
+struct SkippedSchedule {
+  std::string name;
+  std::string reason;
+  // True when the model cannot be cut into the family's stages (the family accepts the
+  // request; the model has too few layers for its ranks x chunks).
+  bool cannot_cut = false;
+  std::int32_t chunks = 1;
+
+  friend bool operator==(const SkippedSchedule&, const SkippedSchedule&) = default;
+};
+
+struct Recommendation {
+  std::optional<std::size_t> index;  // into PlanResult::schedules; none when nothing fits
+  std::string reason;                // one line
+
+  friend bool operator==(const Recommendation&, const Recommendation&) = default;
+};
+
+struct PlanResult {
+  std::string model;  // PlanModel::description
+  std::string unit;
+  std::int32_t ranks = 0;
+  std::int32_t microbatches = 0;
+  std::int32_t chunks = 0;
+  PartitionPlan partition;  // the one-stage-per-rank cut
+  std::vector<ScheduleResult> schedules;
+  std::vector<SkippedSchedule> skipped;
+  Recommendation recommended;
+  MemoryCaps cap;
+  std::vector<double> rank_memory_cap;  // the model's devices'
+
+  // The recommended schedule, or nullptr.
+  [[nodiscard]] const ScheduleResult* recommended_schedule() const noexcept {
+    return recommended.index ? &schedules[*recommended.index] : nullptr;
+  }
+};
+
+// Percent with one decimal: "12.5%".
+[[nodiscard]] inline std::string percent_of(double fraction) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f%%", fraction * 100.0);
+  return buffer;
+}
+
+// "1.5 GiB", "312 MiB", "12 KiB", "100 B".
+[[nodiscard]] inline std::string bytes_text(double bytes) {
+  static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  std::size_t u = 0;
+  while (bytes >= 1024.0 && u + 1 < std::size(units)) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  const double rounded = bytes >= 100.0 ? std::round(bytes) : std::round(bytes * 10.0) / 10.0;
+  return detail::concat(rounded, ' ', units[u]);
+}
+
+namespace detail {
+
+// Numbers in one-line reasons: at most 3 decimals, no trailing zeros.
+[[nodiscard]] inline std::string short_number(double x) { return concat(std::round(x * 1000.0) / 1000.0); }
+
+[[nodiscard]] inline std::size_t argmax(const std::vector<double>& v) {
+  return static_cast<std::size_t>(std::max_element(v.begin(), v.end()) - v.begin());
+}
+
+inline void check_plan_request(const PlanRequest& r) {
+  const std::string subject = "plan request";
+  if (r.ranks < 1 || r.microbatches < 1 || r.chunks < 1) {
+    fail({subject, concat("ranks = ", r.ranks, ", microbatches = ", r.microbatches, ", chunks = ", r.chunks),
+          "PlanRequest", "ranks, microbatches and chunks are at least 1"});
+  }
+  if (!(r.w_memory_ratio >= 0.0 && r.w_memory_ratio <= 1.0)) {
+    fail({subject, concat("w_memory_ratio is ", r.w_memory_ratio), "PlanRequest::w_memory_ratio",
+          "give the fraction of a stored activation a BI keeps for its BW, from 0 to 1"});
+  }
+  for (const auto& [cap, field] : {std::pair{r.cap.microbatches, "PlanRequest::cap.microbatches"},
+                                   std::pair{r.cap.bytes, "PlanRequest::cap.bytes"}}) {
+    if (cap && !(*cap > 0.0 && *cap <= std::numeric_limits<double>::max())) {
+      fail({subject, concat("a memory cap of ", *cap), field, "give a finite cap > 0, or leave it empty for none"});
+    }
+  }
+}
+
+// Sets `fits` and `fit_problem` from the caps: M_B, bytes, and the devices' own memory.
+inline void check_fit(ScheduleResult& r, const MemoryCaps& cap, const std::vector<double>& rank_memory_cap) {
+  constexpr double slack = 1e-9;  // peaks are sums of halves; compare without rounding noise
+  if (cap.microbatches) {
+    const std::size_t worst = argmax(r.peak_activations);
+    if (r.peak_activations[worst] > *cap.microbatches + slack) {
+      r.fits = false;
+      r.fit_problem = concat("needs ", short_number(r.peak_activations[worst]), " M_B on rank ", worst, " > cap ",
+                             short_number(*cap.microbatches));
+      return;
+    }
+  }
+  if (cap.bytes) {
+    const std::size_t worst = argmax(r.peak_memory_bytes);
+    if (r.peak_memory_bytes[worst] > *cap.bytes * (1.0 + slack)) {
+      r.fits = false;
+      r.fit_problem = concat("needs ", bytes_text(r.peak_memory_bytes[worst]), " on rank ", worst, " > cap ",
+                             bytes_text(*cap.bytes));
+      return;
+    }
+  }
+  for (std::size_t rank = 0; rank < rank_memory_cap.size() && rank < r.peak_memory_bytes.size(); ++rank) {
+    if (r.peak_memory_bytes[rank] > rank_memory_cap[rank] * (1.0 + slack)) {
+      r.fits = false;
+      r.fit_problem = concat("needs ", bytes_text(r.peak_memory_bytes[rank]), " on rank ", rank, " > its device's ",
+                             bytes_text(rank_memory_cap[rank]));
+      return;
+    }
+  }
+}
+
+// Per-rank T_F, T_BI, T_BW for the closed forms (the sum over the rank's chunks), when every
+// rank has the same; nothing otherwise, since the formulas assume identical ranks.
+[[nodiscard]] inline std::optional<std::array<double, 3>> uniform_rank_costs(const PartitionPlan& partition,
+                                                                             std::int32_t ranks) {
+  std::vector<std::array<double, 3>> per_rank(static_cast<std::size_t>(ranks), std::array<double, 3>{});
+  for (const StagePlan& s : partition.stages) {
+    auto& t = per_rank[static_cast<std::size_t>(s.rank)];
+    t[0] += s.cost.forward;
+    t[1] += s.cost.backward_input;
+    t[2] += s.cost.backward_weight;
+  }
+  for (const auto& t : per_rank) {
+    for (std::size_t k = 0; k < 3; ++k) {
+      if (std::abs(t[k] - per_rank.front()[k]) > 1e-9 * std::max(1.0, std::abs(t[k]))) return std::nullopt;
+    }
+  }
+  return per_rank.front();
+}
+
+inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const PartitionPlan& partition,
+                         std::int32_t ranks) {
+  if (family.bubble == nullptr) return;
+  const auto t = uniform_rank_costs(partition, ranks);
+  if (!t) return;
+  const AnalyticBubble a = analytic_bubble(family.name, ranks, r.schedule.microbatches, r.chunks, (*t)[0], (*t)[1], (*t)[2]);
+  if (!a.holds) return;
+  // ZB-H2's form bounds the idle inside a rank's own span; the simulator shows it is rank
+  // 0's (the later ranks idle less), so the label says whose it is.
+  r.analytic_formula = a.formula + (a.measured_against == "span" ? " (idle within rank 0's span)" : "");
+  r.analytic_idle_per_rank = a.idle_per_rank;
+}
+
+}  // namespace detail
+
+// Proves and simulates one schedule (compute-only or lowered, generated or read from a file)
+// on `partition` (the model cut for the schedule's placement), and measures it against the
+// request's caps and the model's device caps. A schedule with problems comes back with `valid`
+// false and its problems listed, not simulated. Throws ppsched::error when the partition does
+// not have one stage per stage of the schedule.
+[[nodiscard]] inline ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
+                                                      const PartitionPlan& partition, const PlanRequest& request) {
+  using detail::concat;
+  if (partition.stages.size() != static_cast<std::size_t>(std::max(schedule.stages(), 0))) {
+    fail({"evaluate_schedule", concat("the partition has ", partition.stages.size(), " stages for schedule '",
+                                      schedule.name, "' of ", schedule.stages()),
+          "", "cut the model for the schedule's placement: model.partition(schedule.placement)"});
+  }
+  ScheduleResult r;
+  r.name = schedule.name;
+  for (const std::int32_t v : chunks_per_rank(schedule)) r.chunks = std::max(r.chunks, v);
+  r.virtual_stages = schedule.stages();
+  r.training = std::any_of(schedule.programs.begin(), schedule.programs.end(), [](const std::vector<Action>& p) {
+    return std::any_of(p.begin(), p.end(), [](const Action& a) { return is_compute(a.op) && a.op != Op::F; });
+  });
+  const CostModel cost = cost_model_of(partition, {model.unit, request.w_memory_ratio});
+  ValidateOptions check;
+  check.memory.weight_fraction = request.w_memory_ratio;
+  check.memory.activation_bytes = chunk_weights(schedule);
+  ValidationReport report = validate(schedule, check);
+  Schedule lowered;
+  if (report.ok()) {
+    lowered = is_lowered(schedule) ? schedule
+                                   : lower(schedule, lower_options_for(cost, schedule.stages(), schedule.microbatches));
+    report = validate(lowered, check);
+  }
+  r.valid = report.ok();
+  for (const Problem& p : report.problems) r.problems.push_back(p.message);
+  if (report.unlisted_problems != 0) r.problems.push_back(concat("... and ", report.unlisted_problems, " more"));
+  r.schedule = std::move(schedule);
+  if (!r.valid) {
+    r.fits = false;
+    r.fit_problem = "is not valid";
+    return r;
+  }
+  r.static_bytes = static_bytes_per_rank(partition, r.schedule.ranks);
+  SimResult sim = simulate(lowered, cost);
+  r.makespan = sim.makespan;
+  r.bubble_fraction = sim.bubble_fraction;
+  r.ideal_time = sim.ideal_time;
+  for (std::size_t k = 0; k < sim.ranks.size(); ++k) {
+    r.busy.push_back(sim.ranks[k].busy);
+    r.span.push_back(sim.ranks[k].span);
+    r.max_rank_span = std::max(r.max_rank_span, sim.ranks[k].span);
+    r.peak_activations.push_back(report.memory[k].peak_bytes);  // the "bytes" were M_B weights
+    r.peak_activation_bytes.push_back(sim.memory[k].peak_bytes);
+    r.peak_memory_bytes.push_back(r.static_bytes[k] + sim.memory[k].peak_bytes);
+  }
+  r.throughput = r.makespan > 0.0 ? r.schedule.microbatches / r.makespan : 0.0;
+  r.timeline = std::move(sim.timeline);
+  detail::check_fit(r, request.cap, model.rank_memory_cap);
+  return r;
+}
+
+// The valid training schedule with the smallest makespan among those that fit (ties, as sums
+// of the same costs in another order differ in the last bits: the one storing less, then the
+// one listed first), and one line saying why: the faster schedule that does not fit and the
+// cap it breaks, or the runner-up and its margin. `capped` says whether any cap applied (for
+// the wording). No index when nothing valid fits.
+[[nodiscard]] inline Recommendation recommend(std::span<const ScheduleResult> schedules, bool capped) {
+  using detail::concat;
+  Recommendation rec;
+  std::optional<std::size_t> fastest;
+  std::optional<std::size_t> best;
+  std::size_t candidates = 0;
+  const auto better = [&](std::size_t a, std::size_t b) {
+    const ScheduleResult& x = schedules[a];
+    const ScheduleResult& y = schedules[b];
+    if (std::abs(x.makespan - y.makespan) > 1e-9 * std::max(x.makespan, y.makespan)) return x.makespan < y.makespan;
+    return *std::max_element(x.peak_activations.begin(), x.peak_activations.end()) <
+           *std::max_element(y.peak_activations.begin(), y.peak_activations.end()) - 1e-9;
+  };
+  for (std::size_t i = 0; i < schedules.size(); ++i) {
+    const ScheduleResult& r = schedules[i];
+    if (!r.training || !r.valid) continue;
+    ++candidates;
+    if (!fastest || better(i, *fastest)) fastest = i;
+    if (r.fits && (!best || better(i, *best))) best = i;
+  }
+  if (candidates == 0) {
+    rec.reason = "no valid training schedule was evaluated (forward-only runs inference only)";
+    return rec;
+  }
+  if (!best) {
+    const ScheduleResult& f = schedules[*fastest];
+    rec.reason = concat("no schedule fits the memory cap; the fastest, ", f.name, ", ", f.fit_problem);
+    return rec;
+  }
+  rec.index = best;
+  const ScheduleResult& b = schedules[*best];
+  const ScheduleResult& f = schedules[*fastest];
+  if (better(*fastest, *best)) {
+    rec.reason = concat(f.name, " is ", percent_of((b.makespan - f.makespan) / b.makespan), " faster but ", f.fit_problem);
+    return rec;
+  }
+  std::optional<std::size_t> second;
+  for (std::size_t i = 0; i < schedules.size(); ++i) {
+    const ScheduleResult& r = schedules[i];
+    if (i == *best || !r.training || !r.valid) continue;
+    if (!second || better(i, *second)) second = i;
+  }
+  rec.reason = concat("fastest of the ", candidates, " training schedules", capped ? ", and it fits the memory cap" : "");
+  if (second) {
+    const ScheduleResult& s = schedules[*second];
+    rec.reason += concat("; next is ", s.name, ", ", percent_of((s.makespan - b.makespan) / s.makespan), " slower");
+  }
+  return rec;
+}
+
+// Why `family` rejects `request`, in the family's own words (its rule and the nearest valid
+// request); empty when it accepts it.
+[[nodiscard]] inline std::string why_rejected(std::string_view family, const ScheduleRequest& request) {
+  try {
+    (void)make_schedule(family, request);
+  } catch (const error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+// Compares the families `request` asks for on `model` and recommends one. Each family is built
+// with its own chunk count (FamilyInfo::chunks_for(request.chunks)) and evaluated on the model
+// cut for its placement; one cut per placement. A family the model cannot be cut for (more
+// virtual stages than layers) is skipped with the partitioner's reason, named or not. Throws
+// ppsched::error for a bad request, an unknown family, or a named family whose rule the
+// request breaks.
+[[nodiscard]] inline PlanResult compare_families(const PlanModel& model, const PlanRequest& request) {
+  using detail::concat;
+  detail::check_plan_request(request);
+  if (!model.partition) {
+    fail({"compare_families", "the model has no partition function", "PlanModel::partition",
+          "use per_rank_cost_model or graph_model, or set PlanModel::partition"});
+  }
+  PlanResult plan;
+  plan.model = model.description;
+  plan.unit = model.unit;
+  plan.ranks = request.ranks;
+  plan.microbatches = request.microbatches;
+  plan.chunks = request.chunks;
+  plan.cap = request.cap;
+  plan.rank_memory_cap = model.rank_memory_cap;
+
+  std::map<std::vector<std::int32_t>, PartitionPlan> partitions;
+  const auto partition_for = [&](const std::vector<std::int32_t>& placement) -> const PartitionPlan& {
+    auto it = partitions.find(placement);
+    if (it == partitions.end()) it = partitions.emplace(placement, model.partition(placement)).first;
+    return it->second;
+  };
+  plan.partition = partition_for(one_stage_per_rank_placement(request.ranks));
+
+  const bool named = !request.families.empty();
+  std::vector<const FamilyInfo*> families;
+  for (const std::string& name : request.families) families.push_back(&family_info(name));
+  if (!named) {
+    for (const FamilyInfo& f : schedule_families) families.push_back(&f);
+  }
+  const bool free_comm = model.link.is_free();
+  for (const FamilyInfo* family : families) {
+    const ScheduleRequest r{request.ranks, request.microbatches, family->chunks_for(request.chunks)};
+    if (!named && !accepts(family->name, r)) {
+      std::string why = why_rejected(family->name, r);
+      if (why.empty()) why = concat("does not accept ", to_string(r));
+      plan.skipped.push_back({std::string(family->name), std::move(why), false, r.chunks});
+      continue;
+    }
+    Schedule schedule = make_schedule(family->name, r);  // a named family's rule speaks for itself
+    const PartitionPlan* partition = nullptr;
+    try {
+      partition = &partition_for(schedule.placement);
+    } catch (const error& e) {
+      plan.skipped.push_back({std::string(family->name),
+                              concat("its ", schedule.stages(), " stages (", request.ranks, " ranks x ", r.chunks,
+                                     " chunks) cannot be cut from this model: ", e.what()),
+                              true, r.chunks});
+      continue;
+    }
+    ScheduleResult result = evaluate_schedule(std::move(schedule), model, *partition, request);
+    if (free_comm) detail::add_analytic(result, *family, *partition, request.ranks);  // the forms leave comm out
+    plan.schedules.push_back(std::move(result));
+  }
+  const bool capped = request.cap.microbatches || request.cap.bytes || !model.rank_memory_cap.empty();
+  plan.recommended = recommend(plan.schedules, capped);
+  return plan;
+}
+
+}  // namespace ppsched

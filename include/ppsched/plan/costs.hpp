@@ -1,0 +1,113 @@
+// The bridge from a partition to the simulator: `cost_model_of` turns the stages a PlanModel
+// cut for a placement into the CostModel that lowering, simulation and the schedule search
+// take, so every tool and user prices a partition the same way. Also the per-rank figures a
+// planner derives from a partition or a schedule: static bytes, chunks per rank, and the M_B
+// weight of each stage's stored activation.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/graph/hardware.hpp"
+#include "ppsched/plan/model.hpp"
+#include "ppsched/schedule/schedule.hpp"
+#include "ppsched/sim/cost_model.hpp"
+
+namespace ppsched {
+
+struct PlanCostOptions {
+  std::string unit = "unit";    // CostModel::unit (PlanModel::unit, or the unit after time_scale)
+  double w_memory_ratio = 0.5;  // M_W / M_B: what a BI keeps alive until its BW (weight_memory_fraction)
+  double time_scale = 1.0;      // every time is multiplied by it (e.g. milliseconds per model unit)
+  // Whether transfers cost each stage's comm_time. Off, the link is free: what a run of
+  // synthetic stages that move no modelled bytes does (ppsched-bubbles).
+  bool transfers = true;
+};
+
+// The simulator's costs for a partition, one StageCost per stage. A transfer must take exactly
+// the partition's cut time, which charges the latency once per tensor crossing the cut (skip
+// connections included) and so is not latency + bytes / bandwidth of any single size: the link
+// is set to move one "byte" per time unit with no latency, and each stage's output_bytes is its
+// cut time. When no cut costs anything the link stays free, which the schedule search
+// recognises. With `transfers` off, output_bytes keeps the real bytes and the link is free.
+[[nodiscard]] inline CostModel cost_model_of(const PartitionPlan& partition, const PlanCostOptions& options = {}) {
+  using detail::concat;
+  if (!(options.time_scale > 0.0 && options.time_scale <= std::numeric_limits<double>::max())) {
+    fail({"cost_model_of", concat("time_scale is ", options.time_scale), "PlanCostOptions::time_scale",
+          "give a finite factor > 0 (1 keeps the model's unit)"});
+  }
+  if (!(options.w_memory_ratio >= 0.0 && options.w_memory_ratio <= 1.0)) {
+    fail({"cost_model_of", concat("w_memory_ratio is ", options.w_memory_ratio), "PlanCostOptions::w_memory_ratio",
+          "give the fraction of a stored activation a BI keeps for its BW, from 0 to 1"});
+  }
+  const double k = options.time_scale;
+  CostModel cost;
+  cost.unit = options.unit;
+  const bool free = !options.transfers || std::all_of(partition.stages.begin(), partition.stages.end(),
+                                                      [](const StagePlan& s) { return s.comm_time == 0.0; });
+  cost.link = free ? Interconnect{} : Interconnect{0.0, 1.0};
+  cost.weight_memory_fraction = options.w_memory_ratio;
+  cost.stages.reserve(partition.stages.size());
+  for (const StagePlan& s : partition.stages) {
+    StageCost c = s.cost;
+    c.forward *= k;
+    c.backward_input *= k;
+    c.backward_weight *= k;
+    if (c.backward) *c.backward *= k;
+    if (options.transfers) c.output_bytes = s.comm_time * k;
+    cost.stages.push_back(c);
+  }
+  return cost;
+}
+
+// Memory that does not depend on the schedule, per rank 0 .. ranks-1: each stage's parameters
+// with their gradients and optimizer state (StagePlan::memory_bytes), summed over its stages.
+[[nodiscard]] inline std::vector<double> static_bytes_per_rank(const PartitionPlan& partition, std::int32_t ranks) {
+  using detail::concat;
+  if (ranks < 1) fail({"static_bytes_per_rank", concat("ranks = ", ranks), "", "give at least one rank"});
+  std::vector<double> bytes(static_cast<std::size_t>(ranks), 0.0);
+  for (std::size_t s = 0; s < partition.stages.size(); ++s) {
+    const std::int32_t r = partition.stages[s].rank;
+    if (r < 0 || r >= ranks) {
+      fail({"static_bytes_per_rank", concat("stage ", s, " is on rank ", r, " of ", ranks),
+            concat("stages[", s, "].rank"), "give the rank count the partition was cut for"});
+    }
+    bytes[static_cast<std::size_t>(r)] += partition.stages[s].memory_bytes;
+  }
+  return bytes;
+}
+
+// Stages on each rank of a schedule (its v per rank); a placement entry out of range is not
+// counted (validate() reports it).
+[[nodiscard]] inline std::vector<std::int32_t> chunks_per_rank(const Schedule& s) {
+  std::vector<std::int32_t> per_rank(static_cast<std::size_t>(std::max(s.ranks, 0)), 0);
+  for (const std::int32_t r : s.placement) {
+    if (r >= 0 && r < s.ranks) ++per_rank[static_cast<std::size_t>(r)];
+  }
+  return per_rank;
+}
+
+// The M_B weight of one stored activation of each stage: 1 / (stages on its rank), so a rank
+// with v chunks storing one micro-batch of every chunk holds 1 M_B, as a one-stage-per-rank
+// schedule does (the zero-bubble paper's convention). Pass it as
+// ValidateOptions::memory.activation_bytes to count peaks in M_B. Empty when the placement
+// names a rank the schedule does not have (validate reports that).
+[[nodiscard]] inline std::vector<double> chunk_weights(const Schedule& s) {
+  if (s.ranks < 1) return {};
+  std::vector<std::int32_t> per_rank(static_cast<std::size_t>(s.ranks), 0);
+  for (const std::int32_t r : s.placement) {
+    if (r < 0 || r >= s.ranks) return {};
+    ++per_rank[static_cast<std::size_t>(r)];
+  }
+  std::vector<double> w;
+  w.reserve(s.placement.size());
+  for (const std::int32_t r : s.placement) w.push_back(1.0 / per_rank[static_cast<std::size_t>(r)]);
+  return w;
+}
+
+}  // namespace ppsched

@@ -1,0 +1,255 @@
+// A model the planner can cut for any placement of virtual stages on ranks. Each schedule
+// family places its stages differently (one per rank, v looped chunks, a V), so the planner
+// does not take one partition: it takes a PlanModel and asks it for the cut of each placement
+// it evaluates. Two makers cover the usual cases: `per_rank_cost_model` (every rank's share of
+// the model costs the same; a pure schedule study) and `graph_model` (a layer graph on a
+// machine, cut by the exact partitioner of partition/partition.hpp). A caller with its own
+// partitioner fills PlanModel::partition itself.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/graph/hardware.hpp"
+#include "ppsched/graph/layer_graph.hpp"
+#include "ppsched/graph/profile.hpp"
+#include "ppsched/partition/cost_model.hpp"
+#include "ppsched/partition/partition.hpp"
+#include "ppsched/sim/cost_model.hpp"
+
+namespace ppsched {
+
+// One (virtual) stage of a partition as the planner reports and simulates it.
+struct StagePlan {
+  std::int32_t rank = 0;
+  std::size_t first_layer = 0;  // positions in the model's layer order, inclusive
+  std::size_t last_layer = 0;
+  std::string first_name;
+  std::string last_name;
+  // F, BI, BW of one micro-batch (already divided by the speed of the stage's device), one
+  // stored activation, and the bytes crossing the cut after the stage (0 for the last).
+  StageCost cost{0.0, 0.0, 0.0, 0.0, 0.0};
+  double compute_time = 0.0;  // F + BI + BW as the partitioner sums it (the bottleneck's term)
+  double comm_time = 0.0;     // sending what crosses the cut after this stage; 0 for the last
+                              // and for a next stage on the same rank
+  double memory_bytes = 0.0;  // static: parameters with gradients and optimizer state
+
+  friend bool operator==(const StagePlan&, const StagePlan&) = default;
+};
+
+// A model cut into stages for one placement; stages in model order.
+struct PartitionPlan {
+  std::string method;  // how it was cut, one phrase
+  std::vector<StagePlan> stages;
+  double bottleneck_time = 0.0;  // max over stages of comm in + compute_time + comm out
+  std::size_t bottleneck_stage = 0;
+
+  friend bool operator==(const PartitionPlan&, const PartitionPlan&) = default;
+};
+
+// A model the planner can cut for any placement: `partition(placement)` returns one StagePlan
+// per virtual stage, stage s on rank placement[s], or throws ppsched::error when the model
+// cannot be cut that way (more stages than layers, say).
+struct PlanModel {
+  std::string description;  // one line for a report
+  std::string unit = "unit";  // time unit of every cost
+  std::size_t layers = 0;     // 0 when the model has no layers (per_rank_cost_model)
+  bool has_bytes = false;     // activation and parameter sizes are known
+  Interconnect link{};
+  std::vector<double> rank_memory_cap;  // bytes per rank from the hardware; empty: no cap
+  std::function<PartitionPlan(std::span<const std::int32_t> placement)> partition;
+};
+
+// How graph_model cuts a layer graph (partition/partition.hpp).
+enum class PartitionMethod : std::uint8_t {
+  optimal,    // exact minimum bottleneck (partition_optimal)
+  uniform,    // equal layer counts (partition_uniform), as Megatron-LM and DeepSpeed
+  by_params,  // balanced parameter bytes (partition_by_params)
+};
+
+[[nodiscard]] constexpr std::string_view partition_method_name(PartitionMethod m) noexcept {
+  switch (m) {
+    case PartitionMethod::optimal: return "exact min-bottleneck";
+    case PartitionMethod::uniform: return "uniform layer counts";
+    case PartitionMethod::by_params: return "balanced parameters";
+  }
+  return "?";
+}
+
+// Stages per rank of a placement (the v of each rank); ranks are 0 .. max(placement).
+[[nodiscard]] inline std::vector<std::int32_t> stages_per_rank(std::span<const std::int32_t> placement) {
+  std::int32_t ranks = 0;
+  for (const std::int32_t r : placement) {
+    if (r < 0) {
+      fail({"placement", detail::concat("names rank ", r), "", "a placement maps each stage to a rank >= 0"});
+    }
+    ranks = std::max(ranks, r + 1);
+  }
+  std::vector<std::int32_t> count(static_cast<std::size_t>(ranks), 0);
+  for (const std::int32_t r : placement) ++count[static_cast<std::size_t>(r)];
+  return count;
+}
+
+// Sets bottleneck_time and bottleneck_stage from the stages, counting the time to receive a
+// stage's input and send its output, as the partitioner counts it.
+inline void set_bottleneck(PartitionPlan& p) {
+  p.bottleneck_time = 0.0;
+  p.bottleneck_stage = 0;
+  for (std::size_t s = 0; s < p.stages.size(); ++s) {
+    const double in = s == 0 ? 0.0 : p.stages[s - 1].comm_time;
+    const double t = (p.stages[s].compute_time + in) + p.stages[s].comm_time;
+    if (t > p.bottleneck_time) {
+      p.bottleneck_time = t;
+      p.bottleneck_stage = s;
+    }
+  }
+}
+
+// A model without layers: every rank's share costs `per_rank.forward`, `backward_input` and
+// `backward_weight` per micro-batch, and a rank holding v chunks runs each in 1/v of that, so
+// interleaving changes the granularity and not the work (the convention of the closed-form
+// bubbles, sim/analytic.hpp). A transfer between ranks takes
+// link.transfer_time(per_rank.output_bytes); none is charged between two chunks on one rank.
+// Activation and parameter bytes are not known (PlanModel::has_bytes is false).
+[[nodiscard]] inline PlanModel per_rank_cost_model(const StageCost& per_rank, const Interconnect& link = {}) {
+  using detail::concat;
+  const double f = per_rank.forward, bi = per_rank.backward_input, bw = per_rank.backward_weight;
+  for (const auto& [value, field] :
+       {std::pair{f, "per_rank.forward"}, std::pair{bi, "per_rank.backward_input"},
+        std::pair{bw, "per_rank.backward_weight"}, std::pair{per_rank.output_bytes, "per_rank.output_bytes"},
+        std::pair{link.latency, "link.latency"}}) {
+    if (!(value >= 0.0 && value <= std::numeric_limits<double>::max())) {
+      fail({"per_rank_cost_model", concat(field, " is ", value), field, "times and sizes are finite and >= 0"});
+    }
+  }
+  if (!(link.bandwidth > 0.0)) {
+    fail({"per_rank_cost_model", concat("link.bandwidth is ", link.bandwidth), "link.bandwidth",
+          "a bandwidth is bytes per time unit > 0, or infinity for free bytes"});
+  }
+  const double latency = link.transfer_time(per_rank.output_bytes);
+  PlanModel model;
+  model.description = concat("uniform stages: F ", f, ", BI ", bi, ", BW ", bw, " per rank and micro-batch");
+  model.unit = "unit";
+  model.link = link;
+  model.partition = [f, bi, bw, latency](std::span<const std::int32_t> placement) {
+    const std::vector<std::int32_t> v = stages_per_rank(placement);
+    PartitionPlan p;
+    p.method = "uniform per-rank costs; a rank's v chunks cost 1/v each";
+    for (std::size_t s = 0; s < placement.size(); ++s) {
+      StagePlan st;
+      st.rank = placement[s];
+      const double share = 1.0 / v[static_cast<std::size_t>(st.rank)];
+      st.first_layer = st.last_layer = s;
+      st.first_name = st.last_name = concat("stage ", s);
+      st.cost.forward = f * share;
+      st.cost.backward_input = bi * share;
+      st.cost.backward_weight = bw * share;
+      st.compute_time = (st.cost.forward + st.cost.backward_input) + st.cost.backward_weight;
+      st.comm_time = s + 1 < placement.size() && placement[s + 1] != placement[s] ? latency : 0.0;
+      p.stages.push_back(std::move(st));
+    }
+    set_bottleneck(p);
+    return p;
+  };
+  return model;
+}
+
+// How graph_model prices and cuts the graph.
+struct GraphModelOptions {
+  std::int32_t ranks = 1;         // pipeline ranks: Profile::devices has one per rank, one, or none
+  std::int32_t microbatches = 1;  // for 1F1B's in-flight counts under the devices' memory caps
+  // Bytes a rank holds per parameter byte (PartitionCostModel::optimizer_state_factor): 1 for
+  // the weights alone, 8 for bf16 weights and gradients with fp32 Adam state.
+  double optimizer_state_factor = 1.0;
+  PartitionMethod method = PartitionMethod::optimal;
+};
+
+// A layer graph on a machine (Profile::devices in pipeline order, one per rank or one for all,
+// and Profile::link), cut by ppsched's partitioner for each placement. A device's speed applies
+// to every stage on its rank. Device memory caps constrain the one-stage-per-rank cut (with
+// 1F1B's in-flight counts); with chunks the partitioner sees speeds only, and each schedule's
+// peak is checked against the caps afterwards (PlanModel::rank_memory_cap). No transfer is
+// charged between two stages on one rank (the V's turn).
+[[nodiscard]] inline PlanModel graph_model(Profile profile, std::string description, const GraphModelOptions& options) {
+  using detail::concat;
+  if (options.ranks < 1 || options.microbatches < 1) {
+    fail({"graph_model", concat("ranks = ", options.ranks, ", microbatches = ", options.microbatches),
+          "GraphModelOptions", "give at least one rank and one micro-batch"});
+  }
+  if (!(options.optimizer_state_factor >= 0.0 && options.optimizer_state_factor <= std::numeric_limits<double>::max())) {
+    fail({"graph_model", concat("optimizer_state_factor is ", options.optimizer_state_factor),
+          "GraphModelOptions::optimizer_state_factor", "give the finite bytes held per parameter byte, >= 0"});
+  }
+  std::vector<Device> devices = profile.devices;
+  if (devices.size() == 1) devices.assign(static_cast<std::size_t>(options.ranks), devices.front());
+  if (!devices.empty() && devices.size() != static_cast<std::size_t>(options.ranks)) {
+    fail({"graph_model", concat("the profile lists ", devices.size(), " devices for ", options.ranks, " ranks"),
+          "Profile::devices", "list one device per rank, one for all ranks, or none"});
+  }
+  PlanModel model;
+  model.description = std::move(description);
+  model.unit = profile.time_unit.empty() ? "unit" : profile.time_unit;
+  model.layers = profile.graph.size();
+  model.has_bytes = true;
+  model.link = profile.link;
+  if (std::any_of(devices.begin(), devices.end(),
+                  [](const Device& d) { return d.memory_bytes != std::numeric_limits<double>::infinity(); })) {
+    for (const Device& d : devices) model.rank_memory_cap.push_back(d.memory_bytes);
+  }
+  model.partition = [graph = std::move(profile.graph), devices, link = profile.link, options](
+                        std::span<const std::int32_t> placement) {
+    const std::size_t stages = placement.size();
+    const bool one_per_rank = stages == static_cast<std::size_t>(options.ranks);
+    PartitionCostModel cost;
+    cost.link = link;
+    cost.optimizer_state_factor = options.optimizer_state_factor;
+    for (const std::int32_t r : placement) {
+      if (r < 0 || r >= options.ranks) {
+        fail({"placement", concat("names rank ", r, " of ", options.ranks), "",
+              "map each stage to a rank in 0 .. GraphModelOptions::ranks - 1"});
+      }
+      Device d = devices.empty() ? Device{} : devices[static_cast<std::size_t>(r)];
+      if (!one_per_rank) d.memory_bytes = std::numeric_limits<double>::infinity();
+      cost.devices.push_back(d);
+    }
+    cost.inflight = inflight_1f1b(stages, static_cast<std::size_t>(options.microbatches));
+    const Partition cut = options.method == PartitionMethod::uniform     ? partition_uniform(graph, stages, cost)
+                          : options.method == PartitionMethod::by_params ? partition_by_params(graph, stages, cost)
+                                                                         : partition_optimal(graph, stages, cost);
+    PartitionPlan p;
+    p.method = std::string(partition_method_name(options.method));
+    for (std::size_t s = 0; s < stages; ++s) {
+      const PartitionStage& st = cut.stages[s];
+      StagePlan plan;
+      plan.rank = placement[s];
+      plan.first_layer = st.begin;
+      plan.last_layer = st.end - 1;
+      plan.first_name = st.first_layer;
+      plan.last_name = st.last_layer;
+      plan.cost.forward = st.forward;
+      plan.cost.backward_input = st.backward_input;
+      plan.cost.backward_weight = st.backward_weight;
+      plan.cost.activation_bytes = st.activation_bytes;
+      plan.cost.output_bytes = st.send_bytes;
+      plan.compute_time = st.compute;
+      const bool same_rank = s + 1 < stages && placement[s + 1] == placement[s];
+      plan.comm_time = same_rank ? 0.0 : st.send;
+      plan.memory_bytes = options.optimizer_state_factor * st.param_bytes;
+      p.stages.push_back(std::move(plan));
+    }
+    set_bottleneck(p);
+    return p;
+  };
+  return model;
+}
+
+}  // namespace ppsched

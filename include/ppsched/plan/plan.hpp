@@ -1,0 +1,17 @@
+// The planner as a library: everything ppsched-plan computes, for a C++ caller.
+//
+//   PlanModel model = graph_model(profile, "my model", {.ranks = 8, .microbatches = 32});
+//   PlanResult plan = compare_families(model, {.ranks = 8, .microbatches = 32});
+//   plan.recommended_schedule()->name;                       // the fastest that fits
+//   SearchedPlan auto_plan = search_plan(model, {.ranks = 8, .microbatches = 32});
+//
+// model.hpp: a model cut for any placement (PlanModel, per_rank_cost_model, graph_model);
+// costs.hpp: the partition -> CostModel bridge (cost_model_of) and per-rank static bytes;
+// compare.hpp: evaluate one schedule, compare families, recommend; search.hpp: the search.
+// docs/plan.md is the guide.
+#pragma once
+
+#include "ppsched/plan/compare.hpp"
+#include "ppsched/plan/costs.hpp"
+#include "ppsched/plan/model.hpp"
+#include "ppsched/plan/search.hpp"

@@ -1,0 +1,132 @@
+// The planner's entry to the schedule search (search/search.hpp): instead of comparing the
+// fixed families, ask for the fastest schedule that keeps to the caps. The search also builds
+// DualPipeV, greedy zero-bubble schedules and V building blocks on every placement, with the
+// model cut by the PlanModel for each placement it tries and priced by the same bridge
+// (cost_model_of); its winner is then evaluated exactly like a family (evaluate_schedule), so
+// it reads like compare_families' results.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/plan/compare.hpp"
+#include "ppsched/plan/costs.hpp"
+#include "ppsched/plan/model.hpp"
+#include "ppsched/schedule/request.hpp"
+#include "ppsched/search/memory.hpp"
+#include "ppsched/search/search.hpp"
+
+namespace ppsched {
+
+// What the search considered: every candidate, and its one-line reason for the winner.
+struct SearchSummary {
+  std::vector<Candidate> candidates;
+  std::string why;
+};
+
+// A plan made by the search: `plan.schedules` holds the winner alone (plan.recommended points
+// at it), or nothing when no candidate keeps to the caps (plan.recommended.reason says what the
+// least hungry one needed).
+struct SearchedPlan {
+  PlanResult plan;
+  SearchSummary search;
+};
+
+namespace detail {
+
+// Interleaving depths worth trying: 2 (the V and two looped chunks), 4, and the request's,
+// each only when the model has a layer for every virtual stage.
+[[nodiscard]] inline std::vector<std::int32_t> search_depths(const PlanRequest& request, const PlanModel& model) {
+  std::vector<std::int32_t> depths{1};
+  for (const std::int32_t v : {2, 4, request.chunks}) {
+    const bool fills =
+        model.layers == 0 || static_cast<std::size_t>(request.ranks) * static_cast<std::size_t>(v) <= model.layers;
+    if (v > 1 && fills && std::find(depths.begin(), depths.end(), v) == depths.end()) depths.push_back(v);
+  }
+  return depths;
+}
+
+// The caps in the search's terms. The search caps activation bytes; a byte cap here covers
+// parameters too, so each rank's parameters (as the one-stage-per-rank cut places them) are
+// taken off it first.
+[[nodiscard]] inline MemoryCap search_cap(const PlanRequest& request, const PlanModel& model,
+                                          const PartitionPlan& one_per_rank) {
+  MemoryCap cap;
+  if (request.cap.microbatches) cap.microbatches = *request.cap.microbatches;
+  if (request.cap.bytes || !model.rank_memory_cap.empty()) {
+    const std::vector<double> fixed = static_bytes_per_rank(one_per_rank, request.ranks);
+    for (std::size_t r = 0; r < fixed.size(); ++r) {
+      double limit = request.cap.bytes.value_or(std::numeric_limits<double>::infinity());
+      if (r < model.rank_memory_cap.size()) limit = std::min(limit, model.rank_memory_cap[r]);
+      cap.rank_bytes.push_back(std::max(0.0, limit - fixed[r]));
+    }
+  }
+  return cap;
+}
+
+}  // namespace detail
+
+// Plans with the schedule search. Its depths (SearchOptions::chunks) are 1, 2, 4 and
+// request.chunks, each where the model has a layer for every virtual stage; the other
+// `options` apply as given. request.families is not used: the search chooses. Throws ppsched::error for a bad request,
+// and for bad input the search rejects when no cap applies.
+[[nodiscard]] inline SearchedPlan search_plan(const PlanModel& model, const PlanRequest& request,
+                                              SearchOptions options = {}) {
+  detail::check_plan_request(request);
+  if (!model.partition) {
+    fail({"search_plan", "the model has no partition function", "PlanModel::partition",
+          "use per_rank_cost_model or graph_model, or set PlanModel::partition"});
+  }
+  SearchedPlan out;
+  PlanResult& plan = out.plan;
+  plan.model = model.description;
+  plan.unit = model.unit;
+  plan.ranks = request.ranks;
+  plan.microbatches = request.microbatches;
+  plan.chunks = request.chunks;
+  plan.cap = request.cap;
+  plan.rank_memory_cap = model.rank_memory_cap;
+
+  std::map<std::vector<std::int32_t>, PartitionPlan> partitions;
+  const auto partition_for = [&](std::span<const std::int32_t> placement) -> const PartitionPlan& {
+    std::vector<std::int32_t> key(placement.begin(), placement.end());
+    auto it = partitions.find(key);
+    if (it == partitions.end()) it = partitions.emplace(key, model.partition(key)).first;
+    return it->second;
+  };
+  plan.partition = partition_for(one_stage_per_rank_placement(request.ranks));
+
+  SearchProblem problem;
+  problem.ranks = request.ranks;
+  problem.microbatches = request.microbatches;
+  problem.costs = [&](std::span<const std::int32_t> placement) {
+    return cost_model_of(partition_for(placement), {model.unit, request.w_memory_ratio});
+  };
+  problem.cap = detail::search_cap(request, model, plan.partition);
+  options.chunks = detail::search_depths(request, model);
+
+  SearchResult found;
+  try {
+    found = search_schedule(problem, options);
+  } catch (const error& e) {
+    if (problem.cap.unlimited()) throw;  // not a memory problem: bad input
+    plan.recommended.reason = e.what();
+    return out;
+  }
+  out.search.candidates = found.candidates;
+  out.search.why = found.why;
+  const PartitionPlan& partition = partition_for(found.schedule.placement);
+  plan.schedules.push_back(evaluate_schedule(found.schedule, model, partition, request));
+  plan.recommended.index = 0;
+  plan.recommended.reason = found.why;
+  return out;
+}
+
+}  // namespace ppsched

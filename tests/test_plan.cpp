@@ -1,0 +1,371 @@
+// The planner as a library (ppsched/plan/): models cut per placement, the partition -> cost
+// model bridge, static and activation bytes per rank, family comparison and the recommendation,
+// the search entry, the family records' properties, and the errors. Expected values are
+// derived here from the inputs, not copied from a run.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/plan/plan.hpp"
+#include "ppsched/schedule/generators.hpp"
+#include "ppsched/schedule/validate.hpp"
+#include "ppsched/sim/analytic.hpp"
+
+using namespace ppsched;
+
+namespace {
+
+// A chain of `n` layers; layer i costs (1 + i % 3) forward, twice that backward (BI and BW
+// equal), holds `param` parameter bytes, `act` stored bytes and hands `out` bytes on.
+Profile chain(int n, double param = 1000.0, double act = 100.0, double out = 10.0) {
+  std::vector<Layer> layers;
+  for (int i = 0; i < n; ++i) {
+    const double f = 1.0 + i % 3;
+    layers.push_back(Layer{"layer " + std::to_string(i), f, f, f, param, act, out});
+  }
+  Profile p;
+  p.graph = LayerGraph(std::move(layers));
+  p.time_unit = "ms";
+  return p;
+}
+
+const ScheduleResult& named(const PlanResult& plan, std::string_view name) {
+  for (const ScheduleResult& r : plan.schedules) {
+    if (r.name == name) return r;
+  }
+  FAIL("no schedule " << name);
+  throw;
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("every family's record says what its generated schedules show", "[plan][family]") {
+  for (const FamilyInfo& f : schedule_families) {
+    INFO(f.name);
+    for (std::int32_t p = 1; p <= 5; ++p) {
+      for (std::int32_t m = 1; m <= 12; ++m) {
+        for (std::int32_t v = 1; v <= 4; ++v) {
+          const ScheduleRequest r{p, m, v};
+          bool built = true;
+          Schedule s;
+          try {
+            s = make_schedule(f.name, r);
+          } catch (const error&) {
+            built = false;
+          }
+          INFO("p=" << p << " m=" << m << " v=" << v);
+          CHECK(accepts(f.name, r) == built);
+          CHECK(f.rule_allows(r) == built);
+          if (!built) continue;
+          // The chunk rule: a family with its own count builds only that, and chunks_for says so.
+          CHECK(f.chunks_for(v) == v);
+          if (f.chunks != 0) CHECK(v == f.chunks);
+          // The placement kind is the schedule's placement.
+          const std::vector<std::int32_t> placement =
+              f.placement == PlacementKind::v_shape ? v_shape_placement(p)
+              : f.placement == PlacementKind::looped ? looped_placement(p, v)
+                                                     : one_stage_per_rank_placement(p);
+          CHECK(s.placement == placement);
+          CHECK(s.split_backward == f.split_backward);
+          bool backward = false, pairs = false;
+          for (const auto& program : s.programs) {
+            for (const Action& a : program) {
+              backward = backward || (is_compute(a.op) && a.op != Op::F);
+              pairs = pairs || a.group != 0;
+            }
+          }
+          CHECK(backward == f.training);
+          if (m >= 2 * p && p > 1) CHECK(pairs == f.overlapped_pairs);
+        }
+      }
+    }
+  }
+  // A family with its own chunk count answers with it whatever is asked.
+  CHECK(family_info("zb-v").chunks_for(4) == 2);
+  CHECK(family_info("DualPipeV").chunks_for(1) == 2);
+  CHECK(family_info("Interleaved1F1B").chunks_for(3) == 3);
+  CHECK(family_info("1f1b").chunks_for(3) == 1);
+  CHECK(placement_kind_name(family_info("looped-bfs").placement) == "looped");
+}
+
+TEST_CASE("a family's in-flight bound is what validate() counts", "[plan][family]") {
+  for (const FamilyInfo& f : schedule_families) {
+    if (f.peak_in_flight == nullptr) continue;
+    INFO(f.name);
+    for (std::int32_t p = 1; p <= 5; ++p) {
+      for (std::int32_t m = 1; m <= 10; ++m) {
+        const ScheduleRequest r{p, m, 1};
+        if (!accepts(f.name, r)) continue;
+        const ValidationReport report = validate(make_schedule(f.name, r));
+        REQUIRE(report.ok());
+        for (std::int32_t s = 0; s < p; ++s) {
+          const std::int32_t bound = f.peak_in_flight(p, m, s);
+          CHECK(analytic_peak_in_flight(f.name, p, m, s) == bound);
+          // Inference frees as it goes; validate() counts what no backward releases.
+          if (bound >= 0 && f.training) CHECK(report.memory[static_cast<std::size_t>(s)].peak_in_flight == bound);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("per_rank_cost_model: v chunks share a rank's costs, no transfer at the V's turn", "[plan][model]") {
+  // 0.25 latency and 50 bytes at 200 bytes per unit: 0.5 per transfer.
+  const PlanModel model = per_rank_cost_model(StageCost{4.0, 6.0, 2.0, 0.0, 50.0}, Interconnect{0.25, 200.0});
+  CHECK_FALSE(model.has_bytes);
+  CHECK(model.layers == 0);
+  const std::vector<std::int32_t> v = v_shape_placement(3);  // 0 1 2 2 1 0
+  const PartitionPlan p = model.partition(v);
+  REQUIRE(p.stages.size() == 6);
+  for (std::size_t s = 0; s < 6; ++s) {
+    CHECK(p.stages[s].rank == v[s]);
+    CHECK(p.stages[s].cost.forward == 2.0);
+    CHECK(p.stages[s].cost.backward_input == 3.0);
+    CHECK(p.stages[s].cost.backward_weight == 1.0);
+    CHECK(p.stages[s].compute_time == 6.0);
+    const bool turn_or_last = s == 2 || s == 5;
+    CHECK(p.stages[s].comm_time == (turn_or_last ? 0.0 : 0.5));
+  }
+  // Bottleneck: comm in + compute + comm out, the first stage that has the largest.
+  CHECK(p.bottleneck_time == 0.5 + 6.0 + 0.5);
+  CHECK(p.bottleneck_stage == 1);
+}
+
+TEST_CASE("cost_model_of: the partition's cut time is every transfer's time", "[plan][costs]") {
+  Profile profile = chain(8);
+  profile.link = Interconnect{0.25, 20.0};  // a 10-byte output: 0.25 + 0.5 per cut
+  const PlanModel model = graph_model(profile, "chain", {.ranks = 4, .microbatches = 8});
+  const PartitionPlan p = model.partition(one_stage_per_rank_placement(4));
+  const CostModel c = cost_model_of(p, {"ms", 0.25});
+  CHECK(c.unit == "ms");
+  CHECK(c.weight_memory_fraction == 0.25);
+  REQUIRE(c.stages.size() == 4);
+  for (std::size_t s = 0; s < 4; ++s) {
+    const StagePlan& st = p.stages[s];
+    CHECK(c.stages[s].forward == st.cost.forward);
+    CHECK(c.stages[s].activation_bytes == st.cost.activation_bytes);
+    CHECK(st.comm_time == (s < 3 ? 0.75 : 0.0));
+    // A SEND_F of stage s takes exactly the cut time.
+    if (s < 3) CHECK(transfer_time(c, Action{Op::SEND_F, static_cast<std::int32_t>(s), 0, 0}, 8) == st.comm_time);
+  }
+  // Scaled, with transfers left out (ppsched-bubbles' synthetic stages move no bytes).
+  const CostModel ms = cost_model_of(p, {.unit = "ms", .w_memory_ratio = 0.5, .time_scale = 4.0, .transfers = false});
+  CHECK(ms.link.is_free());
+  for (std::size_t s = 0; s < 4; ++s) {
+    CHECK(ms.stages[s].backward_weight == 4.0 * p.stages[s].cost.backward_weight);
+    CHECK(ms.stages[s].output_bytes == p.stages[s].cost.output_bytes);
+  }
+  // A free machine keeps a free link, which the search recognises.
+  CHECK(cost_model_of(graph_model(chain(8), "free", {.ranks = 4}).partition(one_stage_per_rank_placement(4))).link.is_free());
+  CHECK_THAT(error_of([&] { (void)cost_model_of(p, {.time_scale = 0.0}); }), Catch::Contains("PlanCostOptions::time_scale"));
+}
+
+TEST_CASE("static and activation bytes per rank add up to the peak memory", "[plan][memory]") {
+  const double param = 1000.0, act = 100.0;
+  const PlanModel model = graph_model(chain(8, param, act), "chain",
+                                      {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 8.0,
+                                       .method = PartitionMethod::uniform});
+  PlanRequest request;
+  request.ranks = 4;
+  request.microbatches = 8;
+  request.families = {"1f1b", "zb-v"};
+  const PlanResult plan = compare_families(model, request);
+  REQUIRE(plan.schedules.size() == 2);
+  // Uniform: two layers per rank (one per stage of the V).
+  for (const ScheduleResult& r : plan.schedules) {
+    INFO(r.name);
+    REQUIRE(r.valid);
+    for (std::size_t k = 0; k < 4; ++k) {
+      CHECK(r.static_bytes[k] == 8.0 * 2 * param);
+      CHECK(r.peak_memory_bytes[k] == r.static_bytes[k] + r.peak_activation_bytes[k]);
+    }
+  }
+  // 1F1B keeps p - r micro-batches on rank r, each two layers' activations: 1 M_B.
+  const ScheduleResult& f = named(plan, "1f1b");
+  for (std::size_t k = 0; k < 4; ++k) {
+    CHECK(f.peak_activations[k] == static_cast<double>(4 - k));
+    CHECK(f.peak_activation_bytes[k] == (4.0 - static_cast<double>(k)) * 2 * act);
+  }
+  // ZB-V's chunks count half an M_B each (one layer of the rank's two).
+  const ScheduleResult& v = named(plan, "zb-v");
+  CHECK(v.chunks == 2);
+  CHECK(v.virtual_stages == 8);
+  const std::vector<double> weights = chunk_weights(v.schedule);
+  CHECK(std::all_of(weights.begin(), weights.end(), [](double w) { return w == 0.5; }));
+  const PartitionPlan cut = model.partition(v.schedule.placement);
+  CHECK(static_bytes_per_rank(cut, 4) == v.static_bytes);
+}
+
+TEST_CASE("compare_families: uniform stages give the textbook makespans, the fastest fitting is recommended",
+          "[plan][compare]") {
+  const double f = 1.0, b = 2.0, w = 1.0;
+  const std::int32_t p = 4, m = 8;
+  const PlanModel model = per_rank_cost_model(StageCost{f, b, w, 0.0, 0.0});
+  PlanRequest request;
+  request.ranks = p;
+  request.microbatches = m;
+  const PlanResult plan = compare_families(model, request);
+  CHECK(plan.skipped.empty());  // m is a multiple of p: every family accepts
+  CHECK(plan.schedules.size() == schedule_families.size());
+  // GPipe and 1F1B: (m + p - 1) (F + B + W).
+  CHECK(named(plan, "gpipe").makespan == Approx((m + p - 1) * (f + b + w)));
+  CHECK(named(plan, "1f1b").makespan == Approx((m + p - 1) * (f + b + w)));
+  // Every closed form that holds is the simulated idle of every rank (free links, uniform ranks).
+  for (const ScheduleResult& r : plan.schedules) {
+    INFO(r.name);
+    const FamilyInfo& info = family_info(r.name);
+    if (!r.analytic_idle_per_rank) {
+      CHECK((info.bubble == nullptr || !analytic_bubble(r.name, p, m, r.chunks, f, b, w).holds));
+      continue;
+    }
+    if (info.bubble->measured_against == "makespan") {
+      for (const double busy : r.busy) CHECK(r.makespan - busy == Approx(*r.analytic_idle_per_rank).margin(1e-9));
+    }
+  }
+  // The recommendation is the fastest valid training schedule (ties: the smaller peak).
+  const ScheduleResult* best = plan.recommended_schedule();
+  REQUIRE(best != nullptr);
+  for (const ScheduleResult& r : plan.schedules) {
+    if (r.training && r.valid) CHECK(best->makespan <= r.makespan * (1.0 + 1e-9));
+  }
+  CHECK(best->training);
+
+  // Under a cap of 2 M_B, only schedules whose peak is at most 2 are candidates.
+  request.cap.microbatches = 2.0;
+  const PlanResult capped = compare_families(model, request);
+  const ScheduleResult* fit = capped.recommended_schedule();
+  for (const ScheduleResult& r : capped.schedules) {
+    const double peak = *std::max_element(r.peak_activations.begin(), r.peak_activations.end());
+    CHECK(r.fits == (peak <= 2.0 + 1e-9));
+    if (!r.fits) CHECK_THAT(r.fit_problem, Catch::Contains("M_B") && Catch::Contains("> cap 2"));
+    if (fit != nullptr && r.fits && r.training) CHECK(fit->makespan <= r.makespan * (1.0 + 1e-9));
+  }
+  if (fit == nullptr) {
+    CHECK_THAT(capped.recommended.reason, Catch::Contains("no schedule fits"));
+  } else {
+    CHECK(fit->fits);
+  }
+}
+
+TEST_CASE("recommend: ties go to the smaller peak; a faster schedule that does not fit is named", "[plan][compare]") {
+  const auto result = [](std::string name, double makespan, double peak, bool fits, std::string problem = "") {
+    ScheduleResult r;
+    r.name = std::move(name);
+    r.valid = true;
+    r.makespan = makespan;
+    r.peak_activations = {peak};
+    r.fits = fits;
+    r.fit_problem = std::move(problem);
+    return r;
+  };
+  std::vector<ScheduleResult> rs{result("a", 10.0, 4.0, true), result("b", 10.0, 3.0, true),
+                                 result("c", 8.0, 9.0, false, "needs 9 M_B on rank 0 > cap 5")};
+  const Recommendation rec = recommend(rs, true);
+  REQUIRE(rec.index);
+  CHECK(*rec.index == 1);
+  CHECK(rec.reason == "c is " + percent_of(2.0 / 10.0) + " faster but needs 9 M_B on rank 0 > cap 5");
+  rs[2].fits = true;
+  CHECK(*recommend(rs, false).index == 2);
+  CHECK(recommend(std::vector<ScheduleResult>{}, false).reason.find("no valid training schedule") == 0);
+}
+
+TEST_CASE("a family the model cannot be cut for is skipped with the partitioner's reason", "[plan][compare]") {
+  const PlanModel model = graph_model(chain(6), "six layers", {.ranks = 4, .microbatches = 8});
+  PlanRequest request;
+  request.ranks = 4;
+  request.microbatches = 8;
+  request.families = {"1f1b", "zb-v"};  // zb-v needs 8 stages
+  const PlanResult plan = compare_families(model, request);
+  REQUIRE(plan.schedules.size() == 1);
+  REQUIRE(plan.skipped.size() == 1);
+  CHECK(plan.skipped[0].name == "zb-v");
+  CHECK(plan.skipped[0].cannot_cut);
+  CHECK(plan.skipped[0].chunks == 2);
+  CHECK_THAT(plan.skipped[0].reason, Catch::Contains("8 stages (4 ranks x 2 chunks)") && Catch::Contains("6 layers"));
+  // A rule the request breaks: skipped by `all`, in the family's words.
+  request.families.clear();
+  request.microbatches = 6;  // interleaved needs a multiple of 4
+  const PlanResult all = compare_families(per_rank_cost_model(StageCost{}), request);
+  const auto it = std::find_if(all.skipped.begin(), all.skipped.end(),
+                               [](const SkippedSchedule& s) { return s.name == "interleaved-1f1b"; });
+  REQUIRE(it != all.skipped.end());
+  CHECK_FALSE(it->cannot_cut);
+  CHECK(it->reason == why_rejected("interleaved-1f1b", ScheduleRequest{4, 6, 2}));
+  CHECK(why_rejected("1f1b", ScheduleRequest{4, 6, 1}).empty());
+}
+
+TEST_CASE("bad plan input says which field and what would work", "[plan][errors]") {
+  const PlanModel model = per_rank_cost_model(StageCost{});
+  PlanRequest r;
+  r.ranks = 0;
+  CHECK_THAT(error_of([&] { (void)compare_families(model, r); }),
+             Catch::Contains("PlanRequest") && Catch::Contains("at least 1"));
+  r = {};
+  r.w_memory_ratio = 2.0;
+  CHECK_THAT(error_of([&] { (void)compare_families(model, r); }), Catch::Contains("PlanRequest::w_memory_ratio"));
+  r = {};
+  r.cap.bytes = -1.0;
+  CHECK_THAT(error_of([&] { (void)compare_families(model, r); }), Catch::Contains("PlanRequest::cap.bytes"));
+  r = {};
+  r.families = {"2f2b"};
+  CHECK_THAT(error_of([&] { (void)compare_families(model, r); }), Catch::Contains("unknown family '2f2b'") &&
+                                                                       Catch::Contains("zb-v"));
+  r = {};
+  r.microbatches = 6;
+  r.ranks = 4;
+  r.families = {"interleaved-1f1b"};  // named: the family's rule is an error
+  CHECK_THAT(error_of([&] { (void)compare_families(model, r); }), Catch::Contains("multiple"));
+  CHECK_THAT(error_of([&] { (void)compare_families(PlanModel{}, PlanRequest{}); }),
+             Catch::Contains("PlanModel::partition"));
+  CHECK_THAT(error_of([] { (void)graph_model(chain(4), "x", {.ranks = 0}); }), Catch::Contains("GraphModelOptions"));
+  CHECK_THAT(error_of([] { (void)per_rank_cost_model(StageCost{1.0, NAN, 1.0}); }),
+             Catch::Contains("per_rank.backward_input"));
+  // A partition cut for another placement.
+  const Schedule s = make_schedule("zb-v", {4, 8, 2});
+  CHECK_THAT(error_of([&] {
+               (void)evaluate_schedule(s, model, model.partition(one_stage_per_rank_placement(4)), PlanRequest{});
+             }),
+             Catch::Contains("model.partition(schedule.placement)"));
+}
+
+TEST_CASE("search_plan is never slower than the fastest family that fits", "[plan][search]") {
+  Profile profile = chain(16);
+  profile.link = Interconnect{0.1, 100.0};
+  const PlanModel model = graph_model(profile, "uneven chain", {.ranks = 4, .microbatches = 8});
+  for (const std::optional<double> cap : {std::optional<double>{}, std::optional<double>{3.0}}) {
+    PlanRequest request;
+    request.ranks = 4;
+    request.microbatches = 8;
+    request.cap.microbatches = cap;
+    const PlanResult families = compare_families(model, request);
+    const SearchedPlan searched = search_plan(model, request);
+    INFO("cap " << cap.value_or(-1.0));
+    REQUIRE(searched.plan.schedules.size() == 1);
+    const ScheduleResult& pick = searched.plan.schedules.front();
+    CHECK(pick.valid);
+    CHECK(pick.fits);
+    CHECK(searched.plan.recommended.index == std::optional<std::size_t>(0));
+    CHECK_FALSE(searched.search.candidates.empty());
+    CHECK(searched.search.why == searched.plan.recommended.reason);
+    for (const ScheduleResult& r : families.schedules) {
+      if (r.training && r.valid && r.fits) CHECK(pick.makespan <= r.makespan * (1.0 + 1e-9));
+    }
+  }
+}

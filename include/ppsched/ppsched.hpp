@@ -37,6 +37,8 @@
 
 #include "ppsched/search/search.hpp"
 
+#include "ppsched/plan/plan.hpp"
+
 #include "ppsched/runtime/backend.hpp"
 #include "ppsched/runtime/executor.hpp"
 #include "ppsched/runtime/stage.hpp"

@@ -16,6 +16,7 @@
 #include "ppsched/graph/hardware.hpp"
 #include "ppsched/plan/model.hpp"
 #include "ppsched/schedule/schedule.hpp"
+#include "ppsched/search/memory.hpp"
 #include "ppsched/sim/cost_model.hpp"
 
 namespace ppsched {
@@ -99,15 +100,10 @@ struct PlanCostOptions {
 // names a rank the schedule does not have (validate reports that).
 [[nodiscard]] inline std::vector<double> chunk_weights(const Schedule& s) {
   if (s.ranks < 1) return {};
-  std::vector<std::int32_t> per_rank(static_cast<std::size_t>(s.ranks), 0);
   for (const std::int32_t r : s.placement) {
     if (r < 0 || r >= s.ranks) return {};
-    ++per_rank[static_cast<std::size_t>(r)];
   }
-  std::vector<double> w;
-  w.reserve(s.placement.size());
-  for (const std::int32_t r : s.placement) w.push_back(1.0 / per_rank[static_cast<std::size_t>(r)]);
-  return w;
+  return stage_weights(s.placement, s.ranks);  // the search's count (search/memory.hpp)
 }
 
 }  // namespace ppsched

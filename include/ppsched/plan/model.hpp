@@ -85,19 +85,21 @@ enum class PartitionMethod : std::uint8_t {
   return "?";
 }
 
+namespace detail {
+
 // Stages per rank of a placement (the v of each rank); ranks are 0 .. max(placement).
 [[nodiscard]] inline std::vector<std::int32_t> stages_per_rank(std::span<const std::int32_t> placement) {
   std::int32_t ranks = 0;
   for (const std::int32_t r : placement) {
-    if (r < 0) {
-      fail({"placement", detail::concat("names rank ", r), "", "a placement maps each stage to a rank >= 0"});
-    }
+    if (r < 0) fail({"placement", concat("names rank ", r), "", "map each stage to a rank >= 0"});
     ranks = std::max(ranks, r + 1);
   }
   std::vector<std::int32_t> count(static_cast<std::size_t>(ranks), 0);
   for (const std::int32_t r : placement) ++count[static_cast<std::size_t>(r)];
   return count;
 }
+
+}  // namespace detail
 
 // Sets bottleneck_time and bottleneck_stage from the stages, counting the time to receive a
 // stage's input and send its output, as the partitioner counts it.
@@ -141,7 +143,7 @@ inline void set_bottleneck(PartitionPlan& p) {
   model.unit = "unit";
   model.link = link;
   model.partition = [f, bi, bw, latency](std::span<const std::int32_t> placement) {
-    const std::vector<std::int32_t> v = stages_per_rank(placement);
+    const std::vector<std::int32_t> v = detail::stages_per_rank(placement);
     PartitionPlan p;
     p.method = "uniform per-rank costs; a rank's v chunks cost 1/v each";
     for (std::size_t s = 0; s < placement.size(); ++s) {

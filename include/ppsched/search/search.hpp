@@ -508,15 +508,15 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
     for (const FamilyInfo& f : schedule_families) {
       if (!f.training || f.overlapped_pairs) continue;  // DualPipeV's pairs: its own kind below
       const bool looped = f.placement == PlacementKind::looped;
-      const bool v_shape = f.placement == PlacementKind::v_shape;
       std::vector<std::int32_t> depths{f.chunks_for(1)};
       if (looped) {  // v = 1 too: looped-bfs is then its own order, not GPipe's
         for (const SearchPlacement& sp : placements) {
-          if (sp.kind == "looped") depths.push_back(sp.chunks);
+          if (sp.kind == placement_kind_name(PlacementKind::looped)) depths.push_back(sp.chunks);
         }
       }
       for (const std::int32_t v : depths) {
-        const std::string kind = v_shape ? "v-shape" : (looped && v > 1 ? "looped" : "one stage per rank");
+        // A looped family at v = 1 is placed one stage per rank.
+        const std::string kind(placement_kind_name(looped && v == 1 ? PlacementKind::one_per_rank : f.placement));
         Candidate c;
         c.name = looped ? concat(f.name, " v=", v) : std::string(f.name);
         c.kind = CandidateKind::family;

@@ -246,6 +246,13 @@ TEST_CASE("compare_families: uniform stages give the textbook makespans, the fas
     if (r.training && r.valid) CHECK(best->makespan <= r.makespan * (1.0 + 1e-9));
   }
   CHECK(best->training);
+  // Plain values: the same request plans the same, and the text names every schedule.
+  CHECK(compare_families(model, request) == plan);
+  CHECK(plan.partition == model.partition(one_stage_per_rank_placement(p)));
+  const std::string text = to_string(plan);
+  for (const ScheduleResult& r : plan.schedules) CHECK(text.find(to_string(r)) != std::string::npos);
+  CHECK(text.find("recommended: " + best->name + " (" + plan.recommended.reason + ")") != std::string::npos);
+  CHECK(to_string(plan.partition).find("stage 3 rank 3") != std::string::npos);
 
   // Under a cap of 2 M_B, only schedules whose peak is at most 2 are candidates.
   request.cap.microbatches = 2.0;

@@ -21,6 +21,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <span>
 #include <string>
 #include <string_view>
@@ -92,6 +93,8 @@ struct ScheduleResult {
   std::string fit_problem;  // why it does not fit, when it does not
   Schedule schedule;        // as given (compute-only when generated)
   Timeline timeline;        // simulated
+
+  friend bool operator==(const ScheduleResult&, const ScheduleResult&) = default;
 };
 
 // A family `PlanRequest::families` left empty would have compared, left out and why.
@@ -130,6 +133,8 @@ struct PlanResult {
   [[nodiscard]] const ScheduleResult* recommended_schedule() const noexcept {
     return recommended.index ? &schedules[*recommended.index] : nullptr;
   }
+
+  friend bool operator==(const PlanResult&, const PlanResult&) = default;
 };
 
 // Percent with one decimal: "12.5%".
@@ -150,6 +155,35 @@ struct PlanResult {
   const double rounded = bytes >= 100.0 ? std::round(bytes) : std::round(bytes * 10.0) / 10.0;
   return detail::concat(rounded, ' ', units[u]);
 }
+
+// One line: "zb-v v=2: makespan 27.5, bubble 9.1%, peak 4 M_B, 1200 B, fits" (the largest
+// peak over the ranks), or why it is invalid or does not fit.
+[[nodiscard]] inline std::string to_string(const ScheduleResult& r) {
+  using detail::concat;
+  std::string out = concat(r.name, " v=", r.chunks, r.training ? "" : " (inference)", ": ");
+  if (!r.valid) return out + concat("invalid, ", r.problems.size(), r.problems.size() == 1 ? " problem" : " problems");
+  const auto max_of = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
+  out += concat("makespan ", r.makespan, ", bubble ", percent_of(r.bubble_fraction), ", peak ",
+                max_of(r.peak_activations), " M_B, ", max_of(r.peak_memory_bytes), " B, ");
+  return out + (r.fits ? std::string("fits") : "does not fit: " + r.fit_problem);
+}
+
+// The model and size, one line per schedule, the skipped families and the recommendation.
+[[nodiscard]] inline std::string to_string(const PlanResult& p) {
+  using detail::concat;
+  std::string out = concat(p.model, ": ", p.ranks, " ranks, ", p.microbatches, " micro-batches, times in ", p.unit, "\n");
+  for (const ScheduleResult& r : p.schedules) out += concat("  ", to_string(r), "\n");
+  for (const SkippedSchedule& s : p.skipped) out += concat("  skipped ", s.name, ": ", s.reason, "\n");
+  if (const ScheduleResult* best = p.recommended_schedule()) {
+    out += concat("recommended: ", best->name, " (", p.recommended.reason, ")\n");
+  } else {
+    out += concat("recommended: none (", p.recommended.reason, ")\n");
+  }
+  return out;
+}
+
+inline std::ostream& operator<<(std::ostream& os, const ScheduleResult& r) { return os << to_string(r); }
+inline std::ostream& operator<<(std::ostream& os, const PlanResult& p) { return os << to_string(p); }
 
 namespace detail {
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <ostream>
 #include <span>
 #include <string>
 #include <string_view>
@@ -55,6 +56,22 @@ struct PartitionPlan {
 
   friend bool operator==(const PartitionPlan&, const PartitionPlan&) = default;
 };
+
+// One line per stage: rank, layers, F, BI, BW, comm out, static bytes; then the bottleneck.
+[[nodiscard]] inline std::string to_string(const PartitionPlan& p) {
+  std::string out = detail::concat("partition (", p.method, "), ", p.stages.size(), " stages\n");
+  for (std::size_t s = 0; s < p.stages.size(); ++s) {
+    const StagePlan& st = p.stages[s];
+    out += detail::concat("  stage ", s, " rank ", st.rank, " layers ", st.first_layer, "-", st.last_layer, " (",
+                          st.first_name, st.first_name == st.last_name ? "" : " .. " + st.last_name, "): F ",
+                          st.cost.forward, " BI ", st.cost.backward_input, " BW ", st.cost.backward_weight, " comm ",
+                          st.comm_time, " static ", st.memory_bytes, " B\n");
+  }
+  out += detail::concat("  bottleneck ", p.bottleneck_time, " on stage ", p.bottleneck_stage, "\n");
+  return out;
+}
+
+inline std::ostream& operator<<(std::ostream& os, const PartitionPlan& p) { return os << to_string(p); }
 
 // A model the planner can cut for any placement: `partition(placement)` returns one StagePlan
 // per virtual stage, stage s on rank placement[s], or throws ppsched::error when the model

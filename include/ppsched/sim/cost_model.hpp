@@ -33,6 +33,8 @@ struct StageCost {
   double output_bytes = 0.0;      // sent to the next stage per micro-batch; its gradient comes back the same size
   // The full backward B, when it is not BI + BW (a fused backward is often cheaper).
   std::optional<double> backward{};
+
+  friend bool operator==(const StageCost&, const StageCost&) = default;
 };
 
 struct CostModel {

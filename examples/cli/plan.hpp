@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "plan_options.hpp"
 #include "ppsched/error.hpp"
@@ -43,8 +44,17 @@ inline void check_chunks_used(const PlanOptions& options) {
   for (const std::string& s : options.schedules) {
     if (family_info(s).chunks == 0) return;
   }
-  fail({"flag --chunks", "applies to interleaved-1f1b and looped-bfs, and neither is selected", "",
-        "drop --chunks, or add one of them to --schedule (the V-shaped families always have 2 chunks, the others 1)"});
+  std::vector<std::string_view> takers;  // the families whose record takes any chunk count
+  for (const FamilyInfo& f : schedule_families) {
+    if (f.chunks == 0) takers.push_back(f.name);
+  }
+  std::string names;
+  for (std::size_t i = 0; i < takers.size(); ++i) {
+    names += ppsched::detail::concat(i == 0 ? "" : i + 1 == takers.size() ? " and " : ", ", takers[i]);
+  }
+  fail({"flag --chunks",
+        ppsched::detail::concat("applies to ", names, ", and ", takers.size() == 2 ? "neither" : "none", " is selected"),
+        "", "drop --chunks, or add one of them to --schedule (the V-shaped families always have 2 chunks, the others 1)"});
 }
 
 // Evaluates the schedules `options` asks for on `model` and recommends one. A schedule named

@@ -1,9 +1,11 @@
 // Generate + lower + validate + simulate for every schedule family at p = 64 ranks and
 // m = 1024 micro-batches (v = 2 where the family has chunks). Target: under 50 ms for the
-// four together on the 2-core development machine (validate() there takes lowering's proof of
-// the schedule lower() has just written: validate.hpp). Each phase is also timed alone
-// (validate/ is the full proof, validate-lowered/ the proof taken), and the
-// simulation reports the schedule's bubble and size as counters. The "gold" baseline is
+// four together on the 2-core development machine (validate() and simulate() there take
+// lowering's proof: lower() returns a LoweredSchedule). all/ allocates its scratch arrays in
+// every call and frees them; all+workspace/ keeps one Workspace across calls, as a caller
+// that lowers many schedules does (engine/workspace.hpp). Each phase is also timed alone
+// (validate/ is the full proof of a plain Schedule, validate-lowered/ the proof taken), and
+// the simulation reports the schedule's bubble and size as counters. The "gold" baseline is
 // the unpipelined step: one rank running every stage's F and B for every micro-batch,
 // simulated by the same engine.
 #include <benchmark/benchmark.h>
@@ -13,10 +15,11 @@
 #include <string_view>
 #include <vector>
 
+#include "ppsched/engine/workspace.hpp"
+#include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/generators.hpp"
-#include "ppsched/schedule/lower.hpp"
-#include "ppsched/schedule/validate.hpp"
 #include "ppsched/sim/simulate.hpp"
+#include "ppsched/validate/validate.hpp"
 
 namespace {
 
@@ -46,19 +49,24 @@ std::size_t action_count(const Schedule& s) {
   return n;
 }
 
-void BM_all(benchmark::State& state, std::string family) {
+// One step of the pipeline: generate, lower, validate, simulate. `reuse`: one Workspace for
+// every call of every iteration.
+void BM_all(benchmark::State& state, std::string family, bool reuse) {
   const ScheduleRequest r = request_for(family);
   double bubble = 0.0;
   std::size_t actions = 0;
+  Workspace kept;
   for (auto _ : state) {
+    Workspace fresh;
+    Workspace& ws = reuse ? kept : fresh;
     const Schedule s = make_schedule(family, r);
     const CostModel c = bench_costs(s);
-    const Schedule l = lower(s, lower_options_for(c, s.stages(), s.microbatches));
-    const ValidationReport report = validate(l);
+    const LoweredSchedule l = lower(s, lower_options_for(c, s.stages(), s.microbatches), ws);
+    const ValidationReport report = validate(l, {}, ws);
     if (!report.ok()) state.SkipWithError("schedule did not validate");
     SimOptions o;
     o.record_timeline = false;
-    const SimResult result = simulate(l, c, o);
+    const SimResult result = simulate(l, c, o, ws);
     bubble = result.bubble_fraction;
     actions = action_count(l);
     benchmark::DoNotOptimize(result.makespan);
@@ -81,24 +89,22 @@ void BM_lower(benchmark::State& state, std::string family) {
   for (auto _ : state) benchmark::DoNotOptimize(lower(s, o));
 }
 
-// The full proof: what validate() costs on a schedule it has not seen lower() write.
+// The full proof: what validate() costs on a plain Schedule (a copy of lower()'s output).
 void BM_validate(benchmark::State& state, std::string family) {
   const Schedule l = lower(make_schedule(family, request_for(family)));
-  detail::forget_lowering_proof();
   for (auto _ : state) benchmark::DoNotOptimize(validate(l));
 }
 
-// validate() of the schedule lower() has just written on this thread: it takes lowering's
-// proof (validate.hpp, LoweringProof), after comparing the schedule with it action by action.
+// validate() of a LoweredSchedule: it takes lowering's proof and measures the memory only.
 void BM_validate_lowered(benchmark::State& state, std::string family) {
-  const Schedule l = lower(make_schedule(family, request_for(family)));
+  const LoweredSchedule l = lower(make_schedule(family, request_for(family)));
   for (auto _ : state) benchmark::DoNotOptimize(validate(l));
 }
 
 void BM_simulate(benchmark::State& state, std::string family, bool timeline) {
   const Schedule s = make_schedule(family, request_for(family));
   const CostModel c = bench_costs(s);
-  const Schedule l = lower(s, lower_options_for(c, s.stages(), s.microbatches));
+  const LoweredSchedule l = lower(s, lower_options_for(c, s.stages(), s.microbatches));
   SimOptions o;
   o.record_timeline = timeline;
   for (auto _ : state) benchmark::DoNotOptimize(simulate(l, c, o));
@@ -127,7 +133,8 @@ void BM_gold_unpipelined(benchmark::State& state) {
 const int registered = [] {
   for (std::string_view name : family_names()) {
     const std::string f(name);
-    benchmark::RegisterBenchmark(("all/" + f).c_str(), BM_all, f)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("all/" + f).c_str(), BM_all, f, false)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("all+workspace/" + f).c_str(), BM_all, f, true)->Unit(benchmark::kMillisecond);
   }
   for (std::string_view name : family_names()) {
     const std::string f(name);

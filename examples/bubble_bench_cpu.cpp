@@ -16,7 +16,7 @@
 #include <ppsched/runtime/synthetic.hpp>
 #include <ppsched/runtime/world.hpp>
 #include <ppsched/schedule/generators.hpp>
-#include <ppsched/schedule/lower.hpp>
+#include <ppsched/lower/lower.hpp>
 #include <ppsched/sim/analytic.hpp>
 #include <ppsched/sim/cost_model.hpp>
 #include <ppsched/sim/simulate.hpp>

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <ppsched/error.hpp>
 #include <ppsched/schedule/csv.hpp>
-#include <ppsched/schedule/validate.hpp>
+#include <ppsched/validate/validate.hpp>
 #include <string_view>
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -1,4 +1,4 @@
-// libFuzzer harness: the validator (schedule/validate.hpp) fed arbitrary action lists —
+// libFuzzer harness: the validator (validate/validate.hpp) fed arbitrary action lists —
 // any ops, stages and micro-batches (some out of range), any groups (on compute actions too:
 // overlapped pairs), any placement. It must answer with a report, never throw, crash or hang. A schedule it accepts is then held to
 // its promise: the simulator runs it to the end and every rank can be planned for execution
@@ -10,9 +10,9 @@
 #include <ppsched/error.hpp>
 #include <ppsched/runtime/plan.hpp>
 #include <ppsched/schedule/schedule.hpp>
-#include <ppsched/schedule/validate.hpp>
 #include <ppsched/sim/cost_model.hpp>
 #include <ppsched/sim/simulate.hpp>
+#include <ppsched/validate/validate.hpp>
 #include <vector>
 
 #include "fuzz_input.hpp"

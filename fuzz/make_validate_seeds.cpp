@@ -14,8 +14,8 @@
 #include <map>
 #include <optional>
 #include <ppsched/error.hpp>
+#include <ppsched/lower/lower.hpp>
 #include <ppsched/schedule/generators.hpp>
-#include <ppsched/schedule/lower.hpp>
 #include <string>
 #include <vector>
 

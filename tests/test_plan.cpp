@@ -13,9 +13,10 @@
 #include <vector>
 
 #include "ppsched/error.hpp"
+#include "ppsched/graph/layer_graph.hpp"
 #include "ppsched/plan/plan.hpp"
 #include "ppsched/schedule/generators.hpp"
-#include "ppsched/schedule/validate.hpp"
+#include "ppsched/validate/validate.hpp"
 #include "ppsched/sim/analytic.hpp"
 
 using namespace ppsched;
@@ -375,4 +376,43 @@ TEST_CASE("search_plan is never slower than the fastest family that fits", "[pla
       if (r.training && r.valid && r.fits) CHECK(pick.makespan <= r.makespan * (1.0 + 1e-9));
     }
   }
+}
+
+TEST_CASE("search_plan under a byte cap: each placement's own parameters count, so the pick fits", "[plan][search]") {
+  // Heavy first and last layers: the V puts both on rank 0, so rank 0 holds more parameters
+  // than with one stage per rank. Taking the one-stage-per-rank bytes off the cap (as the
+  // planner once did) let the search pick a V schedule that broke the cap on rank 0.
+  GraphBuilder layers;
+  layers.then({"embed", 1.0, 0.5, 0.5, 4e8, 2e7, 1.6e7});
+  for (int i = 0; i < 14; ++i) layers.then({"block " + std::to_string(i), 2.0, 2.0, 1.5, 2e8, 2e8, 1.6e7});
+  layers.then({"head", 3.0, 3.0, 1.0, 4e8, 4e8, 0.0});
+  Profile profile;
+  profile.graph = layers.build();
+  profile.link = Interconnect{0.02, 25e6};
+  const PlanModel model = graph_model(profile, "heavy ends", {.ranks = 4, .microbatches = 16, .optimizer_state_factor = 8.0});
+  PlanRequest request;
+  request.ranks = 4;
+  request.microbatches = 16;
+  // A cap between the V's and one-stage-per-rank's rank-0 parameters plus what they store.
+  const std::vector<double> flat = static_bytes_per_rank(model.partition(one_stage_per_rank_placement(4)), 4);
+  const std::vector<double> vee = static_bytes_per_rank(model.partition(v_shape_placement(4)), 4);
+  REQUIRE(vee[0] > flat[0]);
+  request.cap.bytes = 11e9;
+  const SearchedPlan searched = search_plan(model, request);
+  REQUIRE(searched.plan.schedules.size() == 1);
+  const ScheduleResult& pick = searched.plan.schedules.front();
+  INFO(to_string(pick));
+  CHECK(pick.fits);
+  for (std::size_t r = 0; r < 4; ++r) CHECK(pick.peak_memory_bytes[r] <= 11e9 * (1.0 + 1e-9));
+  const PlanResult families = compare_families(model, request);
+  for (const ScheduleResult& r : families.schedules) {
+    if (r.training && r.valid && r.fits) CHECK(pick.makespan <= r.makespan * (1.0 + 1e-9));
+  }
+  // Below the parameters alone: nothing, and the reason says so.
+  request.cap.bytes = flat[0] / 2.0;
+  const SearchedPlan none = search_plan(model, request);
+  CHECK(none.plan.schedules.empty());
+  CHECK_FALSE(none.plan.recommended.index);
+  CHECK_THAT(none.plan.recommended.reason,
+             Catch::Contains("parameters with optimizer state alone need " + bytes_text(flat[0]) + " on rank 0"));
 }

@@ -38,7 +38,7 @@
 #include <ppsched/runtime/threads.hpp>
 #include <ppsched/runtime/world.hpp>
 #include <ppsched/schedule/generators.hpp>
-#include <ppsched/schedule/lower.hpp>
+#include <ppsched/lower/lower.hpp>
 #include <ppsched/sim/cost_model.hpp>
 #include <stdexcept>
 #include <stop_token>

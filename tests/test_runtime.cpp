@@ -16,8 +16,8 @@
 #include <ppsched/runtime/threads.hpp>
 #include <ppsched/runtime/world.hpp>
 #include <ppsched/schedule/generators.hpp>
-#include <ppsched/schedule/lower.hpp>
-#include <ppsched/schedule/validate.hpp>
+#include <ppsched/lower/lower.hpp>
+#include <ppsched/validate/validate.hpp>
 #include <ppsched/sim/simulate.hpp>
 #include <ppsched/trace/compare.hpp>
 #include <stdexcept>

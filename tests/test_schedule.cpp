@@ -17,8 +17,8 @@
 
 #include "ppsched/schedule/csv.hpp"
 #include "ppsched/schedule/generators.hpp"
-#include "ppsched/schedule/lower.hpp"
-#include "ppsched/schedule/validate.hpp"
+#include "ppsched/lower/lower.hpp"
+#include "ppsched/validate/validate.hpp"
 #include "ppsched/sim/analytic.hpp"
 #include "ppsched/sim/simulate.hpp"
 

@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "ppsched/error.hpp"
+#include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/generators.hpp"
-#include "ppsched/schedule/lower.hpp"
-#include "ppsched/schedule/validate.hpp"
 #include "ppsched/sim/analytic.hpp"
 #include "ppsched/sim/cost_model.hpp"
 #include "ppsched/sim/simulate.hpp"
+#include "ppsched/validate/validate.hpp"
 
 using namespace ppsched;
 
@@ -81,7 +81,7 @@ TEST_CASE("one micro-batch over two ranks, timed by hand", "[sim]") {
   for (const SimRankStats& st : r.ranks) {
     CHECK(st.busy == 3.0);
     CHECK(st.idle == 4.0);
-    CHECK(st.comm_wait == 0.5);  // each rank waits one transfer for data already produced
+    CHECK(st.input_wait == 0.5);  // each rank waits one transfer for data already produced
   }
   CHECK(r.ranks[0].span == 7.0);
   CHECK(r.ranks[1].span == 3.0);
@@ -162,8 +162,8 @@ TEST_CASE("the timeline holds every action once, and the statistics follow their
       CHECK(st.last_end == compute.back().second);
       CHECK(st.idle == Approx(res.makespan - busy));
       CHECK(st.idle_in_span == Approx(st.span - busy));
-      CHECK(st.comm_wait >= 0.0);
-      CHECK(st.comm_wait <= st.idle + 1e-9);
+      CHECK(st.input_wait >= 0.0);
+      CHECK(st.input_wait <= st.idle + 1e-9);
       total_idle += st.idle;
       busiest = std::max(busiest, busy);
     }
@@ -500,9 +500,10 @@ TEST_CASE("costs whose sums overflow a double are rejected, naming the cost and 
   CHECK_THROWS_WITH(check_cost_model(bad_overlap, 4, 8), Catch::Contains("fb_overlap"));
 }
 
-TEST_CASE("simulating the schedule lower() just wrote takes lowering's proof: the same result as with full checks",
+TEST_CASE("simulating a LoweredSchedule takes lowering's proof: the same result as a plain Schedule's full checks",
           "[sim][lower]") {
   std::size_t compared = 0;
+  Workspace workspace;
   for (std::string_view family : family_names()) {
     for (std::int32_t p = 1; p <= 5; ++p) {
       for (std::int32_t m = 1; m <= 8; ++m) {
@@ -517,14 +518,17 @@ TEST_CASE("simulating the schedule lower() just wrote takes lowering's proof: th
           }
           c.link = Interconnect{0.125, 256.0};
           c.fb_overlap = 0.25;
-          const Schedule l = lower(s, lower_options_for(c, s.stages(), m));
+          const LoweredSchedule l = lower(s, lower_options_for(c, s.stages(), m));
+          REQUIRE(l.proven());
+          const Schedule& plain = l;
           for (const bool one_stream : {false, true}) {
             SimOptions o;
             o.comm_on_compute_stream = one_stream;
-            REQUIRE(detail::is_remembered_lowering(l));
             const SimResult taken = simulate(l, c, o);
-            detail::forget_lowering_proof();
-            const SimResult full = simulate(l, c, o);
+            const SimResult full = simulate(plain, c, o);  // a plain Schedule: checked in full
+            const SimResult reused = simulate(l, c, o, workspace);
+            CHECK(reused.timeline == taken.timeline);
+            CHECK(taken.lowered_internally == full.lowered_internally);
             INFO(family << ' ' << to_string(request) << (one_stream ? " one stream" : " two streams"));
             CHECK(taken.timeline == full.timeline);
             CHECK(taken.makespan == full.makespan);
@@ -542,7 +546,6 @@ TEST_CASE("simulating the schedule lower() just wrote takes lowering's proof: th
               CHECK(taken.memory[r].peak_bytes == full.memory[r].peak_bytes);
             }
             CHECK(taken.stage_peak_in_flight == full.stage_peak_in_flight);
-            REQUIRE(lower(s, lower_options_for(c, s.stages(), m)) == l);  // remembered again for the next setting
             ++compared;
           }
         }

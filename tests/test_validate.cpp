@@ -7,14 +7,16 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
+#include "ppsched/engine/workspace.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/csv.hpp"
 #include "ppsched/schedule/generators.hpp"
-#include "ppsched/schedule/lower.hpp"
-#include "ppsched/schedule/validate.hpp"
 #include "ppsched/sim/analytic.hpp"
+#include "ppsched/validate/validate.hpp"
 
 using namespace ppsched;
 
@@ -534,7 +536,7 @@ TEST_CASE("an overlapped pair is one item: valid in either order, lowered around
   CHECK(joined_messages(r).find("the overlapped pair {B0@s0#1, F1@s0#1}") != std::string::npos);
 }
 
-TEST_CASE("validate() of the schedule lower() just wrote takes lowering's proof and reports what the full checks do",
+TEST_CASE("validate() of a LoweredSchedule takes lowering's proof and reports what the full checks do",
           "[validate][lower]") {
   // Per-stage sizes and a weight fraction of their own, so the memory figures carry bytes.
   auto options_for = [](const Schedule& s, bool deadlock) {
@@ -550,6 +552,7 @@ TEST_CASE("validate() of the schedule lower() just wrote takes lowering's proof 
   lowerings[2].transfer_time = [](const Action& a) { return 0.25 * (1 + a.microbatch % 2); };
   lowerings[2].fb_overlap = 0.5;
   std::size_t compared = 0;
+  Workspace workspace;
   for (std::string_view family : family_names()) {
     for (std::int32_t p = 1; p <= 6; ++p) {
       for (std::int32_t m = 1; m <= 10; ++m) {
@@ -558,15 +561,19 @@ TEST_CASE("validate() of the schedule lower() just wrote takes lowering's proof 
           if (!accepts(family, request)) continue;
           const Schedule s = make_schedule(family, request);
           for (std::size_t k = 0; k < lowerings.size(); ++k) {
-            const Schedule l = lower(s, lowerings[k]);
-            REQUIRE(detail::is_remembered_lowering(l));
+            const LoweredSchedule l = lower(s, lowerings[k]);
+            REQUIRE(l.proven());
             const bool deadlock = compared % 5 != 0;
             const ValidationReport taken = validate(l, options_for(l, deadlock));
-            // The full checks, on the same schedule, once lowering's proof is forgotten: they
-            // are what proves lower() right, and what the proof must agree with.
-            detail::forget_lowering_proof();
-            REQUIRE_FALSE(detail::is_remembered_lowering(l));
-            const ValidationReport full = validate(l, options_for(l, deadlock));
+            // The full checks, on the same schedule as a plain Schedule: they are what proves
+            // lower() right, and what the proof must agree with.
+            const Schedule& plain = l;
+            const ValidationReport full = validate(plain, options_for(l, deadlock));
+            // With a workspace kept across calls, the same reports.
+            const ValidationReport taken_ws = validate(l, options_for(l, deadlock), workspace);
+            const ValidationReport full_ws = validate(plain, options_for(l, deadlock), workspace);
+            CHECK(to_string(taken_ws) == to_string(taken));
+            CHECK(to_string(full_ws) == to_string(full));
             INFO(family << ' ' << to_string(request) << " lowering " << k << '\n' << to_string(full));
             REQUIRE(full.ok());
             REQUIRE(full.deadlock_checked == deadlock);
@@ -575,6 +582,7 @@ TEST_CASE("validate() of the schedule lower() just wrote takes lowering's proof 
             CHECK(taken.lowered == full.lowered);
             CHECK(taken.deadlock_checked == full.deadlock_checked);
             CHECK(taken.stage_peak_in_flight == full.stage_peak_in_flight);
+            CHECK(to_string(taken) == to_string(full));
             REQUIRE(taken.memory.size() == full.memory.size());
             for (std::size_t r = 0; r < full.memory.size(); ++r) {
               CHECK(taken.memory[r].peak_activations == full.memory[r].peak_activations);
@@ -590,40 +598,39 @@ TEST_CASE("validate() of the schedule lower() just wrote takes lowering's proof 
   CHECK(compared > 1000);
 }
 
-TEST_CASE("a schedule changed after lowering, or communication lower() did not write, is checked in full",
+TEST_CASE("a plain Schedule is always checked in full, a copy of a lowered one or a changed one included",
           "[validate][lower]") {
-  // Changed in place, in the very storage lower() returned: an action, a flag, the sizes.
-  Schedule l = lower(hand_1f1b(3, 4));
-  REQUIRE(detail::is_remembered_lowering(l));
+  // A copy taken out of lower()'s result is a plain Schedule: changed, it is checked in full.
+  const LoweredSchedule lowered = lower(hand_1f1b(3, 4));
+  REQUIRE(lowered.proven());
+  REQUIRE(lowered.communicates());
+  Schedule l = lowered;
+  CHECK(l == lowered.schedule());
   const std::size_t recv = index_of(l, 1, act(Op::RECV_F, 1, 2));
   const Action removed = l.programs[1][recv];
   l.programs[1][recv].microbatch = 3;  // now RECV_F3 twice, RECV_F2 missing
-  CHECK_FALSE(detail::is_remembered_lowering(l));
   ValidationReport r = validate(l);
   CHECK(r.has(ProblemKind::duplicate));
   CHECK(r.has(ProblemKind::missing_recv));
   l.programs[1][recv] = removed;
-  CHECK(detail::is_remembered_lowering(l));  // as written again: the same schedule
   CHECK(validate(l).ok());
+  CHECK(to_string(validate(l)) == to_string(validate(lowered)));
 
-  l.programs[0].back().group = 99;  // a group id alone
-  CHECK_FALSE(detail::is_remembered_lowering(l));
+  const ValidationReport before = validate(l);
+  l.programs[0].back().group = 99;  // a group id alone: seen, whatever it means
+  CHECK(to_string(validate(l)) != to_string(before));
   l.programs[0].back().group = 0;
-  l.split_backward = true;
-  CHECK_FALSE(detail::is_remembered_lowering(l));
-  l.split_backward = false;
   l.microbatches = 5;
-  CHECK_FALSE(detail::is_remembered_lowering(l));
   CHECK(validate(l).has(ProblemKind::missing_compute));
   l.microbatches = 4;
   l.placement = {0, 1, 1};
-  CHECK_FALSE(detail::is_remembered_lowering(l));
   CHECK_FALSE(validate(l).ok());
   l.placement = {0, 1, 2};
   REQUIRE(l.programs[2].back() == act(Op::SEND_B, 2, 3));
   l.programs[2].pop_back();
-  CHECK_FALSE(detail::is_remembered_lowering(l));
   CHECK(validate(l).has(ProblemKind::missing_send));
+  // The LoweredSchedule itself cannot be changed: it has only const access.
+  static_assert(std::is_same_v<decltype(lowered.schedule()), const Schedule&>);
 
   // A schedule that already communicates is returned by lower() as it is: not vouched for.
   Schedule stuck;
@@ -637,14 +644,33 @@ TEST_CASE("a schedule changed after lowering, or communication lower() did not w
       {act(Op::RECV_F, 1, 0), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::SEND_B, 1, 0), act(Op::RECV_F, 1, 1),
        act(Op::F, 1, 1), act(Op::B, 1, 1), act(Op::SEND_B, 1, 1)},
   };
-  const Schedule same = lower(stuck);
-  CHECK_FALSE(detail::is_remembered_lowering(same));
+  const LoweredSchedule same = lower(stuck);
+  CHECK_FALSE(same.proven());
+  CHECK(same == stuck);
   CHECK(validate(same).has(ProblemKind::deadlock));
+  CHECK_THROWS_AS(validate_or_throw(same), ppsched::error);
 
-  // Only the last schedule lowered on this thread is remembered.
-  const Schedule first = lower(hand_1f1b(2, 2));
-  const Schedule second = lower(hand_1f1b(2, 3));
-  CHECK_FALSE(detail::is_remembered_lowering(first));
-  CHECK(detail::is_remembered_lowering(second));
+  // Every schedule lower() wrote keeps its proof, not only the last one (no per-thread state).
+  const LoweredSchedule first = lower(hand_1f1b(2, 2));
+  const LoweredSchedule second = lower(hand_1f1b(2, 3));
+  CHECK(first.proven());
+  CHECK(second.proven());
   CHECK(validate(first).ok());
+  CHECK(validate_or_throw(second).ok());
+}
+
+TEST_CASE("a Workspace lends its arrays across calls and frees them on release", "[validate][lower]") {
+  Workspace ws;
+  CHECK(ws.capacity_bytes() == 0);
+  const Schedule s = make_schedule("1f1b", {4, 16, 1});
+  const LoweredSchedule l = lower(s, {}, ws);
+  const std::size_t held = ws.capacity_bytes();
+  CHECK(held > 0);
+  CHECK(validate(l, {}, ws).ok());
+  const Schedule& plain = l;
+  CHECK(validate(plain, {}, ws).ok());
+  CHECK(ws.capacity_bytes() >= held);
+  CHECK(lower(s, {}, ws) == l);
+  ws.release();
+  CHECK(ws.capacity_bytes() == 0);
 }

@@ -16,9 +16,9 @@
 
 #include "ppsched/schedule/controllable_memory.hpp"
 #include "ppsched/schedule/generators.hpp"
-#include "ppsched/schedule/lower.hpp"
+#include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/one_f_one_b.hpp"
-#include "ppsched/schedule/validate.hpp"
+#include "ppsched/validate/validate.hpp"
 #include "ppsched/schedule/zero_bubble.hpp"
 #include "ppsched/search/costs.hpp"
 #include "ppsched/search/memory.hpp"

@@ -21,7 +21,7 @@
 #include "ppsched/schedule/csv.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/schedule/validate.hpp"
+#include "ppsched/validate/validate.hpp"
 
 namespace ppsched::cli {
 

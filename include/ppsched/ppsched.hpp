@@ -19,9 +19,9 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/csv.hpp"
 #include "ppsched/schedule/generators.hpp"
-#include "ppsched/schedule/lower.hpp"
+#include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/schedule/validate.hpp"
+#include "ppsched/validate/validate.hpp"
 
 #include "ppsched/sim/analytic.hpp"
 #include "ppsched/sim/cost_model.hpp"

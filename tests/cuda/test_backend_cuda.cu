@@ -31,7 +31,7 @@
 #include <ppsched/backend/cuda.hpp>
 #include <ppsched/runtime/world.hpp>
 #include <ppsched/schedule/generators.hpp>
-#include <ppsched/schedule/lower.hpp>
+#include <ppsched/lower/lower.hpp>
 #include <ppsched/sim/simulate.hpp>
 #include <ppsched/trace/compare.hpp>
 #include <ppsched/trace/stats.hpp>

@@ -38,9 +38,9 @@
 #include "ppsched/runtime/plan.hpp"
 #include "ppsched/runtime/stage.hpp"
 #include "ppsched/schedule/action.hpp"
-#include "ppsched/schedule/lower.hpp"
+#include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/schedule/validate.hpp"
+#include "ppsched/validate/validate.hpp"
 #include "ppsched/trace/timeline.hpp"
 
 namespace ppsched {

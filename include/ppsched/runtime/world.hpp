@@ -24,9 +24,9 @@
 #include "ppsched/runtime/executor.hpp"
 #include "ppsched/runtime/stage.hpp"
 #include "ppsched/runtime/threads.hpp"
-#include "ppsched/schedule/lower.hpp"
+#include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/schedule/validate.hpp"
+#include "ppsched/validate/validate.hpp"
 #include "ppsched/trace/timeline.hpp"
 
 namespace ppsched {

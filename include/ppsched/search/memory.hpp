@@ -1,7 +1,7 @@
 // Activation memory as the schedule search counts it, and the per-rank cap it keeps to.
 //
-// The unit is M_B, one micro-batch's stored activations of a rank's whole share of the model
-// (the zero-bubble papers' convention): a stage on a rank that holds v stages weighs 1/v, so
+// The unit is M_B (defined once, in validate/report.hpp): one micro-batch's stored activations
+// of a rank's whole share of the model: a stage on a rank that holds v stages weighs 1/v, so
 // 1F1B, ZB-V and interleaved schedules are compared on one scale — 1F1B and ZB-H1 need p M_B on
 // their first rank, ZB-H2 2p-1, ZB-V p. Bytes come from the cost model's activation_bytes
 // (with the per-micro-batch scale). What BI leaves for BW counts the cost model's
@@ -23,8 +23,8 @@
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/schedule/validate.hpp"
 #include "ppsched/sim/cost_model.hpp"
+#include "ppsched/validate/report.hpp"
 
 namespace ppsched {
 

@@ -50,10 +50,10 @@
 #include "ppsched/schedule/controllable_memory.hpp"
 #include "ppsched/schedule/dualpipev.hpp"
 #include "ppsched/schedule/generators.hpp"
-#include "ppsched/schedule/lower.hpp"
+#include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/schedule/validate.hpp"
+#include "ppsched/validate/validate.hpp"
 #include "ppsched/search/costs.hpp"
 #include "ppsched/search/dependency_run.hpp"
 #include "ppsched/search/greedy.hpp"
@@ -689,7 +689,8 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
       SearchEntry& e = entries[i];
       if (!e.candidate.fits) continue;
       const CostModel& costs = placements[e.placement].costs;
-      Schedule lowered = lower(e.schedule, lower_options_for(costs, e.schedule.stages(), m));
+      // Kept as lower() returned it: validate() and simulate() take lowering's proof.
+      LoweredSchedule lowered = lower(e.schedule, lower_options_for(costs, e.schedule.stages(), m));
       ValidationReport report = validate(lowered, microbatch_memory_options(lowered, costs.weight_memory_fraction));
       if (!report.ok()) {
         e.candidate.fits = false;
@@ -716,7 +717,7 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
         e.candidate.timing = Timing::simulated;
       }
       result.schedule = e.schedule;
-      result.lowered = std::move(lowered);
+      result.lowered = std::move(lowered).release();
       result.costs = costs;
       result.validation = std::move(report);
       result.simulation = std::move(sim);

@@ -20,8 +20,6 @@
 #include "ppsched/error.hpp"
 #include "ppsched/graph/hardware.hpp"
 #include "ppsched/schedule/action.hpp"
-#include "ppsched/schedule/lower.hpp"
-#include "ppsched/schedule/validate.hpp"
 
 namespace ppsched {
 
@@ -29,7 +27,7 @@ struct StageCost {
   double forward = 1.0;
   double backward_input = 1.0;   // BI
   double backward_weight = 1.0;  // BW
-  double activation_bytes = 0.0;  // one stored activation (1 M_B) of one micro-batch
+  double activation_bytes = 0.0;  // one stored activation of this stage, one micro-batch (M_B: validate/report.hpp)
   double output_bytes = 0.0;      // sent to the next stage per micro-batch; its gradient comes back the same size
   // The full backward B, when it is not BI + BW (a fused backward is often cheaper).
   std::optional<double> backward{};
@@ -247,73 +245,6 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
 [[nodiscard]] inline double transfer_time(const CostModel& c, const Action& a, std::int32_t microbatches) {
   const double bytes = transfer_bytes(c, a, microbatches);
   return c.link.transfer_time(bytes);
-}
-
-// Lowering options whose idealised run uses this model's compute and transfer times, so
-// the lowered communication order is the one this model's run needs. Lowering orders by a timeline
-// with positive times; an action the model makes free is ordered as if it took a millionth
-// of the model's largest time (its place among actions that take time is unchanged), and so is
-// one that takes less: a time that small would vanish when added to the timeline's clock.
-[[nodiscard]] inline LowerOptions lower_options_for(const CostModel& c, std::int32_t stages, std::int32_t microbatches) {
-  check_cost_model(c, stages, microbatches);
-  double largest = 0.0;
-  for (const StageCost& s : c.per_microbatch.empty() ? c.stages : c.per_microbatch) {
-    largest = std::max({largest, s.forward, s.backward.value_or(s.backward_input + s.backward_weight)});
-  }
-  double scale = 1.0;
-  for (const double k : c.microbatch_scale) scale = std::max(scale, k);
-  const double tiny = largest > 0.0 ? largest * scale * 1e-6 : 1.0;
-  LowerOptions options;
-  options.fb_overlap = c.fb_overlap;
-  if (c.per_microbatch.empty() && c.microbatch_scale.empty()) {
-    // Times depend on (op, stage) only: look them up (lowering asks once per action).
-    std::vector<double> table(static_cast<std::size_t>(stages) * op_count, 0.0);
-    for (std::int32_t st = 0; st < stages; ++st) {
-      for (const Op op : {Op::F, Op::B, Op::BI, Op::BW}) {
-        const double t = compute_time(c, Action{op, st, 0, 0}, microbatches);
-        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(op)] = t > tiny ? t : tiny;
-      }
-      if (st + 1 < stages) {
-        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(Op::SEND_F)] =
-            transfer_time(c, Action{Op::SEND_F, st, 0, 0}, microbatches);
-      }
-      if (st > 0) {
-        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(Op::SEND_B)] =
-            transfer_time(c, Action{Op::SEND_B, st, 0, 0}, microbatches);
-      }
-    }
-    auto lookup = [table = std::move(table), stages, microbatches](const Action& a) {
-      detail::check_fits(a, stages, microbatches);
-      return table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)];
-    };
-    options.compute_time = lookup;
-    options.transfer_time = lookup;
-    return options;
-  }
-  options.compute_time = [c, stages, microbatches, tiny](const Action& a) {
-    detail::check_fits(a, stages, microbatches);
-    const double t = compute_time(c, a, microbatches);
-    return t > tiny ? t : tiny;
-  };
-  options.transfer_time = [c, stages, microbatches](const Action& send) {
-    detail::check_fits(send, stages, microbatches);
-    return transfer_time(c, send, microbatches);
-  };
-  return options;
-}
-
-// The memory model of this cost model for validate() (per-stage sizes without the
-// per-micro-batch scale; simulate() reports bytes with it).
-[[nodiscard]] inline MemoryModel memory_model_for(const CostModel& c, std::int32_t stages) {
-  MemoryModel m;
-  m.weight_fraction = c.weight_memory_fraction;
-  if (c.per_microbatch.empty() && (c.stages.size() == 1 || c.stages.size() == static_cast<std::size_t>(stages))) {
-    m.activation_bytes.resize(static_cast<std::size_t>(stages));
-    for (std::size_t s = 0; s < m.activation_bytes.size(); ++s) {
-      m.activation_bytes[s] = (c.stages.size() == 1 ? c.stages.front() : c.stages[s]).activation_bytes;
-    }
-  }
-  return m;
 }
 
 }  // namespace ppsched

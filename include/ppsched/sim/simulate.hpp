@@ -4,7 +4,8 @@
 // activation memory. It is the validator's abstract execution with real durations: the
 // same engine, so what is predicted is what was proven.
 //
-// A compute-only schedule is lowered first, with this cost model's compute times (so the
+// A LoweredSchedule (what lower() returns) is run as it is, its checks proven by lowering; a
+// plain Schedule is checked in full. A compute-only schedule is lowered first, with this cost model's compute times (so the
 // communication order is the one these costs call for); `SimOptions::ideal_communication`
 // instead ignores streams and rendezvous and delays each cross-rank dependency by its
 // transfer time — the idealised, dependency-only baseline that lowering is measured against.
@@ -13,10 +14,12 @@
 //   makespan      latest end minus earliest start (the step starts at 0)
 //   span          a rank's first compute start to its last compute end
 //   busy          a rank's compute time (F, B, BI, BW)
-//   comm_wait     time a rank's compute stream sits idle after the input of its next compute
+//   input_wait    time a rank's compute stream sits idle after the input of its next compute
 //                 was produced on another rank and before that compute could start:
-//                 latency, bandwidth and head-of-line waiting, not pipeline fill
-//   idle          makespan - busy (comm_wait included); idle_in_span = span - busy
+//                 latency, bandwidth and head-of-line waiting, not pipeline fill. (Not
+//                 trace/stats.hpp's comm_wait, which is communication not hidden under
+//                 compute, read from any timeline.)
+//   idle          makespan - busy (input_wait included); idle_in_span = span - busy
 //   bubble_fraction   total idle / (ranks x makespan)
 //   ideal_time        busy time of the busiest rank (the step with no bubble at all)
 //   bubble_vs_ideal   (makespan - ideal_time) / ideal_time
@@ -33,13 +36,19 @@
 #include <string>
 #include <vector>
 
+#include "ppsched/engine/abstract_execution.hpp"
+#include "ppsched/engine/flat_schedule.hpp"
+#include "ppsched/engine/problems.hpp"
+#include "ppsched/engine/static_checks.hpp"
+#include "ppsched/engine/workspace.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/action.hpp"
-#include "ppsched/schedule/lower.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/schedule/validate.hpp"
 #include "ppsched/sim/cost_model.hpp"
 #include "ppsched/trace/timeline.hpp"
+#include "ppsched/validate/memory.hpp"
+#include "ppsched/validate/report.hpp"
 
 namespace ppsched {
 
@@ -58,7 +67,7 @@ struct SimRankStats {
   double last_end = 0.0;     // last compute end
   double span = 0.0;         // last_end - first_start
   double busy = 0.0;
-  double comm_wait = 0.0;
+  double input_wait = 0.0;    // compute idle while a remote input is on its way (see above)
   double idle = 0.0;          // makespan - busy
   double idle_in_span = 0.0;  // span - busy
 };
@@ -70,7 +79,7 @@ struct SimResult {
   double bubble_fraction = 0.0;
   double ideal_time = 0.0;
   double bubble_vs_ideal = 0.0;
-  std::vector<RankMemory> memory;                  // per rank, M_B units and bytes
+  std::vector<RankMemory> memory;                  // per rank: stored stage activations and bytes (validate/report.hpp)
   std::vector<std::int32_t> stage_peak_in_flight;  // per stage
   bool lowered_internally = false;                 // the input was compute-only and was lowered
 };
@@ -84,34 +93,19 @@ namespace detail {
   fail({"simulate: schedule '" + s.name + "'", "is not valid:" + list, "", "validate() lists every problem with its fix"});
 }
 
-}  // namespace detail
-
-// Simulates `schedule` (compute-only or lowered) under `cost`. Throws ppsched::error for an
-// invalid schedule (its problems listed), a cost model that does not fit it, or a
-// deadlock (each stuck action named with what it waits for).
-[[nodiscard]] inline SimResult simulate(const Schedule& schedule, const CostModel& cost, const SimOptions& options = {}) {
+// The run of `input` (lowered, or compute-only for an ideal_communication run), whose static
+// checks `proven` says lowering proved; `schedule` is what the caller passed (for messages).
+inline SimResult simulate_lowered(const Schedule& schedule, const Schedule& input, bool proven, bool lowered_internally,
+                                  const CostModel& cost, const SimOptions& options, Workspace& ws) {
   SimResult result;
-  const Schedule* input = &schedule;
-  Schedule lowered;
-  if (!options.ideal_communication && !is_lowered(schedule)) {
-    if (schedule.placement.empty() || schedule.microbatches < 1) {
-      // let the checks below name the problem
-    } else {
-      lowered = lower(schedule, lower_options_for(cost, schedule.stages(), schedule.microbatches));
-      input = &lowered;
-      result.lowered_internally = true;
-    }
-  }
-
-  detail::FlatSchedule flat;
+  result.lowered_internally = lowered_internally;
+  FlatSchedule& flat = ws.flat();
   ValidationReport report;
   report.schedule_name = schedule.name;
   {
-    detail::ProblemSink sink(report, 20);
-    // The schedule lower() just wrote (here, or by the caller) is proven by its construction.
-    const bool proven = !options.ideal_communication && detail::is_remembered_lowering(*input);
-    detail::static_checks(*input, flat, sink, options.ideal_communication, proven);
-    if (sink.any()) detail::fail_simulation(schedule, report);
+    ProblemSink sink(report.problems, report.unlisted_problems, 20);
+    static_checks(input, flat, sink, options.ideal_communication, proven && !options.ideal_communication);
+    if (sink.any()) fail_simulation(schedule, report);
   }
   const std::int32_t M = flat.microbatches;
   check_cost_model(cost, flat.stages, M);
@@ -152,7 +146,7 @@ namespace detail {
 
   const StreamMode mode = options.comm_on_compute_stream ? StreamMode::comm_on_compute_stream
                                                          : StreamMode::separate_comm_stream;
-  detail::AbstractExecution run(flat, mode, duration, flat.lowered ? nullptr : &input_delay, cost.fb_overlap);
+  AbstractExecution run(flat, mode, duration, flat.lowered ? nullptr : &input_delay, cost.fb_overlap, &ws.execution());
   if (!run.run()) {
     fail({"simulate: schedule '" + schedule.name + "'",
           detail::concat("deadlocks under rendezvous with ", stream_mode_name(mode), ": ", run.describe_stuck()), "",
@@ -198,7 +192,7 @@ namespace detail {
           if (x != detail::no_action) ready = std::max(ready, run.end(static_cast<std::size_t>(x)));
         }
         if (ready >= 0.0 && run.start(ii) > std::max(previous_end, ready)) {
-          st.comm_wait += run.start(ii) - std::max(previous_end, ready);
+          st.input_wait += run.start(ii) - std::max(previous_end, ready);
         }
         const double own_a = duration(a), own_b = duration(b);
         const double share = own_a + own_b > 0.0 ? own_a / (own_a + own_b) : 0.5;
@@ -210,7 +204,7 @@ namespace detail {
       const std::int32_t producer = remote_producer(a, static_cast<std::int32_t>(r));
       if (producer != detail::no_action) {
         const double ready = std::max(previous_end, run.end(static_cast<std::size_t>(producer)));
-        if (run.start(ii) > ready) st.comm_wait += run.start(ii) - ready;
+        if (run.start(ii) > ready) st.input_wait += run.start(ii) - ready;
       }
       previous_end = run.end(ii);
     }
@@ -252,6 +246,43 @@ namespace detail {
     }
   }
   return result;
+}
+
+}  // namespace detail
+
+// Simulates `schedule` (compute-only or lowered) under `cost`. Throws ppsched::error for an
+// invalid schedule (its problems listed), a cost model that does not fit it, or a
+// deadlock (each stuck action named with what it waits for). `ws` (optional) lends its
+// arrays (engine/workspace.hpp); without it they are freed on return.
+[[nodiscard]] inline SimResult simulate(const Schedule& schedule, const CostModel& cost, const SimOptions& options,
+                                        Workspace& ws) {
+  if (!options.ideal_communication && !is_lowered(schedule) && !schedule.placement.empty() &&
+      schedule.microbatches >= 1) {  // (otherwise the checks name the problem)
+    const LoweredSchedule lowered =
+        lower(schedule, lower_options_for(cost, schedule.stages(), schedule.microbatches), ws);
+    return detail::simulate_lowered(schedule, lowered.schedule(), lowered.proven(), true, cost, options, ws);
+  }
+  return detail::simulate_lowered(schedule, schedule, false, false, cost, options, ws);
+}
+[[nodiscard]] inline SimResult simulate(const Schedule& schedule, const CostModel& cost, const SimOptions& options = {}) {
+  Workspace ws;
+  return simulate(schedule, cost, options, ws);
+}
+
+// The same for a schedule lower() wrote: its checks are proven by its construction. The result
+// is the one simulate() gives the same schedule as a plain Schedule, `lowered_internally`
+// included (a schedule without communication, from a single rank, would be lowered again).
+[[nodiscard]] inline SimResult simulate(const LoweredSchedule& lowered, const CostModel& cost,
+                                        const SimOptions& options, Workspace& ws) {
+  const Schedule& s = lowered.schedule();
+  const bool relowered = !options.ideal_communication && !lowered.communicates() && !s.placement.empty() &&
+                         s.microbatches >= 1;
+  return detail::simulate_lowered(s, s, lowered.proven(), relowered, cost, options, ws);
+}
+[[nodiscard]] inline SimResult simulate(const LoweredSchedule& lowered, const CostModel& cost,
+                                        const SimOptions& options = {}) {
+  Workspace ws;
+  return simulate(lowered, cost, options, ws);
 }
 
 }  // namespace ppsched

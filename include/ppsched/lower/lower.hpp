@@ -23,9 +23,10 @@
 // same order), so the lowered schedule cannot deadlock under rendezvous — with the comm on
 // its own stream or on the compute stream — whatever the real durations; and with the
 // lowering's own compute times and free communication it runs exactly as fast as the
-// dependency-only run: lowering adds no bubble. validate() of the schedule lower() has just
-// returned (on the same thread, unchanged) takes this proof rather than checking it again
-// (validate.hpp, detail::LoweringProof); tests/test_validate.cpp checks the two agree.
+// dependency-only run: lowering adds no bubble. lower() returns a LoweredSchedule, which carries
+// this proof as its type: validate() and simulate() of it take the proof rather than checking
+// it again, while a plain Schedule is always checked in full (tests/test_validate.cpp checks
+// that the two agree).
 #pragma once
 
 #include <algorithm>
@@ -36,10 +37,15 @@
 #include <utility>
 #include <vector>
 
+#include "ppsched/engine/abstract_execution.hpp"
+#include "ppsched/engine/flat_schedule.hpp"
+#include "ppsched/engine/problems.hpp"
+#include "ppsched/engine/static_checks.hpp"
+#include "ppsched/engine/workspace.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/schedule/validate.hpp"
+#include "ppsched/sim/cost_model.hpp"
 
 namespace ppsched {
 
@@ -78,16 +84,63 @@ struct LowerOptions {
 }
 
 namespace detail {
+struct LoweringAccess;
+}  // namespace detail
+
+// What lower() returns: the lowered schedule, immutable, with what lowering proved of it.
+// It converts to `const Schedule&`, so everything that takes a Schedule takes it; validate()
+// and simulate() of a LoweredSchedule skip the checks its construction proves. A copy taken
+// out (`Schedule s = lower(...)`, or std::move(l).release()) is a plain Schedule again,
+// checked in full wherever it goes.
+class LoweredSchedule {
+ public:
+  [[nodiscard]] const Schedule& schedule() const noexcept { return schedule_; }
+  operator const Schedule&() const noexcept { return schedule_; }  // NOLINT: a LoweredSchedule is a Schedule
+  // Hands the schedule over without copying; the proof does not go with it. (Not a second
+  // implicit conversion: `schedule = lower(...)` would be ambiguous between the two.)
+  [[nodiscard]] Schedule release() && noexcept { return std::move(schedule_); }
+
+  // lower() wrote the communication: every static check of validate() holds and no timing
+  // can deadlock, with communication on its own stream or on the compute stream. False when
+  // lower() returned a schedule that already had communication (validate() checks that one).
+  [[nodiscard]] bool proven() const noexcept { return proven_; }
+  // The schedule has communication (false when every stage is on one rank).
+  [[nodiscard]] bool communicates() const noexcept { return communicates_; }
+  [[nodiscard]] bool has_backward() const noexcept { return has_backward_; }
+  [[nodiscard]] bool has_pairs() const noexcept { return has_pairs_; }
+
+  friend bool operator==(const LoweredSchedule& a, const LoweredSchedule& b) { return a.schedule_ == b.schedule_; }
+  friend bool operator==(const LoweredSchedule& a, const Schedule& b) { return a.schedule_ == b; }
+
+ private:
+  friend struct detail::LoweringAccess;
+  LoweredSchedule(Schedule s, bool proven, bool communicates, bool has_backward, bool has_pairs) noexcept
+      : schedule_(std::move(s)),
+        proven_(proven),
+        communicates_(communicates),
+        has_backward_(has_backward),
+        has_pairs_(has_pairs) {}
+
+  Schedule schedule_;
+  bool proven_ = false;
+  bool communicates_ = false;
+  bool has_backward_ = false;
+  bool has_pairs_ = false;
+};
+
+namespace detail {
+
+struct LoweringAccess {
+  [[nodiscard]] static LoweredSchedule proven(Schedule s, bool communicates, bool has_backward, bool has_pairs) {
+    return LoweredSchedule(std::move(s), true, communicates, has_backward, has_pairs);
+  }
+  // A schedule that already had communication: lower() leaves it as it is, unproven.
+  [[nodiscard]] static LoweredSchedule unproven(Schedule s) {
+    return LoweredSchedule(std::move(s), false, true, false, false);
+  }
+};
 
 [[nodiscard]] inline double default_lower_time(const Action& a) noexcept { return a.op == Op::B ? 2.0 : 1.0; }
-
-// One side of a transfer: the key, and the compute action that produces the data, whose
-// index is also the transfer's identity (the same on both sides) for breaking ties.
-struct CommEntry {
-  double key;
-  std::int32_t producer;
-  std::int32_t receive;  // 0: the send, 1: the receive
-};
 
 [[nodiscard]] inline bool comm_before(const CommEntry& x, const CommEntry& y) noexcept {
   return x.key < y.key || (x.key == y.key && x.producer < y.producer);
@@ -114,19 +167,23 @@ struct CommEntry {
 // has communication is returned unchanged: lowering is idempotent and never rewrites
 // communication a user wrote (validate() checks it). Throws ppsched::error when the
 // compute-only schedule is invalid or cannot run (naming the problems), or when a compute
-// time of the options is not positive and finite.
-[[nodiscard]] inline Schedule lower(const Schedule& schedule, const LowerOptions& options = {}) {
-  if (is_lowered(schedule)) return schedule;
+// time of the options is not positive and finite. `ws` (optional) lends its arrays
+// (engine/workspace.hpp); without it they are freed on return.
+[[nodiscard]] inline LoweredSchedule lower(const Schedule& schedule, const LowerOptions& options, Workspace& ws) {
+  if (is_lowered(schedule)) return detail::LoweringAccess::unproven(schedule);
 
-  detail::FlatSchedule flat;
-  ValidationReport report;
-  detail::ProblemSink sink(report, 20);
-  detail::static_checks(schedule, flat, sink);
-  if (sink.any()) {
-    std::string list;
-    for (const Problem& p : report.problems) list += "\n  - " + p.message;
-    if (report.unlisted_problems != 0) list += detail::concat("\n  - ... and ", report.unlisted_problems, " more");
-    detail::fail_lowering(schedule, list);
+  detail::FlatSchedule& flat = ws.flat();
+  {
+    std::vector<Problem> problems;
+    std::size_t unlisted = 0;
+    detail::ProblemSink sink(problems, unlisted, 20);
+    detail::static_checks(schedule, flat, sink);
+    if (sink.any()) {
+      std::string list;
+      for (const Problem& p : problems) list += "\n  - " + p.message;
+      if (unlisted != 0) list += detail::concat("\n  - ... and ", unlisted, " more");
+      detail::fail_lowering(schedule, list);
+    }
   }
 
   if (!(options.fb_overlap >= 0.0 && options.fb_overlap <= 1.0)) {
@@ -164,7 +221,7 @@ struct CommEntry {
     }
   }
   detail::AbstractExecution ideal(flat, StreamMode::separate_comm_stream, duration, delay.empty() ? nullptr : &delay,
-                                  options.fb_overlap);
+                                  options.fb_overlap, &ws.execution());
   if (!ideal.run()) detail::fail_lowering(schedule, "\n  - deadlock: " + ideal.describe_stuck());
 
   const std::int32_t S = flat.stages;
@@ -182,7 +239,8 @@ struct CommEntry {
   // order and so sorted by key, then its receives, which arrive source rank by source rank,
   // each source's sorted by key: a few sorted runs per rank, merged when the program is built.
   std::vector<std::size_t> sends_of(ranks, 0), region(ranks + 1, 0);
-  detail::pooled_vector<std::int32_t, detail::uninitialised_allocator<std::int32_t>> receivers;
+  detail::LoweringBuffers& buffers = ws.lowering();
+  detail::scratch_vector<std::int32_t>& receivers = buffers.receivers;
   receivers.resize(n);
   for (std::size_t i = 0; i < n; ++i) {
     const std::int32_t to = receiver_of(static_cast<std::int32_t>(i));
@@ -192,7 +250,7 @@ struct CommEntry {
     ++region[static_cast<std::size_t>(to) + 1];
   }
   for (std::size_t r = 0; r < ranks; ++r) region[r + 1] += region[r] + sends_of[r];
-  detail::pooled_vector<detail::CommEntry, detail::uninitialised_allocator<detail::CommEntry>> comm;
+  detail::scratch_vector<detail::CommEntry>& comm = buffers.comm;
   comm.resize(region[ranks]);  // every entry is written below
   std::vector<std::size_t> send_fill(region.begin(), region.end() - 1), recv_fill(ranks);
   for (std::size_t r = 0; r < ranks; ++r) recv_fill[r] = region[r] + sends_of[r];
@@ -231,9 +289,8 @@ struct CommEntry {
   out.programs.resize(ranks);
   // Each rank's runs merged into one (key, id) order; (key, id) is unique on a rank (an id
   // is one transfer, whose two sides are on two ranks), so the order is total.
-  detail::pooled_vector<detail::CommEntry, detail::uninitialised_allocator<detail::CommEntry>> merged, scratch;
-  // What lowering proves of `out`, validate() need not prove again (validate.hpp).
-  const bool remembering = detail::begin_remembering(out, n + comm.size(), !comm.empty(), flat.has_backward, flat.has_pairs);
+  detail::scratch_vector<detail::CommEntry>& merged = buffers.merged;
+  detail::scratch_vector<detail::CommEntry>& scratch = buffers.scratch;
   for (std::size_t r = 0; r < ranks; ++r) {
     const std::vector<std::size_t>& starts = runs[r];
     merged.assign(comm.begin() + static_cast<std::ptrdiff_t>(region[r]),
@@ -276,10 +333,67 @@ struct CommEntry {
       *emitted++ = compute[k];
     }
     while (c < comm_count) emit_comm();
-    if (remembering) detail::remember_program(prog);
   }
-  if (remembering) detail::finish_remembering();
-  return out;
+  // What lowering proves of `out`, validate() and simulate() need not prove again.
+  return detail::LoweringAccess::proven(std::move(out), !comm.empty(), flat.has_backward, flat.has_pairs);
+}
+
+[[nodiscard]] inline LoweredSchedule lower(const Schedule& schedule, const LowerOptions& options = {}) {
+  Workspace ws;
+  return lower(schedule, options, ws);
+}
+
+// Lowering options whose idealised run uses this model's compute and transfer times, so
+// the lowered communication order is the one this model's run needs. Lowering orders by a timeline
+// with positive times; an action the model makes free is ordered as if it took a millionth
+// of the model's largest time (its place among actions that take time is unchanged), and so is
+// one that takes less: a time that small would vanish when added to the timeline's clock.
+[[nodiscard]] inline LowerOptions lower_options_for(const CostModel& c, std::int32_t stages, std::int32_t microbatches) {
+  check_cost_model(c, stages, microbatches);
+  double largest = 0.0;
+  for (const StageCost& s : c.per_microbatch.empty() ? c.stages : c.per_microbatch) {
+    largest = std::max({largest, s.forward, s.backward.value_or(s.backward_input + s.backward_weight)});
+  }
+  double scale = 1.0;
+  for (const double k : c.microbatch_scale) scale = std::max(scale, k);
+  const double tiny = largest > 0.0 ? largest * scale * 1e-6 : 1.0;
+  LowerOptions options;
+  options.fb_overlap = c.fb_overlap;
+  if (c.per_microbatch.empty() && c.microbatch_scale.empty()) {
+    // Times depend on (op, stage) only: look them up (lowering asks once per action).
+    std::vector<double> table(static_cast<std::size_t>(stages) * op_count, 0.0);
+    for (std::int32_t st = 0; st < stages; ++st) {
+      for (const Op op : {Op::F, Op::B, Op::BI, Op::BW}) {
+        const double t = compute_time(c, Action{op, st, 0, 0}, microbatches);
+        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(op)] = t > tiny ? t : tiny;
+      }
+      if (st + 1 < stages) {
+        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(Op::SEND_F)] =
+            transfer_time(c, Action{Op::SEND_F, st, 0, 0}, microbatches);
+      }
+      if (st > 0) {
+        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(Op::SEND_B)] =
+            transfer_time(c, Action{Op::SEND_B, st, 0, 0}, microbatches);
+      }
+    }
+    auto lookup = [table = std::move(table), stages, microbatches](const Action& a) {
+      detail::check_fits(a, stages, microbatches);
+      return table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)];
+    };
+    options.compute_time = lookup;
+    options.transfer_time = lookup;
+    return options;
+  }
+  options.compute_time = [c, stages, microbatches, tiny](const Action& a) {
+    detail::check_fits(a, stages, microbatches);
+    const double t = compute_time(c, a, microbatches);
+    return t > tiny ? t : tiny;
+  };
+  options.transfer_time = [c, stages, microbatches](const Action& send) {
+    detail::check_fits(send, stages, microbatches);
+    return transfer_time(c, send, microbatches);
+  };
+  return options;
 }
 
 }  // namespace ppsched

@@ -1,0 +1,136 @@
+// The flat index every pass over a schedule works on: the programs as one array of actions
+// (rank by rank, program order) with an identity table (op, stage, micro-batch) -> index, and
+// each action's links to the actions it waits for. static_checks.hpp builds it; the abstract
+// execution (abstract_execution.hpp), the memory walk (validate/memory.hpp), lower and the
+// simulator read it. Its large arrays are scratch: a caller that keeps a Workspace
+// (workspace.hpp) keeps them mapped from one call to the next.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "ppsched/schedule/action.hpp"
+
+namespace ppsched::detail {
+
+inline constexpr std::int32_t no_action = -1;
+
+// Makes vector::resize leave trivial elements uninitialised: arrays that are written in
+// full before they are read need no clearing pass.
+template <class T>
+struct uninitialised_allocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = uninitialised_allocator<U>;
+  };
+  uninitialised_allocator() = default;
+  template <class U>
+  uninitialised_allocator(const uninitialised_allocator<U>&) noexcept {}  // NOLINT: rebinding copy
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+// Arrays written in full before they are read.
+template <class T>
+using scratch_vector = std::vector<T, uninitialised_allocator<T>>;
+
+// An action's links to others, by index (no_action when none). `same_stage` is its
+// predecessor on its own stage (F for B/BI, BI for BW, the producer for a send); `input` the
+// neighbouring stage's contribution (F(s-1) or RECV_F for F, B/BI(s+1) or RECV_B for B/BI);
+// `peer` the matching send or receive.
+struct Links {
+  std::int32_t same_stage = -1;
+  std::int32_t input = -1;
+  std::int32_t peer = -1;
+};
+
+// A schedule flattened into one array of actions (rank by rank, program order), with an
+// identity table (op, stage, micro-batch) -> index. Everything downstream works on integers.
+struct FlatSchedule {
+  std::int32_t ranks = 0;
+  std::int32_t stages = 0;
+  std::int32_t microbatches = 0;
+  bool lowered = false;       // has communication actions
+  bool has_backward = false;  // any B / BI / BW (false: forward-only)
+  bool has_pairs = false;     // any compute action with a group (an overlapped pair)
+  std::size_t compute_count = 0;
+  std::vector<std::int32_t> placement;
+  std::vector<const Action*> rank_actions;  // each rank's program (the schedule's own storage)
+  std::vector<std::vector<Action>> kept;    // programs without communication, when it is skipped
+  scratch_vector<std::int32_t> owner;  // rank of each action
+  std::vector<std::int32_t> rank_begin;  // ranks + 1 offsets into actions
+  scratch_vector<std::int32_t> slots;  // identity table, no_action when absent
+
+  // The eight actions of one (stage, micro-batch) share a cache line: lookups come in
+  // (stage, micro-batch) neighbourhoods.
+  [[nodiscard]] std::size_t slot_index(Op op, std::int32_t stage, std::int32_t mb) const noexcept {
+    return ((static_cast<std::size_t>(stage) * static_cast<std::size_t>(microbatches) + static_cast<std::size_t>(mb))
+            << 3) +
+           static_cast<std::size_t>(op);
+  }
+  [[nodiscard]] std::int32_t find(Op op, std::int32_t stage, std::int32_t mb) const noexcept {
+    return slots[slot_index(op, stage, mb)];
+  }
+  // The action that computes the input gradient of (stage, mb): its B, or else its BI.
+  [[nodiscard]] std::int32_t backward_input(std::int32_t stage, std::int32_t mb) const noexcept {
+    const std::int32_t b = find(Op::B, stage, mb);
+    return b != no_action ? b : find(Op::BI, stage, mb);
+  }
+  [[nodiscard]] std::int32_t rank_of(std::int32_t stage) const noexcept {
+    return placement[static_cast<std::size_t>(stage)];
+  }
+  [[nodiscard]] std::int32_t position(std::int32_t index) const noexcept {
+    return index - rank_begin[static_cast<std::size_t>(owner[static_cast<std::size_t>(index)])];
+  }
+  [[nodiscard]] const Action& at(std::int32_t index) const noexcept {
+    const auto r = static_cast<std::size_t>(owner[static_cast<std::size_t>(index)]);
+    return rank_actions[r][index - rank_begin[r]];
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return owner.size(); }
+
+  // The links of action i. Meaningful once the static checks passed.
+  [[nodiscard]] Links links(std::int32_t i) const noexcept { return links(at(i)); }
+#if defined(__GNUC__)
+  [[gnu::always_inline]]  // on every action of every stream build: let each caller keep what it needs
+#endif
+  [[nodiscard]] Links links(const Action& a) const noexcept {
+    const std::int32_t s = a.stage, mb = a.microbatch;
+    Links l;
+    switch (a.op) {
+      case Op::F:
+        if (s > 0) l.input = (lowered && rank_of(s - 1) != rank_of(s)) ? find(Op::RECV_F, s, mb) : find(Op::F, s - 1, mb);
+        break;
+      case Op::B:
+      case Op::BI:
+        l.same_stage = find(Op::F, s, mb);
+        if (s + 1 < stages) {
+          l.input = (lowered && rank_of(s + 1) != rank_of(s)) ? find(Op::RECV_B, s, mb) : backward_input(s + 1, mb);
+        }
+        break;
+      case Op::BW: l.same_stage = find(Op::BI, s, mb); break;
+      case Op::SEND_F:
+        l.same_stage = find(Op::F, s, mb);
+        l.peer = find(Op::RECV_F, s + 1, mb);
+        break;
+      case Op::SEND_B:
+        l.same_stage = backward_input(s, mb);
+        l.peer = find(Op::RECV_B, s - 1, mb);
+        break;
+      case Op::RECV_F: l.peer = find(Op::SEND_F, s - 1, mb); break;
+      case Op::RECV_B: l.peer = find(Op::SEND_B, s + 1, mb); break;
+    }
+    return l;
+  }
+};
+
+}  // namespace ppsched::detail

@@ -1,0 +1,126 @@
+// Peak activation memory per rank, measured from the programs' order alone, and the
+// memory model a cost model implies.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "ppsched/engine/flat_schedule.hpp"
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/validate/report.hpp"
+
+namespace ppsched {
+namespace detail {
+
+// Peak activation memory per rank. Memory on a rank changes only at its compute actions,
+// which run in program order on one stream, so the peak is a property of the order alone.
+// An overlapped pair holds its forward's new activation while its backward still holds the
+// one it frees, so the pair's forward counts first whatever the order of the two.
+// A forward-only schedule stores nothing for a backward.
+// `bytes_of(stage, mb)` is the size of one stored activation.
+// (Pairs: the schedule has overlapped pairs; a separate instance keeps the common walk lean.)
+template <bool Pairs, class BytesOf>
+void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& bytes_of, ValidationReport& report) {
+  std::vector<std::int32_t> stage_now(static_cast<std::size_t>(flat.stages), 0);
+  for (std::int32_t r = 0; r < flat.ranks; ++r) {
+    double units = 0.0, peak_units = 0.0, b = 0.0, peak_b = 0.0;
+    std::int32_t in_flight = 0, peak_in_flight = 0;
+    const Action* const prog = flat.rank_actions[static_cast<std::size_t>(r)];
+    const std::int32_t count = flat.rank_begin[static_cast<std::size_t>(r) + 1] - flat.rank_begin[static_cast<std::size_t>(r)];
+    for (std::int32_t k = 0; k < count; ++k) {
+      std::int32_t at = k;
+      if constexpr (Pairs) {
+        if (prog[k].group != 0 && is_compute(prog[k].op)) {
+          // In a pair written backward first, visit its forward first (and the backward next).
+          const bool first_of_pair = k + 1 < count && prog[k + 1].group == prog[k].group && is_compute(prog[k + 1].op);
+          const bool second_of_pair = k > 0 && prog[k - 1].group == prog[k].group && is_compute(prog[k - 1].op);
+          if (first_of_pair && prog[k].op != Op::F && prog[k + 1].op == Op::F) at = k + 1;
+          if (second_of_pair && prog[k].op == Op::F && prog[k - 1].op != Op::F) at = k - 1;
+        }
+      }
+      const Action& a = prog[at];
+      if (is_comm(a.op) || a.stage < 0 || a.stage >= flat.stages) continue;
+      const auto st = static_cast<std::size_t>(a.stage);
+      if (a.microbatch < 0 || a.microbatch >= flat.microbatches) continue;
+      const double size = bytes_of(a.stage, a.microbatch);
+      switch (a.op) {
+        case Op::F:
+          units += 1.0;
+          b += size;
+          ++in_flight;
+          report.stage_peak_in_flight[st] = std::max(report.stage_peak_in_flight[st], ++stage_now[st]);
+          break;
+        case Op::B:
+          units -= 1.0;
+          b -= size;
+          --in_flight;
+          --stage_now[st];
+          break;
+        case Op::BI:
+          units -= 1.0 - w;
+          b -= (1.0 - w) * size;
+          --in_flight;
+          --stage_now[st];
+          break;
+        case Op::BW:
+          units -= w;
+          b -= w * size;
+          break;
+        default: break;
+      }
+      peak_units = std::max(peak_units, units);
+      peak_b = std::max(peak_b, b);
+      peak_in_flight = std::max(peak_in_flight, in_flight);
+    }
+    report.memory[static_cast<std::size_t>(r)] = RankMemory{peak_units, peak_b, peak_in_flight};
+  }
+}
+
+template <class BytesOf>
+void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of, ValidationReport& report) {
+  report.memory.assign(static_cast<std::size_t>(flat.ranks), RankMemory{});
+  report.stage_peak_in_flight.assign(static_cast<std::size_t>(flat.stages), 0);
+  if (!flat.has_backward) return;
+  if (flat.has_pairs) {
+    measure_memory_walk<true>(flat, w, bytes_of, report);
+  } else {
+    measure_memory_walk<false>(flat, w, bytes_of, report);
+  }
+}
+
+inline void check_memory_options(const ValidateOptions& options, std::int32_t stages) {
+  if (!options.memory.activation_bytes.empty() &&
+      options.memory.activation_bytes.size() != static_cast<std::size_t>(stages)) {
+    fail({"validate options", concat("MemoryModel::activation_bytes has ", options.memory.activation_bytes.size(),
+                                     " entries for a schedule of ", stages, " stages"),
+          "", "give one size per stage, or none"});
+  }
+}
+
+[[nodiscard]] inline auto stage_sizes(const ValidateOptions& options) {
+  return [&sizes = options.memory.activation_bytes](std::int32_t stage, std::int32_t) {
+    return sizes.empty() ? 0.0 : sizes[static_cast<std::size_t>(stage)];
+  };
+}
+
+}  // namespace detail
+
+// The memory model of this cost model for validate() (per-stage sizes without the
+// per-micro-batch scale; simulate() reports bytes with it).
+[[nodiscard]] inline MemoryModel memory_model_for(const CostModel& c, std::int32_t stages) {
+  MemoryModel m;
+  m.weight_fraction = c.weight_memory_fraction;
+  if (c.per_microbatch.empty() && (c.stages.size() == 1 || c.stages.size() == static_cast<std::size_t>(stages))) {
+    m.activation_bytes.resize(static_cast<std::size_t>(stages));
+    for (std::size_t s = 0; s < m.activation_bytes.size(); ++s) {
+      m.activation_bytes[s] = (c.stages.size() == 1 ? c.stages.front() : c.stages[s]).activation_bytes;
+    }
+  }
+  return m;
+}
+
+}  // namespace ppsched

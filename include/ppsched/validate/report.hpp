@@ -1,0 +1,93 @@
+// What a validation reports, and the options it takes.
+//
+// Memory has one unit in ppsched (validate, simulate, search, plan, controllable_memory):
+// M_B, one micro-batch's stored activations of a rank's whole share of the model (the
+// zero-bubble papers' unit). With one stage per rank that is one stage's activation; a rank that
+// holds v stages stores 1/v M_B per stage per micro-batch. What BI leaves for BW is
+// `weight_fraction` (M_W / M_B) of the activation it belongs to. M_B is a count, not bytes;
+// bytes are reported beside it where the size of each stage's activation is known.
+//
+// RankMemory::peak_activations counts stored stage activations (each 1), which is M_B only
+// with one stage per rank; search/memory.hpp's peak_memory, and validate() given
+// microbatch_memory_options (peak_bytes), weigh each stage 1/v and so report M_B for any
+// placement.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ppsched/engine/problems.hpp"
+
+namespace ppsched {
+
+// How activation memory is counted: stored stage activations (above), and bytes when
+// `activation_bytes[stage]` gives the size of one stored activation of that stage (empty:
+// bytes are not reported, i.e. 0).
+struct MemoryModel {
+  double weight_fraction = 0.5;
+  std::vector<double> activation_bytes;
+};
+
+struct ValidateOptions {
+  MemoryModel memory{};
+  // Runs the abstract execution (deadlock proof) when the static checks pass.
+  bool check_deadlock = true;
+  // Hopeless inputs (a program of the wrong schedule) can have a problem per action; the
+  // report lists this many and counts the rest in `unlisted_problems`.
+  std::size_t max_problems = 1000;
+};
+
+struct RankMemory {
+  double peak_activations = 0.0;  // stored stage activations (BI..BW counts the weight fraction); M_B at one stage per rank
+  double peak_bytes = 0.0;        // with MemoryModel::activation_bytes; 0 without
+  std::int32_t peak_in_flight = 0;  // micro-batches whose F is done and B/BI is not
+};
+
+struct ValidationReport {
+  std::string schedule_name;
+  bool lowered = false;           // the schedule contains communication
+  bool deadlock_checked = false;  // the abstract execution ran (static checks passed)
+  std::vector<Problem> problems;
+  std::size_t unlisted_problems = 0;
+  std::vector<RankMemory> memory;                // per rank
+  std::vector<std::int32_t> stage_peak_in_flight;  // per stage
+
+  [[nodiscard]] bool ok() const noexcept { return problems.empty() && unlisted_problems == 0; }
+  [[nodiscard]] bool has(ProblemKind k) const noexcept {
+    return std::any_of(problems.begin(), problems.end(), [k](const Problem& p) { return p.kind == k; });
+  }
+};
+
+inline std::ostream& operator<<(std::ostream& out, const ValidationReport& r) {
+  out << "schedule '" << r.schedule_name << "': ";
+  if (r.ok()) {
+    out << "valid";
+    if (r.deadlock_checked) {
+      out << (r.lowered ? ", deadlock-free under rendezvous with communication on its own stream and on the compute stream"
+                        : ", its compute order can run");
+    }
+  } else {
+    out << (r.problems.size() + r.unlisted_problems) << " problem(s)";
+  }
+  if (!r.memory.empty()) {
+    out << "\n  peak activations per rank (M_B):";
+    for (const RankMemory& m : r.memory) out << ' ' << m.peak_activations;
+  }
+  for (const Problem& p : r.problems) out << "\n  - " << p.message;
+  if (r.unlisted_problems != 0) out << "\n  - ... and " << r.unlisted_problems << " more";
+  if (!r.ok() && !r.deadlock_checked) out << "\n  (deadlock freedom is checked once the problems above are fixed)";
+  return out;
+}
+
+[[nodiscard]] inline std::string to_string(const ValidationReport& r) {
+  std::ostringstream out;
+  out << r;
+  return out.str();
+}
+
+}  // namespace ppsched

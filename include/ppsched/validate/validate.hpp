@@ -1,0 +1,157 @@
+// Validation of a schedule, as a proof rather than a lint. `validate` checks everything a
+// user writing (or loading) a schedule can get wrong — placement, ranges, every (stage,
+// micro-batch) computed exactly once per kind, the order of F / B / BI / BW, the
+// communication of a lowered schedule (one send and one receive per transfer, on the right
+// ranks, posted in an order NCCL can match, contiguous groups) — and then executes the
+// programs abstractly under the rendezvous rules of docs/execution-model.md. Because every
+// rule of that model is an "all of these are done" condition, the set of actions that can
+// ever complete does not depend on timing, so one abstract run decides whether the
+// schedule can deadlock on any hardware; the run with communication on the compute stream
+// decides it for a separate comm stream too (that setting only removes waits). A deadlock
+// is reported with each stuck action and what it waits for. The report also carries peak
+// activation memory per rank.
+//
+// The static checks and the abstract execution are the engine's (include/ppsched/engine/),
+// shared with `lower` and the simulator; the memory walk is memory.hpp. A `Schedule` is always
+// checked in full. A `LoweredSchedule` that lower() wrote carries lower()'s construction as its
+// proof (every static check holds, and no timing can deadlock in either stream setting: see
+// lower/lower.hpp), so validating it only measures its memory; tests/test_validate.cpp checks
+// that the two paths report alike.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <string>
+
+#include "ppsched/engine/abstract_execution.hpp"
+#include "ppsched/engine/flat_schedule.hpp"
+#include "ppsched/engine/problems.hpp"
+#include "ppsched/engine/static_checks.hpp"
+#include "ppsched/engine/workspace.hpp"
+#include "ppsched/error.hpp"
+#include "ppsched/lower/lower.hpp"
+#include "ppsched/schedule/schedule.hpp"
+#include "ppsched/validate/memory.hpp"
+#include "ppsched/validate/report.hpp"
+
+namespace ppsched {
+namespace detail {
+
+// validate() of a schedule lower() wrote (LoweredSchedule::proven): what the full checks would
+// report for it — no problems, and its memory, measured from the programs as always.
+inline ValidationReport validate_proven(const LoweredSchedule& lowered, const ValidateOptions& options,
+                                        FlatSchedule& flat) {
+  const Schedule& s = lowered.schedule();
+  ValidationReport report;
+  report.schedule_name = s.name;
+  report.lowered = lowered.communicates();
+  flat.ranks = s.ranks;
+  flat.stages = s.stages();
+  flat.microbatches = s.microbatches;
+  flat.lowered = lowered.communicates();
+  flat.has_backward = lowered.has_backward();
+  flat.has_pairs = lowered.has_pairs();
+  check_memory_options(options, flat.stages);
+  // The memory walk reads only the programs, rank by rank.
+  flat.rank_actions.resize(s.programs.size());
+  flat.rank_begin.assign(s.programs.size() + 1, 0);
+  for (std::size_t r = 0; r < s.programs.size(); ++r) {
+    flat.rank_actions[r] = s.programs[r].data();
+    flat.rank_begin[r + 1] = flat.rank_begin[r] + static_cast<std::int32_t>(s.programs[r].size());
+  }
+  measure_memory(flat, options.memory.weight_fraction, stage_sizes(options), report);
+  report.deadlock_checked = options.check_deadlock;
+  return report;
+}
+
+// Static checks, memory and (when they pass) the deadlock proof in both stream settings.
+inline ValidationReport validate_into(const Schedule& s, const ValidateOptions& options, Workspace& ws) {
+  FlatSchedule& flat = ws.flat();
+  ValidationReport report;
+  report.schedule_name = s.name;
+  ProblemSink sink(report.problems, report.unlisted_problems, options.max_problems);
+  if (!static_checks(s, flat, sink)) return report;
+  report.lowered = flat.lowered;
+  check_memory_options(options, flat.stages);
+  measure_memory(flat, options.memory.weight_fraction, stage_sizes(options), report);
+  if (sink.any() || !options.check_deadlock) return report;
+  report.deadlock_checked = true;
+  // Communication on the compute stream only adds waits to those of a separate comm stream
+  // (each action waits for everything before it on the rank, not just for its own stream),
+  // and every rule is monotone, so a run that completes with one stream per rank completes
+  // with two. One run proves both settings; on a deadlock, the separate-stream run says
+  // whether it deadlocks there too.
+  AbstractExecution single(flat, StreamMode::comm_on_compute_stream, &ws.execution());
+  if (single.run()) return report;
+  if (!flat.lowered) {
+    sink.add(ProblemKind::deadlock, concat("deadlock: the compute order is impossible: ", single.describe_stuck(),
+                                           "\n  fix: order each rank's program so that every action's inputs can be "
+                                           "computed first"));
+    return report;
+  }
+  // Its own arrays: `single` is still read when it is the one reported.
+  AbstractExecution separate(flat, StreamMode::separate_comm_stream);
+  const bool separate_ok = separate.run();
+  const AbstractExecution& stuck = separate_ok ? single : separate;
+  sink.add(ProblemKind::deadlock,
+           concat("deadlock under rendezvous with ",
+                  separate_ok ? "communication on the compute stream (with a separate comm stream it runs)"
+                              : "communication on its own stream (and on the compute stream)",
+                  ": ", stuck.describe_stuck(),
+                  "\n  fix: post each send's receive before anything that waits for that send completes, group "
+                  "sends and receives that must progress together, or lower() the compute-only schedule"));
+  return report;
+}
+
+[[noreturn]] inline void fail_validation(const Schedule& schedule, const ValidationReport& report) {
+  std::string list;
+  const std::size_t shown = std::min<std::size_t>(report.problems.size(), 20);
+  for (std::size_t i = 0; i < shown; ++i) list += "\n  - " + report.problems[i].message;
+  const std::size_t hidden = report.problems.size() - shown + report.unlisted_problems;
+  if (hidden != 0) list += concat("\n  - ... and ", hidden, " more (see validate()'s report)");
+  fail({"schedule '" + schedule.name + "'",
+        concat("is not valid: ", report.problems.size() + report.unlisted_problems, " problem(s):", list), "",
+        "fix each problem as it says; lower() writes the communication of a compute-only schedule"});
+}
+
+}  // namespace detail
+
+// Validates a schedule (compute-only or lowered) and reports every problem found, plus
+// peak activation memory per rank: every check, always. Throws only for unusable options.
+// `ws` (optional) lends its arrays (engine/workspace.hpp); without it they are freed on return.
+[[nodiscard]] inline ValidationReport validate(const Schedule& schedule, const ValidateOptions& options,
+                                               Workspace& ws) {
+  return detail::validate_into(schedule, options, ws);
+}
+[[nodiscard]] inline ValidationReport validate(const Schedule& schedule, const ValidateOptions& options = {}) {
+  Workspace ws;
+  return validate(schedule, options, ws);
+}
+
+// The same report for a schedule lower() wrote, whose construction proves the checks (only
+// its memory is measured); one lower() returned unchanged (it already had communication) is
+// checked in full.
+[[nodiscard]] inline ValidationReport validate(const LoweredSchedule& lowered, const ValidateOptions& options,
+                                               Workspace& ws) {
+  if (!lowered.proven()) return detail::validate_into(lowered.schedule(), options, ws);
+  return detail::validate_proven(lowered, options, ws.flat());
+}
+[[nodiscard]] inline ValidationReport validate(const LoweredSchedule& lowered, const ValidateOptions& options = {}) {
+  Workspace ws;
+  return validate(lowered, options, ws);
+}
+
+// Validates and throws ppsched::error listing every problem (at most 20 in the message)
+// when there is any; returns the report (with its memory figures) otherwise.
+inline ValidationReport validate_or_throw(const Schedule& schedule, const ValidateOptions& options = {}) {
+  ValidationReport report = validate(schedule, options);
+  if (!report.ok()) detail::fail_validation(schedule, report);
+  return report;
+}
+inline ValidationReport validate_or_throw(const LoweredSchedule& lowered, const ValidateOptions& options = {}) {
+  ValidationReport report = validate(lowered, options);
+  if (!report.ok()) detail::fail_validation(lowered.schedule(), report);
+  return report;
+}
+
+}  // namespace ppsched

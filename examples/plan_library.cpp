@@ -47,6 +47,7 @@ int main() {
   // The schedule search over the same model and caps: never slower than the best family.
   const SearchedPlan searched = search_plan(model, request);
   std::printf("search: %s\n", searched.plan.recommended.reason.c_str());
+  if (!searched.plan.schedules.empty()) std::printf("  %s\n", to_string(searched.plan.schedules.front()).c_str());
 
   // The bridge on its own: the simulator's costs for the model cut into zb-v's V.
   const Schedule zbv = make_schedule("zb-v", {4, 16, family_info("zb-v").chunks_for(1)});

@@ -1,8 +1,8 @@
 // The planner's entry to the schedule search (search/search.hpp): instead of comparing the
 // fixed families, ask for the fastest schedule that keeps to the caps. The search also builds
 // DualPipeV, greedy zero-bubble schedules and V building blocks on every placement, with the
-// model cut by the PlanModel for each placement it tries and priced by the same bridge
-// (cost_model_of); its winner is then evaluated exactly like a family (evaluate_schedule), so
+// model cut by the PlanModel for each placement it tries, priced by the same bridge
+// (cost_model_of) and held to a byte cap with that cut's static bytes; its winner is then evaluated exactly like a family (evaluate_schedule), so
 // it reads like compare_families' results.
 #pragma once
 
@@ -53,19 +53,17 @@ namespace detail {
   return depths;
 }
 
-// The caps in the search's terms. The search caps activation bytes; a byte cap here covers
-// parameters too, so each rank's parameters (as the one-stage-per-rank cut places them) are
-// taken off it first.
-[[nodiscard]] inline MemoryCap search_cap(const PlanRequest& request, const PlanModel& model,
-                                          const PartitionPlan& one_per_rank) {
+// The caps in the search's terms: M_B as given; per rank, the byte cap and the device's,
+// whichever is lower (infinity where neither applies). A byte cap covers parameters too:
+// search_plan gives the search each placement's static bytes, which it takes off these.
+[[nodiscard]] inline MemoryCap search_cap(const PlanRequest& request, const PlanModel& model) {
   MemoryCap cap;
   if (request.cap.microbatches) cap.microbatches = *request.cap.microbatches;
   if (request.cap.bytes || !model.rank_memory_cap.empty()) {
-    const std::vector<double> fixed = static_bytes_per_rank(one_per_rank, request.ranks);
-    for (std::size_t r = 0; r < fixed.size(); ++r) {
+    for (std::size_t r = 0; r < static_cast<std::size_t>(request.ranks); ++r) {
       double limit = request.cap.bytes.value_or(std::numeric_limits<double>::infinity());
       if (r < model.rank_memory_cap.size()) limit = std::min(limit, model.rank_memory_cap[r]);
-      cap.rank_bytes.push_back(std::max(0.0, limit - fixed[r]));
+      cap.rank_bytes.push_back(limit);
     }
   }
   return cap;
@@ -109,7 +107,14 @@ namespace detail {
   problem.costs = [&](std::span<const std::int32_t> placement) {
     return cost_model_of(partition_for(placement), {model.unit, request.w_memory_ratio});
   };
-  problem.cap = detail::search_cap(request, model, plan.partition);
+  problem.cap = detail::search_cap(request, model);
+  if (!problem.cap.rank_bytes.empty()) {
+    // Each placement's own static bytes: a V puts the first and the last chunk on rank 0, so
+    // rank 0 holds other parameters than with one stage per rank.
+    problem.static_bytes = [&](std::span<const std::int32_t> placement) {
+      return static_bytes_per_rank(partition_for(placement), request.ranks);
+    };
+  }
   options.chunks = detail::search_depths(request, model);
 
   SearchResult found;
@@ -118,6 +123,17 @@ namespace detail {
   } catch (const error& e) {
     if (problem.cap.unlimited()) throw;  // not a memory problem: bad input
     plan.recommended.reason = e.what();
+    // Parameters that alone break the cap are the plainer reason.
+    const std::vector<double> fixed = static_bytes_per_rank(plan.partition, request.ranks);
+    for (std::size_t r = 0; r < fixed.size() && r < problem.cap.rank_bytes.size(); ++r) {
+      if (fixed[r] >= problem.cap.rank_bytes[r]) {
+        plan.recommended.reason =
+            detail::concat("no schedule fits the memory cap: the parameters with optimizer state alone need ",
+                           bytes_text(fixed[r]), " on rank ", r, " with one stage per rank > cap ",
+                           bytes_text(problem.cap.rank_bytes[r]));
+        break;
+      }
+    }
     return out;
   }
   out.search.candidates = found.candidates;

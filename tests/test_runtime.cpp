@@ -6,6 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <thread>
 #include <cstdlib>
 #include <map>
 #include <new>
@@ -588,4 +592,209 @@ TEST_CASE("an overlapped F&B pair runs as its two actions, in order, on the comp
     CHECK(paired_calls[static_cast<std::size_t>(r)] == program_order);
   }
   CHECK(paired_losses == plain_losses);
+}
+
+// ------------------------------------------------------------------ issue 17: misuse
+
+TEST_CASE("run_step from several threads at once runs every call's step, one at a time", "[runtime]") {
+  // Before: a second caller bumped the step generation while the first step ran, reset the
+  // count of running ranks, and both calls returned although one step ran (or a rank ran
+  // twice and the step deadlocked). Counting the forwards tells a call whose step never ran.
+  const int p = 3;
+  const int m = 6;
+  const Schedule s = make({"1f1b", 1}, p, m);
+  CpuCluster cluster(p);
+  CheckedModel model;
+  model.stages = s.stages();
+  auto fns = model.functions(false);
+  std::atomic<int> forwards{0};
+  for (auto& f : fns) {
+    f.forward = [fwd = f.forward, &forwards](std::int32_t mb, std::span<const float> in, std::span<float> o) {
+      forwards.fetch_add(1, std::memory_order_relaxed);
+      fwd(mb, in, o);
+    };
+  }
+  World<CpuBackend> world(backends(cluster), s, fns);
+  const CheckedBatch batch(m, model.width, 0);
+  const std::vector<float> expected = world.run_step(batch.view()).losses;
+  forwards = 0;
+  constexpr int callers = 4;
+  constexpr int steps_each = 20;
+  std::atomic<int> succeeded{0};
+  std::atomic<int> failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < callers; ++t) {
+    threads.emplace_back([&] {
+      for (int k = 0; k < steps_each; ++k) {
+        try {
+          (void)world.run_step(batch.view());
+          succeeded.fetch_add(1);
+        } catch (const ppsched::error&) {
+          failed.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(failed.load() == 0);
+  CHECK(succeeded.load() == callers * steps_each);
+  CHECK(forwards.load() == succeeded.load() * s.stages() * m);
+  CHECK(world.run_step(batch.view()).losses == expected);
+}
+
+TEST_CASE("a watchdog of milliseconds::max() means none: no overflow, no false timeout", "[runtime]") {
+  using Clock = std::chrono::steady_clock;
+  const auto now = Clock::now();
+  CHECK(ppsched::saturating_deadline(now, std::chrono::milliseconds::max()) == Clock::time_point::max());
+  CHECK(ppsched::saturating_deadline(now, std::chrono::hours::max()) == Clock::time_point::max());
+  CHECK(ppsched::saturating_deadline(now, std::chrono::nanoseconds::max()) == Clock::time_point::max());
+  CHECK(ppsched::saturating_deadline(Clock::time_point::max(), 1ms) == Clock::time_point::max());
+  CHECK(ppsched::saturating_deadline(now, 5ms) == now + 5ms);
+  CHECK(ppsched::saturating_deadline(now, -5ms) == now);
+  CHECK(ppsched::HostWait::within(std::chrono::milliseconds::max()).deadline == Clock::time_point::max());
+  CHECK_FALSE(ppsched::reached(std::chrono::hours(24 * 365), ppsched::no_timeout));
+  CHECK(ppsched::reached(2ms, 1ms));
+
+  for (const CpuMode mode : {CpuMode::threaded, CpuMode::deterministic}) {
+    INFO(ppsched::to_string(mode));
+    const int p = 2;
+    const int m = 4;
+    const Schedule s = make({"1f1b", 1}, p, m);
+    CpuOptions co;
+    co.mode = mode;
+    co.watchdog = std::chrono::milliseconds::max();
+    CpuCluster cluster(p, co);
+    CheckedModel model;
+    model.stages = s.stages();
+    ExecutorOptions eo;
+    eo.watchdog = ppsched::no_timeout;
+    World<CpuBackend> world(backends(cluster), s, model.functions(false), eo);
+    const CheckedBatch batch(m, model.width, 0);
+    for (int step = 0; step < 3; ++step) {
+      const auto& r = world.run_step(batch.view());
+      REQUIRE(r.losses.size() == static_cast<std::size_t>(m));
+      for (float l : r.losses) CHECK(std::isfinite(l));
+    }
+    // A standalone executor on its own rank of a one-rank schedule, too.
+    CpuCluster one(1, co);
+    const Schedule single = make({"1f1b", 1}, 1, m);
+    CheckedModel solo;
+    solo.stages = single.stages();
+    const auto solo_fns = solo.functions(false);
+    ppsched::Executor<CpuBackend> ex(one.rank(0), single, solo_fns, eo);
+    CHECK_NOTHROW(ex.run_step(batch.view()));
+  }
+  // Zero and negative stay errors that say how to write "none".
+  CpuCluster cluster(2);
+  const Schedule s = make({"1f1b", 1}, 2, 4);
+  CheckedModel model;
+  model.stages = s.stages();
+  ExecutorOptions eo;
+  eo.watchdog = 0ms;
+  require_error([&] { World<CpuBackend> w(backends(cluster), s, model.functions(false), eo); },
+                {"watchdog is 0 ms", "no_timeout"});
+  CpuOptions co;
+  co.watchdog = -1ms;
+  require_error([&] { CpuCluster c(2, co); }, {"watchdog is -1 ms", "no_timeout"});
+}
+
+TEST_CASE("a step that issues more than the queue holds pays no handover per operation (deterministic mode)",
+          "[runtime]") {
+  // Before: once a stream's queue was full the host got the engine back for every freed
+  // slot, one operation at a time (20-90x slower). Now a full queue drains to half first.
+  const int p = 2;
+  const int m = 64;
+  const Schedule s = make({"1f1b", 1}, p, m);
+  for (const CpuMode mode : {CpuMode::deterministic, CpuMode::threaded}) {
+    INFO(ppsched::to_string(mode));
+    CpuOptions co;
+    co.mode = mode;
+    co.queue_capacity = 64;
+    CpuCluster cluster(p, co);
+    CheckedModel model;
+    model.stages = s.stages();
+    World<CpuBackend> world(backends(cluster), s, model.functions(false));
+    CpuCluster roomy(p, CpuOptions{mode, true, 60'000ms, 1u << 14});
+    CheckedModel reference;
+    reference.stages = s.stages();
+    World<CpuBackend> reference_world(backends(roomy), s, reference.functions(false));
+    const CheckedBatch batch(m, model.width, 0);
+    for (int step = 0; step < 2; ++step) {
+      CHECK(world.run_step(batch.view()).losses == reference_world.run_step(batch.view()).losses);
+      CHECK(model.applied == reference.applied);
+    }
+    for (int r = 0; r < p; ++r) CHECK(roomy.rank(r).queue_full_waits() == 0);
+    if (mode != CpuMode::deterministic) continue;
+    for (int r = 0; r < p; ++r) {
+      const std::size_t actions = s.programs[static_cast<std::size_t>(r)].size();  // 4m = 256
+      const std::uint64_t waits = cluster.rank(r).queue_full_waits();
+      INFO("rank " << r << ": " << waits << " waits for room over 2 steps of " << actions << " actions");
+      // Each wait now frees half a queue (32 operations); an action issues at most 6.
+      CHECK(waits > 0);
+      CHECK(waits * 32 <= 2 * 6 * actions + 64);
+    }
+  }
+}
+
+TEST_CASE("each rank's executor keeps only its own program, and the World one schedule", "[runtime]") {
+  const int p = 4;
+  const int m = 8;
+  const Schedule s = make({"interleaved-1f1b", 2}, p, m);
+  CpuCluster cluster(p);
+  CheckedModel model;
+  model.stages = s.stages();
+  World<CpuBackend> world(backends(cluster), s, model.functions(false));
+  CHECK(world.schedule() == s);
+  for (int r = 0; r < p; ++r) {
+    const auto& kept = world.executor(r).schedule();
+    CHECK(kept.placement == s.placement);
+    CHECK(kept.microbatches == m);
+    CHECK(world.executor(r).program() == s.programs[static_cast<std::size_t>(r)]);
+    for (int q = 0; q < p; ++q) {
+      if (q != r) CHECK(kept.programs[static_cast<std::size_t>(q)].empty());
+    }
+  }
+  const CheckedBatch batch(m, model.width, 0);
+  for (float l : world.run_step(batch.view()).losses) CHECK(std::isfinite(l));
+}
+
+TEST_CASE("a World given a cost model runs the lowering simulate() timed", "[runtime]") {
+  // Issue 13: lowering with unit times orders the transfers for a run that is not the one
+  // simulated; with the model, the World's programs are simulate's.
+  const int p = 4;
+  const int m = 8;
+  ppsched::ScheduleRequest req;
+  req.ranks = p;
+  req.microbatches = m;
+  const Schedule compute_only = ppsched::make_schedule("zb-h1", req);
+  ppsched::CostModel costs;
+  for (int st = 0; st < p; ++st) {
+    ppsched::StageCost c;
+    c.forward = 1.0 + 3.0 * st;
+    c.backward_input = 2.0 + (st % 2 == 0 ? 5.0 : 0.5);
+    c.backward_weight = 0.25 + st;
+    costs.stages.push_back(c);
+  }
+  const Schedule simulated = ppsched::lower(compute_only, ppsched::lower_options_for(costs, p, m));
+  const Schedule unit = ppsched::lower(compute_only);
+  REQUIRE(simulated != unit);  // the costs change the lowering, or the test shows nothing
+  const auto sim = ppsched::simulate(compute_only, costs);
+  CHECK(sim.lowered_internally);
+  CpuCluster cluster(p);
+  CheckedModel model;
+  model.stages = compute_only.stages();
+  World<CpuBackend> world(backends(cluster), compute_only, costs, model.functions(true));
+  CHECK(world.schedule() == simulated);
+  for (int r = 0; r < p; ++r) CHECK(world.executor(r).program() == simulated.programs[static_cast<std::size_t>(r)]);
+  // The measured timeline has the simulated programs' actions, rank by rank.
+  const CheckedBatch batch(m, model.width, 0);
+  const auto& result = world.run_step(batch.view());
+  CHECK(result.timeline.spans.size() == sim.timeline.spans.size());
+  // An executor alone does the same.
+  CpuCluster one(p);
+  CheckedModel solo;
+  solo.stages = compute_only.stages();
+  const auto fns = solo.functions(true);
+  ppsched::Executor<CpuBackend> ex(one.rank(2), compute_only, costs, fns);
+  CHECK(ex.program() == simulated.programs[2]);
 }

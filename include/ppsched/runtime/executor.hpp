@@ -40,6 +40,7 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/schedule.hpp"
+#include "ppsched/sim/cost_model.hpp"
 #include "ppsched/validate/validate.hpp"
 #include "ppsched/trace/timeline.hpp"
 
@@ -124,19 +125,27 @@ class Executor {
   using Buffer = typename B::buffer;
 
   // `stages`: one per stage of the schedule (only those placed on this rank are called);
-  // they must outlive the executor. A compute-only schedule is lowered first.
+  // they must outlive the executor. A compute-only schedule is lowered first, with unit
+  // times (lower(schedule)); give a CostModel to lower it as simulate() does.
   Executor(B& backend, const Schedule& schedule, std::span<const StageFunctions> stages, ExecutorOptions options = {})
-      : b_(backend),
-        schedule_(is_lowered(schedule) ? schedule : lower(schedule)),
-        stages_(stages),
-        options_(options),
-        rank_(backend.rank()) {
-    check_setup();
-    if (options_.validate) (void)validate_or_throw(schedule_);
-    std::vector<StageShape> shapes;
-    for (const StageFunctions& f : stages_) shapes.push_back({f.input_size, f.output_size});
-    plan_ = plan_rank(schedule_, rank_, shapes);
-    allocate();
+      : b_(backend), stages_(stages), options_(options), rank_(backend.rank()) {
+    if (is_lowered(schedule)) {
+      init(schedule);
+    } else {
+      init(lower(schedule));
+    }
+  }
+  // Lowers a compute-only schedule with the cost model's times,
+  // lower(schedule, lower_options_for(costs, ...)): the program simulate(schedule, costs)
+  // times is the program this executor runs. A lowered schedule is run as it is.
+  Executor(B& backend, const Schedule& schedule, const CostModel& costs, std::span<const StageFunctions> stages,
+           ExecutorOptions options = {})
+      : b_(backend), stages_(stages), options_(options), rank_(backend.rank()) {
+    if (is_lowered(schedule)) {
+      init(schedule);
+    } else {
+      init(lower(schedule, lower_options_for(costs, schedule.stages(), schedule.microbatches)));
+    }
   }
 
   Executor(const Executor&) = delete;
@@ -147,7 +156,10 @@ class Executor {
 
   // Runs one step of the schedule on this rank. Throws ppsched::error on a fault (see the
   // header comment); `faults` is shared with the step's other ranks, if any.
+  // Calls from several threads run one at a time (the executor's streams, buffers and result
+  // belong to one step); the returned reference holds until the next step starts.
   const RankStep& run_step(const Batch& batch, StepFaults* faults = nullptr) {
+    const std::lock_guard<std::mutex> one_step_at_a_time(step_mutex_);
     check_batch(batch);
     if (faults == nullptr) {  // a rank run alone still stops its own callables on a fault
       own_faults_.reset();
@@ -165,7 +177,13 @@ class Executor {
     return result_;
   }
 
+  // The schedule as this rank keeps it: name, counts, placement, and this rank's program
+  // only (the other ranks' programs are empty). A rank needs nothing more of its peers than
+  // where their stages are, so its memory does not grow with the number of ranks.
   [[nodiscard]] const Schedule& schedule() const noexcept { return schedule_; }
+  [[nodiscard]] const std::vector<Action>& program() const noexcept {
+    return schedule_.programs[static_cast<std::size_t>(rank_)];
+  }
   [[nodiscard]] const RankPlan& plan() const noexcept { return plan_; }
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] const RankStep& last_step() const noexcept { return result_; }
@@ -190,7 +208,8 @@ class Executor {
   };
 
   B& b_;
-  Schedule schedule_;
+  std::mutex step_mutex_;
+  Schedule schedule_;  // this rank's view: see schedule()
   std::span<const StageFunctions> stages_;
   ExecutorOptions options_;
   int rank_;
@@ -226,6 +245,26 @@ class Executor {
   [[nodiscard]] std::int32_t last_stage() const noexcept { return schedule_.stages() - 1; }
   [[nodiscard]] bool holds(std::int32_t stage) const { return schedule_.rank_of(stage) == rank_; }
 
+  // Keeps what this rank needs of the lowered schedule (a copy of every rank's program per
+  // executor made a World's memory grow as p^2 m), checks it, and plans and allocates.
+  void init(const Schedule& lowered) {
+    schedule_.name = lowered.name;
+    schedule_.ranks = lowered.ranks;
+    schedule_.microbatches = lowered.microbatches;
+    schedule_.placement = lowered.placement;
+    schedule_.split_backward = lowered.split_backward;
+    schedule_.programs.resize(lowered.programs.size());
+    if (rank_ >= 0 && static_cast<std::size_t>(rank_) < lowered.programs.size()) {
+      schedule_.programs[static_cast<std::size_t>(rank_)] = lowered.programs[static_cast<std::size_t>(rank_)];
+    }
+    check_setup();
+    if (options_.validate) (void)validate_or_throw(lowered);
+    std::vector<StageShape> shapes;
+    for (const StageFunctions& f : stages_) shapes.push_back({f.input_size, f.output_size});
+    plan_ = plan_rank(schedule_, rank_, shapes);
+    allocate();
+  }
+
   void check_setup() {
     const std::string subject = detail::concat("executor for rank ", rank_, " of schedule '", schedule_.name, "'");
     if (rank_ < 0 || rank_ >= schedule_.ranks || b_.ranks() != schedule_.ranks) {
@@ -236,7 +275,7 @@ class Executor {
     }
     if (options_.watchdog.count() <= 0) {
       fail({subject, detail::concat("the watchdog is ", options_.watchdog.count(), " ms"), "ExecutorOptions::watchdog",
-            "Give a positive timeout (default 10 s)"});
+            "Give a positive timeout (default 10 s), or ppsched::no_timeout (milliseconds::max()) for none"});
     }
     if (stages_.size() != static_cast<std::size_t>(schedule_.stages())) {
       fail({subject,
@@ -244,8 +283,10 @@ class Executor {
                            " StageFunctions were given"),
             "", "Give one StageFunctions per stage"});
     }
-    for (const auto& prog : schedule_.programs) {
-      for (const Action& a : prog) has_backward_ = has_backward_ || a.op == Op::B || a.op == Op::BI || a.op == Op::BW;
+    // Every rank of a training schedule runs backwards of its stages (validate() checks it),
+    // so this rank's program tells.
+    for (const Action& a : schedule_.programs[static_cast<std::size_t>(rank_)]) {
+      has_backward_ = has_backward_ || a.op == Op::B || a.op == Op::BI || a.op == Op::BW;
     }
     for (std::int32_t s = 0; s < schedule_.stages(); ++s) {
       if (!holds(s)) continue;
@@ -525,14 +566,17 @@ class Executor {
   void wait_all(StepFaults* faults) {
     using Clock = std::chrono::steady_clock;
     const std::stop_token stop = faults->token();
-    const auto slice = std::clamp<Clock::duration>(options_.watchdog / 10, std::chrono::milliseconds(1),
-                                                   std::chrono::milliseconds(100));
+    // In milliseconds before any conversion: the watchdog may be milliseconds::max() (none),
+    // which does not fit the clock's nanoseconds.
+    const auto slice = std::chrono::milliseconds(std::clamp<std::chrono::milliseconds::rep>(
+        options_.watchdog.count() / 10, 1, 100));
     // Counted only when a wait times out: a step that ends within a slice queries nothing.
     std::size_t progress = 0;
     Clock::time_point last_progress = Clock::now();
     for (auto* done : {&compute_done_, &comm_done_}) {
       for (;;) {
-        const Clock::time_point deadline = std::min(last_progress + options_.watchdog, Clock::now() + slice);
+        const Clock::time_point deadline =
+            std::min(saturating_deadline(last_progress, options_.watchdog), Clock::now() + slice);
         const WaitResult r = b_.synchronize(*done, HostWait{deadline, stop});
         if (r == WaitResult::done) break;
         if (r == WaitResult::stopped) throw detail::StoppedByPeer{};
@@ -545,7 +589,7 @@ class Executor {
         }
         // A wait that gave up before its deadline with nothing new done: the backend knows
         // that nothing can move (the CPU backend's deterministic engine found a deadlock).
-        if (now - last_progress >= options_.watchdog || now < deadline) throw watchdog_error();
+        if (reached(now - last_progress, options_.watchdog) || now < deadline) throw watchdog_error();
       }
     }
   }

@@ -26,6 +26,7 @@
 #include "ppsched/runtime/threads.hpp"
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/schedule.hpp"
+#include "ppsched/sim/cost_model.hpp"
 #include "ppsched/validate/validate.hpp"
 #include "ppsched/trace/timeline.hpp"
 
@@ -49,45 +50,30 @@ class World {
 
  public:
   // `ranks[r]` is rank r's backend; they must outlive the World. A compute-only schedule is
-  // lowered; with `options.validate` the lowered schedule is validated once, here.
+  // lowered with unit times (lower(schedule)); with `options.validate` the lowered schedule is
+  // validated once, here.
   World(std::vector<B*> ranks, const Schedule& schedule, std::vector<StageFunctions> stages,
         ExecutorOptions options = {})
-      : backends_(std::move(ranks)),
-        schedule_(is_lowered(schedule) ? schedule : lower(schedule)),
-        stages_(std::move(stages)) {
-    if (backends_.size() != static_cast<std::size_t>(schedule_.ranks)) {
-      fail({"World",
-            detail::concat("got ", backends_.size(), " backends for schedule '", schedule_.name, "' with ",
-                           schedule_.ranks, " ranks"),
-            "", "Give one backend per rank of the schedule"});
+      : backends_(std::move(ranks)), stages_(std::move(stages)) {
+    if (is_lowered(schedule)) {
+      schedule_ = schedule;
+    } else {
+      schedule_ = lower(schedule);
     }
-    for (std::size_t r = 0; r < backends_.size(); ++r) {
-      if (backends_[r] == nullptr || backends_[r]->rank() != static_cast<int>(r)) {
-        fail({"World", detail::concat("backend ", r, " is ", backends_[r] == nullptr ? "null" : "another rank"), "",
-              "Pass the backends in rank order"});
-      }
+    init(options);
+  }
+  // Lowers a compute-only schedule with the cost model's times, as simulate(schedule, costs)
+  // does (lower(schedule, lower_options_for(costs, ...))): the World runs exactly the
+  // programs the simulator timed. A lowered schedule is run as it is.
+  World(std::vector<B*> ranks, const Schedule& schedule, const CostModel& costs, std::vector<StageFunctions> stages,
+        ExecutorOptions options = {})
+      : backends_(std::move(ranks)), stages_(std::move(stages)) {
+    if (is_lowered(schedule)) {
+      schedule_ = schedule;
+    } else {
+      schedule_ = lower(schedule, lower_options_for(costs, schedule.stages(), schedule.microbatches));
     }
-    if (options.validate) (void)validate_or_throw(schedule_);
-    options.validate = false;
-    record_timeline_ = options.record_timeline;
-    for (B* b : backends_) {
-      executors_.push_back(
-          std::make_unique<Executor<B>>(*b, schedule_, std::span<const StageFunctions>(stages_), options));
-    }
-    result_.losses.assign(static_cast<std::size_t>(schedule_.microbatches), 0.0f);
-    result_.timeline.ranks = schedule_.ranks;
-    result_.timeline.unit = "ms";
-    std::size_t actions = 0;
-    for (const auto& prog : schedule_.programs) actions += prog.size();
-    result_.timeline.spans.reserve(actions);
-    try {
-      for (std::size_t r = 0; r < backends_.size(); ++r) {
-        threads_.push_back(detail::start_thread([this, r] { rank_loop(r); }));
-      }
-    } catch (...) {
-      stop_threads();
-      throw;
-    }
+    init(options);
   }
 
   World(const World&) = delete;
@@ -98,7 +84,12 @@ class World {
 
   // Runs one training step on every rank. Throws the step's first error (naming rank,
   // stage, micro-batch and action) after every rank has stopped; the World stays usable.
+  // Calls from several threads wait their turn: a World runs one step at a time. The result
+  // is the World's, valid until the next step starts.
   const StepResult& run_step(const Batch& batch) {
+    // Held for the whole step: a second caller bumping the generation mid-step reset the
+    // count of running ranks and returned while its step never ran.
+    const std::lock_guard<std::mutex> one_step_at_a_time(step_mutex_);
     check_batch(batch);
     if constexpr (requires(B & b) { b.host_begin(); }) {
       for (B* b : backends_) b->host_begin();
@@ -134,6 +125,7 @@ class World {
   std::vector<StageFunctions> stages_;
   std::vector<std::unique_ptr<Executor<B>>> executors_;
   std::vector<std::thread> threads_;
+  std::mutex step_mutex_;  // one run_step at a time
   std::mutex mutex_;
   std::condition_variable start_;
   std::condition_variable finished_;
@@ -142,8 +134,54 @@ class World {
   bool shutdown_ = false;
   Batch batch_{};
   bool record_timeline_ = true;
+  bool has_backward_ = false;
   StepFaults faults_;
   StepResult result_;
+
+  void init(ExecutorOptions options) {
+    if (backends_.size() != static_cast<std::size_t>(schedule_.ranks)) {
+      fail({"World",
+            detail::concat("got ", backends_.size(), " backends for schedule '", schedule_.name, "' with ",
+                           schedule_.ranks, " ranks"),
+            "", "Give one backend per rank of the schedule"});
+    }
+    for (std::size_t r = 0; r < backends_.size(); ++r) {
+      if (backends_[r] == nullptr || backends_[r]->rank() != static_cast<int>(r)) {
+        fail({"World", detail::concat("backend ", r, " is ", backends_[r] == nullptr ? "null" : "another rank"), "",
+              "Pass the backends in rank order"});
+      }
+    }
+    if (stages_.empty()) {
+      fail({"World", detail::concat("no StageFunctions for schedule '", schedule_.name, "'"), "",
+            "Give one StageFunctions per stage of the schedule"});
+    }
+    if (options.validate) (void)validate_or_throw(schedule_);
+    options.validate = false;
+    record_timeline_ = options.record_timeline;
+    for (const auto& prog : schedule_.programs) {
+      for (const Action& a : prog) has_backward_ = has_backward_ || !is_forward_direction(a.op);
+    }
+    // Each executor keeps only its rank's program (executor.hpp), so the World holds the
+    // schedule once.
+    for (B* b : backends_) {
+      executors_.push_back(
+          std::make_unique<Executor<B>>(*b, schedule_, std::span<const StageFunctions>(stages_), options));
+    }
+    result_.losses.assign(static_cast<std::size_t>(schedule_.microbatches), 0.0f);
+    result_.timeline.ranks = schedule_.ranks;
+    result_.timeline.unit = "ms";
+    std::size_t actions = 0;
+    for (const auto& prog : schedule_.programs) actions += prog.size();
+    result_.timeline.spans.reserve(actions);
+    try {
+      for (std::size_t r = 0; r < backends_.size(); ++r) {
+        threads_.push_back(detail::start_thread([this, r] { rank_loop(r); }));
+      }
+    } catch (...) {
+      stop_threads();
+      throw;
+    }
+  }
 
   void check_batch(const Batch& batch) const {
     const auto m = static_cast<std::size_t>(schedule_.microbatches);
@@ -155,11 +193,7 @@ class World {
                            stages_.front().input_size, " need ", inputs),
             "Batch::inputs", "Give exactly microbatches x stage 0's input_size floats"});
     }
-    bool has_backward = false;
-    for (const auto& prog : schedule_.programs) {
-      for (const Action& a : prog) has_backward = has_backward || !is_forward_direction(a.op);
-    }
-    if (has_backward && batch.targets.size() != targets) {
+    if (has_backward_ && batch.targets.size() != targets) {
       fail({"batch",
             detail::concat("has ", batch.targets.size(), " target floats; ", m, " micro-batches of ",
                            stages_.back().target_size, " need ", targets),

@@ -135,6 +135,12 @@ class CpuBackend {
   [[nodiscard]] int rank() const noexcept { return rank_->rank; }
   [[nodiscard]] int ranks() const noexcept { return cluster_->ranks; }
   [[nodiscard]] const CpuOptions& options() const noexcept { return cluster_->options; }
+  // How many times this rank's host waited for room in a full stream queue (a step issuing
+  // more operations than CpuOptions::queue_capacity). Each wait is a handover to the streams.
+  [[nodiscard]] std::uint64_t queue_full_waits() const {
+    const std::lock_guard<std::mutex> lock(rank_->mutex);
+    return rank_->queue_full_waits;
+  }
 
   // ------------------------------------------------------------------ streams and events
   [[nodiscard]] CpuStream create_stream() {
@@ -569,6 +575,7 @@ class CpuBackend {
     }
     auto room = [&] { return rank_->failed || (!st.tasks.full() && st.op_size + ops <= st.op_capacity); };
     if (!room()) {
+      ++rank_->queue_full_waits;
       lock.unlock();
       const WaitResult r = host_wait(HostWaitKind::queue_room, &st, ops, true, HostWait{});
       lock.lock();
@@ -695,7 +702,8 @@ class CpuBackend {
     using namespace detail::cpu;
     // Twice the watchdog: a stream stuck that long has failed with its own, more precise,
     // watchdog error first, and the host reports that.
-    const auto cap = Clock::now() + 2 * cluster_->options.watchdog;
+    const auto& watchdog = cluster_->options.watchdog;
+    const auto cap = saturating_deadline(saturating_deadline(Clock::now(), watchdog), watchdog);
     const auto deadline = std::min(w.deadline, cap);
     auto satisfied = [&] {
       if (fail_fast && rank_->failed) return true;
@@ -717,7 +725,7 @@ class CpuBackend {
         } else {
           s->host_target = std::min(s->host_target, n);
         }
-        if (rank_->host_wake.wait_until(lock, deadline) == std::cv_status::timeout && !satisfied()) {
+        if (wait_until_or_forever(rank_->host_wake, lock, deadline) == std::cv_status::timeout && !satisfied()) {
           return WaitResult::timed_out;
         }
       }
@@ -752,7 +760,7 @@ class CpuBackend {
         rank_->host = HostState::active;
         return WaitResult::stopped;
       }
-      if (cluster_->engine_wake.wait_until(engine, deadline) == std::cv_status::timeout &&
+      if (wait_until_or_forever(cluster_->engine_wake, engine, deadline) == std::cv_status::timeout &&
           rank_->host != HostState::active) {
         rank_->host = HostState::active;
         return WaitResult::timed_out;
@@ -776,7 +784,7 @@ class CpuCluster {
     }
     if (options.watchdog.count() <= 0) {
       fail({"CpuCluster", detail::concat("watchdog is ", options.watchdog.count(), " ms"), "CpuOptions::watchdog",
-            "Give a positive timeout"});
+            "Give a positive timeout, or ppsched::no_timeout (milliseconds::max()) for none"});
     }
     state_->options = options;
     state_->ranks = ranks;

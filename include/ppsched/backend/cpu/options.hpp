@@ -27,12 +27,15 @@ struct CpuOptions {
   // pending send may still read, receiving into a buffer still in use, transfers matched
   // with a different tag. Costs a few vector-clock comparisons per issued operation.
   bool checking = true;
-  // Longest time any wait inside the backend (a stream waiting on an event or on a transfer,
-  // the host waiting for room in a stream's queue) may block before the rank fails with an
-  // error naming what it waits for. A backstop: the executor's own watchdog is shorter.
+  // Longest time a stream's head may wait (on an event or a transfer) before the rank fails
+  // with an error naming what it waits for; a host wait inside the backend gives up after
+  // twice this (the stream reports first). A backstop: the executor's own watchdog is
+  // shorter. ppsched::no_timeout (milliseconds::max()) for none.
   std::chrono::milliseconds watchdog{60'000};
   // Operations a stream holds before the host must wait for the stream to catch up (CUDA's
-  // launch queue behaves the same way). Allocated once per stream.
+  // launch queue behaves the same way). Allocated once per stream. A step may issue more:
+  // a host that finds the queue full waits until it has drained to half (deterministic mode)
+  // or for a free slot (threaded mode, where the stream runs while the host issues).
   std::size_t queue_capacity = 4096;
 };
 

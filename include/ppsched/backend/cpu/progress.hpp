@@ -26,6 +26,7 @@
 
 #include "ppsched/backend/cpu/state.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/runtime/backend.hpp"
 
 namespace ppsched::detail::cpu {
 
@@ -380,7 +381,7 @@ inline void worker_loop(ClusterState& c, StreamState& s) {
       s.blocked = true;
       s.blocked_since = now;
     }
-    const auto deadline = s.blocked_since + c.options.watchdog;
+    const auto deadline = saturating_deadline(s.blocked_since, c.options.watchdog);
     if (now >= deadline || s.closing) {
       fail_rank_locked(r, std::make_exception_ptr(
                               make_error({"CPU backend",
@@ -393,7 +394,7 @@ inline void worker_loop(ClusterState& c, StreamState& s) {
       continue;
     }
     s.worker_waiting = true;
-    s.wake.wait_until(lock, deadline);
+    (void)wait_until_or_forever(s.wake, lock, deadline);
     s.worker_waiting = false;
   }
 }
@@ -404,16 +405,27 @@ inline void worker_loop(ClusterState& c, StreamState& s) {
                      [](const auto& r) { return r->host == HostState::active; });
 }
 
-// Hands the engine back to every waiting host whose condition now holds.
-inline void release_satisfied_hosts(ClusterState& c) {
+// Whether a host waiting for room in `s`'s queue (for `ops` transfer slots) may issue again.
+// With `drained`, only once the queue is at most half full: handing the host back for every
+// freed slot made a step that issues more than the queue holds pay one host/engine handover
+// per operation (20-90x slower); at half, each handover issues half a queue.
+[[nodiscard]] inline bool queue_has_room(const StreamState& s, std::uint64_t ops, bool drained) noexcept {
+  if (s.tasks.full() || s.op_size + ops > s.op_capacity) return false;
+  if (!drained) return true;
+  return s.tasks.size() <= s.tasks.capacity() / 2 && (s.op_size <= s.op_capacity / 2 || s.op_size == 0);
+}
+
+// Hands the engine back to every waiting host whose condition now holds. Without
+// `drained`, a host waiting for room gets it as soon as one slot is free (nothing else can
+// move: see engine_loop).
+inline bool release_satisfied_hosts(ClusterState& c, bool drained = true) {
   bool released = false;
   for (auto& rp : c.rank_states) {
     RankState& r = *rp;
     if (r.host != HostState::waiting) continue;
     const std::lock_guard<std::mutex> lock(r.mutex);
     const bool satisfied = r.wait_kind == HostWaitKind::queue_room
-                               ? (r.failed || (!r.wait_stream->tasks.full() &&
-                                               r.wait_stream->op_size + r.wait_seq <= r.wait_stream->op_capacity))
+                               ? (r.failed || queue_has_room(*r.wait_stream, r.wait_seq, drained))
                                : r.wait_stream->completed >= r.wait_seq;
     if (satisfied) {
       r.host = HostState::active;
@@ -421,6 +433,7 @@ inline void release_satisfied_hosts(ClusterState& c) {
     }
   }
   if (released) c.engine_wake.notify_all();
+  return released;
 }
 
 // No stream can move and every host waits: nothing will change before the hosts' deadlines,
@@ -474,7 +487,9 @@ inline void engine_loop(ClusterState& c) {
       release_satisfied_hosts(c);
       continue;
     }
-    release_satisfied_hosts(c);
+    // Nothing moves: a host waiting for a half-empty queue takes what room there is, since
+    // the work it has yet to issue may be what the streams wait for.
+    if (!release_satisfied_hosts(c)) (void)release_satisfied_hosts(c, false);
     if (any_host_active(c)) continue;
     if (any_host_waiting(c)) {
       end_stalled_waits(c);

@@ -70,6 +70,17 @@ class Ring {
   std::size_t size_ = 0;
 };
 
+// A condition wait with a deadline that may be time_point::max() (no watchdog): waits without
+// one then, rather than handing the library's clock conversion a deadline at the clock's end.
+inline std::cv_status wait_until_or_forever(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                                            Clock::time_point deadline) {
+  if (deadline == Clock::time_point::max()) {
+    cv.wait(lock);
+    return std::cv_status::no_timeout;
+  }
+  return cv.wait_until(lock, deadline);
+}
+
 struct StreamState;
 struct RankState;
 struct ClusterState;
@@ -227,6 +238,7 @@ struct RankState {
   std::vector<Staged> staged;
 
   std::vector<std::uint64_t> host_clock;  // checking: what the host has observed complete
+  std::uint64_t queue_full_waits = 0;     // times the host waited for room in a stream's queue
 
   // Deterministic mode, guarded by the cluster's engine mutex.
   HostState host = HostState::idle;

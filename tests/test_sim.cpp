@@ -362,7 +362,7 @@ TEST_CASE("the documentation's example", "[sim][docs]") {
   const Schedule s = make_schedule("1f1b", {.ranks = 4, .microbatches = 8});
   CostModel cost = uniform_costs(/*F*/ 1.0, /*BI*/ 1.0, /*BW*/ 1.0, "ms");
   cost.link.latency = 0.05;  // per transfer
-  const Schedule lowered = lower(s, lower_options_for(cost, s.stages(), s.microbatches));
+  const LoweredSchedule lowered = lower(s, lower_options_for(cost, s.stages(), s.microbatches));
   const ValidationReport proof = validate_or_throw(lowered);  // throws ppsched::error listing problems
   const SimResult r = simulate(lowered, cost);
   CHECK(proof.ok());

@@ -223,9 +223,17 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
   // The programs indexed: the schedule's own, or copies without communication.
   std::vector<const std::vector<Action>*> programs;
   for (const auto& prog : s.programs) programs.push_back(&prog);
-  if (skip_comm) {
-    flat.kept.assign(s.programs.size(), {});
+  // (A compute-only schedule is its own copy: the dependency runs of the search are of those.)
+  const auto communicates = [&s] {
+    for (const auto& prog : s.programs)
+      for (const Action& a : prog)
+        if (is_comm(a.op)) return true;
+    return false;
+  };
+  if (skip_comm && communicates()) {
+    flat.kept.resize(s.programs.size());
     for (std::size_t r = 0; r < s.programs.size(); ++r) {
+      flat.kept[r].clear();
       for (const Action& a : s.programs[r]) {
         if (is_compute(a.op)) flat.kept[r].push_back(a);
       }

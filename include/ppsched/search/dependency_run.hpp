@@ -4,8 +4,11 @@
 // SimOptions::ideal_communication (no streams or rendezvous for communication), and with free
 // communication they are also simulate()'s own, since lowering adds no bubble then.
 //
-// It is cheap enough to time every schedule the greedy construction proposes before the best
-// few are simulated in full. Overlapped F&B pairs (compute groups, docs/execution-model.md) run
+// It is the engine's abstract execution (engine/abstract_execution.hpp) in its dependency-only
+// form, over the same flat index and static checks as validate and simulate: what the simulator
+// runs with ideal_communication, without the statistics and the memory walk. It is cheap enough
+// to time every schedule the greedy construction proposes before the best few are simulated in
+// full. Overlapped F&B pairs (compute groups, docs/execution-model.md) run
 // as the simulator runs them: the pair starts once the inputs of both actions have arrived,
 // occupies the rank for T_F + T_B - CostModel::fb_overlap x min(T_F, T_B), and both results are
 // available when it ends (so with no overlap a pair can be slower than its two actions in
@@ -19,6 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "ppsched/engine/abstract_execution.hpp"
+#include "ppsched/engine/flat_schedule.hpp"
+#include "ppsched/engine/problems.hpp"
+#include "ppsched/engine/static_checks.hpp"
+#include "ppsched/engine/workspace.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
@@ -42,163 +50,98 @@ namespace detail {
 }  // namespace detail
 
 // Runs `s` (communication actions, if any, are skipped) under `costs`, its overlapped pairs
-// with costs.fb_overlap. Throws ppsched::error for a cost model that does not fit, a compute
-// group that is not two adjacent actions, an F and a B or BI, an action out of range, or an
-// order that cannot run (an input never computed, or computed after something that waits
-// for it).
-[[nodiscard]] inline DependencyRun run_dependencies(const Schedule& s, const CostModel& costs) {
+// with costs.fb_overlap. Throws ppsched::error for a cost model that does not fit, or a
+// schedule that fails the static checks (validate() names each problem: a compute group that is
+// not an adjacent F and B or BI, an action out of range or missing, an order within a rank
+// that cannot run) or whose order cannot run across ranks. `ws` (optional) lends its arrays.
+[[nodiscard]] inline DependencyRun run_dependencies(const Schedule& s, const CostModel& costs, Workspace& ws) {
   using detail::concat;
   if (s.ranks < 1 || s.microbatches < 1 || s.placement.empty() ||
       s.programs.size() != static_cast<std::size_t>(s.ranks)) {
     detail::fail_dependency_run(s, "its shape is unusable (ranks, micro-batches, placement or program count)");
   }
   check_cost_model(costs, s.stages(), s.microbatches);
-  const double fb_overlap = costs.fb_overlap;
-  const std::int32_t S = s.stages(), M = s.microbatches;
-  const auto ranks = static_cast<std::size_t>(s.ranks);
-  const auto slot = [M](std::int32_t stage, std::int32_t mb) {
-    return static_cast<std::size_t>(stage) * static_cast<std::size_t>(M) + static_cast<std::size_t>(mb);
-  };
-
-  // Each rank's compute actions, and which of them start a pair.
-  std::vector<std::vector<Action>> programs(ranks);
-  std::vector<std::vector<std::uint8_t>> pair_start(ranks);
-  for (std::size_t r = 0; r < ranks; ++r) {
-    std::vector<std::int32_t> index_of(s.programs[r].size(), -1);
-    for (std::size_t i = 0; i < s.programs[r].size(); ++i) {
-      const Action& a = s.programs[r][i];
-      if (is_comm(a.op)) continue;
-      if (a.stage < 0 || a.stage >= S || a.microbatch < 0 || a.microbatch >= M ||
-          s.placement[static_cast<std::size_t>(a.stage)] != static_cast<std::int32_t>(r)) {
-        detail::fail_dependency_run(
-            s, concat(to_string(a), " on rank ", r, " is out of range or on a rank its stage is not placed on"));
-      }
-      index_of[i] = static_cast<std::int32_t>(programs[r].size());
-      programs[r].push_back(a);
-    }
-    pair_start[r].assign(programs[r].size(), 0);
-    const auto& prog = s.programs[r];
-    for (std::size_t i = 0; i < prog.size(); ++i) {
-      if (is_comm(prog[i].op) || prog[i].group == 0) continue;
-      const std::uint32_t g = prog[i].group;
-      const bool pair = i + 1 < prog.size() && prog[i + 1].group == g && is_compute(prog[i + 1].op) &&
-                        (i + 2 == prog.size() || prog[i + 2].group != g);
-      if (!pair) {
-        detail::fail_dependency_run(s, concat("group ", g, " at rank ", r, " position ", i, " (", to_string(prog[i]),
-                                              ") is not an overlapped pair of two adjacent compute actions"));
-      }
-      const Op x = prog[i].op, y = prog[i + 1].op;
-      const bool backward_x = x == Op::B || x == Op::BI, backward_y = y == Op::B || y == Op::BI;
-      if (!((x == Op::F && backward_y) || (backward_x && y == Op::F))) {
-        detail::fail_dependency_run(s, concat("the pair at rank ", r, " position ", i, " is ", to_string(prog[i]), " and ",
-                                              to_string(prog[i + 1]), ", not a forward and a backward"));
-      }
-      pair_start[r][static_cast<std::size_t>(index_of[i])] = 1;
-      ++i;
+  detail::FlatSchedule& flat = ws.flat();
+  {
+    std::vector<Problem> problems;
+    std::size_t unlisted = 0;
+    detail::ProblemSink sink(problems, unlisted, 1);
+    if (!detail::static_checks(s, flat, sink, /*skip_comm=*/true) || sink.any()) {
+      detail::fail_dependency_run(
+          s, concat("it cannot run as written: ",
+                    problems.empty() ? std::string("its shape is unusable") : problems.front().message));
     }
   }
-
-  const std::size_t cells = static_cast<std::size_t>(S) * static_cast<std::size_t>(M);
-  std::vector<double> end_f(cells, -1.0), end_b(cells, -1.0);
-  std::vector<std::size_t> head(ranks, 0);
-  std::vector<double> free(ranks, 0.0);
-  DependencyRun run;
-  run.busy.assign(ranks, 0.0);
-
-  const auto duration = [&](const Action& a) { return compute_time(costs, a, M); };
-  // When a's inputs are all done, or a negative number while one is not.
-  const auto ready = [&](const Action& a) -> double {
-    const std::int32_t st = a.stage, mb = a.microbatch;
-    switch (a.op) {
-      case Op::F: {
-        if (st == 0) return 0.0;
-        const double e = end_f[slot(st - 1, mb)];
-        if (e < 0.0) return -1.0;
-        const bool remote = s.placement[static_cast<std::size_t>(st - 1)] != s.placement[static_cast<std::size_t>(st)];
-        return remote ? e + transfer_time(costs, Action{Op::SEND_F, st - 1, mb, 0}, M) : e;
+  const std::int32_t M = s.microbatches;
+  // Times that depend on (op, stage) only come from a table (the model is asked once per
+  // entry, not once per action); otherwise from the model.
+  const bool per_stage = costs.per_microbatch.empty() && costs.microbatch_scale.empty();
+  std::vector<double> table;
+  if (per_stage) {
+    table.assign(static_cast<std::size_t>(flat.stages) * op_count, 0.0);
+    for (std::int32_t st = 0; st < flat.stages; ++st) {
+      for (const Op op : {Op::F, Op::B, Op::BI, Op::BW}) {
+        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(op)] =
+            compute_time(costs, Action{op, st, 0, 0}, M);
       }
-      case Op::B:
-      case Op::BI: {
-        const double f = end_f[slot(st, mb)];
-        if (f < 0.0) return -1.0;
-        if (st + 1 == S) return f;
-        const double e = end_b[slot(st + 1, mb)];
-        if (e < 0.0) return -1.0;
-        const bool remote = s.placement[static_cast<std::size_t>(st + 1)] != s.placement[static_cast<std::size_t>(st)];
-        return std::max(f, remote ? e + transfer_time(costs, Action{Op::SEND_B, st + 1, mb, 0}, M) : e);
+      if (st + 1 < flat.stages) {
+        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(Op::SEND_F)] =
+            transfer_time(costs, Action{Op::SEND_F, st, 0, 0}, M);
       }
-      case Op::BW:
-        return end_b[slot(st, mb)];
-      default:
-        return 0.0;
-    }
-  };
-  std::vector<std::int32_t> worklist;
-  std::vector<std::uint8_t> queued(ranks, 1);
-  for (std::size_t r = ranks; r-- > 0;) worklist.push_back(static_cast<std::int32_t>(r));
-  const auto finish = [&](const Action& a, std::size_t r, double end) {
-    if (a.op == Op::F) {
-      end_f[slot(a.stage, a.microbatch)] = end;
-      if (a.stage + 1 < S) {
-        const auto to = static_cast<std::size_t>(s.placement[static_cast<std::size_t>(a.stage + 1)]);
-        if (to != r && !queued[to]) {
-          queued[to] = 1;
-          worklist.push_back(static_cast<std::int32_t>(to));
-        }
-      }
-    } else if (a.op == Op::B || a.op == Op::BI) {
-      end_b[slot(a.stage, a.microbatch)] = end;
-      if (a.stage > 0) {
-        const auto to = static_cast<std::size_t>(s.placement[static_cast<std::size_t>(a.stage - 1)]);
-        if (to != r && !queued[to]) {
-          queued[to] = 1;
-          worklist.push_back(static_cast<std::int32_t>(to));
-        }
+      if (st > 0) {
+        table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(Op::SEND_B)] =
+            transfer_time(costs, Action{Op::SEND_B, st, 0, 0}, M);
       }
     }
-    run.makespan = std::max(run.makespan, end);
+  }
+  const auto time_of = [&](const Action& a) {
+    if (per_stage) return table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)];
+    return is_compute(a.op) ? compute_time(costs, a, M) : transfer_time(costs, a, M);
   };
-  while (!worklist.empty()) {
-    const auto r = static_cast<std::size_t>(worklist.back());
-    worklist.pop_back();
-    queued[r] = 0;
-    const std::vector<Action>& prog = programs[r];
-    while (head[r] < prog.size()) {
-      const Action& a = prog[head[r]];
-      if (pair_start[r][head[r]]) {
-        const Action& b = prog[head[r] + 1];
-        const double ra = ready(a), rb = ready(b);
-        if (ra < 0.0 || rb < 0.0) break;
-        const double ta = duration(a), tb = duration(b);
-        const double start = std::max({free[r], ra, rb});
-        const double length = ta + tb - fb_overlap * std::min(ta, tb);
-        free[r] = start + length;
-        run.busy[r] += length;
-        finish(a, r, free[r]);
-        finish(b, r, free[r]);
-        head[r] += 2;
+  const auto duration = [&](const Action& a) { return time_of(a); };
+  // Each remote input arrives its transfer time after it is produced.
+  const std::size_t n = flat.size();
+  std::vector<double> delay(n, 0.0);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Action& a = flat.at(static_cast<std::int32_t>(i));
+    const std::int32_t d = flat.links(a).input;
+    if (d == detail::no_action || flat.owner[static_cast<std::size_t>(d)] == flat.owner[i]) continue;
+    delay[i] = a.op == Op::F ? time_of(Action{Op::SEND_F, a.stage - 1, a.microbatch, 0})
+                             : time_of(Action{Op::SEND_B, a.stage + 1, a.microbatch, 0});
+  }
+  detail::AbstractExecution run(flat, StreamMode::separate_comm_stream, duration, &delay, costs.fb_overlap,
+                                &ws.execution());
+  if (!run.run()) detail::fail_dependency_run(s, "the order cannot run: " + run.describe_stuck());
+
+  // Busy time in program order, a pair once for its two actions (as the run times it).
+  DependencyRun result;
+  const auto ranks = static_cast<std::size_t>(s.ranks);
+  result.busy.assign(ranks, 0.0);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const Action* prog = flat.rank_actions[r];
+    const std::int32_t count = flat.rank_begin[r + 1] - flat.rank_begin[r];
+    for (std::int32_t k = 0; k < count; ++k) {
+      const Action& a = prog[k];
+      if (flat.has_pairs && a.group != 0 && k + 1 < count && prog[k + 1].group == a.group) {
+        const double ta = duration(a), tb = duration(prog[k + 1]);
+        result.busy[r] += ta + tb - costs.fb_overlap * std::min(ta, tb);
+        ++k;
         continue;
       }
-      const double at = ready(a);
-      if (at < 0.0) break;
-      const double length = duration(a);
-      free[r] = std::max(free[r], at) + length;
-      run.busy[r] += length;
-      finish(a, r, free[r]);
-      ++head[r];
+      result.busy[r] += duration(a);
     }
   }
-  for (std::size_t r = 0; r < ranks; ++r) {
-    if (head[r] != programs[r].size()) {
-      detail::fail_dependency_run(
-          s, concat("the order cannot run: rank ", r, " waits at ", to_string(programs[r][head[r]]), " (position ",
-                    head[r], " of its compute actions) for an input that is never computed first"));
-    }
-  }
+  result.makespan = run.latest_end();
   double total_busy = 0.0;
-  for (const double b : run.busy) total_busy += b;
-  run.bubble_fraction = run.makespan > 0.0 ? 1.0 - total_busy / (static_cast<double>(ranks) * run.makespan) : 0.0;
-  return run;
+  for (const double b : result.busy) total_busy += b;
+  result.bubble_fraction =
+      result.makespan > 0.0 ? 1.0 - total_busy / (static_cast<double>(ranks) * result.makespan) : 0.0;
+  return result;
+}
+
+[[nodiscard]] inline DependencyRun run_dependencies(const Schedule& s, const CostModel& costs) {
+  Workspace ws;
+  return run_dependencies(s, costs, ws);
 }
 
 }  // namespace ppsched

@@ -402,11 +402,11 @@ inline void measure_memory_of(SearchEntry& e, const CostModel& costs, const Memo
 }
 
 // Simulates a candidate (its bound is already known).
-inline void simulate_entry(SearchEntry& e, const CostModel& costs, const SearchOptions& options) {
+inline void simulate_entry(SearchEntry& e, const CostModel& costs, const SearchOptions& options, Workspace& ws) {
   SimOptions o;
   o.record_timeline = false;
   o.comm_on_compute_stream = options.comm_on_compute_stream;
-  const SimResult sim = simulate(e.schedule, costs, o);
+  const SimResult sim = simulate(e.schedule, costs, o, ws);
   e.candidate.makespan = sim.makespan;
   e.candidate.bubble_fraction = sim.bubble_fraction;
   e.candidate.timing = Timing::simulated;
@@ -414,8 +414,8 @@ inline void simulate_entry(SearchEntry& e, const CostModel& costs, const SearchO
 
 // The dependency-only run of a candidate (its overlapped pairs included): its bound, and its
 // makespan when that is exact (free communication).
-inline void bound_entry(SearchEntry& e, const CostModel& costs, bool exact) {
-  const DependencyRun run = run_dependencies(e.schedule, costs);
+inline void bound_entry(SearchEntry& e, const CostModel& costs, bool exact, Workspace& ws) {
+  const DependencyRun run = run_dependencies(e.schedule, costs, ws);
   e.candidate.bound = run.makespan;
   e.candidate.makespan = run.makespan;
   e.candidate.bubble_fraction = run.bubble_fraction;
@@ -646,10 +646,12 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
     }
   }
 
-  // Bounds for all, then simulations best bound first until no bound can beat the best.
+  // Bounds for all, then simulations best bound first until no bound can beat the best; one
+  // Workspace lends every run its arrays (engine/workspace.hpp), freed when the search ends.
+  Workspace ws;
   for (SearchEntry& e : entries) {
     const CostModel& costs = placements[e.placement].costs;
-    bound_entry(e, costs, communication_is_free(costs, options));
+    bound_entry(e, costs, communication_is_free(costs, options), ws);
   }
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -672,7 +674,7 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
       if (c.bound > best + tie) break;  // neither it nor any after it can be faster
       if (c.timing == Timing::bound) {
         if (options.max_simulations > 0 && simulations >= options.max_simulations) break;
-        simulate_entry(entries[i], placements[entries[i].placement].costs, options);
+        simulate_entry(entries[i], placements[entries[i].placement].costs, options, ws);
         ++simulations;
       }
       best = std::min(best, c.makespan);
@@ -690,8 +692,9 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
       if (!e.candidate.fits) continue;
       const CostModel& costs = placements[e.placement].costs;
       // Kept as lower() returned it: validate() and simulate() take lowering's proof.
-      LoweredSchedule lowered = lower(e.schedule, lower_options_for(costs, e.schedule.stages(), m));
-      ValidationReport report = validate(lowered, microbatch_memory_options(lowered, costs.weight_memory_fraction));
+      LoweredSchedule lowered = lower(e.schedule, lower_options_for(costs, e.schedule.stages(), m), ws);
+      ValidationReport report =
+          validate(lowered, microbatch_memory_options(lowered, costs.weight_memory_fraction), ws);
       if (!report.ok()) {
         e.candidate.fits = false;
         e.candidate.note = concat("failed validation: ", report.problems.empty() ? std::string("see validate()")
@@ -700,7 +703,7 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
       }
       SimOptions o;
       o.comm_on_compute_stream = options.comm_on_compute_stream;
-      SimResult sim = simulate(lowered, costs, o);
+      SimResult sim = simulate(lowered, costs, o, ws);
       const bool agrees = std::abs(sim.makespan - e.candidate.makespan) <= 1e-9 * std::max(1.0, sim.makespan);
       if (e.candidate.timing == Timing::exact && !agrees) {
         // The free-communication shortcut did not hold (zero-time actions are lowered with

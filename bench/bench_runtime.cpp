@@ -19,7 +19,24 @@
 // a calibration step, of the gap between a producer's end and its waiting consumer's start
 // on the next rank (`hop_latency_us`: a thread wakeup). The `*_lat` counters compare with
 // that latency-aware prediction.
+//
+// BM_DeterministicLongStep: 1F1B on 4 ranks in the CPU backend's deterministic mode, empty
+// 1-float stages, m = 256..2048: a step issues more operations than a stream's queue holds
+// (CpuOptions::queue_capacity, 4096) from about m = 512 on. `us_per_action` must not jump
+// there: before issue 17 a full queue cost one host/engine handover per operation.
+//
+// BM_WorldConstruction: building a World of p ranks (threaded CPU cluster, 1F1B already
+// lowered, 1-float tensors) at m micro-batches: the construction's time, and the bytes it
+// leaves allocated (every operator new of the process is counted, live bytes after minus
+// before), in all and per rank. Per-rank memory must not grow with p: before issue 17 every
+// executor copied the whole lowered schedule (O(p^2 m) in all). Builds against an older tree
+// too (the lowering header moved), for a before/after in one session.
 #include <benchmark/benchmark.h>
+#include <malloc.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
 
 #include <algorithm>
 #include <chrono>
@@ -30,7 +47,11 @@
 #include <ppsched/runtime/synthetic.hpp>
 #include <ppsched/runtime/world.hpp>
 #include <ppsched/schedule/generators.hpp>
+#if __has_include(<ppsched/lower/lower.hpp>)
 #include <ppsched/lower/lower.hpp>
+#else
+#include <ppsched/schedule/lower.hpp>
+#endif
 #include <ppsched/sim/cost_model.hpp>
 #include <ppsched/sim/simulate.hpp>
 #include <ppsched/trace/compare.hpp>
@@ -215,5 +236,126 @@ BENCHMARK(BM_MeasuredVsPredictedBubble)
     ->UseRealTime();
 
 }  // namespace
+
+// ------------------------------------------------------------------ allocation counting
+// Live bytes of the process, by malloc_usable_size (what the allocator really holds).
+namespace {
+std::atomic<long long> live_bytes{0};
+
+void* counted_alloc(std::size_t n, std::size_t align) {
+  void* p = align <= alignof(std::max_align_t) ? std::malloc(n == 0 ? 1 : n)
+                                                : std::aligned_alloc(align, (n + align - 1) / align * align);
+  if (p == nullptr) return nullptr;
+  live_bytes.fetch_add(static_cast<long long>(malloc_usable_size(p)), std::memory_order_relaxed);
+  return p;
+}
+// GCC inlines this into the replaced operator delete and then sees free() of memory from
+// "new" (-Wmismatched-new-delete); the pair is consistent, as every form is replaced.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void counted_free(void* p) noexcept {
+  if (p == nullptr) return;
+  live_bytes.fetch_sub(static_cast<long long>(malloc_usable_size(p)), std::memory_order_relaxed);
+  std::free(p);
+}
+#pragma GCC diagnostic pop
+void* must(void* p) {
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return must(counted_alloc(n, 0)); }
+void* operator new[](std::size_t n) { return must(counted_alloc(n, 0)); }
+void* operator new(std::size_t n, std::align_val_t a) { return must(counted_alloc(n, static_cast<std::size_t>(a))); }
+void* operator new[](std::size_t n, std::align_val_t a) { return must(counted_alloc(n, static_cast<std::size_t>(a))); }
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_alloc(n, static_cast<std::size_t>(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  return counted_alloc(n, static_cast<std::size_t>(a));
+}
+void operator delete(void* p) noexcept { counted_free(p); }
+void operator delete[](void* p) noexcept { counted_free(p); }
+void operator delete(void* p, std::size_t) noexcept { counted_free(p); }
+void operator delete[](void* p, std::size_t) noexcept { counted_free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { counted_free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { counted_free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { counted_free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { counted_free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { counted_free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { counted_free(p); }
+
+namespace {
+
+// args: ranks, micro-batches
+void BM_WorldConstruction(benchmark::State& state) {
+  const int p = static_cast<int>(state.range(0));
+  const int m = static_cast<int>(state.range(1));
+  ppsched::ScheduleRequest req;
+  req.ranks = p;
+  req.microbatches = m;
+  const ppsched::Schedule schedule = ppsched::lower(ppsched::make_schedule("1f1b", req));
+  const auto stages = ppsched::synthetic_stages(ppsched::uniform_costs(0, 0, 0), p, m, std::chrono::milliseconds(1));
+  double bytes = 0.0;
+  for (auto _ : state) {
+    ppsched::CpuCluster cluster(p);
+    const long long before = live_bytes.load();
+    const auto start = std::chrono::steady_clock::now();
+    {
+      ppsched::World<ppsched::CpuBackend> world(backends(cluster), schedule, stages);
+      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      bytes = static_cast<double>(live_bytes.load() - before);
+    }
+  }
+  std::size_t actions = 0;
+  for (const auto& prog : schedule.programs) actions += prog.size();
+  state.counters["MB"] = bytes / 1e6;
+  state.counters["MB_per_rank"] = bytes / 1e6 / p;
+  state.counters["bytes_per_action"] = bytes / static_cast<double>(actions);
+}
+
+// args: micro-batches
+void BM_DeterministicLongStep(benchmark::State& state) {
+  const int p = 4;
+  const int m = static_cast<int>(state.range(0));
+  ppsched::ScheduleRequest req;
+  req.ranks = p;
+  req.microbatches = m;
+  const ppsched::Schedule schedule = ppsched::lower(ppsched::make_schedule("1f1b", req));
+  ppsched::CpuOptions co;
+  co.mode = ppsched::CpuMode::deterministic;
+  ppsched::CpuCluster cluster(p, co);
+  const auto stages = ppsched::synthetic_stages(ppsched::uniform_costs(0, 0, 0), p, m, std::chrono::milliseconds(1));
+  ppsched::World<ppsched::CpuBackend> world(backends(cluster), schedule, stages);
+  const std::vector<float> inputs(static_cast<std::size_t>(m), 1.0f);
+  const std::vector<float> targets(static_cast<std::size_t>(m), 0.0f);
+  (void)world.run_step({inputs, targets});  // warm-up
+  for (auto _ : state) benchmark::DoNotOptimize(world.run_step({inputs, targets}).losses.data());
+  std::size_t actions = 0;
+  for (const auto& prog : schedule.programs) actions += prog.size();
+  state.counters["us_per_action"] =
+      benchmark::Counter(static_cast<double>(actions) * static_cast<double>(state.iterations()) * 1e-6,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+}  // namespace
+
+BENCHMARK(BM_DeterministicLongStep)->ArgName("m")->Arg(256)->Arg(512)->Arg(1024)->Arg(2048)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+BENCHMARK(BM_WorldConstruction)
+    ->ArgNames({"p", "m"})
+    ->Args({8, 1024})
+    ->Args({16, 1024})
+    ->Args({32, 1024})
+    ->Args({64, 1024})
+    ->Args({64, 4096})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);
 
 BENCHMARK_MAIN();

@@ -512,3 +512,28 @@ TEST_CASE("no backend thread outlives its cluster", "[backend_cpu]") {
   }
   CHECK(ppsched::live_threads() == before);
 }
+
+TEST_CASE("legal but extreme values: rank and queue bounds, huge buffers, deadlines at the clock's end",
+          "[backend_cpu]") {
+  // Before: CpuCluster(50'000) computed ranks * ranks channels in an int (signed overflow),
+  // a queue_capacity of SIZE_MAX and allocate(SIZE_MAX) threw std::length_error or
+  // std::bad_array_new_length instead of a ppsched::error.
+  require_message([&] { CpuCluster huge(50'000); }, "at most 4096");
+  CpuOptions o;
+  o.queue_capacity = static_cast<std::size_t>(-1);
+  require_message([&] { CpuCluster c(1, o); }, "queue_capacity is");
+  CpuCluster cluster(1);
+  CpuBackend& b = cluster.rank(0);
+  require_message([&] { (void)b.allocate(static_cast<std::size_t>(-1)); }, "cannot allocate");
+  auto s = b.create_stream();
+  auto e = b.create_event();
+  b.record(e, s);
+  // No deadline at all, and one already past, both answer.
+  CHECK(b.synchronize(e, HostWait::within(std::chrono::hours::max())) == WaitResult::done);
+  CHECK(b.synchronize(s, HostWait{std::chrono::steady_clock::time_point::min(), {}}) == WaitResult::done);
+  // A zero-float buffer is legal and transfers nothing.
+  CpuBuffer empty = b.allocate(0);
+  CHECK(empty.size() == 0);
+  b.zero(s, empty);
+  CHECK(b.synchronize(s, HostWait{}) == WaitResult::done);
+}

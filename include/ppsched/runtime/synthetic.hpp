@@ -46,8 +46,13 @@ inline void busy_for(double units, std::chrono::nanoseconds per_unit) {
   if (units <= 0.0) return;
   tighten_timer_slack();
   constexpr auto spin = std::chrono::microseconds(100);
-  const auto start = std::chrono::steady_clock::now();
-  const auto end = start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(per_unit * units);
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  // In double first: a large finite cost times the unit does not fit the clock's integer
+  // nanoseconds (the cast overflowed); such a wait saturates at the clock's end.
+  const double ns = static_cast<double>(per_unit.count()) * units;
+  const auto room = static_cast<double>((Clock::time_point::max() - start).count());
+  const auto end = ns >= room ? Clock::time_point::max() : start + Clock::duration(static_cast<Clock::rep>(ns));
   if (end - start > spin) std::this_thread::sleep_until(end - spin);
   while (std::chrono::steady_clock::now() < end) std::this_thread::yield();
 }

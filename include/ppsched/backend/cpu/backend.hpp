@@ -25,6 +25,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <span>
 #include <stop_token>
 #include <string>
@@ -299,7 +300,12 @@ class CpuBackend {
   // ------------------------------------------------------------------ buffers
   [[nodiscard]] CpuBuffer allocate(std::size_t count) {
     CpuBuffer b;
-    b.data_ = std::make_unique<float[]>(count);  // zero-filled
+    try {
+      b.data_ = std::make_unique<float[]>(count);  // zero-filled
+    } catch (const std::bad_alloc&) {  // bad_array_new_length too: a count past the address space
+      fail({"CPU backend", detail::concat("allocate: cannot allocate ", count, " floats"),
+            detail::concat("rank ", rank()), "Check the stage's sizes (StageFunctions input/output/weight_grad_size)"});
+    }
     b.size_ = count;
     b.state_ = std::make_unique<detail::cpu::BufferState>();
     b.state_->rank = rank_;
@@ -779,8 +785,16 @@ class CpuCluster {
     if (ranks < 1) {
       fail({"CpuCluster", detail::concat("needs at least 1 rank, got ", ranks), "", "Pass the pipeline's rank count"});
     }
-    if (options.queue_capacity == 0) {
-      fail({"CpuCluster", "queue_capacity is 0", "CpuOptions::queue_capacity", "Use at least 1 (default 4096)"});
+    // Bounds on counts that are legal to write but not to allocate: p^2 channels (p * p
+    // overflowed an int past 46340 ranks) and a preallocated queue per stream.
+    if (ranks > max_ranks) {
+      fail({"CpuCluster", detail::concat("asked for ", ranks, " ranks; it models at most ", max_ranks),
+            "", "One process holds a channel per pair of ranks; use fewer ranks"});
+    }
+    if (options.queue_capacity == 0 || options.queue_capacity > max_queue_capacity) {
+      fail({"CpuCluster", detail::concat("queue_capacity is ", options.queue_capacity), "CpuOptions::queue_capacity",
+            detail::concat("Use 1 to ", max_queue_capacity,
+                           " (default 4096; each slot is allocated up front, and a step may issue more)")});
     }
     if (options.watchdog.count() <= 0) {
       fail({"CpuCluster", detail::concat("watchdog is ", options.watchdog.count(), " ms"), "CpuOptions::watchdog",
@@ -822,6 +836,9 @@ class CpuCluster {
       state_->engine.join();
     }
   }
+
+  static constexpr int max_ranks = 4096;
+  static constexpr std::size_t max_queue_capacity = std::size_t{1} << 24;
 
   [[nodiscard]] int ranks() const noexcept { return state_->ranks; }
   [[nodiscard]] const CpuOptions& options() const noexcept { return state_->options; }

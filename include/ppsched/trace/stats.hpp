@@ -9,7 +9,9 @@
 //   BI, BW), whatever their lane, so overlapping spans are not counted twice.
 // - comm_wait(rank) = length of the union of the rank's communication actions' intervals
 //   minus the part of it that overlaps busy: the time the rank spends in communication
-//   that no computation hides. It is part of idle, not added to it.
+//   that no computation hides. It is part of idle, not added to it. This is ppsched's one
+//   comm_wait; the simulator's time of compute waiting for a remote input is another
+//   quantity, SimRankStats::input_wait (sim/simulate.hpp).
 // - idle(rank) = makespan − busy(rank): every moment of the step in which the rank does not
 //   compute, including before its first and after its last action.
 // - bubble_fraction = Σ idle ÷ (ranks × makespan), the share of device-time spent not

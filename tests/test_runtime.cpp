@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <thread>
 #include <cstdlib>
 #include <map>
@@ -797,4 +798,19 @@ TEST_CASE("a World given a cost model runs the lowering simulate() timed", "[run
   const auto fns = solo.functions(true);
   ppsched::Executor<CpuBackend> ex(one.rank(2), compute_only, costs, fns);
   CHECK(ex.program() == simulated.programs[2]);
+}
+
+TEST_CASE("a stage size whose m-fold does not fit is a setup error, not a wrapped batch check", "[runtime]") {
+  // Before: 4 micro-batches of 2^63 input floats wrapped to 0, an empty batch passed the
+  // check, and the step sliced past its end.
+  CpuCluster cluster(2);
+  const Schedule s = make({"1f1b", 1}, 2, 4);
+  CheckedModel model;
+  model.stages = s.stages();
+  auto fns = model.functions(false);
+  fns[0].input_size = std::numeric_limits<std::size_t>::max() / 2 + 1;
+  require_error([&] { World<CpuBackend> w(backends(cluster), s, fns); }, {"stage 0 declares", "input floats"});
+  fns = model.functions(false);
+  fns.back().target_size = std::numeric_limits<std::size_t>::max() / 3;
+  require_error([&] { World<CpuBackend> w(backends(cluster), s, fns); }, {"target floats"});
 }

@@ -178,8 +178,9 @@ inline void check_pairs(const FlatSchedule& flat, ProblemSink& sink) {
 // Checks that do not need the programs to run: shape, ranges, placement, completeness,
 // orders within one rank, communication bookkeeping. Builds `flat` as it goes; returns
 // false when the shape itself is unusable (nothing else could be checked).
-// `proven`: `s` is the schedule lower() wrote last on this thread (is_remembered_lowering,
-// below), whose checks its construction has proven: it is only indexed.
+// `skip_comm`: index the compute actions only (a dependency-only run). `proven`: `s` is a
+// LoweredSchedule that lower() wrote (lower/lower.hpp), whose checks its construction has
+// proven: it is only indexed.
 inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& sink, bool skip_comm = false,
                           bool proven = false) {
   // ---- shape

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -15,7 +16,10 @@
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/csv.hpp"
 #include "ppsched/schedule/generators.hpp"
+#include "ppsched/search/memory.hpp"
 #include "ppsched/sim/analytic.hpp"
+#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/sim/simulate.hpp"
 #include "ppsched/validate/validate.hpp"
 
 using namespace ppsched;
@@ -673,4 +677,44 @@ TEST_CASE("a Workspace lends its arrays across calls and frees them on release",
   CHECK(lower(s, {}, ws) == l);
   ws.release();
   CHECK(ws.capacity_bytes() == 0);
+}
+
+// Bug fixed by issue 13: the report printed `peak_activations` (stored stage activations) under
+// the label M_B, which is a rank's share: with v stages per rank it said v times too much.
+TEST_CASE("memory in M_B: one unit for validate, simulate and the search", "[validate][memory]") {
+  for (std::string_view family : family_names()) {
+    for (const std::int32_t v : {1, 2}) {
+      const ScheduleRequest request{4, 8, v};
+      if (!accepts(family, request)) continue;
+      const Schedule s = make_schedule(family, request);
+      INFO(family << " v=" << v);
+      CostModel costs = uniform_costs(1.0, 1.0, 1.0);
+      costs.weight_memory_fraction = 0.25;
+      ValidateOptions o;
+      o.memory.weight_fraction = costs.weight_memory_fraction;
+      const ValidationReport r = validate(s, o);
+      REQUIRE(r.ok());
+      const PeakMemory peak = peak_memory(s, costs);
+      const ValidationReport weighted = validate(s, microbatch_memory_options(s, costs.weight_memory_fraction));
+      const std::int32_t per_rank = s.stages() / s.ranks;
+      std::string printed = "peak activations per rank (M_B):";
+      for (std::size_t k = 0; k < r.memory.size(); ++k) {
+        CHECK(r.memory[k].peak_microbatches == peak.microbatches[k]);
+        CHECK(r.memory[k].peak_microbatches == weighted.memory[k].peak_bytes);
+        if (per_rank == 1) CHECK(r.memory[k].peak_microbatches == r.memory[k].peak_activations);
+        CHECK(r.memory[k].peak_microbatches == Approx(r.memory[k].peak_activations / per_rank));
+        std::ostringstream number;
+        number << ' ' << r.memory[k].peak_microbatches;
+        printed += number.str();
+      }
+      CHECK(to_string(r).find(printed) != std::string::npos);
+      // The same figures from the simulator and from a LoweredSchedule's report.
+      const SimResult sim = simulate(s, costs);
+      const ValidationReport proven = validate(lower(s), o);
+      for (std::size_t k = 0; k < r.memory.size(); ++k) {
+        CHECK(sim.memory[k].peak_microbatches == r.memory[k].peak_microbatches);
+        CHECK(proven.memory[k].peak_microbatches == r.memory[k].peak_microbatches);
+      }
+    }
+  }
 }

@@ -7,8 +7,8 @@
 // (with the per-micro-batch scale). What BI leaves for BW counts the cost model's
 // weight_memory_fraction of the activation, as in docs/execution-model.md. The peak is a
 // property of each rank's program order alone (memory changes only at compute actions, which
-// run in order), so it is measured without running anything and equals validate()'s figure
-// when validate() is given the same stage weights as activation sizes.
+// run in order), so it is measured without running anything and equals validate()'s and
+// simulate()'s RankMemory::peak_microbatches.
 #pragma once
 
 #include <algorithm>
@@ -145,7 +145,8 @@ inline constexpr double memory_slack = 1e-9;
 }
 
 // Validation options whose memory figures are this file's M_B: validate(s, o).memory[r]
-// .peak_bytes is then rank r's peak in M_B (the stage weights stand in for activation sizes).
+// .peak_bytes is then rank r's peak in M_B (the stage weights stand in for activation sizes),
+// which is also every report's .peak_microbatches, whatever its options.
 [[nodiscard]] inline ValidateOptions microbatch_memory_options(const Schedule& s, double weight_memory_fraction) {
   ValidateOptions o;
   o.memory.weight_fraction = weight_memory_fraction;

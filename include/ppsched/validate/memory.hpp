@@ -26,8 +26,17 @@ namespace detail {
 template <bool Pairs, class BytesOf>
 void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& bytes_of, ValidationReport& report) {
   std::vector<std::int32_t> stage_now(static_cast<std::size_t>(flat.stages), 0);
+  // M_B (validate/report.hpp): a stored activation of a stage weighs 1 / (stages on its rank).
+  std::vector<double> weight(static_cast<std::size_t>(flat.stages), 1.0);
+  if (flat.placement.size() == static_cast<std::size_t>(flat.stages)) {
+    std::vector<std::int32_t> per_rank(static_cast<std::size_t>(flat.ranks), 0);
+    for (const std::int32_t home : flat.placement) ++per_rank[static_cast<std::size_t>(home)];
+    for (std::size_t st = 0; st < weight.size(); ++st) {
+      weight[st] = 1.0 / per_rank[static_cast<std::size_t>(flat.placement[st])];
+    }
+  }
   for (std::int32_t r = 0; r < flat.ranks; ++r) {
-    double units = 0.0, peak_units = 0.0, b = 0.0, peak_b = 0.0;
+    double units = 0.0, peak_units = 0.0, b = 0.0, peak_b = 0.0, mb = 0.0, peak_mb = 0.0;
     std::int32_t in_flight = 0, peak_in_flight = 0;
     const Action* const prog = flat.rank_actions[static_cast<std::size_t>(r)];
     const std::int32_t count = flat.rank_begin[static_cast<std::size_t>(r) + 1] - flat.rank_begin[static_cast<std::size_t>(r)];
@@ -51,32 +60,37 @@ void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& byte
         case Op::F:
           units += 1.0;
           b += size;
+          mb += weight[st];
           ++in_flight;
           report.stage_peak_in_flight[st] = std::max(report.stage_peak_in_flight[st], ++stage_now[st]);
           break;
         case Op::B:
           units -= 1.0;
           b -= size;
+          mb -= weight[st];
           --in_flight;
           --stage_now[st];
           break;
         case Op::BI:
           units -= 1.0 - w;
           b -= (1.0 - w) * size;
+          mb -= (1.0 - w) * weight[st];
           --in_flight;
           --stage_now[st];
           break;
         case Op::BW:
           units -= w;
           b -= w * size;
+          mb -= w * weight[st];
           break;
         default: break;
       }
       peak_units = std::max(peak_units, units);
       peak_b = std::max(peak_b, b);
+      peak_mb = std::max(peak_mb, mb);
       peak_in_flight = std::max(peak_in_flight, in_flight);
     }
-    report.memory[static_cast<std::size_t>(r)] = RankMemory{peak_units, peak_b, peak_in_flight};
+    report.memory[static_cast<std::size_t>(r)] = RankMemory{peak_units, peak_b, peak_in_flight, peak_mb};
   }
 }
 

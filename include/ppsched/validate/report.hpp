@@ -7,10 +7,9 @@
 // `weight_fraction` (M_W / M_B) of the activation it belongs to. M_B is a count, not bytes;
 // bytes are reported beside it where the size of each stage's activation is known.
 //
-// RankMemory::peak_activations counts stored stage activations (each 1), which is M_B only
-// with one stage per rank; search/memory.hpp's peak_memory, and validate() given
-// microbatch_memory_options (peak_bytes), weigh each stage 1/v and so report M_B for any
-// placement.
+// RankMemory::peak_microbatches is in M_B (each stored activation of a stage weighs 1/v);
+// peak_activations counts stored stage activations (each 1), which equals it with one stage
+// per rank; peak_bytes is bytes. (search/memory.hpp's peak_memory gives the same M_B.)
 #pragma once
 
 #include <algorithm>
@@ -46,6 +45,7 @@ struct RankMemory {
   double peak_activations = 0.0;  // stored stage activations (BI..BW counts the weight fraction); M_B at one stage per rank
   double peak_bytes = 0.0;        // with MemoryModel::activation_bytes; 0 without
   std::int32_t peak_in_flight = 0;  // micro-batches whose F is done and B/BI is not
+  double peak_microbatches = 0.0;   // in M_B: a stage's stored activation weighs 1 / (stages on its rank)
 };
 
 struct ValidationReport {
@@ -76,7 +76,7 @@ inline std::ostream& operator<<(std::ostream& out, const ValidationReport& r) {
   }
   if (!r.memory.empty()) {
     out << "\n  peak activations per rank (M_B):";
-    for (const RankMemory& m : r.memory) out << ' ' << m.peak_activations;
+    for (const RankMemory& m : r.memory) out << ' ' << m.peak_microbatches;
   }
   for (const Problem& p : r.problems) out << "\n  - " << p.message;
   if (r.unlisted_problems != 0) out << "\n  - ... and " << r.unlisted_problems << " more";

@@ -52,6 +52,7 @@ inline ValidationReport validate_proven(const LoweredSchedule& lowered, const Va
   flat.has_backward = lowered.has_backward();
   flat.has_pairs = lowered.has_pairs();
   check_memory_options(options, flat.stages);
+  flat.placement = s.placement;  // the M_B weight of each stage
   // The memory walk reads only the programs, rank by rank.
   flat.rank_actions.resize(s.programs.size());
   flat.rank_begin.assign(s.programs.size() + 1, 0);

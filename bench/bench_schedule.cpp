@@ -83,16 +83,20 @@ void BM_generate(benchmark::State& state, std::string family) {
   for (auto _ : state) benchmark::DoNotOptimize(make_schedule(family, r));
 }
 
-void BM_lower(benchmark::State& state, std::string family) {
+// `reuse` (the +workspace/ variants): one Workspace kept across calls; otherwise each call
+// allocates its arrays and frees them on return.
+void BM_lower(benchmark::State& state, std::string family, bool reuse) {
   const Schedule s = make_schedule(family, request_for(family));
   const LowerOptions o = lower_options_for(bench_costs(s), s.stages(), s.microbatches);
-  for (auto _ : state) benchmark::DoNotOptimize(lower(s, o));
+  Workspace ws;
+  for (auto _ : state) benchmark::DoNotOptimize(reuse ? lower(s, o, ws) : lower(s, o));
 }
 
 // The full proof: what validate() costs on a plain Schedule (a copy of lower()'s output).
-void BM_validate(benchmark::State& state, std::string family) {
+void BM_validate(benchmark::State& state, std::string family, bool reuse) {
   const Schedule l = lower(make_schedule(family, request_for(family)));
-  for (auto _ : state) benchmark::DoNotOptimize(validate(l));
+  Workspace ws;
+  for (auto _ : state) benchmark::DoNotOptimize(reuse ? validate(l, {}, ws) : validate(l));
 }
 
 // validate() of a LoweredSchedule: it takes lowering's proof and measures the memory only.
@@ -101,13 +105,14 @@ void BM_validate_lowered(benchmark::State& state, std::string family) {
   for (auto _ : state) benchmark::DoNotOptimize(validate(l));
 }
 
-void BM_simulate(benchmark::State& state, std::string family, bool timeline) {
+void BM_simulate(benchmark::State& state, std::string family, bool timeline, bool reuse) {
   const Schedule s = make_schedule(family, request_for(family));
   const CostModel c = bench_costs(s);
   const LoweredSchedule l = lower(s, lower_options_for(c, s.stages(), s.microbatches));
   SimOptions o;
   o.record_timeline = timeline;
-  for (auto _ : state) benchmark::DoNotOptimize(simulate(l, c, o));
+  Workspace ws;
+  for (auto _ : state) benchmark::DoNotOptimize(reuse ? simulate(l, c, o, ws) : simulate(l, c, o));
 }
 
 // The unpipelined baseline: every stage of the 1F1B model on one rank, simulated.
@@ -139,11 +144,18 @@ const int registered = [] {
   for (std::string_view name : family_names()) {
     const std::string f(name);
     benchmark::RegisterBenchmark(("generate/" + f).c_str(), BM_generate, f)->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("lower/" + f).c_str(), BM_lower, f)->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("validate/" + f).c_str(), BM_validate, f)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("lower/" + f).c_str(), BM_lower, f, false)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("lower+workspace/" + f).c_str(), BM_lower, f, true)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("validate/" + f).c_str(), BM_validate, f, false)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("validate+workspace/" + f).c_str(), BM_validate, f, true)
+        ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(("validate-lowered/" + f).c_str(), BM_validate_lowered, f)->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("simulate/" + f).c_str(), BM_simulate, f, false)->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("simulate+timeline/" + f).c_str(), BM_simulate, f, true)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("simulate/" + f).c_str(), BM_simulate, f, false, false)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("simulate+workspace/" + f).c_str(), BM_simulate, f, false, true)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("simulate+timeline/" + f).c_str(), BM_simulate, f, true, false)
+        ->Unit(benchmark::kMillisecond);
   }
   benchmark::RegisterBenchmark("gold/unpipelined-1rank", BM_gold_unpipelined)->Unit(benchmark::kMillisecond);
   return 0;

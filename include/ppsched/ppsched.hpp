@@ -19,6 +19,7 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/csv.hpp"
 #include "ppsched/schedule/generators.hpp"
+#include "ppsched/engine/workspace.hpp"
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/validate/validate.hpp"

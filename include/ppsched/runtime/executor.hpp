@@ -287,19 +287,16 @@ class Executor {
     // size whose m-fold does not fit a size_t would make the batch check wrap and accept a
     // batch too small for its slices.
     const auto m = static_cast<std::size_t>(std::max(schedule_.microbatches, 1));
-    for (const std::size_t StageFunctions::*field : {&StageFunctions::input_size, &StageFunctions::target_size}) {
-      for (const std::size_t s : {std::size_t{0}, stages_.empty() ? std::size_t{0} : stages_.size() - 1}) {
-        if (s >= stages_.size()) continue;
-        const std::size_t n = stages_[s].*field;
-        if (n > std::numeric_limits<std::size_t>::max() / m) {
-          fail({subject,
-                detail::concat("stage ", s, " declares ", n, " ",
-                               field == &StageFunctions::input_size ? "input" : "target", " floats per micro-batch; ",
-                               m, " micro-batches of them do not fit in memory"),
-                detail::concat("stage ", s),
-                "Check StageFunctions::input_size and target_size (floats per micro-batch)"});
-        }
-      }
+    auto check_fold = [&](std::size_t stage, std::size_t floats, const char* what) {
+      if (floats <= std::numeric_limits<std::size_t>::max() / m) return;
+      fail({subject,
+            detail::concat("stage ", stage, " declares ", floats, " ", what, " floats per micro-batch; ", m,
+                           " micro-batches of them do not fit in memory"),
+            detail::concat("stage ", stage), "Check StageFunctions::input_size and target_size (floats per micro-batch)"});
+    };
+    if (!stages_.empty()) {
+      check_fold(0, stages_.front().input_size, "input");
+      check_fold(stages_.size() - 1, stages_.back().target_size, "target");
     }
     // Every rank of a training schedule runs backwards of its stages (validate() checks it),
     // so this rank's program tells.

@@ -287,6 +287,8 @@ class TwinTraining {
     return same;
   }
 
+  void set_watchdog(std::chrono::milliseconds w) { world_->set_watchdog(w); }
+
   // One step expected to fail; throws what run_step throws. Nothing is applied.
   void failing_step(std::uint32_t seed) {
     const Batch batch = make_batch(seed);
@@ -593,7 +595,9 @@ TEST_CASE("fault matrix: a stage that hangs past the watchdog ends the step with
     CpuCluster cluster(ranks);
     Injection injection;
     ppsched::ExecutorOptions options;
-    options.watchdog = 150ms;
+    // Only the hung step runs under the short watchdog: on a starved machine (TSan, nice 19,
+    // load 8 on 2 cores) a healthy step's transfer once waited more than 150 ms.
+    options.watchdog = 60s;
     {
       TwinTraining twin(s, cluster, injection, options);
       CHECK(twin.step_matches_reference(0));
@@ -603,7 +607,9 @@ TEST_CASE("fault matrix: a stage that hangs past the watchdog ends the step with
       injection.stage = a->stage;
       injection.microbatch = a->microbatch;
       injection.duration = 700ms;  // well past the watchdog
+      twin.set_watchdog(150ms);
       const std::string what = error_of([&] { twin.failing_step(1); });
+      twin.set_watchdog(60s);
       INFO(what);
       CHECK(contains(what, "watchdog: no action completed"));
       // Whichever rank fires first names its stream heads; the hung action is named by its
@@ -644,6 +650,7 @@ TEST_CASE("timeout reproduction: after a hung F1@s0 on 2 ranks the next step is 
     injection.microbatch = 1;
     injection.duration = 700ms;
     const std::string what = error_of([&] { twin.failing_step(0); });
+    twin.set_watchdog(60s);  // the healthy steps after it: no false timeout on a starved machine
     INFO(what);
     CHECK(contains(what, "watchdog: no action completed"));
     CHECK(injection.hang_has_ended());
@@ -676,6 +683,7 @@ TEST_CASE("fault matrix: a hung stage that watches step_stop_token() returns whe
     injection.microbatch = a->microbatch;
     injection.duration = 20'000ms;  // a bound only: the stop token ends the wait
     const std::string what = error_of([&] { twin.failing_step(0); });
+    twin.set_watchdog(60s);  // the healthy step after it: no false timeout on a starved machine
     INFO(what);
     CHECK(contains(what, "watchdog: no action completed"));
     CHECK(injection.hang_has_ended());

@@ -697,6 +697,16 @@ TEST_CASE("a watchdog of milliseconds::max() means none: no overflow, no false t
   CpuOptions co;
   co.watchdog = -1ms;
   require_error([&] { CpuCluster c(2, co); }, {"watchdog is -1 ms", "no_timeout"});
+  // Between steps the watchdog can change, to none and back, by the same rules.
+  World<CpuBackend> world(backends(cluster), s, model.functions(false));
+  const CheckedBatch batch(4, model.width, 0);
+  world.set_watchdog(ppsched::no_timeout);
+  CHECK(world.executor(1).watchdog() == ppsched::no_timeout);
+  CHECK_NOTHROW(world.run_step(batch.view()));
+  world.set_watchdog(5s);
+  CHECK(world.executor(0).watchdog() == 5s);
+  require_error([&] { world.set_watchdog(0ms); }, {"watchdog is 0 ms"});
+  CHECK_NOTHROW(world.run_step(batch.view()));
 }
 
 TEST_CASE("a step that issues more than the queue holds pays no handover per operation (deterministic mode)",

@@ -180,6 +180,15 @@ class Executor {
   // The schedule as this rank keeps it: name, counts, placement, and this rank's program
   // only (the other ranks' programs are empty). A rank needs nothing more of its peers than
   // where their stages are, so its memory does not grow with the number of ranks.
+  // Changes the watchdog from the next step (a first step that warms caches may need a
+  // longer one than the steady state). Same rules as ExecutorOptions::watchdog.
+  void set_watchdog(std::chrono::milliseconds watchdog) {
+    const std::lock_guard<std::mutex> between_steps(step_mutex_);
+    check_watchdog(watchdog);
+    options_.watchdog = watchdog;
+  }
+  [[nodiscard]] std::chrono::milliseconds watchdog() const noexcept { return options_.watchdog; }
+
   [[nodiscard]] const Schedule& schedule() const noexcept { return schedule_; }
   [[nodiscard]] const std::vector<Action>& program() const noexcept {
     return schedule_.programs[static_cast<std::size_t>(rank_)];
@@ -265,6 +274,14 @@ class Executor {
     allocate();
   }
 
+  void check_watchdog(std::chrono::milliseconds watchdog) const {
+    if (watchdog.count() <= 0) {
+      fail({detail::concat("executor for rank ", rank_, " of schedule '", schedule_.name, "'"),
+            detail::concat("the watchdog is ", watchdog.count(), " ms"), "ExecutorOptions::watchdog",
+            "Give a positive timeout (default 10 s), or ppsched::no_timeout (milliseconds::max()) for none"});
+    }
+  }
+
   void check_setup() {
     const std::string subject = detail::concat("executor for rank ", rank_, " of schedule '", schedule_.name, "'");
     if (rank_ < 0 || rank_ >= schedule_.ranks || b_.ranks() != schedule_.ranks) {
@@ -273,10 +290,7 @@ class Executor {
                            " ranks"),
             "", "Run the schedule on a communicator with as many ranks as the schedule"});
     }
-    if (options_.watchdog.count() <= 0) {
-      fail({subject, detail::concat("the watchdog is ", options_.watchdog.count(), " ms"), "ExecutorOptions::watchdog",
-            "Give a positive timeout (default 10 s), or ppsched::no_timeout (milliseconds::max()) for none"});
-    }
+    check_watchdog(options_.watchdog);
     if (stages_.size() != static_cast<std::size_t>(schedule_.stages())) {
       fail({subject,
             detail::concat("the schedule has ", schedule_.stages(), " stages but ", stages_.size(),

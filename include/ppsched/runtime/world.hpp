@@ -114,6 +114,12 @@ class World {
     return result_;
   }
 
+  // Every rank's watchdog from the next step (waits for a running step to end first).
+  void set_watchdog(std::chrono::milliseconds watchdog) {
+    const std::lock_guard<std::mutex> between_steps(step_mutex_);
+    for (auto& e : executors_) e->set_watchdog(watchdog);
+  }
+
   [[nodiscard]] const Schedule& schedule() const noexcept { return schedule_; }
   [[nodiscard]] int ranks() const noexcept { return schedule_.ranks; }
   [[nodiscard]] const Executor<B>& executor(int rank) const { return *executors_.at(static_cast<std::size_t>(rank)); }

@@ -212,6 +212,42 @@ inline void check_plan_request(const PlanRequest& r) {
   }
 }
 
+// What compare_families and search_plan both start with: the request checked, the model
+// able to cut, and the result's header copied from them.
+[[nodiscard]] inline PlanResult start_plan(const char* who, const PlanModel& model, const PlanRequest& request) {
+  check_plan_request(request);
+  if (!model.partition) {
+    fail({who, "the model has no partition function", "PlanModel::partition",
+          "use per_rank_cost_model or graph_model, or set PlanModel::partition"});
+  }
+  PlanResult plan;
+  plan.model = model.description;
+  plan.unit = model.unit;
+  plan.ranks = request.ranks;
+  plan.microbatches = request.microbatches;
+  plan.chunks = request.chunks;
+  plan.cap = request.cap;
+  plan.rank_memory_cap = model.rank_memory_cap;
+  return plan;
+}
+
+// Each placement is cut once per plan: the families (or the search's candidates) that share
+// a placement share its partition.
+class PartitionCache {
+ public:
+  explicit PartitionCache(const PlanModel& model) : model_(&model) {}
+  [[nodiscard]] const PartitionPlan& operator()(std::span<const std::int32_t> placement) {
+    std::vector<std::int32_t> key(placement.begin(), placement.end());
+    auto it = cut_.find(key);
+    if (it == cut_.end()) it = cut_.emplace(key, model_->partition(key)).first;
+    return it->second;
+  }
+
+ private:
+  const PlanModel* model_;
+  std::map<std::vector<std::int32_t>, PartitionPlan> cut_;
+};
+
 // Sets `fits` and `fit_problem` from the caps: M_B, bytes, and the devices' own memory.
 inline void check_fit(ScheduleResult& r, const MemoryCaps& cap, const std::vector<double>& rank_memory_cap) {
   constexpr double slack = 1e-9;  // peaks are sums of halves; compare without rounding noise
@@ -410,26 +446,8 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
 // request breaks.
 [[nodiscard]] inline PlanResult compare_families(const PlanModel& model, const PlanRequest& request) {
   using detail::concat;
-  detail::check_plan_request(request);
-  if (!model.partition) {
-    fail({"compare_families", "the model has no partition function", "PlanModel::partition",
-          "use per_rank_cost_model or graph_model, or set PlanModel::partition"});
-  }
-  PlanResult plan;
-  plan.model = model.description;
-  plan.unit = model.unit;
-  plan.ranks = request.ranks;
-  plan.microbatches = request.microbatches;
-  plan.chunks = request.chunks;
-  plan.cap = request.cap;
-  plan.rank_memory_cap = model.rank_memory_cap;
-
-  std::map<std::vector<std::int32_t>, PartitionPlan> partitions;
-  const auto partition_for = [&](const std::vector<std::int32_t>& placement) -> const PartitionPlan& {
-    auto it = partitions.find(placement);
-    if (it == partitions.end()) it = partitions.emplace(placement, model.partition(placement)).first;
-    return it->second;
-  };
+  PlanResult plan = detail::start_plan("compare_families", model, request);
+  detail::PartitionCache partition_for(model);
   plan.partition = partition_for(one_stage_per_rank_placement(request.ranks));
 
   const bool named = !request.families.empty();

@@ -77,28 +77,10 @@ namespace detail {
 // and for bad input the search rejects when no cap applies.
 [[nodiscard]] inline SearchedPlan search_plan(const PlanModel& model, const PlanRequest& request,
                                               SearchOptions options = {}) {
-  detail::check_plan_request(request);
-  if (!model.partition) {
-    fail({"search_plan", "the model has no partition function", "PlanModel::partition",
-          "use per_rank_cost_model or graph_model, or set PlanModel::partition"});
-  }
   SearchedPlan out;
   PlanResult& plan = out.plan;
-  plan.model = model.description;
-  plan.unit = model.unit;
-  plan.ranks = request.ranks;
-  plan.microbatches = request.microbatches;
-  plan.chunks = request.chunks;
-  plan.cap = request.cap;
-  plan.rank_memory_cap = model.rank_memory_cap;
-
-  std::map<std::vector<std::int32_t>, PartitionPlan> partitions;
-  const auto partition_for = [&](std::span<const std::int32_t> placement) -> const PartitionPlan& {
-    std::vector<std::int32_t> key(placement.begin(), placement.end());
-    auto it = partitions.find(key);
-    if (it == partitions.end()) it = partitions.emplace(key, model.partition(key)).first;
-    return it->second;
-  };
+  plan = detail::start_plan("search_plan", model, request);
+  detail::PartitionCache partition_for(model);
   plan.partition = partition_for(one_stage_per_rank_placement(request.ranks));
 
   SearchProblem problem;

@@ -52,7 +52,7 @@
 #else
 #include <ppsched/schedule/lower.hpp>
 #endif
-#include <ppsched/sim/cost_model.hpp>
+#include <ppsched/costs/cost_model.hpp>
 #include <ppsched/sim/simulate.hpp>
 #include <ppsched/trace/compare.hpp>
 #include <string>

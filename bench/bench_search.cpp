@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "ppsched/schedule/generators.hpp"
-#include "ppsched/search/search.hpp"
+#include "ppsched/plan/search/search.hpp"
 #include "ppsched/sim/simulate.hpp"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <ppsched/error.hpp>
 #include <ppsched/runtime/plan.hpp>
 #include <ppsched/schedule/schedule.hpp>
-#include <ppsched/sim/cost_model.hpp>
+#include <ppsched/costs/cost_model.hpp>
 #include <ppsched/sim/simulate.hpp>
 #include <ppsched/validate/validate.hpp>
 #include <vector>

@@ -15,7 +15,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/generators.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/costs/cost_model.hpp"
 #include "ppsched/sim/simulate.hpp"
 #include "ppsched/validate/validate.hpp"
 

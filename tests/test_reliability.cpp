@@ -39,7 +39,7 @@
 #include <ppsched/runtime/world.hpp>
 #include <ppsched/schedule/generators.hpp>
 #include <ppsched/lower/lower.hpp>
-#include <ppsched/sim/cost_model.hpp>
+#include <ppsched/costs/cost_model.hpp>
 #include <stdexcept>
 #include <stop_token>
 #include <string>

@@ -23,8 +23,8 @@
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/validate/validate.hpp"
-#include "ppsched/search/search.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/plan/search/search.hpp"
+#include "ppsched/costs/cost_model.hpp"
 #include "ppsched/sim/simulate.hpp"
 
 using namespace ppsched;

@@ -20,10 +20,10 @@
 #include "ppsched/schedule/one_f_one_b.hpp"
 #include "ppsched/validate/validate.hpp"
 #include "ppsched/schedule/zero_bubble.hpp"
-#include "ppsched/search/costs.hpp"
-#include "ppsched/search/memory.hpp"
-#include "ppsched/search/search.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/plan/search/costs.hpp"
+#include "ppsched/plan/search/memory.hpp"
+#include "ppsched/plan/search/search.hpp"
+#include "ppsched/costs/cost_model.hpp"
 #include "ppsched/sim/simulate.hpp"
 
 using namespace ppsched;

@@ -45,7 +45,7 @@
 #include "ppsched/runtime/world.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/lower/lower.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/costs/cost_model.hpp"
 #include "ppsched/sim/simulate.hpp"
 #include "ppsched/trace/chrome_trace.hpp"
 #include "ppsched/trace/compare.hpp"

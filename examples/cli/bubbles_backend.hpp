@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/costs/cost_model.hpp"
 #include "ppsched/trace/timeline.hpp"
 
 namespace ppsched::cli {

@@ -19,7 +19,7 @@
 #include "ppsched/graph/profile.hpp"
 #include "ppsched/graph/profile_json.hpp"
 #include "ppsched/plan/model.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/costs/cost_model.hpp"
 
 namespace ppsched::cli {
 

@@ -20,7 +20,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/plan/compare.hpp"
 #include "ppsched/plan/search.hpp"
-#include "ppsched/search/search.hpp"
+#include "ppsched/plan/search/search.hpp"
 #include "ppsched/trace/stats.hpp"
 
 namespace ppsched::cli {

@@ -25,7 +25,7 @@
 #include "ppsched/validate/validate.hpp"
 
 #include "ppsched/sim/analytic.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/costs/cost_model.hpp"
 #include "ppsched/sim/simulate.hpp"
 
 #include "ppsched/trace/ascii.hpp"
@@ -36,7 +36,7 @@
 #include "ppsched/trace/svg.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-#include "ppsched/search/search.hpp"
+#include "ppsched/plan/search/search.hpp"
 
 #include "ppsched/plan/plan.hpp"
 

@@ -504,9 +504,9 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
     for (std::int32_t i = begin; i < end && increasing; ++i) {
       if (!run_starts(i)) continue;
       const std::uint32_t g = prog[i - begin].group;
-      std::uint32_t& last = is_compute(prog[i - begin].op) ? last_pair : last_comm;
-      increasing = g > last;
-      last = g;
+      std::uint32_t& last_of_kind = is_compute(prog[i - begin].op) ? last_pair : last_comm;
+      increasing = g > last_of_kind;
+      last_of_kind = g;
       if (first_comm == 0 && is_comm(prog[i - begin].op)) first_comm = g;
     }
     if (increasing && (first_comm == 0 || last_pair < first_comm)) continue;

@@ -45,14 +45,14 @@
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/costs/cost_model.hpp"
 
 namespace ppsched {
 
 struct LowerOptions {
   // Compute time of each action for the idealised run that orders the communication;
   // positive and finite. Empty: F = BI = BW = 1 and B = 2. Give your cost model's times
-  // (sim/cost_model.hpp: lower_options_for) so the order matches the run you expect.
+  // (costs/cost_model.hpp: lower_options_for) so the order matches the run you expect.
   std::function<double(const Action&)> compute_time;
   // Transfer time of each send (SEND_F / SEND_B), >= 0 and finite, added to the idealised
   // run's cross-rank dependencies. Empty: free transfers.

@@ -36,7 +36,7 @@
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/validate/validate.hpp"
 #include "ppsched/sim/analytic.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/costs/cost_model.hpp"
 #include "ppsched/sim/simulate.hpp"
 #include "ppsched/trace/timeline.hpp"
 

@@ -16,8 +16,8 @@
 #include "ppsched/graph/hardware.hpp"
 #include "ppsched/plan/model.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/search/memory.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/plan/search/memory.hpp"
+#include "ppsched/costs/cost_model.hpp"
 
 namespace ppsched {
 
@@ -103,7 +103,7 @@ struct PlanCostOptions {
   for (const std::int32_t r : s.placement) {
     if (r < 0 || r >= s.ranks) return {};
   }
-  return stage_weights(s.placement, s.ranks);  // the search's count (search/memory.hpp)
+  return stage_weights(s.placement, s.ranks);  // the search's count (plan/search/memory.hpp)
 }
 
 }  // namespace ppsched

@@ -25,7 +25,7 @@
 #include "ppsched/graph/profile.hpp"
 #include "ppsched/partition/cost_model.hpp"
 #include "ppsched/partition/partition.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/costs/cost_model.hpp"
 
 namespace ppsched {
 

@@ -1,4 +1,4 @@
-// The planner's entry to the schedule search (search/search.hpp): instead of comparing the
+// The planner's entry to the schedule search (plan/search/search.hpp): instead of comparing the
 // fixed families, ask for the fastest schedule that keeps to the caps. The search also builds
 // DualPipeV, greedy zero-bubble schedules and V building blocks on every placement, with the
 // model cut by the PlanModel for each placement it tries, priced by the same bridge
@@ -20,8 +20,8 @@
 #include "ppsched/plan/costs.hpp"
 #include "ppsched/plan/model.hpp"
 #include "ppsched/schedule/request.hpp"
-#include "ppsched/search/memory.hpp"
-#include "ppsched/search/search.hpp"
+#include "ppsched/plan/search/memory.hpp"
+#include "ppsched/plan/search/search.hpp"
 
 namespace ppsched {
 

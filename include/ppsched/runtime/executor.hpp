@@ -40,7 +40,7 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/costs/cost_model.hpp"
 #include "ppsched/validate/validate.hpp"
 #include "ppsched/trace/timeline.hpp"
 

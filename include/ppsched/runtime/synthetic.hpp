@@ -21,7 +21,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/stage.hpp"
 #include "ppsched/schedule/action.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/costs/cost_model.hpp"
 
 namespace ppsched {
 
@@ -71,7 +71,7 @@ inline void busy_for(double units, std::chrono::nanoseconds per_unit) {
           "Give the duration of one unit of the cost model, e.g. 1 ms"});
   }
   auto model = std::make_shared<const CostModel>(cost);
-  std::vector<StageFunctions> out;
+  std::vector<StageFunctions> stages_out;
   for (std::int32_t s = 0; s < stages; ++s) {
     auto time = [model, s, microbatches](Op op, std::int32_t mb) {
       return compute_time(*model, Action{op, s, mb, 0}, microbatches);
@@ -107,9 +107,9 @@ inline void busy_for(double units, std::chrono::nanoseconds per_unit) {
         return 0.5f * loss;
       };
     }
-    out.push_back(std::move(f));
+    stages_out.push_back(std::move(f));
   }
-  return out;
+  return stages_out;
 }
 
 }  // namespace ppsched

@@ -26,7 +26,7 @@
 #include "ppsched/runtime/threads.hpp"
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/costs/cost_model.hpp"
 #include "ppsched/validate/validate.hpp"
 #include "ppsched/trace/timeline.hpp"
 

@@ -45,7 +45,7 @@
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/costs/cost_model.hpp"
 #include "ppsched/trace/timeline.hpp"
 #include "ppsched/validate/memory.hpp"
 #include "ppsched/validate/report.hpp"

@@ -10,7 +10,7 @@
 #include "ppsched/engine/flat_schedule.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/costs/cost_model.hpp"
 #include "ppsched/validate/report.hpp"
 
 namespace ppsched {

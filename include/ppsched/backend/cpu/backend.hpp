@@ -229,7 +229,7 @@ class CpuBackend {
   // Waits until the event's last record has completed; throws the rank's error if it failed.
   [[nodiscard]] WaitResult synchronize(const CpuEvent& e, const HostWait& w) {
     using namespace detail::cpu;
-    StreamState* stream = nullptr;
+    StreamState* recorded_on = nullptr;
     std::uint64_t seq = 0;
     {
       const std::lock_guard<std::mutex> lock(rank_->mutex);
@@ -239,10 +239,10 @@ class CpuBackend {
         if (checking()) never_recorded(ev, "synchronize");
         return WaitResult::done;
       }
-      stream = ev.stream;
+      recorded_on = ev.stream;
       seq = ev.seq;
     }
-    const WaitResult r = host_wait(HostWaitKind::stream_done, stream, seq, true, w);
+    const WaitResult r = host_wait(HostWaitKind::stream_done, recorded_on, seq, true, w);
     if (r == WaitResult::done) {
       const std::lock_guard<std::mutex> lock(rank_->mutex);
       throw_if_failed();

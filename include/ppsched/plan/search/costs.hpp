@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ppsched/error.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/costs/cost_model.hpp"
 
 namespace ppsched {
 

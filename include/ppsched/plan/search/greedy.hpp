@@ -44,8 +44,8 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/schedule/schedule.hpp"
-#include "ppsched/search/memory.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/plan/search/memory.hpp"
+#include "ppsched/costs/cost_model.hpp"
 
 namespace ppsched {
 

@@ -54,11 +54,11 @@
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/validate/validate.hpp"
-#include "ppsched/search/costs.hpp"
-#include "ppsched/search/dependency_run.hpp"
-#include "ppsched/search/greedy.hpp"
-#include "ppsched/search/memory.hpp"
-#include "ppsched/sim/cost_model.hpp"
+#include "ppsched/plan/search/costs.hpp"
+#include "ppsched/plan/search/dependency_run.hpp"
+#include "ppsched/plan/search/greedy.hpp"
+#include "ppsched/plan/search/memory.hpp"
+#include "ppsched/costs/cost_model.hpp"
 #include "ppsched/sim/simulate.hpp"
 
 namespace ppsched {

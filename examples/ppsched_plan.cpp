@@ -43,7 +43,7 @@ std::string usage() {
 // Renders every requested file, then writes them all or none (output_file.hpp).
 void write_outputs(const ppsched::ScheduleResult& r, const cli::OutputPaths& outputs) {
   if (!r.valid) {
-    ppsched::fail({"ppsched-plan", ppsched::detail::concat("schedule '", r.name, "' is not valid, so it has no timeline"),
+    ppsched::fail({"ppsched-plan", ppsched::concat("schedule '", r.name, "' is not valid, so it has no timeline"),
                    "", "fix the problems listed in the report"});
   }
   std::vector<cli::OutputFile> files;

@@ -3,6 +3,7 @@
 // The model is a toy (stage s computes y = w_s * x); the shape of the code is what carries
 // over to real model code (see docs/guide.md and examples/mlp_training.cpp).
 #include <ppsched/ppsched.hpp>
+#include <ppsched/runtime.hpp>
 
 #include <cstdio>
 #include <iostream>

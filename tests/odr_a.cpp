@@ -1,6 +1,6 @@
-// With odr_b.cpp: two translation units include the umbrella header and are linked into one
+// With odr_b.cpp: two translation units include <ppsched/all.hpp> and are linked into one
 // program, so a non-inline definition in any header fails the link.
-#include <ppsched/ppsched.hpp>
+#include <ppsched/all.hpp>
 
 int odr_b();
 

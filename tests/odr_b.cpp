@@ -1,4 +1,4 @@
-#include <ppsched/ppsched.hpp>
+#include <ppsched/all.hpp>
 
 int odr_b() {
   const ppsched::error e("x");

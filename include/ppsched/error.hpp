@@ -18,10 +18,8 @@ class error : public std::runtime_error {
   explicit error(const char* message) : std::runtime_error(message) {}
 };
 
-namespace detail {
-
-// Streams every argument into one string; used to build messages without iostream noise
-// at each throw site.
+// Streams every argument into one string: the library builds its messages with it, and a
+// user building a message for `fail` (or an error of their own) can use the same.
 template <class... Args>
 [[nodiscard]] std::string concat(Args&&... args) {
   std::ostringstream out;
@@ -29,6 +27,8 @@ template <class... Args>
   return out.str();
 }
 
+namespace detail {
+using ppsched::concat;  // the library's own throw sites say detail::concat
 }  // namespace detail
 
 // The message parts of an error. `subject` names the input ("profile 'gpt.json'",

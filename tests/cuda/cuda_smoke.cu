@@ -8,7 +8,7 @@
 
 #include <cstdio>
 
-#include <ppsched/ppsched.hpp>
+#include <ppsched/all.hpp>
 
 __global__ void iota_kernel(int* out, int n) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);

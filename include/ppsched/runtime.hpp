@@ -1,0 +1,13 @@
+// Running a schedule, in one include: how user code becomes a stage (StageFunctions), the
+// Executor that walks one rank's lowered program over any Backend, the World of p ranks in
+// one process, synthetic stages, and the CPU backend. Opt-in so that code which only plans
+// or simulates does not compile the runtime (see <ppsched/ppsched.hpp>).
+#pragma once
+
+#include "ppsched/runtime/backend.hpp"
+#include "ppsched/runtime/executor.hpp"
+#include "ppsched/runtime/stage.hpp"
+#include "ppsched/runtime/synthetic.hpp"
+#include "ppsched/runtime/world.hpp"
+
+#include "ppsched/backend/cpu.hpp"

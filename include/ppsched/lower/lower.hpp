@@ -312,7 +312,7 @@ template <class Duration>
 template <class Duration>
 [[nodiscard]] double lowered_makespan(const Schedule& lowered, const Duration& duration, const LowerOptions& options,
                                       Workspace& ws) {
-  FlatSchedule& flat = ws.flat();
+  FlatSchedule& flat = ws.lowering().candidate;
   std::vector<Problem> problems;
   std::size_t unlisted = 0;
   ProblemSink sink(problems, unlisted, 1);
@@ -397,29 +397,42 @@ template <class Duration>
       transfers_take_time = transfers_take_time || t > 0.0;
     }
   }
-  const bool has_backward = flat.has_backward, has_pairs = flat.has_pairs;
   detail::LoweringCandidate best = detail::lower_by(schedule, flat, duration, delay, options, ws);
-  if (transfers_take_time) {
-    // Both plainer orders are built while `flat` still indexes the compute-only schedule,
-    // and run only if the transfer-aware one falls short of the idealised run.
-    std::vector<detail::LoweringCandidate> plainer;
+  constexpr double tie = 1e-9;  // relative: sums of the same times in another order
+  double fastest = 0.0;
+  if (transfers_take_time) fastest = detail::lowered_makespan(best.schedule, duration, options, ws);
+  if (transfers_take_time && fastest > best.ideal_makespan * (1.0 + tie)) {
+    // The plainer orders, each run only when it differs from those already run. The order by
+    // the compute times alone is the default one when they are proportional to the default's.
     const std::vector<double> free_transfers;
-    if (options.compute_time) plainer.push_back(detail::lower_by(schedule, flat, duration, free_transfers, options, ws));
-    plainer.push_back(detail::lower_by(schedule, flat, detail::default_lower_time, free_transfers, options, ws));
-    constexpr double tie = 1e-9;  // relative: sums of the same times in another order
-    double fastest = detail::lowered_makespan(best.schedule, duration, options, ws);
-    if (fastest > best.ideal_makespan * (1.0 + tie)) {
-      for (detail::LoweringCandidate& c : plainer) {
-        const double t = detail::lowered_makespan(c.schedule, duration, options, ws);
-        if (t < fastest * (1.0 - tie)) {
-          fastest = t;
-          best = std::move(c);
-        }
+    bool proportional = !options.compute_time;
+    if (options.compute_time) {
+      const double k = duration(flat.at(0)) / detail::default_lower_time(flat.at(0));
+      proportional = true;
+      for (std::size_t i = 1; i < n && proportional; ++i) {
+        const Action& a = flat.at(static_cast<std::int32_t>(i));
+        proportional = duration(a) == k * detail::default_lower_time(a);
+      }
+    }
+    std::vector<Schedule> tried;
+    for (const bool by_default : {false, true}) {
+      if (!by_default && proportional) continue;
+      detail::LoweringCandidate c =
+          by_default ? detail::lower_by(schedule, flat, detail::default_lower_time, free_transfers, options, ws)
+                     : detail::lower_by(schedule, flat, duration, free_transfers, options, ws);
+      if (c.schedule == best.schedule || std::find(tried.begin(), tried.end(), c.schedule) != tried.end()) continue;
+      const double t = detail::lowered_makespan(c.schedule, duration, options, ws);
+      if (t < fastest * (1.0 - tie)) {
+        fastest = t;
+        tried.push_back(std::move(best.schedule));
+        best = std::move(c);
+      } else {
+        tried.push_back(std::move(c.schedule));
       }
     }
   }
-  // What lowering proves of `out`, validate() and simulate() need not prove again.
-  return detail::LoweringAccess::proven(std::move(best.schedule), best.communicates, has_backward, has_pairs);
+  // What lowering proves of the result, validate() and simulate() need not prove again.
+  return detail::LoweringAccess::proven(std::move(best.schedule), best.communicates, flat.has_backward, flat.has_pairs);
 }
 
 [[nodiscard]] inline LoweredSchedule lower(const Schedule& schedule, const LowerOptions& options = {}) {

@@ -358,7 +358,13 @@ ThreeLowerings three_lowerings(const Schedule& s, const CostModel& c) {
   compute_only.transfer_time = nullptr;
   LowerOptions defaults;
   defaults.fb_overlap = c.fb_overlap;
-  return {simulate(lower(s, aware), c).makespan, simulate(lower(s, compute_only), c).makespan,
+  const LoweredSchedule chosen = lower(s, aware);
+  // Whichever order lower() returned, its proof holds: the full checks of a plain copy agree.
+  const Schedule plain = chosen;
+  const ValidationReport full = validate(plain);
+  INFO(to_string(full));
+  REQUIRE(full.ok());
+  return {simulate(chosen, c).makespan, simulate(lower(s, compute_only), c).makespan,
           simulate(lower(s, defaults), c).makespan};
 }
 

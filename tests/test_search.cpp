@@ -816,6 +816,17 @@ TEST_CASE("joint search: partition, schedule and micro-batch count together", "[
   CHECK(best_m != problem.microbatch_counts.front());
   CHECK(best_m != problem.microbatch_counts.back());
 
+  // By span, the winning (partition, m) has the shortest span of the choices' own picks.
+  SearchOptions by_span;
+  by_span.objective.kind = ObjectiveKind::span;
+  const JointSearchResult shortest = search_joint(problem, by_span);
+  double shortest_span = inf;
+  for (const JointChoice& c : shortest.choices) {
+    if (c.found) shortest_span = std::min(shortest_span, c.span);
+  }
+  CHECK(shortest.best.best().span == shortest_span);
+  CHECK(shortest.best.best().span <= joint.best.best().span * (1.0 + 1e-9));
+
   JointSearchProblem none = problem;
   none.cap.bytes = 1.0;
   CHECK_THROWS_WITH(search_joint(none),

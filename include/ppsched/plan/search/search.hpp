@@ -927,6 +927,7 @@ struct JointChoice {
   bool found = false;    // some schedule keeps to the cap
   std::string schedule;  // its best schedule
   double makespan = std::numeric_limits<double>::infinity();
+  double span = std::numeric_limits<double>::infinity();  // the longest rank span
   double bubble_fraction = 0.0;
   double peak_microbatches = 0.0;
   std::string note;  // why none was found
@@ -956,8 +957,24 @@ struct JointSearchResult {
   return out;
 }
 
+namespace detail {
+
+// Whether one (partition, m)'s winner beats another's by the objective: the makespan, the
+// longest rank span, or (memory) the peak activation bytes — M_B are micro-batches of each m's
+// own size, so they do not compare across counts — then the makespan.
+[[nodiscard]] inline bool joint_before(const Objective& objective, const SearchResult& a, const SearchResult& b) {
+  const Candidate& x = a.best();
+  const Candidate& y = b.best();
+  if (objective.kind == ObjectiveKind::span && x.span != y.span) return x.span < y.span;
+  if (objective.kind == ObjectiveKind::memory && x.peak_bytes != y.peak_bytes) return x.peak_bytes < y.peak_bytes;
+  return x.makespan < y.makespan;
+}
+
+}  // namespace detail
+
 // Runs search_schedule for each partition and micro-batch count and keeps the fastest step
-// (schedule, chunks and placement chosen by each search). Throws ppsched::error for an empty
+// (schedule, chunks and placement chosen by each search), or the best by
+// SearchOptions::objective (detail::joint_before). Throws ppsched::error for an empty
 // list of counts or partitions, a partition without costs, or when no (partition, m) has a
 // schedule that keeps to the cap (each one's reason listed).
 [[nodiscard]] inline JointSearchResult search_joint(const JointSearchProblem& problem,
@@ -999,7 +1016,8 @@ struct JointSearchResult {
         choice.makespan = r.best().makespan;
         choice.bubble_fraction = r.best().bubble_fraction;
         choice.peak_microbatches = r.best().peak_microbatches;
-        if (!any || choice.makespan < out.best.best().makespan) {
+        choice.span = r.best().span;
+        if (!any || detail::joint_before(options.objective, r, out.best)) {
           out.best = std::move(r);
           out.partition = partition.name;
           out.microbatches = m;

@@ -12,6 +12,10 @@
 //      produced — not all up front, and never behind a transfer whose data comes later.
 //   3. Communication with the same key on one rank forms a group (when there are several):
 //      e.g. Megatron's send-forward/receive-backward pairs.
+//   4. When transfers take time, the order is run as simulate() runs it and, if it falls short
+//      of the idealised run, the same compute order lowered by the compute times alone and by
+//      the default times is run too; the fastest is returned (see lower() below), so the result
+//      is never slower than lower(schedule) of the same compute order.
 //
 // An overlapped pair (two adjacent compute actions sharing a group, docs/execution-model.md)
 // runs as one item in the idealised run: both of its actions start together, after both of
@@ -56,7 +60,8 @@ struct LowerOptions {
   // (costs/cost_model.hpp: lower_options_for) so the order matches the run you expect.
   std::function<double(const Action&)> compute_time;
   // Transfer time of each send (SEND_F / SEND_B), >= 0 and finite, added to the idealised
-  // run's cross-rank dependencies. Empty: free transfers.
+  // run's cross-rank dependencies, and the time a transfer takes when lower() compares its
+  // candidate orders (step 4 above). Empty: free transfers.
   std::function<double(const Action&)> transfer_time;
   // Post communication that becomes ready at the same instant as one group.
   bool group_simultaneous = true;

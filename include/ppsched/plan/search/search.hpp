@@ -499,7 +499,8 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
       if (c.peak_microbatches > found_memory + memory_slack) break;
       if (c.bound > objective.makespan_bound * (1.0 + 1e-9)) continue;  // its makespan is at least its bound
     }
-    if (c.timing != Timing::simulated) {
+    // The span needs a simulation even where the makespan is exact (free communication).
+    if (objective.kind == ObjectiveKind::span ? c.timing != Timing::simulated : c.timing == Timing::bound) {
       if (options.max_simulations > 0 && simulations >= options.max_simulations) break;
       simulate_entry(entries[i], placements[entries[i].placement].costs, options, ws);
       ++simulations;

@@ -171,15 +171,16 @@ struct LoweringAccess {
 
 namespace detail {
 
-// One lowering of the compute-only schedule indexed in `flat` (see the header comment): its
-// communication ordered by the idealised run with `duration` and, when `delay` is not empty,
-// each remote input delayed by its transfer time.
+// A lowering lower() may return, with what it needs to choose.
 struct LoweringCandidate {
   Schedule schedule;
   bool communicates = false;
   double ideal_makespan = 0.0;  // of the idealised run: no lowering of this order runs faster
 };
 
+// One lowering of the compute-only schedule indexed in `flat` (see the header comment): its
+// communication ordered by the idealised run with `duration` and, when `delay` is not empty,
+// each remote input delayed by its transfer time.
 template <class Duration>
 [[nodiscard]] LoweringCandidate lower_by(const Schedule& schedule, const FlatSchedule& flat, const Duration& duration,
                                          const std::vector<double>& delay, const LowerOptions& options, Workspace& ws) {

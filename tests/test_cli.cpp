@@ -576,6 +576,63 @@ TEST_CASE("--schedule auto: the search's pick is never slower than the best fami
   CHECK(none.at("recommendation_reason").get<std::string>().find("cap") != std::string::npos);
 }
 
+TEST_CASE("--objective: span and memory within a bound pick by their measure, and both figures are reported",
+          "[cli][plan][objective]") {
+  const std::vector<std::string> model{"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8", "--comm", "0.1"};
+  const auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = model;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return plan_json(args);
+  };
+  const json by_makespan = with({});
+  CHECK(by_makespan.at("objective") == "makespan");
+  CHECK(with({"--objective", "makespan"}) == by_makespan);  // the default, spelled out
+  const json& fastest = schedule_named(by_makespan, by_makespan.at("recommended").get<std::string>());
+  std::vector<const json*> training;
+  for (const json& s : by_makespan.at("schedules")) {
+    if (s.at("training").get<bool>() && s.at("fits").get<bool>()) training.push_back(&s);
+  }
+  REQUIRE(training.size() > 2);
+
+  // Span: no fitting training schedule has a shorter longest rank span than the pick's.
+  const json by_span = with({"--objective", "span"});
+  CHECK(by_span.at("objective") == "span");
+  const json& shortest = schedule_named(by_span, by_span.at("recommended").get<std::string>());
+  CHECK(shortest.at("max_rank_span").get<double>() <= fastest.at("max_rank_span").get<double>());
+  for (const json* s : training) CHECK(shortest.at("max_rank_span").get<double>() <= s->at("max_rank_span").get<double>());
+  CHECK(by_span.at("schedules") == by_makespan.at("schedules"));  // the objective only ranks
+
+  // Memory within a bound halfway between the fastest and the slowest training schedule.
+  double slowest = 0.0;
+  for (const json* s : training) slowest = std::max(slowest, s->at("makespan").get<double>());
+  const double bound = (fastest.at("makespan").get<double>() + slowest) / 2;
+  const json by_memory = with({"--objective", "memory:" + std::to_string(bound)});
+  CHECK(by_memory.at("objective").get<std::string>().rfind("memory:", 0) == 0);
+  const json& least = schedule_named(by_memory, by_memory.at("recommended").get<std::string>());
+  CHECK(least.at("makespan").get<double>() <= bound);
+  for (const json* s : training) {
+    if (s->at("makespan").get<double>() > bound) continue;
+    INFO(s->at("name"));
+    CHECK(max_of(least.at("peak_activations")) <= max_of(s->at("peak_activations")));
+  }
+  // Below the fastest makespan nothing is within the bound: nothing is recommended.
+  const json none = with({"--objective", "memory:" + std::to_string(fastest.at("makespan").get<double>() / 2)});
+  CHECK(none.at("recommended").is_null());
+  CHECK(none.at("recommendation_reason").get<std::string>().find(by_makespan.at("recommended").get<std::string>()) !=
+        std::string::npos);
+
+  // The search takes the objective too, and reports each simulated candidate's span.
+  const json auto_span = with({"--schedule", "auto", "--objective", "span"});
+  const json auto_fast = with({"--schedule", "auto"});
+  REQUIRE(auto_span.at("schedules").size() == 1);
+  REQUIRE(auto_fast.at("schedules").size() == 1);
+  CHECK(auto_span.at("schedules")[0].at("max_rank_span").get<double>() <=
+        auto_fast.at("schedules")[0].at("max_rank_span").get<double>() * (1 + 1e-9));
+  for (const json& c : auto_span.at("search").at("candidates")) {
+    if (c.at("timing") == "simulated") CHECK(c.at("span").is_number());
+  }
+}
+
 TEST_CASE("the report names every schedule and the recommendation", "[cli][plan]") {
   const Run r = plan({"--stage-cost", "1,2,1", "--stages", "4", "--microbatches", "8"});
   INFO(r.err);
@@ -720,6 +777,10 @@ TEST_CASE("bad input exits 2 and says what would work", "[cli][plan]") {
       {{"--profile", not_json}, {not_json, "line 3"}},
       {{"--stage-cost", "1,1,1", "--validate", bad_csv}, {bad_csv, "row 2", "1X0"}},
       {{"--stage-cost", "1,1,1", "--trace", dir.file("no/such/dir/t.json")}, {"no/such/dir"}},
+      {{"--objective", "throughput"}, {"--objective", "unknown objective 'throughput'", "makespan, span, memory"}},
+      {{"--objective", "memory:0"}, {"--objective", "out of range", "greater than 0"}},
+      {{"--objective", "memory:soon"}, {"--objective", "not a finite number"}},
+      {{"--objective", "span", "--validate", bad_csv}, {"--objective", "drop --objective"}},
   };
   for (const Case& c : cases) {
     std::string joined;
@@ -739,7 +800,7 @@ TEST_CASE("--help lists every flag and exits 0", "[cli][plan]") {
   CHECK(r.status == 0);
   for (const char* flag : {"--profile", "--layers", "--stage-cost", "--stages", "--microbatches", "--chunks", "--comm",
                            "--bandwidth", "--memory-cap-microbatches", "--memory-cap-bytes", "--w-memory-ratio",
-                           "--schedule", "--json", "--trace", "--svg", "--csv", "--validate"}) {
+                           "--schedule", "--objective", "--json", "--trace", "--svg", "--csv", "--validate"}) {
     CHECK(r.out.find(flag) != std::string::npos);
   }
 }

@@ -416,3 +416,72 @@ TEST_CASE("search_plan under a byte cap: each placement's own parameters count, 
   CHECK_THAT(none.plan.recommended.reason,
              Catch::Contains("parameters with optimizer state alone need " + bytes_text(flat[0]) + " on rank 0"));
 }
+
+TEST_CASE("objectives: span and memory within a bound pick by their measure; bad ones are refused",
+          "[plan][objective]") {
+  Profile profile = chain(16);
+  profile.link = Interconnect{0.1, 100.0};
+  const PlanModel model = graph_model(profile, "uneven chain", {.ranks = 4, .microbatches = 8});
+  PlanRequest request;
+  request.ranks = 4;
+  request.microbatches = 8;
+  const PlanResult by_makespan = compare_families(model, request);
+  const ScheduleResult* fastest = by_makespan.recommended_schedule();
+  REQUIRE(fastest != nullptr);
+  const auto peak = [](const ScheduleResult& r) {
+    return *std::max_element(r.peak_activations.begin(), r.peak_activations.end());
+  };
+  // The default objective is the makespan, and results do not depend on it being spelled out.
+  PlanRequest spelled = request;
+  spelled.objective = Objective{ObjectiveKind::makespan};
+  CHECK(compare_families(model, spelled) == by_makespan);
+
+  request.objective.kind = ObjectiveKind::span;
+  const PlanResult by_span = compare_families(model, request);
+  CHECK(by_span.schedules == by_makespan.schedules);  // the objective only ranks
+  const ScheduleResult* shortest = by_span.recommended_schedule();
+  REQUIRE(shortest != nullptr);
+  CHECK(shortest->max_rank_span <= fastest->max_rank_span);
+  for (const ScheduleResult& r : by_span.schedules) {
+    if (!r.training || !r.valid || !r.fits) continue;
+    INFO(r.name);
+    double longest = 0.0;  // the span is the longest of the ranks' own
+    for (const double s : r.span) longest = std::max(longest, s);
+    CHECK(r.max_rank_span == longest);
+    CHECK(shortest->max_rank_span <= r.max_rank_span);
+  }
+  CHECK_THAT(by_span.recommended.reason, Catch::Contains("longest rank span"));
+
+  // Memory within a bound 20% above the fastest: within it, nothing needs less than the pick.
+  const double bound = fastest->makespan * 1.2;
+  request.objective = Objective{ObjectiveKind::memory, bound};
+  const PlanResult by_memory = compare_families(model, request);
+  const ScheduleResult* least = by_memory.recommended_schedule();
+  REQUIRE(least != nullptr);
+  CHECK(least->makespan <= bound);
+  CHECK(peak(*least) <= peak(*fastest));
+  for (const ScheduleResult& r : by_memory.schedules) {
+    if (!r.training || !r.valid || !r.fits || r.makespan > bound) continue;
+    INFO(r.name);
+    CHECK(peak(*least) <= peak(r));
+  }
+  // The search takes the request's objective.
+  const SearchedPlan searched = search_plan(model, request);
+  REQUIRE(searched.plan.schedules.size() == 1);
+  CHECK(searched.plan.schedules.front().makespan <= bound * (1.0 + 1e-9));
+  CHECK(peak(searched.plan.schedules.front()) <= peak(*least) + 1e-9);
+  // A bound below every schedule: nothing is recommended, by either.
+  request.objective.makespan_bound = fastest->makespan / 2.0;
+  const PlanResult none = compare_families(model, request);
+  CHECK_FALSE(none.recommended.index);
+  CHECK_THAT(none.recommended.reason, Catch::Contains("no schedule finishes within") && Catch::Contains(fastest->name));
+  const SearchedPlan none_searched = search_plan(model, request);
+  CHECK(none_searched.plan.schedules.empty());
+  CHECK_THAT(none_searched.plan.recommended.reason, Catch::Contains("within makespan"));
+
+  request.objective = Objective{ObjectiveKind::memory, -1.0};
+  CHECK_THAT(error_of([&] { (void)compare_families(model, request); }),
+             Catch::Contains("PlanRequest::objective.makespan_bound"));
+  request.objective = Objective{static_cast<ObjectiveKind>(7)};
+  CHECK_THAT(error_of([&] { (void)compare_families(model, request); }), Catch::Contains("ObjectiveKind::makespan"));
+}

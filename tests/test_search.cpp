@@ -816,6 +816,17 @@ TEST_CASE("joint search: partition, schedule and micro-batch count together", "[
   CHECK(best_m != problem.microbatch_counts.front());
   CHECK(best_m != problem.microbatch_counts.back());
 
+  // By span, the winning (partition, m) has the shortest span of the choices' own picks.
+  SearchOptions by_span;
+  by_span.objective.kind = ObjectiveKind::span;
+  const JointSearchResult shortest = search_joint(problem, by_span);
+  double shortest_span = inf;
+  for (const JointChoice& c : shortest.choices) {
+    if (c.found) shortest_span = std::min(shortest_span, c.span);
+  }
+  CHECK(shortest.best.best().span == shortest_span);
+  CHECK(shortest.best.best().span <= joint.best.best().span * (1.0 + 1e-9));
+
   JointSearchProblem none = problem;
   none.cap.bytes = 1.0;
   CHECK_THROWS_WITH(search_joint(none),
@@ -1002,4 +1013,88 @@ TEST_CASE("search: block candidates are listed with the reason when not built or
     CHECK_FALSE(blocks.front().built);
     CHECK_THAT(blocks.front().note, Catch::Contains("SearchOptions::chunks"));
   }
+}
+
+// ---------------------------------------------------------------- objectives
+
+// The zero-bubble paper scores by the longest per-rank span, ppsched by makespan; a caller
+// short of memory asks for the least memory within a time. Each objective's pick is checked
+// against the makespan objective's and against every fixed family, all simulated here.
+TEST_CASE("search objectives: the longest rank span, and the least memory within a makespan bound",
+          "[search][objective]") {
+  std::mt19937 rng(1616);
+  for (int trial = 0; trial < 6; ++trial) {
+    const std::int32_t p = 3 + static_cast<std::int32_t>(rng() % 3);
+    const std::int32_t m = 2 * p + static_cast<std::int32_t>(rng() % p);
+    const RandomModel model = random_model(rng, p, m);
+    SearchProblem problem;
+    problem.ranks = p;
+    problem.microbatches = m;
+    problem.costs = evenly_split(model.per_rank, p, m);
+    problem.cap.microbatches = trial % 2 == 0 ? inf : 1.5 * p;
+    INFO(model.description << ", cap " << problem.cap.microbatches << " M_B");
+
+    const SearchResult fastest = search_schedule(problem);
+    // Both figures of the winner, whatever the objective: its span from its own simulation.
+    const auto longest_span = [](const SearchResult& r) {
+      double longest = 0.0;
+      for (const SimRankStats& s : simulate(r.lowered, r.costs).ranks) longest = std::max(longest, s.span);
+      return longest;
+    };
+    CHECK(fastest.best().span == Approx(longest_span(fastest)).epsilon(1e-12));
+
+    SearchOptions by_span;
+    by_span.objective.kind = ObjectiveKind::span;
+    const SearchResult shortest = search_schedule(problem, by_span);
+    INFO(shortest.why);
+    CHECK(shortest.validation.ok());
+    CHECK(shortest.best().span == Approx(longest_span(shortest)).epsilon(1e-12));
+    CHECK(shortest.best().span <= fastest.best().span * (1.0 + 1e-9));
+    CHECK(fastest.best().makespan <= shortest.best().makespan * (1.0 + 1e-9));
+    CHECK(shortest.best().peak_microbatches <= problem.cap.microbatches + 1e-9);
+    CHECK_THAT(shortest.why, Catch::Contains("shortest longest rank span"));
+    // No candidate that fits has a shorter span: all of them were simulated.
+    for (const Candidate& c : shortest.candidates) {
+      if (!c.built || !c.fits) continue;
+      CHECK(c.timing == Timing::simulated);
+      CHECK(shortest.best().span <= c.span * (1.0 + 1e-9));
+    }
+
+    // The least memory among the candidates within a bound between the fastest makespan and
+    // 1.5 times it; every fixed family that fits and is within the bound needs at least as much.
+    const double bound = fastest.best().makespan * (1.0 + 0.5 * (trial % 3) / 2.0);
+    SearchOptions by_memory;
+    by_memory.objective = Objective{ObjectiveKind::memory, bound};
+    const SearchResult least = search_schedule(problem, by_memory);
+    INFO(least.why);
+    CHECK(least.validation.ok());
+    CHECK(simulate(least.lowered, least.costs).makespan <= bound * (1.0 + 1e-9));
+    CHECK(least.best().peak_microbatches <= fastest.best().peak_microbatches + 1e-9);
+    const double least_peak = max_of(validated_peaks(least.lowered, least.costs.weight_memory_fraction));
+    CHECK(least_peak == Approx(least.best().peak_microbatches));
+    for (const std::string_view family : family_names()) {
+      if (!family_info(family).training || family_info(family).overlapped_pairs) continue;
+      for (const std::int32_t v : {1, 2, 4}) {
+        const ScheduleRequest r{p, m, v};
+        if (!accepts(family, r)) continue;
+        const Schedule s = make_schedule(family, r);
+        const CostModel c = problem.costs(s.placement);
+        const double peak = max_of(validated_peaks(s, c.weight_memory_fraction));
+        if (peak > problem.cap.microbatches + 1e-9 || simulate(s, c).makespan > bound) continue;
+        INFO(family << " v=" << v << ": " << peak << " M_B");
+        CHECK(least_peak <= peak + 1e-9);
+      }
+    }
+    // A bound below every candidate: an error naming the bound and the fastest.
+    by_memory.objective.makespan_bound = fastest.best().makespan / 2.0;
+    CHECK_THROWS_WITH(search_schedule(problem, by_memory),
+                      Catch::Contains("finishes within makespan") && Catch::Contains("raise the bound"));
+  }
+  SearchProblem problem;
+  problem.ranks = 4;
+  problem.microbatches = 8;
+  problem.costs = evenly_split(uniform_costs(1, 1, 1), 4, 8);
+  SearchOptions bad;
+  bad.objective = Objective{ObjectiveKind::memory, 0.0};
+  CHECK_THROWS_WITH(search_schedule(problem, bad), Catch::Contains("SearchOptions::objective.makespan_bound"));
 }

@@ -34,6 +34,7 @@ namespace ppsched::cli {
   r.families = options.schedules;
   r.w_memory_ratio = options.w_memory_ratio;
   r.cap = MemoryCaps{options.memory_cap_microbatches, options.memory_cap_bytes};
+  r.objective = options.objective;
   return r;
 }
 

@@ -16,6 +16,7 @@
 #include "args.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/plan/model.hpp"
+#include "ppsched/plan/objective.hpp"
 #include "ppsched/schedule/generators.hpp"
 
 namespace ppsched::cli {
@@ -46,6 +47,7 @@ struct PlanOptions {
   PartitionMethod partition = PartitionMethod::optimal;
   std::vector<std::string> schedules;       // canonical family names, in the order asked
   bool schedule_auto = false;               // --schedule auto: the schedule search picks one
+  Objective objective;                      // --objective: what the recommendation (or search) minimises
   bool json = false;
   std::string trace_path;
   std::string svg_path;
@@ -55,7 +57,7 @@ struct PlanOptions {
   bool version = false;
 };
 
-inline constexpr std::array<FlagSpec, 21> plan_flags{{
+inline constexpr std::array<FlagSpec, 22> plan_flags{{
     {"--profile", "FILE", "model profile (JSON, see docs/profile-format.md)"},
     {"--layers", "N", "a chain of N identical layers (forward 1, backward-for-input 1, backward-for-weights 1)"},
     {"--stage-cost", "F,B,W", "every rank's stage costs F, BI, BW (pure schedule study; no partitioning)"},
@@ -70,6 +72,7 @@ inline constexpr std::array<FlagSpec, 21> plan_flags{{
     {"--optimizer-state-factor", "X", "bytes held per parameter byte (default 8: bf16 + fp32 Adam)"},
     {"--partition", "METHOD", "optimal (default, min bottleneck), uniform (equal layer counts) or params"},
     {"--schedule", "NAME", "all (default), a family (comma-separated list allowed), or auto (search)"},
+    {"--objective", "GOAL", "makespan (default), span (the longest rank span), or memory[:BOUND] (least memory, makespan <= BOUND)"},
     {"--json", "", "print one JSON object instead of the report (docs/cli.md)"},
     {"--trace", "FILE", "write the chosen schedule's simulated timeline as a Chrome trace"},
     {"--svg", "FILE", "write the chosen schedule's timeline as an SVG Gantt chart"},
@@ -121,6 +124,23 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
     if (comma == std::string_view::npos) break;
     rest = rest.substr(comma + 1);
   }
+}
+
+// Parses "--objective": makespan, span, memory, or memory:BOUND with a makespan bound > 0.
+[[nodiscard]] inline Objective parse_objective(const GivenFlag& flag) {
+  const std::string_view text = flag.value;
+  if (text == "makespan") return Objective{};
+  if (text == "span") return Objective{ObjectiveKind::span};
+  if (text == "memory") return Objective{ObjectiveKind::memory};
+  constexpr std::string_view memory_with = "memory:";
+  if (text.starts_with(memory_with)) {
+    Objective o{ObjectiveKind::memory};
+    o.makespan_bound = parse_real_text(text.substr(memory_with.size()), "flag --objective", flag.position, 0.0, true);
+    return o;
+  }
+  fail({"flag --objective", ppsched::detail::concat("unknown objective '", text, "'"),
+        detail::argument_place(flag.position),
+        "give makespan, span, memory, or memory:BOUND (the least memory among schedules whose makespan is at most BOUND)"});
 }
 
 // Turns split flags (plan_flags, or a subset of them) into PlanOptions; throws
@@ -195,6 +215,8 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
       }
     } else if (n == "--schedule") {
       parse_schedule_list(flag, options);
+    } else if (n == "--objective") {
+      options.objective = parse_objective(flag);
     } else if (n == "--json") {
       options.json = true;
     } else if (n == "--trace" || n == "--svg" || n == "--csv" || n == "--validate") {
@@ -241,6 +263,10 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
     if (const GivenFlag* c = find("--chunks")) {
       fail({"flag --chunks", "--validate takes its stages from the file", detail::argument_place(c->position),
             "drop --chunks"});
+    }
+    if (const GivenFlag* o = find("--objective")) {
+      fail({"flag --objective", "--validate checks the schedule in its file; there is nothing to choose",
+            detail::argument_place(o->position), "drop --objective, or drop --validate"});
     }
   }
   // Two outputs into one file would leave only the last.

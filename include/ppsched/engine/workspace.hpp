@@ -37,6 +37,9 @@ struct LoweringBuffers {
   scratch_vector<CommEntry> comm;
   scratch_vector<CommEntry> merged;
   scratch_vector<CommEntry> scratch;
+  // The index of a lowered candidate that lowering runs to compare it with another (lower.hpp),
+  // kept apart from the compute-only schedule's, which the next candidate is lowered from.
+  FlatSchedule candidate;
 };
 
 }  // namespace detail
@@ -57,7 +60,10 @@ class Workspace {
            bytes(flat_.rank_actions) + bytes(execution_.stream_begin) + bytes(execution_.items) +
            bytes(execution_.ops) + bytes(execution_.pair_deps) + bytes(execution_.starts) + bytes(execution_.ends) +
            bytes(execution_.streams) + bytes(execution_.worklist) + bytes(lowering_.receivers) +
-           bytes(lowering_.comm) + bytes(lowering_.merged) + bytes(lowering_.scratch);
+           bytes(lowering_.comm) + bytes(lowering_.merged) + bytes(lowering_.scratch) +
+           bytes(lowering_.candidate.owner) + bytes(lowering_.candidate.slots) +
+           bytes(lowering_.candidate.placement) + bytes(lowering_.candidate.rank_begin) +
+           bytes(lowering_.candidate.rank_actions);
   }
   // Frees everything it holds; the next call allocates again.
   void release() noexcept { *this = Workspace{}; }

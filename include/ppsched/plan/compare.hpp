@@ -31,6 +31,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/plan/costs.hpp"
 #include "ppsched/plan/model.hpp"
+#include "ppsched/plan/objective.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/schedule.hpp"
@@ -64,6 +65,9 @@ struct PlanRequest {
   std::vector<std::string> families;
   double w_memory_ratio = 0.5;  // M_W / M_B: what a BI keeps alive until its BW
   MemoryCaps cap;
+  // What the recommendation minimises among the schedules that fit (plan/objective.hpp):
+  // the makespan by default.
+  Objective objective;
 };
 
 // One schedule, proven, simulated and measured against the caps.
@@ -210,6 +214,7 @@ inline void check_plan_request(const PlanRequest& r) {
       fail({subject, concat("a memory cap of ", *cap), field, "give a finite cap > 0, or leave it empty for none"});
     }
   }
+  check_objective(r.objective, "PlanRequest::objective");
 }
 
 // What compare_families and search_plan both start with: the request checked, the model
@@ -372,13 +377,97 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
   return r;
 }
 
-// The valid training schedule with the smallest makespan among those that fit (ties, as sums
-// of the same costs in another order differ in the last bits: the one storing less, then the
-// one listed first), and one line saying why: the faster schedule that does not fit and the
-// cap it breaks, or the runner-up and its margin. `capped` says whether any cap applied (for
-// the wording). No index when nothing valid fits.
-[[nodiscard]] inline Recommendation recommend(std::span<const ScheduleResult> schedules, bool capped) {
+namespace detail {
+
+[[nodiscard]] inline double largest_of(const std::vector<double>& v) {
+  return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
+}
+
+// recommend() for the span and memory objectives: the same candidates (valid training
+// schedules that fit), ranked by the longest rank span, or by the largest per-rank peak of
+// stored activations among those within the makespan bound; ties go to the faster, then (span)
+// to the one storing less, then to the one listed first.
+[[nodiscard]] inline Recommendation recommend_by(std::span<const ScheduleResult> schedules, bool capped,
+                                                 const Objective& objective) {
+  Recommendation rec;
+  const bool by_span = objective.kind == ObjectiveKind::span;
+  const double bound = objective.makespan_bound;
+  const auto close = [](double x, double y) { return std::abs(x - y) <= 1e-9 * std::max({1.0, std::abs(x), std::abs(y)}); };
+  const auto score = [&](const ScheduleResult& r) { return by_span ? r.max_rank_span : largest_of(r.peak_activations); };
+  const auto better = [&](std::size_t a, std::size_t b) {
+    const ScheduleResult& x = schedules[a];
+    const ScheduleResult& y = schedules[b];
+    if (!close(score(x), score(y))) return score(x) < score(y);
+    if (!close(x.makespan, y.makespan)) return x.makespan < y.makespan;
+    return by_span && largest_of(x.peak_activations) < largest_of(y.peak_activations) - 1e-9;
+  };
+  const auto in_time = [&](const ScheduleResult& r) { return by_span || r.makespan <= bound * (1.0 + 1e-9); };
+  std::optional<std::size_t> best, best_any, fastest;  // best_any: in time, fitting or not
+  std::size_t candidates = 0, within = 0;
+  for (std::size_t i = 0; i < schedules.size(); ++i) {
+    const ScheduleResult& r = schedules[i];
+    if (!r.training || !r.valid) continue;
+    ++candidates;
+    if (!fastest || r.makespan < schedules[*fastest].makespan) fastest = i;
+    if (!in_time(r)) continue;
+    ++within;
+    if (!best_any || better(i, *best_any)) best_any = i;
+    if (r.fits && (!best || better(i, *best))) best = i;
+  }
+  if (candidates == 0) {
+    rec.reason = "no valid training schedule was evaluated (forward-only runs inference only)";
+    return rec;
+  }
+  const std::string time_limit = std::isinf(bound) ? "" : concat(" within the makespan bound ", short_number(bound));
+  if (within == 0) {
+    const ScheduleResult& f = schedules[*fastest];
+    rec.reason = concat("no schedule finishes", time_limit, "; the fastest, ", f.name, ", takes ", short_number(f.makespan));
+    return rec;
+  }
+  const std::string measure = by_span ? "the shortest longest rank span" : "the least peak activation memory";
+  if (!best) {
+    const ScheduleResult& a = schedules[*best_any];
+    rec.reason = concat("no schedule", time_limit, " fits the memory cap; the one with ", measure, ", ", a.name, ", ",
+                        a.fit_problem);
+    return rec;
+  }
+  rec.index = best;
+  const ScheduleResult& b = schedules[*best];
+  const auto figures = [&](const ScheduleResult& r) {
+    return by_span ? concat("span ", short_number(r.max_rank_span), ", makespan ", short_number(r.makespan))
+                   : concat(short_number(largest_of(r.peak_activations)), " M_B, makespan ", short_number(r.makespan));
+  };
+  if (better(*best_any, *best)) {
+    const ScheduleResult& a = schedules[*best_any];
+    rec.reason = concat(a.name, " has ", by_span ? "a shorter longest rank span" : "less memory", " (", figures(a),
+                        ") but ", a.fit_problem);
+    return rec;
+  }
+  rec.reason = concat(measure, " of the ", by_span ? candidates : within, " training schedules", time_limit,
+                      capped ? " that fit the memory cap" : "", ": ", figures(b));
+  std::optional<std::size_t> second;
+  for (std::size_t i = 0; i < schedules.size(); ++i) {
+    const ScheduleResult& r = schedules[i];
+    if (i == *best || !r.training || !r.valid || !in_time(r)) continue;
+    if (!second || better(i, *second)) second = i;
+  }
+  if (second) rec.reason += concat("; next is ", schedules[*second].name, ", ", figures(schedules[*second]));
+  return rec;
+}
+
+}  // namespace detail
+
+// The valid training schedule that fits and is best by `objective` (plan/objective.hpp), and
+// one line saying why. By makespan (the default): the smallest makespan (ties, as sums of the
+// same costs in another order differ in the last bits: the one storing less, then the one
+// listed first); the line names the faster schedule that does not fit and the cap it breaks,
+// or the runner-up and its margin. By span or memory: detail::recommend_by. `capped` says
+// whether any cap applied (for the wording). No index when nothing valid fits (or, by memory,
+// nothing finishes within the bound).
+[[nodiscard]] inline Recommendation recommend(std::span<const ScheduleResult> schedules, bool capped,
+                                              const Objective& objective = {}) {
   using detail::concat;
+  if (objective.kind != ObjectiveKind::makespan) return detail::recommend_by(schedules, capped, objective);
   Recommendation rec;
   std::optional<std::size_t> fastest;
   std::optional<std::size_t> best;
@@ -481,7 +570,7 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
     plan.schedules.push_back(std::move(result));
   }
   const bool capped = request.cap.microbatches || request.cap.bytes || !model.rank_memory_cap.empty();
-  plan.recommended = recommend(plan.schedules, capped);
+  plan.recommended = recommend(plan.schedules, capped, request.objective);
   return plan;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -72,8 +73,8 @@ namespace detail {
 }  // namespace detail
 
 // Plans with the schedule search. Its depths (SearchOptions::chunks) are 1, 2, 4 and
-// request.chunks, each where the model has a layer for every virtual stage; the other
-// `options` apply as given. request.families is not used: the search chooses. Throws ppsched::error for a bad request,
+// request.chunks, each where the model has a layer for every virtual stage, and its objective
+// is request.objective; the other `options` apply as given. request.families is not used: the search chooses. Throws ppsched::error for a bad request,
 // and for bad input the search rejects when no cap applies.
 [[nodiscard]] inline SearchedPlan search_plan(const PlanModel& model, const PlanRequest& request,
                                               SearchOptions options = {}) {
@@ -98,12 +99,15 @@ namespace detail {
     };
   }
   options.chunks = detail::search_depths(request, model);
+  options.objective = request.objective;
 
   SearchResult found;
   try {
     found = search_schedule(problem, options);
   } catch (const error& e) {
-    if (problem.cap.unlimited()) throw;  // not a memory problem: bad input
+    // Not a memory or time problem: bad input.
+    const bool timed = request.objective.kind == ObjectiveKind::memory && !std::isinf(request.objective.makespan_bound);
+    if (problem.cap.unlimited() && !timed) throw;
     plan.recommended.reason = e.what();
     // Parameters that alone break the cap are the plainer reason.
     const std::vector<double> fixed = static_bytes_per_rank(plan.partition, request.ranks);

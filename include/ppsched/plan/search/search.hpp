@@ -51,6 +51,7 @@
 #include "ppsched/schedule/dualpipev.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/lower/lower.hpp"
+#include "ppsched/plan/objective.hpp"
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/validate/validate.hpp"
@@ -101,6 +102,11 @@ struct SearchOptions {
   // are then ranked by their bound.
   std::int32_t max_simulations = 0;
   bool comm_on_compute_stream = false;  // simulate with one stream per rank (SimOptions)
+  // What the winner minimises among the candidates that keep to the cap (plan/objective.hpp):
+  // the makespan (the default), the longest rank span (every candidate that fits is then
+  // simulated: the dependency-only run bounds no span), or the peak stored activations among
+  // the candidates whose makespan is within Objective::makespan_bound.
+  Objective objective;
 };
 
 enum class CandidateKind : std::uint8_t { family, dualpipev, greedy, v_block };
@@ -149,6 +155,8 @@ struct Candidate {
   double bound = std::numeric_limits<double>::infinity();     // dependency-only makespan
   double makespan = std::numeric_limits<double>::infinity();  // per `timing`; the bound when only that is known
   double bubble_fraction = 0.0;                               // of `makespan`: idle / (ranks x makespan)
+  // The longest rank span (SimRankStats::span) once simulated; infinity while not.
+  double span = std::numeric_limits<double>::infinity();
   double peak_microbatches = 0.0;                             // max over ranks, M_B
   double peak_bytes = 0.0;                                    // max over ranks, activation bytes
   bool fits = false;                                          // keeps to the cap
@@ -228,6 +236,7 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
     fail({subject, concat("max_simulations = ", options.max_simulations, " is negative"),
           "SearchOptions::max_simulations", "give 0 (no limit) or a positive number of simulations"});
   }
+  check_objective(options.objective, "SearchOptions::objective");
   if (!options.fixed_families && !options.greedy && !options.dualpipev && !options.v_blocks) {
     fail({subject, "every kind of candidate is switched off", "SearchOptions",
           "enable fixed families, greedy, dualpipev or v_blocks"});
@@ -401,6 +410,12 @@ inline void measure_memory_of(SearchEntry& e, const CostModel& costs, const Memo
   if (!e.candidate.fits) e.candidate.note = excess;
 }
 
+[[nodiscard]] inline double longest_span(const SimResult& sim) {
+  double longest = 0.0;
+  for (const SimRankStats& r : sim.ranks) longest = std::max(longest, r.span);
+  return longest;
+}
+
 // Simulates a candidate (its bound is already known).
 inline void simulate_entry(SearchEntry& e, const CostModel& costs, const SearchOptions& options, Workspace& ws) {
   SimOptions o;
@@ -409,6 +424,7 @@ inline void simulate_entry(SearchEntry& e, const CostModel& costs, const SearchO
   const SimResult sim = simulate(e.schedule, costs, o, ws);
   e.candidate.makespan = sim.makespan;
   e.candidate.bubble_fraction = sim.bubble_fraction;
+  e.candidate.span = longest_span(sim);
   e.candidate.timing = Timing::simulated;
 }
 
@@ -442,8 +458,78 @@ inline void bound_entry(SearchEntry& e, const CostModel& costs, bool exact, Work
   return static_cast<int>(a.kind) < static_cast<int>(b.kind);  // a named family over a constructed one
 }
 
-[[nodiscard]] inline std::string why_it_won(const SearchResult& r, const MemoryCap& cap) {
+// Within the memory objective's makespan bound (a candidate known only by its bound may not be).
+[[nodiscard]] inline bool within_bound(const Candidate& c, const Objective& objective) {
+  return objective.kind != ObjectiveKind::memory || c.makespan <= objective.makespan_bound * (1.0 + 1e-9);
+}
+
+// The order of the span and memory objectives: by the longest rank span, or, among the
+// candidates within the makespan bound, by peak M_B then bytes; then as ranks_before.
+[[nodiscard]] inline bool ranks_before_by(const Objective& objective, const Candidate& a, const Candidate& b) {
+  if (objective.kind == ObjectiveKind::span) {
+    const double scale = std::max({1.0, std::isinf(a.span) ? 0.0 : a.span, std::isinf(b.span) ? 0.0 : b.span});
+    if (a.span < b.span - 1e-9 * scale) return true;
+    if (b.span < a.span - 1e-9 * scale) return false;
+  } else if (objective.kind == ObjectiveKind::memory) {
+    const bool in_a = within_bound(a, objective), in_b = within_bound(b, objective);
+    if (in_a != in_b) return in_a;
+    if (a.peak_microbatches < b.peak_microbatches - memory_slack) return true;
+    if (b.peak_microbatches < a.peak_microbatches - memory_slack) return false;
+    if (a.peak_bytes < b.peak_bytes * (1.0 - 1e-9)) return true;
+    if (b.peak_bytes < a.peak_bytes * (1.0 - 1e-9)) return false;
+  }
+  return ranks_before(a, b);
+}
+
+// The simulations the span and memory objectives need (the makespan's are run_search's):
+// every candidate that fits for the span; for memory, the least hungry first until one is
+// within the bound, and those that need as little as it.
+inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vector<std::size_t>& order,
+                               const std::vector<SearchPlacement>& placements, const SearchOptions& options,
+                               Workspace& ws, std::int32_t& simulations) {
+  const Objective& objective = options.objective;
+  std::vector<std::size_t> by_memory = order;
+  std::stable_sort(by_memory.begin(), by_memory.end(), [&](std::size_t a, std::size_t b) {
+    return entries[a].candidate.peak_microbatches < entries[b].candidate.peak_microbatches - memory_slack;
+  });
+  double found_memory = std::numeric_limits<double>::infinity();
+  for (const std::size_t i : objective.kind == ObjectiveKind::memory ? by_memory : order) {
+    Candidate& c = entries[i].candidate;
+    if (objective.kind == ObjectiveKind::memory) {
+      if (c.peak_microbatches > found_memory + memory_slack) break;
+      if (c.bound > objective.makespan_bound * (1.0 + 1e-9)) continue;  // its makespan is at least its bound
+    }
+    // The span needs a simulation even where the makespan is exact (free communication).
+    if (objective.kind == ObjectiveKind::span ? c.timing != Timing::simulated : c.timing == Timing::bound) {
+      if (options.max_simulations > 0 && simulations >= options.max_simulations) break;
+      simulate_entry(entries[i], placements[entries[i].placement].costs, options, ws);
+      ++simulations;
+    }
+    if (objective.kind == ObjectiveKind::memory && within_bound(c, objective)) {
+      found_memory = std::min(found_memory, c.peak_microbatches);
+    }
+  }
+}
+
+[[nodiscard]] inline std::string why_it_won(const SearchResult& r, const MemoryCap& cap, const Objective& objective) {
   const Candidate& w = r.best();
+  if (objective.kind != ObjectiveKind::makespan) {
+    std::size_t fitting = 0, simulated = 0;
+    for (const Candidate& c : r.candidates) {
+      fitting += c.built && c.fits ? 1 : 0;
+      simulated += c.timing == Timing::simulated ? 1 : 0;
+    }
+    const bool by_span = objective.kind == ObjectiveKind::span;
+    std::string line = concat(w.name, ": ", by_span ? "the shortest longest rank span" : "the least peak memory");
+    if (!by_span && !std::isinf(objective.makespan_bound)) {
+      line += concat(" within makespan ", number_text(objective.makespan_bound));
+    }
+    line += concat(" of ", fitting, " candidates that keep to the cap (", r.candidates.size(), " considered, ", simulated, " simulated), span ", number_text(w.span), " ",
+                   r.costs.unit, ", makespan ", number_text(w.makespan), " ", r.costs.unit, ", peak ",
+                   number_text(w.peak_microbatches), " M_B");
+    if (!std::isinf(cap.microbatches)) line += concat(" of the cap ", number_text(cap.microbatches));
+    return line;
+  }
   std::size_t fitting = 0, simulated = 0;
   for (const Candidate& c : r.candidates) {
     fitting += c.built && c.fits ? 1 : 0;
@@ -665,10 +751,13 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
   };
   std::int32_t simulations = 0;
   bool found = false;
+  const Objective& objective = options.objective;
+  const bool by_makespan = objective.kind == ObjectiveKind::makespan;
   while (!found) {
     std::stable_sort(order.begin(), order.end(), by_bound);
     double best = std::numeric_limits<double>::infinity();
     for (const std::size_t i : order) {
+      if (!by_makespan) break;  // the other objectives time their candidates below
       Candidate& c = entries[i].candidate;
       const double tie = 1e-9 * std::max(1.0, std::abs(best));
       if (c.bound > best + tie) break;  // neither it nor any after it can be faster
@@ -679,17 +768,19 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
       }
       best = std::min(best, c.makespan);
     }
+    if (!by_makespan) time_for_objective(entries, order, placements, options, ws, simulations);
 
     // The winner: the fastest timed candidate that fits and passes validation. Candidates with
     // only a bound rank by it (they are not faster than the best timed one, unless a
     // simulation limit cut the search short).
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-      return ranks_before(entries[a].candidate, entries[b].candidate);
+      return by_makespan ? ranks_before(entries[a].candidate, entries[b].candidate)
+                         : ranks_before_by(objective, entries[a].candidate, entries[b].candidate);
     });
     bool recheck = false;
     for (const std::size_t i : order) {
       SearchEntry& e = entries[i];
-      if (!e.candidate.fits) continue;
+      if (!e.candidate.fits || !within_bound(e.candidate, objective)) continue;
       const CostModel& costs = placements[e.placement].costs;
       // Kept as lower() returned it: validate() and simulate() take lowering's proof.
       LoweredSchedule lowered = lower(e.schedule, lower_options_for(costs, e.schedule.stages(), m), ws);
@@ -718,7 +809,9 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
         e.candidate.makespan = sim.makespan;
         e.candidate.bubble_fraction = sim.bubble_fraction;
         e.candidate.timing = Timing::simulated;
+        if (!within_bound(e.candidate, objective)) continue;  // its bound was within, its makespan is not
       }
+      e.candidate.span = longest_span(sim);
       result.schedule = e.schedule;
       result.lowered = std::move(lowered).release();
       result.costs = costs;
@@ -731,6 +824,18 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
     if (!found && !recheck) break;
   }
 
+  if (!found && objective.kind == ObjectiveKind::memory) {
+    const Candidate* fastest = nullptr;
+    for (const SearchEntry& e : entries) {
+      if (e.candidate.fits && (fastest == nullptr || e.candidate.makespan < fastest->makespan)) fastest = &e.candidate;
+    }
+    if (fastest != nullptr) {
+      no_fit = concat("no candidate that keeps to the cap finishes within makespan ", number_text(objective.makespan_bound),
+                      "; the fastest, ", fastest->name, ", takes ", number_text(fastest->makespan),
+                      fastest->timing == Timing::bound ? " or more" : "", ": raise the bound");
+      return false;
+    }
+  }
   if (!found) {
     // What the cap would have to be: the least any built candidate needs, and the floor of one
     // micro-batch through every rank's stages at once.
@@ -768,23 +873,28 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
   result.candidates.reserve(entries.size() + rejected.size());
   for (SearchEntry& e : entries) result.candidates.push_back(std::move(e.candidate));
   for (Candidate& c : rejected) result.candidates.push_back(std::move(c));
-  result.why = why_it_won(result, problem.cap);
+  result.why = why_it_won(result, problem.cap, options.objective);
   return true;
 }
 
 }  // namespace detail
 
 // Searches schedules for `problem` (see the header comment) and returns the fastest one that
-// keeps to the cap. Throws ppsched::error for unusable input (sizes, a cap that is not
-// positive, costs that do not fit a placement — the message names the placement) and when no
-// candidate keeps to the cap (the message gives the least memory any candidate needed).
+// keeps to the cap (or the best by SearchOptions::objective). Throws ppsched::error for unusable
+// input (sizes, a cap that is not positive, costs that do not fit a placement — the message
+// names the placement) and when no candidate keeps to the cap (the message gives the least
+// memory any candidate needed) or, by memory, none that does finishes within the bound.
 [[nodiscard]] inline SearchResult search_schedule(const SearchProblem& problem, const SearchOptions& options = {}) {
   SearchResult result;
   std::string no_fit;
   if (!detail::run_search(problem, options, result, no_fit)) {
     fail({"schedule search",
           detail::concat("no schedule keeps to the memory cap (", detail::number_text(problem.cap.microbatches),
-                         " M_B, ", detail::number_text(problem.cap.bytes), " bytes per rank)"),
+                         " M_B, ", detail::number_text(problem.cap.bytes), " bytes per rank)",
+                         options.objective.kind == ObjectiveKind::memory && !std::isinf(options.objective.makespan_bound)
+                             ? detail::concat(" and finishes within makespan ",
+                                              detail::number_text(options.objective.makespan_bound))
+                             : std::string()),
           detail::concat("p=", problem.ranks, ", m=", problem.microbatches), no_fit});
   }
   return result;
@@ -818,6 +928,7 @@ struct JointChoice {
   bool found = false;    // some schedule keeps to the cap
   std::string schedule;  // its best schedule
   double makespan = std::numeric_limits<double>::infinity();
+  double span = std::numeric_limits<double>::infinity();  // the longest rank span
   double bubble_fraction = 0.0;
   double peak_microbatches = 0.0;
   std::string note;  // why none was found
@@ -847,8 +958,24 @@ struct JointSearchResult {
   return out;
 }
 
+namespace detail {
+
+// Whether one (partition, m)'s winner beats another's by the objective: the makespan, the
+// longest rank span, or (memory) the peak activation bytes — M_B are micro-batches of each m's
+// own size, so they do not compare across counts — then the makespan.
+[[nodiscard]] inline bool joint_before(const Objective& objective, const SearchResult& a, const SearchResult& b) {
+  const Candidate& x = a.best();
+  const Candidate& y = b.best();
+  if (objective.kind == ObjectiveKind::span && x.span != y.span) return x.span < y.span;
+  if (objective.kind == ObjectiveKind::memory && x.peak_bytes != y.peak_bytes) return x.peak_bytes < y.peak_bytes;
+  return x.makespan < y.makespan;
+}
+
+}  // namespace detail
+
 // Runs search_schedule for each partition and micro-batch count and keeps the fastest step
-// (schedule, chunks and placement chosen by each search). Throws ppsched::error for an empty
+// (schedule, chunks and placement chosen by each search), or the best by
+// SearchOptions::objective (detail::joint_before). Throws ppsched::error for an empty
 // list of counts or partitions, a partition without costs, or when no (partition, m) has a
 // schedule that keeps to the cap (each one's reason listed).
 [[nodiscard]] inline JointSearchResult search_joint(const JointSearchProblem& problem,
@@ -890,7 +1017,8 @@ struct JointSearchResult {
         choice.makespan = r.best().makespan;
         choice.bubble_fraction = r.best().bubble_fraction;
         choice.peak_microbatches = r.best().peak_microbatches;
-        if (!any || choice.makespan < out.best.best().makespan) {
+        choice.span = r.best().span;
+        if (!any || detail::joint_before(options.objective, r, out.best)) {
           out.best = std::move(r);
           out.partition = partition.name;
           out.microbatches = m;

@@ -1,0 +1,67 @@
+// What a plan optimises. ppsched ranks schedules by makespan (the step's wall time: the first
+// action's start to the last one's end over all ranks); the zero-bubble paper scores by the
+// longest per-rank span (a rank's first compute start to its last compute end,
+// SimRankStats::span), which leaves out the ramp-up and ramp-down that other ranks' spans
+// cover; and a caller short of memory may trade time for it: the least peak memory among the
+// schedules that finish within a time. compare_families (recommend) and the schedule search
+// take the same Objective, and both report makespan and span whatever it is.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include "ppsched/error.hpp"
+
+namespace ppsched {
+
+enum class ObjectiveKind : std::uint8_t {
+  makespan,  // the step's wall time (the default)
+  span,      // the longest per-rank span
+  memory,    // the largest per-rank peak of stored activations (M_B), within a makespan bound
+};
+
+struct Objective {
+  ObjectiveKind kind = ObjectiveKind::makespan;
+  // ObjectiveKind::memory only: the makespan a schedule may take at most (infinity: any).
+  double makespan_bound = std::numeric_limits<double>::infinity();
+
+  friend bool operator==(const Objective&, const Objective&) = default;
+};
+
+[[nodiscard]] constexpr std::string_view objective_kind_name(ObjectiveKind k) noexcept {
+  switch (k) {
+    case ObjectiveKind::makespan:
+      return "makespan";
+    case ObjectiveKind::span:
+      return "span";
+    case ObjectiveKind::memory:
+      return "memory";
+  }
+  return "?";
+}
+
+// "makespan", "span", "memory", "memory:120" (the spelling ppsched-plan --objective takes).
+[[nodiscard]] inline std::string to_string(const Objective& o) {
+  std::string out(objective_kind_name(o.kind));
+  if (o.kind == ObjectiveKind::memory && !std::isinf(o.makespan_bound)) out += detail::concat(':', o.makespan_bound);
+  return out;
+}
+
+namespace detail {
+
+inline void check_objective(const Objective& o, const std::string& where) {
+  if (o.kind != ObjectiveKind::makespan && o.kind != ObjectiveKind::span && o.kind != ObjectiveKind::memory) {
+    fail({"objective", concat("kind ", static_cast<int>(o.kind), " is not an ObjectiveKind"), where,
+          "use ObjectiveKind::makespan, span or memory"});
+  }
+  if (!(o.makespan_bound > 0.0)) {
+    fail({"objective", concat("makespan_bound = ", o.makespan_bound, " is not positive"), where + ".makespan_bound",
+          "give the longest makespan a schedule may take (> 0), or infinity for none"});
+  }
+}
+
+}  // namespace detail
+}  // namespace ppsched

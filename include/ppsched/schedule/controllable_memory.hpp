@@ -307,31 +307,40 @@ inline void compact_v_grid(VSlotGrid& g) {
 
 }  // namespace detail
 
+namespace detail {
+
+// The request and block checks repeat_v_block and reorder_v_block share.
+inline void check_v_block_request(std::string_view name, const ScheduleRequest& r, std::span<const VBlockRow> block) {
+  check_request_sizes(name, r);
+  require_chunks(name, r, 2, concat(name, " places two chunks per rank in a V shape"),
+                         "for one stage per rank use zb-h1 or zb-h2");
+  if (static_cast<std::size_t>(r.ranks) != block.size()) {
+    fail({family_subject(name),
+          concat("the building block has ", block.size(), " rows for p=", r.ranks, " ranks"),
+          concat("request ", to_string(r)), "give one row per rank"});
+  }
+  check_v_block(name, block);
+  // Every slot up to the last BW is a 32-bit slot of the grid: the block's latest slot, 6 more
+  // per micro-batch and the 2m BWs that may follow must stay in range.
+  std::int64_t latest = 0;
+  for (const VBlockRow& row : block) latest = std::max<std::int64_t>({latest, row.forward0, row.forward1, row.backward1, row.backward0});
+  if (latest + 8 * std::int64_t{r.microbatches} > std::numeric_limits<std::int32_t>::max()) {
+    fail({family_subject(name),
+          concat("the building block's latest slot ", latest, " leaves no room for m=", r.microbatches,
+                         " micro-batches of 6 slots"),
+          concat("request ", to_string(r)), "start the block near slot 0, one slot per pass"});
+  }
+}
+
+}  // namespace detail
+
 // The block-repetition core: the schedule that repeats `block` (one row per rank, p =
 // block.size() ranks on the V placement) for r.microbatches micro-batches, with the BWs in the
 // free slots of each rank's cycle, oldest BI first. Throws ppsched::error for a request other
 // than p = block.size() and v = 2, or a block that is not one (check_v_block's rules).
 [[nodiscard]] inline Schedule repeat_v_block(std::string_view name, const ScheduleRequest& r,
                                              std::span<const VBlockRow> block) {
-  detail::check_request_sizes(name, r);
-  detail::require_chunks(name, r, 2, detail::concat(name, " places two chunks per rank in a V shape"),
-                         "for one stage per rank use zb-h1 or zb-h2");
-  if (static_cast<std::size_t>(r.ranks) != block.size()) {
-    fail({detail::family_subject(name),
-          detail::concat("the building block has ", block.size(), " rows for p=", r.ranks, " ranks"),
-          detail::concat("request ", to_string(r)), "give one row per rank"});
-  }
-  detail::check_v_block(name, block);
-  // Every slot up to the last BW is a 32-bit slot of the grid: the block's latest slot, 6 more
-  // per micro-batch and the 2m BWs that may follow must stay in range.
-  std::int64_t latest = 0;
-  for (const VBlockRow& row : block) latest = std::max<std::int64_t>({latest, row.forward0, row.forward1, row.backward1, row.backward0});
-  if (latest + 8 * std::int64_t{r.microbatches} > std::numeric_limits<std::int32_t>::max()) {
-    fail({detail::family_subject(name),
-          detail::concat("the building block's latest slot ", latest, " leaves no room for m=", r.microbatches,
-                         " micro-batches of 6 slots"),
-          detail::concat("request ", to_string(r)), "start the block near slot 0, one slot per pass"});
-  }
+  detail::check_v_block_request(name, r, block);
   const std::int32_t p = r.ranks;
   Schedule s = detail::empty_schedule(name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(r.microbatches));
   detail::VSlotGrid grid = detail::v_block_grid(block, r.microbatches);
@@ -424,15 +433,27 @@ struct VPassRef {
 };
 
 // Every pass of every rank in the order the reference visits them: slot, then rank, kind and
-// micro-batch.
+// micro-batch (a counting sort by slot of the passes listed in that order).
 [[nodiscard]] inline std::vector<VPassRef> v_visit_order(const std::vector<VKindSlots>& ranks) {
-  std::vector<VPassRef> order;
+  std::int32_t last = -1;
+  std::size_t n = 0;
+  for (const VKindSlots& rank : ranks) {
+    last = std::max(last, last_slot_of(rank));
+    for (const auto& kind : rank) n += kind.size();
+  }
+  std::vector<std::size_t> first(static_cast<std::size_t>(last) + 2, 0);
+  for (const VKindSlots& rank : ranks)
+    for (const auto& kind : rank)
+      for (const std::int32_t slot : kind) ++first[static_cast<std::size_t>(slot) + 1];
+  for (std::size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
+  std::vector<VPassRef> order(n);
   for (std::size_t r = 0; r < ranks.size(); ++r)
     for (std::size_t k = 0; k < ranks[r].size(); ++k)
-      for (std::size_t mb = 0; mb < ranks[r][k].size(); ++mb)
-        order.push_back({ranks[r][k][mb], static_cast<std::int32_t>(r), static_cast<std::int32_t>(k),
-                         static_cast<std::int32_t>(mb)});
-  std::sort(order.begin(), order.end());
+      for (std::size_t mb = 0; mb < ranks[r][k].size(); ++mb) {
+        const std::int32_t slot = ranks[r][k][mb];
+        order[first[static_cast<std::size_t>(slot)]++] = {slot, static_cast<std::int32_t>(r),
+                                                          static_cast<std::int32_t>(k), static_cast<std::int32_t>(mb)};
+      }
   return order;
 }
 
@@ -648,8 +669,9 @@ inline void reorder_v_round_implied_weights(std::vector<VKindSlots>& ranks, std:
 // r.microbatches micro-batches; same requests and errors as repeat_v_block.
 [[nodiscard]] inline Schedule reorder_v_block(std::string_view name, const ScheduleRequest& r,
                                               std::span<const VBlockRow> block) {
-  Schedule s = repeat_v_block(name, r, block);  // the checks; its programs are replaced
+  detail::check_v_block_request(name, r, block);
   const std::int32_t p = r.ranks, m = r.microbatches;
+  Schedule s = detail::empty_schedule(name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(m));
   std::vector<detail::VKindSlots> ranks(static_cast<std::size_t>(p));
   for (std::size_t rank = 0; rank < ranks.size(); ++rank) {
     const VBlockRow& row = block[rank];
@@ -663,17 +685,19 @@ inline void reorder_v_round_implied_weights(std::vector<VKindSlots>& ranks, std:
   for (detail::VKindSlots& rank : ranks) detail::place_v_weights(rank, true);
   constexpr std::array<Op, 6> op_of{Op::F, Op::F, Op::BI, Op::BI, Op::BW, Op::BW};
   constexpr std::array<bool, 6> on_chunk0{true, false, false, true, false, true};
+  // A rank's passes have distinct slots: its program is its lane read in slot order.
+  std::vector<Action> lane;
   for (std::int32_t rank = 0; rank < p; ++rank) {
-    std::vector<std::pair<std::int32_t, Action>> passes;
     const detail::VKindSlots& lists = ranks[static_cast<std::size_t>(rank)];
+    lane.assign(static_cast<std::size_t>(detail::last_slot_of(lists)) + 1, Action{Op::F, -1, -1, 0});  // free
     for (std::size_t k = 0; k < lists.size(); ++k)
       for (std::size_t mb = 0; mb < lists[k].size(); ++mb)
-        passes.emplace_back(lists[k][mb], detail::compute_action(op_of[k], on_chunk0[k] ? rank : 2 * p - 1 - rank,
-                                                                 static_cast<std::int32_t>(mb)));
-    std::sort(passes.begin(), passes.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+        lane[static_cast<std::size_t>(lists[k][mb])] = detail::compute_action(
+            op_of[k], on_chunk0[k] ? rank : 2 * p - 1 - rank, static_cast<std::int32_t>(mb));
     auto& program = s.programs[static_cast<std::size_t>(rank)];
     program.clear();
-    for (const auto& [slot, action] : passes) program.push_back(action);
+    for (const Action& a : lane)
+      if (a.stage >= 0) program.push_back(a);
   }
   return s;
 }

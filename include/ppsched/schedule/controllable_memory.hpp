@@ -433,7 +433,8 @@ struct VPassRef {
 };
 
 // Every pass of every rank in the order the reference visits them: slot, then rank, kind and
-// micro-batch (a counting sort by slot of the passes listed in that order).
+// micro-batch. A rank's passes have distinct slots, so each rank's lane of slots is filled and
+// the lanes are read slot by slot.
 [[nodiscard]] inline std::vector<VPassRef> v_visit_order(const std::vector<VKindSlots>& ranks) {
   std::int32_t last = -1;
   std::size_t n = 0;
@@ -441,19 +442,21 @@ struct VPassRef {
     last = std::max(last, last_slot_of(rank));
     for (const auto& kind : rank) n += kind.size();
   }
-  std::vector<std::size_t> first(static_cast<std::size_t>(last) + 2, 0);
-  for (const VKindSlots& rank : ranks)
-    for (const auto& kind : rank)
-      for (const std::int32_t slot : kind) ++first[static_cast<std::size_t>(slot) + 1];
-  for (std::size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
-  std::vector<VPassRef> order(n);
+  const auto width = static_cast<std::size_t>(last) + 1;
+  std::vector<std::int32_t> lanes(ranks.size() * width, -1);  // kind * 2^24 + micro-batch
   for (std::size_t r = 0; r < ranks.size(); ++r)
     for (std::size_t k = 0; k < ranks[r].size(); ++k)
-      for (std::size_t mb = 0; mb < ranks[r][k].size(); ++mb) {
-        const std::int32_t slot = ranks[r][k][mb];
-        order[first[static_cast<std::size_t>(slot)]++] = {slot, static_cast<std::int32_t>(r),
-                                                          static_cast<std::int32_t>(k), static_cast<std::int32_t>(mb)};
-      }
+      for (std::size_t mb = 0; mb < ranks[r][k].size(); ++mb)
+        lanes[r * width + static_cast<std::size_t>(ranks[r][k][mb])] =
+            static_cast<std::int32_t>((k << 24) | mb);
+  std::vector<VPassRef> order;
+  order.reserve(n);
+  for (std::size_t slot = 0; slot < width; ++slot)
+    for (std::size_t r = 0; r < ranks.size(); ++r) {
+      const std::int32_t code = lanes[r * width + slot];
+      if (code >= 0)
+        order.push_back({static_cast<std::int32_t>(slot), static_cast<std::int32_t>(r), code >> 24, code & 0xffffff});
+    }
   return order;
 }
 

@@ -17,7 +17,9 @@
 // is even). The BWs fill the free slots of each rank's cycle, oldest BI first. The rank's
 // program is then its passes in slot order; the executor and the simulator remove the slack the
 // grid leaves (the paper's "squeezing"), and the warm-up and cool-down are compacted — passes
-// moved into earlier free slots — without raising the peak memory of the block.
+// moved into earlier free slots — without raising the peak memory of the block. The paper's
+// reference implementation orders the same block differently (reorder_v_block, below); the
+// families take whichever of the two orders is shorter with unit passes.
 //
 // Any p, m >= 1 with v = 2; a compute-only Schedule with split backward (BI, BW).
 #pragma once

@@ -6,7 +6,11 @@
 //     asked for),
 //   - the V building blocks of v_block_candidates (schedule/controllable_memory.hpp), named
 //     "v-block(f=..,b=..,gap=..)": other offsets between consecutive ranks' passes than V-Min's
-//     and V-Half's, and other gaps at the backward's turn, trading memory for bubble,
+//     and V-Half's, and other gaps at the backward's turn, trading memory for bubble; each also
+//     in the order of the paper's reference implementation ("... reordered"), V-Min's and
+//     V-Half's blocks included,
+//   - the zero-bubble repository's heuristic on one stage per rank (greedy.hpp,
+//     try_zb_heuristic_schedule), its eight settings at the cap,
 //   - DualPipeV (schedule/dualpipev.hpp) twice: with its F&B pairs (compute groups) overlapped
 //     by SearchOptions::fb_overlap (CostModel::fb_overlap), and "dualpipev sequential", the
 //     groups dropped so that each action of a pair starts when its own input is ready,

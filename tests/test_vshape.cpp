@@ -389,6 +389,26 @@ TEST_CASE("the reference reordering: complete, valid, within the paper's peak; a
       }
     }
   }
+  // Every candidate block in the reference's order (the search builds them all): valid, and
+  // within the peak of the same block compacted.
+  for (std::int32_t p = 1; p <= 8; ++p) {
+    for (const VBlockCandidate& b : v_block_candidates(p)) {
+      for (const std::int32_t m : {1, p, 2 * p + 1}) {
+        INFO(b.name << " p=" << p << " m=" << m);
+        const Schedule s = reorder_v_block(b.name, req(p, m), b.block);
+        const ValidationReport report = validate(s);
+        if (!report.ok()) FAIL(report);
+        CHECK(peak_memory(s, costs).max_microbatches() <=
+              peak_memory(repeat_v_block(b.name, req(p, m), b.block), costs).max_microbatches() + 1e-9);
+      }
+    }
+  }
+  // Bad requests and blocks are refused as repeat_v_block refuses them.
+  CHECK_THROWS_AS(reorder_v_block("reference", req(4, 8, 1), v_half_block(4)), error);
+  CHECK_THROWS_AS(reorder_v_block("reference", req(4, 8), v_half_block(3)), error);
+  std::vector<VBlockRow> colliding = v_half_block(4);
+  colliding[1].forward0 = colliding[0].forward0;
+  CHECK_THROWS_AS(reorder_v_block("reference", req(4, 8), colliding), error);
   // The case the issue named: the block compaction alone took 57 units where 48 is the compute
   // of a rank (6 passes x 8 micro-batches); the reference's order takes less, and the family
   // is now that order.

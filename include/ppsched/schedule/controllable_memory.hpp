@@ -483,23 +483,20 @@ struct VPassRef {
 // Squeezing: every pass starts one slot after the latest of what it needs and of the pass
 // before it on its rank (the passes visited in slot order).
 inline void squeeze_v_slots(std::vector<VKindSlots>& ranks) {
+  // What a pass needs is visited before it (its slot is lower), so its slot is already its
+  // squeezed start: it ends one slot later.
   const auto p = static_cast<std::int32_t>(ranks.size());
-  std::vector<VKindSlots> end(ranks.size());
-  for (std::size_t r = 0; r < ranks.size(); ++r) {
-    end[r].resize(ranks[r].size());
-    for (std::size_t k = 0; k < ranks[r].size(); ++k) end[r][k].assign(ranks[r][k].size(), 0);
-  }
   std::vector<std::int32_t> rank_free(ranks.size(), 0);
   for (const VPassRef& e : v_visit_order(ranks)) {
     const auto r = static_cast<std::size_t>(e.rank), k = static_cast<std::size_t>(e.kind),
                mb = static_cast<std::size_t>(e.microbatch);
     std::int32_t start = rank_free[r];
-    if ((e.kind == 0 || e.kind == 2) && e.rank > 0) start = std::max(start, end[r - 1][k][mb]);
-    if ((e.kind == 1 || e.kind == 3) && e.rank + 1 < p) start = std::max(start, end[r + 1][k][mb]);
-    if (e.kind >= 1 && e.kind <= 3) start = std::max(start, end[r][k - 1][mb]);
-    if (mb > 0) start = std::max(start, end[r][k][mb - 1]);
+    if ((e.kind == 0 || e.kind == 2) && e.rank > 0) start = std::max(start, ranks[r - 1][k][mb] + 1);
+    if ((e.kind == 1 || e.kind == 3) && e.rank + 1 < p) start = std::max(start, ranks[r + 1][k][mb] + 1);
+    if (e.kind >= 1 && e.kind <= 3) start = std::max(start, ranks[r][k - 1][mb] + 1);
+    if (mb > 0) start = std::max(start, ranks[r][k][mb - 1] + 1);
     ranks[r][k][mb] = start;
-    end[r][k][mb] = rank_free[r] = start + 1;
+    rank_free[r] = start + 1;
   }
 }
 

@@ -6,7 +6,11 @@
 //     asked for),
 //   - the V building blocks of v_block_candidates (schedule/controllable_memory.hpp), named
 //     "v-block(f=..,b=..,gap=..)": other offsets between consecutive ranks' passes than V-Min's
-//     and V-Half's, and other gaps at the backward's turn, trading memory for bubble,
+//     and V-Half's, and other gaps at the backward's turn, trading memory for bubble; each also
+//     in the order of the paper's reference implementation ("... reordered"), V-Min's and
+//     V-Half's blocks included,
+//   - the zero-bubble repository's heuristic on one stage per rank (greedy.hpp,
+//     try_zb_heuristic_schedule), its eight settings at the cap,
 //   - DualPipeV (schedule/dualpipev.hpp) twice: with its F&B pairs (compute groups) overlapped
 //     by SearchOptions::fb_overlap (CostModel::fb_overlap), and "dualpipev sequential", the
 //     groups dropped so that each action of a pair starts when its own input is ready,
@@ -392,6 +396,23 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
   return name;
 }
 
+// The zero-bubble heuristic's eight settings (greedy.hpp) under `cap`, the repository's order.
+[[nodiscard]] inline std::vector<ZbHeuristicParams> zb_heuristic_variants(const MemoryCap& cap) {
+  std::vector<ZbHeuristicParams> out;
+  for (const bool bubble : {true, false})
+    for (const bool prioritize : {true, false})
+      for (const bool greedy : {true, false}) out.push_back({cap, bubble, prioritize, greedy});
+  return out;
+}
+
+[[nodiscard]] inline std::string zb_heuristic_name(const ZbHeuristicParams& z) {
+  std::string name = "zb-heuristic";
+  if (z.bubble_before_first_backward) name += " warmup-bubble";
+  if (z.prioritize_backward) name += " bi-first";
+  if (!z.no_bubble_greedy) name += " bw-lazy";
+  return name;
+}
+
 [[nodiscard]] inline bool family_accepts(std::string_view family, const ScheduleRequest& r,
                                          const SearchOptions& options) {
   const FamilyInfo& f = family_info(family);
@@ -679,24 +700,29 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
     } else if (at < 0) {
       reject("v-block", "the v-shape placement was not searched (add 2 to SearchOptions::chunks)");
     } else {
+      // Each block in both orders: compacted (repeat_v_block) and as the paper's reference
+      // reorders it (reorder_v_block, " reordered"); V-Half and V-Min keep the one shorter with
+      // unit passes, so the other is here.
       for (const VBlockCandidate& b : v_block_candidates(p)) {
-        Schedule s = repeat_v_block(b.name, r, b.block);
-        const SearchEntry* twin = nullptr;
-        for (std::size_t i = 0; i < entries.size() && twin == nullptr; ++i) {
-          const SearchEntry& e = entries[i];
-          if (e.placement == static_cast<std::size_t>(at) && e.schedule.programs == s.programs)
-            twin = &e;
+        for (const bool reordered : {false, true}) {
+          std::string name = reordered ? concat(b.name, " reordered") : b.name;
+          Schedule s = reordered ? reorder_v_block(name, r, b.block) : repeat_v_block(name, r, b.block);
+          const SearchEntry* twin = nullptr;
+          for (std::size_t i = 0; i < entries.size() && twin == nullptr; ++i) {
+            const SearchEntry& e = entries[i];
+            if (e.placement == static_cast<std::size_t>(at) && e.schedule.programs == s.programs) twin = &e;
+          }
+          if (twin != nullptr) {
+            reject(std::move(name), concat("the same schedule as ", twin->candidate.name));
+            continue;
+          }
+          Candidate c;
+          c.name = std::move(name);
+          c.kind = CandidateKind::v_block;
+          c.placement = "v-shape";
+          c.chunks = 2;
+          add_built(std::move(c), std::move(s), static_cast<std::size_t>(at));
         }
-        if (twin != nullptr) {
-          reject(b.name, concat("the same schedule as ", twin->candidate.name));
-          continue;
-        }
-        Candidate c;
-        c.name = b.name;
-        c.kind = CandidateKind::v_block;
-        c.placement = "v-shape";
-        c.chunks = 2;
-        add_built(std::move(c), std::move(s), static_cast<std::size_t>(at));
       }
     }
   }
@@ -728,6 +754,36 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
           continue;
         }
         add_built(std::move(c), std::move(out.schedule), pi);
+      }
+    }
+  }
+
+  // The zero-bubble repository's heuristic on one stage per rank: its eight settings at the
+  // cap, each distinct schedule once, so the search is never slower than it.
+  if (options.greedy && options.split_backward) {
+    const std::ptrdiff_t at = placement_index("one stage per rank", 1);
+    if (at >= 0 && placements[static_cast<std::size_t>(at)].unusable.empty()) {
+      const SearchPlacement& sp = placements[static_cast<std::size_t>(at)];
+      const std::size_t first = entries.size();
+      for (const ZbHeuristicParams& z : zb_heuristic_variants(sp.cap)) {
+        Candidate c;
+        c.name = zb_heuristic_name(z);
+        c.kind = CandidateKind::greedy;
+        c.placement = sp.kind;
+        GreedyOutcome out = try_zb_heuristic_schedule(c.name, p, m, sp.costs, z);
+        if (out.built) {
+          for (std::size_t i = first; i < entries.size() && out.built; ++i) {
+            if (entries[i].schedule.programs != out.schedule.programs) continue;
+            out.built = false;
+            out.problem = concat("the same schedule as ", entries[i].candidate.name);
+          }
+        }
+        if (!out.built) {
+          c.note = out.problem;
+          rejected.push_back(std::move(c));
+          continue;
+        }
+        add_built(std::move(c), std::move(out.schedule), static_cast<std::size_t>(at));
       }
     }
   }

@@ -121,6 +121,16 @@ inline constexpr BubbleFormula zb_h2_bubble{
     [](std::int32_t p, std::int32_t m, std::int32_t, double t_f, double, double t_bw) {
       return t_bw <= t_f && m >= 2 * p - 1;
     }};
+// ZB-H1's bubble divided by v, as interleaving divides 1F1B's; exact (tests/test_schedule.cpp)
+// for every m >= p the family accepts.
+inline constexpr BubbleFormula interleaved_zb_bubble{
+    "(p-1)(T_F+T_BI-T_BW)/v", "makespan", "T_BW <= T_F <= T_BI and m >= p",
+    [](std::int32_t p, std::int32_t, std::int32_t v, double t_f, double t_bi, double t_bw) {
+      return static_cast<double>(p - 1) * (t_f + t_bi - t_bw) / v;
+    },
+    [](std::int32_t p, std::int32_t m, std::int32_t, double t_f, double t_bi, double t_bw) {
+      return t_bw <= t_f && t_f <= t_bi && m >= p;
+    }};
 inline constexpr BubbleFormula forward_only_bubble{
     "(p-1)T_F", "makespan", "",
     [](std::int32_t p, std::int32_t, std::int32_t, double t_f, double, double) { return static_cast<double>(p - 1) * t_f; },
@@ -190,7 +200,7 @@ inline constexpr std::array<FamilyInfo, 12> schedule_families{{
      .chunks = 0,
      .split_backward = true,
      .rule_accepts = &interleaved_zero_bubble_accepts,
-     .peak_in_flight = &detail::one_f_one_b_in_flight},
+     .bubble = &detail::interleaved_zb_bubble},
     {.name = zb_v_name,
      .rule = "any p, m; v = 2",
      .summary = "zero bubble V: two chunks per rank in a V shape, split backward",

@@ -2,9 +2,9 @@
 // .microbatches = 8}) builds the same value as make_1f1b(...), and family_names() lists the
 // canonical names a command line can offer. The families themselves live in fill_drain.hpp
 // (gpipe, looped-bfs, forward-only), one_f_one_b.hpp (1f1b, interleaved-1f1b), zero_bubble.hpp
-// (zb-h1, zb-h2, zb-v), interleaved_zero_bubble.hpp (interleaved-zb), controllable_memory.hpp (v-half, v-min) and dualpipev.hpp (dualpipev). A
-// generated schedule holds compute actions only (DualPipeV's overlapped pairs are compute groups);
-// lower() adds the communication.
+// (zb-h1, zb-h2, zb-v), interleaved_zero_bubble.hpp (interleaved-zb), controllable_memory.hpp
+// (v-half, v-min) and dualpipev.hpp (dualpipev). A generated schedule holds compute actions only
+// (DualPipeV's overlapped pairs are compute groups); lower() adds the communication.
 #pragma once
 
 #include <algorithm>
@@ -194,7 +194,7 @@ inline constexpr std::array<FamilyInfo, 12> schedule_families{{
      .peak_in_flight = &detail::zb_h2_in_flight},
     {.name = interleaved_zero_bubble_name,
      .rule = "any p, v; m a multiple of max(1, m/p) when v > 1",
-     .summary = "PyTorch's interleaved zero bubble: v looped chunks per rank, split backward, BW of rank r delayed by r",
+     .summary = "PyTorch's interleaved zero bubble: v looped chunks per rank, split backward, rank r's BWs r late",
      .make = &make_interleaved_zero_bubble,
      .placement = PlacementKind::looped,
      .chunks = 0,

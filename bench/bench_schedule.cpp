@@ -30,7 +30,7 @@ constexpr std::int32_t bench_microbatches = 1024;
 
 ScheduleRequest request_for(std::string_view family) {
   // The looped families at depth 2; the V families (zb-v, v-half, v-min, dualpipev) take only 2.
-  const bool chunked = family == "interleaved-1f1b" || family == "looped-bfs" ||
+  const bool chunked = family_info(family).placement == PlacementKind::looped ||
                        !accepts(family, ScheduleRequest{bench_ranks, bench_microbatches, 1});
   return ScheduleRequest{bench_ranks, bench_microbatches, chunked ? 2 : 1};
 }

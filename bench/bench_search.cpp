@@ -104,7 +104,7 @@ void BM_search(benchmark::State& state, CostModel model, double cap) {
     for (const std::int32_t v : {1, 2, 4}) {
       const ScheduleRequest r{bench_ranks, bench_microbatches, v};
       if (!accepts(family, r)) continue;
-      const bool looped = family == "interleaved-1f1b" || family == "looped-bfs";
+      const bool looped = family_info(family).placement == PlacementKind::looped;
       // The looped families at v = 2 and 4; every other family at the one v its rule takes.
       if (looped ? v == 1 : v != 1 && accepts(family, ScheduleRequest{bench_ranks, bench_microbatches, 1})) continue;
       const Schedule s = make_schedule(family, r);

@@ -503,9 +503,9 @@ TEST_CASE("the closed-form bubble shown for uniform stages is the simulated one"
       }
     }
   }
-  // gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, forward-only: every family whose record
-  // has a closed form (looped-bfs's was left out of the JSON before the forms became family data).
-  CHECK(with_formula == 7);
+  // gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, zb-h2, interleaved-zb, forward-only: every family
+  // whose record has a closed form (looped-bfs's was left out of the JSON before the forms became family data).
+  CHECK(with_formula == 8);
   CHECK_FALSE(schedule_named(j, "looped-bfs").at("analytic").is_null());
   // With communication the formulas do not apply, and none is shown.
   const json c = plan_json({"--stage-cost", "1,2,1", "--stages", "4", "--microbatches", "8", "--comm", "0.1"});

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -185,7 +186,7 @@ struct DataflowRun {
 
 [[nodiscard]] std::vector<std::int32_t> expected_placement(std::string_view family,
                                                            const ScheduleRequest& r) {
-  if (family == looped_bfs_name || family == interleaved_1f1b_name) {
+  if (family == looped_bfs_name || family == interleaved_1f1b_name || family == interleaved_zero_bubble_name) {
     std::vector<std::int32_t> p;
     for (std::int32_t s = 0; s < r.ranks * r.chunks; ++s) p.push_back(s % r.ranks);
     return p;
@@ -211,7 +212,7 @@ struct DataflowRun {
   // Every backward split (the zero-bubble and controllable-memory families); DualPipeV splits
   // some (its cool-down) and runs full B in its F&B pairs.
   const bool zero_bubble = family == zb_h1_name || family == zb_h2_name || family == zb_v_name ||
-                           family == "v-half" || family == "v-min";
+                           family == "v-half" || family == "v-min" || family == interleaved_zero_bubble_name;
   if (s.split_backward != (zero_bubble || family == dualpipev_name)) return "split_backward";
   const std::size_t m = static_cast<std::size_t>(r.microbatches);
   const std::size_t cells = static_cast<std::size_t>(s.stages()) * m;
@@ -259,6 +260,11 @@ struct DataflowRun {
 
 constexpr ScheduleRequest req(std::int32_t p, std::int32_t m, std::int32_t v = 1) { return {p, m, v}; }
 
+// PyTorch's ScheduleInterleavedZeroBubble cuts the m micro-batches into max(1, m / p) rounds
+// and raises ValueError unless they are equal.
+constexpr std::int32_t pytorch_rounds(std::int32_t p, std::int32_t m) { return std::max(1, m / p); }
+constexpr bool pytorch_accepts_interleaved_zb(std::int32_t p, std::int32_t m) { return m % pytorch_rounds(p, m) == 0; }
+
 }  // namespace
 
 // ------------------------------------------------------------------ the sweep
@@ -277,6 +283,7 @@ TEST_CASE(
                             : family == zb_v_name || family == "v-half" || family == "v-min" ? v == 2
                             : family == dualpipev_name                                   ? (v == 2 && m >= 2 * p)
                             : family == interleaved_1f1b_name                            ? (v == 1 || m % p == 0)
+                            : family == interleaved_zero_bubble_name ? (v == 1 || pytorch_accepts_interleaved_zb(p, m))
                                                                                          : v == 1;
           if (accepts(family, r) != rule) FAIL(family << " accepts() wrong for " << to_string(r));
           if (!rule) {
@@ -309,6 +316,10 @@ TEST_CASE(
             if (family == looped_bfs_name) want = m * v;
             if (family == interleaved_1f1b_name)
               want = v == 1 ? std::min(p - rank, m) : std::min(2 * (p - rank - 1) + (v - 1) * p + 1, m * v);
+            // One warm-up forward per rank to go instead of interleaved 1F1B's two, rounds of
+            // m / rounds micro-batches instead of p, plus the forward before the first BI.
+            if (family == interleaved_zero_bubble_name)
+              want = v == 1 ? std::min(p - rank, m) : std::min((v - 1) * (m / pytorch_rounds(p, m)) + p - rank, m * v);
             if (family == zb_v_name) {
               // Two half-size chunks: at most 2p chunk activations, 1F1B's p stages' worth.
               if (got > 2 * p || (m >= 2 * p - 1 && got != 2 * p))
@@ -328,11 +339,14 @@ TEST_CASE(
     }
   }
   // 1024 (p, m) pairs for each of the eight v-fixed families, 4096 for looped BFS, the
-  // interleaved requests with v = 1 or m a multiple of p, and DualPipeV's with m >= 2p.
-  std::size_t interleaved = 1024, dualpipev = 0;
+  // interleaved requests with v = 1 or m a multiple of p, the interleaved zero-bubble ones with
+  // v = 1 or PyTorch's even rounds, and DualPipeV's with m >= 2p.
+  std::size_t interleaved = 1024, interleaved_zb = 1024, dualpipev = 0;
   for (std::int32_t p = 1; p <= 16; ++p) interleaved += 3 * static_cast<std::size_t>(64 / p);
+  for (std::int32_t p = 1; p <= 16; ++p)
+    for (std::int32_t m = 1; m <= 64; ++m) interleaved_zb += pytorch_accepts_interleaved_zb(p, m) ? 3 : 0;
   for (std::int32_t p = 1; p <= 16; ++p) dualpipev += static_cast<std::size_t>(64 - 2 * p + 1);
-  CHECK(built == 8 * 1024 + 4096 + interleaved + dualpipev);
+  CHECK(built == 8 * 1024 + 4096 + interleaved + interleaved_zb + dualpipev);
 }
 
 // ------------------------------------------------------------------ bubbles
@@ -400,6 +414,24 @@ TEST_CASE("the bubbles agree exactly with the analytic formulas under uniform co
               FAIL("zb-h1 " << to_string(req(p, m)) << " rank " << r << " idle " << run.idle(r));
         }
       }
+  }
+
+  SECTION(
+      "interleaved zero bubble: (p-1)(T_F+T_BI-T_BW)/v idle on every rank when m >= p and T_BW <= T_F <= T_BI "
+      "(chunk costs T/v)") {
+    for (std::int32_t p = 1; p <= 8; ++p)
+      for (std::int32_t v = 2; v <= 4; ++v)
+        for (std::int32_t m = p; m <= 24; ++m) {
+          if (!pytorch_accepts_interleaved_zb(p, m)) continue;
+          const Schedule s = make_interleaved_zero_bubble(req(p, m, v));
+          for (const Costs& c : costs) {
+            if (!(c.bw <= c.f && c.f <= c.bi)) continue;
+            const DataflowRun run = run_dataflow(s, c);
+            for (std::size_t r = 0; r < static_cast<std::size_t>(p); ++r)
+              if (run.idle(r) != (p - 1) * (c.f + c.bi - c.bw))
+                FAIL("interleaved-zb " << to_string(req(p, m, v)) << " rank " << r << " idle " << run.idle(r));
+          }
+        }
   }
 
   SECTION(
@@ -489,11 +521,12 @@ TEST_CASE("the simulator's idle time equals the analytic bubble of sim/analytic.
   SimOptions options;
   options.record_timeline = false;
   for (const std::string_view family :
-       {gpipe_name, one_f_one_b_name, interleaved_1f1b_name, zb_h1_name, zb_h2_name, forward_only_name})
+       {gpipe_name, one_f_one_b_name, interleaved_1f1b_name, zb_h1_name, zb_h2_name, interleaved_zero_bubble_name,
+        forward_only_name})
     for (std::int32_t p = 1; p <= 6; ++p)
       for (std::int32_t m = p; m <= 3 * p; m += p)
         for (const Costs& c : {Costs{1, 1, 1}, Costs{2, 3, 1}, Costs{2, 2, 1}, Costs{3, 4, 2}}) {
-          const std::int32_t v = family == interleaved_1f1b_name ? 2 : 1;
+          const std::int32_t v = family == interleaved_1f1b_name || family == interleaved_zero_bubble_name ? 2 : 1;
           const Schedule s = make_schedule(family, req(p, m, v));
           // A chunk costs T/v of a rank's T.
           const SimResult sim = simulate(
@@ -590,6 +623,143 @@ TEST_CASE("ZB-V follows the paper's V schedule (as PyTorch's ScheduleZBVZeroBubb
   CHECK(s.programs[1] == rank1);
 }
 
+// ------------------------------------------------------------------ interleaved zero bubble
+
+namespace {
+
+// PyTorch's ScheduleInterleavedZeroBubble._calculate_single_rank_operations with
+// _get_1f1b_rank_ops(enable_zero_bubble=True), restated step by step: warm-up steps run a
+// forward, 1F1B steps a forward then a BI, cool-down steps a BI; a step's stage comes from
+// its index, its micro-batch from a counter per stage; after the BI of step s, once
+// s - warmup >= rank, the W of the oldest backward step without one. PyTorch's idle padding
+// (None) is left out.
+[[nodiscard]] std::vector<Action> pytorch_interleaved_zb_order(std::int32_t p, std::int32_t m, std::int32_t v,
+                                                               std::int32_t rank) {
+  const std::int32_t per_round = m / pytorch_rounds(p, m);
+  const std::int32_t microbatch_ops = v * m;
+  const std::int32_t warmup = std::min((v - 1) * per_round + (p - 1 - rank), microbatch_ops);
+  const std::int32_t fwd_bwd = microbatch_ops - warmup;
+  const std::int32_t cooldown = microbatch_ops - fwd_bwd;
+  const auto forward_stage = [&](std::int32_t step) { return ((step / per_round) % v) * p + rank; };
+  const auto backward_stage = [&](std::int32_t step) {
+    return (v - 1 - ((step - warmup) / per_round) % v) * p + rank;
+  };
+  std::map<std::int32_t, std::int32_t> next_f, next_i, next_w;
+  std::vector<std::int32_t> backward_steps;
+  std::size_t weights = 0;
+  std::vector<Action> out;
+  const auto weight = [&] {
+    const std::int32_t stage = backward_stage(backward_steps[weights++]);
+    out.push_back(act(Op::BW, stage, next_w[stage]++));
+  };
+  for (std::int32_t step = 0; step < warmup + fwd_bwd + cooldown; ++step) {
+    if (step < warmup + fwd_bwd) {
+      const std::int32_t stage = forward_stage(step);
+      out.push_back(act(Op::F, stage, next_f[stage]++));
+    }
+    if (step >= warmup) {
+      const std::int32_t stage = backward_stage(step);
+      out.push_back(act(Op::BI, stage, next_i[stage]++));
+      backward_steps.push_back(step);
+      if (step - warmup >= rank) weight();
+    }
+  }
+  while (weights < backward_steps.size()) weight();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("interleaved zero bubble: PyTorch's ScheduleInterleavedZeroBubble order, rule and alias",
+          "[generators][interleaved-zb]") {
+  // p = 2, m = 2, v = 2 by hand: one round of 2; rank 1 (stages 1, 3) warms up with
+  // (v-1)*2 + 0 forwards, rank 0 (stages 0, 2) with one more; rank 1's W trails its BI by one.
+  const Schedule small = make_interleaved_zero_bubble(req(2, 2, 2));
+  CHECK(small.placement == std::vector<std::int32_t>{0, 1, 0, 1});
+  CHECK(small.split_backward);
+  CHECK(small.programs[0] == std::vector<Action>{act(Op::F, 0, 0), act(Op::F, 0, 1), act(Op::F, 2, 0),
+                                                 act(Op::F, 2, 1), act(Op::BI, 2, 0), act(Op::BW, 2, 0),
+                                                 act(Op::BI, 2, 1), act(Op::BW, 2, 1), act(Op::BI, 0, 0),
+                                                 act(Op::BW, 0, 0), act(Op::BI, 0, 1), act(Op::BW, 0, 1)});
+  CHECK(small.programs[1] == std::vector<Action>{act(Op::F, 1, 0), act(Op::F, 1, 1), act(Op::F, 3, 0),
+                                                 act(Op::BI, 3, 0), act(Op::F, 3, 1), act(Op::BI, 3, 1),
+                                                 act(Op::BW, 3, 0), act(Op::BI, 1, 0), act(Op::BW, 3, 1),
+                                                 act(Op::BI, 1, 1), act(Op::BW, 1, 0), act(Op::BW, 1, 1)});
+
+  // Every request PyTorch accepts, rounds of p and of other sizes (p=4, m=10: two rounds of 5).
+  std::size_t compared = 0;
+  for (std::int32_t p = 1; p <= 8; ++p)
+    for (std::int32_t v = 1; v <= 4; ++v)
+      for (std::int32_t m = 1; m <= 32; ++m) {
+        if (!pytorch_accepts_interleaved_zb(p, m)) continue;
+        const Schedule s = make_schedule("InterleavedZeroBubble", req(p, m, v));
+        for (std::int32_t rank = 0; rank < p; ++rank)
+          if (s.programs[static_cast<std::size_t>(rank)] != pytorch_interleaved_zb_order(p, m, v, rank))
+            FAIL(to_string(req(p, m, v)) << " rank " << rank << " differs from PyTorch's order");
+        ++compared;
+      }
+  CHECK(compared > 500);
+
+  // One chunk per rank is ZB-H1's order, for any m.
+  for (std::int32_t p = 1; p <= 8; ++p)
+    for (std::int32_t m = 1; m <= 20; ++m)
+      CHECK(make_interleaved_zero_bubble(req(p, m, 1)).programs == make_zb_h1(req(p, m)).programs);
+
+  // PyTorch's rule: max(1, m / p) equal rounds. p=4, m=9 has two rounds of 4.5.
+  using Catch::Matchers::Contains;
+  CHECK(accepts("interleaved-zb", req(4, 10, 2)));
+  CHECK(accepts("interleaved-zb", req(4, 3, 2)));
+  CHECK_FALSE(accepts("interleaved-zb", req(4, 9, 2)));
+  CHECK(accepts("interleaved-zb", req(4, 9, 1)));
+  CHECK_THROWS_WITH(make_interleaved_zero_bubble(req(4, 9, 2)),
+                    Contains("schedule 'interleaved-zb'") && Contains("got m=9") &&
+                        Contains("nearest valid: m=8 or m=10"));
+  CHECK(family_info("interleaved_zb").placement == PlacementKind::looped);
+  CHECK(family_info("interleaved-zb").split_backward);
+}
+
+TEST_CASE(
+    "interleaved zero bubble over p 2..8, v 2..4: valid and deadlock-free once lowered, and faster than "
+    "ZB-H1 and interleaved 1F1B at unit costs",
+    "[generators][interleaved-zb]") {
+  std::size_t checked = 0, pytorch_accepted = 0;
+  for (std::int32_t p = 2; p <= 8; ++p)
+    for (std::int32_t v = 2; v <= 4; ++v)
+      for (std::int32_t m = 1; m <= 3 * p; ++m) {
+        const ScheduleRequest r = req(p, m, v);
+        pytorch_accepted += pytorch_accepts_interleaved_zb(p, m) ? 1 : 0;
+        if (!accepts("interleaved-zb", r)) continue;
+        const Schedule s = make_schedule("interleaved-zb", r);
+        const ValidationReport compute_only = validate(s);
+        if (!compute_only.ok()) FAIL(to_string(r) << ":\n" << compute_only);
+        const ValidationReport lowered = validate(lower(s));
+        if (!lowered.ok() || !lowered.deadlock_checked) FAIL(to_string(r) << " lowered:\n" << lowered);
+        ++checked;
+      }
+  CHECK(checked == pytorch_accepted);
+
+  // The issue's comparison: F = BI = BW = 1 per rank (B = 2, split 1 + 1), a chunk costing 1/v
+  // of it. ZB-H1 idles (p-1)(T_F+T_BI-T_BW) = p-1 per rank, interleaved 1F1B (p-1)(T_F+T_B)/v,
+  // interleaved zero bubble (p-1)(T_F+T_BI-T_BW)/v: 55 and 58.5 against 51.5 at v = 2.
+  const std::int32_t p = 8, m = 16;
+  SimOptions options;
+  options.record_timeline = false;
+  const auto makespan = [&](std::string_view family, std::int32_t v) {
+    const double chunk = 1.0 / v;
+    return simulate(make_schedule(family, req(p, m, v)), uniform_costs(chunk, chunk, chunk), options).makespan;
+  };
+  const double zb_h1 = makespan(zb_h1_name, 1);
+  CHECK(zb_h1 == Approx(3 * m + (p - 1)));
+  for (std::int32_t v = 2; v <= 4; ++v) {
+    INFO("v=" << v);
+    const double interleaved_zb = makespan(interleaved_zero_bubble_name, v);
+    const double interleaved_1f1b = makespan(interleaved_1f1b_name, v);
+    CHECK(interleaved_zb == Approx(3 * m + (p - 1) / static_cast<double>(v)));
+    CHECK(interleaved_zb < zb_h1);
+    CHECK(interleaved_zb < interleaved_1f1b);
+  }
+}
+
 TEST_CASE("small cases: m < p and a single rank", "[generators]") {
   // One micro-batch through four stages: a chain, nothing to overlap.
   for (const std::string_view family : {gpipe_name, one_f_one_b_name, zb_h1_name, zb_h2_name}) {
@@ -619,7 +789,8 @@ TEST_CASE("small cases: m < p and a single rank", "[generators]") {
 TEST_CASE("family names: canonical list, lookup and aliases", "[generators][names]") {
   const std::vector<std::string_view> names(family_names().begin(), family_names().end());
   CHECK(names == std::vector<std::string_view>{"gpipe", "1f1b", "interleaved-1f1b", "looped-bfs", "zb-h1", "zb-h2",
-                                               "zb-v", "v-half", "v-min", "dualpipev", "forward-only"});
+                                               "interleaved-zb", "zb-v", "v-half", "v-min", "dualpipev",
+                                               "forward-only"});
   for (const FamilyInfo& f : schedule_families) {
     CHECK(family_info(f.name).name == f.name);
     CHECK_FALSE(f.rule.empty());
@@ -631,6 +802,7 @@ TEST_CASE("family names: canonical list, lookup and aliases", "[generators][name
   CHECK(family_info("Interleaved1F1B").name == "interleaved-1f1b");
   CHECK(family_info("LoopedBFS").name == "looped-bfs");
   CHECK(family_info("ZBVZeroBubble").name == "zb-v");
+  CHECK(family_info("InterleavedZeroBubble").name == "interleaved-zb");  // ScheduleInterleavedZeroBubble
   CHECK(family_info("DualPipeV").name == "dualpipev");  // PyTorch's ScheduleDualPipeV
   CHECK(family_info("ZB_H2").name == "zb-h2");
   CHECK(make_schedule("ZB-H1", req(3, 4)) == make_zb_h1(req(3, 4)));
@@ -642,7 +814,8 @@ TEST_CASE("invalid requests are errors that state the rule and the nearest valid
   CHECK_THROWS_WITH(
       make_schedule("2f2b", req(2, 2)),
       Contains("unknown family '2f2b'") && Contains("gpipe, 1f1b, interleaved-1f1b, looped-bfs, zb-h1, "
-                                                    "zb-h2, zb-v, v-half, v-min, dualpipev, forward-only"));
+                                                    "zb-h2, interleaved-zb, zb-v, v-half, v-min, dualpipev, "
+                                                    "forward-only"));
   CHECK_THROWS_WITH(make_interleaved_1f1b(req(4, 6, 2)),
                     Contains("schedule 'interleaved-1f1b'") &&
                         Contains("m must be a multiple of p=4 (got m=6)") &&

@@ -587,6 +587,31 @@ TEST_CASE("search result: the winner lowered, validated, simulated and explained
   CHECK(simulated == 1);
 }
 
+TEST_CASE("auto at p=8, m=16, unit costs, no cap: no slower than interleaved zero bubble", "[search][interleaved-zb]") {
+  // The issue's case: F = BI = BW = 1 per rank, each chunk a 1/v share. The search builds the
+  // family at every looped depth it tries and keeps the fastest candidate.
+  const std::int32_t p = 8, m = 16;
+  SearchProblem problem;
+  problem.ranks = p;
+  problem.microbatches = m;
+  problem.costs = evenly_split(uniform_costs(1.0, 1.0, 1.0), p, m);
+  const SearchResult result = search_schedule(problem);
+  SimOptions o;
+  o.record_timeline = false;
+  double fastest_family = std::numeric_limits<double>::infinity();
+  for (const std::int32_t v : SearchOptions{}.chunks) {
+    const Schedule s = make_schedule("interleaved-zb", ScheduleRequest{p, m, v});
+    fastest_family = std::min(fastest_family, simulate(s, problem.costs(s.placement), o).makespan);
+    INFO("v=" << v);
+    CHECK(std::any_of(result.candidates.begin(), result.candidates.end(), [&](const Candidate& c) {
+      return c.built && c.fits && c.name == detail::concat("interleaved-zb v=", v);
+    }));
+  }
+  CHECK(fastest_family < simulate(make_zb_h1({p, m, 1}), problem.costs(one_stage_per_rank_placement(p)), o).makespan);
+  CHECK(result.best().makespan <= fastest_family + 1e-9);
+  CHECK(result.simulation.makespan == Approx(result.best().makespan));
+}
+
 TEST_CASE("search options: full backward only, F&B overlap, a simulation limit, one stream", "[search]") {
   std::mt19937 rng(99);
   const RandomModel model = random_model(rng, 4, 12);

@@ -34,7 +34,7 @@ inline constexpr std::array<FlagSpec, 15> bubbles_flags{{
     {"--profile", "FILE", "model profile (JSON), partitioned"},
     {"--stages", "P", "pipeline ranks (default 4)"},
     {"--microbatches", "M", "micro-batches per step (default 8)"},
-    {"--chunks", "V", "model chunks per rank for interleaved-1f1b and looped-bfs (default 2)"},
+    {"--chunks", "V", "model chunks per rank for the looped families: interleaved-1f1b, interleaved-zb, looped-bfs (default 2)"},
     {"--schedule", "NAME", "all (default) or a family (comma-separated list allowed)"},
     {"--ms-per-unit", "X", "wall-clock milliseconds of one model time unit (default 1, or the profile's unit)"},
     {"--steps", "N", "measured steps per schedule; the median one is reported (default 3)"},

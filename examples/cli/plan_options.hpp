@@ -63,7 +63,7 @@ inline constexpr std::array<FlagSpec, 22> plan_flags{{
     {"--stage-cost", "F,B,W", "every rank's stage costs F, BI, BW (pure schedule study; no partitioning)"},
     {"--stages", "P", "pipeline ranks (default 8)"},
     {"--microbatches", "M", "micro-batches per step (default 32)"},
-    {"--chunks", "V", "model chunks per rank for interleaved-1f1b and looped-bfs (default 2)"},
+    {"--chunks", "V", "model chunks per rank for the looped families: interleaved-1f1b, interleaved-zb, looped-bfs (default 2)"},
     {"--comm", "T", "latency of one transfer between ranks, in the model's time unit (default: the profile's)"},
     {"--bandwidth", "BYTES", "bytes per time unit between ranks (default: the profile's; free for --layers)"},
     {"--memory-cap-microbatches", "N", "per-rank cap on stored activations, in M_B units"},

@@ -2,9 +2,9 @@
 // .microbatches = 8}) builds the same value as make_1f1b(...), and family_names() lists the
 // canonical names a command line can offer. The families themselves live in fill_drain.hpp
 // (gpipe, looped-bfs, forward-only), one_f_one_b.hpp (1f1b, interleaved-1f1b), zero_bubble.hpp
-// (zb-h1, zb-h2, zb-v), controllable_memory.hpp (v-half, v-min) and dualpipev.hpp (dualpipev). A
-// generated schedule holds compute actions only (DualPipeV's overlapped pairs are compute groups);
-// lower() adds the communication.
+// (zb-h1, zb-h2, zb-v), interleaved_zero_bubble.hpp (interleaved-zb), controllable_memory.hpp
+// (v-half, v-min) and dualpipev.hpp (dualpipev). A generated schedule holds compute actions only
+// (DualPipeV's overlapped pairs are compute groups); lower() adds the communication.
 #pragma once
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "ppsched/schedule/controllable_memory.hpp"
 #include "ppsched/schedule/dualpipev.hpp"
 #include "ppsched/schedule/fill_drain.hpp"
+#include "ppsched/schedule/interleaved_zero_bubble.hpp"
 #include "ppsched/schedule/one_f_one_b.hpp"
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/schedule/schedule.hpp"
@@ -120,6 +121,16 @@ inline constexpr BubbleFormula zb_h2_bubble{
     [](std::int32_t p, std::int32_t m, std::int32_t, double t_f, double, double t_bw) {
       return t_bw <= t_f && m >= 2 * p - 1;
     }};
+// ZB-H1's bubble divided by v, as interleaving divides 1F1B's; exact (tests/test_schedule.cpp)
+// for every m >= p the family accepts.
+inline constexpr BubbleFormula interleaved_zb_bubble{
+    "(p-1)(T_F+T_BI-T_BW)/v", "makespan", "T_BW <= T_F <= T_BI and m >= p",
+    [](std::int32_t p, std::int32_t, std::int32_t v, double t_f, double t_bi, double t_bw) {
+      return static_cast<double>(p - 1) * (t_f + t_bi - t_bw) / v;
+    },
+    [](std::int32_t p, std::int32_t m, std::int32_t, double t_f, double t_bi, double t_bw) {
+      return t_bw <= t_f && t_f <= t_bi && m >= p;
+    }};
 inline constexpr BubbleFormula forward_only_bubble{
     "(p-1)T_F", "makespan", "",
     [](std::int32_t p, std::int32_t, std::int32_t, double t_f, double, double) { return static_cast<double>(p - 1) * t_f; },
@@ -138,7 +149,7 @@ inline constexpr BubbleFormula forward_only_bubble{
 
 }  // namespace detail
 
-inline constexpr std::array<FamilyInfo, 11> schedule_families{{
+inline constexpr std::array<FamilyInfo, 12> schedule_families{{
     {.name = gpipe_name,
      .rule = "any p, m; v = 1",
      .summary = "all forwards, then all backwards (fill-drain); m activations per stage",
@@ -181,6 +192,15 @@ inline constexpr std::array<FamilyInfo, 11> schedule_families{{
      .split_backward = true,
      .bubble = &detail::zb_h2_bubble,
      .peak_in_flight = &detail::zb_h2_in_flight},
+    {.name = interleaved_zero_bubble_name,
+     .rule = "any p, v; m a multiple of max(1, m/p) when v > 1",
+     .summary = "PyTorch's interleaved zero bubble: v looped chunks per rank, split backward, rank r's BWs r late",
+     .make = &make_interleaved_zero_bubble,
+     .placement = PlacementKind::looped,
+     .chunks = 0,
+     .split_backward = true,
+     .rule_accepts = &interleaved_zero_bubble_accepts,
+     .bubble = &detail::interleaved_zb_bubble},
     {.name = zb_v_name,
      .rule = "any p, m; v = 2",
      .summary = "zero bubble V: two chunks per rank in a V shape, split backward",
@@ -243,6 +263,7 @@ inline constexpr std::array<std::string_view, schedule_families.size()> family_n
 [[nodiscard]] inline const FamilyInfo* find_family(std::string_view name) {
   std::string key = normalised_family(name);
   if (key == "zbvzerobubble") key = normalised_family(zb_v_name);  // PyTorch's ScheduleZBVZeroBubble
+  if (key == "interleavedzerobubble") key = normalised_family(interleaved_zero_bubble_name);
   for (const FamilyInfo& f : schedule_families)
     if (normalised_family(f.name) == key) return &f;
   return nullptr;

@@ -1,0 +1,93 @@
+// Interleaved zero bubble: PyTorch's ScheduleInterleavedZeroBubble, the "ZB1P" schedule of Qi
+// et al. (ICLR 2024) run on the looped placement of interleaved 1F1B. Each rank holds v chunks
+// (stage c*p + r on rank r), walks them like interleaved 1F1B and splits every backward into
+// BI and BW as ZB-H1 does: the BWs of rank r trail its BIs by r, so the cool-down's BI chain
+// runs unhindered and the delayed BWs fill the tail. Chunks divide the fill and drain by v, the
+// split backward removes T_BW of each step of it; at unit costs, p=8, m=16, v=2, a step takes
+// 51.5 against ZB-H1's 55 and interleaved 1F1B's 58.5.
+//
+// The micro-batches go through each chunk in rounds, as PyTorch cuts them: max(1, m / p)
+// rounds of m / rounds micro-batches each, so m must be a multiple of the round count (any m
+// < 2p, every multiple of p, and others such as m=10 at p=4). With v = 1 the order is ZB-H1's.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/schedule/request.hpp"
+#include "ppsched/schedule/schedule.hpp"
+
+namespace ppsched {
+
+inline constexpr std::string_view interleaved_zero_bubble_name = "interleaved-zb";
+
+namespace detail {
+
+// PyTorch's rounds: the micro-batches a chunk runs before the rank moves to its next chunk.
+[[nodiscard]] constexpr std::int32_t interleaved_zb_round_size(std::int32_t ranks, std::int32_t microbatches) noexcept {
+  return microbatches / std::max(1, microbatches / ranks);
+}
+
+[[nodiscard]] constexpr bool interleaved_zb_rounds_even(std::int32_t ranks, std::int32_t microbatches) noexcept {
+  return microbatches % std::max(1, microbatches / ranks) == 0;
+}
+
+}  // namespace detail
+
+// Whether make_interleaved_zero_bubble(r) would succeed (the sizes every family checks aside):
+// any p and v, m a multiple of max(1, m / p) when v > 1 (PyTorch's rule; v = 1 is ZB-H1,
+// which takes any m).
+[[nodiscard]] constexpr bool interleaved_zero_bubble_accepts(const ScheduleRequest& r) noexcept {
+  return r.ranks >= 1 && r.microbatches >= 1 && r.chunks >= 1 &&
+         (r.chunks == 1 || detail::interleaved_zb_rounds_even(r.ranks, r.microbatches));
+}
+
+// Interleaved zero bubble, looped placement, split backward. With k = m/rounds micro-batches
+// per round and t = m*v chunk passes per rank, rank r's j-th forward (and j-th backward) runs
+// micro-batch (j / kv)*k + j mod k on chunk (j / k) mod v (backward: v-1 minus that). Rank r
+// warms up with w = min((v-1)k + p-1-r, t) forwards; then for j = 0 .. t-1: the forward
+// j + w (while any remain), the BI j, and the BW j - r once j >= r; then its remaining BWs.
+// PyTorch pads these orders with idle steps; the orders, without them, are the same.
+[[nodiscard]] inline Schedule make_interleaved_zero_bubble(const ScheduleRequest& r) {
+  detail::check_request_sizes(interleaved_zero_bubble_name, r);
+  const std::int32_t p = r.ranks, m = r.microbatches, v = r.chunks;
+  if (!interleaved_zero_bubble_accepts(r)) {
+    std::int32_t below = m - 1, above = m + 1;
+    while (!detail::interleaved_zb_rounds_even(p, below)) --below;  // every m < 2p is even
+    while (!detail::interleaved_zb_rounds_even(p, above)) ++above;  // so is every multiple of p
+    fail({detail::family_subject(interleaved_zero_bubble_name),
+          detail::concat("with v > 1 chunks per rank, m must split into max(1, m/p) = ", m / p,
+                         " equal rounds (got m=", m, "), because PyTorch runs the micro-batches through each chunk "
+                         "in rounds of m/rounds"),
+          detail::concat("request ", to_string(r)),
+          detail::concat("nearest valid: m=", below, " or m=", above, ", or v=1 (ZB-H1's order, any m)")});
+  }
+  Schedule s = detail::empty_schedule(interleaved_zero_bubble_name, r, looped_placement(p, v), true,
+                                      3 * static_cast<std::size_t>(m) * static_cast<std::size_t>(v));
+  const std::int32_t k = detail::interleaved_zb_round_size(p, m);
+  const std::int32_t total = m * v;
+  const auto microbatch_of = [&](std::int32_t j) { return (j / (k * v)) * k + j % k; };
+  const auto forward_stage = [&](std::int32_t j, std::int32_t rank) { return ((j / k) % v) * p + rank; };
+  const auto backward_stage = [&](std::int32_t j, std::int32_t rank) { return (v - 1 - (j / k) % v) * p + rank; };
+  for (std::int32_t rank = 0; rank < p; ++rank) {
+    auto& program = s.programs[static_cast<std::size_t>(rank)];
+    const auto emit = [&](Op op, std::int32_t stage, std::int32_t j) {
+      program.push_back(detail::compute_action(op, stage, microbatch_of(j)));
+    };
+    const std::int32_t warmup = std::min((v - 1) * k + p - 1 - rank, total);
+    for (std::int32_t j = 0; j < warmup; ++j) emit(Op::F, forward_stage(j, rank), j);
+    for (std::int32_t j = 0; j < total; ++j) {
+      if (j + warmup < total) emit(Op::F, forward_stage(j + warmup, rank), j + warmup);
+      emit(Op::BI, backward_stage(j, rank), j);
+      if (j >= rank) emit(Op::BW, backward_stage(j - rank, rank), j - rank);
+    }
+    for (std::int32_t j = std::max(0, total - rank); j < total; ++j) emit(Op::BW, backward_stage(j, rank), j);
+  }
+  return s;
+}
+
+}  // namespace ppsched

@@ -57,6 +57,8 @@ struct ExecutorOptions {
   // Validate the (lowered) schedule before running it; off, a deadlocking schedule is caught
   // by the watchdog instead.
   bool validate = true;
+  // The user's seed of StageContext::seed (stage_seed(seed, step, stage, micro-batch)).
+  std::uint64_t seed = 0;
 };
 
 // The faults of one step, shared by its ranks: the first error reported is kept and every
@@ -167,6 +169,7 @@ class Executor {
     }
     step_stop_ = faults->token();
     batch_ = batch;
+    ++step_index_;
     try {
       issue_all();
       wait_all(faults);
@@ -240,6 +243,8 @@ class Executor {
   std::vector<std::int32_t> lane_steps_[2];  // step indices per lane, in order
   std::size_t gradient_floats_ = 0;
   Batch batch_{};
+  std::int64_t step_index_ = -1;       // StageContext::step of the running step
+  const void* stream_identity_ = nullptr;  // StageContext::stream
   RankStep result_;
   StepFaults own_faults_;          // the step's faults when run_step is given none
   std::stop_token step_stop_;      // the running step's; callables read it on the streams
@@ -365,6 +370,13 @@ class Executor {
   void allocate() {
     compute_ = b_.create_stream();
     comm_ = b_.create_stream();
+    if constexpr (requires(B & b, const typename B::stream& st) {
+                    { b.native_handle(st) } -> std::convertible_to<const void*>;
+                  }) {
+      stream_identity_ = b_.native_handle(compute_);
+    } else {
+      stream_identity_ = &compute_;
+    }
     for (std::size_t floats : plan_.buffer_floats) buffers_.push_back(b_.allocate(floats));
     for (const Buffer& buf : buffers_) spans_.push_back(b_.span(buf));
     origin_ = b_.create_event();
@@ -518,7 +530,10 @@ class Executor {
     const detail::RunningStepScope scope(&self.step_stop_);
     const StageGradients& g = self.grads_[call->index];
     try {
-      self.stages_[static_cast<std::size_t>(g.stage)].optimizer_step(g.total_span);
+      const StageFunctions& f = self.stages_[static_cast<std::size_t>(g.stage)];
+      const StageContext c = self.context(g.stage, -1, StageCall::optimizer_step);
+      auto body = [&] { f.optimizer_step(c, g.total_span); };
+      self.around(f, c, body);
     } catch (const std::exception& e) {
       throw error(detail::concat("rank ", self.rank_, ", stage ", g.stage, ", optimizer_step: ", e.what()));
     } catch (...) {
@@ -529,6 +544,34 @@ class Executor {
 
   [[nodiscard]] std::span<float> buffer(std::int32_t index) {
     return index < 0 ? std::span<float>() : spans_[static_cast<std::size_t>(index)];
+  }
+
+  [[nodiscard]] StageContext context(std::int32_t stage, std::int32_t mb, StageCall call) const {
+    StageContext c;
+    c.step = step_index_;
+    c.microbatch = mb;
+    c.stage = stage;
+    c.rank = rank_;
+    c.call = call;
+    c.stream = stream_identity_;
+    c.stop = step_stop_;
+    c.seed = stage_seed(options_.seed, step_index_, stage, mb);
+    return c;
+  }
+
+  // Runs `body` (one stage call) inside the stage's around_call, if it has one.
+  template <class Body>
+  static void around(const StageFunctions& f, const StageContext& c, Body& body) {
+    if (!f.around_call) {
+      body();
+      return;
+    }
+    bool ran = false;
+    f.around_call(c, StageCallRef(body, ran));
+    if (!ran) {
+      fail({"around_call", detail::concat("returned without running ", to_string(c.call)),
+            "StageFunctions::around_call", "Call the StageCallRef it is given exactly once"});
+    }
   }
 
   void compute(std::int32_t index) {
@@ -544,29 +587,38 @@ class Executor {
       const std::span<const float> in =
           st.input_from_batch ? batch_.inputs.subspan(static_cast<std::size_t>(mb) * f.input_size, f.input_size)
                               : std::span<const float>(buffer(st.input));
+      StageContext c = context(a.stage, mb, StageCall::loss);
+      auto call = [&](StageCall kind, auto&& body) {
+        c.call = kind;
+        around(f, c, body);
+      };
       if (st.computes_loss) {
         const std::span<const float> target =
             batch_.targets.subspan(static_cast<std::size_t>(mb) * f.target_size, f.target_size);
-        result_.losses[static_cast<std::size_t>(mb)] =
-            f.loss(mb, buffer(st.loss_input), target, buffer(st.grad_output));
+        call(StageCall::loss, [&] {
+          result_.losses[static_cast<std::size_t>(mb)] = f.loss(c, buffer(st.loss_input), target, buffer(st.grad_output));
+        });
       }
       switch (a.op) {
         case Op::F:
-          f.forward(mb, in, buffer(st.output));
+          call(StageCall::forward, [&] { f.forward(c, in, buffer(st.output)); });
           break;
         case Op::B:
           if (f.backward) {
-            f.backward(mb, in, buffer(st.grad_output), buffer(st.output), weight_span(st));
+            call(StageCall::backward,
+                 [&] { f.backward(c, in, buffer(st.grad_output), buffer(st.output), weight_span(st)); });
           } else {
-            f.backward_input(mb, in, buffer(st.grad_output), buffer(st.output));
-            f.backward_weight(mb, in, buffer(st.grad_output), weight_span(st));
+            call(StageCall::backward_input,
+                 [&] { f.backward_input(c, in, buffer(st.grad_output), buffer(st.output)); });
+            call(StageCall::backward_weight,
+                 [&] { f.backward_weight(c, in, buffer(st.grad_output), weight_span(st)); });
           }
           break;
         case Op::BI:
-          f.backward_input(mb, in, buffer(st.grad_output), buffer(st.output));
+          call(StageCall::backward_input, [&] { f.backward_input(c, in, buffer(st.grad_output), buffer(st.output)); });
           break;
         case Op::BW:
-          f.backward_weight(mb, in, buffer(st.grad_output), weight_span(st));
+          call(StageCall::backward_weight, [&] { f.backward_weight(c, in, buffer(st.grad_output), weight_span(st)); });
           break;
         default:
           break;

@@ -329,6 +329,8 @@ class CudaBackend {
     });
   }
   [[nodiscard]] std::span<float> span(const buffer& b) const noexcept { return {b.data(), b.size()}; }
+  // StageContext::stream: the cudaStream_t a stage's kernels go to.
+  [[nodiscard]] const void* native_handle(const stream& s) const { return static_cast<const void*>(s.ref().handle()); }
   void zero(stream& s, buffer& b) {
     guarded([&] {
       if (b.size() != 0) PPSCHED_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, b.bytes(), s.ref().handle()));

@@ -1,0 +1,236 @@
+// The stage interface beyond the float spans: the StageContext every callable may take, the
+// around_call wrapper, the two callable forms of a StageCallable slot, the lifetime rules of
+// the spans a callable gets (docs/runtime.md), forward-only steps that return losses and
+// outputs, and gradient accumulation's memory.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <ppsched/backend/cpu.hpp>
+#include <ppsched/lower/lower.hpp>
+#include <ppsched/runtime/world.hpp>
+#include <ppsched/schedule/generators.hpp>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+using ppsched::CpuBackend;
+using ppsched::CpuCluster;
+using ppsched::StageCall;
+using ppsched::StageContext;
+using ppsched::StageFunctions;
+using ppsched::World;
+
+namespace {
+
+struct Family {
+  const char* name;
+  int chunks;
+};
+constexpr Family families[] = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"looped-bfs", 2}, {"zb-h1", 1},
+                               {"zb-h2", 1}, {"zb-v", 2},   {"v-half", 2},           {"v-min", 2},      {"dualpipev", 2}};
+
+ppsched::Schedule make(const Family& f, int p, int m) {
+  ppsched::ScheduleRequest req;
+  req.ranks = p;
+  req.microbatches = m;
+  req.chunks = f.chunks;
+  return ppsched::make_schedule(f.name, req);
+}
+
+std::vector<CpuBackend*> backends(CpuCluster& c) {
+  std::vector<CpuBackend*> out;
+  for (int r = 0; r < c.ranks(); ++r) out.push_back(&c.rank(r));
+  return out;
+}
+
+// One call as a callable saw it.
+struct Seen {
+  StageContext context;
+  std::thread::id thread;
+  bool inside_around = false;
+};
+
+thread_local int around_depth = 0;
+
+// Stages that add 1 and pass gradients through, recording the context of every call; the
+// context form throughout.
+struct Recorder {
+  std::mutex mutex;
+  std::vector<Seen> calls;
+  int arounds = 0;
+
+  void note(const StageContext& c) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    calls.push_back({c, std::this_thread::get_id(), around_depth > 0});
+  }
+
+  std::vector<StageFunctions> functions(int stages, bool with_around) {
+    std::vector<StageFunctions> out;
+    for (int s = 0; s < stages; ++s) {
+      StageFunctions f;
+      f.input_size = f.output_size = 2;
+      f.target_size = s + 1 == stages ? 2 : 0;
+      f.weight_grad_size = 1;
+      f.forward = [this](const StageContext& c, std::span<const float> in, std::span<float> o) {
+        note(c);
+        for (std::size_t i = 0; i < o.size(); ++i) o[i] = in[i] + 1.0f;
+      };
+      f.backward_input = [this](const StageContext& c, std::span<const float>, std::span<const float> g,
+                                std::span<float> gi) {
+        note(c);
+        std::copy_n(g.begin(), gi.size(), gi.begin());  // gi is empty on stage 0
+      };
+      f.backward_weight = [this](const StageContext& c, std::span<const float>, std::span<const float> g,
+                                 std::span<float> w) {
+        note(c);
+        w[0] = g[0];
+      };
+      if (s + 1 == stages) {
+        f.loss = [this](const StageContext& c, std::span<const float> o, std::span<const float> t,
+                        std::span<float> g) {
+          note(c);
+          for (std::size_t i = 0; i < o.size(); ++i) g[i] = o[i] - t[i];
+          return 0.0f;
+        };
+      }
+      f.optimizer_step = [this](const StageContext& c, std::span<const float>) { note(c); };
+      if (with_around) {
+        f.around_call = [this](const StageContext&, ppsched::StageCallRef call) {
+          {
+            const std::lock_guard<std::mutex> lock(mutex);
+            ++arounds;
+          }
+          ++around_depth;
+          call();
+          --around_depth;
+        };
+      }
+      out.push_back(std::move(f));
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("every callable gets its step, micro-batch, stage, rank, stream, stop token and seed", "[stage]") {
+  for (const Family& fam : families) {
+    const ppsched::Schedule s = make(fam, 2, 4);
+    const int m = s.microbatches;
+    CpuCluster cluster(s.ranks);
+    Recorder rec;
+    ppsched::ExecutorOptions eo;
+    eo.seed = 1234;
+    World<CpuBackend> world(backends(cluster), s, rec.functions(s.stages(), true), eo);
+    const std::vector<float> inputs(static_cast<std::size_t>(m) * 2, 0.5f);
+    const std::vector<float> targets(static_cast<std::size_t>(m) * 2, 0.0f);
+    for (int step = 0; step < 2; ++step) (void)world.run_step({inputs, targets});
+    INFO(fam.name);
+
+    // Each (step, stage, micro-batch) is called for forward, loss (last stage), backward_input
+    // and backward_weight once; each (step, stage) for optimizer_step once.
+    std::map<std::tuple<std::int64_t, int, int, StageCall>, int> count;
+    std::map<int, const void*> stream_of_rank;
+    std::map<int, std::set<std::thread::id>> threads_of_rank;
+    for (const Seen& c : rec.calls) {
+      const StageContext& x = c.context;
+      ++count[{x.step, x.stage, x.microbatch, x.call}];
+      CHECK(x.rank == s.rank_of(x.stage));
+      CHECK(x.seed == ppsched::stage_seed(1234, x.step, x.stage, x.microbatch));
+      CHECK_FALSE(x.stop.stop_requested());
+      CHECK(x.stream != nullptr);
+      CHECK(c.inside_around);
+      auto [it, fresh] = stream_of_rank.emplace(x.rank, x.stream);
+      CHECK(it->second == x.stream);
+      (void)fresh;
+      threads_of_rank[x.rank].insert(c.thread);
+    }
+    CHECK(rec.arounds == static_cast<int>(rec.calls.size()));
+    REQUIRE(stream_of_rank.size() == 2);
+    CHECK(stream_of_rank[0] != stream_of_rank[1]);
+    for (std::int64_t step = 0; step < 2; ++step) {
+      for (int st = 0; st < s.stages(); ++st) {
+        for (int mb = 0; mb < m; ++mb) {
+          CHECK(count[{step, st, mb, StageCall::forward}] == 1);
+          CHECK(count[{step, st, mb, StageCall::backward_input}] == 1);
+          CHECK(count[{step, st, mb, StageCall::backward_weight}] == 1);
+          CHECK(count[{step, st, mb, StageCall::loss}] == (st + 1 == s.stages() ? 1 : 0));
+        }
+        CHECK(count[{step, st, -1, StageCall::optimizer_step}] == 1);
+      }
+    }
+  }
+}
+
+TEST_CASE("seeds differ between steps, stages and micro-batches and with the user's seed", "[stage]") {
+  std::set<std::uint64_t> seeds;
+  for (std::uint64_t user : {0u, 1u}) {
+    for (std::int64_t step = 0; step < 3; ++step) {
+      for (int stage = 0; stage < 4; ++stage) {
+        for (int mb = -1; mb < 8; ++mb) seeds.insert(ppsched::stage_seed(user, step, stage, mb));
+      }
+    }
+  }
+  CHECK(seeds.size() == 2u * 3u * 4u * 9u);
+  static_assert(ppsched::stage_seed(7, 1, 2, 3) == ppsched::stage_seed(7, 1, 2, 3));
+}
+
+TEST_CASE("a slot takes the index form or the context form and is called either way", "[stage]") {
+  StageFunctions f;
+  CHECK_FALSE(f.forward);
+  CHECK(f.forward == nullptr);
+  int got = -2;
+  f.forward = [&got](std::int32_t mb, std::span<const float>, std::span<float>) { got = mb; };
+  CHECK(f.forward);
+  StageContext c;
+  c.microbatch = 5;
+  f.forward(c, {}, {});
+  CHECK(got == 5);
+  f.forward(3, {}, {});
+  CHECK(got == 3);
+  f.forward = [&got](const StageContext& x, std::span<const float>, std::span<float>) { got = 100 + x.microbatch; };
+  f.forward(4, {}, {});
+  CHECK(got == 104);
+  // A generic lambda keeps the index form it had before contexts existed.
+  f.forward = [&got](auto mb, auto, auto) { got = static_cast<int>(mb) + 200; };
+  f.forward(c, {}, {});
+  CHECK(got == 205);
+  // An empty std::function stays empty; optimizer_step has a form without an index.
+  f.forward = std::function<void(std::int32_t, std::span<const float>, std::span<float>)>();
+  CHECK_FALSE(f.forward);
+  f.optimizer_step = [&got](std::span<const float> g) { got = static_cast<int>(g.size()); };
+  const float g[3] = {};
+  f.optimizer_step(std::span<const float>(g));
+  CHECK(got == 3);
+  f.optimizer_step = nullptr;
+  CHECK_FALSE(f.optimizer_step);
+}
+
+TEST_CASE("an around_call that does not run its call, or runs it twice, fails the step by name", "[stage]") {
+  const ppsched::Schedule s = make({"1f1b", 1}, 2, 2);
+  for (int runs : {0, 2}) {
+    CpuCluster cluster(2);
+    Recorder rec;
+    auto fns = rec.functions(s.stages(), false);
+    fns[1].around_call = [runs](const StageContext&, ppsched::StageCallRef call) {
+      for (int k = 0; k < runs; ++k) call();
+    };
+    World<CpuBackend> world(backends(cluster), s, fns);
+    const std::vector<float> data(4, 0.0f);
+    try {
+      (void)world.run_step({data, data});
+      FAIL("expected an error");
+    } catch (const ppsched::error& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(what.find("around_call") != std::string::npos);
+      CHECK(what.find(runs == 0 ? "without running" : "twice") != std::string::npos);
+      CHECK(what.find("stage 1") != std::string::npos);
+    }
+  }
+}

@@ -234,3 +234,261 @@ TEST_CASE("an around_call that does not run its call, or runs it twice, fails th
     }
   }
 }
+
+namespace {
+
+// Stage s adds s + 1; the loss is the sum of the output minus the target (small integers:
+// every float sum is exact, so the test derives each expected value).
+std::vector<StageFunctions> adding_stages(int stages, std::size_t width) {
+  std::vector<StageFunctions> out;
+  for (int s = 0; s < stages; ++s) {
+    StageFunctions f;
+    f.input_size = f.output_size = width;
+    f.target_size = s + 1 == stages ? width : 0;
+    f.weight_grad_size = 3;
+    const auto add = static_cast<float>(s + 1);
+    f.forward = [add](std::int32_t, std::span<const float> in, std::span<float> o) {
+      for (std::size_t i = 0; i < o.size(); ++i) o[i] = in[i] + add;
+    };
+    f.backward = [](std::int32_t mb, std::span<const float>, std::span<const float> g, std::span<float> gi,
+                    std::span<float> w) {
+      std::copy_n(g.begin(), gi.size(), gi.begin());
+      for (std::size_t k = 0; k < w.size(); ++k) w[k] = static_cast<float>(mb + 1) * g[0];
+    };
+    f.backward_input = [](std::int32_t, std::span<const float>, std::span<const float> g, std::span<float> gi) {
+      std::copy_n(g.begin(), gi.size(), gi.begin());
+    };
+    f.backward_weight = [](std::int32_t mb, std::span<const float>, std::span<const float> g, std::span<float> w) {
+      for (std::size_t k = 0; k < w.size(); ++k) w[k] = static_cast<float>(mb + 1) * g[0];
+    };
+    if (s + 1 == stages) {
+      f.loss = [](std::int32_t, std::span<const float> o, std::span<const float> t, std::span<float> g) {
+        float l = 0.0f;
+        for (std::size_t i = 0; i < o.size(); ++i) {
+          l += o[i] - t[i];
+          g[i] = 1.0f;
+        }
+        return l;
+      };
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a forward-only step returns the losses and, when asked, the last stage's outputs", "[stage]") {
+  ppsched::ScheduleRequest req;
+  req.ranks = 3;
+  req.microbatches = 4;
+  const ppsched::Schedule s = ppsched::make_schedule("forward-only", req);
+  const std::size_t width = 2;
+  const int m = 4;
+  CpuCluster cluster(3);
+  ppsched::ExecutorOptions eo;
+  eo.keep_outputs = true;
+  World<CpuBackend> world(backends(cluster), s, adding_stages(3, width), eo);
+  std::vector<float> inputs;
+  std::vector<float> targets;
+  for (int mb = 0; mb < m; ++mb) {
+    for (std::size_t i = 0; i < width; ++i) {
+      inputs.push_back(static_cast<float>(10 * mb + static_cast<int>(i)));
+      targets.push_back(static_cast<float>(mb));
+    }
+  }
+  const float added = 1.0f + 2.0f + 3.0f;
+  for (int step = 0; step < 2; ++step) {
+    const auto& r = world.run_step({inputs, targets});
+    REQUIRE(r.losses.size() == static_cast<std::size_t>(m));
+    REQUIRE(r.outputs.size() == inputs.size());
+    for (int mb = 0; mb < m; ++mb) {
+      float want = 0.0f;
+      for (std::size_t i = 0; i < width; ++i) want += inputs[mb * width + i] + added - targets[mb * width + i];
+      CHECK(r.losses[static_cast<std::size_t>(mb)] == want);
+    }
+    for (std::size_t k = 0; k < inputs.size(); ++k) CHECK(r.outputs[k] == inputs[k] + added);
+  }
+  // Without targets: outputs, and no losses (NaN, not last step's).
+  const auto& r = world.run_step({inputs, {}});
+  for (float l : r.losses) CHECK(std::isnan(l));
+  for (std::size_t k = 0; k < inputs.size(); ++k) CHECK(r.outputs[k] == inputs[k] + added);
+  // Targets of the wrong size are refused, naming the fix.
+  const std::vector<float> short_targets(3, 0.0f);
+  try {
+    (void)world.run_step({inputs, short_targets});
+    FAIL("expected an error");
+  } catch (const ppsched::error& e) {
+    CHECK(std::string(e.what()).find("or none") != std::string::npos);
+  }
+}
+
+TEST_CASE("keep_outputs in a training step gives the forward outputs beside the losses", "[stage]") {
+  for (const Family& fam : families) {
+    const ppsched::Schedule s = make(fam, 2, 4);
+    CpuCluster cluster(2);
+    ppsched::ExecutorOptions eo;
+    eo.keep_outputs = true;
+    World<CpuBackend> world(backends(cluster), s, adding_stages(s.stages(), 2), eo);
+    std::vector<float> inputs(8);
+    for (std::size_t k = 0; k < inputs.size(); ++k) inputs[k] = static_cast<float>(k);
+    const std::vector<float> targets(8, 0.0f);
+    const auto& r = world.run_step({inputs, targets});
+    const float added = static_cast<float>(s.stages() * (s.stages() + 1) / 2);
+    INFO(fam.name);
+    REQUIRE(r.outputs.size() == inputs.size());
+    for (std::size_t k = 0; k < inputs.size(); ++k) CHECK(r.outputs[k] == inputs[k] + added);
+    for (int mb = 0; mb < 4; ++mb) {
+      CHECK(r.losses[static_cast<std::size_t>(mb)] == inputs[2 * mb] + inputs[2 * mb + 1] + 2 * added);
+    }
+  }
+}
+
+namespace {
+
+// The slots micro-batch-order accumulation needs for stage `s` on its rank, derived from the
+// program: while the weight gradient of micro-batch k runs, it holds one slot, plus one for
+// each micro-batch already done whose predecessors are not all done.
+int slots_needed(const ppsched::Schedule& lowered, int s) {
+  const auto& prog = lowered.programs[static_cast<std::size_t>(lowered.rank_of(s))];
+  std::vector<bool> done(static_cast<std::size_t>(lowered.microbatches), false);
+  int most = 0;
+  int count = 0;
+  for (const auto& a : prog) {
+    if (a.stage != s || (a.op != ppsched::Op::B && a.op != ppsched::Op::BW)) continue;
+    int prefix = 0;
+    while (prefix < lowered.microbatches && done[static_cast<std::size_t>(prefix)]) ++prefix;
+    most = std::max(most, count - prefix + 1);
+    done[static_cast<std::size_t>(a.microbatch)] = true;
+    ++count;
+  }
+  return most;
+}
+
+}  // namespace
+
+TEST_CASE("micro-batch-order accumulation holds a gradient only while an earlier one is missing", "[stage]") {
+  for (const Family& fam : families) {
+    const ppsched::Schedule s = ppsched::lower(make(fam, 4, 8));
+    const auto fns = adding_stages(s.stages(), 2);
+    CpuCluster cluster(4);
+    bool in_order = true;
+    for (int r = 0; r < 4; ++r) {
+      std::size_t want = 0;
+      for (int st = 0; st < s.stages(); ++st) {
+        if (s.rank_of(st) != r) continue;
+        const int slots = slots_needed(s, st);
+        in_order = in_order && slots == 1;
+        want += 3u * static_cast<std::size_t>(slots + 1);  // the slots and the total
+      }
+      ppsched::Executor<CpuBackend> exact(cluster.rank(r), s, fns);
+      ppsched::ExecutorOptions eo;
+      eo.accumulation = ppsched::GradAccumulation::schedule_order;
+      ppsched::Executor<CpuBackend> cheap(cluster.rank(r), s, fns, eo);
+      INFO(fam.name << " rank " << r);
+      CHECK(exact.gradient_floats() == want);
+      CHECK(cheap.gradient_floats() <= exact.gradient_floats());
+      // Before, micro-batch order kept all m gradients and the total.
+      CHECK(exact.gradient_floats() <= cheap.gradient_floats() / 2 * 9);
+    }
+    INFO(fam.name);
+    // Every family but looped BFS runs each stage's weight gradients in micro-batch order,
+    // and then the exact mode costs what schedule order does: 2 gradients per stage.
+    CHECK(in_order == (std::string(fam.name) != "looped-bfs"));
+  }
+}
+
+namespace {
+
+// Checks the lifetime rules of docs/runtime.md from inside the callables: the forward's
+// input is the same memory, with the same content, in every backward call of that
+// micro-batch on that stage; BW gets BI's grad_output again; each stage reads what the
+// previous one wrote. Values differ per stage and micro-batch, so a buffer reused too early
+// shows up as a changed content.
+struct LifetimeChecker {
+  struct Kept {
+    const float* data = nullptr;
+    std::vector<float> content;
+  };
+  std::mutex mutex;
+  std::map<std::pair<int, int>, Kept> inputs, outputs, grads;  // (stage, mb)
+  int violations = 0;
+  int checks = 0;
+
+  void keep(std::map<std::pair<int, int>, Kept>& where, int s, int mb, std::span<const float> x) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    where[{s, mb}] = {x.data(), std::vector<float>(x.begin(), x.end())};
+  }
+  void same(std::map<std::pair<int, int>, Kept>& where, int s, int mb, std::span<const float> x, bool memory) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    ++checks;
+    const auto it = where.find({s, mb});
+    if (it == where.end() || (memory && it->second.data != x.data()) ||
+        !std::equal(x.begin(), x.end(), it->second.content.begin(), it->second.content.end())) {
+      ++violations;
+    }
+  }
+
+  std::vector<StageFunctions> functions(int stages) {
+    std::vector<StageFunctions> out;
+    for (int s = 0; s < stages; ++s) {
+      StageFunctions f;
+      f.input_size = f.output_size = 3;
+      f.target_size = s + 1 == stages ? 3 : 0;
+      f.forward = [this, s](const StageContext& c, std::span<const float> in, std::span<float> o) {
+        keep(inputs, s, c.microbatch, in);
+        if (s > 0) same(outputs, s - 1, c.microbatch, in, false);
+        for (std::size_t i = 0; i < o.size(); ++i) o[i] = in[i] * 3.0f + static_cast<float>(s);
+        keep(outputs, s, c.microbatch, o);
+      };
+      f.backward_input = [this, s](const StageContext& c, std::span<const float> in, std::span<const float> g,
+                                   std::span<float> gi) {
+        same(inputs, s, c.microbatch, in, true);
+        keep(grads, s, c.microbatch, g);
+        for (std::size_t i = 0; i < gi.size(); ++i) gi[i] = g[i] * 2.0f + static_cast<float>(s);
+      };
+      f.backward_weight = [this, s](const StageContext& c, std::span<const float> in, std::span<const float> g,
+                                    std::span<float>) {
+        same(inputs, s, c.microbatch, in, true);
+        same(grads, s, c.microbatch, g, true);
+      };
+      if (s + 1 == stages) {
+        f.loss = [this, s](const StageContext& c, std::span<const float> o, std::span<const float>,
+                           std::span<float> g) {
+          same(outputs, s, c.microbatch, o, false);
+          for (std::size_t i = 0; i < g.size(); ++i) g[i] = o[i] + static_cast<float>(c.microbatch);
+          return 0.0f;
+        };
+      }
+      out.push_back(std::move(f));
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("inputs live until the micro-batch's last backward, grad_output until its BW", "[stage]") {
+  const auto mode = GENERATE(ppsched::CpuMode::threaded, ppsched::CpuMode::deterministic);
+  for (const Family& fam : families) {
+    for (int p : {2, 4}) {
+      const ppsched::Schedule s = make(fam, p, 2 * p);
+      const int m = s.microbatches;
+      ppsched::CpuOptions co;
+      co.mode = mode;
+      CpuCluster cluster(p, co);
+      LifetimeChecker checker;
+      World<CpuBackend> world(backends(cluster), s, checker.functions(s.stages()));
+      std::vector<float> inputs(static_cast<std::size_t>(m) * 3);
+      for (std::size_t k = 0; k < inputs.size(); ++k) inputs[k] = static_cast<float>(k);
+      const std::vector<float> targets(inputs.size(), 0.0f);
+      (void)world.run_step({inputs, targets});
+      INFO(fam.name << " p=" << p);
+      CHECK(checker.violations == 0);
+      // Every F but stage 0's, every loss, every BI and BW checked something.
+      CHECK(checker.checks == m * ((s.stages() - 1) + 1 + 2 * s.stages() + s.stages()));
+      // Stage 0's input is the batch itself, not a copy.
+      for (int mb = 0; mb < m; ++mb) CHECK(checker.inputs[{0, mb}].data == inputs.data() + 3 * mb);
+    }
+  }
+}

@@ -59,6 +59,9 @@ struct ExecutorOptions {
   bool validate = true;
   // The user's seed of StageContext::seed (stage_seed(seed, step, stage, micro-batch)).
   std::uint64_t seed = 0;
+  // Copy the last stage's forward output of every micro-batch into the step's result
+  // (RankStep::outputs, StepResult::outputs), in training and in forward-only steps.
+  bool keep_outputs = false;
 };
 
 // The faults of one step, shared by its ranks: the first error reported is kept and every
@@ -92,7 +95,9 @@ class StepFaults {
 
 // What one rank's step produced.
 struct RankStep {
-  std::vector<float> losses;                       // per micro-batch; NaN on a rank without the last stage
+  std::vector<float> losses;                       // per micro-batch; NaN on a rank without the last stage,
+                                                   // and in a forward-only step without targets or loss
+  std::vector<float> outputs;                      // with keep_outputs, on the last stage's rank: m x its output_size
   std::vector<Span> spans;                         // one per action of the rank's program, in ms from `origin`
   std::chrono::steady_clock::time_point origin{};  // when the step's origin was recorded (host clock)
 };
@@ -170,6 +175,7 @@ class Executor {
     step_stop_ = faults->token();
     batch_ = batch;
     ++step_index_;
+    if (forward_loss_) std::fill(result_.losses.begin(), result_.losses.end(), std::numeric_limits<float>::quiet_NaN());
     try {
       issue_all();
       wait_all(faults);
@@ -210,9 +216,14 @@ class Executor {
   struct StageGradients {
     std::int32_t stage = 0;
     Buffer total;
-    std::vector<Buffer> parts;  // per micro-batch, or one scratch
+    std::vector<Buffer> parts;  // slots for micro-batch gradients not yet added (accumulation_slots)
     std::vector<std::span<float>> part_spans;
     std::span<float> total_span;
+  };
+  // What a weight-gradient step (B or BW) does with its stage's slots.
+  struct WeightStep {
+    std::int32_t slot = -1;            // the slot its callable writes; -1: no weight gradient
+    std::vector<std::int32_t> adds;  // slots added to the total after it, in micro-batch order
   };
   struct OptimizerCall {
     Executor* self = nullptr;
@@ -237,6 +248,10 @@ class Executor {
   std::vector<StageGradients> grads_;
   std::vector<std::int32_t> grads_of_stage_;  // stage -> index into grads_, or -1
   std::vector<ComputeCall> calls_;
+  std::vector<WeightStep> weight_steps_;  // per step
+  Buffer loss_scratch_{};                 // forward-only: the gradient the loss writes and nobody reads
+  std::span<float> loss_scratch_span_;
+  bool forward_loss_ = false;             // forward-only step on the last stage's rank: F computes the loss
   std::vector<OptimizerCall> optimizer_calls_;
   std::vector<std::vector<BufferUse<Buffer>>> uses_;
   std::vector<std::string> labels_;          // per action
@@ -356,7 +371,8 @@ class Executor {
               "Batch::inputs", "Give exactly microbatches x stage 0's input_size floats"});
       }
     }
-    if (has_backward_ && holds(last_stage())) {
+    // A forward-only step takes targets when it is to compute losses, and none otherwise.
+    if ((has_backward_ || !batch.targets.empty()) && holds(last_stage())) {
       const std::size_t want = m * stages_[static_cast<std::size_t>(last_stage())].target_size;
       if (batch.targets.size() != want) {
         fail({"batch",
@@ -389,6 +405,7 @@ class Executor {
     }
     const auto m = static_cast<std::size_t>(schedule_.microbatches);
     grads_of_stage_.assign(static_cast<std::size_t>(schedule_.stages()), -1);
+    weight_steps_.resize(n);
     for (std::int32_t s : plan_.stages) {
       const std::size_t size = stages_[static_cast<std::size_t>(s)].weight_grad_size;
       grads_of_stage_[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(grads_.size());
@@ -397,12 +414,20 @@ class Executor {
       if (size > 0 && has_backward_) {
         g.total = b_.allocate(size);
         g.total_span = b_.span(g.total);
-        const std::size_t parts = options_.accumulation == GradAccumulation::microbatch_order ? m : 1;
-        for (std::size_t k = 0; k < parts; ++k) g.parts.push_back(b_.allocate(size));
+        const std::int32_t slots = assign_weight_slots(s);
+        for (std::int32_t k = 0; k < slots; ++k) g.parts.push_back(b_.allocate(size));
         for (const Buffer& p : g.parts) g.part_spans.push_back(b_.span(p));
-        gradient_floats_ += size * (parts + 1);
+        gradient_floats_ += size * (static_cast<std::size_t>(slots) + 1);
       }
       grads_.push_back(std::move(g));
+    }
+    if (!has_backward_ && holds(last_stage()) && stages_[static_cast<std::size_t>(last_stage())].loss) {
+      forward_loss_ = true;
+      loss_scratch_ = b_.allocate(stages_[static_cast<std::size_t>(last_stage())].output_size);
+      loss_scratch_span_ = b_.span(loss_scratch_);
+    }
+    if (options_.keep_outputs && holds(last_stage())) {
+      result_.outputs.assign(m * stages_[static_cast<std::size_t>(last_stage())].output_size, 0.0f);
     }
     for (std::size_t k = 0; k < grads_.size(); ++k) optimizer_calls_.push_back({this, k});
     calls_.resize(n);
@@ -420,7 +445,10 @@ class Executor {
         uses.push_back(
             {&buffers_[static_cast<std::size_t>(st.grad_output)], st.computes_loss ? Access::write : Access::read});
       }
-      if (const Buffer* part = weight_part(st)) uses.push_back({part, Access::write});
+      if (const Buffer* part = weight_part(i)) uses.push_back({part, Access::write});
+      if (forward_loss_ && st.output >= 0 && action(st.first_action).stage == last_stage()) {
+        uses.push_back({&loss_scratch_, Access::write});
+      }
     }
     const auto& prog = schedule_.programs[static_cast<std::size_t>(rank_)];
     for (const Action& a : prog) labels_.push_back(to_string(a));
@@ -436,31 +464,70 @@ class Executor {
     }
   }
 
-  // The buffer a B or BW of this step writes its weight gradient into, if the stage has one.
-  [[nodiscard]] const Buffer* weight_part(const PlannedStep& st) const {
-    const Action& a = action(st.first_action);
-    if (a.op != Op::B && a.op != Op::BW) return nullptr;
-    const std::int32_t gi = grads_of_stage_[static_cast<std::size_t>(a.stage)];
-    const StageGradients& g = grads_[static_cast<std::size_t>(gi)];
-    if (g.parts.empty()) return nullptr;
-    return &g.parts[g.parts.size() == 1 ? 0 : static_cast<std::size_t>(a.microbatch)];
+  // Gives each B or BW of stage `s` the slot its weight gradient goes into, and after it the
+  // slots to add to the total: in micro-batch order, a gradient as soon as every earlier
+  // micro-batch's is in (microbatch_order: the same additions, in the same order, as summing
+  // m buffers at the flush, with a slot held only while an earlier micro-batch is missing),
+  // or at once (schedule_order: one slot). Returns the number of slots.
+  std::int32_t assign_weight_slots(std::int32_t s) {
+    const bool in_order = options_.accumulation == GradAccumulation::microbatch_order;
+    const auto m = static_cast<std::size_t>(schedule_.microbatches);
+    std::vector<std::int32_t> held(m, -1);  // micro-batch -> slot, while waiting for an earlier one
+    std::vector<std::int32_t> free_slots;
+    std::int32_t slots = 0;
+    std::size_t next = 0;
+    for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
+      const PlannedStep& st = plan_.steps[i];
+      if (st.lane != Lane::compute) continue;
+      const Action& a = action(st.first_action);
+      if (a.stage != s || (a.op != Op::B && a.op != Op::BW)) continue;
+      WeightStep& w = weight_steps_[i];
+      if (!free_slots.empty()) {
+        w.slot = free_slots.back();
+        free_slots.pop_back();
+      } else {
+        w.slot = slots++;
+      }
+      if (!in_order) {
+        w.adds.push_back(w.slot);
+        free_slots.push_back(w.slot);
+        continue;
+      }
+      held[static_cast<std::size_t>(a.microbatch)] = w.slot;
+      while (next < m && held[next] >= 0) {
+        w.adds.push_back(held[next]);
+        free_slots.push_back(held[next]);  // reused by a later step of the same stream
+        held[next] = -1;
+        ++next;
+      }
+    }
+    return slots;
   }
-  [[nodiscard]] std::span<float> weight_span(const PlannedStep& st) {
-    const Action& a = action(st.first_action);
-    if (a.op != Op::B && a.op != Op::BW) return {};
+
+  // The buffer the B or BW of step `i` writes its weight gradient into, if its stage has one.
+  [[nodiscard]] const Buffer* weight_part(std::size_t i) const {
+    const WeightStep& w = weight_steps_[i];
+    if (w.slot < 0) return nullptr;
+    const Action& a = action(plan_.steps[i].first_action);
+    const StageGradients& g = grads_[static_cast<std::size_t>(grads_of_stage_[static_cast<std::size_t>(a.stage)])];
+    if (g.parts.empty()) return nullptr;
+    return &g.parts[static_cast<std::size_t>(w.slot)];
+  }
+  [[nodiscard]] std::span<float> weight_span(std::size_t i) {
+    const WeightStep& w = weight_steps_[i];
+    if (w.slot < 0) return {};
+    const Action& a = action(plan_.steps[i].first_action);
     StageGradients& g = grads_[static_cast<std::size_t>(grads_of_stage_[static_cast<std::size_t>(a.stage)])];
     if (g.parts.empty()) return {};
-    return g.part_spans[g.parts.size() == 1 ? 0 : static_cast<std::size_t>(a.microbatch)];
+    return g.part_spans[static_cast<std::size_t>(w.slot)];
   }
 
   void issue_all() {
     lane_done_[0] = lane_done_[1] = 0;
     b_.record(origin_, compute_);
     result_.origin = std::chrono::steady_clock::now();
-    if (options_.accumulation == GradAccumulation::schedule_order) {
-      for (StageGradients& g : grads_) {
-        if (!g.parts.empty()) b_.zero(compute_, g.total);
-      }
+    for (StageGradients& g : grads_) {
+      if (!g.parts.empty()) b_.zero(compute_, g.total);
     }
     for (std::size_t i = 0; i < plan_.steps.size(); ++i) issue(i);
     if (has_backward_) flush();
@@ -475,15 +542,17 @@ class Executor {
     if (st.lane == Lane::compute) {
       const Action& a = action(st.first_action);
       const std::int32_t gi = grads_of_stage_[static_cast<std::size_t>(a.stage)];
-      Buffer* part = const_cast<Buffer*>(weight_part(st));
+      Buffer* part = const_cast<Buffer*>(weight_part(i));
       if (part != nullptr) b_.zero(stream, *part);
       if (options_.record_timeline) b_.record(start_events_[i], stream);
       b_.launch(stream,
                 HostTask{&Executor::run_compute, &calls_[i], labels_[static_cast<std::size_t>(st.first_action)]},
                 std::span<const BufferUse<Buffer>>(uses_[i]));
-      if (part != nullptr && options_.accumulation == GradAccumulation::schedule_order) {
-        b_.accumulate(stream, grads_[static_cast<std::size_t>(gi)].total, *part);
+      if (part != nullptr) {
+        StageGradients& g = grads_[static_cast<std::size_t>(gi)];
+        for (std::int32_t slot : weight_steps_[i].adds) b_.accumulate(stream, g.total, g.parts[static_cast<std::size_t>(slot)]);
       }
+      if (options_.keep_outputs && a.op == Op::F && a.stage == last_stage()) copy_output(i);
     } else {
       if (options_.record_timeline) b_.record(start_events_[i], stream);
       b_.group_start();
@@ -501,15 +570,39 @@ class Executor {
     b_.record(end_events_[i], stream);
   }
 
-  // After every backward: sum the per-micro-batch gradients in micro-batch order, then let
-  // each stage apply them.
+  // The last stage's forward output of step `i` into the result, once the forward is done.
+  // A backend whose buffers are not host memory copies with its `copy_to_host` (CUDA:
+  // cudaMemcpyAsync); otherwise a task on the stream copies the span.
+  void copy_output(std::size_t i) {
+    const PlannedStep& st = plan_.steps[i];
+    const std::size_t n = stages_[static_cast<std::size_t>(last_stage())].output_size;
+    const std::span<float> to =
+        std::span<float>(result_.outputs).subspan(static_cast<std::size_t>(action(st.first_action).microbatch) * n, n);
+    const Buffer& from = buffers_[static_cast<std::size_t>(st.output)];
+    if constexpr (requires(B & b, typename B::stream& s) { b.copy_to_host(s, from, to); }) {
+      b_.copy_to_host(compute_, from, to);
+    } else {
+      const BufferUse<Buffer> use{&from, Access::read};
+      b_.launch(compute_, HostTask{&Executor::run_copy_output, &calls_[i], "keep_outputs"},
+                std::span<const BufferUse<Buffer>>(&use, 1));
+    }
+  }
+  static void run_copy_output(void* context) {
+    auto* call = static_cast<ComputeCall*>(context);
+    Executor& self = *call->self;
+    const PlannedStep& st = self.plan_.steps[static_cast<std::size_t>(call->step)];
+    const std::span<float> from = self.buffer(st.output);
+    std::copy(from.begin(), from.end(),
+              self.result_.outputs.begin() +
+                  static_cast<std::ptrdiff_t>(static_cast<std::size_t>(self.action(st.first_action).microbatch) *
+                                              from.size()));
+  }
+
+  // After every backward (the totals are complete: each gradient was added in micro-batch
+  // order as soon as the earlier ones were in), let each stage apply them.
   void flush() {
     for (std::size_t k = 0; k < grads_.size(); ++k) {
       StageGradients& g = grads_[k];
-      if (options_.accumulation == GradAccumulation::microbatch_order && !g.parts.empty()) {
-        b_.zero(compute_, g.total);
-        for (Buffer& part : g.parts) b_.accumulate(compute_, g.total, part);
-      }
       const StageFunctions& f = stages_[static_cast<std::size_t>(g.stage)];
       if (!f.optimizer_step) continue;
       const BufferUse<Buffer> use{g.parts.empty() ? nullptr : &g.total, Access::read};
@@ -602,23 +695,32 @@ class Executor {
       switch (a.op) {
         case Op::F:
           call(StageCall::forward, [&] { f.forward(c, in, buffer(st.output)); });
+          // A forward-only step's losses: the loss of the forward's output, its gradient
+          // written to a scratch nobody reads.
+          if (forward_loss_ && a.stage == last_stage() && !batch_.targets.empty()) {
+            const std::span<const float> target =
+                batch_.targets.subspan(static_cast<std::size_t>(mb) * f.target_size, f.target_size);
+            call(StageCall::loss, [&] {
+              result_.losses[static_cast<std::size_t>(mb)] = f.loss(c, buffer(st.output), target, loss_scratch_span_);
+            });
+          }
           break;
         case Op::B:
           if (f.backward) {
             call(StageCall::backward,
-                 [&] { f.backward(c, in, buffer(st.grad_output), buffer(st.output), weight_span(st)); });
+                 [&] { f.backward(c, in, buffer(st.grad_output), buffer(st.output), weight_span(static_cast<std::size_t>(index))); });
           } else {
             call(StageCall::backward_input,
                  [&] { f.backward_input(c, in, buffer(st.grad_output), buffer(st.output)); });
             call(StageCall::backward_weight,
-                 [&] { f.backward_weight(c, in, buffer(st.grad_output), weight_span(st)); });
+                 [&] { f.backward_weight(c, in, buffer(st.grad_output), weight_span(static_cast<std::size_t>(index))); });
           }
           break;
         case Op::BI:
           call(StageCall::backward_input, [&] { f.backward_input(c, in, buffer(st.grad_output), buffer(st.output)); });
           break;
         case Op::BW:
-          call(StageCall::backward_weight, [&] { f.backward_weight(c, in, buffer(st.grad_output), weight_span(st)); });
+          call(StageCall::backward_weight, [&] { f.backward_weight(c, in, buffer(st.grad_output), weight_span(static_cast<std::size_t>(index))); });
           break;
         default:
           break;

@@ -216,11 +216,13 @@ struct StageFunctions {
 };
 
 enum class GradAccumulation : std::uint8_t {
-  // One gradient buffer per micro-batch, summed in micro-batch order at the flush: every
-  // schedule gives bit-identical gradients to unpipelined training. Memory: m gradients.
+  // Each micro-batch's gradient is added to the total once every earlier one is: the sums
+  // of unpipelined accumulation, bit-identical for every schedule. Memory per stage: the
+  // total and 1 + w gradients, w the most gradients done ahead of an earlier micro-batch
+  // (0 for schedules that run weight gradients in micro-batch order; up to m - 1).
   microbatch_order,
-  // One scratch buffer, added to the total as each backward finishes: bit-identical only
-  // for schedules that run the weight gradients in micro-batch order. Memory: 2 gradients.
+  // Each gradient is added as its backward finishes: bit-identical only for schedules that
+  // run the weight gradients in micro-batch order. Memory per stage: 2 gradients.
   schedule_order,
 };
 

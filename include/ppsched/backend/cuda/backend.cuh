@@ -329,6 +329,18 @@ class CudaBackend {
     });
   }
   [[nodiscard]] std::span<float> span(const buffer& b) const noexcept { return {b.data(), b.size()}; }
+  // ExecutorOptions::keep_outputs: `from` into host memory, in stream order. `to` is pageable,
+  // so the call returns once the copy is done.
+  void copy_to_host(stream& s, const buffer& from, std::span<float> to) {
+    guarded([&] {
+      if (to.size() != from.size()) {
+        fail({"CudaBackend::copy_to_host", detail::concat("copies ", from.size(), " floats into ", to.size()),
+              detail::concat("rank ", rank_), "Copy into a host span of the buffer's size"});
+      }
+      if (to.empty()) return;
+      PPSCHED_CUDA_CHECK(cudaMemcpyAsync(to.data(), from.data(), from.bytes(), cudaMemcpyDeviceToHost, s.ref().handle()));
+    });
+  }
   // StageContext::stream: the cudaStream_t a stage's kernels go to.
   [[nodiscard]] const void* native_handle(const stream& s) const { return static_cast<const void*>(s.ref().handle()); }
   void zero(stream& s, buffer& b) {

@@ -289,7 +289,7 @@ class Executor {
     check_setup();
     if (options_.validate) (void)validate_or_throw(lowered);
     std::vector<StageShape> shapes;
-    for (const StageFunctions& f : stages_) shapes.push_back({f.input_size, f.output_size});
+    for (const StageFunctions& f : stages_) shapes.push_back({input_floats(f), output_floats(f)});
     plan_ = plan_rank(schedule_, rank_, shapes);
     allocate();
   }
@@ -329,9 +329,10 @@ class Executor {
             detail::concat("stage ", stage), "Check StageFunctions::input_size and target_size (floats per micro-batch)"});
     };
     if (!stages_.empty()) {
-      check_fold(0, stages_.front().input_size, "input");
+      check_fold(0, input_floats(stages_.front()), "input");
       check_fold(stages_.size() - 1, stages_.back().target_size, "target");
     }
+    check_boundaries(subject);
     // Every rank of a training schedule runs backwards of its stages (validate() checks it),
     // so this rank's program tells.
     for (const Action& a : schedule_.programs[static_cast<std::size_t>(rank_)]) {
@@ -360,14 +361,71 @@ class Executor {
     }
   }
 
+  // Typed boundaries: each list valid, and each stage's outputs the next stage's inputs.
+  void check_boundaries(const std::string& subject) const {
+    for (std::size_t s = 0; s < stages_.size(); ++s) {
+      const StageFunctions& f = stages_[s];
+      for (const auto* list : {&f.input_tensors, &f.output_tensors}) {
+        const bool in = list == &f.input_tensors;
+        check_tensor_specs(*list, detail::concat(subject, ", stage ", s, in ? " input_tensors" : " output_tensors"));
+        const std::size_t declared = in ? f.input_size : f.output_size;
+        if (!list->empty() && declared != 0 && declared != payload_floats(*list)) {
+          fail({subject,
+                detail::concat("stage ", s, " declares ", in ? "input_size " : "output_size ", declared,
+                               " beside typed tensors whose payload is ", payload_floats(*list), " floats"),
+                detail::concat("stage ", s), "Leave input_size / output_size 0 with typed tensors"});
+        }
+      }
+      if (s + 1 == stages_.size()) break;
+      const auto& out = f.output_tensors;
+      const auto& next = stages_[s + 1].input_tensors;
+      if (out.empty() && next.empty()) continue;
+      const std::string where = detail::concat("stages ", s, " and ", s + 1);
+      if (out.empty() != next.empty()) {
+        fail({subject,
+              detail::concat("stage ", s, out.empty() ? " gives floats" : " gives typed tensors", " but stage ", s + 1,
+                             next.empty() ? " takes floats" : " takes typed tensors"),
+              where, "Declare the boundary the same way on both sides (output_tensors and the next input_tensors)"});
+      }
+      if (out.size() != next.size()) {
+        fail({subject,
+              detail::concat("stage ", s, " gives ", out.size(), " tensors but stage ", s + 1, " takes ", next.size()),
+              where, "Give both sides of a boundary the same tensor list"});
+      }
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        if (out[i] == next[i]) continue;
+        fail({subject,
+              detail::concat("tensor ", i, ": stage ", s, " gives ", to_string(out[i].dtype), " x ", out[i].max_count,
+                             " but stage ", s + 1, " takes ", to_string(next[i].dtype), " x ", next[i].max_count),
+              where, "Give both sides of a boundary the same dtype and max_count for each tensor"});
+      }
+    }
+  }
+
   void check_batch(const Batch& batch) const {
     const auto m = static_cast<std::size_t>(schedule_.microbatches);
+    for (std::int32_t s : plan_.stages) {
+      for (std::size_t k : stages_[static_cast<std::size_t>(s)].side_inputs) {
+        if (k >= batch.side_inputs.size()) {
+          fail({"batch",
+                detail::concat("has ", batch.side_inputs.size(), " side inputs, but stage ", s, " reads side input ", k),
+                "Batch::side_inputs", "Give every side input the stages list in StageFunctions::side_inputs"});
+        }
+        const SideInput& in = batch.side_inputs[k];
+        if (in.data.size() != m * in.count * dtype_size(in.dtype)) {
+          fail({"batch",
+                detail::concat("side input ", k, " holds ", in.data.size(), " bytes; ", m, " micro-batches of ",
+                               in.count, " ", to_string(in.dtype), " need ", m * in.count * dtype_size(in.dtype)),
+                "Batch::side_inputs", "Give each side input microbatches x count elements of its dtype"});
+        }
+      }
+    }
     if (holds(0)) {
-      const std::size_t want = m * stages_[0].input_size;
+      const std::size_t want = m * input_floats(stages_[0]);
       if (batch.inputs.size() != want) {
         fail({"batch",
               detail::concat("has ", batch.inputs.size(), " input floats; ", m, " micro-batches of ",
-                             stages_[0].input_size, " need ", want),
+                             input_floats(stages_[0]), " need ", want),
               "Batch::inputs", "Give exactly microbatches x stage 0's input_size floats"});
       }
     }
@@ -423,11 +481,11 @@ class Executor {
     }
     if (!has_backward_ && holds(last_stage()) && stages_[static_cast<std::size_t>(last_stage())].loss) {
       forward_loss_ = true;
-      loss_scratch_ = b_.allocate(stages_[static_cast<std::size_t>(last_stage())].output_size);
+      loss_scratch_ = b_.allocate(output_floats(stages_[static_cast<std::size_t>(last_stage())]));
       loss_scratch_span_ = b_.span(loss_scratch_);
     }
     if (options_.keep_outputs && holds(last_stage())) {
-      result_.outputs.assign(m * stages_[static_cast<std::size_t>(last_stage())].output_size, 0.0f);
+      result_.outputs.assign(m * output_floats(stages_[static_cast<std::size_t>(last_stage())]), 0.0f);
     }
     for (std::size_t k = 0; k < grads_.size(); ++k) optimizer_calls_.push_back({this, k});
     calls_.resize(n);
@@ -575,7 +633,7 @@ class Executor {
   // cudaMemcpyAsync); otherwise a task on the stream copies the span.
   void copy_output(std::size_t i) {
     const PlannedStep& st = plan_.steps[i];
-    const std::size_t n = stages_[static_cast<std::size_t>(last_stage())].output_size;
+    const std::size_t n = output_floats(stages_[static_cast<std::size_t>(last_stage())]);
     const std::span<float> to =
         std::span<float>(result_.outputs).subspan(static_cast<std::size_t>(action(st.first_action).microbatch) * n, n);
     const Buffer& from = buffers_[static_cast<std::size_t>(st.output)];
@@ -649,6 +707,7 @@ class Executor {
     c.stream = stream_identity_;
     c.stop = step_stop_;
     c.seed = stage_seed(options_.seed, step_index_, stage, mb);
+    c.side_inputs = batch_.side_inputs;
     return c;
   }
 
@@ -678,7 +737,7 @@ class Executor {
     const std::int32_t mb = a.microbatch;
     try {
       const std::span<const float> in =
-          st.input_from_batch ? batch_.inputs.subspan(static_cast<std::size_t>(mb) * f.input_size, f.input_size)
+          st.input_from_batch ? batch_.inputs.subspan(static_cast<std::size_t>(mb) * input_floats(f), input_floats(f))
                               : std::span<const float>(buffer(st.input));
       StageContext c = context(a.stage, mb, StageCall::loss);
       auto call = [&](StageCall kind, auto&& body) {

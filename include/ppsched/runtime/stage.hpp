@@ -31,8 +31,11 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "ppsched/error.hpp"
+#include "ppsched/graph/tensor.hpp"
+#include "ppsched/runtime/payload.hpp"
 
 namespace ppsched {
 
@@ -88,6 +91,31 @@ struct StageContext {
   const void* stream = nullptr;
   std::stop_token stop{};  // requested once the step has failed (as step_stop_token())
   std::uint64_t seed = 0;  // stage_seed(ExecutorOptions::seed, step, stage, microbatch)
+  std::span<const SideInput> side_inputs{};  // the batch's (Batch::side_inputs)
+
+  // This micro-batch's slice of side input k, as T (T must be its dtype).
+  template <class T>
+  [[nodiscard]] std::span<const T> side_input(std::size_t k) const {
+    if (k >= side_inputs.size()) {
+      fail({"side input", detail::concat("stage ", stage, " reads side input ", k, " but the batch has ",
+                                         side_inputs.size()),
+            detail::concat("stage ", stage, ", micro-batch ", microbatch),
+            "Give it in Batch::side_inputs, and list its index in StageFunctions::side_inputs so the batch is checked "
+            "before the step"});
+    }
+    const SideInput& in = side_inputs[k];
+    if (in.dtype != dtype_of<T>) {
+      fail({"side input", detail::concat("side input ", k, " is ", to_string(in.dtype), ", read as ",
+                                         to_string(dtype_of<T>)),
+            detail::concat("stage ", stage), "Read it as the C++ type of its dtype"});
+    }
+    if (microbatch < 0) {
+      fail({"side input", detail::concat("read outside a micro-batch (", to_string(call), ")"),
+            detail::concat("stage ", stage), "Read side inputs in the per-micro-batch callables"});
+    }
+    const std::size_t at = static_cast<std::size_t>(microbatch) * in.count * sizeof(T);
+    return {reinterpret_cast<const T*>(in.data.data() + at), in.count};
+  }
 };
 
 namespace detail {
@@ -189,6 +217,16 @@ struct StageFunctions {
   std::size_t output_size = 0;       // floats per micro-batch leaving (last stage: into the loss)
   std::size_t target_size = 0;       // last stage: floats per micro-batch of the batch's targets
   std::size_t weight_grad_size = 0;  // floats of the flattened weight gradient; 0: the stage keeps its own
+  // Typed boundaries (graph/tensor.hpp): when set, the stage's input / output is this list
+  // of tensors, each up to its max_count, and input_size / output_size are the payload's
+  // floats (payload_floats; leave them 0). The callables get the raw payload and read it
+  // through ConstPayload / Payload (runtime/payload.hpp). Neighbours must declare the same
+  // list. Stage 0's typed input comes from the batch, m payloads one after the other.
+  std::vector<TensorSpec> input_tensors;
+  std::vector<TensorSpec> output_tensors;
+  // Indices of Batch::side_inputs this stage reads (StageContext::side_input): checked
+  // before each step, so a missing one fails the step before it starts.
+  std::vector<std::size_t> side_inputs;
 
   // Each callable takes the micro-batch index `mb` or a `const StageContext&` first (see
   // StageCallable); docs/runtime.md says how long each span stays valid.
@@ -259,12 +297,22 @@ class RunningStepScope {
   return detail::running_step_stop != nullptr ? *detail::running_step_stop : std::stop_token{};
 }
 
-// A training batch: `inputs` holds m micro-batches of stage 0's input_size floats, one after
-// the other; `targets` m micro-batches of the last stage's target_size floats. The caller
-// keeps both alive during the step.
+// Floats per micro-batch entering and leaving a stage: its payload's with typed boundaries.
+[[nodiscard]] inline std::size_t input_floats(const StageFunctions& f) noexcept {
+  return f.input_tensors.empty() ? f.input_size : payload_floats(f.input_tensors);
+}
+[[nodiscard]] inline std::size_t output_floats(const StageFunctions& f) noexcept {
+  return f.output_tensors.empty() ? f.output_size : payload_floats(f.output_tensors);
+}
+
+// A training batch: `inputs` holds m micro-batches of stage 0's input floats
+// (input_floats()), one after the other; `targets` m micro-batches of the last stage's
+// target_size floats; `side_inputs` per-micro-batch data any stage may read. The caller
+// keeps all of it alive during the step.
 struct Batch {
   std::span<const float> inputs;
   std::span<const float> targets;
+  std::span<const SideInput> side_inputs{};
 };
 
 }  // namespace ppsched

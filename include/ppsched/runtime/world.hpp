@@ -193,12 +193,12 @@ class World {
 
   void check_batch(const Batch& batch) const {
     const auto m = static_cast<std::size_t>(schedule_.microbatches);
-    const std::size_t inputs = m * stages_.front().input_size;
+    const std::size_t inputs = m * input_floats(stages_.front());
     const std::size_t targets = m * stages_.back().target_size;
     if (batch.inputs.size() != inputs) {
       fail({"batch",
             detail::concat("has ", batch.inputs.size(), " input floats; ", m, " micro-batches of ",
-                           stages_.front().input_size, " need ", inputs),
+                           input_floats(stages_.front()), " need ", inputs),
             "Batch::inputs", "Give exactly microbatches x stage 0's input_size floats"});
     }
     if ((has_backward_ || !batch.targets.empty()) && batch.targets.size() != targets) {

@@ -11,6 +11,8 @@
 #include <ppsched/runtime/payload.hpp>
 #include <ppsched/runtime/world.hpp>
 #include <ppsched/schedule/generators.hpp>
+#include <ppsched/sim/boundaries.hpp>
+#include <ppsched/sim/simulate.hpp>
 #include <span>
 #include <string>
 #include <vector>
@@ -310,4 +312,34 @@ TEST_CASE("a typed step allocates nothing for any length up to the maximum", "[t
   counting = false;
   CHECK(allocations.load() == 0);
   CHECK(model.bad == 0);
+}
+
+TEST_CASE("the simulator charges a typed boundary its whole payload, whatever the length", "[typed]") {
+  const std::vector<std::vector<TensorSpec>> outputs(4, boundary);
+  ppsched::CostModel c = ppsched::uniform_costs(1, 1, 1);
+  c.link.latency = 0.0;
+  c.link.bandwidth = 1000.0;  // bytes per unit
+  c.microbatch_scale = {0.25, 0.5, 0.75, 1.0, 0.25, 0.5, 0.75, 1.0};
+  const ppsched::CostModel typed = ppsched::with_boundary_bytes(c, outputs, 8);
+  const ppsched::Schedule s = ppsched::lower(make({"1f1b", 1}, 4, 8));
+  for (const auto& prog : s.programs) {
+    for (const auto& a : prog) {
+      if (!ppsched::is_comm(a.op)) continue;
+      CHECK(ppsched::transfer_bytes(typed, a, 8) == static_cast<double>(ppsched::payload_bytes(boundary)));
+    }
+  }
+  // Times keep their per-micro-batch scale.
+  CHECK(ppsched::compute_time(typed, ppsched::Action{ppsched::Op::F, 1, 0}, 8) == 0.25);
+  // A transfer of the payload at 1000 bytes per unit lengthens 1F1B's step by what the
+  // simulator charges the transfers on its critical path: more than with free links.
+  ppsched::CostModel free_links = ppsched::uniform_costs(1, 1, 1);
+  ppsched::CostModel slow_links = free_links;
+  slow_links.link.latency = 0.0;
+  slow_links.link.bandwidth = 1000.0;
+  const ppsched::Schedule plain = make({"1f1b", 1}, 4, 4);
+  CHECK(ppsched::simulate(plain, ppsched::with_boundary_bytes(slow_links, outputs, 4)).makespan >
+        ppsched::simulate(plain, ppsched::with_boundary_bytes(free_links, outputs, 4)).makespan);
+  ppsched::CostModel two;
+  two.stages.resize(2);
+  CHECK_THROWS_WITH(ppsched::with_boundary_bytes(two, outputs, 8), Catch::Contains("2 stages but 4 boundaries"));
 }

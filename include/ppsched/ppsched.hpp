@@ -10,6 +10,7 @@
 #include "ppsched/graph/hardware.hpp"
 #include "ppsched/graph/layer_graph.hpp"
 #include "ppsched/graph/profile.hpp"
+#include "ppsched/graph/tensor.hpp"
 
 #include "ppsched/partition/chain.hpp"
 #include "ppsched/partition/cost_model.hpp"
@@ -27,6 +28,7 @@
 #include "ppsched/sim/analytic.hpp"
 #include "ppsched/costs/cost_model.hpp"
 #include "ppsched/sim/simulate.hpp"
+#include "ppsched/sim/boundaries.hpp"
 
 #include "ppsched/trace/ascii.hpp"
 #include "ppsched/trace/chrome_trace.hpp"
@@ -42,6 +44,7 @@
 
 #include "ppsched/runtime/backend.hpp"
 #include "ppsched/runtime/executor.hpp"
+#include "ppsched/runtime/payload.hpp"
 #include "ppsched/runtime/stage.hpp"
 #include "ppsched/runtime/synthetic.hpp"
 #include "ppsched/runtime/world.hpp"

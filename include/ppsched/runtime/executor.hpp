@@ -756,7 +756,10 @@ class Executor {
           call(StageCall::forward, [&] { f.forward(c, in, buffer(st.output)); });
           // A forward-only step's losses: the loss of the forward's output, its gradient
           // written to a scratch nobody reads.
-          if (forward_loss_ && a.stage == last_stage() && !batch_.targets.empty()) {
+          // Targets of the wrong size are refused before the step, so a size that does not
+          // match here is "no targets": plain inference.
+          if (forward_loss_ && a.stage == last_stage() &&
+              batch_.targets.size() == static_cast<std::size_t>(schedule_.microbatches) * f.target_size) {
             const std::span<const float> target =
                 batch_.targets.subspan(static_cast<std::size_t>(mb) * f.target_size, f.target_size);
             call(StageCall::loss, [&] {

@@ -492,3 +492,121 @@ TEST_CASE("inputs live until the micro-batch's last backward, grad_output until 
     }
   }
 }
+
+namespace {
+
+// Stages whose weight gradient per micro-batch is a float sum sensitive to order; the
+// parameter tied between `tied` stages is `count` floats at a per-stage offset.
+struct TiedModel {
+  std::mutex mutex;
+  std::vector<std::vector<float>> applied;
+
+  static float part(int s, int mb, std::size_t k) {
+    return 0.1f * static_cast<float>(s + 1) + 0.01f * static_cast<float>(mb * 7 + static_cast<int>(k)) / 3.0f;
+  }
+
+  std::vector<StageFunctions> functions(int stages, std::size_t size) {
+    applied.assign(static_cast<std::size_t>(stages), {});
+    std::vector<StageFunctions> out;
+    for (int s = 0; s < stages; ++s) {
+      StageFunctions f;
+      f.input_size = f.output_size = 1;
+      f.target_size = s + 1 == stages ? 1 : 0;
+      f.weight_grad_size = size + static_cast<std::size_t>(s % 2);  // stages differ in size
+      f.forward = [](std::int32_t, std::span<const float> in, std::span<float> o) { o[0] = in[0]; };
+      f.backward_input = [](std::int32_t, std::span<const float>, std::span<const float> g, std::span<float> gi) {
+        if (!gi.empty()) gi[0] = g[0];
+      };
+      f.backward_weight = [s](std::int32_t mb, std::span<const float>, std::span<const float>, std::span<float> w) {
+        for (std::size_t k = 0; k < w.size(); ++k) w[k] = part(s, mb, k);
+      };
+      if (s + 1 == stages) {
+        f.loss = [](std::int32_t, std::span<const float>, std::span<const float>, std::span<float> g) {
+          g[0] = 1.0f;
+          return 0.0f;
+        };
+      }
+      f.optimizer_step = [this, s](std::span<const float> total) {
+        const std::lock_guard<std::mutex> lock(mutex);
+        applied[static_cast<std::size_t>(s)].assign(total.begin(), total.end());
+      };
+      out.push_back(std::move(f));
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("tied weights: the shared gradient is summed across stages before every optimizer_step", "[stage]") {
+  const std::size_t size = 5;
+  const std::size_t count = 3;
+  for (const Family& fam : families) {
+    for (int p : {2, 4}) {
+      const ppsched::Schedule s = make(fam, p, 2 * p);
+      const int stages = s.stages();
+      const int m = s.microbatches;
+      // The first and the last stage share a parameter (the embedding and the output
+      // projection), and so do stages 1 and 2 at other offsets.
+      ppsched::ExecutorOptions eo;
+      eo.tied_weights.push_back({{stages - 1, 0}, {2, 1}, count});
+      const bool two_groups = stages >= 4;
+      if (two_groups) eo.tied_weights.push_back({{1, 2}, {0, 2}, 2});
+      // Three copies, listed out of order: the sum is taken in stage order (with two, the
+      // order cannot change a float sum).
+      if (two_groups) eo.tied_weights.push_back({{3, 1, 2}, {0, 4, 0}, 1});
+      CpuCluster cluster(p);
+      TiedModel model;
+      World<CpuBackend> world(backends(cluster), s, model.functions(stages, size), eo);
+      const std::vector<float> data(static_cast<std::size_t>(m), 1.0f);
+      (void)world.run_step({data, data});
+
+      // Unpipelined: each stage's gradient summed over micro-batches in order, then the
+      // shared slices summed in stage order and written back to each copy.
+      std::vector<std::vector<float>> want(static_cast<std::size_t>(stages));
+      for (int st = 0; st < stages; ++st) {
+        auto& w = want[static_cast<std::size_t>(st)];
+        w.assign(size + static_cast<std::size_t>(st % 2), 0.0f);
+        for (int mb = 0; mb < m; ++mb) {
+          for (std::size_t k = 0; k < w.size(); ++k) w[k] += TiedModel::part(st, mb, k);
+        }
+      }
+      auto tie = [&](std::vector<std::pair<int, std::size_t>> copies, std::size_t n) {
+        std::sort(copies.begin(), copies.end());
+        for (std::size_t k = 0; k < n; ++k) {
+          float sum = 0.0f;
+          for (auto [st, off] : copies) sum += want[static_cast<std::size_t>(st)][off + k];
+          for (auto [st, off] : copies) want[static_cast<std::size_t>(st)][off + k] = sum;
+        }
+      };
+      tie({{stages - 1, 2}, {0, 1}}, count);
+      if (two_groups) tie({{1, 0}, {2, 2}}, 2);
+      if (two_groups) tie({{3, 0}, {1, 4}, {2, 0}}, 1);
+      INFO(fam.name << " p=" << p);
+      for (int st = 0; st < stages; ++st) CHECK(model.applied[static_cast<std::size_t>(st)] == want[static_cast<std::size_t>(st)]);
+    }
+  }
+}
+
+TEST_CASE("a tied group naming an unknown stage, or a slice outside the gradient, is refused", "[stage]") {
+  const ppsched::Schedule s = make({"1f1b", 1}, 2, 2);
+  CpuCluster cluster(2);
+  TiedModel model;
+  auto fns = model.functions(2, 4);
+  auto refused = [&](ppsched::TiedWeights t, const char* part) {
+    ppsched::ExecutorOptions eo;
+    eo.tied_weights.push_back(std::move(t));
+    try {
+      World<CpuBackend> w(backends(cluster), s, fns, eo);
+      FAIL("expected an error");
+    } catch (const ppsched::error& e) {
+      INFO(e.what());
+      CHECK(std::string(e.what()).find(part) != std::string::npos);
+      CHECK(std::string(e.what()).find("tied_weights[0]") != std::string::npos);
+    }
+  };
+  refused({{0, 7}, {0, 0}, 1}, "names stage 7, which does not exist");
+  refused({{0, 0}, {0, 0}, 1}, "names stage 0 twice");
+  refused({{0, 1}, {0, 4}, 2}, "does not fit its weight_grad_size");
+  refused({{0}, {0}, 1}, "at least two stages");
+}

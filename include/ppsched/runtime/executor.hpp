@@ -62,6 +62,9 @@ struct ExecutorOptions {
   // Copy the last stage's forward output of every micro-batch into the step's result
   // (RankStep::outputs, StepResult::outputs), in training and in forward-only steps.
   bool keep_outputs = false;
+  // Parameters shared between stages: their gradients are summed across the owning ranks
+  // after the flush, before optimizer_step (TiedWeights, runtime/stage.hpp).
+  std::vector<TiedWeights> tied_weights;
 };
 
 // The faults of one step, shared by its ranks: the first error reported is kept and every
@@ -249,6 +252,32 @@ class Executor {
   std::vector<std::int32_t> grads_of_stage_;  // stage -> index into grads_, or -1
   std::vector<ComputeCall> calls_;
   std::vector<WeightStep> weight_steps_;  // per step
+  // One slice copy (a backend's `copy`, or a host task on host-memory backends).
+  struct SliceCopy {
+    Executor* self = nullptr;
+    Buffer* to = nullptr;
+    std::size_t to_offset = 0;
+    const Buffer* from = nullptr;
+    std::size_t from_offset = 0;
+    std::size_t count = 0;
+  };
+  // A tied group as this rank takes part in it.
+  struct TiedGroup {
+    std::int32_t root = 0;                    // the rank of the group's first stage: it sums
+    std::vector<std::int32_t> stages;         // all of them, ascending
+    std::vector<std::size_t> offsets;         // per stage
+    std::vector<Buffer> slices;               // per stage: on this rank, its slice; at the root, every
+                                              // stage's (received for remote ones); elsewhere empty
+    Buffer sum{};                             // at the root
+    std::vector<SliceCopy> gather;            // local totals' slices into `slices`
+    std::vector<SliceCopy> scatter;           // the sum (root) or the received sum back into the totals
+    std::vector<std::string> labels;          // per stage, for transfers
+    std::size_t count = 0;                    // floats of the shared gradient
+    std::size_t index = 0;                    // in ExecutorOptions::tied_weights (the same on every rank)
+    bool local = false;                       // every stage on this rank
+  };
+  std::vector<TiedGroup> tied_;
+  typename B::event tied_events_[4] = {};
   Buffer loss_scratch_{};                 // forward-only: the gradient the loss writes and nobody reads
   std::span<float> loss_scratch_span_;
   bool forward_loss_ = false;             // forward-only step on the last stage's rank: F computes the loss
@@ -333,6 +362,7 @@ class Executor {
       check_fold(stages_.size() - 1, stages_.back().target_size, "target");
     }
     check_boundaries(subject);
+    check_tied(subject);
     // Every rank of a training schedule runs backwards of its stages (validate() checks it),
     // so this rank's program tells.
     for (const Action& a : schedule_.programs[static_cast<std::size_t>(rank_)]) {
@@ -357,6 +387,36 @@ class Executor {
       }
       if (s == last_stage() && !f.loss) {
         fail({subject, "the last stage has no loss", where, "Set StageFunctions::loss on the last stage"});
+      }
+    }
+  }
+
+  void check_tied(const std::string& subject) const {
+    for (std::size_t g = 0; g < options_.tied_weights.size(); ++g) {
+      const TiedWeights& t = options_.tied_weights[g];
+      const std::string where = detail::concat("ExecutorOptions::tied_weights[", g, "]");
+      if (t.stages.size() < 2 || t.offsets.size() != t.stages.size() || t.count == 0) {
+        fail({subject,
+              detail::concat("a tied group has ", t.stages.size(), " stages, ", t.offsets.size(), " offsets and count ",
+                             t.count),
+              where, "Give at least two stages, one offset per stage and a nonzero count"});
+      }
+      for (std::size_t i = 0; i < t.stages.size(); ++i) {
+        const std::int32_t s = t.stages[i];
+        if (s < 0 || s >= schedule_.stages()) {
+          fail({subject, detail::concat("a tied group names stage ", s, ", which does not exist"), where,
+                detail::concat("Name stages in 0..", schedule_.stages() - 1)});
+        }
+        if (std::count(t.stages.begin(), t.stages.end(), s) > 1) {
+          fail({subject, detail::concat("a tied group names stage ", s, " twice"), where, "Name each stage once"});
+        }
+        const std::size_t size = stages_[static_cast<std::size_t>(s)].weight_grad_size;
+        if (t.offsets[i] > size || t.count > size - t.offsets[i]) {
+          fail({subject,
+                detail::concat("the tied gradient of stage ", s, " (", t.count, " floats at ", t.offsets[i],
+                               ") does not fit its weight_grad_size ", size),
+                where, "Give each stage's offset of the shared parameter's gradient in its flattened weight gradient"});
+        }
       }
     }
   }
@@ -454,6 +514,7 @@ class Executor {
     for (std::size_t floats : plan_.buffer_floats) buffers_.push_back(b_.allocate(floats));
     for (const Buffer& buf : buffers_) spans_.push_back(b_.span(buf));
     origin_ = b_.create_event();
+    for (auto& e : tied_events_) e = b_.create_event();
     compute_done_ = b_.create_event();
     comm_done_ = b_.create_event();
     const std::size_t n = plan_.steps.size();
@@ -479,6 +540,7 @@ class Executor {
       }
       grads_.push_back(std::move(g));
     }
+    if (has_backward_) allocate_tied();
     if (!has_backward_ && holds(last_stage()) && stages_[static_cast<std::size_t>(last_stage())].loss) {
       forward_loss_ = true;
       loss_scratch_ = b_.allocate(output_floats(stages_[static_cast<std::size_t>(last_stage())]));
@@ -628,6 +690,124 @@ class Executor {
     b_.record(end_events_[i], stream);
   }
 
+  void allocate_tied() {
+    for (std::size_t index = 0; index < options_.tied_weights.size(); ++index) {
+      const TiedWeights& t = options_.tied_weights[index];
+      TiedGroup g;
+      g.index = index;
+      std::vector<std::size_t> order(t.stages.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return t.stages[a] < t.stages[b]; });
+      for (std::size_t i : order) {
+        g.stages.push_back(t.stages[i]);
+        g.offsets.push_back(t.offsets[i]);
+      }
+      g.root = schedule_.rank_of(g.stages.front());
+      g.count = t.count;
+      g.local = true;
+      bool takes_part = false;
+      for (std::int32_t s : g.stages) {
+        g.local = g.local && holds(s);
+        takes_part = takes_part || holds(s);
+      }
+      if (!takes_part) continue;
+      const bool root = g.root == rank_;
+      for (std::int32_t s : g.stages) {
+        g.slices.push_back(root || holds(s) ? b_.allocate(t.count) : Buffer{});
+        g.labels.push_back(detail::concat("tied gradient of stage ", s));
+      }
+      if (root) g.sum = b_.allocate(t.count);
+      tied_.push_back(std::move(g));
+    }
+    // The copies point into tied_, whose elements no longer move.
+    for (TiedGroup& g : tied_) {
+      const std::size_t count = g.count;
+      const bool root = g.root == rank_;
+      for (std::size_t i = 0; i < g.stages.size(); ++i) {
+        const std::int32_t s = g.stages[i];
+        if (!holds(s)) continue;
+        Buffer& total = grads_[static_cast<std::size_t>(grads_of_stage_[static_cast<std::size_t>(s)])].total;
+        g.gather.push_back({this, &g.slices[i], 0, &total, g.offsets[i], count});
+        g.scatter.push_back({this, &total, g.offsets[i], root ? &g.sum : &g.slices[i], 0, count});
+      }
+    }
+  }
+
+  void copy_slice(SliceCopy& c) {
+    if constexpr (requires(B & b, typename B::stream& s, Buffer& to, const Buffer& from, std::size_t n) {
+                    b.copy(s, to, n, from, n, n);
+                  }) {
+      b_.copy(compute_, *c.to, c.to_offset, *c.from, c.from_offset, c.count);
+    } else {
+      const BufferUse<Buffer> uses[] = {{c.to, Access::write}, {c.from, Access::read}};
+      b_.launch(compute_, HostTask{&Executor::run_slice_copy, &c, "tied weights"}, uses);
+    }
+  }
+  static void run_slice_copy(void* context) {
+    auto* c = static_cast<SliceCopy*>(context);
+    const std::span<const float> from = c->self->b_.span(*c->from).subspan(c->from_offset, c->count);
+    std::copy(from.begin(), from.end(), c->self->b_.span(*c->to).begin() + static_cast<std::ptrdiff_t>(c->to_offset));
+  }
+
+  // The match of a tied transfer: above every schedule transfer's (transfer_match).
+  [[nodiscard]] std::uint64_t tied_match(std::size_t group, std::size_t stage_index, bool to_root) const noexcept {
+    return (std::uint64_t{1} << 63) | (static_cast<std::uint64_t>(group) << 32) |
+           (static_cast<std::uint64_t>(stage_index) << 1) | static_cast<std::uint64_t>(to_root);
+  }
+
+  // After the totals are complete, before any optimizer_step: each group's slices to its
+  // root, summed there in stage order, the sum back to every copy. Every rank walks the
+  // groups, and each group's stages, in the same order, so the transfers pair up.
+  void reduce_tied() {
+    if (tied_.empty()) return;
+    for (TiedGroup& g : tied_) {
+      for (SliceCopy& c : g.gather) copy_slice(c);
+    }
+    bool remote = false;
+    for (const TiedGroup& g : tied_) remote = remote || !g.local;
+    auto to_comm = [&](typename B::event& e) {
+      b_.record(e, compute_);
+      b_.wait(comm_, e);
+    };
+    auto to_compute = [&](typename B::event& e) {
+      b_.record(e, comm_);
+      b_.wait(compute_, e);
+    };
+    auto transfers = [&](bool to_root) {
+      for (TiedGroup& g : tied_) {
+        if (g.local) continue;
+        const std::size_t count = g.count;
+        for (std::size_t i = 0; i < g.stages.size(); ++i) {
+          const std::int32_t owner = schedule_.rank_of(g.stages[i]);
+          if (owner == g.root) continue;
+          const PeerTag tag{tied_match(g.index, i, to_root), g.labels[i]};
+          if (g.root == rank_ && to_root) b_.recv(g.slices[i], count, owner, comm_, tag);
+          if (g.root == rank_ && !to_root) b_.send(g.sum, count, owner, comm_, tag);
+          if (owner == rank_ && to_root) b_.send(g.slices[i], count, g.root, comm_, tag);
+          if (owner == rank_ && !to_root) b_.recv(g.slices[i], count, g.root, comm_, tag);
+        }
+      }
+    };
+    if (remote) {
+      to_comm(tied_events_[0]);
+      transfers(true);
+      to_compute(tied_events_[1]);
+    }
+    for (TiedGroup& g : tied_) {
+      if (g.root != rank_) continue;
+      b_.zero(compute_, g.sum);
+      for (Buffer& slice : g.slices) b_.accumulate(compute_, g.sum, slice);
+    }
+    if (remote) {
+      to_comm(tied_events_[2]);
+      transfers(false);
+      to_compute(tied_events_[3]);
+    }
+    for (TiedGroup& g : tied_) {
+      for (SliceCopy& c : g.scatter) copy_slice(c);
+    }
+  }
+
   // The last stage's forward output of step `i` into the result, once the forward is done.
   // A backend whose buffers are not host memory copies with its `copy_to_host` (CUDA:
   // cudaMemcpyAsync); otherwise a task on the stream copies the span.
@@ -659,6 +839,7 @@ class Executor {
   // After every backward (the totals are complete: each gradient was added in micro-batch
   // order as soon as the earlier ones were in), let each stage apply them.
   void flush() {
+    reduce_tied();
     for (std::size_t k = 0; k < grads_.size(); ++k) {
       StageGradients& g = grads_[k];
       const StageFunctions& f = stages_[static_cast<std::size_t>(g.stage)];

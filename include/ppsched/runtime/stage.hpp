@@ -297,6 +297,18 @@ class RunningStepScope {
   return detail::running_step_stop != nullptr ? *detail::running_step_stop : std::stop_token{};
 }
 
+// A parameter shared by several stages (an embedding on the first stage and the output
+// projection on the last): each of `stages` keeps its own copy, and the gradient of the
+// copy is `count` floats at `offsets[i]` of stage `stages[i]`'s weight gradient. After the
+// flush the executor sums those slices — each stage's total, in stage order — across the
+// owning ranks and writes the sum into every one of them before any `optimizer_step`, so
+// the copies take the same update and stay equal.
+struct TiedWeights {
+  std::vector<std::int32_t> stages;
+  std::vector<std::size_t> offsets;  // one per stage: where the shared gradient starts, in floats
+  std::size_t count = 0;             // floats of the shared parameter's gradient
+};
+
 // Floats per micro-batch entering and leaving a stage: its payload's with typed boundaries.
 [[nodiscard]] inline std::size_t input_floats(const StageFunctions& f) noexcept {
   return f.input_tensors.empty() ? f.input_size : payload_floats(f.input_tensors);

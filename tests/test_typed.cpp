@@ -203,10 +203,13 @@ struct TypedBatch {
 }  // namespace
 
 TEST_CASE("every dtype crosses every family with a variable count per micro-batch", "[typed]") {
+  const auto mode = GENERATE(ppsched::CpuMode::threaded, ppsched::CpuMode::deterministic);
   for (const Family& fam : families) {
     for (int p : {2, 4}) {
       const ppsched::Schedule s = make(fam, p, 2 * p);
-      CpuCluster cluster(p);
+      ppsched::CpuOptions co;
+      co.mode = mode;
+      CpuCluster cluster(p, co);
       TypedModel model;
       World<CpuBackend> world(backends(cluster), s, model.functions(s.stages()));
       const TypedBatch batch(s.microbatches);

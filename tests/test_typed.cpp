@@ -3,12 +3,14 @@
 // reach the stages that read them; bad boundaries, sizes and batches fail with the place
 // and the fix; a step allocates nothing for any length up to the declared maximum.
 #include <algorithm>
+#include <chrono>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <functional>
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/runtime/payload.hpp>
+#include <ppsched/runtime/synthetic.hpp>
 #include <ppsched/runtime/world.hpp>
 #include <ppsched/schedule/generators.hpp>
 #include <ppsched/sim/boundaries.hpp>
@@ -345,4 +347,31 @@ TEST_CASE("the simulator charges a typed boundary its whole payload, whatever th
   ppsched::CostModel two;
   two.stages.resize(2);
   CHECK_THROWS_WITH(ppsched::with_boundary_bytes(two, outputs, 8), Catch::Contains("2 stages but 4 boundaries"));
+}
+
+TEST_CASE("tied weights, kept outputs and the new accumulation allocate nothing in steady state", "[typed]") {
+  const auto mode = GENERATE(ppsched::CpuMode::threaded, ppsched::CpuMode::deterministic);
+  for (const Family& fam : {Family{"1f1b", 1}, Family{"looped-bfs", 2}, Family{"zb-v", 2}}) {
+    const ppsched::Schedule s = make(fam, 4, 8);
+    ppsched::CpuOptions co;
+    co.mode = mode;
+    CpuCluster cluster(4, co);
+    auto stages = ppsched::synthetic_stages(ppsched::uniform_costs(0, 0, 0), s.stages(), 8,
+                                            std::chrono::milliseconds(1), 4);
+    for (auto& st : stages) st.weight_grad_size = 3;
+    ppsched::ExecutorOptions eo;
+    eo.keep_outputs = true;
+    eo.tied_weights.push_back({{0, s.stages() - 1}, {0, 1}, 2});
+    World<CpuBackend> world(backends(cluster), s, stages, eo);
+    const std::vector<float> inputs(8 * 4, 1.0f);
+    const std::vector<float> targets(8 * 4, 0.0f);
+    (void)world.run_step({inputs, targets});
+    allocations = 0;
+    counting = true;
+    for (int step = 0; step < 3; ++step) (void)world.run_step({inputs, targets});
+    counting = false;
+    INFO(fam.name << " " << ppsched::to_string(mode));
+    CHECK(allocations.load() == 0);
+    CHECK(world.last_step().outputs.size() == inputs.size());
+  }
 }

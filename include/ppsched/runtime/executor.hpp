@@ -464,22 +464,7 @@ class Executor {
 
   void check_batch(const Batch& batch) const {
     const auto m = static_cast<std::size_t>(schedule_.microbatches);
-    for (std::int32_t s : plan_.stages) {
-      for (std::size_t k : stages_[static_cast<std::size_t>(s)].side_inputs) {
-        if (k >= batch.side_inputs.size()) {
-          fail({"batch",
-                detail::concat("has ", batch.side_inputs.size(), " side inputs, but stage ", s, " reads side input ", k),
-                "Batch::side_inputs", "Give every side input the stages list in StageFunctions::side_inputs"});
-        }
-        const SideInput& in = batch.side_inputs[k];
-        if (in.data.size() != m * in.count * dtype_size(in.dtype)) {
-          fail({"batch",
-                detail::concat("side input ", k, " holds ", in.data.size(), " bytes; ", m, " micro-batches of ",
-                               in.count, " ", to_string(in.dtype), " need ", m * in.count * dtype_size(in.dtype)),
-                "Batch::side_inputs", "Give each side input microbatches x count elements of its dtype"});
-        }
-      }
-    }
+    for (std::int32_t s : plan_.stages) check_side_inputs(stages_[static_cast<std::size_t>(s)], s, batch, m);
     if (holds(0)) {
       const std::size_t want = m * input_floats(stages_[0]);
       if (batch.inputs.size() != want) {

@@ -327,4 +327,22 @@ struct Batch {
   std::span<const SideInput> side_inputs{};
 };
 
+// Throws unless the batch has every side input stage `stage` lists, each m slices long.
+inline void check_side_inputs(const StageFunctions& f, std::int32_t stage, const Batch& batch, std::size_t m) {
+  for (std::size_t k : f.side_inputs) {
+    if (k >= batch.side_inputs.size()) {
+      fail({"batch",
+            detail::concat("has ", batch.side_inputs.size(), " side inputs, but stage ", stage, " reads side input ", k),
+            "Batch::side_inputs", "Give every side input the stages list in StageFunctions::side_inputs"});
+    }
+    const SideInput& in = batch.side_inputs[k];
+    if (in.data.size() != m * in.count * dtype_size(in.dtype)) {
+      fail({"batch",
+            detail::concat("side input ", k, " holds ", in.data.size(), " bytes; ", m, " micro-batches of ", in.count,
+                           " ", to_string(in.dtype), " need ", m * in.count * dtype_size(in.dtype)),
+            "Batch::side_inputs", "Give each side input microbatches x count elements of its dtype"});
+    }
+  }
+}
+
 }  // namespace ppsched

@@ -193,6 +193,10 @@ class World {
 
   void check_batch(const Batch& batch) const {
     const auto m = static_cast<std::size_t>(schedule_.microbatches);
+    // Side inputs first, here, so that a missing one fails before any rank starts.
+    for (std::size_t s = 0; s < stages_.size(); ++s) {
+      check_side_inputs(stages_[s], static_cast<std::int32_t>(s), batch, m);
+    }
     const std::size_t inputs = m * input_floats(stages_.front());
     const std::size_t targets = m * stages_.back().target_size;
     if (batch.inputs.size() != inputs) {

@@ -219,7 +219,7 @@ class Executor {
   struct StageGradients {
     std::int32_t stage = 0;
     Buffer total;
-    std::vector<Buffer> parts;  // slots for micro-batch gradients not yet added (accumulation_slots)
+    std::vector<Buffer> parts;  // slots for micro-batch gradients not yet added (assign_weight_slots)
     std::vector<std::span<float>> part_spans;
     std::span<float> total_span;
   };

@@ -20,6 +20,9 @@
 // on the next rank (`hop_latency_us`: a thread wakeup). The `*_lat` counters compare with
 // that latency-aware prediction.
 //
+// BM_TypedPayload: the float form against typed boundaries (graph/tensor.hpp) of the same
+// data, full and variable-length, on 4 ranks (see the function).
+//
 // BM_DeterministicLongStep: 1F1B on 4 ranks in the CPU backend's deterministic mode, empty
 // 1-float stages, m = 256..2048: a step issues more operations than a stream's queue holds
 // (CpuOptions::queue_capacity, 4096) from about m = 512 on. `us_per_action` must not jump
@@ -234,6 +237,86 @@ BENCHMARK(BM_MeasuredVsPredictedBubble)
     ->Iterations(10)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
+
+#if __has_include(<ppsched/runtime/payload.hpp>)
+// args: case (0: the float form, `n` floats per boundary; 1: one typed f32 tensor of max
+// `n`, every micro-batch full; 2: the same tensor, micro-batch k carrying n (k % 4 + 1) / 4
+// elements; 3: three tensors, bf16 x n, i64 x n/8, bytes x n/4, full), n.
+// 1F1B, p = 4, m = 16; each forward copies its input's data to its output, each backward
+// its output gradient's to its input gradient. The step time of case 1 over case 0 is what
+// the typed form costs; case 2 over case 1 what a shorter micro-batch saves (the transfer
+// still moves the declared maximum: only the stage's own work shrinks).
+void BM_TypedPayload(benchmark::State& state) {
+  const int kind = static_cast<int>(state.range(0));
+  const auto n = static_cast<std::size_t>(state.range(1));
+  const int p = 4;
+  const int m = 16;
+  ppsched::ScheduleRequest req;
+  req.ranks = p;
+  req.microbatches = m;
+  const ppsched::Schedule schedule = ppsched::lower(ppsched::make_schedule("1f1b", req));
+  ppsched::CpuCluster cluster(p);
+  std::vector<ppsched::TensorSpec> specs;
+  if (kind == 1 || kind == 2) specs = {{ppsched::DType::f32, n}};
+  if (kind == 3) specs = {{ppsched::DType::bf16, n}, {ppsched::DType::i64, n / 8}, {ppsched::DType::bytes, n / 4}};
+  auto length = [&](std::int32_t mb, std::size_t max) {
+    return kind == 2 ? max * static_cast<std::size_t>(mb % 4 + 1) / 4 : max;
+  };
+  auto copy = [&](std::int32_t mb, std::span<const float> in, std::span<float> out) {
+    if (kind == 0) {
+      std::copy(in.begin(), in.end(), out.begin());
+      return;
+    }
+    const ppsched::ConstPayload from(in, specs);
+    const ppsched::Payload to(out, specs);
+    for (std::size_t t = 0; t < specs.size(); ++t) {
+      const std::size_t count = length(mb, specs[t].max_count);
+      to.set_count(t, count);
+      const std::size_t bytes = count * ppsched::dtype_size(specs[t].dtype);
+      const auto* src = reinterpret_cast<const std::byte*>(in.data()) + ppsched::payload_offset(specs, t);
+      auto* dst = reinterpret_cast<std::byte*>(out.data()) + ppsched::payload_offset(specs, t);
+      std::copy(src, src + bytes, dst);
+      benchmark::DoNotOptimize(from.count(t));
+    }
+  };
+  std::vector<ppsched::StageFunctions> stages(static_cast<std::size_t>(p));
+  for (int s = 0; s < p; ++s) {
+    auto& f = stages[static_cast<std::size_t>(s)];
+    if (kind == 0) {
+      f.input_size = f.output_size = n;
+    } else {
+      f.input_tensors = f.output_tensors = specs;
+    }
+    f.forward = copy;
+    f.backward = [copy](std::int32_t mb, std::span<const float>, std::span<const float> g, std::span<float> gi,
+                        std::span<float>) {
+      if (!gi.empty()) copy(mb, g, gi);
+    };
+    if (s + 1 == p) {
+      f.loss = [copy](std::int32_t mb, std::span<const float> o, std::span<const float>, std::span<float> g) {
+        copy(mb, o, g);
+        return 0.0f;
+      };
+    }
+  }
+  ppsched::World<ppsched::CpuBackend> world(backends(cluster), schedule, stages);
+  const std::size_t floats = ppsched::input_floats(stages.front());
+  std::vector<float> inputs(floats * static_cast<std::size_t>(m), 1.0f);
+  for (int mb = 0; mb < m && kind != 0; ++mb) {
+    const ppsched::Payload in(std::span<float>(inputs).subspan(static_cast<std::size_t>(mb) * floats, floats), specs);
+    for (std::size_t t = 0; t < specs.size(); ++t) in.set_count(t, length(mb, specs[t].max_count));
+  }
+  (void)world.run_step({inputs, {}});  // warm-up
+  for (auto _ : state) benchmark::DoNotOptimize(world.run_step({inputs, {}}).losses.data());
+  state.counters["boundary_bytes"] = static_cast<double>(floats * sizeof(float));
+}
+
+BENCHMARK(BM_TypedPayload)
+    ->ArgNames({"case", "n"})
+    ->ArgsProduct({{0, 1, 2, 3}, {1024, 65536}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+#endif
 
 }  // namespace
 

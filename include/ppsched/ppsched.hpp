@@ -16,6 +16,7 @@
 #include "ppsched/graph/hardware.hpp"
 #include "ppsched/graph/layer_graph.hpp"
 #include "ppsched/graph/profile.hpp"
+#include "ppsched/graph/tensor.hpp"
 
 #include "ppsched/partition/chain.hpp"
 #include "ppsched/partition/cost_model.hpp"
@@ -37,4 +38,5 @@
 #include "ppsched/trace/timeline.hpp"
 
 #include "ppsched/sim/analytic.hpp"
+#include "ppsched/sim/boundaries.hpp"
 #include "ppsched/sim/simulate.hpp"

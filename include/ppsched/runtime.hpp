@@ -6,6 +6,7 @@
 
 #include "ppsched/runtime/backend.hpp"
 #include "ppsched/runtime/executor.hpp"
+#include "ppsched/runtime/payload.hpp"
 #include "ppsched/runtime/stage.hpp"
 #include "ppsched/runtime/synthetic.hpp"
 #include "ppsched/runtime/world.hpp"

@@ -57,6 +57,14 @@ struct ExecutorOptions {
   // Validate the (lowered) schedule before running it; off, a deadlocking schedule is caught
   // by the watchdog instead.
   bool validate = true;
+  // The user's seed of StageContext::seed (stage_seed(seed, step, stage, micro-batch)).
+  std::uint64_t seed = 0;
+  // Copy the last stage's forward output of every micro-batch into the step's result
+  // (RankStep::outputs, StepResult::outputs), in training and in forward-only steps.
+  bool keep_outputs = false;
+  // Parameters shared between stages: their gradients are summed across the owning ranks
+  // after the flush, before optimizer_step (TiedWeights, runtime/stage.hpp).
+  std::vector<TiedWeights> tied_weights;
 };
 
 // The faults of one step, shared by its ranks: the first error reported is kept and every
@@ -90,7 +98,9 @@ class StepFaults {
 
 // What one rank's step produced.
 struct RankStep {
-  std::vector<float> losses;                       // per micro-batch; NaN on a rank without the last stage
+  std::vector<float> losses;                       // per micro-batch; NaN on a rank without the last stage,
+                                                   // and in a forward-only step without targets or loss
+  std::vector<float> outputs;                      // with keep_outputs, on the last stage's rank: m x its output_size
   std::vector<Span> spans;                         // one per action of the rank's program, in ms from `origin`
   std::chrono::steady_clock::time_point origin{};  // when the step's origin was recorded (host clock)
 };
@@ -167,6 +177,8 @@ class Executor {
     }
     step_stop_ = faults->token();
     batch_ = batch;
+    ++step_index_;
+    if (forward_loss_) std::fill(result_.losses.begin(), result_.losses.end(), std::numeric_limits<float>::quiet_NaN());
     try {
       issue_all();
       wait_all(faults);
@@ -207,9 +219,14 @@ class Executor {
   struct StageGradients {
     std::int32_t stage = 0;
     Buffer total;
-    std::vector<Buffer> parts;  // per micro-batch, or one scratch
+    std::vector<Buffer> parts;  // slots for micro-batch gradients not yet added (assign_weight_slots)
     std::vector<std::span<float>> part_spans;
     std::span<float> total_span;
+  };
+  // What a weight-gradient step (B or BW) does with its stage's slots.
+  struct WeightStep {
+    std::int32_t slot = -1;            // the slot its callable writes; -1: no weight gradient
+    std::vector<std::int32_t> adds;  // slots added to the total after it, in micro-batch order
   };
   struct OptimizerCall {
     Executor* self = nullptr;
@@ -234,12 +251,44 @@ class Executor {
   std::vector<StageGradients> grads_;
   std::vector<std::int32_t> grads_of_stage_;  // stage -> index into grads_, or -1
   std::vector<ComputeCall> calls_;
+  std::vector<WeightStep> weight_steps_;  // per step
+  // One slice copy (a backend's `copy`, or a host task on host-memory backends).
+  struct SliceCopy {
+    Executor* self = nullptr;
+    Buffer* to = nullptr;
+    std::size_t to_offset = 0;
+    const Buffer* from = nullptr;
+    std::size_t from_offset = 0;
+    std::size_t count = 0;
+  };
+  // A tied group as this rank takes part in it.
+  struct TiedGroup {
+    std::int32_t root = 0;                    // the rank of the group's first stage: it sums
+    std::vector<std::int32_t> stages;         // all of them, ascending
+    std::vector<std::size_t> offsets;         // per stage
+    std::vector<Buffer> slices;               // per stage: on this rank, its slice; at the root, every
+                                              // stage's (received for remote ones); elsewhere empty
+    Buffer sum{};                             // at the root
+    std::vector<SliceCopy> gather;            // local totals' slices into `slices`
+    std::vector<SliceCopy> scatter;           // the sum (root) or the received sum back into the totals
+    std::vector<std::string> labels;          // per stage, for transfers
+    std::size_t count = 0;                    // floats of the shared gradient
+    std::size_t index = 0;                    // in ExecutorOptions::tied_weights (the same on every rank)
+    bool local = false;                       // every stage on this rank
+  };
+  std::vector<TiedGroup> tied_;
+  typename B::event tied_events_[4] = {};
+  Buffer loss_scratch_{};                 // forward-only: the gradient the loss writes and nobody reads
+  std::span<float> loss_scratch_span_;
+  bool forward_loss_ = false;             // forward-only step on the last stage's rank: F computes the loss
   std::vector<OptimizerCall> optimizer_calls_;
   std::vector<std::vector<BufferUse<Buffer>>> uses_;
   std::vector<std::string> labels_;          // per action
   std::vector<std::int32_t> lane_steps_[2];  // step indices per lane, in order
   std::size_t gradient_floats_ = 0;
   Batch batch_{};
+  std::int64_t step_index_ = -1;       // StageContext::step of the running step
+  const void* stream_identity_ = nullptr;  // StageContext::stream
   RankStep result_;
   StepFaults own_faults_;          // the step's faults when run_step is given none
   std::stop_token step_stop_;      // the running step's; callables read it on the streams
@@ -269,7 +318,7 @@ class Executor {
     check_setup();
     if (options_.validate) (void)validate_or_throw(lowered);
     std::vector<StageShape> shapes;
-    for (const StageFunctions& f : stages_) shapes.push_back({f.input_size, f.output_size});
+    for (const StageFunctions& f : stages_) shapes.push_back({input_floats(f), output_floats(f)});
     plan_ = plan_rank(schedule_, rank_, shapes);
     allocate();
   }
@@ -309,9 +358,11 @@ class Executor {
             detail::concat("stage ", stage), "Check StageFunctions::input_size and target_size (floats per micro-batch)"});
     };
     if (!stages_.empty()) {
-      check_fold(0, stages_.front().input_size, "input");
+      check_fold(0, input_floats(stages_.front()), "input");
       check_fold(stages_.size() - 1, stages_.back().target_size, "target");
     }
+    check_boundaries(subject);
+    check_tied(subject);
     // Every rank of a training schedule runs backwards of its stages (validate() checks it),
     // so this rank's program tells.
     for (const Action& a : schedule_.programs[static_cast<std::size_t>(rank_)]) {
@@ -340,18 +391,91 @@ class Executor {
     }
   }
 
+  void check_tied(const std::string& subject) const {
+    for (std::size_t g = 0; g < options_.tied_weights.size(); ++g) {
+      const TiedWeights& t = options_.tied_weights[g];
+      const std::string where = detail::concat("ExecutorOptions::tied_weights[", g, "]");
+      if (t.stages.size() < 2 || t.offsets.size() != t.stages.size() || t.count == 0) {
+        fail({subject,
+              detail::concat("a tied group has ", t.stages.size(), " stages, ", t.offsets.size(), " offsets and count ",
+                             t.count),
+              where, "Give at least two stages, one offset per stage and a nonzero count"});
+      }
+      for (std::size_t i = 0; i < t.stages.size(); ++i) {
+        const std::int32_t s = t.stages[i];
+        if (s < 0 || s >= schedule_.stages()) {
+          fail({subject, detail::concat("a tied group names stage ", s, ", which does not exist"), where,
+                detail::concat("Name stages in 0..", schedule_.stages() - 1)});
+        }
+        if (std::count(t.stages.begin(), t.stages.end(), s) > 1) {
+          fail({subject, detail::concat("a tied group names stage ", s, " twice"), where, "Name each stage once"});
+        }
+        const std::size_t size = stages_[static_cast<std::size_t>(s)].weight_grad_size;
+        if (t.offsets[i] > size || t.count > size - t.offsets[i]) {
+          fail({subject,
+                detail::concat("the tied gradient of stage ", s, " (", t.count, " floats at ", t.offsets[i],
+                               ") does not fit its weight_grad_size ", size),
+                where, "Give each stage's offset of the shared parameter's gradient in its flattened weight gradient"});
+        }
+      }
+    }
+  }
+
+  // Typed boundaries: each list valid, and each stage's outputs the next stage's inputs.
+  void check_boundaries(const std::string& subject) const {
+    for (std::size_t s = 0; s < stages_.size(); ++s) {
+      const StageFunctions& f = stages_[s];
+      for (const auto* list : {&f.input_tensors, &f.output_tensors}) {
+        const bool in = list == &f.input_tensors;
+        check_tensor_specs(*list, detail::concat(subject, ", stage ", s, in ? " input_tensors" : " output_tensors"));
+        const std::size_t declared = in ? f.input_size : f.output_size;
+        if (!list->empty() && declared != 0 && declared != payload_floats(*list)) {
+          fail({subject,
+                detail::concat("stage ", s, " declares ", in ? "input_size " : "output_size ", declared,
+                               " beside typed tensors whose payload is ", payload_floats(*list), " floats"),
+                detail::concat("stage ", s), "Leave input_size / output_size 0 with typed tensors"});
+        }
+      }
+      if (s + 1 == stages_.size()) break;
+      const auto& out = f.output_tensors;
+      const auto& next = stages_[s + 1].input_tensors;
+      if (out.empty() && next.empty()) continue;
+      const std::string where = detail::concat("stages ", s, " and ", s + 1);
+      if (out.empty() != next.empty()) {
+        fail({subject,
+              detail::concat("stage ", s, out.empty() ? " gives floats" : " gives typed tensors", " but stage ", s + 1,
+                             next.empty() ? " takes floats" : " takes typed tensors"),
+              where, "Declare the boundary the same way on both sides (output_tensors and the next input_tensors)"});
+      }
+      if (out.size() != next.size()) {
+        fail({subject,
+              detail::concat("stage ", s, " gives ", out.size(), " tensors but stage ", s + 1, " takes ", next.size()),
+              where, "Give both sides of a boundary the same tensor list"});
+      }
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        if (out[i] == next[i]) continue;
+        fail({subject,
+              detail::concat("tensor ", i, ": stage ", s, " gives ", to_string(out[i].dtype), " x ", out[i].max_count,
+                             " but stage ", s + 1, " takes ", to_string(next[i].dtype), " x ", next[i].max_count),
+              where, "Give both sides of a boundary the same dtype and max_count for each tensor"});
+      }
+    }
+  }
+
   void check_batch(const Batch& batch) const {
     const auto m = static_cast<std::size_t>(schedule_.microbatches);
+    for (std::int32_t s : plan_.stages) check_side_inputs(stages_[static_cast<std::size_t>(s)], s, batch, m);
     if (holds(0)) {
-      const std::size_t want = m * stages_[0].input_size;
+      const std::size_t want = m * input_floats(stages_[0]);
       if (batch.inputs.size() != want) {
         fail({"batch",
               detail::concat("has ", batch.inputs.size(), " input floats; ", m, " micro-batches of ",
-                             stages_[0].input_size, " need ", want),
+                             input_floats(stages_[0]), " need ", want),
               "Batch::inputs", "Give exactly microbatches x stage 0's input_size floats"});
       }
     }
-    if (has_backward_ && holds(last_stage())) {
+    // A forward-only step takes targets when it is to compute losses, and none otherwise.
+    if ((has_backward_ || !batch.targets.empty()) && holds(last_stage())) {
       const std::size_t want = m * stages_[static_cast<std::size_t>(last_stage())].target_size;
       if (batch.targets.size() != want) {
         fail({"batch",
@@ -365,9 +489,17 @@ class Executor {
   void allocate() {
     compute_ = b_.create_stream();
     comm_ = b_.create_stream();
+    if constexpr (requires(B & b, const typename B::stream& st) {
+                    { b.native_handle(st) } -> std::convertible_to<const void*>;
+                  }) {
+      stream_identity_ = b_.native_handle(compute_);
+    } else {
+      stream_identity_ = &compute_;
+    }
     for (std::size_t floats : plan_.buffer_floats) buffers_.push_back(b_.allocate(floats));
     for (const Buffer& buf : buffers_) spans_.push_back(b_.span(buf));
     origin_ = b_.create_event();
+    for (auto& e : tied_events_) e = b_.create_event();
     compute_done_ = b_.create_event();
     comm_done_ = b_.create_event();
     const std::size_t n = plan_.steps.size();
@@ -377,6 +509,7 @@ class Executor {
     }
     const auto m = static_cast<std::size_t>(schedule_.microbatches);
     grads_of_stage_.assign(static_cast<std::size_t>(schedule_.stages()), -1);
+    weight_steps_.resize(n);
     for (std::int32_t s : plan_.stages) {
       const std::size_t size = stages_[static_cast<std::size_t>(s)].weight_grad_size;
       grads_of_stage_[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(grads_.size());
@@ -385,12 +518,21 @@ class Executor {
       if (size > 0 && has_backward_) {
         g.total = b_.allocate(size);
         g.total_span = b_.span(g.total);
-        const std::size_t parts = options_.accumulation == GradAccumulation::microbatch_order ? m : 1;
-        for (std::size_t k = 0; k < parts; ++k) g.parts.push_back(b_.allocate(size));
+        const std::int32_t slots = assign_weight_slots(s);
+        for (std::int32_t k = 0; k < slots; ++k) g.parts.push_back(b_.allocate(size));
         for (const Buffer& p : g.parts) g.part_spans.push_back(b_.span(p));
-        gradient_floats_ += size * (parts + 1);
+        gradient_floats_ += size * (static_cast<std::size_t>(slots) + 1);
       }
       grads_.push_back(std::move(g));
+    }
+    if (has_backward_) allocate_tied();
+    if (!has_backward_ && holds(last_stage()) && stages_[static_cast<std::size_t>(last_stage())].loss) {
+      forward_loss_ = true;
+      loss_scratch_ = b_.allocate(output_floats(stages_[static_cast<std::size_t>(last_stage())]));
+      loss_scratch_span_ = b_.span(loss_scratch_);
+    }
+    if (options_.keep_outputs && holds(last_stage())) {
+      result_.outputs.assign(m * output_floats(stages_[static_cast<std::size_t>(last_stage())]), 0.0f);
     }
     for (std::size_t k = 0; k < grads_.size(); ++k) optimizer_calls_.push_back({this, k});
     calls_.resize(n);
@@ -408,7 +550,10 @@ class Executor {
         uses.push_back(
             {&buffers_[static_cast<std::size_t>(st.grad_output)], st.computes_loss ? Access::write : Access::read});
       }
-      if (const Buffer* part = weight_part(st)) uses.push_back({part, Access::write});
+      if (const Buffer* part = weight_part(i)) uses.push_back({part, Access::write});
+      if (forward_loss_ && st.output >= 0 && action(st.first_action).stage == last_stage()) {
+        uses.push_back({&loss_scratch_, Access::write});
+      }
     }
     const auto& prog = schedule_.programs[static_cast<std::size_t>(rank_)];
     for (const Action& a : prog) labels_.push_back(to_string(a));
@@ -424,31 +569,70 @@ class Executor {
     }
   }
 
-  // The buffer a B or BW of this step writes its weight gradient into, if the stage has one.
-  [[nodiscard]] const Buffer* weight_part(const PlannedStep& st) const {
-    const Action& a = action(st.first_action);
-    if (a.op != Op::B && a.op != Op::BW) return nullptr;
-    const std::int32_t gi = grads_of_stage_[static_cast<std::size_t>(a.stage)];
-    const StageGradients& g = grads_[static_cast<std::size_t>(gi)];
-    if (g.parts.empty()) return nullptr;
-    return &g.parts[g.parts.size() == 1 ? 0 : static_cast<std::size_t>(a.microbatch)];
+  // Gives each B or BW of stage `s` the slot its weight gradient goes into, and after it the
+  // slots to add to the total: in micro-batch order, a gradient as soon as every earlier
+  // micro-batch's is in (microbatch_order: the same additions, in the same order, as summing
+  // m buffers at the flush, with a slot held only while an earlier micro-batch is missing),
+  // or at once (schedule_order: one slot). Returns the number of slots.
+  std::int32_t assign_weight_slots(std::int32_t s) {
+    const bool in_order = options_.accumulation == GradAccumulation::microbatch_order;
+    const auto m = static_cast<std::size_t>(schedule_.microbatches);
+    std::vector<std::int32_t> held(m, -1);  // micro-batch -> slot, while waiting for an earlier one
+    std::vector<std::int32_t> free_slots;
+    std::int32_t slots = 0;
+    std::size_t next = 0;
+    for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
+      const PlannedStep& st = plan_.steps[i];
+      if (st.lane != Lane::compute) continue;
+      const Action& a = action(st.first_action);
+      if (a.stage != s || (a.op != Op::B && a.op != Op::BW)) continue;
+      WeightStep& w = weight_steps_[i];
+      if (!free_slots.empty()) {
+        w.slot = free_slots.back();
+        free_slots.pop_back();
+      } else {
+        w.slot = slots++;
+      }
+      if (!in_order) {
+        w.adds.push_back(w.slot);
+        free_slots.push_back(w.slot);
+        continue;
+      }
+      held[static_cast<std::size_t>(a.microbatch)] = w.slot;
+      while (next < m && held[next] >= 0) {
+        w.adds.push_back(held[next]);
+        free_slots.push_back(held[next]);  // reused by a later step of the same stream
+        held[next] = -1;
+        ++next;
+      }
+    }
+    return slots;
   }
-  [[nodiscard]] std::span<float> weight_span(const PlannedStep& st) {
-    const Action& a = action(st.first_action);
-    if (a.op != Op::B && a.op != Op::BW) return {};
+
+  // The buffer the B or BW of step `i` writes its weight gradient into, if its stage has one.
+  [[nodiscard]] const Buffer* weight_part(std::size_t i) const {
+    const WeightStep& w = weight_steps_[i];
+    if (w.slot < 0) return nullptr;
+    const Action& a = action(plan_.steps[i].first_action);
+    const StageGradients& g = grads_[static_cast<std::size_t>(grads_of_stage_[static_cast<std::size_t>(a.stage)])];
+    if (g.parts.empty()) return nullptr;
+    return &g.parts[static_cast<std::size_t>(w.slot)];
+  }
+  [[nodiscard]] std::span<float> weight_span(std::size_t i) {
+    const WeightStep& w = weight_steps_[i];
+    if (w.slot < 0) return {};
+    const Action& a = action(plan_.steps[i].first_action);
     StageGradients& g = grads_[static_cast<std::size_t>(grads_of_stage_[static_cast<std::size_t>(a.stage)])];
     if (g.parts.empty()) return {};
-    return g.part_spans[g.parts.size() == 1 ? 0 : static_cast<std::size_t>(a.microbatch)];
+    return g.part_spans[static_cast<std::size_t>(w.slot)];
   }
 
   void issue_all() {
     lane_done_[0] = lane_done_[1] = 0;
     b_.record(origin_, compute_);
     result_.origin = std::chrono::steady_clock::now();
-    if (options_.accumulation == GradAccumulation::schedule_order) {
-      for (StageGradients& g : grads_) {
-        if (!g.parts.empty()) b_.zero(compute_, g.total);
-      }
+    for (StageGradients& g : grads_) {
+      if (!g.parts.empty()) b_.zero(compute_, g.total);
     }
     for (std::size_t i = 0; i < plan_.steps.size(); ++i) issue(i);
     if (has_backward_) flush();
@@ -463,15 +647,17 @@ class Executor {
     if (st.lane == Lane::compute) {
       const Action& a = action(st.first_action);
       const std::int32_t gi = grads_of_stage_[static_cast<std::size_t>(a.stage)];
-      Buffer* part = const_cast<Buffer*>(weight_part(st));
+      Buffer* part = const_cast<Buffer*>(weight_part(i));
       if (part != nullptr) b_.zero(stream, *part);
       if (options_.record_timeline) b_.record(start_events_[i], stream);
       b_.launch(stream,
                 HostTask{&Executor::run_compute, &calls_[i], labels_[static_cast<std::size_t>(st.first_action)]},
                 std::span<const BufferUse<Buffer>>(uses_[i]));
-      if (part != nullptr && options_.accumulation == GradAccumulation::schedule_order) {
-        b_.accumulate(stream, grads_[static_cast<std::size_t>(gi)].total, *part);
+      if (part != nullptr) {
+        StageGradients& g = grads_[static_cast<std::size_t>(gi)];
+        for (std::int32_t slot : weight_steps_[i].adds) b_.accumulate(stream, g.total, g.parts[static_cast<std::size_t>(slot)]);
       }
+      if (options_.keep_outputs && a.op == Op::F && a.stage == last_stage()) copy_output(i);
     } else {
       if (options_.record_timeline) b_.record(start_events_[i], stream);
       b_.group_start();
@@ -489,15 +675,158 @@ class Executor {
     b_.record(end_events_[i], stream);
   }
 
-  // After every backward: sum the per-micro-batch gradients in micro-batch order, then let
-  // each stage apply them.
+  void allocate_tied() {
+    for (std::size_t index = 0; index < options_.tied_weights.size(); ++index) {
+      const TiedWeights& t = options_.tied_weights[index];
+      TiedGroup g;
+      g.index = index;
+      std::vector<std::size_t> order(t.stages.size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return t.stages[a] < t.stages[b]; });
+      for (std::size_t i : order) {
+        g.stages.push_back(t.stages[i]);
+        g.offsets.push_back(t.offsets[i]);
+      }
+      g.root = schedule_.rank_of(g.stages.front());
+      g.count = t.count;
+      g.local = true;
+      bool takes_part = false;
+      for (std::int32_t s : g.stages) {
+        g.local = g.local && holds(s);
+        takes_part = takes_part || holds(s);
+      }
+      if (!takes_part) continue;
+      const bool root = g.root == rank_;
+      for (std::int32_t s : g.stages) {
+        g.slices.push_back(root || holds(s) ? b_.allocate(t.count) : Buffer{});
+        g.labels.push_back(detail::concat("tied gradient of stage ", s));
+      }
+      if (root) g.sum = b_.allocate(t.count);
+      tied_.push_back(std::move(g));
+    }
+    // The copies point into tied_, whose elements no longer move.
+    for (TiedGroup& g : tied_) {
+      const std::size_t count = g.count;
+      const bool root = g.root == rank_;
+      for (std::size_t i = 0; i < g.stages.size(); ++i) {
+        const std::int32_t s = g.stages[i];
+        if (!holds(s)) continue;
+        Buffer& total = grads_[static_cast<std::size_t>(grads_of_stage_[static_cast<std::size_t>(s)])].total;
+        g.gather.push_back({this, &g.slices[i], 0, &total, g.offsets[i], count});
+        g.scatter.push_back({this, &total, g.offsets[i], root ? &g.sum : &g.slices[i], 0, count});
+      }
+    }
+  }
+
+  void copy_slice(SliceCopy& c) {
+    if constexpr (requires(B & b, typename B::stream& s, Buffer& to, const Buffer& from, std::size_t n) {
+                    b.copy(s, to, n, from, n, n);
+                  }) {
+      b_.copy(compute_, *c.to, c.to_offset, *c.from, c.from_offset, c.count);
+    } else {
+      const BufferUse<Buffer> uses[] = {{c.to, Access::write}, {c.from, Access::read}};
+      b_.launch(compute_, HostTask{&Executor::run_slice_copy, &c, "tied weights"}, uses);
+    }
+  }
+  static void run_slice_copy(void* context) {
+    auto* c = static_cast<SliceCopy*>(context);
+    const std::span<const float> from = c->self->b_.span(*c->from).subspan(c->from_offset, c->count);
+    std::copy(from.begin(), from.end(), c->self->b_.span(*c->to).begin() + static_cast<std::ptrdiff_t>(c->to_offset));
+  }
+
+  // The match of a tied transfer: above every schedule transfer's (transfer_match).
+  [[nodiscard]] std::uint64_t tied_match(std::size_t group, std::size_t stage_index, bool to_root) const noexcept {
+    return (std::uint64_t{1} << 63) | (static_cast<std::uint64_t>(group) << 32) |
+           (static_cast<std::uint64_t>(stage_index) << 1) | static_cast<std::uint64_t>(to_root);
+  }
+
+  // After the totals are complete, before any optimizer_step: each group's slices to its
+  // root, summed there in stage order, the sum back to every copy. Every rank walks the
+  // groups, and each group's stages, in the same order, so the transfers pair up.
+  void reduce_tied() {
+    if (tied_.empty()) return;
+    for (TiedGroup& g : tied_) {
+      for (SliceCopy& c : g.gather) copy_slice(c);
+    }
+    bool remote = false;
+    for (const TiedGroup& g : tied_) remote = remote || !g.local;
+    auto to_comm = [&](typename B::event& e) {
+      b_.record(e, compute_);
+      b_.wait(comm_, e);
+    };
+    auto to_compute = [&](typename B::event& e) {
+      b_.record(e, comm_);
+      b_.wait(compute_, e);
+    };
+    auto transfers = [&](bool to_root) {
+      for (TiedGroup& g : tied_) {
+        if (g.local) continue;
+        const std::size_t count = g.count;
+        for (std::size_t i = 0; i < g.stages.size(); ++i) {
+          const std::int32_t owner = schedule_.rank_of(g.stages[i]);
+          if (owner == g.root) continue;
+          const PeerTag tag{tied_match(g.index, i, to_root), g.labels[i]};
+          if (g.root == rank_ && to_root) b_.recv(g.slices[i], count, owner, comm_, tag);
+          if (g.root == rank_ && !to_root) b_.send(g.sum, count, owner, comm_, tag);
+          if (owner == rank_ && to_root) b_.send(g.slices[i], count, g.root, comm_, tag);
+          if (owner == rank_ && !to_root) b_.recv(g.slices[i], count, g.root, comm_, tag);
+        }
+      }
+    };
+    if (remote) {
+      to_comm(tied_events_[0]);
+      transfers(true);
+      to_compute(tied_events_[1]);
+    }
+    for (TiedGroup& g : tied_) {
+      if (g.root != rank_) continue;
+      b_.zero(compute_, g.sum);
+      for (Buffer& slice : g.slices) b_.accumulate(compute_, g.sum, slice);
+    }
+    if (remote) {
+      to_comm(tied_events_[2]);
+      transfers(false);
+      to_compute(tied_events_[3]);
+    }
+    for (TiedGroup& g : tied_) {
+      for (SliceCopy& c : g.scatter) copy_slice(c);
+    }
+  }
+
+  // The last stage's forward output of step `i` into the result, once the forward is done.
+  // A backend whose buffers are not host memory copies with its `copy_to_host` (CUDA:
+  // cudaMemcpyAsync); otherwise a task on the stream copies the span.
+  void copy_output(std::size_t i) {
+    const PlannedStep& st = plan_.steps[i];
+    const std::size_t n = output_floats(stages_[static_cast<std::size_t>(last_stage())]);
+    const std::span<float> to =
+        std::span<float>(result_.outputs).subspan(static_cast<std::size_t>(action(st.first_action).microbatch) * n, n);
+    const Buffer& from = buffers_[static_cast<std::size_t>(st.output)];
+    if constexpr (requires(B & b, typename B::stream& s) { b.copy_to_host(s, from, to); }) {
+      b_.copy_to_host(compute_, from, to);
+    } else {
+      const BufferUse<Buffer> use{&from, Access::read};
+      b_.launch(compute_, HostTask{&Executor::run_copy_output, &calls_[i], "keep_outputs"},
+                std::span<const BufferUse<Buffer>>(&use, 1));
+    }
+  }
+  static void run_copy_output(void* context) {
+    auto* call = static_cast<ComputeCall*>(context);
+    Executor& self = *call->self;
+    const PlannedStep& st = self.plan_.steps[static_cast<std::size_t>(call->step)];
+    const std::span<float> from = self.buffer(st.output);
+    std::copy(from.begin(), from.end(),
+              self.result_.outputs.begin() +
+                  static_cast<std::ptrdiff_t>(static_cast<std::size_t>(self.action(st.first_action).microbatch) *
+                                              from.size()));
+  }
+
+  // After every backward (the totals are complete: each gradient was added in micro-batch
+  // order as soon as the earlier ones were in), let each stage apply them.
   void flush() {
+    reduce_tied();
     for (std::size_t k = 0; k < grads_.size(); ++k) {
       StageGradients& g = grads_[k];
-      if (options_.accumulation == GradAccumulation::microbatch_order && !g.parts.empty()) {
-        b_.zero(compute_, g.total);
-        for (Buffer& part : g.parts) b_.accumulate(compute_, g.total, part);
-      }
       const StageFunctions& f = stages_[static_cast<std::size_t>(g.stage)];
       if (!f.optimizer_step) continue;
       const BufferUse<Buffer> use{g.parts.empty() ? nullptr : &g.total, Access::read};
@@ -518,7 +847,10 @@ class Executor {
     const detail::RunningStepScope scope(&self.step_stop_);
     const StageGradients& g = self.grads_[call->index];
     try {
-      self.stages_[static_cast<std::size_t>(g.stage)].optimizer_step(g.total_span);
+      const StageFunctions& f = self.stages_[static_cast<std::size_t>(g.stage)];
+      const StageContext c = self.context(g.stage, -1, StageCall::optimizer_step);
+      auto body = [&] { f.optimizer_step(c, g.total_span); };
+      self.around(f, c, body);
     } catch (const std::exception& e) {
       throw error(detail::concat("rank ", self.rank_, ", stage ", g.stage, ", optimizer_step: ", e.what()));
     } catch (...) {
@@ -529,6 +861,35 @@ class Executor {
 
   [[nodiscard]] std::span<float> buffer(std::int32_t index) {
     return index < 0 ? std::span<float>() : spans_[static_cast<std::size_t>(index)];
+  }
+
+  [[nodiscard]] StageContext context(std::int32_t stage, std::int32_t mb, StageCall call) const {
+    StageContext c;
+    c.step = step_index_;
+    c.microbatch = mb;
+    c.stage = stage;
+    c.rank = rank_;
+    c.call = call;
+    c.stream = stream_identity_;
+    c.stop = step_stop_;
+    c.seed = stage_seed(options_.seed, step_index_, stage, mb);
+    c.side_inputs = batch_.side_inputs;
+    return c;
+  }
+
+  // Runs `body` (one stage call) inside the stage's around_call, if it has one.
+  template <class Body>
+  static void around(const StageFunctions& f, const StageContext& c, Body& body) {
+    if (!f.around_call) {
+      body();
+      return;
+    }
+    bool ran = false;
+    f.around_call(c, StageCallRef(body, ran));
+    if (!ran) {
+      fail({"around_call", detail::concat("returned without running ", to_string(c.call)),
+            "StageFunctions::around_call", "Call the StageCallRef it is given exactly once"});
+    }
   }
 
   void compute(std::int32_t index) {
@@ -542,31 +903,52 @@ class Executor {
     const std::int32_t mb = a.microbatch;
     try {
       const std::span<const float> in =
-          st.input_from_batch ? batch_.inputs.subspan(static_cast<std::size_t>(mb) * f.input_size, f.input_size)
+          st.input_from_batch ? batch_.inputs.subspan(static_cast<std::size_t>(mb) * input_floats(f), input_floats(f))
                               : std::span<const float>(buffer(st.input));
+      StageContext c = context(a.stage, mb, StageCall::loss);
+      auto call = [&](StageCall kind, auto&& body) {
+        c.call = kind;
+        around(f, c, body);
+      };
       if (st.computes_loss) {
         const std::span<const float> target =
             batch_.targets.subspan(static_cast<std::size_t>(mb) * f.target_size, f.target_size);
-        result_.losses[static_cast<std::size_t>(mb)] =
-            f.loss(mb, buffer(st.loss_input), target, buffer(st.grad_output));
+        call(StageCall::loss, [&] {
+          result_.losses[static_cast<std::size_t>(mb)] = f.loss(c, buffer(st.loss_input), target, buffer(st.grad_output));
+        });
       }
       switch (a.op) {
         case Op::F:
-          f.forward(mb, in, buffer(st.output));
+          call(StageCall::forward, [&] { f.forward(c, in, buffer(st.output)); });
+          // A forward-only step's losses: the loss of the forward's output, its gradient
+          // written to a scratch nobody reads.
+          // Targets of the wrong size are refused before the step, so a size that does not
+          // match here is "no targets": plain inference.
+          if (forward_loss_ && a.stage == last_stage() &&
+              batch_.targets.size() == static_cast<std::size_t>(schedule_.microbatches) * f.target_size) {
+            const std::span<const float> target =
+                batch_.targets.subspan(static_cast<std::size_t>(mb) * f.target_size, f.target_size);
+            call(StageCall::loss, [&] {
+              result_.losses[static_cast<std::size_t>(mb)] = f.loss(c, buffer(st.output), target, loss_scratch_span_);
+            });
+          }
           break;
         case Op::B:
           if (f.backward) {
-            f.backward(mb, in, buffer(st.grad_output), buffer(st.output), weight_span(st));
+            call(StageCall::backward,
+                 [&] { f.backward(c, in, buffer(st.grad_output), buffer(st.output), weight_span(static_cast<std::size_t>(index))); });
           } else {
-            f.backward_input(mb, in, buffer(st.grad_output), buffer(st.output));
-            f.backward_weight(mb, in, buffer(st.grad_output), weight_span(st));
+            call(StageCall::backward_input,
+                 [&] { f.backward_input(c, in, buffer(st.grad_output), buffer(st.output)); });
+            call(StageCall::backward_weight,
+                 [&] { f.backward_weight(c, in, buffer(st.grad_output), weight_span(static_cast<std::size_t>(index))); });
           }
           break;
         case Op::BI:
-          f.backward_input(mb, in, buffer(st.grad_output), buffer(st.output));
+          call(StageCall::backward_input, [&] { f.backward_input(c, in, buffer(st.grad_output), buffer(st.output)); });
           break;
         case Op::BW:
-          f.backward_weight(mb, in, buffer(st.grad_output), weight_span(st));
+          call(StageCall::backward_weight, [&] { f.backward_weight(c, in, buffer(st.grad_output), weight_span(static_cast<std::size_t>(index))); });
           break;
         default:
           break;

@@ -6,15 +6,21 @@
 // backend — and moves those bytes between stages; everything else (parameters, saved
 // activations per micro-batch) stays the user's.
 //
+// Every callable may take a `StageContext` (step, micro-batch, stage, rank, stream, stop
+// token, a seed) as its first parameter instead of the micro-batch index: a StageCallable
+// slot accepts either form, so code written against the index keeps compiling. An optional
+// `around_call` wraps every call of a stage, on the thread that runs it, so framework state
+// that lives in thread-locals (grad mode, autocast) can be set where the call runs.
+//
 // Gradient accumulation: a stage that declares `weight_grad_size` gets, in each backward
 // (or backward_weight), a zeroed span for that micro-batch's weight gradient; the executor
-// sums them and hands the total to `optimizer_step` after the flush. Summing in micro-batch
-// order (the default) gives bit-identical results for every schedule; summing in schedule
-// order keeps one scratch buffer instead of one per micro-batch.
+// sums them and hands the total to `optimizer_step` after the flush (docs/runtime.md has
+// the modes and their memory).
 //
 // Cancellation is cooperative: a running callable cannot be interrupted, and a failed step
 // waits for it to return (docs/runtime.md). A callable that may run long can poll
-// `step_stop_token()`, requested once its step has failed, and return early.
+// `step_stop_token()` (or its context's `stop`), requested once its step has failed, and
+// return early.
 #pragma once
 
 #include <cstddef>
@@ -23,43 +29,238 @@
 #include <span>
 #include <stop_token>
 #include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/graph/tensor.hpp"
+#include "ppsched/runtime/payload.hpp"
 
 namespace ppsched {
+
+// Which callable of a stage runs (StageContext::call).
+enum class StageCall : std::uint8_t { forward, backward, backward_input, backward_weight, loss, optimizer_step };
+
+[[nodiscard]] constexpr std::string_view to_string(StageCall c) noexcept {
+  switch (c) {
+    case StageCall::forward:
+      return "forward";
+    case StageCall::backward:
+      return "backward";
+    case StageCall::backward_input:
+      return "backward_input";
+    case StageCall::backward_weight:
+      return "backward_weight";
+    case StageCall::loss:
+      return "loss";
+    case StageCall::optimizer_step:
+      return "optimizer_step";
+  }
+  return "?";
+}
+
+// The seed of one (step, stage, micro-batch): a SplitMix64 hash of the four numbers. It
+// does not depend on the rank, the schedule or the call, so a forward and its backward (or
+// a recomputation) see the same seed, and unpipelined code reproduces a pipelined step's
+// dropout by calling this with the same numbers.
+[[nodiscard]] constexpr std::uint64_t stage_seed(std::uint64_t seed, std::int64_t step, std::int32_t stage,
+                                                 std::int32_t microbatch) noexcept {
+  auto mix = [](std::uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  std::uint64_t h = mix(seed);
+  h = mix(h ^ static_cast<std::uint64_t>(step));
+  h = mix(h ^ static_cast<std::uint64_t>(static_cast<std::uint32_t>(stage)));
+  return mix(h ^ static_cast<std::uint64_t>(static_cast<std::uint32_t>(microbatch)));
+}
+
+// What a callable knows about the call it serves. Built by the executor for each call; valid
+// during the call (copy what you keep).
+struct StageContext {
+  std::int64_t step = 0;         // the executor's step: 0 for its first run_step, +1 each call
+  std::int32_t microbatch = -1;  // -1 for optimizer_step
+  std::int32_t stage = -1;
+  std::int32_t rank = -1;
+  StageCall call = StageCall::forward;
+  // The stream the call's work belongs to: the cudaStream_t on the CUDA backend (the one
+  // launch_stream() returns), the CpuStream's address on the CPU backend.
+  const void* stream = nullptr;
+  std::stop_token stop{};  // requested once the step has failed (as step_stop_token())
+  std::uint64_t seed = 0;  // stage_seed(ExecutorOptions::seed, step, stage, microbatch)
+  std::span<const SideInput> side_inputs{};  // the batch's (Batch::side_inputs)
+
+  // This micro-batch's slice of side input k, as T (T must be its dtype).
+  template <class T>
+  [[nodiscard]] std::span<const T> side_input(std::size_t k) const {
+    if (k >= side_inputs.size()) {
+      fail({"side input", detail::concat("stage ", stage, " reads side input ", k, " but the batch has ",
+                                         side_inputs.size()),
+            detail::concat("stage ", stage, ", micro-batch ", microbatch),
+            "Give it in Batch::side_inputs, and list its index in StageFunctions::side_inputs so the batch is checked "
+            "before the step"});
+    }
+    const SideInput& in = side_inputs[k];
+    if (in.dtype != dtype_of<T>) {
+      fail({"side input", detail::concat("side input ", k, " is ", to_string(in.dtype), ", read as ",
+                                         to_string(dtype_of<T>)),
+            detail::concat("stage ", stage), "Read it as the C++ type of its dtype"});
+    }
+    if (microbatch < 0) {
+      fail({"side input", detail::concat("read outside a micro-batch (", to_string(call), ")"),
+            detail::concat("stage ", stage), "Read side inputs in the per-micro-batch callables"});
+    }
+    const std::size_t at = static_cast<std::size_t>(microbatch) * in.count * sizeof(T);
+    return {reinterpret_cast<const T*>(in.data.data() + at), in.count};
+  }
+};
+
+namespace detail {
+template <class T>
+struct is_std_function : std::false_type {};
+template <class S>
+struct is_std_function<std::function<S>> : std::true_type {};
+}  // namespace detail
+
+template <class Signature, bool takes_microbatch = true>
+class StageCallable;
+
+// One callable slot of StageFunctions. It holds a callable of either form:
+//   R(const StageContext&, Args...)                 the context form
+//   R(std::int32_t microbatch, Args...)             the index form (takes_microbatch), or
+//   R(Args...)                                      optimizer_step's form without context
+// and is called either way: with a context, or (as the slot was before the context existed)
+// with the index, which the context form then sees as a context holding only the
+// micro-batch. A callable that accepts both (a generic lambda) is taken in the index form,
+// as it was before.
+template <class R, class... Args, bool takes_microbatch>
+class StageCallable<R(Args...), takes_microbatch> {
+  template <class F>
+  static constexpr bool index_form = takes_microbatch ? std::is_invocable_r_v<R, F&, std::int32_t, Args...>
+                                                      : std::is_invocable_r_v<R, F&, Args...>;
+  template <class F>
+  static constexpr bool context_form = std::is_invocable_r_v<R, F&, const StageContext&, Args...>;
+
+ public:
+  StageCallable() noexcept = default;
+  StageCallable(std::nullptr_t) noexcept {}  // NOLINT: assignable from nullptr, as std::function
+  template <class F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, StageCallable> &&
+             (index_form<std::decay_t<F>> || context_form<std::decay_t<F>>))
+  StageCallable(F&& f) {  // NOLINT: implicit, so that a lambda assigns as to std::function
+    using D = std::decay_t<F>;
+    if constexpr (std::is_pointer_v<D> || std::is_member_pointer_v<D> || detail::is_std_function<D>::value) {
+      if (!f) return;  // an empty function stays empty (operator bool)
+    }
+    if constexpr (index_form<D>) {
+      f_ = [g = D(std::forward<F>(f))](const StageContext& c, Args... args) mutable -> R {
+        if constexpr (takes_microbatch) {
+          return g(c.microbatch, std::forward<Args>(args)...);
+        } else {
+          (void)c;
+          return g(std::forward<Args>(args)...);
+        }
+      };
+    } else {
+      f_ = std::forward<F>(f);
+    }
+  }
+
+  R operator()(const StageContext& context, Args... args) const { return f_(context, std::forward<Args>(args)...); }
+  R operator()(std::int32_t microbatch, Args... args) const
+    requires takes_microbatch
+  {
+    StageContext c;
+    c.microbatch = microbatch;
+    return f_(c, std::forward<Args>(args)...);
+  }
+  R operator()(Args... args) const
+    requires(!takes_microbatch)
+  {
+    return f_(StageContext{}, std::forward<Args>(args)...);
+  }
+
+  explicit operator bool() const noexcept { return static_cast<bool>(f_); }
+  friend bool operator==(const StageCallable& f, std::nullptr_t) noexcept { return !f; }
+
+ private:
+  std::function<R(const StageContext&, Args...)> f_;
+};
+
+// The call an `around_call` wraps: run it exactly once, on the thread around_call was
+// called on. Holds no allocation; valid during around_call only.
+class StageCallRef {
+ public:
+  template <class F>
+  StageCallRef(F& f, bool& ran) noexcept : run_([](void* p) { (*static_cast<F*>(p))(); }), target_(&f), ran_(&ran) {}
+
+  void operator()() const {
+    if (*ran_) {
+      fail({"around_call", "ran the stage call twice", "StageFunctions::around_call",
+            "Call the StageCallRef exactly once"});
+    }
+    *ran_ = true;
+    run_(target_);
+  }
+
+ private:
+  void (*run_)(void*);
+  void* target_;
+  bool* ran_;
+};
 
 struct StageFunctions {
   std::size_t input_size = 0;        // floats per micro-batch entering (stage 0: the batch's inputs)
   std::size_t output_size = 0;       // floats per micro-batch leaving (last stage: into the loss)
   std::size_t target_size = 0;       // last stage: floats per micro-batch of the batch's targets
   std::size_t weight_grad_size = 0;  // floats of the flattened weight gradient; 0: the stage keeps its own
+  // Typed boundaries (graph/tensor.hpp): when set, the stage's input / output is this list
+  // of tensors, each up to its max_count, and input_size / output_size are the payload's
+  // floats (payload_floats; leave them 0). The callables get the raw payload and read it
+  // through ConstPayload / Payload (runtime/payload.hpp). Neighbours must declare the same
+  // list. Stage 0's typed input comes from the batch, m payloads one after the other.
+  std::vector<TensorSpec> input_tensors;
+  std::vector<TensorSpec> output_tensors;
+  // Indices of Batch::side_inputs this stage reads (StageContext::side_input): checked
+  // before each step, so a missing one fails the step before it starts.
+  std::vector<std::size_t> side_inputs;
 
+  // Each callable takes the micro-batch index `mb` or a `const StageContext&` first (see
+  // StageCallable); docs/runtime.md says how long each span stays valid.
   // output = f(input) for micro-batch `mb`. Save what backward needs, per micro-batch.
-  std::function<void(std::int32_t mb, std::span<const float> input, std::span<float> output)> forward;
+  StageCallable<void(std::span<const float> input, std::span<float> output)> forward;
   // Full backward: grad_input (empty on stage 0) and this micro-batch's weight gradient.
   // `input` is the forward's input again, kept for it.
-  std::function<void(std::int32_t mb, std::span<const float> input, std::span<const float> grad_output,
-                     std::span<float> grad_input, std::span<float> weight_grad)>
+  StageCallable<void(std::span<const float> input, std::span<const float> grad_output, std::span<float> grad_input,
+                     std::span<float> weight_grad)>
       backward;
   // Split backward (ZB-H1, ZB-H2, ZB-V): the input gradient first, the weight gradient later.
-  std::function<void(std::int32_t mb, std::span<const float> input, std::span<const float> grad_output,
-                     std::span<float> grad_input)>
+  StageCallable<void(std::span<const float> input, std::span<const float> grad_output, std::span<float> grad_input)>
       backward_input;
-  std::function<void(std::int32_t mb, std::span<const float> input, std::span<const float> grad_output,
-                     std::span<float> weight_grad)>
+  StageCallable<void(std::span<const float> input, std::span<const float> grad_output, std::span<float> weight_grad)>
       backward_weight;
   // Last stage: the micro-batch's loss, and its gradient with respect to `output`.
-  std::function<float(std::int32_t mb, std::span<const float> output, std::span<const float> target,
-                      std::span<float> grad_output)>
+  StageCallable<float(std::span<const float> output, std::span<const float> target, std::span<float> grad_output)>
       loss;
   // After the flush (every backward of the step done): apply the accumulated gradient.
-  std::function<void(std::span<const float> weight_grad)> optimizer_step;
+  StageCallable<void(std::span<const float> weight_grad), false> optimizer_step;
+  // Optional: wraps every call of this stage's callables, on the thread that runs it. It
+  // must run `call()` exactly once (the step fails otherwise); what it sets around it
+  // (torch::NoGradGuard, an autocast scope, a profiler range) holds for the call.
+  std::function<void(const StageContext& context, StageCallRef call)> around_call;
 };
 
 enum class GradAccumulation : std::uint8_t {
-  // One gradient buffer per micro-batch, summed in micro-batch order at the flush: every
-  // schedule gives bit-identical gradients to unpipelined training. Memory: m gradients.
+  // Each micro-batch's gradient is added to the total once every earlier one is: the sums
+  // of unpipelined accumulation, bit-identical for every schedule. Memory per stage: the
+  // total and 1 + w gradients, w the most gradients done ahead of an earlier micro-batch
+  // (0 for schedules that run weight gradients in micro-batch order; up to m - 1).
   microbatch_order,
-  // One scratch buffer, added to the total as each backward finishes: bit-identical only
-  // for schedules that run the weight gradients in micro-batch order. Memory: 2 gradients.
+  // Each gradient is added as its backward finishes: bit-identical only for schedules that
+  // run the weight gradients in micro-batch order. Memory per stage: 2 gradients.
   schedule_order,
 };
 
@@ -96,12 +297,52 @@ class RunningStepScope {
   return detail::running_step_stop != nullptr ? *detail::running_step_stop : std::stop_token{};
 }
 
-// A training batch: `inputs` holds m micro-batches of stage 0's input_size floats, one after
-// the other; `targets` m micro-batches of the last stage's target_size floats. The caller
-// keeps both alive during the step.
+// A parameter shared by several stages (an embedding on the first stage and the output
+// projection on the last): each of `stages` keeps its own copy, and the gradient of the
+// copy is `count` floats at `offsets[i]` of stage `stages[i]`'s weight gradient. After the
+// flush the executor sums those slices — each stage's total, in stage order — across the
+// owning ranks and writes the sum into every one of them before any `optimizer_step`, so
+// the copies take the same update and stay equal.
+struct TiedWeights {
+  std::vector<std::int32_t> stages;
+  std::vector<std::size_t> offsets;  // one per stage: where the shared gradient starts, in floats
+  std::size_t count = 0;             // floats of the shared parameter's gradient
+};
+
+// Floats per micro-batch entering and leaving a stage: its payload's with typed boundaries.
+[[nodiscard]] inline std::size_t input_floats(const StageFunctions& f) noexcept {
+  return f.input_tensors.empty() ? f.input_size : payload_floats(f.input_tensors);
+}
+[[nodiscard]] inline std::size_t output_floats(const StageFunctions& f) noexcept {
+  return f.output_tensors.empty() ? f.output_size : payload_floats(f.output_tensors);
+}
+
+// A training batch: `inputs` holds m micro-batches of stage 0's input floats
+// (input_floats()), one after the other; `targets` m micro-batches of the last stage's
+// target_size floats; `side_inputs` per-micro-batch data any stage may read. The caller
+// keeps all of it alive during the step.
 struct Batch {
   std::span<const float> inputs;
   std::span<const float> targets;
+  std::span<const SideInput> side_inputs{};
 };
+
+// Throws unless the batch has every side input stage `stage` lists, each m slices long.
+inline void check_side_inputs(const StageFunctions& f, std::int32_t stage, const Batch& batch, std::size_t m) {
+  for (std::size_t k : f.side_inputs) {
+    if (k >= batch.side_inputs.size()) {
+      fail({"batch",
+            detail::concat("has ", batch.side_inputs.size(), " side inputs, but stage ", stage, " reads side input ", k),
+            "Batch::side_inputs", "Give every side input the stages list in StageFunctions::side_inputs"});
+    }
+    const SideInput& in = batch.side_inputs[k];
+    if (in.data.size() != m * in.count * dtype_size(in.dtype)) {
+      fail({"batch",
+            detail::concat("side input ", k, " holds ", in.data.size(), " bytes; ", m, " micro-batches of ", in.count,
+                           " ", to_string(in.dtype), " need ", m * in.count * dtype_size(in.dtype)),
+            "Batch::side_inputs", "Give each side input microbatches x count elements of its dtype"});
+    }
+  }
+}
 
 }  // namespace ppsched

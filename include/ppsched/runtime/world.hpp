@@ -33,7 +33,9 @@
 namespace ppsched {
 
 struct StepResult {
-  std::vector<float> losses;  // per micro-batch, as the last stage's loss returned them
+  std::vector<float> losses;  // per micro-batch, as the last stage's loss returned them (forward-only
+                              // steps too, given targets; NaN without)
+  std::vector<float> outputs;  // with ExecutorOptions::keep_outputs: m x the last stage's output_size
   Timeline timeline;          // every rank's actions, in ms from the step's earliest origin
                               // (no spans with ExecutorOptions::record_timeline off)
 
@@ -191,19 +193,25 @@ class World {
 
   void check_batch(const Batch& batch) const {
     const auto m = static_cast<std::size_t>(schedule_.microbatches);
-    const std::size_t inputs = m * stages_.front().input_size;
+    // Side inputs first, here, so that a missing one fails before any rank starts.
+    for (std::size_t s = 0; s < stages_.size(); ++s) {
+      check_side_inputs(stages_[s], static_cast<std::int32_t>(s), batch, m);
+    }
+    const std::size_t inputs = m * input_floats(stages_.front());
     const std::size_t targets = m * stages_.back().target_size;
     if (batch.inputs.size() != inputs) {
       fail({"batch",
             detail::concat("has ", batch.inputs.size(), " input floats; ", m, " micro-batches of ",
-                           stages_.front().input_size, " need ", inputs),
+                           input_floats(stages_.front()), " need ", inputs),
             "Batch::inputs", "Give exactly microbatches x stage 0's input_size floats"});
     }
-    if (has_backward_ && batch.targets.size() != targets) {
+    if ((has_backward_ || !batch.targets.empty()) && batch.targets.size() != targets) {
       fail({"batch",
             detail::concat("has ", batch.targets.size(), " target floats; ", m, " micro-batches of ",
                            stages_.back().target_size, " need ", targets),
-            "Batch::targets", "Give exactly microbatches x the last stage's target_size floats"});
+            "Batch::targets",
+            has_backward_ ? "Give exactly microbatches x the last stage's target_size floats"
+                          : "Give exactly microbatches x the last stage's target_size floats, or none (no losses)"});
     }
   }
 
@@ -259,6 +267,9 @@ class World {
     const auto last_rank = static_cast<std::size_t>(schedule_.rank_of(schedule_.stages() - 1));
     const auto& losses = executors_[last_rank]->last_step().losses;
     std::copy(losses.begin(), losses.end(), result_.losses.begin());
+    const auto& outputs = executors_[last_rank]->last_step().outputs;
+    result_.outputs.resize(outputs.size());  // sized by the first step, then reused
+    std::copy(outputs.begin(), outputs.end(), result_.outputs.begin());
   }
 };
 

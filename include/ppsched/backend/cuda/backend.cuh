@@ -329,6 +329,36 @@ class CudaBackend {
     });
   }
   [[nodiscard]] std::span<float> span(const buffer& b) const noexcept { return {b.data(), b.size()}; }
+  // ExecutorOptions::keep_outputs: `from` into host memory, in stream order. `to` is pageable,
+  // so the call returns once the copy is done.
+  void copy_to_host(stream& s, const buffer& from, std::span<float> to) {
+    guarded([&] {
+      if (to.size() != from.size()) {
+        fail({"CudaBackend::copy_to_host", detail::concat("copies ", from.size(), " floats into ", to.size()),
+              detail::concat("rank ", rank_), "Copy into a host span of the buffer's size"});
+      }
+      if (to.empty()) return;
+      PPSCHED_CUDA_CHECK(cudaMemcpyAsync(to.data(), from.data(), from.bytes(), cudaMemcpyDeviceToHost, s.ref().handle()));
+    });
+  }
+  // `count` floats from `from` at `from_offset` into `to` at `to_offset`, in stream order
+  // (ExecutorOptions::tied_weights: a stage's slice of its gradient).
+  void copy(stream& s, buffer& to, std::size_t to_offset, const buffer& from, std::size_t from_offset,
+            std::size_t count) {
+    guarded([&] {
+      if (to_offset > to.size() || count > to.size() - to_offset || from_offset > from.size() ||
+          count > from.size() - from_offset) {
+        fail({"CudaBackend::copy", detail::concat("copies ", count, " floats from offset ", from_offset, " of ",
+                                                  from.size(), " to offset ", to_offset, " of ", to.size()),
+              detail::concat("rank ", rank_), "Copy within both buffers"});
+      }
+      if (count == 0) return;
+      PPSCHED_CUDA_CHECK(cudaMemcpyAsync(to.data() + to_offset, from.data() + from_offset, count * sizeof(float),
+                                         cudaMemcpyDeviceToDevice, s.ref().handle()));
+    });
+  }
+  // StageContext::stream: the cudaStream_t a stage's kernels go to.
+  [[nodiscard]] const void* native_handle(const stream& s) const { return static_cast<const void*>(s.ref().handle()); }
   void zero(stream& s, buffer& b) {
     guarded([&] {
       if (b.size() != 0) PPSCHED_CUDA_CHECK(cudaMemsetAsync(b.data(), 0, b.bytes(), s.ref().handle()));

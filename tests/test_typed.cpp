@@ -1,0 +1,377 @@
+// Typed, variable-size stage boundaries: every dtype crosses every schedule family with a
+// different actual count per micro-batch, exactly (int64 above 2^24 included); side inputs
+// reach the stages that read them; bad boundaries, sizes and batches fail with the place
+// and the fix; a step allocates nothing for any length up to the declared maximum.
+#include <algorithm>
+#include <chrono>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <functional>
+#include <ppsched/backend/cpu.hpp>
+#include <ppsched/runtime/payload.hpp>
+#include <ppsched/runtime/synthetic.hpp>
+#include <ppsched/runtime/world.hpp>
+#include <ppsched/schedule/generators.hpp>
+#include <ppsched/sim/boundaries.hpp>
+#include <ppsched/sim/simulate.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "counting_new.hpp"
+
+using ppsched::ConstPayload;
+using ppsched::CpuBackend;
+using ppsched::CpuCluster;
+using ppsched::DType;
+using ppsched::Payload;
+using ppsched::StageContext;
+using ppsched::StageFunctions;
+using ppsched::TensorSpec;
+using ppsched::World;
+
+namespace {
+
+struct Family {
+  const char* name;
+  int chunks;
+};
+constexpr Family families[] = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"looped-bfs", 2}, {"zb-h1", 1},
+                               {"zb-h2", 1}, {"zb-v", 2},   {"v-half", 2},           {"v-min", 2},      {"dualpipev", 2}};
+
+ppsched::Schedule make(const Family& f, int p, int m) {
+  ppsched::ScheduleRequest req;
+  req.ranks = p;
+  req.microbatches = m;
+  req.chunks = f.chunks;
+  return ppsched::make_schedule(f.name, req);
+}
+
+std::vector<CpuBackend*> backends(CpuCluster& c) {
+  std::vector<CpuBackend*> out;
+  for (int r = 0; r < c.ranks(); ++r) out.push_back(&c.rank(r));
+  return out;
+}
+
+constexpr std::size_t max_len = 8;
+// One tensor of every dtype, each up to max_len elements.
+const std::vector<TensorSpec> boundary{{DType::f32, max_len},  {DType::f64, max_len}, {DType::bf16, max_len},
+                                       {DType::f16, max_len},  {DType::i32, max_len}, {DType::i64, max_len},
+                                       {DType::bytes, max_len}};
+// The gradient carries the f32 tensor only (count 0 for the rest).
+std::size_t length(int mb) { return 1 + static_cast<std::size_t>(mb * 3) % max_len; }
+constexpr std::int64_t big = std::int64_t{1} << 40;  // not exact as a float
+
+// Element k of micro-batch mb after `stages` forwards, per tensor kind.
+double value(int mb, std::size_t k, int stages) { return static_cast<double>(10 * mb + static_cast<int>(k) + stages); }
+
+// Adds one to every element of every tensor (big to the int64 one); checks counts.
+void step_forward(ConstPayload in, Payload out, std::size_t len, int& bad) {
+  for (std::size_t t = 0; t < in.tensors(); ++t) bad += in.count(t) != len;
+  auto f32 = out.resize<float>(0, len);
+  auto f64 = out.resize<double>(1, len);
+  auto b16 = out.resize<ppsched::bf16>(2, len);
+  auto h16 = out.resize<ppsched::f16>(3, len);
+  auto i32 = out.resize<std::int32_t>(4, len);
+  auto i64 = out.resize<std::int64_t>(5, len);
+  auto raw = out.resize<std::byte>(6, len);
+  for (std::size_t k = 0; k < len; ++k) {
+    f32[k] = in.tensor<float>(0)[k] + 1.0f;
+    f64[k] = in.tensor<double>(1)[k] + 1.0;
+    b16[k].bits = static_cast<std::uint16_t>(in.tensor<ppsched::bf16>(2)[k].bits + 1);
+    h16[k].bits = static_cast<std::uint16_t>(in.tensor<ppsched::f16>(3)[k].bits + 1);
+    i32[k] = in.tensor<std::int32_t>(4)[k] + 1;
+    i64[k] = in.tensor<std::int64_t>(5)[k] + big;
+    raw[k] = static_cast<std::byte>(std::to_integer<int>(in.tensor<std::byte>(6)[k]) + 1);
+  }
+}
+
+void write_input(Payload p, int mb) {
+  const std::size_t len = length(mb);
+  auto f32 = p.resize<float>(0, len);
+  auto f64 = p.resize<double>(1, len);
+  auto b16 = p.resize<ppsched::bf16>(2, len);
+  auto h16 = p.resize<ppsched::f16>(3, len);
+  auto i32 = p.resize<std::int32_t>(4, len);
+  auto i64 = p.resize<std::int64_t>(5, len);
+  auto raw = p.resize<std::byte>(6, len);
+  for (std::size_t k = 0; k < len; ++k) {
+    const double v = value(mb, k, 0);
+    f32[k] = static_cast<float>(v);
+    f64[k] = v;
+    b16[k].bits = static_cast<std::uint16_t>(v);
+    h16[k].bits = static_cast<std::uint16_t>(v);
+    i32[k] = static_cast<std::int32_t>(v);
+    i64[k] = static_cast<std::int64_t>(v);
+    raw[k] = static_cast<std::byte>(static_cast<int>(v));
+  }
+}
+
+struct TypedModel {
+  std::atomic<int> bad{0};
+  std::atomic<int> checked{0};
+  int stages = 0;
+
+  std::vector<StageFunctions> functions(int n) {
+    stages = n;
+    std::vector<StageFunctions> out;
+    for (int s = 0; s < n; ++s) {
+      StageFunctions f;
+      f.input_tensors = boundary;
+      f.output_tensors = boundary;
+      if (s + 1 == n) f.side_inputs = {0};
+      if (s == 0) f.side_inputs.push_back(1);
+      f.forward = [this, s](const StageContext& c, std::span<const float> in, std::span<float> o) {
+        int b = 0;
+        const std::size_t len = length(c.microbatch);
+        step_forward(ConstPayload(in, boundary), Payload(o, boundary), len, b);
+        if (s == 0) {  // the mask side input: len ones, then zeros
+          const auto mask = c.side_input<std::uint8_t>(1);
+          b += static_cast<int>(std::count(mask.begin(), mask.end(), std::uint8_t{1})) != static_cast<int>(len);
+        }
+        bad += b;
+        ++checked;
+      };
+      f.backward_input = [this, s](const StageContext& c, std::span<const float>, std::span<const float> g,
+                                   std::span<float> gi) {
+        const std::size_t len = length(c.microbatch);
+        const ConstPayload grad(g, boundary);
+        int b = grad.count(0) != len;
+        for (std::size_t t = 1; t < grad.tensors(); ++t) b += grad.count(t) != 0;
+        // The gradient arriving at stage s is (stages - 1 - s) + the loss's 1.
+        for (float x : grad.tensor<float>(0)) b += x != static_cast<float>(stages - s);
+        if (s > 0) {
+          const Payload grad_in(gi, boundary);
+          for (std::size_t t = 1; t < grad_in.tensors(); ++t) grad_in.set_count(t, 0);
+          auto gf = grad_in.resize<float>(0, len);
+          for (float& x : gf) x = static_cast<float>(stages - s + 1);
+        }
+        bad += b;
+        ++checked;
+      };
+      f.backward_weight = [](const StageContext&, std::span<const float>, std::span<const float>, std::span<float>) {};
+      if (s + 1 == n) {
+        f.loss = [this](const StageContext& c, std::span<const float> o, std::span<const float>, std::span<float> g) {
+          const int mb = c.microbatch;
+          const std::size_t len = length(mb);
+          const ConstPayload y(o, boundary);
+          int b = 0;
+          for (std::size_t t = 0; t < y.tensors(); ++t) b += y.count(t) != len;
+          const auto labels = c.side_input<std::int64_t>(0);
+          b += labels.size() != 1 || labels[0] != 1000 + mb;
+          for (std::size_t k = 0; k < len; ++k) {
+            const double v = value(mb, k, stages);
+            b += y.tensor<float>(0)[k] != static_cast<float>(v);
+            b += y.tensor<double>(1)[k] != v;
+            b += y.tensor<ppsched::bf16>(2)[k].bits != static_cast<std::uint16_t>(v);
+            b += y.tensor<ppsched::f16>(3)[k].bits != static_cast<std::uint16_t>(v);
+            b += y.tensor<std::int32_t>(4)[k] != static_cast<std::int32_t>(v);
+            b += y.tensor<std::int64_t>(5)[k] != static_cast<std::int64_t>(value(mb, k, 0)) + stages * big;
+            b += std::to_integer<int>(y.tensor<std::byte>(6)[k]) != static_cast<int>(v);
+          }
+          const Payload grad(g, boundary);
+          for (std::size_t t = 1; t < grad.tensors(); ++t) grad.set_count(t, 0);
+          for (float& x : grad.resize<float>(0, len)) x = 1.0f;
+          bad += b;
+          ++checked;
+          return static_cast<float>(len);
+        };
+      }
+      out.push_back(std::move(f));
+    }
+    return out;
+  }
+};
+
+struct TypedBatch {
+  std::vector<float> inputs;
+  std::vector<std::int64_t> labels;
+  std::vector<std::uint8_t> mask;
+  std::vector<ppsched::SideInput> side;
+  explicit TypedBatch(int m) : inputs(static_cast<std::size_t>(m) * ppsched::payload_floats(boundary)) {
+    const std::size_t n = ppsched::payload_floats(boundary);
+    for (int mb = 0; mb < m; ++mb) {
+      write_input(Payload(std::span<float>(inputs).subspan(static_cast<std::size_t>(mb) * n, n), boundary), mb);
+      labels.push_back(1000 + mb);
+      for (std::size_t k = 0; k < max_len; ++k) mask.push_back(k < length(mb) ? 1 : 0);
+    }
+    side.push_back(ppsched::SideInput::of<std::int64_t>(labels, 1));
+    side.push_back({DType::bytes, max_len, std::as_bytes(std::span<const std::uint8_t>(mask))});
+  }
+  [[nodiscard]] ppsched::Batch view() const { return {inputs, {}, side}; }
+};
+
+}  // namespace
+
+TEST_CASE("every dtype crosses every family with a variable count per micro-batch", "[typed]") {
+  const auto mode = GENERATE(ppsched::CpuMode::threaded, ppsched::CpuMode::deterministic);
+  for (const Family& fam : families) {
+    for (int p : {2, 4}) {
+      const ppsched::Schedule s = make(fam, p, 2 * p);
+      ppsched::CpuOptions co;
+      co.mode = mode;
+      CpuCluster cluster(p, co);
+      TypedModel model;
+      World<CpuBackend> world(backends(cluster), s, model.functions(s.stages()));
+      const TypedBatch batch(s.microbatches);
+      const auto& r = world.run_step(batch.view());
+      INFO(fam.name << " p=" << p);
+      CHECK(model.bad == 0);
+      // forward per (stage, mb), backward_input per (stage, mb), loss per mb.
+      CHECK(model.checked == s.microbatches * (2 * s.stages() + 1));
+      for (int mb = 0; mb < s.microbatches; ++mb) CHECK(r.losses[static_cast<std::size_t>(mb)] == length(mb));
+    }
+  }
+}
+
+TEST_CASE("the payload layout aligns every tensor and keeps int64 exact", "[typed]") {
+  CHECK(ppsched::payload_bytes(boundary) % ppsched::payload_alignment == 0);
+  for (std::size_t i = 0; i < boundary.size(); ++i) CHECK(ppsched::payload_offset(boundary, i) % 16 == 0);
+  // Header (7 counts -> 64 bytes), then 32 + 64 + 16 + 16 + 32 + 64 + 8 -> 16-aligned each.
+  CHECK(ppsched::payload_bytes(boundary) == 64 + 32 + 64 + 16 + 16 + 32 + 64 + 16);
+  std::vector<float> raw(ppsched::payload_floats(boundary));
+  const Payload p(raw, boundary);
+  p.resize<std::int64_t>(5, 1)[0] = big + 1;
+  CHECK(ConstPayload(raw, boundary).tensor<std::int64_t>(5)[0] == big + 1);
+  CHECK_THROWS_WITH(p.set_count(0, max_len + 1), Catch::Contains("above its declared maximum"));
+  CHECK_THROWS_WITH(p.tensor<double>(0), Catch::Contains("tensor 0 is f32, read as f64"));
+  CHECK_THROWS_WITH(Payload(std::span<float>(raw).first(3), boundary), Catch::Contains("has 3 floats"));
+}
+
+namespace {
+
+void require_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+  } catch (const ppsched::error& e) {
+    const std::string what = e.what();
+    INFO(what);
+    for (const auto& part : parts) CHECK(what.find(part) != std::string::npos);
+    return;
+  }
+  FAIL("expected a ppsched::error");
+}
+
+}  // namespace
+
+TEST_CASE("bad boundaries, sizes and side inputs fail with the place and the fix", "[typed]") {
+  const ppsched::Schedule s = make({"1f1b", 1}, 2, 2);
+  CpuCluster cluster(2);
+  TypedModel model;
+  const TypedBatch batch(2);
+  {
+    auto fns = model.functions(2);
+    fns[1].input_tensors[1].dtype = DType::f32;
+    require_error([&] { World<CpuBackend> w(backends(cluster), s, fns); },
+                  {"tensor 1: stage 0 gives f64 x 8 but stage 1 takes f32 x 8", "stages 0 and 1", "same dtype"});
+  }
+  {
+    auto fns = model.functions(2);
+    fns[1].input_tensors[0].max_count = 9;
+    require_error([&] { World<CpuBackend> w(backends(cluster), s, fns); }, {"f32 x 8", "f32 x 9", "max_count"});
+  }
+  {
+    auto fns = model.functions(2);
+    fns[1].input_tensors.clear();
+    fns[1].input_size = ppsched::payload_floats(boundary);
+    require_error([&] { World<CpuBackend> w(backends(cluster), s, fns); }, {"typed tensors", "takes floats"});
+  }
+  {
+    auto fns = model.functions(2);
+    fns[0].forward = [](const StageContext&, std::span<const float>, std::span<float> o) {
+      Payload(o, boundary).set_count(0, max_len + 1);
+    };
+    World<CpuBackend> w(backends(cluster), s, fns);
+    require_error([&] { (void)w.run_step(batch.view()); },
+                  {"stage 0", "micro-batch 0", "9 elements, above its declared maximum 8", "max_count"});
+  }
+  {
+    World<CpuBackend> w(backends(cluster), s, model.functions(2));
+    const ppsched::Batch only_labels{batch.inputs, {}, std::span<const ppsched::SideInput>(batch.side).first(1)};
+    require_error([&] { (void)w.run_step(only_labels); }, {"has 1 side inputs, but stage 0 reads side input 1"});
+    const ppsched::SideInput short_labels{DType::i64, 1, std::as_bytes(std::span<const std::int64_t>(batch.labels)).first(8)};
+    const ppsched::SideInput sides[] = {short_labels, batch.side[1]};
+    require_error([&] { (void)w.run_step({batch.inputs, {}, sides}); }, {"side input 0 holds 8 bytes", "need 16"});
+  }
+  {
+    // A side input read without being listed still fails by name, inside the step.
+    auto fns = model.functions(2);
+    fns[1].side_inputs.clear();
+    fns[0].side_inputs.clear();
+    World<CpuBackend> w(backends(cluster), s, fns);
+    require_error([&] { (void)w.run_step({batch.inputs, {}, {}}); }, {"reads side input", "Batch::side_inputs"});
+  }
+}
+
+TEST_CASE("a typed step allocates nothing for any length up to the maximum", "[typed]") {
+  const ppsched::Schedule s = make({"zb-h1", 1}, 4, 8);
+  CpuCluster cluster(4);
+  TypedModel model;
+  World<CpuBackend> world(backends(cluster), s, model.functions(4));
+  const TypedBatch batch(8);
+  (void)world.run_step(batch.view());
+  allocations = 0;
+  counting = true;
+  for (int step = 0; step < 3; ++step) (void)world.run_step(batch.view());
+  counting = false;
+  CHECK(allocations.load() == 0);
+  CHECK(model.bad == 0);
+}
+
+TEST_CASE("the simulator charges a typed boundary its whole payload, whatever the length", "[typed]") {
+  const std::vector<std::vector<TensorSpec>> outputs(4, boundary);
+  ppsched::CostModel c = ppsched::uniform_costs(1, 1, 1);
+  c.link.latency = 0.0;
+  c.link.bandwidth = 1000.0;  // bytes per unit
+  c.microbatch_scale = {0.25, 0.5, 0.75, 1.0, 0.25, 0.5, 0.75, 1.0};
+  const ppsched::CostModel typed = ppsched::with_boundary_bytes(c, outputs, 8);
+  const ppsched::Schedule s = ppsched::lower(make({"1f1b", 1}, 4, 8));
+  for (const auto& prog : s.programs) {
+    for (const auto& a : prog) {
+      if (!ppsched::is_comm(a.op)) continue;
+      CHECK(ppsched::transfer_bytes(typed, a, 8) == static_cast<double>(ppsched::payload_bytes(boundary)));
+    }
+  }
+  // Times keep their per-micro-batch scale.
+  CHECK(ppsched::compute_time(typed, ppsched::Action{ppsched::Op::F, 1, 0}, 8) == 0.25);
+  // A transfer of the payload at 1000 bytes per unit lengthens 1F1B's step by what the
+  // simulator charges the transfers on its critical path: more than with free links.
+  ppsched::CostModel free_links = ppsched::uniform_costs(1, 1, 1);
+  ppsched::CostModel slow_links = free_links;
+  slow_links.link.latency = 0.0;
+  slow_links.link.bandwidth = 1000.0;
+  const ppsched::Schedule plain = make({"1f1b", 1}, 4, 4);
+  CHECK(ppsched::simulate(plain, ppsched::with_boundary_bytes(slow_links, outputs, 4)).makespan >
+        ppsched::simulate(plain, ppsched::with_boundary_bytes(free_links, outputs, 4)).makespan);
+  ppsched::CostModel two;
+  two.stages.resize(2);
+  CHECK_THROWS_WITH(ppsched::with_boundary_bytes(two, outputs, 8), Catch::Contains("2 stages but 4 boundaries"));
+}
+
+TEST_CASE("tied weights, kept outputs and the new accumulation allocate nothing in steady state", "[typed]") {
+  const auto mode = GENERATE(ppsched::CpuMode::threaded, ppsched::CpuMode::deterministic);
+  for (const Family& fam : {Family{"1f1b", 1}, Family{"looped-bfs", 2}, Family{"zb-v", 2}}) {
+    const ppsched::Schedule s = make(fam, 4, 8);
+    ppsched::CpuOptions co;
+    co.mode = mode;
+    CpuCluster cluster(4, co);
+    auto stages = ppsched::synthetic_stages(ppsched::uniform_costs(0, 0, 0), s.stages(), 8,
+                                            std::chrono::milliseconds(1), 4);
+    for (auto& st : stages) st.weight_grad_size = 3;
+    ppsched::ExecutorOptions eo;
+    eo.keep_outputs = true;
+    eo.tied_weights.push_back({{0, s.stages() - 1}, {0, 1}, 2});
+    World<CpuBackend> world(backends(cluster), s, stages, eo);
+    const std::vector<float> inputs(8 * 4, 1.0f);
+    const std::vector<float> targets(8 * 4, 0.0f);
+    (void)world.run_step({inputs, targets});
+    allocations = 0;
+    counting = true;
+    for (int step = 0; step < 3; ++step) (void)world.run_step({inputs, targets});
+    counting = false;
+    INFO(fam.name << " " << ppsched::to_string(mode));
+    CHECK(allocations.load() == 0);
+    CHECK(world.last_step().outputs.size() == inputs.size());
+  }
+}

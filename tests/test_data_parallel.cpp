@@ -6,11 +6,15 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "ppsched/error.hpp"
 #include "ppsched/graph/layer_graph.hpp"
@@ -18,6 +22,7 @@
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/sim/data_parallel.hpp"
 #include "ppsched/sim/simulate.hpp"
+#include "run_tool.hpp"
 
 using namespace ppsched;
 
@@ -42,6 +47,17 @@ Profile chain(int n, double param) {
   p.graph = LayerGraph(std::move(layers));
   p.time_unit = "ms";
   return p;
+}
+
+// ppsched-plan, from the environment (tests/meson.build) or next to this test in the build tree.
+test_support::Run plan_tool(const std::vector<std::string>& args) {
+  std::filesystem::path tool;
+  if (const char* p = std::getenv("PPSCHED_PLAN"); p != nullptr && *p != '\0') {
+    tool = p;
+  } else {
+    tool = std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() / "examples" / "ppsched-plan";
+  }
+  return test_support::run_tool(tool, args);
 }
 
 }  // namespace
@@ -212,4 +228,66 @@ TEST_CASE("plan_devices: errors name what cannot split", "[data_parallel][plan]"
   Profile mixed = model;
   mixed.devices = {Device{1.0}, Device{2.0}};
   CHECK_THROWS_WITH(plan_devices(mixed, 4, 16, std::nullopt, {}), Catch::Contains("devices differ"));
+}
+
+TEST_CASE("ppsched-plan --devices: the report, the JSON and the errors", "[data_parallel][cli]") {
+  // --layers 8: 1 MiB of parameters per layer, 8 bytes held per parameter byte: p = 1 needs
+  // 64 MiB before activations, over a 48 MiB cap.
+  const std::vector<std::string> base{"--devices", "4", "--layers", "8", "--global-batch", "16", "--memory-cap-bytes", "48MiB",
+                                      "--all-reduce-bandwidth", "8388608"};
+  SECTION("report") {
+    const test_support::Run run = plan_tool(base);
+    REQUIRE(run.status == 0);
+    CHECK_THAT(run.out, Catch::Contains("4 devices, global batch 16, cap 48 MiB per device"));
+    CHECK_THAT(run.out, Catch::Contains("p=1 x d=4: nothing fits the memory cap"));
+    CHECK_THAT(run.out, Catch::Contains("chosen: p="));
+    CHECK_THAT(run.out, Catch::Contains("why: fastest of"));
+  }
+  SECTION("json: the chosen split and its runners-up agree with each other") {
+    std::vector<std::string> args = base;
+    args.push_back("--json");
+    const test_support::Run run = plan_tool(args);
+    REQUIRE(run.status == 0);
+    const nlohmann::json j = nlohmann::json::parse(run.out);
+    const nlohmann::json& c = j.at("chosen");
+    CHECK(c.at("pipeline").get<int>() * c.at("replicas").get<int>() == 4);
+    CHECK(c.at("pipeline").get<int>() > 1);
+    CHECK(c.at("microbatches").get<double>() * c.at("microbatch_size").get<double>() * c.at("replicas").get<double>() == 16);
+    CHECK(c.at("peak_memory_bytes").get<double>() <= 48.0 * 1048576);
+    // 8 equal layers cut into p x v equal stages of 1 MiB per layer, summed by a ring of d at
+    // 8 MiB per time unit: 2 (d - 1) / d x 8 / (p v) / 8.
+    const double d = c.at("replicas").get<double>(), stages = c.at("pipeline").get<double>() * c.at("chunks").get<double>();
+    CHECK(c.at("all_reduce_longest").get<double>() == Approx(2.0 * (d - 1) / d * 8.0 / stages / 8.0));
+    CHECK(c.at("all_reduce_longest").get<double>() > 0.0);
+    REQUIRE(!j.at("alternatives").empty());
+    for (const nlohmann::json& a : j.at("alternatives")) {
+      CHECK(a.at("step_time").get<double>() >= c.at("step_time").get<double>());
+      CHECK(a.at("step_time").get<double>() ==
+            Approx(a.at("pipeline_time").get<double>() + a.at("all_reduce_exposed").get<double>()));
+    }
+  }
+  SECTION("a pipeline size that does not divide the devices") {
+    const test_support::Run run = plan_tool({"--devices", "6", "--stages", "4", "--layers", "8"});
+    CHECK(run.status == 2);
+    CHECK_THAT(run.err, Catch::Contains("does not divide 6 devices"));
+  }
+  SECTION("a cap nothing fits: the report, then exit 2 naming the least need") {
+    const test_support::Run run =
+        plan_tool({"--devices", "4", "--layers", "8", "--global-batch", "16", "--memory-cap-bytes", "4MiB"});
+    CHECK(run.status == 2);
+    CHECK_THAT(run.out, Catch::Contains("chosen: none"));
+    CHECK_THAT(run.err, Catch::Contains("no split of 4 devices fits"));
+    CHECK_THAT(run.err, Catch::Contains("> cap 4 MiB"));
+  }
+  SECTION("flags that need --devices, and models it cannot split") {
+    const test_support::Run batch = plan_tool({"--global-batch", "16"});
+    CHECK(batch.status == 2);
+    CHECK_THAT(batch.err, Catch::Contains("add --devices N"));
+    const test_support::Run cost = plan_tool({"--devices", "4", "--stage-cost", "1,1,1"});
+    CHECK(cost.status == 2);
+    CHECK_THAT(cost.err, Catch::Contains("--stage-cost has no layers"));
+    const test_support::Run algo = plan_tool({"--devices", "4", "--all-reduce", "butterfly"});
+    CHECK(algo.status == 2);
+    CHECK_THAT(algo.err, Catch::Contains("valid algorithms: ring, tree"));
+  }
 }

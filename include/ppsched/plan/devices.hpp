@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -31,6 +32,7 @@
 namespace ppsched {
 
 struct DevicePlanOptions {
+  std::string description;  // the model, one line for the report; empty: its layer count
   // Samples in the micro-batch the profile's times and activation sizes were measured for;
   // they scale linearly with the micro-batch size (parameters do not).
   double profile_microbatch_size = 1.0;
@@ -138,6 +140,15 @@ namespace detail {
   return out;
 }
 
+// Fastest first; ties (sums of the same costs in another order) to the smaller memory, then
+// fewer chunks, then the shallower pipeline.
+[[nodiscard]] inline bool faster_split(const DeviceSplit& x, const DeviceSplit& y) {
+  if (std::abs(x.step_time - y.step_time) > 1e-9 * std::max(x.step_time, y.step_time)) return x.step_time < y.step_time;
+  if (x.peak_memory_bytes != y.peak_memory_bytes) return x.peak_memory_bytes < y.peak_memory_bytes;
+  if (x.chunks != y.chunks) return x.chunks < y.chunks;
+  return x.pipeline < y.pipeline;
+}
+
 // Which of two splits explains the other's loss: memory, the bubble, or the all-reduce.
 [[nodiscard]] inline std::string why_faster(const DeviceSplit& win, const DeviceSplit& lose) {
   const double pipeline = lose.pipeline_time - win.pipeline_time;
@@ -210,7 +221,7 @@ namespace detail {
     }
   }
   DevicePlan plan;
-  plan.model = concat(profile.graph.size(), " layers");
+  plan.model = options.description.empty() ? concat(profile.graph.size(), " layers") : options.description;
   plan.unit = profile.time_unit.empty() ? "unit" : profile.time_unit;
   plan.devices = devices;
   plan.global_batch = global_batch;
@@ -293,7 +304,7 @@ namespace detail {
           if (!hungry_here || s.peak_memory_bytes < hungry_here->peak_memory_bytes) hungry_here = s;
           continue;
         }
-        if (!best_here || s.step_time < best_here->step_time) best_here = s;
+        if (!best_here || detail::faster_split(s, *best_here)) best_here = s;
         fitting.push_back(std::move(s));
       }
     }
@@ -315,13 +326,7 @@ namespace detail {
                       }()),
           "global_batch", "give a global batch that a replica count divides (a multiple of the device count always does)"});
   }
-  // Fastest first; ties (sums of the same costs in another order) to the smaller memory, then
-  // the shallower pipeline.
-  std::stable_sort(fitting.begin(), fitting.end(), [](const DeviceSplit& x, const DeviceSplit& y) {
-    if (std::abs(x.step_time - y.step_time) > 1e-9 * std::max(x.step_time, y.step_time)) return x.step_time < y.step_time;
-    if (x.peak_memory_bytes != y.peak_memory_bytes) return x.peak_memory_bytes < y.peak_memory_bytes;
-    return x.pipeline < y.pipeline;
-  });
+  std::stable_sort(fitting.begin(), fitting.end(), detail::faster_split);
   if (fitting.empty()) {
     plan.reason = least_hungry ? concat("no split fits the memory cap; the least hungry, ", to_string(*least_hungry))
                                : "no schedule accepts any split";

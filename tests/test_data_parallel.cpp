@@ -14,11 +14,19 @@
 #include <utility>
 #include <vector>
 
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 
+#include "../examples/mlp/mlp.hpp"
+#include "../examples/mlp/mlp_stage.hpp"
+#include "ppsched/backend/cpu.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/graph/layer_graph.hpp"
 #include "ppsched/plan/devices.hpp"
+#include "ppsched/runtime/data_parallel.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/sim/data_parallel.hpp"
 #include "ppsched/sim/simulate.hpp"
@@ -290,4 +298,261 @@ TEST_CASE("ppsched-plan --devices: the report, the JSON and the errors", "[data_
     CHECK(algo.status == 2);
     CHECK_THAT(algo.err, Catch::Contains("valid algorithms: ring, tree"));
   }
+}
+
+namespace {
+
+std::vector<float> data(std::size_t n, std::uint32_t seed, float scale) {
+  mlp::Random random(seed);
+  std::vector<float> out(n);
+  for (float& x : out) x = scale * random.next();
+  return out;
+}
+
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0.0, norm = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return norm == 0.0 ? std::sqrt(diff) : std::sqrt(diff / norm);
+}
+
+std::vector<float> weights(const mlp::Mlp& model) {
+  std::vector<float> out;
+  for (const auto& layer : model.layers) {
+    const auto p = layer.parameters();
+    out.insert(out.end(), p.begin(), p.end());
+  }
+  return out;
+}
+
+// d replicas of the MLP on a `schedule` pipeline, trained `steps` steps on global batches of
+// d x m micro-batches, against the same model trained unpipelined on each global batch: each
+// replica's share summed in micro-batch order, the shares summed in replica order (exact),
+// and one flat micro-batch-order sum over the whole batch (float rounding apart).
+struct DataParallelOutcome {
+  bool exact = true;            // losses, applied gradients and weights, every replica, bit for bit
+  double flat_worst = 0.0;      // against the flat sum: largest relative difference
+  bool replicas_agree = true;   // every replica's weights equal after each step
+};
+
+DataParallelOutcome train_data_parallel(const Schedule& schedule, int d, int steps) {
+  const int stages = schedule.stages(), m = schedule.microbatches;
+  const std::size_t rows = 2, layers = static_cast<std::size_t>(std::max(4, stages) + 1);
+  std::vector<std::size_t> widths{3};
+  for (std::size_t l = 1; l < layers; ++l) widths.push_back(4 + l % 3);
+  widths.push_back(2);
+  const float loss_scale = 1.0f / static_cast<float>(rows * static_cast<std::size_t>(m * d));
+  const float learning_rate = 0.5f;
+
+  std::vector<std::unique_ptr<mlp::Mlp>> models;
+  std::vector<std::vector<std::unique_ptr<mlp::MlpStage>>> adapters(static_cast<std::size_t>(d));
+  std::vector<std::vector<StageFunctions>> functions(static_cast<std::size_t>(d));
+  // applied[r][s]: the gradient replica r's stage s applied in the last step
+  std::vector<std::vector<std::vector<float>>> applied(static_cast<std::size_t>(d),
+                                                       std::vector<std::vector<float>>(static_cast<std::size_t>(stages)));
+  std::vector<std::unique_ptr<CpuCluster>> clusters;
+  std::vector<std::vector<CpuBackend*>> backends(static_cast<std::size_t>(d));
+  for (int r = 0; r < d; ++r) {
+    const auto ri = static_cast<std::size_t>(r);
+    models.push_back(std::make_unique<mlp::Mlp>(widths, 7));
+    for (int s = 0; s < stages; ++s) {
+      const std::size_t first = layers * static_cast<std::size_t>(s) / static_cast<std::size_t>(stages);
+      const std::size_t last = layers * static_cast<std::size_t>(s + 1) / static_cast<std::size_t>(stages);
+      adapters[ri].push_back(std::make_unique<mlp::MlpStage>(*models[ri], first, last, rows, m));
+      StageFunctions f = adapters[ri].back()->functions(s + 1 == stages, loss_scale, learning_rate);
+      f.optimizer_step = [apply = f.optimizer_step, &applied, ri, s](std::span<const float> g) {
+        applied[ri][static_cast<std::size_t>(s)].assign(g.begin(), g.end());
+        apply(g);
+      };
+      functions[ri].push_back(std::move(f));
+    }
+    clusters.push_back(std::make_unique<CpuCluster>(schedule.ranks));
+    for (int k = 0; k < schedule.ranks; ++k) backends[ri].push_back(&clusters.back()->rank(k));
+  }
+  DataParallelWorld<CpuBackend> world(std::move(backends), schedule, std::move(functions));
+
+  mlp::Mlp reference(widths, 7), flat(widths, 7);
+  DataParallelOutcome out;
+  const std::size_t in_floats = static_cast<std::size_t>(m) * rows * widths.front();
+  const std::size_t out_floats = static_cast<std::size_t>(m) * rows * widths.back();
+  for (int step = 0; step < steps; ++step) {
+    const auto inputs = data(in_floats * static_cast<std::size_t>(d), 100u + static_cast<std::uint32_t>(step), 1.0f);
+    const auto targets = data(out_floats * static_cast<std::size_t>(d), 200u + static_cast<std::uint32_t>(step), 0.8f);
+    std::vector<Batch> batches;
+    for (int r = 0; r < d; ++r) {
+      const auto ri = static_cast<std::size_t>(r);
+      batches.push_back({std::span<const float>(inputs).subspan(ri * in_floats, in_floats),
+                         std::span<const float>(targets).subspan(ri * out_floats, out_floats)});
+    }
+    const DataParallelStepResult& result = world.run_step(batches);
+
+    // The reference: each share's gradient alone (a learning rate of 0 leaves the weights),
+    // summed in replica order from zero, then one SGD step.
+    std::vector<float> losses, total;
+    for (int r = 0; r < d; ++r) {
+      std::vector<float> g;
+      const auto l = mlp::train_step_unpipelined(reference, batches[static_cast<std::size_t>(r)].inputs,
+                                                 batches[static_cast<std::size_t>(r)].targets, rows, m, loss_scale, 0.0f, &g);
+      losses.insert(losses.end(), l.begin(), l.end());
+      if (total.empty()) total.assign(g.size(), 0.0f);
+      for (std::size_t i = 0; i < g.size(); ++i) total[i] += g[i];
+    }
+    std::size_t offset = 0;
+    for (auto& layer : reference.layers) {
+      layer.step(std::span<const float>(total).subspan(offset, layer.parameter_count()), learning_rate);
+      offset += layer.parameter_count();
+    }
+    std::vector<float> flat_gradient;
+    (void)mlp::train_step_unpipelined(flat, inputs, targets, rows, m * d, loss_scale, learning_rate, &flat_gradient);
+
+    out.exact = out.exact && result.losses == losses;
+    for (int r = 0; r < d; ++r) {
+      std::vector<float> gradient;
+      for (const auto& g : applied[static_cast<std::size_t>(r)]) gradient.insert(gradient.end(), g.begin(), g.end());
+      out.exact = out.exact && gradient == total;
+      out.flat_worst = std::max(out.flat_worst, relative_difference(gradient, flat_gradient));
+      out.replicas_agree = out.replicas_agree && weights(*models[static_cast<std::size_t>(r)]) == weights(*models[0]);
+    }
+  }
+  out.exact = out.exact && weights(*models[0]) == weights(reference);
+  out.flat_worst = std::max(out.flat_worst, relative_difference(weights(*models[0]), weights(flat)));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("data x pipeline training equals unpipelined training on the global batch", "[data_parallel][runtime]") {
+  struct Case {
+    const char* family;
+    int p, d, m, chunks;
+  };
+  for (const Case c : {Case{"1f1b", 2, 2, 4, 1}, Case{"1f1b", 4, 1, 4, 1}, Case{"zb-h1", 2, 2, 4, 1},
+                       Case{"interleaved-1f1b", 2, 2, 4, 2}, Case{"zb-v", 2, 2, 4, 2}, Case{"gpipe", 1, 4, 2, 1}}) {
+    const Schedule s = make_schedule(c.family, {c.p, c.m, c.chunks});
+    const DataParallelOutcome o = train_data_parallel(s, c.d, 3);
+    INFO(c.family << " p=" << c.p << " x d=" << c.d << ", m=" << c.m << "; against the flat sum " << o.flat_worst);
+    CHECK(o.exact);
+    CHECK(o.replicas_agree);
+    CHECK(o.flat_worst <= 1e-6);
+  }
+}
+
+namespace {
+
+// A stage of one float: forward copies, backward passes the gradient through, the weight
+// gradient is input x output gradient; the last stage's loss is half the squared error.
+StageFunctions scalar_stage(bool last) {
+  StageFunctions f;
+  f.input_size = f.output_size = 1;
+  f.target_size = last ? 1 : 0;
+  f.weight_grad_size = 1;
+  f.forward = [](std::int32_t, std::span<const float> in, std::span<float> out) { out[0] = in[0]; };
+  f.backward_input = [](std::int32_t, std::span<const float>, std::span<const float> g, std::span<float> gi) {
+    if (!gi.empty()) gi[0] = g[0];
+  };
+  f.backward_weight = [](std::int32_t, std::span<const float> in, std::span<const float> g, std::span<float> w) {
+    w[0] = in[0] * g[0];
+  };
+  if (last) {
+    f.loss = [](std::int32_t, std::span<const float> out, std::span<const float> t, std::span<float> g) {
+      g[0] = out[0] - t[0];
+      return 0.5f * g[0] * g[0];
+    };
+  }
+  f.optimizer_step = [](std::span<const float>) {};
+  return f;
+}
+
+// A GradientAllReduce of one replica that only says when each stage's sum began.
+struct StartRecorder {
+  struct Call {
+    StartRecorder* self = nullptr;
+    std::int32_t stage = 0;
+  };
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<bool> started;
+  std::vector<Call> calls;
+
+  explicit StartRecorder(std::int32_t stages) : started(static_cast<std::size_t>(stages)), calls(static_cast<std::size_t>(stages)) {}
+
+  void all_reduce(CpuBackend& b, CpuBackend::stream& stream, std::int32_t stage, CpuBackend::buffer&, std::stop_token) {
+    calls[static_cast<std::size_t>(stage)] = {this, stage};
+    b.launch(stream, HostTask{[](void* c) {
+                                auto* call = static_cast<Call*>(c);
+                                {
+                                  const std::lock_guard<std::mutex> lock(call->self->mutex);
+                                  call->self->started[static_cast<std::size_t>(call->stage)] = true;
+                                }
+                                call->self->changed.notify_all();
+                              },
+                              &calls[static_cast<std::size_t>(stage)], "record"},
+             {});
+  }
+  // Waits (bounded) for `stage`'s sum to begin.
+  bool wait_started(std::int32_t stage) {
+    std::unique_lock<std::mutex> lock(mutex);
+    return changed.wait_for(lock, std::chrono::seconds(20), [&] { return started[static_cast<std::size_t>(stage)]; });
+  }
+};
+static_assert(GradientAllReduce<StartRecorder, CpuBackend>);
+static_assert(GradientAllReduce<InProcessAllReduce::Replica, CpuBackend>);
+
+}  // namespace
+
+TEST_CASE("a stage's all-reduce starts when its last weight gradient is done, under the rank's other work",
+          "[data_parallel][runtime]") {
+  // Interleaved 1F1B on 2 ranks: rank 0 holds stages 0 and 2, and stage 2's weights are done
+  // before stage 0's last backward. That backward waits until stage 2's sum has begun: were the
+  // sums run after the rank's compute (at the flush), it would wait in vain and the check fail.
+  const Schedule s = make_schedule("interleaved-1f1b", {2, 4, 2});
+  std::vector<StageFunctions> stages;
+  for (int k = 0; k < 4; ++k) stages.push_back(scalar_stage(k == 3));
+  StartRecorder recorder(4);
+  bool overlapped = false;
+  stages[0].backward_weight = [&recorder, &overlapped, inner = stages[0].backward_weight](
+                                  std::int32_t mb, std::span<const float> in, std::span<const float> g, std::span<float> w) {
+    if (mb == 3) overlapped = recorder.wait_started(2);
+    inner(mb, in, g, w);
+  };
+  CpuCluster cluster(2);
+  World<CpuBackend> world({&cluster.rank(0), &cluster.rank(1)}, s, stages);
+  for (int rank = 0; rank < 2; ++rank) world.set_gradient_reducer(rank, gradient_reducer<CpuBackend>(recorder));
+  const std::vector<float> inputs(4, 1.0f), targets(4, 0.5f);
+  (void)world.run_step({inputs, targets});
+  CHECK(overlapped);
+  for (std::int32_t st = 0; st < 4; ++st) CHECK(recorder.wait_started(st));
+}
+
+TEST_CASE("a fault on one replica ends every replica's step with the first error", "[data_parallel][runtime]") {
+  const Schedule s = make_schedule("1f1b", {2, 4, 1});
+  const int threads_before = live_threads();
+  {
+    bool fail_now = false;
+    std::vector<std::vector<StageFunctions>> stages(2);
+    for (int r = 0; r < 2; ++r) {
+      for (int k = 0; k < 2; ++k) stages[static_cast<std::size_t>(r)].push_back(scalar_stage(k == 1));
+    }
+    // Replica 1's first stage throws at its last weight gradient: replica 0's ranks are then
+    // waiting in (or heading to) their all-reduces and must stop rather than wait.
+    stages[1][0].backward_weight = [&fail_now, inner = stages[1][0].backward_weight](
+                                       std::int32_t mb, std::span<const float> in, std::span<const float> g, std::span<float> w) {
+      if (fail_now && mb == 3) throw std::runtime_error("injected fault in replica 1");
+      inner(mb, in, g, w);
+    };
+    CpuCluster a(2), b(2);
+    DataParallelWorld<CpuBackend> world({{&a.rank(0), &a.rank(1)}, {&b.rank(0), &b.rank(1)}}, s, std::move(stages));
+    const std::vector<float> inputs(4, 1.0f), targets(4, 0.5f);
+    const std::vector<Batch> batches{{inputs, targets}, {inputs, targets}};
+    (void)world.run_step(batches);
+    fail_now = true;
+    CHECK_THROWS_WITH(world.run_step(batches), Catch::Contains("injected fault in replica 1"));
+    fail_now = false;
+    const DataParallelStepResult& again = world.run_step(batches);  // usable after the fault
+    CHECK(again.losses.size() == 8);
+    CHECK(again.losses[0] == again.losses[4]);
+  }
+  CHECK(live_threads() == threads_before);
 }

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <span>
@@ -189,6 +190,34 @@ class Executor {
   }
   [[nodiscard]] std::chrono::milliseconds watchdog() const noexcept { return options_.watchdog; }
 
+  // Data parallelism (runtime/data_parallel.hpp). Once per step and stage, as soon as the
+  // stage's last weight-gradient action is issued, its summed gradient is handed to
+  // `reducer(backend, stream, stage, gradient, stop)`, which enqueues on `stream` (the rank's
+  // own data-parallel stream, ordered after that action) the sum of `gradient` over the
+  // stage's replicas; the optimizer waits for it. `stop` is the step's stop token. Set
+  // between steps; an empty function turns it off.
+  using GradientReducer = std::function<void(B& backend, typename B::stream& stream, std::int32_t stage,
+                                             Buffer& gradient, std::stop_token stop)>;
+  void set_gradient_reducer(GradientReducer reducer) {
+    const std::lock_guard<std::mutex> between_steps(step_mutex_);
+    if (reducer && reduced_.empty()) {
+      reduce_stream_ = b_.create_stream();
+      for (std::size_t k = 0; k < grads_.size(); ++k) reduced_.push_back(b_.create_event());
+      last_weight_step_.assign(grads_.size(), -1);
+      for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
+        const PlannedStep& st = plan_.steps[i];
+        if (st.lane != Lane::compute) continue;
+        for (std::int32_t k = 0; k < st.action_count; ++k) {
+          const Action& a = action(st.first_action + k);
+          if (a.op != Op::B && a.op != Op::BW) continue;
+          const std::int32_t gi = grads_of_stage_[static_cast<std::size_t>(a.stage)];
+          last_weight_step_[static_cast<std::size_t>(gi)] = static_cast<std::int32_t>(i);
+        }
+      }
+    }
+    reducer_ = std::move(reducer);
+  }
+
   [[nodiscard]] const Schedule& schedule() const noexcept { return schedule_; }
   [[nodiscard]] const std::vector<Action>& program() const noexcept {
     return schedule_.programs[static_cast<std::size_t>(rank_)];
@@ -244,9 +273,13 @@ class Executor {
   StepFaults own_faults_;          // the step's faults when run_step is given none
   std::stop_token step_stop_;      // the running step's; callables read it on the streams
   std::size_t lane_done_[2] = {};  // steps of each lane known complete in this step
+  GradientReducer reducer_;        // data parallelism: see set_gradient_reducer
+  std::vector<typename B::event> reduced_;      // per grads_ entry: its sum over replicas is done
+  std::vector<std::int32_t> last_weight_step_;  // per grads_ entry: the step of its last B or BW
   // Declared last, so destroyed first: a stream's work uses every member above.
   typename B::stream compute_{};
   typename B::stream comm_{};
+  typename B::stream reduce_stream_{};  // the data-parallel sums, created with a reducer
 
   [[nodiscard]] const Action& action(std::int32_t index) const {
     return schedule_.programs[static_cast<std::size_t>(rank_)][static_cast<std::size_t>(index)];
@@ -487,6 +520,27 @@ class Executor {
       b_.group_end();
     }
     b_.record(end_events_[i], stream);
+    if (reducer_ && st.lane == Lane::compute) reduce_after(static_cast<std::int32_t>(i));
+  }
+
+  // Data parallelism: once step i is a stage's last weight-gradient action, sum the stage's
+  // gradient on the reduce stream and hand it to the reducer, while compute goes on.
+  void reduce_after(std::int32_t i) {
+    for (std::size_t k = 0; k < grads_.size(); ++k) {
+      if (last_weight_step_[k] != i) continue;
+      StageGradients& g = grads_[k];
+      b_.wait(reduce_stream_, end_events_[static_cast<std::size_t>(i)]);
+      if (!g.parts.empty()) {
+        if (options_.accumulation == GradAccumulation::microbatch_order) sum_parts(reduce_stream_, g);
+        reducer_(b_, reduce_stream_, g.stage, g.total, step_stop_);
+      }
+      b_.record(reduced_[k], reduce_stream_);
+    }
+  }
+
+  void sum_parts(typename B::stream& stream, StageGradients& g) {
+    b_.zero(stream, g.total);
+    for (Buffer& part : g.parts) b_.accumulate(stream, g.total, part);
   }
 
   // After every backward: sum the per-micro-batch gradients in micro-batch order, then let
@@ -494,9 +548,10 @@ class Executor {
   void flush() {
     for (std::size_t k = 0; k < grads_.size(); ++k) {
       StageGradients& g = grads_[k];
-      if (options_.accumulation == GradAccumulation::microbatch_order && !g.parts.empty()) {
-        b_.zero(compute_, g.total);
-        for (Buffer& part : g.parts) b_.accumulate(compute_, g.total, part);
+      if (reducer_ && last_weight_step_[k] >= 0) {
+        b_.wait(compute_, reduced_[k]);  // summed there, over the replicas too
+      } else if (options_.accumulation == GradAccumulation::microbatch_order && !g.parts.empty()) {
+        sum_parts(compute_, g);
       }
       const StageFunctions& f = stages_[static_cast<std::size_t>(g.stage)];
       if (!f.optimizer_step) continue;

@@ -25,6 +25,7 @@
 #include "ppsched/validate/validate.hpp"
 
 #include "ppsched/sim/analytic.hpp"
+#include "ppsched/sim/data_parallel.hpp"
 #include "ppsched/costs/cost_model.hpp"
 #include "ppsched/sim/simulate.hpp"
 
@@ -41,6 +42,7 @@
 #include "ppsched/plan/plan.hpp"
 
 #include "ppsched/runtime/backend.hpp"
+#include "ppsched/runtime/data_parallel.hpp"
 #include "ppsched/runtime/executor.hpp"
 #include "ppsched/runtime/stage.hpp"
 #include "ppsched/runtime/synthetic.hpp"

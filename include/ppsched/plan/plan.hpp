@@ -7,11 +7,13 @@
 //
 // model.hpp: a model cut for any placement (PlanModel, per_rank_cost_model, graph_model);
 // costs.hpp: the partition -> CostModel bridge (cost_model_of) and per-rank static bytes;
-// compare.hpp: evaluate one schedule, compare families, recommend; search.hpp: the search.
+// compare.hpp: evaluate one schedule, compare families, recommend; search.hpp: the search;
+// devices.hpp: N devices split into data x pipeline parallelism (plan_devices).
 // docs/plan.md is the guide.
 #pragma once
 
 #include "ppsched/plan/compare.hpp"
 #include "ppsched/plan/costs.hpp"
+#include "ppsched/plan/devices.hpp"
 #include "ppsched/plan/model.hpp"
 #include "ppsched/plan/search.hpp"

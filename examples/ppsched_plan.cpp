@@ -81,7 +81,7 @@ int run(std::span<const char* const> argv) {
   if (options.devices > 0) {
     const ppsched::DevicePlan plan = cli::make_device_plan(options);
     if (options.json) {
-      std::cout << cli::device_plan_json(plan).dump(2) << '\n';
+      std::cout << cli::device_plan_json(plan, cli::version_text).dump(2) << '\n';
     } else {
       std::cout << to_string(plan);
     }

@@ -257,6 +257,9 @@ TEST_CASE("ppsched-plan --devices: the report, the JSON and the errors", "[data_
     const test_support::Run run = plan_tool(args);
     REQUIRE(run.status == 0);
     const nlohmann::json j = nlohmann::json::parse(run.out);
+    CHECK(j.at("tool") == "ppsched-plan");
+    CHECK(j.at("devices") == 4);
+    CHECK(j.at("global_batch") == 16);
     const nlohmann::json& c = j.at("chosen");
     CHECK(c.at("pipeline").get<int>() * c.at("replicas").get<int>() == 4);
     CHECK(c.at("pipeline").get<int>() > 1);

@@ -5,6 +5,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -55,7 +56,7 @@ namespace ppsched::cli {
   return plan_devices(profile, options.devices, options.global_batch, options.memory_cap_bytes, o);
 }
 
-[[nodiscard]] inline nlohmann::json device_split_json(const DeviceSplit& s) {
+[[nodiscard]] inline nlohmann::ordered_json device_split_json(const DeviceSplit& s) {
   return {{"pipeline", s.pipeline},
           {"replicas", s.replicas},
           {"microbatches", s.microbatches},
@@ -70,15 +71,18 @@ namespace ppsched::cli {
           {"peak_memory_bytes", s.peak_memory_bytes}};
 }
 
-[[nodiscard]] inline nlohmann::json device_plan_json(const DevicePlan& p) {
-  nlohmann::json alternatives = nlohmann::json::array();
+// `tool` and `version` first, as in every ppsched-plan JSON (docs/cli.md).
+[[nodiscard]] inline nlohmann::ordered_json device_plan_json(const DevicePlan& p, std::string_view version) {
+  nlohmann::ordered_json alternatives = nlohmann::ordered_json::array();
   for (const DeviceSplit& s : p.alternatives) alternatives.push_back(device_split_json(s));
-  return {{"model", p.model},
+  return {{"tool", "ppsched-plan"},
+          {"version", version},
+          {"model", p.model},
           {"unit", p.unit},
           {"devices", p.devices},
           {"global_batch", p.global_batch},
-          {"memory_cap_bytes", p.memory_cap_bytes ? nlohmann::json(*p.memory_cap_bytes) : nlohmann::json(nullptr)},
-          {"chosen", p.chosen ? device_split_json(*p.chosen) : nlohmann::json(nullptr)},
+          {"memory_cap_bytes", p.memory_cap_bytes ? nlohmann::ordered_json(*p.memory_cap_bytes) : nlohmann::ordered_json(nullptr)},
+          {"chosen", p.chosen ? device_split_json(*p.chosen) : nlohmann::ordered_json(nullptr)},
           {"alternatives", alternatives},
           {"per_pipeline", p.per_pipeline},
           {"reason", p.reason},

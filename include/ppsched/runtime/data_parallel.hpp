@@ -158,6 +158,10 @@ class InProcessAllReduce {
     const std::lock_guard<std::mutex> lock(abort_mutex_);
     return aborted_;
   }
+  [[nodiscard]] bool is_aborted() {
+    const std::lock_guard<std::mutex> lock(abort_mutex_);
+    return !aborted_.empty();
+  }
 
   static void run(void* context) {
     const Call& c = *static_cast<const Call*>(context);
@@ -166,16 +170,19 @@ class InProcessAllReduce {
 
   void arrive(const Call& c) {
     Group& g = *groups_[static_cast<std::size_t>(c.stage)];
-    const std::string where = detail::concat("stage ", c.stage, " all-reduce over ", replicas_, " replicas (replica ", c.replica, ")");
+    // Built only for an error: the steady state allocates nothing.
+    const auto where = [&] {
+      return detail::concat("stage ", c.stage, " all-reduce over ", replicas_, " replicas (replica ", c.replica, ")");
+    };
     std::unique_lock<std::mutex> lock(g.mutex);
-    if (std::string why = aborted(); !why.empty()) throw error(where + ": " + why);
+    if (is_aborted()) throw error(where() + ": " + aborted());
     g.parts[static_cast<std::size_t>(c.replica)] = c.gradient;
     const std::uint64_t generation = g.generation;
     if (++g.arrived == replicas_) {
       // Replica order, from zero: the association the unpipelined reference uses.
       g.sum.assign(c.gradient.size(), 0.0f);
       for (const std::span<float> part : g.parts) {
-        if (part.size() != g.sum.size()) throw error(detail::concat(where, ": replicas gave gradients of different sizes"));
+        if (part.size() != g.sum.size()) throw error(where() + ": replicas gave gradients of different sizes");
         for (std::size_t i = 0; i < part.size(); ++i) g.sum[i] += part[i];
       }
       for (const std::span<float> part : g.parts) std::copy(g.sum.begin(), g.sum.end(), part.begin());
@@ -185,10 +192,10 @@ class InProcessAllReduce {
       g.ready.notify_all();
       return;
     }
-    g.ready.wait(lock, c.stop, [&] { return g.generation != generation || !aborted().empty(); });
+    g.ready.wait(lock, c.stop, [&] { return g.generation != generation || is_aborted(); });
     if (g.generation != generation) return;
-    if (c.stop.stop_requested()) throw error(where + ": this replica's step failed while it waited");
-    throw error(where + ": " + aborted());
+    if (c.stop.stop_requested()) throw error(where() + ": this replica's step failed while it waited");
+    throw error(where() + ": " + aborted());
   }
 };
 

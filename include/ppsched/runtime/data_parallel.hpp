@@ -175,6 +175,7 @@ class InProcessAllReduce {
       return detail::concat("stage ", c.stage, " all-reduce over ", replicas_, " replicas (replica ", c.replica, ")");
     };
     std::unique_lock<std::mutex> lock(g.mutex);
+    if (c.stop.stop_requested()) throw error(where() + ": this replica's step failed before it arrived");
     if (is_aborted()) throw error(where() + ": " + aborted());
     g.parts[static_cast<std::size_t>(c.replica)] = c.gradient;
     const std::uint64_t generation = g.generation;
@@ -194,6 +195,9 @@ class InProcessAllReduce {
     }
     g.ready.wait(lock, c.stop, [&] { return g.generation != generation || is_aborted(); });
     if (g.generation != generation) return;
+    // Withdrawn: the others must not sum this replica's gradient of a failed step.
+    --g.arrived;
+    g.parts[static_cast<std::size_t>(c.replica)] = {};
     if (c.stop.stop_requested()) throw error(where() + ": this replica's step failed while it waited");
     throw error(where() + ": " + aborted());
   }
@@ -213,7 +217,8 @@ struct DataParallelStepResult {
 
 // d Worlds of one schedule, each replica on its own p backends with its own copy of the model
 // (its StageFunctions), their gradients summed by an InProcessAllReduce. A step runs every
-// replica at once, replica 0 on the calling thread; a fault on any replica ends every
+// replica at once, replica 0 on the calling thread and the others on host threads the world
+// keeps for every step; a fault on any replica ends every
 // replica's step (the others stop waiting in their all-reduces) and the first error is thrown,
 // after every replica has stopped. The in-process all-reduce blocks a stream worker until every
 // replica arrives: give CpuBackends in threaded mode.
@@ -241,42 +246,44 @@ class DataParallelWorld {
       }
     }
     result_.timelines.resize(worlds_.size());
+    try {
+      for (std::size_t r = 1; r < worlds_.size(); ++r) drivers_.push_back(detail::start_thread([this, r] { driver_loop(r); }));
+    } catch (...) {
+      stop_drivers();
+      throw;
+    }
   }
 
   DataParallelWorld(const DataParallelWorld&) = delete;
   DataParallelWorld& operator=(const DataParallelWorld&) = delete;
+  DataParallelWorld(DataParallelWorld&&) = delete;
+  DataParallelWorld& operator=(DataParallelWorld&&) = delete;
+  ~DataParallelWorld() { stop_drivers(); }
 
   // One step: `batches[r]` is replica r's share of the global batch (m micro-batches each).
+  // Calls from several threads wait their turn.
   const DataParallelStepResult& run_step(std::span<const Batch> batches) {
+    const std::lock_guard<std::mutex> one_step_at_a_time(step_mutex_);
     if (batches.size() != worlds_.size()) {
       fail({"DataParallelWorld", detail::concat(batches.size(), " batches for ", worlds_.size(), " replicas"), "batches",
             "give one batch per replica: its share of the global batch"});
     }
-    std::mutex first_mutex;
-    std::exception_ptr first;
-    const auto run = [&](std::size_t r) {
-      try {
-        (void)worlds_[r]->run_step(batches[r]);
-      } catch (...) {
-        const std::lock_guard<std::mutex> lock(first_mutex);
-        if (!first) first = std::current_exception();
-        all_reduce_.abort(detail::concat("replica ", r, "'s step failed"));
-      }
-    };
-    std::vector<std::thread> threads;
-    try {
-      for (std::size_t r = 1; r < worlds_.size(); ++r) threads.push_back(detail::start_thread([&run, r] { run(r); }));
-    } catch (...) {
-      all_reduce_.abort("a replica's host thread could not start");
-      for (std::thread& t : threads) t.join();
-      all_reduce_.reset();
-      throw;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      batches_ = batches;
+      first_ = nullptr;
+      remaining_ = worlds_.size() - 1;
+      ++generation_;
     }
-    run(0);
-    for (std::thread& t : threads) t.join();
-    if (first) {
+    start_.notify_all();
+    run_replica(0);
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      finished_.wait(lock, [&] { return remaining_ == 0; });
+    }
+    if (first_) {
       all_reduce_.reset();
-      std::rethrow_exception(first);
+      std::rethrow_exception(first_);
     }
     result_.losses.clear();
     for (std::size_t r = 0; r < worlds_.size(); ++r) {
@@ -295,6 +302,58 @@ class DataParallelWorld {
   std::vector<InProcessAllReduce::Replica> replica_engines_;
   std::vector<std::unique_ptr<World<B>>> worlds_;
   DataParallelStepResult result_;
+  // Replicas 1 .. d-1 run on host threads kept for every step (replica 0 on the caller's).
+  std::vector<std::thread> drivers_;
+  std::mutex step_mutex_;
+  std::mutex mutex_;
+  std::condition_variable start_;
+  std::condition_variable finished_;
+  std::uint64_t generation_ = 0;
+  std::size_t remaining_ = 0;
+  bool shutdown_ = false;
+  std::span<const Batch> batches_;
+  std::exception_ptr first_;
+
+  void run_replica(std::size_t r) {
+    try {
+      (void)worlds_[r]->run_step(batches_[r]);
+    } catch (...) {
+      {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        if (!first_) first_ = std::current_exception();
+      }
+      // The others stop waiting for this replica in their all-reduces.
+      all_reduce_.abort(detail::concat("replica ", r, "'s step failed"));
+    }
+  }
+
+  void driver_loop(std::size_t r) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        start_.wait(lock, [&] { return shutdown_ || generation_ != seen; });
+        if (shutdown_) return;
+        seen = generation_;
+      }
+      run_replica(r);
+      {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        if (--remaining_ == 0) finished_.notify_all();
+      }
+    }
+  }
+
+  void stop_drivers() noexcept {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      shutdown_ = true;
+    }
+    start_.notify_all();
+    for (std::thread& t : drivers_) {
+      if (t.joinable()) t.join();
+    }
+  }
 };
 
 }  // namespace ppsched

@@ -739,7 +739,8 @@ class Executor {
     // this executor's buffers until it returns, and the next step or the destructor must
     // not meet it. Queued work that has not started is dropped by the abort (or, where a
     // backend runs it anyway, calls no user code: see compute()).
-    for (auto* s : {&compute_, &comm_}) {
+    for (auto* s : {&compute_, &comm_, &reduce_stream_}) {
+      if (s == &reduce_stream_ && reduced_.empty()) continue;  // no data parallelism: no such stream
       for (;;) {
         try {
           if (b_.synchronize(*s, HostWait{}) != WaitResult::timed_out) break;

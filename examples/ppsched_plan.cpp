@@ -4,8 +4,13 @@
 // the schedule search find one; with --json it prints the same as one JSON object for
 // scripts. docs/cli.md documents every flag and field.
 //
+// With --devices N it splits N devices into data x pipeline parallelism instead
+// (plan/devices.hpp): d replicas of a p-stage pipeline, micro-batches and schedule, with the
+// gradient all-reduce in each step time.
+//
 // Exit status: 0 done; 1 --validate found problems in the schedule; 2 bad input (an unknown
-// flag or schedule, an unreadable or malformed file, a request no schedule accepts).
+// flag or schedule, an unreadable or malformed file, a request no schedule accepts, a
+// --devices plan that nothing fits).
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -16,6 +21,7 @@
 
 #include "cli/args.hpp"
 #include "cli/auto_plan.hpp"
+#include "cli/devices.hpp"
 #include "cli/models.hpp"
 #include "cli/output_file.hpp"
 #include "cli/plan.hpp"
@@ -34,6 +40,7 @@ std::string usage() {
   return "usage: ppsched-plan [--profile FILE | --layers N | --stage-cost F,B,W] [--stages P] [--microbatches M]\n"
          "                    [--schedule all|auto|NAME[,NAME...]] [--json] [--trace FILE] [--svg FILE] [--csv FILE]\n"
          "                    [--validate FILE.csv] [more flags below]\n"
+         "       ppsched-plan --devices N [--global-batch B] [--memory-cap-bytes BYTES] [model flags]\n"
          "With no flags: a GPT-style model (embedding, 32 transformer blocks, LM head) on 8 ranks, 32 micro-batches.\n\n" +
          cli::flag_help(cli::plan_flags) +
          "\nschedules: " + cli::schedule_choices() +
@@ -69,6 +76,20 @@ int run(std::span<const char* const> argv) {
   }
   if (options.version) {
     std::cout << "ppsched-plan " << cli::version_text << '\n';
+    return 0;
+  }
+  if (options.devices > 0) {
+    const ppsched::DevicePlan plan = cli::make_device_plan(options);
+    if (options.json) {
+      std::cout << cli::device_plan_json(plan, cli::version_text).dump(2) << '\n';
+    } else {
+      std::cout << to_string(plan);
+    }
+    if (!plan.chosen) {
+      std::cerr << "ppsched-plan: error: no split of " << plan.devices << " devices fits: " << plan.reason
+                << "\n(raise --memory-cap-bytes, add devices, or lower --optimizer-state-factor)\n";
+      return 2;
+    }
     return 0;
   }
   const ppsched::PlanModel model = cli::make_model(options);

@@ -53,14 +53,17 @@ namespace ppsched::cli {
 
 // --layers N: a chain of identical layers, each F = BI = BW = 1 unit, holding 1 MiB of
 // parameters and 1 MiB of activations and handing 1 MiB to the next layer.
-[[nodiscard]] inline PlanModel uniform_layers_model(const PlanOptions& options) {
+[[nodiscard]] inline Profile uniform_layers_profile(const PlanOptions& options) {
   std::vector<Layer> layers;
   for (std::int32_t i = 0; i < options.layers; ++i) {
     layers.push_back(Layer{ppsched::detail::concat("layer ", i), 1.0, 1.0, 1.0, 1048576.0, 1048576.0, 1048576.0});
   }
   Profile profile;
   profile.graph = LayerGraph(std::move(layers));
-  return graph_model(std::move(profile), ppsched::detail::concat(options.layers, " identical layers (F = BI = BW = 1)"),
+  return profile;
+}
+[[nodiscard]] inline PlanModel uniform_layers_model(const PlanOptions& options) {
+  return graph_model(uniform_layers_profile(options), ppsched::detail::concat(options.layers, " identical layers (F = BI = BW = 1)"),
                      options);
 }
 

@@ -18,6 +18,7 @@
 #include "ppsched/plan/model.hpp"
 #include "ppsched/plan/objective.hpp"
 #include "ppsched/schedule/generators.hpp"
+#include "ppsched/sim/data_parallel.hpp"
 
 namespace ppsched::cli {
 
@@ -53,11 +54,16 @@ struct PlanOptions {
   std::string svg_path;
   std::string csv_path;
   std::string validate_path;
+  // --devices N: split N devices into data x pipeline parallelism (plan/devices.hpp).
+  std::int32_t devices = 0;                 // 0: plan one pipeline of --stages ranks
+  std::int64_t global_batch = 256;          // samples per step, with --devices
+  AllReduceAlgorithm all_reduce = AllReduceAlgorithm::ring;
+  std::optional<double> all_reduce_bandwidth;  // bytes per time unit between replicas; unset: the link's
   bool help = false;
   bool version = false;
 };
 
-inline constexpr std::array<FlagSpec, 22> plan_flags{{
+inline constexpr std::array<FlagSpec, 26> plan_flags{{
     {"--profile", "FILE", "model profile (JSON, see docs/profile-format.md)"},
     {"--layers", "N", "a chain of N identical layers (forward 1, backward-for-input 1, backward-for-weights 1)"},
     {"--stage-cost", "F,B,W", "every rank's stage costs F, BI, BW (pure schedule study; no partitioning)"},
@@ -78,6 +84,10 @@ inline constexpr std::array<FlagSpec, 22> plan_flags{{
     {"--svg", "FILE", "write the chosen schedule's timeline as an SVG Gantt chart"},
     {"--csv", "FILE", "write the chosen schedule as PyTorch-compatible CSV"},
     {"--validate", "FILE", "check a schedule CSV and simulate it on this model"},
+    {"--devices", "N", "plan N devices as d replicas of a p-stage pipeline (p from --stages if given)"},
+    {"--global-batch", "B", "samples per step with --devices (default 256); m from --microbatches if given"},
+    {"--all-reduce", "ALGO", "ring (default) or tree: how a stage's replicas sum gradients, with --devices"},
+    {"--all-reduce-bandwidth", "BYTES", "bytes per time unit between replicas (default: --bandwidth's link)"},
     {"--help", "", "print this help"},
     {"--version", "", "print the version"},
 }};
@@ -226,6 +236,19 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
       (n == "--trace" ? options.trace_path : n == "--svg" ? options.svg_path : n == "--csv" ? options.csv_path
                                                                                              : options.validate_path) =
           flag.value;
+    } else if (n == "--devices") {
+      options.devices = static_cast<std::int32_t>(parse_integer(flag, 1, 1'000'000));
+    } else if (n == "--global-batch") {
+      options.global_batch = parse_integer(flag, 1, 1'000'000'000);
+    } else if (n == "--all-reduce") {
+      if (flag.value == "ring" || flag.value == "tree") {
+        options.all_reduce = flag.value == "ring" ? AllReduceAlgorithm::ring : AllReduceAlgorithm::tree;
+      } else {
+        fail({"flag --all-reduce", concat("unknown algorithm '", flag.value, "'"), detail::argument_place(flag.position),
+              "valid algorithms: ring, tree"});
+      }
+    } else if (n == "--all-reduce-bandwidth") {
+      options.all_reduce_bandwidth = parse_real(flag, 0.0, true);
     } else if (n == "--help") {
       options.help = true;
     } else if (n == "--version") {
@@ -267,6 +290,37 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
     if (const GivenFlag* o = find("--objective")) {
       fail({"flag --objective", "--validate checks the schedule in its file; there is nothing to choose",
             detail::argument_place(o->position), "drop --objective, or drop --validate"});
+    }
+  }
+  // Data parallelism: its flags need --devices, and --devices plans whole steps over a layer model.
+  if (options.devices == 0) {
+    for (const char* name : {"--global-batch", "--all-reduce", "--all-reduce-bandwidth"}) {
+      if (const GivenFlag* f = find(name)) {
+        fail({concat("flag ", name), "applies to data x pipeline plans only", detail::argument_place(f->position),
+              "add --devices N, or drop it"});
+      }
+    }
+  } else {
+    const GivenFlag* d = find("--devices");
+    if (options.source == ModelSource::stage_cost) {
+      fail({"flag --devices", "--stage-cost has no layers or parameters to split and all-reduce",
+            detail::argument_place(d->position), "use --layers or --profile (or the default model)"});
+    }
+    for (const char* name : {"--validate", "--trace", "--svg", "--csv", "--memory-cap-microbatches"}) {
+      if (const GivenFlag* f = find(name)) {
+        fail({concat("flag ", name), "does not apply to a --devices plan", detail::argument_place(f->position),
+              concat("drop ", name, "; plan the chosen pipeline again without --devices for its files"
+                                    " (and use --memory-cap-bytes for the cap per device)")});
+      }
+    }
+    if (options.schedule_auto) {
+      fail({"flag --schedule", "'auto' is not available with --devices", detail::argument_place(find("--schedule")->position),
+            "name families with --schedule, or give none to compare them all"});
+    }
+    if (options.stages_given && options.devices % options.stages != 0) {
+      fail({"flag --stages", concat("a pipeline of ", options.stages, " stages does not divide ", options.devices, " devices"),
+            detail::argument_place(find("--stages")->position),
+            "give --stages a divisor of --devices, or drop it to try every divisor"});
     }
   }
   // Two outputs into one file would leave only the last.

@@ -39,4 +39,5 @@
 
 #include "ppsched/sim/analytic.hpp"
 #include "ppsched/sim/boundaries.hpp"
+#include "ppsched/sim/data_parallel.hpp"
 #include "ppsched/sim/simulate.hpp"

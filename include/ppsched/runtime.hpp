@@ -5,6 +5,7 @@
 #pragma once
 
 #include "ppsched/runtime/backend.hpp"
+#include "ppsched/runtime/data_parallel.hpp"
 #include "ppsched/runtime/executor.hpp"
 #include "ppsched/runtime/payload.hpp"
 #include "ppsched/runtime/stage.hpp"

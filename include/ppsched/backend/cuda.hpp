@@ -11,6 +11,7 @@
 // kernel need device code.
 #pragma once
 
+#include "ppsched/backend/cuda/all_reduce.hpp"
 #include "ppsched/backend/cuda/check.hpp"
 #include "ppsched/backend/cuda/device.hpp"
 #include "ppsched/backend/cuda/local_exchange.hpp"

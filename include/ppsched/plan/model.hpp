@@ -43,6 +43,7 @@ struct StagePlan {
   double comm_time = 0.0;     // sending what crosses the cut after this stage; 0 for the last
                               // and for a next stage on the same rank
   double memory_bytes = 0.0;  // static: parameters with gradients and optimizer state
+  double param_bytes = 0.0;   // the parameters alone: what data parallelism all-reduces (0 when unknown)
 
   friend bool operator==(const StagePlan&, const StagePlan&) = default;
 };
@@ -263,6 +264,7 @@ struct GraphModelOptions {
       const bool same_rank = s + 1 < stages && placement[s + 1] == placement[s];
       plan.comm_time = same_rank ? 0.0 : st.send;
       plan.memory_bytes = options.optimizer_state_factor * st.param_bytes;
+      plan.param_bytes = st.param_bytes;
       p.stages.push_back(std::move(plan));
     }
     set_bottleneck(p);

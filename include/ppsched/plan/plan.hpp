@@ -9,11 +9,13 @@
 // costs.hpp: the partition -> CostModel bridge (cost_model_of) and per-rank static bytes;
 // compare.hpp: evaluate one schedule, compare families, recommend; search.hpp: the search;
 // objective.hpp: what the recommendation minimises (makespan, span, or memory within a time).
+// devices.hpp: N devices split into data x pipeline parallelism (plan_devices).
 // docs/plan.md is the guide.
 #pragma once
 
 #include "ppsched/plan/compare.hpp"
 #include "ppsched/plan/costs.hpp"
+#include "ppsched/plan/devices.hpp"
 #include "ppsched/plan/model.hpp"
 #include "ppsched/plan/objective.hpp"
 #include "ppsched/plan/search.hpp"

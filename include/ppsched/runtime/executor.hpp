@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <span>
@@ -201,6 +202,34 @@ class Executor {
   }
   [[nodiscard]] std::chrono::milliseconds watchdog() const noexcept { return options_.watchdog; }
 
+  // Data parallelism (runtime/data_parallel.hpp). Once per step and stage, as soon as the
+  // stage's last weight-gradient action is issued, its summed gradient is handed to
+  // `reducer(backend, stream, stage, gradient, stop)`, which enqueues on `stream` (the rank's
+  // own data-parallel stream, ordered after that action) the sum of `gradient` over the
+  // stage's replicas; the optimizer waits for it. `stop` is the step's stop token. Set
+  // between steps; an empty function turns it off.
+  using GradientReducer = std::function<void(B& backend, typename B::stream& stream, std::int32_t stage,
+                                             Buffer& gradient, std::stop_token stop)>;
+  void set_gradient_reducer(GradientReducer reducer) {
+    const std::lock_guard<std::mutex> between_steps(step_mutex_);
+    if (reducer && reduced_.empty()) {
+      reduce_stream_ = b_.create_stream();
+      for (std::size_t k = 0; k < grads_.size(); ++k) reduced_.push_back(b_.create_event());
+      last_weight_step_.assign(grads_.size(), -1);
+      for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
+        const PlannedStep& st = plan_.steps[i];
+        if (st.lane != Lane::compute) continue;
+        for (std::int32_t k = 0; k < st.action_count; ++k) {
+          const Action& a = action(st.first_action + k);
+          if (a.op != Op::B && a.op != Op::BW) continue;
+          const std::int32_t gi = grads_of_stage_[static_cast<std::size_t>(a.stage)];
+          last_weight_step_[static_cast<std::size_t>(gi)] = static_cast<std::int32_t>(i);
+        }
+      }
+    }
+    reducer_ = std::move(reducer);
+  }
+
   [[nodiscard]] const Schedule& schedule() const noexcept { return schedule_; }
   [[nodiscard]] const std::vector<Action>& program() const noexcept {
     return schedule_.programs[static_cast<std::size_t>(rank_)];
@@ -293,9 +322,13 @@ class Executor {
   StepFaults own_faults_;          // the step's faults when run_step is given none
   std::stop_token step_stop_;      // the running step's; callables read it on the streams
   std::size_t lane_done_[2] = {};  // steps of each lane known complete in this step
+  GradientReducer reducer_;        // data parallelism: see set_gradient_reducer
+  std::vector<typename B::event> reduced_;      // per grads_ entry: its sum over replicas is done
+  std::vector<std::int32_t> last_weight_step_;  // per grads_ entry: the step of its last B or BW
   // Declared last, so destroyed first: a stream's work uses every member above.
   typename B::stream compute_{};
   typename B::stream comm_{};
+  typename B::stream reduce_stream_{};  // the data-parallel sums, created with a reducer
 
   [[nodiscard]] const Action& action(std::int32_t index) const {
     return schedule_.programs[static_cast<std::size_t>(rank_)][static_cast<std::size_t>(index)];
@@ -673,6 +706,21 @@ class Executor {
       b_.group_end();
     }
     b_.record(end_events_[i], stream);
+    if (reducer_ && st.lane == Lane::compute) reduce_after(static_cast<std::int32_t>(i));
+  }
+
+  // Data parallelism: once step i is a stage's last weight-gradient action, sum the stage's
+  // gradient on the reduce stream and hand it to the reducer, while compute goes on.
+  void reduce_after(std::int32_t i) {
+    for (std::size_t k = 0; k < grads_.size(); ++k) {
+      if (last_weight_step_[k] != i) continue;
+      StageGradients& g = grads_[k];
+      b_.wait(reduce_stream_, end_events_[static_cast<std::size_t>(i)]);
+      // The total is complete here: each micro-batch's gradient was added on the compute
+      // stream before step i's end event (issue).
+      if (!g.parts.empty()) reducer_(b_, reduce_stream_, g.stage, g.total, step_stop_);
+      b_.record(reduced_[k], reduce_stream_);
+    }
   }
 
   void allocate_tied() {
@@ -827,6 +875,9 @@ class Executor {
     reduce_tied();
     for (std::size_t k = 0; k < grads_.size(); ++k) {
       StageGradients& g = grads_[k];
+      // With a reducer, the total was handed over at the stage's last weight-gradient step;
+      // the optimizer waits for it to come back summed over the replicas.
+      if (reducer_ && last_weight_step_[k] >= 0) b_.wait(compute_, reduced_[k]);
       const StageFunctions& f = stages_[static_cast<std::size_t>(g.stage)];
       if (!f.optimizer_step) continue;
       const BufferUse<Buffer> use{g.parts.empty() ? nullptr : &g.total, Access::read};
@@ -1066,7 +1117,8 @@ class Executor {
     // this executor's buffers until it returns, and the next step or the destructor must
     // not meet it. Queued work that has not started is dropped by the abort (or, where a
     // backend runs it anyway, calls no user code: see compute()).
-    for (auto* s : {&compute_, &comm_}) {
+    for (auto* s : {&compute_, &comm_, &reduce_stream_}) {
+      if (s == &reduce_stream_ && reduced_.empty()) continue;  // no data parallelism: no such stream
       for (;;) {
         try {
           if (b_.synchronize(*s, HostWait{}) != WaitResult::timed_out) break;

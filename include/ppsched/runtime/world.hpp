@@ -122,6 +122,13 @@ class World {
     for (auto& e : executors_) e->set_watchdog(watchdog);
   }
 
+  // Data parallelism: rank `rank`'s gradient reducer (Executor::set_gradient_reducer), from
+  // the next step (waits for a running step to end first).
+  void set_gradient_reducer(int rank, typename Executor<B>::GradientReducer reducer) {
+    const std::lock_guard<std::mutex> between_steps(step_mutex_);
+    executors_.at(static_cast<std::size_t>(rank))->set_gradient_reducer(std::move(reducer));
+  }
+
   [[nodiscard]] const Schedule& schedule() const noexcept { return schedule_; }
   [[nodiscard]] int ranks() const noexcept { return schedule_.ranks; }
   [[nodiscard]] const Executor<B>& executor(int rank) const { return *executors_.at(static_cast<std::size_t>(rank)); }

@@ -359,6 +359,13 @@ class NcclCommunicator {
     issue(ncclRecv(data, bytes, ncclUint8, peer, live(), stream.handle()), "ncclRecv", __LINE__);
   }
 
+  // Enqueues the in-place sum of `count` floats over every rank of the communicator on
+  // `stream` (ncclAllReduce): data parallelism's gradient sum (backend/cuda/all_reduce.hpp).
+  void all_reduce_sum(float* data, std::size_t count, CudaStreamRef stream) {
+    ensure_ready();
+    issue(ncclAllReduce(data, data, count, ncclFloat, ncclSum, live(), stream.handle()), "ncclAllReduce", __LINE__);
+  }
+
   // ncclGroupStart / ncclGroupEnd. Between them, send and recv are collected and posted
   // together at group_end(), which waits (bounded) for a non-blocking communicator to settle.
   void group_start() {

@@ -1,0 +1,359 @@
+// Data x pipeline parallelism at run time: d replicas of one p-stage pipeline, each on its own
+// p ranks, each fed its share of the global batch; each stage's weight gradient is summed over
+// its d replicas before optimizer_step, so every replica applies the same update. The sum of a
+// stage starts as soon as that stage's last weight-gradient action is done (the executor's
+// hook, Executor::set_gradient_reducer, runs it on the rank's own data-parallel stream), so it
+// overlaps the drain of the pipeline's other stages.
+//
+// An engine that sums gradients implements `GradientAllReduce` (NCCL's ncclAllReduce on the
+// stream, MPI_Allreduce in a host task); `InProcessAllReduce` is the one for replicas that are
+// threads of this process on host memory (the CPU backend in its threaded mode: a replica's
+// stream worker waits for the others). `DataParallelWorld` runs d Worlds as one.
+//
+// Determinism: each replica sums its micro-batches' gradients in micro-batch order (the
+// executor's GradAccumulation::microbatch_order), and the replicas' totals are summed in
+// replica order, from zero: total = ((0 + g_replica0) + g_replica1) + ... The result is
+// bit-identical to unpipelined training that sums the same way; against one flat sum over the
+// whole global batch's micro-batches it differs by float rounding only (docs/data-parallel.md).
+#pragma once
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/runtime/backend.hpp"
+#include "ppsched/runtime/executor.hpp"
+#include "ppsched/runtime/stage.hpp"
+#include "ppsched/runtime/threads.hpp"
+#include "ppsched/runtime/world.hpp"
+#include "ppsched/schedule/schedule.hpp"
+
+namespace ppsched {
+
+// An engine that sums one stage's gradient over its replicas: `all_reduce` enqueues on
+// `stream` the in-place sum of `gradient` over every replica of `stage`, in replica order,
+// and may stop early (with an error) once `stop` is requested.
+template <class R, class B>
+concept GradientAllReduce = requires(R& r, B& backend, typename B::stream& stream, std::int32_t stage,
+                                     typename B::buffer& gradient, std::stop_token stop) {
+  r.all_reduce(backend, stream, stage, gradient, stop);
+};
+
+// The executor's hook calling `engine` (which must outlive the executor's steps).
+template <class B, class R>
+  requires GradientAllReduce<R, B>
+[[nodiscard]] typename Executor<B>::GradientReducer gradient_reducer(R& engine) {
+  return [&engine](B& backend, typename B::stream& stream, std::int32_t stage, typename B::buffer& gradient,
+                   std::stop_token stop) { engine.all_reduce(backend, stream, stage, gradient, stop); };
+}
+
+// The all-reduce of replicas that are threads of this process, on host memory. One object
+// serves every replica; `replica(r)` is replica r's GradientAllReduce. A stage's sum runs when
+// its last replica arrives, on that replica's stream worker, and every replica gets a copy.
+class InProcessAllReduce {
+ public:
+  InProcessAllReduce(std::int32_t replicas, std::int32_t stages) : replicas_(replicas) {
+    if (replicas < 1 || stages < 1) {
+      fail({"InProcessAllReduce", detail::concat(replicas, " replicas of ", stages, " stages"), "",
+            "give at least one replica and one stage"});
+    }
+    for (std::int32_t s = 0; s < stages; ++s) groups_.push_back(std::make_unique<Group>(replicas));
+    calls_.resize(static_cast<std::size_t>(replicas) * static_cast<std::size_t>(stages));
+  }
+
+  class Replica {
+   public:
+    // Launches a host task on `stream`: the gradient's host memory is summed with the other
+    // replicas' when they have all arrived. The backend's span() must be host memory.
+    template <class B>
+    void all_reduce(B& backend, typename B::stream& stream, std::int32_t stage, typename B::buffer& gradient,
+                    std::stop_token stop) {
+      Call& call = owner_->call(replica_, stage);
+      call = Call{owner_, replica_, stage, backend.span(gradient), std::move(stop)};
+      const BufferUse<typename B::buffer> use{&gradient, Access::read_write};
+      backend.launch(stream, HostTask{&InProcessAllReduce::run, &call, "all-reduce"},
+                     std::span<const BufferUse<typename B::buffer>>(&use, 1));
+    }
+
+   private:
+    friend class InProcessAllReduce;
+    Replica(InProcessAllReduce* owner, std::int32_t replica) : owner_(owner), replica_(replica) {}
+    InProcessAllReduce* owner_;
+    std::int32_t replica_;
+  };
+
+  [[nodiscard]] Replica replica(std::int32_t r) {
+    if (r < 0 || r >= replicas_) {
+      fail({"InProcessAllReduce", detail::concat("replica ", r, " of ", replicas_), "", "give a replica in 0 .. d-1"});
+    }
+    return Replica(this, r);
+  }
+
+  // Wakes every waiting replica with an error saying `reason`; later arrivals fail at once,
+  // until reset(). For a step that failed on one replica: the others stop instead of waiting.
+  void abort(std::string reason) {
+    {
+      const std::lock_guard<std::mutex> lock(abort_mutex_);
+      if (!aborted_.empty()) return;
+      aborted_ = std::move(reason);
+    }
+    for (auto& g : groups_) {
+      { const std::lock_guard<std::mutex> lock(g->mutex); }
+      g->ready.notify_all();
+    }
+  }
+  // Between steps, after a failed one: forget partial arrivals and the abort.
+  void reset() {
+    for (auto& g : groups_) {
+      const std::lock_guard<std::mutex> lock(g->mutex);
+      g->arrived = 0;
+    }
+    const std::lock_guard<std::mutex> lock(abort_mutex_);
+    aborted_.clear();
+  }
+
+ private:
+  struct Group {
+    explicit Group(std::int32_t replicas) : parts(static_cast<std::size_t>(replicas)) {}
+    std::mutex mutex;
+    std::condition_variable_any ready;
+    std::vector<std::span<float>> parts;
+    std::vector<float> sum;
+    std::int32_t arrived = 0;
+    std::uint64_t generation = 0;
+  };
+  struct Call {
+    InProcessAllReduce* owner = nullptr;
+    std::int32_t replica = 0;
+    std::int32_t stage = 0;
+    std::span<float> gradient;
+    std::stop_token stop;
+  };
+
+  std::int32_t replicas_;
+  std::vector<std::unique_ptr<Group>> groups_;
+  std::vector<Call> calls_;  // per (replica, stage): what its host task reads
+  std::mutex abort_mutex_;
+  std::string aborted_;
+
+  [[nodiscard]] Call& call(std::int32_t replica, std::int32_t stage) {
+    if (stage < 0 || static_cast<std::size_t>(stage) >= groups_.size()) {
+      fail({"InProcessAllReduce", detail::concat("stage ", stage, " of ", groups_.size()), "",
+            "make it with the schedule's stage count"});
+    }
+    return calls_[static_cast<std::size_t>(replica) * groups_.size() + static_cast<std::size_t>(stage)];
+  }
+  [[nodiscard]] std::string aborted() {
+    const std::lock_guard<std::mutex> lock(abort_mutex_);
+    return aborted_;
+  }
+  [[nodiscard]] bool is_aborted() {
+    const std::lock_guard<std::mutex> lock(abort_mutex_);
+    return !aborted_.empty();
+  }
+
+  static void run(void* context) {
+    const Call& c = *static_cast<const Call*>(context);
+    c.owner->arrive(c);
+  }
+
+  void arrive(const Call& c) {
+    Group& g = *groups_[static_cast<std::size_t>(c.stage)];
+    // Built only for an error: the steady state allocates nothing.
+    const auto where = [&] {
+      return detail::concat("stage ", c.stage, " all-reduce over ", replicas_, " replicas (replica ", c.replica, ")");
+    };
+    std::unique_lock<std::mutex> lock(g.mutex);
+    if (c.stop.stop_requested()) throw error(where() + ": this replica's step failed before it arrived");
+    if (is_aborted()) throw error(where() + ": " + aborted());
+    g.parts[static_cast<std::size_t>(c.replica)] = c.gradient;
+    const std::uint64_t generation = g.generation;
+    if (++g.arrived == replicas_) {
+      // Replica order, from zero: the association the unpipelined reference uses.
+      g.sum.assign(c.gradient.size(), 0.0f);
+      for (const std::span<float> part : g.parts) {
+        if (part.size() != g.sum.size()) throw error(where() + ": replicas gave gradients of different sizes");
+        for (std::size_t i = 0; i < part.size(); ++i) g.sum[i] += part[i];
+      }
+      for (const std::span<float> part : g.parts) std::copy(g.sum.begin(), g.sum.end(), part.begin());
+      g.arrived = 0;
+      ++g.generation;
+      lock.unlock();
+      g.ready.notify_all();
+      return;
+    }
+    g.ready.wait(lock, c.stop, [&] { return g.generation != generation || is_aborted(); });
+    if (g.generation != generation) return;
+    // Withdrawn: the others must not sum this replica's gradient of a failed step.
+    --g.arrived;
+    g.parts[static_cast<std::size_t>(c.replica)] = {};
+    if (c.stop.stop_requested()) throw error(where() + ": this replica's step failed while it waited");
+    throw error(where() + ": " + aborted());
+  }
+};
+
+// The result of a data-parallel step: every replica's losses, replica after replica.
+struct DataParallelStepResult {
+  std::vector<float> losses;           // losses[r * m + mb]: replica r's micro-batch mb
+  std::vector<Timeline> timelines;     // per replica (World::run_step's)
+
+  [[nodiscard]] double mean_loss() const noexcept {
+    double sum = 0.0;
+    for (const float l : losses) sum += static_cast<double>(l);
+    return losses.empty() ? 0.0 : sum / static_cast<double>(losses.size());
+  }
+};
+
+// d Worlds of one schedule, each replica on its own p backends with its own copy of the model
+// (its StageFunctions), their gradients summed by an InProcessAllReduce. A step runs every
+// replica at once, replica 0 on the calling thread and the others on host threads the world
+// keeps for every step; a fault on any replica ends every
+// replica's step (the others stop waiting in their all-reduces) and the first error is thrown,
+// after every replica has stopped. The in-process all-reduce blocks a stream worker until every
+// replica arrives: give CpuBackends in threaded mode.
+template <class B>
+class DataParallelWorld {
+ public:
+  DataParallelWorld(std::vector<std::vector<B*>> backends, const Schedule& schedule,
+                    std::vector<std::vector<StageFunctions>> stages, ExecutorOptions options = {})
+      : all_reduce_(static_cast<std::int32_t>(backends.size()), std::max(schedule.stages(), 1)) {
+    if (backends.empty() || backends.size() != stages.size()) {
+      fail({"DataParallelWorld", detail::concat(backends.size(), " replicas of backends and ", stages.size(), " of stages"), "",
+            "give one list of p backends and one list of StageFunctions per replica"});
+    }
+    if (options.accumulation != GradAccumulation::microbatch_order) {
+      fail({"DataParallelWorld", "schedule-order accumulation", "ExecutorOptions::accumulation",
+            "use GradAccumulation::microbatch_order: the replica sum's bit-identity rests on it"});
+    }
+    for (std::size_t r = 0; r < backends.size(); ++r) {
+      worlds_.push_back(std::make_unique<World<B>>(std::move(backends[r]), schedule, std::move(stages[r]), options));
+      replica_engines_.push_back(all_reduce_.replica(static_cast<std::int32_t>(r)));
+    }
+    for (std::size_t r = 0; r < worlds_.size(); ++r) {
+      for (int rank = 0; rank < worlds_[r]->ranks(); ++rank) {
+        worlds_[r]->set_gradient_reducer(rank, gradient_reducer<B>(replica_engines_[r]));
+      }
+    }
+    result_.timelines.resize(worlds_.size());
+    try {
+      for (std::size_t r = 1; r < worlds_.size(); ++r) drivers_.push_back(detail::start_thread([this, r] { driver_loop(r); }));
+    } catch (...) {
+      stop_drivers();
+      throw;
+    }
+  }
+
+  DataParallelWorld(const DataParallelWorld&) = delete;
+  DataParallelWorld& operator=(const DataParallelWorld&) = delete;
+  DataParallelWorld(DataParallelWorld&&) = delete;
+  DataParallelWorld& operator=(DataParallelWorld&&) = delete;
+  ~DataParallelWorld() { stop_drivers(); }
+
+  // One step: `batches[r]` is replica r's share of the global batch (m micro-batches each).
+  // Calls from several threads wait their turn.
+  const DataParallelStepResult& run_step(std::span<const Batch> batches) {
+    const std::lock_guard<std::mutex> one_step_at_a_time(step_mutex_);
+    if (batches.size() != worlds_.size()) {
+      fail({"DataParallelWorld", detail::concat(batches.size(), " batches for ", worlds_.size(), " replicas"), "batches",
+            "give one batch per replica: its share of the global batch"});
+    }
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      batches_ = batches;
+      first_ = nullptr;
+      remaining_ = worlds_.size() - 1;
+      ++generation_;
+    }
+    start_.notify_all();
+    run_replica(0);
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      finished_.wait(lock, [&] { return remaining_ == 0; });
+    }
+    if (first_) {
+      all_reduce_.reset();
+      std::rethrow_exception(first_);
+    }
+    result_.losses.clear();
+    for (std::size_t r = 0; r < worlds_.size(); ++r) {
+      const StepResult& step = worlds_[r]->last_step();
+      result_.losses.insert(result_.losses.end(), step.losses.begin(), step.losses.end());
+      result_.timelines[r] = step.timeline;
+    }
+    return result_;
+  }
+
+  [[nodiscard]] int replicas() const noexcept { return static_cast<int>(worlds_.size()); }
+  [[nodiscard]] World<B>& replica(int r) { return *worlds_.at(static_cast<std::size_t>(r)); }
+
+ private:
+  InProcessAllReduce all_reduce_;  // declared before the Worlds: their streams use it
+  std::vector<InProcessAllReduce::Replica> replica_engines_;
+  std::vector<std::unique_ptr<World<B>>> worlds_;
+  DataParallelStepResult result_;
+  // Replicas 1 .. d-1 run on host threads kept for every step (replica 0 on the caller's).
+  std::vector<std::thread> drivers_;
+  std::mutex step_mutex_;
+  std::mutex mutex_;
+  std::condition_variable start_;
+  std::condition_variable finished_;
+  std::uint64_t generation_ = 0;
+  std::size_t remaining_ = 0;
+  bool shutdown_ = false;
+  std::span<const Batch> batches_;
+  std::exception_ptr first_;
+
+  void run_replica(std::size_t r) {
+    try {
+      (void)worlds_[r]->run_step(batches_[r]);
+    } catch (...) {
+      {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        if (!first_) first_ = std::current_exception();
+      }
+      // The others stop waiting for this replica in their all-reduces.
+      all_reduce_.abort(detail::concat("replica ", r, "'s step failed"));
+    }
+  }
+
+  void driver_loop(std::size_t r) {
+    std::uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        start_.wait(lock, [&] { return shutdown_ || generation_ != seen; });
+        if (shutdown_) return;
+        seen = generation_;
+      }
+      run_replica(r);
+      {
+        const std::lock_guard<std::mutex> lock(mutex_);
+        if (--remaining_ == 0) finished_.notify_all();
+      }
+    }
+  }
+
+  void stop_drivers() noexcept {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      shutdown_ = true;
+    }
+    start_.notify_all();
+    for (std::thread& t : drivers_) {
+      if (t.joinable()) t.join();
+    }
+  }
+};
+
+}  // namespace ppsched

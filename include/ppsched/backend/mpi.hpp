@@ -1,0 +1,11 @@
+// One process per rank, transfers over MPI, in one include (opt-in: needs <mpi.h> and the
+// MPI library; never reached from <ppsched/ppsched.hpp>). MpiSession initialises MPI,
+// MpiBackend is one rank's Backend, MpiExecutor runs its steps and agrees on their outcome
+// with the other processes; process_rank_from_env reads the launcher's rank and world size.
+// See docs/distributed.md.
+#pragma once
+
+#include "ppsched/backend/mpi/backend.hpp"
+#include "ppsched/backend/mpi/executor.hpp"
+#include "ppsched/backend/mpi/launch.hpp"
+#include "ppsched/backend/mpi/session.hpp"

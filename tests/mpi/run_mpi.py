@@ -3,7 +3,8 @@
 
 Usage: run_mpi.py MPIRUN NP EXPECTED_RC [--mca NAME VALUE]... [--expect TEXT]... -- PROGRAM [ARGS...]
 
-EXPECTED_RC is the exit status mpirun must return. Each --expect TEXT must appear in the
+EXPECTED_RC is the exit status mpirun must return; a job whose processes print "SKIPPED:" and
+exit 77 is passed on as a skip (77). Each --expect TEXT must appear in the
 job's output. The bound on the run is the test harness's timeout: a job that hangs fails
 there. Runs as root too (CI containers), which Open MPI refuses unless told.
 """
@@ -33,6 +34,8 @@ command = [mpirun, "--oversubscribe", *mca, "-np", np, *program]
 print("$", " ".join(command), flush=True)
 run = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 print(run.stdout)
+if run.returncode == 77 and "SKIPPED:" in run.stdout:
+    sys.exit(77)  # every process said why it cannot run here
 problems = []
 if run.returncode != expected:
     problems.append(f"mpirun exited {run.returncode}, expected {expected}")

@@ -12,6 +12,11 @@
 //                     agreement within it too, or Open MPI's launcher ends the job first.
 //                     Each survivor prints its error and exits 4. The test runner checks
 //                     the job ends, and how (tests/mpi/meson.build).
+//   mpi_fault order   rank 0 sends two transfers to rank 1, which receives them in the other
+//                     order. MPI pairs them in posting order, as NCCL does, so the first
+//                     receive gets the first send: the receiver must report it, naming both
+//                     transfers, instead of taking one micro-batch's data for another's; its
+//                     abort then ends rank 0's second send, which no receive will match.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -60,8 +65,36 @@ std::vector<ppsched::StageFunctions> stages(int count, const int& step, bool exi
 
 }  // namespace
 
+// Rank 0 posts A then B to rank 1, which posts B then A: returns this rank's error, if any.
+std::string swapped_order(ppsched::MpiBackend& backend) {
+  auto stream = backend.create_stream();
+  auto a = backend.allocate(8);
+  auto b = backend.allocate(8);
+  const ppsched::PeerTag first{1, "SEND_F0@s0"};
+  const ppsched::PeerTag second{2, "SEND_F1@s0"};
+  try {
+    if (backend.rank() == 0) {
+      backend.send(a, 8, 1, stream, first);
+      backend.send(b, 8, 1, stream, second);
+    } else if (backend.rank() == 1) {
+      backend.recv(b, 8, 0, stream, {2, "RECV_F1@s1"});
+      backend.recv(a, 8, 0, stream, {1, "RECV_F0@s1"});
+    }
+    (void)backend.synchronize(stream, ppsched::HostWait::within(std::chrono::seconds(30)));
+  } catch (const ppsched::error& e) {
+    backend.abort("the transfers did not pair");  // as the executor does: the peers stop too
+    try {
+      (void)backend.synchronize(stream, ppsched::HostWait{});  // drained; throws the sticky error
+    } catch (const ppsched::error&) {
+    }
+    return e.what();
+  }
+  return "";
+}
+
 int main(int argc, char** argv) {
   const bool exit_mode = argc > 1 && std::strcmp(argv[1], "exit") == 0;
+  const bool order_mode = argc > 1 && std::strcmp(argv[1], "order") == 0;
   ppsched::MpiSession session(&argc, &argv);
   ppsched::MpiOptions mo;
   mo.watchdog = std::chrono::milliseconds(exit_mode ? 3'000 : 60'000);
@@ -70,6 +103,19 @@ int main(int argc, char** argv) {
   if (backend.ranks() != 4) {
     if (me == 0) std::printf("FAIL: run with mpirun -np 4\n");
     return 1;
+  }
+  if (order_mode) {
+    const std::string message = swapped_order(backend);
+    const bool expected = me == 1 ? message.find("receive 'RECV_F1@s1' from rank 0 (8 floats) was paired with rank 0's "
+                                                 "send of 8 floats: they belong to different transfers") != std::string::npos
+                    : me == 0 ? message.find("the step was ended by rank 1, which failed") != std::string::npos
+                              : message.empty();
+    std::printf("%s rank %d: '%s'\n", expected ? "ok" : "FAIL", me, message.c_str());
+    int failures = expected ? 0 : 1;
+    int total = 0;
+    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (me == 0) std::printf("%s: %d processes failed their checks\n", total == 0 ? "PASS" : "FAIL", total);
+    return total == 0 ? 0 : 1;
   }
   ppsched::ScheduleRequest req;
   req.ranks = 4;

@@ -376,7 +376,7 @@ class MpiBackend {
       }
     }
     const auto deadline = saturating_deadline(Clock::now(), options_.watchdog);
-    auto pause = std::chrono::microseconds(0);
+    detail::mpi::Backoff backoff;
     bool in_status = false;  // MPI fills the statuses' error fields only then
     for (;;) {
       {
@@ -412,15 +412,7 @@ class MpiBackend {
                 where, "See the peer's output; raise MpiOptions::watchdog if transfers are this slow"});
         }
       }
-      // Back off while nothing arrives: a few yields, then sleeps growing to 1 ms, so that a
-      // rank waiting for its peer's long compute does not take a core from it.
-      if (pause.count() == 0) {
-        std::this_thread::yield();
-        pause = std::chrono::microseconds(1);
-      } else {
-        std::this_thread::sleep_for(pause);
-        pause = std::min(pause * 2, std::chrono::microseconds(1000));
-      }
+      backoff.pause();
     }
     // Every operation completed: check what the headers and statuses say.
     if (in_status) {

@@ -29,7 +29,7 @@ void broadcast_from(int root, T& value, MPI_Comm comm, const HostWait& wait = Ho
     detail::mpi::check(MPI_Ibcast(&value, static_cast<int>(sizeof(T)), MPI_BYTE, root, comm, &request), "MPI_Ibcast",
                        detail::concat("rank ", rank));
   }
-  auto pause = std::chrono::microseconds(1);
+  detail::mpi::Backoff backoff;
   for (;;) {
     {
       const std::lock_guard<std::mutex> lock(detail::mpi::call_mutex());
@@ -43,8 +43,7 @@ void broadcast_from(int root, T& value, MPI_Comm comm, const HostWait& wait = Ho
             detail::concat("the broadcast from rank ", root, stopped ? " was stopped" : " did not complete in time"),
             "broadcast_from", "Every process of the communicator must call it; see the launcher's output"});
     }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    backoff.pause();
   }
 }
 

@@ -74,7 +74,7 @@ class MpiExecutor {
   [[nodiscard]] bool finish(MPI_Request& request) {
     using Clock = std::chrono::steady_clock;
     const auto deadline = saturating_deadline(Clock::now(), backend_.options().watchdog);
-    auto pause = std::chrono::microseconds(1);
+    detail::mpi::Backoff backoff;
     for (;;) {
       {
         const std::lock_guard<std::mutex> lock(detail::mpi::call_mutex());
@@ -84,8 +84,7 @@ class MpiExecutor {
         if (done != 0) return true;
       }
       if (Clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(pause);
-      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+      backoff.pause();
     }
   }
 

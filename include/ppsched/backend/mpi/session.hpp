@@ -13,8 +13,11 @@
 #endif
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 #include <string>
 
 #include "ppsched/error.hpp"
@@ -35,6 +38,31 @@ namespace detail::mpi {
   if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return concat("MPI error ", code);
   return std::string(text, static_cast<std::size_t>(length));
 }
+
+// How a thread waits between two polls of MPI: yields for the first polls (the answer is
+// usually a transfer away), then sleeps, growing to a cap, so that a rank waiting for a peer's
+// long compute does not take a core from it. The cap is the latency a transfer may gain when
+// it lands while its receiver sleeps. Open MPI progresses only inside MPI calls, so there is
+// no blocking wait to use instead.
+class Backoff {
+ public:
+  void pause() {
+    if (polls_ < yielding_polls) {
+      ++polls_;
+      std::this_thread::yield();
+      return;
+    }
+    std::this_thread::sleep_for(sleep_);
+    sleep_ = std::min(sleep_ * 2, max_sleep);
+  }
+
+  static constexpr int yielding_polls = 200;
+  static constexpr std::chrono::microseconds max_sleep{200};
+
+ private:
+  int polls_ = 0;
+  std::chrono::microseconds sleep_{10};
+};
 
 // Throws ppsched::error naming the call when an MPI call did not succeed (the communicators
 // ppsched uses return errors instead of aborting the job: MPI_ERRORS_RETURN).

@@ -355,6 +355,14 @@ class MpiBackend {
     {
       const std::lock_guard<std::mutex> lock(call_mutex());
       std::size_t k = 0;
+      // A post that fails leaves nothing of the group behind to complete into its buffers.
+      struct Undo {
+        Group& group;
+        bool armed = true;
+        ~Undo() {
+          if (armed) cancel_pending_locked(group);
+        }
+      } undo{g};
       for (Op& op : g.ops) {
         const int count = static_cast<int>(op.count);
         if (options_.checking) {
@@ -374,6 +382,7 @@ class MpiBackend {
           check(MPI_Irecv(op.data, count, MPI_FLOAT, op.peer, data_tag, data_, &g.requests[k++]), "MPI_Irecv", where);
         }
       }
+      undo.armed = false;
     }
     const auto deadline = saturating_deadline(Clock::now(), options_.watchdog);
     detail::mpi::Backoff backoff;

@@ -1,6 +1,7 @@
 // The MLP of examples/mlp trained with one process per rank over MPI, against the same model
 // trained unpipelined in every process. Run under `mpirun -np 4`: the four processes form one
-// p=4 pipeline (MPI_COMM_WORLD), then two p=2 pipelines side by side (the world split in
+// p=4 pipeline (MPI_COMM_WORLD; threaded streams, then 1F1B and ZB-V with each process's
+// streams in deterministic mode), then two p=2 pipelines side by side (the world split in
 // two, each pipeline on its own communicator). For each schedule family, losses and every
 // stage's gradient must be bit-identical to the unpipelined run for three steps (gradients
 // summed in micro-batch order). Each process checks its own stages; the exit code is 0 only
@@ -34,8 +35,11 @@ std::vector<float> data(std::size_t n, std::uint32_t seed, float scale) {
 }
 
 // Trains three steps of `family` on the processes of `comm`; returns the number of failed checks.
-int train_and_compare(MPI_Comm comm, const Family& family, const char* layout) {
-  ppsched::MpiBackend backend(comm);
+int train_and_compare(MPI_Comm comm, const Family& family, const char* layout,
+                      ppsched::CpuMode mode = ppsched::CpuMode::threaded) {
+  ppsched::MpiOptions options;
+  options.streams.mode = mode;
+  ppsched::MpiBackend backend(comm, options);
   const int p = backend.ranks();
   const int me = backend.rank();
   ppsched::ScheduleRequest req;
@@ -122,6 +126,11 @@ int main(int argc, char** argv) {
   int failures = 0;
   try {
     for (const Family& f : families) failures += train_and_compare(MPI_COMM_WORLD, f, "p=4");
+    // Each process's streams in the CPU backend's deterministic mode (its one engine thread
+    // then also runs the transfers).
+    for (const Family& f : {families[1], families[5]}) {
+      failures += train_and_compare(MPI_COMM_WORLD, f, "p=4 deterministic", ppsched::CpuMode::deterministic);
+    }
     MPI_Comm half = MPI_COMM_NULL;
     MPI_Comm_split(MPI_COMM_WORLD, world_rank / 2, world_rank, &half);
     for (const Family& f : families) failures += train_and_compare(half, f, "2 x p=2");
@@ -133,8 +142,8 @@ int main(int argc, char** argv) {
   int total = 0;
   MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (world_rank == 0) {
-    std::printf("%s: %zu families at p=4 and 2 x p=2, 3 steps each, %d failed checks\n", total == 0 ? "PASS" : "FAIL",
-                std::size(families), total);
+    std::printf("%s: %zu families at p=4 and 2 x p=2 (2 also deterministic), 3 steps each, %d failed checks\n",
+                total == 0 ? "PASS" : "FAIL", std::size(families), total);
   }
   return total == 0 ? 0 : 1;
 }

@@ -58,6 +58,7 @@ struct MpiOptions {
 };
 
 class MpiBackend;
+class MpiExecutor;
 
 namespace detail::mpi {
 
@@ -154,9 +155,6 @@ class MpiBackend {
   // This process's rank among the processes of its node (for choosing a GPU).
   [[nodiscard]] int local_rank() const noexcept { return local_rank_; }
   [[nodiscard]] const MpiOptions& options() const noexcept { return options_; }
-  // A duplicate of the communicator the backend was built on, for the collectives of the
-  // step's agreement and for sharing an NCCL id: not the one transfers use.
-  [[nodiscard]] MPI_Comm control() const noexcept { return control_; }
 
   // ------------------------------------------------------------------ the rank's streams
   [[nodiscard]] CpuStream create_stream() { return local_.create_stream(); }
@@ -238,8 +236,14 @@ class MpiBackend {
     depth_ = 0;
   }
 
-  // After a step: whether a peer's abort note arrived before this rank aborted (its failure is
-  // then a consequence), the note, and when this rank aborted (ns since the epoch; 0: never).
+ private:
+  friend class MpiExecutor;
+
+  // The communicator of the step's agreement (MpiExecutor): not the one transfers use.
+  [[nodiscard]] MPI_Comm control() const noexcept { return control_; }
+  // For MpiExecutor, after a step: the first peer's abort note that arrived before this rank
+  // aborted (its failure is then a consequence; rank -1: none), and when this rank aborted
+  // (ns since the epoch; 0: never).
   [[nodiscard]] detail::mpi::AbortNote peer_abort() {
     const std::lock_guard<std::mutex> lock(detail::mpi::call_mutex());
     poll_control_locked();
@@ -247,7 +251,6 @@ class MpiBackend {
   }
   [[nodiscard]] std::int64_t abort_time_ns() const noexcept { return abort_time_ns_; }
 
- private:
   void open_locked() {
     detail::mpi::check(MPI_Comm_dup(base_, &data_), "MPI_Comm_dup", "MpiBackend");
     detail::mpi::check(MPI_Comm_dup(base_, &control_), "MPI_Comm_dup", "MpiBackend");

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 build=${PPSCHED_BUILD:-build}
-packages=(meson ninja-build g++ clang pkg-config python3 catch2 libbenchmark-dev nlohmann-json3-dev cmake)
+packages=(meson ninja-build g++ clang pkg-config python3 catch2 libbenchmark-dev nlohmann-json3-dev cmake libopenmpi-dev openmpi-bin)
 
 install_missing() {
   local missing=()

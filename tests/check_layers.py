@@ -26,6 +26,7 @@ LAYERS = [
     "plan",
     "runtime",
     "backend/cpu",
+    "backend/mpi",
     "backend/cuda",
 ]
 FIRST = {"error.hpp"}  # includable from everywhere
@@ -37,7 +38,7 @@ include_re = re.compile(r'^\s*#\s*include\s*[<"]ppsched/([^">]+)[">]', re.M)
 def folder_of(rel):
     if rel.startswith("backend/") and rel.count("/") >= 2:
         return "/".join(rel.split("/")[:2])
-    if rel in ("backend/cpu.hpp", "backend/cuda.hpp"):  # each backend's umbrella
+    if rel in ("backend/cpu.hpp", "backend/mpi.hpp", "backend/cuda.hpp"):  # each backend's umbrella
         return rel[: -len(".hpp")]
     return rel.split("/")[0] if "/" in rel else None  # None: a top-level header
 

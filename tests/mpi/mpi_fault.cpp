@@ -1,0 +1,179 @@
+// Faults across processes, run under `mpirun -np 4` on a p=4 pipeline of small synthetic
+// stages (1F1B, 8 micro-batches).
+//
+//   mpi_fault throw   rank 2's forward of micro-batch 3 throws in the second step. Every
+//                     process must end that step with the same error, the thrower's, naming
+//                     rank 2, stage 2, micro-batch 3 and the action; the third step must then
+//                     run normally (the backends recovered). Exit 0 when every process saw
+//                     exactly that.
+//   mpi_fault exit    rank 1's process exits (std::_Exit(3)) inside a forward of the second
+//                     step, as a crashed process would. The others must not hang: their
+//                     transfers with rank 1 fail within MpiOptions::watchdog and the step's
+//                     agreement within it too, or Open MPI's launcher ends the job first.
+//                     Each survivor prints its error and exits 4. The test runner checks
+//                     the job ends, and how (tests/mpi/meson.build).
+//   mpi_fault order   rank 0 sends two transfers to rank 1, which receives them in the other
+//                     order. MPI pairs them in posting order, as NCCL does, so the first
+//                     receive gets the first send: the receiver must report it, naming both
+//                     transfers, instead of taking one micro-batch's data for another's; its
+//                     abort then ends rank 0's second send, which no receive will match.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ppsched/backend/mpi.hpp>
+#include <ppsched/schedule/generators.hpp>
+#include <string>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t width = 4;
+
+std::vector<ppsched::StageFunctions> stages(int count, const int& step, bool exit_mode) {
+  std::vector<ppsched::StageFunctions> out;
+  for (int s = 0; s < count; ++s) {
+    ppsched::StageFunctions f;
+    f.input_size = width;
+    f.output_size = width;
+    f.target_size = s + 1 == count ? width : 0;
+    f.forward = [s, &step, exit_mode](std::int32_t mb, std::span<const float> in, std::span<float> o) {
+      if (step == 1 && !exit_mode && s == 2 && mb == 3) throw std::runtime_error("boom in the forward");
+      if (step == 1 && exit_mode && s == 1 && mb == 2) {
+        std::fflush(stdout);
+        std::_Exit(3);
+      }
+      for (std::size_t i = 0; i < o.size(); ++i) o[i] = 0.5f * in[i] + 1.0f;
+    };
+    f.backward = [](std::int32_t, std::span<const float>, std::span<const float> g, std::span<float> gi,
+                    std::span<float>) {
+      for (std::size_t i = 0; i < gi.size(); ++i) gi[i] = 0.5f * g[i];
+    };
+    if (s + 1 == count) {
+      f.loss = [](std::int32_t, std::span<const float> o, std::span<const float> t, std::span<float> g) {
+        float loss = 0.0f;
+        for (std::size_t i = 0; i < o.size(); ++i) {
+          g[i] = o[i] - t[i];
+          loss += g[i] * g[i];
+        }
+        return loss;
+      };
+    }
+    out.push_back(std::move(f));
+  }
+  return out;
+}
+
+}  // namespace
+
+// Rank 0 posts A then B to rank 1, which posts B then A: returns this rank's error, if any.
+std::string swapped_order(ppsched::MpiBackend& backend) {
+  auto stream = backend.create_stream();
+  auto a = backend.allocate(8);
+  auto b = backend.allocate(8);
+  const ppsched::PeerTag first{1, "SEND_F0@s0"};
+  const ppsched::PeerTag second{2, "SEND_F1@s0"};
+  try {
+    if (backend.rank() == 0) {
+      backend.send(a, 8, 1, stream, first);
+      backend.send(b, 8, 1, stream, second);
+    } else if (backend.rank() == 1) {
+      backend.recv(b, 8, 0, stream, {2, "RECV_F1@s1"});
+      backend.recv(a, 8, 0, stream, {1, "RECV_F0@s1"});
+    }
+    (void)backend.synchronize(stream, ppsched::HostWait::within(std::chrono::seconds(30)));
+  } catch (const ppsched::error& e) {
+    backend.abort("the transfers did not pair");  // as the executor does: the peers stop too
+    try {
+      (void)backend.synchronize(stream, ppsched::HostWait{});  // drained; throws the sticky error
+    } catch (const ppsched::error&) {
+    }
+    return e.what();
+  }
+  return "";
+}
+
+int main(int argc, char** argv) {
+  const bool exit_mode = argc > 1 && std::strcmp(argv[1], "exit") == 0;
+  const bool order_mode = argc > 1 && std::strcmp(argv[1], "order") == 0;
+  ppsched::MpiSession session(&argc, &argv);
+  ppsched::MpiOptions mo;
+  mo.watchdog = std::chrono::milliseconds(exit_mode ? 3'000 : 60'000);
+  ppsched::MpiBackend backend(MPI_COMM_WORLD, mo);
+  const int me = backend.rank();
+  if (backend.ranks() != 4) {
+    if (me == 0) std::printf("FAIL: run with mpirun -np 4\n");
+    return 1;
+  }
+  if (order_mode) {
+    const std::string message = swapped_order(backend);
+    const bool expected = me == 1 ? message.find("receive 'RECV_F1@s1' from rank 0 (8 floats) was paired with rank 0's "
+                                                 "send of 8 floats: they belong to different transfers") != std::string::npos
+                    : me == 0 ? message.find("the step was ended by rank 1, which failed") != std::string::npos
+                              : message.empty();
+    std::printf("%s rank %d: '%s'\n", expected ? "ok" : "FAIL", me, message.c_str());
+    int failures = expected ? 0 : 1;
+    int total = 0;
+    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (me == 0) std::printf("%s: %d processes failed their checks\n", total == 0 ? "PASS" : "FAIL", total);
+    return total == 0 ? 0 : 1;
+  }
+  ppsched::ScheduleRequest req;
+  req.ranks = 4;
+  req.microbatches = 8;
+  const ppsched::Schedule schedule = ppsched::make_schedule("1f1b", req);
+  int step = 0;
+  const auto functions = stages(schedule.stages(), step, exit_mode);
+  ppsched::ExecutorOptions eo;
+  // Short only where a process dies (the bound under test); elsewhere a loaded machine must
+  // not fire it in a healthy step.
+  eo.watchdog = std::chrono::milliseconds(exit_mode ? 2'000 : 30'000);
+  ppsched::MpiExecutor executor(backend, schedule, functions, eo);
+  const std::vector<float> inputs(8 * width, 1.0f);
+  const std::vector<float> targets(8 * width, 0.0f);
+
+  bool ok = true;
+  for (step = 0; step < 3; ++step) {
+    std::string message;
+    try {
+      (void)executor.run_step({inputs, targets});
+    } catch (const ppsched::error& e) {
+      message = e.what();
+    }
+    if (exit_mode) {
+      if (!message.empty()) {
+        std::printf("rank %d step %d ended: %s\n", me, step, message.c_str());
+        std::fflush(stdout);
+        // Not MpiSession::abort_job: mpirun 4.1.4, told to let the job run on after a process
+        // exited, crashed (SIGSEGV in pmix_server_log) when several survivors called MPI_Abort.
+        std::_Exit(4);
+      }
+      continue;
+    }
+    if (step != 1) {
+      if (!message.empty()) std::printf("FAIL rank %d: step %d should succeed: %s\n", me, step, message.c_str());
+      ok = ok && message.empty();
+      continue;
+    }
+    const bool named = message.find("rank 2, stage 2, micro-batch 3") != std::string::npos &&
+                       message.find("F3@s2") != std::string::npos &&
+                       message.find("boom in the forward") != std::string::npos;
+    if (!named) std::printf("FAIL rank %d: step 1's error does not name the thrower: '%s'\n", me, message.c_str());
+    ok = ok && named;
+    // Every process holds the same text: compare with rank 0's.
+    std::vector<char> first(4096, '\0');
+    if (me == 0) std::strncpy(first.data(), message.c_str(), first.size() - 1);
+    MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (message != first.data()) std::printf("FAIL rank %d: '%s' differs from rank 0's\n", me, message.c_str());
+    ok = ok && message == first.data();
+    if (me == 0) std::printf("every process ended step 1 with: %s\n", message.c_str());
+  }
+  if (exit_mode) {
+    std::printf("FAIL rank %d: finished every step although rank 1 exited\n", me);
+    return 1;
+  }
+  int failures = ok ? 0 : 1;
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (me == 0) std::printf("%s: %d processes failed their checks\n", total == 0 ? "PASS" : "FAIL", total);
+  return total == 0 ? 0 : 1;
+}

@@ -27,6 +27,7 @@ LAYERS = [
     "runtime",
     "backend/cpu",
     "backend/cuda",
+    "adapters",  # opt-in bridges to frameworks (libtorch): never included by the umbrella
 ]
 FIRST = {"error.hpp"}  # includable from everywhere
 

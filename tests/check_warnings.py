@@ -47,7 +47,8 @@ include_root = os.path.join(root, "include")
 for dirpath, _, names in os.walk(os.path.join(include_root, "ppsched")):
     for name in sorted(names):
         header = os.path.relpath(os.path.join(dirpath, name), include_root)
-        if not header.endswith(".hpp") or header.startswith("ppsched/backend/cuda"):
+        # The CUDA headers need nvcc's toolkit, the adapters their framework (libtorch).
+        if not header.endswith(".hpp") or header.startswith(("ppsched/backend/cuda", "ppsched/adapters")):
             continue
         unit = os.path.join(scratch, header.replace("/", "_") + ".cpp")
         with open(unit, "w", encoding="utf-8") as out:

@@ -4,6 +4,9 @@
 // (every micro-batch through the whole model, gradients accumulated by autograd in
 // micro-batch order, one SGD step): losses and parameters must be bit-identical. Built only
 // where libtorch is found (tests/meson.build); suite 'torch'.
+// First, so that this file proves the adapter header compiles on its own (the headers-alone
+// test leaves it out: it needs libtorch).
+#include <ppsched/adapters/torch.hpp>
 // Debian's libtorch logs through glog, whose CHECK macro replaces Catch2's where torch's
 // headers come later: every CHECK would pass silently. Catch2's macros are used prefixed.
 #define CATCH_CONFIG_PREFIX_ALL
@@ -11,7 +14,6 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <ppsched/adapters/torch.hpp>
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/runtime/world.hpp>
 #include <ppsched/schedule/generators.hpp>

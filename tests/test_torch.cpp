@@ -329,9 +329,44 @@ CATCH_TEST_CASE("the weight gradient is laid out in the order of parameters()", 
   CATCH_CHECK(grad_in == expected_in);
 
   std::vector<float> split(f.weight_grad_size, 0.0f), split_in(f.input_size);
-  f.forward(1, floats(x), out);
-  f.backward_input(1, floats(x), floats(g), split_in);
-  f.backward_weight(1, floats(x), floats(g), split);
+  {
+    // The caller's thread-local grad mode does not reach the stage: its graph is built anyway.
+    const torch::NoGradGuard caller_has_grad_off;
+    f.forward(1, floats(x), out);
+    f.backward_input(1, floats(x), floats(g), split_in);
+    f.backward_weight(1, floats(x), floats(g), split);
+  }
   CATCH_CHECK(split == expected);
   CATCH_CHECK(split_in == expected_in);
+}
+
+CATCH_TEST_CASE("a wrong output shape ends the step with the stage named", "[torch]") {
+  torch::set_num_threads(1);
+  torch::nn::Sequential model = make_model(3);
+  ppsched::ScheduleRequest request;
+  request.ranks = 2;
+  request.microbatches = 2;
+  const ppsched::Schedule schedule = ppsched::make_schedule("1f1b", request);
+  std::vector<std::unique_ptr<ppsched::TorchStage>> adapters;
+  std::vector<ppsched::StageFunctions> functions;
+  for (std::int64_t s = 0; s < 2; ++s) {
+    ppsched::TorchStageOptions o;
+    o.input_shape = {rows, widths[4 * s]};
+    o.output_shape = {rows, widths[4 * s + 4]};
+    if (s == 1) {
+      o.output_shape = {rows, widths[layers] + 1};  // one feature too many
+      o.target_shape = o.output_shape;
+      o.loss = [](const torch::Tensor& out, const torch::Tensor& target) { return torch::mse_loss(out, target); };
+    }
+    adapters.push_back(std::make_unique<ppsched::TorchStage>(layers_of(model, 4 * s, 4 * s + 4), o));
+    functions.push_back(adapters.back()->functions());
+  }
+  ppsched::CpuCluster cluster(2);
+  ppsched::World<ppsched::CpuBackend> world({&cluster.rank(0), &cluster.rank(1)}, schedule, functions);
+  const StepData d = data(2, 0);
+  const std::vector<float> targets(2 * functions[1].target_size, 0.0f);
+  const std::string message = ppsched_error_of([&] { (void)world.run_step({floats(d.inputs), targets}); });
+  CATCH_CHECK_THAT(message, Catch::Matchers::Contains("stage 1") && Catch::Matchers::Contains("F0") &&
+                                Catch::Matchers::Contains("the module's output has 8 elements") &&
+                                Catch::Matchers::Contains("output_shape"));
 }

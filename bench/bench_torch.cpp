@@ -4,10 +4,10 @@
 // (backward_input, then backward_weight) with the layers as the Sequential's children; and
 // the split backward with the stage given as one child, where backward_weight runs the
 // child's whole backward again (docs/torch.md). Compare the times as ratios within one run.
-#include <ppsched/adapters/torch.hpp>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/linear.h>
+#include <ppsched/adapters/torch.hpp>
 
 #include <benchmark/benchmark.h>
 

@@ -6,13 +6,13 @@
 //   torch_mlp [schedule] [ranks] [steps]      e.g.  torch_mlp zb-v 4 20
 //
 // Built only where libtorch is found (Debian: libtorch-dev); see docs/torch.md.
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
 #include <ppsched/adapters/torch.hpp>
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/runtime/world.hpp>
 #include <ppsched/schedule/generators.hpp>
-#include <torch/nn/modules/activation.h>
-#include <torch/nn/modules/linear.h>
-#include <torch/optim/sgd.h>
 
 #include <cstdint>
 #include <cstdlib>

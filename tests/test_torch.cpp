@@ -10,6 +10,9 @@
 // Debian's libtorch logs through glog, whose CHECK macro replaces Catch2's where torch's
 // headers come later: every CHECK would pass silently. Catch2's macros are used prefixed.
 #define CATCH_CONFIG_PREFIX_ALL
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/sgd.h>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -18,9 +21,6 @@
 #include <ppsched/runtime/world.hpp>
 #include <ppsched/schedule/generators.hpp>
 #include <string>
-#include <torch/nn/modules/activation.h>
-#include <torch/nn/modules/linear.h>
-#include <torch/optim/sgd.h>
 #include <vector>
 
 namespace {
@@ -77,8 +77,8 @@ std::vector<float> train_unpipelined(torch::nn::Sequential& model, torch::optim:
   sgd.zero_grad();
   std::vector<float> losses;
   for (std::int32_t mb = 0; mb < m; ++mb) {
-    const torch::Tensor loss = loss_of(model->forward(d.inputs.narrow(0, mb * rows, rows)),
-                                       d.targets.narrow(0, mb * rows, rows), m);
+    const torch::Tensor loss =
+        loss_of(model->forward(d.inputs.narrow(0, mb * rows, rows)), d.targets.narrow(0, mb * rows, rows), m);
     loss.backward();
     losses.push_back(loss.item<float>());
   }
@@ -243,9 +243,9 @@ CATCH_TEST_CASE("the adapter rejects a module that does not match the stage", "[
     const ppsched::StageFunctions f = stage.functions();
     std::vector<float> in(f.input_size, 0.5f);
     std::vector<float> out(f.output_size);
-    CATCH_CHECK_THAT(ppsched_error_of([&] { (void)f.forward(0, in, out); }),
-               Catch::Matchers::Contains("the module's output has 32 elements") &&
-                   Catch::Matchers::Contains("output_shape"));
+    CATCH_CHECK_THAT(
+        ppsched_error_of([&] { (void)f.forward(0, in, out); }),
+        Catch::Matchers::Contains("the module's output has 32 elements") && Catch::Matchers::Contains("output_shape"));
   }
 
   CATCH_SECTION("double parameters") {
@@ -255,7 +255,7 @@ CATCH_TEST_CASE("the adapter rejects a module that does not match the stage", "[
     o.input_shape = {rows, widths[0]};
     o.output_shape = {rows, widths[1]};
     CATCH_CHECK_THAT(ppsched_error_of([&] { (void)ppsched::TorchStage(part, o); }),
-               Catch::Matchers::Contains("Double") && Catch::Matchers::Contains("torch::kFloat32"));
+                     Catch::Matchers::Contains("Double") && Catch::Matchers::Contains("torch::kFloat32"));
   }
 
   CATCH_SECTION("a shape with a zero dimension") {
@@ -263,7 +263,7 @@ CATCH_TEST_CASE("the adapter rejects a module that does not match the stage", "[
     o.input_shape = {0, widths[0]};
     o.output_shape = {rows, widths[1]};
     CATCH_CHECK_THAT(ppsched_error_of([&] { (void)ppsched::TorchStage(layers_of(model, 0, 1), o); }),
-               Catch::Matchers::Contains("input_shape"));
+                     Catch::Matchers::Contains("input_shape"));
   }
 
   CATCH_SECTION("a loss that is not a scalar") {
@@ -278,7 +278,7 @@ CATCH_TEST_CASE("the adapter rejects a module that does not match the stage", "[
     std::vector<float> target(f.target_size, 0.2f);
     std::vector<float> grad(f.output_size);
     CATCH_CHECK_THAT(ppsched_error_of([&] { (void)f.loss(0, out, target, grad); }),
-               Catch::Matchers::Contains("scalar"));
+                     Catch::Matchers::Contains("scalar"));
   }
 
   CATCH_SECTION("a backward before its forward") {
@@ -289,7 +289,7 @@ CATCH_TEST_CASE("the adapter rejects a module that does not match the stage", "[
     const ppsched::StageFunctions f = stage.functions();
     std::vector<float> in(f.input_size), grad_out(f.output_size), grad_in(f.input_size), wg(f.weight_grad_size);
     CATCH_CHECK_THAT(ppsched_error_of([&] { (void)f.backward(3, in, grad_out, grad_in, wg); }),
-               Catch::Matchers::Contains("without its forward"));
+                     Catch::Matchers::Contains("without its forward"));
   }
 }
 

@@ -12,11 +12,11 @@
 // weight gradients are the same numbers the full backward computes (the same autograd nodes
 // on the same values), so every schedule trains bit-identically.
 //
-// The float spans of StageFunctions meet torch tensors in detail::tensor_view and
-// detail::copy_into only, so the typed-tensor stage interface can replace them in one place.
-// Views need no copy; copies happen where torch owns the memory it computed into: the
-// forward's output, the input and weight gradients, the loss gradient, and param.grad
-// before the optimizer runs (see docs/torch.md).
+// The float spans of StageFunctions meet torch tensors in detail::torch_adapter's
+// tensor_view and copy_into only, so the typed-tensor stage interface can replace them in
+// one place. Views need no copy; copies happen where torch owns the memory it computed
+// into: the forward's output, the input and weight gradients, the loss gradient, and
+// param.grad before the optimizer runs (see docs/torch.md).
 #pragma once
 
 #include <torch/autograd.h>
@@ -52,7 +52,7 @@ struct TorchStageOptions {
   torch::optim::Optimizer* optimizer = nullptr;
 };
 
-namespace detail {
+namespace detail::torch_adapter {
 
 [[nodiscard]] inline std::int64_t element_count(const std::vector<std::int64_t>& shape) {
   std::int64_t n = 1;
@@ -79,17 +79,17 @@ inline void copy_into(std::span<float> out, const torch::Tensor& value, const ch
   if (!value.defined() || value.scalar_type() != torch::kFloat32 ||
       static_cast<std::size_t>(value.numel()) != out.size()) {
     fail({"torch stage",
-          value.defined() ? detail::concat(what, " has ", value.numel(), " elements of ", c10::toString(value.scalar_type()),
-                                           " (shape ", shape_text(value.sizes()), "); the stage declares ", out.size(),
-                                           " float32")
-                          : detail::concat(what, " is undefined"),
+          value.defined()
+              ? detail::concat(what, " has ", value.numel(), " elements of ", c10::toString(value.scalar_type()),
+                               " (shape ", shape_text(value.sizes()), "); the stage declares ", out.size(), " float32")
+              : detail::concat(what, " is undefined"),
           "", fix});
   }
   const torch::NoGradGuard no_grad;
   tensor_view(out, value.sizes()).copy_(value.detach());
 }
 
-}  // namespace detail
+}  // namespace detail::torch_adapter
 
 class TorchStage {
  public:
@@ -107,7 +107,7 @@ class TorchStage {
       if (!p.requires_grad() || owns(p)) continue;
       if (p.scalar_type() != torch::kFloat32 || !p.device().is_cpu()) {
         fail({"torch stage",
-              detail::concat("a parameter of shape ", detail::shape_text(p.sizes()), " is ",
+              detail::concat("a parameter of shape ", detail::torch_adapter::shape_text(p.sizes()), " is ",
                              c10::toString(p.scalar_type()), " on ", p.device().str(),
                              "; the stage's spans carry float32 on the CPU"),
               "", "Call module->to(torch::kFloat32) (and keep it on the CPU) before building the stage"});
@@ -132,15 +132,15 @@ class TorchStage {
   // The stage for ppsched; it calls back into this object, which must outlive the World.
   [[nodiscard]] StageFunctions functions() {
     StageFunctions f;
-    f.input_size = static_cast<std::size_t>(detail::element_count(options_.input_shape));
-    f.output_size = static_cast<std::size_t>(detail::element_count(options_.output_shape));
-    f.target_size = options_.loss ? static_cast<std::size_t>(detail::element_count(options_.target_shape)) : 0;
+    f.input_size = static_cast<std::size_t>(detail::torch_adapter::element_count(options_.input_shape));
+    f.output_size = static_cast<std::size_t>(detail::torch_adapter::element_count(options_.output_shape));
+    f.target_size =
+        options_.loss ? static_cast<std::size_t>(detail::torch_adapter::element_count(options_.target_shape)) : 0;
     f.weight_grad_size = weight_floats_;
     f.forward = [this](std::int32_t mb, std::span<const float> in, std::span<float> out) { forward(mb, in, out); };
     f.backward = [this](std::int32_t mb, std::span<const float>, std::span<const float> grad_out,
-                        std::span<float> grad_in, std::span<float> weight_grad) {
-      backward(mb, grad_out, grad_in, weight_grad);
-    };
+                        std::span<float> grad_in,
+                        std::span<float> weight_grad) { backward(mb, grad_out, grad_in, weight_grad); };
     f.backward_input = [this](std::int32_t mb, std::span<const float>, std::span<const float> grad_out,
                               std::span<float> grad_in) { backward_input(mb, grad_out, grad_in); };
     f.backward_weight = [this](std::int32_t mb, std::span<const float>, std::span<const float> grad_out,
@@ -168,7 +168,7 @@ class TorchStage {
   torch::nn::Sequential module_;
   TorchStageOptions options_;
   std::vector<torch::Tensor> parameters_;
-  std::vector<std::size_t> offsets_;                      // of each parameter in the weight gradient
+  std::vector<std::size_t> offsets_;                        // of each parameter in the weight gradient
   std::vector<std::vector<std::size_t>> child_parameters_;  // [child]: indices into parameters_
   std::size_t weight_floats_ = 0;
   std::vector<Saved> saved_;  // [micro-batch]
@@ -176,8 +176,10 @@ class TorchStage {
   static void check_shape(const std::vector<std::int64_t>& shape, const char* name) {
     for (std::int64_t d : shape) {
       if (d > 0) continue;
-      fail({"torch stage", detail::concat(name, " ", detail::shape_text(shape), " has a dimension of ", d),
-            detail::concat("TorchStageOptions::", name), "Give every dimension of one micro-batch's tensor, each >= 1"});
+      fail({"torch stage",
+            detail::concat(name, " ", detail::torch_adapter::shape_text(shape), " has a dimension of ", d),
+            detail::concat("TorchStageOptions::", name),
+            "Give every dimension of one micro-batch's tensor, each >= 1"});
     }
     if (shape.empty()) {
       fail({"torch stage", detail::concat(name, " is empty"), detail::concat("TorchStageOptions::", name),
@@ -212,7 +214,7 @@ class TorchStage {
     const torch::AutoGradMode grad_mode(true);
     Saved& s = saved(mb);
     s = Saved{};
-    s.input = detail::tensor_view(in, options_.input_shape).requires_grad_(true);
+    s.input = detail::torch_adapter::tensor_view(in, options_.input_shape).requires_grad_(true);
     s.hidden.resize(module_->size());
     torch::Tensor x = s.input;
     std::size_t c = 0;
@@ -222,8 +224,8 @@ class TorchStage {
       ++c;
     }
     s.output = x;
-    detail::copy_into(out, x, "the module's output",
-                      "Set TorchStageOptions::output_shape to the module's output for one micro-batch");
+    detail::torch_adapter::copy_into(out, x, "the module's output",
+                                     "Set TorchStageOptions::output_shape to the module's output for one micro-batch");
   }
 
   // Writes each parameter's gradient (undefined: unused, left zero) into its slice.
@@ -232,8 +234,9 @@ class TorchStage {
     for (std::size_t k = 0; k < which.size(); ++k) {
       if (!grads[k].defined()) continue;
       const std::size_t i = which[k];
-      detail::copy_into(weight_grad.subspan(offsets_[i], static_cast<std::size_t>(parameters_[i].numel())), grads[k],
-                        "a parameter's gradient", "Keep the module's parameters float32");
+      detail::torch_adapter::copy_into(
+          weight_grad.subspan(offsets_[i], static_cast<std::size_t>(parameters_[i].numel())), grads[k],
+          "a parameter's gradient", "Keep the module's parameters float32");
     }
   }
 
@@ -245,8 +248,9 @@ class TorchStage {
     if (!grad_in.empty()) wanted.push_back(s.input);
     for (const torch::Tensor& p : parameters_) wanted.push_back(p);
     if (!wanted.empty()) {
-      const auto grads = torch::autograd::grad({s.output}, wanted, {detail::tensor_view(grad_out, s.output.sizes())},
-                                               /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+      const auto grads =
+          torch::autograd::grad({s.output}, wanted, {detail::torch_adapter::tensor_view(grad_out, s.output.sizes())},
+                                /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
       const std::size_t first = grad_in.empty() ? 0 : 1;
       if (!grad_in.empty()) copy_input_gradient(grad_in, grads[0]);
       std::vector<std::size_t> all(parameters_.size());
@@ -270,7 +274,7 @@ class TorchStage {
     }
     s.gradients.assign(module_->size(), torch::Tensor());
     if (wanted.empty()) return;
-    const torch::Tensor g = detail::tensor_view(grad_out, s.output.sizes());
+    const torch::Tensor g = detail::torch_adapter::tensor_view(grad_out, s.output.sizes());
     const auto grads = torch::autograd::grad({s.output}, wanted, {g}, /*retain_graph=*/true, /*create_graph=*/false,
                                              /*allow_unused=*/true);
     const std::size_t first = grad_in.empty() ? 0 : 1;
@@ -292,7 +296,8 @@ class TorchStage {
       const std::vector<std::size_t>& which = child_parameters_[c];
       if (which.empty()) continue;
       const torch::Tensor root = c == last ? s.output : s.hidden[c];
-      const torch::Tensor g = c == last ? detail::tensor_view(grad_out, s.output.sizes()) : s.gradients[c];
+      const torch::Tensor g =
+          c == last ? detail::torch_adapter::tensor_view(grad_out, s.output.sizes()) : s.gradients[c];
       if (!g.defined()) continue;  // nothing downstream depends on this child's output
       std::vector<torch::Tensor> wanted;
       for (std::size_t i : which) wanted.push_back(parameters_[i]);
@@ -313,7 +318,8 @@ class TorchStage {
       if (!grads[k].defined()) continue;
       const std::size_t i = which[k];
       const auto n = static_cast<std::size_t>(parameters_[i].numel());
-      torch::Tensor slice = detail::tensor_view(weight_grad.subspan(offsets_[i], n), parameters_[i].sizes());
+      torch::Tensor slice =
+          detail::torch_adapter::tensor_view(weight_grad.subspan(offsets_[i], n), parameters_[i].sizes());
       slice.add_(grads[k]);
     }
   }
@@ -323,22 +329,25 @@ class TorchStage {
       std::fill(grad_in.begin(), grad_in.end(), 0.0f);  // the output does not depend on the input
       return;
     }
-    detail::copy_into(grad_in, g, "the input gradient", "Set TorchStageOptions::input_shape to the module's input");
+    detail::torch_adapter::copy_into(grad_in, g, "the input gradient",
+                                     "Set TorchStageOptions::input_shape to the module's input");
   }
 
   [[nodiscard]] float loss(std::span<const float> out, std::span<const float> target, std::span<float> grad_out) {
     const torch::AutoGradMode grad_mode(true);
-    const torch::Tensor output = detail::tensor_view(out, options_.output_shape).requires_grad_(true);
-    const torch::Tensor value = options_.loss(output, detail::tensor_view(target, options_.target_shape));
+    const torch::Tensor output = detail::torch_adapter::tensor_view(out, options_.output_shape).requires_grad_(true);
+    const torch::Tensor value =
+        options_.loss(output, detail::torch_adapter::tensor_view(target, options_.target_shape));
     if (!value.defined() || value.numel() != 1 || !value.requires_grad()) {
       fail({"torch stage",
             value.defined() ? detail::concat("the loss has ", value.numel(), " elements",
                                              value.requires_grad() ? "" : " and does not depend on the output")
                             : "the loss is undefined",
-            "TorchStageOptions::loss", "Return one scalar computed from the output (e.g. torch::mse_loss(output, target))"});
+            "TorchStageOptions::loss",
+            "Return one scalar computed from the output (e.g. torch::mse_loss(output, target))"});
     }
     const auto grads = torch::autograd::grad({value}, {output});
-    detail::copy_into(grad_out, grads[0], "the loss gradient", "Keep the loss in float32");
+    detail::torch_adapter::copy_into(grad_out, grads[0], "the loss gradient", "Keep the loss in float32");
     return value.item<float>();
   }
 
@@ -349,9 +358,8 @@ class TorchStage {
       // Allocated once: later steps copy into it. A copy, because the optimizer may keep or
       // change param.grad, and the span is the executor's.
       if (!grad.defined()) grad = torch::empty_like(parameters_[i]);
-      grad.copy_(
-          detail::tensor_view(weight_grad.subspan(offsets_[i], static_cast<std::size_t>(parameters_[i].numel())),
-                              parameters_[i].sizes()));
+      grad.copy_(detail::torch_adapter::tensor_view(
+          weight_grad.subspan(offsets_[i], static_cast<std::size_t>(parameters_[i].numel())), parameters_[i].sizes()));
     }
     if (options_.optimizer != nullptr) options_.optimizer->step();
   }

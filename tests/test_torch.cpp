@@ -370,3 +370,84 @@ CATCH_TEST_CASE("a wrong output shape ends the step with the stage named", "[tor
                                 Catch::Matchers::Contains("the module's output has 8 elements") &&
                                 Catch::Matchers::Contains("output_shape"));
 }
+
+CATCH_TEST_CASE("without an optimizer the summed gradient is left in param.grad", "[torch]") {
+  // The caller applies it: param.grad after run_step equals the unpipelined accumulated
+  // gradient, and the parameters have not moved.
+  torch::set_num_threads(1);
+  const std::int32_t m = 4;
+  ppsched::ScheduleRequest request;
+  request.ranks = 2;
+  request.microbatches = m;
+  const ppsched::Schedule schedule = ppsched::make_schedule("zb-h1", request);
+  torch::nn::Sequential pipelined = make_model(9);
+  torch::nn::Sequential reference = deep_copy(pipelined);
+  const torch::nn::Sequential initial = deep_copy(pipelined);
+  std::vector<std::unique_ptr<ppsched::TorchStage>> adapters;
+  std::vector<ppsched::StageFunctions> functions;
+  for (std::int64_t s = 0; s < 2; ++s) {
+    ppsched::TorchStageOptions o;
+    o.input_shape = {rows, widths[4 * s]};
+    o.output_shape = {rows, widths[4 * s + 4]};
+    if (s == 1) {
+      o.target_shape = o.output_shape;
+      o.loss = [](const torch::Tensor& out, const torch::Tensor& target) { return loss_of(out, target, m); };
+    }
+    adapters.push_back(std::make_unique<ppsched::TorchStage>(layers_of(pipelined, 4 * s, 4 * s + 4), o));
+    functions.push_back(adapters.back()->functions());
+  }
+  ppsched::CpuCluster cluster(2);
+  ppsched::World<ppsched::CpuBackend> world({&cluster.rank(0), &cluster.rank(1)}, schedule, functions);
+  const StepData d = data(m, 0);
+  (void)world.run_step({floats(d.inputs), floats(d.targets)});
+
+  reference->zero_grad();
+  for (std::int32_t mb = 0; mb < m; ++mb) {
+    loss_of(reference->forward(d.inputs.narrow(0, mb * rows, rows)), d.targets.narrow(0, mb * rows, rows), m)
+        .backward();
+  }
+  const auto got = pipelined->parameters();
+  const auto want = reference->parameters();
+  const auto before = initial->parameters();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    CATCH_INFO("parameter " << i);
+    CATCH_REQUIRE(got[i].grad().defined());
+    CATCH_CHECK(torch::equal(got[i].grad(), want[i].grad()));
+    CATCH_CHECK(torch::equal(got[i], before[i]));
+  }
+}
+
+CATCH_TEST_CASE("a forward-only schedule runs the stages' forwards", "[torch]") {
+  torch::set_num_threads(1);
+  ppsched::ScheduleRequest request;
+  request.ranks = 2;
+  request.microbatches = 3;
+  const ppsched::Schedule schedule = ppsched::make_schedule("forward-only", request);
+  torch::nn::Sequential model = make_model(4);
+  std::vector<std::unique_ptr<ppsched::TorchStage>> adapters;
+  std::vector<ppsched::StageFunctions> functions;
+  for (std::int64_t s = 0; s < 2; ++s) {
+    ppsched::TorchStageOptions o;
+    o.input_shape = {rows, widths[4 * s]};
+    o.output_shape = {rows, widths[4 * s + 4]};
+    adapters.push_back(std::make_unique<ppsched::TorchStage>(layers_of(model, 4 * s, 4 * s + 4), o));
+    functions.push_back(adapters.back()->functions());
+  }
+  // The last stage's outputs, as the forward writes them.
+  std::vector<std::vector<float>> seen(3);
+  functions[1].forward = [f = functions[1].forward, &seen](std::int32_t mb, std::span<const float> in,
+                                                           std::span<float> out) {
+    f(mb, in, out);
+    seen[static_cast<std::size_t>(mb)].assign(out.begin(), out.end());
+  };
+  ppsched::CpuCluster cluster(2);
+  ppsched::World<ppsched::CpuBackend> world({&cluster.rank(0), &cluster.rank(1)}, schedule, functions);
+  const StepData d = data(3, 0);
+  (void)world.run_step({floats(d.inputs), {}});
+  const torch::NoGradGuard no_grad;
+  for (std::int32_t mb = 0; mb < 3; ++mb) {
+    const torch::Tensor want = model->forward(d.inputs.narrow(0, mb * rows, rows)).contiguous();
+    CATCH_CHECK(seen[static_cast<std::size_t>(mb)] ==
+                std::vector<float>(want.data_ptr<float>(), want.data_ptr<float>() + want.numel()));
+  }
+}

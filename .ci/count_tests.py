@@ -2,7 +2,8 @@
 """Prints 'N passed, N failed, N skipped' from Meson's JSON test log and exits 1 on a failure.
 
 Usage: count_tests.py TESTLOG.json [--extra NAME=FAILED ...]
-Each --extra adds one result from outside Meson (FAILED is 0 for a pass, 1 for a failure).
+Each --extra adds one result from outside Meson (FAILED is 0 for a pass, 1 for a failure,
+skip for a stage that could not run here).
 """
 import json
 import sys
@@ -29,6 +30,9 @@ while args:
     name, _, value = args.pop(0).partition("=")
     if value == "0":
         passed += 1
+    elif value == "skip":
+        print(f"{name}: skipped")
+        skipped += 1
     else:
         print(f"{name}: failed")
         failed += 1

@@ -28,6 +28,7 @@ LAYERS = [
     "backend/cpu",
     "backend/mpi",
     "backend/cuda",
+    "adapters",  # opt-in bridges to frameworks (libtorch): never included by the umbrella
 ]
 FIRST = {"error.hpp"}  # includable from everywhere
 

@@ -62,7 +62,8 @@ include_root = os.path.join(root, "include")
 for dirpath, _, names in os.walk(os.path.join(include_root, "ppsched")):
     for name in sorted(names):
         header = os.path.relpath(os.path.join(dirpath, name), include_root)
-        if not header.endswith(".hpp") or header.startswith("ppsched/backend/cuda"):
+        # The CUDA headers need nvcc's toolkit, the adapters their framework (libtorch).
+        if not header.endswith(".hpp") or header.startswith(("ppsched/backend/cuda", "ppsched/adapters")):
             continue
         if header.startswith("ppsched/backend/mpi") and not mpi_flags:
             continue

@@ -6,6 +6,7 @@
 // outputs. The model is a toy (an embedding, then a learned scale per stage); the shape of
 // the glue is what carries over (docs/guide.md, "Typed, variable-length boundaries").
 #include <ppsched/ppsched.hpp>
+#include <ppsched/runtime.hpp>
 
 #include <cmath>
 #include <cstdint>

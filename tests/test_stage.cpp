@@ -18,6 +18,8 @@
 #include <tuple>
 #include <vector>
 
+#include "training_families.hpp"
+
 using ppsched::CpuBackend;
 using ppsched::CpuCluster;
 using ppsched::StageCall;
@@ -27,26 +29,10 @@ using ppsched::World;
 
 namespace {
 
-struct Family {
-  const char* name;
-  int chunks;
-};
-constexpr Family families[] = {{"gpipe", 1}, {"1f1b", 1}, {"interleaved-1f1b", 2}, {"looped-bfs", 2}, {"zb-h1", 1},
-                               {"zb-h2", 1}, {"zb-v", 2},   {"v-half", 2},           {"v-min", 2},      {"dualpipev", 2}};
-
-ppsched::Schedule make(const Family& f, int p, int m) {
-  ppsched::ScheduleRequest req;
-  req.ranks = p;
-  req.microbatches = m;
-  req.chunks = f.chunks;
-  return ppsched::make_schedule(f.name, req);
-}
-
-std::vector<CpuBackend*> backends(CpuCluster& c) {
-  std::vector<CpuBackend*> out;
-  for (int r = 0; r < c.ranks(); ++r) out.push_back(&c.rank(r));
-  return out;
-}
+using ppsched_test::backends;
+using ppsched_test::Family;
+using ppsched_test::make;
+const std::vector<Family> families = ppsched_test::training_families();
 
 // One call as a callable saw it.
 struct Seen {

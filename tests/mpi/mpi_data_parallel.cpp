@@ -8,7 +8,9 @@
 //                             shares' gradients summed in replica order from zero, then one SGD
 //                             step. Losses and every applied gradient must match bit for bit; at
 //                             d = 4 the test also checks the data tells replica order from the
-//                             reverse order (so a sum in another order could not pass).
+//                             reverse order (so a sum in another order could not pass). Bad
+//                             input (d not dividing the job, a batch not splitting into d
+//                             shares, schedule-order accumulation) throws, naming it.
 //   mpi_data_parallel fault   d = 2, p = 2, 1F1B. Step 1: replica 1's rank 1 throws in a forward;
 //                             step 3: replica 1's rank 0 throws in its last backward, while
 //                             replica 0's rank 0 waits in the gradient sum for it. Every process
@@ -151,22 +153,6 @@ int train_and_compare(const Setup& setup, bool& orders_differ) {
   return failures;
 }
 
-int train() {
-  int failures = 0;
-  bool orders_differ = false;
-  for (const Setup& s : {Setup{"1f1b", 1, 2}, Setup{"zb-h1", 1, 2}, Setup{"zb-v", 2, 2}, Setup{"1f1b", 1, 4},
-                         Setup{"1f1b", 1, 1}, Setup{"zb-h1", 1, 1}}) {
-    bool differ = false;
-    failures += train_and_compare(s, differ);
-    if (s.replicas > 2) orders_differ = orders_differ || differ;
-  }
-  if (!orders_differ) {
-    std::printf("FAIL: at d = 4 the reverse replica order gave the same bits: the data cannot tell the orders apart\n");
-    ++failures;
-  }
-  return failures;
-}
-
 std::vector<ppsched::StageFunctions> fault_stages(int count, const int& step, int replica) {
   constexpr std::size_t width = 4;
   std::vector<ppsched::StageFunctions> out;
@@ -200,6 +186,62 @@ std::vector<ppsched::StageFunctions> fault_stages(int count, const int& step, in
     out.push_back(std::move(f));
   }
   return out;
+}
+
+// Bad input names what is wrong and where: a replica count that does not divide the job, a
+// batch that does not split into d shares, schedule-order accumulation with replicas.
+int bad_input() {
+  int failures = 0;
+  auto expect_error = [&](const char* what, const std::string& needle, auto&& call) {
+    std::string message;
+    try {
+      call();
+    } catch (const ppsched::error& e) {
+      message = e.what();
+    }
+    if (message.find(needle) == std::string::npos) {
+      std::printf("FAIL bad input, %s: '%s' lacks '%s'\n", what, message.c_str(), needle.c_str());
+      ++failures;
+    }
+  };
+  expect_error("3 replicas of 4 processes", "3 replicas of a 4-process job (at MpiOptions::replicas)", [] {
+    ppsched::MpiOptions options;
+    options.replicas = 3;
+    ppsched::MpiBackend backend(MPI_COMM_WORLD, options);
+  });
+  const std::vector<float> five(5, 0.0f);
+  expect_error("a batch of 5 floats in 2 shares", "5 input and 5 target floats for 2 replicas",
+               [&] { (void)ppsched::replica_share({five, five}, 2, 0); });
+  ppsched::MpiOptions options;
+  options.replicas = 2;
+  ppsched::MpiBackend backend(MPI_COMM_WORLD, options);
+  ppsched::ScheduleRequest req;
+  req.ranks = 2;
+  req.microbatches = 4;
+  const ppsched::Schedule schedule = ppsched::make_schedule("1f1b", req);
+  int step = 0;
+  const auto functions = fault_stages(schedule.stages(), step, -1);
+  ppsched::ExecutorOptions eo;
+  eo.accumulation = ppsched::GradAccumulation::schedule_order;
+  expect_error("schedule-order accumulation", "(at ExecutorOptions::accumulation)",
+               [&] { ppsched::MpiExecutor executor(backend, schedule, functions, eo); });
+  return failures;
+}
+
+int train() {
+  int failures = bad_input();
+  bool orders_differ = false;
+  for (const Setup& s : {Setup{"1f1b", 1, 2}, Setup{"zb-h1", 1, 2}, Setup{"zb-v", 2, 2}, Setup{"1f1b", 1, 4},
+                         Setup{"1f1b", 1, 1}, Setup{"zb-h1", 1, 1}}) {
+    bool differ = false;
+    failures += train_and_compare(s, differ);
+    if (s.replicas > 2) orders_differ = orders_differ || differ;
+  }
+  if (!orders_differ) {
+    std::printf("FAIL: at d = 4 the reverse replica order gave the same bits: the data cannot tell the orders apart\n");
+    ++failures;
+  }
+  return failures;
 }
 
 int fault() {

@@ -1,8 +1,9 @@
 // Data x pipeline parallelism across processes (MpiOptions::replicas), under `mpirun -np 4`.
 //
 //   mpi_data_parallel train   The MLP of tests/mpi/mpi_training.cpp trained for three steps on
-//                             d x p = 2 x 2 (1F1B, ZB-H1, ZB-V), 4 x 1 (1F1B) and 1 x 4 (1F1B,
-//                             ZB-H1), each replica on its share of a global batch of d x m
+//                             d x p = 2 x 2 (1F1B, ZB-H1, ZB-V; ZB-V also with each process's
+//                             streams in deterministic mode, where the sum holds the one engine
+//                             thread), 4 x 1 (1F1B) and 1 x 4 (1F1B, ZB-H1), each replica on its share of a global batch of d x m
 //                             micro-batches. Against the reference of tests/test_data_parallel.cpp:
 //                             the model trained unpipelined, each share's gradient alone, the
 //                             shares' gradients summed in replica order from zero, then one SGD
@@ -43,6 +44,7 @@ struct Setup {
   const char* family;
   int chunks;
   int replicas;
+  ppsched::CpuMode mode = ppsched::CpuMode::threaded;
 };
 
 // Trains three steps; returns the number of failed checks. `orders_differ` is set when the
@@ -50,6 +52,7 @@ struct Setup {
 int train_and_compare(const Setup& setup, bool& orders_differ) {
   ppsched::MpiOptions options;
   options.replicas = setup.replicas;
+  options.streams.mode = setup.mode;
   ppsched::MpiBackend backend(MPI_COMM_WORLD, options);
   const int p = backend.ranks();
   const int d = backend.replicas();
@@ -92,7 +95,8 @@ int train_and_compare(const Setup& setup, bool& orders_differ) {
   ppsched::MpiExecutor executor(backend, schedule, functions);
 
   char layout[64];
-  std::snprintf(layout, sizeof layout, "d=%d x p=%d %s", d, p, setup.family);
+  std::snprintf(layout, sizeof layout, "d=%d x p=%d %s%s", d, p, setup.family,
+                setup.mode == ppsched::CpuMode::deterministic ? " deterministic" : "");
   int failures = 0;
   auto check = [&](bool ok, const std::string& what) {
     if (ok) return;
@@ -232,6 +236,7 @@ int train() {
   int failures = bad_input();
   bool orders_differ = false;
   for (const Setup& s : {Setup{"1f1b", 1, 2}, Setup{"zb-h1", 1, 2}, Setup{"zb-v", 2, 2}, Setup{"1f1b", 1, 4},
+                         Setup{"zb-v", 2, 2, ppsched::CpuMode::deterministic},
                          Setup{"1f1b", 1, 1}, Setup{"zb-h1", 1, 1}}) {
     bool differ = false;
     failures += train_and_compare(s, differ);

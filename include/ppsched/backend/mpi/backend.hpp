@@ -16,6 +16,12 @@
 //   rank's abort, while it waits, so a failure anywhere ends every rank's pending transfer.
 //   A transfer pending longer than MpiOptions::watchdog fails too (a peer that died).
 //
+// Data x pipeline (MpiOptions::replicas = d): the communicator's N processes are d pipelines
+// of p = N / d ranks, laid out replica-major: process k is replica k / p's rank k % p. Transfers
+// stay within a replica's pipeline; abort notes and MpiExecutor's agreement span all N
+// processes, so a fault on any replica ends the step everywhere; and each rank shares a
+// communicator with its d counterparts, for the gradient sum (MpiAllReduce).
+//
 // One MpiBackend per process. recover() is collective (every process of the communicator
 // calls it after a failed step: MpiExecutor does) because it replaces the communicators, so
 // that nothing left of a failed step, a cancelled send or a second abort note, reaches the
@@ -55,10 +61,13 @@ struct MpiOptions {
   // process that died (or hangs outside ppsched) can hold the others. A backstop behind the
   // executor's watchdog, which is shorter.
   std::chrono::milliseconds watchdog{60'000};
+  // Data-parallel replicas of the pipeline (see above): d must divide the process count.
+  int replicas = 1;
 };
 
 class MpiBackend;
 class MpiExecutor;
+class MpiAllReduce;
 
 namespace detail::mpi {
 
@@ -118,12 +127,25 @@ class MpiBackend {
     if (initialized == 0) {
       fail({"MpiBackend", "MPI is not initialised", "", "Create an MpiSession (or call MPI_Init_thread) first"});
     }
-    detail::mpi::check(MPI_Comm_dup(comm, &base_), "MPI_Comm_dup", "MpiBackend");
+    detail::mpi::check(MPI_Comm_dup(comm, &job_), "MPI_Comm_dup", "MpiBackend");
+    MPI_Comm_set_errhandler(job_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(job_, &job_rank_);
+    MPI_Comm_size(job_, &job_ranks_);
+    if (options_.replicas < 1 || job_ranks_ % options_.replicas != 0) {
+      MPI_Comm_free(&job_);
+      fail({"MpiBackend", detail::concat(options_.replicas, " replicas of a ", job_ranks_, "-process job"),
+            "MpiOptions::replicas", "Give a replica count that divides the number of processes (mpirun -np d x p)"});
+    }
+    const int p = job_ranks_ / options_.replicas;
+    replica_ = job_rank_ / p;
+    detail::mpi::check(MPI_Comm_split(job_, replica_, job_rank_, &base_), "MPI_Comm_split", "MpiBackend");
+    detail::mpi::check(MPI_Comm_split(job_, job_rank_ % p, job_rank_, &replica_base_), "MPI_Comm_split", "MpiBackend");
     MPI_Comm_set_errhandler(base_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(replica_base_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(base_, &rank_);
     MPI_Comm_size(base_, &ranks_);
     MPI_Comm node;
-    detail::mpi::check(MPI_Comm_split_type(base_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+    detail::mpi::check(MPI_Comm_split_type(job_, MPI_COMM_TYPE_SHARED, job_rank_, MPI_INFO_NULL, &node),
                        "MPI_Comm_split_type", "MpiBackend");
     MPI_Comm_rank(node, &local_rank_);
     MPI_Comm_free(&node);
@@ -131,10 +153,10 @@ class MpiBackend {
     MPI_Comm_compare(comm, MPI_COMM_WORLD, &same);
     if (same == MPI_IDENT) {
       const ProcessRank env = process_rank_from_env();
-      if (env.source != "none" && (env.rank != rank_ || env.world_size != ranks_)) {
+      if (env.source != "none" && (env.rank != job_rank_ || env.world_size != job_ranks_)) {
         fail({"MpiBackend",
               detail::concat("the environment (", env.source, ") says rank ", env.rank, " of ", env.world_size,
-                             " but MPI_COMM_WORLD says rank ", rank_, " of ", ranks_),
+                             " but MPI_COMM_WORLD says rank ", job_rank_, " of ", job_ranks_),
               "process_rank_from_env()", "Launch every process with one launcher (mpirun -np N, or srun)"});
       }
     }
@@ -148,10 +170,16 @@ class MpiBackend {
     const std::lock_guard<std::mutex> lock(detail::mpi::call_mutex());
     close_locked();
     MPI_Comm_free(&base_);
+    MPI_Comm_free(&replica_base_);
+    MPI_Comm_free(&job_);
   }
 
+  // This process's rank in its pipeline, and the pipeline's rank count (p).
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] int ranks() const noexcept { return ranks_; }
+  // Its replica, and the replica count (d); 0 and 1 without data parallelism.
+  [[nodiscard]] int replica() const noexcept { return replica_; }
+  [[nodiscard]] int replicas() const noexcept { return options_.replicas; }
   // This process's rank among the processes of its node (for choosing a GPU).
   [[nodiscard]] int local_rank() const noexcept { return local_rank_; }
   [[nodiscard]] const MpiOptions& options() const noexcept { return options_; }
@@ -207,9 +235,9 @@ class MpiBackend {
       poll_control_locked();
       abort_time_ns_ = detail::mpi::now_ns();
       if (peer_note_.rank < 0) {
-        note_out_ = {rank_, abort_time_ns_};
-        for (int peer = 0; peer < ranks_; ++peer) {
-          if (peer == rank_) continue;
+        note_out_ = {job_rank_, abort_time_ns_};
+        for (int peer = 0; peer < job_ranks_; ++peer) {
+          if (peer == job_rank_) continue;
           MPI_Request r = MPI_REQUEST_NULL;
           // A peer that died cannot take it; the note is best effort, the watchdog the bound.
           if (MPI_Isend(&note_out_, 2, MPI_INT64_T, peer, detail::mpi::abort_tag, control_, &r) == MPI_SUCCESS) {
@@ -238,6 +266,18 @@ class MpiBackend {
 
  private:
   friend class MpiExecutor;
+  friend class MpiAllReduce;
+
+  // A process of the job by its rank in the job, as errors name it.
+  [[nodiscard]] std::string process_name(std::int64_t job_rank) const {
+    if (options_.replicas == 1) return detail::concat("rank ", job_rank);
+    return detail::concat("replica ", job_rank / ranks_, "'s rank ", job_rank % ranks_);
+  }
+  [[nodiscard]] int job_rank() const noexcept { return job_rank_; }
+  [[nodiscard]] int job_ranks() const noexcept { return job_ranks_; }
+  // The communicator of this rank's d counterparts (replica order), for the gradient sum.
+  [[nodiscard]] MPI_Comm replica_comm() const noexcept { return reduce_; }
+  [[nodiscard]] bool aborted() const noexcept { return aborted_.load(); }
 
   // The communicator of the step's agreement (MpiExecutor): not the one transfers use.
   [[nodiscard]] MPI_Comm control() const noexcept { return control_; }
@@ -253,9 +293,11 @@ class MpiBackend {
 
   void open_locked() {
     detail::mpi::check(MPI_Comm_dup(base_, &data_), "MPI_Comm_dup", "MpiBackend");
-    detail::mpi::check(MPI_Comm_dup(base_, &control_), "MPI_Comm_dup", "MpiBackend");
+    detail::mpi::check(MPI_Comm_dup(job_, &control_), "MPI_Comm_dup", "MpiBackend");
+    detail::mpi::check(MPI_Comm_dup(replica_base_, &reduce_), "MPI_Comm_dup", "MpiBackend");
     MPI_Comm_set_errhandler(data_, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(control_, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(reduce_, MPI_ERRORS_RETURN);
     post_control_locked();
   }
 
@@ -266,6 +308,7 @@ class MpiBackend {
     }
     if (data_ != MPI_COMM_NULL) MPI_Comm_free(&data_);
     if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
+    if (reduce_ != MPI_COMM_NULL) MPI_Comm_free(&reduce_);
   }
 
   void post_control_locked() {
@@ -410,9 +453,9 @@ class MpiBackend {
           std::string pending;
           for (const Op& op : g.ops) pending += detail::concat(pending.empty() ? "" : "; ", describe(op));
           fail({detail::concat("rank ", rank_),
-                peer ? detail::concat("the step was ended by rank ", peer_note_.rank, ", which failed")
+                peer ? detail::concat("the step was ended by ", process_name(peer_note_.rank), ", which failed")
                      : std::string("the step was aborted"),
-                where, detail::concat("See rank ", peer ? peer_note_.rank : rank_, "'s error (", pending, ")")});
+                where, detail::concat("See ", process_name(peer ? peer_note_.rank : job_rank_), "'s error (", pending, ")")});
         }
         if (Clock::now() >= deadline) {
           cancel_pending_locked(g);
@@ -480,11 +523,17 @@ class MpiBackend {
   MpiOptions options_;
   CpuCluster cluster_;
   CpuBackend& local_;
-  MPI_Comm base_ = MPI_COMM_NULL;
+  MPI_Comm job_ = MPI_COMM_NULL;           // every process: aborts and the step's agreement
+  MPI_Comm base_ = MPI_COMM_NULL;          // this replica's pipeline: transfers
+  MPI_Comm replica_base_ = MPI_COMM_NULL;  // this rank's d counterparts: gradient sums
   MPI_Comm data_ = MPI_COMM_NULL;
   MPI_Comm control_ = MPI_COMM_NULL;
+  MPI_Comm reduce_ = MPI_COMM_NULL;
   int rank_ = 0;
   int ranks_ = 1;
+  int job_rank_ = 0;
+  int job_ranks_ = 1;
+  int replica_ = 0;
   int local_rank_ = 0;
 
   // Host side of a group (one host thread issues a rank's work).

@@ -11,6 +11,12 @@
 // ppsched) ends the step on every other process with an error saying so; the job cannot go
 // on after that (MPI_Finalize would wait for the dead process: end it with
 // MpiSession::abort_job), and every later step throws at once.
+//
+// With MpiOptions::replicas = d > 1 the agreement spans every replica's processes, the first
+// error's text names its replica (and is then what every process throws, the failing one
+// included), and each stage's weight gradient is summed over the d replicas before the
+// optimizer (MpiAllReduce, installed here): run_step then takes this replica's share of the
+// global batch (replica_share).
 #pragma once
 
 #include <algorithm>
@@ -18,15 +24,18 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "ppsched/backend/mpi/backend.hpp"
+#include "ppsched/backend/mpi/data_parallel.hpp"
 #include "ppsched/backend/mpi/session.hpp"
 #include "ppsched/costs/cost_model.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/runtime/data_parallel.hpp"
 #include "ppsched/runtime/executor.hpp"
 #include "ppsched/runtime/stage.hpp"
 #include "ppsched/schedule/schedule.hpp"
@@ -39,13 +48,18 @@ class MpiExecutor {
   // process), `stages` one per stage (only this rank's are called).
   MpiExecutor(MpiBackend& backend, const Schedule& schedule, std::span<const StageFunctions> stages,
               ExecutorOptions options = {})
-      : backend_(backend), executor_(backend, schedule, stages, options) {}
+      : backend_(backend), executor_(backend, schedule, stages, options) {
+    reduce_over_replicas(schedule, options);
+  }
   MpiExecutor(MpiBackend& backend, const Schedule& schedule, const CostModel& costs,
               std::span<const StageFunctions> stages, ExecutorOptions options = {})
-      : backend_(backend), executor_(backend, schedule, costs, stages, options) {}
+      : backend_(backend), executor_(backend, schedule, costs, stages, options) {
+    reduce_over_replicas(schedule, options);
+  }
 
-  // Collective: every process calls it with the same batch. Returns this rank's losses and
-  // timeline; throws the step's first error, the same on every process.
+  // Collective: every process calls it with the same batch (with replicas, its replica's
+  // share: replica_share). Returns this rank's losses and timeline; throws the step's first
+  // error, the same on every process.
   const RankStep& run_step(const Batch& batch) {
     if (!broken_.empty()) {
       fail({detail::concat("rank ", backend_.rank()), "a process of the job stopped answering in an earlier step",
@@ -70,6 +84,16 @@ class MpiExecutor {
  private:
   static constexpr std::size_t max_message = 4096;
 
+  void reduce_over_replicas(const Schedule& schedule, const ExecutorOptions& options) {
+    if (backend_.replicas() == 1) return;
+    if (options.accumulation != GradAccumulation::microbatch_order) {
+      fail({"MpiExecutor", "schedule-order accumulation with data-parallel replicas", "ExecutorOptions::accumulation",
+            "use GradAccumulation::microbatch_order: the replica sum's bit-identity rests on it"});
+    }
+    all_reduce_ = std::make_unique<MpiAllReduce>(std::max(schedule.stages(), 1));
+    executor_.set_gradient_reducer(gradient_reducer<MpiBackend>(*all_reduce_));
+  }
+
   // Waits for a nonblocking collective under the backend's watchdog.
   [[nodiscard]] bool finish(MPI_Request& request) {
     using Clock = std::chrono::steady_clock;
@@ -89,7 +113,7 @@ class MpiExecutor {
   }
 
   void agree(const std::exception_ptr& local) {
-    const int me = backend_.rank();
+    const int me = backend_.job_rank();
     std::string text;
     if (local) {
       try {
@@ -107,7 +131,7 @@ class MpiExecutor {
       mine = note.rank >= 0 ? std::array<std::int64_t, 2>{2, note.time_ns}
                             : std::array<std::int64_t, 2>{1, backend_.abort_time_ns()};
     }
-    std::vector<std::int64_t> all(static_cast<std::size_t>(2 * backend_.ranks()));
+    std::vector<std::int64_t> all(static_cast<std::size_t>(2 * backend_.job_ranks()));
     const std::string where = detail::concat("rank ", me, ", the step's agreement");
     MPI_Request request = MPI_REQUEST_NULL;
     {
@@ -118,19 +142,23 @@ class MpiExecutor {
     }
     if (!finish(request)) stop_answering(text);
     int first = -1;
-    for (int r = 0; r < backend_.ranks(); ++r) {
+    for (int r = 0; r < backend_.job_ranks(); ++r) {
       const auto status = all[static_cast<std::size_t>(2 * r)];
       const auto time = all[static_cast<std::size_t>(2 * r + 1)];
       if (status != 1) continue;
       if (first < 0 || time < all[static_cast<std::size_t>(2 * first + 1)]) first = r;
     }
-    for (int r = 0; r < backend_.ranks() && first < 0; ++r) {
+    for (int r = 0; r < backend_.job_ranks() && first < 0; ++r) {
       if (all[static_cast<std::size_t>(2 * r)] != 0) first = r;
     }
     if (first < 0) return;  // every rank finished the step
 
     std::vector<char> message(max_message, '\0');
-    if (first == me) std::copy_n(text.begin(), std::min(text.size(), max_message - 1), message.begin());
+    if (first == me) {
+      // With replicas, a rank number alone does not say which process failed.
+      if (backend_.replicas() > 1) text = detail::concat("replica ", backend_.replica(), ": ", text);
+      std::copy_n(text.begin(), std::min(text.size(), max_message - 1), message.begin());
+    }
     {
       const std::lock_guard<std::mutex> lock(detail::mpi::call_mutex());
       detail::mpi::check(
@@ -139,7 +167,7 @@ class MpiExecutor {
     }
     if (!finish(request)) stop_answering(text);
     backend_.recover();
-    if (first == me && local) std::rethrow_exception(local);
+    if (first == me && local && backend_.replicas() == 1) std::rethrow_exception(local);
     throw error(std::string(message.data()));
   }
 
@@ -154,6 +182,7 @@ class MpiExecutor {
   }
 
   MpiBackend& backend_;
+  std::unique_ptr<MpiAllReduce> all_reduce_;  // with replicas; before the executor, whose streams use it
   Executor<MpiBackend> executor_;
   std::string broken_;
 };

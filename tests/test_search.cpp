@@ -722,6 +722,15 @@ TEST_CASE("search options: full backward only, F&B overlap, a simulation limit, 
       CHECK_FALSE(c.fits);
       CHECK_THAT(c.note, Catch::Contains("static bytes on rank 0 (6000)"));
     }
+    // Too little for any schedule: the message states the limits the search held to, rank by
+    // rank when they differ.
+    SearchProblem tight = capped;
+    tight.cap.rank_bytes = {5000.0, 1600.0, 5000.0, 5000.0};
+    CHECK_THROWS_WITH(search_schedule(tight), Catch::Contains("no schedule keeps to the memory cap") &&
+                                                  Catch::Contains("byte limits by rank 5000, 1600, 5000, 5000") &&
+                                                  Catch::Contains("parameters included"));
+    tight.cap.rank_bytes = {1600.0, 1600.0, 1600.0, 1600.0};
+    CHECK_THROWS_WITH(search_schedule(tight), Catch::Contains("1600 bytes on every rank"));
     capped.static_bytes = [](std::span<const std::int32_t>) { return std::vector<double>(3, 0.0); };
     CHECK_THROWS_WITH(search_schedule(capped), Catch::Contains("3 entries for 4 ranks"));
   }

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "ppsched/engine/workspace.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/plan/costs.hpp"
 #include "ppsched/plan/model.hpp"
@@ -322,9 +323,11 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
 // on `partition` (the model cut for the schedule's placement), and measures it against the
 // request's caps and the model's device caps. A schedule with problems comes back with `valid`
 // false and its problems listed, not simulated. Throws ppsched::error when the partition does
-// not have one stage per stage of the schedule.
+// not have one stage per stage of the schedule. `ws` lends the checks, the lowering and the
+// simulation their arrays (engine/workspace.hpp): keep one across many schedules.
 [[nodiscard]] inline ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
-                                                      const PartitionPlan& partition, const PlanRequest& request) {
+                                                      const PartitionPlan& partition, const PlanRequest& request,
+                                                      Workspace& ws) {
   using detail::concat;
   if (partition.stages.size() != static_cast<std::size_t>(std::max(schedule.stages(), 0))) {
     fail({"evaluate_schedule", concat("the partition has ", partition.stages.size(), " stages for schedule '",
@@ -342,12 +345,13 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
   ValidateOptions check;
   check.memory.weight_fraction = request.w_memory_ratio;
   check.memory.activation_bytes = chunk_weights(schedule);
-  ValidationReport report = validate(schedule, check);
-  Schedule lowered;
-  if (report.ok()) {
-    lowered = is_lowered(schedule) ? schedule
-                                   : lower(schedule, lower_options_for(cost, schedule.stages(), schedule.microbatches));
-    report = validate(lowered, check);
+  // A compute-only schedule is checked, then lowered; the lowering's proof then stands for
+  // the static checks of the lowered one (validate and simulate take it), so each check runs once.
+  ValidationReport report = validate(schedule, check, ws);
+  std::optional<LoweredSchedule> lowered;
+  if (report.ok() && !is_lowered(schedule)) {
+    lowered.emplace(lower(schedule, lower_options_for(cost, schedule.stages(), schedule.microbatches), ws));
+    report = validate(*lowered, check, ws);
   }
   r.valid = report.ok();
   for (const Problem& p : report.problems) r.problems.push_back(p.message);
@@ -359,7 +363,7 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
     return r;
   }
   r.static_bytes = static_bytes_per_rank(partition, r.schedule.ranks);
-  SimResult sim = simulate(lowered, cost);
+  SimResult sim = lowered ? simulate(*lowered, cost, {}, ws) : simulate(r.schedule, cost, {}, ws);
   r.makespan = sim.makespan;
   r.bubble_fraction = sim.bubble_fraction;
   r.ideal_time = sim.ideal_time;
@@ -375,6 +379,11 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
   r.timeline = std::move(sim.timeline);
   detail::check_fit(r, request.cap, model.rank_memory_cap);
   return r;
+}
+[[nodiscard]] inline ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
+                                                      const PartitionPlan& partition, const PlanRequest& request) {
+  Workspace ws;
+  return evaluate_schedule(std::move(schedule), model, partition, request, ws);
 }
 
 namespace detail {
@@ -546,6 +555,7 @@ namespace detail {
     for (const FamilyInfo& f : schedule_families) families.push_back(&f);
   }
   const bool free_comm = model.link.is_free();
+  Workspace ws;
   for (const FamilyInfo* family : families) {
     const ScheduleRequest r{request.ranks, request.microbatches, family->chunks_for(request.chunks)};
     if (!named && !accepts(family->name, r)) {
@@ -565,7 +575,7 @@ namespace detail {
                               true, r.chunks});
       continue;
     }
-    ScheduleResult result = evaluate_schedule(std::move(schedule), model, *partition, request);
+    ScheduleResult result = evaluate_schedule(std::move(schedule), model, *partition, request, ws);
     if (free_comm) detail::add_analytic(result, *family, *partition, request.ranks);  // the forms leave comm out
     plan.schedules.push_back(std::move(result));
   }

@@ -215,6 +215,22 @@ struct SearchEntry {
   return concat(std::round(x * 1000.0) / 1000.0);
 }
 
+// The cap as the messages state it: the M_B and byte caps, and the per-rank byte limits when
+// they say more (each the lower of `bytes` and the rank's own; with static bytes, parameters
+// included).
+[[nodiscard]] inline std::string cap_text(const MemoryCap& cap, bool with_static_bytes) {
+  std::string out = concat(number_text(cap.microbatches), " M_B, ", number_text(cap.bytes), " bytes per rank");
+  if (cap.rank_bytes.empty()) return out;
+  const std::string included = with_static_bytes ? ", parameters included" : "";
+  const auto p = static_cast<std::int32_t>(cap.rank_bytes.size());
+  bool same = true;
+  for (std::int32_t r = 1; r < p; ++r) same = same && cap.bytes_of(r) == cap.bytes_of(0);
+  if (same) return concat(out, "; ", number_text(cap.bytes_of(0)), " bytes on every rank", included);
+  out += "; byte limits by rank ";
+  for (std::int32_t r = 0; r < p; ++r) out += concat(r == 0 ? "" : ", ", number_text(cap.bytes_of(r)));
+  return out + included;
+}
+
 inline void check_search_problem(const SearchProblem& problem, const SearchOptions& options) {
   const std::string subject = "schedule search";
   if (problem.ranks < 1 || problem.microbatches < 1) {
@@ -945,8 +961,8 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
   std::string no_fit;
   if (!detail::run_search(problem, options, result, no_fit)) {
     fail({"schedule search",
-          detail::concat("no schedule keeps to the memory cap (", detail::number_text(problem.cap.microbatches),
-                         " M_B, ", detail::number_text(problem.cap.bytes), " bytes per rank)",
+          detail::concat("no schedule keeps to the memory cap (",
+                         detail::cap_text(problem.cap, static_cast<bool>(problem.static_bytes)), ")",
                          options.objective.kind == ObjectiveKind::memory && !std::isinf(options.objective.makespan_bound)
                              ? detail::concat(" and finishes within makespan ",
                                               detail::number_text(options.objective.makespan_bound))

@@ -864,6 +864,8 @@ TEST_CASE("ppsched-bubbles rejects bad input with exit 2", "[cli][bubbles]") {
       {{"--ms-per-unit", "0"}, "--ms-per-unit"},
       {{"--stagse", "2"}, "did you mean --stages"},
       {{"--schedule", "zb-h3"}, "unknown schedule 'zb-h3'"},
+      {{"--layers", "6", "--stages", "4", "--schedule", "1f1b,zb-v"}, "schedule 'zb-v': its 8 stages"},
+      {{"--layers", "3", "--stages", "4"}, "were left out; gpipe: its 4 stages"},
   };
   for (const auto& [args, expected] : cases) {
     INFO(args.front() << ' ' << args.back());

@@ -319,6 +319,46 @@ TEST_CASE("a family the model cannot be cut for is skipped with the partitioner'
   CHECK(why_rejected("1f1b", ScheduleRequest{4, 6, 1}).empty());
 }
 
+TEST_CASE("family_schedules: what compare_families evaluates, built and cut, for a tool of its own", "[plan][compare]") {
+  const PlanModel model = graph_model(chain(6), "six layers", {.ranks = 4, .microbatches = 8});
+  PlanRequest request;
+  request.ranks = 4;
+  request.microbatches = 8;
+  request.families = {"zb-v", "interleaved-1f1b", "1f1b"};  // zb-v needs 8 stages; interleaved too
+  request.chunks = 1;  // interleaved with one chunk: one stage per rank, cut like 1f1b
+  const FamilySchedules f = family_schedules(model, request);
+  REQUIRE(f.built.size() == 2);
+  CHECK(f.built[0].family->name == "interleaved-1f1b");  // the order asked for
+  CHECK(f.built[1].family->name == "1f1b");
+  for (const FamilySchedule& s : f.built) {
+    CHECK(s.chunks == 1);
+    CHECK(s.partition.stages.size() == static_cast<std::size_t>(s.schedule.stages()));
+    CHECK(s.schedule == make_schedule(s.family->name, ScheduleRequest{4, 8, 1}));
+    CHECK(s.partition == model.partition(s.schedule.placement));
+  }
+  REQUIRE(f.skipped.size() == 1);
+  CHECK(f.skipped[0].name == "zb-v");
+  CHECK(f.skipped[0].cannot_cut);
+  // compare_families evaluates exactly these, with the same reasons for the rest.
+  const PlanResult plan = compare_families(model, request);
+  REQUIRE(plan.schedules.size() == f.built.size());
+  for (std::size_t i = 0; i < f.built.size(); ++i) {
+    CHECK(plan.schedules[i].schedule == f.built[i].schedule);
+    const ScheduleResult alone = evaluate_schedule(f.built[i].schedule, model, f.built[i].partition, request);
+    CHECK(plan.schedules[i].makespan == alone.makespan);
+    CHECK(plan.schedules[i].peak_memory_bytes == alone.peak_memory_bytes);
+    CHECK(plan.schedules[i].timeline == alone.timeline);
+  }
+  CHECK(plan.skipped == f.skipped);
+  // Named families keep their own rules: one that breaks its rule is an error, not a skip.
+  request.families = {"interleaved-1f1b"};
+  request.chunks = 2;
+  request.microbatches = 6;
+  CHECK_THROWS_WITH(family_schedules(model, request), Catch::Contains("interleaved"));
+  request.families = {"no-such-family"};
+  CHECK_THROWS_AS(family_schedules(model, request), error);
+}
+
 TEST_CASE("bad plan input says which field and what would work", "[plan][errors]") {
   const PlanModel model = per_rank_cost_model(StageCost{});
   PlanRequest r;

@@ -275,43 +275,23 @@ inline int run_bubbles(std::span<const char* const> argv, std::span<const Bubble
   const PlanModel model = make_model(options.model);
   const double ms_per_unit = milliseconds_per_unit(options, model);
   check_chunks_used(options.model);
-  std::vector<std::string> families = options.model.schedules;
-  const bool named = !families.empty();
-  if (!named) {
-    for (const std::string_view n : family_names()) families.emplace_back(n);
-  }
   // Every schedule is built and cut first, so that bad input is reported as such (exit 2)
   // whether or not this machine could run the backend.
-  struct Planned {
-    Schedule schedule;
-    std::int32_t chunks;
-    PartitionPlan partition;
-  };
-  std::vector<Planned> planned;
-  std::vector<SkippedSchedule> skipped;
-  for (const std::string& family : families) {
-    const ScheduleRequest request{options.model.stages, options.model.microbatches,
-                                  family_info(family).chunks_for(options.model.chunks)};
-    if (!named && !accepts(family, request)) {  // "all": the families this request suits
-      std::string why = why_rejected(family, request);
-      skipped.push_back({family, why.empty() ? concat("does not accept ", to_string(request)) : std::move(why)});
-      continue;
-    }
-    Schedule schedule = make_schedule(family, request);
-    std::optional<PartitionPlan> partition;
-    try {
-      partition = model.partition(schedule.placement);
-    } catch (const error& e) {
-      if (named) throw;
-      skipped.push_back({family, concat("its ", schedule.stages(), " stages cannot be cut: ", e.what())});
-      continue;
-    }
-    planned.push_back({std::move(schedule), request.chunks, std::move(*partition)});
+  const FamilySchedules planned = family_schedules(model, plan_request(options.model));
+  refuse_named_uncut(options.model, planned.skipped);
+  const std::vector<SkippedSchedule>& skipped = planned.skipped;
+  if (planned.built.empty()) {
+    // Each family left out for the same lack of layers: the first reason says it.
+    fail({"the schedules asked for",
+          concat("no schedule to measure: all ", skipped.size(), " were left out; ", skipped.front().name, ": ",
+                 skipped.front().reason),
+          "",
+          "use more layers (--layers or a profile) or fewer --stages"});
   }
   // Before any schedule runs, so that a machine without the device says so at once.
   const std::string backend_detail = backend.prepare(options.model.stages);
   std::vector<BubblesMeasurement> results;
-  for (const Planned& p : planned) {
+  for (const FamilySchedule& p : planned.built) {
     results.push_back(measure(p.schedule, p.chunks, p.partition, options, ms_per_unit, backend));
   }
   if (!options.trace_path.empty()) {

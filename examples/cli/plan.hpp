@@ -58,18 +58,22 @@ inline void check_chunks_used(const PlanOptions& options) {
         "", "drop --chunks, or add one of them to --schedule (the V-shaped families always have 2 chunks, the others 1)"});
 }
 
-// Evaluates the schedules `options` asks for on `model` and recommends one. A schedule named
-// with --schedule that the model cannot be cut for is an error naming the flags that would help.
+// A schedule named with --schedule that the model cannot be cut for is an error naming the
+// flags that would help (`all` lists it as skipped instead). Both tools hold to this.
+inline void refuse_named_uncut(const PlanOptions& options, const std::vector<SkippedSchedule>& skipped) {
+  if (options.schedules.empty()) return;
+  for (const SkippedSchedule& s : skipped) {
+    if (!s.cannot_cut) continue;
+    fail({ppsched::detail::concat("schedule '", s.name, "'"), s.reason, "",
+          s.chunks > 1 ? "use fewer --chunks or --stages, or a model with more layers" : "use fewer --stages"});
+  }
+}
+
+// Evaluates the schedules `options` asks for on `model` and recommends one.
 [[nodiscard]] inline PlanResult make_plan(const PlanOptions& options, const PlanModel& model) {
   check_chunks_used(options);
   PlanResult plan = compare_families(model, plan_request(options));
-  if (!options.schedules.empty()) {
-    for (const SkippedSchedule& s : plan.skipped) {
-      if (!s.cannot_cut) continue;
-      fail({ppsched::detail::concat("schedule '", s.name, "'"), s.reason, "",
-            s.chunks > 1 ? "use fewer --chunks or --stages, or a model with more layers" : "use fewer --stages"});
-    }
-  }
+  refuse_named_uncut(options, plan.skipped);
   return plan;
 }
 

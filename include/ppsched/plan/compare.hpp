@@ -536,32 +536,25 @@ namespace detail {
   return {};
 }
 
-// Compares the families `request` asks for on `model` and recommends one. Each family is built
-// with its own chunk count (FamilyInfo::chunks_for(request.chunks)) and evaluated on the model
-// cut for its placement; one cut per placement. A family the model cannot be cut for (more
-// virtual stages than layers) is skipped with the partitioner's reason, named or not. Throws
-// ppsched::error for a bad request, an unknown family, or a named family whose rule the
-// request breaks.
-[[nodiscard]] inline PlanResult compare_families(const PlanModel& model, const PlanRequest& request) {
-  using detail::concat;
-  PlanResult plan = detail::start_plan("compare_families", model, request);
-  detail::PartitionCache partition_for(model);
-  plan.partition = partition_for(one_stage_per_rank_placement(request.ranks));
-
+namespace detail {
+// The families of `request` in order, each built by its own rule and cut (one cut per
+// placement, from `partition_for`): `use(family, chunks, schedule, partition)` for each one
+// built, the rest in `skipped`. See family_schedules.
+template <class Use>
+void for_each_family(const PlanRequest& request, PartitionCache& partition_for,
+                     std::vector<SkippedSchedule>& skipped, Use&& use) {
   const bool named = !request.families.empty();
   std::vector<const FamilyInfo*> families;
   for (const std::string& name : request.families) families.push_back(&family_info(name));
   if (!named) {
     for (const FamilyInfo& f : schedule_families) families.push_back(&f);
   }
-  const bool free_comm = model.link.is_free();
-  Workspace ws;
   for (const FamilyInfo* family : families) {
     const ScheduleRequest r{request.ranks, request.microbatches, family->chunks_for(request.chunks)};
     if (!named && !accepts(family->name, r)) {
       std::string why = why_rejected(family->name, r);
       if (why.empty()) why = concat("does not accept ", to_string(r));
-      plan.skipped.push_back({std::string(family->name), std::move(why), false, r.chunks});
+      skipped.push_back({std::string(family->name), std::move(why), false, r.chunks});
       continue;
     }
     Schedule schedule = make_schedule(family->name, r);  // a named family's rule speaks for itself
@@ -569,16 +562,66 @@ namespace detail {
     try {
       partition = &partition_for(schedule.placement);
     } catch (const error& e) {
-      plan.skipped.push_back({std::string(family->name),
-                              concat("its ", schedule.stages(), " stages (", request.ranks, " ranks x ", r.chunks,
-                                     " chunks) cannot be cut from this model: ", e.what()),
-                              true, r.chunks});
+      skipped.push_back({std::string(family->name),
+                         concat("its ", schedule.stages(), " stages (", request.ranks, " ranks x ", r.chunks,
+                                " chunks) cannot be cut from this model: ", e.what()),
+                         true, r.chunks});
       continue;
     }
-    ScheduleResult result = evaluate_schedule(std::move(schedule), model, *partition, request, ws);
-    if (free_comm) detail::add_analytic(result, *family, *partition, request.ranks);  // the forms leave comm out
-    plan.schedules.push_back(std::move(result));
+    use(*family, r.chunks, std::move(schedule), *partition);
   }
+}
+}  // namespace detail
+
+// One family's schedule for a request, with the model cut for its placement.
+struct FamilySchedule {
+  const FamilyInfo* family = nullptr;
+  std::int32_t chunks = 1;  // per rank, by the family's rule (FamilyInfo::chunks_for)
+  Schedule schedule;        // compute-only, as the family builds it
+  PartitionPlan partition;  // the model cut for schedule.placement
+};
+
+struct FamilySchedules {
+  std::vector<FamilySchedule> built;
+  std::vector<SkippedSchedule> skipped;
+};
+
+// The schedules a comparison starts from: the families `request` names (every family when
+// request.families is empty), in that order (or the family table's), each built with its own
+// chunk count (FamilyInfo::chunks_for(request.chunks)) and with `model` cut for its placement.
+// Unnamed, a family whose rule the request breaks is left out with its reason; a family the
+// model cannot be cut for (more virtual stages than layers) is left out with the partitioner's
+// reason, named or not. Throws ppsched::error for an unknown family, or a named family whose
+// rule the request breaks. Only the sizes, chunks and families of `request` are read.
+[[nodiscard]] inline FamilySchedules family_schedules(const PlanModel& model, const PlanRequest& request) {
+  FamilySchedules out;
+  detail::PartitionCache partition_for(model);
+  detail::for_each_family(request, partition_for, out.skipped,
+                          [&](const FamilyInfo& family, std::int32_t chunks, Schedule schedule,
+                              const PartitionPlan& partition) {
+                            out.built.push_back({&family, chunks, std::move(schedule), partition});
+                          });
+  return out;
+}
+
+// Compares the families `request` asks for on `model` and recommends one: each schedule of
+// family_schedules (which says which are left out, and why) evaluated on its cut
+// (evaluate_schedule). Throws ppsched::error for a bad request, an unknown family, or a named
+// family whose rule the request breaks.
+[[nodiscard]] inline PlanResult compare_families(const PlanModel& model, const PlanRequest& request) {
+  PlanResult plan = detail::start_plan("compare_families", model, request);
+  detail::PartitionCache partition_for(model);
+  plan.partition = partition_for(one_stage_per_rank_placement(request.ranks));
+  const bool free_comm = model.link.is_free();
+  Workspace ws;
+  detail::for_each_family(request, partition_for, plan.skipped,
+                          [&](const FamilyInfo& family, std::int32_t, Schedule schedule,
+                              const PartitionPlan& partition) {
+                            ScheduleResult result = evaluate_schedule(std::move(schedule), model, partition, request, ws);
+                            // the closed forms leave communication out
+                            if (free_comm) detail::add_analytic(result, family, partition, request.ranks);
+                            plan.schedules.push_back(std::move(result));
+                          });
   const bool capped = request.cap.microbatches || request.cap.bytes || !model.rank_memory_cap.empty();
   plan.recommended = recommend(plan.schedules, capped, request.objective);
   return plan;

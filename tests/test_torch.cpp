@@ -2,7 +2,10 @@
 // MLP split over the stages of every training schedule family on 4 CPU ranks, 16
 // micro-batches, trained a few steps and compared with the same model trained unpipelined
 // (every micro-batch through the whole model, gradients accumulated by autograd in
-// micro-batch order, one SGD step): losses and parameters must be bit-identical. Built only
+// micro-batch order, one SGD step): losses and parameters must be bit-identical. The same for a
+// small GPT-like model over typed boundaries (int64 token ids of a variable length, hidden
+// states whose first dimension varies, int64 labels from a side input) with its embedding
+// tied between the first and the last stage; then the typed boundaries' errors. Built only
 // where libtorch is found (tests/meson.build); suite 'torch'.
 // First, so that this file proves the adapter header compiles on its own (the headers-alone
 // test leaves it out: it needs libtorch).
@@ -10,11 +13,17 @@
 // Debian's libtorch logs through glog, whose CHECK macro replaces Catch2's where torch's
 // headers come later: every CHECK would pass silently. Catch2's macros are used prefixed.
 #define CATCH_CONFIG_PREFIX_ALL
+#include <torch/nn/functional/linear.h>
+#include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/container/functional.h>
+#include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <memory>
 #include <ppsched/backend/cpu.hpp>
@@ -22,6 +31,8 @@
 #include <ppsched/schedule/generators.hpp>
 #include <string>
 #include <vector>
+
+#include "training_families.hpp"
 
 namespace {
 
@@ -449,5 +460,454 @@ CATCH_TEST_CASE("a forward-only schedule runs the stages' forwards", "[torch]") 
     const torch::Tensor want = model->forward(d.inputs.narrow(0, mb * rows, rows)).contiguous();
     CATCH_CHECK(seen[static_cast<std::size_t>(mb)] ==
                 std::vector<float>(want.data_ptr<float>(), want.data_ptr<float>() + want.numel()));
+  }
+}
+
+// ---------------------------------------------------------------- typed boundaries, a GPT-like model
+//
+// Token ids (int64, a variable number per micro-batch) enter stage 0's Embedding, hidden
+// states [tokens, hidden] cross the boundaries with a variable first dimension, and the last
+// stage's output layer projects onto the vocabulary with the embedding's weight, tied: stage
+// 0 and the last stage each own a copy (as separate ranks would), initialised equal and kept
+// equal by ExecutorOptions::tied_weights. The labels (int64) reach the loss as a side input.
+
+namespace {
+
+constexpr std::int64_t vocabulary = 24;
+constexpr std::int64_t hidden = 12;
+constexpr std::int64_t max_tokens = 10;
+constexpr double gpt_learning_rate = 0.5;
+
+// The output projection onto the vocabulary, by a weight of the embedding's shape: a copy of
+// it (a pipeline stage's own), or the very tensor (the tied model trained in one piece).
+struct TiedOutputImpl : torch::nn::Module {
+  TiedOutputImpl(const torch::Tensor& embedding_weight, bool share)
+      : weight(register_parameter("weight", share ? embedding_weight : embedding_weight.detach().clone())) {}
+  torch::Tensor forward(const torch::Tensor& x) { return torch::nn::functional::linear(x, weight); }
+  torch::Tensor weight;
+};
+TORCH_MODULE(TiedOutput);
+
+// Units: the embedding, `blocks` Linear + Tanh, the output. Stages take whole units.
+struct Gpt {
+  torch::nn::Embedding embedding{nullptr};
+  std::vector<torch::nn::Linear> linears;
+  TiedOutput output{nullptr};
+
+  Gpt(std::uint64_t seed, std::int64_t blocks, bool share) {
+    torch::manual_seed(seed);
+    embedding = torch::nn::Embedding(vocabulary, hidden);
+    for (std::int64_t b = 0; b < blocks; ++b) linears.push_back(torch::nn::Linear(hidden, hidden));
+    output = TiedOutput(embedding->weight, share);
+  }
+
+  [[nodiscard]] std::int64_t units() const { return static_cast<std::int64_t>(linears.size()) + 2; }
+
+  // Units [first, last), sharing their modules with this model.
+  [[nodiscard]] torch::nn::Sequential part(std::int64_t first, std::int64_t last) const {
+    torch::nn::Sequential out;
+    for (std::int64_t u = first; u < last; ++u) {
+      if (u == 0) {
+        out->push_back(embedding);
+      } else if (u == units() - 1) {
+        out->push_back(output);
+      } else {
+        out->push_back(linears[static_cast<std::size_t>(u - 1)]);
+        out->push_back(torch::nn::Tanh());
+      }
+    }
+    return out;
+  }
+
+  // Every trainable tensor, each once: in the shared model the output's weight is the
+  // embedding's, which parameters() lists twice (an optimizer would step it twice).
+  [[nodiscard]] std::vector<torch::Tensor> parameters() const {
+    std::vector<torch::Tensor> out;
+    for (const torch::Tensor& p : part(0, units())->parameters()) {
+      const bool seen = std::any_of(out.begin(), out.end(), [&](const torch::Tensor& q) { return q.is_same(p); });
+      if (!seen) out.push_back(p);
+    }
+    return out;
+  }
+};
+
+torch::Tensor gpt_loss(const torch::Tensor& logits, const torch::Tensor& labels, std::int32_t m) {
+  return torch::nn::functional::cross_entropy(
+             logits, labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)) *
+         (1.0 / static_cast<double>(max_tokens * m));
+}
+
+struct GptStep {
+  std::vector<torch::Tensor> ids;     // [micro-batch]: [its length], int64
+  std::vector<torch::Tensor> labels;  // [micro-batch]: [its length], int64
+  std::vector<float> inputs;          // stage 0's payloads
+  std::vector<std::int64_t> padded;   // the labels, max_tokens per micro-batch (side input 0)
+};
+
+GptStep gpt_data(std::int32_t m, int step) {
+  torch::manual_seed(2000 + static_cast<std::uint64_t>(step));
+  GptStep d;
+  d.padded.assign(static_cast<std::size_t>(m * max_tokens), -1);
+  for (std::int32_t k = 0; k < m; ++k) {
+    const std::int64_t length = 1 + (7 * k + 3 * step) % max_tokens;  // 1 .. max_tokens, each once in 10
+    const torch::Tensor tokens = torch::randint(0, vocabulary, {length + 1}, torch::kInt64);
+    d.ids.push_back(tokens.narrow(0, 0, length).contiguous());
+    d.labels.push_back(tokens.narrow(0, 1, length).contiguous());  // the next token
+    for (std::int64_t t = 0; t < length; ++t)
+      d.padded[static_cast<std::size_t>(k * max_tokens + t)] = d.labels.back()[t].item<std::int64_t>();
+  }
+  d.inputs = ppsched::torch_payloads({torch::kInt64, {max_tokens}, 0}, d.ids);
+  return d;
+}
+
+// One unpipelined step: every micro-batch through the whole model in order, autograd
+// accumulating into param.grad. With separate copies (`model` not shared) the tied weight's
+// gradient is then what the pipeline computes: each copy's micro-batch sum, the copies added
+// in stage order, both copies given the sum.
+std::vector<float> gpt_unpipelined(const Gpt& model, torch::optim::SGD& sgd, const GptStep& d, std::int32_t m,
+                                   bool shared) {
+  sgd.zero_grad();
+  std::vector<float> losses;
+  torch::nn::Sequential whole = model.part(0, model.units());
+  for (std::int32_t k = 0; k < m; ++k) {
+    const auto i = static_cast<std::size_t>(k);
+    const torch::Tensor loss = gpt_loss(whole->forward(d.ids[i]), d.labels[i], m);
+    loss.backward();
+    losses.push_back(loss.item<float>());
+  }
+  if (!shared) {
+    const torch::NoGradGuard no_grad;
+    const torch::Tensor sum = model.embedding->weight.grad() + model.output->weight.grad();
+    model.embedding->weight.mutable_grad().copy_(sum);
+    model.output->weight.mutable_grad().copy_(sum);
+  }
+  sgd.step();
+  return losses;
+}
+
+bool same_tensors(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!torch::equal(a[i], b[i])) return false;
+  return true;
+}
+
+struct GptOutcome {
+  bool losses_equal = true;
+  bool parameters_equal = false;
+  bool copies_equal = false;  // the two copies of the tied weight, after the steps
+  bool changed = false;
+  bool tie_local = false;     // stage 0 and the last stage on one rank
+  double tied_difference = 0.0;  // relative, to the model trained with one shared tensor
+};
+
+GptOutcome train_gpt(const ppsched_test::Family& family, int ranks, ppsched::CpuMode mode, int steps) {
+  const std::int32_t m = 8;
+  const ppsched::Schedule schedule = ppsched_test::make(family, ranks, m);
+  const std::int32_t stages = schedule.stages();
+  const std::int64_t blocks = std::max<std::int64_t>(2, stages - 2);
+
+  const Gpt pipelined(31, blocks, false);
+  const Gpt reference(31, blocks, false);
+  const Gpt shared(31, blocks, true);
+  const Gpt initial(31, blocks, false);
+  torch::optim::SGD reference_sgd(reference.parameters(), torch::optim::SGDOptions(gpt_learning_rate));
+  torch::optim::SGD shared_sgd(shared.parameters(), torch::optim::SGDOptions(gpt_learning_rate));
+
+  const ppsched::TorchTensorSpec ids{torch::kInt64, {max_tokens}, 0};
+  const ppsched::TorchTensorSpec states{torch::kFloat32, {max_tokens, hidden}, 0};
+  const ppsched::TorchTensorSpec logits{torch::kFloat32, {max_tokens, vocabulary}, 0};
+  std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
+  std::vector<std::unique_ptr<ppsched::TorchStage>> adapters;
+  std::vector<ppsched::StageFunctions> functions;
+  const std::int64_t units = pipelined.units();
+  for (std::int32_t s = 0; s < stages; ++s) {
+    torch::nn::Sequential part = pipelined.part(units * s / stages, units * (s + 1) / stages);
+    optimizers.push_back(
+        std::make_unique<torch::optim::SGD>(part->parameters(), torch::optim::SGDOptions(gpt_learning_rate)));
+    ppsched::TorchStageOptions o;
+    o.input_tensors = {s == 0 ? ids : states};
+    o.output_tensors = {s + 1 == stages ? logits : states};
+    if (s + 1 == stages) {
+      o.target_side_input = 0;
+      o.target_tensor = ids;  // one int64 label per token
+      o.loss = [m](const torch::Tensor& out, const torch::Tensor& labels) { return gpt_loss(out, labels, m); };
+    }
+    o.optimizer = optimizers.back().get();
+    adapters.push_back(std::make_unique<ppsched::TorchStage>(part, o));
+    functions.push_back(adapters.back()->functions());
+  }
+
+  ppsched::CpuOptions co;
+  co.mode = mode;
+  ppsched::CpuCluster cluster(schedule.ranks, co);
+  ppsched::ExecutorOptions eo;
+  eo.tied_weights = {ppsched::tie_parameters({{0, adapters.front().get(), pipelined.embedding->weight},
+                                              {stages - 1, adapters.back().get(), pipelined.output->weight}})};
+  ppsched::World<ppsched::CpuBackend> world(ppsched_test::backends(cluster), schedule, functions, eo);
+
+  GptOutcome out;
+  out.tie_local = schedule.rank_of(0) == schedule.rank_of(stages - 1);
+  for (int step = 0; step < steps; ++step) {
+    const GptStep d = gpt_data(m, step);
+    const ppsched::SideInput side[] = {ppsched::SideInput::of<std::int64_t>(d.padded, max_tokens)};
+    const ppsched::StepResult& result = world.run_step({d.inputs, {}, side});
+    const std::vector<float> expected = gpt_unpipelined(reference, reference_sgd, d, m, false);
+    (void)gpt_unpipelined(shared, shared_sgd, d, m, true);
+    out.losses_equal = out.losses_equal && result.losses == expected;
+  }
+  out.parameters_equal = same_tensors(pipelined.parameters(), reference.parameters());
+  out.copies_equal = torch::equal(pipelined.embedding->weight, pipelined.output->weight);
+  out.changed = !same_tensors(pipelined.parameters(), initial.parameters());
+  const torch::Tensor a = pipelined.embedding->weight.to(torch::kFloat64);
+  const torch::Tensor b = shared.embedding->weight.to(torch::kFloat64);
+  out.tied_difference = ((a - b).norm() / b.norm()).item<double>();
+  return out;
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("a GPT-like model with variable lengths and a tied embedding trains bit-identically", "[torch]") {
+  // Every training family on 2 ranks (4 stages where the family takes two chunks), and two
+  // on 4 ranks: the tie crosses ranks, or sits on one rank (the V families put the first and
+  // last stage together).
+  torch::set_num_threads(1);
+  int families = 0;
+  int local = 0;
+  int remote = 0;
+  for (const ppsched_test::Family& family : ppsched_test::training_families()) {
+    ++families;
+    for (int ranks : {2, 4}) {
+      if (ranks == 4 && family.name != "1f1b" && family.name != "zb-v") continue;
+      const GptOutcome o = train_gpt(family, ranks, ppsched::CpuMode::threaded, 2);
+      CATCH_INFO(family.name << " on " << ranks << " ranks");
+      CATCH_CHECK(o.changed);
+      CATCH_CHECK(o.losses_equal);
+      CATCH_CHECK(o.parameters_equal);
+      CATCH_CHECK(o.copies_equal);
+      // One shared tensor sums the two uses' gradients in another order: rounding only.
+      CATCH_CHECK(o.tied_difference < 1e-5);
+      (o.tie_local ? local : remote) += 1;
+    }
+  }
+  CATCH_CHECK(families >= 10);
+  CATCH_CHECK(local >= 1);
+  CATCH_CHECK(remote >= 1);
+}
+
+CATCH_TEST_CASE("the GPT-like model's split backward is bit-identical in the deterministic mode", "[torch]") {
+  torch::set_num_threads(1);
+  for (const ppsched_test::Family& family : ppsched_test::training_families()) {
+    if (family.name != "zb-h1" && family.name != "zb-v") continue;
+    const GptOutcome o = train_gpt(family, 2, ppsched::CpuMode::deterministic, 1);
+    CATCH_INFO(family.name);
+    CATCH_CHECK(o.losses_equal);
+    CATCH_CHECK(o.parameters_equal);
+    CATCH_CHECK(o.copies_equal);
+  }
+}
+
+CATCH_TEST_CASE("typed boundaries carry counts, dtypes and gradients", "[torch]") {
+  torch::set_num_threads(1);
+  torch::manual_seed(21);
+  // Float rows in, bfloat16 rows out (a Linear, then a cast), 3 of at most 5 rows.
+  torch::nn::Linear linear(4, 4);
+  torch::nn::Sequential part(linear, torch::nn::Functional([](const torch::Tensor& x) {
+                               return x.to(torch::kBFloat16);
+                             }));
+  ppsched::TorchStageOptions o;
+  o.input_tensors = {{torch::kFloat32, {5, 4}, 0}};
+  o.output_tensors = {{torch::kBFloat16, {5, 4}, 0}};
+  ppsched::TorchStage stage(part, o);
+  const ppsched::StageFunctions f = stage.functions();
+  CATCH_REQUIRE(f.input_size == 0);
+  // (Compared as bools: glog's stl_logging.h would print the vectors, and TensorSpec has no <<.)
+  CATCH_REQUIRE(bool(f.input_tensors == std::vector<ppsched::TensorSpec>{{ppsched::DType::f32, 20}}));
+  CATCH_REQUIRE(bool(f.output_tensors == std::vector<ppsched::TensorSpec>{{ppsched::DType::bf16, 20}}));
+  CATCH_CHECK(stage.parameter_offset(linear->weight) == 0);
+  CATCH_CHECK(stage.parameter_offset(linear->bias) == 16);
+
+  const torch::Tensor x = torch::randn({3, 4});
+  const torch::Tensor g = torch::randn({3, 4}).to(torch::kBFloat16);
+  std::vector<float> in = ppsched::torch_payloads(o.input_tensors[0], {x});
+  std::vector<float> out(ppsched::payload_floats(f.output_tensors));
+  std::vector<float> grad_out = ppsched::torch_payloads(o.output_tensors[0], {g});
+  std::vector<float> grad_in(ppsched::payload_floats(f.input_tensors));
+  std::vector<float> wg(f.weight_grad_size, 0.0f);
+  f.forward(0, in, out);
+  f.backward(0, in, grad_out, grad_in, wg);
+
+  const torch::Tensor xr = x.clone().requires_grad_(true);
+  part->zero_grad();
+  const torch::Tensor y = part->forward(xr);
+  y.backward(g);
+  const ppsched::ConstPayload got(out, f.output_tensors);
+  CATCH_REQUIRE(got.count(0) == 12);
+  const auto ys = got.tensor<ppsched::bf16>(0);
+  const torch::Tensor yc = y.contiguous();
+  CATCH_CHECK(std::memcmp(ys.data(), yc.data_ptr(), 12 * sizeof(ppsched::bf16)) == 0);
+  const auto dx = ppsched::ConstPayload(grad_in, f.input_tensors).tensor<float>(0);
+  CATCH_REQUIRE(dx.size() == 12);
+  CATCH_CHECK(torch::equal(torch::from_blob(const_cast<float*>(dx.data()), {3, 4}), xr.grad()));
+  CATCH_CHECK(torch::equal(torch::from_blob(wg.data(), {4, 4}), linear->weight.grad()));
+}
+
+CATCH_TEST_CASE("token ids take no gradient: their count is 0", "[torch]") {
+  // An embedding on a middle stage (grad_input is not empty there).
+  torch::set_num_threads(1);
+  ppsched::TorchStageOptions o;
+  o.input_tensors = {{torch::kInt64, {max_tokens}, 0}};
+  o.output_tensors = {{torch::kFloat32, {max_tokens, hidden}, 0}};
+  ppsched::TorchStage stage(torch::nn::Sequential(torch::nn::Embedding(vocabulary, hidden)), o);
+  const ppsched::StageFunctions f = stage.functions();
+  const std::vector<float> in = ppsched::torch_payloads(o.input_tensors[0], {torch::tensor({3, 1, 4}, torch::dtype(torch::kInt64))});
+  std::vector<float> out(ppsched::payload_floats(f.output_tensors));
+  std::vector<float> grad_in(ppsched::payload_floats(f.input_tensors), 1.0f);  // a count to overwrite
+  std::vector<float> wg(f.weight_grad_size, 0.0f);
+  for (bool split : {false, true}) {
+    CATCH_INFO((split ? "split" : "full") << " backward");
+    f.forward(0, in, out);
+    CATCH_REQUIRE(ppsched::ConstPayload(out, f.output_tensors).count(0) == 3 * hidden);
+    const std::vector<float> grad_out = ppsched::torch_payloads(o.output_tensors[0], {torch::ones({3, hidden})});
+    std::fill(grad_in.begin(), grad_in.end(), 1.0f);
+    if (split) {
+      f.backward_input(0, in, grad_out, grad_in);
+      f.backward_weight(0, in, grad_out, wg);
+    } else {
+      f.backward(0, in, grad_out, grad_in, wg);
+    }
+    CATCH_CHECK(ppsched::ConstPayload(grad_in, f.input_tensors).count(0) == 0);
+  }
+}
+
+CATCH_TEST_CASE("the adapter rejects typed boundaries that do not fit", "[torch]") {
+  torch::set_num_threads(1);
+  torch::manual_seed(5);
+  torch::nn::Sequential linear(torch::nn::Linear(3, 3));
+  const ppsched::TorchTensorSpec rows_of_3{torch::kFloat32, {4, 3}, 0};
+
+  CATCH_SECTION("an output of another dtype than declared") {
+    ppsched::TorchStageOptions o;
+    o.input_tensors = {rows_of_3};
+    o.output_tensors = {{torch::kBFloat16, {4, 3}, 0}};
+    ppsched::TorchStage stage(linear, o);
+    const ppsched::StageFunctions f = stage.functions();
+    const std::vector<float> in = ppsched::torch_payloads(rows_of_3, {torch::ones({2, 3})});
+    std::vector<float> out(ppsched::payload_floats(f.output_tensors));
+    CATCH_CHECK_THAT(ppsched_error_of([&] { f.forward(0, in, out); }),
+                     Catch::Matchers::Contains("the module's output is Float") &&
+                         Catch::Matchers::Contains("declares BFloat16") &&
+                         Catch::Matchers::Contains("TorchStageOptions::output_tensors[0]"));
+  }
+
+  CATCH_SECTION("an output longer than its maximum") {
+    ppsched::TorchStageOptions o;
+    o.input_tensors = {rows_of_3};
+    o.output_tensors = {{torch::kFloat32, {2, 3}, 0}};
+    ppsched::TorchStage stage(linear, o);
+    const ppsched::StageFunctions f = stage.functions();
+    const std::vector<float> in = ppsched::torch_payloads(rows_of_3, {torch::ones({4, 3})});
+    std::vector<float> out(ppsched::payload_floats(f.output_tensors));
+    CATCH_CHECK_THAT(ppsched_error_of([&] { f.forward(0, in, out); }),
+                     Catch::Matchers::Contains("the module's output has shape [4, 3]") &&
+                         Catch::Matchers::Contains("[2, 3] with dimension 0 at most that size"));
+    CATCH_CHECK_THAT(ppsched_error_of([&] { (void)ppsched::torch_payloads(rows_of_3, {torch::ones({5, 3})}); }),
+                     Catch::Matchers::Contains("micro-batch 0's tensor has shape [5, 3]"));
+  }
+
+  CATCH_SECTION("a count that is no whole number of rows") {
+    ppsched::TorchStageOptions o;
+    o.input_tensors = {rows_of_3};
+    o.output_tensors = {rows_of_3};
+    ppsched::TorchStage stage(linear, o);
+    const ppsched::StageFunctions f = stage.functions();
+    std::vector<float> in(ppsched::payload_floats(f.input_tensors));
+    (void)ppsched::Payload(in, f.input_tensors).resize<float>(0, 5);
+    std::vector<float> out(ppsched::payload_floats(f.output_tensors));
+    CATCH_CHECK_THAT(ppsched_error_of([&] { f.forward(0, in, out); }),
+                     Catch::Matchers::Contains("holds 5 elements, not a multiple of 3") &&
+                         Catch::Matchers::Contains("TorchStageOptions::input_tensors[0]"));
+  }
+
+  CATCH_SECTION("a fixed shape given fewer elements") {
+    ppsched::TorchStageOptions o;
+    o.input_tensors = {{torch::kFloat32, {4, 3}, -1}};
+    o.output_tensors = {rows_of_3};
+    ppsched::TorchStage stage(linear, o);
+    const ppsched::StageFunctions f = stage.functions();
+    std::vector<float> in(ppsched::payload_floats(f.input_tensors));
+    (void)ppsched::Payload(in, f.input_tensors).resize<float>(0, 6);
+    std::vector<float> out(ppsched::payload_floats(f.output_tensors));
+    CATCH_CHECK_THAT(ppsched_error_of([&] { f.forward(0, in, out); }),
+                     Catch::Matchers::Contains("holds 6 elements") && Catch::Matchers::Contains("no dimension varies"));
+  }
+
+  CATCH_SECTION("declarations the adapter refuses at construction") {
+    ppsched::TorchStageOptions both;
+    both.input_shape = {4, 3};
+    both.input_tensors = {rows_of_3};
+    both.output_tensors = {rows_of_3};
+    CATCH_CHECK_THAT(ppsched_error_of([&] { (void)ppsched::TorchStage(linear, both); }),
+                     Catch::Matchers::Contains("both input_shape and input_tensors"));
+
+    ppsched::TorchStageOptions two;
+    two.input_tensors = {rows_of_3, rows_of_3};
+    two.output_tensors = {rows_of_3};
+    CATCH_CHECK_THAT(ppsched_error_of([&] { (void)ppsched::TorchStage(linear, two); }),
+                     Catch::Matchers::Contains("input_tensors lists 2 tensors"));
+
+    ppsched::TorchStageOptions dim;
+    dim.input_tensors = {{torch::kFloat32, {4, 3}, 2}};
+    dim.output_tensors = {rows_of_3};
+    CATCH_CHECK_THAT(ppsched_error_of([&] { (void)ppsched::TorchStage(linear, dim); }),
+                     Catch::Matchers::Contains("input_tensors[0].variable_dim is 2"));
+
+    ppsched::TorchStageOptions ints;
+    ints.input_tensors = {rows_of_3};
+    ints.output_tensors = {{torch::kInt64, {4, 3}, 0}};
+    CATCH_CHECK_THAT(ppsched_error_of([&] { (void)ppsched::TorchStage(linear, ints); }),
+                     Catch::Matchers::Contains("the output is Long, which carries no gradient"));
+
+    ppsched::TorchStageOptions boolean;
+    boolean.input_tensors = {{torch::kBool, {4, 3}, 0}};
+    boolean.output_tensors = {rows_of_3};
+    CATCH_CHECK_THAT(ppsched_error_of([&] { (void)ppsched::TorchStage(linear, boolean); }),
+                     Catch::Matchers::Contains("the dtype Bool has no ppsched DType"));
+  }
+
+  CATCH_SECTION("a tensor that is not the stage's parameter") {
+    ppsched::TorchStageOptions o;
+    o.input_tensors = {rows_of_3};
+    o.output_tensors = {rows_of_3};
+    ppsched::TorchStage stage(linear, o);
+    torch::nn::Linear other(3, 3);
+    CATCH_CHECK_THAT(ppsched_error_of([&] { (void)stage.parameter_offset(other->weight); }),
+                     Catch::Matchers::Contains("a tensor of shape [3, 3] is not one of the stage's 2 trainable") &&
+                         Catch::Matchers::Contains("TorchStage::parameter_offset"));
+  }
+
+  CATCH_SECTION("labels of another dtype than the target declares") {
+    ppsched::TorchStageOptions o;
+    o.input_tensors = {rows_of_3};
+    o.output_tensors = {rows_of_3};
+    o.target_side_input = 0;
+    o.target_tensor = {torch::kInt64, {4}, 0};
+    o.loss = [](const torch::Tensor& out, const torch::Tensor& labels) {
+      return torch::nn::functional::cross_entropy(out, labels);
+    };
+    ppsched::TorchStage stage(linear, o);
+    const ppsched::StageFunctions f = stage.functions();
+    CATCH_CHECK(f.side_inputs == std::vector<std::size_t>{0});
+    CATCH_CHECK(f.target_size == 0);
+    const std::vector<float> out = ppsched::torch_payloads(rows_of_3, {torch::ones({2, 3})});
+    std::vector<float> grad(out.size());
+    const std::vector<std::int32_t> labels(4, 1);
+    const ppsched::SideInput side[] = {ppsched::SideInput::of<std::int32_t>(labels, 4)};
+    ppsched::StageContext c;
+    c.microbatch = 0;
+    c.side_inputs = side;
+    CATCH_CHECK_THAT(ppsched_error_of([&] { (void)f.loss(c, out, {}, grad); }),
+                     Catch::Matchers::Contains("side input 0 holds 4 i32 per micro-batch") &&
+                         Catch::Matchers::Contains("declares 4 i64"));
   }
 }

@@ -12,11 +12,15 @@
 // weight gradients are the same numbers the full backward computes (the same autograd nodes
 // on the same values), so every schedule trains bit-identically.
 //
-// The float spans of StageFunctions meet torch tensors in detail::torch_adapter's
-// tensor_view and copy_into only, so the typed-tensor stage interface can replace them in
-// one place. Views need no copy; copies happen where torch owns the memory it computed
-// into: the forward's output, the input and weight gradients, the loss gradient, and
-// param.grad before the optimizer runs (see docs/torch.md).
+// A boundary has one of two forms. The float form (input_shape / output_shape) is a fixed
+// shape of float32, the stage's spans holding exactly its elements. The typed form
+// (input_tensors / output_tensors, TorchTensorSpec) is one tensor of a declared dtype and
+// maximum shape, one dimension of which may vary per micro-batch: the span is then a
+// ppsched payload (runtime/payload.hpp), whose header carries the actual element count, so a
+// sequence length travels with its data. Either way the spans meet torch tensors in
+// detail::torch_adapter only. Views need no copy; copies happen where torch owns the memory
+// it computed into: the forward's output, the input and weight gradients, the loss gradient,
+// and param.grad before the optimizer runs (see docs/torch.md).
 #pragma once
 
 #include <torch/autograd.h>
@@ -26,29 +30,83 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "ppsched/error.hpp"
+#include "ppsched/graph/tensor.hpp"
+#include "ppsched/runtime/payload.hpp"
 #include "ppsched/runtime/stage.hpp"
 
 namespace ppsched {
 
+// The typed form of one tensor at a stage boundary (or of the last stage's target): its
+// dtype, its largest shape for one micro-batch, and which dimension, if any, varies from one
+// micro-batch to the next (a sequence length). The payload carries the actual element count;
+// the varying dimension's size is that count over the product of the other dimensions.
+struct TorchTensorSpec {
+  torch::ScalarType dtype = torch::kFloat32;
+  std::vector<std::int64_t> max_shape;  // e.g. {max_tokens, hidden}
+  std::int64_t variable_dim = -1;       // -1: every micro-batch has max_shape
+};
+
+// The ppsched DType that carries a torch dtype across a boundary.
+[[nodiscard]] inline DType dtype_of_scalar_type(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat32:
+      return DType::f32;
+    case torch::kFloat64:
+      return DType::f64;
+    case torch::kBFloat16:
+      return DType::bf16;
+    case torch::kHalf:
+      return DType::f16;
+    case torch::kInt32:
+      return DType::i32;
+    case torch::kInt64:
+      return DType::i64;
+    case torch::kUInt8:
+      return DType::bytes;
+    default:
+      break;
+  }
+  fail({"torch stage", detail::concat("the dtype ", c10::toString(t), " has no ppsched DType"), "",
+        "Use float32, float64, bfloat16, float16, int32, int64 or uint8 at a stage boundary"});
+}
+
 struct TorchStageOptions {
-  // Shape of one micro-batch's tensor entering the stage (stage 0: of the batch's inputs) and
-  // leaving it, e.g. {rows, features}. The stage's input_size / output_size are their products.
+  // The float form of the boundaries: the shape of one micro-batch's float32 tensor entering
+  // the stage (stage 0: of the batch's inputs) and leaving it, e.g. {rows, features}. The
+  // stage's input_size / output_size are their products.
   std::vector<std::int64_t> input_shape;
   std::vector<std::int64_t> output_shape;
-  // Last stage only: one micro-batch's target shape, and the loss of an output against its
-  // target (a scalar float tensor; the pipeline sums nothing, so scale it as the unpipelined
-  // training would, e.g. by 1 / micro-batches).
+  // The typed form, instead of the shape of the same side: one tensor (a Sequential's
+  // forward takes one and returns one) of any dtype, with a variable dimension if wanted. The
+  // stage then declares StageFunctions::input_tensors / output_tensors, and its neighbours
+  // must declare the same boundary. Stage 0's typed inputs come from the batch as payloads
+  // (torch_payloads). A non-float input (token ids) gets no gradient: its gradient count is 0.
+  std::vector<TorchTensorSpec> input_tensors;
+  std::vector<TorchTensorSpec> output_tensors;
+  // Last stage: the loss of an output against its target (a scalar float tensor; the
+  // pipeline sums nothing, so scale it as the unpipelined training would, e.g. by
+  // 1 / micro-batches), and the target: float32 of target_shape from Batch::targets, or,
+  // with target_side_input set, Batch::side_inputs[*target_side_input] read as
+  // target_tensor (int64 labels, say: the batch's targets are floats only). That side input
+  // holds target_tensor's maximum count per micro-batch; a target whose variable_dim is set
+  // takes, there, the output's actual size in the output's variable dimension (one label per
+  // token of this micro-batch's sequence), the rest of its slice unread.
   std::vector<std::int64_t> target_shape;
+  std::optional<std::size_t> target_side_input;
+  TorchTensorSpec target_tensor;
   std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)> loss;
-  // Called after the flush with param.grad holding the step's summed gradient; nullptr: the
-  // gradient is only written to param.grad, for the caller to apply after run_step.
+  // Called after the flush with param.grad holding the step's summed gradient (tied groups
+  // summed across stages too); nullptr: the gradient is only written to param.grad, for the
+  // caller to apply after run_step.
   torch::optim::Optimizer* optimizer = nullptr;
 };
 
@@ -89,7 +147,137 @@ inline void copy_into(std::span<float> out, const torch::Tensor& value, const ch
   tensor_view(out, value.sizes()).copy_(value.detach());
 }
 
+// One side of a stage (its input or its output) in either form, as the calls need it.
+struct Side {
+  TorchTensorSpec spec;                // the float form: float32 of its shape, nothing varies
+  std::vector<TensorSpec> payload;     // the typed form's one tensor; empty for the float form
+  std::string name;                    // the option that declares it, for messages
+
+  [[nodiscard]] bool typed() const noexcept { return !payload.empty(); }
+};
+
+[[nodiscard]] inline std::size_t max_count(const TorchTensorSpec& spec) {
+  return static_cast<std::size_t>(element_count(spec.max_shape));
+}
+
+// The shape of a tensor of `count` elements: the maximum shape, its variable dimension
+// (if any) sized to fit.
+[[nodiscard]] inline std::vector<std::int64_t> shape_of(const TorchTensorSpec& spec, std::size_t count,
+                                                        const std::string& name, const char* what) {
+  std::vector<std::int64_t> shape = spec.max_shape;
+  if (spec.variable_dim < 0) {
+    if (count != max_count(spec)) {
+      fail({"torch stage",
+            detail::concat(what, " holds ", count, " elements, but ", shape_text(spec.max_shape), " has ",
+                           max_count(spec), " and no dimension varies"),
+            name, detail::concat("Set ", name, ".variable_dim to the dimension that varies, or give full tensors")});
+    }
+    return shape;
+  }
+  const auto d = static_cast<std::size_t>(spec.variable_dim);
+  shape[d] = 1;
+  const auto others = static_cast<std::size_t>(element_count(shape));
+  if (count % others != 0) {
+    fail({"torch stage",
+          detail::concat(what, " holds ", count, " elements, not a multiple of ", others,
+                         " (the maximum shape ", shape_text(spec.max_shape), " without its variable dimension ", d,
+                         ")"),
+          name, "Give whole rows: the other dimensions are fixed, only the variable one may be shorter"});
+  }
+  shape[d] = static_cast<std::int64_t>(count / others);
+  return shape;
+}
+
+// Throws unless `t` fits the typed spec: its dtype, its number of dimensions, the fixed
+// dimensions exactly and the variable one up to its maximum.
+inline void check_fits(const TorchTensorSpec& spec, const torch::Tensor& t, const std::string& name,
+                       const char* what, const char* fix) {
+  if (!t.defined()) fail({"torch stage", detail::concat(what, " is undefined"), name, fix});
+  if (t.scalar_type() != spec.dtype) {
+    fail({"torch stage",
+          detail::concat(what, " is ", c10::toString(t.scalar_type()), " (shape ", shape_text(t.sizes()),
+                         "); the stage declares ", c10::toString(spec.dtype)),
+          name, fix});
+  }
+  bool fits = static_cast<std::size_t>(t.dim()) == spec.max_shape.size();
+  for (std::size_t d = 0; fits && d < spec.max_shape.size(); ++d) {
+    const bool variable = static_cast<std::int64_t>(d) == spec.variable_dim;
+    fits = variable ? t.size(static_cast<std::int64_t>(d)) <= spec.max_shape[d]
+                    : t.size(static_cast<std::int64_t>(d)) == spec.max_shape[d];
+  }
+  if (!fits) {
+    fail({"torch stage",
+          detail::concat(what, " has shape ", shape_text(t.sizes()), "; the stage declares ",
+                         shape_text(spec.max_shape),
+                         spec.variable_dim < 0 ? std::string(", every dimension fixed")
+                                               : detail::concat(" with dimension ", spec.variable_dim,
+                                                                " at most that size, the others exactly")),
+          name, fix});
+  }
+}
+
+[[nodiscard]] inline std::byte* region(std::span<const float> raw, const Side& side) {
+  return reinterpret_cast<std::byte*>(const_cast<float*>(raw.data())) + payload_offset(side.payload, 0);
+}
+
+// A view of one side's tensor in `raw` (a forward input, a loss's output), shaped by the
+// count its payload carries. Written through only where the span is the caller's to write.
+[[nodiscard]] inline torch::Tensor view(const Side& side, std::span<const float> raw, const char* what) {
+  if (!side.typed()) return tensor_view(raw, side.spec.max_shape);
+  const std::size_t count = ConstPayload(raw, side.payload).count(0);
+  return torch::from_blob(region(raw, side), shape_of(side.spec, count, side.name, what),
+                          torch::TensorOptions().dtype(side.spec.dtype));
+}
+
+// A view of a gradient in `raw` that belongs to `value` (a gradient has the layout of its
+// tensor): shaped as `value`, after checking that the payload carries as many elements.
+[[nodiscard]] inline torch::Tensor gradient_view(const Side& side, std::span<const float> raw,
+                                                 const torch::Tensor& value, const char* what) {
+  if (!side.typed()) return tensor_view(raw, value.sizes());
+  const std::size_t count = ConstPayload(raw, side.payload).count(0);
+  if (count != static_cast<std::size_t>(value.numel())) {
+    fail({"torch stage",
+          detail::concat(what, " holds ", count, " elements, but the tensor it belongs to (shape ",
+                         shape_text(value.sizes()), ") has ", value.numel()),
+          side.name, "Give each gradient the count of its tensor (the neighbouring stage or the loss writes it)"});
+  }
+  return torch::from_blob(region(raw, side), value.sizes(), torch::TensorOptions().dtype(side.spec.dtype));
+}
+
+// Writes `value` as one side's tensor into `raw` (a forward output, a gradient), setting its
+// count in the typed form.
+inline void write(const Side& side, std::span<float> raw, const torch::Tensor& value, const char* what,
+                  const char* fix) {
+  if (!side.typed()) {
+    copy_into(raw, value, what, fix);
+    return;
+  }
+  check_fits(side.spec, value, side.name, what, fix);
+  Payload(raw, side.payload).set_count(0, static_cast<std::size_t>(value.numel()));
+  const torch::NoGradGuard no_grad;
+  torch::from_blob(region(raw, side), value.sizes(), torch::TensorOptions().dtype(side.spec.dtype))
+      .copy_(value.detach());
+}
+
 }  // namespace detail::torch_adapter
+
+// Stage 0's typed batch (Batch::inputs): one payload of `spec` per micro-batch tensor, one
+// after the other. Each tensor must fit the spec (dtype, fixed dimensions, the variable one
+// up to its maximum).
+[[nodiscard]] inline std::vector<float> torch_payloads(const TorchTensorSpec& spec,
+                                                       const std::vector<torch::Tensor>& microbatches) {
+  detail::torch_adapter::Side side{spec, {TensorSpec{dtype_of_scalar_type(spec.dtype),
+                                                     detail::torch_adapter::max_count(spec)}},
+                                   "torch_payloads"};
+  const std::size_t per = payload_floats(side.payload);
+  std::vector<float> out(per * microbatches.size(), 0.0f);
+  for (std::size_t k = 0; k < microbatches.size(); ++k) {
+    const std::string what = detail::concat("micro-batch ", k, "'s tensor");
+    detail::torch_adapter::write(side, std::span<float>(out).subspan(k * per, per), microbatches[k], what.c_str(),
+                                 "Give tensors of the spec's dtype, within its maximum shape");
+  }
+  return out;
+}
 
 class TorchStage {
  public:
@@ -100,9 +288,23 @@ class TorchStage {
     if (module_->size() == 0) {
       fail({"torch stage", "the Sequential has no modules", "", "Give the stage at least one module"});
     }
-    check_shape(options_.input_shape, "input_shape");
-    check_shape(options_.output_shape, "output_shape");
-    if (options_.loss) check_shape(options_.target_shape, "target_shape");
+    input_ = side(options_.input_shape, options_.input_tensors, "input");
+    output_ = side(options_.output_shape, options_.output_tensors, "output");
+    if (output_.typed() && !torch::isFloatingType(output_.spec.dtype)) {
+      fail({"torch stage",
+            detail::concat("the output is ", c10::toString(output_.spec.dtype), ", which carries no gradient"),
+            output_.name, "Give the stage a floating-point output (integer ids go into stage 0 only)"});
+    }
+    if (options_.loss && options_.target_side_input) {
+      check_spec(options_.target_tensor, "target_tensor");
+      if (options_.target_tensor.variable_dim >= 0 && output_.spec.variable_dim < 0) {
+        fail({"torch stage", "target_tensor has a variable dimension but the output has none to take its size from",
+              "TorchStageOptions::target_tensor",
+              "Declare the output typed with a variable_dim (output_tensors), or give the target a fixed shape"});
+      }
+    } else if (options_.loss) {
+      check_shape(options_.target_shape, "target_shape");
+    }
     for (const torch::Tensor& p : module_->parameters()) {
       if (!p.requires_grad() || owns(p)) continue;
       if (p.scalar_type() != torch::kFloat32 || !p.device().is_cpu()) {
@@ -132,10 +334,21 @@ class TorchStage {
   // The stage for ppsched; it calls back into this object, which must outlive the World.
   [[nodiscard]] StageFunctions functions() {
     StageFunctions f;
-    f.input_size = static_cast<std::size_t>(detail::torch_adapter::element_count(options_.input_shape));
-    f.output_size = static_cast<std::size_t>(detail::torch_adapter::element_count(options_.output_shape));
-    f.target_size =
-        options_.loss ? static_cast<std::size_t>(detail::torch_adapter::element_count(options_.target_shape)) : 0;
+    if (input_.typed()) {
+      f.input_tensors = input_.payload;
+    } else {
+      f.input_size = static_cast<std::size_t>(detail::torch_adapter::element_count(options_.input_shape));
+    }
+    if (output_.typed()) {
+      f.output_tensors = output_.payload;
+    } else {
+      f.output_size = static_cast<std::size_t>(detail::torch_adapter::element_count(options_.output_shape));
+    }
+    if (options_.loss && options_.target_side_input) {
+      f.side_inputs = {*options_.target_side_input};
+    } else if (options_.loss) {
+      f.target_size = static_cast<std::size_t>(detail::torch_adapter::element_count(options_.target_shape));
+    }
     f.weight_grad_size = weight_floats_;
     f.forward = [this](std::int32_t mb, std::span<const float> in, std::span<float> out) { forward(mb, in, out); };
     f.backward = [this](std::int32_t mb, std::span<const float>, std::span<const float> grad_out,
@@ -146,8 +359,8 @@ class TorchStage {
     f.backward_weight = [this](std::int32_t mb, std::span<const float>, std::span<const float> grad_out,
                                std::span<float> weight_grad) { backward_weight(mb, grad_out, weight_grad); };
     if (options_.loss) {
-      f.loss = [this](std::int32_t, std::span<const float> out, std::span<const float> target,
-                      std::span<float> grad_out) { return loss(out, target, grad_out); };
+      f.loss = [this](const StageContext& context, std::span<const float> out, std::span<const float> target,
+                      std::span<float> grad_out) { return loss(context, out, target, grad_out); };
     }
     f.optimizer_step = [this](std::span<const float> weight_grad) { optimizer_step(weight_grad); };
     return f;
@@ -156,10 +369,28 @@ class TorchStage {
   // The stage's trainable parameters, in the order of its flattened weight gradient.
   [[nodiscard]] const std::vector<torch::Tensor>& parameters() const noexcept { return parameters_; }
 
+  // Where `parameter`'s gradient starts in the stage's flattened weight gradient, in floats
+  // (it takes parameter.numel() floats): what TiedWeights::offsets wants for a weight tied
+  // across stages.
+  [[nodiscard]] std::size_t parameter_offset(const torch::Tensor& parameter) const {
+    const std::size_t i = index_of(parameter);
+    if (i == parameters_.size()) {
+      fail({"torch stage",
+            parameter.defined()
+                ? detail::concat("a tensor of shape ", detail::torch_adapter::shape_text(parameter.sizes()),
+                                 " is not one of the stage's ", parameters_.size(), " trainable parameters")
+                : std::string("the tensor is undefined"),
+            "TorchStage::parameter_offset",
+            "Pass a parameter of this stage's own module (TorchStage::parameters() lists them): each stage keeps "
+            "its own copy of a tied weight"});
+    }
+    return offsets_[i];
+  }
+
  private:
   // What one micro-batch's backward needs, from its forward until its last backward.
   struct Saved {
-    torch::Tensor input;                   // a view of the executor's input buffer, requires grad
+    torch::Tensor input;                   // a view of the executor's input buffer (requires grad if float)
     torch::Tensor output;                  // the module's output (the graph's root)
     std::vector<torch::Tensor> hidden;     // [child]: its output, kept for children with parameters
     std::vector<torch::Tensor> gradients;  // [child]: the gradient at that output (split backward)
@@ -167,13 +398,15 @@ class TorchStage {
 
   torch::nn::Sequential module_;
   TorchStageOptions options_;
+  detail::torch_adapter::Side input_;
+  detail::torch_adapter::Side output_;
   std::vector<torch::Tensor> parameters_;
   std::vector<std::size_t> offsets_;                        // of each parameter in the weight gradient
   std::vector<std::vector<std::size_t>> child_parameters_;  // [child]: indices into parameters_
   std::size_t weight_floats_ = 0;
   std::vector<Saved> saved_;  // [micro-batch]
 
-  static void check_shape(const std::vector<std::int64_t>& shape, const char* name) {
+  static void check_shape(const std::vector<std::int64_t>& shape, const std::string& name) {
     for (std::int64_t d : shape) {
       if (d > 0) continue;
       fail({"torch stage",
@@ -187,7 +420,50 @@ class TorchStage {
     }
   }
 
+  static void check_spec(const TorchTensorSpec& spec, const std::string& name) {
+    (void)dtype_of_scalar_type(spec.dtype);
+    check_shape(spec.max_shape, name + ".max_shape");
+    if (spec.variable_dim < -1 || spec.variable_dim >= static_cast<std::int64_t>(spec.max_shape.size())) {
+      fail({"torch stage",
+            detail::concat(name, ".variable_dim is ", spec.variable_dim, " but max_shape ",
+                           detail::torch_adapter::shape_text(spec.max_shape), " has ", spec.max_shape.size(),
+                           " dimensions"),
+            detail::concat("TorchStageOptions::", name), "Give a dimension index of max_shape, or -1 if none varies"});
+    }
+  }
+
+  // One side from its two possible declarations, exactly one of which must be given.
+  static detail::torch_adapter::Side side(const std::vector<std::int64_t>& shape,
+                                          const std::vector<TorchTensorSpec>& tensors, const std::string& which) {
+    const std::string shape_name = which + "_shape";
+    const std::string tensors_name = which + "_tensors";
+    if (tensors.empty()) {
+      check_shape(shape, shape_name);
+      return {TorchTensorSpec{torch::kFloat32, shape, -1}, {}, "TorchStageOptions::" + shape_name};
+    }
+    if (!shape.empty()) {
+      fail({"torch stage", detail::concat("both ", shape_name, " and ", tensors_name, " are given"),
+            detail::concat("TorchStageOptions::", tensors_name),
+            detail::concat("Give one: ", shape_name, " for float32 of a fixed shape, ", tensors_name,
+                           " for any dtype or a variable dimension")});
+    }
+    if (tensors.size() != 1) {
+      fail({"torch stage",
+            detail::concat(tensors_name, " lists ", tensors.size(),
+                           " tensors; a Sequential's forward takes one tensor and returns one"),
+            detail::concat("TorchStageOptions::", tensors_name),
+            "Declare one tensor per boundary (several tensors across a boundary are not supported by the adapter; "
+            "write the stage's StageFunctions by hand for them)"});
+    }
+    const std::string name = tensors_name + "[0]";
+    check_spec(tensors[0], name);
+    return {tensors[0],
+            {TensorSpec{dtype_of_scalar_type(tensors[0].dtype), detail::torch_adapter::max_count(tensors[0])}},
+            "TorchStageOptions::" + name};
+  }
+
   [[nodiscard]] std::size_t index_of(const torch::Tensor& p) const {
+    if (!p.defined()) return parameters_.size();
     for (std::size_t i = 0; i < parameters_.size(); ++i)
       if (parameters_[i].unsafeGetTensorImpl() == p.unsafeGetTensorImpl()) return i;
     return parameters_.size();
@@ -214,7 +490,9 @@ class TorchStage {
     const torch::AutoGradMode grad_mode(true);
     Saved& s = saved(mb);
     s = Saved{};
-    s.input = detail::torch_adapter::tensor_view(in, options_.input_shape).requires_grad_(true);
+    s.input = detail::torch_adapter::view(input_, in, "the stage's input");
+    // Token ids and other integers take no gradient (autograd refuses them).
+    if (torch::isFloatingType(s.input.scalar_type())) s.input.requires_grad_(true);
     s.hidden.resize(module_->size());
     torch::Tensor x = s.input;
     std::size_t c = 0;
@@ -224,8 +502,11 @@ class TorchStage {
       ++c;
     }
     s.output = x;
-    detail::torch_adapter::copy_into(out, x, "the module's output",
-                                     "Set TorchStageOptions::output_shape to the module's output for one micro-batch");
+    detail::torch_adapter::write(output_, out, x, "the module's output",
+                                 output_.typed()
+                                     ? "Make TorchStageOptions::output_tensors[0] (dtype, max_shape, variable_dim) "
+                                       "describe what the module returns for one micro-batch"
+                                     : "Set TorchStageOptions::output_shape to the module's output for one micro-batch");
   }
 
   // Writes each parameter's gradient (undefined: unused, left zero) into its slice.
@@ -240,19 +521,24 @@ class TorchStage {
     }
   }
 
+  [[nodiscard]] torch::Tensor output_gradient(const Saved& s, std::span<const float> grad_out) const {
+    return detail::torch_adapter::gradient_view(output_, grad_out, s.output, "the output gradient");
+  }
+
   void backward(std::int32_t mb, std::span<const float> grad_out, std::span<float> grad_in,
                 std::span<float> weight_grad) {
     const torch::AutoGradMode grad_mode(true);
     Saved& s = saved_for_backward(mb);
+    const bool input_wanted = !grad_in.empty() && s.input.requires_grad();
     std::vector<torch::Tensor> wanted;
-    if (!grad_in.empty()) wanted.push_back(s.input);
+    if (input_wanted) wanted.push_back(s.input);
     for (const torch::Tensor& p : parameters_) wanted.push_back(p);
+    if (!grad_in.empty() && !input_wanted) write_input_gradient(grad_in, s, torch::Tensor());
     if (!wanted.empty()) {
-      const auto grads =
-          torch::autograd::grad({s.output}, wanted, {detail::torch_adapter::tensor_view(grad_out, s.output.sizes())},
-                                /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
-      const std::size_t first = grad_in.empty() ? 0 : 1;
-      if (!grad_in.empty()) copy_input_gradient(grad_in, grads[0]);
+      const auto grads = torch::autograd::grad({s.output}, wanted, {output_gradient(s, grad_out)},
+                                               /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+      const std::size_t first = input_wanted ? 1 : 0;
+      if (input_wanted) write_input_gradient(grad_in, s, grads[0]);
       std::vector<std::size_t> all(parameters_.size());
       for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
       write_weight_gradient(weight_grad, all, {grads.begin() + static_cast<std::ptrdiff_t>(first), grads.end()});
@@ -264,21 +550,23 @@ class TorchStage {
     const torch::AutoGradMode grad_mode(true);
     Saved& s = saved_for_backward(mb);
     const std::size_t last = module_->size() - 1;
+    const bool input_wanted = !grad_in.empty() && s.input.requires_grad();
     std::vector<torch::Tensor> wanted;
     std::vector<std::size_t> children;  // whose output gradient comes back, after the input's
-    if (!grad_in.empty()) wanted.push_back(s.input);
+    if (input_wanted) wanted.push_back(s.input);
     for (std::size_t c = 0; c < last; ++c) {
       if (child_parameters_[c].empty()) continue;
       wanted.push_back(s.hidden[c]);
       children.push_back(c);
     }
+    if (!grad_in.empty() && !input_wanted) write_input_gradient(grad_in, s, torch::Tensor());
     s.gradients.assign(module_->size(), torch::Tensor());
     if (wanted.empty()) return;
-    const torch::Tensor g = detail::torch_adapter::tensor_view(grad_out, s.output.sizes());
+    const torch::Tensor g = output_gradient(s, grad_out);
     const auto grads = torch::autograd::grad({s.output}, wanted, {g}, /*retain_graph=*/true, /*create_graph=*/false,
                                              /*allow_unused=*/true);
-    const std::size_t first = grad_in.empty() ? 0 : 1;
-    if (!grad_in.empty()) copy_input_gradient(grad_in, grads[0]);
+    const std::size_t first = input_wanted ? 1 : 0;
+    if (input_wanted) write_input_gradient(grad_in, s, grads[0]);
     for (std::size_t k = 0; k < children.size(); ++k) {
       torch::Tensor kept = grads[first + k];
       // Autograd may hand back grad_output's own memory (an identity-like child): keep a copy,
@@ -296,8 +584,7 @@ class TorchStage {
       const std::vector<std::size_t>& which = child_parameters_[c];
       if (which.empty()) continue;
       const torch::Tensor root = c == last ? s.output : s.hidden[c];
-      const torch::Tensor g =
-          c == last ? detail::torch_adapter::tensor_view(grad_out, s.output.sizes()) : s.gradients[c];
+      const torch::Tensor g = c == last ? output_gradient(s, grad_out) : s.gradients[c];
       if (!g.defined()) continue;  // nothing downstream depends on this child's output
       std::vector<torch::Tensor> wanted;
       for (std::size_t i : which) wanted.push_back(parameters_[i]);
@@ -324,20 +611,66 @@ class TorchStage {
     }
   }
 
-  static void copy_input_gradient(std::span<float> grad_in, const torch::Tensor& g) {
-    if (!g.defined()) {
-      std::fill(grad_in.begin(), grad_in.end(), 0.0f);  // the output does not depend on the input
+  // The input gradient `g` (undefined: none) into grad_in, which has the input's layout.
+  void write_input_gradient(std::span<float> grad_in, const Saved& s, const torch::Tensor& g) const {
+    if (input_.typed() && !s.input.requires_grad()) {
+      Payload(grad_in, input_.payload).set_count(0, 0);  // integer ids: no gradient (docs/runtime.md)
       return;
     }
-    detail::torch_adapter::copy_into(grad_in, g, "the input gradient",
-                                     "Set TorchStageOptions::input_shape to the module's input");
+    // Undefined: the output does not depend on the input, whose gradient is then zero.
+    const torch::Tensor value = g.defined() ? g : torch::zeros_like(s.input);
+    detail::torch_adapter::write(input_, grad_in, value, "the input gradient",
+                                 input_.typed() ? "Keep the module's input gradient of the input's dtype and shape"
+                                                : "Set TorchStageOptions::input_shape to the module's input");
   }
 
-  [[nodiscard]] float loss(std::span<const float> out, std::span<const float> target, std::span<float> grad_out) {
+  // This micro-batch's target: a view of the batch's floats, or of its side input.
+  [[nodiscard]] torch::Tensor target_of(const StageContext& context, std::span<const float> target,
+                                        const torch::Tensor& output) const {
+    if (!options_.target_side_input) return detail::torch_adapter::tensor_view(target, options_.target_shape);
+    const std::size_t k = *options_.target_side_input;
+    const TorchTensorSpec& spec = options_.target_tensor;
+    if (k >= context.side_inputs.size() || context.microbatch < 0) {
+      fail({"torch stage",
+            detail::concat("the loss reads its target from side input ", k, ", but the call has ",
+                           context.side_inputs.size(), context.microbatch < 0 ? " and no micro-batch" : ""),
+            "TorchStageOptions::target_side_input",
+            "Give the targets in Batch::side_inputs (the World checks the batch before the step), and call the loss "
+            "with its StageContext"});
+    }
+    const SideInput& in = context.side_inputs[k];
+    const DType dtype = dtype_of_scalar_type(spec.dtype);
+    const std::size_t count = detail::torch_adapter::max_count(spec);
+    if (in.dtype != dtype || in.count != count) {
+      fail({"torch stage",
+            detail::concat("side input ", k, " holds ", in.count, " ", to_string(in.dtype),
+                           " per micro-batch; target_tensor declares ", count, " ", to_string(dtype), " (max_shape ",
+                           detail::torch_adapter::shape_text(spec.max_shape), ")"),
+            "TorchStageOptions::target_tensor",
+            "Give the side input target_tensor's dtype and maximum count per micro-batch (SideInput::of)"});
+    }
+    std::vector<std::int64_t> shape = spec.max_shape;
+    if (spec.variable_dim >= 0) {
+      const std::int64_t length = output.size(output_.spec.variable_dim);
+      const auto d = static_cast<std::size_t>(spec.variable_dim);
+      if (length > shape[d]) {
+        fail({"torch stage",
+              detail::concat("the output's variable dimension is ", length, " long, above target_tensor's maximum ",
+                             shape[d], " in dimension ", d),
+              "TorchStageOptions::target_tensor", "Declare the target's maximum as large as the output's"});
+      }
+      shape[d] = length;
+    }
+    const std::size_t at = static_cast<std::size_t>(context.microbatch) * count * dtype_size(dtype);
+    return torch::from_blob(const_cast<std::byte*>(in.data.data() + at), shape,
+                            torch::TensorOptions().dtype(spec.dtype));
+  }
+
+  [[nodiscard]] float loss(const StageContext& context, std::span<const float> out, std::span<const float> target,
+                           std::span<float> grad_out) {
     const torch::AutoGradMode grad_mode(true);
-    const torch::Tensor output = detail::torch_adapter::tensor_view(out, options_.output_shape).requires_grad_(true);
-    const torch::Tensor value =
-        options_.loss(output, detail::torch_adapter::tensor_view(target, options_.target_shape));
+    const torch::Tensor output = detail::torch_adapter::view(output_, out, "the loss's output").requires_grad_(true);
+    const torch::Tensor value = options_.loss(output, target_of(context, target, output));
     if (!value.defined() || value.numel() != 1 || !value.requires_grad()) {
       fail({"torch stage",
             value.defined() ? detail::concat("the loss has ", value.numel(), " elements",
@@ -347,7 +680,8 @@ class TorchStage {
             "Return one scalar computed from the output (e.g. torch::mse_loss(output, target))"});
     }
     const auto grads = torch::autograd::grad({value}, {output});
-    detail::torch_adapter::copy_into(grad_out, grads[0], "the loss gradient", "Keep the loss in float32");
+    detail::torch_adapter::write(output_, grad_out, grads[0], "the loss gradient",
+                                 "Keep the loss in the output's dtype");
     return value.item<float>();
   }
 
@@ -364,5 +698,42 @@ class TorchStage {
     if (options_.optimizer != nullptr) options_.optimizer->step();
   }
 };
+
+// One stage's copy of a weight tied across stages: the stage's index in the schedule, its
+// TorchStage, and the copy (a parameter of that stage's module).
+struct TorchParameterCopy {
+  std::int32_t stage = -1;
+  const TorchStage* torch_stage = nullptr;
+  torch::Tensor parameter;
+};
+
+// The ExecutorOptions::tied_weights group of one weight that several stages keep a copy of
+// (the token embedding of stage 0 and the output projection of the last): after the flush
+// ppsched sums the copies' gradients, and each stage's optimizer sees the sum in param.grad.
+[[nodiscard]] inline TiedWeights tie_parameters(const std::vector<TorchParameterCopy>& copies) {
+  TiedWeights t;
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    const TorchParameterCopy& c = copies[i];
+    const std::string where = detail::concat("tie_parameters, copy ", i);
+    if (c.torch_stage == nullptr) {
+      fail({"torch stage", "a copy without its TorchStage", where, "Give each copy the TorchStage that owns it"});
+    }
+    if (i > 0 && (!c.parameter.defined() || !copies[0].parameter.defined() ||
+                  c.parameter.sizes() != copies[0].parameter.sizes())) {
+      fail({"torch stage",
+            detail::concat("copy ", i, " has shape ",
+                           c.parameter.defined() ? detail::torch_adapter::shape_text(c.parameter.sizes()) : "(none)",
+                           ", copy 0 ",
+                           copies[0].parameter.defined()
+                               ? detail::torch_adapter::shape_text(copies[0].parameter.sizes())
+                               : "(none)"),
+            where, "Tie copies of one weight: the same shape on every stage"});
+    }
+    t.stages.push_back(c.stage);
+    t.offsets.push_back(c.torch_stage->parameter_offset(c.parameter));
+  }
+  if (!copies.empty()) t.count = static_cast<std::size_t>(copies[0].parameter.numel());
+  return t;
+}
 
 }  // namespace ppsched

@@ -111,7 +111,7 @@ void BM_prefix_sum(benchmark::State& state) {
 
 void BM_partition_chain(benchmark::State& state) {
   const std::vector<double>& costs = chain_costs(static_cast<std::size_t>(state.range(0)));
-  const auto stages = static_cast<std::size_t>(state.range(1));
+  const auto stages = static_cast<std::int32_t>(state.range(1));
   time_against_prefix(state, costs, [&] {
     ppsched::ChainSplit split = ppsched::partition_chain(costs, stages);
     benchmark::DoNotOptimize(split.bottleneck);
@@ -121,7 +121,7 @@ void BM_partition_chain(benchmark::State& state) {
 // range(2): 0 plain, 1 memory caps, 2 cut costs, 3 both.
 void BM_partition_graph(benchmark::State& state) {
   const ppsched::LayerGraph& graph = layer_graph(static_cast<std::size_t>(state.range(0)));
-  const auto stages = static_cast<std::size_t>(state.range(1));
+  const auto stages = static_cast<std::int32_t>(state.range(1));
   const bool caps = (state.range(2) & 1) != 0, cuts = (state.range(2) & 2) != 0;
   ppsched::PartitionCostModel cost;
   if (cuts) cost.link = {1e-3, 1e8};  // a cut costs about 0.3% of a layer

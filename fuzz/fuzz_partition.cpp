@@ -52,9 +52,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     edges.push_back({from, to});
   }
 
-  const auto stages = static_cast<std::size_t>(in.in_range(0, 9));
+  const std::int32_t stages = in.in_range(0, 9);
   ppsched::PartitionCostModel cost;
-  const std::int32_t devices = in.in_range(0, 2) == 2 ? static_cast<std::int32_t>(stages) : in.in_range(0, 1);
+  const std::int32_t devices = in.in_range(0, 2) == 2 ? stages : in.in_range(0, 1);
   for (std::int32_t d = 0; d < devices; ++d) {
     ppsched::Device dev;
     dev.speed = in.byte() % 4u == 0 ? in.cost() : 1.0 + static_cast<double>(in.byte() % 4u);
@@ -67,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (in.byte() % 4u == 0) cost.optimizer_state_factor = in.cost();
   if (in.byte() % 4u == 0) {
-    const std::int32_t n = in.byte() % 8u == 0 ? in.in_range(0, 9) : static_cast<std::int32_t>(stages);
+    const std::int32_t n = in.byte() % 8u == 0 ? in.in_range(0, 9) : stages;
     for (std::int32_t j = 0; j < n; ++j) cost.inflight.push_back(in.cost());
   }
 
@@ -76,7 +76,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     double optimal = std::nan("");
     try {
       const ppsched::Partition p = ppsched::partition_optimal(graph, stages, cost);
-      check_shape(p, layers, stages);
+      check_shape(p, layers, static_cast<std::size_t>(stages));
       if (!p.fits_memory()) std::abort();  // the optimal split honours the caps or throws
       optimal = p.bottleneck;
     } catch (const ppsched::error&) {
@@ -85,7 +85,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       try {
         const ppsched::Partition p = method == 0 ? ppsched::partition_uniform(graph, stages, cost)
                                                  : ppsched::partition_by_params(graph, stages, cost);
-        check_shape(p, layers, stages);
+        check_shape(p, layers, static_cast<std::size_t>(stages));
         // Optimal is the least bottleneck among the splits that fit; allow rounding in the
         // sums (relative 1e-9) since the two are priced through different running sums.
         if (p.fits_memory() && std::isfinite(optimal) && std::isfinite(p.bottleneck) &&

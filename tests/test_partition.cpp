@@ -615,6 +615,7 @@ TEST_CASE("a compile-time split is the run-time split", "[partition][constexpr]"
 TEST_CASE("bad chains are rejected with the index and the fix", "[partition][errors]") {
   CHECK_THAT(error_of([] { (void)partition_chain(std::vector<double>{}, 1); }), Catch::Contains("no layers"));
   CHECK_THAT(error_of([] { (void)partition_chain(std::vector<double>{1, 2}, 0); }), Catch::Contains("0 stages"));
+  CHECK_THAT(error_of([] { (void)partition_chain(std::vector<double>{1, 2}, -1); }), Catch::Contains("-1 stages"));
   CHECK_THAT(error_of([] { (void)partition_chain(std::vector<double>{1, 2}, 3); }),
              Catch::Contains("ask for at most 2 stages"));
   CHECK_THAT(error_of([] { (void)partition_chain(std::vector<double>{1, std::nan(""), 2}, 2); }),
@@ -629,11 +630,14 @@ TEST_CASE("bad chains are rejected with the index and the fix", "[partition][err
 
 TEST_CASE("bad graphs, stage counts, cost models and orders are rejected", "[partition][errors]") {
   const LayerGraph g = forward_chain({1, 2, 3});
-  const auto message = [&](PartitionCostModel cost, std::size_t stages = 2, std::vector<std::size_t> order = {}) {
+  const auto message = [&](PartitionCostModel cost, std::int32_t stages = 2, std::vector<std::size_t> order = {}) {
     return error_of([&] { (void)partition_optimal(g, stages, cost, order); });
   };
   CHECK_THAT(error_of([] { (void)partition_optimal(LayerGraph{}, 1); }), Catch::Contains("has no layers"));
   CHECK_THAT(message({}, 0), Catch::Contains("0 stages requested"));
+  CHECK_THAT(error_of([&] { (void)partition_uniform(g, -2); }), Catch::Contains("-2 stages requested"));
+  CHECK_THAT(error_of([] { (void)inflight_1f1b(-1); }), Catch::Contains("-1 stages"));
+  CHECK_THAT(error_of([] { (void)inflight_gpipe(2, -3); }), Catch::Contains("-3 micro-batches"));
   CHECK_THAT(message({}, 4), Catch::Contains("4 stages requested for 3 layers"));
   CHECK_THAT(message({}, 4), Catch::Contains("ask for at most 3 stages"));
 

@@ -714,10 +714,10 @@ template <class Probe>
   return prefix;
 }
 
-inline void check_chain_stages(std::size_t layers, std::size_t stages) {
+inline void check_chain_stages(std::size_t layers, std::int32_t stages) {
   if (layers == 0) fail({"partition_chain", "there are no layers to split", "costs", "give at least one layer cost"});
-  if (stages == 0) fail({"partition_chain", "0 stages requested", "stages", "ask for at least one stage"});
-  if (stages > layers) {
+  if (stages <= 0) fail({"partition_chain", concat(stages, " stages requested"), "stages", "ask for at least one stage"});
+  if (static_cast<std::size_t>(stages) > layers) {
     fail({"partition_chain", concat(stages, " stages requested for ", layers, " layers; a stage cannot be empty"),
           "stages", concat("ask for at most ", layers, " stages")});
   }
@@ -727,13 +727,15 @@ inline void check_chain_stages(std::size_t layers, std::size_t stages) {
 
 // The exact min-bottleneck split of a chain of layer costs into `stages` non-empty stages on
 // identical devices with free communication. Usable in constant expressions.
-[[nodiscard]] constexpr ChainSplit partition_chain(std::span<const double> costs, std::size_t stages) {
-  if (costs.empty() || stages == 0 || stages > costs.size()) detail::check_chain_stages(costs.size(), stages);
+[[nodiscard]] constexpr ChainSplit partition_chain(std::span<const double> costs, std::int32_t stages) {
+  if (costs.empty() || stages <= 0 || static_cast<std::size_t>(stages) > costs.size()) {
+    detail::check_chain_stages(costs.size(), stages);
+  }
   double largest = 0.0;
   const std::vector<double> prefix = detail::chain_prefix(costs, largest);
   detail::ChainModel m;
   m.layers = costs.size();
-  m.stages = stages;
+  m.stages = static_cast<std::size_t>(stages);
   m.compute = prefix;
   return detail::solve_chain(m, largest);
 }

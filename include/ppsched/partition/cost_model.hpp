@@ -30,17 +30,30 @@ struct PartitionCostModel {
   std::vector<double> inflight;
 };
 
+namespace detail {
+inline void check_inflight_sizes(const char* subject, std::int32_t stages, std::int32_t microbatches) {
+  if (stages < 0 || microbatches < 0) {
+    fail({subject, concat(stages, " stages and ", microbatches, " micro-batches"), stages < 0 ? "stages" : "microbatches",
+          "give counts >= 0"});
+  }
+}
+}  // namespace detail
+
 // 1F1B: stage j of `stages` keeps min(stages - j, microbatches) micro-batches in flight.
-[[nodiscard]] inline std::vector<double> inflight_1f1b(std::size_t stages,
-                                                       std::size_t microbatches = std::numeric_limits<std::size_t>::max()) {
-  std::vector<double> counts(stages);
-  for (std::size_t j = 0; j < stages; ++j) counts[j] = static_cast<double>(std::min(stages - j, microbatches));
+[[nodiscard]] inline std::vector<double> inflight_1f1b(
+    std::int32_t stages, std::int32_t microbatches = std::numeric_limits<std::int32_t>::max()) {
+  detail::check_inflight_sizes("inflight_1f1b", stages, microbatches);
+  std::vector<double> counts(static_cast<std::size_t>(stages));
+  for (std::int32_t j = 0; j < stages; ++j) {
+    counts[static_cast<std::size_t>(j)] = static_cast<double>(std::min(stages - j, microbatches));
+  }
   return counts;
 }
 
 // GPipe (all forwards, then all backwards): every stage keeps every micro-batch.
-[[nodiscard]] inline std::vector<double> inflight_gpipe(std::size_t stages, std::size_t microbatches) {
-  return std::vector<double>(stages, static_cast<double>(microbatches));
+[[nodiscard]] inline std::vector<double> inflight_gpipe(std::int32_t stages, std::int32_t microbatches) {
+  detail::check_inflight_sizes("inflight_gpipe", stages, microbatches);
+  return std::vector<double>(static_cast<std::size_t>(stages), static_cast<double>(microbatches));
 }
 
 namespace detail {

@@ -74,7 +74,7 @@ struct Partition {
   double mean_time = 0.0;
   double imbalance = 1.0;                // bottleneck / mean_time (1 when every stage is free)
 
-  [[nodiscard]] std::size_t stage_count() const noexcept { return stages.size(); }
+  [[nodiscard]] std::int32_t stage_count() const noexcept { return static_cast<std::int32_t>(stages.size()); }
   // The layer indices of stage s, in order.
   [[nodiscard]] std::vector<std::size_t> layers_of(std::size_t s) const {
     const PartitionStage& st = stages.at(s);
@@ -126,12 +126,12 @@ struct PartitionInput {
   }
 };
 
-inline void check_partition_shape(const LayerGraph& graph, std::size_t stages, std::string_view subject) {
+inline void check_partition_shape(const LayerGraph& graph, std::int32_t stages, std::string_view subject) {
   if (graph.empty()) {
     fail({std::string(subject), "the layer graph has no layers", "graph", "give at least one layer"});
   }
-  if (stages == 0) fail({std::string(subject), "0 stages requested", "stages", "ask for at least one stage"});
-  if (stages > graph.size()) {
+  if (stages <= 0) fail({std::string(subject), concat(stages, " stages requested"), "stages", "ask for at least one stage"});
+  if (static_cast<std::size_t>(stages) > graph.size()) {
     fail({std::string(subject), concat(stages, " stages requested for ", graph.size(), " layers; a stage cannot be empty"),
           "stages", concat("ask for at most ", graph.size(), " stages, or split layers finer")});
   }
@@ -184,10 +184,11 @@ void sum_over_crossing_tensors(const LayerGraph& graph, std::span<const std::siz
   return graph.is_chain();
 }
 
-[[nodiscard]] inline PartitionInput prepare_partition(const LayerGraph& graph, std::size_t stages,
+[[nodiscard]] inline PartitionInput prepare_partition(const LayerGraph& graph, std::int32_t stage_count,
                                                       const PartitionCostModel& cost, std::span<const std::size_t> order,
                                                       std::string_view subject) {
-  check_partition_shape(graph, stages, subject);
+  check_partition_shape(graph, stage_count, subject);
+  const auto stages = static_cast<std::size_t>(stage_count);
   check_partition_cost_model(cost, stages);
   PartitionInput in;
   in.layers = graph.size();
@@ -253,7 +254,7 @@ void sum_over_crossing_tensors(const LayerGraph& graph, std::span<const std::siz
   if (any_cap) {
     for (std::size_t j = 0; j < stages; ++j) in.cap.push_back(device(j).memory_bytes);
   }
-  in.inflight = cost.inflight.empty() ? inflight_1f1b(stages) : cost.inflight;
+  in.inflight = cost.inflight.empty() ? inflight_1f1b(stage_count) : cost.inflight;
   in.optimizer_state_factor = cost.optimizer_state_factor;
   const double most_inflight = *std::max_element(in.inflight.begin(), in.inflight.end());
   check_running_sum(in.optimizer_state_factor * in.params[n] + most_inflight * in.activations[n], subject,
@@ -406,7 +407,7 @@ inline void check_boundaries(const LayerGraph& graph, std::span<const std::size_
 // The split with the smallest bottleneck (see chain.hpp for the exact cost formulas and the
 // tie rule). `order` is a topological order to cut; empty means the graph's own.
 // Throws when no split fits the memory caps, saying what cap would.
-[[nodiscard]] inline Partition partition_optimal(const LayerGraph& graph, std::size_t stages,
+[[nodiscard]] inline Partition partition_optimal(const LayerGraph& graph, std::int32_t stages,
                                                  const PartitionCostModel& cost = {},
                                                  std::span<const std::size_t> order = {}) {
   detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_optimal");
@@ -417,26 +418,27 @@ inline void check_boundaries(const LayerGraph& graph, std::span<const std::size_
 
 // Equal layer counts, as Megatron-LM splits; when the count does not divide, the first
 // (layers % stages) stages get one layer more (as DeepSpeed's partition_method="uniform").
-[[nodiscard]] inline Partition partition_uniform(const LayerGraph& graph, std::size_t stages,
+[[nodiscard]] inline Partition partition_uniform(const LayerGraph& graph, std::int32_t stages,
                                                  const PartitionCostModel& cost = {},
                                                  std::span<const std::size_t> order = {}) {
   detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_uniform");
-  std::vector<std::size_t> boundaries(stages + 1, 0);
-  const std::size_t base = in.layers / stages, extra = in.layers % stages;
-  for (std::size_t j = 0; j < stages; ++j) boundaries[j + 1] = boundaries[j] + base + (j < extra ? 1 : 0);
+  const std::size_t k = in.stages;
+  std::vector<std::size_t> boundaries(k + 1, 0);
+  const std::size_t base = in.layers / k, extra = in.layers % k;
+  for (std::size_t j = 0; j < k; ++j) boundaries[j + 1] = boundaries[j] + base + (j < extra ? 1 : 0);
   return detail::make_partition(graph, std::move(in), std::move(boundaries), "uniform");
 }
 
 // Balanced parameter bytes, as DeepSpeed's partition_method="parameters" intends: the split
 // whose largest stage holds the fewest parameter bytes (exact, same tie rule), then priced
 // with the full cost model.
-[[nodiscard]] inline Partition partition_by_params(const LayerGraph& graph, std::size_t stages,
+[[nodiscard]] inline Partition partition_by_params(const LayerGraph& graph, std::int32_t stages,
                                                    const PartitionCostModel& cost = {},
                                                    std::span<const std::size_t> order = {}) {
   detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_by_params");
   detail::ChainModel by_params;
   by_params.layers = in.layers;
-  by_params.stages = stages;
+  by_params.stages = in.stages;
   by_params.compute = in.params;
   double largest = 0.0;
   for (std::size_t x = 0; x < in.layers; ++x) largest = std::max(largest, in.params[x + 1] - in.params[x]);

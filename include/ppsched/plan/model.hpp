@@ -227,8 +227,8 @@ struct GraphModelOptions {
   }
   model.partition = [graph = std::move(profile.graph), devices, link = profile.link, options](
                         std::span<const std::int32_t> placement) {
-    const std::size_t stages = placement.size();
-    const bool one_per_rank = stages == static_cast<std::size_t>(options.ranks);
+    const auto stages = static_cast<std::int32_t>(placement.size());
+    const bool one_per_rank = stages == options.ranks;
     PartitionCostModel cost;
     cost.link = link;
     cost.optimizer_state_factor = options.optimizer_state_factor;
@@ -241,13 +241,13 @@ struct GraphModelOptions {
       if (!one_per_rank) d.memory_bytes = std::numeric_limits<double>::infinity();
       cost.devices.push_back(d);
     }
-    cost.inflight = inflight_1f1b(stages, static_cast<std::size_t>(options.microbatches));
+    cost.inflight = inflight_1f1b(stages, options.microbatches);
     const Partition cut = options.method == PartitionMethod::uniform     ? partition_uniform(graph, stages, cost)
                           : options.method == PartitionMethod::by_params ? partition_by_params(graph, stages, cost)
                                                                          : partition_optimal(graph, stages, cost);
     PartitionPlan p;
     p.method = std::string(partition_method_name(options.method));
-    for (std::size_t s = 0; s < stages; ++s) {
+    for (std::size_t s = 0; s < placement.size(); ++s) {
       const PartitionStage& st = cut.stages[s];
       StagePlan plan;
       plan.rank = placement[s];
@@ -261,7 +261,7 @@ struct GraphModelOptions {
       plan.cost.activation_bytes = st.activation_bytes;
       plan.cost.output_bytes = st.send_bytes;
       plan.compute_time = st.compute;
-      const bool same_rank = s + 1 < stages && placement[s + 1] == placement[s];
+      const bool same_rank = s + 1 < placement.size() && placement[s + 1] == placement[s];
       plan.comm_time = same_rank ? 0.0 : st.send;
       plan.memory_bytes = options.optimizer_state_factor * st.param_bytes;
       plan.param_bytes = st.param_bytes;

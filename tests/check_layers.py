@@ -11,8 +11,8 @@ import os
 import re
 import sys
 
-# The reading order (docs/architecture.md). The top-level headers (error.hpp, the umbrellas)
-# are handled apart: error.hpp comes first, the umbrellas last.
+# The reading order (docs/architecture.md). The top-level headers (error.hpp, config.hpp, the
+# umbrellas) are handled apart: error.hpp and config.hpp come first, the umbrellas last.
 LAYERS = [
     "graph",
     "partition",
@@ -30,7 +30,7 @@ LAYERS = [
     "backend/cuda",
     "adapters",  # opt-in bridges to frameworks (libtorch): never included by the umbrella
 ]
-FIRST = {"error.hpp"}  # includable from everywhere
+FIRST = {"error.hpp", "config.hpp"}  # includable from everywhere
 
 root = os.path.join(os.path.abspath(sys.argv[1]), "include", "ppsched")
 include_re = re.compile(r'^\s*#\s*include\s*[<"]ppsched/([^">]+)[">]', re.M)

@@ -13,3 +13,10 @@
 #include "ppsched/runtime/world.hpp"
 
 #include "ppsched/backend/cpu.hpp"
+#include "ppsched/config.hpp"
+
+#if defined(PPSCHED_COMPILED) && !defined(PPSCHED_BUILDING_COMPILED)
+// Compiled once, in the translation unit that includes <ppsched/compiled.hpp>.
+extern template class ppsched::Executor<ppsched::CpuBackend>;
+extern template class ppsched::World<ppsched::CpuBackend>;
+#endif

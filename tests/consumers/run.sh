@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs a tiny program that uses ppsched the way a downstream project would:
-#   subproject  - as a Meson subproject, through dependency('ppsched')
-#   pkgconfig   - installed by `meson install`, found by pkg-config
+#   subproject  - as a Meson subproject, through dependency('ppsched'), and in compiled mode through
+#                 dependency('ppsched-compiled')
+#   pkgconfig   - installed by `meson install`, found by pkg-config (also in compiled mode)
 #   cmake       - installed by `meson install`, found by CMake's find_package(ppsched)
 # Usage: run.sh KIND SOURCE_ROOT WORK_DIR
 set -euo pipefail
@@ -23,6 +24,7 @@ case "$kind" in
     meson setup "$work/app/build" "$work/app" >"$work/setup.log"
     ninja -C "$work/app/build" >"$work/build.log"
     "$work/app/build/consumer"
+    "$work/app/build/consumer_compiled"
     ;;
   pkgconfig)
     install_ppsched
@@ -32,6 +34,12 @@ case "$kind" in
     # shellcheck disable=SC2086
     ${CXX:-c++} "$here/app/consumer.cpp" $flags -o "$work/consumer"
     "$work/consumer"
+    # Compiled mode from the installed headers: one file of the program compiles the library.
+    printf '#include <ppsched/compiled.hpp>\n' >"$work/ppsched_compiled.cpp"
+    # shellcheck disable=SC2086
+    ${CXX:-c++} -DPPSCHED_COMPILED "$here/app/consumer_compiled.cpp" "$work/ppsched_compiled.cpp" $flags \
+      -o "$work/consumer_compiled"
+    "$work/consumer_compiled"
     ;;
   cmake)
     command -v cmake >/dev/null || { echo "SKIP: cmake is not installed"; exit 77; }

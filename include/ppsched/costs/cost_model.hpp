@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/graph/hardware.hpp"
 #include "ppsched/schedule/action.hpp"
@@ -156,7 +157,9 @@ inline void check_cost_sums(const CostModel& c, std::int32_t stages, std::int32_
 // Throws ppsched::error, naming the field, when the model does not fit a schedule of this
 // many stages and micro-batches or holds a negative, NaN or infinite value, or when its
 // times or sizes add up past the largest double.
-inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32_t microbatches) {
+PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, std::int32_t microbatches)
+#if PPSCHED_OUTLINE_BODY
+{
   using detail::concat;
   const auto S = static_cast<std::size_t>(stages), M = static_cast<std::size_t>(microbatches);
   if (c.per_microbatch.empty()) {
@@ -197,6 +200,9 @@ inline void check_cost_model(const CostModel& c, std::int32_t stages, std::int32
   }
   detail::check_cost_sums(c, stages, microbatches);
 }
+#else
+;
+#endif
 
 // The costs of (stage, micro-batch), scale applied. Throws ppsched::error when the model
 // has no entry for them (check_cost_model against the schedule first).

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "ppsched/config.hpp"
 #include "ppsched/engine/flat_schedule.hpp"
 #include "ppsched/engine/problems.hpp"
 #include "ppsched/error.hpp"
@@ -181,8 +182,10 @@ inline void check_pairs(const FlatSchedule& flat, ProblemSink& sink) {
 // `skip_comm`: index the compute actions only (a dependency-only run). `proven`: `s` is a
 // LoweredSchedule that lower() wrote (lower/lower.hpp), whose checks its construction has
 // proven: it is only indexed.
-inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& sink, bool skip_comm = false,
-                          bool proven = false) {
+PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& sink, bool skip_comm = false,
+                          bool proven = false)
+#if PPSCHED_OUTLINE_BODY
+{
   // ---- shape
   bool shape_ok = true;
   if (s.ranks < 1) {
@@ -570,5 +573,8 @@ inline bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& si
   }
   return true;
 }
+#else
+;
+#endif
 
 }  // namespace ppsched::detail

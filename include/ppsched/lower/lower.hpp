@@ -42,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "ppsched/config.hpp"
 #include "ppsched/engine/abstract_execution.hpp"
 #include "ppsched/engine/flat_schedule.hpp"
 #include "ppsched/engine/problems.hpp"
@@ -350,7 +351,9 @@ template <class Duration>
 // same compute order with the options' compute times and free transfers, and with the default
 // times, and returns the fastest of these (the transfer-aware one on a tie, to within a part
 // in 1e9). The result is never slower than lower(schedule) of the same compute order.
-[[nodiscard]] inline LoweredSchedule lower(const Schedule& schedule, const LowerOptions& options, Workspace& ws) {
+[[nodiscard]] PPSCHED_OUTLINE LoweredSchedule lower(const Schedule& schedule, const LowerOptions& options, Workspace& ws)
+#if PPSCHED_OUTLINE_BODY
+{
   if (is_lowered(schedule)) return detail::LoweringAccess::unproven(schedule);
 
   detail::FlatSchedule& flat = ws.flat();
@@ -440,6 +443,9 @@ template <class Duration>
   // What lowering proves of the result, validate() and simulate() need not prove again.
   return detail::LoweringAccess::proven(std::move(best.schedule), best.communicates, flat.has_backward, flat.has_pairs);
 }
+#else
+;
+#endif
 
 [[nodiscard]] inline LoweredSchedule lower(const Schedule& schedule, const LowerOptions& options = {}) {
   Workspace ws;
@@ -451,7 +457,9 @@ template <class Duration>
 // with positive times; an action the model makes free is ordered as if it took a millionth
 // of the model's largest time (its place among actions that take time is unchanged), and so is
 // one that takes less: a time that small would vanish when added to the timeline's clock.
-[[nodiscard]] inline LowerOptions lower_options_for(const CostModel& c, std::int32_t stages, std::int32_t microbatches) {
+[[nodiscard]] PPSCHED_OUTLINE LowerOptions lower_options_for(const CostModel& c, std::int32_t stages, std::int32_t microbatches)
+#if PPSCHED_OUTLINE_BODY
+{
   check_cost_model(c, stages, microbatches);
   double largest = 0.0;
   for (const StageCost& s : c.per_microbatch.empty() ? c.stages : c.per_microbatch) {
@@ -498,5 +506,8 @@ template <class Duration>
   };
   return options;
 }
+#else
+;
+#endif
 
 }  // namespace ppsched

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/controllable_memory.hpp"
 #include "ppsched/schedule/dualpipev.hpp"
@@ -260,7 +261,9 @@ inline constexpr std::array<std::string_view, schedule_families.size()> family_n
   return out;
 }
 
-[[nodiscard]] inline const FamilyInfo* find_family(std::string_view name) {
+[[nodiscard]] PPSCHED_OUTLINE const FamilyInfo* find_family(std::string_view name)
+#if PPSCHED_OUTLINE_BODY
+{
   std::string key = normalised_family(name);
   if (key == "zbvzerobubble") key = normalised_family(zb_v_name);  // PyTorch's ScheduleZBVZeroBubble
   if (key == "interleavedzerobubble") key = normalised_family(interleaved_zero_bubble_name);
@@ -268,6 +271,9 @@ inline constexpr std::array<std::string_view, schedule_families.size()> family_n
     if (normalised_family(f.name) == key) return &f;
   return nullptr;
 }
+#else
+;
+#endif
 
 [[nodiscard]] inline std::string joined_family_names() {
   std::string out;
@@ -287,25 +293,40 @@ inline constexpr std::array<std::string_view, schedule_families.size()> family_n
 
 // The family registered under `name` (canonical, any case, '-' or '_' optional, or PyTorch's
 // class name without "Schedule"); throws ppsched::error listing the valid names otherwise.
-[[nodiscard]] inline const FamilyInfo& family_info(std::string_view name) {
+[[nodiscard]] PPSCHED_OUTLINE const FamilyInfo& family_info(std::string_view name)
+#if PPSCHED_OUTLINE_BODY
+{
   if (const FamilyInfo* f = detail::find_family(name)) return *f;
   fail({"schedule family", detail::concat("unknown family '", name, "'"), "",
         detail::concat("use one of: ", detail::joined_family_names())});
 }
+#else
+;
+#endif
 
 // Whether make_schedule(family, r) would succeed, without building or throwing: the sizes
 // every family checks and the family's own rule on p, m and v. False for unknown families.
-[[nodiscard]] inline bool accepts(std::string_view family, const ScheduleRequest& r) {
+[[nodiscard]] PPSCHED_OUTLINE bool accepts(std::string_view family, const ScheduleRequest& r)
+#if PPSCHED_OUTLINE_BODY
+{
   const FamilyInfo* f = detail::find_family(family);
   if (f == nullptr || r.ranks < 1 || r.microbatches < 1 || r.chunks < 1) return false;
   if (3 * std::int64_t{r.ranks} * r.chunks * r.microbatches > detail::max_generated_actions) return false;
   return f->rule_allows(r);
 }
+#else
+;
+#endif
 
 // Builds the named family's schedule; throws ppsched::error for an unknown family or a request
 // the family's rule rejects (the message states the rule and the nearest valid values).
-[[nodiscard]] inline Schedule make_schedule(std::string_view family, const ScheduleRequest& r) {
+[[nodiscard]] PPSCHED_OUTLINE Schedule make_schedule(std::string_view family, const ScheduleRequest& r)
+#if PPSCHED_OUTLINE_BODY
+{
   return family_info(family).make(r);
 }
+#else
+;
+#endif
 
 }  // namespace ppsched

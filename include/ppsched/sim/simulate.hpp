@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "ppsched/config.hpp"
 #include "ppsched/engine/abstract_execution.hpp"
 #include "ppsched/engine/flat_schedule.hpp"
 #include "ppsched/engine/problems.hpp"
@@ -95,8 +96,10 @@ namespace detail {
 
 // The run of `input` (lowered, or compute-only for an ideal_communication run), whose static
 // checks `proven` says lowering proved; `schedule` is what the caller passed (for messages).
-inline SimResult simulate_lowered(const Schedule& schedule, const Schedule& input, bool proven, bool lowered_internally,
-                                  const CostModel& cost, const SimOptions& options, Workspace& ws) {
+PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Schedule& input, bool proven, bool lowered_internally,
+                                  const CostModel& cost, const SimOptions& options, Workspace& ws)
+#if PPSCHED_OUTLINE_BODY
+{
   SimResult result;
   result.lowered_internally = lowered_internally;
   FlatSchedule& flat = ws.flat();
@@ -247,6 +250,9 @@ inline SimResult simulate_lowered(const Schedule& schedule, const Schedule& inpu
   }
   return result;
 }
+#else
+;
+#endif
 
 }  // namespace detail
 

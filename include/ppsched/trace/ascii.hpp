@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/trace/stats.hpp"
@@ -99,7 +100,9 @@ namespace detail {
 
 }  // namespace detail
 
-[[nodiscard]] inline std::string to_ascii(const Timeline& timeline, const AsciiOptions& options = {}) {
+[[nodiscard]] PPSCHED_OUTLINE std::string to_ascii(const Timeline& timeline, const AsciiOptions& options = {})
+#if PPSCHED_OUTLINE_BODY
+{
   const TimelineStats stats = summarize(timeline);
   if (options.columns < 0 || options.max_columns < 1) {
     fail({"ascii timeline", "the column count is out of range",
@@ -201,5 +204,8 @@ namespace detail {
   }
   return out;
 }
+#else
+;
+#endif
 
 }  // namespace ppsched

@@ -35,6 +35,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/trace/text.hpp"
@@ -150,7 +151,9 @@ struct Interval {
 // outside [0, ranks), a start or end that is NaN or infinite, an end before its start, a
 // negative stage or micro-batch, an unknown operation or lane, or a compute action on the
 // comm lane. Every function in ppsched/trace calls it first.
-inline void validate_timeline(const Timeline& timeline) {
+PPSCHED_OUTLINE void validate_timeline(const Timeline& timeline)
+#if PPSCHED_OUTLINE_BODY
+{
   if (timeline.ranks < 0) {
     fail({"timeline", detail::concat("the rank count is negative (", timeline.ranks, ")"), "Timeline::ranks",
           "set ranks to the number of pipeline ranks"});
@@ -195,6 +198,9 @@ inline void validate_timeline(const Timeline& timeline) {
     }
   }
 }
+#else
+;
+#endif
 
 struct RankStats {
   std::int32_t rank = 0;
@@ -232,7 +238,9 @@ struct TimelineStats {
   friend bool operator==(const TimelineStats&, const TimelineStats&) = default;
 };
 
-[[nodiscard]] inline TimelineStats summarize(const Timeline& timeline) {
+[[nodiscard]] PPSCHED_OUTLINE TimelineStats summarize(const Timeline& timeline)
+#if PPSCHED_OUTLINE_BODY
+{
   validate_timeline(timeline);
   TimelineStats stats;
   stats.ranks = timeline.ranks;
@@ -287,6 +295,9 @@ struct TimelineStats {
   stats.bubble_vs_ideal = detail::ratio_or_zero(stats.makespan - stats.ideal_time, stats.ideal_time);
   return stats;
 }
+#else
+;
+#endif
 
 namespace detail {
 

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <string>
 
+#include "ppsched/config.hpp"
 #include "ppsched/engine/abstract_execution.hpp"
 #include "ppsched/engine/flat_schedule.hpp"
 #include "ppsched/engine/problems.hpp"
@@ -39,8 +40,10 @@ namespace detail {
 
 // validate() of a schedule lower() wrote (LoweredSchedule::proven): what the full checks would
 // report for it — no problems, and its memory, measured from the programs as always.
-inline ValidationReport validate_proven(const LoweredSchedule& lowered, const ValidateOptions& options,
-                                        FlatSchedule& flat) {
+PPSCHED_OUTLINE ValidationReport validate_proven(const LoweredSchedule& lowered, const ValidateOptions& options,
+                                        FlatSchedule& flat)
+#if PPSCHED_OUTLINE_BODY
+{
   const Schedule& s = lowered.schedule();
   ValidationReport report;
   report.schedule_name = s.name;
@@ -64,9 +67,14 @@ inline ValidationReport validate_proven(const LoweredSchedule& lowered, const Va
   report.deadlock_checked = options.check_deadlock;
   return report;
 }
+#else
+;
+#endif
 
 // Static checks, memory and (when they pass) the deadlock proof in both stream settings.
-inline ValidationReport validate_into(const Schedule& s, const ValidateOptions& options, Workspace& ws) {
+PPSCHED_OUTLINE ValidationReport validate_into(const Schedule& s, const ValidateOptions& options, Workspace& ws)
+#if PPSCHED_OUTLINE_BODY
+{
   FlatSchedule& flat = ws.flat();
   ValidationReport report;
   report.schedule_name = s.name;
@@ -103,6 +111,9 @@ inline ValidationReport validate_into(const Schedule& s, const ValidateOptions& 
                   "sends and receives that must progress together, or lower() the compute-only schedule"));
   return report;
 }
+#else
+;
+#endif
 
 [[noreturn]] inline void fail_validation(const Schedule& schedule, const ValidationReport& report) {
   std::string list;

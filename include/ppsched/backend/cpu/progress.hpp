@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "ppsched/backend/cpu/state.hpp"
+#include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/backend.hpp"
 
@@ -352,7 +353,9 @@ inline void help_peers(ClusterState& c, const Peers& peers) {
 }
 
 // The body of a stream's worker thread (threaded mode).
-inline void worker_loop(ClusterState& c, StreamState& s) {
+PPSCHED_OUTLINE void worker_loop(ClusterState& c, StreamState& s)
+#if PPSCHED_OUTLINE_BODY
+{
   RankState& r = *s.rank;
   std::unique_lock<std::mutex> lock(r.mutex);
   for (;;) {
@@ -398,6 +401,9 @@ inline void worker_loop(ClusterState& c, StreamState& s) {
     s.worker_waiting = false;
   }
 }
+#else
+;
+#endif
 
 // Deterministic mode. Under the engine mutex.
 [[nodiscard]] inline bool any_host_active(const ClusterState& c) {
@@ -463,7 +469,9 @@ inline void end_stalled_waits(ClusterState& c) {
 // The deterministic engine: while no host is active, run one step of the next stream (in
 // creation order, round robin) that can move; when none can and every host waits, end the
 // waits.
-inline void engine_loop(ClusterState& c) {
+PPSCHED_OUTLINE void engine_loop(ClusterState& c)
+#if PPSCHED_OUTLINE_BODY
+{
   std::unique_lock<std::mutex> engine(c.engine_mutex);
   for (;;) {
     if (c.shutdown) return;
@@ -498,5 +506,8 @@ inline void engine_loop(ClusterState& c) {
     c.engine_wake.wait(engine);
   }
 }
+#else
+;
+#endif
 
 }  // namespace ppsched::detail::cpu

@@ -1,0 +1,33 @@
+// How ppsched's heavy functions are compiled. By default the library is header-only: every
+// function is inline and every translation unit that calls one compiles it. With
+// PPSCHED_COMPILED defined in every translation unit of a program, the functions that cost
+// the most to compile (the schedule generators behind make_schedule, lower, validate,
+// simulate, the timeline text, and the runtime's World and Executor over the CPU backend) are
+// only declared, and one .cpp file of the program compiles them by including
+// <ppsched/compiled.hpp>. Meson users get both from dependency('ppsched-compiled').
+// What runs is the same code either way; only where it is compiled changes
+// (docs/performance.md, "Compile time").
+//
+// A moved function is written `PPSCHED_OUTLINE T f(args)`, then its body under
+// `#if PPSCHED_OUTLINE_BODY` and a lone `;` (a declaration) under `#else`. Move a function
+// when its code is large and it is called from few places: the gain is its code and all it
+// alone pulls in; a small function called on a hot path stays inline.
+#pragma once
+
+#if defined(PPSCHED_BUILDING_COMPILED) && !defined(PPSCHED_COMPILED)
+#define PPSCHED_COMPILED
+#endif
+
+#if defined(PPSCHED_COMPILED)
+// One definition for the whole program, in the translation unit that includes
+// <ppsched/compiled.hpp>; everywhere else a declaration.
+#define PPSCHED_OUTLINE
+#if defined(PPSCHED_BUILDING_COMPILED)
+#define PPSCHED_OUTLINE_BODY 1
+#else
+#define PPSCHED_OUTLINE_BODY 0
+#endif
+#else
+#define PPSCHED_OUTLINE inline
+#define PPSCHED_OUTLINE_BODY 1
+#endif

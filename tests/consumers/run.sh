@@ -4,6 +4,7 @@
 #                 dependency('ppsched-compiled')
 #   pkgconfig   - installed by `meson install`, found by pkg-config (also in compiled mode)
 #   cmake       - installed by `meson install`, found by CMake's find_package(ppsched)
+#                 (ppsched::ppsched, and ppsched::compiled for compiled mode)
 # Usage: run.sh KIND SOURCE_ROOT WORK_DIR
 set -euo pipefail
 kind=$1 src=$2 work=$3
@@ -45,9 +46,11 @@ case "$kind" in
     command -v cmake >/dev/null || { echo "SKIP: cmake is not installed"; exit 77; }
     install_ppsched
     cmake -S "$here/cmake" -B "$work/cmake-build" -DCMAKE_PREFIX_PATH="$work/prefix" \
-      -DCONSUMER_SOURCE="$here/app/consumer.cpp" >"$work/cmake.log"
+      -DCONSUMER_SOURCE="$here/app/consumer.cpp" \
+      -DCONSUMER_COMPILED_SOURCE="$here/app/consumer_compiled.cpp" >"$work/cmake.log"
     cmake --build "$work/cmake-build" >"$work/cmake-build.log"
     "$work/cmake-build/consumer"
+    "$work/cmake-build/consumer_compiled"
     ;;
   *)
     echo "unknown consumer kind '$kind' (expected subproject, pkgconfig or cmake)" >&2

@@ -104,7 +104,7 @@ struct StagedFile {
 enum class OutputKind : unsigned char { replace, stream };
 
 struct ResolvedOutput {
-  std::string path;  // after following symbolic links; "-" for standard output
+  std::string path;  // a file: after following symbolic links; a stream: as given ("-": stdout)
   OutputKind kind = OutputKind::replace;
 };
 
@@ -132,6 +132,13 @@ struct ResolvedOutput {
   using ppsched::detail::concat;
   if (path == "-") return {"-", OutputKind::stream};
   if (path.empty()) fail_output(path, "is not a file name", "give a path such as out/trace.json, or - for stdout");
+  // A stream is opened by its own path, the links left to the kernel: /dev/stdout leads to
+  // /proc/self/fd/1, whose target, when standard output is a pipe, reads "pipe:[N]" — a name
+  // no path walk can follow, but open() can.
+  struct ::stat through {};
+  if (::stat(path.c_str(), &through) == 0 && (S_ISFIFO(through.st_mode) || S_ISCHR(through.st_mode))) {
+    return {path, OutputKind::stream};
+  }
   const std::string target = follow_links(path);
   struct ::stat st {};
   if (::stat(target.c_str(), &st) != 0) {

@@ -8,7 +8,8 @@ import subprocess
 import sys
 
 # Arguments per program; each list is one run. ppsched-plan's runs cover every family
-# (make_schedule), lowering, validation, simulation and the text and JSON reports.
+# (make_schedule), lowering, validation, simulation, the text and JSON reports, the search,
+# the SVG, Chrome-trace and CSV writers, and the device planner.
 RUNS = {
     'quickstart': [[]],
     'ppsched-plan': [
@@ -18,6 +19,12 @@ RUNS = {
         ['--stage-cost', '1,1,1', '--stages', '4', '--microbatches', '8', '--comm', '0.5'],
         ['--schedule', 'zb-v', '--stages', '4', '--microbatches', '8'],
         ['--schedule', 'no-such-family'],
+        # the search, the writers and the device planner
+        ['--schedule', 'auto', '--stages', '4', '--microbatches', '8', '--memory-cap-microbatches', '4'],
+        ['--schedule', 'zb-h1', '--stages', '4', '--microbatches', '8', '--svg', '/dev/stdout'],
+        ['--schedule', 'zb-h1', '--stages', '4', '--microbatches', '8', '--trace', '/dev/stdout'],
+        ['--schedule', 'zb-h1', '--stages', '4', '--microbatches', '8', '--csv', '/dev/stdout'],
+        ['--devices', '8', '--global-batch', '64'],
     ],
 }
 

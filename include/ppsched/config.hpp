@@ -2,11 +2,11 @@
 // function is inline and every translation unit that calls one compiles it. With
 // PPSCHED_COMPILED defined in every translation unit of a program, the functions that cost
 // the most to compile (the schedule generators behind make_schedule, lower, validate,
-// simulate, the timeline text, and the runtime's World and Executor over the CPU backend) are
-// only declared, and one .cpp file of the program compiles them by including
-// <ppsched/compiled.hpp>. Meson users get both from dependency('ppsched-compiled').
-// What runs is the same code either way; only where it is compiled changes
-// (docs/performance.md, "Compile time").
+// simulate, the timeline text and writers, the planner and search, and the runtime's World
+// and Executor over the CPU backend) are only declared, and one .cpp file of the program
+// compiles them by including <ppsched/compiled.hpp>. Meson users get both from
+// dependency('ppsched-compiled'), CMake users from ppsched::compiled. What runs is the same
+// code either way; only where it is compiled changes (docs/performance.md, "Compile time").
 //
 // A moved function is written `PPSCHED_OUTLINE T f(args)`, then its body under
 // `#if PPSCHED_OUTLINE_BODY` and a lone `;` (a declaration) under `#else`. Move a function

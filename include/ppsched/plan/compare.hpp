@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include "ppsched/config.hpp"
 #include "ppsched/engine/workspace.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/plan/costs.hpp"
@@ -325,9 +326,11 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
 // false and its problems listed, not simulated. Throws ppsched::error when the partition does
 // not have one stage per stage of the schedule. `ws` lends the checks, the lowering and the
 // simulation their arrays (engine/workspace.hpp): keep one across many schedules.
-[[nodiscard]] inline ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
+[[nodiscard]] PPSCHED_OUTLINE ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
                                                       const PartitionPlan& partition, const PlanRequest& request,
-                                                      Workspace& ws) {
+                                                      Workspace& ws)
+#if PPSCHED_OUTLINE_BODY
+{
   using detail::concat;
   if (partition.stages.size() != static_cast<std::size_t>(std::max(schedule.stages(), 0))) {
     fail({"evaluate_schedule", concat("the partition has ", partition.stages.size(), " stages for schedule '",
@@ -380,11 +383,19 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
   detail::check_fit(r, request.cap, model.rank_memory_cap);
   return r;
 }
-[[nodiscard]] inline ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
-                                                      const PartitionPlan& partition, const PlanRequest& request) {
+#else
+;
+#endif
+[[nodiscard]] PPSCHED_OUTLINE ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
+                                                      const PartitionPlan& partition, const PlanRequest& request)
+#if PPSCHED_OUTLINE_BODY
+{
   Workspace ws;
   return evaluate_schedule(std::move(schedule), model, partition, request, ws);
 }
+#else
+;
+#endif
 
 namespace detail {
 
@@ -608,7 +619,9 @@ struct FamilySchedules {
 // family_schedules (which says which are left out, and why) evaluated on its cut
 // (evaluate_schedule). Throws ppsched::error for a bad request, an unknown family, or a named
 // family whose rule the request breaks.
-[[nodiscard]] inline PlanResult compare_families(const PlanModel& model, const PlanRequest& request) {
+[[nodiscard]] PPSCHED_OUTLINE PlanResult compare_families(const PlanModel& model, const PlanRequest& request)
+#if PPSCHED_OUTLINE_BODY
+{
   PlanResult plan = detail::start_plan("compare_families", model, request);
   detail::PartitionCache partition_for(model);
   plan.partition = partition_for(one_stage_per_rank_placement(request.ranks));
@@ -626,5 +639,8 @@ struct FamilySchedules {
   plan.recommended = recommend(plan.schedules, capped, request.objective);
   return plan;
 }
+#else
+;
+#endif
 
 }  // namespace ppsched

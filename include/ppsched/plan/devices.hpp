@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/graph/hardware.hpp"
 #include "ppsched/graph/layer_graph.hpp"
@@ -171,8 +172,10 @@ namespace detail {
 // ppsched::error when N, the batch or an option is not usable as asked (no p divides N, no d
 // divides the batch, p above N); a cap that nothing fits is a result (DevicePlan::chosen empty,
 // the reason naming the smallest need).
-[[nodiscard]] inline DevicePlan plan_devices(const Profile& profile, std::int32_t devices, std::int64_t global_batch,
-                                             std::optional<double> memory_cap_bytes, const DevicePlanOptions& options = {}) {
+[[nodiscard]] PPSCHED_OUTLINE DevicePlan plan_devices(const Profile& profile, std::int32_t devices, std::int64_t global_batch,
+                                             std::optional<double> memory_cap_bytes, const DevicePlanOptions& options = {})
+#if PPSCHED_OUTLINE_BODY
+{
   using detail::concat;
   const std::string who = "plan_devices";
   if (devices < 1) fail({who, concat("devices = ", devices), "devices", "give at least one device"});
@@ -346,5 +349,8 @@ namespace detail {
   for (const DeviceSplit& s : memory_bound) plan.reason += concat("; p=", s.pipeline, " does not fit: ", s.fit_problem);
   return plan;
 }
+#else
+;
+#endif
 
 }  // namespace ppsched

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/plan/compare.hpp"
 #include "ppsched/plan/costs.hpp"
@@ -76,8 +77,10 @@ namespace detail {
 // request.chunks, each where the model has a layer for every virtual stage, and its objective
 // is request.objective; the other `options` apply as given. request.families is not used: the search chooses. Throws ppsched::error for a bad request,
 // and for bad input the search rejects when no cap applies.
-[[nodiscard]] inline SearchedPlan search_plan(const PlanModel& model, const PlanRequest& request,
-                                              SearchOptions options = {}) {
+[[nodiscard]] PPSCHED_OUTLINE SearchedPlan search_plan(const PlanModel& model, const PlanRequest& request,
+                                              SearchOptions options = {})
+#if PPSCHED_OUTLINE_BODY
+{
   SearchedPlan out;
   PlanResult& plan = out.plan;
   plan = detail::start_plan("search_plan", model, request);
@@ -130,5 +133,8 @@ namespace detail {
   plan.recommended.reason = found.why;
   return out;
 }
+#else
+;
+#endif
 
 }  // namespace ppsched

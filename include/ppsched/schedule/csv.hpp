@@ -52,6 +52,7 @@
 #include <utility>
 #include <vector>
 
+#include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
@@ -342,7 +343,9 @@ struct ParsedCell {
 }  // namespace detail
 
 // Parses PyTorch-format CSV text into a Schedule (see the top of this header for the rules).
-[[nodiscard]] inline Schedule from_pytorch_csv(std::string_view text, const CsvReadOptions& options = {}) {
+[[nodiscard]] PPSCHED_OUTLINE Schedule from_pytorch_csv(std::string_view text, const CsvReadOptions& options = {})
+#if PPSCHED_OUTLINE_BODY
+{
   const std::string subject = detail::concat("schedule CSV '", options.source, "'");
   const auto rows = detail::split_csv(text, options.source);
   if (rows.empty())
@@ -525,6 +528,9 @@ struct ParsedCell {
       if (a.op == Op::BI || a.op == Op::BW) s.split_backward = true;
   return s;
 }
+#else
+;
+#endif
 
 [[nodiscard]] inline Schedule read_pytorch_csv(std::istream& in, const CsvReadOptions& options = {}) {
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};

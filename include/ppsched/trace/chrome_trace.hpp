@@ -24,6 +24,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/trace/stats.hpp"
@@ -66,8 +67,10 @@ struct ChromeTraceOptions {
   return 1.0;
 }
 
-inline void write_chrome_trace(std::ostream& out, const Timeline& timeline,
-                               const ChromeTraceOptions& options = {}) {
+PPSCHED_OUTLINE void write_chrome_trace(std::ostream& out, const Timeline& timeline,
+                               const ChromeTraceOptions& options = {})
+#if PPSCHED_OUTLINE_BODY
+{
   const TimelineStats stats = summarize(timeline);  // validates: no NaN can reach the JSON
   const double scale = chrome_trace_microseconds_per_unit(timeline, options);
   const bool comm_lane = std::any_of(timeline.spans.begin(), timeline.spans.end(),
@@ -126,6 +129,9 @@ inline void write_chrome_trace(std::ostream& out, const Timeline& timeline,
   if (!options.title.empty()) out << R"(,"title":)" << quoted(options.title);
   out << "}}\n";
 }
+#else
+;
+#endif
 
 [[nodiscard]] inline std::string to_chrome_trace(const Timeline& timeline,
                                                  const ChromeTraceOptions& options = {}) {

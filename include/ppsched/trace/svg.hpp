@@ -21,6 +21,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/trace/stats.hpp"
@@ -81,7 +82,9 @@ namespace detail {
 
 }  // namespace detail
 
-inline void write_svg(std::ostream& out, const Timeline& timeline, const SvgOptions& options = {}) {
+PPSCHED_OUTLINE void write_svg(std::ostream& out, const Timeline& timeline, const SvgOptions& options = {})
+#if PPSCHED_OUTLINE_BODY
+{
   const TimelineStats stats = summarize(timeline);
   if (!(options.width >= 200.0 && options.width <= 1e6) ||
       !(options.row_height >= 4.0 && options.row_height <= 1e4) ||
@@ -252,6 +255,9 @@ inline void write_svg(std::ostream& out, const Timeline& timeline, const SvgOpti
   }
   out << "</g>\n</svg>\n";
 }
+#else
+;
+#endif
 
 [[nodiscard]] inline std::string to_svg(const Timeline& timeline, const SvgOptions& options = {}) {
   std::ostringstream out;

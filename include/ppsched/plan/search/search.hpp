@@ -50,6 +50,7 @@
 #include <utility>
 #include <vector>
 
+#include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/controllable_memory.hpp"
 #include "ppsched/schedule/dualpipev.hpp"
@@ -600,8 +601,10 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
 }
 
 // The search; false with `no_fit` set when no candidate keeps to the cap.
-inline bool run_search(const SearchProblem& problem, const SearchOptions& options, SearchResult& result,
-                       std::string& no_fit) {
+PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOptions& options, SearchResult& result,
+                       std::string& no_fit)
+#if PPSCHED_OUTLINE_BODY
+{
   check_search_problem(problem, options);
   const std::int32_t p = problem.ranks, m = problem.microbatches;
   std::vector<SearchPlacement> placements = search_placements(problem, options);
@@ -948,6 +951,9 @@ inline bool run_search(const SearchProblem& problem, const SearchOptions& option
   result.why = why_it_won(result, problem.cap, options.objective);
   return true;
 }
+#else
+;
+#endif
 
 }  // namespace detail
 

@@ -61,6 +61,15 @@ std::string read(const std::string& path) {
   return s.str();
 }
 
+// Everything left in a pipe whose write end is closed; closes the read end.
+std::string drain(int fd) {
+  std::string got;
+  char buf[256];
+  for (::ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return got;
+}
+
 void write_plain(const std::string& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary);
   out << content;
@@ -149,10 +158,7 @@ TEST_CASE("\"-\" is standard output", "[output_file]") {
   ::dup2(saved, STDOUT_FILENO);
   ::close(saved);
   ::close(fds[1]);
-  std::string got;
-  char buf[256];
-  for (::ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
-  ::close(fds[0]);
+  const std::string got = drain(fds[0]);
   CHECK(error.empty());
   CHECK(got == "to stdout\n");
 }
@@ -177,10 +183,7 @@ TEST_CASE("a link to a pipe through /proc/self/fd (/dev/stdout under a pipe) is 
     error = e.what();
   }
   ::close(fds[1]);
-  std::string got;
-  char buf[256];
-  for (::ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;) got.append(buf, static_cast<std::size_t>(n));
-  ::close(fds[0]);
+  const std::string got = drain(fds[0]);
   CHECK(error.empty());
   CHECK(got == "one\ntwo\n");
   CHECK(fs::is_symlink(fs::symlink_status(s.dir / "stdout-like")));

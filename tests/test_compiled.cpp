@@ -6,6 +6,7 @@
 
 #include <ppsched/all.hpp>
 
+#include <sstream>
 #include <span>
 #include <string>
 #include <vector>
@@ -43,6 +44,40 @@ TEST_CASE("compiled mode: 1F1B's makespan is (m + p - 1)(F + B), as in the heade
   const ppsched::LoweredSchedule lowered =
       ppsched::lower(s, ppsched::lower_options_for(costs, s.stages(), s.microbatches), ws);
   CHECK(ppsched::simulate(lowered, costs).makespan == Approx((8 + 4 - 1) * 3.0));
+}
+
+TEST_CASE("compiled mode: the planner, the search, the device planner, CSV and the writers") {
+  const ppsched::PlanModel model = ppsched::per_rank_cost_model({1.0, 1.0, 1.0, 0.0, 0.0});
+  ppsched::PlanRequest request;
+  request.ranks = 4;
+  request.microbatches = 8;
+  const ppsched::PlanResult plan = ppsched::compare_families(model, request);
+  REQUIRE(plan.recommended_schedule() != nullptr);
+  const ppsched::SearchedPlan searched = ppsched::search_plan(model, request);
+  REQUIRE(searched.plan.recommended_schedule() != nullptr);
+  // The search is never slower than the family recommended without it.
+  CHECK(searched.plan.recommended_schedule()->makespan <= plan.recommended_schedule()->makespan + 1e-9);
+
+  ppsched::GraphBuilder layers;
+  for (int i = 0; i < 8; ++i) layers.then({"layer " + std::to_string(i), 1.0, 1.0, 1.0, 1e6, 1e6, 1e5});
+  ppsched::Profile profile;
+  profile.graph = layers.build();
+  const ppsched::DevicePlan devices = ppsched::plan_devices(profile, 4, 16, std::nullopt);
+  REQUIRE(devices.chosen.has_value());
+  CHECK(devices.chosen->pipeline * devices.chosen->replicas == 4);
+
+  const ppsched::Schedule s = ppsched::make_schedule("zb-h1", {.ranks = 4, .microbatches = 8});
+  ppsched::CsvReadOptions read;
+  read.name = s.name;
+  read.placement = s.placement;
+  const ppsched::Schedule again = ppsched::from_pytorch_csv(ppsched::to_pytorch_csv(s), read);
+  CHECK(again.programs == s.programs);
+  const ppsched::SimResult sim = ppsched::simulate(s, ppsched::uniform_costs(1.0, 1.0, 1.0));
+  std::ostringstream svg, trace;
+  ppsched::write_svg(svg, sim.timeline);
+  ppsched::write_chrome_trace(trace, sim.timeline);
+  CHECK(svg.str().find("<svg") != std::string::npos);
+  CHECK(trace.str().find("traceEvents") != std::string::npos);
 }
 
 TEST_CASE("compiled mode: errors are the header-only build's errors") {

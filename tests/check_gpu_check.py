@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""The rehearsal of tools/gpu-check that needs no GPU and no build (test `gpu_check`).
+
+1. NCCL discovery against a wheel-shaped layout (site-packages/nvidia/nccl/{include,lib} with
+   only libnccl.so.2, as the nvidia-nccl-cu13 wheel has it), against the CUDA 13 wheels'
+   nvidia/cu13 layout, and its refusal, naming every place tried, when nothing is there.
+2. `run --no-gpu --skip-build` writes summary.json, summary.md and logs.tar.gz, every GPU
+   check "skipped" with the reason, and exits 0; a bad --deps folder exits 2 with its fix.
+
+The build itself, with the flags the GPU machine uses and warnings as errors, is rehearsed
+by .ci/gpu-rehearsal (minutes of nvcc), not here.
+Usage: check_gpu_check.py SOURCE_ROOT
+"""
+import importlib.machinery
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+root = Path(sys.argv[1]).resolve()
+tool = root / "tools" / "gpu-check"
+loader = importlib.machinery.SourceFileLoader("gpu_check", str(tool))
+spec = importlib.util.spec_from_loader("gpu_check", loader)
+gc = importlib.util.module_from_spec(spec)
+sys.modules["gpu_check"] = gc  # dataclasses look their module up
+loader.exec_module(gc)
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAILED:", what)
+
+
+HEADER = """#define NCCL_MAJOR 2
+#define NCCL_MINOR 27
+#define NCCL_PATCH 7
+#define NCCL_VERSION_CODE 22707
+"""
+
+with tempfile.TemporaryDirectory() as tmp:
+    tmp = Path(tmp)
+    cuda = tmp / "cuda"  # a toolkit without NCCL
+    (cuda / "include").mkdir(parents=True)
+    (cuda / "lib64").mkdir()
+
+    # 1a. The nvidia-nccl-cu13 wheel's layout.
+    site = tmp / "venv" / "lib" / "python3.12" / "site-packages"
+    (site / "nvidia" / "nccl" / "include").mkdir(parents=True)
+    (site / "nvidia" / "nccl" / "lib").mkdir()
+    (site / "nvidia" / "nccl" / "include" / "nccl.h").write_text(HEADER)
+    (site / "nvidia" / "nccl" / "lib" / "libnccl.so.2").write_bytes(b"\x7fELF")
+    origin, inc, lib, name, version = gc.find_nccl(cuda, None, [site], system=False)
+    check(origin == "wheel", f"wheel layout found as {origin!r}")
+    check(inc == site / "nvidia/nccl/include" and lib == site / "nvidia/nccl/lib", f"wheel paths {inc}, {lib}")
+    check(name == "libnccl.so.2", f"the wheel has only libnccl.so.2, linked as {name!r}")
+    check(version == "2.27.7", f"version read from nccl.h: {version!r}")
+
+    # 1b. A toolkit with NCCL wins over the wheel; --nccl-root wins over both.
+    (cuda / "include" / "nccl.h").write_text(HEADER.replace("27", "28"))
+    (cuda / "lib64" / "libnccl.so").write_bytes(b"\x7fELF")
+    origin, _, _, name, _ = gc.find_nccl(cuda, None, [site], system=False)
+    check(origin == "cuda toolkit" and name == "libnccl.so", f"toolkit NCCL first, got {origin!r} {name!r}")
+    origin, _, _, _, _ = gc.find_nccl(cuda, str(site / "nvidia" / "nccl"), [], system=False)
+    check(origin == "given", f"--nccl-root first, got {origin!r}")
+    (cuda / "include" / "nccl.h").unlink()
+
+    # 1c. The CUDA 13 wheels' shared folder.
+    site2 = tmp / "site2"
+    (site2 / "nvidia" / "cu13" / "include").mkdir(parents=True)
+    (site2 / "nvidia" / "cu13" / "lib").mkdir()
+    (site2 / "nvidia" / "cu13" / "include" / "nccl.h").write_text(HEADER)
+    (site2 / "nvidia" / "cu13" / "lib" / "libnccl.so.2").write_bytes(b"\x7fELF")
+    origin, inc, _, _, _ = gc.find_nccl(cuda, None, [site2], system=False)
+    check(origin == "wheel" and inc == site2 / "nvidia/cu13/include", f"nvidia/cu13 layout: {origin!r} {inc}")
+
+    # 1d. Nothing anywhere: a refusal that names the places tried and the fix.
+    try:
+        gc.find_nccl(cuda, None, [tmp / "empty"], system=False)
+        check(False, "no NCCL anywhere was accepted")
+    except gc.Refusal as e:
+        text = str(e)
+        check(str(cuda / "include") in text and "--nccl-root" in text, f"refusal names places and fix: {text}")
+
+    # 1e. A site folder given on the command line is searched (python_site_dirs keeps it).
+    check(site in gc.python_site_dirs([str(site)]), "--python-site folder searched")
+
+    # 2. The summary writer, every GPU check skipped for want of a GPU.
+    out = tmp / "out"
+    build = tmp / "build"
+    build.mkdir()
+    p = subprocess.run([sys.executable, str(tool), "run", str(out), "--no-gpu", "--skip-build", "--build", str(build),
+                        "--budget", "60"], capture_output=True, text=True, timeout=120)
+    print(p.stdout, p.stderr, sep="\n")
+    check(p.returncode == 0, f"--no-gpu --skip-build exits 0, got {p.returncode}")
+    summary = json.loads((out / "summary.json").read_text())
+    check(summary["gpu"]["present"] is False and "no GPU" in summary["gpu"]["reason"], "summary says no GPU")
+    names = [c["name"] for c in summary["checks"]]
+    for expected in ("discovery", "cuda_smoke", "test_backend_cuda", "test_bubbles_cuda", "bench_cuda",
+                     "mlp_training_cuda 1f1b 4"):
+        check(expected in names, f"summary lists {expected!r}")
+    gpu_checks = [c for c in summary["checks"] if c["name"] not in ("discovery", "build")]
+    check(gpu_checks and all(c["status"] == "skipped" and "no GPU" in c["reason"] for c in gpu_checks),
+          "every GPU check skipped with the reason")
+    check(summary["counts"]["failed"] == 0 and summary["counts"]["passed"] == 1, f"counts {summary['counts']}")
+    check(summary["toolchain"]["nccl"]["version"] != "", "toolchain recorded")
+    md = (out / "summary.md").read_text()
+    check("| test_backend_cuda | skipped |" in md and "no GPU (--no-gpu given)" in md, "markdown table")
+    with tarfile.open(out / "logs.tar.gz") as tar:
+        tar.getmembers()  # readable, even when empty
+
+    # A --deps folder without the headers: exit 2 and the command that fills one.
+    p = subprocess.run([sys.executable, str(tool), "run", str(out), "--no-gpu", "--skip-build", "--deps", str(tmp)],
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 2 and "tools/gpu-check deps" in p.stderr, f"bad --deps: {p.returncode} {p.stderr}")
+
+if failures:
+    print(f"{len(failures)} check(s) failed")
+    sys.exit(1)
+print("gpu-check rehearsal: all checks passed")

@@ -7,8 +7,11 @@
 // stage's GPU. ppsched hands the callables device spans and runs them with the rank's device
 // current; each enqueues its kernels on ppsched::launch_stream().
 //
-// Results match the CPU model closely but not bit for bit: the GPU contracts a*b+c into one
-// fused multiply-add and its tanhf rounds differently from the host's.
+// Results are the CPU model's bit for bit: every product and sum is written with __fmul_rn /
+// __fadd_rn, which nvcc never contracts into a fused multiply-add (it would otherwise, and
+// round once where the CPU rounds twice), and tanh is mlp::tanh_rational, built from
+// correctly rounded operations on both sides, where CUDA's tanhf and the host's std::tanh
+// differ in the last bits.
 //
 // Include it from one .cu file per program: its kernels are plain __global__ functions.
 #pragma once
@@ -37,19 +40,19 @@ __global__ void linear_forward(const float* x, const float* params, float* z, in
   const int r = k / out;
   const int o = k % out;
   float acc = params[out * in + o];
-  for (int i = 0; i < in; ++i) acc += x[r * in + i] * params[o * in + i];
+  for (int i = 0; i < in; ++i) acc = __fadd_rn(acc, __fmul_rn(x[r * in + i], params[o * in + i]));
   z[k] = acc;
 }
 
 __global__ void tanh_forward(const float* z, float* y, int n) {
   const int k = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (k < n) y[k] = tanhf(z[k]);
+  if (k < n) y[k] = mlp::tanh_rational(z[k]);
 }
 
 // dz = dy (1 - y^2)
 __global__ void tanh_backward(const float* y, const float* dy, float* dz, int n) {
   const int k = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (k < n) dz[k] = dy[k] * (1.0f - y[k] * y[k]);
+  if (k < n) dz[k] = __fmul_rn(dy[k], __fsub_rn(1.0f, __fmul_rn(y[k], y[k])));
 }
 
 // dx = dz W
@@ -59,7 +62,7 @@ __global__ void linear_backward_input(const float* dz, const float* params, floa
   const int r = k / in;
   const int i = k % in;
   float acc = 0.0f;
-  for (int o = 0; o < out; ++o) acc += dz[r * out + o] * params[o * in + i];
+  for (int o = 0; o < out; ++o) acc = __fadd_rn(acc, __fmul_rn(dz[r * out + o], params[o * in + i]));
   dx[k] = acc;
 }
 
@@ -71,10 +74,10 @@ __global__ void linear_backward_weight(const float* x, const float* dz, float* g
   if (k < out * in) {
     const int o = k / in;
     const int i = k % in;
-    for (int r = 0; r < rows; ++r) acc += dz[r * out + o] * x[r * in + i];
+    for (int r = 0; r < rows; ++r) acc = __fadd_rn(acc, __fmul_rn(dz[r * out + o], x[r * in + i]));
   } else {
     const int o = k - out * in;
-    for (int r = 0; r < rows; ++r) acc += dz[r * out + o];
+    for (int r = 0; r < rows; ++r) acc = __fadd_rn(acc, dz[r * out + o]);
   }
   grad[k] = acc;
 }
@@ -84,16 +87,16 @@ __global__ void mean_squared_error(const float* y, const float* t, float scale, 
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   float sum = 0.0f;
   for (int i = 0; i < n; ++i) {
-    const float d = y[i] - t[i];
-    sum += d * d;
-    dy[i] = scale * d;
+    const float d = __fsub_rn(y[i], t[i]);
+    sum = __fadd_rn(sum, __fmul_rn(d, d));
+    dy[i] = __fmul_rn(scale, d);
   }
-  *loss = 0.5f * scale * sum;
+  *loss = __fmul_rn(__fmul_rn(0.5f, scale), sum);
 }
 
 __global__ void sgd(float* params, const float* grad, float learning_rate, int n) {
   const int k = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (k < n) params[k] -= learning_rate * grad[k];
+  if (k < n) params[k] = __fsub_rn(params[k], __fmul_rn(learning_rate, grad[k]));
 }
 
 [[nodiscard]] inline unsigned blocks_for(std::size_t n) { return static_cast<unsigned>((n + 127) / 128); }

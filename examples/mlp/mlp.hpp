@@ -11,7 +11,48 @@
 #include <stdexcept>
 #include <vector>
 
+// The model's arithmetic is shared with its CUDA twin (examples/cuda/mlp_stage_cuda.cuh),
+// which calls `tanh_rational` from device code.
+#if defined(__CUDACC__)
+#define MLP_HOST_DEVICE __host__ __device__
+#else
+#define MLP_HOST_DEVICE
+#endif
+
 namespace mlp {
+
+// a * b and a + b rounded once each, also in device code, where nvcc would otherwise fuse
+// a product and a sum into one multiply-add that rounds once (the CPU rounds twice).
+MLP_HOST_DEVICE inline float mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+MLP_HOST_DEVICE inline float add(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// tanh from sums, products and one division: a rational approximation (Pade [9/8]) within
+// 6e-7 of tanh for |x| <= 5, clamped to [-1, 1] (it passes 1 near 6.6). Each operation is
+// correctly rounded in IEEE single precision on a CPU and on a GPU alike, so the GPU twin of
+// this model computes the same bits, where std::tanh and CUDA's tanhf differ in the last
+// ones. A CPU build must not contract a*b+c into a fused multiply-add: ISO C++ modes (as
+// -std=c++20) do not; GNU modes with an FMA-capable -march would.
+MLP_HOST_DEVICE inline float tanh_rational(float x) {
+  if (!(x > -9.0f)) return x != x ? x : -1.0f;  // below -9, or NaN kept
+  if (x > 9.0f) return 1.0f;
+  const float x2 = mul(x, x);
+  const float num = mul(x, add(34459425.0f, mul(x2, add(4729725.0f, mul(x2, add(135135.0f, mul(x2, add(990.0f, x2))))))));
+  const float den = add(34459425.0f, mul(x2, add(16216200.0f, mul(x2, add(945945.0f, mul(x2, add(13860.0f, mul(x2, 45.0f))))))));
+  const float y = num / den;
+  return y > 1.0f ? 1.0f : (y < -1.0f ? -1.0f : y);
+}
 
 // A fixed, portable pseudo-random sequence (xorshift32), so weights are the same everywhere.
 class Random {
@@ -95,7 +136,7 @@ class Linear {
 
 struct Tanh {
   static void forward(std::span<const float> x, std::span<float> y) {
-    for (std::size_t i = 0; i < x.size(); ++i) y[i] = std::tanh(x[i]);
+    for (std::size_t i = 0; i < x.size(); ++i) y[i] = tanh_rational(x[i]);
   }
   // dx = dy (1 - y^2), from the forward's output y.
   static void backward(std::span<const float> y, std::span<const float> dy, std::span<float> dx) {

@@ -36,6 +36,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -121,6 +122,34 @@ inline bool log_nccl(ncclResult_t code, const char* call, const char* file, int 
 #define PPSCHED_NCCL_LOG(call) ::ppsched::detail::log_nccl((call), #call, __FILE__, __LINE__)
 
 namespace ppsched {
+namespace detail {
+
+// Ends a communicator (ncclCommAbort, or ncclCommDestroy when it is healthy) on a thread of its
+// own, joined before returning. NCCL runs both as a group job that marks the calling thread's
+// group as blocking and, in NCCL 2.28.3 at least, leaves that thread-local mark behind: the
+// thread's next non-blocking ncclCommInitRankConfig then fails with "Blocking and nonblocking
+// communicators are not allowed in the same group" (seen on an H100, 2026-11-27, in recover()).
+// A thread that ends with the call takes the mark with it.
+inline void end_communicator(ncclComm_t handle, bool destroy) noexcept {
+  if (handle == nullptr) return;
+  try {
+    std::thread([handle, destroy] {
+      if (destroy) {
+        PPSCHED_NCCL_LOG(ncclCommDestroy(handle));
+      } else {
+        PPSCHED_NCCL_LOG(ncclCommAbort(handle));
+      }
+    }).join();
+  } catch (const std::system_error&) {  // no thread to be had: end it here, mark and all
+    if (destroy) {
+      PPSCHED_NCCL_LOG(ncclCommDestroy(handle));
+    } else {
+      PPSCHED_NCCL_LOG(ncclCommAbort(handle));
+    }
+  }
+}
+
+}  // namespace detail
 
 // ---------------------------------------------------------------- unique id
 
@@ -272,7 +301,7 @@ class NcclCommunicator {
       if (failed == ncclSuccess && ended != ncclSuccess && ended != ncclInProgress) failed = ended;
       if (failed != ncclSuccess) {
         for (ncclComm_t h : handles) {
-          if (h != nullptr) PPSCHED_NCCL_LOG(ncclCommAbort(h));
+          detail::end_communicator(h, false);
         }
         detail::throw_nccl_failure(failed, "ncclCommInitRankConfig (one per device, grouped)", __FILE__, __LINE__);
       }
@@ -425,7 +454,7 @@ class NcclCommunicator {
   // Ends the communicator now, stopping its operations on the GPU. Safe to call twice.
   void abort() noexcept {
     healthy_ = false;
-    if (handle_ != nullptr) PPSCHED_NCCL_LOG(ncclCommAbort(std::exchange(handle_, nullptr)));
+    detail::end_communicator(std::exchange(handle_, nullptr), false);
   }
 
  private:
@@ -518,7 +547,7 @@ class NcclCommunicator {
   void reset() noexcept {
     if (handle_ == nullptr) return;
     if (healthy_) {
-      PPSCHED_NCCL_LOG(ncclCommDestroy(std::exchange(handle_, nullptr)));
+      detail::end_communicator(std::exchange(handle_, nullptr), true);
     } else {
       abort();
     }

@@ -366,8 +366,20 @@ class RankPlanner {
           value.physical = static_cast<std::int32_t>(physical.size());
           physical.push_back({value.floats, {-1, -1}});
         } else {
-          value.physical = list.back();
-          list.pop_back();
+          // Reusing a buffer orders this step after the buffer's last use on the other lane.
+          // Take the free buffer whose last use there is earliest, so that this order costs
+          // the least: the most recently freed one, taken before, tied a forward to the comm
+          // group that had just sent from it and delayed it past transfers it does not need
+          // (interleaved 1F1B on 2 ranks measured 27% slower than simulated, on the CPU
+          // backend and on an H100 alike). Which buffer is taken never changes how many exist.
+          const int other = 1 - lane;
+          std::size_t pick = list.size() - 1;
+          for (std::size_t k = list.size(); k-- > 0;) {
+            const auto& candidate = physical[static_cast<std::size_t>(list[k])];
+            if (candidate.last_on[other] < physical[static_cast<std::size_t>(list[pick])].last_on[other]) pick = k;
+          }
+          value.physical = list[pick];
+          list.erase(list.begin() + static_cast<std::ptrdiff_t>(pick));
           const Physical& p = physical[static_cast<std::size_t>(value.physical)];
           need(p.last_on[0]);
           need(p.last_on[1]);

@@ -12,7 +12,9 @@
 //
 // BM_HostOverhead/p: the same with zero-time stages, so the step is the executor's and the
 // backend's own work. `host_us_per_action` is the issue window of the slowest rank (from its
-// first operation to its first host wait) divided by its actions (target: <= 10 us);
+// first operation to its first host wait) divided by its actions, the median over the
+// iterations (target: <= 10 us; `host_us_per_action_max` is the worst iteration). With ranks
+// sharing a GPU the window includes waiting for the peer at each rendezvous;
 // `step_us_per_action` divides the whole step's wall time by the busiest rank's actions.
 //
 // Without a usable GPU the program prints why and exits 77.
@@ -182,6 +184,16 @@ double slowest_issue_us_per_action(const Ranks& ranks, const ppsched::Schedule& 
   return worst;
 }
 
+// The median step's issue time per action, and the worst: a single late wake-up of a host
+// thread (seen on an H100 machine: 8.9 us per action in one run, 64 us in the next, as the
+// maximum) should not decide the figure the target is about.
+void set_host_counters(benchmark::State& state, std::vector<double>& host_us) {
+  if (host_us.empty()) return;
+  std::sort(host_us.begin(), host_us.end());
+  state.counters["host_us_per_action"] = host_us[host_us.size() / 2];
+  state.counters["host_us_per_action_max"] = host_us.back();
+}
+
 void BM_Bubble(benchmark::State& state, const std::string& family, int chunks) {
   const int p = static_cast<int>(state.range(0));
   const int m = static_cast<int>(state.range(1));
@@ -196,13 +208,13 @@ void BM_Bubble(benchmark::State& state, const std::string& family, int chunks) {
   (void)world.run_step(batch.view());  // warm-up: module load, NCCL connections
 
   double measured_bubble = 0.0;
-  double host_us = 0.0;
+  std::vector<double> host_us;
   for (auto _ : state) {
     const ppsched::StepResult& result = world.run_step(batch.view());
     const ppsched::TimelineStats stats = ppsched::summarize(result.timeline);
     state.SetIterationTime(stats.makespan * 1e-3);
     measured_bubble += stats.bubble_fraction;
-    host_us = std::max(host_us, slowest_issue_us_per_action(ranks, schedule));
+    host_us.push_back(slowest_issue_us_per_action(ranks, schedule));
   }
   const double iterations = static_cast<double>(state.iterations());
   const ppsched::TimelineStats expected = ppsched::summarize(predicted.timeline);
@@ -215,7 +227,7 @@ void BM_Bubble(benchmark::State& state, const std::string& family, int chunks) {
   state.counters["bubble_diff_pp"] = 100.0 * (measured_bubble / iterations - expected.bubble_fraction);
   state.counters["ideal_ms"] = expected.ideal_time;
   state.counters["unpipelined_ms"] = unpipelined;
-  state.counters["host_us_per_action"] = host_us;
+  set_host_counters(state, host_us);
   state.SetLabel(family + (ranks.backends.front().uses_nccl() ? " nccl" : " device-copy"));
 }
 
@@ -229,14 +241,14 @@ void BM_HostOverhead(benchmark::State& state) {
   ppsched::World<TimedCuda> world(ranks.pointers, schedule, stages);
   const DeviceBatch batch(schedule, ranks);
   (void)world.run_step(batch.view());
-  double host_us = 0.0;
+  std::vector<double> host_us;
   for (auto _ : state) {
     benchmark::DoNotOptimize(world.run_step(batch.view()).losses.data());
-    host_us = std::max(host_us, slowest_issue_us_per_action(ranks, schedule));
+    host_us.push_back(slowest_issue_us_per_action(ranks, schedule));
   }
   std::size_t busiest = 0;
   for (const auto& program : schedule.programs) busiest = std::max(busiest, program.size());
-  state.counters["host_us_per_action"] = host_us;
+  set_host_counters(state, host_us);
   state.counters["step_us_per_action"] =
       benchmark::Counter(static_cast<double>(busiest) * static_cast<double>(state.iterations()) * 1e-6,
                          benchmark::Counter::kIsRate | benchmark::Counter::kInvert);

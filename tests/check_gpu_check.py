@@ -64,9 +64,9 @@ with tempfile.TemporaryDirectory() as tmp:
 
     # 1b. A toolkit with NCCL wins over the wheel; --nccl-root wins over both.
     (cuda / "include" / "nccl.h").write_text(HEADER.replace("27", "28"))
-    (cuda / "lib64" / "libnccl.so").write_bytes(b"\x7fELF")
+    (cuda / "lib64" / "libnccl.so.2").write_bytes(b"\x7fELF")
     origin, _, _, name, _ = gc.find_nccl(cuda, None, [site], system=False)
-    check(origin == "cuda toolkit" and name == "libnccl.so", f"toolkit NCCL first, got {origin!r} {name!r}")
+    check(origin == "cuda toolkit" and name == "libnccl.so.2", f"toolkit NCCL first (its soname), got {origin!r} {name!r}")
     origin, _, _, _, _ = gc.find_nccl(cuda, str(site / "nvidia" / "nccl"), [], system=False)
     check(origin == "given", f"--nccl-root first, got {origin!r}")
     (cuda / "include" / "nccl.h").unlink()

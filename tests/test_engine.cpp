@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,7 @@
 #include "ppsched/engine/workspace.hpp"
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/generators.hpp"
+#include "ppsched/sim/simulate.hpp"
 #include "ppsched/validate/validate.hpp"
 
 using namespace ppsched;
@@ -64,6 +66,53 @@ bool has_kind(const std::vector<Problem>& problems, ProblemKind k) {
     if (p.kind == k) return true;
   }
   return false;
+}
+
+// Everything a simulation returns, as one comparable text (times in hexfloat).
+std::string describe(const SimResult& r) {
+  std::string out = concat(std::hexfloat, r.makespan, ' ', r.bubble_fraction, ' ', r.ideal_time, ' ', r.bubble_vs_ideal,
+                           ' ', r.lowered_internally, ' ', r.timeline.spans.size(), '\n');
+  for (const SimRankStats& st : r.ranks) {
+    out += concat(std::hexfloat, st.first_start, ' ', st.last_end, ' ', st.span, ' ', st.busy, ' ', st.input_wait, ' ',
+                  st.idle, ' ', st.idle_in_span, '\n');
+  }
+  for (const RankMemory& m : r.memory) {
+    out += concat(std::hexfloat, m.peak_activations, ' ', m.peak_bytes, ' ', m.peak_in_flight, ' ', m.peak_microbatches, '\n');
+  }
+  for (const std::int32_t k : r.stage_peak_in_flight) out += concat(k, ' ');
+  return out;
+}
+
+// One family's lower, validate and simulate results, as text.
+struct Outcome {
+  Schedule lowered;
+  std::string report;
+  std::string sim;
+  Timeline timeline;
+  friend bool operator==(const Outcome&, const Outcome&) = default;
+};
+
+CostModel costs_for(const Schedule& s) {
+  CostModel c;
+  for (std::int32_t st = 0; st < s.stages(); ++st) {
+    c.stages.push_back(StageCost{1.0 + 0.25 * (st % 3), 1.5, 0.75, 4.0 + st, 2.0});
+  }
+  c.link.latency = 0.125;
+  c.link.bandwidth = 16.0;
+  return c;
+}
+
+// With `ws`, the calls that take one; without, the plain calls (the scratch pool's).
+Outcome run_all(const Schedule& s, Workspace* ws) {
+  const CostModel c = costs_for(s);
+  const LowerOptions o = lower_options_for(c, s.stages(), s.microbatches);
+  const LoweredSchedule l = ws != nullptr ? lower(s, o, *ws) : lower(s, o);
+  const Schedule& plain = l;
+  const std::string report = to_string(ws != nullptr ? validate(l, {}, *ws) : validate(l)) +
+                             to_string(ws != nullptr ? validate(plain, {}, *ws) : validate(plain));
+  const SimResult lowered_run = ws != nullptr ? simulate(l, c, {}, *ws) : simulate(l, c);
+  const SimResult compute_only_run = ws != nullptr ? simulate(s, c, {}, *ws) : simulate(s, c);
+  return Outcome{l.schedule(), report, describe(lowered_run) + describe(compute_only_run), lowered_run.timeline};
 }
 
 std::string kinds(const std::vector<Problem>& problems) {
@@ -337,4 +386,123 @@ TEST_CASE("a Workspace's arrays give the same runs as fresh ones", "[engine]") {
     CHECK(to_string(validate(plain, {}, ws)) == to_string(validate(plain, {}, fresh)));
   }
   CHECK(ws.capacity_bytes() > 0);
+}
+
+TEST_CASE("plain calls borrow the scratch pool: the same results as a fresh Workspace", "[engine][workspace]") {
+  release_scratch_pool();
+  CHECK(scratch_pool_bytes() == 0);
+  // The largest schedule first, so each later call borrows arrays longer than it needs and
+  // filled by another schedule.
+  std::vector<Schedule> schedules = {make_schedule("zb-v", {6, 24, 2})};
+  for (const FamilyInfo& info : schedule_families) schedules.push_back(make_schedule(info.name, {3, 6, info.chunks_for(2)}));
+  schedules.push_back(make_schedule("1f1b", {1, 1, 1}));
+  std::size_t kept = 0;
+  for (const Schedule& s : schedules) {
+    INFO(s.name << " p=" << s.ranks << " m=" << s.microbatches);
+    Workspace fresh;
+    const Outcome expected = run_all(s, &fresh);
+    const Outcome pooled = run_all(s, nullptr);
+    CHECK(pooled == expected);
+    // The pool keeps what the largest call so far needed.
+    CHECK(scratch_pool_bytes() >= kept);
+    kept = scratch_pool_bytes();
+    CHECK(kept > 0);
+  }
+  release_scratch_pool();
+  CHECK(scratch_pool_bytes() == 0);
+}
+
+TEST_CASE("the scratch pool keeps at most its limit", "[engine][workspace]") {
+  const std::size_t default_limit = scratch_pool_limit();
+  CHECK(default_limit == std::size_t{128} << 20);
+  const Schedule s = make_schedule("1f1b", {4, 16, 1});
+  release_scratch_pool();
+  (void)lower(s);
+  const std::size_t needed = scratch_pool_bytes();
+  REQUIRE(needed > 0);
+  // A limit below what is kept frees it at once; a call that needs more than the limit frees
+  // its Workspace on return.
+  set_scratch_pool_limit(needed - 1);
+  CHECK(scratch_pool_bytes() == 0);
+  const LoweredSchedule l = lower(s);
+  CHECK(scratch_pool_bytes() == 0);
+  CHECK(validate(l).ok());  // the proof taken needs far less: kept, within the limit
+  CHECK(scratch_pool_bytes() <= scratch_pool_limit());
+  // 0 keeps nothing, and the calls still work.
+  set_scratch_pool_limit(0);
+  CHECK(lower(s) == l);
+  CHECK(scratch_pool_bytes() == 0);
+  set_scratch_pool_limit(default_limit);
+  CHECK(lower(s) == l);
+  CHECK(scratch_pool_bytes() == needed);
+  release_scratch_pool();
+}
+
+TEST_CASE("a call made while the pool is lent out uses its own Workspace", "[engine][workspace]") {
+  const Schedule s = make_schedule("zb-h1", {4, 8, 1});
+  Workspace fresh;
+  const Outcome expected = run_all(s, &fresh);
+  release_scratch_pool();
+  (void)lower(s);  // something kept
+  {
+    detail::BorrowedWorkspace outer;  // as a plain call holds it while it runs
+    CHECK(scratch_pool_bytes() == 0);
+    {
+      detail::BorrowedWorkspace inner;
+      CHECK(&inner.get() != &outer.get());
+      CHECK(inner.get().capacity_bytes() == 0);  // a new one, not the one lent out
+    }
+    // Plain calls inside the borrow: correct results, with arrays of their own.
+    CHECK(run_all(s, nullptr) == expected);
+    CHECK(lower(s, {}, outer.get()) == lower(s));
+  }
+  CHECK(scratch_pool_bytes() > 0);  // the first Workspace given back is kept, the other freed
+  release_scratch_pool();
+}
+
+TEST_CASE("a call that throws does not give its Workspace back", "[engine][workspace]") {
+  // Statically fine, but deadlocks: simulate indexes it, runs it and throws.
+  Schedule s;
+  s.name = "stuck";
+  s.ranks = 2;
+  s.microbatches = 1;
+  s.placement = {0, 1};
+  s.programs = {{act(Op::F, 0, 0), act(Op::RECV_B, 0, 0), act(Op::SEND_F, 0, 0), act(Op::B, 0, 0)},
+                {act(Op::RECV_F, 1, 0), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::SEND_B, 1, 0)}};
+  release_scratch_pool();
+  CHECK_THROWS_WITH(simulate(s, uniform_costs(1.0, 1.0, 1.0)), Catch::Contains("deadlock"));
+  CHECK(scratch_pool_bytes() == 0);
+  // The same schedule, runnable, keeps it.
+  std::swap(s.programs[0][1], s.programs[0][2]);
+  CHECK(simulate(s, uniform_costs(1.0, 1.0, 1.0)).makespan > 0.0);
+  CHECK(scratch_pool_bytes() > 0);
+  release_scratch_pool();
+}
+
+TEST_CASE("plain calls from several threads at once give each its own results", "[engine][workspace]") {
+  std::vector<Schedule> schedules;
+  for (const FamilyInfo& info : schedule_families) schedules.push_back(make_schedule(info.name, {4, 8, info.chunks_for(2)}));
+  std::vector<Outcome> expected;
+  for (const Schedule& s : schedules) {
+    Workspace fresh;
+    expected.push_back(run_all(s, &fresh));
+  }
+  constexpr std::size_t threads = 4;
+  std::vector<std::vector<std::size_t>> wrong(threads);
+  std::vector<std::thread> workers;
+  for (std::size_t t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      // Each thread walks the families from its own start, three times round.
+      for (std::size_t k = 0; k < 3 * schedules.size(); ++k) {
+        const std::size_t i = (t * 5 + k) % schedules.size();
+        if (!(run_all(schedules[i], nullptr) == expected[i])) wrong[t].push_back(i);
+      }
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  for (std::size_t t = 0; t < threads; ++t) {
+    INFO("thread " << t);
+    CHECK(wrong[t].empty());
+  }
+  release_scratch_pool();
 }

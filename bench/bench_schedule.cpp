@@ -1,9 +1,9 @@
 // Generate + lower + validate + simulate for every schedule family at p = 64 ranks and
 // m = 1024 micro-batches (v = 2 where the family has chunks). Target: under 50 ms for the
 // four together on the 2-core development machine (validate() and simulate() there take
-// lowering's proof: lower() returns a LoweredSchedule). all/ allocates its scratch arrays in
-// every call and frees them; all+workspace/ keeps one Workspace across calls, as a caller
-// that lowers many schedules does (engine/workspace.hpp). Each phase is also timed alone
+// lowering's proof: lower() returns a LoweredSchedule). all/ makes the plain calls, which
+// borrow the library's scratch pool; all+workspace/ keeps one Workspace across calls, as a
+// caller that lowers many schedules does (engine/workspace.hpp). Each phase is also timed alone
 // (validate/ is the full proof of a plain Schedule, validate-lowered/ the proof taken), and
 // the simulation reports the schedule's bubble and size as counters. The "gold" baseline is
 // the unpipelined step: one rank running every stage's F and B for every micro-batch,
@@ -49,24 +49,23 @@ std::size_t action_count(const Schedule& s) {
   return n;
 }
 
-// One step of the pipeline: generate, lower, validate, simulate. `reuse`: one Workspace for
-// every call of every iteration.
+// One step of the pipeline: generate, lower, validate, simulate. `reuse`: one Workspace of
+// the caller's for every call of every iteration; otherwise the plain calls, without one.
 void BM_all(benchmark::State& state, std::string family, bool reuse) {
   const ScheduleRequest r = request_for(family);
   double bubble = 0.0;
   std::size_t actions = 0;
   Workspace kept;
   for (auto _ : state) {
-    Workspace fresh;
-    Workspace& ws = reuse ? kept : fresh;
     const Schedule s = make_schedule(family, r);
     const CostModel c = bench_costs(s);
-    const LoweredSchedule l = lower(s, lower_options_for(c, s.stages(), s.microbatches), ws);
-    const ValidationReport report = validate(l, {}, ws);
+    const LowerOptions lo = lower_options_for(c, s.stages(), s.microbatches);
+    const LoweredSchedule l = reuse ? lower(s, lo, kept) : lower(s, lo);
+    const ValidationReport report = reuse ? validate(l, {}, kept) : validate(l);
     if (!report.ok()) state.SkipWithError("schedule did not validate");
     SimOptions o;
     o.record_timeline = false;
-    const SimResult result = simulate(l, c, o, ws);
+    const SimResult result = reuse ? simulate(l, c, o, kept) : simulate(l, c, o);
     bubble = result.bubble_fraction;
     actions = action_count(l);
     benchmark::DoNotOptimize(result.makespan);
@@ -83,8 +82,8 @@ void BM_generate(benchmark::State& state, std::string family) {
   for (auto _ : state) benchmark::DoNotOptimize(make_schedule(family, r));
 }
 
-// `reuse` (the +workspace/ variants): one Workspace kept across calls; otherwise each call
-// allocates its arrays and frees them on return.
+// `reuse` (the +workspace/ variants): one Workspace kept across calls; otherwise the plain
+// call, which borrows the scratch pool's.
 void BM_lower(benchmark::State& state, std::string family, bool reuse) {
   const Schedule s = make_schedule(family, request_for(family));
   const LowerOptions o = lower_options_for(bench_costs(s), s.stages(), s.microbatches);

@@ -120,13 +120,19 @@ TEST_CASE("a lowered schedule is deadlock-free under any durations, in both stre
   // Lowered with the default (uniform) times, then run with random ones: the order may not
   // suit them, but it never deadlocks (simulate throws on a deadlock) and never beats the
   // dependency-only run.
+  // Every family is covered: the chunks per rank come from its record (two for the looped
+  // families, which take any number), and a family that refuses the request fails the test.
   std::mt19937 rng(20240611);
   std::uniform_int_distribution<int> quarter(0, 16);
-  for (std::string_view family : family_names()) {
+  std::size_t families_covered = 0;
+  for (const FamilyInfo& info : schedule_families) {
+    const std::string_view family = info.name;
     for (std::int32_t p : {2, 3, 5}) {
-      const ScheduleRequest r{p, 2 * p, family == "zb-v" || family == "interleaved-1f1b" || family == "looped-bfs" ? 2 : 1};
-      if (!accepts(family, r)) continue;
+      const ScheduleRequest r{p, 2 * p, info.chunks_for(2)};
+      INFO(family << ' ' << to_string(r) << " (" << info.rule << ')');
+      REQUIRE(accepts(family, r));
       const Schedule s = make_schedule(family, r);
+      REQUIRE(s.stages() == p * r.chunks);
       const Schedule l = lower(s);
       for (int trial = 0; trial < 4; ++trial) {
         CostModel c;
@@ -147,7 +153,9 @@ TEST_CASE("a lowered schedule is deadlock-free under any durations, in both stre
         }
       }
     }
+    ++families_covered;
   }
+  CHECK(families_covered == schedule_families.size());
 }
 
 TEST_CASE("receives are posted when their data is produced, not up front", "[lower]") {

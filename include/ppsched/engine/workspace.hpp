@@ -1,20 +1,33 @@
-// Scratch memory owned by the caller. Lowering, validation and simulation of a large schedule
-// each need arrays of tens of megabytes (the flat index, the abstract execution's items and
-// times, lowering's transfer keys). Allocated fresh, they cost the kernel a page fault per
-// 4 KiB (about 40 ms per 80 MiB on the development VM, a quarter of a run). A caller that
-// makes many calls keeps one Workspace and passes it to each, and the arrays of the previous
-// call are reused, already mapped; a call given none allocates its own and frees them before
-// it returns. The library keeps nothing between calls behind the caller's back.
+// Scratch memory. Lowering, validation and simulation of a large schedule each need arrays of
+// tens of megabytes (the flat index, the abstract execution's items and times, lowering's
+// transfer keys). Allocated fresh, they cost the kernel a page fault per 4 KiB (about 40 ms
+// per 80 MiB on the development VM, a quarter of a run). A caller that makes many calls keeps
+// one Workspace and passes it to each, and the arrays of the previous call are reused,
+// already mapped:
 //
 //   ppsched::Workspace ws;
 //   for (...) { auto l = lower(s, options, ws); auto r = validate(l, {}, ws); ... }
 //
 // A Workspace serves one call at a time (it is not shared between threads) and holds what the
 // largest call so far needed until it is destroyed or release()d.
+//
+// A call given no Workspace borrows one from the library's scratch pool (below) and gives it
+// back when it returns, so plain calls in a row run as fast as calls that share a Workspace.
+// Scratch is never part of a result: what a call returns is the same whichever arrays it
+// borrowed (the tests compare both). The pool keeps one Workspace for the whole process, of at
+// most scratch_pool_limit() bytes (128 MiB by default; p = 64 ranks, m = 1024 micro-batches
+// and v = 2 chunks need 67 MiB); a call that finds it lent out (another thread, or a call made
+// from inside a call) uses a fresh one, freed on return, and so does a call that ends in an
+// exception. release_scratch_pool() frees what the pool keeps.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "ppsched/engine/abstract_execution.hpp"
@@ -78,5 +91,83 @@ class Workspace {
   detail::AbstractExecution::Buffers execution_;
   detail::LoweringBuffers lowering_;
 };
+
+namespace detail {
+
+// The Workspace that plain calls (lower, validate, simulate without one) share: one, lent to
+// one call at a time, kept between calls while it holds at most `limit` bytes.
+class ScratchPool {
+ public:
+  static ScratchPool& instance() {
+    static ScratchPool pool;
+    return pool;
+  }
+
+  // The kept Workspace, or a new empty one when it is lent out (or was never kept).
+  [[nodiscard]] std::unique_ptr<Workspace> take() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (kept_) return std::move(kept_);
+    }
+    return std::make_unique<Workspace>();
+  }
+  // Keeps `ws` for the next call when nothing is kept and it fits the limit; frees it otherwise.
+  void give_back(std::unique_ptr<Workspace> ws) noexcept {
+    if (ws->capacity_bytes() <= limit_.load(std::memory_order_relaxed)) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (!kept_) kept_ = std::move(ws);
+    }
+    // (`ws`, when not kept, is freed here, outside the lock.)
+  }
+  [[nodiscard]] std::size_t kept_bytes() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return kept_ ? kept_->capacity_bytes() : 0;
+  }
+  void release() noexcept {
+    std::unique_ptr<Workspace> dropped;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    dropped = std::move(kept_);
+  }
+  [[nodiscard]] std::size_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
+  void set_limit(std::size_t bytes) noexcept {
+    limit_.store(bytes, std::memory_order_relaxed);
+    std::unique_ptr<Workspace> dropped;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (kept_ && kept_->capacity_bytes() > bytes) dropped = std::move(kept_);
+  }
+
+ private:
+  ScratchPool() = default;
+  std::mutex mutex_;
+  std::unique_ptr<Workspace> kept_;
+  std::atomic<std::size_t> limit_{std::size_t{128} << 20};
+};
+
+// A Workspace borrowed from the pool for one call: given back when the call returns, dropped
+// when it ends in an exception (its arrays are then in no known state).
+class BorrowedWorkspace {
+ public:
+  BorrowedWorkspace() : ws_(ScratchPool::instance().take()), exceptions_(std::uncaught_exceptions()) {}
+  BorrowedWorkspace(const BorrowedWorkspace&) = delete;
+  BorrowedWorkspace& operator=(const BorrowedWorkspace&) = delete;
+  ~BorrowedWorkspace() {
+    if (std::uncaught_exceptions() == exceptions_) ScratchPool::instance().give_back(std::move(ws_));
+  }
+  [[nodiscard]] Workspace& get() noexcept { return *ws_; }
+
+ private:
+  std::unique_ptr<Workspace> ws_;
+  int exceptions_;
+};
+
+}  // namespace detail
+
+// The scratch pool of plain calls (see the top of this file): the bytes it keeps now, the most
+// it keeps (a Workspace that grew past it is freed when its call returns; 0: keep nothing, as
+// a call with a fresh Workspace of its own), and freeing what it keeps.
+[[nodiscard]] inline std::size_t scratch_pool_bytes() { return detail::ScratchPool::instance().kept_bytes(); }
+[[nodiscard]] inline std::size_t scratch_pool_limit() noexcept { return detail::ScratchPool::instance().limit(); }
+inline void set_scratch_pool_limit(std::size_t bytes) noexcept { detail::ScratchPool::instance().set_limit(bytes); }
+inline void release_scratch_pool() noexcept { detail::ScratchPool::instance().release(); }
 
 }  // namespace ppsched

@@ -339,7 +339,7 @@ template <class Duration>
 // communication a user wrote (validate() checks it). Throws ppsched::error when the
 // compute-only schedule is invalid or cannot run (naming the problems), or when a compute
 // time of the options is not positive and finite. `ws` (optional) lends its arrays
-// (engine/workspace.hpp); without it they are freed on return.
+// (engine/workspace.hpp); without it the call borrows the scratch pool's.
 //
 // With transfer times, the idealised run takes every transfer as a mere delay, while a rank's
 // comm stream runs its groups one after another, and a transfer that takes time keeps it
@@ -448,8 +448,8 @@ template <class Duration>
 #endif
 
 [[nodiscard]] inline LoweredSchedule lower(const Schedule& schedule, const LowerOptions& options = {}) {
-  Workspace ws;
-  return lower(schedule, options, ws);
+  detail::BorrowedWorkspace ws;  // the scratch pool's (engine/workspace.hpp)
+  return lower(schedule, options, ws.get());
 }
 
 // Lowering options whose idealised run uses this model's compute and transfer times, so

@@ -259,7 +259,7 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
 // Simulates `schedule` (compute-only or lowered) under `cost`. Throws ppsched::error for an
 // invalid schedule (its problems listed), a cost model that does not fit it, or a
 // deadlock (each stuck action named with what it waits for). `ws` (optional) lends its
-// arrays (engine/workspace.hpp); without it they are freed on return.
+// arrays (engine/workspace.hpp); without it the call borrows the scratch pool's.
 [[nodiscard]] inline SimResult simulate(const Schedule& schedule, const CostModel& cost, const SimOptions& options,
                                         Workspace& ws) {
   if (!options.ideal_communication && !is_lowered(schedule) && !schedule.placement.empty() &&
@@ -271,8 +271,8 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
   return detail::simulate_lowered(schedule, schedule, false, false, cost, options, ws);
 }
 [[nodiscard]] inline SimResult simulate(const Schedule& schedule, const CostModel& cost, const SimOptions& options = {}) {
-  Workspace ws;
-  return simulate(schedule, cost, options, ws);
+  detail::BorrowedWorkspace ws;  // the scratch pool's (engine/workspace.hpp)
+  return simulate(schedule, cost, options, ws.get());
 }
 
 // The same for a schedule lower() wrote: its checks are proven by its construction. The result
@@ -287,8 +287,8 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
 }
 [[nodiscard]] inline SimResult simulate(const LoweredSchedule& lowered, const CostModel& cost,
                                         const SimOptions& options = {}) {
-  Workspace ws;
-  return simulate(lowered, cost, options, ws);
+  detail::BorrowedWorkspace ws;
+  return simulate(lowered, cost, options, ws.get());
 }
 
 }  // namespace ppsched

@@ -130,14 +130,14 @@ PPSCHED_OUTLINE ValidationReport validate_into(const Schedule& s, const Validate
 
 // Validates a schedule (compute-only or lowered) and reports every problem found, plus
 // peak activation memory per rank: every check, always. Throws only for unusable options.
-// `ws` (optional) lends its arrays (engine/workspace.hpp); without it they are freed on return.
+// `ws` (optional) lends its arrays (engine/workspace.hpp); without it the call borrows the scratch pool's.
 [[nodiscard]] inline ValidationReport validate(const Schedule& schedule, const ValidateOptions& options,
                                                Workspace& ws) {
   return detail::validate_into(schedule, options, ws);
 }
 [[nodiscard]] inline ValidationReport validate(const Schedule& schedule, const ValidateOptions& options = {}) {
-  Workspace ws;
-  return validate(schedule, options, ws);
+  detail::BorrowedWorkspace ws;  // the scratch pool's (engine/workspace.hpp)
+  return validate(schedule, options, ws.get());
 }
 
 // The same report for a schedule lower() wrote, whose construction proves the checks (only
@@ -149,8 +149,8 @@ PPSCHED_OUTLINE ValidationReport validate_into(const Schedule& s, const Validate
   return detail::validate_proven(lowered, options, ws.flat());
 }
 [[nodiscard]] inline ValidationReport validate(const LoweredSchedule& lowered, const ValidateOptions& options = {}) {
-  Workspace ws;
-  return validate(lowered, options, ws);
+  detail::BorrowedWorkspace ws;
+  return validate(lowered, options, ws.get());
 }
 
 // Validates and throws ppsched::error listing every problem (at most 20 in the message)

@@ -981,3 +981,44 @@ TEST_CASE("the CUDA build of ppsched-bubbles reports a missing GPU with exit 3, 
     CHECK(s.at("predicted") == ref.at("predicted"));
   }
 }
+
+// ------------------------------------------------------------------ issue 24: the planner's edges
+
+namespace {
+
+// A profile of `layers` layers, F = BI = BW = `cost`, 1 MiB of parameters, 1 KiB activations,
+// with `devices` (JSON) when not empty.
+std::string write_profile(const ScratchDir& dir, const std::string& name, int layers, double cost,
+                          const std::string& devices = "") {
+  json p;
+  p["unit"] = "ms";
+  if (!devices.empty()) p["devices"] = json::parse(devices);
+  for (int i = 0; i < layers; ++i) {
+    p["layers"].push_back({{"name", "l" + std::to_string(i)},
+                           {"forward", cost},
+                           {"backward_input", cost},
+                           {"backward_weight", cost},
+                           {"param_bytes", 1048576},
+                           {"activation_bytes", 1024},
+                           {"output_bytes", 1024}});
+  }
+  const std::string path = dir.file(name);
+  std::ofstream(path) << p.dump();
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("--devices with a profile whose device memory p = 1 cannot meet plans the deeper pipelines",
+          "[cli][plan][issue24]") {
+  // 8 MiB of parameters x 8 bytes held per byte = 64 MiB on one device of 48 MiB: the
+  // partitioner threw "no split ... fits" out of the whole plan (exit 2).
+  ScratchDir dir;
+  const std::string path = write_profile(dir, "small.json", 8, 1.0, R"([{"speed": 1, "memory_bytes": 50331648}])");
+  const Run r = plan({"--devices", "4", "--profile", path, "--global-batch", "16"});
+  INFO("stderr: " << r.err);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("p=1 x d=4: nothing fits the memory cap"));
+  CHECK_THAT(r.out, Catch::Contains("chosen: p="));
+  CHECK(r.err.empty());
+}

@@ -1022,3 +1022,21 @@ TEST_CASE("--devices with a profile whose device memory p = 1 cannot meet plans 
   CHECK_THAT(r.out, Catch::Contains("chosen: p="));
   CHECK(r.err.empty());
 }
+
+TEST_CASE("a step time beyond a double is refused; all-zero costs explain without nan", "[cli][plan][issue24]") {
+  const Run slow = plan({"--devices", "8", "--all-reduce-bandwidth", "1e-300"});
+  INFO("stderr: " << slow.err);
+  CHECK(slow.status == 2);
+  CHECK(slow.out.empty());
+  CHECK_THAT(slow.err, Catch::Contains("all-reduc") && Catch::Contains("not finite"));
+  ScratchDir dir;
+  const std::string zero = write_profile(dir, "zero.json", 4, 0.0);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--profile", zero, "--stages", "2", "--microbatches", "4"},
+        std::vector<std::string>{"--profile", zero, "--devices", "4", "--global-batch", "8"}}) {
+    const Run r = plan(args);
+    INFO("stderr: " << r.err);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.out, !Catch::Contains("nan"));
+  }
+}

@@ -602,3 +602,55 @@ TEST_CASE("plan_devices: the memory cap reaches the partitioner, so a fitting cu
   CHECK(roomy.chosen->step_time == uncapped.chosen->step_time);
   CHECK(roomy.chosen->peak_memory_bytes == uncapped.chosen->peak_memory_bytes);
 }
+
+TEST_CASE("a step time that is not finite is an error naming the link, not a plan", "[plan][devices][issue24]") {
+  const Profile model = layers_with_params(std::vector<double>(8, GiB));
+  DevicePlanOptions o;
+  o.optimizer_state_factor = 1.0;
+  o.all_reduce_link = Interconnect{0.0, 1e-300};  // 1 GiB takes 1e309: beyond a double
+  const std::string why = error_of([&] { (void)plan_devices(model, 4, 16, std::nullopt, o); });
+  CHECK_THAT(why, Catch::Contains("all-reduce"));
+  CHECK_THAT(why, Catch::Contains("bandwidth"));
+  CHECK_THAT(why, !Catch::Contains("inf"));
+  CHECK_THROWS_WITH(all_reduce_time(GiB, AllReduceModel{4, Interconnect{0.0, 1e-300}, AllReduceAlgorithm::ring}),
+                    Catch::Contains("not finite") && Catch::Contains("link.bandwidth"));
+  CHECK_THROWS_AS(all_reduce_time(GiB, AllReduceModel{4, Interconnect{1e308, 1.0}, AllReduceAlgorithm::tree}), error);
+  // A fast enough link still plans.
+  o.all_reduce_link = Interconnect{0.0, 1e9};
+  CHECK(plan_devices(model, 4, 16, std::nullopt, o).chosen);
+}
+
+TEST_CASE("all-zero costs: the explanations say 0.0%, never nan", "[plan][devices][issue24]") {
+  std::vector<Layer> layers;
+  for (int i = 0; i < 4; ++i) layers.push_back(Layer{"l" + std::to_string(i), 0.0, 0.0, 0.0, 1000.0, 100.0, 10.0});
+  Profile model;
+  model.graph = LayerGraph(std::move(layers));
+  const DevicePlan plan = plan_devices(model, 4, 8, std::nullopt, {});
+  REQUIRE(plan.chosen);
+  CHECK_THAT(to_string(plan), !Catch::Contains("nan"));
+  GraphModelOptions g;
+  g.ranks = 2;
+  g.microbatches = 4;
+  PlanRequest request;
+  request.ranks = 2;
+  request.microbatches = 4;
+  const PlanResult result = compare_families(graph_model(model, "zero", g), request);
+  REQUIRE(result.recommended.index);
+  CHECK_THAT(result.recommended.reason, !Catch::Contains("nan"));
+  CHECK_THAT(to_string(result), !Catch::Contains("nan"));
+}
+
+TEST_CASE("a finite time near the top of the range is printed as a number, not inf", "[plan][devices][issue24]") {
+  // 1 MiB a layer over a link of 1e-300 bytes per unit: each all-reduce takes about 1e306,
+  // finite; the reasons multiplied it by 1000 to round it and printed "inf".
+  const Profile model = layers_with_params(std::vector<double>(8, 1024.0 * 1024.0));
+  DevicePlanOptions o;
+  o.pipeline_sizes = {1};
+  o.families = {"1f1b"};
+  o.all_reduce_link = Interconnect{0.0, 1e-300};
+  const DevicePlan plan = plan_devices(model, 2, 2, std::nullopt, o);
+  REQUIRE(plan.chosen);
+  CHECK(std::isfinite(plan.chosen->step_time));
+  CHECK_THAT(to_string(plan), !Catch::Contains("inf"));
+  CHECK_THAT(to_string(plan), Catch::Contains("e+30"));
+}

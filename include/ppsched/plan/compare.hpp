@@ -193,8 +193,11 @@ inline std::ostream& operator<<(std::ostream& os, const PlanResult& p) { return 
 
 namespace detail {
 
-// Numbers in one-line reasons: at most 3 decimals, no trailing zeros.
-[[nodiscard]] inline std::string short_number(double x) { return concat(std::round(x * 1000.0) / 1000.0); }
+// Numbers in one-line reasons: at most 3 decimals, no trailing zeros. Past 1e15 there are no
+// decimals to drop, and x * 1000 could overflow to "inf" for a finite x (issue 24).
+[[nodiscard]] inline std::string short_number(double x) {
+  return concat(std::abs(x) < 1e15 ? std::round(x * 1000.0) / 1000.0 : x);
+}
 
 [[nodiscard]] inline std::size_t argmax(const std::vector<double>& v) {
   return static_cast<std::size_t>(std::max_element(v.begin(), v.end()) - v.begin());
@@ -519,7 +522,7 @@ namespace detail {
   const ScheduleResult& b = schedules[*best];
   const ScheduleResult& f = schedules[*fastest];
   if (better(*fastest, *best)) {
-    rec.reason = concat(f.name, " is ", percent_of((b.makespan - f.makespan) / b.makespan), " faster but ", f.fit_problem);
+    rec.reason = concat(f.name, " is ", percent_of(detail::relative_gain(f.makespan, b.makespan)), " faster but ", f.fit_problem);
     return rec;
   }
   std::optional<std::size_t> second;
@@ -531,7 +534,7 @@ namespace detail {
   rec.reason = concat("fastest of the ", candidates, " training schedules", capped ? ", and it fits the memory cap" : "");
   if (second) {
     const ScheduleResult& s = schedules[*second];
-    rec.reason += concat("; next is ", s.name, ", ", percent_of((s.makespan - b.makespan) / s.makespan), " slower");
+    rec.reason += concat("; next is ", s.name, ", ", percent_of(detail::relative_gain(b.makespan, s.makespan)), " slower");
   }
   return rec;
 }

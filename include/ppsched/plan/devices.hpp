@@ -155,7 +155,7 @@ namespace detail {
 [[nodiscard]] inline std::string why_faster(const DeviceSplit& win, const DeviceSplit& lose) {
   const double pipeline = lose.pipeline_time - win.pipeline_time;
   const double all_reduce = lose.all_reduce_exposed - win.all_reduce_exposed;
-  const std::string by = concat(percent_of((lose.step_time - win.step_time) / lose.step_time), " faster");
+  const std::string by = concat(percent_of(relative_gain(win.step_time, lose.step_time)), " faster");
   if (all_reduce >= pipeline) {
     return concat(by, " than p=", lose.pipeline, " x d=", lose.replicas, ", whose all-reduce adds ",
                   short_number(lose.all_reduce_exposed), " to its step (", short_number(win.all_reduce_exposed), " here)");

@@ -1040,3 +1040,24 @@ TEST_CASE("a step time beyond a double is refused; all-zero costs explain withou
     CHECK_THAT(r.out, !Catch::Contains("nan"));
   }
 }
+
+TEST_CASE("flag values whose plan needs more memory than the process may use are refused at once",
+          "[cli][plan][issue24]") {
+  // 1024 ranks x 21845 micro-batches are each in range; together every family's schedule
+  // holds tens of GiB, which ended in "internal error: std::bad_alloc" with exit 1 (the
+  // status of --validate's problems). The limit is set so the test means the same anywhere.
+  ::setenv("PPSCHED_PLAN_MEMORY_BYTES", "8589934592", 1);  // 8 GiB
+  const Run big = plan({"--stage-cost", "1,1,1", "--stages", "1024", "--microbatches", "21845"});
+  const Run small = plan({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8"});
+  ::setenv("PPSCHED_PLAN_MEMORY_BYTES", "1000000", 1);  // 1 MB: even --devices' largest plan is too big
+  const Run devices = plan({"--devices", "8", "--layers", "8", "--global-batch", "64"});
+  ::unsetenv("PPSCHED_PLAN_MEMORY_BYTES");
+  INFO("stderr: " << big.err);
+  CHECK(big.status == 2);
+  CHECK(big.out.empty());
+  CHECK_THAT(big.err, Catch::Contains("--stages 1024 --microbatches 21845") && Catch::Contains("GiB of memory") &&
+                          Catch::Contains("8 GiB") && Catch::Contains("--schedule NAME"));
+  CHECK(small.status == 0);
+  CHECK(devices.status == 2);
+  CHECK_THAT(devices.err, Catch::Contains("--devices 8") && Catch::Contains("of memory"));
+}

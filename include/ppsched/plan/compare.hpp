@@ -618,6 +618,35 @@ struct FamilySchedules {
   return out;
 }
 
+// About how many bytes compare_families holds at its peak for `request`: every result keeps
+// its schedule and simulated timeline (about 100 bytes per compute action, all families
+// together), and the family being evaluated needs its lowering, validation and simulation
+// besides (about 300 bytes per compute action). Fitted to ppsched-plan's peak resident memory
+// at p = 16, m = 2000 and 8000 (docs/reliability.md, issue 24): within 1.3x for all families
+// or one-stage-per-rank ones, up to 2.5x high for a V-shaped family alone. For refusing a
+// request far beyond a machine's memory before starting it, not for sizing a pool. The
+// families are those the request names, or every family that accepts it. Throws
+// ppsched::error for an unknown family name.
+[[nodiscard]] inline double estimate_plan_bytes(const PlanRequest& request) {
+  constexpr double kept_per_action = 100.0, working_per_action = 300.0;
+  const double slots = static_cast<double>(std::max(request.ranks, 0)) * static_cast<double>(std::max(request.microbatches, 0));
+  double kept = 0.0, largest = 0.0;
+  const auto add = [&](const FamilyInfo& f) {
+    const std::int32_t v = f.chunks_for(request.chunks);
+    const double per_slot = static_cast<double>(v) * (f.training ? (f.split_backward ? 3.0 : 2.0) : 1.0);
+    kept += per_slot * slots;
+    largest = std::max(largest, per_slot * slots);
+  };
+  if (request.families.empty()) {
+    for (const FamilyInfo& f : schedule_families) {
+      if (accepts(f.name, ScheduleRequest{request.ranks, request.microbatches, f.chunks_for(request.chunks)})) add(f);
+    }
+  } else {
+    for (const std::string& name : request.families) add(family_info(name));
+  }
+  return kept_per_action * kept + working_per_action * largest;
+}
+
 // Compares the families `request` asks for on `model` and recommends one: each schedule of
 // family_schedules (which says which are left out, and why) evaluated on its cut
 // (evaluate_schedule). Throws ppsched::error for a bad request, an unknown family, or a named

@@ -7,6 +7,10 @@
 // The binaries are found through the environment (PPSCHED_PLAN, PPSCHED_BUBBLES,
 // PPSCHED_SOURCE_ROOT, set by tests/meson.build), or else next to this test in the build
 // tree, with the source tree read from the build's meson-info.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -24,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "run_tool.hpp"
@@ -1060,4 +1065,38 @@ TEST_CASE("flag values whose plan needs more memory than the process may use are
   CHECK(small.status == 0);
   CHECK(devices.status == 2);
   CHECK_THAT(devices.err, Catch::Contains("--devices 8") && Catch::Contains("of memory"));
+}
+
+TEST_CASE("--profile reads a bounded amount; --validate reads a FIFO", "[cli][plan][issue24]") {
+  // /dev/zero never ends: the reader grew a string until the process ran out of memory.
+  const Run zero = plan({"--profile", "/dev/zero"});
+  CHECK(zero.status == 2);
+  CHECK_THAT(zero.err, Catch::Contains("'/dev/zero'") && Catch::Contains("is larger than"));
+
+  // A CSV through a FIFO (as `--validate <(generate)` gives): it said "no such file".
+  ScratchDir dir;
+  const std::string csv = dir.file("s.csv");
+  REQUIRE(plan({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8", "--schedule", "1f1b", "--csv", csv}).status == 0);
+  const std::string text = read_file(csv);
+  const std::string fifo = dir.file("s.fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  bool written = false;
+  std::thread writer([&] {
+    std::ofstream out(fifo);  // blocks until the tool opens the FIFO for reading
+    out << text;
+    written = static_cast<bool>(out);
+  });
+  const Run r = plan({"--stage-cost", "1,1,1", "--validate", fifo});
+  // A tool that never opened the FIFO leaves the writer blocked in its open: open the
+  // reading end here (without waiting) so that it ends.
+  const int unblock = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  writer.join();
+  if (unblock >= 0) ::close(unblock);
+  INFO("stderr: " << r.err);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("OK"));
+  CHECK(written);
+  const Run directory = plan({"--stage-cost", "1,1,1", "--validate", dir.path().string()});
+  CHECK(directory.status == 2);
+  CHECK_THAT(directory.err, Catch::Contains("is a directory"));
 }

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -139,9 +140,16 @@ struct FileCheck {
   CsvReadOptions read;
   read.source = options.validate_path;
   read.name = std::filesystem::path(options.validate_path).filename().string();
-  if (!std::filesystem::is_regular_file(options.validate_path)) {
+  // A FIFO or a device (`--validate <(generate)`, /dev/stdin) is read like a file, up to
+  // CsvReadOptions::max_bytes; only a missing path or a directory is refused here.
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(options.validate_path, ec);
+  if (!std::filesystem::exists(status)) {
     fail({subject, "cannot be read: no such file", "",
           "give the path of a CSV written by ppsched-plan --csv or PyTorch's _dump_csv"});
+  }
+  if (std::filesystem::is_directory(status)) {
+    fail({subject, "is a directory", "", "give the path of a CSV written by ppsched-plan --csv or PyTorch's _dump_csv"});
   }
   // The micro-batch count is read from the file and compared with --microbatches here, so
   // that a mismatch names the flag rather than the library's CsvReadOptions::microbatches.

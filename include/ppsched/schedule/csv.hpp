@@ -54,6 +54,7 @@
 
 #include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/graph/text_input.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
 
@@ -70,6 +71,7 @@ struct CsvReadOptions {
   std::int32_t microbatches = 0;          // 0: one more than the largest micro-batch seen
   std::vector<std::int32_t> placement{};  // empty: inferred from the rows
   bool skip_pytorch_only_actions = true;  // UNSHARD, RESHARD, REDUCE_GRAD: skip, or reject
+  std::size_t max_bytes = max_csv_bytes;  // read_pytorch_csv and load_pytorch_csv read no more
 };
 
 // PyTorch's spelling of an operation in a cell.
@@ -533,10 +535,8 @@ struct ParsedCell {
 #endif
 
 [[nodiscard]] inline Schedule read_pytorch_csv(std::istream& in, const CsvReadOptions& options = {}) {
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  if (in.bad())
-    fail({detail::concat("schedule CSV '", options.source, "'"), "reading the stream failed", "",
-          "check the input"});
+  const std::string text =
+      detail::read_bounded(in, options.max_bytes, detail::concat("schedule CSV '", options.source, "'"), options.source);
   return from_pytorch_csv(text, options);
 }
 
@@ -550,7 +550,7 @@ struct ParsedCell {
           "check the path and its permissions"});
   if (options.source == CsvReadOptions{}.source) options.source = path.string();
   if (options.name == CsvReadOptions{}.name) options.name = path.stem().string();
-  return read_pytorch_csv(in, options);
+  return read_pytorch_csv(in, options);  // at most options.max_bytes: a FIFO or device may never end
 }
 
 }  // namespace ppsched

@@ -1100,3 +1100,34 @@ TEST_CASE("--profile reads a bounded amount; --validate reads a FIFO", "[cli][pl
   CHECK(directory.status == 2);
   CHECK_THAT(directory.err, Catch::Contains("is a directory"));
 }
+
+TEST_CASE("--memory-cap-bytes takes decimal amounts with a unit, exactly", "[cli][plan][issue24]") {
+  struct Case {
+    std::string text;
+    double bytes;  // 0: refused
+  };
+  for (const Case& c : std::vector<Case>{{"21.5GiB", 21.5 * 1073741824.0},
+                                         {"1.5KiB", 1536.0},
+                                         {"0.25MB", 250000.0},
+                                         {".5GB", 5e8},
+                                         {"21.50GiB", 21.5 * 1073741824.0},
+                                         {"80GiB", 80.0 * 1073741824.0},
+                                         {"1048576", 1048576.0},
+                                         {"0.5B", 0.0},
+                                         {"1.0000001KiB", 0.0},
+                                         {"0.0GB", 0.0},
+                                         {"1e9", 0.0},
+                                         {"1.2.3GB", 0.0},
+                                         {"17179869184TiB", 0.0}}) {
+    INFO(c.text);
+    const Run r = plan({"--layers", "8", "--stages", "2", "--microbatches", "2", "--memory-cap-bytes", c.text, "--json"});
+    INFO("stderr: " << r.err);
+    if (c.bytes == 0.0) {
+      CHECK(r.status == 2);
+      CHECK_THAT(r.err, Catch::Contains("--memory-cap-bytes") && Catch::Contains("21.5GiB"));
+      continue;
+    }
+    REQUIRE(r.status == 0);
+    CHECK(json::parse(r.out).at("memory_cap").at("bytes").get<double>() == c.bytes);
+  }
+}

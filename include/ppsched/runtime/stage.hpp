@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <span>
 #include <stop_token>
 #include <string_view>
@@ -113,8 +114,21 @@ struct StageContext {
       fail({"side input", detail::concat("read outside a micro-batch (", to_string(call), ")"),
             detail::concat("stage ", stage), "Read side inputs in the per-micro-batch callables"});
     }
-    const std::size_t at = static_cast<std::size_t>(microbatch) * in.count * sizeof(T);
-    return {reinterpret_cast<const T*>(in.data.data() + at), in.count};
+    // The slice must lie inside the data: a side input no stage lists in
+    // StageFunctions::side_inputs was never checked against the batch, and one that is too
+    // short was read past its end (issue 24). Written so that nothing here can wrap.
+    const std::size_t elements = in.data.size() / sizeof(T);
+    const auto mb = static_cast<std::size_t>(microbatch);
+    if (in.count != 0 && (in.count > elements || mb >= elements / in.count)) {
+      fail({"side input",
+            detail::concat("side input ", k, " holds ", in.data.size(), " bytes, too few for micro-batch ", microbatch,
+                           "'s slice (", mb + 1, " micro-batches of ", in.count, " ", to_string(in.dtype), ")"),
+            detail::concat("stage ", stage, ", micro-batch ", microbatch),
+            detail::concat("Give side input ", k, " microbatches x ", in.count,
+                           " elements, and list it in stage ", stage,
+                           "'s StageFunctions::side_inputs so the batch is checked before the step")});
+    }
+    return {reinterpret_cast<const T*>(in.data.data()) + mb * in.count, in.count};
   }
 };
 
@@ -336,7 +350,17 @@ inline void check_side_inputs(const StageFunctions& f, std::int32_t stage, const
             "Batch::side_inputs", "Give every side input the stages list in StageFunctions::side_inputs"});
     }
     const SideInput& in = batch.side_inputs[k];
-    if (in.data.size() != m * in.count * dtype_size(in.dtype)) {
+    // m x count x the dtype's size, checked so that it cannot wrap: an 8-byte side input
+    // declared as 2^61 + 1 floats per micro-batch passed as 8 bytes for 2 micro-batches.
+    const std::size_t size = dtype_size(in.dtype);
+    const std::size_t most = std::numeric_limits<std::size_t>::max();
+    if (in.count != 0 && (m > most / in.count || m * in.count > most / size)) {
+      fail({"batch",
+            detail::concat("side input ", k, " declares ", in.count, " ", to_string(in.dtype), " per micro-batch; ", m,
+                           " micro-batches of them do not fit in memory"),
+            "Batch::side_inputs", "Give SideInput::count as the elements of one micro-batch"});
+    }
+    if (in.data.size() != m * in.count * size) {
       fail({"batch",
             detail::concat("side input ", k, " holds ", in.data.size(), " bytes; ", m, " micro-batches of ", in.count,
                            " ", to_string(in.dtype), " need ", m * in.count * dtype_size(in.dtype)),

@@ -414,3 +414,34 @@ TEST_CASE("side_input checks its slice against the data; the batch check cannot 
   (void)w.run_step(full.view());  // the World recovers
   CHECK(model.bad == 0);
 }
+
+TEST_CASE("side input specs: a label of the wrong dtype fails with the batch, before any forward",
+          "[typed][issue24]") {
+  // Issue 24, item 8: the dtype of labels was found only where the loss read them (micro-batch
+  // 0's loss, after every forward of the step). A stage that says how it reads its side
+  // inputs has them checked with the batch.
+  const ppsched::Schedule s = make({"gpipe", 1}, 2, 4);
+  CpuCluster cluster(2);
+  TypedModel model;
+  auto fns = model.functions(2);
+  fns[1].side_input_specs = {{DType::i64, 1}};
+  fns[0].side_input_specs = {{DType::bytes, max_len}};
+  World<CpuBackend> w(backends(cluster), s, fns);
+  const TypedBatch batch(4);
+  const std::vector<std::int32_t> narrow(batch.labels.begin(), batch.labels.end());
+  const ppsched::SideInput wrong[] = {ppsched::SideInput::of<std::int32_t>(narrow, 1), batch.side[1]};
+  require_error([&] { (void)w.run_step({batch.inputs, {}, wrong}); },
+                {"side input 0 is i32 x 1 per micro-batch, but stage 1 reads it as i64 x 1", "side_input_specs"});
+  CHECK(model.checked == 0);  // no forward ran
+  const std::vector<std::int64_t> two(2 * batch.labels.size(), 7);
+  const ppsched::SideInput wide[] = {ppsched::SideInput::of<std::int64_t>(two, 2), batch.side[1]};
+  require_error([&] { (void)w.run_step({batch.inputs, {}, wide}); }, {"i64 x 2", "reads it as i64 x 1"});
+  CHECK(model.checked == 0);
+  (void)w.run_step(batch.view());
+  CHECK(model.checked > 0);
+  CHECK(model.bad == 0);
+  // One spec per listed side input, or none.
+  fns[1].side_input_specs.push_back({DType::f32, 1});
+  World<CpuBackend> mismatched(backends(cluster), s, fns);
+  require_error([&] { (void)mismatched.run_step(batch.view()); }, {"lists 1 side inputs but 2 specs"});
+}

@@ -346,6 +346,10 @@ class TorchStage {
     }
     if (options_.loss && options_.target_side_input) {
       f.side_inputs = {*options_.target_side_input};
+      // The labels' dtype and count, checked with the batch before the step: a mismatch was
+      // found only at the loss of micro-batch 0, after every forward (issue 24).
+      f.side_input_specs = {{dtype_of_scalar_type(options_.target_tensor.dtype),
+                             detail::torch_adapter::max_count(options_.target_tensor)}};
     } else if (options_.loss) {
       f.target_size = static_cast<std::size_t>(detail::torch_adapter::element_count(options_.target_shape));
     }

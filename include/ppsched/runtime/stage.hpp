@@ -241,6 +241,11 @@ struct StageFunctions {
   // Indices of Batch::side_inputs this stage reads (StageContext::side_input): checked
   // before each step, so a missing one fails the step before it starts.
   std::vector<std::size_t> side_inputs;
+  // How the stage reads each of them, in the order of side_inputs (empty: any dtype and
+  // count, the sizes checked only against each other). Checked with the batch, so labels of
+  // the wrong dtype fail before the step instead of at the loss of micro-batch 0, after every
+  // forward (issue 24).
+  std::vector<SideInputSpec> side_input_specs;
 
   // Each callable takes the micro-batch index `mb` or a `const StageContext&` first (see
   // StageCallable); docs/runtime.md says how long each span stays valid.
@@ -341,9 +346,16 @@ struct Batch {
   std::span<const SideInput> side_inputs{};
 };
 
-// Throws unless the batch has every side input stage `stage` lists, each m slices long.
+// Throws unless the batch has every side input stage `stage` lists, each m slices long and,
+// where the stage gives side_input_specs, of the dtype and count it reads.
 inline void check_side_inputs(const StageFunctions& f, std::int32_t stage, const Batch& batch, std::size_t m) {
-  for (std::size_t k : f.side_inputs) {
+  if (!f.side_input_specs.empty() && f.side_input_specs.size() != f.side_inputs.size()) {
+    fail({detail::concat("stage ", stage),
+          detail::concat("lists ", f.side_inputs.size(), " side inputs but ", f.side_input_specs.size(), " specs for them"),
+          "StageFunctions::side_input_specs", "Give one spec per entry of StageFunctions::side_inputs, or none"});
+  }
+  for (std::size_t i = 0; i < f.side_inputs.size(); ++i) {
+    const std::size_t k = f.side_inputs[i];
     if (k >= batch.side_inputs.size()) {
       fail({"batch",
             detail::concat("has ", batch.side_inputs.size(), " side inputs, but stage ", stage, " reads side input ", k),
@@ -365,6 +377,17 @@ inline void check_side_inputs(const StageFunctions& f, std::int32_t stage, const
             detail::concat("side input ", k, " holds ", in.data.size(), " bytes; ", m, " micro-batches of ", in.count,
                            " ", to_string(in.dtype), " need ", m * in.count * dtype_size(in.dtype)),
             "Batch::side_inputs", "Give each side input microbatches x count elements of its dtype"});
+    }
+    if (!f.side_input_specs.empty()) {
+      const SideInputSpec& want = f.side_input_specs[i];
+      if (in.dtype != want.dtype || in.count != want.count) {
+        fail({"batch",
+              detail::concat("side input ", k, " is ", to_string(in.dtype), " x ", in.count, " per micro-batch, but stage ",
+                             stage, " reads it as ", to_string(want.dtype), " x ", want.count),
+              "Batch::side_inputs",
+              detail::concat("Give side input ", k, " as ", to_string(want.dtype), " x ", want.count,
+                             " per micro-batch (SideInput::of), or fix stage ", stage, "'s StageFunctions::side_input_specs")});
+      }
     }
   }
 }

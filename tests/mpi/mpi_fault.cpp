@@ -17,6 +17,14 @@
 //                     receive gets the first send: the receiver must report it, naming both
 //                     transfers, instead of taking one micro-batch's data for another's; its
 //                     abort then ends rank 0's second send, which no receive will match.
+//   mpi_fault setup replicas|env
+//                     one process's own setup is wrong while the others' is right: rank 1
+//                     asks for 3 replicas of the 4 processes (replicas), or rank 2
+//                     carries a stale torchrun RANK=0 WORLD_SIZE=4 (env). Every process's
+//                     MpiBackend must throw, the failing one its own error and the others
+//                     its message with its process named, and the job must end (it hung:
+//                     the failing process threw while the others went into the next
+//                     collective call). Exit 0 when every process saw exactly that.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -92,10 +100,43 @@ std::string swapped_order(ppsched::MpiBackend& backend) {
   return "";
 }
 
+// One process's setup wrong: every process's MpiBackend throws, naming the cause.
+int setup_mode(const char* which) {
+  int me = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const bool replicas = std::strcmp(which, "replicas") == 0;
+  const int culprit = replicas ? 1 : 2;
+  ppsched::MpiOptions mo;
+  if (replicas && me == culprit) mo.replicas = 3;
+  if (!replicas && me == culprit) {
+    ::setenv("RANK", "0", 1);
+    ::setenv("WORLD_SIZE", "4", 1);
+  }
+  std::string message;
+  try {
+    ppsched::MpiBackend backend(MPI_COMM_WORLD, mo);
+  } catch (const ppsched::error& e) {
+    message = e.what();
+  }
+  const std::string cause = replicas ? "3 replicas of a 4-process job" : "torchrun says rank 0 of 4";
+  const bool expected = message.find(cause) != std::string::npos &&
+                        (me == culprit || message.find("process " + std::to_string(culprit) + " of the job failed its setup") !=
+                                              std::string::npos);
+  std::printf("%s rank %d: '%s'\n", expected ? "ok" : "FAIL", me, message.c_str());
+  std::fflush(stdout);
+  int failures = expected ? 0 : 1;
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (me == 0) std::printf("%s: %d processes failed their checks\n", total == 0 ? "PASS" : "FAIL", total);
+  return total == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   const bool exit_mode = argc > 1 && std::strcmp(argv[1], "exit") == 0;
   const bool order_mode = argc > 1 && std::strcmp(argv[1], "order") == 0;
   ppsched::MpiSession session(&argc, &argv);
+  if (argc > 2 && std::strcmp(argv[1], "setup") == 0) return setup_mode(argv[2]);
   ppsched::MpiOptions mo;
   mo.watchdog = std::chrono::milliseconds(exit_mode ? 3'000 : 60'000);
   ppsched::MpiBackend backend(MPI_COMM_WORLD, mo);

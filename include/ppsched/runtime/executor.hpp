@@ -1097,6 +1097,15 @@ class Executor {
       heads += detail::concat(heads.empty() ? "" : "; ",
                               lane == 0 ? "compute stream: " : "comm stream: ", describe_step(head));
     }
+    // Every action done: the step waits in its final work. With data parallelism that is a
+    // stage's gradient sum over the replicas first (a replica that has not reached it), and
+    // only then the optimizer step; say which (issue 24).
+    for (std::size_t k = 0; heads.empty() && reducer_ && k < reduced_.size(); ++k) {
+      if (last_weight_step_[k] < 0 || b_.query(reduced_[k])) continue;
+      heads = detail::concat("every action completed, but stage ", grads_[k].stage,
+                             "'s gradient sum over the replicas did not (a replica that has not reached it, or a slow "
+                             "all-reduce)");
+    }
     if (heads.empty()) heads = "every action completed, but the step's final work did not (the optimizer step?)";
     return make_error(
         {detail::concat("rank ", rank_),

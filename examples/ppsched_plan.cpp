@@ -13,6 +13,7 @@
 // --devices plan that nothing fits).
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <iostream>
 #include <optional>
 #include <span>
@@ -106,6 +107,8 @@ int run(std::span<const char* const> argv) {
     return check.result.valid ? 0 : 1;
   }
 
+  cli::check_plan_memory(cli::plan_request(options), options.schedule_auto,
+                         ppsched::concat("--stages ", options.stages, " --microbatches ", options.microbatches));
   ppsched::SearchSummary search;
   const ppsched::PlanResult plan =
       options.schedule_auto ? cli::make_auto_plan(options, model, search) : cli::make_plan(options, model);
@@ -135,6 +138,12 @@ int main(int argc, char** argv) {
     return run(std::span<const char* const>(argv, static_cast<std::size_t>(argc)));
   } catch (const ppsched::error& e) {
     std::cerr << "ppsched-plan: error: " << e.what() << "\n(run ppsched-plan --help for the flags)\n";
+    return 2;
+  } catch (const std::bad_alloc&) {
+    // What check_plan_memory's estimate let through and the machine could not hold: the
+    // request is too large for it, as bad input is (exit 1 is --validate's).
+    std::cerr << "ppsched-plan: error: ran out of memory (std::bad_alloc)\n(give fewer --stages or --microbatches, "
+                 "or compare fewer schedules with --schedule NAME)\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "ppsched-plan: internal error: " << e.what() << '\n';

@@ -7,6 +7,10 @@
 // The binaries are found through the environment (PPSCHED_PLAN, PPSCHED_BUBBLES,
 // PPSCHED_SOURCE_ROOT, set by tests/meson.build), or else next to this test in the build
 // tree, with the source tree read from the build's meson-info.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -24,6 +28,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "run_tool.hpp"
@@ -979,5 +984,150 @@ TEST_CASE("the CUDA build of ppsched-bubbles reports a missing GPU with exit 3, 
     const json& ref = parsed.at("schedules").at(0);
     CHECK(s.at("actions") == ref.at("actions"));
     CHECK(s.at("predicted") == ref.at("predicted"));
+  }
+}
+
+// ------------------------------------------------------------------ issue 24: the planner's edges
+
+namespace {
+
+// A profile of `layers` layers, F = BI = BW = `cost`, 1 MiB of parameters, 1 KiB activations,
+// with `devices` (JSON) when not empty.
+std::string write_profile(const ScratchDir& dir, const std::string& name, int layers, double cost,
+                          const std::string& devices = "") {
+  json p;
+  p["unit"] = "ms";
+  if (!devices.empty()) p["devices"] = json::parse(devices);
+  for (int i = 0; i < layers; ++i) {
+    p["layers"].push_back({{"name", "l" + std::to_string(i)},
+                           {"forward", cost},
+                           {"backward_input", cost},
+                           {"backward_weight", cost},
+                           {"param_bytes", 1048576},
+                           {"activation_bytes", 1024},
+                           {"output_bytes", 1024}});
+  }
+  const std::string path = dir.file(name);
+  std::ofstream(path) << p.dump();
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("--devices with a profile whose device memory p = 1 cannot meet plans the deeper pipelines",
+          "[cli][plan][issue24]") {
+  // 8 MiB of parameters x 8 bytes held per byte = 64 MiB on one device of 48 MiB: the
+  // partitioner threw "no split ... fits" out of the whole plan (exit 2).
+  ScratchDir dir;
+  const std::string path = write_profile(dir, "small.json", 8, 1.0, R"([{"speed": 1, "memory_bytes": 50331648}])");
+  const Run r = plan({"--devices", "4", "--profile", path, "--global-batch", "16"});
+  INFO("stderr: " << r.err);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("p=1 x d=4: nothing fits the memory cap"));
+  CHECK_THAT(r.out, Catch::Contains("chosen: p="));
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("a step time beyond a double is refused; all-zero costs explain without nan", "[cli][plan][issue24]") {
+  const Run slow = plan({"--devices", "8", "--all-reduce-bandwidth", "1e-300"});
+  INFO("stderr: " << slow.err);
+  CHECK(slow.status == 2);
+  CHECK(slow.out.empty());
+  CHECK_THAT(slow.err, Catch::Contains("all-reduc") && Catch::Contains("not finite"));
+  ScratchDir dir;
+  const std::string zero = write_profile(dir, "zero.json", 4, 0.0);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--profile", zero, "--stages", "2", "--microbatches", "4"},
+        std::vector<std::string>{"--profile", zero, "--devices", "4", "--global-batch", "8"}}) {
+    const Run r = plan(args);
+    INFO("stderr: " << r.err);
+    CHECK(r.status == 0);
+    CHECK_THAT(r.out, !Catch::Contains("nan"));
+  }
+}
+
+TEST_CASE("flag values whose plan needs more memory than the process may use are refused at once",
+          "[cli][plan][issue24]") {
+  // 1024 ranks x 21845 micro-batches are each in range; together every family's schedule
+  // holds tens of GiB, which ended in "internal error: std::bad_alloc" with exit 1 (the
+  // status of --validate's problems). The limit is set so the test means the same anywhere.
+  ::setenv("PPSCHED_PLAN_MEMORY_BYTES", "8589934592", 1);  // 8 GiB
+  const Run big = plan({"--stage-cost", "1,1,1", "--stages", "1024", "--microbatches", "21845"});
+  const Run small = plan({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8"});
+  ::setenv("PPSCHED_PLAN_MEMORY_BYTES", "1000000", 1);  // 1 MB: even --devices' largest plan is too big
+  const Run devices = plan({"--devices", "8", "--layers", "8", "--global-batch", "64"});
+  ::unsetenv("PPSCHED_PLAN_MEMORY_BYTES");
+  INFO("stderr: " << big.err);
+  CHECK(big.status == 2);
+  CHECK(big.out.empty());
+  CHECK_THAT(big.err, Catch::Contains("--stages 1024 --microbatches 21845") && Catch::Contains("GiB of memory") &&
+                          Catch::Contains("8 GiB") && Catch::Contains("--schedule NAME"));
+  CHECK(small.status == 0);
+  CHECK(devices.status == 2);
+  CHECK_THAT(devices.err, Catch::Contains("--devices 8") && Catch::Contains("of memory"));
+}
+
+TEST_CASE("--profile reads a bounded amount; --validate reads a FIFO", "[cli][plan][issue24]") {
+  // /dev/zero never ends: the reader grew a string until the process ran out of memory.
+  const Run zero = plan({"--profile", "/dev/zero"});
+  CHECK(zero.status == 2);
+  CHECK_THAT(zero.err, Catch::Contains("'/dev/zero'") && Catch::Contains("is larger than"));
+
+  // A CSV through a FIFO (as `--validate <(generate)` gives): it said "no such file".
+  ScratchDir dir;
+  const std::string csv = dir.file("s.csv");
+  REQUIRE(plan({"--stage-cost", "1,1,1", "--stages", "4", "--microbatches", "8", "--schedule", "1f1b", "--csv", csv}).status == 0);
+  const std::string text = read_file(csv);
+  const std::string fifo = dir.file("s.fifo");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  bool written = false;
+  std::thread writer([&] {
+    std::ofstream out(fifo);  // blocks until the tool opens the FIFO for reading
+    out << text;
+    written = static_cast<bool>(out);
+  });
+  const Run r = plan({"--stage-cost", "1,1,1", "--validate", fifo});
+  // A tool that never opened the FIFO leaves the writer blocked in its open: open the
+  // reading end here (without waiting) so that it ends.
+  const int unblock = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  writer.join();
+  if (unblock >= 0) ::close(unblock);
+  INFO("stderr: " << r.err);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("OK"));
+  CHECK(written);
+  const Run directory = plan({"--stage-cost", "1,1,1", "--validate", dir.path().string()});
+  CHECK(directory.status == 2);
+  CHECK_THAT(directory.err, Catch::Contains("is a directory"));
+}
+
+TEST_CASE("--memory-cap-bytes takes decimal amounts with a unit, exactly", "[cli][plan][issue24]") {
+  struct Case {
+    std::string text;
+    double bytes;  // 0: refused
+  };
+  for (const Case& c : std::vector<Case>{{"21.5GiB", 21.5 * 1073741824.0},
+                                         {"1.5KiB", 1536.0},
+                                         {"0.25MB", 250000.0},
+                                         {".5GB", 5e8},
+                                         {"21.50GiB", 21.5 * 1073741824.0},
+                                         {"80GiB", 80.0 * 1073741824.0},
+                                         {"1048576", 1048576.0},
+                                         {"0.5B", 0.0},
+                                         {"1.0000001KiB", 0.0},
+                                         {"0.0GB", 0.0},
+                                         {"1e9", 0.0},
+                                         {"1.2.3GB", 0.0},
+                                         {"17179869184TiB", 0.0}}) {
+    INFO(c.text);
+    const Run r = plan({"--layers", "8", "--stages", "2", "--microbatches", "2", "--memory-cap-bytes", c.text, "--json"});
+    INFO("stderr: " << r.err);
+    if (c.bytes == 0.0) {
+      CHECK(r.status == 2);
+      CHECK_THAT(r.err, Catch::Contains("--memory-cap-bytes") && Catch::Contains("21.5GiB"));
+      continue;
+    }
+    REQUIRE(r.status == 0);
+    CHECK(json::parse(r.out).at("memory_cap").at("bytes").get<double>() == c.bytes);
   }
 }

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <stop_token>
 #include <limits>
 #include <optional>
 #include <string>
@@ -565,4 +567,43 @@ TEST_CASE("a fault on one replica ends every replica's step with the first error
     }
   }
   CHECK(live_threads() == threads_before);
+}
+
+namespace {
+
+// A gradient sum that never completes until the step is stopped: a replica that does not
+// reach its all-reduce, as the others see it.
+struct StuckAllReduce {
+  std::mutex mutex;
+  std::condition_variable_any never;
+  std::vector<std::unique_ptr<std::function<void()>>> tasks;
+  template <class B>
+  void all_reduce(B& backend, typename B::stream& stream, std::int32_t, typename B::buffer&, std::stop_token stop) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    tasks.push_back(std::make_unique<std::function<void()>>([this, stop] {
+      std::unique_lock<std::mutex> wait(mutex);
+      (void)never.wait_for(wait, stop, std::chrono::seconds(20), [] { return false; });
+    }));
+    backend.launch(stream, host_task(*tasks.back(), "stuck all-reduce"));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a step stuck in the gradient sum names the sum, not the optimizer step", "[data_parallel][runtime]") {
+  // Issue 24, item 4: every action had completed and the rank waited in its stage's sum over
+  // the replicas, but the watchdog said "the step's final work did not (the optimizer step?)".
+  const Schedule s = make_schedule("1f1b", {2, 4, 1});
+  std::vector<StageFunctions> stages;
+  for (int k = 0; k < 2; ++k) stages.push_back(scalar_stage(k == 1));
+  CpuCluster cluster(2);
+  ExecutorOptions o;
+  o.watchdog = std::chrono::milliseconds(200);
+  World<CpuBackend> world({&cluster.rank(0), &cluster.rank(1)}, s, stages, o);
+  StuckAllReduce stuck;
+  for (int rank = 0; rank < 2; ++rank) world.set_gradient_reducer(rank, gradient_reducer<CpuBackend>(stuck));
+  const std::vector<float> inputs(4, 1.0f), targets(4, 0.5f);
+  CHECK_THROWS_WITH(world.run_step({inputs, targets}),
+                    Catch::Contains("'s gradient sum over the replicas did not") &&
+                        Catch::Contains("a replica that has not reached it") && !Catch::Contains("optimizer step?"));
 }

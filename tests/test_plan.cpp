@@ -525,3 +525,132 @@ TEST_CASE("objectives: span and memory within a bound pick by their measure; bad
   request.objective = Objective{static_cast<ObjectiveKind>(7)};
   CHECK_THAT(error_of([&] { (void)compare_families(model, request); }), Catch::Contains("ObjectiveKind::makespan"));
 }
+
+// ------------------------------------------------------------------ issue 24: the planner's edges
+
+namespace {
+
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+// `params[i]` parameter bytes in layer i, F = BI = BW = 1 per sample, 1 KiB activations.
+Profile layers_with_params(const std::vector<double>& params) {
+  std::vector<Layer> layers;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    layers.push_back(Layer{"layer " + std::to_string(i), 1.0, 1.0, 1.0, params[i], 1024.0, 1024.0});
+  }
+  Profile p;
+  p.graph = LayerGraph(std::move(layers));
+  p.time_unit = "ms";
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("plan_devices: a cap no split of one pipeline size meets is a result, not an error",
+          "[plan][devices][issue24]") {
+  // 8 layers of 1 GiB on 4 devices of 5 GiB: p = 1 needs 8 GiB, which no cut of one stage
+  // meets; the partitioner threw "no split ... fits" out of plan_devices for it.
+  Profile model = layers_with_params(std::vector<double>(8, GiB));
+  model.devices = {Device{1.0, 5 * GiB}};
+  DevicePlanOptions o;
+  o.optimizer_state_factor = 1.0;
+  o.all_reduce_link = Interconnect{};
+  for (const std::optional<double> cap : {std::optional<double>{}, std::optional<double>{5 * GiB}}) {
+    INFO("cap " << (cap ? *cap : -1.0));
+    DevicePlan plan;
+    REQUIRE_NOTHROW(plan = plan_devices(model, 4, 16, cap, o));
+    REQUIRE(plan.chosen);
+    CHECK(plan.chosen->pipeline > 1);
+    CHECK(plan.chosen->peak_memory_bytes <= 5 * GiB);
+    REQUIRE(!plan.per_pipeline.empty());
+    CHECK_THAT(plan.per_pipeline.front(), Catch::StartsWith("p=1 x d=4: nothing fits the memory cap"));
+    CHECK_THAT(plan.per_pipeline.front(), Catch::Contains("8 GiB"));
+  }
+  // Devices nothing fits: the documented result, chosen empty and the least need named.
+  model.devices = {Device{1.0, 1 * GiB}};
+  DevicePlan none;
+  REQUIRE_NOTHROW(none = plan_devices(model, 4, 16, std::nullopt, o));
+  CHECK_FALSE(none.chosen);
+  CHECK_THAT(none.reason, Catch::Contains("no split fits the memory cap"));
+  CHECK_THAT(none.reason, Catch::Contains("needs 2"));
+}
+
+TEST_CASE("plan_devices: the memory cap reaches the partitioner, so a fitting cut is found",
+          "[plan][devices][issue24]") {
+  // Layers of 3, 1, 1, 1 GiB on a 2-stage pipeline under a 3.5 GiB cap. The time-optimal cut
+  // (2 | 2) needs 4 GiB on stage 0; the cut (1 | 3) is slower and fits with 3 GiB a stage.
+  // Before the fix the partitioner never saw the cap and nothing fitted.
+  const Profile model = layers_with_params({3 * GiB, GiB, GiB, GiB});
+  DevicePlanOptions o;
+  o.optimizer_state_factor = 1.0;
+  o.pipeline_sizes = {2};
+  o.families = {"1f1b"};
+  o.all_reduce_link = Interconnect{};
+  const DevicePlan uncapped = plan_devices(model, 2, 2, std::nullopt, o);
+  REQUIRE(uncapped.chosen);
+  CHECK(uncapped.chosen->peak_memory_bytes > 3.5 * GiB);  // the time-optimal cut
+  const DevicePlan plan = plan_devices(model, 2, 2, 3.5 * GiB, o);
+  INFO(to_string(plan));
+  REQUIRE(plan.chosen);
+  CHECK(plan.chosen->schedule == "1f1b");
+  CHECK(plan.chosen->peak_memory_bytes <= 3.5 * GiB);
+  CHECK(plan.chosen->peak_memory_bytes >= 3 * GiB);
+  CHECK(plan.chosen->step_time > uncapped.chosen->step_time);
+  // A cap the time-optimal cut meets changes nothing.
+  const DevicePlan roomy = plan_devices(model, 2, 2, 4.5 * GiB, o);
+  REQUIRE(roomy.chosen);
+  CHECK(roomy.chosen->step_time == uncapped.chosen->step_time);
+  CHECK(roomy.chosen->peak_memory_bytes == uncapped.chosen->peak_memory_bytes);
+}
+
+TEST_CASE("a step time that is not finite is an error naming the link, not a plan", "[plan][devices][issue24]") {
+  const Profile model = layers_with_params(std::vector<double>(8, GiB));
+  DevicePlanOptions o;
+  o.optimizer_state_factor = 1.0;
+  o.all_reduce_link = Interconnect{0.0, 1e-300};  // 1 GiB takes 1e309: beyond a double
+  const std::string why = error_of([&] { (void)plan_devices(model, 4, 16, std::nullopt, o); });
+  CHECK_THAT(why, Catch::Contains("all-reduce"));
+  CHECK_THAT(why, Catch::Contains("bandwidth"));
+  CHECK_THAT(why, !Catch::Contains("inf"));
+  CHECK_THROWS_WITH(all_reduce_time(GiB, AllReduceModel{4, Interconnect{0.0, 1e-300}, AllReduceAlgorithm::ring}),
+                    Catch::Contains("not finite") && Catch::Contains("link.bandwidth"));
+  CHECK_THROWS_AS(all_reduce_time(GiB, AllReduceModel{4, Interconnect{1e308, 1.0}, AllReduceAlgorithm::tree}), error);
+  // A fast enough link still plans.
+  o.all_reduce_link = Interconnect{0.0, 1e9};
+  CHECK(plan_devices(model, 4, 16, std::nullopt, o).chosen);
+}
+
+TEST_CASE("all-zero costs: the explanations say 0.0%, never nan", "[plan][devices][issue24]") {
+  std::vector<Layer> layers;
+  for (int i = 0; i < 4; ++i) layers.push_back(Layer{"l" + std::to_string(i), 0.0, 0.0, 0.0, 1000.0, 100.0, 10.0});
+  Profile model;
+  model.graph = LayerGraph(std::move(layers));
+  const DevicePlan plan = plan_devices(model, 4, 8, std::nullopt, {});
+  REQUIRE(plan.chosen);
+  CHECK_THAT(to_string(plan), !Catch::Contains("nan"));
+  GraphModelOptions g;
+  g.ranks = 2;
+  g.microbatches = 4;
+  PlanRequest request;
+  request.ranks = 2;
+  request.microbatches = 4;
+  const PlanResult result = compare_families(graph_model(model, "zero", g), request);
+  REQUIRE(result.recommended.index);
+  CHECK_THAT(result.recommended.reason, !Catch::Contains("nan"));
+  CHECK_THAT(to_string(result), !Catch::Contains("nan"));
+}
+
+TEST_CASE("a finite time near the top of the range is printed as a number, not inf", "[plan][devices][issue24]") {
+  // 1 MiB a layer over a link of 1e-300 bytes per unit: each all-reduce takes about 1e306,
+  // finite; the reasons multiplied it by 1000 to round it and printed "inf".
+  const Profile model = layers_with_params(std::vector<double>(8, 1024.0 * 1024.0));
+  DevicePlanOptions o;
+  o.pipeline_sizes = {1};
+  o.families = {"1f1b"};
+  o.all_reduce_link = Interconnect{0.0, 1e-300};
+  const DevicePlan plan = plan_devices(model, 2, 2, std::nullopt, o);
+  REQUIRE(plan.chosen);
+  CHECK(std::isfinite(plan.chosen->step_time));
+  CHECK_THAT(to_string(plan), !Catch::Contains("inf"));
+  CHECK_THAT(to_string(plan), Catch::Contains("e+30"));
+}

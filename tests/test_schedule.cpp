@@ -1039,3 +1039,35 @@ TEST_CASE("docs/schedules.md example: generate, check the rule, round trip throu
   CHECK(back == s);
   CHECK(s.stages() == 8);
 }
+
+TEST_CASE("reading OVERLAP_F_B pairs is linear in the row: a million pairs, ids as before", "[csv][issue24]") {
+  // Issue 24, item 7g: every pair numbered by count scanned the whole row for another cell
+  // with its id, so n pairs cost n^2 (80k pairs 16 s, a million over an hour: the suite's
+  // 600 s limit ends this case before the fix). The ids must stay as they were: pair k gets
+  // k, except one whose id another cell of the row names, which moves above every id.
+  constexpr std::int32_t n = 1'000'000;
+  std::string text;
+  text.reserve(static_cast<std::size_t>(n) * 26 + 64);
+  for (std::int32_t k = 0; k < n; ++k) {
+    text += "(0F" + std::to_string(k + 1) + ";1B" + std::to_string(k) + ")OVERLAP_F_B,";
+  }
+  text += "0SEND_F1#2,(0F0;1B" + std::to_string(n) + ")OVERLAP_F_B#7\r\n";  // names ids 2 and 7
+  CsvReadOptions options;
+  options.placement = {0, 0};
+  const Schedule s = from_pytorch_csv(text, options);
+  REQUIRE(s.programs.size() == 1);
+  const std::vector<Action>& row = s.programs[0];
+  REQUIRE(row.size() == 2 * static_cast<std::size_t>(n) + 3);
+  std::size_t wrong = 0;
+  for (std::int32_t k = 0; k < n; ++k) {
+    const auto at = 2 * static_cast<std::size_t>(k);
+    // ids 2 and 7 are named by other cells: those pairs move above the n + 1 pairs' ids, to
+    // n + 2 and n + 3, in order.
+    const std::uint32_t expected = k + 1 == 2 ? n + 2 : k + 1 == 7 ? n + 3 : static_cast<std::uint32_t>(k + 1);
+    if (row[at].group != expected || row[at + 1].group != expected) ++wrong;
+  }
+  CHECK(wrong == 0);
+  CHECK(row[2 * n].group == 2);      // 0SEND_F1#2 keeps its id
+  CHECK(row[2 * n + 1].group == 7);  // the pair with #7 keeps its id
+  CHECK(row[2 * n + 2].group == 7);
+}

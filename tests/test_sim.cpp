@@ -214,6 +214,57 @@ TEST_CASE("uniform costs, free communication: every closed form holds exactly", 
   CHECK(exact.size() == 7);
 }
 
+TEST_CASE("ZB-H1 and ZB-H2: a closed form marked as holding is the simulated idle, T_F > T_BI included",
+          "[sim][analytic]") {
+  // Issue 24, item 7c: the forms were marked as holding whenever T_BW <= T_F, also for T_F >
+  // T_BI, where ZB-H2's gives a negative idle (-1.5 where the simulator shows 0). Every
+  // combination of per-rank times in {0.5, 1, 2, 3} (multiples of 1/2, so sums are exact).
+  const std::vector<double> times = {0.5, 1.0, 2.0, 3.0};
+  std::map<std::string, int> exact, left_out;
+  for (std::string_view family : {"zb-h1", "zb-h2"}) {
+    for (std::int32_t p = 1; p <= 5; ++p) {
+      for (std::int32_t m = 1; m <= 12; ++m) {
+        const ScheduleRequest r{p, m, 1};
+        if (!accepts(family, r)) continue;
+        const Schedule s = make_schedule(family, r);
+        for (const double tf : times) {
+          for (const double tbi : times) {
+            for (const double tbw : times) {
+              const AnalyticBubble a = analytic_bubble(family, p, m, 1, tf, tbi, tbw);
+              if (!a.holds) {
+                ++left_out[std::string(family)];
+                continue;
+              }
+              SimOptions o;
+              o.record_timeline = false;
+              const SimResult res = simulate(s, uniform_costs(tf, tbi, tbw), o);
+              INFO(family << " p=" << p << " m=" << m << " T=(" << tf << ", " << tbi << ", " << tbw << ") formula "
+                          << a.formula << " = " << a.idle_per_rank << ", condition " << a.condition);
+              CHECK(a.idle_per_rank >= 0.0);
+              if (a.measured_against == "makespan") {
+                for (const SimRankStats& st : res.ranks) CHECK(st.idle == a.idle_per_rank);
+              } else {
+                CHECK(res.ranks.front().idle_in_span == a.idle_per_rank);
+                for (const SimRankStats& st : res.ranks) CHECK(st.idle_in_span <= a.idle_per_rank);
+              }
+              ++exact[std::string(family)];
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(exact["zb-h1"] > 100);
+  CHECK(exact["zb-h2"] > 50);
+  CHECK(left_out["zb-h1"] > 0);
+  CHECK(left_out["zb-h2"] > 0);
+  // The condition says what it checks.
+  CHECK_FALSE(analytic_bubble("zb-h2", 4, 8, 1, 2, 1, 0.5).holds);  // T_F > T_BI
+  CHECK_FALSE(analytic_bubble("zb-h1", 4, 8, 1, 2, 1, 0.5).holds);
+  CHECK_THAT(analytic_bubble("zb-h1", 4, 8, 1, 1, 1, 1).condition, Catch::Contains("T_F <= T_BI"));
+  CHECK_THAT(analytic_bubble("zb-h2", 4, 8, 1, 1, 1, 1).condition, Catch::Contains("T_F <= T_BI"));
+}
+
 TEST_CASE("analytic formulas: the literature's numbers, and unknown families", "[analytic]") {
   // GPipe/1F1B, p = 4, T_F = 1, T_B = 2: 3 * 3 = 9 per rank; interleaved with v = 2: 4.5;
   // ZB-H1: 3 * (1 + 1 - 1) = 3; ZB-H2: 3 * (1 + 1 - 2) = 0.

@@ -13,6 +13,7 @@
 #include <ppsched/schedule/generators.hpp>
 #include <set>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -595,4 +596,47 @@ TEST_CASE("a tied group naming an unknown stage, or a slice outside the gradient
   refused({{0, 0}, {0, 0}, 1}, "names stage 0 twice");
   refused({{0, 1}, {0, 4}, 2}, "does not fit its weight_grad_size");
   refused({{0}, {0}, 1}, "at least two stages");
+}
+
+TEST_CASE("an error thrown by the loss names the loss, not only the action it runs in", "[stage][issue24]") {
+  // Issue 24, item 8: a throwing loss was reported as "action B0@s1: ...", as if the
+  // backward had thrown.
+  for (const bool training : {true, false}) {
+    INFO((training ? "training" : "forward-only"));
+    const ppsched::Schedule s = training ? make({"1f1b", 1}, 2, 2) : ppsched::make_schedule("forward-only", {2, 2, 1});
+    CpuCluster cluster(2);
+    Recorder rec;
+    auto fns = rec.functions(s.stages(), false);
+    fns[1].loss = [](const StageContext&, std::span<const float>, std::span<const float>, std::span<float>) -> float {
+      throw std::runtime_error("labels out of range");
+    };
+    World<CpuBackend> world(backends(cluster), s, fns);
+    const std::vector<float> data(4, 0.0f);
+    try {
+      (void)world.run_step({data, data});
+      FAIL("expected an error");
+    } catch (const ppsched::error& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(what.find(training ? "action B0@s1 (in the loss, StageFunctions::loss): labels out of range" :
+                                 "action F0@s1 (in the loss, StageFunctions::loss): labels out of range") !=
+            std::string::npos);
+    }
+    // A throw from the backward itself is not blamed on the loss.
+    if (!training) continue;
+    fns = rec.functions(s.stages(), false);
+    fns[1].backward_input = [](const StageContext&, std::span<const float>, std::span<const float>, std::span<float>) {
+      throw std::runtime_error("bad gradient");
+    };
+    World<CpuBackend> again(backends(cluster), s, fns);
+    try {
+      (void)again.run_step({data, data});
+      FAIL("expected an error");
+    } catch (const ppsched::error& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(what.find("action B0@s1: bad gradient") != std::string::npos);
+      CHECK(what.find("loss") == std::string::npos);
+    }
+  }
 }

@@ -909,5 +909,60 @@ CATCH_TEST_CASE("the adapter rejects typed boundaries that do not fit", "[torch]
     CATCH_CHECK_THAT(ppsched_error_of([&] { (void)f.loss(c, out, {}, grad); }),
                      Catch::Matchers::Contains("side input 0 holds 4 i32 per micro-batch") &&
                          Catch::Matchers::Contains("declares 4 i64"));
+    // Issue 24, item 8: the stage says how it reads the labels, so the batch check finds the
+    // dtype before the step (it was found here, at the loss of micro-batch 0, after every
+    // forward).
+    CATCH_REQUIRE(f.side_input_specs.size() == 1);
+    CATCH_CHECK((f.side_input_specs[0] == ppsched::SideInputSpec{ppsched::DType::i64, 4}));
+    CATCH_CHECK_THAT(ppsched_error_of([&] { ppsched::check_side_inputs(f, 1, {{}, {}, side}, 1); }),
+                     Catch::Matchers::Contains("side input 0 is i32 x 4 per micro-batch, but stage 1 reads it as i64 x 4"));
+  }
+}
+
+CATCH_TEST_CASE("labels with a variable dimension in any position are the labels' first entries there",
+                "[torch][issue24]") {
+  // Issue 24, item 6: the side input holds each micro-batch's labels padded to max_shape, and
+  // the loss took the first prod(shape) of them as a contiguous tensor of the shortened shape:
+  // right for variable_dim 0 only. With max_shape {2, 4} and 3 tokens the loss saw
+  // [[10 11 12] [-1 20 21]] for [[10 11 12] [20 21 22]].
+  torch::set_num_threads(1);
+  torch::nn::Sequential linear(torch::nn::Linear(3, 3));
+  const std::vector<std::int64_t> max_shape{3, 4, 5};
+  for (std::int64_t d = 0; d < 3; ++d) {
+    CATCH_INFO("variable_dim " << d);
+    ppsched::TorchStageOptions o;
+    o.input_tensors = {{torch::kFloat32, {4, 3}, 0}};
+    o.output_tensors = {{torch::kFloat32, max_shape, d}};
+    o.target_side_input = 0;
+    o.target_tensor = {torch::kInt64, max_shape, d};
+    torch::Tensor seen;
+    o.loss = [&seen](const torch::Tensor& out, const torch::Tensor& labels) {
+      seen = labels.clone();
+      return out.sum() * 0.0;
+    };
+    ppsched::TorchStage stage(linear, o);
+    const ppsched::StageFunctions f = stage.functions();
+    // Two micro-batches of labels, 100 i + 10 j + k + 1000 mb at [i, j, k], padded in full.
+    const torch::Tensor all = torch::arange(2 * 60, torch::kInt64).reshape({2, 3, 4, 5});
+    const torch::Tensor values = all.div(60, "floor") * 1000 + torch::arange(3, torch::kInt64).reshape({1, 3, 1, 1}) * 100 +
+                                 torch::arange(4, torch::kInt64).reshape({1, 1, 4, 1}) * 10 +
+                                 torch::arange(5, torch::kInt64).reshape({1, 1, 1, 5});
+    const std::vector<std::int64_t> labels(values.data_ptr<std::int64_t>(), values.data_ptr<std::int64_t>() + 120);
+    const ppsched::SideInput side[] = {ppsched::SideInput::of<std::int64_t>(labels, 60)};
+    for (std::int64_t length = 1; length < max_shape[static_cast<std::size_t>(d)]; ++length) {
+      std::vector<std::int64_t> shape = max_shape;
+      shape[static_cast<std::size_t>(d)] = length;
+      const std::vector<float> out = ppsched::torch_payloads(o.output_tensors[0], {torch::zeros(shape)});
+      std::vector<float> grad(out.size());
+      ppsched::StageContext c;
+      c.microbatch = 1;
+      c.side_inputs = side;
+      (void)f.loss(c, out, {}, grad);
+      CATCH_INFO("length " << length);
+      const torch::Tensor expected = values[1].narrow(d, 0, length);
+      CATCH_REQUIRE(seen.defined());
+      CATCH_CHECK(seen.sizes() == expected.sizes());
+      CATCH_CHECK(torch::equal(seen, expected));
+    }
   }
 }

@@ -360,3 +360,88 @@ TEST_CASE("tied weights, kept outputs and the new accumulation allocate nothing 
     CHECK(world.last_step().outputs.size() == inputs.size());
   }
 }
+
+TEST_CASE("side_input checks its slice against the data; the batch check cannot wrap", "[typed][issue24]") {
+  // Issue 24, item 5. A side input no stage lists is never checked against the batch, and
+  // side_input() sliced micro-batch k at k x count without looking at the data's size
+  // (AddressSanitizer: heap-buffer-overflow); m x count x the dtype's size wrapped, so an
+  // 8-byte side input declared as 2^61 + 1 floats per micro-batch passed for 2 micro-batches.
+  const std::vector<std::int64_t> labels{1000, 1001};  // 2 micro-batches of 1
+  const ppsched::SideInput sides[] = {ppsched::SideInput::of<std::int64_t>(labels, 1)};
+  StageContext c;
+  c.stage = 3;
+  c.side_inputs = sides;
+  c.microbatch = 1;
+  CHECK(c.side_input<std::int64_t>(0)[0] == 1001);
+  c.microbatch = 2;  // past the data: 3 micro-batches of 1 need 24 bytes
+  CHECK_THROWS_WITH(c.side_input<std::int64_t>(0), Catch::Contains("side input 0 holds 16 bytes") &&
+                                                        Catch::Contains("micro-batch 2") &&
+                                                        Catch::Contains("StageFunctions::side_inputs"));
+  const ppsched::SideInput wide[] = {{DType::i64, 3, std::as_bytes(std::span<const std::int64_t>(labels))}};
+  c.side_inputs = wide;
+  c.microbatch = 0;  // one slice of 3 in 2 elements
+  CHECK_THROWS_WITH(c.side_input<std::int64_t>(0), Catch::Contains("holds 16 bytes"));
+  const ppsched::SideInput huge[] = {{DType::i64, (std::size_t{1} << 61) + 1, std::as_bytes(std::span<const std::int64_t>(labels))}};
+  c.side_inputs = huge;
+  CHECK_THROWS_WITH(c.side_input<std::int64_t>(0), Catch::Contains("micro-batch 0"));
+
+  // The batch check: 2 x (2^61 + 1) x 4 bytes is 2^64 + 8, which wrapped to the 8 bytes given.
+  const float eight_bytes[2] = {1.0f, 2.0f};
+  const ppsched::SideInput wrapping[] = {{DType::f32, (std::size_t{1} << 61) + 1,
+                                          std::as_bytes(std::span<const float>(eight_bytes))}};
+  StageFunctions f;
+  f.side_inputs = {0};
+  const ppsched::Batch batch{{}, {}, wrapping};
+  CHECK_THROWS_WITH(ppsched::check_side_inputs(f, 1, batch, 2),
+                    Catch::Contains("side input 0 declares") && Catch::Contains("do not fit"));
+  const ppsched::SideInput right[] = {{DType::f32, 1, std::as_bytes(std::span<const float>(eight_bytes))}};
+  CHECK_NOTHROW(ppsched::check_side_inputs(f, 1, {{}, {}, right}, 2));
+
+  // In a step: stage 0 reads side input 1 (the mask) without listing it, from a batch whose
+  // mask holds one micro-batch of 8: the step fails naming the input, the stage and the
+  // micro-batch, instead of reading past the mask.
+  const ppsched::Schedule s = make({"1f1b", 1}, 2, 4);
+  CpuCluster cluster(2);
+  TypedModel model;
+  auto fns = model.functions(2);
+  fns[0].side_inputs.clear();
+  World<CpuBackend> w(backends(cluster), s, fns);
+  const TypedBatch full(4);
+  const ppsched::SideInput short_mask[] = {full.side[0],
+                                           {DType::bytes, max_len, std::as_bytes(std::span<const std::uint8_t>(full.mask)).first(max_len)}};
+  require_error([&] { (void)w.run_step({full.inputs, {}, short_mask}); },
+                {"side input 1 holds 8 bytes", "stage 0, micro-batch 1", "StageFunctions::side_inputs"});
+  (void)w.run_step(full.view());  // the World recovers
+  CHECK(model.bad == 0);
+}
+
+TEST_CASE("side input specs: a label of the wrong dtype fails with the batch, before any forward",
+          "[typed][issue24]") {
+  // Issue 24, item 8: the dtype of labels was found only where the loss read them (micro-batch
+  // 0's loss, after every forward of the step). A stage that says how it reads its side
+  // inputs has them checked with the batch.
+  const ppsched::Schedule s = make({"gpipe", 1}, 2, 4);
+  CpuCluster cluster(2);
+  TypedModel model;
+  auto fns = model.functions(2);
+  fns[1].side_input_specs = {{DType::i64, 1}};
+  fns[0].side_input_specs = {{DType::bytes, max_len}};
+  World<CpuBackend> w(backends(cluster), s, fns);
+  const TypedBatch batch(4);
+  const std::vector<std::int32_t> narrow(batch.labels.begin(), batch.labels.end());
+  const ppsched::SideInput wrong[] = {ppsched::SideInput::of<std::int32_t>(narrow, 1), batch.side[1]};
+  require_error([&] { (void)w.run_step({batch.inputs, {}, wrong}); },
+                {"side input 0 is i32 x 1 per micro-batch, but stage 1 reads it as i64 x 1", "side_input_specs"});
+  CHECK(model.checked == 0);  // no forward ran
+  const std::vector<std::int64_t> two(2 * batch.labels.size(), 7);
+  const ppsched::SideInput wide[] = {ppsched::SideInput::of<std::int64_t>(two, 2), batch.side[1]};
+  require_error([&] { (void)w.run_step({batch.inputs, {}, wide}); }, {"i64 x 2", "reads it as i64 x 1"});
+  CHECK(model.checked == 0);
+  (void)w.run_step(batch.view());
+  CHECK(model.checked > 0);
+  CHECK(model.bad == 0);
+  // One spec per listed side input, or none.
+  fns[1].side_input_specs.push_back({DType::f32, 1});
+  World<CpuBackend> mismatched(backends(cluster), s, fns);
+  require_error([&] { (void)mismatched.run_step(batch.view()); }, {"lists 1 side inputs but 2 specs"});
+}

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <string>
@@ -199,19 +200,33 @@ namespace detail {
   return costs;
 }
 
-// Parses a byte count: a whole number with an optional unit (B, KB, MB, GB, TB in powers of
-// 1000; KiB, MiB, GiB, TiB in powers of 1024), e.g. "80GiB" or "1500000000".
+// Parses a byte count: a number with an optional unit (B, KB, MB, GB, TB in powers of 1000;
+// KiB, MiB, GiB, TiB in powers of 1024), e.g. "80GiB", "21.5GiB" or "1500000000". A decimal
+// amount is read exactly (no rounding through a double) and must come to whole bytes:
+// "1.5KiB" is 1536, "0.5B" is an error.
 [[nodiscard]] inline std::uint64_t parse_bytes(const GivenFlag& flag) {
   using ppsched::detail::concat;
   const std::string& text = flag.value;
-  const std::string fix = "give a positive whole number of bytes with an optional unit: 80GiB, 16GB, 1048576";
-  std::uint64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || value == 0) {
-    fail({concat("flag ", flag.name), concat("value '", text, "' is not a positive byte count"),
-          detail::argument_place(flag.position), fix});
+  const std::string fix = "give a positive number of bytes with an optional unit: 80GiB, 21.5GiB, 16GB, 1048576";
+  const auto refuse = [&](const std::string& problem) {
+    fail({concat("flag ", flag.name), problem, detail::argument_place(flag.position), fix});
+  };
+  // The amount: digits, then optionally '.' and more digits.
+  const char* const begin = text.data();
+  const char* const stop = begin + text.size();
+  const char* p = begin;
+  while (p != stop && *p >= '0' && *p <= '9') ++p;
+  const char* const whole_end = p;
+  const char* fraction_begin = p;
+  if (p != stop && *p == '.') {
+    fraction_begin = ++p;
+    while (p != stop && *p >= '0' && *p <= '9') ++p;
   }
-  const std::string_view unit(end, static_cast<std::size_t>(text.data() + text.size() - end));
+  const char* const amount_end = p;
+  if (whole_end == begin && amount_end == fraction_begin) refuse(concat("value '", text, "' is not a positive byte count"));
+  std::string_view fraction(fraction_begin, static_cast<std::size_t>(amount_end - fraction_begin));
+  while (!fraction.empty() && fraction.back() == '0') fraction.remove_suffix(1);  // "21.50" is "21.5"
+  const std::string_view unit(amount_end, static_cast<std::size_t>(stop - amount_end));
   struct Unit {
     std::string_view name;
     std::uint64_t factor;
@@ -227,16 +242,34 @@ namespace detail {
                                               {"GiB", 1ULL << 30},
                                               {"TiB", 1ULL << 40}}};
   const auto match = std::find_if(units.begin(), units.end(), [&](const Unit& u) { return u.name == unit; });
-  if (match == units.end()) {
-    fail({concat("flag ", flag.name), concat("unknown unit '", unit, "' in '", text, "'"),
-          detail::argument_place(flag.position), fix});
-  }
+  if (match == units.end()) refuse(concat("unknown unit '", unit, "' in '", text, "'"));
   const std::uint64_t factor = match->factor;
-  if (value > std::numeric_limits<std::uint64_t>::max() / factor) {
-    fail({concat("flag ", flag.name), concat("value '", text, "' is out of range"),
-          detail::argument_place(flag.position), fix});
+  constexpr std::uint64_t most = std::numeric_limits<std::uint64_t>::max();
+  std::uint64_t whole = 0;
+  if (whole_end != begin) {
+    const auto [end, ec] = std::from_chars(begin, whole_end, whole);
+    if (ec != std::errc{} || end != whole_end || whole > most / factor) refuse(concat("value '", text, "' is out of range"));
   }
-  return value * factor;
+  std::uint64_t bytes = whole * factor;
+  if (!fraction.empty()) {
+    // fraction / 10^k of the unit: whole bytes only when 10^k divides fraction x factor. The
+    // factors are at most 2^40 and 10^12, so more than 12 significant decimals cannot be whole.
+    if (fraction.size() > 12) refuse(concat("value '", text, "' is not a whole number of bytes"));
+    std::uint64_t digits = 0, scale = 1;
+    for (const char c : fraction) {
+      digits = digits * 10 + static_cast<std::uint64_t>(c - '0');
+      scale *= 10;
+    }
+    // digits x factor can exceed 64 bits (10^12 x 2^40); split the factor by the scale first.
+    const std::uint64_t g = std::gcd(factor, scale);
+    const std::uint64_t reduced_scale = scale / g, reduced_factor = factor / g;
+    if (digits % reduced_scale != 0) refuse(concat("value '", text, "' is not a whole number of bytes"));
+    const std::uint64_t part = digits / reduced_scale * reduced_factor;  // < factor: no overflow
+    if (part > most - bytes) refuse(concat("value '", text, "' is out of range"));
+    bytes += part;
+  }
+  if (bytes == 0) refuse(concat("value '", text, "' is not a positive byte count"));
+  return bytes;
 }
 
 // The --help text: one line per flag, aligned.

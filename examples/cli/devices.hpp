@@ -3,6 +3,9 @@
 // flags as a pipeline plan; --stages, --microbatches and --schedule narrow what is tried.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -11,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models.hpp"
+#include "plan.hpp"
 #include "plan_options.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/graph/profile.hpp"
@@ -42,6 +46,24 @@ namespace ppsched::cli {
 
 [[nodiscard]] inline DevicePlan make_device_plan(const PlanOptions& options) {
   auto [profile, description] = device_profile(options);
+  {
+    // The largest single comparison plan_devices makes: the deepest pipeline the model can be
+    // cut into, and the most micro-batches it tries.
+    PlanRequest largest;
+    largest.ranks = options.stages_given
+                        ? options.stages
+                        : static_cast<std::int32_t>(std::min<std::size_t>(static_cast<std::size_t>(options.devices),
+                                                                          std::max<std::size_t>(profile.graph.size(), 1)));
+    largest.microbatches = options.microbatches_given
+                               ? options.microbatches
+                               : static_cast<std::int32_t>(std::min<std::int64_t>(DevicePlanOptions{}.max_microbatches,
+                                                                                  options.global_batch));
+    largest.chunks = options.chunks;
+    largest.families = options.schedules;
+    check_plan_memory(largest, false,
+                      ppsched::detail::concat("--devices ", options.devices, " (pipelines up to ", largest.ranks, " stages, ",
+                                              largest.microbatches, " micro-batches)"));
+  }
   DevicePlanOptions o;
   o.description = std::move(description);
   if (options.stages_given) o.pipeline_sizes = {options.stages};

@@ -5,11 +5,17 @@
 // file. The report and the JSON (plan_report.hpp) are two views of the one PlanResult.
 #pragma once
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <charconv>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -36,6 +42,44 @@ namespace ppsched::cli {
   r.cap = MemoryCaps{options.memory_cap_microbatches, options.memory_cap_bytes};
   r.objective = options.objective;
   return r;
+}
+
+// The memory this process may use: the machine's physical memory, or less where a cgroup
+// (a container, a Slurm job) limits it, or PPSCHED_PLAN_MEMORY_BYTES (a whole number of bytes)
+// where it is set. 0 when none of these can be read.
+[[nodiscard]] inline double usable_memory_bytes() {
+  if (const char* given = std::getenv("PPSCHED_PLAN_MEMORY_BYTES"); given != nullptr && *given != '\0') {
+    std::uint64_t bytes = 0;
+    const std::string_view text(given);
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
+    if (ec != std::errc{} || end != text.data() + text.size() || bytes == 0) {
+      fail({"environment variable PPSCHED_PLAN_MEMORY_BYTES", ppsched::detail::concat("value '", text, "' is not a byte count"),
+            "", "give a positive whole number of bytes, or unset it to use the machine's memory"});
+    }
+    return static_cast<double>(bytes);
+  }
+  double bytes = 0.0;
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0) bytes = static_cast<double>(pages) * static_cast<double>(page);
+  std::ifstream cgroup("/sys/fs/cgroup/memory.max");  // cgroup v2; "max" when unlimited
+  double limit = 0.0;
+  if (cgroup >> limit && limit > 0.0) bytes = bytes > 0.0 ? std::min(bytes, limit) : limit;
+  return bytes;
+}
+
+// Refuses, before any work, a plan whose schedules would need more memory than this process
+// may use (estimate_plan_bytes; the search keeps about twice as much): flag values such as
+// --stages 1024 --microbatches 21845 are each in range but together need tens of GiB, and
+// ended in "internal error: std::bad_alloc" (issue 24).
+inline void check_plan_memory(const PlanRequest& request, bool search, std::string_view sizes) {
+  using ppsched::detail::concat;
+  const double usable = usable_memory_bytes();
+  if (usable <= 0.0) return;
+  const double need = estimate_plan_bytes(request) * (search ? 2.0 : 1.0);
+  if (need <= usable) return;
+  fail({concat("flags ", sizes), concat("planning these schedules would need about ", bytes_text(need),
+                                       " of memory, and this process may use ", bytes_text(usable)),
+        "", "give fewer stages or micro-batches, or compare fewer schedules with --schedule NAME"});
 }
 
 // --chunks names a number for the families that take any (interleaved-1f1b, looped-bfs);
@@ -96,9 +140,16 @@ struct FileCheck {
   CsvReadOptions read;
   read.source = options.validate_path;
   read.name = std::filesystem::path(options.validate_path).filename().string();
-  if (!std::filesystem::is_regular_file(options.validate_path)) {
+  // A FIFO or a device (`--validate <(generate)`, /dev/stdin) is read like a file, up to
+  // CsvReadOptions::max_bytes; only a missing path or a directory is refused here.
+  std::error_code ec;
+  const std::filesystem::file_status status = std::filesystem::status(options.validate_path, ec);
+  if (!std::filesystem::exists(status)) {
     fail({subject, "cannot be read: no such file", "",
           "give the path of a CSV written by ppsched-plan --csv or PyTorch's _dump_csv"});
+  }
+  if (std::filesystem::is_directory(status)) {
+    fail({subject, "is a directory", "", "give the path of a CSV written by ppsched-plan --csv or PyTorch's _dump_csv"});
   }
   // The micro-batch count is read from the file and compared with --microbatches here, so
   // that a mismatch names the flag rather than the library's CsvReadOptions::microbatches.

@@ -17,6 +17,21 @@
 //                     receive gets the first send: the receiver must report it, naming both
 //                     transfers, instead of taking one micro-batch's data for another's; its
 //                     abort then ends rank 0's second send, which no receive will match.
+//   mpi_fault compare family|boundary|gradient
+//                     the processes are given different setups: another family on process
+//                     1, i32 boundaries on process 2 where the others declare f32, a smaller
+//                     stage-1 gradient on process 3 (2 replicas of 2 ranks). Every process's
+//                     MpiExecutor must throw at once, naming the same first difference (they
+//                     failed after the watchdog, exchanged bits silently, or applied a
+//                     half-summed gradient).
+//   mpi_fault setup replicas|env
+//                     one process's own setup is wrong while the others' is right: rank 1
+//                     asks for 3 replicas of the 4 processes (replicas), or rank 2
+//                     carries a stale torchrun RANK=0 WORLD_SIZE=4 (env). Every process's
+//                     MpiBackend must throw, the failing one its own error and the others
+//                     its message with its process named, and the job must end (it hung:
+//                     the failing process threw while the others went into the next
+//                     collective call). Exit 0 when every process saw exactly that.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -92,10 +107,91 @@ std::string swapped_order(ppsched::MpiBackend& backend) {
   return "";
 }
 
+// One process's setup wrong: every process's MpiBackend throws, naming the cause.
+int setup_mode(const char* which) {
+  int me = 0, size = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const bool replicas = std::strcmp(which, "replicas") == 0;
+  const int culprit = replicas ? 1 : 2;
+  ppsched::MpiOptions mo;
+  if (replicas && me == culprit) mo.replicas = 3;
+  if (!replicas && me == culprit) {
+    ::setenv("RANK", "0", 1);
+    ::setenv("WORLD_SIZE", "4", 1);
+  }
+  std::string message;
+  try {
+    ppsched::MpiBackend backend(MPI_COMM_WORLD, mo);
+  } catch (const ppsched::error& e) {
+    message = e.what();
+  }
+  const std::string cause = replicas ? "3 replicas of a 4-process job" : "torchrun says rank 0 of 4";
+  const bool expected = message.find(cause) != std::string::npos &&
+                        (me == culprit || message.find("process " + std::to_string(culprit) + " of the job failed its setup") !=
+                                              std::string::npos);
+  std::printf("%s rank %d: '%s'\n", expected ? "ok" : "FAIL", me, message.c_str());
+  std::fflush(stdout);
+  int failures = expected ? 0 : 1;
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (me == 0) std::printf("%s: %d processes failed their checks\n", total == 0 ? "PASS" : "FAIL", total);
+  return total == 0 ? 0 : 1;
+}
+
+// The processes are given different setups (issue 24, item 3): process 1 another family
+// (family), process 2 i32 boundaries where the others declare f32 (boundary), process 3 (of
+// 2 replicas of 2 ranks) a smaller gradient for stage 1 (gradient). Every process's
+// MpiExecutor must throw at once, naming the same first difference.
+int compare_mode(const char* which) {
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  const bool gradient = std::strcmp(which, "gradient") == 0;
+  ppsched::MpiOptions mo;
+  mo.replicas = gradient ? 2 : 1;
+  ppsched::MpiBackend backend(MPI_COMM_WORLD, mo);
+  ppsched::ScheduleRequest req;
+  req.ranks = gradient ? 2 : 4;
+  req.microbatches = 8;
+  const bool family = std::strcmp(which, "family") == 0;
+  const ppsched::Schedule schedule = ppsched::make_schedule(family && me == 1 ? "gpipe" : "1f1b", req);
+  int step = 0;
+  auto functions = stages(schedule.stages(), step, false);
+  for (std::size_t s = 0; s < functions.size(); ++s) {
+    ppsched::StageFunctions& f = functions[s];
+    f.weight_grad_size = gradient && me == 3 && s == 1 ? 2 : 4;
+    if (std::strcmp(which, "boundary") == 0) {
+      const ppsched::DType dtype = me == 2 ? ppsched::DType::i32 : ppsched::DType::f32;
+      f.input_tensors = {{dtype, 8}};
+      f.output_tensors = {{dtype, 8}};
+      f.input_size = f.output_size = 0;  // typed: the payload's size
+    }
+  }
+  std::string message;
+  try {
+    ppsched::MpiExecutor executor(backend, schedule, functions);
+  } catch (const ppsched::error& e) {
+    message = e.what();
+  }
+  const std::string want = family     ? "process 1's schedule is 'gpipe' (4 ranks, 8 micro-batches, 4 stages) and process 0's '1f1b'"
+                           : gradient ? "stage 1's weight gradient is 2 floats on process 3 (replica 1) but 4 on process 1 (replica 0)"
+                                      : "stage 1's output is f32 x 8 on process 1 but stage 2's input is i32 x 8 on process 2";
+  const bool expected = message.find(want) != std::string::npos;
+  std::printf("%s rank %d: '%s'\n", expected ? "ok" : "FAIL", me, message.c_str());
+  std::fflush(stdout);
+  int failures = expected ? 0 : 1;
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (me == 0) std::printf("%s: %d processes failed their checks\n", total == 0 ? "PASS" : "FAIL", total);
+  return total == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   const bool exit_mode = argc > 1 && std::strcmp(argv[1], "exit") == 0;
   const bool order_mode = argc > 1 && std::strcmp(argv[1], "order") == 0;
   ppsched::MpiSession session(&argc, &argv);
+  if (argc > 2 && std::strcmp(argv[1], "setup") == 0) return setup_mode(argv[2]);
+  if (argc > 2 && std::strcmp(argv[1], "compare") == 0) return compare_mode(argv[2]);
   ppsched::MpiOptions mo;
   mo.watchdog = std::chrono::milliseconds(exit_mode ? 3'000 : 60'000);
   ppsched::MpiBackend backend(MPI_COMM_WORLD, mo);

@@ -4,6 +4,7 @@
 #include <map>
 #include <ppsched/backend/mpi/launch.hpp>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -55,13 +56,80 @@ TEST_CASE("each launcher's variables give the process's place", "[mpi][launch]")
   CHECK(torchrun.source == "torchrun");
 }
 
-TEST_CASE("launchers that agree are accepted; the first complete one names the source", "[mpi][launch]") {
-  // torchrun under Slurm: both sets present and consistent; Slurm's local rank fills torchrun's gap.
+TEST_CASE("launchers that agree are accepted; the innermost names the source", "[mpi][launch]") {
+  // torchrun under Slurm, both sets consistent: torchrun's (the inner launcher's) numbers, and
+  // Slurm's local rank fills torchrun's gap, since Slurm describes the same processes.
   const auto both = read({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "1"}, {"RANK", "3"},
                           {"WORLD_SIZE", "4"}});
   CHECK(both.rank == 3);
   CHECK(both.local_rank == 1);
-  CHECK(both.source == "Slurm");
+  CHECK(both.source == "torchrun");
+}
+
+TEST_CASE("ordinary launches inside Slurm: the innermost launcher wins, Slurm's task is ignored", "[mpi][launch]") {
+  // Issue 24, item 2: each of these was refused ("... says rank 0 of 4 but ...", or
+  // "SLURM_PROCID is set but SLURM_NTASKS is not"), since every process a launcher starts
+  // inside a Slurm task inherits the task's SLURM_* variables.
+  struct Case {
+    const char* launch;
+    Env env;
+    int rank, world_size, local_rank;
+    const char* source;
+  };
+  const std::vector<Case> cases{
+      {"srun -N2 torchrun --nproc-per-node 4 (node 1, worker 1)",
+       {{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}, {"RANK", "5"}, {"WORLD_SIZE", "8"},
+        {"LOCAL_RANK", "1"}},
+       5, 8, 1, "torchrun"},
+      {"torchrun --nproc-per-node 4 straight from an sbatch -n1 script",
+       {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_LOCALID", "0"}, {"RANK", "3"}, {"WORLD_SIZE", "4"},
+        {"LOCAL_RANK", "3"}},
+       3, 4, 3, "torchrun"},
+      {"torchrun from an sbatch script without -n",
+       {{"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}, {"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}},
+       2, 4, 2, "torchrun"},
+      {"a program run alone in an sbatch script without -n", {{"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}}, 0, 1, 0,
+       "none"},
+      {"mpirun -np 2 in an sbatch script without -n",
+       {{"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}, {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+        {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}},
+       1, 2, 1, "Open MPI"},
+      {"mpirun -np 4 inside sbatch -n4",
+       {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}, {"OMPI_COMM_WORLD_RANK", "2"},
+        {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "2"}},
+       2, 4, 2, "Open MPI"},
+      {"mpirun -np 2 inside sbatch -n2 (the SLURM_* every process inherits)",
+       {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}, {"OMPI_COMM_WORLD_RANK", "1"},
+        {"OMPI_COMM_WORLD_SIZE", "2"}},
+       1, 2, -1, "Open MPI"},
+      {"MPICH's mpiexec (hydra) -n 4 inside sbatch -n4",
+       {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}, {"PMI_RANK", "3"}, {"PMI_SIZE", "4"},
+        {"MPI_LOCALRANKID", "3"}},
+       3, 4, 3, "PMI"},
+      {"srun --mpi=pmi2 -n4 (PMI and Slurm describe the same tasks)",
+       {{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}, {"PMI_RANK", "2"}, {"PMI_SIZE", "4"}},
+       2, 4, 0, "PMI"},
+      {"srun -n4 alone", {{"SLURM_PROCID", "2"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "2"}}, 2, 4, 2, "Slurm"},
+      {"mpirun under a Slurm environment whose values do not parse (ignored)",
+       {{"SLURM_PROCID", "x"}, {"SLURM_NTASKS", "4"}, {"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}, 0, 2,
+       -1, "Open MPI"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.launch << ": " << error_of(c.env));
+    const auto got = read(c.env);
+    CHECK(got.rank == c.rank);
+    CHECK(got.world_size == c.world_size);
+    CHECK(got.local_rank == c.local_rank);
+    CHECK(got.source == c.source);
+  }
+  // Launchers of one level must still agree: a stale RANK under mpirun, Open MPI against PMI.
+  CHECK_THAT(error_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"OMPI_COMM_WORLD_RANK", "1"},
+                       {"OMPI_COMM_WORLD_SIZE", "2"}, {"RANK", "0"}, {"WORLD_SIZE", "2"}}),
+             Catch::Contains("Open MPI says rank 1 of 2") && Catch::Contains("torchrun says rank 0 of 2"));
+  CHECK_THAT(error_of({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"PMI_RANK", "0"}, {"PMI_SIZE", "2"}}),
+             Catch::Contains("Open MPI says rank 1 of 2") && Catch::Contains("PMI says rank 0 of 2"));
+  // Slurm alone is still checked: a local rank past the task count, a count without a rank.
+  CHECK_THAT(error_of({{"SLURM_NTASKS", "2"}}), Catch::Contains("SLURM_NTASKS is set but SLURM_PROCID is not"));
 }
 
 TEST_CASE("an environment that contradicts itself is an error naming the variables", "[mpi][launch]") {

@@ -346,6 +346,10 @@ class TorchStage {
     }
     if (options_.loss && options_.target_side_input) {
       f.side_inputs = {*options_.target_side_input};
+      // The labels' dtype and count, checked with the batch before the step: a mismatch was
+      // found only at the loss of micro-batch 0, after every forward (issue 24).
+      f.side_input_specs = {{dtype_of_scalar_type(options_.target_tensor.dtype),
+                             detail::torch_adapter::max_count(options_.target_tensor)}};
     } else if (options_.loss) {
       f.target_size = static_cast<std::size_t>(detail::torch_adapter::element_count(options_.target_shape));
     }
@@ -649,21 +653,22 @@ class TorchStage {
             "TorchStageOptions::target_tensor",
             "Give the side input target_tensor's dtype and maximum count per micro-batch (SideInput::of)"});
     }
-    std::vector<std::int64_t> shape = spec.max_shape;
-    if (spec.variable_dim >= 0) {
-      const std::int64_t length = output.size(output_.spec.variable_dim);
-      const auto d = static_cast<std::size_t>(spec.variable_dim);
-      if (length > shape[d]) {
-        fail({"torch stage",
-              detail::concat("the output's variable dimension is ", length, " long, above target_tensor's maximum ",
-                             shape[d], " in dimension ", d),
-              "TorchStageOptions::target_tensor", "Declare the target's maximum as large as the output's"});
-      }
-      shape[d] = length;
-    }
+    // The micro-batch's slice holds its labels padded to max_shape: view it whole, then keep
+    // the first `length` entries of the variable dimension. (Viewing the first prod(shape)
+    // elements as the shortened shape was right for variable_dim 0 only, issue 24.)
     const std::size_t at = static_cast<std::size_t>(context.microbatch) * count * dtype_size(dtype);
-    return torch::from_blob(const_cast<std::byte*>(in.data.data() + at), shape,
-                            torch::TensorOptions().dtype(spec.dtype));
+    const torch::Tensor padded = torch::from_blob(const_cast<std::byte*>(in.data.data() + at), spec.max_shape,
+                                                  torch::TensorOptions().dtype(spec.dtype));
+    if (spec.variable_dim < 0) return padded;
+    const std::int64_t length = output.size(output_.spec.variable_dim);
+    const auto d = static_cast<std::size_t>(spec.variable_dim);
+    if (length > spec.max_shape[d]) {
+      fail({"torch stage",
+            detail::concat("the output's variable dimension is ", length, " long, above target_tensor's maximum ",
+                           spec.max_shape[d], " in dimension ", d),
+            "TorchStageOptions::target_tensor", "Declare the target's maximum as large as the output's"});
+    }
+    return padded.narrow(spec.variable_dim, 0, length);
   }
 
   [[nodiscard]] float loss(const StageContext& context, std::span<const float> out, std::span<const float> target,

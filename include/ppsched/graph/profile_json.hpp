@@ -25,6 +25,7 @@
 #include "ppsched/graph/hardware.hpp"
 #include "ppsched/graph/layer_graph.hpp"
 #include "ppsched/graph/profile.hpp"
+#include "ppsched/graph/text_input.hpp"
 
 namespace ppsched {
 
@@ -287,18 +288,9 @@ class ProfileReader {
   return detail::ProfileReader(source).read(text);
 }
 
-// Reads a profile from a JSON file.
-[[nodiscard]] inline Profile load_profile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    fail({detail::concat("profile '", path.string(), "'"), "cannot be opened", path.string(),
-          "check that the file exists and is readable"});
-  }
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  if (in.bad()) {
-    fail({detail::concat("profile '", path.string(), "'"), "could not be read to the end", path.string(),
-          "check the file and the disk"});
-  }
+// Reads a profile from a JSON file (or a FIFO or device), at most `max_bytes` of it.
+[[nodiscard]] inline Profile load_profile(const std::filesystem::path& path, std::size_t max_bytes = max_profile_bytes) {
+  const std::string text = detail::read_text_file(path, max_bytes, detail::concat("profile '", path.string(), "'"));
   return parse_profile(text, path.string());
 }
 

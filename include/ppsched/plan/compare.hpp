@@ -193,8 +193,11 @@ inline std::ostream& operator<<(std::ostream& os, const PlanResult& p) { return 
 
 namespace detail {
 
-// Numbers in one-line reasons: at most 3 decimals, no trailing zeros.
-[[nodiscard]] inline std::string short_number(double x) { return concat(std::round(x * 1000.0) / 1000.0); }
+// Numbers in one-line reasons: at most 3 decimals, no trailing zeros. Past 1e15 there are no
+// decimals to drop, and x * 1000 could overflow to "inf" for a finite x (issue 24).
+[[nodiscard]] inline std::string short_number(double x) {
+  return concat(std::abs(x) < 1e15 ? std::round(x * 1000.0) / 1000.0 : x);
+}
 
 [[nodiscard]] inline std::size_t argmax(const std::vector<double>& v) {
   return static_cast<std::size_t>(std::max_element(v.begin(), v.end()) - v.begin());
@@ -519,7 +522,7 @@ namespace detail {
   const ScheduleResult& b = schedules[*best];
   const ScheduleResult& f = schedules[*fastest];
   if (better(*fastest, *best)) {
-    rec.reason = concat(f.name, " is ", percent_of((b.makespan - f.makespan) / b.makespan), " faster but ", f.fit_problem);
+    rec.reason = concat(f.name, " is ", percent_of(detail::relative_gain(f.makespan, b.makespan)), " faster but ", f.fit_problem);
     return rec;
   }
   std::optional<std::size_t> second;
@@ -531,7 +534,7 @@ namespace detail {
   rec.reason = concat("fastest of the ", candidates, " training schedules", capped ? ", and it fits the memory cap" : "");
   if (second) {
     const ScheduleResult& s = schedules[*second];
-    rec.reason += concat("; next is ", s.name, ", ", percent_of((s.makespan - b.makespan) / s.makespan), " slower");
+    rec.reason += concat("; next is ", s.name, ", ", percent_of(detail::relative_gain(b.makespan, s.makespan)), " slower");
   }
   return rec;
 }
@@ -613,6 +616,35 @@ struct FamilySchedules {
                             out.built.push_back({&family, chunks, std::move(schedule), partition});
                           });
   return out;
+}
+
+// About how many bytes compare_families holds at its peak for `request`: every result keeps
+// its schedule and simulated timeline (about 100 bytes per compute action, all families
+// together), and the family being evaluated needs its lowering, validation and simulation
+// besides (about 300 bytes per compute action). Fitted to ppsched-plan's peak resident memory
+// at p = 16, m = 2000 and 8000 (docs/reliability.md, issue 24): within 1.3x for all families
+// or one-stage-per-rank ones, up to 2.5x high for a V-shaped family alone. For refusing a
+// request far beyond a machine's memory before starting it, not for sizing a pool. The
+// families are those the request names, or every family that accepts it. Throws
+// ppsched::error for an unknown family name.
+[[nodiscard]] inline double estimate_plan_bytes(const PlanRequest& request) {
+  constexpr double kept_per_action = 100.0, working_per_action = 300.0;
+  const double slots = static_cast<double>(std::max(request.ranks, 0)) * static_cast<double>(std::max(request.microbatches, 0));
+  double kept = 0.0, largest = 0.0;
+  const auto add = [&](const FamilyInfo& f) {
+    const std::int32_t v = f.chunks_for(request.chunks);
+    const double per_slot = static_cast<double>(v) * (f.training ? (f.split_backward ? 3.0 : 2.0) : 1.0);
+    kept += per_slot * slots;
+    largest = std::max(largest, per_slot * slots);
+  };
+  if (request.families.empty()) {
+    for (const FamilyInfo& f : schedule_families) {
+      if (accepts(f.name, ScheduleRequest{request.ranks, request.microbatches, f.chunks_for(request.chunks)})) add(f);
+    }
+  } else {
+    for (const std::string& name : request.families) add(family_info(name));
+  }
+  return kept_per_action * kept + working_per_action * largest;
 }
 
 // Compares the families `request` asks for on `model` and recommends one: each schedule of

@@ -16,6 +16,7 @@
 #include <limits>
 #include <optional>
 #include <ostream>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -154,7 +155,7 @@ namespace detail {
 [[nodiscard]] inline std::string why_faster(const DeviceSplit& win, const DeviceSplit& lose) {
   const double pipeline = lose.pipeline_time - win.pipeline_time;
   const double all_reduce = lose.all_reduce_exposed - win.all_reduce_exposed;
-  const std::string by = concat(percent_of((lose.step_time - win.step_time) / lose.step_time), " faster");
+  const std::string by = concat(percent_of(relative_gain(win.step_time, lose.step_time)), " faster");
   if (all_reduce >= pipeline) {
     return concat(by, " than p=", lose.pipeline, " x d=", lose.replicas, ", whose all-reduce adds ",
                   short_number(lose.all_reduce_exposed), " to its step (", short_number(win.all_reduce_exposed), " here)");
@@ -167,7 +168,8 @@ namespace detail {
 }  // namespace detail
 
 // Plans `devices` devices for `global_batch` samples per step of the model in `profile`, each
-// device holding at most `memory_cap_bytes` (absent: the profile's device memory, or no cap).
+// device holding at most `memory_cap_bytes` and the profile's device memory (either absent: no
+// cap from it). The cap reaches the partitioner: a pipeline's cut is the fastest that fits.
 // The profile's devices, if it lists any, must be alike: every device runs one stage. Throws
 // ppsched::error when N, the batch or an option is not usable as asked (no p divides N, no d
 // divides the batch, p above N); a cap that nothing fits is a result (DevicePlan::chosen empty,
@@ -204,6 +206,20 @@ namespace detail {
   }
   Profile machine = profile;
   if (!machine.devices.empty()) machine.devices.resize(1);
+  // The cap each device keeps to: the smaller of the cap asked for and the profile's device
+  // memory. It goes to the partitioner, so that the one-stage-per-rank cut is the fastest one
+  // that fits (not the fastest one, found too big afterwards); where no cut fits, the
+  // time-optimal cut is priced instead and found not to fit (a result, not an error).
+  const double no_cap = std::numeric_limits<double>::infinity();
+  const double device_cap =
+      std::min(machine.devices.empty() ? no_cap : machine.devices.front().memory_bytes, memory_cap_bytes.value_or(no_cap));
+  Profile any_memory = machine;  // the same machine without memory caps
+  if (device_cap < no_cap) {
+    if (machine.devices.empty()) machine.devices.push_back(Device{});
+    machine.devices.front().memory_bytes = device_cap;
+    any_memory.devices = machine.devices;
+    any_memory.devices.front().memory_bytes = no_cap;
+  }
   const AllReduceModel link_model{1, options.all_reduce_link.value_or(profile.link), options.algorithm};
   detail::check_all_reduce_model(link_model);
 
@@ -263,7 +279,19 @@ namespace detail {
       g.microbatches = m;
       g.optimizer_state_factor = options.optimizer_state_factor;
       g.method = options.method;
-      PlanModel model = graph_model(detail::scaled_profile(machine, b / options.profile_microbatch_size), plan.model, g);
+      const double scale = b / options.profile_microbatch_size;
+      PlanModel model = graph_model(detail::scaled_profile(machine, scale), plan.model, g);
+      if (device_cap < no_cap) {
+        model.partition = [fitting_cut = std::move(model.partition),
+                           any_cut = graph_model(detail::scaled_profile(any_memory, scale), plan.model, g).partition](
+                              std::span<const std::int32_t> placement) {
+          try {
+            return fitting_cut(placement);
+          } catch (const error&) {
+            return any_cut(placement);  // no cut fits; any other reason throws again here
+          }
+        };
+      }
       PlanRequest request;
       request.ranks = p;
       request.microbatches = m;

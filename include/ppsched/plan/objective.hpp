@@ -52,6 +52,12 @@ struct Objective {
 
 namespace detail {
 
+// How much less `faster` takes than `slower`, as a share of `slower`: 0 when `slower` takes no
+// time (all-zero costs), so a reason never says "-nan% faster" (issue 24).
+[[nodiscard]] inline double relative_gain(double faster, double slower) noexcept {
+  return slower > 0.0 ? (slower - faster) / slower : 0.0;
+}
+
 inline void check_objective(const Objective& o, const std::string& where) {
   if (o.kind != ObjectiveKind::makespan && o.kind != ObjectiveKind::span && o.kind != ObjectiveKind::memory) {
     fail({"objective", concat("kind ", static_cast<int>(o.kind), " is not an ObjectiveKind"), where,

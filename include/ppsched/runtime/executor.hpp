@@ -952,6 +952,13 @@ class Executor {
     const Action& a = action(st.first_action);
     const StageFunctions& f = stages_[static_cast<std::size_t>(a.stage)];
     const std::int32_t mb = a.microbatch;
+    // The loss runs inside the last stage's B (or F, forward-only): an error from it is
+    // labelled with that action, so the label names the loss too (issue 24).
+    bool in_loss = false;
+    const auto label = [&] {
+      return detail::concat("rank ", rank_, ", stage ", a.stage, ", micro-batch ", mb, ", action ", to_string(a),
+                            in_loss ? " (in the loss, StageFunctions::loss)" : "");
+    };
     try {
       const std::span<const float> in =
           st.input_from_batch ? batch_.inputs.subspan(static_cast<std::size_t>(mb) * input_floats(f), input_floats(f))
@@ -959,7 +966,9 @@ class Executor {
       StageContext c = context(a.stage, mb, StageCall::loss);
       auto call = [&](StageCall kind, auto&& body) {
         c.call = kind;
+        in_loss = kind == StageCall::loss;
         around(f, c, body);
+        in_loss = false;
       };
       if (st.computes_loss) {
         const std::span<const float> target =
@@ -1005,11 +1014,9 @@ class Executor {
           break;
       }
     } catch (const std::exception& e) {
-      throw error(detail::concat("rank ", rank_, ", stage ", a.stage, ", micro-batch ", mb, ", action ", to_string(a),
-                                 ": ", e.what()));
+      throw error(detail::concat(label(), ": ", e.what()));
     } catch (...) {
-      throw error(detail::concat("rank ", rank_, ", stage ", a.stage, ", micro-batch ", mb, ", action ", to_string(a),
-                                 ": threw an exception that is not a std::exception"));
+      throw error(detail::concat(label(), ": threw an exception that is not a std::exception"));
     }
   }
 
@@ -1089,6 +1096,15 @@ class Executor {
         first_action = labels_[static_cast<std::size_t>(plan_.steps[static_cast<std::size_t>(head)].first_action)];
       heads += detail::concat(heads.empty() ? "" : "; ",
                               lane == 0 ? "compute stream: " : "comm stream: ", describe_step(head));
+    }
+    // Every action done: the step waits in its final work. With data parallelism that is a
+    // stage's gradient sum over the replicas first (a replica that has not reached it), and
+    // only then the optimizer step; say which (issue 24).
+    for (std::size_t k = 0; heads.empty() && reducer_ && k < reduced_.size(); ++k) {
+      if (last_weight_step_[k] < 0 || b_.query(reduced_[k])) continue;
+      heads = detail::concat("every action completed, but stage ", grads_[k].stage,
+                             "'s gradient sum over the replicas did not (a replica that has not reached it, or a slow "
+                             "all-reduce)");
     }
     if (heads.empty()) heads = "every action completed, but the step's final work did not (the optimizer step?)";
     return make_error(

@@ -133,4 +133,13 @@ struct SideInput {
   }
 };
 
+// How a stage reads one side input it lists (StageFunctions::side_input_specs): the dtype and
+// the elements per micro-batch the batch's SideInput must have.
+struct SideInputSpec {
+  DType dtype = DType::bytes;
+  std::size_t count = 0;
+
+  friend bool operator==(const SideInputSpec&, const SideInputSpec&) = default;
+};
+
 }  // namespace ppsched

@@ -26,6 +26,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <span>
 #include <stop_token>
 #include <string_view>
@@ -113,8 +114,21 @@ struct StageContext {
       fail({"side input", detail::concat("read outside a micro-batch (", to_string(call), ")"),
             detail::concat("stage ", stage), "Read side inputs in the per-micro-batch callables"});
     }
-    const std::size_t at = static_cast<std::size_t>(microbatch) * in.count * sizeof(T);
-    return {reinterpret_cast<const T*>(in.data.data() + at), in.count};
+    // The slice must lie inside the data: a side input no stage lists in
+    // StageFunctions::side_inputs was never checked against the batch, and one that is too
+    // short was read past its end (issue 24). Written so that nothing here can wrap.
+    const std::size_t elements = in.data.size() / sizeof(T);
+    const auto mb = static_cast<std::size_t>(microbatch);
+    if (in.count != 0 && (in.count > elements || mb >= elements / in.count)) {
+      fail({"side input",
+            detail::concat("side input ", k, " holds ", in.data.size(), " bytes, too few for micro-batch ", microbatch,
+                           "'s slice (", mb + 1, " micro-batches of ", in.count, " ", to_string(in.dtype), ")"),
+            detail::concat("stage ", stage, ", micro-batch ", microbatch),
+            detail::concat("Give side input ", k, " microbatches x ", in.count,
+                           " elements, and list it in stage ", stage,
+                           "'s StageFunctions::side_inputs so the batch is checked before the step")});
+    }
+    return {reinterpret_cast<const T*>(in.data.data()) + mb * in.count, in.count};
   }
 };
 
@@ -227,6 +241,11 @@ struct StageFunctions {
   // Indices of Batch::side_inputs this stage reads (StageContext::side_input): checked
   // before each step, so a missing one fails the step before it starts.
   std::vector<std::size_t> side_inputs;
+  // How the stage reads each of them, in the order of side_inputs (empty: any dtype and
+  // count, the sizes checked only against each other). Checked with the batch, so labels of
+  // the wrong dtype fail before the step instead of at the loss of micro-batch 0, after every
+  // forward (issue 24).
+  std::vector<SideInputSpec> side_input_specs;
 
   // Each callable takes the micro-batch index `mb` or a `const StageContext&` first (see
   // StageCallable); docs/runtime.md says how long each span stays valid.
@@ -327,20 +346,48 @@ struct Batch {
   std::span<const SideInput> side_inputs{};
 };
 
-// Throws unless the batch has every side input stage `stage` lists, each m slices long.
+// Throws unless the batch has every side input stage `stage` lists, each m slices long and,
+// where the stage gives side_input_specs, of the dtype and count it reads.
 inline void check_side_inputs(const StageFunctions& f, std::int32_t stage, const Batch& batch, std::size_t m) {
-  for (std::size_t k : f.side_inputs) {
+  if (!f.side_input_specs.empty() && f.side_input_specs.size() != f.side_inputs.size()) {
+    fail({detail::concat("stage ", stage),
+          detail::concat("lists ", f.side_inputs.size(), " side inputs but ", f.side_input_specs.size(), " specs for them"),
+          "StageFunctions::side_input_specs", "Give one spec per entry of StageFunctions::side_inputs, or none"});
+  }
+  for (std::size_t i = 0; i < f.side_inputs.size(); ++i) {
+    const std::size_t k = f.side_inputs[i];
     if (k >= batch.side_inputs.size()) {
       fail({"batch",
             detail::concat("has ", batch.side_inputs.size(), " side inputs, but stage ", stage, " reads side input ", k),
             "Batch::side_inputs", "Give every side input the stages list in StageFunctions::side_inputs"});
     }
     const SideInput& in = batch.side_inputs[k];
-    if (in.data.size() != m * in.count * dtype_size(in.dtype)) {
+    // m x count x the dtype's size, checked so that it cannot wrap: an 8-byte side input
+    // declared as 2^61 + 1 floats per micro-batch passed as 8 bytes for 2 micro-batches.
+    const std::size_t size = dtype_size(in.dtype);
+    const std::size_t most = std::numeric_limits<std::size_t>::max();
+    if (in.count != 0 && (m > most / in.count || m * in.count > most / size)) {
+      fail({"batch",
+            detail::concat("side input ", k, " declares ", in.count, " ", to_string(in.dtype), " per micro-batch; ", m,
+                           " micro-batches of them do not fit in memory"),
+            "Batch::side_inputs", "Give SideInput::count as the elements of one micro-batch"});
+    }
+    if (in.data.size() != m * in.count * size) {
       fail({"batch",
             detail::concat("side input ", k, " holds ", in.data.size(), " bytes; ", m, " micro-batches of ", in.count,
                            " ", to_string(in.dtype), " need ", m * in.count * dtype_size(in.dtype)),
             "Batch::side_inputs", "Give each side input microbatches x count elements of its dtype"});
+    }
+    if (!f.side_input_specs.empty()) {
+      const SideInputSpec& want = f.side_input_specs[i];
+      if (in.dtype != want.dtype || in.count != want.count) {
+        fail({"batch",
+              detail::concat("side input ", k, " is ", to_string(in.dtype), " x ", in.count, " per micro-batch, but stage ",
+                             stage, " reads it as ", to_string(want.dtype), " x ", want.count),
+              "Batch::side_inputs",
+              detail::concat("Give side input ", k, " as ", to_string(want.dtype), " x ", want.count,
+                             " per micro-batch (SideInput::of), or fix stage ", stage, "'s StageFunctions::side_input_specs")});
+      }
     }
   }
 }

@@ -54,6 +54,7 @@
 
 #include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/graph/text_input.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
 
@@ -70,6 +71,7 @@ struct CsvReadOptions {
   std::int32_t microbatches = 0;          // 0: one more than the largest micro-batch seen
   std::vector<std::int32_t> placement{};  // empty: inferred from the rows
   bool skip_pytorch_only_actions = true;  // UNSHARD, RESHARD, REDUCE_GRAD: skip, or reject
+  std::size_t max_bytes = max_csv_bytes;  // read_pytorch_csv and load_pytorch_csv read no more
 };
 
 // PyTorch's spelling of an operation in a cell.
@@ -476,11 +478,17 @@ struct ParsedCell {
       take(detail::parse_simple_cell(text_cell, subject, where), text_cell);
     }
     // A pair's id must not name another run of the row: move any that does above them all.
+    // The pairs numbered by count hold the ids 1..pairs, each once, so an id is shared when
+    // more than its own two actions carry it; one count per id keeps this linear in the row
+    // (it scanned the row once per pair: 80k pairs took 16 s, issue 24). Moving a pair gives
+    // it an id above every other, so it changes no other pair's count.
     largest_group = std::max(largest_group, pairs);
+    std::vector<std::uint32_t> carrying(static_cast<std::size_t>(pairs) + 1, 0);
+    for (const Action& a : program) {
+      if (a.group != 0 && a.group <= pairs) ++carrying[a.group];
+    }
     for (const std::size_t at : pair_at) {
-      const std::uint32_t g = program[at].group;
-      bool shared = false;
-      for (std::size_t k = 0; k < program.size() && !shared; ++k) shared = k != at && k != at + 1 && program[k].group == g;
+      const bool shared = carrying[program[at].group] > 2;
       if (shared && largest_group < 4294967295u) program[at].group = program[at + 1].group = ++largest_group;
     }
   }
@@ -533,10 +541,8 @@ struct ParsedCell {
 #endif
 
 [[nodiscard]] inline Schedule read_pytorch_csv(std::istream& in, const CsvReadOptions& options = {}) {
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  if (in.bad())
-    fail({detail::concat("schedule CSV '", options.source, "'"), "reading the stream failed", "",
-          "check the input"});
+  const std::string text =
+      detail::read_bounded(in, options.max_bytes, detail::concat("schedule CSV '", options.source, "'"), options.source);
   return from_pytorch_csv(text, options);
 }
 
@@ -550,7 +556,7 @@ struct ParsedCell {
           "check the path and its permissions"});
   if (options.source == CsvReadOptions{}.source) options.source = path.string();
   if (options.name == CsvReadOptions{}.name) options.name = path.stem().string();
-  return read_pytorch_csv(in, options);
+  return read_pytorch_csv(in, options);  // at most options.max_bytes: a FIFO or device may never end
 }
 
 }  // namespace ppsched

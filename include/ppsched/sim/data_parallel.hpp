@@ -71,8 +71,20 @@ inline void check_all_reduce_model(const AllReduceModel& m) {
   const double d = model.replicas;
   if (model.replicas == 1) return 0.0;
   const double a = model.link.latency, per_byte = 1.0 / model.link.bandwidth;
-  if (model.algorithm == AllReduceAlgorithm::ring) return 2.0 * (d - 1.0) * a + 2.0 * (d - 1.0) / d * bytes * per_byte;
-  return 2.0 * std::ceil(std::log2(d)) * a + 2.0 * bytes * per_byte;
+  const double time = model.algorithm == AllReduceAlgorithm::ring
+                          ? 2.0 * (d - 1.0) * a + 2.0 * (d - 1.0) / d * bytes * per_byte
+                          : 2.0 * std::ceil(std::log2(d)) * a + 2.0 * bytes * per_byte;
+  // A bandwidth near zero (1e-300) or a latency near the top of the range make a time no
+  // double holds; a plan priced with it would "win" or lose by infinity (issue 24).
+  if (!(time <= std::numeric_limits<double>::max())) {
+    fail({"all-reduce model",
+          detail::concat("all-reducing ", bytes, " bytes over ", model.replicas, " replicas at bandwidth ",
+                         model.link.bandwidth, " and latency ", model.link.latency,
+                         " takes longer than a double holds (the time is not finite)"),
+          "AllReduceModel::link.bandwidth",
+          "give the link's real bandwidth in bytes per time unit of the model (and a latency in that unit)"});
+  }
+  return time;
 }
 
 // One stage's all-reduce in a step.
@@ -204,6 +216,12 @@ inline double run_data_parallel(std::vector<StageAllReduce>& stages, const std::
   out.step_time = std::max(out.pipeline_time,
                            detail::run_data_parallel(out.stages, duration, compute_end, optimizer_time, out.rank_end));
   out.all_reduce_exposed = out.step_time - std::max(out.pipeline_time, without);
+  if (!(out.step_time <= std::numeric_limits<double>::max())) {
+    fail({"data_parallel_step",
+          concat("the step time is not finite: the pipeline's ", out.pipeline_time,
+                 " plus the all-reduces and optimizer steps overflow a double"),
+          "optimizer_time, model.link", "give finite times that sum within the range of a double"});
+  }
   return out;
 }
 

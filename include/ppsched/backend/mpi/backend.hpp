@@ -131,11 +131,18 @@ class MpiBackend {
     MPI_Comm_set_errhandler(job_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(job_, &job_rank_);
     MPI_Comm_size(job_, &job_ranks_);
-    if (options_.replicas < 1 || job_ranks_ % options_.replicas != 0) {
-      MPI_Comm_free(&job_);
-      fail({"MpiBackend", detail::concat(options_.replicas, " replicas of a ", job_ranks_, "-process job"),
-            "MpiOptions::replicas", "Give a replica count that divides the number of processes (mpirun -np d x p)"});
+    // The checks of this process's own setup (its replica count, its launcher's environment)
+    // can fail on some processes only: one that threw here while the others went on into the
+    // next collective call left the job hung, its message never printed (issue 24). They run
+    // before any further collective call, and the processes agree on the outcome: all go on,
+    // or all throw, the first failing process's message named on every one.
+    std::string problem;
+    try {
+      check_own_setup(comm);
+    } catch (const error& e) {
+      problem = e.what();
     }
+    agree_on_setup(problem);
     const int p = job_ranks_ / options_.replicas;
     replica_ = job_rank_ / p;
     detail::mpi::check(MPI_Comm_split(job_, replica_, job_rank_, &base_), "MPI_Comm_split", "MpiBackend");
@@ -149,17 +156,6 @@ class MpiBackend {
                        "MPI_Comm_split_type", "MpiBackend");
     MPI_Comm_rank(node, &local_rank_);
     MPI_Comm_free(&node);
-    int same = MPI_UNEQUAL;
-    MPI_Comm_compare(comm, MPI_COMM_WORLD, &same);
-    if (same == MPI_IDENT) {
-      const ProcessRank env = process_rank_from_env();
-      if (env.source != "none" && (env.rank != job_rank_ || env.world_size != job_ranks_)) {
-        fail({"MpiBackend",
-              detail::concat("the environment (", env.source, ") says rank ", env.rank, " of ", env.world_size,
-                             " but MPI_COMM_WORLD says rank ", job_rank_, " of ", job_ranks_),
-              "process_rank_from_env()", "Launch every process with one launcher (mpirun -np N, or srun)"});
-      }
-    }
     open_locked();
   }
   MpiBackend(const MpiBackend&) = delete;
@@ -265,6 +261,46 @@ class MpiBackend {
   }
 
  private:
+  // Throws when this process's own setup is wrong: a replica count that does not divide the
+  // job, or (on MPI_COMM_WORLD) a launcher environment that names another place. Local only.
+  void check_own_setup(MPI_Comm comm) const {
+    if (options_.replicas < 1 || job_ranks_ % options_.replicas != 0) {
+      fail({"MpiBackend", detail::concat(options_.replicas, " replicas of a ", job_ranks_, "-process job"),
+            "MpiOptions::replicas", "Give a replica count that divides the number of processes (mpirun -np d x p)"});
+    }
+    int same = MPI_UNEQUAL;
+    MPI_Comm_compare(comm, MPI_COMM_WORLD, &same);
+    if (same == MPI_IDENT) {
+      const ProcessRank env = process_rank_from_env();
+      if (env.source != "none" && (env.rank != job_rank_ || env.world_size != job_ranks_)) {
+        fail({"MpiBackend",
+              detail::concat("the environment (", env.source, ") says rank ", env.rank, " of ", env.world_size,
+                             " but MPI_COMM_WORLD says rank ", job_rank_, " of ", job_ranks_),
+              "process_rank_from_env()", "Launch every process with one launcher (mpirun -np N, or srun)"});
+      }
+    }
+  }
+
+  // Every process learns whether any failed check_own_setup: one MPI_Allreduce (the lowest
+  // failing rank) and, on failure, that process's message broadcast. Then every process frees
+  // the job's communicator and throws: the failing ones their own error, the others the first
+  // one's, naming its process.
+  void agree_on_setup(const std::string& problem) {
+    int mine = problem.empty() ? job_ranks_ : job_rank_;
+    int first = job_ranks_;
+    detail::mpi::check(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, job_), "MPI_Allreduce", "MpiBackend");
+    if (first >= job_ranks_) return;
+    int length = job_rank_ == first ? static_cast<int>(problem.size()) : 0;
+    detail::mpi::check(MPI_Bcast(&length, 1, MPI_INT, first, job_), "MPI_Bcast", "MpiBackend");
+    std::string text = job_rank_ == first ? problem : std::string(static_cast<std::size_t>(length), '\0');
+    detail::mpi::check(MPI_Bcast(text.data(), length, MPI_CHAR, first, job_), "MPI_Bcast", "MpiBackend");
+    MPI_Comm_free(&job_);
+    if (!problem.empty()) throw error(problem);
+    fail({"MpiBackend", detail::concat("process ", first, " of the job failed its setup: ", text),
+          detail::concat("process ", job_rank_),
+          "Fix that process's setup (it prints the same message); every process of the job stops with it"});
+  }
+
   friend class MpiExecutor;
   friend class MpiAllReduce;
 

@@ -27,6 +27,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -46,14 +48,19 @@ class MpiExecutor {
  public:
   // As Executor's constructors: `schedule` is the whole pipeline's (the same in every
   // process), `stages` one per stage (only this rank's are called).
+  // Collective: before anything else, the processes compare what they were given (the
+  // schedule, every stage boundary between two processes, each stage's gradient size across
+  // replicas, the replica count) and all throw at once, naming the first difference.
   MpiExecutor(MpiBackend& backend, const Schedule& schedule, std::span<const StageFunctions> stages,
               ExecutorOptions options = {})
-      : backend_(backend), executor_(backend, schedule, stages, options) {
+      : backend_(backend), compared_(compare_setups(backend, schedule, stages)), executor_(backend, schedule, stages, options) {
     reduce_over_replicas(schedule, options);
   }
   MpiExecutor(MpiBackend& backend, const Schedule& schedule, const CostModel& costs,
               std::span<const StageFunctions> stages, ExecutorOptions options = {})
-      : backend_(backend), executor_(backend, schedule, costs, stages, options) {
+      : backend_(backend),
+        compared_(compare_setups(backend, schedule, stages)),
+        executor_(backend, schedule, costs, stages, options) {
     reduce_over_replicas(schedule, options);
   }
 
@@ -83,6 +90,150 @@ class MpiExecutor {
 
  private:
   static constexpr std::size_t max_message = 4096;
+
+  // What one process says about the whole job: the schedule, its replica count.
+  struct SetupHeader {
+    char schedule[48] = {};
+    std::int64_t ranks = 0, microbatches = 0, stages = 0, replicas = 0;
+    std::uint64_t actions = 0;  // a hash of the placement and every rank's program
+  };
+  // What one process says about one stage: its boundaries and its gradient.
+  struct StageSetup {
+    char input[56] = {};
+    char output[56] = {};
+    std::uint64_t input_hash = 0, output_hash = 0, gradient_floats = 0;
+  };
+
+  static void mix(std::uint64_t& h, std::uint64_t v) noexcept {
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  }
+  template <std::size_t N>
+  static void copy_text(char (&to)[N], const std::string& text) noexcept {
+    const std::size_t n = std::min(text.size(), N - 1);
+    std::copy_n(text.data(), n, to);
+    to[n] = '\0';
+  }
+  // "f32 x 4, i64 x 8", or "4 floats": a boundary as declared, and its hash.
+  static std::pair<std::string, std::uint64_t> describe(const std::vector<TensorSpec>& tensors, std::size_t floats) {
+    std::uint64_t h = tensors.empty() ? 1 : 2;
+    std::string text;
+    if (tensors.empty()) {
+      mix(h, floats);
+      text = detail::concat(floats, " floats");
+    }
+    for (const TensorSpec& t : tensors) {
+      mix(h, static_cast<std::uint64_t>(t.dtype));
+      mix(h, t.max_count);
+      text += detail::concat(text.empty() ? "" : ", ", to_string(t.dtype), " x ", t.max_count);
+    }
+    return {text, h};
+  }
+
+  // Every process sends its header, then (when the headers agree) its view of every stage;
+  // each then runs the same comparison on the same data, so all throw together, or none.
+  bool compare_setups(MpiBackend& backend, const Schedule& schedule, std::span<const StageFunctions> stages) {
+    const int n = backend.job_ranks();
+    SetupHeader mine;
+    copy_text(mine.schedule, schedule.name);
+    mine.ranks = schedule.ranks;
+    mine.microbatches = schedule.microbatches;
+    mine.stages = schedule.stages();
+    mine.replicas = backend.replicas();
+    for (const std::int32_t r : schedule.placement) mix(mine.actions, static_cast<std::uint64_t>(r));
+    for (const auto& program : schedule.programs) {
+      mix(mine.actions, program.size());
+      for (const Action& a : program) {
+        mix(mine.actions, static_cast<std::uint64_t>(a.op));
+        mix(mine.actions, static_cast<std::uint64_t>(a.stage));
+        mix(mine.actions, static_cast<std::uint64_t>(a.microbatch));
+        mix(mine.actions, a.group);
+      }
+    }
+    std::vector<SetupHeader> headers(static_cast<std::size_t>(n));
+    gather(&mine, sizeof mine, headers.data(), "the schedules");
+    const auto text_of = [](const SetupHeader& h) {
+      return detail::concat("'", h.schedule, "' (", h.ranks, " ranks, ", h.microbatches, " micro-batches, ", h.stages,
+                            " stages)");
+    };
+    const SetupHeader& first = headers.front();
+    for (int q = 1; q < n; ++q) {
+      const SetupHeader& h = headers[static_cast<std::size_t>(q)];
+      if (h.replicas != first.replicas) {
+        mismatch(detail::concat("process ", q, " was given ", h.replicas, " replicas and process 0 ", first.replicas),
+                 "MpiOptions::replicas", "Give every process the same replica count");
+      }
+      if (std::string_view(h.schedule) != std::string_view(first.schedule) || h.ranks != first.ranks ||
+          h.microbatches != first.microbatches || h.stages != first.stages || h.actions != first.actions) {
+        const bool same_shape = std::string_view(h.schedule) == std::string_view(first.schedule) &&
+                                h.ranks == first.ranks && h.microbatches == first.microbatches &&
+                                h.stages == first.stages;
+        mismatch(detail::concat("process ", q, "'s schedule is ", text_of(h), " and process 0's ", text_of(first),
+                                same_shape ? ", with other actions" : ""),
+                 "the schedule", "Give every process the same schedule (the same family, sizes and actions)");
+      }
+    }
+    const auto S = static_cast<std::size_t>(std::max<std::int64_t>(first.stages, 0));
+    std::vector<StageSetup> view(S);
+    for (std::size_t s = 0; s < S && s < stages.size(); ++s) {
+      const StageFunctions& f = stages[s];
+      const auto [in_text, in_hash] = describe(f.input_tensors, f.input_size);
+      const auto [out_text, out_hash] = describe(f.output_tensors, f.output_size);
+      copy_text(view[s].input, in_text);
+      copy_text(view[s].output, out_text);
+      view[s].input_hash = in_hash;
+      view[s].output_hash = out_hash;
+      view[s].gradient_floats = f.weight_grad_size;
+    }
+    std::vector<StageSetup> all(S * static_cast<std::size_t>(n));
+    if (S > 0) gather(view.data(), S * sizeof(StageSetup), all.data(), "the stages' boundaries and gradients");
+    const auto at = [&](int process, std::size_t stage) -> const StageSetup& {
+      return all[static_cast<std::size_t>(process) * S + stage];
+    };
+    const int p = backend.ranks();
+    const auto owner = [&](std::int64_t replica, std::size_t stage) {
+      return static_cast<int>(replica) * p + schedule.placement[stage];
+    };
+    for (std::int64_t r = 0; r < first.replicas; ++r) {
+      for (std::size_t s = 0; s + 1 < S; ++s) {
+        const int a = owner(r, s), b = owner(r, s + 1);
+        if (a == b || at(a, s).output_hash == at(b, s + 1).input_hash) continue;
+        mismatch(detail::concat("stage ", s, "'s output is ", at(a, s).output, " on process ", a, " but stage ", s + 1,
+                                "'s input is ", at(b, s + 1).input, " on process ", b),
+                 "StageFunctions::output_tensors / input_tensors",
+                 "Declare each boundary alike on both of its processes (the same dtypes and counts)");
+      }
+    }
+    for (std::int64_t r = 1; r < first.replicas; ++r) {
+      for (std::size_t s = 0; s < S; ++s) {
+        const int a = owner(r, s), b = owner(0, s);
+        if (at(a, s).gradient_floats == at(b, s).gradient_floats) continue;
+        mismatch(detail::concat("stage ", s, "'s weight gradient is ", at(a, s).gradient_floats, " floats on process ", a,
+                                " (replica ", r, ") but ", at(b, s).gradient_floats, " on process ", b, " (replica 0)"),
+                 "StageFunctions::weight_grad_size", "Give every replica of a stage the same weight gradient size");
+      }
+    }
+    return true;
+  }
+
+  // MPI_Iallgather of `bytes` per process over the job, bounded by the watchdog.
+  void gather(const void* mine, std::size_t bytes, void* all, const char* what) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    const std::string where = detail::concat("process ", backend_.job_rank(), ", comparing ", what);
+    {
+      const std::lock_guard<std::mutex> lock(detail::mpi::call_mutex());
+      detail::mpi::check(MPI_Iallgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE,
+                                        backend_.control(), &request),
+                         "MPI_Iallgather", where);
+    }
+    if (!finish(request)) {
+      fail({"MpiExecutor", detail::concat("not every process came to compare ", what, " within the watchdog"), where,
+            "Build the MpiExecutor on every process of the job; end the job (MpiSession::abort_job)"});
+    }
+  }
+
+  [[noreturn]] static void mismatch(const std::string& problem, const char* where, const char* fix) {
+    fail({"MpiExecutor: the processes were given different setups", problem, where, fix});
+  }
 
   void reduce_over_replicas(const Schedule& schedule, const ExecutorOptions& options) {
     if (backend_.replicas() == 1) return;
@@ -182,6 +333,7 @@ class MpiExecutor {
   }
 
   MpiBackend& backend_;
+  bool compared_ = false;  // compare_setups ran before executor_ was built
   std::unique_ptr<MpiAllReduce> all_reduce_;  // with replicas; before the executor, whose streams use it
   Executor<MpiBackend> executor_;
   std::string broken_;

@@ -584,7 +584,7 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
   if (family == nullptr) {
     line += "; no fixed family keeps to the cap";
   } else if (family != &w) {
-    line += concat("; ", number_text((family->makespan - w.makespan) / family->makespan * 100.0),
+    line += concat("; ", number_text(detail::relative_gain(w.makespan, family->makespan) * 100.0),
                    "% faster than the best fixed family ", family->name, " (", number_text(family->makespan),
                    family->timing == Timing::bound ? " or more" : "", ")");
   } else {

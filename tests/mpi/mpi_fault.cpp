@@ -81,6 +81,23 @@ std::vector<ppsched::StageFunctions> stages(int count, const int& step, bool exi
 }  // namespace
 
 // Rank 0 posts A then B to rank 1, which posts B then A: returns this rank's error, if any.
+// The job's verdict: every process reports whether its own checks held, rank 0 prints PASS
+// or FAIL for all of them, and every process exits with that verdict.
+int job_verdict(bool ok, int me) {
+  int failures = ok ? 0 : 1;
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (me == 0) std::printf("%s: %d processes failed their checks\n", total == 0 ? "PASS" : "FAIL", total);
+  return total == 0 ? 0 : 1;
+}
+
+// Prints this process's check and returns the job's verdict.
+int report(bool expected, int me, const std::string& message) {
+  std::printf("%s rank %d: '%s'\n", expected ? "ok" : "FAIL", me, message.c_str());
+  std::fflush(stdout);
+  return job_verdict(expected, me);
+}
+
 std::string swapped_order(ppsched::MpiBackend& backend) {
   auto stream = backend.create_stream();
   auto a = backend.allocate(8);
@@ -130,13 +147,7 @@ int setup_mode(const char* which) {
   const bool expected = message.find(cause) != std::string::npos &&
                         (me == culprit || message.find("process " + std::to_string(culprit) + " of the job failed its setup") !=
                                               std::string::npos);
-  std::printf("%s rank %d: '%s'\n", expected ? "ok" : "FAIL", me, message.c_str());
-  std::fflush(stdout);
-  int failures = expected ? 0 : 1;
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (me == 0) std::printf("%s: %d processes failed their checks\n", total == 0 ? "PASS" : "FAIL", total);
-  return total == 0 ? 0 : 1;
+  return report(expected, me, message);
 }
 
 // The processes are given different setups (issue 24, item 3): process 1 another family
@@ -177,13 +188,7 @@ int compare_mode(const char* which) {
                            : gradient ? "stage 1's weight gradient is 2 floats on process 3 (replica 1) but 4 on process 1 (replica 0)"
                                       : "stage 1's output is f32 x 8 on process 1 but stage 2's input is i32 x 8 on process 2";
   const bool expected = message.find(want) != std::string::npos;
-  std::printf("%s rank %d: '%s'\n", expected ? "ok" : "FAIL", me, message.c_str());
-  std::fflush(stdout);
-  int failures = expected ? 0 : 1;
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (me == 0) std::printf("%s: %d processes failed their checks\n", total == 0 ? "PASS" : "FAIL", total);
-  return total == 0 ? 0 : 1;
+  return report(expected, me, message);
 }
 
 int main(int argc, char** argv) {
@@ -206,12 +211,7 @@ int main(int argc, char** argv) {
                                                  "send of 8 floats: they belong to different transfers") != std::string::npos
                     : me == 0 ? message.find("the step was ended by rank 1, which failed") != std::string::npos
                               : message.empty();
-    std::printf("%s rank %d: '%s'\n", expected ? "ok" : "FAIL", me, message.c_str());
-    int failures = expected ? 0 : 1;
-    int total = 0;
-    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (me == 0) std::printf("%s: %d processes failed their checks\n", total == 0 ? "PASS" : "FAIL", total);
-    return total == 0 ? 0 : 1;
+    return report(expected, me, message);
   }
   ppsched::ScheduleRequest req;
   req.ranks = 4;
@@ -267,9 +267,5 @@ int main(int argc, char** argv) {
     std::printf("FAIL rank %d: finished every step although rank 1 exited\n", me);
     return 1;
   }
-  int failures = ok ? 0 : 1;
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (me == 0) std::printf("%s: %d processes failed their checks\n", total == 0 ? "PASS" : "FAIL", total);
-  return total == 0 ? 0 : 1;
+  return job_verdict(ok, me);
 }

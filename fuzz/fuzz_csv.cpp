@@ -10,6 +10,8 @@
 #include <ppsched/validate/validate.hpp>
 #include <string_view>
 
+#include "fuzz_input.hpp"
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   ppsched::CsvReadOptions options;
@@ -28,6 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   again_options.microbatches = schedule.microbatches;
   again_options.placement = schedule.placement;
   const ppsched::Schedule again = ppsched::from_pytorch_csv(ppsched::to_pytorch_csv(schedule), again_options);
-  if (again.programs != schedule.programs || again.ranks != schedule.ranks) std::abort();
+  PPSCHED_FUZZ_CHECK(again.programs == schedule.programs && again.ranks == schedule.ranks,
+                     "a schedule read back from its own CSV is the same schedule");
   return 0;
 }

@@ -8,8 +8,21 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+
+// A property a harness checks: when it fails, say which one before aborting, so a CI log that
+// shows only libFuzzer's "deadly signal" still names the broken property (the input itself is
+// printed by .ci/reliability).
+#define PPSCHED_FUZZ_CHECK(condition, property)                                                  \
+  do {                                                                                           \
+    if (!(condition)) {                                                                          \
+      std::fprintf(stderr, "fuzz check failed: %s (%s:%d)\n", property, __FILE__, __LINE__);     \
+      std::abort();                                                                              \
+    }                                                                                            \
+  } while (false)
 
 namespace ppsched::fuzz {
 

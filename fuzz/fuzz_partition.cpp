@@ -19,12 +19,12 @@
 namespace {
 
 void check_shape(const ppsched::Partition& p, std::size_t layers, std::size_t stages) {
-  if (p.boundaries.size() != stages + 1 || p.stages.size() != stages) std::abort();
-  if (p.boundaries.front() != 0 || p.boundaries.back() != layers) std::abort();
+  PPSCHED_FUZZ_CHECK(p.boundaries.size() == stages + 1 && p.stages.size() == stages, "one boundary per cut, one entry per stage");
+  PPSCHED_FUZZ_CHECK(p.boundaries.front() == 0 && p.boundaries.back() == layers, "the stages cover every layer");
   for (std::size_t j = 0; j < stages; ++j) {
-    if (p.boundaries[j] >= p.boundaries[j + 1]) std::abort();  // a stage holds at least one layer
+    PPSCHED_FUZZ_CHECK(p.boundaries[j] < p.boundaries[j + 1], "a stage holds at least one layer");
   }
-  if (p.order.size() != layers) std::abort();
+  PPSCHED_FUZZ_CHECK(p.order.size() == layers, "the order lists every layer");
 }
 
 }  // namespace
@@ -77,7 +77,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
       const ppsched::Partition p = ppsched::partition_optimal(graph, stages, cost);
       check_shape(p, layers, static_cast<std::size_t>(stages));
-      if (!p.fits_memory()) std::abort();  // the optimal split honours the caps or throws
+      PPSCHED_FUZZ_CHECK(p.fits_memory(), "the optimal split honours the caps or throws");
       optimal = p.bottleneck;
     } catch (const ppsched::error&) {
     }
@@ -88,10 +88,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         check_shape(p, layers, static_cast<std::size_t>(stages));
         // Optimal is the least bottleneck among the splits that fit; allow rounding in the
         // sums (relative 1e-9) since the two are priced through different running sums.
-        if (p.fits_memory() && std::isfinite(optimal) && std::isfinite(p.bottleneck) &&
-            optimal > p.bottleneck * (1.0 + 1e-9) + 1e-300) {
-          std::abort();
-        }
+        PPSCHED_FUZZ_CHECK(!(p.fits_memory() && std::isfinite(optimal) && std::isfinite(p.bottleneck) &&
+                             optimal > p.bottleneck * (1.0 + 1e-9) + 1e-300),
+                           "no fitting split has a smaller bottleneck than the optimal one");
       } catch (const ppsched::error&) {
       }
     }

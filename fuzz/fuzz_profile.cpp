@@ -9,6 +9,8 @@
 #include <ppsched/graph/profile_json.hpp>
 #include <string_view>
 
+#include "fuzz_input.hpp"
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   ppsched::Profile profile;
@@ -18,6 +20,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   const ppsched::Profile again = ppsched::parse_profile(ppsched::profile_to_json(profile), "round-trip.json");
-  if (!(again.graph == profile.graph)) std::abort();
+  PPSCHED_FUZZ_CHECK(again.graph == profile.graph, "a profile read back from its own JSON is the same graph");
   return 0;
 }

@@ -80,17 +80,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     // any accepted costs must stay valid.
     const ppsched::Schedule input =
         lowered ? ppsched::Schedule(ppsched::lower(schedule, ppsched::lower_options_for(cost, stages, m))) : schedule;
-    if (lowered && !ppsched::validate(input).ok()) std::abort();
+    PPSCHED_FUZZ_CHECK(!lowered || ppsched::validate(input).ok(), "a valid schedule lowered under accepted costs is valid");
     result = ppsched::simulate(input, cost, options);
   } catch (const ppsched::error&) {
     return 0;
   }
-  if (!std::isfinite(result.makespan) || result.makespan < 0.0) std::abort();
-  if (result.ranks.size() != static_cast<std::size_t>(schedule.ranks)) std::abort();
+  PPSCHED_FUZZ_CHECK(std::isfinite(result.makespan) && result.makespan >= 0.0, "an accepted run has a finite makespan");
+  PPSCHED_FUZZ_CHECK(result.ranks.size() == static_cast<std::size_t>(schedule.ranks), "one statistic per rank");
   for (const ppsched::SimRankStats& r : result.ranks) {
-    if (!std::isfinite(r.busy) || r.busy < 0.0) std::abort();
+    PPSCHED_FUZZ_CHECK(std::isfinite(r.busy) && r.busy >= 0.0, "a rank's busy time is finite");
     // Busy time is a sum of durations that also sit inside the makespan; allow rounding.
-    if (r.busy > result.makespan * (1.0 + 1e-9) + 1e-9) std::abort();
+    PPSCHED_FUZZ_CHECK(r.busy <= result.makespan * (1.0 + 1e-9) + 1e-9, "a rank's busy time fits in the makespan");
   }
   return 0;
 }

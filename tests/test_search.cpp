@@ -575,7 +575,7 @@ TEST_CASE("search result: the winner lowered, validated, simulated and explained
   CHECK(std::any_of(result.candidates.begin(), result.candidates.end(),
                     [](const Candidate& c) { return c.name == "dualpipev"; }));
   CHECK(std::any_of(result.candidates.begin(), result.candidates.end(),
-                    [](const Candidate& c) { return c.kind == CandidateKind::greedy && c.placement == "v-shape"; }));
+                    [](const Candidate& c) { return c.kind == CandidateKind::greedy && c.placement == PlacementKind::v_shape; }));
   const auto gpipe = std::find_if(result.candidates.begin(), result.candidates.end(),
                                   [](const Candidate& c) { return c.name == "gpipe"; });
   REQUIRE(gpipe != result.candidates.end());
@@ -970,7 +970,7 @@ TEST_CASE("search: V building-block candidates beat V-Min and V-Half under a cap
   REQUIRE(it != r.candidates.end());
   CHECK(it->kind == CandidateKind::v_block);
   CHECK(candidate_kind_name(it->kind) == "v-block");
-  CHECK(it->placement == "v-shape");
+  CHECK(it->placement == PlacementKind::v_shape);
   CHECK(it->built);
   CHECK(it->fits);
   CHECK(it->makespan == Approx(block_time));  // free communication: its bound is its simulation

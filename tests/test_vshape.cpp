@@ -232,7 +232,7 @@ TEST_CASE("search: v-half and v-min are candidates, and the search never loses t
       REQUIRE(it != result.candidates.end());
       CHECK(it->built);
       CHECK(it->fits);
-      CHECK(it->placement == "v-shape");
+      CHECK(it->placement == PlacementKind::v_shape);
       CHECK(it->chunks == 2);
       SimOptions o;
       o.record_timeline = false;

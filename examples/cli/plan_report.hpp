@@ -163,7 +163,7 @@ namespace detail {
                           {false, false, false, true, true, false, true});
   for (std::size_t i = 0; i < shown; ++i) {
     const Candidate& c = *ranked[i];
-    table.add({c.name, std::string(candidate_kind_name(c.kind)), c.placement, std::to_string(c.chunks),
+    table.add({c.name, std::string(candidate_kind_name(c.kind)), std::string(placement_kind_name(c.placement)), std::to_string(c.chunks),
                number_text(c.makespan) + (c.timing == Timing::bound ? "+" : ""), std::string(timing_name(c.timing)),
                number_text(c.peak_microbatches)});
   }
@@ -177,7 +177,7 @@ namespace detail {
   for (const Candidate& c : search.candidates) {
     candidates.push_back({{"name", c.name},
                           {"kind", candidate_kind_name(c.kind)},
-                          {"placement", c.placement},
+                          {"placement", std::string(placement_kind_name(c.placement))},
                           {"chunks", c.chunks},
                           {"built", c.built},
                           {"timing", timing_name(c.timing)},

@@ -153,7 +153,7 @@ enum class Timing : std::uint8_t {
 struct Candidate {
   std::string name;  // family name, or the greedy variant, e.g. "greedy-v mem<=16 bw=gaps"
   CandidateKind kind = CandidateKind::family;
-  std::string placement;  // "one stage per rank", "v-shape" or "looped"
+  PlacementKind placement = PlacementKind::one_per_rank;  // placement_kind_name() prints it
   std::int32_t chunks = 1;
   bool built = false;  // false: the request is outside the family's rule, or the limit could not be met
   Timing timing = Timing::bound;
@@ -195,7 +195,7 @@ struct SearchResult {
 namespace detail {
 
 struct SearchPlacement {
-  std::string kind;  // "one stage per rank", "v-shape", "looped"
+  PlacementKind kind = PlacementKind::one_per_rank;
   std::string tag;   // in greedy names: "1", "v", "looped2"
   std::int32_t chunks = 1;
   std::vector<std::int32_t> placement;
@@ -271,7 +271,7 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
     check_cost_model(c, static_cast<std::int32_t>(p.placement.size()), problem.microbatches);
   } catch (const error& e) {
     fail(
-        {concat("schedule search: the costs for the ", p.kind, " placement with ", p.chunks, " chunks per rank (",
+        {concat("schedule search: the costs for the ", placement_kind_name(p.kind), " placement with ", p.chunks, " chunks per rank (",
                 p.placement.size(), " stages)"),
          e.what(), "SearchProblem::costs",
          "return one StageCost per virtual stage of the placement given (stages in model order), or use evenly_split"});
@@ -287,17 +287,17 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
   std::sort(depths.begin(), depths.end());
   depths.erase(std::unique(depths.begin(), depths.end()), depths.end());
   std::vector<SearchPlacement> out;
-  const auto add = [&](std::string kind, std::string tag, std::int32_t v, std::vector<std::int32_t> placement) {
+  const auto add = [&](PlacementKind kind, std::string tag, std::int32_t v, std::vector<std::int32_t> placement) {
     if (3 * std::int64_t{p} * v * m > max_generated_actions) return;
     for (const SearchPlacement& q : out) {
       if (q.placement == placement && q.kind == kind) return;
     }
-    SearchPlacement sp{std::move(kind), std::move(tag), v, std::move(placement), {}, problem.cap, {}};
+    SearchPlacement sp{kind, std::move(tag), v, std::move(placement), {}, problem.cap, {}};
     sp.costs = placement_costs(problem, sp);
     if (problem.static_bytes) {
       const std::vector<double> fixed = problem.static_bytes(sp.placement);
       if (fixed.size() != static_cast<std::size_t>(p)) {
-        fail({concat("schedule search: the static bytes for the ", sp.kind, " placement"),
+        fail({concat("schedule search: the static bytes for the ", placement_kind_name(sp.kind), " placement"),
               concat("has ", fixed.size(), " entries for ", p, " ranks"), "SearchProblem::static_bytes",
               "return one entry per rank"});
       }
@@ -305,7 +305,7 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
       for (std::int32_t r = 0; r < p; ++r) {
         const double f = fixed[static_cast<std::size_t>(r)];
         if (!(f >= 0.0) || std::isinf(f)) {
-          fail({concat("schedule search: the static bytes for the ", sp.kind, " placement"),
+          fail({concat("schedule search: the static bytes for the ", placement_kind_name(sp.kind), " placement"),
                 concat("rank ", r, " has ", f), "SearchProblem::static_bytes",
                 "give finite, non-negative byte counts"});
         }
@@ -320,9 +320,9 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
     out.push_back(std::move(sp));
   };
   for (const std::int32_t v : depths) {
-    if (v == 1) add("one stage per rank", "1", 1, one_stage_per_rank_placement(p));
-    if (v == 2) add("v-shape", "v", 2, v_shape_placement(p));
-    if (v >= 2) add("looped", concat("looped", v), v, looped_placement(p, v));
+    if (v == 1) add(PlacementKind::one_per_rank, "1", 1, one_stage_per_rank_placement(p));
+    if (v == 2) add(PlacementKind::v_shape, "v", 2, v_shape_placement(p));
+    if (v >= 2) add(PlacementKind::looped, concat("looped", v), v, looped_placement(p, v));
   }
   return out;
 }
@@ -352,7 +352,7 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
                                                                const SearchPlacement& placement) {
   std::vector<GreedyParams> out;
   const std::int32_t p = problem.ranks;
-  const bool one_per_rank = placement.kind == "one stage per rank", looped = placement.kind == "looped";
+  const bool one_per_rank = placement.kind == PlacementKind::one_per_rank, looped = placement.kind == PlacementKind::looped;
   std::vector<double> levels = greedy_memory_levels(p, placement.cap);
   if (looped) levels.resize(1);
   std::vector<std::vector<std::int32_t>> depths{{}};
@@ -577,7 +577,11 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
       concat(w.name, ": the fastest of ", fitting, " candidates that keep to the cap (", r.candidates.size(),
              " considered, ", simulated, " simulated), makespan ", number_text(w.makespan), " ", r.costs.unit,
              ", bubble ", number_text(w.bubble_fraction * 100.0), "%");
-  if (w.name == dualpipev_name && r.costs.fb_overlap > 0.0) {
+  // The winner's own pairs, not its name: "dualpipev sequential" runs the same actions ungrouped.
+  const bool paired = std::any_of(r.schedule.programs.begin(), r.schedule.programs.end(), [](const auto& program) {
+    return std::any_of(program.begin(), program.end(), [](const Action& a) { return a.group != 0; });
+  });
+  if (paired && r.costs.fb_overlap > 0.0) {
     line += concat(" with its F&B pairs overlapped (fb_overlap ", number_text(r.costs.fb_overlap), ")");
   }
   const Candidate* family = r.best_family();
@@ -609,7 +613,7 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
   const std::int32_t p = problem.ranks, m = problem.microbatches;
   std::vector<SearchPlacement> placements = search_placements(problem, options);
   for (SearchPlacement& sp : placements) sp.costs.fb_overlap = options.fb_overlap;  // only pairs read it
-  const auto placement_index = [&](std::string_view kind, std::int32_t v) -> std::ptrdiff_t {
+  const auto placement_index = [&](PlacementKind kind, std::int32_t v) -> std::ptrdiff_t {
     for (std::size_t i = 0; i < placements.size(); ++i) {
       if (placements[i].kind == kind && placements[i].chunks == v) return static_cast<std::ptrdiff_t>(i);
     }
@@ -637,12 +641,12 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
       std::vector<std::int32_t> depths{f.chunks_for(1)};
       if (looped) {  // v = 1 too: looped-bfs is then its own order, not GPipe's
         for (const SearchPlacement& sp : placements) {
-          if (sp.kind == placement_kind_name(PlacementKind::looped)) depths.push_back(sp.chunks);
+          if (sp.kind == PlacementKind::looped) depths.push_back(sp.chunks);
         }
       }
       for (const std::int32_t v : depths) {
         // A looped family at v = 1 is placed one stage per rank.
-        const std::string kind(placement_kind_name(looped && v == 1 ? PlacementKind::one_per_rank : f.placement));
+        const PlacementKind kind = looped && v == 1 ? PlacementKind::one_per_rank : f.placement;
         Candidate c;
         c.name = looped ? concat(f.name, " v=", v) : std::string(f.name);
         c.kind = CandidateKind::family;
@@ -670,10 +674,10 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
     Candidate c;
     c.name = std::string(dualpipev_name);
     c.kind = CandidateKind::dualpipev;
-    c.placement = "v-shape";
+    c.placement = PlacementKind::v_shape;
     c.chunks = 2;
     const ScheduleRequest r{p, m, 2};
-    const std::ptrdiff_t at = placement_index("v-shape", 2);
+    const std::ptrdiff_t at = placement_index(PlacementKind::v_shape, 2);
     if (!options.split_backward) {
       c.note = "splits some backwards (SearchOptions::split_backward is off)";
       rejected.push_back(std::move(c));
@@ -703,13 +707,13 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
   // V-Half, or an earlier block: several shapes can reorder to the same programs) is listed as
   // that one's twin rather than measured twice.
   if (options.v_blocks) {
-    const std::ptrdiff_t at = placement_index("v-shape", 2);
+    const std::ptrdiff_t at = placement_index(PlacementKind::v_shape, 2);
     const ScheduleRequest r{p, m, 2};
     const auto reject = [&](std::string name, std::string note) {
       Candidate c;
       c.name = std::move(name);
       c.kind = CandidateKind::v_block;
-      c.placement = "v-shape";
+      c.placement = PlacementKind::v_shape;
       c.chunks = 2;
       c.note = std::move(note);
       rejected.push_back(std::move(c));
@@ -738,7 +742,7 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
           Candidate c;
           c.name = std::move(name);
           c.kind = CandidateKind::v_block;
-          c.placement = "v-shape";
+          c.placement = PlacementKind::v_shape;
           c.chunks = 2;
           add_built(std::move(c), std::move(s), static_cast<std::size_t>(at));
         }
@@ -780,7 +784,7 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
   // The zero-bubble repository's heuristic on one stage per rank: its eight settings at the
   // cap, each distinct schedule once, so the search is never slower than it.
   if (options.greedy && options.split_backward) {
-    const std::ptrdiff_t at = placement_index("one stage per rank", 1);
+    const std::ptrdiff_t at = placement_index(PlacementKind::one_per_rank, 1);
     if (at >= 0 && placements[static_cast<std::size_t>(at)].unusable.empty()) {
       const SearchPlacement& sp = placements[static_cast<std::size_t>(at)];
       const std::size_t first = entries.size();

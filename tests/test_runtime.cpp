@@ -861,6 +861,51 @@ TEST_CASE("a World given a cost model runs the lowering simulate() timed", "[run
   CHECK(ex.program() == simulated.programs[2]);
 }
 
+TEST_CASE("a World or an Executor given lower()'s output runs it as it is", "[runtime]") {
+  // Issue 26: a LoweredSchedule used to decay to a Schedule and be validated again in full;
+  // its proof now reaches the runtime. The programs run must be lower()'s, for a proven
+  // schedule and for one lower() returned unchanged (which is still checked).
+  const int p = 4;
+  const int m = 8;
+  ppsched::ScheduleRequest req;
+  req.ranks = p;
+  req.microbatches = m;
+  const Schedule compute_only = ppsched::make_schedule("1f1b", req);
+  const ppsched::LoweredSchedule lowered = ppsched::lower(compute_only);
+  REQUIRE(lowered.proven());
+  CheckedModel model;
+  model.stages = compute_only.stages();
+  const auto fns = model.functions(false);
+  const CheckedBatch batch(m, model.width, 0);
+  double reference = 0.0;
+  {
+    CpuCluster cluster(p);
+    World<CpuBackend> world(backends(cluster), compute_only, fns);
+    reference = world.run_step(batch.view()).mean_loss();
+  }
+  CpuCluster cluster(p);
+  World<CpuBackend> world(backends(cluster), lowered, fns);
+  CHECK(world.schedule() == lowered.schedule());
+  CHECK(world.run_step(batch.view()).mean_loss() == reference);
+  CpuCluster one(p);
+  ppsched::Executor<CpuBackend> ex(one.rank(1), lowered, fns);
+  CHECK(ex.program() == lowered.schedule().programs[1]);
+  // lower() hands back a schedule that already has communication unproven: a World still
+  // validates it, so the hand-written deadlock below is refused at construction.
+  const Schedule deadlock{"deadlock",
+                          2,
+                          1,
+                          {0, 1},
+                          {{{Op::F, 0, 0}, {Op::RECV_B, 0, 0}, {Op::SEND_F, 0, 0}, {Op::B, 0, 0}},
+                           {{Op::RECV_F, 1, 0}, {Op::F, 1, 0}, {Op::B, 1, 0}, {Op::SEND_B, 1, 0}}}};
+  const ppsched::LoweredSchedule unproven = ppsched::lower(deadlock);
+  REQUIRE_FALSE(unproven.proven());
+  CheckedModel two;
+  two.stages = 2;
+  CpuCluster pair(2);
+  require_error([&] { World<CpuBackend> w(backends(pair), unproven, two.functions(false)); }, {"deadlock"});
+}
+
 TEST_CASE("a stage size whose m-fold does not fit is a setup error, not a wrapped batch check", "[runtime]") {
   // Before: 4 micro-batches of 2^63 input floats wrapped to 0, an empty batch passed the
   // check, and the step sliced past its end.

@@ -141,10 +141,17 @@ class Executor {
   Executor(B& backend, const Schedule& schedule, std::span<const StageFunctions> stages, ExecutorOptions options = {})
       : b_(backend), stages_(stages), options_(options), rank_(backend.rank()) {
     if (is_lowered(schedule)) {
-      init(schedule);
+      init(schedule, false);
     } else {
-      init(lower(schedule));
+      const LoweredSchedule lowered = lower(schedule);
+      init(lowered.schedule(), lowered.proven());
     }
+  }
+  // A schedule lower() wrote runs as it is, its proof kept: not lowered or validated again.
+  Executor(B& backend, const LoweredSchedule& schedule, std::span<const StageFunctions> stages,
+           ExecutorOptions options = {})
+      : b_(backend), stages_(stages), options_(options), rank_(backend.rank()) {
+    init(schedule.schedule(), schedule.proven());
   }
   // Lowers a compute-only schedule with the cost model's times,
   // lower(schedule, lower_options_for(costs, ...)): the program simulate(schedule, costs)
@@ -153,9 +160,11 @@ class Executor {
            ExecutorOptions options = {})
       : b_(backend), stages_(stages), options_(options), rank_(backend.rank()) {
     if (is_lowered(schedule)) {
-      init(schedule);
+      init(schedule, false);
     } else {
-      init(lower(schedule, lower_options_for(costs, schedule.stages(), schedule.microbatches)));
+      const LoweredSchedule lowered =
+          lower(schedule, lower_options_for(costs, schedule.stages(), schedule.microbatches));
+      init(lowered.schedule(), lowered.proven());
     }
   }
 
@@ -338,7 +347,7 @@ class Executor {
 
   // Keeps what this rank needs of the lowered schedule (a copy of every rank's program per
   // executor made a World's memory grow as p^2 m), checks it, and plans and allocates.
-  void init(const Schedule& lowered) {
+  void init(const Schedule& lowered, bool proven) {
     schedule_.name = lowered.name;
     schedule_.ranks = lowered.ranks;
     schedule_.microbatches = lowered.microbatches;
@@ -349,7 +358,7 @@ class Executor {
       schedule_.programs[static_cast<std::size_t>(rank_)] = lowered.programs[static_cast<std::size_t>(rank_)];
     }
     check_setup();
-    if (options_.validate) (void)validate_or_throw(lowered);
+    if (options_.validate && !proven) (void)validate_or_throw(lowered);  // lower()'s output is proven
     std::vector<StageShape> shapes;
     for (const StageFunctions& f : stages_) shapes.push_back({input_floats(f), output_floats(f)});
     plan_ = plan_rank(schedule_, rank_, shapes);

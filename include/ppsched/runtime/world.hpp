@@ -52,16 +52,24 @@ class World {
 
  public:
   // `ranks[r]` is rank r's backend; they must outlive the World. A compute-only schedule is
-  // lowered with unit times (lower(schedule)); with `options.validate` the lowered schedule is
-  // validated once, here.
+  // lowered with unit times (lower(schedule)); with `options.validate` a schedule that came
+  // with its own communication is validated once, here (one lower() wrote is proven already).
   World(std::vector<B*> ranks, const Schedule& schedule, std::vector<StageFunctions> stages,
         ExecutorOptions options = {})
       : backends_(std::move(ranks)), stages_(std::move(stages)) {
     if (is_lowered(schedule)) {
       schedule_ = schedule;
     } else {
-      schedule_ = lower(schedule);
+      adopt(lower(schedule));
     }
+    init(options);
+  }
+  // A schedule lower() wrote runs as it is, its proof kept: not lowered or validated again.
+  World(std::vector<B*> ranks, const LoweredSchedule& schedule, std::vector<StageFunctions> stages,
+        ExecutorOptions options = {})
+      : backends_(std::move(ranks)), stages_(std::move(stages)) {
+    proven_ = schedule.proven();
+    schedule_ = schedule.schedule();
     init(options);
   }
   // Lowers a compute-only schedule with the cost model's times, as simulate(schedule, costs)
@@ -73,7 +81,7 @@ class World {
     if (is_lowered(schedule)) {
       schedule_ = schedule;
     } else {
-      schedule_ = lower(schedule, lower_options_for(costs, schedule.stages(), schedule.microbatches));
+      adopt(lower(schedule, lower_options_for(costs, schedule.stages(), schedule.microbatches)));
     }
     init(options);
   }
@@ -137,6 +145,7 @@ class World {
  private:
   std::vector<B*> backends_;
   Schedule schedule_;
+  bool proven_ = false;  // lower() wrote schedule_: validate()'s checks hold by construction
   std::vector<StageFunctions> stages_;
   std::vector<std::unique_ptr<Executor<B>>> executors_;
   std::vector<std::thread> threads_;
@@ -152,6 +161,11 @@ class World {
   bool has_backward_ = false;
   StepFaults faults_;
   StepResult result_;
+
+  void adopt(LoweredSchedule lowered) {
+    proven_ = lowered.proven();
+    schedule_ = std::move(lowered).release();
+  }
 
   void init(ExecutorOptions options) {
     if (backends_.size() != static_cast<std::size_t>(schedule_.ranks)) {
@@ -170,7 +184,7 @@ class World {
       fail({"World", detail::concat("no StageFunctions for schedule '", schedule_.name, "'"), "",
             "Give one StageFunctions per stage of the schedule"});
     }
-    if (options.validate) (void)validate_or_throw(schedule_);
+    if (options.validate && !proven_) (void)validate_or_throw(schedule_);
     options.validate = false;
     record_timeline_ = options.record_timeline;
     for (const auto& prog : schedule_.programs) {

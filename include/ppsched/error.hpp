@@ -4,6 +4,7 @@
 // messages uniform across the partitioner, the schedules, the loaders and the runtime.
 #pragma once
 
+#include <cmath>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -29,6 +30,13 @@ template <class... Args>
 
 namespace detail {
 using ppsched::concat;  // the library's own throw sites say detail::concat
+
+// A number in a one-line message or reason: at most 3 decimals, no trailing zeros, "inf" for
+// infinity. Past 1e15 there are no decimals to drop, and x * 1000 could overflow to "inf" for
+// a finite x (issue 24).
+[[nodiscard]] inline std::string short_number(double x) {
+  return concat(x > -1e15 && x < 1e15 ? std::round(x * 1000.0) / 1000.0 : x);
+}
 }  // namespace detail
 
 // The message parts of an error. `subject` names the input ("profile 'gpt.json'",

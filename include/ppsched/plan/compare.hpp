@@ -193,12 +193,6 @@ inline std::ostream& operator<<(std::ostream& os, const PlanResult& p) { return 
 
 namespace detail {
 
-// Numbers in one-line reasons: at most 3 decimals, no trailing zeros. Past 1e15 there are no
-// decimals to drop, and x * 1000 could overflow to "inf" for a finite x (issue 24).
-[[nodiscard]] inline std::string short_number(double x) {
-  return concat(std::abs(x) < 1e15 ? std::round(x * 1000.0) / 1000.0 : x);
-}
-
 [[nodiscard]] inline std::size_t argmax(const std::vector<double>& v) {
   return static_cast<std::size_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }

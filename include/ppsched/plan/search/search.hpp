@@ -211,24 +211,19 @@ struct SearchEntry {
   std::size_t placement = 0;
 };
 
-[[nodiscard]] inline std::string number_text(double x) {
-  if (std::isinf(x)) return "inf";
-  return concat(std::round(x * 1000.0) / 1000.0);
-}
-
 // The cap as the messages state it: the M_B and byte caps, and the per-rank byte limits when
 // they say more (each the lower of `bytes` and the rank's own; with static bytes, parameters
 // included).
 [[nodiscard]] inline std::string cap_text(const MemoryCap& cap, bool with_static_bytes) {
-  std::string out = concat(number_text(cap.microbatches), " M_B, ", number_text(cap.bytes), " bytes per rank");
+  std::string out = concat(short_number(cap.microbatches), " M_B, ", short_number(cap.bytes), " bytes per rank");
   if (cap.rank_bytes.empty()) return out;
   const std::string included = with_static_bytes ? ", parameters included" : "";
   const auto p = static_cast<std::int32_t>(cap.rank_bytes.size());
   bool same = true;
   for (std::int32_t r = 1; r < p; ++r) same = same && cap.bytes_of(r) == cap.bytes_of(0);
-  if (same) return concat(out, "; ", number_text(cap.bytes_of(0)), " bytes on every rank", included);
+  if (same) return concat(out, "; ", short_number(cap.bytes_of(0)), " bytes on every rank", included);
   out += "; byte limits by rank ";
-  for (std::int32_t r = 0; r < p; ++r) out += concat(r == 0 ? "" : ", ", number_text(cap.bytes_of(r)));
+  for (std::int32_t r = 0; r < p; ++r) out += concat(r == 0 ? "" : ", ", short_number(cap.bytes_of(r)));
   return out + included;
 }
 
@@ -311,8 +306,8 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
         }
         const double left = problem.cap.bytes_of(r) - f;
         if (!(left > 0.0) && sp.unusable.empty()) {
-          sp.unusable = concat("its static bytes on rank ", r, " (", number_text(f), ") leave nothing of the cap of ",
-                               number_text(problem.cap.bytes_of(r)), " bytes for activations");
+          sp.unusable = concat("its static bytes on rank ", r, " (", short_number(f), ") leave nothing of the cap of ",
+                               short_number(problem.cap.bytes_of(r)), " bytes for activations");
         }
         sp.cap.rank_bytes[static_cast<std::size_t>(r)] = std::max(left, std::numeric_limits<double>::min());
       }
@@ -403,7 +398,7 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
 }
 
 [[nodiscard]] inline std::string greedy_name(const SearchPlacement& placement, const GreedyParams& g) {
-  std::string name = concat("greedy-", placement.tag, " mem<=", number_text(g.limit.microbatches),
+  std::string name = concat("greedy-", placement.tag, " mem<=", short_number(g.limit.microbatches),
                             " bw=", weight_policy_name(g.weights));
   if (g.forward_first) name += " f-first";
   if (g.forward_may_delay_backward) name += " f-eager";
@@ -560,12 +555,12 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
     const bool by_span = objective.kind == ObjectiveKind::span;
     std::string line = concat(w.name, ": ", by_span ? "the shortest longest rank span" : "the least peak memory");
     if (!by_span && !std::isinf(objective.makespan_bound)) {
-      line += concat(" within makespan ", number_text(objective.makespan_bound));
+      line += concat(" within makespan ", short_number(objective.makespan_bound));
     }
-    line += concat(" of ", fitting, " candidates that keep to the cap (", r.candidates.size(), " considered, ", simulated, " simulated), span ", number_text(w.span), " ",
-                   r.costs.unit, ", makespan ", number_text(w.makespan), " ", r.costs.unit, ", peak ",
-                   number_text(w.peak_microbatches), " M_B");
-    if (!std::isinf(cap.microbatches)) line += concat(" of the cap ", number_text(cap.microbatches));
+    line += concat(" of ", fitting, " candidates that keep to the cap (", r.candidates.size(), " considered, ", simulated, " simulated), span ", short_number(w.span), " ",
+                   r.costs.unit, ", makespan ", short_number(w.makespan), " ", r.costs.unit, ", peak ",
+                   short_number(w.peak_microbatches), " M_B");
+    if (!std::isinf(cap.microbatches)) line += concat(" of the cap ", short_number(cap.microbatches));
     return line;
   }
   std::size_t fitting = 0, simulated = 0;
@@ -575,21 +570,21 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
   }
   std::string line =
       concat(w.name, ": the fastest of ", fitting, " candidates that keep to the cap (", r.candidates.size(),
-             " considered, ", simulated, " simulated), makespan ", number_text(w.makespan), " ", r.costs.unit,
-             ", bubble ", number_text(w.bubble_fraction * 100.0), "%");
+             " considered, ", simulated, " simulated), makespan ", short_number(w.makespan), " ", r.costs.unit,
+             ", bubble ", short_number(w.bubble_fraction * 100.0), "%");
   // The winner's own pairs, not its name: "dualpipev sequential" runs the same actions ungrouped.
   const bool paired = std::any_of(r.schedule.programs.begin(), r.schedule.programs.end(), [](const auto& program) {
     return std::any_of(program.begin(), program.end(), [](const Action& a) { return a.group != 0; });
   });
   if (paired && r.costs.fb_overlap > 0.0) {
-    line += concat(" with its F&B pairs overlapped (fb_overlap ", number_text(r.costs.fb_overlap), ")");
+    line += concat(" with its F&B pairs overlapped (fb_overlap ", short_number(r.costs.fb_overlap), ")");
   }
   const Candidate* family = r.best_family();
   if (family == nullptr) {
     line += "; no fixed family keeps to the cap";
   } else if (family != &w) {
-    line += concat("; ", number_text(detail::relative_gain(w.makespan, family->makespan) * 100.0),
-                   "% faster than the best fixed family ", family->name, " (", number_text(family->makespan),
+    line += concat("; ", short_number(detail::relative_gain(w.makespan, family->makespan) * 100.0),
+                   "% faster than the best fixed family ", family->name, " (", short_number(family->makespan),
                    family->timing == Timing::bound ? " or more" : "", ")");
   } else {
     const Candidate* runner_up = nullptr;
@@ -597,10 +592,10 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
       if (&c != &w && c.built && c.fits && (runner_up == nullptr || c.makespan < runner_up->makespan)) runner_up = &c;
     }
     if (runner_up != nullptr)
-      line += concat("; next best ", runner_up->name, " (", number_text(runner_up->makespan), ")");
+      line += concat("; next best ", runner_up->name, " (", short_number(runner_up->makespan), ")");
   }
-  line += concat("; peak ", number_text(w.peak_microbatches), " M_B");
-  if (!std::isinf(cap.microbatches)) line += concat(" of the cap ", number_text(cap.microbatches));
+  line += concat("; peak ", short_number(w.peak_microbatches), " M_B");
+  if (!std::isinf(cap.microbatches)) line += concat(" of the cap ", short_number(cap.microbatches));
   return line;
 }
 
@@ -909,8 +904,8 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
       if (e.candidate.fits && (fastest == nullptr || e.candidate.makespan < fastest->makespan)) fastest = &e.candidate;
     }
     if (fastest != nullptr) {
-      no_fit = concat("no candidate that keeps to the cap finishes within makespan ", number_text(objective.makespan_bound),
-                      "; the fastest, ", fastest->name, ", takes ", number_text(fastest->makespan),
+      no_fit = concat("no candidate that keeps to the cap finishes within makespan ", short_number(objective.makespan_bound),
+                      "; the fastest, ", fastest->name, ", takes ", short_number(fastest->makespan),
                       fastest->timing == Timing::bound ? " or more" : "", ": raise the bound");
       return false;
     }
@@ -939,10 +934,10 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
       floor_bytes = &sp == &placements.front() ? need : std::min(floor_bytes, need);
     }
     no_fit =
-        concat("one micro-batch alone needs 1 M_B and ", number_text(floor_bytes), " activation bytes on some rank");
+        concat("one micro-batch alone needs 1 M_B and ", short_number(floor_bytes), " activation bytes on some rank");
     if (least_units != nullptr) {
-      no_fit += concat("; the least any candidate needs is ", number_text(least_units->candidate.peak_microbatches),
-                       " M_B (", least_units->candidate.name, ") and ", number_text(least_bytes->candidate.peak_bytes),
+      no_fit += concat("; the least any candidate needs is ", short_number(least_units->candidate.peak_microbatches),
+                       " M_B (", least_units->candidate.name, ") and ", short_number(least_bytes->candidate.peak_bytes),
                        " bytes (", least_bytes->candidate.name, ")");
     }
     no_fit += ": raise the cap, or use more ranks";
@@ -975,7 +970,7 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
                          detail::cap_text(problem.cap, static_cast<bool>(problem.static_bytes)), ")",
                          options.objective.kind == ObjectiveKind::memory && !std::isinf(options.objective.makespan_bound)
                              ? detail::concat(" and finishes within makespan ",
-                                              detail::number_text(options.objective.makespan_bound))
+                                              detail::short_number(options.objective.makespan_bound))
                              : std::string()),
           detail::concat("p=", problem.ranks, ", m=", problem.microbatches), no_fit});
   }

@@ -318,3 +318,36 @@ TEST_CASE("a cycle in a profile's edges names the profile and the layers", "[gra
   CHECK_THAT(message, Catch::Contains("'a'"));
   CHECK_THAT(message, Catch::Contains("'b'"));
 }
+
+TEST_CASE("a layer may carry its measured full backward; absent, B costs BI + BW", "[graph][profile]") {
+  const Profile p = parse_profile(R"({"layers": [
+    {"name": "fused", "forward": 1, "backward_input": 1.5, "backward_weight": 1.5, "backward": 2},
+    {"name": "split", "forward": 1, "backward_input": 1, "backward_weight": 0.5}]})");
+  REQUIRE(p.graph.layer(0).backward.has_value());
+  CHECK(*p.graph.layer(0).backward == 2.0);
+  CHECK(p.graph.layer(0).full_backward() == 2.0);
+  CHECK_FALSE(p.graph.layer(1).backward.has_value());
+  CHECK(p.graph.layer(1).full_backward() == 1.5);
+  CHECK(parse_profile(profile_to_json(p)) == p);
+  // Written only when present, so a profile without it is written as before.
+  CHECK_THAT(profile_to_json(parse_profile(R"({"layers": [{"name": "a", "forward": 1}]})")),
+             !Catch::Contains("\"backward\""));
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1, "backward": -1}]})"),
+             Catch::Contains("layers[0].backward"));
+  Layer bad = named("x");
+  bad.backward = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THAT(error_of([&] { (void)LayerGraph::chain({bad}); }), Catch::Contains("field 'backward' of layer 0 'x' is NaN"));
+}
+
+TEST_CASE("the shipped example profiles keep loading unchanged", "[graph][profile]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(__FILE__).parent_path() / ".." / "examples" / "profiles";
+  REQUIRE(fs::exists(dir / "gpt.json"));
+  for (const char* name : {"gpt.json", "heterogeneous.json", "resnet.json"}) {
+    INFO(name);
+    const Profile p = load_profile(dir / name);
+    CHECK(p.graph.size() > 0);
+    for (const Layer& l : p.graph.layers()) CHECK_FALSE(l.backward.has_value());
+    CHECK(parse_profile(profile_to_json(p)) == p);
+  }
+}

@@ -654,3 +654,17 @@ TEST_CASE("a finite time near the top of the range is printed as a number, not i
   CHECK_THAT(to_string(plan), !Catch::Contains("inf"));
   CHECK_THAT(to_string(plan), Catch::Contains("e+30"));
 }
+
+TEST_CASE("graph_model carries the layers' measured full backward into the stage costs", "[plan]") {
+  Profile p = chain(4);
+  std::vector<Layer> layers = p.graph.layers();
+  for (Layer& l : layers) l.backward = l.backward_input;  // a fused B at half of BI + BW
+  p.graph = LayerGraph(std::move(layers));
+  const PlanModel model = graph_model(p, "fused", {.ranks = 2});
+  const CostModel cost = cost_model_of(model.partition(one_stage_per_rank_placement(2)));
+  for (const StageCost& s : cost.stages) {
+    REQUIRE(s.backward.has_value());
+    CHECK(*s.backward == s.backward_input);
+    CHECK(compute_time(cost, Action{Op::B, 0, 0}, 1) == *cost.stages[0].backward);
+  }
+}

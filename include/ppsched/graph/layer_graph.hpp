@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <queue>
 #include <span>
 #include <string>
@@ -28,6 +29,15 @@ struct Layer {
   double param_bytes = 0.0;       // parameters (scaled by the optimizer-state factor when partitioning)
   double activation_bytes = 0.0;  // kept per micro-batch from forward until backward frees it
   double output_bytes = 0.0;      // the tensor this layer hands to the layers it feeds
+  // The full backward B (input and weight gradients in one pass), when it is measured: a
+  // fused backward often costs less than BI + BW, and families that do not split the backward
+  // (1F1B, GPipe, interleaved) run it. Absent, B costs BI + BW.
+  std::optional<double> backward{};
+
+  // The time of B as the families that do not split the backward pay it.
+  [[nodiscard]] constexpr double full_backward() const noexcept {
+    return backward ? *backward : backward_input + backward_weight;
+  }
 
   // The time one micro-batch spends in this layer, summed in this fixed order so that every
   // part of ppsched adds the same three numbers the same way.
@@ -82,6 +92,7 @@ inline void check_layers(std::span<const Layer> layers, const std::string& subje
     check_layer_field(layers, i, "param_bytes", l.param_bytes, subject);
     check_layer_field(layers, i, "activation_bytes", l.activation_bytes, subject);
     check_layer_field(layers, i, "output_bytes", l.output_bytes, subject);
+    if (l.backward) check_layer_field(layers, i, "backward", *l.backward, subject);
   }
 }
 

@@ -199,7 +199,8 @@ class ProfileReader {
       const std::string path = concat("layers[", i, "]");
       expect_type(l, nlohmann::json::value_t::object, path, "a layer object");
       check_keys(l, path,
-                 {"name", "forward", "backward_input", "backward_weight", "param_bytes", "activation_bytes", "output_bytes"});
+                 {"name", "forward", "backward_input", "backward_weight", "backward", "param_bytes", "activation_bytes",
+                  "output_bytes"});
       Layer layer;
       const nlohmann::json* name = member(l, "name");
       if (name == nullptr) {
@@ -210,6 +211,7 @@ class ProfileReader {
       layer.forward = non_negative(l, "forward", path, std::nullopt);
       layer.backward_input = non_negative(l, "backward_input", path, 0.0);
       layer.backward_weight = non_negative(l, "backward_weight", path, 0.0);
+      if (member(l, "backward") != nullptr) layer.backward = non_negative(l, "backward", path, std::nullopt);
       layer.param_bytes = non_negative(l, "param_bytes", path, 0.0);
       layer.activation_bytes = non_negative(l, "activation_bytes", path, 0.0);
       layer.output_bytes = non_negative(l, "output_bytes", path, 0.0);
@@ -301,13 +303,15 @@ class ProfileReader {
   if (!p.time_unit.empty()) doc["unit"] = p.time_unit;
   nlohmann::json layers = nlohmann::json::array();
   for (const Layer& l : p.graph.layers()) {
-    layers.push_back({{"name", l.name},
-                      {"forward", l.forward},
-                      {"backward_input", l.backward_input},
-                      {"backward_weight", l.backward_weight},
-                      {"param_bytes", l.param_bytes},
-                      {"activation_bytes", l.activation_bytes},
-                      {"output_bytes", l.output_bytes}});
+    nlohmann::json layer = {{"name", l.name},
+                            {"forward", l.forward},
+                            {"backward_input", l.backward_input},
+                            {"backward_weight", l.backward_weight},
+                            {"param_bytes", l.param_bytes},
+                            {"activation_bytes", l.activation_bytes},
+                            {"output_bytes", l.output_bytes}};
+    if (l.backward) layer["backward"] = *l.backward;
+    layers.push_back(std::move(layer));
   }
   doc["layers"] = std::move(layers);
   if (!p.graph.is_chain()) {

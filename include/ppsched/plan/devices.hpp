@@ -134,6 +134,7 @@ namespace detail {
     l.forward *= k;
     l.backward_input *= k;
     l.backward_weight *= k;
+    if (l.backward) *l.backward *= k;
     l.activation_bytes *= k;
     l.output_bytes *= k;
   }

@@ -258,6 +258,7 @@ struct GraphModelOptions {
       plan.cost.forward = st.forward;
       plan.cost.backward_input = st.backward_input;
       plan.cost.backward_weight = st.backward_weight;
+      plan.cost.backward = st.backward;
       plan.cost.activation_bytes = st.activation_bytes;
       plan.cost.output_bytes = st.send_bytes;
       plan.compute_time = st.compute;

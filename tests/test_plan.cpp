@@ -668,3 +668,37 @@ TEST_CASE("graph_model carries the layers' measured full backward into the stage
     CHECK(compute_time(cost, Action{Op::B, 0, 0}, 1) == *cost.stages[0].backward);
   }
 }
+
+TEST_CASE("plan_devices prices each micro-batch size from measured points, not a linear scale", "[plan][devices][rows]") {
+  // Each layer costs 1 per pass at 32 rows; measured, a 2-row micro-batch costs 0.5, not 1/16:
+  // most of a small micro-batch's time is fixed. Linear scaling makes 32 micro-batches of 2
+  // rows look nearly bubble-free; the points make them cost 16 x 0.5 = 8x as much work.
+  std::vector<Layer> layers;
+  for (int i = 0; i < 4; ++i) {
+    Layer l{"layer " + std::to_string(i), 1.0, 1.0, 1.0, 1000.0, 100.0, 10.0};
+    l.points = {CostPoint{2, 0.5, 0.5, 0.5, std::nullopt, 100.0 / 16, 10.0 / 16},
+                CostPoint{32, 1.0, 1.0, 1.0, std::nullopt, 100.0, 10.0}};
+    layers.push_back(l);
+  }
+  Profile measured;
+  measured.rows = 32;
+  measured.graph = LayerGraph(layers);
+  Profile linear = measured;
+  for (Layer& l : layers) l.points.clear();
+  linear.graph = LayerGraph(layers);
+  DevicePlanOptions options;
+  options.pipeline_sizes = {2};
+  options.families = {"1f1b"};
+  const DevicePlan by_points = plan_devices(measured, 2, 64, std::nullopt, options);
+  const DevicePlan by_scale = plan_devices(linear, 2, 64, std::nullopt, options);
+  REQUIRE(by_points.chosen);
+  REQUIRE(by_scale.chosen);
+  CHECK(by_scale.chosen->microbatch_size < 8);
+  CHECK(by_points.chosen->microbatch_size >= 16);
+  // The 2-row candidate is priced from its point: 4 layers x 3 passes at 0.5 per micro-batch.
+  DevicePlanOptions one;
+  one.families = {"1f1b"};
+  const DevicePlan two_rows = plan_devices(measured, 1, 2, std::nullopt, one);
+  REQUIRE(two_rows.chosen);
+  CHECK(two_rows.chosen->step_time == Approx(6.0));
+}

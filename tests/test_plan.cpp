@@ -702,3 +702,32 @@ TEST_CASE("plan_devices prices each micro-batch size from measured points, not a
   REQUIRE(two_rows.chosen);
   CHECK(two_rows.chosen->step_time == Approx(6.0));
 }
+
+TEST_CASE("the profile's fixed costs per action and transfer reach the planner's prices", "[plan][devices][overhead]") {
+  Profile p = chain(4);
+  p.action_overhead = 0.5;
+  p.transfer_overhead = 0.25;
+  const PlanModel model = graph_model(p, "with overheads", {.ranks = 2});
+  CHECK(model.action_overhead == 0.5);
+  const CostModel cost = cost_model_of(model.partition(one_stage_per_rank_placement(2)),
+                                       plan_cost_options(model, 0.5));
+  CHECK(cost.action_overhead == 0.5);
+  CHECK(cost.transfer_overhead == 0.25);
+  // Free layers at 1 row per micro-batch: without fixed costs 16 micro-batches of 1 row cost
+  // the same work as 1 of 16, with less bubble; a fixed cost per action makes few large ones win.
+  std::vector<Layer> layers;
+  for (int i = 0; i < 4; ++i) layers.push_back(Layer{"l" + std::to_string(i), 0.01, 0.01, 0.01, 0, 0, 0});
+  Profile tiny;
+  tiny.rows = 1;
+  tiny.graph = LayerGraph(layers);
+  DevicePlanOptions o;
+  o.pipeline_sizes = {2};
+  o.families = {"1f1b"};
+  const DevicePlan free_actions = plan_devices(tiny, 2, 16, std::nullopt, o);
+  tiny.action_overhead = 1.0;
+  const DevicePlan costly_actions = plan_devices(tiny, 2, 16, std::nullopt, o);
+  REQUIRE(free_actions.chosen);
+  REQUIRE(costly_actions.chosen);
+  CHECK(free_actions.chosen->microbatches > 2);
+  CHECK(costly_actions.chosen->microbatches <= 2);
+}

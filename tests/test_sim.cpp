@@ -611,3 +611,23 @@ TEST_CASE("simulating a LoweredSchedule takes lowering's proof: the same result 
   l.programs[1].erase(l.programs[1].begin());  // rank 1's first receive
   CHECK_THROWS_WITH(simulate(l, uniform_costs(1.0, 1.0, 1.0)), Catch::Contains("is missing"));
 }
+
+TEST_CASE("the simulator prices the fixed cost per action and per transfer", "[sim][overhead]") {
+  // The hand-timed case above with every action 0.25 dearer and every transfer 0.125 dearer:
+  // rank 0 F0 [0,1.25], transfer to 1.875, rank 1 F0 [1.875,3.125] B0 [3.125,5.375],
+  // transfer to 6, rank 0 B0 [6,8.25].
+  Schedule s;
+  s.name = "one";
+  s.ranks = 2;
+  s.microbatches = 1;
+  s.placement = {0, 1};
+  s.programs = {{act(Op::F, 0, 0), act(Op::B, 0, 0)}, {act(Op::F, 1, 0), act(Op::B, 1, 0)}};
+  CostModel c = uniform_costs(1.0, 1.5, 0.5, "ms");
+  c.link.latency = 0.5;
+  c.action_overhead = 0.25;
+  c.transfer_overhead = 0.125;
+  const SimResult r = simulate(s, c);
+  CHECK(times_of(r.timeline, 1, act(Op::F, 1, 0)) == std::make_pair(1.875, 3.125));
+  CHECK(times_of(r.timeline, 0, act(Op::B, 0, 0)) == std::make_pair(6.0, 8.25));
+  CHECK(r.makespan == 8.25);
+}

@@ -27,6 +27,11 @@ struct Profile {
   // Samples per micro-batch the layers' plain costs were measured at; 0 when the profile does
   // not say (the planner then takes DevicePlanOptions::profile_microbatch_size).
   double rows = 0.0;
+  // The runtime's fixed cost of every compute action and of every transfer, in the time unit,
+  // on top of the layers' times (CostModel::action_overhead, transfer_overhead); measured by
+  // measure_backend_overheads (runtime/profile.hpp), 0 when not measured.
+  double action_overhead = 0.0;
+  double transfer_overhead = 0.0;
 
   friend bool operator==(const Profile&, const Profile&) = default;
 };

@@ -39,13 +39,15 @@ class ProfileReader {
   [[nodiscard]] Profile read(std::string_view text) const {
     const nlohmann::json doc = parse(text);
     expect_type(doc, nlohmann::json::value_t::object, "the document", "an object with a \"layers\" array");
-    check_keys(doc, "", {"unit", "rows", "layers", "edges", "devices", "link"});
+    check_keys(doc, "", {"unit", "rows", "action_overhead", "transfer_overhead", "layers", "edges", "devices", "link"});
     Profile p;
     if (const auto* unit = member(doc, "unit")) {
       expect_type(*unit, nlohmann::json::value_t::string, "unit", "a string such as \"ms\"");
       p.time_unit = unit->get<std::string>();
     }
     p.rows = number(doc, "rows", "", 0.0, [](double x) { return x > 0.0; }, "the samples per micro-batch measured, > 0");
+    p.action_overhead = non_negative(doc, "action_overhead", "", 0.0);
+    p.transfer_overhead = non_negative(doc, "transfer_overhead", "", 0.0);
     const nlohmann::json* layers = member(doc, "layers");
     if (layers == nullptr) {
       fail({subject_, "there is no \"layers\" array", "the document", "add \"layers\": [{\"name\": ..., \"forward\": ...}, ...]"});
@@ -171,7 +173,7 @@ class ProfileReader {
   [[nodiscard]] double number(const nlohmann::json& object, const char* key, const std::string& path,
                               std::optional<double> fallback, Ok ok, const char* expected) const {
     const nlohmann::json* v = member(object, key);
-    const std::string where = concat(path, '.', key);
+    const std::string where = path.empty() ? std::string(key) : concat(path, '.', key);
     if (v == nullptr) {
       if (fallback) return *fallback;
       fail({subject_, concat("the required field \"", key, "\" is missing"), where, concat("add \"", key, "\": ", expected)});
@@ -328,6 +330,8 @@ class ProfileReader {
   nlohmann::json doc = nlohmann::json::object();
   if (!p.time_unit.empty()) doc["unit"] = p.time_unit;
   if (p.rows != 0.0) doc["rows"] = p.rows;
+  if (p.action_overhead != 0.0) doc["action_overhead"] = p.action_overhead;
+  if (p.transfer_overhead != 0.0) doc["transfer_overhead"] = p.transfer_overhead;
   nlohmann::json layers = nlohmann::json::array();
   for (const Layer& l : p.graph.layers()) {
     nlohmann::json layer = {{"name", l.name},

@@ -3,10 +3,14 @@
 // is one stage function, timed forward, input gradient and weight gradient at 2, 8 and 32
 // rows per micro-batch on this thread, as the CPU backend's compute stream would run it;
 // the CPU backend's fixed cost per action and per transfer is measured with empty stages.
-// The result is a profile that `ppsched-plan --profile measured.json` reads as it is:
+// The result is a profile that `ppsched-plan --profile measured.json` reads as it is. Then the
+// model runs for real (1F1B on 2 CPU ranks, layers 0-3 and 4-7, 8 micro-batches of 8 rows)
+// and the last step's measured timeline is saved, for `ppsched-plan --calibrate`:
 //
-//   mlp_profile [measured.json] [repetitions]
+//   mlp_profile [measured.json] [repetitions] [measured_timeline.csv]
 //   ppsched-plan --profile measured.json --devices 2 --global-batch 64
+//   ppsched-plan --profile measured.json --devices 2 --global-batch 64
+//                --calibrate measured_timeline.csv --calibrate-rows 8   (one line)
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -17,6 +21,9 @@
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/graph/profile_json.hpp>
 #include <ppsched/runtime/profile.hpp>
+#include <ppsched/runtime/world.hpp>
+#include <ppsched/schedule/generators.hpp>
+#include <ppsched/trace/csv.hpp>
 #include <string>
 #include <vector>
 
@@ -26,6 +33,7 @@
 int main(int argc, char** argv) try {
   const std::string path = argc > 1 ? argv[1] : "measured.json";
   const int repetitions = argc > 2 ? std::atoi(argv[2]) : 20;
+  const std::string timeline_path = argc > 3 ? argv[3] : "measured_timeline.csv";
 
   const std::vector<std::size_t> widths{64, 64, 64, 64, 64, 64, 64, 64, 64};
   mlp::Mlp model(widths, 1);
@@ -75,6 +83,26 @@ int main(int argc, char** argv) try {
             << overheads.transfer_overhead << " ms (steps of empty stages: one rank median "
             << overheads.one_rank_step.median << " ms, two ranks " << overheads.two_rank_step.median << " ms)\n"
             << "wrote " << path << '\n';
+
+  // example-begin measured-run
+  // A real run whose timeline calibrates the profile: 1F1B, 2 ranks, 8 micro-batches of 8 rows.
+  const std::int32_t m = 8;
+  const std::size_t rows = 8;
+  const ppsched::Schedule schedule = ppsched::make_schedule("1f1b", ppsched::ScheduleRequest{2, m, 1});
+  std::vector<std::unique_ptr<mlp::MlpStage>> halves;
+  std::vector<ppsched::StageFunctions> functions;
+  for (std::size_t s = 0; s < 2; ++s) {
+    halves.push_back(std::make_unique<mlp::MlpStage>(model, 4 * s, 4 * s + 4, rows, m));
+    functions.push_back(halves.back()->functions(s == 1, 1.0f / static_cast<float>(rows * m), 0.0f));
+  }
+  ppsched::CpuCluster cluster(2, cpu);
+  ppsched::World<ppsched::CpuBackend> world({&cluster.rank(0), &cluster.rank(1)}, schedule, functions);
+  const std::vector<float> inputs(static_cast<std::size_t>(m) * rows * widths.front(), 0.25f);
+  const std::vector<float> targets(static_cast<std::size_t>(m) * rows * widths.back(), 0.0f);
+  for (int step = 0; step < 5; ++step) (void)world.run_step({inputs, targets});
+  std::ofstream(timeline_path) << ppsched::to_timeline_csv(world.last_step().timeline);
+  // example-end measured-run
+  std::cout << "wrote " << timeline_path << " (the last of 5 steps of 1f1b on 2 ranks)\n";
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "mlp_profile: " << e.what() << '\n';

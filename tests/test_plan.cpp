@@ -731,3 +731,41 @@ TEST_CASE("the profile's fixed costs per action and transfer reach the planner's
   CHECK(free_actions.chosen->microbatches > 2);
   CHECK(costly_actions.chosen->microbatches <= 2);
 }
+
+TEST_CASE("recalibrate_plan: a measured run twice as slow as profiled re-plans from the refit", "[plan][calibrate]") {
+  // The run: 1F1B on 2 ranks, 8 micro-batches of 4 rows, of a profile whose every time is
+  // really twice what it says, with a fixed cost per action it does not know.
+  Profile profile = chain(4);
+  profile.rows = 4;
+  Profile truth = profile;
+  std::vector<Layer> doubled = profile.graph.layers();
+  for (Layer& l : doubled) {
+    l.forward *= 2;
+    l.backward_input *= 2;
+    l.backward_weight *= 2;
+  }
+  truth.graph = LayerGraph(doubled);
+  truth.action_overhead = 0.5;
+  const PlanModel real = graph_model(truth, "truth", {.ranks = 2, .microbatches = 8});
+  const Schedule run = make_schedule("1f1b", ScheduleRequest{2, 8, 1});
+  CostModel real_cost = cost_model_of(real.partition(run.placement), plan_cost_options(real, 0.5));
+  real_cost.unit = "ms";
+  const Timeline measured = simulate(run, real_cost).timeline;
+  profile.time_unit = "ms";
+  DevicePlanOptions o;
+  o.families = {"1f1b", "gpipe"};
+  const Recalibration r = recalibrate_plan(profile, measured, 4, 2, 32, std::nullopt, o);
+  CHECK(r.fit.predicted_before < r.fit.measured_makespan);
+  CHECK(r.fit.predicted_after == Approx(r.fit.measured_makespan).epsilon(1e-9));
+  REQUIRE(r.fit.scale.size() == 2);
+  CHECK(r.fit.scale[0][0] > 2.0);  // twice as slow, and each span holds the fixed cost too
+  REQUIRE(r.before.chosen);
+  REQUIRE(r.after.chosen);
+  CHECK(r.after.chosen->step_time > 1.9 * r.before.chosen->step_time);
+  // Every layer of stage 0 took stage 0's F ratio.
+  CHECK(r.profile.graph.layer(0).forward == Approx(profile.graph.layer(0).forward * r.fit.scale[0][0]));
+  Profile one_layer = chain(1);
+  one_layer.rows = 4;
+  CHECK_THROWS_WITH(recalibrate_plan(one_layer, measured, 4, 2, 32, std::nullopt, o),
+                    Catch::Contains("2 stages, the profile 1 layers"));
+}

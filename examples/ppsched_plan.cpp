@@ -79,6 +79,11 @@ int run(std::span<const char* const> argv) {
     std::cout << "ppsched-plan " << cli::version_text << '\n';
     return 0;
   }
+  if (!options.calibrate_path.empty()) {
+    const ppsched::Recalibration r = cli::make_recalibration(options);
+    std::cout << cli::recalibration_report(r);
+    return r.after.chosen ? 0 : 2;
+  }
   if (options.devices > 0) {
     const ppsched::DevicePlan plan = cli::make_device_plan(options);
     if (options.json) {

@@ -1131,3 +1131,28 @@ TEST_CASE("--memory-cap-bytes takes decimal amounts with a unit, exactly", "[cli
     CHECK(json::parse(r.out).at("memory_cap").at("bytes").get<double>() == c.bytes);
   }
 }
+
+TEST_CASE("--calibrate refits a profile from a measured step and shows the plan before and after", "[cli][plan][calibrate]") {
+  ScratchDir dir;
+  const std::string profile = dir.file("measured.json"), timeline = dir.file("step.csv");
+  std::ofstream(profile) << R"({"unit": "ms", "rows": 4, "layers": [
+    {"name": "a", "forward": 1, "backward_input": 1, "backward_weight": 1},
+    {"name": "b", "forward": 1, "backward_input": 1, "backward_weight": 1}]})";
+  // One micro-batch of 1F1B on 2 ranks that ran twice as slow as the profile says.
+  std::ofstream(timeline) << "# ppsched timeline: ranks 2, unit ms\n"
+                             "rank,lane,op,stage,microbatch,group,start,end\n"
+                             "0,compute,F,0,0,0,0,2\n1,compute,F,1,0,0,2,4\n1,compute,B,1,0,0,4,8\n0,compute,B,0,0,0,8,12\n";
+  const Run r = plan({"--profile", profile, "--devices", "2", "--global-batch", "8", "--calibrate", timeline});
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("measured step 12; predicted before 6 (-50%)") != std::string::npos);
+  CHECK(r.out.find("measured / predicted F 2, B 2") != std::string::npos);
+  CHECK(r.out.find("before calibration:") != std::string::npos);
+  CHECK(r.out.find("after calibration:") != std::string::npos);
+  const Run no_devices = plan({"--profile", profile, "--calibrate", timeline});
+  CHECK(no_devices.status == 2);
+  CHECK(no_devices.err.find("--calibrate") != std::string::npos);
+  const Run rows_alone = plan({"--profile", profile, "--devices", "2", "--calibrate-rows", "4"});
+  CHECK(rows_alone.status == 2);
+  CHECK(rows_alone.err.find("applies to --calibrate only") != std::string::npos);
+}

@@ -183,3 +183,26 @@ TEST_CASE("finite costs whose sums overflow are rejected, naming the largest val
   CHECK_THROWS_WITH(check_cost_model(bytes, 3, 4),
                     Catch::Contains("activation bytes add up") && Catch::Contains("stages[2].activation_bytes"));
 }
+
+TEST_CASE("every compute action pays the fixed action_overhead once, every transfer transfer_overhead", "[costs][overhead]") {
+  CostModel c = three_stages();
+  c.action_overhead = 0.125;
+  c.transfer_overhead = 0.5;
+  CHECK(compute_time(c, act(Op::F, 0, 0), 1) == 1.0 + 0.125);
+  CHECK(compute_time(c, act(Op::BI, 0, 0), 1) == 2.0 + 0.125);
+  CHECK(compute_time(c, act(Op::BW, 0, 0), 1) == 0.5 + 0.125);
+  CHECK(compute_time(c, act(Op::B, 0, 0), 1) == 2.5 + 0.125);  // one action: the fixed cost once
+  CHECK(transfer_time(c, act(Op::SEND_F, 0, 0), 1) == 0.25 + 100.0 / 400.0 + 0.5);
+  CHECK(transfer_time(c, act(Op::RECV_B, 0, 0), 1) == 0.25 + 100.0 / 400.0 + 0.5);
+  CHECK_NOTHROW(check_cost_model(c, 3, 4));
+  c.action_overhead = -1.0;
+  try {
+    check_cost_model(c, 3, 4);
+    FAIL("a negative action_overhead passed");
+  } catch (const ppsched::error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("action_overhead"));
+  }
+  c.action_overhead = 0.0;
+  c.transfer_overhead = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH(check_cost_model(c, 3, 4), Catch::Contains("transfer_overhead"));
+}

@@ -318,3 +318,115 @@ TEST_CASE("a cycle in a profile's edges names the profile and the layers", "[gra
   CHECK_THAT(message, Catch::Contains("'a'"));
   CHECK_THAT(message, Catch::Contains("'b'"));
 }
+
+TEST_CASE("a layer may carry its measured full backward; absent, B costs BI + BW", "[graph][profile]") {
+  const Profile p = parse_profile(R"({"layers": [
+    {"name": "fused", "forward": 1, "backward_input": 1.5, "backward_weight": 1.5, "backward": 2},
+    {"name": "split", "forward": 1, "backward_input": 1, "backward_weight": 0.5}]})");
+  REQUIRE(p.graph.layer(0).backward.has_value());
+  CHECK(*p.graph.layer(0).backward == 2.0);
+  CHECK(p.graph.layer(0).full_backward() == 2.0);
+  CHECK_FALSE(p.graph.layer(1).backward.has_value());
+  CHECK(p.graph.layer(1).full_backward() == 1.5);
+  CHECK(parse_profile(profile_to_json(p)) == p);
+  // Written only when present, so a profile without it is written as before.
+  CHECK_THAT(profile_to_json(parse_profile(R"({"layers": [{"name": "a", "forward": 1}]})")),
+             !Catch::Contains("\"backward\""));
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1, "backward": -1}]})"),
+             Catch::Contains("layers[0].backward"));
+  Layer bad = named("x");
+  bad.backward = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THAT(error_of([&] { (void)LayerGraph::chain({bad}); }), Catch::Contains("field 'backward' of layer 0 'x' is NaN"));
+}
+
+TEST_CASE("the shipped example profiles keep loading unchanged", "[graph][profile]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(__FILE__).parent_path() / ".." / "examples" / "profiles";
+  REQUIRE(fs::exists(dir / "gpt.json"));
+  for (const char* name : {"gpt.json", "heterogeneous.json", "resnet.json"}) {
+    INFO(name);
+    const Profile p = load_profile(dir / name);
+    CHECK(p.graph.size() > 0);
+    for (const Layer& l : p.graph.layers()) CHECK_FALSE(l.backward.has_value());
+    CHECK(parse_profile(profile_to_json(p)) == p);
+  }
+}
+
+TEST_CASE("value_at_rows: piecewise linear between sizes, the last slope above, the fixed part below", "[graph][rows]") {
+  // 2 rows: 3, 8 rows: 6, 32 rows: 12 (a fixed part of 2 and 0.5 per row, then 0.25 per row).
+  const std::vector<RowsValue> p{{2, 3}, {8, 6}, {32, 12}};
+  CHECK(value_at_rows(p, 2) == 3.0);
+  CHECK(value_at_rows(p, 8) == 6.0);
+  CHECK(value_at_rows(p, 32) == 12.0);
+  CHECK(value_at_rows(p, 5) == Approx(4.5));
+  CHECK(value_at_rows(p, 20) == Approx(9.0));
+  CHECK(value_at_rows(p, 64) == Approx(20.0));  // 12 + 0.25 x 32
+  CHECK(value_at_rows(p, 1) == Approx(2.5));    // the first two points' line
+  CHECK(value_at_rows(p, 0.01) >= 2.0);         // never below the fixed part
+  // A line through the first two points that would cross 0 stops at 0, not below.
+  CHECK(value_at_rows(std::vector<RowsValue>{{4, 1}, {8, 5}}, 1) == 0.0);
+  // Noise that makes the larger size cheaper neither makes a larger one cheaper still nor a smaller one dearer.
+  const std::vector<RowsValue> noisy{{8, 6}, {16, 5.5}};
+  CHECK(value_at_rows(noisy, 64) == 5.5);
+  CHECK(value_at_rows(noisy, 2) == 6.0);
+  // One point: proportional, as profiles without points have always been scaled.
+  CHECK(value_at_rows(std::vector<RowsValue>{{8, 4}}, 2) == 1.0);
+  CHECK_THAT(error_of([] { (void)value_at_rows({}, 1); }), Catch::Contains("no measured points"));
+  CHECK_THAT(error_of([] { (void)value_at_rows(std::vector<RowsValue>{{8, 1}, {8, 2}}, 1); }),
+             Catch::Contains("points[1].rows"));
+  CHECK_THAT(error_of([&] { (void)value_at_rows(p, 0); }), Catch::Contains("rows = 0"));
+}
+
+TEST_CASE("layer_at_rows prices a layer from its points, or linearly from the reference size without", "[graph][rows]") {
+  Layer measured = named("mlp");
+  measured.points = {CostPoint{2, 3, 4, 5, 8, 20, 10}, CostPoint{8, 6, 7, 8, 14, 80, 40}};
+  const Layer at4 = layer_at_rows(measured, 4, 8);
+  CHECK(at4.forward == Approx(4.0));
+  CHECK(at4.backward_input == Approx(5.0));
+  CHECK(at4.backward_weight == Approx(6.0));
+  REQUIRE(at4.backward.has_value());
+  CHECK(*at4.backward == Approx(10.0));
+  CHECK(at4.activation_bytes == Approx(40.0));
+  CHECK(at4.output_bytes == Approx(20.0));
+  Layer plain{"plain", 2, 2, 2, 100, 64, 32};
+  const Layer half = layer_at_rows(plain, 4, 8);
+  CHECK(half == Layer{"plain", 1, 1, 1, 100, 32, 16});
+  CHECK_THAT(error_of([&] { (void)layer_at_rows(plain, 4, 0); }), Catch::Contains("Profile::rows"));
+  Profile p;
+  p.rows = 8;
+  p.graph = LayerGraph::chain({measured, plain});
+  const Profile small = profile_at_rows(p, 4);
+  CHECK(small.rows == 4);
+  CHECK(small.graph.layer(0).forward == Approx(4.0));
+  CHECK(small.graph.layer(1).forward == Approx(1.0));
+}
+
+TEST_CASE("measured points read and write with the profile, and bad ones are named", "[graph][profile][rows]") {
+  const Profile p = parse_profile(R"({"unit": "ms", "rows": 8, "layers": [
+    {"name": "a", "forward": 2, "backward_input": 2, "backward_weight": 1,
+     "points": [{"rows": 2, "forward": 1, "backward_input": 1, "backward_weight": 0.5, "backward": 1.2, "spread": 0.1},
+                {"rows": 8, "forward": 2, "backward_input": 2, "backward_weight": 1, "backward": 2.5}]}]})");
+  CHECK(p.rows == 8.0);
+  REQUIRE(p.graph.layer(0).points.size() == 2);
+  CHECK(p.graph.layer(0).points[0] == CostPoint{2, 1, 1, 0.5, 1.2, 0, 0, 0.1});
+  CHECK(parse_profile(profile_to_json(p)) == p);
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1, "points": [{"forward": 1}]}]})"),
+             Catch::Contains("layers[0].points[0].rows"));
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1,
+                                "points": [{"rows": 8, "forward": 1}, {"rows": 4, "forward": 1}]}]})"),
+             Catch::Contains("has a measured point at 4 rows after one at 8"));
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1,
+                                "points": [{"rows": 4, "forward": 1, "backward": 1}, {"rows": 8, "forward": 1}]}]})"),
+             Catch::Contains("full backward at some measured sizes"));
+  CHECK_THAT(profile_error(R"({"rows": 0, "layers": [{"name": "a", "forward": 1}]})"), Catch::Contains("rows"));
+}
+
+TEST_CASE("the runtime's fixed costs read and write with the profile", "[graph][profile][overhead]") {
+  const Profile p = parse_profile(R"({"action_overhead": 0.006, "transfer_overhead": 0.01,
+                                      "layers": [{"name": "a", "forward": 1}]})");
+  CHECK(p.action_overhead == 0.006);
+  CHECK(p.transfer_overhead == 0.01);
+  CHECK(parse_profile(profile_to_json(p)) == p);
+  CHECK_THAT(profile_error(R"({"action_overhead": -1, "layers": [{"name": "a", "forward": 1}]})"),
+             Catch::Contains("(at action_overhead)"));
+}

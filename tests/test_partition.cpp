@@ -713,3 +713,16 @@ TEST_CASE("a partition prints as a table with one row per stage", "[partition][p
   CHECK_THAT(table, Catch::Contains("head"));
   CHECK_THAT(table, !Catch::Contains("OVER CAP"));
 }
+
+TEST_CASE("a stage's full backward sums its layers' measured B (BI + BW where none), / speed", "[partition][cost]") {
+  Layer fused{"fused", 1, 3, 3, 0, 0, 0};
+  fused.backward = 4.0;
+  const Layer split{"split", 1, 1, 1, 0, 0, 0};
+  const LayerGraph g = LayerGraph::chain({fused, split, split});
+  PartitionCostModel cost;
+  cost.devices = {{2.0, inf}, {1.0, inf}};
+  const Partition p = evaluate_partition(g, std::vector<std::size_t>{0, 2, 3}, cost);
+  REQUIRE(p.stages[0].backward.has_value());
+  CHECK(*p.stages[0].backward == (4.0 + 2.0) / 2.0);
+  CHECK_FALSE(p.stages[1].backward.has_value());  // no layer measured one: the stage's B stays BI + BW
+}

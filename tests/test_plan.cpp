@@ -654,3 +654,118 @@ TEST_CASE("a finite time near the top of the range is printed as a number, not i
   CHECK_THAT(to_string(plan), !Catch::Contains("inf"));
   CHECK_THAT(to_string(plan), Catch::Contains("e+30"));
 }
+
+TEST_CASE("graph_model carries the layers' measured full backward into the stage costs", "[plan]") {
+  Profile p = chain(4);
+  std::vector<Layer> layers = p.graph.layers();
+  for (Layer& l : layers) l.backward = l.backward_input;  // a fused B at half of BI + BW
+  p.graph = LayerGraph(std::move(layers));
+  const PlanModel model = graph_model(p, "fused", {.ranks = 2});
+  const CostModel cost = cost_model_of(model.partition(one_stage_per_rank_placement(2)));
+  for (const StageCost& s : cost.stages) {
+    REQUIRE(s.backward.has_value());
+    CHECK(*s.backward == s.backward_input);
+    CHECK(compute_time(cost, Action{Op::B, 0, 0}, 1) == *cost.stages[0].backward);
+  }
+}
+
+TEST_CASE("plan_devices prices each micro-batch size from measured points, not a linear scale", "[plan][devices][rows]") {
+  // Each layer costs 1 per pass at 32 rows; measured, a 2-row micro-batch costs 0.5, not 1/16:
+  // most of a small micro-batch's time is fixed. Linear scaling makes 32 micro-batches of 2
+  // rows look nearly bubble-free; the points make them cost 16 x 0.5 = 8x as much work.
+  std::vector<Layer> layers;
+  for (int i = 0; i < 4; ++i) {
+    Layer l{"layer " + std::to_string(i), 1.0, 1.0, 1.0, 1000.0, 100.0, 10.0};
+    l.points = {CostPoint{2, 0.5, 0.5, 0.5, std::nullopt, 100.0 / 16, 10.0 / 16},
+                CostPoint{32, 1.0, 1.0, 1.0, std::nullopt, 100.0, 10.0}};
+    layers.push_back(l);
+  }
+  Profile measured;
+  measured.rows = 32;
+  measured.graph = LayerGraph(layers);
+  Profile linear = measured;
+  for (Layer& l : layers) l.points.clear();
+  linear.graph = LayerGraph(layers);
+  DevicePlanOptions options;
+  options.pipeline_sizes = {2};
+  options.families = {"1f1b"};
+  const DevicePlan by_points = plan_devices(measured, 2, 64, std::nullopt, options);
+  const DevicePlan by_scale = plan_devices(linear, 2, 64, std::nullopt, options);
+  REQUIRE(by_points.chosen);
+  REQUIRE(by_scale.chosen);
+  CHECK(by_scale.chosen->microbatch_size < 8);
+  CHECK(by_points.chosen->microbatch_size >= 16);
+  // The 2-row candidate is priced from its point: 4 layers x 3 passes at 0.5 per micro-batch.
+  DevicePlanOptions one;
+  one.families = {"1f1b"};
+  const DevicePlan two_rows = plan_devices(measured, 1, 2, std::nullopt, one);
+  REQUIRE(two_rows.chosen);
+  CHECK(two_rows.chosen->step_time == Approx(6.0));
+}
+
+TEST_CASE("the profile's fixed costs per action and transfer reach the planner's prices", "[plan][devices][overhead]") {
+  Profile p = chain(4);
+  p.action_overhead = 0.5;
+  p.transfer_overhead = 0.25;
+  const PlanModel model = graph_model(p, "with overheads", {.ranks = 2});
+  CHECK(model.action_overhead == 0.5);
+  const CostModel cost = cost_model_of(model.partition(one_stage_per_rank_placement(2)),
+                                       plan_cost_options(model, 0.5));
+  CHECK(cost.action_overhead == 0.5);
+  CHECK(cost.transfer_overhead == 0.25);
+  // Free layers at 1 row per micro-batch: without fixed costs 16 micro-batches of 1 row cost
+  // the same work as 1 of 16, with less bubble; a fixed cost per action makes few large ones win.
+  std::vector<Layer> layers;
+  for (int i = 0; i < 4; ++i) layers.push_back(Layer{"l" + std::to_string(i), 0.01, 0.01, 0.01, 0, 0, 0});
+  Profile tiny;
+  tiny.rows = 1;
+  tiny.graph = LayerGraph(layers);
+  DevicePlanOptions o;
+  o.pipeline_sizes = {2};
+  o.families = {"1f1b"};
+  const DevicePlan free_actions = plan_devices(tiny, 2, 16, std::nullopt, o);
+  tiny.action_overhead = 1.0;
+  const DevicePlan costly_actions = plan_devices(tiny, 2, 16, std::nullopt, o);
+  REQUIRE(free_actions.chosen);
+  REQUIRE(costly_actions.chosen);
+  CHECK(free_actions.chosen->microbatches > 2);
+  CHECK(costly_actions.chosen->microbatches <= 2);
+}
+
+TEST_CASE("recalibrate_plan: a measured run twice as slow as profiled re-plans from the refit", "[plan][calibrate]") {
+  // The run: 1F1B on 2 ranks, 8 micro-batches of 4 rows, of a profile whose every time is
+  // really twice what it says, with a fixed cost per action it does not know.
+  Profile profile = chain(4);
+  profile.rows = 4;
+  Profile truth = profile;
+  std::vector<Layer> doubled = profile.graph.layers();
+  for (Layer& l : doubled) {
+    l.forward *= 2;
+    l.backward_input *= 2;
+    l.backward_weight *= 2;
+  }
+  truth.graph = LayerGraph(doubled);
+  truth.action_overhead = 0.5;
+  const PlanModel real = graph_model(truth, "truth", {.ranks = 2, .microbatches = 8});
+  const Schedule run = make_schedule("1f1b", ScheduleRequest{2, 8, 1});
+  CostModel real_cost = cost_model_of(real.partition(run.placement), plan_cost_options(real, 0.5));
+  real_cost.unit = "ms";
+  const Timeline measured = simulate(run, real_cost).timeline;
+  profile.time_unit = "ms";
+  DevicePlanOptions o;
+  o.families = {"1f1b", "gpipe"};
+  const Recalibration r = recalibrate_plan(profile, measured, 4, 2, 32, std::nullopt, o);
+  CHECK(r.fit.predicted_before < r.fit.measured_makespan);
+  CHECK(r.fit.predicted_after == Approx(r.fit.measured_makespan).epsilon(1e-9));
+  REQUIRE(r.fit.scale.size() == 2);
+  CHECK(r.fit.scale[0][0] > 2.0);  // twice as slow, and each span holds the fixed cost too
+  REQUIRE(r.before.chosen);
+  REQUIRE(r.after.chosen);
+  CHECK(r.after.chosen->step_time > 1.9 * r.before.chosen->step_time);
+  // Every layer of stage 0 took stage 0's F ratio.
+  CHECK(r.profile.graph.layer(0).forward == Approx(profile.graph.layer(0).forward * r.fit.scale[0][0]));
+  Profile one_layer = chain(1);
+  one_layer.rows = 4;
+  CHECK_THROWS_WITH(recalibrate_plan(one_layer, measured, 4, 2, 32, std::nullopt, o),
+                    Catch::Contains("2 stages, the profile 1 layers"));
+}

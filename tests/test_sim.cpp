@@ -18,6 +18,7 @@
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/sim/analytic.hpp"
+#include "ppsched/sim/calibrate.hpp"
 #include "ppsched/costs/cost_model.hpp"
 #include "ppsched/sim/simulate.hpp"
 #include "ppsched/validate/validate.hpp"
@@ -610,4 +611,68 @@ TEST_CASE("simulating a LoweredSchedule takes lowering's proof: the same result 
   Schedule l = lower(s);
   l.programs[1].erase(l.programs[1].begin());  // rank 1's first receive
   CHECK_THROWS_WITH(simulate(l, uniform_costs(1.0, 1.0, 1.0)), Catch::Contains("is missing"));
+}
+
+TEST_CASE("the simulator prices the fixed cost per action and per transfer", "[sim][overhead]") {
+  // The hand-timed case above with every action 0.25 dearer and every transfer 0.125 dearer:
+  // rank 0 F0 [0,1.25], transfer to 1.875, rank 1 F0 [1.875,3.125] B0 [3.125,5.375],
+  // transfer to 6, rank 0 B0 [6,8.25].
+  Schedule s;
+  s.name = "one";
+  s.ranks = 2;
+  s.microbatches = 1;
+  s.placement = {0, 1};
+  s.programs = {{act(Op::F, 0, 0), act(Op::B, 0, 0)}, {act(Op::F, 1, 0), act(Op::B, 1, 0)}};
+  CostModel c = uniform_costs(1.0, 1.5, 0.5, "ms");
+  c.link.latency = 0.5;
+  c.action_overhead = 0.25;
+  c.transfer_overhead = 0.125;
+  const SimResult r = simulate(s, c);
+  CHECK(times_of(r.timeline, 1, act(Op::F, 1, 0)) == std::make_pair(1.875, 3.125));
+  CHECK(times_of(r.timeline, 0, act(Op::B, 0, 0)) == std::make_pair(6.0, 8.25));
+  CHECK(r.makespan == 8.25);
+}
+
+TEST_CASE("calibrate: a run slower than predicted refits each stage's kinds and the fixed cost per action", "[sim][calibrate]") {
+  // The "measured" run: the simulator's timeline under costs the model does not know (stage 1
+  // 1.5x slower, 0.25 per action), in ms; the model to refit predicts in us.
+  const Schedule s = make_schedule("1f1b", ScheduleRequest{2, 4, 1});
+  CostModel truth;
+  truth.unit = "ms";
+  truth.stages = {StageCost{1.0, 1.0, 1.0, 0, 0}, StageCost{1.5, 1.5, 1.5, 0, 0}};
+  truth.action_overhead = 0.25;
+  const Timeline measured = simulate(s, truth).timeline;
+  CostModel model = uniform_costs(1000.0, 1000.0, 1000.0, "us");
+  const Calibration c = calibrate(measured, model);
+  CHECK(c.schedule.programs == s.programs);  // the run's own order, read back from its spans
+  CHECK(c.measured_makespan == Approx(simulate(s, truth).makespan * 1000.0));
+  CHECK(c.predicted_before < c.measured_makespan);
+  CHECK(c.predicted_after == Approx(c.measured_makespan).epsilon(1e-9));
+  REQUIRE(c.scale.size() == 2);
+  // A span holds the stage's time and its fixed cost; the model had none to take off, so the
+  // fitted stage time keeps it and the fitted fixed cost is what is left (here nothing).
+  CHECK(c.scale[1][0] == Approx(1.75));                 // F: (1.5 + 0.25) / 1
+  CHECK(c.scale[1][1] == Approx((3.0 + 0.25) / 2.0));  // B
+  CHECK(c.scale[1][2] == Approx(c.scale[1][1]));       // BI and BW, not run, take B's ratio
+  CHECK(c.after.action_overhead == Approx(0.0).margin(1e-6));
+  CHECK(c.error_after() == Approx(0.0).margin(1e-9));
+}
+
+TEST_CASE("calibrate: the fixed cost per action absorbs what the spans do not hold", "[sim][calibrate]") {
+  // Spans that hold only the stages' own times, with the runtime's cost between them: the
+  // fit keeps the stage times and finds a fixed cost that makes the step as long as measured.
+  const Schedule s = make_schedule("gpipe", ScheduleRequest{1, 4, 1});
+  Timeline measured = simulate(s, uniform_costs(1.0, 0.5, 0.5, "ms")).timeline;
+  double shift = 0.0;
+  std::stable_sort(measured.spans.begin(), measured.spans.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+  for (Span& sp : measured.spans) {  // 0.2 of gap before each action
+    shift += 0.2;
+    sp.start += shift;
+    sp.end += shift;
+  }
+  const Calibration c = calibrate(measured, uniform_costs(1.0, 0.5, 0.5, "ms"));
+  CHECK(c.scale[0][0] == Approx(1.0));
+  CHECK(c.after.action_overhead == Approx(0.2).epsilon(1e-6));
+  CHECK(c.predicted_after == Approx(c.measured_makespan).epsilon(1e-9));
+  CHECK_THROWS_WITH(calibrate(measured, uniform_costs(1, 1, 1, "furlongs")), Catch::Contains("cannot convert"));
 }

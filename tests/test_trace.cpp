@@ -1159,3 +1159,20 @@ TEST_CASE("csv: one row per span, sorted by rank and start, times exact", "[trac
   }
   CHECK(rows == expected);
 }
+
+TEST_CASE("parse_timeline_csv reads back what write_timeline_csv writes, and names a bad cell", "[trace][csv]") {
+  Timeline t;
+  t.ranks = 2;
+  t.unit = "ms";
+  t.spans = {Span{0, Action{Op::F, 0, 0, 0}, Lane::compute, 0.0, 1.25},
+             Span{0, Action{Op::SEND_F, 0, 0, 3}, Lane::comm, 1.25, 1.5},
+             Span{1, Action{Op::RECV_F, 1, 0, 3}, Lane::comm, 0.0, 1.5},
+             Span{1, Action{Op::F, 1, 0, 0}, Lane::compute, 1.5, 2.0 / 3.0 + 2.0}};
+  const Timeline back = parse_timeline_csv(to_timeline_csv(t), "t.csv");
+  CHECK(back.ranks == 2);
+  CHECK(back.unit == "ms");
+  CHECK(to_timeline_csv(back) == to_timeline_csv(t));
+  CHECK_THROWS_WITH(parse_timeline_csv("rank,lane\n"), Catch::Contains("ppsched timeline: ranks N"));
+  const std::string bad = "# ppsched timeline: ranks 1, unit ms\nrank,lane,op,stage,microbatch,group,start,end\n0,compute,G,0,0,0,0,1\n";
+  CHECK_THROWS_WITH(parse_timeline_csv(bad, "t.csv"), Catch::Contains("line 3, column 3"));
+}

@@ -19,7 +19,10 @@
 #include "ppsched/error.hpp"
 #include "ppsched/graph/profile.hpp"
 #include "ppsched/graph/profile_json.hpp"
+#include "ppsched/plan/calibrate.hpp"
 #include "ppsched/plan/devices.hpp"
+#include "ppsched/trace/csv.hpp"
+#include "ppsched/graph/text_input.hpp"
 
 namespace ppsched::cli {
 
@@ -44,6 +47,9 @@ namespace ppsched::cli {
   return out;
 }
 
+[[nodiscard]] inline DevicePlanOptions device_plan_options(const PlanOptions& options, const Profile& profile,
+                                                          std::string description);
+
 [[nodiscard]] inline DevicePlan make_device_plan(const PlanOptions& options) {
   auto [profile, description] = device_profile(options);
   {
@@ -64,6 +70,12 @@ namespace ppsched::cli {
                       ppsched::detail::concat("--devices ", options.devices, " (pipelines up to ", largest.ranks, " stages, ",
                                               largest.microbatches, " micro-batches)"));
   }
+  return plan_devices(profile, options.devices, options.global_batch, options.memory_cap_bytes,
+                      device_plan_options(options, profile, std::move(description)));
+}
+
+[[nodiscard]] inline DevicePlanOptions device_plan_options(const PlanOptions& options, const Profile& profile,
+                                                          std::string description) {
   DevicePlanOptions o;
   o.description = std::move(description);
   if (options.stages_given) o.pipeline_sizes = {options.stages};
@@ -75,7 +87,39 @@ namespace ppsched::cli {
   o.method = options.partition;
   o.algorithm = options.all_reduce;
   if (options.all_reduce_bandwidth) o.all_reduce_link = Interconnect{profile.link.latency, *options.all_reduce_bandwidth};
-  return plan_devices(profile, options.devices, options.global_batch, options.memory_cap_bytes, o);
+  return o;
+}
+
+// --calibrate: the measured timeline refits the profile, and the plan is made before and after.
+[[nodiscard]] inline Recalibration make_recalibration(const PlanOptions& options) {
+  auto [profile, description] = device_profile(options);
+  const std::string text = ppsched::detail::read_text_file(options.calibrate_path, max_profile_bytes,
+                                                           ppsched::detail::concat("timeline '", options.calibrate_path, "'"));
+  const Timeline measured = parse_timeline_csv(text, options.calibrate_path);
+  return recalibrate_plan(profile, measured, options.calibrate_rows, options.devices, options.global_batch,
+                          options.memory_cap_bytes, device_plan_options(options, profile, std::move(description)));
+}
+
+// What the calibration changed, for a person.
+[[nodiscard]] inline std::string recalibration_report(const Recalibration& r) {
+  using ppsched::detail::concat;
+  const Calibration& c = r.fit;
+  std::string out = concat("calibration from the measured step (", c.schedule.stages(), " stages on ", c.schedule.ranks,
+                           " ranks, ", c.schedule.microbatches, " micro-batches), times in ", c.before.unit, ":\n");
+  out += concat("  measured step ", c.measured_makespan, "; predicted before ", c.predicted_before, " (",
+                100.0 * c.error_before(), "%), re-predicted ", c.predicted_after, " (", 100.0 * c.error_after(), "%)\n");
+  out += concat("  fixed cost per action ", c.before.action_overhead, " -> ", c.after.action_overhead,
+                "; per transfer ", c.after.transfer_overhead, " (kept)\n");
+  for (std::size_t s = 0; s < c.scale.size(); ++s) {
+    out += concat("  stage ", s, " (layers ", r.cut.stages[s].first_layer, "-", r.cut.stages[s].last_layer,
+                  "): measured / predicted F ", c.scale[s][0], ", B ", c.scale[s][1], ", BI ", c.scale[s][2], ", BW ",
+                  c.scale[s][3], "\n");
+  }
+  out += "before calibration:\n" + to_string(r.before) + "after calibration:\n" + to_string(r.after);
+  const auto pick = [](const DevicePlan& p) { return p.chosen ? to_string(*p.chosen) : std::string("nothing fits"); };
+  out += pick(r.before) == pick(r.after) ? std::string("the pick is unchanged\n")
+                                         : concat("the pick changed: ", pick(r.before), " -> ", pick(r.after), "\n");
+  return out;
 }
 
 [[nodiscard]] inline nlohmann::ordered_json device_split_json(const DeviceSplit& s) {

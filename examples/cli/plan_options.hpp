@@ -59,11 +59,15 @@ struct PlanOptions {
   std::int64_t global_batch = 256;          // samples per step, with --devices
   AllReduceAlgorithm all_reduce = AllReduceAlgorithm::ring;
   std::optional<double> all_reduce_bandwidth;  // bytes per time unit between replicas; unset: the link's
+  // --calibrate FILE: a measured timeline (CSV) of one step refits the profile before the
+  // --devices plan, which is shown before and after (plan/calibrate.hpp).
+  std::string calibrate_path;
+  double calibrate_rows = 0.0;              // --calibrate-rows: rows per micro-batch of that run; 0: the profile's
   bool help = false;
   bool version = false;
 };
 
-inline constexpr std::array<FlagSpec, 26> plan_flags{{
+inline constexpr std::array<FlagSpec, 28> plan_flags{{
     {"--profile", "FILE", "model profile (JSON, see docs/profile-format.md)"},
     {"--layers", "N", "a chain of N identical layers (forward 1, backward-for-input 1, backward-for-weights 1)"},
     {"--stage-cost", "F,B,W", "every rank's stage costs F, BI, BW (pure schedule study; no partitioning)"},
@@ -88,6 +92,8 @@ inline constexpr std::array<FlagSpec, 26> plan_flags{{
     {"--global-batch", "B", "samples per step with --devices (default 256); m from --microbatches if given"},
     {"--all-reduce", "ALGO", "ring (default) or tree: how a stage's replicas sum gradients, with --devices"},
     {"--all-reduce-bandwidth", "BYTES", "bytes per time unit between replicas (default: --bandwidth's link)"},
+    {"--calibrate", "FILE", "a measured step's timeline (CSV) refits the profile; shows the --devices plan before and after"},
+    {"--calibrate-rows", "R", "rows per micro-batch of the measured step (default: the profile's \"rows\")"},
     {"--help", "", "print this help"},
     {"--version", "", "print the version"},
 }};
@@ -249,6 +255,11 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
       }
     } else if (n == "--all-reduce-bandwidth") {
       options.all_reduce_bandwidth = parse_real(flag, 0.0, true);
+    } else if (n == "--calibrate") {
+      if (flag.value.empty()) fail({"flag --calibrate", "the file name is empty", detail::argument_place(flag.position), "give a path"});
+      options.calibrate_path = flag.value;
+    } else if (n == "--calibrate-rows") {
+      options.calibrate_rows = parse_real(flag, 0.0, true);
     } else if (n == "--help") {
       options.help = true;
     } else if (n == "--version") {
@@ -292,9 +303,19 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
             detail::argument_place(o->position), "drop --objective, or drop --validate"});
     }
   }
+  if (const GivenFlag* f = find("--calibrate-rows"); f != nullptr && options.calibrate_path.empty()) {
+    fail({"flag --calibrate-rows", "applies to --calibrate only", detail::argument_place(f->position),
+          "add --calibrate FILE, or drop it"});
+  }
+  if (const GivenFlag* f = find("--calibrate"); f != nullptr && options.source != ModelSource::profile) {
+    fail({"flag --calibrate", "calibrates a profile", detail::argument_place(f->position), "add --profile FILE"});
+  }
+  if (const GivenFlag* f = find("--calibrate"); f != nullptr && options.json) {
+    fail({"flag --calibrate", "prints a report, not JSON", detail::argument_place(f->position), "drop --json"});
+  }
   // Data parallelism: its flags need --devices, and --devices plans whole steps over a layer model.
   if (options.devices == 0) {
-    for (const char* name : {"--global-batch", "--all-reduce", "--all-reduce-bandwidth"}) {
+    for (const char* name : {"--global-batch", "--all-reduce", "--all-reduce-bandwidth", "--calibrate"}) {
       if (const GivenFlag* f = find(name)) {
         fail({concat("flag ", name), "applies to data x pipeline plans only", detail::argument_place(f->position),
               "add --devices N, or drop it"});

@@ -4,7 +4,11 @@
 // an optional per-micro-batch scale (variable-length micro-batches: time and bytes grow
 // with the tokens in the micro-batch) or a full per-(stage, micro-batch) table. A transfer
 // costs latency + bytes / bandwidth. The full backward B takes BI + BW unless the stage
-// gives its own time. An overlapped F&B pair (a compute group, docs/execution-model.md) takes
+// gives its own time. On top of these, every compute action pays a fixed `action_overhead`
+// and every transfer a fixed `transfer_overhead`: what a runtime spends per action whatever
+// its size (issue, launch, synchronisation; posting and matching a send and a receive), which
+// a time per layer and micro-batch cannot carry and which makes many small micro-batches
+// slower than their rows suggest. An overlapped F&B pair (a compute group, docs/execution-model.md) takes
 // T_F + T_B - fb_overlap x min(T_F, T_B).
 #pragma once
 
@@ -49,6 +53,15 @@ struct CostModel {
   // take max(T_F, T_B). Measure T_F&B and set (T_F + T_B - T_F&B) / min(T_F, T_B). Schedules
   // without pairs do not depend on it.
   double fb_overlap = 0.0;
+  // Fixed time of every compute action (F, B, BI, BW) on top of its stage's time: the
+  // runtime's host work, launch and synchronisation per action (measure_backend_overheads in
+  // runtime/profile.hpp measures it; calibrate in sim/calibrate.hpp refits it). A B pays it
+  // once, a BI and its BW once each.
+  double action_overhead = 0.0;
+  // Fixed time of every transfer (a send and its receive) on top of link.transfer_time(bytes):
+  // posting, matching and waking the two sides, which the link's latency does not count when
+  // the link is modelled as free.
+  double transfer_overhead = 0.0;
 };
 
 // Every stage alike: the analytic set-up (T_F, T_BI, T_BW per stage, free communication).
@@ -112,7 +125,8 @@ inline void check_cost_sums(const CostModel& c, std::int32_t stages, std::int32_
   const auto transfer = [&c](double bytes) { return c.link.transfer_time(bytes); };
   // Every action of one (stage, micro-batch), B and BI + BW both counted (either may run).
   const auto action_time = [&](const StageCost& s) {
-    return s.forward + s.backward.value_or(0.0) + s.backward_input + s.backward_weight + 2.0 * transfer(s.output_bytes);
+    return s.forward + s.backward.value_or(0.0) + s.backward_input + s.backward_weight + 4.0 * c.action_overhead +
+           2.0 * (transfer(s.output_bytes) + c.transfer_overhead);
   };
   double times = 0.0, bytes = 0.0, largest = -1.0;
   std::string largest_where;
@@ -194,6 +208,8 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
     fail({"cost model", concat("weight_memory_fraction ", c.weight_memory_fraction, " is outside [0, 1]"),
           "weight_memory_fraction", "what BI keeps for BW is a fraction of a stored activation (default 0.5)"});
   }
+  detail::check_cost_value(c.action_overhead, "action_overhead");
+  detail::check_cost_value(c.transfer_overhead, "transfer_overhead");
   if (!(c.fb_overlap >= 0.0 && c.fb_overlap <= 1.0)) {
     fail({"cost model", concat("fb_overlap ", c.fb_overlap, " is outside [0, 1]"), "fb_overlap",
           "give the share of the shorter action of an F&B pair hidden under the longer: 0 (none) to 1 (max(T_F, T_B))"});
@@ -233,10 +249,10 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
 [[nodiscard]] inline double compute_time(const CostModel& c, const Action& a, std::int32_t microbatches) {
   const StageCost s = stage_cost(c, a.stage, a.microbatch, microbatches);
   switch (a.op) {
-    case Op::F: return s.forward;
-    case Op::B: return s.backward.value_or(s.backward_input + s.backward_weight);
-    case Op::BI: return s.backward_input;
-    case Op::BW: return s.backward_weight;
+    case Op::F: return s.forward + c.action_overhead;
+    case Op::B: return s.backward.value_or(s.backward_input + s.backward_weight) + c.action_overhead;
+    case Op::BI: return s.backward_input + c.action_overhead;
+    case Op::BW: return s.backward_weight + c.action_overhead;
     default: return 0.0;
   }
 }
@@ -250,7 +266,7 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
 
 [[nodiscard]] inline double transfer_time(const CostModel& c, const Action& a, std::int32_t microbatches) {
   const double bytes = transfer_bytes(c, a, microbatches);
-  return c.link.transfer_time(bytes);
+  return c.link.transfer_time(bytes) + c.transfer_overhead;
 }
 
 }  // namespace ppsched

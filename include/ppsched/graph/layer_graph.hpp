@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <queue>
 #include <span>
 #include <string>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "ppsched/error.hpp"
+#include "ppsched/graph/rows.hpp"
 
 namespace ppsched {
 
@@ -28,6 +30,19 @@ struct Layer {
   double param_bytes = 0.0;       // parameters (scaled by the optimizer-state factor when partitioning)
   double activation_bytes = 0.0;  // kept per micro-batch from forward until backward frees it
   double output_bytes = 0.0;      // the tensor this layer hands to the layers it feeds
+  // The full backward B (input and weight gradients in one pass), when it is measured: a
+  // fused backward often costs less than BI + BW, and families that do not split the backward
+  // (1F1B, GPipe, interleaved) run it. Absent, B costs BI + BW.
+  std::optional<double> backward{};
+  // Costs measured at several micro-batch sizes, in increasing rows; empty when only the
+  // fields above were measured. The fields above are the costs at the profile's size
+  // (Profile::rows); layer_at_rows prices any other size from these points.
+  std::vector<CostPoint> points{};
+
+  // The time of B as the families that do not split the backward pay it.
+  [[nodiscard]] constexpr double full_backward() const noexcept {
+    return backward ? *backward : backward_input + backward_weight;
+  }
 
   // The time one micro-batch spends in this layer, summed in this fixed order so that every
   // part of ppsched adds the same three numbers the same way.
@@ -82,6 +97,30 @@ inline void check_layers(std::span<const Layer> layers, const std::string& subje
     check_layer_field(layers, i, "param_bytes", l.param_bytes, subject);
     check_layer_field(layers, i, "activation_bytes", l.activation_bytes, subject);
     check_layer_field(layers, i, "output_bytes", l.output_bytes, subject);
+    if (l.backward) check_layer_field(layers, i, "backward", *l.backward, subject);
+    for (std::size_t k = 0; k < l.points.size(); ++k) {
+      const CostPoint& p = l.points[k];
+      const std::string at = concat("points[", k, "].");
+      for (const auto& [field, value] : {std::pair{"rows", p.rows}, std::pair{"forward", p.forward},
+                                         std::pair{"backward_input", p.backward_input},
+                                         std::pair{"backward_weight", p.backward_weight},
+                                         std::pair{"backward", p.backward.value_or(0.0)},
+                                         std::pair{"activation_bytes", p.activation_bytes},
+                                         std::pair{"output_bytes", p.output_bytes}, std::pair{"spread", p.spread}}) {
+        check_layer_field(layers, i, (at + field).c_str(), value, subject);
+      }
+      if (!(p.rows > 0.0) || (k > 0 && !(p.rows > l.points[k - 1].rows))) {
+        fail({subject, concat(layer_label(layers, i), " has a measured point at ", p.rows, " rows",
+                              k > 0 ? concat(" after one at ", l.points[k - 1].rows) : std::string()),
+              concat(layer_label(layers, i), " field '", at, "rows'"),
+              "list the measured sizes in increasing order, each > 0 and measured once"});
+      }
+      if (p.backward.has_value() != l.points.front().backward.has_value()) {
+        fail({subject, concat(layer_label(layers, i), " has a full backward at some measured sizes and not at others"),
+              concat(layer_label(layers, i), " field '", at, "backward'"),
+              "measure the full backward at every size, or at none"});
+      }
+    }
   }
 }
 

@@ -39,12 +39,15 @@ class ProfileReader {
   [[nodiscard]] Profile read(std::string_view text) const {
     const nlohmann::json doc = parse(text);
     expect_type(doc, nlohmann::json::value_t::object, "the document", "an object with a \"layers\" array");
-    check_keys(doc, "", {"unit", "layers", "edges", "devices", "link"});
+    check_keys(doc, "", {"unit", "rows", "action_overhead", "transfer_overhead", "layers", "edges", "devices", "link"});
     Profile p;
     if (const auto* unit = member(doc, "unit")) {
       expect_type(*unit, nlohmann::json::value_t::string, "unit", "a string such as \"ms\"");
       p.time_unit = unit->get<std::string>();
     }
+    p.rows = number(doc, "rows", "", 0.0, [](double x) { return x > 0.0; }, "the samples per micro-batch measured, > 0");
+    p.action_overhead = non_negative(doc, "action_overhead", "", 0.0);
+    p.transfer_overhead = non_negative(doc, "transfer_overhead", "", 0.0);
     const nlohmann::json* layers = member(doc, "layers");
     if (layers == nullptr) {
       fail({subject_, "there is no \"layers\" array", "the document", "add \"layers\": [{\"name\": ..., \"forward\": ...}, ...]"});
@@ -170,7 +173,7 @@ class ProfileReader {
   [[nodiscard]] double number(const nlohmann::json& object, const char* key, const std::string& path,
                               std::optional<double> fallback, Ok ok, const char* expected) const {
     const nlohmann::json* v = member(object, key);
-    const std::string where = concat(path, '.', key);
+    const std::string where = path.empty() ? std::string(key) : concat(path, '.', key);
     if (v == nullptr) {
       if (fallback) return *fallback;
       fail({subject_, concat("the required field \"", key, "\" is missing"), where, concat("add \"", key, "\": ", expected)});
@@ -199,7 +202,8 @@ class ProfileReader {
       const std::string path = concat("layers[", i, "]");
       expect_type(l, nlohmann::json::value_t::object, path, "a layer object");
       check_keys(l, path,
-                 {"name", "forward", "backward_input", "backward_weight", "param_bytes", "activation_bytes", "output_bytes"});
+                 {"name", "forward", "backward_input", "backward_weight", "backward", "param_bytes", "activation_bytes",
+                  "output_bytes", "points"});
       Layer layer;
       const nlohmann::json* name = member(l, "name");
       if (name == nullptr) {
@@ -210,10 +214,36 @@ class ProfileReader {
       layer.forward = non_negative(l, "forward", path, std::nullopt);
       layer.backward_input = non_negative(l, "backward_input", path, 0.0);
       layer.backward_weight = non_negative(l, "backward_weight", path, 0.0);
+      if (member(l, "backward") != nullptr) layer.backward = non_negative(l, "backward", path, std::nullopt);
       layer.param_bytes = non_negative(l, "param_bytes", path, 0.0);
       layer.activation_bytes = non_negative(l, "activation_bytes", path, 0.0);
       layer.output_bytes = non_negative(l, "output_bytes", path, 0.0);
+      if (const auto* points = member(l, "points")) layer.points = read_points(*points, path + ".points");
       out.push_back(std::move(layer));
+    }
+    return out;
+  }
+
+  [[nodiscard]] std::vector<CostPoint> read_points(const nlohmann::json& points, const std::string& path) const {
+    expect_type(points, nlohmann::json::value_t::array, path, "an array of measured points");
+    std::vector<CostPoint> out;
+    for (std::size_t k = 0; k < points.size(); ++k) {
+      const nlohmann::json& v = points[k];
+      const std::string at = concat(path, '[', k, ']');
+      expect_type(v, nlohmann::json::value_t::object, at, "a point object with \"rows\" and the times measured there");
+      check_keys(v, at,
+                 {"rows", "forward", "backward_input", "backward_weight", "backward", "activation_bytes", "output_bytes",
+                  "spread"});
+      CostPoint p;
+      p.rows = number(v, "rows", at, std::nullopt, [](double x) { return x > 0.0; }, "the samples per micro-batch, > 0");
+      p.forward = non_negative(v, "forward", at, std::nullopt);
+      p.backward_input = non_negative(v, "backward_input", at, 0.0);
+      p.backward_weight = non_negative(v, "backward_weight", at, 0.0);
+      if (member(v, "backward") != nullptr) p.backward = non_negative(v, "backward", at, std::nullopt);
+      p.activation_bytes = non_negative(v, "activation_bytes", at, 0.0);
+      p.output_bytes = non_negative(v, "output_bytes", at, 0.0);
+      p.spread = non_negative(v, "spread", at, 0.0);
+      out.push_back(p);
     }
     return out;
   }
@@ -299,15 +329,35 @@ class ProfileReader {
 [[nodiscard]] inline std::string profile_to_json(const Profile& p, int indent = 2) {
   nlohmann::json doc = nlohmann::json::object();
   if (!p.time_unit.empty()) doc["unit"] = p.time_unit;
+  if (p.rows != 0.0) doc["rows"] = p.rows;
+  if (p.action_overhead != 0.0) doc["action_overhead"] = p.action_overhead;
+  if (p.transfer_overhead != 0.0) doc["transfer_overhead"] = p.transfer_overhead;
   nlohmann::json layers = nlohmann::json::array();
   for (const Layer& l : p.graph.layers()) {
-    layers.push_back({{"name", l.name},
-                      {"forward", l.forward},
-                      {"backward_input", l.backward_input},
-                      {"backward_weight", l.backward_weight},
-                      {"param_bytes", l.param_bytes},
-                      {"activation_bytes", l.activation_bytes},
-                      {"output_bytes", l.output_bytes}});
+    nlohmann::json layer = {{"name", l.name},
+                            {"forward", l.forward},
+                            {"backward_input", l.backward_input},
+                            {"backward_weight", l.backward_weight},
+                            {"param_bytes", l.param_bytes},
+                            {"activation_bytes", l.activation_bytes},
+                            {"output_bytes", l.output_bytes}};
+    if (l.backward) layer["backward"] = *l.backward;
+    if (!l.points.empty()) {
+      nlohmann::json points = nlohmann::json::array();
+      for (const CostPoint& q : l.points) {
+        nlohmann::json point = {{"rows", q.rows},
+                                {"forward", q.forward},
+                                {"backward_input", q.backward_input},
+                                {"backward_weight", q.backward_weight},
+                                {"activation_bytes", q.activation_bytes},
+                                {"output_bytes", q.output_bytes}};
+        if (q.backward) point["backward"] = *q.backward;
+        if (q.spread != 0.0) point["spread"] = q.spread;
+        points.push_back(std::move(point));
+      }
+      layer["points"] = std::move(points);
+    }
+    layers.push_back(std::move(layer));
   }
   doc["layers"] = std::move(layers);
   if (!p.graph.is_chain()) {

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <iomanip>
 #include <limits>
+#include <optional>
 #include <ostream>
 #include <span>
 #include <sstream>
@@ -45,6 +46,9 @@ struct PartitionStage {
   double forward = 0.0;          // its layers' forward times, summed, / speed
   double backward_input = 0.0;   // likewise for BI
   double backward_weight = 0.0;  // likewise for BW
+  // The full backward B, / speed, when a layer of the stage has a measured one (the others
+  // count BI + BW); absent when none has.
+  std::optional<double> backward{};
   double compute = 0.0;          // the cost model's compute term: (P[end] - P[begin]) / speed
   double recv = 0.0;             // receiving the tensors that cross the stage's first cut
   double send = 0.0;             // sending the tensors that cross its last cut
@@ -292,14 +296,18 @@ void sum_over_crossing_tensors(const LayerGraph& graph, std::span<const std::siz
     st.first_layer = graph.layers()[in.order[a]].name;
     st.last_layer = graph.layers()[in.order[b - 1]].name;
     st.speed = in.speed.empty() ? 1.0 : in.speed[j];
-    double forward = 0.0, backward_input = 0.0, backward_weight = 0.0;
+    double forward = 0.0, backward_input = 0.0, backward_weight = 0.0, backward = 0.0;
+    bool measured_backward = false;
     const Layer* layers = graph.layers().data();
     for (std::size_t x = a; x < b; ++x) {
       const Layer& l = layers[in.order[x]];
       forward += l.forward;
       backward_input += l.backward_input;
       backward_weight += l.backward_weight;
+      backward += l.full_backward();
+      measured_backward = measured_backward || l.backward.has_value();
     }
+    if (measured_backward) st.backward = backward / st.speed;
     st.forward = forward / st.speed;
     st.backward_input = backward_input / st.speed;
     st.backward_weight = backward_weight / st.speed;

@@ -341,7 +341,7 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
   r.training = std::any_of(schedule.programs.begin(), schedule.programs.end(), [](const std::vector<Action>& p) {
     return std::any_of(p.begin(), p.end(), [](const Action& a) { return is_compute(a.op) && a.op != Op::F; });
   });
-  const CostModel cost = cost_model_of(partition, {model.unit, request.w_memory_ratio});
+  const CostModel cost = cost_model_of(partition, plan_cost_options(model, request.w_memory_ratio));
   ValidateOptions check;
   check.memory.weight_fraction = request.w_memory_ratio;
   check.memory.activation_bytes = chunk_weights(schedule);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ppsched/error.hpp"
@@ -28,7 +29,21 @@ struct PlanCostOptions {
   // Whether transfers cost each stage's comm_time. Off, the link is free: what a run of
   // synthetic stages that move no modelled bytes does (ppsched-bubbles).
   bool transfers = true;
+  // The runtime's fixed costs (CostModel::action_overhead, transfer_overhead), in the model's
+  // unit (multiplied by time_scale like every time).
+  double action_overhead = 0.0;
+  double transfer_overhead = 0.0;
 };
+
+// The options every planner call prices a cut of `model` with.
+[[nodiscard]] inline PlanCostOptions plan_cost_options(const PlanModel& model, double w_memory_ratio) {
+  PlanCostOptions o;
+  o.unit = model.unit;
+  o.w_memory_ratio = w_memory_ratio;
+  o.action_overhead = model.action_overhead;
+  o.transfer_overhead = model.transfer_overhead;
+  return o;
+}
 
 // The simulator's costs for a partition, one StageCost per stage. A transfer must take exactly
 // the partition's cut time, which charges the latency once per tensor crossing the cut (skip
@@ -53,6 +68,15 @@ struct PlanCostOptions {
                                                       [](const StagePlan& s) { return s.comm_time == 0.0; });
   cost.link = free ? Interconnect{} : Interconnect{0.0, 1.0};
   cost.weight_memory_fraction = options.w_memory_ratio;
+  for (const auto& [value, field] : {std::pair{options.action_overhead, "action_overhead"},
+                                     std::pair{options.transfer_overhead, "transfer_overhead"}}) {
+    if (!(value >= 0.0 && value <= std::numeric_limits<double>::max())) {
+      fail({"cost_model_of", concat(field, " is ", value), concat("PlanCostOptions::", field),
+            "give a finite fixed time >= 0 (0: none)"});
+    }
+  }
+  cost.action_overhead = options.action_overhead * k;
+  cost.transfer_overhead = options.transfer_overhead * k;
   cost.stages.reserve(partition.stages.size());
   for (const StagePlan& s : partition.stages) {
     StageCost c = s.cost;

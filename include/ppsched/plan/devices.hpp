@@ -35,8 +35,10 @@ namespace ppsched {
 
 struct DevicePlanOptions {
   std::string description;  // the model, one line for the report; empty: its layer count
-  // Samples in the micro-batch the profile's times and activation sizes were measured for;
-  // they scale linearly with the micro-batch size (parameters do not).
+  // Samples in the micro-batch the profile's times and activation sizes were measured for,
+  // when the profile does not say (Profile::rows wins when it is set). Layers with measured
+  // points are priced at each candidate size from them (layer_at_rows); the others scale
+  // linearly with the micro-batch size (parameters do not).
   double profile_microbatch_size = 1.0;
   std::vector<std::int32_t> pipeline_sizes;     // p to consider; empty: every divisor of N
   std::vector<std::int32_t> microbatch_counts;  // m to consider; empty: every divisor of the per-replica batch
@@ -123,22 +125,6 @@ namespace detail {
   for (std::int64_t k = 1; k <= n && k <= most; ++k) {
     if (n % k == 0) out.push_back(static_cast<std::int32_t>(k));
   }
-  return out;
-}
-
-// The profile at micro-batch size `k` x the profiled one: times and activation sizes scale,
-// parameters do not.
-[[nodiscard]] inline Profile scaled_profile(const Profile& profile, double k) {
-  std::vector<Layer> layers = profile.graph.layers();
-  for (Layer& l : layers) {
-    l.forward *= k;
-    l.backward_input *= k;
-    l.backward_weight *= k;
-    l.activation_bytes *= k;
-    l.output_bytes *= k;
-  }
-  Profile out = profile;
-  out.graph = LayerGraph(std::move(layers), profile.graph.edges());
   return out;
 }
 
@@ -279,11 +265,10 @@ namespace detail {
       g.microbatches = m;
       g.optimizer_state_factor = options.optimizer_state_factor;
       g.method = options.method;
-      const double scale = b / options.profile_microbatch_size;
-      PlanModel model = graph_model(detail::scaled_profile(machine, scale), plan.model, g);
+      PlanModel model = graph_model(profile_at_rows(machine, b, options.profile_microbatch_size), plan.model, g);
       if (device_cap < no_cap) {
         model.partition = [fitting_cut = std::move(model.partition),
-                           any_cut = graph_model(detail::scaled_profile(any_memory, scale), plan.model, g).partition](
+                           any_cut = graph_model(profile_at_rows(any_memory, b, options.profile_microbatch_size), plan.model, g).partition](
                               std::span<const std::int32_t> placement) {
           try {
             return fitting_cut(placement);

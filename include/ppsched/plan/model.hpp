@@ -84,6 +84,10 @@ struct PlanModel {
   bool has_bytes = false;     // activation and parameter sizes are known
   Interconnect link{};
   std::vector<double> rank_memory_cap;  // bytes per rank from the hardware; empty: no cap
+  // The runtime's fixed cost per compute action and per transfer (CostModel::action_overhead,
+  // transfer_overhead), in `unit`; graph_model takes them from the profile.
+  double action_overhead = 0.0;
+  double transfer_overhead = 0.0;
   std::function<PartitionPlan(std::span<const std::int32_t> placement)> partition;
 };
 
@@ -221,6 +225,8 @@ struct GraphModelOptions {
   model.layers = profile.graph.size();
   model.has_bytes = true;
   model.link = profile.link;
+  model.action_overhead = profile.action_overhead;
+  model.transfer_overhead = profile.transfer_overhead;
   if (std::any_of(devices.begin(), devices.end(),
                   [](const Device& d) { return d.memory_bytes != std::numeric_limits<double>::infinity(); })) {
     for (const Device& d : devices) model.rank_memory_cap.push_back(d.memory_bytes);
@@ -258,6 +264,7 @@ struct GraphModelOptions {
       plan.cost.forward = st.forward;
       plan.cost.backward_input = st.backward_input;
       plan.cost.backward_weight = st.backward_weight;
+      plan.cost.backward = st.backward;
       plan.cost.activation_bytes = st.activation_bytes;
       plan.cost.output_bytes = st.send_bytes;
       plan.compute_time = st.compute;

@@ -10,9 +10,11 @@
 // compare.hpp: evaluate one schedule, compare families, recommend; search.hpp: the search;
 // objective.hpp: what the recommendation minimises (makespan, span, or memory within a time).
 // devices.hpp: N devices split into data x pipeline parallelism (plan_devices).
+// calibrate.hpp: a measured run refits the profile and re-plans (recalibrate_plan).
 // docs/plan.md is the guide.
 #pragma once
 
+#include "ppsched/plan/calibrate.hpp"
 #include "ppsched/plan/compare.hpp"
 #include "ppsched/plan/costs.hpp"
 #include "ppsched/plan/devices.hpp"

@@ -60,7 +60,8 @@ inline void busy_for(double units, std::chrono::nanoseconds per_unit) {
 }  // namespace detail
 
 // One StageFunctions per stage whose F, B, BI and BW wait for the model's time of that
-// (stage, micro-batch), `per_unit` being one unit of the model's time (e.g. 1 ms).
+// (stage, micro-batch), `per_unit` being one unit of the model's time (e.g. 1 ms), less the
+// model's fixed cost per action (CostModel::action_overhead), which the runtime itself pays.
 [[nodiscard]] inline std::vector<StageFunctions> synthetic_stages(const CostModel& cost, std::int32_t stages,
                                                                   std::int32_t microbatches,
                                                                   std::chrono::nanoseconds per_unit,
@@ -73,8 +74,10 @@ inline void busy_for(double units, std::chrono::nanoseconds per_unit) {
   auto model = std::make_shared<const CostModel>(cost);
   std::vector<StageFunctions> stages_out;
   for (std::int32_t s = 0; s < stages; ++s) {
+    // The stage's own time: the fixed cost per action is what the runtime adds around the
+    // call, so a stage that waited for it too would pay it twice.
     auto time = [model, s, microbatches](Op op, std::int32_t mb) {
-      return compute_time(*model, Action{op, s, mb, 0}, microbatches);
+      return compute_time(*model, Action{op, s, mb, 0}, microbatches) - model->action_overhead;
     };
     StageFunctions f;
     f.input_size = floats;

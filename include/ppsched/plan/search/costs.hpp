@@ -51,6 +51,7 @@ using PlacementCosts = std::function<CostModel(std::span<const std::int32_t> pla
     c.forward *= share;
     c.backward_input *= share;
     c.backward_weight *= share;
+    if (c.backward) *c.backward *= share;
     c.activation_bytes *= share;
     return c;
   };

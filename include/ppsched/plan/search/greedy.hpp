@@ -120,9 +120,11 @@ class GreedyBuilder {
       for (std::int32_t mb = 0; mb < M_; ++mb) {
         const StageCost c = stage_cost(costs, s, mb, M_);
         const std::size_t i = cell(s, mb);
-        tf_[i] = c.forward;
-        tb_[i] = split_ ? c.backward_input : c.backward_input + c.backward_weight;
-        tw_[i] = c.backward_weight;
+        // compute_time, not the StageCost's fields: it adds the fixed cost per action and
+        // prices B as the measured full backward, as the simulator will.
+        tf_[i] = compute_time(costs, Action{Op::F, s, mb, 0}, M_);
+        tb_[i] = compute_time(costs, Action{split_ ? Op::BI : Op::B, s, mb, 0}, M_);
+        tw_[i] = compute_time(costs, Action{Op::BW, s, mb, 0}, M_);
         bytes_[i] = c.activation_bytes;
         if (s + 1 < S_ && rank_of(s + 1) != rank_of(s)) xf_[i] = transfer_time(costs, Action{Op::SEND_F, s, mb, 0}, M_);
         if (s > 0 && rank_of(s - 1) != rank_of(s)) xb_[i] = transfer_time(costs, Action{Op::SEND_B, s, mb, 0}, M_);
@@ -652,9 +654,9 @@ class ZbHeuristicBuilder {
       for (std::int32_t mb = 0; mb < M_; ++mb) {
         const StageCost c = stage_cost(costs, s, mb, M_);
         const std::size_t i = cell(s, mb);
-        tf_[i] = c.forward;
-        tb_[i] = c.backward_input;
-        tw_[i] = c.backward_weight;
+        tf_[i] = compute_time(costs, Action{Op::F, s, mb, 0}, M_);
+        tb_[i] = compute_time(costs, Action{Op::BI, s, mb, 0}, M_);
+        tw_[i] = compute_time(costs, Action{Op::BW, s, mb, 0}, M_);
         bytes_[i] = c.activation_bytes;
         if (s + 1 < S_) xf_[i] = transfer_time(costs, Action{Op::SEND_F, s, mb, 0}, M_);
         if (s > 0) xb_[i] = transfer_time(costs, Action{Op::SEND_B, s, mb, 0}, M_);

@@ -1,0 +1,198 @@
+// Accuracy of the planner's predictions on a real model: the plain C++ MLP of examples/mlp
+// (8 linear + tanh layers of width 64) through the CPU backend. The model is profiled by the
+// library (profile_stages at 2, 8 and 32 rows; measure_backend_overheads), then for every
+// configuration (family, ranks, micro-batch count and size; global batch 64) the planner's cut
+// is run and its step predicted (graph_model + cost_model_of + simulate, as plan_devices
+// prices it) and measured (wall time of World::run_step). Passes over all configurations are
+// interleaved, so a change of load hits every configuration alike; per configuration it prints
+// the predicted and the measured median with the spread of the repetitions and the two passes'
+// difference (the noise floor); then the mean and maximum error and Kendall's tau between the
+// predicted and measured orderings. Not a Google Benchmark program and not a test: a report.
+//
+//   bench_accuracy [repetitions per pass] [passes]      docs/accuracy.md has the figures
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <ppsched/backend/cpu.hpp>
+#include <ppsched/plan/plan.hpp>
+#include <ppsched/runtime/profile.hpp>
+#include <ppsched/runtime/world.hpp>
+#include <ppsched/schedule/generators.hpp>
+#include <ppsched/sim/simulate.hpp>
+#include <string>
+#include <vector>
+
+#include "../examples/mlp/mlp.hpp"
+#include "../examples/mlp/mlp_stage.hpp"
+
+namespace {
+
+struct Config {
+  std::string family;
+  std::int32_t ranks = 1;
+  std::int32_t microbatches = 1;
+  std::int32_t rows = 1;
+  double predicted = 0.0;
+  double recalibrated = 0.0;                // predicted from the profile calibrated by one run
+  std::vector<std::vector<double>> passes;  // ms per step, per pass
+  ppsched::Timeline timeline;               // the last step's, measured
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const int repetitions = argc > 1 ? std::atoi(argv[1]) : 10;
+  const int passes = argc > 2 ? std::atoi(argv[2]) : 2;
+  const std::vector<std::size_t> widths(9, 64);
+  mlp::Mlp model(widths, 1);
+  const std::size_t layers = model.layers.size();
+
+  // 1. The measured profile.
+  auto keep = std::make_shared<std::vector<std::unique_ptr<mlp::MlpStage>>>();
+  const ppsched::StageFactory per_layer = [&model, layers, keep](std::int32_t rows) {
+    std::vector<ppsched::StageFunctions> f;
+    for (std::size_t l = 0; l < layers; ++l) {
+      keep->push_back(std::make_unique<mlp::MlpStage>(model, l, l + 1, static_cast<std::size_t>(rows), 1));
+      f.push_back(keep->back()->functions(l + 1 == layers, 1.0f, 0.0f));
+    }
+    return f;
+  };
+  ppsched::ProfileOptions po;
+  po.rows = {2, 8, 32};
+  po.repetitions = 20;
+  po.warmup = 3;
+  ppsched::CpuOptions cpu;
+  cpu.checking = false;
+  ppsched::CpuCluster single(1, cpu), pair(2, cpu);
+  const ppsched::BackendOverheads overheads =
+      ppsched::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)});
+  const ppsched::Profile profile =
+      ppsched::measured_profile(ppsched::profile_stages(per_layer, po), "ms", 32, overheads);
+  std::printf("fixed cost per action %.4f ms, per transfer %.4f ms\n", overheads.action_overhead,
+              overheads.transfer_overhead);
+
+  // 2. The configurations: global batch 64.
+  std::vector<Config> configs;
+  for (const std::int32_t p : {1, 2}) {
+    for (const char* family : {"gpipe", "1f1b", "zb-h1", "interleaved-1f1b"}) {
+      if (p == 1 && std::string(family) == "interleaved-1f1b") continue;
+      for (const std::int32_t m : {2, 8, 32}) configs.push_back({family, p, m, 64 / m, 0.0, 0.0, {}, {}});
+    }
+  }
+  // 3. Interleaved passes.
+  for (int pass = 0; pass < passes; ++pass) {
+    for (Config& c : configs) {
+      ppsched::ScheduleRequest request{c.ranks, c.microbatches, c.family == "interleaved-1f1b" ? 2 : 1};
+      const ppsched::Schedule schedule = ppsched::make_schedule(c.family, request);
+      ppsched::GraphModelOptions g;
+      g.ranks = c.ranks;
+      g.microbatches = c.microbatches;
+      const ppsched::PlanModel plan_model = ppsched::graph_model(ppsched::profile_at_rows(profile, c.rows), "mlp", g);
+      const ppsched::PartitionPlan cut = plan_model.partition(schedule.placement);
+      const ppsched::CostModel cost = ppsched::cost_model_of(cut, ppsched::plan_cost_options(plan_model, 0.5));
+      c.predicted = ppsched::simulate(schedule, cost).makespan;
+      std::vector<std::unique_ptr<mlp::MlpStage>> stages;
+      std::vector<ppsched::StageFunctions> functions;
+      for (std::size_t s = 0; s < cut.stages.size(); ++s) {
+        stages.push_back(std::make_unique<mlp::MlpStage>(model, cut.stages[s].first_layer, cut.stages[s].last_layer + 1,
+                                                         static_cast<std::size_t>(c.rows), c.microbatches));
+        functions.push_back(stages.back()->functions(s + 1 == cut.stages.size(), 1.0f / 64.0f, 0.0f));
+      }
+      ppsched::CpuCluster cluster(c.ranks, cpu);
+      std::vector<ppsched::CpuBackend*> ranks;
+      for (int r = 0; r < c.ranks; ++r) ranks.push_back(&cluster.rank(r));
+      ppsched::World<ppsched::CpuBackend> world(ranks, schedule, cost, functions);
+      const std::vector<float> inputs(64 * widths.front(), 0.25f), targets(64 * widths.back(), 0.0f);
+      std::vector<double> steps;
+      for (int r = -2; r < repetitions; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        (void)world.run_step({inputs, targets});
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (r >= 0) steps.push_back(ms);
+      }
+      c.passes.push_back(steps);
+      c.timeline = world.last_step().timeline;
+    }
+  }
+  // 4. Calibration from one configuration's measured step (1f1b, 2 ranks, 8 x 8), and every
+  //    configuration predicted again from the calibrated profile.
+  const auto calibrating = std::find_if(configs.begin(), configs.end(), [](const Config& c) {
+    return c.family == "1f1b" && c.ranks == 2 && c.microbatches == 8;
+  });
+  const ppsched::Recalibration fit =
+      ppsched::recalibrate_plan(profile, calibrating->timeline, calibrating->rows, 2, 64, std::nullopt, {});
+  std::printf("calibrated from 1f1b p=2 m=8: fixed cost per action %.4f ms\n", fit.profile.action_overhead);
+  for (Config& c : configs) {
+    ppsched::ScheduleRequest request{c.ranks, c.microbatches, c.family == "interleaved-1f1b" ? 2 : 1};
+    const ppsched::Schedule schedule = ppsched::make_schedule(c.family, request);
+    ppsched::GraphModelOptions g;
+    g.ranks = c.ranks;
+    g.microbatches = c.microbatches;
+    const ppsched::PlanModel m = ppsched::graph_model(ppsched::profile_at_rows(fit.profile, c.rows), "mlp", g);
+    c.recalibrated =
+        ppsched::simulate(schedule, ppsched::cost_model_of(m.partition(schedule.placement), ppsched::plan_cost_options(m, 0.5)))
+            .makespan;
+  }
+  // 5. The report.
+  std::printf("%-17s %2s %3s %4s  %9s  %9s %7s %7s  %7s  %6s  %9s  %6s\n", "family", "p", "m", "rows", "predicted",
+              "measured", "min", "max", "noise", "error", "calibr.", "error");
+  double sum_error = 0.0, max_error = 0.0, sum_noise = 0.0, sum_after = 0.0, max_after = 0.0;
+  std::vector<double> predicted, measured, after;
+  for (const Config& c : configs) {
+    std::vector<double> all;
+    for (const auto& p : c.passes) all.insert(all.end(), p.begin(), p.end());
+    const double med = median(all);
+    double lo = median(c.passes.front()), hi = lo;
+    for (const auto& p : c.passes) {
+      lo = std::min(lo, median(p));
+      hi = std::max(hi, median(p));
+    }
+    const double noise = (hi - lo) / med, error = (c.predicted - med) / med;
+    sum_error += std::abs(error);
+    max_error = std::max(max_error, std::abs(error));
+    sum_noise += noise;
+    const double error_after = (c.recalibrated - med) / med;
+    sum_after += std::abs(error_after);
+    max_after = std::max(max_after, std::abs(error_after));
+    predicted.push_back(c.predicted);
+    measured.push_back(med);
+    after.push_back(c.recalibrated);
+    std::printf("%-17s %2d %3d %4d  %9.4f  %9.4f %7.4f %7.4f  %6.1f%%  %+5.1f%%  %9.4f  %+5.1f%%\n", c.family.c_str(),
+                c.ranks, c.microbatches, c.rows, c.predicted, med, *std::min_element(all.begin(), all.end()),
+                *std::max_element(all.begin(), all.end()), 100.0 * noise, 100.0 * error, c.recalibrated,
+                100.0 * error_after);
+  }
+  const auto tau = [&](const std::vector<double>& x) {
+    double concordant = 0.0, discordant = 0.0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      for (std::size_t j = i + 1; j < x.size(); ++j) {
+        const double v = (x[i] - x[j]) * (measured[i] - measured[j]);
+        if (v > 0) concordant += 1;
+        if (v < 0) discordant += 1;
+      }
+    }
+    const double n = static_cast<double>(x.size());
+    return (concordant - discordant) / (n * (n - 1) / 2.0);
+  };
+  const double n = static_cast<double>(configs.size());
+  std::printf("%zu configurations: mean noise floor %.1f%%\n"
+              "  profiled:   mean |error| %.1f%%, max %.1f%%, Kendall's tau %.2f\n"
+              "  calibrated: mean |error| %.1f%%, max %.1f%%, Kendall's tau %.2f\n",
+              configs.size(), 100.0 * sum_noise / n, 100.0 * sum_error / n, 100.0 * max_error, tau(predicted),
+              100.0 * sum_after / n, 100.0 * max_after, tau(after));
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "bench_accuracy: " << e.what() << '\n';
+  return 1;
+}

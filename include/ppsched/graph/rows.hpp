@@ -1,0 +1,81 @@
+// Costs measured at several micro-batch sizes, and the one rule that prices any other size.
+// A layer's time is not proportional to the rows of its micro-batch: small micro-batches pay
+// fixed costs (kernel launches, dispatch, a GEMM too small to fill the machine) that a linear
+// scale from one measured size hides, which is how a planner ends up choosing 64 micro-batches
+// of 2 rows that run 40% slower than 8 of 32. So a profile may carry measured points, and every
+// part of ppsched prices a size through `value_at_rows` (docs/profile-format.md says the rule).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "ppsched/error.hpp"
+
+namespace ppsched {
+
+// A layer's (or a stage function's) costs measured at one micro-batch size: the median of the
+// repetitions, with the spread of the slowest-spread time beside it.
+struct CostPoint {
+  double rows = 0.0;  // samples per micro-batch
+  double forward = 0.0;
+  double backward_input = 0.0;
+  double backward_weight = 0.0;
+  std::optional<double> backward{};  // the full backward, when measured
+  double activation_bytes = 0.0;
+  double output_bytes = 0.0;
+  // (max - min) / median of the repetitions, the largest over the times above; informational
+  // (how far to trust the point), never priced.
+  double spread = 0.0;
+
+  friend bool operator==(const CostPoint&, const CostPoint&) = default;
+};
+
+// One measured value at one size, the input of value_at_rows.
+struct RowsValue {
+  double rows = 0.0;
+  double value = 0.0;
+};
+
+// The value at `rows` from points measured at distinct sizes, sorted by rows:
+//  - between two measured sizes: piecewise linear in rows (exact at every measured size);
+//  - above the largest: the straight line through the last two points, its slope taken as at
+//    least 0 (more rows never cost less);
+//  - below the smallest: the straight line through the first two points, kept between that
+//    line's value at 0 rows (the fixed part, itself kept within [0, the first value]) and the
+//    first value, so a small micro-batch never costs less than the fixed part measured;
+//  - one point only: proportional to rows (no fixed part can be told from one size).
+// Throws ppsched::error for no points, unsorted or repeated sizes, or rows <= 0.
+[[nodiscard]] inline double value_at_rows(std::span<const RowsValue> points, double rows) {
+  using detail::concat;
+  if (points.empty()) fail({"value_at_rows", "no measured points", "points", "measure at least one micro-batch size"});
+  if (!(rows > 0.0)) fail({"value_at_rows", concat("rows = ", rows), "rows", "ask for a micro-batch of more than 0 rows"});
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    if (!(points[i].rows > 0.0) || (i > 0 && !(points[i].rows > points[i - 1].rows))) {
+      fail({"value_at_rows", concat("point ", i, " is at ", points[i].rows, " rows"), concat("points[", i, "].rows"),
+            "give points at distinct sizes > 0, in increasing order"});
+    }
+  }
+  const RowsValue& first = points.front();
+  if (points.size() == 1) return first.value * (rows / first.rows);
+  const auto line = [](const RowsValue& a, const RowsValue& b, double x) {
+    return a.value + (b.value - a.value) * ((x - a.rows) / (b.rows - a.rows));
+  };
+  if (rows <= first.rows) {
+    const double fixed = std::clamp(line(first, points[1], 0.0), 0.0, first.value);
+    return std::clamp(line(first, points[1], rows), fixed, std::max(fixed, first.value));
+  }
+  const RowsValue& last = points.back();
+  if (rows >= last.rows) {
+    const RowsValue& before = points[points.size() - 2];
+    const double slope = std::max(0.0, (last.value - before.value) / (last.rows - before.rows));
+    return last.value + slope * (rows - last.rows);
+  }
+  const auto upper = std::upper_bound(points.begin(), points.end(), rows,
+                                      [](double x, const RowsValue& p) { return x < p.rows; });
+  return line(*(upper - 1), *upper, rows);
+}
+
+}  // namespace ppsched

@@ -1,0 +1,408 @@
+// Profiling stage functions: the measured profile the partitioner and the planner read, made
+// by the library on the machine that will run the model instead of written by hand.
+//
+// `profile_stages` times each stage's forward, input-gradient and weight-gradient callables
+// (and the full backward where the stage has one) at several micro-batch sizes, with warm-up
+// runs first and the spread of the repetitions kept; `measure_backend_overheads` measures the
+// runtime's own fixed cost per compute action and per transfer by running small schedules of
+// empty stages through the executor and fitting the simulator's one cost model to their step
+// times; `measured_profile` writes both as a Profile (graph/profile.hpp), one layer per stage
+// function with a point per size, which profile_to_json saves for `ppsched-plan --profile`.
+//
+// The callables run on the calling thread, one at a time, as the CPU backend's compute stream
+// runs them; a stage's time alone is what the cost model calls its time, and what the runtime
+// adds around it is the overhead measured separately.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ppsched/costs/cost_model.hpp"
+#include "ppsched/error.hpp"
+#include "ppsched/graph/layer_graph.hpp"
+#include "ppsched/graph/profile.hpp"
+#include "ppsched/graph/rows.hpp"
+#include "ppsched/runtime/stage.hpp"
+#include "ppsched/runtime/world.hpp"
+#include "ppsched/schedule/generators.hpp"
+#include "ppsched/schedule/schedule.hpp"
+#include "ppsched/sim/simulate.hpp"
+
+namespace ppsched {
+
+// The repetitions of one measured time: median, quartiles and extremes, in the unit asked for.
+struct TimeSpread {
+  double median = 0.0;
+  double q1 = 0.0;
+  double q3 = 0.0;
+  double min = 0.0;
+  double max = 0.0;
+
+  // (max - min) / median: how far one repetition may be from another; 0 for a zero median.
+  [[nodiscard]] double relative_spread() const noexcept { return median > 0.0 ? (max - min) / median : 0.0; }
+  friend bool operator==(const TimeSpread&, const TimeSpread&) = default;
+};
+
+// One stage function at one micro-batch size.
+struct StageTiming {
+  std::int32_t rows = 0;
+  TimeSpread forward;
+  TimeSpread backward_input;   // zeros for a stage with a full backward only
+  TimeSpread backward_weight;
+  std::optional<TimeSpread> backward;  // the full backward, when the stage has one
+  double input_bytes = 0.0;   // the boundary tensors per micro-batch (floats x 4)
+  double output_bytes = 0.0;
+};
+
+struct StageProfile {
+  std::string name;
+  double param_bytes = 0.0;  // weight_grad_size floats x 4: the parameters the gradient covers
+  std::vector<StageTiming> sizes;  // one per ProfileOptions::rows, in increasing rows
+};
+
+struct ProfileOptions {
+  std::vector<std::int32_t> rows{8};  // micro-batch sizes to measure (samples per micro-batch)
+  std::int32_t warmup = 2;            // untimed runs of each callable before the timed ones
+  std::int32_t repetitions = 10;      // timed runs; the median is the cost, the rest the spread
+  std::string unit = "ms";            // "s", "ms" or "us": the unit of every time reported
+  std::vector<std::string> names;     // one per stage; empty: "stage 0", "stage 1", ...
+};
+
+// Builds every stage's functions for micro-batches of `rows` samples (stage functions size
+// their spans by the micro-batch, so each size needs its own).
+using StageFactory = std::function<std::vector<StageFunctions>(std::int32_t rows)>;
+
+namespace detail {
+
+[[nodiscard]] inline double seconds_per_unit(const std::string& unit, const char* who) {
+  if (unit == "s") return 1.0;
+  if (unit == "ms") return 1e-3;
+  if (unit == "us") return 1e-6;
+  fail({who, concat("unit \"", unit, "\""), "unit", "give \"s\", \"ms\" or \"us\""});
+}
+
+// Quartiles by linear interpolation between order statistics (the usual "type 7").
+[[nodiscard]] inline TimeSpread spread_of(std::vector<double> samples) {
+  std::sort(samples.begin(), samples.end());
+  const auto quantile = [&](double q) {
+    const double at = q * static_cast<double>(samples.size() - 1);
+    const auto lo = static_cast<std::size_t>(at);
+    const std::size_t hi = std::min(lo + 1, samples.size() - 1);
+    return samples[lo] + (samples[hi] - samples[lo]) * (at - static_cast<double>(lo));
+  };
+  return {quantile(0.5), quantile(0.25), quantile(0.75), samples.front(), samples.back()};
+}
+
+// Runs `body` inside the stage's around_call, as the executor does, so thread-local framework
+// state (grad mode, autocast) is what it is in a real step.
+template <class Body>
+void call_as_executor(const StageFunctions& f, const StageContext& c, Body body) {
+  if (!f.around_call) {
+    body();
+    return;
+  }
+  bool ran = false;
+  f.around_call(c, StageCallRef(body, ran));
+  if (!ran) {
+    fail({"profile_stages", concat("around_call of stage ", c.stage, " returned without running ", to_string(c.call)),
+          "StageFunctions::around_call", "call the StageCallRef it is given exactly once"});
+  }
+}
+
+}  // namespace detail
+
+// Times every stage that `make` builds, at every size in options.rows: per repetition, a
+// forward of micro-batch 0, then its backward_input and backward_weight (when the stage has
+// the split), then a forward and the full backward (when it has one). Inputs are a fixed
+// pattern, the output gradient ones. Throws ppsched::error for bad options, a factory whose
+// stage count changes with the size, or a stage without a forward.
+[[nodiscard]] inline std::vector<StageProfile> profile_stages(const StageFactory& make, const ProfileOptions& options = {}) {
+  using detail::concat;
+  const char* who = "profile_stages";
+  if (!make) fail({who, "no stage factory", "make", "give a function from rows to the stages' StageFunctions"});
+  if (options.rows.empty()) fail({who, "no micro-batch sizes", "ProfileOptions::rows", "give at least one size"});
+  for (std::size_t i = 0; i < options.rows.size(); ++i) {
+    if (options.rows[i] < 1 || (i > 0 && options.rows[i] <= options.rows[i - 1])) {
+      fail({who, concat("rows[", i, "] = ", options.rows[i]), "ProfileOptions::rows",
+            "give distinct sizes >= 1 in increasing order"});
+    }
+  }
+  if (options.repetitions < 1 || options.warmup < 0) {
+    fail({who, concat("repetitions = ", options.repetitions, ", warmup = ", options.warmup), "ProfileOptions",
+          "give at least one repetition and no negative warm-up"});
+  }
+  const double per_second = 1.0 / detail::seconds_per_unit(options.unit, who);
+  std::vector<StageProfile> out;
+  for (const std::int32_t rows : options.rows) {
+    std::vector<StageFunctions> stages = make(rows);
+    if (stages.empty()) fail({who, concat("the factory built no stages for ", rows, " rows"), "make", "build one StageFunctions per stage"});
+    if (out.empty()) {
+      if (!options.names.empty() && options.names.size() != stages.size()) {
+        fail({who, concat(options.names.size(), " names for ", stages.size(), " stages"), "ProfileOptions::names",
+              "give one name per stage, or none"});
+      }
+      for (std::size_t s = 0; s < stages.size(); ++s) {
+        StageProfile p;
+        p.name = options.names.empty() ? concat("stage ", s) : options.names[s];
+        p.param_bytes = 4.0 * static_cast<double>(stages[s].weight_grad_size);
+        out.push_back(std::move(p));
+      }
+    } else if (stages.size() != out.size()) {
+      fail({who, concat("the factory built ", stages.size(), " stages for ", rows, " rows and ", out.size(), " before"),
+            "make", "build the same stages for every size"});
+    }
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+      const StageFunctions& f = stages[s];
+      if (!f.forward) fail({who, concat("stage ", s, " has no forward"), "StageFunctions::forward", "set it"});
+      const bool split = static_cast<bool>(f.backward_input) && static_cast<bool>(f.backward_weight);
+      std::vector<float> input(f.input_size), output(f.output_size), grad_output(f.output_size, 1.0f),
+          grad_input(s == 0 ? 0 : f.input_size), weight_grad(f.weight_grad_size);
+      for (std::size_t i = 0; i < input.size(); ++i) input[i] = static_cast<float>(i % 17) / 17.0f - 0.5f;
+      StageContext c;
+      c.microbatch = 0;
+      c.stage = static_cast<std::int32_t>(s);
+      c.rank = 0;
+      const auto timed = [&](StageCall call, auto&& body) {
+        c.call = call;
+        const auto t0 = std::chrono::steady_clock::now();
+        detail::call_as_executor(f, c, body);
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * per_second;
+      };
+      const auto forward = [&] { f.forward(c, input, output); };
+      std::vector<double> tf, tbi, tbw, tb;
+      for (std::int32_t r = -options.warmup; r < options.repetitions; ++r) {
+        const bool keep = r >= 0;
+        std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
+        if (split || !f.backward) {
+          const double t = timed(StageCall::forward, forward);
+          if (keep) tf.push_back(t);
+          if (split) {
+            const double ti = timed(StageCall::backward_input, [&] { f.backward_input(c, input, grad_output, grad_input); });
+            const double tw = timed(StageCall::backward_weight, [&] { f.backward_weight(c, input, grad_output, weight_grad); });
+            if (keep) {
+              tbi.push_back(ti);
+              tbw.push_back(tw);
+            }
+          }
+        }
+        if (f.backward) {
+          const double t = timed(StageCall::forward, forward);
+          const double tfull = timed(StageCall::backward, [&] { f.backward(c, input, grad_output, grad_input, weight_grad); });
+          if (keep) {
+            if (!split) tf.push_back(t);
+            tb.push_back(tfull);
+          }
+        }
+      }
+      StageTiming timing;
+      timing.rows = rows;
+      timing.forward = detail::spread_of(tf);
+      if (split) {
+        timing.backward_input = detail::spread_of(tbi);
+        timing.backward_weight = detail::spread_of(tbw);
+      }
+      if (f.backward) timing.backward = detail::spread_of(tb);
+      timing.input_bytes = 4.0 * static_cast<double>(f.input_size);
+      timing.output_bytes = 4.0 * static_cast<double>(f.output_size);
+      out[s].sizes.push_back(timing);
+    }
+  }
+  return out;
+}
+
+// The runtime's fixed costs as CostModel::action_overhead and transfer_overhead, in a unit.
+struct BackendOverheads {
+  std::string unit = "ms";
+  double action_overhead = 0.0;
+  double transfer_overhead = 0.0;
+  TimeSpread one_rank_step;  // the measured steps the fit used, for the report
+  TimeSpread two_rank_step;
+};
+
+// The fixed part of the simulated step: the simulator's makespan of `schedule` with every
+// stage free and the given fixed costs. The fits below solve it for the measured step.
+[[nodiscard]] inline double fixed_cost_makespan(const Schedule& schedule, double action_overhead,
+                                                double transfer_overhead) {
+  CostModel c = uniform_costs(0.0, 0.0, 0.0);
+  c.action_overhead = action_overhead;
+  c.transfer_overhead = transfer_overhead;
+  return simulate(schedule, c).makespan;
+}
+
+namespace detail {
+
+// The x >= 0 with f(x) = target for an f that grows with x (bisection; 0 when f(0) >= target).
+template <class F>
+[[nodiscard]] double solve_increasing(F f, double target) {
+  if (f(0.0) >= target) return 0.0;
+  double hi = 1.0;
+  while (f(hi) < target && hi < 1e12) hi *= 2.0;
+  double lo = 0.0;
+  for (int i = 0; i < 100 && hi - lo > 1e-12 * hi; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (f(mid) < target ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+}  // namespace detail
+
+// Fits the fixed costs from two measured steps of empty stages: `one_rank` a schedule on one
+// rank (compute actions only: it gives action_overhead, the step over its action count as the
+// simulator counts it) and `two_rank` one on two ranks (its transfers then give
+// transfer_overhead, the action overhead held). Steps are in `unit`; the median is fitted.
+[[nodiscard]] inline BackendOverheads fit_backend_overheads(const Schedule& one_rank, const std::vector<double>& one_rank_steps,
+                                                            const Schedule& two_rank, const std::vector<double>& two_rank_steps,
+                                                            std::string unit = "ms") {
+  if (one_rank_steps.empty() || two_rank_steps.empty()) {
+    fail({"fit_backend_overheads", "no measured steps", "steps", "measure at least one step of each schedule"});
+  }
+  BackendOverheads o;
+  o.unit = std::move(unit);
+  o.one_rank_step = detail::spread_of(one_rank_steps);
+  o.two_rank_step = detail::spread_of(two_rank_steps);
+  o.action_overhead = detail::solve_increasing([&](double x) { return fixed_cost_makespan(one_rank, x, 0.0); },
+                                               o.one_rank_step.median);
+  o.transfer_overhead = detail::solve_increasing(
+      [&](double x) { return fixed_cost_makespan(two_rank, o.action_overhead, x); }, o.two_rank_step.median);
+  return o;
+}
+
+// Stages that do nothing: what a step of them costs is the runtime's own work.
+[[nodiscard]] inline std::vector<StageFunctions> empty_stages(std::int32_t stages) {
+  std::vector<StageFunctions> out(static_cast<std::size_t>(stages));
+  for (std::size_t s = 0; s < out.size(); ++s) {
+    StageFunctions& f = out[s];
+    f.input_size = f.output_size = 1;
+    f.forward = [](std::int32_t, std::span<const float>, std::span<float>) {};
+    f.backward = [](std::int32_t, std::span<const float>, std::span<const float>, std::span<float>, std::span<float>) {};
+    if (s + 1 == out.size()) {
+      f.target_size = 1;
+      f.loss = [](std::int32_t, std::span<const float>, std::span<const float>, std::span<float>) { return 0.0f; };
+    }
+  }
+  return out;
+}
+
+struct OverheadOptions {
+  std::int32_t microbatches = 32;  // per step; more actions per step average the clock's cost away
+  std::int32_t warmup = 3;         // untimed steps first (threads, pools and caches settle)
+  std::int32_t repetitions = 21;   // timed steps of each schedule
+  std::string unit = "ms";
+  ExecutorOptions executor{};      // as the real run will use them
+};
+
+// Measures the fixed cost of a compute action and of a transfer on a backend: steps of empty
+// stages, GPipe on one rank (`one_rank`, one backend) and 1F1B on two (`two_ranks`, two
+// backends of one cluster), timed on the host around run_step and fitted by
+// fit_backend_overheads. Both measurements include what a step costs once (starting the rank
+// threads, gathering the timeline), spread over 4 x microbatches actions; keep microbatches
+// large so that it stays small.
+template <class B>
+[[nodiscard]] BackendOverheads measure_backend_overheads(const std::vector<B*>& one_rank, const std::vector<B*>& two_ranks,
+                                                         const OverheadOptions& options = {}) {
+  using detail::concat;
+  const char* who = "measure_backend_overheads";
+  if (one_rank.size() != 1 || two_ranks.size() != 2) {
+    fail({who, concat("got ", one_rank.size(), " and ", two_ranks.size(), " backends"), "one_rank, two_ranks",
+          "give one backend for the one-rank run and two (of one cluster) for the two-rank run"});
+  }
+  if (options.microbatches < 2 || options.repetitions < 1 || options.warmup < 0) {
+    fail({who, concat("microbatches = ", options.microbatches, ", repetitions = ", options.repetitions), "OverheadOptions",
+          "give at least 2 micro-batches and 1 repetition"});
+  }
+  const double per_second = 1.0 / detail::seconds_per_unit(options.unit, who);
+  const auto measure = [&](const std::vector<B*>& ranks, const char* family, Schedule& lowered) {
+    const auto p = static_cast<std::int32_t>(ranks.size());
+    const Schedule s = make_schedule(family, ScheduleRequest{p, options.microbatches, 1});
+    World<B> world(ranks, s, empty_stages(p), options.executor);
+    lowered = world.schedule();
+    const std::vector<float> data(static_cast<std::size_t>(options.microbatches), 0.0f);
+    std::vector<double> steps;
+    for (std::int32_t r = -options.warmup; r < options.repetitions; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      (void)world.run_step({data, data});
+      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * per_second;
+      if (r >= 0) steps.push_back(t);
+    }
+    return steps;
+  };
+  Schedule one, two;
+  const std::vector<double> one_steps = measure(one_rank, "gpipe", one);
+  const std::vector<double> two_steps = measure(two_ranks, "1f1b", two);
+  return fit_backend_overheads(one, one_steps, two, two_steps, options.unit);
+}
+
+// A Profile of the measured stages: one layer per stage function (so the partitioner cuts
+// between them), a CostPoint per size with the medians and the largest relative spread, the
+// plain fields at `reference_rows` (one of the sizes measured; 0: the largest), and the
+// backend's fixed costs. Times are in the profile's unit, which must be the overheads' too.
+[[nodiscard]] inline Profile measured_profile(const std::vector<StageProfile>& stages, const std::string& unit,
+                                              std::int32_t reference_rows = 0,
+                                              const std::optional<BackendOverheads>& overheads = std::nullopt) {
+  using detail::concat;
+  const char* who = "measured_profile";
+  if (stages.empty() || stages.front().sizes.empty()) fail({who, "no measured stages", "stages", "profile_stages first"});
+  if (overheads && overheads->unit != unit) {
+    fail({who, concat("overheads in \"", overheads->unit, "\", stages in \"", unit, "\""), "overheads",
+          "measure both in one unit"});
+  }
+  const std::int32_t reference = reference_rows == 0 ? stages.front().sizes.back().rows : reference_rows;
+  std::vector<Layer> layers;
+  for (const StageProfile& s : stages) {
+    Layer l;
+    l.name = s.name;
+    l.param_bytes = s.param_bytes;
+    bool found = false;
+    for (const StageTiming& t : s.sizes) {
+      CostPoint p;
+      p.rows = t.rows;
+      p.forward = t.forward.median;
+      p.backward_input = t.backward_input.median;
+      p.backward_weight = t.backward_weight.median;
+      if (t.backward) p.backward = t.backward->median;
+      // What backward keeps is at least the stage's input; the stage functions do not say more.
+      p.activation_bytes = t.input_bytes;
+      p.output_bytes = t.output_bytes;
+      p.spread = std::max({t.forward.relative_spread(), t.backward_input.relative_spread(),
+                           t.backward_weight.relative_spread(), t.backward ? t.backward->relative_spread() : 0.0});
+      if (t.backward && p.backward_input == 0.0 && p.backward_weight == 0.0) {
+        // A stage with a full backward only: the split halves are unknown, so the zero-bubble
+        // families see BI = B, BW = 0 (the executor cannot run them on it anyway).
+        p.backward_input = *p.backward;
+      }
+      l.points.push_back(p);
+      if (t.rows == reference) {
+        found = true;
+        l.forward = p.forward;
+        l.backward_input = p.backward_input;
+        l.backward_weight = p.backward_weight;
+        l.backward = p.backward;
+        l.activation_bytes = p.activation_bytes;
+        l.output_bytes = p.output_bytes;
+      }
+    }
+    if (!found) {
+      fail({who, concat("no size of ", reference, " rows was measured"), "reference_rows", "give one of the sizes measured"});
+    }
+    layers.push_back(std::move(l));
+  }
+  Profile p;
+  p.graph = LayerGraph(std::move(layers));
+  p.time_unit = unit;
+  p.rows = reference;
+  if (overheads) {
+    p.action_overhead = overheads->action_overhead;
+    p.transfer_overhead = overheads->transfer_overhead;
+  }
+  return p;
+}
+
+}  // namespace ppsched

@@ -1,0 +1,177 @@
+// runtime/profile.hpp: profiling stage functions at several micro-batch sizes, measuring and
+// fitting the runtime's fixed costs, and the measured profile the planner reads. No assertion
+// here depends on how fast anything ran: the tests check what was called, how often, and that
+// the fits reproduce the steps they were given.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ppsched/backend/cpu.hpp"
+#include "ppsched/graph/profile_json.hpp"
+#include "ppsched/runtime/profile.hpp"
+#include "ppsched/schedule/generators.hpp"
+
+using namespace ppsched;
+
+namespace {
+
+struct Calls {
+  std::map<std::string, int> count;
+  std::vector<std::int32_t> rows_built;
+};
+
+// Two stages: the first with the split backward, the second with a full backward only.
+StageFactory counting_stages(const std::shared_ptr<Calls>& calls) {
+  return [calls](std::int32_t rows) {
+    calls->rows_built.push_back(rows);
+    std::vector<StageFunctions> out(2);
+    for (std::size_t s = 0; s < 2; ++s) {
+      StageFunctions& f = out[s];
+      f.input_size = f.output_size = static_cast<std::size_t>(rows) * 4;
+      f.weight_grad_size = 10 * (s + 1);
+      f.forward = [calls, s](std::int32_t, std::span<const float>, std::span<float>) { ++calls->count["F" + std::to_string(s)]; };
+    }
+    out[0].backward_input = [calls](std::int32_t, std::span<const float>, std::span<const float>, std::span<float> gi) {
+      CHECK(gi.empty());  // stage 0 has no input gradient to give
+      ++calls->count["BI0"];
+    };
+    out[0].backward_weight = [calls](std::int32_t, std::span<const float>, std::span<const float>, std::span<float> wg) {
+      CHECK(wg.size() == 10);
+      ++calls->count["BW0"];
+    };
+    out[1].backward = [calls](std::int32_t, std::span<const float>, std::span<const float> go, std::span<float> gi,
+                              std::span<float>) {
+      CHECK(gi.size() == go.size());
+      ++calls->count["B1"];
+    };
+    out[1].around_call = [calls](const StageContext&, StageCallRef call) {
+      ++calls->count["around1"];
+      call();
+    };
+    return out;
+  };
+}
+
+}  // namespace
+
+TEST_CASE("profile_stages runs every callable warm-up + repetitions times at every size", "[profile]") {
+  auto calls = std::make_shared<Calls>();
+  ProfileOptions o;
+  o.rows = {2, 8};
+  o.warmup = 1;
+  o.repetitions = 5;
+  o.names = {"front", "back"};
+  const std::vector<StageProfile> p = profile_stages(counting_stages(calls), o);
+  CHECK(calls->rows_built == std::vector<std::int32_t>{2, 8});
+  const int runs = 2 * (1 + 5);
+  CHECK(calls->count["F0"] == runs);
+  CHECK(calls->count["BI0"] == runs);
+  CHECK(calls->count["BW0"] == runs);
+  CHECK(calls->count["F1"] == runs);
+  CHECK(calls->count["B1"] == runs);
+  CHECK(calls->count["around1"] == 2 * runs);  // every call of the stage, as the executor wraps it
+  REQUIRE(p.size() == 2);
+  CHECK(p[0].name == "front");
+  CHECK(p[1].param_bytes == 80.0);
+  REQUIRE(p[0].sizes.size() == 2);
+  CHECK(p[0].sizes[1].rows == 8);
+  CHECK(p[0].sizes[1].output_bytes == 8 * 4 * 4.0);
+  CHECK_FALSE(p[0].sizes[0].backward.has_value());
+  CHECK(p[1].sizes[0].backward.has_value());
+  for (const StageProfile& s : p) {
+    for (const StageTiming& t : s.sizes) {
+      for (const TimeSpread& x : {t.forward, t.backward_input, t.backward_weight}) {
+        CHECK(x.min <= x.q1);
+        CHECK(x.q1 <= x.median);
+        CHECK(x.median <= x.q3);
+        CHECK(x.q3 <= x.max);
+      }
+    }
+  }
+}
+
+TEST_CASE("the spread of repetitions: median, quartiles between order statistics, extremes", "[profile]") {
+  const TimeSpread s = detail::spread_of({5, 1, 4, 2, 3});
+  CHECK(s == TimeSpread{3, 2, 4, 1, 5});
+  CHECK(s.relative_spread() == Approx(4.0 / 3.0));
+  CHECK(detail::spread_of({1, 2, 3, 4}).median == 2.5);
+}
+
+TEST_CASE("bad profiling options are errors naming the option", "[profile]") {
+  auto calls = std::make_shared<Calls>();
+  ProfileOptions o;
+  o.rows = {8, 4};
+  CHECK_THROWS_WITH(profile_stages(counting_stages(calls), o), Catch::Contains("ProfileOptions::rows"));
+  o.rows = {4};
+  o.unit = "minutes";
+  CHECK_THROWS_WITH(profile_stages(counting_stages(calls), o), Catch::Contains("unit"));
+  o.unit = "ms";
+  o.names = {"one"};
+  CHECK_THROWS_WITH(profile_stages(counting_stages(calls), o), Catch::Contains("1 names for 2 stages"));
+}
+
+TEST_CASE("fit_backend_overheads recovers the fixed costs a step was made of", "[profile][overhead]") {
+  const Schedule one = lower(make_schedule("gpipe", ScheduleRequest{1, 8, 1}));
+  const Schedule two = lower(make_schedule("1f1b", ScheduleRequest{2, 8, 1}));
+  // Steps the simulator predicts with 0.006 per action and 0.011 per transfer, as if measured.
+  const double t1 = fixed_cost_makespan(one, 0.006, 0.0);
+  const double t2 = fixed_cost_makespan(two, 0.006, 0.011);
+  CHECK(t1 == Approx(16 * 0.006));  // 8 F and 8 B on one rank
+  const BackendOverheads o = fit_backend_overheads(one, {t1, t1 * 1.5, t1 * 0.9}, two, {t2}, "ms");
+  CHECK(o.action_overhead == Approx(0.006).epsilon(1e-9));
+  CHECK(o.transfer_overhead == Approx(0.011).epsilon(1e-6));
+  CHECK(o.one_rank_step.max == Approx(t1 * 1.5));
+  // A step no longer than its actions' share leaves nothing for the transfers.
+  CHECK(fit_backend_overheads(one, {t1}, two, {t1}, "ms").transfer_overhead == 0.0);
+}
+
+TEST_CASE("measure_backend_overheads on the CPU backend: a fit that reproduces the measured steps", "[profile][overhead]") {
+  CpuOptions co;
+  co.checking = false;
+  CpuCluster single(1, co), pair(2, co);
+  OverheadOptions o;
+  o.microbatches = 8;
+  o.warmup = 1;
+  o.repetitions = 5;
+  const BackendOverheads m = measure_backend_overheads<CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)}, o);
+  CHECK(m.action_overhead > 0.0);  // a step of empty stages takes some time
+  CHECK(std::isfinite(m.transfer_overhead));
+  const Schedule one = lower(make_schedule("gpipe", ScheduleRequest{1, 8, 1}));
+  CHECK(fixed_cost_makespan(one, m.action_overhead, 0.0) == Approx(m.one_rank_step.median).epsilon(1e-6));
+}
+
+TEST_CASE("measured_profile: one layer per stage, a point per size, the reference size's costs, the overheads", "[profile]") {
+  auto calls = std::make_shared<Calls>();
+  ProfileOptions o;
+  o.rows = {2, 8};
+  o.repetitions = 3;
+  std::vector<StageProfile> stages = profile_stages(counting_stages(calls), o);
+  // Known times instead of the measured ones, so the interpolation can be checked.
+  for (StageProfile& s : stages) {
+    s.sizes[0].forward.median = 1.0;
+    s.sizes[1].forward.median = 4.0;
+  }
+  BackendOverheads overheads;
+  overheads.action_overhead = 0.005;
+  overheads.transfer_overhead = 0.01;
+  const Profile p = measured_profile(stages, "ms", 8, overheads);
+  CHECK(p.rows == 8);
+  CHECK(p.time_unit == "ms");
+  CHECK(p.action_overhead == 0.005);
+  CHECK(p.transfer_overhead == 0.01);
+  REQUIRE(p.graph.size() == 2);
+  CHECK(p.graph.layer(0).forward == 4.0);
+  CHECK(p.graph.layer(0).points.size() == 2);
+  CHECK_FALSE(p.graph.layer(0).backward.has_value());
+  CHECK(p.graph.layer(1).backward.has_value());
+  CHECK(profile_at_rows(p, 4).graph.layer(0).forward == Approx(2.0));
+  CHECK(parse_profile(profile_to_json(p)) == p);  // what ppsched-plan --profile reads
+  CHECK_THROWS_WITH(measured_profile(stages, "ms", 5), Catch::Contains("no size of 5 rows"));
+  overheads.unit = "us";
+  CHECK_THROWS_WITH(measured_profile(stages, "ms", 8, overheads), Catch::Contains("one unit"));
+}

@@ -558,7 +558,8 @@ TEST_CASE("a fault on one replica ends every replica's step with the first error
     (void)world.run_step(batches);
     for (int round = 0; round < 3; ++round) {
       fail_now = true;
-      CHECK_THROWS_WITH(world.run_step(batches), Catch::Contains("injected fault") &&
+      CHECK_THROWS_WITH(world.run_step(batches), Catch::StartsWith("replica " + std::to_string(bad_replica) + ": ") &&
+                                                     Catch::Contains("injected fault") &&
                                                      Catch::Contains("stage " + std::to_string(bad_stage)));
       fail_now = false;
       const DataParallelStepResult& again = world.run_step(batches);  // usable after the fault
@@ -567,6 +568,30 @@ TEST_CASE("a fault on one replica ends every replica's step with the first error
     }
   }
   CHECK(live_threads() == threads_before);
+}
+
+TEST_CASE("a replica whose stage keeps its gradient fails at construction, not in the sum",
+          "[data_parallel][runtime]") {
+  // Issue 24, item 4: replica 1's stage 1 had no weight gradient, so it never called its
+  // all-reduce and replica 0 waited in its sum until the watchdog (forever without one).
+  const std::size_t other = GENERATE(std::size_t{0}, std::size_t{2});
+  const Schedule s = make_schedule("1f1b", {2, 4, 1});
+  std::vector<std::vector<StageFunctions>> stages(2);
+  for (int r = 0; r < 2; ++r) {
+    for (int k = 0; k < 2; ++k) stages[static_cast<std::size_t>(r)].push_back(scalar_stage(k == 1));
+  }
+  StageFunctions& odd = stages[1][1];
+  odd.weight_grad_size = other;
+  odd.backward_weight = [](std::int32_t, std::span<const float>, std::span<const float>, std::span<float> w) {
+    for (float& x : w) x = 0.0f;
+  };
+  CpuCluster a(2), b(2);
+  const auto build = [&] {
+    DataParallelWorld<CpuBackend> world({{&a.rank(0), &a.rank(1)}, {&b.rank(0), &b.rank(1)}}, s, stages);
+  };
+  CHECK_THROWS_WITH(build(), Catch::Contains("stage 1's weight gradient is " + std::to_string(other) +
+                                             " floats on replica 1 but 1 on replica 0") &&
+                                 Catch::Contains("weight_grad_size"));
 }
 
 namespace {

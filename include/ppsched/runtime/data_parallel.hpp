@@ -236,6 +236,7 @@ class DataParallelWorld {
       fail({"DataParallelWorld", "schedule-order accumulation", "ExecutorOptions::accumulation",
             "use GradAccumulation::microbatch_order: the replica sum's bit-identity rests on it"});
     }
+    check_gradients(stages);
     for (std::size_t r = 0; r < backends.size(); ++r) {
       worlds_.push_back(std::make_unique<World<B>>(std::move(backends[r]), schedule, std::move(stages[r]), options));
       replica_engines_.push_back(all_reduce_.replica(static_cast<std::int32_t>(r)));
@@ -314,16 +315,44 @@ class DataParallelWorld {
   std::span<const Batch> batches_;
   std::exception_ptr first_;
 
+  // A stage's weight gradient must be alike on every replica: one whose gradient is empty
+  // never calls its all-reduce (it has nothing to sum), so the other replicas waited in theirs
+  // until the watchdog, and forever without one; sizes that differ failed only in the sum
+  // (issue 24). Checked before any World is built.
+  static void check_gradients(const std::vector<std::vector<StageFunctions>>& stages) {
+    for (std::size_t r = 1; r < stages.size(); ++r) {
+      for (std::size_t s = 0; s < std::min(stages[r].size(), stages[0].size()); ++s) {
+        const std::size_t here = stages[r][s].weight_grad_size, there = stages[0][s].weight_grad_size;
+        if (here == there) continue;
+        fail({"DataParallelWorld",
+              detail::concat("stage ", s, "'s weight gradient is ", here, " floats on replica ", r, " but ", there,
+                             " on replica 0", here == 0 || there == 0 ? ": a replica without one never reaches the sum" : ""),
+              "StageFunctions::weight_grad_size", "Give every replica of a stage the same weight gradient size"});
+      }
+    }
+  }
+
   void run_replica(std::size_t r) {
     try {
       (void)worlds_[r]->run_step(batches_[r]);
     } catch (...) {
       {
         const std::lock_guard<std::mutex> lock(mutex_);
-        if (!first_) first_ = std::current_exception();
+        // With replicas, the executor's "rank N" is a rank of replica r's pipeline: say which.
+        if (!first_) first_ = with_replica(r, std::current_exception());
       }
       // The others stop waiting for this replica in their all-reduces.
       all_reduce_.abort(detail::concat("replica ", r, "'s step failed"));
+    }
+  }
+
+  [[nodiscard]] static std::exception_ptr with_replica(std::size_t r, std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      return std::make_exception_ptr(error(detail::concat("replica ", r, ": ", x.what())));
+    } catch (...) {
+      return e;
     }
   }
 

@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,7 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -201,6 +203,120 @@ class InProcessAllReduce {
     if (c.stop.stop_requested()) throw error(where() + ": this replica's step failed while it waited");
     throw error(where() + ": " + aborted());
   }
+};
+
+// Every stage's optimizer step of a step, or none (issue 24, item 8). Without it each rank
+// applies its stages' optimizer steps as soon as its own part of the step is done, so a step
+// that fails late on one rank (stage 0's last backward, say) leaves the ranks that had
+// finished stepped and the others not. defer() gives the stages an optimizer_step that only
+// records its call (the context and the summed gradient, which stays in the executor's buffer
+// until its next step); step(run) runs the step and then every recorded call if `run`
+// returned, none if it threw. `run` is World::run_step, DataParallelWorld::run_step (one
+// AllOrNoneOptimizer for every replica's stages) or MpiExecutor::run_step (one per process:
+// its run_step returns on every process or throws on every process, so the processes commit
+// together too).
+//
+// What it costs: the optimizer steps run after the whole step, one after another on the
+// calling thread, instead of on each rank's stream as soon as that rank is done, so the step
+// grows by up to the sum of this process's optimizer steps (they no longer overlap the other
+// ranks' drain); and the gradients stay in the executors' buffers until the commit, which
+// they do anyway. An optimizer_step that throws during the commit cannot be undone: the
+// error names its stage and how many stages had committed before it. The calls run outside
+// StageFunctions::around_call and off the rank's stream: for the CPU backends (a CUDA
+// optimizer that enqueues on StageContext::stream still orders after the step's work).
+class AllOrNoneOptimizer {
+ public:
+  AllOrNoneOptimizer() = default;
+  AllOrNoneOptimizer(const AllOrNoneOptimizer&) = delete;  // the deferred stages point to it
+  AllOrNoneOptimizer& operator=(const AllOrNoneOptimizer&) = delete;
+  AllOrNoneOptimizer(AllOrNoneOptimizer&&) = delete;
+  AllOrNoneOptimizer& operator=(AllOrNoneOptimizer&&) = delete;
+
+  using Step = decltype(StageFunctions::optimizer_step);
+
+  // `stages` with every optimizer_step deferred to the commit. This object must outlive
+  // every executor built from them.
+  [[nodiscard]] std::vector<StageFunctions> defer(std::vector<StageFunctions> stages) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (StageFunctions& f : stages) {
+      if (!f.optimizer_step) continue;
+      real_.push_back(std::move(f.optimizer_step));
+      const Step* real = &real_.back();
+      f.optimizer_step = [this, real](const StageContext& c, std::span<const float> gradient) {
+        const std::lock_guard<std::mutex> held(mutex_);
+        calls_.push_back({real, c, gradient});
+      };
+    }
+    return stages;
+  }
+
+  // Runs the step, then every deferred optimizer step if it returned; none if it threw.
+  template <class Run>
+  decltype(auto) step(Run&& run) {
+    discard();  // nothing of an earlier step that was not run through here
+    struct Forget {
+      AllOrNoneOptimizer& self;
+      bool armed = true;
+      ~Forget() {
+        if (armed) self.discard();
+      }
+    } forget{*this};
+    if constexpr (std::is_void_v<decltype(std::forward<Run>(run)())>) {
+      std::forward<Run>(run)();
+      forget.armed = false;
+      commit();
+    } else {
+      decltype(auto) result = std::forward<Run>(run)();
+      forget.armed = false;
+      commit();
+      return result;
+    }
+  }
+
+  // The recorded calls, in stage order (for a caller that runs the step itself): commit()
+  // applies them, discard() forgets them.
+  void commit() {
+    std::vector<Call> calls;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      calls.swap(calls_);
+    }
+    std::stable_sort(calls.begin(), calls.end(), [](const Call& a, const Call& b) { return a.context.stage < b.context.stage; });
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      const Call& call = calls[k];
+      try {
+        (*call.real)(call.context, call.gradient);
+      } catch (const std::exception& e) {
+        fail({"AllOrNoneOptimizer",
+              detail::concat("stage ", call.context.stage, "'s optimizer_step threw during the commit: ", e.what()),
+              detail::concat("rank ", call.context.rank, ", step ", call.context.step),
+              detail::concat("The ", k, " optimizer steps before it in stage order were applied and cannot be undone; "
+                             "the other ", calls.size() - k - 1, " were not")});
+      }
+    }
+    calls.clear();
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (calls_.empty()) calls_.swap(calls);  // keeps the capacity: the next step allocates nothing
+  }
+  void discard() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    calls_.clear();
+  }
+  // How many optimizer steps are recorded and not yet committed or discarded.
+  [[nodiscard]] std::size_t pending() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return calls_.size();
+  }
+
+ private:
+  struct Call {
+    const Step* real = nullptr;
+    StageContext context;
+    std::span<const float> gradient;
+  };
+  std::mutex mutex_;
+  std::deque<Step> real_;  // slots never move: the deferred callables point into it
+  std::vector<Call> calls_;
 };
 
 // The result of a data-parallel step: every replica's losses, replica after replica.

@@ -33,7 +33,9 @@
 //                     backward of step 1, while the other replica waits in the gradient sum).
 //                     The culprit is process 3 (pipeline rank 1 of replica 1), process 2 (rank
 //                     0 of replica 1) for sum. Where it survives (throw, mismatch) every process
-//                     must end with the same error naming it, and the next step must work;
+//                     must end with the same error naming it, no process may apply an
+//                     optimizer step of the failed step (AllOrNoneOptimizer), and the next
+//                     step must work;
 //                     where it dies or hangs each survivor must end within its watchdogs, name
 //                     it, print "survivor N named the culprit" and return 4 (run under mpirun
 //                     --mca orte_abort_on_non_zero_status 0, so that ppsched's bound is what
@@ -259,6 +261,7 @@ int matrix_mode(const std::string& fault, const std::string& phase) {
   const bool other_schedule = phase == "construct" && fault == "mismatch" && mine;
   const ppsched::Schedule schedule = ppsched::make_schedule(other_schedule ? "gpipe" : "1f1b", req);
   int step = 0;
+  int applied_steps = 0;  // this process's optimizer steps, committed all-or-none
   std::vector<ppsched::StageFunctions> functions;
   for (int s = 0; s < 2; ++s) {
     ppsched::StageFunctions f;
@@ -286,12 +289,15 @@ int matrix_mode(const std::string& fault, const std::string& phase) {
         return loss;
       };
     }
+    f.optimizer_step = [&applied = applied_steps](std::span<const float>) { ++applied; };
     // A stage without its forward: this process's executor fails to build.
     if (phase == "construct" && fault == "throw" && strikes_here) f.forward = nullptr;
     functions.push_back(std::move(f));
   }
   ppsched::ExecutorOptions eo;
   eo.watchdog = 30s;  // healthy steps on a loaded machine; the faulty one runs under 1 s
+  ppsched::AllOrNoneOptimizer optimizer;
+  functions = optimizer.defer(std::move(functions));
   std::unique_ptr<ppsched::MpiExecutor> executor;
   try {
     executor = std::make_unique<ppsched::MpiExecutor>(*backend, schedule, functions, eo);
@@ -311,11 +317,21 @@ int matrix_mode(const std::string& fault, const std::string& phase) {
     const bool bad_batch = fault == "mismatch" && mine && step == fault_step;
     message.clear();
     try {
-      (void)executor->run_step({inputs, bad_batch ? short_targets : targets});
+      (void)optimizer.step([&]() -> const ppsched::RankStep& {
+        return executor->run_step({inputs, bad_batch ? short_targets : targets});
+      });
     } catch (const ppsched::error& e) {
       message = e.what();
     }
     if (dies && step == fault_step) return survivor(message, name + " did not");
+    // Every process commits its optimizer step of a step that succeeded everywhere, and none of
+    // the failed one (which, undeferred, the processes that had finished applied).
+    const int committed = step < fault_step ? step + 1 : step;
+    if (applied_steps != committed) {
+      std::printf("FAIL rank %d: %d optimizer steps applied after step %d, expected %d\n", me, applied_steps, step,
+                  committed);
+      ok = false;
+    }
     if (step != fault_step) {
       if (!message.empty()) std::printf("FAIL rank %d: step %d should succeed: %s\n", me, step, message.c_str());
       ok = ok && message.empty();

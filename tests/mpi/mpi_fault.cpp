@@ -24,10 +24,10 @@
 //                     MpiExecutor must throw at once, naming the same first difference (they
 //                     failed after the watchdog, exchanged bits silently, or applied a
 //                     half-summed gradient).
-//   mpi_fault matrix FAULT PHASE
+//   mpi_fault matrix FAULT PHASE [HANG_SECONDS]
 //                     2 replicas of 2 ranks (1F1B, 4 micro-batches, 3 steps); one process, the
 //                     culprit, faults: FAULT is throw, exit (std::_Exit(3)), signal (SIGKILL),
-//                     hang (6 s, then _Exit(5)) or mismatch (its batch, or its schedule); PHASE
+//                     hang (HANG_SECONDS, 6 by default, then _Exit(5)) or mismatch (its batch, or its schedule); PHASE
 //                     is construct (before or while the backend and executor are built), first
 //                     (a forward of step 0), mid (a forward of step 1) or sum (stage 0's last
 //                     backward of step 1, while the other replica waits in the gradient sum).
@@ -215,7 +215,7 @@ int compare_mode(const char* which) {
 
 
 // The fault matrix (see the top of the file).
-int matrix_mode(const std::string& fault, const std::string& phase) {
+int matrix_mode(const std::string& fault, const std::string& phase, int hang_seconds) {
   using namespace std::chrono_literals;
   int me = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -229,7 +229,7 @@ int matrix_mode(const std::string& fault, const std::string& phase) {
     if (fault == "exit") std::_Exit(3);
     if (fault == "signal") std::raise(SIGKILL);
     if (fault == "hang") {
-      std::this_thread::sleep_for(6s);
+      std::this_thread::sleep_for(std::chrono::seconds(hang_seconds));
       std::_Exit(5);
     }
     throw std::runtime_error("boom from the fault matrix");
@@ -361,7 +361,7 @@ int main(int argc, char** argv) {
   ppsched::MpiSession session(&argc, &argv);
   if (argc > 2 && std::strcmp(argv[1], "setup") == 0) return setup_mode(argv[2]);
   if (argc > 2 && std::strcmp(argv[1], "compare") == 0) return compare_mode(argv[2]);
-  if (argc > 3 && std::strcmp(argv[1], "matrix") == 0) return matrix_mode(argv[2], argv[3]);
+  if (argc > 3 && std::strcmp(argv[1], "matrix") == 0) return matrix_mode(argv[2], argv[3], argc > 4 ? std::atoi(argv[4]) : 6);
   ppsched::MpiOptions mo;
   mo.watchdog = std::chrono::milliseconds(exit_mode ? 3'000 : 60'000);
   ppsched::MpiBackend backend(MPI_COMM_WORLD, mo);

@@ -14,12 +14,11 @@
 #include <mpi.h>
 
 #include <algorithm>
-#include <cstddef>
-#include <chrono>
 #include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -113,11 +112,21 @@ inline void check(int code, const char* call, const std::string& where) {
     std::vector<bool> is_send;
   };
   auto st = std::make_unique<Storage>();
+  // Under the MPI lock: cancels what is pending and leaves the storage alive (see above).
+  const auto abandon = [&st] {
+    for (MPI_Request& r : st->requests) {
+      if (r == MPI_REQUEST_NULL) continue;
+      MPI_Cancel(&r);
+      MPI_Request_free(&r);
+    }
+    (void)st.release();
+  };
   st->out.assign(static_cast<const char*>(mine), static_cast<const char*>(mine) + bytes);
   st->in.assign(root < 0 ? N * bytes : bytes, '\0');
   const bool sends = root < 0 || root == me;
   {
     const std::lock_guard<std::mutex> lock(call_mutex());
+    st->requests.reserve(2 * N);  // the requests must not move once posted
     for (int q = 0; q < n; ++q) {
       if (q == me) continue;
       if (root < 0 || root == q) {
@@ -125,13 +134,17 @@ inline void check(int code, const char* call, const std::string& where) {
         st->requests.emplace_back(MPI_REQUEST_NULL);
         st->peer_of.push_back(q);
         st->is_send.push_back(false);
-        check(MPI_Irecv(into, count, MPI_BYTE, q, tag, comm, &st->requests.back()), "MPI_Irecv", where);
+        const int code = MPI_Irecv(into, count, MPI_BYTE, q, tag, comm, &st->requests.back());
+        if (code != MPI_SUCCESS) abandon();
+        check(code, "MPI_Irecv", where);
       }
       if (sends) {
         st->requests.emplace_back(MPI_REQUEST_NULL);
         st->peer_of.push_back(q);
         st->is_send.push_back(true);
-        check(MPI_Isend(st->out.data(), count, MPI_BYTE, q, tag, comm, &st->requests.back()), "MPI_Isend", where);
+        const int code = MPI_Isend(st->out.data(), count, MPI_BYTE, q, tag, comm, &st->requests.back());
+        if (code != MPI_SUCCESS) abandon();
+        check(code, "MPI_Isend", where);
       }
     }
   }
@@ -140,8 +153,10 @@ inline void check(int code, const char* call, const std::string& where) {
     {
       const std::lock_guard<std::mutex> lock(call_mutex());
       int done = 0;
-      check(MPI_Testall(static_cast<int>(st->requests.size()), st->requests.data(), &done, MPI_STATUSES_IGNORE),
-            "MPI_Testall", where);
+      const int code =
+          MPI_Testall(static_cast<int>(st->requests.size()), st->requests.data(), &done, MPI_STATUSES_IGNORE);
+      if (code != MPI_SUCCESS) abandon();
+      check(code, "MPI_Testall", where);
       if (done != 0) break;
       if (std::chrono::steady_clock::now() >= deadline) {
         // The peers whose part never came; failing that (a root, which only sends), those
@@ -153,11 +168,9 @@ inline void check(int code, const char* call, const std::string& where) {
           MPI_Test(&st->requests[i], &completed, MPI_STATUS_IGNORE);
           if (completed != 0 || st->requests[i] == MPI_REQUEST_NULL) continue;
           (st->is_send[i] ? untaken : missing).push_back(st->peer_of[i]);
-          MPI_Cancel(&st->requests[i]);
-          MPI_Request_free(&st->requests[i]);
         }
         if (missing.empty()) missing = untaken;
-        (void)st.release();                          // see above: MPI may still write or read it
+        abandon();
         return missing;
       }
     }

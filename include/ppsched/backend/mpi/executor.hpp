@@ -250,6 +250,8 @@ class MpiExecutor {
       make();
     } catch (const std::exception& e) {
       problem = e.what();
+    } catch (...) {
+      problem = "building the executor threw an exception that is not a std::exception";
     }
     const int me = backend_.job_rank();
     const std::string where = detail::concat(backend_.process_name(me), ", building its MpiExecutor");

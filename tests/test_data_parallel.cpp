@@ -558,7 +558,8 @@ TEST_CASE("a fault on one replica ends every replica's step with the first error
     (void)world.run_step(batches);
     for (int round = 0; round < 3; ++round) {
       fail_now = true;
-      CHECK_THROWS_WITH(world.run_step(batches), Catch::Contains("injected fault") &&
+      CHECK_THROWS_WITH(world.run_step(batches), Catch::StartsWith("replica " + std::to_string(bad_replica) + ": ") &&
+                                                     Catch::Contains("injected fault") &&
                                                      Catch::Contains("stage " + std::to_string(bad_stage)));
       fail_now = false;
       const DataParallelStepResult& again = world.run_step(batches);  // usable after the fault
@@ -567,6 +568,120 @@ TEST_CASE("a fault on one replica ends every replica's step with the first error
     }
   }
   CHECK(live_threads() == threads_before);
+}
+
+TEST_CASE("AllOrNoneOptimizer: a failed step applies no stage's optimizer step, a good one every stage's",
+          "[data_parallel][runtime]") {
+  // Issue 24, item 8: a step that failed in stage 0's last backward left the ranks that had
+  // finished stepped. Deferred, a failed step applies none, on one pipeline and on replicas.
+  const Schedule s = make_schedule("1f1b", {2, 4, 1});
+  std::mutex mutex;
+  std::vector<std::vector<float>> applied;  // per (replica, stage): each applied gradient[0]
+  bool fail_now = false;
+  const auto stages_of = [&](int replica) {
+    std::vector<StageFunctions> out;
+    for (int k = 0; k < 2; ++k) {
+      StageFunctions f = scalar_stage(k == 1);
+      const std::size_t slot = static_cast<std::size_t>(2 * replica + k);
+      f.optimizer_step = [&, slot](std::span<const float> g) {
+        const std::lock_guard<std::mutex> lock(mutex);
+        applied[slot].push_back(g[0]);
+      };
+      if (k == 0 && replica == 1) {
+        f.backward_weight = [&fail_now, inner = f.backward_weight](std::int32_t mb, std::span<const float> in,
+                                                                    std::span<const float> g, std::span<float> w) {
+          if (fail_now && mb == 3) throw std::runtime_error("injected fault in the last backward");
+          inner(mb, in, g, w);
+        };
+      }
+      out.push_back(std::move(f));
+    }
+    return out;
+  };
+  const std::vector<float> inputs(4, 1.0f), targets(4, 0.5f);
+  const auto sizes = [&] {
+    std::vector<std::size_t> n;
+    for (const auto& a : applied) n.push_back(a.size());
+    return n;
+  };
+
+  SECTION("one pipeline (a World): the failing stage's rank and the one that finished") {
+    applied.assign(4, {});
+    CpuCluster plain_cluster(2), cluster(2);
+    World<CpuBackend> plain({&plain_cluster.rank(0), &plain_cluster.rank(1)}, s, stages_of(0));
+    (void)plain.run_step({inputs, targets});
+    const std::vector<std::vector<float>> reference = applied;
+    applied.assign(4, {});
+    AllOrNoneOptimizer optimizer;
+    World<CpuBackend> world({&cluster.rank(0), &cluster.rank(1)}, s, optimizer.defer(stages_of(1)));
+    (void)optimizer.step([&]() -> const StepResult& { return world.run_step({inputs, targets}); });
+    CHECK(sizes() == std::vector<std::size_t>{0, 0, 1, 1});
+    CHECK(applied[2] == reference[0]);  // the same gradients as applied undeferred
+    CHECK(applied[3] == reference[1]);
+    fail_now = true;
+    CHECK_THROWS_WITH(optimizer.step([&]() -> const StepResult& { return world.run_step({inputs, targets}); }),
+                      Catch::Contains("injected fault in the last backward"));
+    CHECK(sizes() == std::vector<std::size_t>{0, 0, 1, 1});  // neither stage applied a step
+    CHECK(optimizer.pending() == 0);
+    fail_now = false;
+    (void)optimizer.step([&]() -> const StepResult& { return world.run_step({inputs, targets}); });
+    CHECK(sizes() == std::vector<std::size_t>{0, 0, 2, 2});
+  }
+
+  SECTION("two replicas (a DataParallelWorld): the fault while the other replica waits in the sum") {
+    applied.assign(4, {});
+    AllOrNoneOptimizer optimizer;
+    CpuCluster a(2), b(2);
+    DataParallelWorld<CpuBackend> world({{&a.rank(0), &a.rank(1)}, {&b.rank(0), &b.rank(1)}}, s,
+                                        {optimizer.defer(stages_of(0)), optimizer.defer(stages_of(1))});
+    const std::vector<Batch> batches{{inputs, targets}, {inputs, targets}};
+    for (int round = 0; round < 2; ++round) {
+      fail_now = true;
+      CHECK_THROWS_WITH(optimizer.step([&]() -> const DataParallelStepResult& { return world.run_step(batches); }),
+                        Catch::Contains("injected fault in the last backward"));
+      CHECK(sizes() == std::vector<std::size_t>(4, static_cast<std::size_t>(round)));
+      fail_now = false;
+      (void)optimizer.step([&]() -> const DataParallelStepResult& { return world.run_step(batches); });
+      CHECK(sizes() == std::vector<std::size_t>(4, static_cast<std::size_t>(round + 1)));
+    }
+  }
+
+  SECTION("an optimizer step that throws in the commit names its stage and what was applied") {
+    applied.assign(4, {});
+    AllOrNoneOptimizer optimizer;
+    std::vector<StageFunctions> stages = stages_of(0);
+    stages[1].optimizer_step = [](std::span<const float>) { throw std::runtime_error("optimizer refused"); };
+    CpuCluster cluster(2);
+    World<CpuBackend> world({&cluster.rank(0), &cluster.rank(1)}, s, optimizer.defer(std::move(stages)));
+    CHECK_THROWS_WITH(optimizer.step([&]() -> const StepResult& { return world.run_step({inputs, targets}); }),
+                      Catch::Contains("stage 1's optimizer_step threw during the commit: optimizer refused") &&
+                          Catch::Contains("The 1 optimizer steps before it"));
+    CHECK(sizes() == std::vector<std::size_t>{1, 0, 0, 0});
+  }
+}
+
+TEST_CASE("a replica whose stage keeps its gradient fails at construction, not in the sum",
+          "[data_parallel][runtime]") {
+  // Issue 24, item 4: replica 1's stage 1 had no weight gradient, so it never called its
+  // all-reduce and replica 0 waited in its sum until the watchdog (forever without one).
+  const std::size_t other = GENERATE(std::size_t{0}, std::size_t{2});
+  const Schedule s = make_schedule("1f1b", {2, 4, 1});
+  std::vector<std::vector<StageFunctions>> stages(2);
+  for (int r = 0; r < 2; ++r) {
+    for (int k = 0; k < 2; ++k) stages[static_cast<std::size_t>(r)].push_back(scalar_stage(k == 1));
+  }
+  StageFunctions& odd = stages[1][1];
+  odd.weight_grad_size = other;
+  odd.backward_weight = [](std::int32_t, std::span<const float>, std::span<const float>, std::span<float> w) {
+    for (float& x : w) x = 0.0f;
+  };
+  CpuCluster a(2), b(2);
+  const auto build = [&] {
+    DataParallelWorld<CpuBackend> world({{&a.rank(0), &a.rank(1)}, {&b.rank(0), &b.rank(1)}}, s, stages);
+  };
+  CHECK_THROWS_WITH(build(), Catch::Contains("stage 1's weight gradient is " + std::to_string(other) +
+                                             " floats on replica 1 but 1 on replica 0") &&
+                                 Catch::Contains("weight_grad_size"));
 }
 
 namespace {

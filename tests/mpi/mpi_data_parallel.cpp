@@ -266,8 +266,9 @@ int fault() {
   const std::vector<float> targets(16 * 4, 0.0f);
   const ppsched::Batch global{inputs, targets};
   int failures = 0;
-  const char* expected[] = {"", "replica 1: rank 1, stage 1, micro-batch 1", "",
-                            "replica 1: rank 0, stage 0, micro-batch 7", ""};
+  // "pipeline rank R of replica D (process K)": a bare "rank" would not say which (issue 24).
+  const char* expected[] = {"", "pipeline rank 1 of replica 1 (process 3): rank 1, stage 1, micro-batch 1", "",
+                            "pipeline rank 0 of replica 1 (process 2): rank 0, stage 0, micro-batch 7", ""};
   const char* boom[] = {"", "boom in the forward", "", "boom in the last backward", ""};
   for (step = 0; step < 5; ++step) {
     std::string message;

@@ -24,6 +24,23 @@
 //                     MpiExecutor must throw at once, naming the same first difference (they
 //                     failed after the watchdog, exchanged bits silently, or applied a
 //                     half-summed gradient).
+//   mpi_fault matrix FAULT PHASE [HANG_SECONDS]
+//                     2 replicas of 2 ranks (1F1B, 4 micro-batches, 3 steps); one process, the
+//                     culprit, faults: FAULT is throw, exit (std::_Exit(3)), signal (SIGKILL),
+//                     hang (HANG_SECONDS, 6 by default, then _Exit(5)) or mismatch (its batch, or its schedule); PHASE
+//                     is construct (before or while the backend and executor are built), first
+//                     (a forward of step 0), mid (a forward of step 1) or sum (stage 0's last
+//                     backward of step 1, while the other replica waits in the gradient sum).
+//                     The culprit is process 3 (pipeline rank 1 of replica 1), process 2 (rank
+//                     0 of replica 1) for sum. Where it survives (throw, mismatch) every process
+//                     must end with the same error naming it, no process may apply an
+//                     optimizer step of the failed step (AllOrNoneOptimizer), and the next
+//                     step must work;
+//                     where it dies or hangs each survivor must end within its watchdogs, name
+//                     it, print "survivor N named the culprit" and return 4 (run under mpirun
+//                     --mca orte_abort_on_non_zero_status 0, so that ppsched's bound is what
+//                     ends them; signal is run under the launcher's default, which ends the
+//                     job: mpirun 4.1.4 itself hangs after a signal when told to let it run).
 //   mpi_fault setup replicas|env
 //                     one process's own setup is wrong while the others' is right: rank 1
 //                     asks for 3 replicas of the 4 processes (replicas), or rank 2
@@ -32,11 +49,16 @@
 //                     its message with its process named, and the job must end (it hung:
 //                     the failing process threw while the others went into the next
 //                     collective call). Exit 0 when every process saw exactly that.
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <thread>
 #include <ppsched/backend/mpi.hpp>
 #include <ppsched/schedule/generators.hpp>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -191,12 +213,155 @@ int compare_mode(const char* which) {
   return report(expected, me, message);
 }
 
+
+// The fault matrix (see the top of the file).
+int matrix_mode(const std::string& fault, const std::string& phase, int hang_seconds) {
+  using namespace std::chrono_literals;
+  int me = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &me);
+  const bool sum = phase == "sum";
+  const int culprit = sum ? 2 : 3;
+  const bool mine = me == culprit;
+  const int fault_step = phase == "first" ? 0 : 1;
+  const bool dies = fault == "exit" || fault == "signal" || fault == "hang";
+  const auto strike = [&] {
+    std::fflush(stdout);
+    if (fault == "exit") std::_Exit(3);
+    if (fault == "signal") std::raise(SIGKILL);
+    if (fault == "hang") {
+      std::this_thread::sleep_for(std::chrono::seconds(hang_seconds));
+      std::_Exit(5);
+    }
+    throw std::runtime_error("boom from the fault matrix");
+  };
+  const std::string name = sum ? "pipeline rank 0 of replica 1 (process 2)" : "pipeline rank 1 of replica 1 (process 3)";
+  // A survivor of a process that died names it, and returns (MpiSession must not hang then).
+  const auto survivor = [&](const std::string& message, const std::string& want) {
+    const bool named = message.find(want) != std::string::npos;
+    std::printf("%s %d %s: '%s'\n", named ? "survivor" : "FAIL: survivor", me,
+                named ? "named the culprit" : "did not name the culprit", message.c_str());
+    std::fflush(stdout);
+    return 4;
+  };
+  if (phase == "construct" && mine && dies) strike();
+  ppsched::MpiOptions mo;
+  mo.replicas = 2;
+  mo.watchdog = 2500ms;
+  std::string message;
+  std::unique_ptr<ppsched::MpiBackend> backend;
+  try {
+    backend = std::make_unique<ppsched::MpiBackend>(MPI_COMM_WORLD, mo);
+  } catch (const ppsched::error& e) {
+    message = e.what();
+  }
+  if (!backend) return dies ? survivor(message, "process " + std::to_string(culprit) + " never reached") : report(false, me, message);
+  ppsched::ScheduleRequest req;
+  req.ranks = 2;
+  req.microbatches = 4;
+  const bool other_schedule = phase == "construct" && fault == "mismatch" && mine;
+  const ppsched::Schedule schedule = ppsched::make_schedule(other_schedule ? "gpipe" : "1f1b", req);
+  int step = 0;
+  int applied_steps = 0;  // this process's optimizer steps, committed all-or-none
+  std::vector<ppsched::StageFunctions> functions;
+  for (int s = 0; s < 2; ++s) {
+    ppsched::StageFunctions f;
+    f.input_size = f.output_size = width;
+    f.target_size = s == 1 ? width : 0;
+    f.weight_grad_size = width;
+    const bool strikes_here = mine && (sum ? s == 0 : s == 1);
+    f.forward = [&, s, strikes_here](std::int32_t mb, std::span<const float> in, std::span<float> o) {
+      if (strikes_here && !sum && step == fault_step && mb == (phase == "first" ? 1 : 2) && fault != "mismatch") strike();
+      for (std::size_t i = 0; i < o.size(); ++i) o[i] = 0.5f * in[i] + static_cast<float>(s);
+    };
+    f.backward = [&, strikes_here](std::int32_t mb, std::span<const float> in, std::span<const float> g,
+                                   std::span<float> gi, std::span<float> gw) {
+      if (strikes_here && sum && step == fault_step && mb == 3) strike();
+      for (std::size_t i = 0; i < gi.size(); ++i) gi[i] = 0.5f * g[i];
+      for (std::size_t i = 0; i < gw.size(); ++i) gw[i] += g[i] * in[i];
+    };
+    if (s == 1) {
+      f.loss = [](std::int32_t, std::span<const float> o, std::span<const float> t, std::span<float> g) {
+        float loss = 0.0f;
+        for (std::size_t i = 0; i < o.size(); ++i) {
+          g[i] = o[i] - t[i];
+          loss += g[i] * g[i];
+        }
+        return loss;
+      };
+    }
+    f.optimizer_step = [&applied = applied_steps](std::span<const float>) { ++applied; };
+    // A stage without its forward: this process's executor fails to build.
+    if (phase == "construct" && fault == "throw" && strikes_here) f.forward = nullptr;
+    functions.push_back(std::move(f));
+  }
+  ppsched::ExecutorOptions eo;
+  eo.watchdog = 30s;  // healthy steps on a loaded machine; the faulty one runs under 1 s
+  ppsched::AllOrNoneOptimizer optimizer;
+  functions = optimizer.defer(std::move(functions));
+  std::unique_ptr<ppsched::MpiExecutor> executor;
+  try {
+    executor = std::make_unique<ppsched::MpiExecutor>(*backend, schedule, functions, eo);
+  } catch (const ppsched::error& e) {
+    message = e.what();
+  }
+  if (!executor) {
+    const std::string want = fault == "throw" ? (mine ? "forward" : name + " failed to build its executor")
+                                              : "process 3's schedule is 'gpipe'";
+    return report(phase == "construct" && message.find(want) != std::string::npos, me, message);
+  }
+  const std::vector<float> inputs(4 * width, 1.0f), targets(4 * width, 0.0f);
+  const std::vector<float> short_targets(3 * width, 0.0f);  // the culprit (a last stage) reads them
+  bool ok = true;
+  for (step = 0; step < 3; ++step) {
+    executor->executor().set_watchdog(step == fault_step ? std::chrono::milliseconds(1000) : std::chrono::milliseconds(30'000));
+    const bool bad_batch = fault == "mismatch" && mine && step == fault_step;
+    message.clear();
+    try {
+      (void)optimizer.step([&]() -> const ppsched::RankStep& {
+        return executor->run_step({inputs, bad_batch ? short_targets : targets});
+      });
+    } catch (const ppsched::error& e) {
+      message = e.what();
+    }
+    if (dies && step == fault_step) return survivor(message, name + " did not");
+    // Every process commits its optimizer step of a step that succeeded everywhere, and none of
+    // the failed one (which, undeferred, the processes that had finished applied).
+    const int committed = step < fault_step ? step + 1 : step;
+    if (applied_steps != committed) {
+      std::printf("FAIL rank %d: %d optimizer steps applied after step %d, expected %d\n", me, applied_steps, step,
+                  committed);
+      ok = false;
+    }
+    if (step != fault_step) {
+      if (!message.empty()) std::printf("FAIL rank %d: step %d should succeed: %s\n", me, step, message.c_str());
+      ok = ok && message.empty();
+      continue;
+    }
+    const std::string cause = fault == "mismatch" ? "has 12 target floats" : "boom from the fault matrix";
+    const bool named = message.rfind(name + ": ", 0) == 0 && message.find(cause) != std::string::npos;
+    if (!named) std::printf("FAIL rank %d: step %d's error does not name the culprit: '%s'\n", me, step, message.c_str());
+    ok = ok && named;
+    std::vector<char> first(4096, '\0');
+    if (me == 0) std::strncpy(first.data(), message.c_str(), first.size() - 1);
+    MPI_Bcast(first.data(), static_cast<int>(first.size()), MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (message != first.data()) std::printf("FAIL rank %d: '%s' differs from rank 0's\n", me, message.c_str());
+    ok = ok && message == first.data();
+    if (me == 0) std::printf("every process ended step %d with: %s\n", step, message.c_str());
+  }
+  if (dies) {
+    std::printf("FAIL rank %d: the fault never struck\n", me);
+    return 1;
+  }
+  return job_verdict(ok, me);
+}
+
 int main(int argc, char** argv) {
   const bool exit_mode = argc > 1 && std::strcmp(argv[1], "exit") == 0;
   const bool order_mode = argc > 1 && std::strcmp(argv[1], "order") == 0;
   ppsched::MpiSession session(&argc, &argv);
   if (argc > 2 && std::strcmp(argv[1], "setup") == 0) return setup_mode(argv[2]);
   if (argc > 2 && std::strcmp(argv[1], "compare") == 0) return compare_mode(argv[2]);
+  if (argc > 3 && std::strcmp(argv[1], "matrix") == 0) return matrix_mode(argv[2], argv[3], argc > 4 ? std::atoi(argv[4]) : 6);
   ppsched::MpiOptions mo;
   mo.watchdog = std::chrono::milliseconds(exit_mode ? 3'000 : 60'000);
   ppsched::MpiBackend backend(MPI_COMM_WORLD, mo);

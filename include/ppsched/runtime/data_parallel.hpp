@@ -21,6 +21,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -28,6 +29,7 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -203,6 +205,120 @@ class InProcessAllReduce {
   }
 };
 
+// Every stage's optimizer step of a step, or none (issue 24, item 8). Without it each rank
+// applies its stages' optimizer steps as soon as its own part of the step is done, so a step
+// that fails late on one rank (stage 0's last backward, say) leaves the ranks that had
+// finished stepped and the others not. defer() gives the stages an optimizer_step that only
+// records its call (the context and the summed gradient, which stays in the executor's buffer
+// until its next step); step(run) runs the step and then every recorded call if `run`
+// returned, none if it threw. `run` is World::run_step, DataParallelWorld::run_step (one
+// AllOrNoneOptimizer for every replica's stages) or MpiExecutor::run_step (one per process:
+// its run_step returns on every process or throws on every process, so the processes commit
+// together too).
+//
+// What it costs: the optimizer steps run after the whole step, one after another on the
+// calling thread, instead of on each rank's stream as soon as that rank is done, so the step
+// grows by up to the sum of this process's optimizer steps (they no longer overlap the other
+// ranks' drain); and the gradients stay in the executors' buffers until the commit, which
+// they do anyway. An optimizer_step that throws during the commit cannot be undone: the
+// error names its stage and how many stages had committed before it. The calls run outside
+// StageFunctions::around_call and off the rank's stream: for the CPU backends (a CUDA
+// optimizer that enqueues on StageContext::stream still orders after the step's work).
+class AllOrNoneOptimizer {
+ public:
+  AllOrNoneOptimizer() = default;
+  AllOrNoneOptimizer(const AllOrNoneOptimizer&) = delete;  // the deferred stages point to it
+  AllOrNoneOptimizer& operator=(const AllOrNoneOptimizer&) = delete;
+  AllOrNoneOptimizer(AllOrNoneOptimizer&&) = delete;
+  AllOrNoneOptimizer& operator=(AllOrNoneOptimizer&&) = delete;
+
+  using Step = decltype(StageFunctions::optimizer_step);
+
+  // `stages` with every optimizer_step deferred to the commit. This object must outlive
+  // every executor built from them.
+  [[nodiscard]] std::vector<StageFunctions> defer(std::vector<StageFunctions> stages) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (StageFunctions& f : stages) {
+      if (!f.optimizer_step) continue;
+      real_.push_back(std::move(f.optimizer_step));
+      const Step* real = &real_.back();
+      f.optimizer_step = [this, real](const StageContext& c, std::span<const float> gradient) {
+        const std::lock_guard<std::mutex> held(mutex_);
+        calls_.push_back({real, c, gradient});
+      };
+    }
+    return stages;
+  }
+
+  // Runs the step, then every deferred optimizer step if it returned; none if it threw.
+  template <class Run>
+  decltype(auto) step(Run&& run) {
+    discard();  // nothing of an earlier step that was not run through here
+    struct Forget {
+      AllOrNoneOptimizer& self;
+      bool armed = true;
+      ~Forget() {
+        if (armed) self.discard();
+      }
+    } forget{*this};
+    if constexpr (std::is_void_v<decltype(std::forward<Run>(run)())>) {
+      std::forward<Run>(run)();
+      forget.armed = false;
+      commit();
+    } else {
+      decltype(auto) result = std::forward<Run>(run)();
+      forget.armed = false;
+      commit();
+      return result;
+    }
+  }
+
+  // The recorded calls, in stage order (for a caller that runs the step itself): commit()
+  // applies them, discard() forgets them.
+  void commit() {
+    std::vector<Call> calls;
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      calls.swap(calls_);
+    }
+    std::stable_sort(calls.begin(), calls.end(), [](const Call& a, const Call& b) { return a.context.stage < b.context.stage; });
+    for (std::size_t k = 0; k < calls.size(); ++k) {
+      const Call& call = calls[k];
+      try {
+        (*call.real)(call.context, call.gradient);
+      } catch (const std::exception& e) {
+        fail({"AllOrNoneOptimizer",
+              detail::concat("stage ", call.context.stage, "'s optimizer_step threw during the commit: ", e.what()),
+              detail::concat("rank ", call.context.rank, ", step ", call.context.step),
+              detail::concat("The ", k, " optimizer steps before it in stage order were applied and cannot be undone; "
+                             "the other ", calls.size() - k - 1, " were not")});
+      }
+    }
+    calls.clear();
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (calls_.empty()) calls_.swap(calls);  // keeps the capacity: the next step allocates nothing
+  }
+  void discard() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    calls_.clear();
+  }
+  // How many optimizer steps are recorded and not yet committed or discarded.
+  [[nodiscard]] std::size_t pending() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return calls_.size();
+  }
+
+ private:
+  struct Call {
+    const Step* real = nullptr;
+    StageContext context;
+    std::span<const float> gradient;
+  };
+  std::mutex mutex_;
+  std::deque<Step> real_;  // slots never move: the deferred callables point into it
+  std::vector<Call> calls_;
+};
+
 // The result of a data-parallel step: every replica's losses, replica after replica.
 struct DataParallelStepResult {
   std::vector<float> losses;           // losses[r * m + mb]: replica r's micro-batch mb
@@ -236,6 +352,7 @@ class DataParallelWorld {
       fail({"DataParallelWorld", "schedule-order accumulation", "ExecutorOptions::accumulation",
             "use GradAccumulation::microbatch_order: the replica sum's bit-identity rests on it"});
     }
+    check_gradients(stages);
     for (std::size_t r = 0; r < backends.size(); ++r) {
       worlds_.push_back(std::make_unique<World<B>>(std::move(backends[r]), schedule, std::move(stages[r]), options));
       replica_engines_.push_back(all_reduce_.replica(static_cast<std::int32_t>(r)));
@@ -314,16 +431,44 @@ class DataParallelWorld {
   std::span<const Batch> batches_;
   std::exception_ptr first_;
 
+  // A stage's weight gradient must be alike on every replica: one whose gradient is empty
+  // never calls its all-reduce (it has nothing to sum), so the other replicas waited in theirs
+  // until the watchdog, and forever without one; sizes that differ failed only in the sum
+  // (issue 24). Checked before any World is built.
+  static void check_gradients(const std::vector<std::vector<StageFunctions>>& stages) {
+    for (std::size_t r = 1; r < stages.size(); ++r) {
+      for (std::size_t s = 0; s < std::min(stages[r].size(), stages[0].size()); ++s) {
+        const std::size_t here = stages[r][s].weight_grad_size, there = stages[0][s].weight_grad_size;
+        if (here == there) continue;
+        fail({"DataParallelWorld",
+              detail::concat("stage ", s, "'s weight gradient is ", here, " floats on replica ", r, " but ", there,
+                             " on replica 0", here == 0 || there == 0 ? ": a replica without one never reaches the sum" : ""),
+              "StageFunctions::weight_grad_size", "Give every replica of a stage the same weight gradient size"});
+      }
+    }
+  }
+
   void run_replica(std::size_t r) {
     try {
       (void)worlds_[r]->run_step(batches_[r]);
     } catch (...) {
       {
         const std::lock_guard<std::mutex> lock(mutex_);
-        if (!first_) first_ = std::current_exception();
+        // With replicas, the executor's "rank N" is a rank of replica r's pipeline: say which.
+        if (!first_) first_ = with_replica(r, std::current_exception());
       }
       // The others stop waiting for this replica in their all-reduces.
       all_reduce_.abort(detail::concat("replica ", r, "'s step failed"));
+    }
+  }
+
+  [[nodiscard]] static std::exception_ptr with_replica(std::size_t r, std::exception_ptr e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      return std::make_exception_ptr(error(detail::concat("replica ", r, ": ", x.what())));
+    } catch (...) {
+      return e;
     }
   }
 

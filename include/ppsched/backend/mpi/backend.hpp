@@ -28,6 +28,7 @@
 // next one.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -121,28 +122,55 @@ class MpiBackend {
       fail({"MpiBackend", detail::concat("watchdog is ", options_.watchdog.count(), " ms"), "MpiOptions::watchdog",
             "Give a positive timeout, or ppsched::no_timeout (milliseconds::max()) for none"});
     }
-    const std::lock_guard<std::mutex> lock(detail::mpi::call_mutex());
+    // Held for every MPI call here but the exchanges of agree_on_setup, which take it
+    // themselves.
+    std::unique_lock<std::mutex> lock(detail::mpi::call_mutex());
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized == 0) {
       fail({"MpiBackend", "MPI is not initialised", "", "Create an MpiSession (or call MPI_Init_thread) first"});
     }
-    detail::mpi::check(MPI_Comm_dup(comm, &job_), "MPI_Comm_dup", "MpiBackend");
-    MPI_Comm_set_errhandler(job_, MPI_ERRORS_RETURN);
-    MPI_Comm_rank(job_, &job_rank_);
-    MPI_Comm_size(job_, &job_ranks_);
+    MPI_Comm_rank(comm, &job_rank_);
+    MPI_Comm_size(comm, &job_ranks_);
     // The checks of this process's own setup (its replica count, its launcher's environment)
     // can fail on some processes only: one that threw here while the others went on into the
     // next collective call left the job hung, its message never printed (issue 24). They run
-    // before any further collective call, and the processes agree on the outcome: all go on,
-    // or all throw, the first failing process's message named on every one.
+    // before any collective call, and the processes agree on the outcome, within the
+    // watchdog: all go on, or all throw, the first failing process's message named on every
+    // one, or a process that never arrived (it died during setup) named on the others.
     std::string problem;
     try {
       check_own_setup(comm);
     } catch (const error& e) {
       problem = e.what();
     }
-    agree_on_setup(problem);
+    lock.unlock();
+    agree_on_setup(comm, problem);
+    lock.lock();
+    {
+      // Every process arrived just now; bounded still, for one that dies in between.
+      MPI_Request request = MPI_REQUEST_NULL;
+      detail::mpi::check(MPI_Comm_idup(comm, &job_, &request), "MPI_Comm_idup", "MpiBackend");
+      const auto deadline = saturating_deadline(std::chrono::steady_clock::now(), options_.watchdog);
+      detail::mpi::Backoff backoff;
+      for (int done = 0; done == 0;) {
+        detail::mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test", "MpiBackend");
+        if (done != 0) break;
+        if (std::chrono::steady_clock::now() >= deadline) {
+          detail::mpi::job_lost().store(true);
+          fail({"MpiBackend",
+                detail::concat("not every process finished MPI_Comm_idup within ", options_.watchdog.count(),
+                               " ms (MpiOptions::watchdog), although every one had reached the setup: a process "
+                               "died in between"),
+                detail::concat("process ", job_rank_),
+                "See the launcher's output for the process that ended; this process skips MPI_Finalize"});
+        }
+        backoff.pause();
+      }
+    }
+    MPI_Comm_set_errhandler(job_, MPI_ERRORS_RETURN);
+    // The splits below have no nonblocking form: a process that dies exactly here still holds
+    // the others until the launcher ends the job.
     const int p = job_ranks_ / options_.replicas;
     replica_ = job_rank_ / p;
     detail::mpi::check(MPI_Comm_split(job_, replica_, job_rank_, &base_), "MPI_Comm_split", "MpiBackend");
@@ -281,33 +309,56 @@ class MpiBackend {
     }
   }
 
-  // Every process learns whether any failed check_own_setup: one MPI_Allreduce (the lowest
-  // failing rank) and, on failure, that process's message broadcast. Then every process frees
-  // the job's communicator and throws: the failing ones their own error, the others the first
+  // Every process learns, within the watchdog, whether any failed check_own_setup: one flag
+  // from each to each (point-to-point on `comm`, tags 0x5070 and 0x5071, so that a process
+  // that never arrives is named) and, on failure, the first failing process's message from
+  // it. Then every process throws: the failing ones their own error, the others the first
   // one's, naming its process.
-  void agree_on_setup(const std::string& problem) {
-    int mine = problem.empty() ? job_ranks_ : job_rank_;
-    int first = job_ranks_;
-    detail::mpi::check(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, job_), "MPI_Allreduce", "MpiBackend");
-    if (first >= job_ranks_) return;
-    int length = job_rank_ == first ? static_cast<int>(problem.size()) : 0;
-    detail::mpi::check(MPI_Bcast(&length, 1, MPI_INT, first, job_), "MPI_Bcast", "MpiBackend");
-    std::string text = job_rank_ == first ? problem : std::string(static_cast<std::size_t>(length), '\0');
-    detail::mpi::check(MPI_Bcast(text.data(), length, MPI_CHAR, first, job_), "MPI_Bcast", "MpiBackend");
-    MPI_Comm_free(&job_);
+  void agree_on_setup(MPI_Comm comm, const std::string& problem) {
+    constexpr int flag_tag = 0x5070, text_tag = 0x5071;
+    constexpr std::size_t max_text = 4096;
+    const std::string where = detail::concat("process ", job_rank_, ", MpiBackend's setup");
+    const auto deadline = saturating_deadline(std::chrono::steady_clock::now(), options_.watchdog);
+    const int mine = problem.empty() ? 0 : 1;
+    std::vector<int> failing(static_cast<std::size_t>(job_ranks_), 0);
+    lost_if_missing(detail::mpi::exchange(comm, flag_tag, &mine, sizeof mine, failing.data(), -1, deadline, where),
+                    "never reached MpiBackend's setup", where);
+    const auto first_it = std::find(failing.begin(), failing.end(), 1);
+    if (first_it == failing.end()) return;
+    const auto first = static_cast<int>(first_it - failing.begin());
+    std::vector<char> text(max_text, '\0');
+    if (first == job_rank_) std::copy_n(problem.begin(), std::min(problem.size(), max_text - 1), text.begin());
+    lost_if_missing(detail::mpi::exchange(comm, text_tag, text.data(), max_text, text.data(), first, deadline, where),
+                    "failed its setup but its message never arrived", where);
     if (!problem.empty()) throw error(problem);
-    fail({"MpiBackend", detail::concat("process ", first, " of the job failed its setup: ", text),
+    fail({"MpiBackend", detail::concat("process ", first, " of the job failed its setup: ", text.data()),
           detail::concat("process ", job_rank_),
           "Fix that process's setup (it prints the same message); every process of the job stops with it"});
+  }
+
+  // Throws, marking the job lost (MpiSession then skips MPI_Finalize), when `missing` names
+  // processes that did not take part in an exchange within the watchdog.
+  void lost_if_missing(const std::vector<int>& missing, const char* what, const std::string& where) const {
+    if (missing.empty()) return;
+    detail::mpi::job_lost().store(true);
+    std::string names;
+    for (const int q : missing) names += detail::concat(names.empty() ? "" : ", ", "process ", q);
+    fail({"MpiBackend",
+          detail::concat(names, missing.size() == 1 ? " " : " each ", what, " within ", options_.watchdog.count(),
+                         " ms (MpiOptions::watchdog): it exited, was killed, or hangs"),
+          where,
+          "See the launcher's output for that process. This process skips MPI_Finalize, which would wait for it"});
   }
 
   friend class MpiExecutor;
   friend class MpiAllReduce;
 
-  // A process of the job by its rank in the job, as errors name it.
+  // A process of the job by its rank in the job, as errors name it. With replicas a bare
+  // "rank N" could be the pipeline rank or the process: say both (issue 24).
   [[nodiscard]] std::string process_name(std::int64_t job_rank) const {
     if (options_.replicas == 1) return detail::concat("rank ", job_rank);
-    return detail::concat("replica ", job_rank / ranks_, "'s rank ", job_rank % ranks_);
+    return detail::concat("pipeline rank ", job_rank % ranks_, " of replica ", job_rank / ranks_, " (process ", job_rank,
+                          ")");
   }
   [[nodiscard]] int job_rank() const noexcept { return job_rank_; }
   [[nodiscard]] int job_ranks() const noexcept { return job_ranks_; }

@@ -91,8 +91,7 @@ class MpiAllReduce {
     const std::size_t n = c.values.size();
     // Built only for an error: the steady state allocates nothing.
     const auto where = [&] {
-      return detail::concat("replica ", me, "'s rank ", b.rank(), ", stage ", c.stage, " all-reduce over ", d,
-                            " replicas");
+      return detail::concat(b.process_name(b.job_rank()), ", stage ", c.stage, " all-reduce over ", d, " replicas");
     };
     if (n > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
       fail({"MpiAllReduce", detail::concat(n, " floats exceed MPI's int count"), where(), "Split the stage"});
@@ -136,12 +135,25 @@ class MpiAllReduce {
         const bool stopped = c.stop.stop_requested() || b.aborted();
         const bool late = Clock::now() >= deadline;
         if (peer || stopped || late) {
+          // The counterparts whose part never came: the replicas to suspect (issue 24).
+          std::string missing;
+          for (int q = 0, k = 0; q < d; ++q) {
+            if (q == me) continue;
+            // MPI_Testall leaves every request as it was until all completed: test this one.
+            int arrived = 0;
+            MPI_Test(&c.requests[static_cast<std::size_t>(k)], &arrived, MPI_STATUS_IGNORE);
+            if (arrived == 0) {
+              missing += detail::concat(missing.empty() ? "" : ", ", b.process_name(q * b.ranks() + b.rank()));
+            }
+            k += 2;
+          }
           cancel_locked(c);
-          fail({detail::concat("replica ", me, "'s rank ", b.rank()),
+          fail({b.process_name(b.job_rank()),
                 peer      ? detail::concat("the step was ended by ", b.process_name(b.peer_note_.rank), ", which failed")
                 : stopped ? std::string("this rank's step failed before the gradient sum completed")
                           : detail::concat("the gradient sum stayed pending for ", b.options().watchdog.count(),
-                                           " ms: a replica never reached it, or its process died"),
+                                           " ms: ", missing.empty() ? std::string("a replica") : missing,
+                                           " never reached it, or its process died"),
                 where(), "See the first error of the step; raise MpiOptions::watchdog if steps are this slow"});
         }
       }

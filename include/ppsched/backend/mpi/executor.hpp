@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -53,15 +54,19 @@ class MpiExecutor {
   // replicas, the replica count) and all throw at once, naming the first difference.
   MpiExecutor(MpiBackend& backend, const Schedule& schedule, std::span<const StageFunctions> stages,
               ExecutorOptions options = {})
-      : backend_(backend), compared_(compare_setups(backend, schedule, stages)), executor_(backend, schedule, stages, options) {
-    reduce_over_replicas(schedule, options);
+      : backend_(backend), compared_(compare_setups(backend, schedule, stages)) {
+    build([&] {
+      executor_.emplace(backend, schedule, stages, options);
+      reduce_over_replicas(schedule, options);
+    });
   }
   MpiExecutor(MpiBackend& backend, const Schedule& schedule, const CostModel& costs,
               std::span<const StageFunctions> stages, ExecutorOptions options = {})
-      : backend_(backend),
-        compared_(compare_setups(backend, schedule, stages)),
-        executor_(backend, schedule, costs, stages, options) {
-    reduce_over_replicas(schedule, options);
+      : backend_(backend), compared_(compare_setups(backend, schedule, stages)) {
+    build([&] {
+      executor_.emplace(backend, schedule, costs, stages, options);
+      reduce_over_replicas(schedule, options);
+    });
   }
 
   // Collective: every process calls it with the same batch (with replicas, its replica's
@@ -75,7 +80,7 @@ class MpiExecutor {
     std::exception_ptr local;
     const RankStep* result = nullptr;
     try {
-      result = &executor_.run_step(batch);
+      result = &executor_->run_step(batch);
     } catch (...) {
       local = std::current_exception();
       // A fault before anything was issued (a bad batch) did not abort: tell the peers now.
@@ -85,11 +90,13 @@ class MpiExecutor {
     return *result;
   }
 
-  [[nodiscard]] Executor<MpiBackend>& executor() noexcept { return executor_; }
+  [[nodiscard]] Executor<MpiBackend>& executor() noexcept { return *executor_; }
   [[nodiscard]] int rank() const noexcept { return backend_.rank(); }
 
  private:
   static constexpr std::size_t max_message = 4096;
+  // Tags of the exchanges on the backend's control communicator (its abort notes use 3).
+  static constexpr int compare_tag = 6, outcome_tag = 7, message_tag = 8, build_tag = 9;
 
   // What one process says about the whole job: the schedule, its replica count.
   struct SetupHeader {
@@ -215,20 +222,64 @@ class MpiExecutor {
     return true;
   }
 
-  // MPI_Iallgather of `bytes` per process over the job, bounded by the watchdog.
+  // Every process's `bytes` to every process over the job, bounded by the watchdog; a process
+  // that never comes is named.
   void gather(const void* mine, std::size_t bytes, void* all, const char* what) {
-    MPI_Request request = MPI_REQUEST_NULL;
     const std::string where = detail::concat("process ", backend_.job_rank(), ", comparing ", what);
-    {
-      const std::lock_guard<std::mutex> lock(detail::mpi::call_mutex());
-      detail::mpi::check(MPI_Iallgather(mine, static_cast<int>(bytes), MPI_BYTE, all, static_cast<int>(bytes), MPI_BYTE,
-                                        backend_.control(), &request),
-                         "MPI_Iallgather", where);
+    const auto missing =
+        detail::mpi::exchange(backend_.control(), compare_tag, mine, bytes, all, -1,
+                              saturating_deadline(std::chrono::steady_clock::now(), backend_.options().watchdog), where);
+    if (!missing.empty()) lost(missing, detail::concat("comparing ", what).c_str(), where);
+  }
+
+  // The processes of a list, as errors name them.
+  [[nodiscard]] std::string names(const std::vector<int>& processes) const {
+    std::string text;
+    for (const int q : processes) text += detail::concat(text.empty() ? "" : ", ", backend_.process_name(q));
+    return text;
+  }
+
+  // Builds the executor, then agrees with every process on the outcome: its own checks (a
+  // stage without a forward, say) can fail on one process only, which then left the others
+  // to time out in their first step with the cause printed nowhere but there (issue 24). All
+  // throw, the first failing process's message named on every one.
+  template <class Build>
+  void build(Build&& make) {
+    std::string problem;
+    try {
+      make();
+    } catch (const std::exception& e) {
+      problem = e.what();
+    } catch (...) {
+      problem = "building the executor threw an exception that is not a std::exception";
     }
-    if (!finish(request)) {
-      fail({"MpiExecutor", detail::concat("not every process came to compare ", what, " within the watchdog"), where,
-            "Build the MpiExecutor on every process of the job; end the job (MpiSession::abort_job)"});
-    }
+    const int me = backend_.job_rank();
+    const std::string where = detail::concat(backend_.process_name(me), ", building its MpiExecutor");
+    const auto deadline = saturating_deadline(std::chrono::steady_clock::now(), backend_.options().watchdog);
+    std::vector<std::int64_t> failing(static_cast<std::size_t>(backend_.job_ranks()), 0);
+    const std::int64_t mine = problem.empty() ? 0 : 1;
+    auto missing = detail::mpi::exchange(backend_.control(), build_tag, &mine, sizeof mine, failing.data(), -1, deadline,
+                                         where);
+    if (!missing.empty()) lost(missing, "building its MpiExecutor", where);
+    const auto it = std::find(failing.begin(), failing.end(), 1);
+    if (it == failing.end()) return;
+    const auto first = static_cast<int>(it - failing.begin());
+    std::vector<char> text(max_message, '\0');
+    if (first == me) std::copy_n(problem.begin(), std::min(problem.size(), max_message - 1), text.begin());
+    missing = detail::mpi::exchange(backend_.control(), build_tag + 1, text.data(), max_message, text.data(), first,
+                                    deadline, where);
+    if (!missing.empty()) lost(missing, "building its MpiExecutor", where);
+    if (first == me) throw error(problem);
+    fail({"MpiExecutor", detail::concat(backend_.process_name(first), " failed to build its executor: ", text.data()),
+          where, "Fix that process's stages or options (it prints the same message); every process stops with it"});
+  }
+
+  [[noreturn]] void lost(const std::vector<int>& missing, const char* what, const std::string& where) const {
+    detail::mpi::job_lost().store(true);
+    fail({"MpiExecutor",
+          detail::concat(names(missing), " never finished ", what, " within ", backend_.options().watchdog.count(),
+                         " ms (MpiOptions::watchdog): it exited, was killed, or hangs"),
+          where, "See the launcher's output for that process"});
   }
 
   [[noreturn]] static void mismatch(const std::string& problem, const char* where, const char* fix) {
@@ -242,25 +293,7 @@ class MpiExecutor {
             "use GradAccumulation::microbatch_order: the replica sum's bit-identity rests on it"});
     }
     all_reduce_ = std::make_unique<MpiAllReduce>(std::max(schedule.stages(), 1));
-    executor_.set_gradient_reducer(gradient_reducer<MpiBackend>(*all_reduce_));
-  }
-
-  // Waits for a nonblocking collective under the backend's watchdog.
-  [[nodiscard]] bool finish(MPI_Request& request) {
-    using Clock = std::chrono::steady_clock;
-    const auto deadline = saturating_deadline(Clock::now(), backend_.options().watchdog);
-    detail::mpi::Backoff backoff;
-    for (;;) {
-      {
-        const std::lock_guard<std::mutex> lock(detail::mpi::call_mutex());
-        int done = 0;
-        detail::mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test",
-                           detail::concat("rank ", backend_.rank(), ", the step's agreement"));
-        if (done != 0) return true;
-      }
-      if (Clock::now() >= deadline) return false;
-      backoff.pause();
-    }
+    executor_->set_gradient_reducer(gradient_reducer<MpiBackend>(*all_reduce_));
   }
 
   void agree(const std::exception_ptr& local) {
@@ -282,16 +315,14 @@ class MpiExecutor {
       mine = note.rank >= 0 ? std::array<std::int64_t, 2>{2, note.time_ns}
                             : std::array<std::int64_t, 2>{1, backend_.abort_time_ns()};
     }
+    // Point-to-point, not MPI_Iallgather: a process that never reports (it died) is then named
+    // on every other, not left to be guessed from a neighbour's transfer (issue 24).
     std::vector<std::int64_t> all(static_cast<std::size_t>(2 * backend_.job_ranks()));
-    const std::string where = detail::concat("rank ", me, ", the step's agreement");
-    MPI_Request request = MPI_REQUEST_NULL;
-    {
-      const std::lock_guard<std::mutex> lock(detail::mpi::call_mutex());
-      detail::mpi::check(MPI_Iallgather(mine.data(), 2, MPI_INT64_T, all.data(), 2, MPI_INT64_T, backend_.control(),
-                                        &request),
-                         "MPI_Iallgather", where);
-    }
-    if (!finish(request)) stop_answering(text);
+    const std::string where = detail::concat(backend_.process_name(me), ", the step's agreement");
+    const auto deadline = saturating_deadline(std::chrono::steady_clock::now(), backend_.options().watchdog);
+    const auto missing = detail::mpi::exchange(backend_.control(), outcome_tag, mine.data(), sizeof mine, all.data(), -1,
+                                               deadline, where);
+    if (!missing.empty()) stop_answering(text, missing);
     int first = -1;
     for (int r = 0; r < backend_.job_ranks(); ++r) {
       const auto status = all[static_cast<std::size_t>(2 * r)];
@@ -306,36 +337,36 @@ class MpiExecutor {
 
     std::vector<char> message(max_message, '\0');
     if (first == me) {
-      // With replicas, a rank number alone does not say which process failed.
-      if (backend_.replicas() > 1) text = detail::concat("replica ", backend_.replica(), ": ", text);
+      // With replicas, the executor's "rank N" alone does not say which process failed.
+      if (backend_.replicas() > 1) text = detail::concat(backend_.process_name(me), ": ", text);
       std::copy_n(text.begin(), std::min(text.size(), max_message - 1), message.begin());
     }
-    {
-      const std::lock_guard<std::mutex> lock(detail::mpi::call_mutex());
-      detail::mpi::check(
-          MPI_Ibcast(message.data(), static_cast<int>(max_message), MPI_CHAR, first, backend_.control(), &request),
-          "MPI_Ibcast", where);
-    }
-    if (!finish(request)) stop_answering(text);
+    const auto lost = detail::mpi::exchange(backend_.control(), message_tag, message.data(), max_message,
+                                            message.data(), first, deadline, where);
+    if (!lost.empty()) stop_answering(text, lost);
     backend_.recover();
     if (first == me && local && backend_.replicas() == 1) std::rethrow_exception(local);
     throw error(std::string(message.data()));
   }
 
-  [[noreturn]] void stop_answering(const std::string& local) {
+  // A process never reported: the job cannot go on (MPI_Finalize would wait for it).
+  [[noreturn]] void stop_answering(const std::string& local, const std::vector<int>& missing) {
+    detail::mpi::job_lost().store(true);
     broken_ = detail::concat("not every process reported the step's outcome within ",
-                             backend_.options().watchdog.count(),
-                             " ms (MpiOptions::watchdog): a process exited or hangs outside ppsched");
-    fail({detail::concat("rank ", backend_.rank()), broken_,
+                             backend_.options().watchdog.count(), " ms (MpiOptions::watchdog): ", names(missing),
+                             missing.size() == 1 ? " did not" : " did not each",
+                             " (it exited, was killed, or hangs outside ppsched)");
+    fail({backend_.process_name(backend_.job_rank()), broken_,
           local.empty() ? std::string("this rank finished its part of the step")
                         : detail::concat("this rank's error: ", local),
-          "See the launcher's output for the process that ended; end the job (MpiSession::abort_job)"});
+          "See the launcher's output for that process; end the job (MpiSession::abort_job, or return: MpiSession "
+          "then skips MPI_Finalize)"});
   }
 
   MpiBackend& backend_;
   bool compared_ = false;  // compare_setups ran before executor_ was built
   std::unique_ptr<MpiAllReduce> all_reduce_;  // with replicas; before the executor, whose streams use it
-  Executor<MpiBackend> executor_;
+  std::optional<Executor<MpiBackend>> executor_;  // built in the constructor's body: see build()
   std::string broken_;
 };
 

@@ -1118,3 +1118,86 @@ CATCH_TEST_CASE("the graph's cut: BI stops at the weights, BW starts where their
   const torch::Tensor v = shared(torch::tanh(shared(u)));
   CATCH_CHECK_FALSE(ppsched::detail::torch_adapter::cut_graph(v, u, shared->parameters()).usable);
 }
+
+// ------------------------------------------------------------ profiling a Sequential (issue 27)
+
+CATCH_TEST_CASE("profile_sequential measures every child at every size and leaves the model as it was", "[torch]") {
+  // Structure and bytes, not speed: a convolution, a batch norm, a residual block and a
+  // linear head, at 2 and 4 rows.
+  torch::manual_seed(8);
+  torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).padding(1)),
+                              torch::nn::BatchNorm2d(4), Residual(4), torch::nn::Flatten(),
+                              torch::nn::Linear(4 * 5 * 5, 6));
+  ppsched::TorchProfileOptions o;
+  o.rows = {2, 4};
+  o.warmup = 1;
+  o.repetitions = 3;
+  o.input = [](std::int64_t r) { return torch::randn({r, 3, 5, 5}); };
+  const std::vector<torch::Tensor> before_buffers = [&] {
+    std::vector<torch::Tensor> b;
+    for (const torch::Tensor& t : model->buffers()) b.push_back(t.clone());
+    return b;
+  }();
+  const ppsched::TorchProfile p = ppsched::profile_sequential(model, o);
+
+  CATCH_REQUIRE(p.layers.size() == 5);
+  CATCH_CHECK(p.layers[0].name == "0:Conv2d");
+  CATCH_CHECK(p.layers[2].name == "2:Residual");
+  CATCH_CHECK(p.layers[0].param_bytes == (4 * 3 * 9 + 4) * 4);
+  CATCH_CHECK(p.layers[1].param_bytes == 2 * 4 * 4);
+  CATCH_CHECK(p.layers[3].param_bytes == 0);
+  CATCH_CHECK(p.layers[4].param_bytes == (6 * 100 + 6) * 4);
+  for (const ppsched::TorchLayerProfile& l : p.layers) {
+    CATCH_INFO(l.name);
+    CATCH_REQUIRE(l.samples.size() == 2);
+    for (std::size_t k = 0; k < 2; ++k) {
+      const ppsched::TorchLayerSample& s = l.samples[k];
+      CATCH_CHECK(s.rows == o.rows[k]);
+      for (const ppsched::TorchTiming& t : {s.forward, s.backward, s.backward_input, s.backward_weight}) {
+        CATCH_CHECK(t.min > 0.0);
+        CATCH_CHECK(t.min <= t.median);
+        CATCH_CHECK(t.median <= t.max);
+      }
+    }
+  }
+  // Output bytes are the children's outputs, exactly; a convolution keeps its input.
+  CATCH_CHECK(p.layers[0].samples[1].output_bytes == 4 * 4 * 25 * 4);
+  CATCH_CHECK(p.layers[4].samples[0].output_bytes == 2 * 6 * 4);
+  CATCH_CHECK(p.layers[2].samples[0].activation_bytes > 0.0);
+
+  // The model: its batch norms' running statistics as before, no gradient left behind.
+  const std::vector<torch::Tensor> after_buffers = model->buffers();
+  CATCH_REQUIRE(after_buffers.size() == before_buffers.size());
+  for (std::size_t i = 0; i < after_buffers.size(); ++i) CATCH_CHECK(torch::equal(after_buffers[i], before_buffers[i]));
+  for (const torch::Tensor& q : model->parameters()) CATCH_CHECK_FALSE(q.grad().defined());
+
+  // The Profile at a measured size: a chain of the children, with the medians and bytes.
+  const ppsched::Profile at4 = p.at(4);
+  CATCH_REQUIRE(at4.graph.size() == 5);
+  CATCH_CHECK(at4.graph.is_chain());
+  CATCH_CHECK(at4.time_unit == "ms");
+  CATCH_CHECK(at4.graph.layer(2).forward == p.layers[2].samples[1].forward.median);
+  CATCH_CHECK(at4.graph.layer(2).backward_weight == p.layers[2].samples[1].backward_weight.median);
+  CATCH_CHECK(at4.graph.layer(0).output_bytes == p.layers[0].samples[1].output_bytes);
+  CATCH_CHECK(ppsched_error_of([&] { (void)p.at(3); }).find("no measurement at 3 rows") != std::string::npos);
+}
+
+CATCH_TEST_CASE("profile_sequential rejects options it cannot measure with", "[torch]") {
+  torch::nn::Sequential model(torch::nn::Linear(3, 3));
+  ppsched::TorchProfileOptions o;
+  o.input = [](std::int64_t r) { return torch::randn({r, 3}); };
+  o.rows = {};
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("TorchProfileOptions::rows") !=
+              std::string::npos);
+  o.rows = {0};
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("size of 0") !=
+              std::string::npos);
+  o.rows = {2};
+  o.repetitions = 0;
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("repetitions 0") !=
+              std::string::npos);
+  o.repetitions = 1;
+  o.input = nullptr;
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("no input") !=
+              std::string::npos);
+}

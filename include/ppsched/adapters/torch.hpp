@@ -30,7 +30,12 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/optim/optimizer.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -44,6 +49,7 @@
 #include <vector>
 
 #include "ppsched/error.hpp"
+#include "ppsched/graph/profile.hpp"
 #include "ppsched/graph/tensor.hpp"
 #include "ppsched/runtime/payload.hpp"
 #include "ppsched/runtime/stage.hpp"
@@ -835,6 +841,247 @@ class TorchStage {
     if (options_.optimizer != nullptr) options_.optimizer->step();
   }
 };
+
+// ------------------------------------------------------------ profiling a Sequential's children
+//
+// torchgpipe's balance_by_time / balance_by_size, for ppsched: each child of a Sequential is
+// timed as the adapter runs it (a one-child TorchStage on the calling thread: forward, full
+// backward, and backward_input then backward_weight) at several micro-batch sizes, with
+// warm-up and repetitions, and its bytes are measured; the result is a ppsched Profile the
+// partitioner and `ppsched-plan --profile` read (profile_to_json in graph/profile_json.hpp
+// writes it). Times are wall-clock milliseconds on the calling thread, so set
+// torch::set_num_threads as the run will (one intra-op thread per rank on a CPU pipeline).
+
+struct TorchProfileOptions {
+  // The micro-batch sizes to measure at (rows: the first dimension of the model's input).
+  std::vector<std::int64_t> rows{8};
+  // The model's input for one micro-batch of `rows` rows (any dtype: token ids too).
+  std::function<torch::Tensor(std::int64_t rows)> input;
+  int warmup = 2;       // runs per child and size before timing
+  int repetitions = 5;  // timed runs per child and size; the median is the profile's figure
+};
+
+// One measured time: the median of the repetitions and their spread, in ms.
+struct TorchTiming {
+  double median = 0.0;
+  double min = 0.0;
+  double max = 0.0;
+};
+
+// One child at one micro-batch size.
+struct TorchLayerSample {
+  std::int64_t rows = 0;
+  TorchTiming forward, backward, backward_input, backward_weight;  // B; then BI and BW of the split
+  double activation_bytes = 0.0;  // held from the forward until the backward, the output left out
+  double output_bytes = 0.0;      // the tensor the child hands on
+};
+
+struct TorchLayerProfile {
+  std::string name;        // "3:Conv2d": the child's index and class name
+  double param_bytes = 0;  // parameters first met in this child (a shared one counts once)
+  std::vector<TorchLayerSample> samples;  // [size], in TorchProfileOptions::rows' order
+};
+
+struct TorchProfile {
+  std::vector<std::int64_t> rows;
+  std::vector<TorchLayerProfile> layers;
+
+  // The Profile at one measured size: a chain of the children with the medians (ms) and
+  // bytes at that size, the full backward beside the split halves where the Layer has a
+  // field for it.
+  [[nodiscard]] Profile at(std::int64_t micro_batch_rows) const;
+};
+
+namespace detail::torch_adapter {
+
+// Bytes the process's allocator has handed out and not taken back (glibc: every arena and
+// the mmapped blocks; elsewhere 0: activation bytes are then not measured).
+[[nodiscard]] inline double heap_in_use() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<double>(m.uordblks) + static_cast<double>(m.hblkhd);
+#else
+  return 0.0;
+#endif
+}
+
+[[nodiscard]] inline TorchTiming spread(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  const std::size_t n = ms.size();
+  const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  return {median, ms.front(), ms.back()};
+}
+
+template <class F>
+[[nodiscard]] double time_ms(F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Sets the full backward where the Layer type has a field for it (the profile format's
+// `backward`), so this compiles before and after that field exists.
+template <class L>
+void set_full_backward(L& layer, double ms) {
+  if constexpr (requires { layer.backward = ms; }) layer.backward = ms;
+}
+
+// "torch::nn::Conv2dImpl" -> "Conv2d".
+[[nodiscard]] inline std::string short_name(std::string name) {
+  if (const auto colons = name.rfind("::"); colons != std::string::npos) name.erase(0, colons + 2);
+  if (name.size() > 4 && name.ends_with("Impl")) name.erase(name.size() - 4);
+  return name;
+}
+
+[[nodiscard]] inline TorchTensorSpec spec_of(const torch::Tensor& t) {
+  return {t.scalar_type(), std::vector<std::int64_t>(t.sizes().begin(), t.sizes().end()), -1};
+}
+
+}  // namespace detail::torch_adapter
+
+inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
+  const auto k = static_cast<std::size_t>(std::find(rows.begin(), rows.end(), micro_batch_rows) - rows.begin());
+  if (k == rows.size()) {
+    std::string measured;
+    for (std::int64_t r : rows) measured += detail::concat(measured.empty() ? "" : ", ", r);
+    fail({"torch profile", detail::concat("no measurement at ", micro_batch_rows, " rows"), "TorchProfile::at",
+          detail::concat("Ask for a measured size (", measured, "), or add it to TorchProfileOptions::rows")});
+  }
+  std::vector<Layer> out;
+  for (const TorchLayerProfile& l : layers) {
+    const TorchLayerSample& s = l.samples[k];
+    Layer layer;
+    layer.name = l.name;
+    layer.forward = s.forward.median;
+    layer.backward_input = s.backward_input.median;
+    layer.backward_weight = s.backward_weight.median;
+    detail::torch_adapter::set_full_backward(layer, s.backward.median);
+    layer.param_bytes = l.param_bytes;
+    layer.activation_bytes = s.activation_bytes;
+    layer.output_bytes = s.output_bytes;
+    out.push_back(std::move(layer));
+  }
+  Profile p;
+  p.graph = LayerGraph::chain(std::move(out));
+  p.time_unit = "ms";
+  return p;
+}
+
+// Measures every child of `model` (see above). The model is left as it was: its parameters,
+// their .grad, and its buffers (a batch norm's running statistics) are restored.
+[[nodiscard]] inline TorchProfile profile_sequential(torch::nn::Sequential model,
+                                                     const TorchProfileOptions& options) {
+  const auto bad = [](const std::string& problem, const char* where, const char* fix) {
+    fail({"torch profile", problem, where, fix});
+  };
+  if (model->size() == 0) bad("the Sequential has no children", "profile_sequential", "Give a model with children");
+  if (options.rows.empty()) bad("no micro-batch sizes", "TorchProfileOptions::rows", "List at least one size");
+  for (std::int64_t r : options.rows) {
+    if (r < 1) {
+      bad(detail::concat("a micro-batch size of ", r), "TorchProfileOptions::rows", "Give sizes >= 1");
+    }
+  }
+  if (!options.input) {
+    bad("no input", "TorchProfileOptions::input", "Give a function returning one micro-batch's input for a size");
+  }
+  if (options.warmup < 0 || options.repetitions < 1) {
+    bad(detail::concat("warmup ", options.warmup, ", repetitions ", options.repetitions),
+        "TorchProfileOptions::warmup/repetitions", "Give warmup >= 0 and repetitions >= 1");
+  }
+  std::vector<torch::Tensor> buffers;
+  for (const torch::Tensor& b : model->buffers()) buffers.push_back(b.clone());
+  std::vector<torch::Tensor> grads;
+  for (const torch::Tensor& p : model->parameters()) grads.push_back(p.grad().defined() ? p.grad().clone() : p.grad());
+
+  TorchProfile out;
+  out.rows = options.rows;
+  std::vector<const void*> seen;  // parameters already counted
+  for (std::size_t c = 0; c < model->size(); ++c) {
+    TorchLayerProfile layer;
+    layer.name = detail::concat(c, ":", detail::torch_adapter::short_name(model->ptr(c)->name()));
+    for (const torch::Tensor& p : model->ptr(c)->parameters()) {
+      if (std::find(seen.begin(), seen.end(), p.unsafeGetTensorImpl()) != seen.end()) continue;
+      seen.push_back(p.unsafeGetTensorImpl());
+      layer.param_bytes += static_cast<double>(p.numel() * static_cast<std::int64_t>(p.element_size()));
+    }
+    out.layers.push_back(std::move(layer));
+  }
+  for (std::int64_t rows : options.rows) {
+    torch::Tensor x = options.input(rows);
+    if (!x.defined()) {
+      bad(detail::concat("the input for ", rows, " rows is undefined"), "TorchProfileOptions::input",
+          "Return one micro-batch's input tensor");
+    }
+    for (std::size_t c = 0; c < model->size(); ++c) {
+      const std::string where = detail::concat("child ", out.layers[c].name, " at ", rows, " rows");
+      x = x.detach().contiguous();
+      torch::Tensor y;
+      TorchLayerSample sample;
+      sample.rows = rows;
+      {
+        // The bytes: what a forward with the graph leaves allocated, besides its output.
+        const torch::AutoGradMode grad_mode(true);
+        const torch::Tensor probe = torch::isFloatingType(x.scalar_type()) ? x.clone().requires_grad_(true) : x;
+        const double before = detail::torch_adapter::heap_in_use();
+        y = (model->begin() + static_cast<std::ptrdiff_t>(c))->forward(probe);
+        const double after = detail::torch_adapter::heap_in_use();
+        if (!y.defined() || !torch::isFloatingType(y.scalar_type())) {
+          bad(detail::concat(where, " returns ", y.defined() ? c10::toString(y.scalar_type()) : "nothing"),
+              "profile_sequential", "Profile children whose output is a floating-point tensor");
+        }
+        sample.output_bytes = static_cast<double>(y.numel() * static_cast<std::int64_t>(y.element_size()));
+        sample.activation_bytes = std::max(0.0, after - before - sample.output_bytes);
+        y = y.detach();
+      }
+      // Timed as the adapter runs the child: a one-child stage over typed boundaries.
+      TorchStageOptions so;
+      so.input_tensors = {detail::torch_adapter::spec_of(x)};
+      so.output_tensors = {detail::torch_adapter::spec_of(y)};
+      torch::nn::Sequential one;
+      one->push_back(*(model->begin() + static_cast<std::ptrdiff_t>(c)));
+      TorchStage stage(one, so);
+      const StageFunctions f = stage.functions();
+      const std::vector<float> in = torch_payloads(so.input_tensors[0], {x});
+      torch::manual_seed(static_cast<std::uint64_t>(c));
+      const std::vector<float> grad_out = torch_payloads(so.output_tensors[0], {torch::randn_like(y)});
+      std::vector<float> output(grad_out.size());
+      std::vector<float> grad_in(in.size());
+      std::vector<float> weight_grad(f.weight_grad_size);
+      std::vector<double> fw, b, bi, bw;
+      for (int rep = 0; rep < options.warmup + options.repetitions; ++rep) {
+        const bool timed = rep >= options.warmup;
+        std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
+        const double f1 = detail::torch_adapter::time_ms([&] { f.forward(0, in, output); });
+        const double full = detail::torch_adapter::time_ms([&] { f.backward(0, in, grad_out, grad_in, weight_grad); });
+        std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
+        const double f2 = detail::torch_adapter::time_ms([&] { f.forward(0, in, output); });
+        const double input_part = detail::torch_adapter::time_ms([&] { f.backward_input(0, in, grad_out, grad_in); });
+        const double weight_part =
+            detail::torch_adapter::time_ms([&] { f.backward_weight(0, in, grad_out, weight_grad); });
+        if (!timed) continue;
+        fw.push_back(f1);
+        fw.push_back(f2);
+        b.push_back(full);
+        bi.push_back(input_part);
+        bw.push_back(weight_part);
+      }
+      sample.forward = detail::torch_adapter::spread(fw);
+      sample.backward = detail::torch_adapter::spread(b);
+      sample.backward_input = detail::torch_adapter::spread(bi);
+      sample.backward_weight = detail::torch_adapter::spread(bw);
+      out.layers[c].samples.push_back(sample);
+      x = y;
+    }
+  }
+  {
+    const torch::NoGradGuard no_grad;
+    const std::vector<torch::Tensor> now = model->buffers();
+    for (std::size_t i = 0; i < now.size(); ++i) now[i].copy_(buffers[i]);
+    const std::vector<torch::Tensor> params = model->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
+  }
+  return out;
+}
 
 // One stage's copy of a weight tied across stages: the stage's index in the schedule, its
 // TorchStage, and the copy (a parameter of that stage's module).

@@ -24,6 +24,7 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,11 @@ int main(int argc, char** argv) try {
   const ppsched::Profile profile = measured.at(rows.front());  // what ppsched-plan reads
   std::ofstream(path) << ppsched::profile_to_json(profile) << '\n';
   // readme-end
+  // What the planner reads back is what was measured: no hand editing between.
+  if (ppsched::load_profile(path) != profile) {
+    std::cerr << "torch_profile: " << path << " does not read back as the measured profile\n";
+    return EXIT_FAILURE;
+  }
 
   std::cout << "child            rows  forward (ms)            B                       BI                      BW"
                "                      activation B  output B\n";

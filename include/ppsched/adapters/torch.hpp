@@ -30,23 +30,24 @@
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/optim/optimizer.h>
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
-#include <memory>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+// After the standard headers, which define __GLIBC__ where glibc is the C library.
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "ppsched/error.hpp"
 #include "ppsched/graph/profile.hpp"
@@ -739,7 +740,7 @@ class TorchStage {
     s = Saved{};
   }
 
-  // A parameter shared by two children gets a gradient from each; they add up.
+  // A parameter reached from two of the cut's roots gets a gradient from each; they add up.
   void accumulate_weight_gradient(std::span<float> weight_grad, const std::vector<std::size_t>& which,
                                   const std::vector<torch::Tensor>& grads) const {
     const torch::NoGradGuard no_grad;

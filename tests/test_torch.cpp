@@ -16,6 +16,8 @@
 #include <torch/nn/functional/linear.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/container/functional.h>
 #include <torch/nn/modules/embedding.h>
 #include <torch/nn/modules/linear.h>
@@ -25,6 +27,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/runtime/world.hpp>
@@ -965,4 +968,238 @@ CATCH_TEST_CASE("labels with a variable dimension in any position are the labels
       CATCH_CHECK(torch::equal(seen, expected));
     }
   }
+}
+
+// ------------------------------------------------------------ the split backward's cut (issue 27)
+
+namespace {
+
+// A residual block of convolutions and batch norms: the split backward cuts inside it.
+struct ResidualImpl : torch::nn::Module {
+  torch::nn::Conv2d conv1{nullptr}, conv2{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr}, bn2{nullptr};
+  explicit ResidualImpl(std::int64_t channels) {
+    const auto conv = torch::nn::Conv2dOptions(channels, channels, 3).padding(1).bias(false);
+    conv1 = register_module("conv1", torch::nn::Conv2d(conv));
+    conv2 = register_module("conv2", torch::nn::Conv2d(conv));
+    bn1 = register_module("bn1", torch::nn::BatchNorm2d(channels));
+    bn2 = register_module("bn2", torch::nn::BatchNorm2d(channels));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    const torch::Tensor h = torch::relu(bn1(conv1(x)));
+    return torch::relu(x + bn2(conv2(h)));
+  }
+};
+TORCH_MODULE(Residual);
+
+// A whole MLP behind one forward (a Sequential cannot be a child of a Sequential).
+struct WholeImpl : torch::nn::Module {
+  torch::nn::Sequential inner;
+  explicit WholeImpl(torch::nn::Sequential s) : inner(register_module("inner", std::move(s))) {}
+  torch::Tensor forward(torch::Tensor x) { return inner->forward(x); }
+};
+TORCH_MODULE(Whole);
+
+struct Gradients {
+  std::vector<float> input, weight, output;
+};
+
+// One forward and backward of `module` through TorchStage's callables, full or split.
+Gradients stage_gradients(torch::nn::Sequential module, const std::vector<std::int64_t>& shape, bool split,
+                          bool input_gradient = true) {
+  ppsched::TorchStageOptions o;
+  o.input_shape = shape;
+  o.output_shape = shape;
+  ppsched::TorchStage stage(std::move(module), o);
+  const ppsched::StageFunctions f = stage.functions();
+  const std::int64_t n = ppsched::detail::torch_adapter::element_count(shape);
+  torch::manual_seed(5);
+  const torch::Tensor x = torch::randn({n});
+  const torch::Tensor g = torch::randn({n});
+  Gradients out{std::vector<float>(input_gradient ? static_cast<std::size_t>(n) : 0),
+                std::vector<float>(f.weight_grad_size, 0.0f), std::vector<float>(static_cast<std::size_t>(n))};
+  f.forward(0, floats(x), out.output);
+  if (split) {
+    f.backward_input(0, floats(x), floats(g), out.input);
+    f.backward_weight(0, floats(x), floats(g), out.weight);
+  } else {
+    f.backward(0, floats(x), floats(g), out.input, out.weight);
+  }
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+torch::nn::Sequential residual_blocks() {
+  torch::manual_seed(3);
+  torch::nn::Sequential s;
+  for (int b = 0; b < 3; ++b) s->push_back(Residual(4));
+  return s;
+}
+
+}  // namespace
+
+CATCH_TEST_CASE("the split backward cuts inside children and gives the full backward's bits", "[torch]") {
+  // Residual blocks (conv, batch norm, ReLU, a skip), an MLP given as one child, and a weight
+  // used twice (where the stage falls back to the cut between children): BI then BW gives
+  // the input and weight gradients of B bit for bit, with and without an input gradient.
+  const std::vector<std::int64_t> image{2, 4, 5, 5};
+  const std::vector<std::int64_t> row{rows, 16};
+  struct Case {
+    const char* name;
+    std::function<torch::nn::Sequential()> make;
+    std::vector<std::int64_t> shape;
+  };
+  const std::vector<Case> cases{
+      {"residual blocks", residual_blocks, image},
+      {"an MLP as one child",
+       [] {
+         torch::manual_seed(4);
+         torch::nn::Sequential inner;
+         for (int l = 0; l < 3; ++l) {
+           inner->push_back(torch::nn::Linear(16, 16));
+           inner->push_back(torch::nn::Tanh());
+         }
+         return torch::nn::Sequential(Whole(inner));
+       },
+       row},
+      {"a weight used twice",
+       [] {
+         torch::manual_seed(6);
+         torch::nn::Linear shared(16, 16);
+         return torch::nn::Sequential(shared, torch::nn::Tanh(), torch::nn::Linear(16, 16), shared);
+       },
+       row},
+  };
+  for (const Case& c : cases) {
+    for (const bool input_gradient : {true, false}) {
+      CATCH_INFO(c.name << (input_gradient ? ", with" : ", without") << " an input gradient");
+      // Two builds from one seed: the same weights (custom modules are not Cloneable).
+      const Gradients full = stage_gradients(c.make(), c.shape, false, input_gradient);
+      const Gradients split = stage_gradients(c.make(), c.shape, true, input_gradient);
+      CATCH_CHECK(same_bits(full.output, split.output));
+      CATCH_CHECK(same_bits(full.input, split.input));
+      CATCH_CHECK(same_bits(full.weight, split.weight));
+      // Not vacuous: gradients were written.
+      CATCH_CHECK(std::any_of(full.weight.begin(), full.weight.end(), [](float v) { return v != 0.0f; }));
+      CATCH_CHECK(std::any_of(full.input.begin(), full.input.end(), [](float v) { return v != 0.0f; }) ==
+                  input_gradient);
+    }
+  }
+}
+
+CATCH_TEST_CASE("the graph's cut: BI stops at the weights, BW starts where their gradients enter", "[torch]") {
+  // Structure, not time: for a residual block the cut's roots are the nodes that own
+  // parameters (two convolutions, two batch norms), each with exactly its own parameters;
+  // a weight used twice makes the cut unusable.
+  torch::nn::Sequential blocks;
+  torch::manual_seed(3);
+  blocks->push_back(Residual(4));
+  const torch::Tensor x = torch::randn({2, 4, 5, 5}).requires_grad_(true);
+  const torch::Tensor y = blocks->forward(x);
+  const std::vector<torch::Tensor> parameters = blocks->parameters();
+  CATCH_REQUIRE(parameters.size() == 6);  // conv1, conv2 weights; bn1, bn2 weight and bias
+  const auto cut = ppsched::detail::torch_adapter::cut_graph(y, x, parameters);
+  CATCH_CHECK(cut.usable);
+  CATCH_REQUIRE(cut.roots.size() == 4);
+  std::vector<std::size_t> covered;
+  for (const auto& r : cut.roots) {
+    CATCH_CHECK((r.parameters.size() == 1 || r.parameters.size() == 2));
+    covered.insert(covered.end(), r.parameters.begin(), r.parameters.end());
+  }
+  std::sort(covered.begin(), covered.end());
+  CATCH_CHECK(covered == std::vector<std::size_t>{0, 1, 2, 3, 4, 5});
+
+  torch::manual_seed(6);
+  torch::nn::Linear shared(3, 3);
+  const torch::Tensor u = torch::randn({2, 3}).requires_grad_(true);
+  const torch::Tensor v = shared(torch::tanh(shared(u)));
+  CATCH_CHECK_FALSE(ppsched::detail::torch_adapter::cut_graph(v, u, shared->parameters()).usable);
+}
+
+// ------------------------------------------------------------ profiling a Sequential (issue 27)
+
+CATCH_TEST_CASE("profile_sequential measures every child at every size and leaves the model as it was", "[torch]") {
+  // Structure and bytes, not speed: a convolution, a batch norm, a residual block and a
+  // linear head, at 2 and 4 rows.
+  torch::manual_seed(8);
+  torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).padding(1)),
+                              torch::nn::BatchNorm2d(4), Residual(4), torch::nn::Flatten(),
+                              torch::nn::Linear(4 * 5 * 5, 6));
+  ppsched::TorchProfileOptions o;
+  o.rows = {2, 4};
+  o.warmup = 1;
+  o.repetitions = 3;
+  o.input = [](std::int64_t r) { return torch::randn({r, 3, 5, 5}); };
+  const std::vector<torch::Tensor> before_buffers = [&] {
+    std::vector<torch::Tensor> b;
+    for (const torch::Tensor& t : model->buffers()) b.push_back(t.clone());
+    return b;
+  }();
+  const ppsched::TorchProfile p = ppsched::profile_sequential(model, o);
+
+  CATCH_REQUIRE(p.layers.size() == 5);
+  CATCH_CHECK(p.layers[0].name == "0:Conv2d");
+  CATCH_CHECK(p.layers[2].name == "2:Residual");
+  CATCH_CHECK(p.layers[0].param_bytes == (4 * 3 * 9 + 4) * 4);
+  CATCH_CHECK(p.layers[1].param_bytes == 2 * 4 * 4);
+  CATCH_CHECK(p.layers[3].param_bytes == 0);
+  CATCH_CHECK(p.layers[4].param_bytes == (6 * 100 + 6) * 4);
+  for (const ppsched::TorchLayerProfile& l : p.layers) {
+    CATCH_INFO(l.name);
+    CATCH_REQUIRE(l.samples.size() == 2);
+    for (std::size_t k = 0; k < 2; ++k) {
+      const ppsched::TorchLayerSample& s = l.samples[k];
+      CATCH_CHECK(s.rows == o.rows[k]);
+      for (const ppsched::TorchTiming& t : {s.forward, s.backward, s.backward_input, s.backward_weight}) {
+        CATCH_CHECK(t.min >= 0.0);  // a parameterless child's BW does next to nothing
+        CATCH_CHECK(t.min <= t.median);
+        CATCH_CHECK(t.median <= t.max);
+      }
+    }
+  }
+  CATCH_CHECK(p.layers[2].samples[1].forward.min > 0.0);  // a residual block's forward was timed
+  CATCH_CHECK(p.layers[2].samples[1].backward.min > 0.0);
+  // Output bytes are the children's outputs, exactly; a residual block keeps activations.
+  CATCH_CHECK(p.layers[0].samples[1].output_bytes == 4 * 4 * 25 * 4);
+  CATCH_CHECK(p.layers[4].samples[0].output_bytes == 2 * 6 * 4);
+  CATCH_CHECK(p.layers[2].samples[0].activation_bytes > 0.0);
+
+  // The model: its batch norms' running statistics as before, no gradient left behind.
+  const std::vector<torch::Tensor> after_buffers = model->buffers();
+  CATCH_REQUIRE(after_buffers.size() == before_buffers.size());
+  for (std::size_t i = 0; i < after_buffers.size(); ++i) CATCH_CHECK(torch::equal(after_buffers[i], before_buffers[i]));
+  for (const torch::Tensor& q : model->parameters()) CATCH_CHECK_FALSE(q.grad().defined());
+
+  // The Profile at a measured size: a chain of the children, with the medians and bytes.
+  const ppsched::Profile at4 = p.at(4);
+  CATCH_REQUIRE(at4.graph.size() == 5);
+  CATCH_CHECK(at4.graph.is_chain());
+  CATCH_CHECK(at4.time_unit == "ms");
+  CATCH_CHECK(at4.graph.layer(2).forward == p.layers[2].samples[1].forward.median);
+  CATCH_CHECK(at4.graph.layer(2).backward_weight == p.layers[2].samples[1].backward_weight.median);
+  CATCH_CHECK(at4.graph.layer(0).output_bytes == p.layers[0].samples[1].output_bytes);
+  CATCH_CHECK(ppsched_error_of([&] { (void)p.at(3); }).find("no measurement at 3 rows") != std::string::npos);
+}
+
+CATCH_TEST_CASE("profile_sequential rejects options it cannot measure with", "[torch]") {
+  torch::nn::Sequential model(torch::nn::Linear(3, 3));
+  ppsched::TorchProfileOptions o;
+  o.input = [](std::int64_t r) { return torch::randn({r, 3}); };
+  o.rows = {};
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("TorchProfileOptions::rows") !=
+              std::string::npos);
+  o.rows = {0};
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("size of 0") !=
+              std::string::npos);
+  o.rows = {2};
+  o.repetitions = 0;
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("repetitions 0") !=
+              std::string::npos);
+  o.repetitions = 1;
+  o.input = nullptr;
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("no input") !=
+              std::string::npos);
 }

@@ -4,13 +4,15 @@
 //
 // Per micro-batch in flight the stage keeps what autograd needs: the forward's input (a view
 // of the executor's buffer, which stays valid until the micro-batch's last backward), the
-// output of every child that owns parameters, and the autograd graph. A full backward runs
-// autograd once and frees the graph. The split backward of zero-bubble schedules asks
-// autograd, in backward_input, for the input gradient and for the gradient at the output of
-// each child that owns parameters, keeping the graph; backward_weight then runs each such
-// child's own part of the graph from that gradient to its parameters and frees it. The
-// weight gradients are the same numbers the full backward computes (the same autograd nodes
-// on the same values), so every schedule trains bit-identically.
+// output and the autograd graph. A full backward runs autograd once and frees the graph. The
+// split backward of zero-bubble schedules cuts the graph itself (detail::torch_adapter::
+// cut_graph): backward_input runs only the nodes between the output and the input, computing
+// only the gradients that lead to the input, and keeps the gradient arriving at each node
+// that also leads to a parameter; backward_weight runs each of those nodes once more from
+// that gradient, for its parameters only, and frees the graph. Nothing runs twice, so BI + BW
+// costs about what B does, and the weight gradients are the numbers the full backward
+// computes (the same autograd nodes on the same values): every schedule trains
+// bit-identically.
 //
 // A boundary has one of two forms. The float form (input_shape / output_shape) is a fixed
 // shape of float32, the stage's spans holding exactly its elements. The typed form
@@ -24,21 +26,31 @@
 #pragma once
 
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/optim/optimizer.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
+// After the standard headers, which define __GLIBC__ where glibc is the C library.
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include "ppsched/error.hpp"
+#include "ppsched/graph/profile.hpp"
 #include "ppsched/graph/tensor.hpp"
 #include "ppsched/runtime/payload.hpp"
 #include "ppsched/runtime/stage.hpp"
@@ -259,6 +271,124 @@ inline void write(const Side& side, std::span<float> raw, const torch::Tensor& v
       .copy_(value.detach());
 }
 
+// ------------------------------------------------------------ the split backward's cut
+//
+// Zero-bubble schedules run the input gradient (BI) early and the weight gradient (BW) later,
+// and pay off only when the two cost what the full backward does. The cut is made in the
+// micro-batch's autograd graph, not between the Sequential's children: BI runs exactly the
+// nodes on a path from the output to the stage's input (each computing only the gradients
+// that lead there: a convolution its input gradient, not its weight's), and captures the
+// gradient arriving at every such node that also leads to a parameter off that path. BW then
+// runs each of those nodes once from its captured gradient, asking for its parameters only
+// (the convolution's weight gradient). No node's input gradient is computed twice and the
+// forward is never re-run, whatever a child holds inside (a residual block, a whole MLP).
+
+// A node of the graph where BW starts: the parameters it reaches off the input path, and the
+// gradient arriving at each of its inputs, as BI captured it.
+struct WeightRoot {
+  std::shared_ptr<torch::autograd::Node> node;
+  std::vector<std::size_t> parameters;   // indices into the stage's parameters
+  std::vector<torch::Tensor> gradients;  // [input of node]; undefined where none arrived
+};
+
+struct GraphCut {
+  // False where one node reaches a parameter both on and off the input path (a weight used
+  // twice in the stage, once before a later use's input): BW from that node would recompute
+  // and count the on-path part again. The stage then splits at the output: BI the input
+  // gradient alone, BW every weight gradient (correct, but the input path runs twice).
+  bool usable = true;
+  std::vector<WeightRoot> roots;  // in the order the engine runs them in a full backward
+};
+
+// The cut of the graph under `output`, for the input gradient of `input` (a leaf).
+[[nodiscard]] inline GraphCut cut_graph(const torch::Tensor& output, const torch::Tensor& input,
+                                        const std::vector<torch::Tensor>& parameters) {
+  using torch::autograd::Node;
+  GraphCut cut;
+  const std::shared_ptr<Node> root = output.grad_fn();
+  const std::shared_ptr<Node> input_node = torch::autograd::impl::try_get_grad_accumulator(input);
+  if (!root || !input_node) return cut;
+  std::unordered_map<const Node*, std::size_t> parameter_of;  // a parameter's AccumulateGrad -> its index
+  std::vector<std::shared_ptr<Node>> accumulators;            // alive while compared by address
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    if (auto a = torch::autograd::impl::try_get_grad_accumulator(parameters[i])) {
+      parameter_of.emplace(a.get(), i);
+      accumulators.push_back(std::move(a));
+    }
+  }
+  const std::size_t words = (parameters.size() + 63) / 64;
+  struct Info {
+    std::shared_ptr<Node> node;
+    bool reaches_input = false;
+    std::vector<std::uint64_t> reached;  // bit set of the parameters reached
+  };
+  std::vector<Info> info;
+  std::unordered_map<const Node*, std::size_t> index;
+  std::vector<std::pair<std::size_t, std::size_t>> stack;  // (node, next edge to look at)
+  const auto visit = [&](const std::shared_ptr<Node>& n) {
+    if (index.contains(n.get())) return;
+    index.emplace(n.get(), info.size());
+    info.push_back({n, false, std::vector<std::uint64_t>(words, 0)});
+    stack.emplace_back(info.size() - 1, 0);
+  };
+  visit(root);
+  while (!stack.empty()) {  // depth first, each node finished after every node it leads to
+    const std::size_t i = stack.back().first;
+    const auto& edges = info[i].node->next_edges();
+    if (stack.back().second < edges.size()) {
+      const torch::autograd::Edge& e = edges[stack.back().second++];
+      if (e.is_valid()) visit(e.function);
+      continue;
+    }
+    stack.pop_back();
+    Info& n = info[i];
+    n.reaches_input = n.node == input_node;
+    if (const auto p = parameter_of.find(n.node.get()); p != parameter_of.end()) {
+      n.reached[p->second / 64] |= std::uint64_t{1} << (p->second % 64);
+    }
+    for (const torch::autograd::Edge& e : edges) {
+      if (!e.is_valid()) continue;
+      const Info& c = info[index.at(e.function.get())];
+      n.reaches_input = n.reaches_input || c.reaches_input;
+      for (std::size_t w = 0; w < words; ++w) n.reached[w] |= c.reached[w];
+    }
+  }
+  for (const Info& n : info) {
+    if (!n.reaches_input || n.node == input_node) continue;
+    std::vector<std::uint64_t> off(words, 0), on(words, 0);
+    for (const torch::autograd::Edge& e : n.node->next_edges()) {
+      if (!e.is_valid()) continue;
+      const Info& c = info[index.at(e.function.get())];
+      for (std::size_t w = 0; w < words; ++w) (c.reaches_input ? on : off)[w] |= c.reached[w];
+    }
+    WeightRoot r{n.node, {}, {}};
+    for (std::size_t w = 0; w < words; ++w) {
+      if ((off[w] & on[w]) != 0) {
+        cut.usable = false;
+        return cut;
+      }
+      for (std::size_t b = 0; b < 64; ++b) {
+        if ((off[w] >> b & 1U) != 0) r.parameters.push_back(w * 64 + b);
+      }
+    }
+    if (!r.parameters.empty()) cut.roots.push_back(std::move(r));
+  }
+  // The engine runs ready nodes latest-created first; shared parameters then sum in its order.
+  std::sort(cut.roots.begin(), cut.roots.end(),
+            [](const WeightRoot& a, const WeightRoot& b) { return a.node->sequence_nr() > b.node->sequence_nr(); });
+  return cut;
+}
+
+// The gradients arriving at `targets` (edges into nodes of the graph), running only the
+// nodes that lead to them; the graph is kept for a later call.
+[[nodiscard]] inline std::vector<torch::Tensor> run_engine(const torch::autograd::edge_list& roots,
+                                                           const std::vector<torch::Tensor>& gradients,
+                                                           const torch::autograd::edge_list& targets) {
+  return torch::autograd::Engine::get_default_engine().execute(roots, gradients, /*keep_graph=*/true,
+                                                               /*create_graph=*/false, /*accumulate_grad=*/false,
+                                                               targets);
+}
+
 }  // namespace detail::torch_adapter
 
 // Stage 0's typed batch (Batch::inputs): one payload of `spec` per micro-batch tensor, one
@@ -317,14 +447,6 @@ class TorchStage {
       offsets_.push_back(weight_floats_);
       weight_floats_ += static_cast<std::size_t>(p.numel());
       parameters_.push_back(p);
-    }
-    for (std::size_t c = 0; c < module_->size(); ++c) {
-      std::vector<std::size_t> mine;
-      for (const torch::Tensor& p : module_->ptr(c)->parameters()) {
-        const std::size_t i = index_of(p);
-        if (i < parameters_.size() && std::find(mine.begin(), mine.end(), i) == mine.end()) mine.push_back(i);
-      }
-      child_parameters_.push_back(std::move(mine));
     }
   }
 
@@ -396,8 +518,11 @@ class TorchStage {
   struct Saved {
     torch::Tensor input;                   // a view of the executor's input buffer (requires grad if float)
     torch::Tensor output;                  // the module's output (the graph's root)
-    std::vector<torch::Tensor> hidden;     // [child]: its output, kept for children with parameters
-    std::vector<torch::Tensor> gradients;  // [child]: the gradient at that output (split backward)
+    // The split backward, between backward_input and backward_weight: the cut's roots, or,
+    // where BI computed no input gradient or the cut is unusable, none and `whole` (BW runs
+    // every weight gradient from the output).
+    bool whole = false;
+    std::vector<detail::torch_adapter::WeightRoot> roots;
   };
 
   torch::nn::Sequential module_;
@@ -406,7 +531,6 @@ class TorchStage {
   detail::torch_adapter::Side output_;
   std::vector<torch::Tensor> parameters_;
   std::vector<std::size_t> offsets_;                        // of each parameter in the weight gradient
-  std::vector<std::vector<std::size_t>> child_parameters_;  // [child]: indices into parameters_
   std::size_t weight_floats_ = 0;
   std::vector<Saved> saved_;  // [micro-batch]
 
@@ -497,16 +621,8 @@ class TorchStage {
     s.input = detail::torch_adapter::view(input_, in, "the stage's input");
     // Token ids and other integers take no gradient (autograd refuses them).
     if (torch::isFloatingType(s.input.scalar_type())) s.input.requires_grad_(true);
-    s.hidden.resize(module_->size());
-    torch::Tensor x = s.input;
-    std::size_t c = 0;
-    for (auto& child : *module_) {
-      x = child.forward(x);
-      if (!child_parameters_[c].empty()) s.hidden[c] = x;
-      ++c;
-    }
-    s.output = x;
-    detail::torch_adapter::write(output_, out, x, "the module's output",
+    s.output = module_->forward(s.input);
+    detail::torch_adapter::write(output_, out, s.output, "the module's output",
                                  output_.typed()
                                      ? "Make TorchStageOptions::output_tensors[0] (dtype, max_shape, variable_dim) "
                                        "describe what the module returns for one micro-batch"
@@ -553,55 +669,78 @@ class TorchStage {
   void backward_input(std::int32_t mb, std::span<const float> grad_out, std::span<float> grad_in) {
     const torch::AutoGradMode grad_mode(true);
     Saved& s = saved_for_backward(mb);
-    const std::size_t last = module_->size() - 1;
     const bool input_wanted = !grad_in.empty() && s.input.requires_grad();
-    std::vector<torch::Tensor> wanted;
-    std::vector<std::size_t> children;  // whose output gradient comes back, after the input's
-    if (input_wanted) wanted.push_back(s.input);
-    for (std::size_t c = 0; c < last; ++c) {
-      if (child_parameters_[c].empty()) continue;
-      wanted.push_back(s.hidden[c]);
-      children.push_back(c);
-    }
     if (!grad_in.empty() && !input_wanted) write_input_gradient(grad_in, s, torch::Tensor());
-    s.gradients.assign(module_->size(), torch::Tensor());
-    if (wanted.empty()) return;
-    const torch::Tensor g = output_gradient(s, grad_out);
-    const auto grads = torch::autograd::grad({s.output}, wanted, {g}, /*retain_graph=*/true, /*create_graph=*/false,
-                                             /*allow_unused=*/true);
-    const std::size_t first = input_wanted ? 1 : 0;
-    if (input_wanted) write_input_gradient(grad_in, s, grads[0]);
-    for (std::size_t k = 0; k < children.size(); ++k) {
-      torch::Tensor kept = grads[first + k];
-      // Autograd may hand back grad_output's own memory (an identity-like child): keep a copy,
-      // so that backward_weight does not depend on the buffer being unchanged meanwhile.
-      if (kept.defined() && kept.is_alias_of(g)) kept = kept.clone();
-      s.gradients[children[k]] = kept;
+    s.whole = true;
+    s.roots.clear();
+    if (!input_wanted || !s.output.requires_grad()) return;  // BW does it all
+    detail::torch_adapter::GraphCut cut = detail::torch_adapter::cut_graph(s.output, s.input, parameters_);
+    if (!cut.usable) {  // BI the input gradient alone, BW every weight gradient from the output
+      const auto grads = torch::autograd::grad({s.output}, {s.input}, {output_gradient(s, grad_out)},
+                                               /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true);
+      write_input_gradient(grad_in, s, grads[0]);
+      return;
     }
+    const auto input_node = torch::autograd::impl::try_get_grad_accumulator(s.input);
+    if (!input_node) {  // the output does not depend on the input
+      write_input_gradient(grad_in, s, torch::Tensor());
+      return;
+    }
+    torch::autograd::edge_list targets{torch::autograd::Edge(input_node, 0)};
+    for (const detail::torch_adapter::WeightRoot& r : cut.roots) {
+      for (std::uint32_t k = 0; k < r.node->num_inputs(); ++k) targets.emplace_back(r.node, k);
+    }
+    const torch::Tensor g = output_gradient(s, grad_out);
+    const std::vector<torch::Tensor> grads =
+        detail::torch_adapter::run_engine({torch::autograd::impl::gradient_edge(s.output)}, {g}, targets);
+    write_input_gradient(grad_in, s, grads[0]);
+    std::size_t at = 1;
+    for (detail::torch_adapter::WeightRoot& r : cut.roots) {
+      for (std::uint32_t k = 0; k < r.node->num_inputs(); ++k) {
+        torch::Tensor kept = grads[at++];
+        // The gradient at the output itself is the executor's buffer: keep a copy, so that
+        // backward_weight does not depend on the buffer being unchanged meanwhile.
+        if (kept.defined() && kept.is_alias_of(g)) kept = kept.clone();
+        r.gradients.push_back(std::move(kept));
+      }
+    }
+    s.whole = false;
+    s.roots = std::move(cut.roots);
   }
 
   void backward_weight(std::int32_t mb, std::span<const float> grad_out, std::span<float> weight_grad) {
     const torch::AutoGradMode grad_mode(true);
     Saved& s = saved_for_backward(mb);
-    const std::size_t last = module_->size() - 1;
-    for (std::size_t c = 0; c <= last; ++c) {
-      const std::vector<std::size_t>& which = child_parameters_[c];
-      if (which.empty()) continue;
-      const torch::Tensor root = c == last ? s.output : s.hidden[c];
-      const torch::Tensor g = c == last ? output_gradient(s, grad_out) : s.gradients[c];
-      if (!g.defined()) continue;  // nothing downstream depends on this child's output
-      std::vector<torch::Tensor> wanted;
-      for (std::size_t i : which) wanted.push_back(parameters_[i]);
-      // Only the child's own part of the graph runs (autograd prunes the rest); the whole
-      // graph goes when the micro-batch's Saved does, below.
-      const auto grads = torch::autograd::grad({root}, wanted, {g}, /*retain_graph=*/true, /*create_graph=*/false,
-                                               /*allow_unused=*/true);
-      accumulate_weight_gradient(weight_grad, which, grads);
+    if (s.whole) {
+      if (!parameters_.empty() && s.output.requires_grad()) {
+        const auto grads = torch::autograd::grad({s.output}, parameters_, {output_gradient(s, grad_out)},
+                                                 /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+        std::vector<std::size_t> all(parameters_.size());
+        for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+        accumulate_weight_gradient(weight_grad, all, grads);
+      }
+    } else {
+      for (const detail::torch_adapter::WeightRoot& r : s.roots) {
+        torch::autograd::edge_list roots;
+        std::vector<torch::Tensor> gradients;
+        for (std::uint32_t k = 0; k < r.node->num_inputs(); ++k) {
+          if (!r.gradients[k].defined()) continue;  // nothing arrived there in the full backward either
+          roots.emplace_back(r.node, k);
+          gradients.push_back(r.gradients[k]);
+        }
+        if (roots.empty()) continue;
+        torch::autograd::edge_list targets;
+        for (std::size_t i : r.parameters) {
+          targets.emplace_back(torch::autograd::impl::try_get_grad_accumulator(parameters_[i]), 0);
+        }
+        accumulate_weight_gradient(weight_grad, r.parameters,
+                                   detail::torch_adapter::run_engine(roots, gradients, targets));
+      }
     }
     s = Saved{};
   }
 
-  // A parameter shared by two children gets a gradient from each; they add up.
+  // A parameter reached from two of the cut's roots gets a gradient from each; they add up.
   void accumulate_weight_gradient(std::span<float> weight_grad, const std::vector<std::size_t>& which,
                                   const std::vector<torch::Tensor>& grads) const {
     const torch::NoGradGuard no_grad;
@@ -703,6 +842,247 @@ class TorchStage {
     if (options_.optimizer != nullptr) options_.optimizer->step();
   }
 };
+
+// ------------------------------------------------------------ profiling a Sequential's children
+//
+// torchgpipe's balance_by_time / balance_by_size, for ppsched: each child of a Sequential is
+// timed as the adapter runs it (a one-child TorchStage on the calling thread: forward, full
+// backward, and backward_input then backward_weight) at several micro-batch sizes, with
+// warm-up and repetitions, and its bytes are measured; the result is a ppsched Profile the
+// partitioner and `ppsched-plan --profile` read (profile_to_json in graph/profile_json.hpp
+// writes it). Times are wall-clock milliseconds on the calling thread, so set
+// torch::set_num_threads as the run will (one intra-op thread per rank on a CPU pipeline).
+
+struct TorchProfileOptions {
+  // The micro-batch sizes to measure at (rows: the first dimension of the model's input).
+  std::vector<std::int64_t> rows{8};
+  // The model's input for one micro-batch of `rows` rows (any dtype: token ids too).
+  std::function<torch::Tensor(std::int64_t rows)> input;
+  int warmup = 2;       // runs per child and size before timing
+  int repetitions = 5;  // timed runs per child and size; the median is the profile's figure
+};
+
+// One measured time: the median of the repetitions and their spread, in ms.
+struct TorchTiming {
+  double median = 0.0;
+  double min = 0.0;
+  double max = 0.0;
+};
+
+// One child at one micro-batch size.
+struct TorchLayerSample {
+  std::int64_t rows = 0;
+  TorchTiming forward, backward, backward_input, backward_weight;  // B; then BI and BW of the split
+  double activation_bytes = 0.0;  // held from the forward until the backward, the output left out
+  double output_bytes = 0.0;      // the tensor the child hands on
+};
+
+struct TorchLayerProfile {
+  std::string name;        // "3:Conv2d": the child's index and class name
+  double param_bytes = 0;  // parameters first met in this child (a shared one counts once)
+  std::vector<TorchLayerSample> samples;  // [size], in TorchProfileOptions::rows' order
+};
+
+struct TorchProfile {
+  std::vector<std::int64_t> rows;
+  std::vector<TorchLayerProfile> layers;
+
+  // The Profile at one measured size: a chain of the children with the medians (ms) and
+  // bytes at that size, the full backward beside the split halves where the Layer has a
+  // field for it.
+  [[nodiscard]] Profile at(std::int64_t micro_batch_rows) const;
+};
+
+namespace detail::torch_adapter {
+
+// Bytes the process's allocator has handed out and not taken back (glibc: every arena and
+// the mmapped blocks; elsewhere 0: activation bytes are then not measured).
+[[nodiscard]] inline double heap_in_use() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<double>(m.uordblks) + static_cast<double>(m.hblkhd);
+#else
+  return 0.0;
+#endif
+}
+
+[[nodiscard]] inline TorchTiming spread(std::vector<double> ms) {
+  std::sort(ms.begin(), ms.end());
+  const std::size_t n = ms.size();
+  const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  return {median, ms.front(), ms.back()};
+}
+
+template <class F>
+[[nodiscard]] double time_ms(F&& f) {
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Sets the full backward where the Layer type has a field for it (the profile format's
+// `backward`), so this compiles before and after that field exists.
+template <class L>
+void set_full_backward(L& layer, double ms) {
+  if constexpr (requires { layer.backward = ms; }) layer.backward = ms;
+}
+
+// "torch::nn::Conv2dImpl" -> "Conv2d".
+[[nodiscard]] inline std::string short_name(std::string name) {
+  if (const auto colons = name.rfind("::"); colons != std::string::npos) name.erase(0, colons + 2);
+  if (name.size() > 4 && name.ends_with("Impl")) name.erase(name.size() - 4);
+  return name;
+}
+
+[[nodiscard]] inline TorchTensorSpec spec_of(const torch::Tensor& t) {
+  return {t.scalar_type(), std::vector<std::int64_t>(t.sizes().begin(), t.sizes().end()), -1};
+}
+
+}  // namespace detail::torch_adapter
+
+inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
+  const auto k = static_cast<std::size_t>(std::find(rows.begin(), rows.end(), micro_batch_rows) - rows.begin());
+  if (k == rows.size()) {
+    std::string measured;
+    for (std::int64_t r : rows) measured += detail::concat(measured.empty() ? "" : ", ", r);
+    fail({"torch profile", detail::concat("no measurement at ", micro_batch_rows, " rows"), "TorchProfile::at",
+          detail::concat("Ask for a measured size (", measured, "), or add it to TorchProfileOptions::rows")});
+  }
+  std::vector<Layer> out;
+  for (const TorchLayerProfile& l : layers) {
+    const TorchLayerSample& s = l.samples[k];
+    Layer layer;
+    layer.name = l.name;
+    layer.forward = s.forward.median;
+    layer.backward_input = s.backward_input.median;
+    layer.backward_weight = s.backward_weight.median;
+    detail::torch_adapter::set_full_backward(layer, s.backward.median);
+    layer.param_bytes = l.param_bytes;
+    layer.activation_bytes = s.activation_bytes;
+    layer.output_bytes = s.output_bytes;
+    out.push_back(std::move(layer));
+  }
+  Profile p;
+  p.graph = LayerGraph::chain(std::move(out));
+  p.time_unit = "ms";
+  return p;
+}
+
+// Measures every child of `model` (see above). The model is left as it was: its parameters,
+// their .grad, and its buffers (a batch norm's running statistics) are restored.
+[[nodiscard]] inline TorchProfile profile_sequential(torch::nn::Sequential model,
+                                                     const TorchProfileOptions& options) {
+  const auto bad = [](const std::string& problem, const char* where, const char* fix) {
+    fail({"torch profile", problem, where, fix});
+  };
+  if (model->size() == 0) bad("the Sequential has no children", "profile_sequential", "Give a model with children");
+  if (options.rows.empty()) bad("no micro-batch sizes", "TorchProfileOptions::rows", "List at least one size");
+  for (std::int64_t r : options.rows) {
+    if (r < 1) {
+      bad(detail::concat("a micro-batch size of ", r), "TorchProfileOptions::rows", "Give sizes >= 1");
+    }
+  }
+  if (!options.input) {
+    bad("no input", "TorchProfileOptions::input", "Give a function returning one micro-batch's input for a size");
+  }
+  if (options.warmup < 0 || options.repetitions < 1) {
+    bad(detail::concat("warmup ", options.warmup, ", repetitions ", options.repetitions),
+        "TorchProfileOptions::warmup/repetitions", "Give warmup >= 0 and repetitions >= 1");
+  }
+  std::vector<torch::Tensor> buffers;
+  for (const torch::Tensor& b : model->buffers()) buffers.push_back(b.clone());
+  std::vector<torch::Tensor> grads;
+  for (const torch::Tensor& p : model->parameters()) grads.push_back(p.grad().defined() ? p.grad().clone() : p.grad());
+
+  TorchProfile out;
+  out.rows = options.rows;
+  std::vector<const void*> seen;  // parameters already counted
+  for (std::size_t c = 0; c < model->size(); ++c) {
+    TorchLayerProfile layer;
+    layer.name = detail::concat(c, ":", detail::torch_adapter::short_name(model->ptr(c)->name()));
+    for (const torch::Tensor& p : model->ptr(c)->parameters()) {
+      if (std::find(seen.begin(), seen.end(), p.unsafeGetTensorImpl()) != seen.end()) continue;
+      seen.push_back(p.unsafeGetTensorImpl());
+      layer.param_bytes += static_cast<double>(p.numel() * static_cast<std::int64_t>(p.element_size()));
+    }
+    out.layers.push_back(std::move(layer));
+  }
+  for (std::int64_t rows : options.rows) {
+    torch::Tensor x = options.input(rows);
+    if (!x.defined()) {
+      bad(detail::concat("the input for ", rows, " rows is undefined"), "TorchProfileOptions::input",
+          "Return one micro-batch's input tensor");
+    }
+    for (std::size_t c = 0; c < model->size(); ++c) {
+      const std::string where = detail::concat("child ", out.layers[c].name, " at ", rows, " rows");
+      x = x.detach().contiguous();
+      torch::Tensor y;
+      TorchLayerSample sample;
+      sample.rows = rows;
+      {
+        // The bytes: what a forward with the graph leaves allocated, besides its output.
+        const torch::AutoGradMode grad_mode(true);
+        const torch::Tensor probe = torch::isFloatingType(x.scalar_type()) ? x.clone().requires_grad_(true) : x;
+        const double before = detail::torch_adapter::heap_in_use();
+        y = (model->begin() + static_cast<std::ptrdiff_t>(c))->forward(probe);
+        const double after = detail::torch_adapter::heap_in_use();
+        if (!y.defined() || !torch::isFloatingType(y.scalar_type())) {
+          bad(detail::concat(where, " returns ", y.defined() ? c10::toString(y.scalar_type()) : "nothing"),
+              "profile_sequential", "Profile children whose output is a floating-point tensor");
+        }
+        sample.output_bytes = static_cast<double>(y.numel() * static_cast<std::int64_t>(y.element_size()));
+        sample.activation_bytes = std::max(0.0, after - before - sample.output_bytes);
+        y = y.detach();
+      }
+      // Timed as the adapter runs the child: a one-child stage over typed boundaries.
+      TorchStageOptions so;
+      so.input_tensors = {detail::torch_adapter::spec_of(x)};
+      so.output_tensors = {detail::torch_adapter::spec_of(y)};
+      torch::nn::Sequential one;
+      one->push_back(*(model->begin() + static_cast<std::ptrdiff_t>(c)));
+      TorchStage stage(one, so);
+      const StageFunctions f = stage.functions();
+      const std::vector<float> in = torch_payloads(so.input_tensors[0], {x});
+      torch::manual_seed(static_cast<std::uint64_t>(c));
+      const std::vector<float> grad_out = torch_payloads(so.output_tensors[0], {torch::randn_like(y)});
+      std::vector<float> output(grad_out.size());
+      std::vector<float> grad_in(in.size());
+      std::vector<float> weight_grad(f.weight_grad_size);
+      std::vector<double> fw, b, bi, bw;
+      for (int rep = 0; rep < options.warmup + options.repetitions; ++rep) {
+        const bool timed = rep >= options.warmup;
+        std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
+        const double f1 = detail::torch_adapter::time_ms([&] { f.forward(0, in, output); });
+        const double full = detail::torch_adapter::time_ms([&] { f.backward(0, in, grad_out, grad_in, weight_grad); });
+        std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
+        const double f2 = detail::torch_adapter::time_ms([&] { f.forward(0, in, output); });
+        const double input_part = detail::torch_adapter::time_ms([&] { f.backward_input(0, in, grad_out, grad_in); });
+        const double weight_part =
+            detail::torch_adapter::time_ms([&] { f.backward_weight(0, in, grad_out, weight_grad); });
+        if (!timed) continue;
+        fw.push_back(f1);
+        fw.push_back(f2);
+        b.push_back(full);
+        bi.push_back(input_part);
+        bw.push_back(weight_part);
+      }
+      sample.forward = detail::torch_adapter::spread(fw);
+      sample.backward = detail::torch_adapter::spread(b);
+      sample.backward_input = detail::torch_adapter::spread(bi);
+      sample.backward_weight = detail::torch_adapter::spread(bw);
+      out.layers[c].samples.push_back(sample);
+      x = y;
+    }
+  }
+  {
+    const torch::NoGradGuard no_grad;
+    const std::vector<torch::Tensor> now = model->buffers();
+    for (std::size_t i = 0; i < now.size(); ++i) now[i].copy_(buffers[i]);
+    const std::vector<torch::Tensor> params = model->parameters();
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = grads[i];
+  }
+  return out;
+}
 
 // One stage's copy of a weight tied across stages: the stage's index in the schedule, its
 // TorchStage, and the copy (a parameter of that stage's module).

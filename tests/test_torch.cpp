@@ -1182,6 +1182,17 @@ CATCH_TEST_CASE("profile_sequential measures every child at every size and leave
   CATCH_CHECK(at4.graph.layer(2).backward_weight == p.layers[2].samples[1].backward_weight.median);
   CATCH_CHECK(at4.graph.layer(0).output_bytes == p.layers[0].samples[1].output_bytes);
   CATCH_CHECK(ppsched_error_of([&] { (void)p.at(3); }).find("no measurement at 3 rows") != std::string::npos);
+  // The full backward and every measured size go with it, so the planner prices a size from
+  // measurement (graph/rows.hpp) instead of scaling the one asked for.
+  CATCH_CHECK(at4.rows == 4.0);
+  CATCH_REQUIRE(at4.graph.layer(2).backward.has_value());
+  CATCH_CHECK(*at4.graph.layer(2).backward == p.layers[2].samples[1].backward.median);
+  CATCH_REQUIRE(at4.graph.layer(2).points.size() == 2);
+  CATCH_CHECK(at4.graph.layer(2).points[0].rows == 2.0);
+  CATCH_CHECK(at4.graph.layer(2).points[0].forward == p.layers[2].samples[0].forward.median);
+  CATCH_CHECK(at4.graph.layer(2).points[1].backward_input == p.layers[2].samples[1].backward_input.median);
+  const ppsched::Profile at8 = ppsched::profile_at_rows(at4, 8.0);  // beyond the points: their slope
+  CATCH_CHECK(at8.graph.layer(0).output_bytes == 2.0 * at4.graph.layer(0).output_bytes);
 }
 
 CATCH_TEST_CASE("profile_sequential rejects options it cannot measure with", "[torch]") {
@@ -1193,6 +1204,9 @@ CATCH_TEST_CASE("profile_sequential rejects options it cannot measure with", "[t
               std::string::npos);
   o.rows = {0};
   CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("size of 0") !=
+              std::string::npos);
+  o.rows = {2, 4, 2};
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("measured twice") !=
               std::string::npos);
   o.rows = {2};
   o.repetitions = 0;

@@ -888,8 +888,9 @@ struct TorchProfile {
   std::vector<TorchLayerProfile> layers;
 
   // The Profile at one measured size: a chain of the children with the medians (ms) and
-  // bytes at that size, the full backward beside the split halves where the Layer has a
-  // field for it.
+  // bytes at that size, the full backward beside the split halves, `rows` set to that size,
+  // and every measured size as the layer's points (graph/rows.hpp), so the planner prices any
+  // micro-batch size from measurement rather than by scaling this one.
   [[nodiscard]] Profile at(std::int64_t micro_batch_rows) const;
 };
 
@@ -918,13 +919,6 @@ template <class F>
   const auto start = std::chrono::steady_clock::now();
   f();
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-}
-
-// Sets the full backward where the Layer type has a field for it (the profile format's
-// `backward`), so this compiles before and after that field exists.
-template <class L>
-void set_full_backward(L& layer, double ms) {
-  if constexpr (requires { layer.backward = ms; }) layer.backward = ms;
 }
 
 // "torch::nn::Conv2dImpl" -> "Conv2d".
@@ -956,15 +950,34 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
     layer.forward = s.forward.median;
     layer.backward_input = s.backward_input.median;
     layer.backward_weight = s.backward_weight.median;
-    detail::torch_adapter::set_full_backward(layer, s.backward.median);
+    layer.backward = s.backward.median;
     layer.param_bytes = l.param_bytes;
     layer.activation_bytes = s.activation_bytes;
     layer.output_bytes = s.output_bytes;
+    if (l.samples.size() > 1) {
+      for (const TorchLayerSample& m : l.samples) {
+        const auto relative = [](const TorchTiming& t) { return t.median > 0.0 ? (t.max - t.min) / t.median : 0.0; };
+        CostPoint point;
+        point.rows = static_cast<double>(m.rows);
+        point.forward = m.forward.median;
+        point.backward_input = m.backward_input.median;
+        point.backward_weight = m.backward_weight.median;
+        point.backward = m.backward.median;
+        point.activation_bytes = m.activation_bytes;
+        point.output_bytes = m.output_bytes;
+        point.spread = std::max({relative(m.forward), relative(m.backward), relative(m.backward_input),
+                                 relative(m.backward_weight)});
+        layer.points.push_back(point);
+      }
+      std::sort(layer.points.begin(), layer.points.end(),
+                [](const CostPoint& a, const CostPoint& b) { return a.rows < b.rows; });
+    }
     out.push_back(std::move(layer));
   }
   Profile p;
   p.graph = LayerGraph::chain(std::move(out));
   p.time_unit = "ms";
+  p.rows = static_cast<double>(micro_batch_rows);
   return p;
 }
 
@@ -980,6 +993,10 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
   for (std::int64_t r : options.rows) {
     if (r < 1) {
       bad(detail::concat("a micro-batch size of ", r), "TorchProfileOptions::rows", "Give sizes >= 1");
+    }
+    if (std::count(options.rows.begin(), options.rows.end(), r) > 1) {
+      bad(detail::concat("the micro-batch size ", r, " measured twice"), "TorchProfileOptions::rows",
+          "List each size once");
     }
   }
   if (!options.input) {

@@ -31,3 +31,22 @@
 #define PPSCHED_OUTLINE inline
 #define PPSCHED_OUTLINE_BODY 1
 #endif
+
+// Every ppsched name lives in an inline namespace named after the mode, ppsched::header_only
+// or ppsched::compiled, opened by each header as `namespace ppsched::inline PPSCHED_MODE`
+// (as CUB tags its configuration). User code still writes ppsched::lower. Without the tag a
+// header-only and a compiled-mode file of one program would hold an inline and a non-inline
+// definition of the same function, and inline callers (lower's two-argument form, World)
+// whose bodies call different functions under one name: undefined behaviour, undiagnosed.
+// With it the two modes are two disjoint libraries: files that share no ppsched type across
+// their boundary each run their own mode's code (well-defined); a function of one file whose
+// signature names a ppsched type, called from a file of the other mode, names another symbol
+// and fails to link. tests/check_mixed_modes.py checks both.
+#if defined(PPSCHED_MODE)
+#error "PPSCHED_MODE is set by <ppsched/config.hpp> from PPSCHED_COMPILED; do not define it"
+#endif
+#if defined(PPSCHED_COMPILED)
+#define PPSCHED_MODE compiled
+#else
+#define PPSCHED_MODE header_only
+#endif

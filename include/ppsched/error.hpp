@@ -4,13 +4,15 @@
 // messages uniform across the partitioner, the schedules, the loaders and the runtime.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 class error : public std::runtime_error {
  public:

@@ -20,7 +20,7 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
 
-namespace ppsched::detail {
+namespace ppsched::inline PPSCHED_MODE::detail {
 
 // The per-action part of static_checks for a schedule without problems: fills the index
 // (owner, rank_begin but its last entry, rank_actions, slots and the flags) and returns

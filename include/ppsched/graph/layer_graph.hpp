@@ -6,6 +6,8 @@
 // and non-negative, every edge in range, no cycle — so everything downstream may trust it.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <functional>
@@ -18,7 +20,7 @@
 
 #include "ppsched/error.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct Layer {
   std::string name;

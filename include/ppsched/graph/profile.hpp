@@ -4,13 +4,15 @@
 // header is std-only, so code that builds a profile by hand does not pull in a JSON library.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <string>
 #include <vector>
 
 #include "ppsched/graph/hardware.hpp"
 #include "ppsched/graph/layer_graph.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct Profile {
   LayerGraph graph;

@@ -53,7 +53,7 @@
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/costs/cost_model.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct LowerOptions {
   // Compute time of each action for the idealised run that orders the communication;

@@ -58,7 +58,7 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct CsvWriteOptions {
   bool write_groups = true;            // append "#group" to grouped communication cells

@@ -25,7 +25,7 @@
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/schedule/zero_bubble.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Where a family puts its stages (ScheduleRequest::chunks of them per rank).
 enum class PlacementKind : std::uint8_t {

@@ -30,7 +30,7 @@
 #include "ppsched/trace/text.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct AsciiOptions {
   // Cells per line. 0: one per unit when the timeline is whole-unit and its makespan is at

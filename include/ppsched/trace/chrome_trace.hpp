@@ -31,7 +31,7 @@
 #include "ppsched/trace/text.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct ChromeTraceOptions {
   // Microseconds per timeline unit; 0 derives it from Timeline::unit as described above.

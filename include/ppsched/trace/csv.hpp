@@ -5,6 +5,8 @@
 // is lost on the way out, and without the stream's locale.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <ostream>
 #include <sstream>
@@ -18,7 +20,7 @@
 #include "ppsched/trace/text.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 inline void write_timeline_csv(std::ostream& out, const Timeline& timeline) {
   validate_timeline(timeline);

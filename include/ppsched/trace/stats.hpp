@@ -41,7 +41,7 @@
 #include "ppsched/trace/text.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Seconds per one unit of a timeline whose unit is a known time unit ("s", "ms", "us",
 // "µs", "ns"); nothing for any other unit (a simulation's unit may be the user's own cost

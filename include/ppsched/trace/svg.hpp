@@ -28,7 +28,7 @@
 #include "ppsched/trace/text.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct SvgOptions {
   std::string title;         // empty: "Pipeline timeline"

@@ -35,7 +35,7 @@
 #include "ppsched/validate/memory.hpp"
 #include "ppsched/validate/report.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 // validate() of a schedule lower() wrote (LoweredSchedule::proven): what the full checks would

@@ -29,7 +29,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/backend.hpp"
 
-namespace ppsched::detail::cpu {
+namespace ppsched::inline PPSCHED_MODE::detail::cpu {
 
 enum class Step : std::uint8_t {
   ran,           // the head moved

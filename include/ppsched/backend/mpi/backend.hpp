@@ -28,6 +28,8 @@
 // next one.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -48,7 +50,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/backend.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct MpiOptions {
   // The rank's own streams: threaded or deterministic, with or without the race checker

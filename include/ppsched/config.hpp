@@ -8,8 +8,11 @@
 // dependency('ppsched-compiled'), CMake users from ppsched::compiled. What runs is the same
 // code either way; only where it is compiled changes (docs/performance.md, "Compile time").
 //
-// A moved function is written `PPSCHED_OUTLINE T f(args)`, then its body under
-// `#if PPSCHED_OUTLINE_BODY` and a lone `;` (a declaration) under `#else`. Move a function
+// A moved function is declared `PPSCHED_OUTLINE T f(args);` in its header and defined in the
+// folder's impl/<header>.ipp, which the header includes at its end under
+// `#if PPSCHED_OUTLINE_BODY`: a compiled-mode file then never reads the bodies. (The eight in
+// costs/, sim/ and plan/ still keep the older form, the body in place under
+// `#if PPSCHED_OUTLINE_BODY` and a lone `;` under `#else`, to be moved the same way.) Move a function
 // when its code is large and it is called from few places: the gain is its code and all it
 // alone pulls in; a small function called on a hot path stays inline.
 #pragma once

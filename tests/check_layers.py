@@ -5,7 +5,9 @@ later one. A newcomer can then read the folders in this order without jumping ba
 
 Usage: check_layers.py SOURCE_ROOT
 Prints each include that goes against the flow and exits 1 if there is any; also fails when a
-folder exists that LAYERS does not place.
+folder exists that LAYERS does not place, and when a header opens namespace ppsched without the
+mode's tag (`namespace ppsched::inline PPSCHED_MODE`, include/ppsched/config.hpp): an untagged
+name would be shared by header-only and compiled-mode files again.
 """
 import os
 import re
@@ -34,6 +36,7 @@ FIRST = {"error.hpp", "config.hpp"}  # includable from everywhere
 
 root = os.path.join(os.path.abspath(sys.argv[1]), "include", "ppsched")
 include_re = re.compile(r'^\s*#\s*include\s*[<"]ppsched/([^">]+)[">]', re.M)
+untagged_re = re.compile(r'^\s*namespace\s+ppsched\b(?!::inline PPSCHED_MODE\b)', re.M)
 
 
 def folder_of(rel):
@@ -55,6 +58,12 @@ for dirpath, _, names in os.walk(root):
             continue
         with open(path, encoding="utf-8") as f:
             text = f.read()
+        if untagged_re.search(text):
+            problems.append(f"{rel} opens namespace ppsched without the mode's tag: write "
+                            "'namespace ppsched::inline PPSCHED_MODE' (include/ppsched/config.hpp)")
+        elif "PPSCHED_MODE" in text and not re.search(r'#\s*include\s*[<"]ppsched/config\.hpp[">]', text) \
+                and rel != "config.hpp":
+            problems.append(f"{rel} opens the tagged namespace without including <ppsched/config.hpp>")
         for target in include_re.findall(text):
             theirs = folder_of(target)
             if theirs is None:

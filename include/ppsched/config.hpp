@@ -8,8 +8,11 @@
 // dependency('ppsched-compiled'), CMake users from ppsched::compiled. What runs is the same
 // code either way; only where it is compiled changes (docs/performance.md, "Compile time").
 //
-// A moved function is written `PPSCHED_OUTLINE T f(args)`, then its body under
-// `#if PPSCHED_OUTLINE_BODY` and a lone `;` (a declaration) under `#else`. Move a function
+// A moved function is declared `PPSCHED_OUTLINE T f(args);` in its header and defined in the
+// folder's impl/<header>.ipp, which the header includes at its end under
+// `#if PPSCHED_OUTLINE_BODY`: a compiled-mode file then never reads the bodies. (The eight in
+// costs/, sim/ and plan/ still keep the older form, the body in place under
+// `#if PPSCHED_OUTLINE_BODY` and a lone `;` under `#else`, to be moved the same way.) Move a function
 // when its code is large and it is called from few places: the gain is its code and all it
 // alone pulls in; a small function called on a hot path stays inline.
 #pragma once
@@ -30,4 +33,23 @@
 #else
 #define PPSCHED_OUTLINE inline
 #define PPSCHED_OUTLINE_BODY 1
+#endif
+
+// Every ppsched name lives in an inline namespace named after the mode, ppsched::header_only
+// or ppsched::compiled, opened by each header as `namespace ppsched::inline PPSCHED_MODE`
+// (as CUB tags its configuration). User code still writes ppsched::lower. Without the tag a
+// header-only and a compiled-mode file of one program would hold an inline and a non-inline
+// definition of the same function, and inline callers (lower's two-argument form, World)
+// whose bodies call different functions under one name: undefined behaviour, undiagnosed.
+// With it the two modes are two disjoint libraries: files that share no ppsched type across
+// their boundary each run their own mode's code (well-defined); a function of one file whose
+// signature names a ppsched type, called from a file of the other mode, names another symbol
+// and fails to link. tests/check_mixed_modes.py checks both.
+#if defined(PPSCHED_MODE)
+#error "PPSCHED_MODE is set by <ppsched/config.hpp> from PPSCHED_COMPILED; do not define it"
+#endif
+#if defined(PPSCHED_COMPILED)
+#define PPSCHED_MODE compiled
+#else
+#define PPSCHED_MODE header_only
 #endif

@@ -4,6 +4,8 @@
 // messages uniform across the partitioner, the schedules, the loaders and the runtime.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -11,7 +13,7 @@
 #include <string_view>
 #include <utility>
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 class error : public std::runtime_error {
  public:

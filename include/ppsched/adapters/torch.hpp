@@ -25,6 +25,8 @@
 // and param.grad before the optimizer runs (see docs/torch.md).
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/nn/modules/container/sequential.h>
@@ -55,7 +57,7 @@
 #include "ppsched/runtime/payload.hpp"
 #include "ppsched/runtime/stage.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // The typed form of one tensor at a stage boundary (or of the last stage's target): its
 // dtype, its largest shape for one micro-batch, and which dimension, if any, varies from one

@@ -26,7 +26,7 @@
 #include "ppsched/graph/hardware.hpp"
 #include "ppsched/schedule/action.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct StageCost {
   double forward = 1.0;

@@ -3,6 +3,8 @@
 // that no timing can deadlock) and simulate (which runs it with a cost model's durations).
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -15,7 +17,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Where communication runs on each rank (docs/execution-model.md, "Streams").
 enum class StreamMode : std::uint8_t {

@@ -6,6 +6,8 @@
 // (workspace.hpp) keeps them mapped from one call to the next.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -15,7 +17,7 @@
 
 #include "ppsched/schedule/action.hpp"
 
-namespace ppsched::detail {
+namespace ppsched::inline PPSCHED_MODE::detail {
 
 inline constexpr std::int32_t no_action = -1;
 

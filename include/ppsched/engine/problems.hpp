@@ -4,6 +4,8 @@
 // lower, validate and simulate each point at their own list.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -15,7 +17,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // message says the same in words, with the place and the fix.
 enum class ProblemKind : std::uint8_t {

@@ -21,6 +21,8 @@
 // exception. release_scratch_pool() frees what the pool keeps.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -33,7 +35,7 @@
 #include "ppsched/engine/abstract_execution.hpp"
 #include "ppsched/engine/flat_schedule.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 // One side of a transfer as lowering orders it (lower/lower.hpp): the key, and the compute

@@ -4,9 +4,11 @@
 // share it, and small enough that a planner can build one by hand.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <limits>
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // One accelerator. A stage placed on it takes its layers' profiled time divided by `speed`
 // (a device twice as fast as the one profiled has speed 2). `memory_bytes` caps what the

@@ -6,6 +6,8 @@
 // and non-negative, every edge in range, no cycle — so everything downstream may trust it.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <functional>
@@ -20,7 +22,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/graph/rows.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct Layer {
   std::string name;

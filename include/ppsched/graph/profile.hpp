@@ -4,6 +4,8 @@
 // header is std-only, so code that builds a profile by hand does not pull in a JSON library.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstddef>
 #include <limits>
 #include <optional>
@@ -17,7 +19,7 @@
 #include "ppsched/graph/layer_graph.hpp"
 #include "ppsched/graph/rows.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct Profile {
   LayerGraph graph;

@@ -5,6 +5,8 @@
 // "layers[3].forward" for a bad field) and what was expected there.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -27,7 +29,7 @@
 #include "ppsched/graph/profile.hpp"
 #include "ppsched/graph/text_input.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {
 

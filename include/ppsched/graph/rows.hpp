@@ -6,6 +6,8 @@
 // part of ppsched prices a size through `value_at_rows` (docs/profile-format.md says the rule).
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <optional>
@@ -14,7 +16,7 @@
 
 #include "ppsched/error.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // A layer's (or a stage function's) costs measured at one micro-batch size: the median of the
 // repetitions, with the spread of the slowest-spread time beside it.

@@ -10,6 +10,8 @@
 // boundary's buffers are sized once and reused for every length up to it.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -18,7 +20,7 @@
 
 #include "ppsched/error.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 enum class DType : std::uint8_t { f32, f64, bf16, f16, i32, i64, bytes };
 

@@ -5,6 +5,8 @@
 // ppsched::error naming the input and the bound.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstddef>
 #include <filesystem>
 #include <fstream>
@@ -15,7 +17,7 @@
 
 #include "ppsched/error.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // The default bound on a profile: a million layers of JSON take about 200 MB.
 inline constexpr std::size_t max_profile_bytes = std::size_t{256} << 20;

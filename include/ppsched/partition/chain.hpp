@@ -20,6 +20,8 @@
 // split: every stage but the last filled as far as the bottleneck allows.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -33,7 +35,7 @@
 
 #include "ppsched/error.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Stage j holds positions boundaries[j] .. boundaries[j+1]-1; boundaries has stages + 1
 // entries, from 0 to the layer count.

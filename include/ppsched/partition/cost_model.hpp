@@ -6,6 +6,8 @@
 // stages the same way.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <limits>
@@ -15,7 +17,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/graph/hardware.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct PartitionCostModel {
   // One per stage in pipeline order, a single one for every stage, or none (speed 1, no cap).

@@ -14,6 +14,8 @@
 // per cut however many layers beyond it read it.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -34,7 +36,7 @@
 #include "ppsched/partition/chain.hpp"
 #include "ppsched/partition/cost_model.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // One stage of a partition. Times are in the profile's unit and already divided by the
 // stage's device speed; bytes are per device.

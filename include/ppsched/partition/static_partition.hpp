@@ -12,6 +12,8 @@
 //   using Stage0 = ppsched::rebind_t<std::tuple, ppsched::stage_t<S, 0>>;  // std::tuple<Embed, Block>
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <array>
 #include <concepts>
 #include <cstddef>
@@ -20,7 +22,7 @@
 
 #include "ppsched/partition/chain.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 template <class... Layers>
 struct layer_list {

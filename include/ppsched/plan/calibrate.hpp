@@ -5,6 +5,8 @@
 // this call.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -21,7 +23,7 @@
 #include "ppsched/sim/calibrate.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // The profile with every layer's times (plain and at each measured size) multiplied by the
 // measured-over-predicted ratio of the stage of `cut` it ran in, per kind (F, B, BI, BW), and

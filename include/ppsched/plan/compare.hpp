@@ -43,7 +43,7 @@
 #include "ppsched/sim/simulate.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Per-rank memory caps a schedule must keep to; absent: no cap. A PlanModel's device caps
 // (PlanModel::rank_memory_cap) apply besides these.

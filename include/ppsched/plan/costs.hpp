@@ -5,6 +5,8 @@
 // weight of each stage's stored activation.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -20,7 +22,7 @@
 #include "ppsched/plan/search/memory.hpp"
 #include "ppsched/costs/cost_model.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct PlanCostOptions {
   std::string unit = "unit";    // CostModel::unit (PlanModel::unit, or the unit after time_scale)

@@ -31,7 +31,7 @@
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/sim/data_parallel.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct DevicePlanOptions {
   std::string description;  // the model, one line for the report; empty: its layer count

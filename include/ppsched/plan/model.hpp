@@ -7,6 +7,8 @@
 // partitioner fills PlanModel::partition itself.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -27,7 +29,7 @@
 #include "ppsched/partition/partition.hpp"
 #include "ppsched/costs/cost_model.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // One (virtual) stage of a partition as the planner reports and simulates it.
 struct StagePlan {

@@ -7,6 +7,8 @@
 // take the same Objective, and both report makespan and span whatever it is.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -15,7 +17,7 @@
 
 #include "ppsched/error.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 enum class ObjectiveKind : std::uint8_t {
   makespan,  // the step's wall time (the default)

@@ -25,7 +25,7 @@
 #include "ppsched/plan/search/memory.hpp"
 #include "ppsched/plan/search/search.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // What the search considered: every candidate, and its one-line reason for the winner.
 struct SearchSummary {

@@ -35,6 +35,8 @@
 // every pending transfer).
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <concepts>
@@ -45,7 +47,7 @@
 #include <string_view>
 #include <utility>
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // How a task or a transfer touches a buffer; the CPU backend's race checker needs it.
 enum class Access : std::uint8_t { read, write, read_write };

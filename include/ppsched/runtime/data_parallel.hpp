@@ -17,6 +17,8 @@
 // whole global batch's micro-batches it differs by float rounding only (docs/data-parallel.md).
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstddef>
@@ -41,7 +43,7 @@
 #include "ppsched/runtime/world.hpp"
 #include "ppsched/schedule/schedule.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // An engine that sums one stage's gradient over its replicas: `all_reduce` enqueues on
 // `stream` the in-place sum of `gradient` over every replica of `stage`, in replica order,

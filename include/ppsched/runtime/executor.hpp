@@ -19,6 +19,8 @@
 // the World can recover every backend and run the next step or be destroyed.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -45,7 +47,7 @@
 #include "ppsched/validate/validate.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct ExecutorOptions {
   GradAccumulation accumulation = GradAccumulation::microbatch_order;

@@ -13,6 +13,8 @@
 // batch holds them, the context hands a stage its micro-batch's slice.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -22,7 +24,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/graph/tensor.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 template <bool writable>
 class BasicPayload {

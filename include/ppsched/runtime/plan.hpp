@@ -19,6 +19,8 @@
 // wait on the latest such step covers every earlier one.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -33,7 +35,7 @@
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Floats per micro-batch entering and leaving one stage.
 struct StageShape {

@@ -14,6 +14,8 @@
 // adds around it is the overhead measured separately.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -35,7 +37,7 @@
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/sim/simulate.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // The repetitions of one measured time: median, quartiles and extremes, in the unit asked for.
 struct TimeSpread {

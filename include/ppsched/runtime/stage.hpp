@@ -23,6 +23,8 @@
 // return early.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -38,7 +40,7 @@
 #include "ppsched/graph/tensor.hpp"
 #include "ppsched/runtime/payload.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Which callable of a stage runs (StageContext::call).
 enum class StageCall : std::uint8_t { forward, backward, backward_input, backward_weight, loss, optimizer_step };

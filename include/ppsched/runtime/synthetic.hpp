@@ -6,6 +6,8 @@
 // measure the executor's own overhead per action.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -23,7 +25,7 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/costs/cost_model.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {
 

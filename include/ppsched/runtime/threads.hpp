@@ -4,11 +4,13 @@
 // destroyed World leaves no thread behind.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <atomic>
 #include <thread>
 #include <utility>
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {
 

@@ -6,6 +6,8 @@
 // so the next step can run (or the World be destroyed) cleanly.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -30,7 +32,7 @@
 #include "ppsched/validate/validate.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct StepResult {
   std::vector<float> losses;  // per micro-batch, as the last stage's loss returned them (forward-only

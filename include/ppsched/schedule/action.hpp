@@ -8,13 +8,15 @@
 // to stage s-1; RECV_B on stage s receives the gradient of F(s)'s output from stage s+1.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <compare>
 #include <cstdint>
 #include <ostream>
 #include <string>
 #include <string_view>
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 enum class Op : std::uint8_t {
   F,       // forward

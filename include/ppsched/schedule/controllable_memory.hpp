@@ -24,6 +24,8 @@
 // Any p, m >= 1 with v = 2; a compute-only Schedule with split backward (BI, BW).
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -42,7 +44,7 @@
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/schedule/schedule.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 inline constexpr std::string_view v_half_name = "v-half";
 inline constexpr std::string_view v_min_name = "v-min";

@@ -23,6 +23,8 @@
 //   8. the deferred BWs.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -34,7 +36,7 @@
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/schedule/schedule.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 inline constexpr std::string_view dualpipev_name = "dualpipev";
 

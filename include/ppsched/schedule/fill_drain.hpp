@@ -6,6 +6,8 @@
 // every micro-batch's activations (m per stage) until the backward phase starts.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstdint>
 #include <string_view>
 
@@ -13,7 +15,7 @@
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/schedule/schedule.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 inline constexpr std::string_view gpipe_name = "gpipe";
 inline constexpr std::string_view forward_only_name = "forward-only";

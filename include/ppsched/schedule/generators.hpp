@@ -25,7 +25,7 @@
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/schedule/zero_bubble.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Where a family puts its stages (ScheduleRequest::chunks of them per rank).
 enum class PlacementKind : std::uint8_t {
@@ -266,19 +266,7 @@ inline constexpr std::array<std::string_view, schedule_families.size()> family_n
   return out;
 }
 
-[[nodiscard]] PPSCHED_OUTLINE const FamilyInfo* find_family(std::string_view name)
-#if PPSCHED_OUTLINE_BODY
-{
-  std::string key = normalised_family(name);
-  if (key == "zbvzerobubble") key = normalised_family(zb_v_name);  // PyTorch's ScheduleZBVZeroBubble
-  if (key == "interleavedzerobubble") key = normalised_family(interleaved_zero_bubble_name);
-  for (const FamilyInfo& f : schedule_families)
-    if (normalised_family(f.name) == key) return &f;
-  return nullptr;
-}
-#else
-;
-#endif
+[[nodiscard]] PPSCHED_OUTLINE const FamilyInfo* find_family(std::string_view name);
 
 [[nodiscard]] inline std::string joined_family_names() {
   std::string out;
@@ -298,40 +286,19 @@ inline constexpr std::array<std::string_view, schedule_families.size()> family_n
 
 // The family registered under `name` (canonical, any case, '-' or '_' optional, or PyTorch's
 // class name without "Schedule"); throws ppsched::error listing the valid names otherwise.
-[[nodiscard]] PPSCHED_OUTLINE const FamilyInfo& family_info(std::string_view name)
-#if PPSCHED_OUTLINE_BODY
-{
-  if (const FamilyInfo* f = detail::find_family(name)) return *f;
-  fail({"schedule family", detail::concat("unknown family '", name, "'"), "",
-        detail::concat("use one of: ", detail::joined_family_names())});
-}
-#else
-;
-#endif
+[[nodiscard]] PPSCHED_OUTLINE const FamilyInfo& family_info(std::string_view name);
 
 // Whether make_schedule(family, r) would succeed, without building or throwing: the sizes
 // every family checks and the family's own rule on p, m and v. False for unknown families.
-[[nodiscard]] PPSCHED_OUTLINE bool accepts(std::string_view family, const ScheduleRequest& r)
-#if PPSCHED_OUTLINE_BODY
-{
-  const FamilyInfo* f = detail::find_family(family);
-  if (f == nullptr || r.ranks < 1 || r.microbatches < 1 || r.chunks < 1) return false;
-  if (3 * std::int64_t{r.ranks} * r.chunks * r.microbatches > detail::max_generated_actions) return false;
-  return f->rule_allows(r);
-}
-#else
-;
-#endif
+[[nodiscard]] PPSCHED_OUTLINE bool accepts(std::string_view family, const ScheduleRequest& r);
 
 // Builds the named family's schedule; throws ppsched::error for an unknown family or a request
 // the family's rule rejects (the message states the rule and the nearest valid values).
-[[nodiscard]] PPSCHED_OUTLINE Schedule make_schedule(std::string_view family, const ScheduleRequest& r)
-#if PPSCHED_OUTLINE_BODY
-{
-  return family_info(family).make(r);
-}
-#else
-;
-#endif
+[[nodiscard]] PPSCHED_OUTLINE Schedule make_schedule(std::string_view family, const ScheduleRequest& r);
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/schedule/impl/generators.ipp"
+#endif

@@ -11,6 +11,8 @@
 // < 2p, every multiple of p, and others such as m=10 at p=4). With v = 1 the order is ZB-H1's.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <string_view>
@@ -21,7 +23,7 @@
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/schedule/schedule.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 inline constexpr std::string_view interleaved_zero_bubble_name = "interleaved-zb";
 

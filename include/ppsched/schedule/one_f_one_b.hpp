@@ -6,6 +6,8 @@
 // communication and of Megatron's rule that m be a multiple of p.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <string_view>
@@ -16,7 +18,7 @@
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/schedule/schedule.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 inline constexpr std::string_view one_f_one_b_name = "1f1b";
 inline constexpr std::string_view interleaved_1f1b_name = "interleaved-1f1b";

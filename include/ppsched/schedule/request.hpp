@@ -6,6 +6,8 @@
 // without bound.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -16,7 +18,7 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct ScheduleRequest {
   std::int32_t ranks = 1;         // p: pipeline ranks (devices)

@@ -3,6 +3,8 @@
 // executor, so what was proven is what runs.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -10,7 +12,7 @@
 
 #include "ppsched/schedule/action.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct Schedule {
   std::string name;                          // family or user label, e.g. "1f1b"

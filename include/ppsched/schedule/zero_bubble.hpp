@@ -16,6 +16,8 @@
 // All three emit BI and BW, never B, and set Schedule::split_backward.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <string_view>
@@ -25,7 +27,7 @@
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/schedule/schedule.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 inline constexpr std::string_view zb_h1_name = "zb-h1";
 inline constexpr std::string_view zb_h2_name = "zb-h2";

@@ -7,6 +7,8 @@
 // the sum over the rank's model chunks — and T_B = T_BI + T_BW. The tests check the simulator against these exactly.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -15,7 +17,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/generators.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct AnalyticBubble {
   std::string family;

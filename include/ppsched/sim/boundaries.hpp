@@ -5,6 +5,8 @@
 // times, but not scaled transfer bytes.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -14,7 +16,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/graph/tensor.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // `c` with stage s's output_bytes set to payload_bytes(outputs[s]) for every stage and
 // micro-batch; `outputs` has one tensor list per stage (the last one's is never sent).

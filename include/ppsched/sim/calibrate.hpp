@@ -16,6 +16,8 @@
 // started (schedule_of_timeline), so a hand-written or searched schedule calibrates as well.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cstddef>
@@ -31,7 +33,7 @@
 #include "ppsched/sim/simulate.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {
 

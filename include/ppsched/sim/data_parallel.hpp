@@ -13,6 +13,8 @@
 // and nothing for d = 1.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -26,7 +28,7 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 enum class AllReduceAlgorithm : std::uint8_t { ring, tree };
 

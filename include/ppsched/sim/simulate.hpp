@@ -51,7 +51,7 @@
 #include "ppsched/validate/memory.hpp"
 #include "ppsched/validate/report.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct SimOptions {
   // One stream per rank: communication blocks compute (no overlap).

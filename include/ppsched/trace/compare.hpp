@@ -15,6 +15,8 @@
 // whose clock did not start at zero lines up with a prediction that does.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -32,7 +34,7 @@
 #include "ppsched/trace/text.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct CompareOptions {
   // Multiply a measured time by this to express it in the predicted timeline's unit

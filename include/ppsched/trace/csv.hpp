@@ -6,6 +6,8 @@
 // back (a measured run saved for `ppsched-plan --calibrate`, sim/calibrate.hpp).
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -21,7 +23,7 @@
 #include "ppsched/trace/text.hpp"
 #include "ppsched/trace/timeline.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 inline void write_timeline_csv(std::ostream& out, const Timeline& timeline) {
   validate_timeline(timeline);

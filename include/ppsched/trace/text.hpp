@@ -6,6 +6,8 @@
 // through these functions.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -15,7 +17,7 @@
 #include <string_view>
 #include <system_error>
 
-namespace ppsched::detail {
+namespace ppsched::inline PPSCHED_MODE::detail {
 
 inline constexpr std::string_view utf8_replacement = "\xEF\xBF\xBD";  // U+FFFD
 

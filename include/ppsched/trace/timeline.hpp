@@ -3,13 +3,15 @@
 // summarised and drawn by the same functions.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "ppsched/schedule/action.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Where an action ran on its rank. Compute actions run on the compute lane; communication
 // on the comm lane unless the run put communication on the compute stream.

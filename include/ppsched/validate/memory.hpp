@@ -2,6 +2,8 @@
 // memory model a cost model implies.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -13,7 +15,7 @@
 #include "ppsched/costs/cost_model.hpp"
 #include "ppsched/validate/report.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 // Peak activation memory per rank. Memory on a rank changes only at its compute actions,

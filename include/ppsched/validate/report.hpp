@@ -12,6 +12,8 @@
 // per rank; peak_bytes is bytes. (plan/plan/search/memory.hpp's peak_memory gives the same M_B.)
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -22,7 +24,7 @@
 
 #include "ppsched/engine/problems.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // How activation memory is counted: stored stage activations (above), and bytes when
 // `activation_bytes[stage]` gives the size of one stored activation of that stage (empty:

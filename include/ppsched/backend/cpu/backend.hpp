@@ -19,6 +19,8 @@
 // access history and each channel have seen their first step.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -42,7 +44,7 @@
 #include "ppsched/runtime/backend.hpp"
 #include "ppsched/runtime/threads.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 class CpuBackend;
 class CpuCluster;

@@ -11,6 +11,8 @@
 // overlap between unordered streams.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -19,7 +21,7 @@
 #include "ppsched/backend/cpu/state.hpp"
 #include "ppsched/error.hpp"
 
-namespace ppsched::detail::cpu {
+namespace ppsched::inline PPSCHED_MODE::detail::cpu {
 
 using VectorClock = std::vector<std::uint64_t>;
 

@@ -5,12 +5,14 @@
 // any wait inside the backend may block before it is reported.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 enum class CpuMode : std::uint8_t {
   threaded,       // one worker thread per stream; streams of all ranks run concurrently

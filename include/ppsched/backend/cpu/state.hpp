@@ -10,6 +10,8 @@
 // before both.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -28,7 +30,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/backend.hpp"
 
-namespace ppsched::detail::cpu {
+namespace ppsched::inline PPSCHED_MODE::detail::cpu {
 
 using Clock = std::chrono::steady_clock;
 

@@ -9,6 +9,8 @@
 // Host-only: usable from .cpp files compiled by a plain C++ compiler that link cudart and nccl.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstdint>
 #include <stop_token>
 
@@ -16,7 +18,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/data_parallel.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 class NcclAllReduce {
  public:

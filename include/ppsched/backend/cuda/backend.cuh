@@ -18,6 +18,8 @@
 // per GPU. Device code: include from .cu files compiled by nvcc (accumulate is a kernel).
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -50,7 +52,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/backend.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Where each generation of a rank's NCCL communicator gets its unique id: generation 0 is the
 // first communicator, each recover() after a failure builds the next one.

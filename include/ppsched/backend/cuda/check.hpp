@@ -10,6 +10,8 @@
 // Host-only: usable from .cpp files compiled by a plain C++ compiler that link cudart.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <cstdio>
@@ -17,7 +19,7 @@
 
 #include "ppsched/error.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // A failed CUDA runtime call. `code()` is the status the call returned, so a caller can
 // tell an out-of-memory (recoverable) from a sticky device fault (not recoverable).

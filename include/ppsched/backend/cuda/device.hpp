@@ -7,6 +7,8 @@
 // Host-only: usable from .cpp files compiled by a plain C++ compiler that link cudart.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -14,7 +16,7 @@
 #include "ppsched/backend/cuda/check.hpp"
 #include "ppsched/error.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // The answer to "can this process use a GPU?", without throwing.
 struct DeviceProbe {

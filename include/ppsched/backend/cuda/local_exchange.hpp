@@ -22,6 +22,8 @@
 // Host-only: usable from .cpp files compiled by a plain C++ compiler that link cudart.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <condition_variable>
@@ -43,7 +45,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/backend.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 class LocalExchange {
  public:

@@ -14,6 +14,8 @@
 // Host-only: usable from .cpp files compiled by a plain C++ compiler that link cudart.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -28,7 +30,7 @@
 #include "ppsched/backend/cuda/stream.hpp"
 #include "ppsched/error.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 class DeviceBuffer {
  public:

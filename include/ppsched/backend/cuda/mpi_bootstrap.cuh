@@ -4,6 +4,8 @@
 // are NCCL's. Needs both <mpi.h> and NCCL: compile with nvcc and the MPI dependency.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstdint>
 #include <mutex>
 #include <stop_token>
@@ -16,7 +18,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/backend.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Ids through MPI: each call is collective over `comm` (every process asks for the same
 // generation at the same point, as recover() does on every rank), rank 0 makes the id. Give

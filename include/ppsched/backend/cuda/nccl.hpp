@@ -21,6 +21,8 @@
 // Host-only: usable from .cpp files compiled by a plain C++ compiler that link cudart and nccl.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -46,7 +48,7 @@
 #include "ppsched/backend/cuda/wait.hpp"
 #include "ppsched/error.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // A failed NCCL call, or an asynchronous NCCL error found while waiting.
 class nccl_error : public error {
@@ -121,7 +123,7 @@ inline bool log_nccl(ncclResult_t code, const char* call, const char* file, int 
 // Logs to stderr instead of throwing; evaluates to true on success. For destructors.
 #define PPSCHED_NCCL_LOG(call) ::ppsched::detail::log_nccl((call), #call, __FILE__, __LINE__)
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 // Ends a communicator (ncclCommAbort, or ncclCommDestroy when it is healthy) on a thread of its

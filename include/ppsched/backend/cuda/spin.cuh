@@ -8,6 +8,8 @@
 // Device code: include from .cu files compiled by nvcc.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,7 +22,7 @@
 #include "ppsched/backend/cuda/stream.hpp"
 #include "ppsched/error.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {
 

@@ -13,6 +13,8 @@
 // Host-only: usable from .cpp files compiled by a plain C++ compiler that link cudart.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -22,7 +24,7 @@
 #include "ppsched/backend/cuda/device.hpp"
 #include "ppsched/error.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 class CudaEventRef;
 

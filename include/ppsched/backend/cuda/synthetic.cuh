@@ -14,6 +14,8 @@
 // device memory (stage 0's input on its rank's device).
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,7 +34,7 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/costs/cost_model.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {
 

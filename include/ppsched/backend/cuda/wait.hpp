@@ -9,12 +9,14 @@
 // Host-only; no CUDA header needed.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <chrono>
 #include <thread>
 
 #include "ppsched/runtime/backend.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Calls `done()` until it returns true or the wait's limit is reached. Yields the core for the
 // first polls (the common case: the work is about to finish) and then sleeps briefly, so that

@@ -8,6 +8,8 @@
 // than the ring algorithm's bandwidth. Bounded like every wait of ppsched.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <limits>
@@ -20,7 +22,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/backend.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Collective over `comm`: every process passes a vector of the same length and gets, in it,
 // the sum over all processes in rank order. `scratch` is resized to (processes x n) floats

@@ -28,6 +28,8 @@
 // next one.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -49,7 +51,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/backend.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct MpiOptions {
   // The rank's own streams: threaded or deterministic, with or without the race checker

@@ -4,6 +4,8 @@
 // the wait with an error instead of hanging the job.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <mutex>
@@ -14,7 +16,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/backend.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Collective over `comm`: on return every process holds `root`'s `value`. Throws
 // ppsched::error when the wait's deadline passes or its stop is requested first.

@@ -13,6 +13,8 @@
 // communicator, so nothing of a failed step meets the next one.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -30,7 +32,7 @@
 #include "ppsched/runtime/backend.hpp"
 #include "ppsched/runtime/stage.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 class MpiAllReduce {
  public:

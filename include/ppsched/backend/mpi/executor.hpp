@@ -19,6 +19,8 @@
 // global batch (replica_share).
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -43,7 +45,7 @@
 #include "ppsched/runtime/stage.hpp"
 #include "ppsched/schedule/schedule.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 class MpiExecutor {
  public:

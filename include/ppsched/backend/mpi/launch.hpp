@@ -11,6 +11,8 @@
 // reads its place here too.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <array>
 #include <charconv>
 #include <cstdlib>
@@ -22,7 +24,7 @@
 
 #include "ppsched/error.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct ProcessRank {
   int rank = 0;

@@ -4,6 +4,8 @@
 // the host thread that aborts them are different threads).
 #pragma once
 
+#include "ppsched/config.hpp"
+
 // The C bindings only: Open MPI's deprecated C++ bindings warn under -Wextra.
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1
@@ -27,7 +29,7 @@
 
 #include "ppsched/error.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail::mpi {
 

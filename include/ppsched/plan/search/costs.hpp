@@ -7,6 +7,8 @@
 // `evenly_split`, which cuts each rank's share of the model into equal consecutive chunks.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -17,7 +19,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/costs/cost_model.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // The costs of the model cut for `placement` (placement[s] = rank of virtual stage s, stages in
 // model order): one StageCost per virtual stage, or per (stage, micro-batch).

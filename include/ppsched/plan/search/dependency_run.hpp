@@ -15,6 +15,8 @@
 // sequence: it waits for both inputs before either starts).
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -32,7 +34,7 @@
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/costs/cost_model.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 struct DependencyRun {
   double makespan = 0.0;

@@ -27,6 +27,8 @@
 // run_dependencies() and simulates the best orders in full.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -47,7 +49,7 @@
 #include "ppsched/plan/search/memory.hpp"
 #include "ppsched/costs/cost_model.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // When the weight gradients run.
 enum class WeightPolicy : std::uint8_t {

@@ -11,6 +11,8 @@
 // simulate()'s RankMemory::peak_microbatches.
 #pragma once
 
+#include "ppsched/config.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -26,7 +28,7 @@
 #include "ppsched/costs/cost_model.hpp"
 #include "ppsched/validate/report.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // A per-rank limit on stored activations. Both limits apply; infinity means none.
 struct MemoryCap {

@@ -67,7 +67,7 @@
 #include "ppsched/costs/cost_model.hpp"
 #include "ppsched/sim/simulate.hpp"
 
-namespace ppsched {
+namespace ppsched::inline PPSCHED_MODE {
 
 // Bytes each rank holds whatever the schedule (parameters, gradients, optimizer state) when the
 // model is cut for a placement: one entry per rank.

@@ -1,0 +1,402 @@
+// The bodies of <ppsched/engine/static_checks.hpp>'s functions that compiled mode compiles once
+// (<ppsched/config.hpp>): that header includes this file at its end where PPSCHED_OUTLINE_BODY
+// is 1 (header-only, or the library's own file), and only there.
+#pragma once
+
+#include "ppsched/config.hpp"
+
+#include "ppsched/engine/static_checks.hpp"
+
+namespace ppsched::inline PPSCHED_MODE::detail {
+
+PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& sink, bool skip_comm,
+                          bool proven) {
+  // ---- shape
+  bool shape_ok = true;
+  if (s.ranks < 1) {
+    sink.add(ProblemKind::shape, concat("the schedule has ", s.ranks, " ranks; it needs at least 1 (set Schedule::ranks)"));
+    shape_ok = false;
+  }
+  if (s.microbatches < 1) {
+    sink.add(ProblemKind::shape, concat("the schedule has ", s.microbatches,
+                                        " micro-batches; it needs at least 1 (set Schedule::microbatches)"));
+    shape_ok = false;
+  }
+  if (s.placement.empty()) {
+    sink.add(ProblemKind::shape, "the placement is empty: give Schedule::placement one rank per stage");
+    shape_ok = false;
+  }
+  if (shape_ok && s.programs.size() != static_cast<std::size_t>(s.ranks)) {
+    sink.add(ProblemKind::shape, concat("the schedule has ", s.ranks, " ranks but ", s.programs.size(),
+                                        " programs; give exactly one program per rank"));
+    shape_ok = false;
+  }
+  if (shape_ok) {
+    for (std::size_t st = 0; st < s.placement.size(); ++st) {
+      const std::int32_t r = s.placement[st];
+      if (r < 0 || r >= s.ranks) {
+        sink.add(ProblemKind::shape, concat("placement[", st, "] = ", r, " is not a rank of this schedule (0..",
+                                            s.ranks - 1, "); place stage ", st, " on one of them"));
+        shape_ok = false;
+      }
+    }
+  }
+  if (!shape_ok) return false;
+
+  flat.ranks = s.ranks;
+  flat.stages = s.stages();
+  flat.microbatches = s.microbatches;
+  flat.placement = s.placement;
+  const std::int32_t S = flat.stages, M = flat.microbatches, last = S - 1;
+
+  // The programs indexed: the schedule's own, or copies without communication.
+  std::vector<const std::vector<Action>*> programs;
+  for (const auto& prog : s.programs) programs.push_back(&prog);
+  // (A compute-only schedule is its own copy: the dependency runs of the search are of those.)
+  const auto communicates = [&s] {
+    for (const auto& prog : s.programs)
+      for (const Action& a : prog)
+        if (is_comm(a.op)) return true;
+    return false;
+  };
+  if (skip_comm && communicates()) {
+    flat.kept.resize(s.programs.size());
+    for (std::size_t r = 0; r < s.programs.size(); ++r) {
+      flat.kept[r].clear();
+      for (const Action& a : s.programs[r]) {
+        if (is_compute(a.op)) flat.kept[r].push_back(a);
+      }
+      programs[r] = &flat.kept[r];
+    }
+  }
+  std::size_t total = 0;
+  for (const auto* prog : programs) total += prog->size();
+  if (total > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max() / 2)) {
+    fail({"schedule '" + s.name + "'", concat("has ", total, " actions, more than ppsched indexes"), "",
+          "split the step into fewer micro-batches"});
+  }
+  // Every (stage, micro-batch) needs its F: fewer actions than that is a schedule of other
+  // sizes than it declares (and indexing by the declared sizes could be unboundedly large).
+  if (static_cast<std::int64_t>(S) * M > static_cast<std::int64_t>(total)) {
+    sink.add(ProblemKind::shape, concat("the schedule declares ", S, " stages and ", M, " micro-batches, which need ",
+                                        static_cast<std::int64_t>(S) * M, " forwards, but its programs hold ", total,
+                                        " actions in all; set Schedule::microbatches and the placement to what the "
+                                        "programs run"));
+    return false;
+  }
+  flat.rank_actions.assign(static_cast<std::size_t>(s.ranks), nullptr);
+  flat.owner.resize(total);
+  std::int32_t next_index = 0;
+  flat.rank_begin.assign(static_cast<std::size_t>(s.ranks) + 1, 0);
+  flat.slots.resize(static_cast<std::size_t>(op_count) * static_cast<std::size_t>(S) * static_cast<std::size_t>(M));
+  static_assert(no_action == -1, "no_action is all bits set, so the table is cleared bytewise");
+  std::memset(flat.slots.data(), 0xff, flat.slots.size() * sizeof(std::int32_t));
+
+  // Most schedules have nothing to report here: a tight loop indexes them, and only when it
+  // meets a problem does the loop below, which names each one, start again from scratch.
+  const bool indexed = index_clean_programs(programs, s.split_backward, flat);
+  if (indexed) {
+    next_index = static_cast<std::int32_t>(total);
+  } else {
+    std::memset(flat.slots.data(), 0xff, flat.slots.size() * sizeof(std::int32_t));
+    flat.has_backward = false;
+    flat.lowered = false;
+    flat.has_pairs = false;
+    flat.compute_count = 0;
+  }
+  bool reported_split = false;
+  for (std::int32_t r = 0; !indexed && r < s.ranks; ++r) {
+    flat.rank_begin[static_cast<std::size_t>(r)] = next_index;
+    const auto& prog = *programs[static_cast<std::size_t>(r)];
+    flat.rank_actions[static_cast<std::size_t>(r)] = prog.data();
+    std::int32_t pos = -1;
+    for (const Action& a : prog) {
+      ++pos;
+      const std::int32_t index = next_index++;
+      const std::int32_t position = pos;
+      flat.owner[static_cast<std::size_t>(index)] = r;
+      if (a.stage < 0 || a.stage >= S) {
+        sink.add(ProblemKind::stage_out_of_range, r, position, a,
+                 concat(to_string(a), " at ", at_rank(r, pos), " names stage ", a.stage, ", but the schedule has stages 0..", last,
+                        "; use a stage in that range or extend the placement"));
+        continue;
+      }
+      if (a.microbatch < 0 || a.microbatch >= M) {
+        sink.add(ProblemKind::microbatch_out_of_range, r, position, a,
+                 concat(to_string(a), " at ", at_rank(r, pos), " names micro-batch ", a.microbatch,
+                        ", but the schedule has micro-batches 0..", M - 1,
+                        "; use one in that range or raise Schedule::microbatches"));
+        continue;
+      }
+      const std::int32_t home = flat.rank_of(a.stage);
+      if (is_compute(a.op)) {
+        flat.has_backward = flat.has_backward || a.op != Op::F;
+        flat.has_pairs = flat.has_pairs || a.group != 0;
+        ++flat.compute_count;
+        if ((a.op == Op::BI || a.op == Op::BW) && !s.split_backward && !reported_split) {
+          reported_split = true;
+          sink.add(ProblemKind::split_flag, r, position, a,
+                   concat(to_string(a), " at ", at_rank(r, pos),
+                          " splits the backward, but Schedule::split_backward is false; set it to true so the "
+                          "executor asks for backward_input / backward_weight callables"));
+        }
+        if (home != r) {
+          sink.add(ProblemKind::wrong_rank, r, position, a,
+                   concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", a.stage,
+                          " is placed on rank ", home, "; move it to rank ", home,
+                          "'s program or change the placement"));
+        }
+      } else {
+        flat.lowered = true;
+        // The peer stage of this communication, and whether it exists and is remote.
+        const bool forward = a.op == Op::SEND_F || a.op == Op::RECV_F;
+        const bool send = is_send(a.op);
+        const std::int32_t peer_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage + 1 : a.stage - 1;
+        if (peer_stage < 0 || peer_stage > last) {
+          sink.add(ProblemKind::no_peer, r, position, a,
+                   concat(to_string(a), " at ", at_rank(r, pos), ": stage ", a.stage, " is the ", a.stage == 0 ? "first" : "last",
+                          " stage, so there is no stage ", peer_stage, " to ", send ? "send to" : "receive from",
+                          "; remove it"));
+          continue;
+        }
+        if (flat.rank_of(peer_stage) == home) {
+          sink.add(ProblemKind::needless_comm, r, position, a,
+                   concat(to_string(a), " at ", at_rank(r, pos), " crosses the boundary between stages ", std::min(a.stage, peer_stage),
+                          " and ", std::max(a.stage, peer_stage), ", which are both on rank ", home,
+                          "; a local boundary needs no communication: remove it"));
+          continue;
+        }
+        if (home != r) {
+          const std::int32_t sender_stage = send ? a.stage : peer_stage;
+          const std::int32_t receiver_stage = send ? peer_stage : a.stage;
+          const Action other{send ? (forward ? Op::RECV_F : Op::RECV_B) : (forward ? Op::SEND_F : Op::SEND_B),
+                             peer_stage, a.microbatch, 0};
+          sink.add(ProblemKind::wrong_peer, r, position, a,
+                   send ? concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", a.stage,
+                                 " that produces it is placed on rank ", home, "; its receive ", to_string(other),
+                                 " expects it from rank ", home, ": move the send to rank ", home)
+                        : concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", receiver_stage,
+                                 " is placed on rank ", home, ": ", to_string(other), " from rank ",
+                                 flat.rank_of(sender_stage), " (stage ", sender_stage, ") goes to rank ", home,
+                                 "; move the receive to rank ", home));
+        }
+      }
+      std::int32_t& slot = flat.slots[flat.slot_index(a.op, a.stage, a.microbatch)];
+      if (slot != no_action) {
+        const std::int32_t first_rank = flat.owner[static_cast<std::size_t>(slot)];
+        sink.add(ProblemKind::duplicate, r, position, a,
+                 concat(to_string(a), " appears twice: at ", at_rank(first_rank, flat.position(slot)), " and at ", at_rank(r, pos),
+                        "; each action runs exactly once per step: remove one"));
+      } else {
+        slot = index;
+      }
+    }
+  }
+  flat.rank_begin[static_cast<std::size_t>(s.ranks)] = next_index;
+  if (proven && indexed) return true;
+
+  auto same_rank = [&](std::int32_t x, std::int32_t y) {
+    return x != no_action && y != no_action && flat.owner[static_cast<std::size_t>(x)] == flat.owner[static_cast<std::size_t>(y)];
+  };
+  auto describe = [&](std::int32_t x) {
+    return concat(to_string(flat.at(x)), " (", at_rank(flat.owner[static_cast<std::size_t>(x)], flat.position(x)), ")");
+  };
+  auto report_order = [&](ProblemKind kind, std::int32_t late, std::int32_t early, const char* why) {
+    sink.add(kind, flat.owner[static_cast<std::size_t>(early)], flat.position(early), flat.at(early),
+             concat(describe(early), " comes before ", describe(late), ", but ", why, "; move ",
+                    to_string(flat.at(late)), " before ", to_string(flat.at(early))));
+  };
+  // The checks below name each problem they find, which makes them heavy; a schedule that
+  // passed the per-action checks usually has none, and one light pass over the identity
+  // table says so (it tests exactly the conditions they report).
+  if (sink.any() || !table_consistent(flat)) {
+    // ---- completeness of compute, and (lowered) of communication
+    for (std::int32_t st = 0; st < S; ++st) {
+      const std::int32_t home = flat.rank_of(st);
+      for (std::int32_t mb = 0; mb < M; ++mb) {
+        if (flat.find(Op::F, st, mb) == no_action) {
+          sink.add(ProblemKind::missing_compute, home, -1, Action{Op::F, st, mb, 0},
+                   concat(to_string(Action{Op::F, st, mb, 0}), " is missing: every (stage, micro-batch) runs its forward "
+                          "once; add it to rank ", home, "'s program"));
+        }
+        if (!flat.has_backward) continue;
+        const bool b = flat.find(Op::B, st, mb) != no_action;
+        const bool bi = flat.find(Op::BI, st, mb) != no_action;
+        const bool bw = flat.find(Op::BW, st, mb) != no_action;
+        if (b && (bi || bw)) {
+          sink.add(ProblemKind::mixed_backward, home, -1, Action{Op::B, st, mb, 0},
+                   concat("micro-batch ", mb, " on stage ", st, " has both B and ", bi ? "BI" : "BW",
+                          ": its backward is either one B or a BI then a BW; remove one form"));
+        } else if (!b && !bi && !bw) {
+          sink.add(ProblemKind::missing_compute, home, -1, Action{Op::B, st, mb, 0},
+                   concat("the backward of micro-batch ", mb, " on stage ", st, " is missing (", to_string(Action{Op::B, st, mb, 0}),
+                          ", or ", to_string(Action{Op::BI, st, mb, 0}), " then ", to_string(Action{Op::BW, st, mb, 0}),
+                          "); the schedule has backwards elsewhere, so add it to rank ", home, "'s program"));
+        } else if (bi != bw) {
+          const Action absent{bi ? Op::BW : Op::BI, st, mb, 0};
+          sink.add(ProblemKind::missing_compute, home, -1, absent,
+                   concat(to_string(absent), " is missing: a split backward runs BI then BW; add it to rank ", home,
+                          "'s program"));
+        }
+      }
+    }
+    if (flat.lowered) {
+      auto check_transfer = [&](Op send_op, std::int32_t from, Op recv_op, std::int32_t to, std::int32_t mb) {
+        const std::int32_t snd = flat.find(send_op, from, mb);
+        const std::int32_t rcv = flat.find(recv_op, to, mb);
+        const Action send_action{send_op, from, mb, 0}, recv_action{recv_op, to, mb, 0};
+        const std::int32_t rf = flat.rank_of(from), rt = flat.rank_of(to);
+        if (snd == no_action && rcv == no_action) {
+          sink.add(ProblemKind::missing_transfer, rf, -1, send_action,
+                   concat("the transfer ", to_string(send_action), " (rank ", rf, ") -> ", to_string(recv_action), " (rank ",
+                          rt, ") has neither its send nor its receive, while the schedule communicates elsewhere; "
+                          "a lowered schedule carries every transfer: add both, or lower() the compute-only schedule"));
+        } else if (snd == no_action) {
+          sink.add(ProblemKind::missing_send, rf, -1, send_action,
+                   concat(to_string(send_action), " is missing on rank ", rf, ": ", to_string(recv_action), " at ",
+                          at_rank(flat.owner[static_cast<std::size_t>(rcv)], flat.position(rcv)),
+                          " waits for it; add it to rank ", rf, "'s program after ",
+                          to_string(Action{send_op == Op::SEND_F ? Op::F : (s.split_backward ? Op::BI : Op::B), from, mb, 0})));
+        } else if (rcv == no_action) {
+          sink.add(ProblemKind::missing_recv, rt, -1, recv_action,
+                   concat(to_string(send_action), " at ", at_rank(flat.owner[static_cast<std::size_t>(snd)], flat.position(snd)),
+                          " has no matching receive: ", to_string(recv_action), " is missing on rank ", rt,
+                          "; add it to rank ", rt, "'s program before the compute that needs it"));
+        }
+      };
+      for (std::int32_t st = 0; st + 1 < S; ++st) {
+        if (flat.rank_of(st) == flat.rank_of(st + 1)) continue;
+        for (std::int32_t mb = 0; mb < M; ++mb) {
+          check_transfer(Op::SEND_F, st, Op::RECV_F, st + 1, mb);
+          if (flat.has_backward) check_transfer(Op::SEND_B, st + 1, Op::RECV_B, st, mb);
+        }
+      }
+    }
+
+    // ---- orders within one rank (the programs are issue orders, so index order is issue order)
+    for (std::int32_t st = 0; st < S; ++st) {
+      for (std::int32_t mb = 0; mb < M; ++mb) {
+        const std::int32_t f = flat.find(Op::F, st, mb);
+        const std::int32_t bin = flat.backward_input(st, mb);
+        if (same_rank(f, bin) && bin < f) {
+          report_order(ProblemKind::backward_before_forward, f, bin, "a backward needs the activation its forward stores");
+        }
+        const std::int32_t bi = flat.find(Op::BI, st, mb), bw = flat.find(Op::BW, st, mb);
+        if (same_rank(bi, bw) && bw < bi) {
+          report_order(ProblemKind::weight_before_input, bi, bw, "BW uses the output gradient that BI consumes first");
+        }
+        if (st + 1 < S && flat.rank_of(st) == flat.rank_of(st + 1)) {
+          const std::int32_t f_next = flat.find(Op::F, st + 1, mb);
+          if (same_rank(f, f_next) && f_next < f) {
+            report_order(ProblemKind::local_order, f, f_next,
+                         "both stages are on this rank and the next stage's forward consumes this one's output");
+          }
+          const std::int32_t bin_next = flat.backward_input(st + 1, mb);
+          if (same_rank(bin, bin_next) && bin < bin_next) {
+            report_order(ProblemKind::local_order, bin_next, bin,
+                         "both stages are on this rank and a stage's backward consumes the next stage's input gradient");
+          }
+        }
+        if (!flat.lowered) continue;
+        const std::int32_t recv_f = flat.find(Op::RECV_F, st, mb), send_f = flat.find(Op::SEND_F, st, mb);
+        const std::int32_t recv_b = flat.find(Op::RECV_B, st, mb), send_b = flat.find(Op::SEND_B, st, mb);
+        const char* recv_why = "the compute waits on the receive's completion event, which must be recorded first";
+        const char* send_why = "the send waits on the compute's completion event, which must be recorded first";
+        if (same_rank(recv_f, f) && f < recv_f) report_order(ProblemKind::recv_after_consumer, recv_f, f, recv_why);
+        if (same_rank(recv_b, bin) && bin < recv_b) report_order(ProblemKind::recv_after_consumer, recv_b, bin, recv_why);
+        if (same_rank(send_f, f) && send_f < f) report_order(ProblemKind::send_before_producer, f, send_f, send_why);
+        if (same_rank(send_b, bin) && send_b < bin) report_order(ProblemKind::send_before_producer, bin, send_b, send_why);
+      }
+    }
+  }
+
+  if (flat.has_pairs) check_pairs(flat, sink);
+  if (!flat.lowered && !flat.has_pairs) return true;
+
+  // ---- groups: one group id is one contiguous run of actions on a rank
+  for (std::int32_t r = 0; r < s.ranks; ++r) {
+    const std::int32_t begin = flat.rank_begin[static_cast<std::size_t>(r)];
+    const std::int32_t end = flat.rank_begin[static_cast<std::size_t>(r) + 1];
+    const Action* prog = flat.rank_actions[static_cast<std::size_t>(r)];
+    // The start of a run of one group: a grouped action not continuing the previous.
+    auto run_starts = [&](std::int32_t i) {
+      const Action& a = prog[i - begin];
+      if (a.group == 0) return false;
+      return i == begin || prog[i - begin - 1].group != a.group;
+    };
+    // Group ids that only grow cannot repeat (what lower() writes): the common case is one
+    // pass. Pairs and communication grow apart (lower() numbers communication above the
+    // pairs), so each kind is followed on its own, and all pair ids must lie below the others.
+    bool increasing = true;
+    std::uint32_t last_comm = 0, last_pair = 0, first_comm = 0;
+    for (std::int32_t i = begin; i < end && increasing; ++i) {
+      if (!run_starts(i)) continue;
+      const std::uint32_t g = prog[i - begin].group;
+      std::uint32_t& last_of_kind = is_compute(prog[i - begin].op) ? last_pair : last_comm;
+      increasing = g > last_of_kind;
+      last_of_kind = g;
+      if (first_comm == 0 && is_comm(prog[i - begin].op)) first_comm = g;
+    }
+    if (increasing && (first_comm == 0 || last_pair < first_comm)) continue;
+    std::vector<std::pair<std::uint32_t, std::int32_t>> runs;  // (group, index of first action)
+    for (std::int32_t i = begin; i < end; ++i) {
+      if (run_starts(i)) runs.emplace_back(prog[i - begin].group, i);
+    }
+    std::sort(runs.begin(), runs.end());
+    for (std::size_t k = 1; k < runs.size(); ++k) {
+      if (runs[k].first != runs[k - 1].first || (k >= 2 && runs[k - 2].first == runs[k].first)) continue;
+      const std::int32_t i = runs[k].second;
+      sink.add(ProblemKind::group_not_contiguous, r, flat.position(i), flat.at(i),
+               concat("group ", runs[k].first, " on rank ", r, " is not contiguous: it starts at position ",
+                      flat.position(runs[k - 1].second), " and again at position ", flat.position(i),
+                      is_compute(flat.at(i).op)
+                          ? "; an overlapped pair runs as one unit, so its two actions must be adjacent: renumber or "
+                            "move them"
+                          : "; a group is posted as one unit, so its actions must be consecutive: renumber or move them"));
+    }
+  }
+
+  if (!flat.lowered) return true;
+
+  // ---- NCCL matches the messages between two ranks in posting order (it has no tags), so
+  // each ordered pair of ranks must post its sends and its receives in the same order.
+  if (!sink.any()) {
+    // With every transfer matched one to one, the receives of rank b from rank a are posted
+    // in rank a's send order exactly when their sends' indices increase along b's program.
+    std::vector<std::vector<std::pair<std::int32_t, std::int32_t>>> last_send(static_cast<std::size_t>(s.ranks));
+    std::vector<std::pair<std::int32_t, std::int32_t>> reported;  // (from, to) pairs already reported
+    for (std::int32_t to = 0; to < s.ranks; ++to) {
+    const std::int32_t begin = flat.rank_begin[static_cast<std::size_t>(to)];
+    const Action* prog = flat.rank_actions[static_cast<std::size_t>(to)];
+    for (std::int32_t i = begin; i < flat.rank_begin[static_cast<std::size_t>(to) + 1]; ++i) {
+      const Action& a = prog[i - begin];
+      if (!is_recv(a.op)) continue;
+      const std::int32_t peer_stage = a.op == Op::RECV_F ? a.stage - 1 : a.stage + 1;
+      const std::int32_t q = flat.find(a.op == Op::RECV_F ? Op::SEND_F : Op::SEND_B, peer_stage, a.microbatch);
+      const std::int32_t from = flat.rank_of(peer_stage);  // every action is on its stage's rank here
+      auto& seen = last_send[static_cast<std::size_t>(to)];
+      auto it = std::find_if(seen.begin(), seen.end(), [from](const auto& e) { return e.first == from; });
+      if (it == seen.end()) {
+        seen.emplace_back(from, q);
+        continue;
+      }
+      const std::int32_t previous = it->second;
+      it->second = q;
+      if (q > previous) continue;
+      if (std::find(reported.begin(), reported.end(), std::make_pair(from, to)) != reported.end()) continue;
+      reported.emplace_back(from, to);
+      const std::int32_t previous_recv = flat.links(previous).peer;
+      sink.add(ProblemKind::pair_order, to, flat.position(i), a,
+               concat("rank ", from, " and rank ", to, " post their messages in different orders: rank ", to,
+                      " receives ", describe(previous_recv), " before ", describe(i), ", but rank ", from, " sends ",
+                      describe(q), " before ", describe(previous),
+                      ". NCCL matches point-to-point messages between two ranks in posting order (it has no tags), "
+                      "so these receives would get each other's data; post the receives in the order the peer "
+                      "sends (lower() does)"));
+    }
+    }
+  }
+  return true;
+}
+
+}  // namespace ppsched::PPSCHED_MODE::detail

@@ -1,0 +1,42 @@
+// The bodies of <ppsched/schedule/generators.hpp>'s functions that compiled mode compiles once
+// (<ppsched/config.hpp>): that header includes this file at its end where PPSCHED_OUTLINE_BODY
+// is 1 (header-only, or the library's own file), and only there.
+#pragma once
+
+#include "ppsched/config.hpp"
+
+#include "ppsched/schedule/generators.hpp"
+
+namespace ppsched::inline PPSCHED_MODE::detail {
+
+[[nodiscard]] PPSCHED_OUTLINE const FamilyInfo* find_family(std::string_view name) {
+  std::string key = normalised_family(name);
+  if (key == "zbvzerobubble") key = normalised_family(zb_v_name);  // PyTorch's ScheduleZBVZeroBubble
+  if (key == "interleavedzerobubble") key = normalised_family(interleaved_zero_bubble_name);
+  for (const FamilyInfo& f : schedule_families)
+    if (normalised_family(f.name) == key) return &f;
+  return nullptr;
+}
+
+}  // namespace ppsched::PPSCHED_MODE::detail
+
+namespace ppsched::inline PPSCHED_MODE {
+
+[[nodiscard]] PPSCHED_OUTLINE const FamilyInfo& family_info(std::string_view name) {
+  if (const FamilyInfo* f = detail::find_family(name)) return *f;
+  fail({"schedule family", detail::concat("unknown family '", name, "'"), "",
+        detail::concat("use one of: ", detail::joined_family_names())});
+}
+
+[[nodiscard]] PPSCHED_OUTLINE bool accepts(std::string_view family, const ScheduleRequest& r) {
+  const FamilyInfo* f = detail::find_family(family);
+  if (f == nullptr || r.ranks < 1 || r.microbatches < 1 || r.chunks < 1) return false;
+  if (3 * std::int64_t{r.ranks} * r.chunks * r.microbatches > detail::max_generated_actions) return false;
+  return f->rule_allows(r);
+}
+
+[[nodiscard]] PPSCHED_OUTLINE Schedule make_schedule(std::string_view family, const ScheduleRequest& r) {
+  return family_info(family).make(r);
+}
+
+}  // namespace ppsched::PPSCHED_MODE

@@ -1,0 +1,114 @@
+// The bodies of <ppsched/trace/stats.hpp>'s functions that compiled mode compiles once
+// (<ppsched/config.hpp>): that header includes this file at its end where PPSCHED_OUTLINE_BODY
+// is 1 (header-only, or the library's own file), and only there.
+#pragma once
+
+#include "ppsched/config.hpp"
+
+#include "ppsched/trace/stats.hpp"
+
+namespace ppsched::inline PPSCHED_MODE {
+
+PPSCHED_OUTLINE void validate_timeline(const Timeline& timeline) {
+  if (timeline.ranks < 0) {
+    fail({"timeline", detail::concat("the rank count is negative (", timeline.ranks, ")"), "Timeline::ranks",
+          "set ranks to the number of pipeline ranks"});
+  }
+  for (std::size_t index = 0; index < timeline.spans.size(); ++index) {
+    const Span& span = timeline.spans[index];
+    const auto op_code = static_cast<int>(span.action.op);
+    if (op_code >= op_count) {
+      fail({"timeline", detail::concat("span ", index, " has an unknown operation code ", op_code),
+            detail::concat("span ", index, " on rank ", span.rank), "use one of the ppsched::Op values"});
+    }
+    const std::string where = detail::describe_span(span, index);
+    if (span.rank < 0 || span.rank >= timeline.ranks) {
+      fail({"timeline",
+            detail::concat("rank ", span.rank, " is outside the timeline's ", timeline.ranks, " ranks [0, ",
+                           timeline.ranks, ")"),
+            where, "set Timeline::ranks to cover every rank, or correct the span's rank"});
+    }
+    if (!std::isfinite(span.start) || !std::isfinite(span.end)) {
+      fail({"timeline",
+            detail::concat("a time is not a finite number (start ", span.start, ", end ", span.end, ")"),
+            where, "record finite start and end times"});
+    }
+    if (span.end < span.start) {
+      fail({"timeline",
+            detail::concat("the span ends before it starts (start ", span.start, ", end ", span.end, ")"),
+            where, "record each span's end at or after its start"});
+    }
+    if (span.action.stage < 0 || span.action.microbatch < 0) {
+      fail({"timeline",
+            detail::concat("the stage (", span.action.stage, ") or micro-batch (", span.action.microbatch,
+                           ") is negative"),
+            where, "number stages and micro-batches from 0"});
+    }
+    if (span.lane != Lane::compute && span.lane != Lane::comm) {
+      fail({"timeline", detail::concat("unknown lane code ", static_cast<int>(span.lane)), where,
+            "use Lane::compute or Lane::comm"});
+    }
+    if (span.lane == Lane::comm && is_compute(span.action.op)) {
+      fail({"timeline", "a compute action is on the comm lane", where,
+            "put F, B, BI and BW spans on Lane::compute"});
+    }
+  }
+}
+
+[[nodiscard]] PPSCHED_OUTLINE TimelineStats summarize(const Timeline& timeline) {
+  validate_timeline(timeline);
+  TimelineStats stats;
+  stats.ranks = timeline.ranks;
+  stats.unit = timeline.unit;
+  stats.spans = timeline.spans.size();
+  if (!timeline.spans.empty()) {
+    stats.origin = timeline.spans.front().start;
+    stats.finish = timeline.spans.front().end;
+  }
+  const auto ranks = static_cast<std::size_t>(timeline.ranks);
+  std::vector<std::vector<detail::Interval>> compute(ranks);
+  std::vector<std::vector<detail::Interval>> comm(ranks);
+  stats.per_rank.resize(ranks);
+  for (const Span& span : timeline.spans) {
+    stats.origin = std::min(stats.origin, span.start);
+    stats.finish = std::max(stats.finish, span.end);
+    ++stats.op_counts[static_cast<std::size_t>(span.action.op)];
+    const auto r = static_cast<std::size_t>(span.rank);
+    RankStats& rank = stats.per_rank[r];
+    if (rank.actions == 0) {
+      rank.first_start = span.start;
+      rank.last_end = span.end;
+    }
+    ++rank.actions;
+    rank.first_start = std::min(rank.first_start, span.start);
+    rank.last_end = std::max(rank.last_end, span.end);
+    (is_compute(span.action.op) ? compute : comm)[r].push_back({span.start, span.end});
+  }
+  stats.makespan = stats.finish - stats.origin;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    RankStats& rank = stats.per_rank[r];
+    rank.rank = static_cast<std::int32_t>(r);
+    if (rank.actions == 0) {
+      rank.first_start = stats.origin;
+      rank.last_end = stats.origin;
+    }
+    const auto busy = detail::merge_intervals(std::move(compute[r]));
+    const auto talking = detail::merge_intervals(std::move(comm[r]));
+    rank.span = rank.last_end - rank.first_start;
+    rank.busy = detail::total_length(busy);
+    rank.comm_wait = detail::total_length(talking) - detail::overlap_length(talking, busy);
+    rank.idle = stats.makespan - rank.busy;
+    rank.bubble_fraction = detail::ratio_or_zero(rank.idle, stats.makespan);
+    rank.span_bubble_fraction = detail::ratio_or_zero(rank.span - rank.busy, rank.span);
+    stats.total_busy += rank.busy;
+    stats.total_comm_wait += rank.comm_wait;
+    stats.total_idle += rank.idle;
+    stats.ideal_time = std::max(stats.ideal_time, rank.busy);
+  }
+  stats.bubble_fraction =
+      detail::ratio_or_zero(stats.total_idle, static_cast<double>(timeline.ranks) * stats.makespan);
+  stats.bubble_vs_ideal = detail::ratio_or_zero(stats.makespan - stats.ideal_time, stats.ideal_time);
+  return stats;
+}
+
+}  // namespace ppsched::PPSCHED_MODE

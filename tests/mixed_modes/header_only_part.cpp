@@ -18,52 +18,8 @@ double compiled_step_loss();
 
 namespace {
 
-double header_only_makespan(const char* family) {
-  const ppsched::Schedule s = ppsched::make_schedule(family, {.ranks = 4, .microbatches = 8});
-  return ppsched::simulate(s, ppsched::uniform_costs(1.0, 2.0, 0.5)).makespan;
-}
-
-std::string header_only_lowered_text(const char* family) {
-  const ppsched::LoweredSchedule l = ppsched::lower(ppsched::make_schedule(family, {.ranks = 4, .microbatches = 8}));
-  std::ostringstream text;
-  text << l.schedule();
-  return text.str();
-}
-
-double header_only_step_loss() {
-  constexpr int ranks = 2, microbatches = 4;
-  std::vector<float> weight(ranks, 0.5f);
-  std::vector<std::vector<float>> saved(ranks, std::vector<float>(microbatches));
-  std::vector<ppsched::StageFunctions> stages(ranks);
-  for (int s = 0; s < ranks; ++s) {
-    ppsched::StageFunctions& f = stages[s];
-    f.input_size = f.output_size = 1;
-    f.weight_grad_size = 1;
-    f.forward = [&, s](int mb, std::span<const float> x, std::span<float> y) {
-      saved[s][mb] = x[0];
-      y[0] = weight[s] * x[0];
-    };
-    f.backward = [&, s](int mb, auto, std::span<const float> dy, std::span<float> dx, std::span<float> dw) {
-      if (!dx.empty()) dx[0] = weight[s] * dy[0];
-      dw[0] = saved[s][mb] * dy[0];
-    };
-    f.optimizer_step = [&, s](std::span<const float> dw) { weight[s] -= 0.1f * dw[0]; };
-  }
-  stages.back().target_size = 1;
-  stages.back().loss = [](int, std::span<const float> y, std::span<const float> t, std::span<float> dy) {
-    const float d = y[0] - t[0];
-    dy[0] = d / microbatches;
-    return 0.5f * d * d;
-  };
-  ppsched::CpuCluster cluster(ranks);
-  std::vector<ppsched::CpuBackend*> backends{&cluster.rank(0), &cluster.rank(1)};
-  ppsched::World<ppsched::CpuBackend> world(backends, ppsched::make_schedule("1f1b", {.ranks = ranks, .microbatches = microbatches}),
-                                            stages);
-  const std::vector<float> inputs(microbatches, 1.0f), targets(microbatches, 2.0f);
-  double loss = 0.0;
-  for (int step = 0; step < 3; ++step) loss = world.run_step({inputs, targets}).mean_loss();
-  return loss;
-}
+#define PPSCHED_PART(name) header_only_##name
+#include "work.inc"
 
 }  // namespace
 

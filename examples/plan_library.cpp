@@ -1,7 +1,9 @@
 // The planner as a library: what ppsched-plan prints, computed by a C++ program. A small
 // transformer-like chain is cut for every family's placement on 4 ranks, each family is
 // proven, simulated and measured against an 11 GB cap, one is recommended, and the schedule
-// search is asked whether it can do better. docs/plan.md walks through it.
+// search is asked whether it can do better; then 8 such devices are split into data x pipeline
+// parallelism and the chosen split is run through the simulator as it comes back, with no
+// re-planning. docs/plan.md walks through it.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -24,21 +26,22 @@ int main() {
   profile.link = Interconnect{0.02, 25e6};  // 20 us + bytes / (25 GB/s), in ms
   profile.time_unit = "ms";
 
-  // A model the planner can cut for any placement (one stage per rank, looped chunks, a V).
-  const PlanModel model = graph_model(profile, "16-layer chain",
-                                      {.ranks = 4, .microbatches = 16, .optimizer_state_factor = 8.0});
+  // A model the planner can cut for any placement (one stage per rank, looped chunks, a V), for
+  // 4 ranks and 16 micro-batches; each parameter byte holds 8 bytes with its gradient and Adam
+  // state (default_optimizer_state_factor).
+  const PlanModel model = graph_model(profile, "16-layer chain", {.ranks = 4, .microbatches = 16});
 
-  PlanRequest request;
-  request.ranks = 4;
-  request.microbatches = 16;
+  PlanRequest request;  // the same sizes as the model's: a request that disagrees is an error
+  request.ranks = model.ranks;
+  request.microbatches = model.microbatches;
   request.cap.bytes = 11e9;  // per rank: parameters with optimizer state plus peak activations
   const PlanResult plan = compare_families(model, request);
 
   for (const ScheduleResult& r : plan.schedules) {
-    std::printf("%-17s v=%d makespan %7.2f ms  bubble %5s  peak %.2f GB  %s\n", r.name.c_str(), r.chunks, r.makespan,
-                percent_of(r.bubble_fraction).c_str(),
-                r.peak_memory_bytes.empty() ? 0.0 : *std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end()) / 1e9,
-                r.fits ? "fits" : r.fit_problem.c_str());
+    const double peak =
+        r.peak_memory_bytes.empty() ? 0.0 : *std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end());
+    std::printf("%-17s v=%d makespan %7.2f ms  bubble %5s  peak %9s  %s\n", r.name.c_str(), r.chunks, r.makespan,
+                percent_of(r.bubble_fraction).c_str(), bytes_text(peak).c_str(), r.fits ? "fits" : r.fit_problem.c_str());
   }
   if (const ScheduleResult* best = plan.recommended_schedule()) {
     std::printf("recommended: %s (%s)\n", best->name.c_str(), plan.recommended.reason.c_str());
@@ -53,6 +56,20 @@ int main() {
   const Schedule zbv = make_schedule("zb-v", {4, 16, family_info("zb-v").chunks_for(1)});
   const CostModel costs = cost_model_of(model.partition(zbv.placement), {.unit = "ms"});
   std::printf("zb-v cut: %zu stages, stage 0 forward %.2f ms\n", costs.stages.size(), costs.stages[0].forward);
+
+  // 8 devices for a global batch of 64 (the profile's times are for one sample), each holding
+  // at most 11 GB: the chosen split carries its schedule and cut, so it runs as it comes back.
+  DevicePlanOptions options;
+  options.profile_microbatch_size = 1.0;
+  const DevicePlan devices = plan_devices(profile, 8, 64, 11e9, options);
+  if (devices.chosen) {
+    const DeviceSplit& split = *devices.chosen;
+    const CostModel split_costs = cost_model_of(split, profile, options);
+    const LoweredSchedule program =
+        lower(split.schedule, lower_options_for(split_costs, split.schedule.stages(), split.schedule.microbatches));
+    const SimResult run = simulate(program, split_costs);  // or World / Executor with the same two
+    std::printf("devices: %s\n  simulated again: one replica's step %.2f ms\n", to_string(split).c_str(), run.makespan);
+  }
   // example-end plan
-  return plan.recommended_schedule() != nullptr && !searched.plan.schedules.empty() ? 0 : 1;
+  return plan.recommended_schedule() != nullptr && !searched.plan.schedules.empty() && devices.chosen ? 0 : 1;
 }

@@ -302,7 +302,7 @@ TEST_CASE("the optimum equals brute force on 12,000 random small instances, tie 
       const detail::SmallestCap need =
           detail::smallest_uniform_cap(detail::prepare_partition(in.graph, k, in.cost, in.order, "test"));
       if (need.bytes != best.least_memory || message.find("no split of") == std::string::npos ||
-          message.find(detail::concat("needs ", need.bytes, " bytes")) == std::string::npos) {
+          message.find(detail::concat("needs ", bytes_text(need.bytes), " on its")) == std::string::npos) {
         ++mismatches;
         FAIL_CHECK(describe(in) << "\nbrute force least memory " << best.least_memory << ", got " << need.bytes
                                 << "\n" << message);
@@ -457,7 +457,8 @@ TEST_CASE("memory: parameters times the optimizer factor plus activations times 
   const std::string message = error_of([&] { (void)partition_optimal(g, 2, cost); });
   INFO(message);
   CHECK_THAT(message, Catch::Contains("no split of 4 layers into 2 stages fits the devices' memory caps"));
-  CHECK_THAT(message, Catch::Contains("needs 14 bytes on its fullest stage (stage 0)"));
+  CHECK_THAT(message, Catch::Contains("memory caps (13 B, 13 B)"));
+  CHECK_THAT(message, Catch::Contains("needs 14 B on its fullest stage (stage 0)"));
 
   cost.inflight = {1.0, 1.0};  // GPipe-like counts change the arithmetic: 0..1|2..3 needs 12 and 12
   cost.devices = {{1.0, 12.0}};

@@ -152,7 +152,7 @@ TEST_CASE("per_rank_cost_model: v chunks share a rank's costs, no transfer at th
 TEST_CASE("cost_model_of: the partition's cut time is every transfer's time", "[plan][costs]") {
   Profile profile = chain(8);
   profile.link = Interconnect{0.25, 20.0};  // a 10-byte output: 0.25 + 0.5 per cut
-  const PlanModel model = graph_model(profile, "chain", {.ranks = 4, .microbatches = 8});
+  const PlanModel model = graph_model(profile, "chain", {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 1.0});
   const PartitionPlan p = model.partition(one_stage_per_rank_placement(4));
   const CostModel c = cost_model_of(p, {"ms", 0.25});
   CHECK(c.unit == "ms");
@@ -174,7 +174,7 @@ TEST_CASE("cost_model_of: the partition's cut time is every transfer's time", "[
     CHECK(ms.stages[s].output_bytes == p.stages[s].cost.output_bytes);
   }
   // A free machine keeps a free link, which the search recognises.
-  CHECK(cost_model_of(graph_model(chain(8), "free", {.ranks = 4}).partition(one_stage_per_rank_placement(4))).link.is_free());
+  CHECK(cost_model_of(graph_model(chain(8), "free", {.ranks = 4, .optimizer_state_factor = 1.0}).partition(one_stage_per_rank_placement(4))).link.is_free());
   CHECK_THAT(error_of([&] { (void)cost_model_of(p, {.time_scale = 0.0}); }), Catch::Contains("PlanCostOptions::time_scale"));
 }
 
@@ -295,7 +295,7 @@ TEST_CASE("recommend: ties go to the smaller peak; a faster schedule that does n
 }
 
 TEST_CASE("a family the model cannot be cut for is skipped with the partitioner's reason", "[plan][compare]") {
-  const PlanModel model = graph_model(chain(6), "six layers", {.ranks = 4, .microbatches = 8});
+  const PlanModel model = graph_model(chain(6), "six layers", {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 1.0});
   PlanRequest request;
   request.ranks = 4;
   request.microbatches = 8;
@@ -320,7 +320,7 @@ TEST_CASE("a family the model cannot be cut for is skipped with the partitioner'
 }
 
 TEST_CASE("family_schedules: what compare_families evaluates, built and cut, for a tool of its own", "[plan][compare]") {
-  const PlanModel model = graph_model(chain(6), "six layers", {.ranks = 4, .microbatches = 8});
+  const PlanModel model = graph_model(chain(6), "six layers", {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 1.0});
   PlanRequest request;
   request.ranks = 4;
   request.microbatches = 8;
@@ -382,7 +382,7 @@ TEST_CASE("bad plan input says which field and what would work", "[plan][errors]
   CHECK_THAT(error_of([&] { (void)compare_families(model, r); }), Catch::Contains("multiple"));
   CHECK_THAT(error_of([&] { (void)compare_families(PlanModel{}, PlanRequest{}); }),
              Catch::Contains("PlanModel::partition"));
-  CHECK_THAT(error_of([] { (void)graph_model(chain(4), "x", {.ranks = 0}); }), Catch::Contains("GraphModelOptions"));
+  CHECK_THAT(error_of([] { (void)graph_model(chain(4), "x", {.ranks = 0, .optimizer_state_factor = 1.0}); }), Catch::Contains("GraphModelOptions"));
   CHECK_THAT(error_of([] { (void)per_rank_cost_model(StageCost{1.0, NAN, 1.0}); }),
              Catch::Contains("per_rank.backward_input"));
   // A partition cut for another placement.
@@ -396,7 +396,7 @@ TEST_CASE("bad plan input says which field and what would work", "[plan][errors]
 TEST_CASE("search_plan is never slower than the fastest family that fits", "[plan][search]") {
   Profile profile = chain(16);
   profile.link = Interconnect{0.1, 100.0};
-  const PlanModel model = graph_model(profile, "uneven chain", {.ranks = 4, .microbatches = 8});
+  const PlanModel model = graph_model(profile, "uneven chain", {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 1.0});
   for (const std::optional<double> cap : {std::optional<double>{}, std::optional<double>{3.0}}) {
     PlanRequest request;
     request.ranks = 4;
@@ -461,7 +461,7 @@ TEST_CASE("objectives: span and memory within a bound pick by their measure; bad
           "[plan][objective]") {
   Profile profile = chain(16);
   profile.link = Interconnect{0.1, 100.0};
-  const PlanModel model = graph_model(profile, "uneven chain", {.ranks = 4, .microbatches = 8});
+  const PlanModel model = graph_model(profile, "uneven chain", {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 1.0});
   PlanRequest request;
   request.ranks = 4;
   request.microbatches = 8;
@@ -592,7 +592,7 @@ TEST_CASE("plan_devices: the memory cap reaches the partitioner, so a fitting cu
   const DevicePlan plan = plan_devices(model, 2, 2, 3.5 * GiB, o);
   INFO(to_string(plan));
   REQUIRE(plan.chosen);
-  CHECK(plan.chosen->schedule == "1f1b");
+  CHECK(plan.chosen->family == &family_info("1f1b"));
   CHECK(plan.chosen->peak_memory_bytes <= 3.5 * GiB);
   CHECK(plan.chosen->peak_memory_bytes >= 3 * GiB);
   CHECK(plan.chosen->step_time > uncapped.chosen->step_time);
@@ -660,7 +660,7 @@ TEST_CASE("graph_model carries the layers' measured full backward into the stage
   std::vector<Layer> layers = p.graph.layers();
   for (Layer& l : layers) l.backward = l.backward_input;  // a fused B at half of BI + BW
   p.graph = LayerGraph(std::move(layers));
-  const PlanModel model = graph_model(p, "fused", {.ranks = 2});
+  const PlanModel model = graph_model(p, "fused", {.ranks = 2, .optimizer_state_factor = 1.0});
   const CostModel cost = cost_model_of(model.partition(one_stage_per_rank_placement(2)));
   for (const StageCost& s : cost.stages) {
     REQUIRE(s.backward.has_value());
@@ -707,7 +707,7 @@ TEST_CASE("the profile's fixed costs per action and transfer reach the planner's
   Profile p = chain(4);
   p.action_overhead = 0.5;
   p.transfer_overhead = 0.25;
-  const PlanModel model = graph_model(p, "with overheads", {.ranks = 2});
+  const PlanModel model = graph_model(p, "with overheads", {.ranks = 2, .optimizer_state_factor = 1.0});
   CHECK(model.action_overhead == 0.5);
   const CostModel cost = cost_model_of(model.partition(one_stage_per_rank_placement(2)),
                                        plan_cost_options(model, 0.5));
@@ -746,7 +746,7 @@ TEST_CASE("recalibrate_plan: a measured run twice as slow as profiled re-plans f
   }
   truth.graph = LayerGraph(doubled);
   truth.action_overhead = 0.5;
-  const PlanModel real = graph_model(truth, "truth", {.ranks = 2, .microbatches = 8});
+  const PlanModel real = graph_model(truth, "truth", {.ranks = 2, .microbatches = 8, .optimizer_state_factor = 1.0});
   const Schedule run = make_schedule("1f1b", ScheduleRequest{2, 8, 1});
   CostModel real_cost = cost_model_of(real.partition(run.placement), plan_cost_options(real, 0.5));
   real_cost.unit = "ms";
@@ -768,4 +768,118 @@ TEST_CASE("recalibrate_plan: a measured run twice as slow as profiled re-plans f
   one_layer.rows = 4;
   CHECK_THROWS_WITH(recalibrate_plan(one_layer, measured, 4, 2, 32, std::nullopt, o),
                     Catch::Contains("2 stages, the profile 1 layers"));
+}
+
+TEST_CASE("the pipeline's size enters once: a request that disagrees with the model names both fields",
+          "[plan][issue26]") {
+  Profile profile = chain(8);
+  profile.devices = {Device{1.0, 1e9}};
+  const PlanModel model = graph_model(profile, "capped", {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 1.0});
+  CHECK(model.ranks == 4);
+  CHECK(model.microbatches == 8);
+  CHECK(model.rank_memory_cap == std::vector<double>(4, 1e9));
+  PlanRequest r;
+  r.ranks = 2;  // a model built for 4 ranks: this ran silently and dropped the device caps
+  r.microbatches = 8;
+  for (const std::string& e : {error_of([&] { (void)compare_families(model, r); }),
+                               error_of([&] { (void)search_plan(model, r); })}) {
+    CHECK_THAT(e, Catch::Contains("PlanRequest::ranks is 2") && Catch::Contains("GraphModelOptions::ranks = 4"));
+  }
+  r.ranks = 4;
+  r.microbatches = 16;
+  CHECK_THAT(error_of([&] { (void)compare_families(model, r); }),
+             Catch::Contains("PlanRequest::microbatches is 16") && Catch::Contains("GraphModelOptions::microbatches = 8"));
+  // A cut over 2 of the 4 ranks is refused rather than made without the caps.
+  CHECK_THAT(error_of([&] { (void)model.partition(one_stage_per_rank_placement(2)); }),
+             Catch::Contains("uses 2 ranks, but GraphModelOptions::ranks is 4"));
+  // The caps apply to the cut it accepts: a cap below one layer's bytes leaves no split.
+  profile.devices = {Device{1.0, 10.0}};
+  const PlanModel tiny = graph_model(profile, "tiny", {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 1.0});
+  CHECK_THAT(error_of([&] { (void)tiny.partition(one_stage_per_rank_placement(4)); }), Catch::Contains("memory caps"));
+  // A model of any size (per_rank_cost_model) takes any request.
+  CHECK(per_rank_cost_model(StageCost{1.0, 1.0, 1.0}).ranks == 0);
+}
+
+TEST_CASE("optimizer_state_factor defaults one way everywhere", "[plan][issue26]") {
+  CHECK(default_optimizer_state_factor == 8.0);
+  CHECK(PartitionCostModel{}.optimizer_state_factor == default_optimizer_state_factor);
+  CHECK(GraphModelOptions{}.optimizer_state_factor == default_optimizer_state_factor);
+  CHECK(DevicePlanOptions{}.optimizer_state_factor == default_optimizer_state_factor);
+  // graph_model's default prices the static bytes with it.
+  const PlanModel model = graph_model(chain(4, 1000.0), "default", {.ranks = 2});
+  for (const StagePlan& s : model.partition(one_stage_per_rank_placement(2)).stages) {
+    CHECK(s.memory_bytes == default_optimizer_state_factor * s.param_bytes);
+  }
+}
+
+TEST_CASE("the partitioner keeps each family's in-flight counts under device caps", "[plan][issue26]") {
+  CHECK(family_in_flight(family_info("gpipe"), 4, 8) == std::vector<double>{8, 8, 8, 8});
+  CHECK(family_in_flight(family_info("1f1b"), 4, 8) == std::vector<double>{4, 3, 2, 1});
+  CHECK(family_in_flight(family_info("zb-h1"), 4, 2) == std::vector<double>{2, 2, 2, 1});
+  CHECK(family_in_flight(family_info("zb-h2"), 4, 8) == std::vector<double>{7, 3, 2, 1});  // 2p-1, then 1F1B's
+  CHECK(family_in_flight(family_info("forward-only"), 4, 8) == std::vector<double>{0, 0, 0, 0});
+  CHECK(family_in_flight(family_info("zb-v"), 4, 8).empty());  // measured per schedule
+  CHECK(family_in_flight(family_info("interleaved-1f1b"), 4, 8).empty());
+  // One layer per stage of 1000 parameter bytes and 100 activation bytes under a 1500-byte
+  // cap: 1F1B's first stage keeps 4 micro-batches (1400 bytes) and fits; GPipe's keeps all 8
+  // (1800 bytes), which no cut meets.
+  Profile profile = chain(4);
+  profile.devices = {Device{1.0, 1500.0}};
+  const PlanModel model = graph_model(profile, "capped", {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 1.0});
+  const std::vector<std::int32_t> placement = one_stage_per_rank_placement(4);
+  const std::vector<double> gpipe = family_in_flight(family_info("gpipe"), 4, 8);
+  const std::vector<double> one_f_one_b = family_in_flight(family_info("1f1b"), 4, 8);
+  CHECK_NOTHROW(model.partition({placement, one_f_one_b}));
+  CHECK_THAT(error_of([&] { (void)model.partition({placement, gpipe}); }), Catch::Contains("memory caps"));
+  // compare_families still prices GPipe (on 1F1B's cut) and finds it does not fit.
+  PlanRequest r;
+  r.ranks = 4;
+  r.microbatches = 8;
+  r.families = {"gpipe", "1f1b"};
+  const PlanResult plan = compare_families(model, r);
+  CHECK_FALSE(named(plan, "gpipe").fits);
+  CHECK(named(plan, "1f1b").fits);
+}
+
+TEST_CASE("a chosen DeviceSplit carries its schedule and cut, and runs through lower and simulate",
+          "[plan][devices][issue26]") {
+  std::vector<Layer> layers;
+  for (int i = 0; i < 8; ++i) layers.push_back(Layer{"l" + std::to_string(i), 1.0 + i % 3, 1.0, 1.0, 1e6, 1e5, 1e4});
+  Profile profile;
+  profile.graph = LayerGraph(std::move(layers));
+  profile.link = Interconnect{0.01, 1e7};
+  profile.time_unit = "ms";
+  DevicePlanOptions o;
+  o.pipeline_sizes = {2, 4};
+  const DevicePlan plan = plan_devices(profile, 4, 16, std::nullopt, o);
+  REQUIRE(plan.chosen);
+  const DeviceSplit& s = *plan.chosen;
+  REQUIRE(s.family != nullptr);
+  CHECK(s.schedule.ranks == s.pipeline);
+  CHECK(s.schedule.microbatches == s.microbatches);
+  CHECK(s.schedule.name == s.family->name);
+  CHECK(static_cast<std::int32_t>(s.partition.stages.size()) == s.schedule.stages());
+  const CostModel costs = cost_model_of(s, profile, o);
+  const LoweredSchedule lowered = lower(s.schedule, lower_options_for(costs, s.schedule.stages(), s.schedule.microbatches));
+  CHECK(validate(lowered).ok());
+  const SimResult sim = simulate(lowered, costs);
+  CHECK(sim.makespan == Approx(s.pipeline_time).epsilon(1e-12));
+  for (const DeviceSplit& a : plan.alternatives) CHECK(a.schedule.ranks == a.pipeline);
+}
+
+TEST_CASE("bytes print one way", "[plan][issue26]") {
+  CHECK(bytes_text(100.0) == "100 B");
+  CHECK(bytes_text(1536.0) == "1.5 KiB");
+  CHECK(bytes_text(6.09711e10) == "56.8 GiB");
+  CHECK(bytes_text(std::numeric_limits<double>::infinity()) == "inf B");
+  const PlanModel model = graph_model(chain(8, 1e9, 1e8), "big", {.ranks = 4, .microbatches = 8});
+  PlanRequest r;
+  r.ranks = 4;
+  r.microbatches = 8;
+  r.families = {"1f1b"};
+  const PlanResult plan = compare_families(model, r);
+  for (const std::string& text : {to_string(plan), to_string(plan.partition)}) {
+    INFO(text);
+    CHECK_THAT(text, Catch::Contains("GiB") && !Catch::Contains("e+"));
+  }
 }

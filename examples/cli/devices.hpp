@@ -127,7 +127,7 @@ namespace ppsched::cli {
           {"replicas", s.replicas},
           {"microbatches", s.microbatches},
           {"microbatch_size", s.microbatch_size},
-          {"schedule", s.schedule},
+          {"schedule", s.family != nullptr ? std::string(s.family->name) : std::string()},
           {"chunks", s.chunks},
           {"pipeline_time", s.pipeline_time},
           {"bubble_fraction", s.bubble_fraction},

@@ -30,8 +30,8 @@ namespace ppsched::cli {
   PlanModel model =
       per_rank_cost_model(StageCost{f, bi, bw, 0.0, 0.0}, Interconnect{options.comm_latency.value_or(0.0)});
   // The report says where the costs came from, in the flag's name.
-  model.partition = [cut = std::move(model.partition)](std::span<const std::int32_t> placement) {
-    PartitionPlan p = cut(placement);
+  model.partition = [cut = std::move(model.partition)](const CutRequest& request) {
+    PartitionPlan p = cut(request);
     p.method = "uniform per-rank costs from --stage-cost; a rank's v chunks cost 1/v each";
     return p;
   };

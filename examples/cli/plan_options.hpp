@@ -42,9 +42,9 @@ struct PlanOptions {
   std::optional<double> memory_cap_microbatches;
   std::optional<double> memory_cap_bytes;
   double w_memory_ratio = 0.5;              // M_W / M_B
-  // Bytes held per parameter byte: bf16 weights and gradients with fp32 master weights and
-  // two fp32 Adam moments are 16 bytes per 2-byte parameter.
-  double optimizer_state_factor = 8.0;
+  // Bytes held per parameter byte: the library's default (bf16 weights and gradients with fp32
+  // master weights and two fp32 Adam moments, 16 bytes per 2-byte parameter).
+  double optimizer_state_factor = default_optimizer_state_factor;
   PartitionMethod partition = PartitionMethod::optimal;
   std::vector<std::string> schedules;       // canonical family names, in the order asked
   bool schedule_auto = false;               // --schedule auto: the schedule search picks one

@@ -7,6 +7,7 @@
 #include "ppsched/config.hpp"
 
 #include <cmath>
+#include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -40,6 +41,21 @@ using ppsched::concat;  // the library's own throw sites say detail::concat
   return concat(x > -1e15 && x < 1e15 ? std::round(x * 1000.0) / 1000.0 : x);
 }
 }  // namespace detail
+
+// Bytes as every result and message of the library prints them: "1.5 GiB", "312 MiB",
+// "12 KiB", "100 B" (binary units, three significant figures at most), so that no report
+// shows "6.09711e+10 B" beside another's GiB.
+[[nodiscard]] inline std::string bytes_text(double bytes) {
+  if (!std::isfinite(bytes)) return concat(bytes, " B");
+  static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  std::size_t u = 0;
+  while (bytes >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  const double rounded = bytes >= 100.0 ? std::round(bytes) : std::round(bytes * 10.0) / 10.0;
+  return concat(rounded, ' ', units[u]);
+}
 
 // The message parts of an error. `subject` names the input ("profile 'gpt.json'",
 // "partition", "schedule '1f1b'"), `problem` says what is wrong, `where` points into the

@@ -19,13 +19,18 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
+// Bytes a rank holds per parameter byte unless told otherwise, in the partitioner, the
+// planner (GraphModelOptions, DevicePlanOptions) and ppsched-plan alike: mixed-precision Adam
+// (bf16 weights and gradients, fp32 master weights and two moments: 16 / 2). One default, so
+// the same model priced by two entry points holds the same bytes.
+inline constexpr double default_optimizer_state_factor = 8.0;
+
 struct PartitionCostModel {
   // One per stage in pipeline order, a single one for every stage, or none (speed 1, no cap).
   std::vector<Device> devices;
   Interconnect link{};
-  // Bytes a stage holds per parameter byte: 1 counts the weights alone; mixed-precision Adam
-  // (fp16 weights and gradients, fp32 master weights and two moments) is 16 / 2 = 8.
-  double optimizer_state_factor = 1.0;
+  // Bytes a stage holds per parameter byte: 1 counts the weights alone.
+  double optimizer_state_factor = default_optimizer_state_factor;
   // Per stage, the micro-batches whose activations it keeps at its peak; fractions are fine
   // (a zero-bubble schedule keeps part of an activation between BI and BW). Empty means
   // 1F1B's counts: stage j of k keeps k - j.

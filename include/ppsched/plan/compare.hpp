@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -150,19 +151,7 @@ struct PlanResult {
   return buffer;
 }
 
-// "1.5 GiB", "312 MiB", "12 KiB", "100 B".
-[[nodiscard]] inline std::string bytes_text(double bytes) {
-  static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  std::size_t u = 0;
-  while (bytes >= 1024.0 && u + 1 < std::size(units)) {
-    bytes /= 1024.0;
-    ++u;
-  }
-  const double rounded = bytes >= 100.0 ? std::round(bytes) : std::round(bytes * 10.0) / 10.0;
-  return detail::concat(rounded, ' ', units[u]);
-}
-
-// One line: "zb-v v=2: makespan 27.5, bubble 9.1%, peak 4 M_B, 1200 B, fits" (the largest
+// One line: "zb-v v=2: makespan 27.5, bubble 9.1%, peak 4 M_B, 1.2 KiB, fits" (the largest
 // peak over the ranks), or why it is invalid or does not fit.
 [[nodiscard]] inline std::string to_string(const ScheduleResult& r) {
   using detail::concat;
@@ -170,7 +159,7 @@ struct PlanResult {
   if (!r.valid) return out + concat("invalid, ", r.problems.size(), r.problems.size() == 1 ? " problem" : " problems");
   const auto max_of = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
   out += concat("makespan ", r.makespan, ", bubble ", percent_of(r.bubble_fraction), ", peak ",
-                max_of(r.peak_activations), " M_B, ", max_of(r.peak_memory_bytes), " B, ");
+                max_of(r.peak_activations), " M_B, ", bytes_text(max_of(r.peak_memory_bytes)), ", ");
   return out + (r.fits ? std::string("fits") : "does not fit: " + r.fit_problem);
 }
 
@@ -224,6 +213,16 @@ inline void check_plan_request(const PlanRequest& r) {
     fail({who, "the model has no partition function", "PlanModel::partition",
           "use per_rank_cost_model or graph_model, or set PlanModel::partition"});
   }
+  // The model was cut for one size (graph_model's options): planning another would cut a
+  // placement the devices' caps were not given for, so the two must agree.
+  for (const auto& [asked, built, field] : {std::tuple{request.ranks, model.ranks, "ranks"},
+                                            std::tuple{request.microbatches, model.microbatches, "microbatches"}}) {
+    if (built != 0 && asked != built) {
+      fail({who, concat("PlanRequest::", field, " is ", asked, " but the model was built with GraphModelOptions::", field,
+                        " = ", built, " (PlanModel::", field, ")"),
+            concat("PlanRequest::", field), concat("give the model's ", built, ", or build the model with ", asked)});
+    }
+  }
   PlanResult plan;
   plan.model = model.description;
   plan.unit = model.unit;
@@ -235,21 +234,22 @@ inline void check_plan_request(const PlanRequest& r) {
   return plan;
 }
 
-// Each placement is cut once per plan: the families (or the search's candidates) that share
-// a placement share its partition.
+// Each cut is made once per plan: the families (or the search's candidates) that share a
+// placement and in-flight counts share its partition.
 class PartitionCache {
  public:
   explicit PartitionCache(const PlanModel& model) : model_(&model) {}
-  [[nodiscard]] const PartitionPlan& operator()(std::span<const std::int32_t> placement) {
-    std::vector<std::int32_t> key(placement.begin(), placement.end());
+  [[nodiscard]] const PartitionPlan& operator()(const CutRequest& cut) {
+    Key key{{cut.placement.begin(), cut.placement.end()}, {cut.in_flight.begin(), cut.in_flight.end()}};
     auto it = cut_.find(key);
-    if (it == cut_.end()) it = cut_.emplace(key, model_->partition(key)).first;
+    if (it == cut_.end()) it = cut_.emplace(key, model_->partition({key.first, key.second})).first;
     return it->second;
   }
 
  private:
+  using Key = std::pair<std::vector<std::int32_t>, std::vector<double>>;
   const PlanModel* model_;
-  std::map<std::vector<std::int32_t>, PartitionPlan> cut_;
+  std::map<Key, PartitionPlan> cut_;
 };
 
 // Sets `fits` and `fit_problem` from the caps: M_B, bytes, and the devices' own memory.
@@ -567,8 +567,16 @@ void for_each_family(const PlanRequest& request, PartitionCache& partition_for,
     }
     Schedule schedule = make_schedule(family->name, r);  // a named family's rule speaks for itself
     const PartitionPlan* partition = nullptr;
+    const std::vector<double> in_flight = family_in_flight(*family, request.ranks, request.microbatches);
     try {
-      partition = &partition_for(schedule.placement);
+      try {
+        partition = &partition_for({schedule.placement, in_flight});
+      } catch (const error&) {
+        // No cut keeps the family's own counts under the devices' caps: cut as for 1F1B, so
+        // the family is priced and reported as not fitting, as before it had counts.
+        if (in_flight.empty()) throw;
+        partition = &partition_for(schedule.placement);
+      }
     } catch (const error& e) {
       skipped.push_back({std::string(family->name),
                          concat("its ", schedule.stages(), " stages (", request.ranks, " ranks x ", r.chunks,

@@ -27,6 +27,7 @@
 #include "ppsched/graph/layer_graph.hpp"
 #include "ppsched/graph/profile.hpp"
 #include "ppsched/plan/compare.hpp"
+#include "ppsched/plan/costs.hpp"
 #include "ppsched/plan/model.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/sim/data_parallel.hpp"
@@ -45,7 +46,7 @@ struct DevicePlanOptions {
   std::int32_t max_microbatches = 64;           // with microbatch_counts empty, m up to this
   std::vector<std::string> families;            // empty: every family
   std::int32_t chunks = 2;                      // for the families that take any chunk count
-  double optimizer_state_factor = 8.0;          // bytes held per parameter byte (GraphModelOptions)
+  double optimizer_state_factor = default_optimizer_state_factor;  // bytes per parameter byte (GraphModelOptions)
   double w_memory_ratio = 0.5;
   PartitionMethod method = PartitionMethod::optimal;
   std::optional<Interconnect> all_reduce_link;  // between replicas; absent: the profile's link
@@ -54,14 +55,18 @@ struct DevicePlanOptions {
   std::size_t alternatives = 5;                // runners-up kept in DevicePlan::alternatives
 };
 
-// One way to run the step on the devices.
+// One way to run the step on the devices, with what it takes to run it: the schedule and the
+// model's cut at this micro-batch size, so that cost_model_of(split.partition, ...) and
+// lower(split.schedule, ...) give each replica's program with no re-planning.
 struct DeviceSplit {
   std::int32_t pipeline = 1;      // p: stages' ranks per replica
   std::int32_t replicas = 1;      // d
   std::int32_t microbatches = 1;  // m per replica and step
   double microbatch_size = 1.0;   // samples per micro-batch
-  std::string schedule;
+  const FamilyInfo* family = nullptr;  // the schedule's family
   std::int32_t chunks = 1;
+  Schedule schedule;        // compute-only, as the family builds it for p, m and chunks
+  PartitionPlan partition;  // the model cut for schedule.placement, priced at microbatch_size
   double pipeline_time = 0.0;  // one replica's makespan
   double bubble_fraction = 0.0;
   double all_reduce_longest = 0.0;  // the longest stage all-reduce
@@ -89,12 +94,25 @@ struct DevicePlan {
   friend bool operator==(const DevicePlan&, const DevicePlan&) = default;
 };
 
+// The simulator's costs of a split, as plan_devices priced it (`profile` and `options` as
+// given to it): with split.schedule, what lower, validate, simulate and the runtime take to run
+// one replica's pipeline.
+[[nodiscard]] inline CostModel cost_model_of(const DeviceSplit& split, const Profile& profile,
+                                             const DevicePlanOptions& options = {}) {
+  PlanCostOptions o;
+  o.unit = profile.time_unit.empty() ? "unit" : profile.time_unit;
+  o.w_memory_ratio = options.w_memory_ratio;
+  o.action_overhead = profile.action_overhead;
+  o.transfer_overhead = profile.transfer_overhead;
+  return cost_model_of(split.partition, o);
+}
+
 // "p=2 x d=4, 8 micro-batches of 4, 1f1b: step 123.4 (pipeline 120, bubble 8.1%, all-reduce +3.4 of 10), 12 GiB"
 [[nodiscard]] inline std::string to_string(const DeviceSplit& s) {
   using detail::concat;
   using detail::short_number;
   std::string out = concat("p=", s.pipeline, " x d=", s.replicas, ", ", s.microbatches, " micro-batches of ",
-                           short_number(s.microbatch_size), ", ", s.schedule, s.chunks > 1 ? concat(" v=", s.chunks) : "",
+                           short_number(s.microbatch_size), ", ", s.family != nullptr ? s.family->name : "?", s.chunks > 1 ? concat(" v=", s.chunks) : "",
                            ": ");
   out += concat("step ", short_number(s.step_time), " (pipeline ", short_number(s.pipeline_time), ", bubble ",
                 percent_of(s.bubble_fraction), ", all-reduce +", short_number(s.all_reduce_exposed), " of ",
@@ -269,11 +287,11 @@ namespace detail {
       if (device_cap < no_cap) {
         model.partition = [fitting_cut = std::move(model.partition),
                            any_cut = graph_model(profile_at_rows(any_memory, b, options.profile_microbatch_size), plan.model, g).partition](
-                              std::span<const std::int32_t> placement) {
+                              const CutRequest& cut) {
           try {
-            return fitting_cut(placement);
+            return fitting_cut(cut);
           } catch (const error&) {
-            return any_cut(placement);  // no cut fits; any other reason throws again here
+            return any_cut(cut);  // no cut fits; any other reason throws again here
           }
         };
       }
@@ -287,10 +305,14 @@ namespace detail {
         if (accepts(f, ScheduleRequest{p, m, family_info(f).chunks_for(options.chunks)})) request.families.push_back(f);
       }
       if (!options.families.empty() && request.families.empty()) continue;
-      const PlanResult result = compare_families(model, request);
-      for (const ScheduleResult& r : result.schedules) {
+      // compare_families' evaluation, keeping each family's cut for the split that runs it
+      (void)detail::start_plan(who.c_str(), model, request);
+      FamilySchedules families = family_schedules(model, request);
+      Workspace ws;
+      for (FamilySchedule& built : families.built) {
+        const ScheduleResult r = evaluate_schedule(built.schedule, model, built.partition, request, ws);
         if (!r.training || !r.valid) continue;
-        const PartitionPlan cut = model.partition(r.schedule.placement);
+        const PartitionPlan& cut = built.partition;
         std::vector<double> grads, optimizer;
         for (const StagePlan& st : cut.stages) {
           grads.push_back(st.param_bytes);
@@ -304,8 +326,10 @@ namespace detail {
         s.replicas = d;
         s.microbatches = m;
         s.microbatch_size = b;
-        s.schedule = r.name;
+        s.family = built.family;
         s.chunks = r.chunks;
+        s.schedule = std::move(built.schedule);
+        s.partition = std::move(built.partition);
         s.pipeline_time = step.pipeline_time;
         s.bubble_fraction = r.bubble_fraction;
         s.all_reduce_longest = step.all_reduce_longest;

@@ -10,6 +10,7 @@
 #include "ppsched/config.hpp"
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -28,6 +29,7 @@
 #include "ppsched/partition/cost_model.hpp"
 #include "ppsched/partition/partition.hpp"
 #include "ppsched/costs/cost_model.hpp"
+#include "ppsched/schedule/generators.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 
@@ -68,7 +70,7 @@ struct PartitionPlan {
     out += detail::concat("  stage ", s, " rank ", st.rank, " layers ", st.first_layer, "-", st.last_layer, " (",
                           st.first_name, st.first_name == st.last_name ? "" : " .. " + st.last_name, "): F ",
                           st.cost.forward, " BI ", st.cost.backward_input, " BW ", st.cost.backward_weight, " comm ",
-                          st.comm_time, " static ", st.memory_bytes, " B\n");
+                          st.comm_time, " static ", bytes_text(st.memory_bytes), "\n");
   }
   out += detail::concat("  bottleneck ", p.bottleneck_time, " on stage ", p.bottleneck_stage, "\n");
   return out;
@@ -76,12 +78,35 @@ struct PartitionPlan {
 
 inline std::ostream& operator<<(std::ostream& os, const PartitionPlan& p) { return os << to_string(p); }
 
-// A model the planner can cut for any placement: `partition(placement)` returns one StagePlan
-// per virtual stage, stage s on rank placement[s], or throws ppsched::error when the model
-// cannot be cut that way (more stages than layers, say).
+// What a PlanModel is asked to cut: the placement (stage s on rank placement[s]) and, when the
+// schedule that will run on it states them, the micro-batches whose activations each stage
+// keeps at its peak (family_in_flight), which device memory caps are checked with. Built
+// implicitly from a placement, so `model.partition(placement)` asks for a cut with the
+// model's default counts (1F1B's); and it converts back to the placement, so a partition
+// function written for a placement alone still fits PlanModel::partition.
+struct CutRequest {
+  std::span<const std::int32_t> placement;
+  std::span<const double> in_flight;  // per stage; empty: 1F1B's counts
+
+  template <class Placement>
+    requires std::convertible_to<const Placement&, std::span<const std::int32_t>>
+  CutRequest(const Placement& p, std::span<const double> counts = {})  // NOLINT: implicit on purpose
+      : placement(p), in_flight(counts) {}
+  operator std::span<const std::int32_t>() const noexcept { return placement; }  // NOLINT: see above
+};
+
+// A model the planner can cut for any placement: `partition(placement)` (or
+// `partition({placement, in_flight})`) returns one StagePlan per virtual stage, stage s on
+// rank placement[s], or throws ppsched::error when the model cannot be cut that way (more
+// stages than layers, a placement over another rank count than the model's, say).
 struct PlanModel {
   std::string description;  // one line for a report
   std::string unit = "unit";  // time unit of every cost
+  // The pipeline's ranks and micro-batches the model was built for (graph_model: its
+  // options'); 0: any (per_rank_cost_model). compare_families and search_plan refuse a
+  // PlanRequest that disagrees, naming both fields, rather than cutting for another size.
+  std::int32_t ranks = 0;
+  std::int32_t microbatches = 0;
   std::size_t layers = 0;     // 0 when the model has no layers (per_rank_cost_model)
   bool has_bytes = false;     // activation and parameter sizes are known
   Interconnect link{};
@@ -90,8 +115,22 @@ struct PlanModel {
   // transfer_overhead), in `unit`; graph_model takes them from the profile.
   double action_overhead = 0.0;
   double transfer_overhead = 0.0;
-  std::function<PartitionPlan(std::span<const std::int32_t> placement)> partition;
+  std::function<PartitionPlan(const CutRequest& cut)> partition;
 };
+
+// The micro-batches whose activations each stage of `family` keeps at its peak on p ranks with
+// m micro-batches, one stage per rank, as FamilyInfo::peak_in_flight states them; a stage
+// without a stated bound takes 1F1B's (p - s). Empty for a family that places several stages
+// on a rank (its peak is measured per schedule instead) or states no bound at all.
+[[nodiscard]] inline std::vector<double> family_in_flight(const FamilyInfo& family, std::int32_t p, std::int32_t m) {
+  if (family.placement != PlacementKind::one_per_rank || family.peak_in_flight == nullptr || p < 1 || m < 1) return {};
+  std::vector<double> counts(static_cast<std::size_t>(p));
+  for (std::int32_t s = 0; s < p; ++s) {
+    const std::int32_t stated = family.peak_in_flight(p, m, s);
+    counts[static_cast<std::size_t>(s)] = stated >= 0 ? stated : std::min(p - s, m);
+  }
+  return counts;
+}
 
 // How graph_model cuts a layer graph (partition/partition.hpp).
 enum class PartitionMethod : std::uint8_t {
@@ -166,7 +205,8 @@ inline void set_bottleneck(PartitionPlan& p) {
   model.description = concat("uniform stages: F ", f, ", BI ", bi, ", BW ", bw, " per rank and micro-batch");
   model.unit = "unit";
   model.link = link;
-  model.partition = [f, bi, bw, latency](std::span<const std::int32_t> placement) {
+  model.partition = [f, bi, bw, latency](const CutRequest& cut) {
+    const std::span<const std::int32_t> placement = cut.placement;
     const std::vector<std::int32_t> v = detail::stages_per_rank(placement);
     PartitionPlan p;
     p.method = "uniform per-rank costs; a rank's v chunks cost 1/v each";
@@ -191,20 +231,24 @@ inline void set_bottleneck(PartitionPlan& p) {
 
 // How graph_model prices and cuts the graph.
 struct GraphModelOptions {
-  std::int32_t ranks = 1;         // pipeline ranks: Profile::devices has one per rank, one, or none
-  std::int32_t microbatches = 1;  // for 1F1B's in-flight counts under the devices' memory caps
+  // The pipeline's size, given here once: PlanModel::ranks and ::microbatches, which a
+  // PlanRequest must match. Profile::devices has one device per rank, one, or none.
+  std::int32_t ranks = 1;
+  std::int32_t microbatches = 1;  // for the in-flight counts under the devices' memory caps
   // Bytes a rank holds per parameter byte (PartitionCostModel::optimizer_state_factor): 1 for
-  // the weights alone, 8 for bf16 weights and gradients with fp32 Adam state.
-  double optimizer_state_factor = 1.0;
+  // the weights alone, 8 (the default) for bf16 weights and gradients with fp32 Adam state.
+  double optimizer_state_factor = default_optimizer_state_factor;
   PartitionMethod method = PartitionMethod::optimal;
 };
 
 // A layer graph on a machine (Profile::devices in pipeline order, one per rank or one for all,
 // and Profile::link), cut by ppsched's partitioner for each placement. A device's speed applies
-// to every stage on its rank. Device memory caps constrain the one-stage-per-rank cut (with
-// 1F1B's in-flight counts); with chunks the partitioner sees speeds only, and each schedule's
-// peak is checked against the caps afterwards (PlanModel::rank_memory_cap). No transfer is
-// charged between two stages on one rank (the V's turn).
+// to every stage on its rank. Device memory caps constrain the one-stage-per-rank cut, with the
+// cut request's in-flight counts (the family's, family_in_flight; 1F1B's when it gives none);
+// with chunks the partitioner sees speeds only, and each schedule's peak is checked against the
+// caps afterwards (PlanModel::rank_memory_cap). A placement must use exactly `options.ranks`
+// ranks: a cut for fewer would drop the caps of the others. No transfer is charged between two
+// stages on one rank (the V's turn).
 [[nodiscard]] inline PlanModel graph_model(Profile profile, std::string description, const GraphModelOptions& options) {
   using detail::concat;
   if (options.ranks < 1 || options.microbatches < 1) {
@@ -226,6 +270,8 @@ struct GraphModelOptions {
   model.unit = profile.time_unit.empty() ? "unit" : profile.time_unit;
   model.layers = profile.graph.size();
   model.has_bytes = true;
+  model.ranks = options.ranks;
+  model.microbatches = options.microbatches;
   model.link = profile.link;
   model.action_overhead = profile.action_overhead;
   model.transfer_overhead = profile.transfer_overhead;
@@ -234,9 +280,9 @@ struct GraphModelOptions {
     for (const Device& d : devices) model.rank_memory_cap.push_back(d.memory_bytes);
   }
   model.partition = [graph = std::move(profile.graph), devices, link = profile.link, options](
-                        std::span<const std::int32_t> placement) {
+                        const CutRequest& request) {
+    const std::span<const std::int32_t> placement = request.placement;
     const auto stages = static_cast<std::int32_t>(placement.size());
-    const bool one_per_rank = stages == options.ranks;
     PartitionCostModel cost;
     cost.link = link;
     cost.optimizer_state_factor = options.optimizer_state_factor;
@@ -245,11 +291,27 @@ struct GraphModelOptions {
         fail({"placement", concat("names rank ", r, " of ", options.ranks), "",
               "map each stage to a rank in 0 .. GraphModelOptions::ranks - 1"});
       }
+    }
+    const std::int32_t used = placement.empty() ? 0 : *std::max_element(placement.begin(), placement.end()) + 1;
+    if (used != options.ranks) {
+      fail({"placement", concat("uses ", used, " ranks, but GraphModelOptions::ranks is ", options.ranks), "",
+            concat("cut for a placement over all ", options.ranks,
+                   " ranks (PlanRequest::ranks equal to GraphModelOptions::ranks), or build the model for ", used,
+                   " ranks")});
+    }
+    const bool one_per_rank = stages == options.ranks;
+    for (const std::int32_t r : placement) {
       Device d = devices.empty() ? Device{} : devices[static_cast<std::size_t>(r)];
       if (!one_per_rank) d.memory_bytes = std::numeric_limits<double>::infinity();
       cost.devices.push_back(d);
     }
-    cost.inflight = inflight_1f1b(stages, options.microbatches);
+    if (!request.in_flight.empty() && request.in_flight.size() != placement.size()) {
+      fail({"cut request", concat("gives in-flight counts for ", request.in_flight.size(), " stages of ", stages), "",
+            "give one count per stage (family_in_flight), or none for 1F1B's"});
+    }
+    cost.inflight = request.in_flight.empty()
+                        ? inflight_1f1b(stages, options.microbatches)
+                        : std::vector<double>(request.in_flight.begin(), request.in_flight.end());
     const Partition cut = options.method == PartitionMethod::uniform     ? partition_uniform(graph, stages, cost)
                           : options.method == PartitionMethod::by_params ? partition_by_params(graph, stages, cost)
                                                                          : partition_optimal(graph, stages, cost);

@@ -231,7 +231,7 @@ class GreedyBuilder {
         double bytes = 0.0;
         for (const std::int32_t s : stages_of_[static_cast<std::size_t>(r)]) bytes += bytes_[cell(s, mb)];
         if (bytes > limit * (1.0 + memory_slack)) {
-          problem = concat("the memory limit of ", limit, " bytes is below the ", bytes, " bytes micro-batch ", mb,
+          problem = concat("the memory limit of ", bytes_text(limit), " is below the ", bytes_text(bytes), " micro-batch ", mb,
                            " needs on rank ", r);
           return false;
         }

@@ -140,7 +140,7 @@ inline constexpr double memory_slack = 1e-9;
   for (std::size_t r = 0; r < peak.bytes.size(); ++r) {
     const double limit = cap.bytes_of(static_cast<std::int32_t>(r));
     if (peak.bytes[r] > limit * (1.0 + memory_slack)) {
-      return concat("needs ", peak.bytes[r], " activation bytes on rank ", r, ", over the cap of ", limit, " bytes");
+      return concat("needs ", bytes_text(peak.bytes[r]), " of activations on rank ", r, ", over the cap of ", bytes_text(limit));
     }
   }
   return {};

@@ -215,15 +215,15 @@ struct SearchEntry {
 // they say more (each the lower of `bytes` and the rank's own; with static bytes, parameters
 // included).
 [[nodiscard]] inline std::string cap_text(const MemoryCap& cap, bool with_static_bytes) {
-  std::string out = concat(short_number(cap.microbatches), " M_B, ", short_number(cap.bytes), " bytes per rank");
+  std::string out = concat(short_number(cap.microbatches), " M_B, ", bytes_text(cap.bytes), " per rank");
   if (cap.rank_bytes.empty()) return out;
   const std::string included = with_static_bytes ? ", parameters included" : "";
   const auto p = static_cast<std::int32_t>(cap.rank_bytes.size());
   bool same = true;
   for (std::int32_t r = 1; r < p; ++r) same = same && cap.bytes_of(r) == cap.bytes_of(0);
-  if (same) return concat(out, "; ", short_number(cap.bytes_of(0)), " bytes on every rank", included);
+  if (same) return concat(out, "; ", bytes_text(cap.bytes_of(0)), " on every rank", included);
   out += "; byte limits by rank ";
-  for (std::int32_t r = 0; r < p; ++r) out += concat(r == 0 ? "" : ", ", short_number(cap.bytes_of(r)));
+  for (std::int32_t r = 0; r < p; ++r) out += concat(r == 0 ? "" : ", ", bytes_text(cap.bytes_of(r)));
   return out + included;
 }
 
@@ -306,8 +306,8 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
         }
         const double left = problem.cap.bytes_of(r) - f;
         if (!(left > 0.0) && sp.unusable.empty()) {
-          sp.unusable = concat("its static bytes on rank ", r, " (", short_number(f), ") leave nothing of the cap of ",
-                               short_number(problem.cap.bytes_of(r)), " bytes for activations");
+          sp.unusable = concat("its static bytes on rank ", r, " (", bytes_text(f), ") leave nothing of the cap of ",
+                               bytes_text(problem.cap.bytes_of(r)), " for activations");
         }
         sp.cap.rank_bytes[static_cast<std::size_t>(r)] = std::max(left, std::numeric_limits<double>::min());
       }
@@ -934,11 +934,11 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
       floor_bytes = &sp == &placements.front() ? need : std::min(floor_bytes, need);
     }
     no_fit =
-        concat("one micro-batch alone needs 1 M_B and ", short_number(floor_bytes), " activation bytes on some rank");
+        concat("one micro-batch alone needs 1 M_B and ", bytes_text(floor_bytes), " of activations on some rank");
     if (least_units != nullptr) {
       no_fit += concat("; the least any candidate needs is ", short_number(least_units->candidate.peak_microbatches),
-                       " M_B (", least_units->candidate.name, ") and ", short_number(least_bytes->candidate.peak_bytes),
-                       " bytes (", least_bytes->candidate.name, ")");
+                       " M_B (", least_units->candidate.name, ") and ", bytes_text(least_bytes->candidate.peak_bytes),
+                       " (", least_bytes->candidate.name, ")");
     }
     no_fit += ": raise the cap, or use more ranks";
     return false;

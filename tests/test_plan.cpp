@@ -883,3 +883,54 @@ TEST_CASE("bytes print one way", "[plan][issue26]") {
     CHECK_THAT(text, Catch::Contains("GiB") && !Catch::Contains("e+"));
   }
 }
+
+TEST_CASE("the family record answers accepts and why_not without building a schedule", "[plan][family][issue26]") {
+  for (const FamilyInfo& f : schedule_families) {
+    for (std::int32_t p = 1; p <= 5; ++p) {
+      for (std::int32_t m = 1; m <= 12; ++m) {
+        for (std::int32_t v = 1; v <= 4; ++v) {
+          const ScheduleRequest r{p, m, v};
+          INFO(f.name << " " << to_string(r));
+          CHECK(f.accepts(r) == accepts(f.name, r));
+          const std::string why = f.why_not(r);
+          CHECK(why.empty() == f.accepts(r));
+          if (!why.empty()) CHECK(why == error_of([&] { (void)make_schedule(f.name, r); }));
+          CHECK(why_rejected(f.name, r) == why);
+        }
+      }
+    }
+  }
+  CHECK_FALSE(family_info("1f1b").accepts({0, 4, 1}));
+  CHECK_THAT(family_info("1f1b").why_not({0, 4, 1}), Catch::Contains("p=1 or more"));
+}
+
+TEST_CASE("results, skipped families and search candidates are keyed on the family record", "[plan][issue26]") {
+  const PlanModel model = per_rank_cost_model(StageCost{1.0, 1.0, 1.0});
+  PlanRequest r;
+  r.ranks = 4;
+  r.microbatches = 6;  // interleaved-1f1b wants m a multiple of p: skipped
+  const PlanResult plan = compare_families(model, r);
+  REQUIRE(!plan.schedules.empty());
+  for (const ScheduleResult& s : plan.schedules) {
+    REQUIRE(s.family != nullptr);
+    CHECK(s.family->name == s.name);
+  }
+  REQUIRE(!plan.skipped.empty());
+  for (const SkippedSchedule& s : plan.skipped) {
+    REQUIRE(s.family != nullptr);
+    CHECK(s.family->name == s.name);
+    CHECK(s.reason == s.family->why_not({r.ranks, r.microbatches, s.chunks}));
+  }
+  const SearchedPlan searched = search_plan(model, r);
+  std::size_t keyed = 0;
+  for (const Candidate& c : searched.search.candidates) {
+    if (c.kind == CandidateKind::greedy || c.kind == CandidateKind::v_block) {
+      CHECK(c.family == nullptr);
+      continue;
+    }
+    REQUIRE(c.family != nullptr);
+    CHECK_THAT(c.name, Catch::StartsWith(std::string(c.family->name)));
+    ++keyed;
+  }
+  CHECK(keyed > 0);
+}

@@ -76,6 +76,9 @@ struct PlanRequest {
 // One schedule, proven, simulated and measured against the caps.
 struct ScheduleResult {
   std::string name;
+  // The family's record when the schedule is a family's (compare_families fills it); nullptr
+  // for a schedule of any other origin given to evaluate_schedule.
+  const FamilyInfo* family = nullptr;
   std::int32_t chunks = 1;  // most stages on one rank
   std::int32_t virtual_stages = 0;
   bool training = true;  // false when it has forwards only
@@ -112,6 +115,7 @@ struct SkippedSchedule {
   // request; the model has too few layers for its ranks x chunks).
   bool cannot_cut = false;
   std::int32_t chunks = 1;
+  const FamilyInfo* family = nullptr;  // the family's record (family_schedules fills it)
 
   friend bool operator==(const SkippedSchedule&, const SkippedSchedule&) = default;
 };
@@ -534,14 +538,10 @@ namespace detail {
 }
 
 // Why `family` rejects `request`, in the family's own words (its rule and the nearest valid
-// request); empty when it accepts it.
+// request); empty when it accepts it. The family record's why_not; throws ppsched::error for an
+// unknown name.
 [[nodiscard]] inline std::string why_rejected(std::string_view family, const ScheduleRequest& request) {
-  try {
-    (void)make_schedule(family, request);
-  } catch (const error& e) {
-    return e.what();
-  }
-  return {};
+  return family_info(family).why_not(request);
 }
 
 namespace detail {
@@ -559,13 +559,11 @@ void for_each_family(const PlanRequest& request, PartitionCache& partition_for,
   }
   for (const FamilyInfo* family : families) {
     const ScheduleRequest r{request.ranks, request.microbatches, family->chunks_for(request.chunks)};
-    if (!named && !accepts(family->name, r)) {
-      std::string why = why_rejected(family->name, r);
-      if (why.empty()) why = concat("does not accept ", to_string(r));
-      skipped.push_back({std::string(family->name), std::move(why), false, r.chunks});
+    if (!named && !family->accepts(r)) {
+      skipped.push_back({std::string(family->name), family->why_not(r), false, r.chunks, family});
       continue;
     }
-    Schedule schedule = make_schedule(family->name, r);  // a named family's rule speaks for itself
+    Schedule schedule = family->make(r);  // a named family's rule speaks for itself
     const PartitionPlan* partition = nullptr;
     const std::vector<double> in_flight = family_in_flight(*family, request.ranks, request.microbatches);
     try {
@@ -581,7 +579,7 @@ void for_each_family(const PlanRequest& request, PartitionCache& partition_for,
       skipped.push_back({std::string(family->name),
                          concat("its ", schedule.stages(), " stages (", request.ranks, " ranks x ", r.chunks,
                                 " chunks) cannot be cut from this model: ", e.what()),
-                         true, r.chunks});
+                         true, r.chunks, family});
       continue;
     }
     use(*family, r.chunks, std::move(schedule), *partition);
@@ -641,7 +639,7 @@ struct FamilySchedules {
   };
   if (request.families.empty()) {
     for (const FamilyInfo& f : schedule_families) {
-      if (accepts(f.name, ScheduleRequest{request.ranks, request.microbatches, f.chunks_for(request.chunks)})) add(f);
+      if (f.accepts(ScheduleRequest{request.ranks, request.microbatches, f.chunks_for(request.chunks)})) add(f);
     }
   } else {
     for (const std::string& name : request.families) add(family_info(name));
@@ -665,6 +663,7 @@ struct FamilySchedules {
                           [&](const FamilyInfo& family, std::int32_t, Schedule schedule,
                               const PartitionPlan& partition) {
                             ScheduleResult result = evaluate_schedule(std::move(schedule), model, partition, request, ws);
+                            result.family = &family;
                             // the closed forms leave communication out
                             if (free_comm) detail::add_analytic(result, family, partition, request.ranks);
                             plan.schedules.push_back(std::move(result));

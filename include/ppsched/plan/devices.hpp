@@ -250,6 +250,8 @@ namespace detail {
   plan.global_batch = global_batch;
   plan.memory_cap_bytes = memory_cap_bytes;
 
+  std::vector<const FamilyInfo*> asked;  // the families named, looked up once
+  for (const std::string& f : options.families) asked.push_back(&family_info(f));
   std::vector<DeviceSplit> fitting;
   std::optional<DeviceSplit> least_hungry;  // when nothing fits: the one needing least memory
   std::vector<DeviceSplit> memory_bound;     // per p that nothing fits: its least hungry
@@ -301,8 +303,8 @@ namespace detail {
       request.chunks = options.chunks;
       request.w_memory_ratio = options.w_memory_ratio;
       request.cap.bytes = memory_cap_bytes;
-      for (const std::string& f : options.families) {
-        if (accepts(f, ScheduleRequest{p, m, family_info(f).chunks_for(options.chunks)})) request.families.push_back(f);
+      for (const FamilyInfo* f : asked) {
+        if (f->accepts(ScheduleRequest{p, m, f->chunks_for(options.chunks)})) request.families.emplace_back(f->name);
       }
       if (!options.families.empty() && request.families.empty()) continue;
       // compare_families' evaluation, keeping each family's cut for the split that runs it

@@ -129,6 +129,7 @@ namespace detail {
   out.search.why = found.why;
   const PartitionPlan& partition = partition_for(found.schedule.placement);
   plan.schedules.push_back(evaluate_schedule(found.schedule, model, partition, request));
+  plan.schedules.back().family = found.best().family;  // nullptr for a greedy schedule
   plan.recommended.index = 0;
   plan.recommended.reason = found.why;
   return out;

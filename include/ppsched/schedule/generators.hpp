@@ -86,6 +86,24 @@ struct FamilyInfo {
     if (rule_accepts != nullptr) return rule_accepts(r);
     return chunks == 0 || r.chunks == chunks;
   }
+  // Whether make(r) builds a schedule: the sizes every family checks, then its own rule.
+  [[nodiscard]] constexpr bool accepts(const ScheduleRequest& r) const noexcept {
+    if (r.ranks < 1 || r.microbatches < 1 || r.chunks < 1) return false;
+    if (3 * std::int64_t{r.ranks} * r.chunks * r.microbatches > detail::max_generated_actions) return false;
+    return rule_allows(r);
+  }
+  // Why the family rejects `r`, in its generator's words (the rule and the nearest valid
+  // request); empty when it accepts it. A generator checks the request before it builds
+  // anything, so a rejected request costs its checks only, and an accepted one is not built.
+  [[nodiscard]] std::string why_not(const ScheduleRequest& r) const {
+    if (accepts(r)) return {};
+    try {
+      (void)make(r);
+    } catch (const error& e) {
+      return e.what();
+    }
+    return detail::concat("schedule '", name, "': does not accept ", to_string(r), " (", rule, ")");
+  }
 };
 
 namespace detail {

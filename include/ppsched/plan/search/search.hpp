@@ -153,6 +153,7 @@ enum class Timing : std::uint8_t {
 struct Candidate {
   std::string name;  // family name, or the greedy variant, e.g. "greedy-v mem<=16 bw=gaps"
   CandidateKind kind = CandidateKind::family;
+  const FamilyInfo* family = nullptr;  // the family's record (kinds family and dualpipev); nullptr for greedy
   PlacementKind placement = PlacementKind::one_per_rank;  // placement_kind_name() prints it
   std::int32_t chunks = 1;
   bool built = false;  // false: the request is outside the family's rule, or the limit could not be met
@@ -425,12 +426,10 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
   return name;
 }
 
-[[nodiscard]] inline bool family_accepts(std::string_view family, const ScheduleRequest& r,
-                                         const SearchOptions& options) {
-  const FamilyInfo& f = family_info(family);
+[[nodiscard]] inline bool family_accepts(const FamilyInfo& f, const ScheduleRequest& r, const SearchOptions& options) {
   if (!f.training) return false;
   if (!options.split_backward && f.split_backward) return false;
-  return accepts(family, r);
+  return f.accepts(r);
 }
 
 // Fills the candidate's memory figures and whether it keeps to the cap.
@@ -645,11 +644,12 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
         Candidate c;
         c.name = looped ? concat(f.name, " v=", v) : std::string(f.name);
         c.kind = CandidateKind::family;
+        c.family = &f;
         c.placement = kind;
         c.chunks = v;
         const ScheduleRequest r{p, m, v};
         const std::ptrdiff_t at = placement_index(kind, v);
-        if (at < 0 || !family_accepts(f.name, r, options)) {
+        if (at < 0 || !family_accepts(f, r, options)) {
           c.note = at < 0 ? "its placement was not searched (see SearchOptions::chunks)"
                           : (!options.split_backward && f.split_backward
                                  ? "splits the backward (SearchOptions::split_backward is off)"
@@ -657,7 +657,7 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
           rejected.push_back(std::move(c));
           continue;
         }
-        Schedule s = make_schedule(f.name, r);
+        Schedule s = f.make(r);
         if (looped) s.name = c.name;
         add_built(std::move(c), std::move(s), static_cast<std::size_t>(at));
       }
@@ -666,9 +666,13 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
 
   // DualPipeV.
   if (options.dualpipev) {
+    // The family whose F&B pairs overlap (DualPipeV), found by that property
+    const FamilyInfo& dv = *std::find_if(schedule_families.begin(), schedule_families.end(),
+                                         [](const FamilyInfo& f) { return f.overlapped_pairs; });
     Candidate c;
-    c.name = std::string(dualpipev_name);
+    c.name = std::string(dv.name);
     c.kind = CandidateKind::dualpipev;
+    c.family = &dv;
     c.placement = PlacementKind::v_shape;
     c.chunks = 2;
     const ScheduleRequest r{p, m, 2};
@@ -679,19 +683,19 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
     } else if (at < 0) {
       c.note = "the v-shape placement was not searched (add 2 to SearchOptions::chunks)";
       rejected.push_back(std::move(c));
-    } else if (!dualpipev_accepts(r)) {
+    } else if (!dv.accepts(r)) {
       c.note = concat("needs m >= 2p = ", 2 * p, " micro-batches");
       rejected.push_back(std::move(c));
     } else {
       // As the family builds it (its pairs overlapped by fb_overlap), and with the pairs run in
       // sequence (each action when its own input is ready): neither is always faster.
-      Schedule d = make_dualpipev(r);
+      Schedule d = dv.make(r);
       Schedule sequential = d;
       for (auto& program : sequential.programs) {
         for (Action& a : program) a.group = 0;
       }
       Candidate in_sequence = c;
-      in_sequence.name = concat(dualpipev_name, " sequential");
+      in_sequence.name = concat(dv.name, " sequential");
       sequential.name = in_sequence.name;
       add_built(std::move(c), std::move(d), static_cast<std::size_t>(at));
       add_built(std::move(in_sequence), std::move(sequential), static_cast<std::size_t>(at));

@@ -30,9 +30,7 @@ namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE bool accepts(std::string_view family, const ScheduleRequest& r) {
   const FamilyInfo* f = detail::find_family(family);
-  if (f == nullptr || r.ranks < 1 || r.microbatches < 1 || r.chunks < 1) return false;
-  if (3 * std::int64_t{r.ranks} * r.chunks * r.microbatches > detail::max_generated_actions) return false;
-  return f->rule_allows(r);
+  return f != nullptr && f->accepts(r);
 }
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_schedule(std::string_view family, const ScheduleRequest& r) {

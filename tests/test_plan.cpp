@@ -167,7 +167,7 @@ TEST_CASE("cost_model_of: the partition's cut time is every transfer's time", "[
     if (s < 3) CHECK(transfer_time(c, Action{Op::SEND_F, static_cast<std::int32_t>(s), 0, 0}, 8) == st.comm_time);
   }
   // Scaled, with transfers left out (ppsched-bubbles' synthetic stages move no bytes).
-  const CostModel ms = cost_model_of(p, {.unit = "ms", .w_memory_ratio = 0.5, .time_scale = 4.0, .transfers = false});
+  const CostModel ms = cost_model_of(p, {.unit = "ms", .weight_memory_fraction = 0.5, .time_scale = 4.0, .transfers = false});
   CHECK(ms.link.is_free());
   for (std::size_t s = 0; s < 4; ++s) {
     CHECK(ms.stages[s].backward_weight == 4.0 * p.stages[s].cost.backward_weight);
@@ -366,8 +366,8 @@ TEST_CASE("bad plan input says which field and what would work", "[plan][errors]
   CHECK_THAT(error_of([&] { (void)compare_families(model, r); }),
              Catch::Contains("PlanRequest") && Catch::Contains("at least 1"));
   r = {};
-  r.w_memory_ratio = 2.0;
-  CHECK_THAT(error_of([&] { (void)compare_families(model, r); }), Catch::Contains("PlanRequest::w_memory_ratio"));
+  r.weight_memory_fraction = 2.0;
+  CHECK_THAT(error_of([&] { (void)compare_families(model, r); }), Catch::Contains("PlanRequest::weight_memory_fraction"));
   r = {};
   r.cap.bytes = -1.0;
   CHECK_THAT(error_of([&] { (void)compare_families(model, r); }), Catch::Contains("PlanRequest::cap.bytes"));
@@ -933,4 +933,20 @@ TEST_CASE("results, skipped families and search candidates are keyed on the fami
     ++keyed;
   }
   CHECK(keyed > 0);
+}
+
+TEST_CASE("one count of stages per rank, one edit distance", "[plan][issue26]") {
+  CHECK(stages_per_rank(one_stage_per_rank_placement(3), 3) == std::vector<std::int32_t>{1, 1, 1});
+  CHECK(stages_per_rank(v_shape_placement(3), 3) == std::vector<std::int32_t>{2, 2, 2});
+  const Schedule looped = make_schedule("interleaved-1f1b", {2, 4, 3});
+  CHECK(stages_per_rank(looped.placement, 2) == chunks_per_rank(looped));
+  CHECK(stage_weights(looped.placement, 2) == std::vector<double>(6, 1.0 / 3.0));
+  CHECK_THAT(error_of([] { (void)stages_per_rank(std::vector<std::int32_t>{0, 2}, 2, "my placement"); }),
+             Catch::StartsWith("my placement: stage 1 is placed on rank 2, outside 0..1"));
+  // per_rank_cost_model counts a rank's chunks the same way: v chunks cost 1/v each.
+  const PartitionPlan p = per_rank_cost_model(StageCost{6.0, 6.0, 6.0}).partition(looped.placement);
+  for (const StagePlan& s : p.stages) CHECK(s.cost.forward == 2.0);
+  CHECK(edit_distance("microbatches", "micro_batches") == 1);
+  CHECK(edit_distance("", "abc") == 3);
+  CHECK(edit_distance("kitten", "sitting") == 3);
 }

@@ -42,22 +42,6 @@ struct GivenFlag {
 
 namespace detail {
 
-// Levenshtein distance; small inputs only (flag names), used for "did you mean".
-[[nodiscard]] inline std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0U : 1U)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
 [[nodiscard]] inline std::string flag_list(std::span<const FlagSpec> specs) {
   std::string list;
   for (const FlagSpec& spec : specs) {
@@ -102,10 +86,10 @@ namespace detail {
     const auto spec = std::find_if(specs.begin(), specs.end(), [&](const FlagSpec& s) { return s.name == name; });
     if (spec == specs.end()) {
       const auto closest = std::min_element(specs.begin(), specs.end(), [&](const FlagSpec& a, const FlagSpec& b) {
-        return detail::edit_distance(name, a.name) < detail::edit_distance(name, b.name);
+        return ppsched::edit_distance(name, a.name) < ppsched::edit_distance(name, b.name);
       });
       std::string fix;
-      if (closest != specs.end() && detail::edit_distance(name, closest->name) <= 3) {
+      if (closest != specs.end() && ppsched::edit_distance(name, closest->name) <= 3) {
         fix = concat("did you mean ", closest->name, "? ");
       }
       fail({"command line", concat("unknown flag '", name, "'"), detail::argument_place(position),

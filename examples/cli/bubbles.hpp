@@ -128,7 +128,7 @@ struct BubblesMeasurement {
   // as they are in the run.
   PlanCostOptions priced;
   priced.unit = "ms";
-  priced.w_memory_ratio = options.model.w_memory_ratio;
+  priced.weight_memory_fraction = options.model.w_memory_ratio;
   priced.time_scale = ms_per_unit;
   priced.transfers = false;
   const CostModel cost = cost_model_of(partition, priced);

@@ -83,7 +83,7 @@ namespace ppsched::cli {
   o.families = options.schedules;
   o.chunks = options.chunks;
   o.optimizer_state_factor = options.optimizer_state_factor;
-  o.w_memory_ratio = options.w_memory_ratio;
+  o.weight_memory_fraction = options.w_memory_ratio;
   o.method = options.partition;
   o.algorithm = options.all_reduce;
   if (options.all_reduce_bandwidth) o.all_reduce_link = Interconnect{profile.link.latency, *options.all_reduce_bandwidth};

@@ -38,7 +38,7 @@ namespace ppsched::cli {
   r.microbatches = options.microbatches;
   r.chunks = options.chunks;
   r.families = options.schedules;
-  r.w_memory_ratio = options.w_memory_ratio;
+  r.weight_memory_fraction = options.w_memory_ratio;
   r.cap = MemoryCaps{options.memory_cap_microbatches, options.memory_cap_bytes};
   r.objective = options.objective;
   return r;

@@ -6,6 +6,7 @@
 
 #include "ppsched/config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <sstream>
@@ -13,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace ppsched::inline PPSCHED_MODE {
 
@@ -55,6 +57,23 @@ using ppsched::concat;  // the library's own throw sites say detail::concat
   }
   const double rounded = bytes >= 100.0 ? std::round(bytes) : std::round(bytes * 10.0) / 10.0;
   return concat(rounded, ' ', units[u]);
+}
+
+// Levenshtein distance between two short texts (field and flag names): the one measure behind
+// every "did you mean" of the library and its tools.
+[[nodiscard]] inline std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0U : 1U)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
 }
 
 // The message parts of an error. `subject` names the input ("profile 'gpt.json'",

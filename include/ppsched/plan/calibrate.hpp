@@ -97,7 +97,7 @@ struct Recalibration {
   const PlanModel model = graph_model(profile_at_rows(profile, size, options.profile_microbatch_size), "measured run", g);
   Recalibration r;
   r.cut = model.partition(run.placement);
-  const CostModel cost = cost_model_of(r.cut, plan_cost_options(model, options.w_memory_ratio));
+  const CostModel cost = cost_model_of(r.cut, plan_cost_options(model, options.weight_memory_fraction));
   r.fit = calibrate(measured, cost);
   r.profile = calibrated_profile(profile, r.cut, r.fit);
   r.before = plan_devices(profile, devices, global_batch, memory_cap_bytes, options);

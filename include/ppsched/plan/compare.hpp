@@ -66,7 +66,7 @@ struct PlanRequest {
   // PlanResult::skipped) those whose rule the request breaks; a family named here whose rule
   // the request breaks is an error instead.
   std::vector<std::string> families;
-  double w_memory_ratio = 0.5;  // M_W / M_B: what a BI keeps alive until its BW
+  double weight_memory_fraction = 0.5;  // M_W / M_B: what a BI keeps alive until its BW
   MemoryCaps cap;
   // What the recommendation minimises among the schedules that fit (plan/objective.hpp):
   // the makespan by default.
@@ -196,8 +196,8 @@ inline void check_plan_request(const PlanRequest& r) {
     fail({subject, concat("ranks = ", r.ranks, ", microbatches = ", r.microbatches, ", chunks = ", r.chunks),
           "PlanRequest", "ranks, microbatches and chunks are at least 1"});
   }
-  if (!(r.w_memory_ratio >= 0.0 && r.w_memory_ratio <= 1.0)) {
-    fail({subject, concat("w_memory_ratio is ", r.w_memory_ratio), "PlanRequest::w_memory_ratio",
+  if (!(r.weight_memory_fraction >= 0.0 && r.weight_memory_fraction <= 1.0)) {
+    fail({subject, concat("weight_memory_fraction is ", r.weight_memory_fraction), "PlanRequest::weight_memory_fraction",
           "give the fraction of a stored activation a BI keeps for its BW, from 0 to 1"});
   }
   for (const auto& [cap, field] : {std::pair{r.cap.microbatches, "PlanRequest::cap.microbatches"},
@@ -345,9 +345,9 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
   r.training = std::any_of(schedule.programs.begin(), schedule.programs.end(), [](const std::vector<Action>& p) {
     return std::any_of(p.begin(), p.end(), [](const Action& a) { return is_compute(a.op) && a.op != Op::F; });
   });
-  const CostModel cost = cost_model_of(partition, plan_cost_options(model, request.w_memory_ratio));
+  const CostModel cost = cost_model_of(partition, plan_cost_options(model, request.weight_memory_fraction));
   ValidateOptions check;
-  check.memory.weight_fraction = request.w_memory_ratio;
+  check.memory.weight_fraction = request.weight_memory_fraction;
   check.memory.activation_bytes = chunk_weights(schedule);
   // A compute-only schedule is checked, then lowered; the lowering's proof then stands for
   // the static checks of the lowered one (validate and simulate take it), so each check runs once.

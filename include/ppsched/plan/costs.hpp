@@ -26,7 +26,7 @@ namespace ppsched::inline PPSCHED_MODE {
 
 struct PlanCostOptions {
   std::string unit = "unit";    // CostModel::unit (PlanModel::unit, or the unit after time_scale)
-  double w_memory_ratio = 0.5;  // M_W / M_B: what a BI keeps alive until its BW (weight_memory_fraction)
+  double weight_memory_fraction = 0.5;  // M_W / M_B: what a BI keeps alive until its BW (CostModel::weight_memory_fraction)
   double time_scale = 1.0;      // every time is multiplied by it (e.g. milliseconds per model unit)
   // Whether transfers cost each stage's comm_time. Off, the link is free: what a run of
   // synthetic stages that move no modelled bytes does (ppsched-bubbles).
@@ -38,10 +38,10 @@ struct PlanCostOptions {
 };
 
 // The options every planner call prices a cut of `model` with.
-[[nodiscard]] inline PlanCostOptions plan_cost_options(const PlanModel& model, double w_memory_ratio) {
+[[nodiscard]] inline PlanCostOptions plan_cost_options(const PlanModel& model, double weight_memory_fraction) {
   PlanCostOptions o;
   o.unit = model.unit;
-  o.w_memory_ratio = w_memory_ratio;
+  o.weight_memory_fraction = weight_memory_fraction;
   o.action_overhead = model.action_overhead;
   o.transfer_overhead = model.transfer_overhead;
   return o;
@@ -59,8 +59,8 @@ struct PlanCostOptions {
     fail({"cost_model_of", concat("time_scale is ", options.time_scale), "PlanCostOptions::time_scale",
           "give a finite factor > 0 (1 keeps the model's unit)"});
   }
-  if (!(options.w_memory_ratio >= 0.0 && options.w_memory_ratio <= 1.0)) {
-    fail({"cost_model_of", concat("w_memory_ratio is ", options.w_memory_ratio), "PlanCostOptions::w_memory_ratio",
+  if (!(options.weight_memory_fraction >= 0.0 && options.weight_memory_fraction <= 1.0)) {
+    fail({"cost_model_of", concat("weight_memory_fraction is ", options.weight_memory_fraction), "PlanCostOptions::weight_memory_fraction",
           "give the fraction of a stored activation a BI keeps for its BW, from 0 to 1"});
   }
   const double k = options.time_scale;
@@ -69,7 +69,7 @@ struct PlanCostOptions {
   const bool free = !options.transfers || std::all_of(partition.stages.begin(), partition.stages.end(),
                                                       [](const StagePlan& s) { return s.comm_time == 0.0; });
   cost.link = free ? Interconnect{} : Interconnect{0.0, 1.0};
-  cost.weight_memory_fraction = options.w_memory_ratio;
+  cost.weight_memory_fraction = options.weight_memory_fraction;
   for (const auto& [value, field] : {std::pair{options.action_overhead, "action_overhead"},
                                      std::pair{options.transfer_overhead, "transfer_overhead"}}) {
     if (!(value >= 0.0 && value <= std::numeric_limits<double>::max())) {

@@ -47,7 +47,7 @@ struct DevicePlanOptions {
   std::vector<std::string> families;            // empty: every family
   std::int32_t chunks = 2;                      // for the families that take any chunk count
   double optimizer_state_factor = default_optimizer_state_factor;  // bytes per parameter byte (GraphModelOptions)
-  double w_memory_ratio = 0.5;
+  double weight_memory_fraction = 0.5;
   PartitionMethod method = PartitionMethod::optimal;
   std::optional<Interconnect> all_reduce_link;  // between replicas; absent: the profile's link
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::ring;
@@ -101,7 +101,7 @@ struct DevicePlan {
                                              const DevicePlanOptions& options = {}) {
   PlanCostOptions o;
   o.unit = profile.time_unit.empty() ? "unit" : profile.time_unit;
-  o.w_memory_ratio = options.w_memory_ratio;
+  o.weight_memory_fraction = options.weight_memory_fraction;
   o.action_overhead = profile.action_overhead;
   o.transfer_overhead = profile.transfer_overhead;
   return cost_model_of(split.partition, o);
@@ -301,7 +301,7 @@ namespace detail {
       request.ranks = p;
       request.microbatches = m;
       request.chunks = options.chunks;
-      request.w_memory_ratio = options.w_memory_ratio;
+      request.weight_memory_fraction = options.weight_memory_fraction;
       request.cap.bytes = memory_cap_bytes;
       for (const FamilyInfo* f : asked) {
         if (f->accepts(ScheduleRequest{p, m, f->chunks_for(options.chunks)})) request.families.emplace_back(f->name);

@@ -28,6 +28,7 @@
 #include "ppsched/graph/profile.hpp"
 #include "ppsched/partition/cost_model.hpp"
 #include "ppsched/partition/partition.hpp"
+#include "ppsched/plan/search/memory.hpp"
 #include "ppsched/costs/cost_model.hpp"
 #include "ppsched/schedule/generators.hpp"
 
@@ -148,22 +149,6 @@ enum class PartitionMethod : std::uint8_t {
   return "?";
 }
 
-namespace detail {
-
-// Stages per rank of a placement (the v of each rank); ranks are 0 .. max(placement).
-[[nodiscard]] inline std::vector<std::int32_t> stages_per_rank(std::span<const std::int32_t> placement) {
-  std::int32_t ranks = 0;
-  for (const std::int32_t r : placement) {
-    if (r < 0) fail({"placement", concat("names rank ", r), "", "map each stage to a rank >= 0"});
-    ranks = std::max(ranks, r + 1);
-  }
-  std::vector<std::int32_t> count(static_cast<std::size_t>(ranks), 0);
-  for (const std::int32_t r : placement) ++count[static_cast<std::size_t>(r)];
-  return count;
-}
-
-}  // namespace detail
-
 // Sets bottleneck_time and bottleneck_stage from the stages, counting the time to receive a
 // stage's input and send its output, as the partitioner counts it.
 inline void set_bottleneck(PartitionPlan& p) {
@@ -207,7 +192,8 @@ inline void set_bottleneck(PartitionPlan& p) {
   model.link = link;
   model.partition = [f, bi, bw, latency](const CutRequest& cut) {
     const std::span<const std::int32_t> placement = cut.placement;
-    const std::vector<std::int32_t> v = detail::stages_per_rank(placement);
+    const std::int32_t ranks = placement.empty() ? 0 : *std::max_element(placement.begin(), placement.end()) + 1;
+    const std::vector<std::int32_t> v = stages_per_rank(placement, ranks);
     PartitionPlan p;
     p.method = "uniform per-rank costs; a rank's v chunks cost 1/v each";
     for (std::size_t s = 0; s < placement.size(); ++s) {

@@ -91,7 +91,7 @@ namespace detail {
   problem.ranks = request.ranks;
   problem.microbatches = request.microbatches;
   problem.costs = [&](std::span<const std::int32_t> placement) {
-    return cost_model_of(partition_for(placement), plan_cost_options(model, request.w_memory_ratio));
+    return cost_model_of(partition_for(placement), plan_cost_options(model, request.weight_memory_fraction));
   };
   problem.cap = detail::search_cap(request, model);
   if (!problem.cap.rank_bytes.empty()) {

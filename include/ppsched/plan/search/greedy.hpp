@@ -567,14 +567,7 @@ class GreedyBuilder {
     fail({subject, concat("the schedule would hold about ", actions, " actions"), "",
           "ask for fewer stages or micro-batches"});
   }
-  std::vector<std::int32_t> per_rank(static_cast<std::size_t>(ranks), 0);
-  for (std::size_t s = 0; s < placement.size(); ++s) {
-    if (placement[s] < 0 || placement[s] >= ranks) {
-      fail({subject, concat("stage ", s, " is placed on rank ", placement[s], ", outside 0..", ranks - 1),
-            concat("placement[", s, "]"), "place every stage on a rank of the pipeline"});
-    }
-    ++per_rank[static_cast<std::size_t>(placement[s])];
-  }
+  const std::vector<std::int32_t> per_rank = stages_per_rank(placement, ranks, subject);
   for (std::int32_t r = 0; r < ranks; ++r) {
     if (per_rank[static_cast<std::size_t>(r)] == 0) {
       fail({subject, concat("rank ", r, " holds no stage"), "placement", "place at least one stage on every rank"});

@@ -20,6 +20,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ppsched/error.hpp"
@@ -62,17 +63,28 @@ struct PeakMemory {
 // Peaks are sums of fractions of M_B; comparing with a cap tolerates their rounding.
 inline constexpr double memory_slack = 1e-9;
 
-// The M_B weight of one stored activation of each stage: 1 / (stages on its rank). Throws
-// ppsched::error when a stage names a rank outside [0, ranks).
-[[nodiscard]] inline std::vector<double> stage_weights(std::span<const std::int32_t> placement, std::int32_t ranks) {
+// Stages on each rank 0 .. ranks-1 of a placement (each rank's v): the one count the planner's
+// models, its M_B weights and the search's builders share. Throws ppsched::error, naming
+// `subject`, when a stage names a rank outside [0, ranks).
+[[nodiscard]] inline std::vector<std::int32_t> stages_per_rank(std::span<const std::int32_t> placement,
+                                                               std::int32_t ranks,
+                                                               std::string_view subject = "placement") {
   std::vector<std::int32_t> per_rank(static_cast<std::size_t>(std::max(ranks, 0)), 0);
   for (std::size_t s = 0; s < placement.size(); ++s) {
     if (placement[s] < 0 || placement[s] >= ranks) {
-      fail({"placement", detail::concat("stage ", s, " is placed on rank ", placement[s], ", outside 0..", ranks - 1),
+      fail({std::string(subject),
+            detail::concat("stage ", s, " is placed on rank ", placement[s], ", outside 0..", ranks - 1),
             detail::concat("placement[", s, "]"), "place every stage on a rank of the pipeline"});
     }
     ++per_rank[static_cast<std::size_t>(placement[s])];
   }
+  return per_rank;
+}
+
+// The M_B weight of one stored activation of each stage: 1 / (stages on its rank). Throws
+// ppsched::error when a stage names a rank outside [0, ranks).
+[[nodiscard]] inline std::vector<double> stage_weights(std::span<const std::int32_t> placement, std::int32_t ranks) {
+  const std::vector<std::int32_t> per_rank = stages_per_rank(placement, ranks);
   std::vector<double> w;
   w.reserve(placement.size());
   for (const std::int32_t r : placement) w.push_back(1.0 / per_rank[static_cast<std::size_t>(r)]);

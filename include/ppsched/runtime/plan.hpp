@@ -199,6 +199,13 @@ class RankPlanner {
               concat("runs an action of stage ", a.stage, ", which is placed on rank ", s_.rank_of(a.stage)), where(i),
               "Put each stage's actions in the program of the rank it is placed on"});
       }
+      if (is_memory(a.op)) {
+        fail({concat("schedule '", s_.name, "'"),
+              concat("has the memory action ", to_string(a), ", and the runtime does not run R, OFFLOAD or RELOAD yet"),
+              where(i),
+              "Simulate and validate such a schedule (simulate(), validate()); to run it, remove the memory "
+              "actions (the step then keeps every activation)"});
+      }
       PlannedStep step;
       step.first_action = i;
       step.lane = is_compute(a.op) ? Lane::compute : Lane::comm;
@@ -332,6 +339,9 @@ class RankPlanner {
                                     transfer_match(!fwd, peer_stage, mb, s_.stages(), s_.microbatches)});
           break;
         }
+        case Op::R:
+        case Op::OFFLOAD:
+        case Op::RELOAD: break;  // refused when the steps were cut (above)
       }
     }
   }

@@ -17,6 +17,8 @@
 #include "ppsched/costs/cost_model.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/lower/lower.hpp"
+#include "ppsched/plan/memory_choice.hpp"
+#include "ppsched/plan/memory_policy.hpp"
 #include "ppsched/plan/search/memory.hpp"
 #include "ppsched/runtime/synthetic.hpp"
 #include "ppsched/runtime/world.hpp"
@@ -446,3 +448,162 @@ TEST_CASE("a copy waits for the compute issued before it, and memory over time s
   for (std::size_t k = 1; k < samples.size(); ++k) CHECK(samples[k].time > samples[k - 1].time);
 }
 
+namespace {
+
+std::size_t count_op(const Schedule& s, Op op) {
+  std::size_t n = 0;
+  for (const auto& prog : s.programs) n += static_cast<std::size_t>(std::count_if(prog.begin(), prog.end(), [op](const Action& a) { return a.op == op; }));
+  return n;
+}
+
+CostModel gpt_like_costs(std::int32_t stages) {
+  CostModel c;
+  c.unit = "ms";
+  c.stages.assign(static_cast<std::size_t>(stages), StageCost{10.0, 10.0, 10.0, 1e9, 1e7});
+  c.link = Interconnect{0.01, 1e7};       // bytes per ms
+  c.host_link = Interconnect{0.01, 1e8};  // 10 ms a copy: two per micro-batch fit in its 30 ms of compute
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("memory policies insert valid memory actions and price them", "[memory][policy]") {
+  const Schedule plain = one_f_one_b(4, 8);
+  const CostModel c = gpt_like_costs(4);
+  const SimResult base = simulate(plain, c);
+  SECTION("none changes nothing") {
+    const MemoryPlan p = apply_memory_policies(plain, c, {MemoryPolicy::none()});
+    CHECK(p.schedule.programs == plain.programs);
+    CHECK(p.policies.size() == 4);
+  }
+  SECTION("full recomputation: one R per micro-batch before its backward, less memory, more time") {
+    const MemoryPlan p = apply_memory_policies(plain, c, {MemoryPolicy::full_recompute()});
+    CHECK(count_op(p.schedule, Op::R) == 4 * 8);
+    CHECK(validate(p.schedule).ok());
+    const SimResult r = simulate(p.schedule, p.costs);
+    CHECK(r.makespan > base.makespan);
+    CHECK(r.makespan <= base.makespan + 8 * 10.0 + 1e-9);  // at most one forward per micro-batch more on a rank
+    CHECK(r.memory[0].peak_bytes < base.memory[0].peak_bytes);
+    CHECK(r.timed_peak[0].bytes < base.timed_peak[0].bytes);
+  }
+  SECTION("recomputation fills idle time first") {
+    MemoryPolicyOptions just_before;
+    just_before.recompute_into_idle = false;
+    const Schedule zb = make_schedule("zb-h1", {4, 8, 1});
+    const MemoryPlan idle = apply_memory_policies(zb, c, {MemoryPolicy::full_recompute()});
+    const MemoryPlan late = apply_memory_policies(zb, c, {MemoryPolicy::full_recompute()}, just_before);
+    // Never more memory than right before the backward: only BWs are passed.
+    for (std::size_t r = 0; r < 4; ++r) {
+      CHECK(simulate(idle.schedule, idle.costs).timed_peak[r].bytes <= simulate(late.schedule, late.costs).timed_peak[r].bytes + 1e-6 * 1e9);
+    }
+    CHECK(simulate(idle.schedule, idle.costs).makespan <= simulate(late.schedule, late.costs).makespan);
+    // Any R moved ahead of its backward passed only BWs.
+    for (const auto& prog : idle.schedule.programs) {
+      for (std::size_t k = 0; k < prog.size(); ++k) {
+        if (prog[k].op != Op::R) continue;
+        std::size_t j = k + 1;
+        while (j < prog.size() && prog[j].op == Op::BW) ++j;
+        REQUIRE(j < prog.size());
+        CHECK(prog[j] == act(Op::BI, prog[k].stage, prog[k].microbatch));
+      }
+    }
+    // Right before the backward in the other: each R is followed by its own BI.
+    for (const auto& prog : late.schedule.programs) {
+      for (std::size_t k = 0; k + 1 < prog.size(); ++k) {
+        if (prog[k].op != Op::R) continue;
+        CHECK(prog[k + 1].op == Op::BI);
+        CHECK(prog[k + 1].microbatch == prog[k].microbatch);
+      }
+    }
+  }
+  SECTION("selective recomputation of a part: the profile's bytes and time") {
+    MemoryPolicyOptions just_before;
+    just_before.recompute_into_idle = false;
+    const MemoryPlan p = apply_memory_policies(plain, c, {MemoryPolicy::selective_part(2.5e8, 1.0)}, just_before);
+    CHECK(p.costs.stages.size() == 4);
+    CHECK(*p.costs.stages[2].recompute_saved_bytes == 2.5e8);
+    CHECK(compute_time(p.costs, act(Op::R, 2, 0), 8) == 1.0);
+    const SimResult r = simulate(p.schedule, p.costs);
+    CHECK(r.memory[0].peak_bytes == Approx(base.memory[0].peak_bytes * 0.75 + 2.5e8));
+    const MemoryPlan q = apply_memory_policies(plain, c, {MemoryPolicy::selective(0.5)});
+    CHECK(compute_time(q.costs, act(Op::R, 1, 3), 8) == Approx(5.0));
+  }
+  SECTION("offload: hidden behind compute by a fast host link, and less memory over time") {
+    const std::vector<MemoryPolicy> per_stage{MemoryPolicy::offload(), MemoryPolicy::offload(0.5),
+                                              MemoryPolicy::none(), MemoryPolicy::full_recompute()};
+    const MemoryPlan p = apply_memory_policies(plain, c, per_stage);
+    // Stages 0 and 1 hold each activation for at least two micro-batches' compute: every one
+    // of theirs is offloaded, and reloaded.
+    CHECK(count_op(p.schedule, Op::OFFLOAD) == 2 * 8);
+    CHECK(count_op(p.schedule, Op::RELOAD) == 2 * 8);
+    // The last stage's backward follows its forward: nothing to hide a copy behind.
+    const MemoryPlan last = apply_memory_policies(plain, c, {MemoryPolicy::offload()});
+    for (const Action& a : last.schedule.programs[3]) CHECK_FALSE(is_copy(a.op));
+    CHECK(count_op(p.schedule, Op::R) == 8);
+    const SimResult r = simulate(p.schedule, p.costs);
+    // Offload and reload of a micro-batch (20 ms) hide behind its compute (30 ms).
+    INFO(to_ascii(r.timeline));
+    CHECK(r.timed_peak[0].bytes < base.timed_peak[0].bytes);
+    CHECK(r.timed_peak[1].bytes < base.timed_peak[1].bytes);
+    CHECK(r.timed_peak[2].bytes == Approx(base.timed_peak[2].bytes));
+    CHECK(p.costs.stages[1].offload_bytes == 0.5e9);
+  }
+  SECTION("bad input is named") {
+    CHECK_THROWS_WITH(apply_memory_policies(plain, c, std::vector<MemoryPolicy>(3)),
+                      Catch::Contains("3 policies for a schedule of 4 stages"));
+    CHECK_THROWS_WITH(apply_memory_policies(plain, c, {MemoryPolicy::offload(1.5)}),
+                      Catch::Contains("fraction 1.5 is outside [0, 1]") && Catch::Contains("policies[0]"));
+    CHECK_THROWS_WITH(apply_memory_policies(lower(plain).schedule(), c, {MemoryPolicy::full_recompute()}),
+                      Catch::Contains("give the compute-only schedule"));
+    CHECK_THROWS_WITH(apply_memory_policies(plain, c, {MemoryPolicy::selective_part(2e9, 1.0)}),
+                      Catch::Contains("saved_bytes 2e+09 is not within the stage's activation_bytes"));
+  }
+  SECTION("every training family takes every policy") {
+    std::size_t families = 0;
+    for (const std::string_view family : family_names()) {
+      const FamilyInfo& info = family_info(family);
+      const ScheduleRequest request{4, 8, info.chunks_for(2)};
+      if (!info.training || !accepts(family, request)) continue;
+      ++families;
+      for (const MemoryPolicy& policy : {MemoryPolicy::full_recompute(), MemoryPolicy::offload(0.5)}) {
+        INFO(family << " " << to_string(policy));
+        const Schedule s = make_schedule(family, request);
+        const MemoryPlan p = apply_memory_policies(s, uniform_costs(1, 1, 1), {policy});
+        CHECK(validate(p.schedule).ok());
+        CHECK(validate(lower(p.schedule).schedule()).ok());
+      }
+    }
+    CHECK(families >= 8);
+  }
+}
+
+TEST_CASE("the planner chooses per-stage policies that fit a memory cap", "[memory][policy]") {
+  const Schedule plain = one_f_one_b(4, 8);
+  const CostModel c = gpt_like_costs(4);
+  const std::vector<double> static_bytes(4, 1e9);
+  const SimResult base = simulate(plain, c);
+  REQUIRE(base.timed_peak[0].bytes == Approx(4e9));
+  SECTION("a cap everything fits: no policy") {
+    const MemoryChoice choice = choose_memory_policies(plain, c, static_bytes, 10e9);
+    CHECK(choice.fits);
+    CHECK(choice.tries == 1);
+    CHECK(choice.plan.schedule.programs == plain.programs);
+    CHECK(choice.makespan == Approx(base.makespan));
+  }
+  SECTION("a tighter cap: policies on the fuller ranks, every rank within it") {
+    const MemoryChoice choice = choose_memory_policies(plain, c, static_bytes, 3.5e9);
+    INFO(choice.tries << " tries");
+    REQUIRE(choice.fits);
+    for (const double b : choice.peak_bytes) CHECK(b <= 3.5e9);
+    CHECK(choice.plan.policies[3].kind == MemoryPolicyKind::none);  // the last rank holds 1 activation
+    CHECK(choice.plan.policies[0].kind != MemoryPolicyKind::none);
+    CHECK(choice.makespan >= base.makespan);
+    CHECK(validate(choice.plan.schedule).ok());
+  }
+  SECTION("a cap below the static bytes cannot fit") {
+    const MemoryChoice choice = choose_memory_policies(plain, c, static_bytes, 0.9e9);
+    CHECK_FALSE(choice.fits);
+  }
+  CHECK_THROWS_WITH(choose_memory_policies(plain, c, std::vector<double>(3, 0.0), 1e9),
+                    Catch::Contains("3 static sizes for 4 ranks"));
+}

@@ -10,6 +10,7 @@
 #include <memory>
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/runtime/world.hpp>
+#include <ppsched/plan/memory_policy.hpp>
 #include <ppsched/schedule/generators.hpp>
 #include <ppsched/validate/validate.hpp>
 #include <string>
@@ -353,6 +354,25 @@ TEST_CASE("in checking mode, a recompute that does not give the forward's output
                         Catch::Contains("action R0@s1") && Catch::Contains("gave another output than its forward"));
     } else {
       CHECK_NOTHROW(world.run_step({inputs, targets}));
+    }
+  }
+}
+
+TEST_CASE("the planner's memory policies run bit-identically for every training family", "[memory]") {
+  // apply_memory_policies (plan/memory_policy.hpp) places R into idle time and RELOAD ahead of
+  // its backward: the places differ from the hand-written ones above, the bits may not.
+  ppsched::CostModel costs = ppsched::uniform_costs(1.0, 2.0, 1.0);
+  for (auto& c : costs.stages) c.activation_bytes = 1.0;
+  for (const auto& fam : ppsched_test::training_families()) {
+    const ppsched::Schedule plain = ppsched_test::make(fam, 4, 8);
+    ppsched::CostModel model = costs;
+    model.stages.assign(static_cast<std::size_t>(plain.stages()), costs.stages.front());
+    for (const ppsched::MemoryPolicy policy :
+         {ppsched::MemoryPolicy::full_recompute(), ppsched::MemoryPolicy::selective(0.5), ppsched::MemoryPolicy::offload()}) {
+      const ppsched::MemoryPlan plan = ppsched::apply_memory_policies(plain, model, {policy});
+      const Policy p = policy.kind == ppsched::MemoryPolicyKind::offload ? Policy::offload : Policy::recompute_default;
+      INFO(fam.name << ", " << ppsched::to_string(policy));
+      CHECK(trains_exactly(plan.schedule, p, ppsched::CpuMode::threaded, 2));
     }
   }
 }

@@ -14,6 +14,7 @@
 #include <ppsched/schedule/generators.hpp>
 #include <ppsched/validate/validate.hpp>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -375,4 +376,34 @@ TEST_CASE("the planner's memory policies run bit-identically for every training 
       CHECK(trains_exactly(plan.schedule, p, ppsched::CpuMode::threaded, 2));
     }
   }
+}
+
+TEST_CASE("a RELOAD that never ends is named on the copy stream by the watchdog, and the step ends", "[memory]") {
+  using namespace std::chrono_literals;
+  // One rank, so that its watchdog is the one that reports.
+  const ppsched::Schedule s =
+      with_policy(ppsched::make_schedule("1f1b", {.ranks = 1, .microbatches = 4}), Policy::offload);
+  Model model(1, 4, Policy::offload);
+  // Stuck until the step fails: it polls the step's stop token, as a long callable should.
+  model.functions[0].reload = [g = model.functions[0].reload](const ppsched::StageContext& c,
+                                                              std::span<const float> host) {
+    if (c.microbatch == 1) {
+      while (!ppsched::step_stop_token().stop_requested()) std::this_thread::yield();
+      return;
+    }
+    g(c, host);
+  };
+  const int threads = ppsched::live_threads();
+  {
+    ppsched::CpuCluster cluster(1);
+    ppsched::ExecutorOptions options;
+    options.watchdog = 200ms;
+    ppsched::World<ppsched::CpuBackend> world(ppsched_test::backends(cluster), s, model.functions, options);
+    const auto inputs = data(4 * model.rows * model.widths.front(), 1, 1.0f);
+    const auto targets = data(4 * model.rows * model.widths.back(), 2, 1.0f);
+    CHECK_THROWS_WITH(world.run_step({inputs, targets}),
+                      Catch::Contains("rank 0") && Catch::Contains("watchdog") &&
+                          Catch::Contains("copy stream: RELOAD1@s0 is running"));
+  }
+  CHECK(ppsched::live_threads() == threads);
 }

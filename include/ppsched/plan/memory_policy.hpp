@@ -12,11 +12,11 @@
 // apply_memory_policies writes the policies into the cost model (StageCost::recompute_saved_bytes,
 // recompute and offload_bytes) and inserts the actions into a compute-only schedule where a run
 // of it with those costs says they cost least:
-// - R(s, mb) right before the backward that needs it (where it runs while the backward waits
-//   for its input gradient), or earlier into an idle gap of the compute stream that it fills
-//   entirely (Mario's placement of recomputation into bubbles) when only BWs stand between the
-//   gap and the backward, so the restored activation is never held beside another it would not
-//   otherwise meet;
+// - R(s, mb) right before the backward that needs it, where it runs while the backward waits
+//   for its input gradient; when that gap is shorter than R, into the closest earlier idle gap
+//   of the compute stream that it fills entirely (Mario's placement of recomputation into
+//   bubbles), passing no forward and at most MemoryPolicyOptions::max_backwards_crossed
+//   backwards (0: never beside another restored activation);
 // - OFFLOAD(s, mb) right after F(s, mb), and RELOAD(s, mb) early enough before the backward that
 //   the copy, queued behind at most one other on the copy lane, ends before the backward would
 //   start (as late as that allows, so the reloaded bytes are held briefly), never before its
@@ -120,6 +120,9 @@ struct MemoryPolicyOptions {
   // Place R into idle gaps of the compute stream before its backward when one fits it
   // (false: always right before the backward).
   bool recompute_into_idle = true;
+  // How many other backwards an R may move ahead of (see apply_memory_policies): each one the
+  // restored activation is held beside one more stored activation.
+  std::int32_t max_backwards_crossed = 1;
   // RELOAD is issued so that this many copies' time ends before the backward would start: 2
   // allows for one OFFLOAD queued ahead of it on the copy lane.
   double reload_lead_copies = 2.0;
@@ -280,16 +283,20 @@ inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
         const double t = compute_time(plan.costs, Action{Op::R, a.stage, a.microbatch, 0}, M);
         std::size_t at = k;
         if (options.recompute_into_idle && t > 0.0) {
-          // The gap closest to the backward that R fills without delaying what follows it,
-          // passing only BWs: across an F or a backward the restored activation would be held
-          // beside another (right before its B, R already runs while B waits for its input).
-          for (std::size_t g = k; g > after_f; --g) {
+          // Right before its backward, R runs while the backward waits for its input gradient:
+          // where that gap holds it, R stays there. Otherwise the gap closest to the backward
+          // that R fills entirely, passing no F and at most max_backwards_crossed backwards
+          // (each holds the restored activation beside one more).
+          std::int32_t crossed = 0;
+          for (std::size_t g = k; g >= after_f; --g) {  // (after_f >= 1)
             if (idle[g] >= t && not_in_pair(g) == g) {
               at = g;
               idle[g] -= t;
               break;
             }
-            if (prog[g - 1].op != Op::BW) break;
+            if (g == after_f) break;
+            const Op o = prog[g - 1].op;
+            if (o == Op::F || ((o == Op::B || o == Op::BI) && ++crossed > options.max_backwards_crossed)) break;
           }
         }
         before[std::max(not_in_pair(at), after_f)].push_back(Action{Op::R, a.stage, a.microbatch, 0});

@@ -6,5 +6,5 @@ int odr_b();
 
 int main() {
   const ppsched::Action a{ppsched::Op::F, 1, 2};
-  return (ppsched::to_string(a) == "F2@s1" && odr_b() == 7) ? 0 : 1;
+  return (ppsched::to_string(a) == "F2@s1" && odr_b() == 10) ? 0 : 1;
 }

@@ -125,13 +125,13 @@ std::string kinds(const std::vector<Problem>& problems) {
 
 TEST_CASE("every problem kind has a name of its own", "[engine]") {
   std::set<std::string_view> names;
-  for (auto k = static_cast<int>(ProblemKind::shape); k <= static_cast<int>(ProblemKind::deadlock); ++k) {
+  for (auto k = static_cast<int>(ProblemKind::shape); k <= static_cast<int>(ProblemKind::memory_grouped); ++k) {
     const std::string_view name = problem_kind_name(static_cast<ProblemKind>(k));
     CHECK(name != "?");
     CHECK_FALSE(name.empty());
     names.insert(name);
   }
-  CHECK(names.size() == static_cast<std::size_t>(ProblemKind::deadlock) + 1);
+  CHECK(names.size() == static_cast<std::size_t>(ProblemKind::memory_grouped) + 1);
   CHECK(stream_mode_name(StreamMode::separate_comm_stream) != stream_mode_name(StreamMode::comm_on_compute_stream));
 }
 

@@ -142,12 +142,13 @@ struct Outcome {
   double worst = 0.0;
 };
 
-Outcome train_and_compare(const ppsched::FamilyInfo& family, ppsched::CpuMode mode, int steps) {
+Outcome train_and_compare(const ppsched::FamilyInfo& family, ppsched::CpuMode mode, int steps,
+                          ppsched_test::MemoryPolicy policy = ppsched_test::MemoryPolicy::none) {
   ppsched::ScheduleRequest request;
   request.ranks = 4;
   request.microbatches = 16;
   request.chunks = family.chunks_for(2);
-  const ppsched::Schedule schedule = ppsched::make_schedule(family.name, request);
+  const ppsched::Schedule schedule = ppsched_test::with_policy(ppsched::make_schedule(family.name, request), policy);
   const std::int32_t stages = schedule.stages();
   const std::int32_t m = schedule.microbatches;
 
@@ -215,6 +216,45 @@ CATCH_TEST_CASE("a libtorch MLP trains bit-identically through every training fa
     CATCH_CHECK(o.parameters_equal);
   }
   CATCH_CHECK(families >= 10);
+}
+
+CATCH_TEST_CASE("recomputation (forward under no-grad, R with the graph) trains bit-identically, every family",
+                "[torch]") {
+  torch::set_num_threads(1);
+  for (const ppsched::FamilyInfo& family : ppsched::schedule_families) {
+    if (!family.training) continue;
+    const Outcome o = train_and_compare(family, ppsched::CpuMode::threaded, 2, ppsched_test::MemoryPolicy::recompute);
+    CATCH_INFO(family.name << ": worst relative parameter difference " << o.worst);
+    CATCH_CHECK(o.changed);
+    CATCH_CHECK(o.losses_equal);
+    CATCH_CHECK(o.parameters_equal);
+  }
+}
+
+CATCH_TEST_CASE("a forward that kept no graph and was not recomputed fails its backward loudly", "[torch]") {
+  torch::set_num_threads(1);
+  ppsched::TorchStageOptions o;
+  o.input_shape = {2, 3};
+  o.output_shape = {2, 4};
+  ppsched::TorchStage stage(torch::nn::Sequential(torch::nn::Linear(3, 4)), o);
+  ppsched::StageFunctions f = stage.functions();
+  std::vector<float> in(6, 0.5f), out(8), grad_out(8, 1.0f), grad_in(6), weight_grad(f.weight_grad_size);
+  ppsched::StageContext c;
+  c.microbatch = 0;
+  c.keep_activation = false;
+  f.forward(c, in, out);
+  const std::string message = ppsched_error_of([&] { f.backward(c, in, grad_out, grad_in, weight_grad); });
+  CATCH_CHECK_THAT(message, Catch::Contains("kept no graph") && Catch::Contains("R(s, m)"));
+  // The recompute restores it: the same gradients as a forward that kept its graph.
+  f.recompute(c, in);
+  f.backward(c, in, grad_out, grad_in, weight_grad);
+  std::vector<float> kept_grad_in(6), kept_weight_grad(f.weight_grad_size), kept_out(8);
+  c.keep_activation = true;
+  f.forward(c, in, kept_out);
+  f.backward(c, in, grad_out, kept_grad_in, kept_weight_grad);
+  CATCH_CHECK(out == kept_out);
+  CATCH_CHECK(grad_in == kept_grad_in);
+  CATCH_CHECK(weight_grad == kept_weight_grad);
 }
 
 CATCH_TEST_CASE("the split backward is bit-identical in the deterministic mode too", "[torch]") {

@@ -3,7 +3,10 @@
 // covered by these tests without editing each of them.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ppsched/backend/cpu.hpp"
@@ -36,6 +39,47 @@ struct Family {
   std::vector<ppsched::CpuBackend*> out;
   for (int r = 0; r < c.ranks(); ++r) out.push_back(&c.rank(r));
   return out;
+}
+
+// Memory policies written into a compute-only schedule by hand (issue 23), so that runtime
+// tests do not depend on the planner's policy insertion.
+enum class MemoryPolicy { none, recompute, offload };
+
+// Where an action may go before program[i] / after program[i] without splitting an
+// overlapped pair (two adjacent compute actions sharing a group).
+[[nodiscard]] inline std::size_t before_unit(const std::vector<ppsched::Action>& prog, std::size_t i) {
+  if (prog[i].group != 0 && i > 0 && prog[i - 1].group == prog[i].group) return i - 1;
+  return i;
+}
+[[nodiscard]] inline std::size_t after_unit(const std::vector<ppsched::Action>& prog, std::size_t i) {
+  if (prog[i].group != 0 && i + 1 < prog.size() && prog[i + 1].group == prog[i].group) return i + 2;
+  return i + 1;
+}
+
+// `s` with R(s, m) right before every B/BI(s, m) (recompute), or OFFLOAD(s, m) right after
+// F(s, m) and RELOAD(s, m) right before B/BI(s, m) (offload).
+[[nodiscard]] inline ppsched::Schedule with_policy(ppsched::Schedule s, MemoryPolicy p) {
+  using ppsched::Op;
+  if (p == MemoryPolicy::none) return s;
+  for (auto& prog : s.programs) {
+    std::vector<std::pair<std::size_t, ppsched::Action>> inserts;  // (position, action)
+    for (std::size_t i = 0; i < prog.size(); ++i) {
+      const ppsched::Action& a = prog[i];
+      if (p == MemoryPolicy::offload && a.op == Op::F) {
+        inserts.push_back({after_unit(prog, i), {Op::OFFLOAD, a.stage, a.microbatch, 0}});
+      }
+      if (a.op == Op::B || a.op == Op::BI) {
+        inserts.push_back({before_unit(prog, i), {p == MemoryPolicy::offload ? Op::RELOAD : Op::R, a.stage,
+                                                  a.microbatch, 0}});
+      }
+    }
+    // Applied back to front; actions for one position keep the order they were found in.
+    std::stable_sort(inserts.begin(), inserts.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    for (std::size_t k = inserts.size(); k-- > 0;) {
+      prog.insert(prog.begin() + static_cast<std::ptrdiff_t>(inserts[k].first), inserts[k].second);
+    }
+  }
+  return s;
 }
 
 }  // namespace ppsched_test

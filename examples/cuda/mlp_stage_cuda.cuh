@@ -202,6 +202,24 @@ class CudaMlpStage {
     return f;
   }
 
+  // Offload (docs/runtime.md, "Recomputation and offload"): a micro-batch's saved tanh
+  // outputs go to the executor's pinned host buffer on the copy stream and come back before
+  // its backward. After the copy out they are overwritten with NaN, so that a backward that
+  // ran without its RELOAD would give NaN rather than pass unseen. Recomputation needs
+  // nothing here: the executor's default recompute runs `forward` again.
+  void add_memory_actions(ppsched::StageFunctions& f) {
+    f.offload_size = per_microbatch_;
+    f.offload = [this](std::int32_t mb, std::span<float> host) {
+      const cudaStream_t stream = ppsched::launch_stream().handle();
+      PPSCHED_CUDA_CHECK(cudaMemcpyAsync(host.data(), output(mb, 0), host.size_bytes(), cudaMemcpyDeviceToHost, stream));
+      PPSCHED_CUDA_CHECK(cudaMemsetAsync(output(mb, 0), 0xFF, host.size_bytes(), stream));  // NaN
+    };
+    f.reload = [this](std::int32_t mb, std::span<const float> host) {
+      const cudaStream_t stream = ppsched::launch_stream().handle();
+      PPSCHED_CUDA_CHECK(cudaMemcpyAsync(output(mb, 0), host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream));
+    };
+  }
+
   // After a step (the World has synchronised): the parameters, and the gradient the step's
   // optimizer applied, both in mlp::Linear's layout, layer after layer.
   [[nodiscard]] std::vector<float> parameters() const { return params_.download(); }

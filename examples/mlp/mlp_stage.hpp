@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <ppsched/runtime/stage.hpp>
@@ -69,6 +70,60 @@ class MlpStage {
   }
   // example-end mlp-stage-functions
 
+  // Recomputation and offload (docs/runtime.md, "Recomputation and offload"): turns the
+  // stage's callables into ones that honour StageContext::keep_activation and move a
+  // micro-batch's saved tanh outputs to host and back. Dropping is modelled by poisoning the
+  // saved outputs with NaN and marking them missing, so that a backward that would read what
+  // its forward did not keep fails with an error rather than with a wrong gradient. With
+  // `own_recompute` the stage gives its own recompute; otherwise the executor's default
+  // (forward again, keeping) runs.
+  void add_memory_actions(ppsched::StageFunctions& f, bool own_recompute) {
+    kept_.assign(outputs_.size(), 1);
+    f.forward = [this](const ppsched::StageContext& c, std::span<const float> in, std::span<float> out) {
+      forward(c.microbatch, in, out);
+      if (c.keep_activation) {
+        kept_[static_cast<std::size_t>(c.microbatch)] = 1;
+      } else {
+        drop(c.microbatch);
+      }
+    };
+    if (own_recompute) {
+      recomputed_.resize(rows_ * model_.layers[last_ - 1].out());
+      f.recompute = [this](const ppsched::StageContext& c, std::span<const float> in) {
+        forward(c.microbatch, in, recomputed_);
+        kept_[static_cast<std::size_t>(c.microbatch)] = 1;
+      };
+    }
+    f.backward_input = [this, g = f.backward_input](const ppsched::StageContext& c, std::span<const float> in,
+                                                    std::span<const float> grad_out, std::span<float> grad_in) {
+      require_kept(c.microbatch, "backward_input");
+      g(c, in, grad_out, grad_in);
+    };
+    f.offload_size = 0;
+    for (const auto& y : outputs_.front()) f.offload_size += y.size();
+    f.offload = [this](const ppsched::StageContext& c, std::span<float> host) {
+      require_kept(c.microbatch, "offload");
+      auto to = host.begin();
+      for (const auto& y : outputs_[static_cast<std::size_t>(c.microbatch)]) to = std::copy(y.begin(), y.end(), to);
+      drop(c.microbatch);
+    };
+    f.reload = [this](const ppsched::StageContext& c, std::span<const float> host) {
+      auto from = host.begin();
+      for (auto& y : outputs_[static_cast<std::size_t>(c.microbatch)]) {
+        std::copy(from, from + static_cast<std::ptrdiff_t>(y.size()), y.begin());
+        from += static_cast<std::ptrdiff_t>(y.size());
+      }
+      kept_[static_cast<std::size_t>(c.microbatch)] = 1;
+    };
+  }
+
+  // The saved tanh output of layer `first + k` for micro-batch `mb`; throws when the forward
+  // did not keep it (or it is offloaded) and nothing restored it.
+  [[nodiscard]] std::span<const float> saved_output(std::int32_t mb, std::size_t k, const char* reader) const {
+    require_kept(mb, reader);
+    return outputs_[static_cast<std::size_t>(mb)][k];
+  }
+
  private:
   Mlp& model_;
   std::size_t first_;
@@ -79,6 +134,20 @@ class MlpStage {
   std::vector<float> scratch_;                            // one layer's pre-activation or input gradient
   std::vector<std::vector<std::vector<float>>> outputs_;  // [mb][layer]: tanh output
   std::vector<std::vector<std::vector<float>>> grads_;    // [mb][layer]: pre-activation gradient
+  std::vector<char> kept_;                                // [mb]: saved outputs present (add_memory_actions)
+  std::vector<float> recomputed_;                         // the output an own recompute discards
+
+  void drop(std::int32_t mb) {
+    for (auto& y : outputs_[static_cast<std::size_t>(mb)]) std::fill(y.begin(), y.end(), std::nanf(""));
+    kept_[static_cast<std::size_t>(mb)] = 0;
+  }
+  void require_kept(std::int32_t mb, const char* reader) const {
+    if (kept_.empty() || kept_[static_cast<std::size_t>(mb)] != 0) return;
+    ppsched::fail({"MlpStage", ppsched::concat(reader, " reads micro-batch ", mb,
+                                                       "'s saved activations, which its forward did not keep"),
+                   ppsched::concat("layers ", first_, "..", last_ - 1),
+                   "Recompute (R) or reload (RELOAD) the micro-batch before its backward"});
+  }
 
   [[nodiscard]] std::span<float> scratch(std::size_t floats) { return std::span<float>(scratch_).first(floats); }
 

@@ -698,6 +698,62 @@ TEST_CASE("Every training schedule runs the GPU MLP as the CPU trains it, on 2 a
   }
 }
 
+// R(s, m) before every backward, or OFFLOAD(s, m) after every forward and RELOAD(s, m) before
+// every backward (tests/training_families.hpp writes the same on the CPU side); overlapped
+// pairs stay adjacent.
+ppsched::Schedule with_memory_actions(ppsched::Schedule s, bool offload) {
+  using ppsched::Op;
+  for (auto& prog : s.programs) {
+    std::vector<ppsched::Action> out;
+    for (std::size_t i = 0; i < prog.size(); ++i) {
+      const ppsched::Action& a = prog[i];
+      const bool second = a.group != 0 && i > 0 && prog[i - 1].group == a.group;
+      const bool first = a.group != 0 && i + 1 < prog.size() && prog[i + 1].group == a.group;
+      if (a.op == Op::B || a.op == Op::BI) {
+        const ppsched::Action before{offload ? Op::RELOAD : Op::R, a.stage, a.microbatch, 0};
+        if (second) {
+          out.insert(out.end() - 1, before);
+        } else {
+          out.push_back(before);
+        }
+      }
+      out.push_back(a);
+      if (offload && a.op == Op::F && !first) out.push_back({Op::OFFLOAD, a.stage, a.microbatch, 0});
+      if (offload && second && prog[i - 1].op == Op::F) {
+        out.push_back({Op::OFFLOAD, prog[i - 1].stage, prog[i - 1].microbatch, 0});
+      }
+    }
+    prog = std::move(out);
+  }
+  return s;
+}
+
+TEST_CASE("Recompute and offload on the GPU give the CPU's bits (copy stream, pinned host pool)", "[gpu][world]") {
+  const int gpus = gpu_count();
+  for (const Family& family : training_families) {
+    for (const bool offload : {false, true}) {
+      const int p = 2;
+      ppsched::ScheduleRequest request;
+      request.ranks = p;
+      request.microbatches = 2 * p;
+      request.chunks = family.chunks;
+      const ppsched::LoweredSchedule schedule =
+          ppsched::lower(with_memory_actions(ppsched::make_schedule(family.name, request), offload));
+      const std::vector<int> devices = ppsched::spread_ranks_over_devices(p, gpus);
+      auto backends = ppsched::make_cuda_backends(devices);
+      GpuMlpRun run(schedule.schedule(), devices);
+      if (offload) {
+        for (std::size_t s = 0; s < run.stages.size(); ++s) run.stages[s]->add_memory_actions(run.functions[s]);
+      }
+      ppsched::World<ppsched::CudaBackend> world(in_rank_order(backends), schedule, run.functions);
+      for (int step = 0; step < 2; ++step) {
+        INFO(family.name << (offload ? " offload" : " recompute") << " step " << step);
+        CHECK(run.step(world) == 0.0);
+      }
+    }
+  }
+}
+
 TEST_CASE("A stage that throws on a GPU rank ends the step with its name; the next step runs", "[gpu][world]") {
   const int gpus = gpu_count();
   const ppsched::Schedule schedule = make_lowered({"1f1b", 1}, 2, 4);

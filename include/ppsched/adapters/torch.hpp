@@ -478,7 +478,12 @@ class TorchStage {
       f.target_size = static_cast<std::size_t>(detail::torch_adapter::element_count(options_.target_shape));
     }
     f.weight_grad_size = weight_floats_;
-    f.forward = [this](std::int32_t mb, std::span<const float> in, std::span<float> out) { forward(mb, in, out); };
+    // Recomputation (an R action after a forward with keep_activation false): the forward
+    // runs under no-grad and keeps no graph; the recompute builds it from the kept input.
+    f.forward = [this](const StageContext& c, std::span<const float> in, std::span<float> out) {
+      forward(c.microbatch, in, out, c.keep_activation);
+    };
+    f.recompute = [this](const StageContext& c, std::span<const float> in) { recompute(c.microbatch, in); };
     f.backward = [this](std::int32_t mb, std::span<const float>, std::span<const float> grad_out,
                         std::span<float> grad_in,
                         std::span<float> weight_grad) { backward(mb, grad_out, grad_in, weight_grad); };
@@ -525,6 +530,7 @@ class TorchStage {
     // every weight gradient from the output).
     bool whole = false;
     std::vector<detail::torch_adapter::WeightRoot> roots;
+    bool dropped = false;  // the forward ran without keeping its graph (keep_activation false)
   };
 
   torch::nn::Sequential module_;
@@ -608,6 +614,12 @@ class TorchStage {
 
   [[nodiscard]] Saved& saved_for_backward(std::int32_t mb) {
     Saved& s = saved(mb);
+    if (!s.output.defined() && s.dropped) {
+      fail({"torch stage",
+            detail::concat("backward of micro-batch ", mb,
+                           ", whose forward kept no graph (keep_activation false) and which nothing recomputed"),
+            "", "Put R(s, m) between F(s, m) and B/BI(s, m) in the schedule"});
+    }
     if (!s.output.defined()) {
       fail({"torch stage", detail::concat("backward of micro-batch ", mb, " without its forward"), "",
             "Run the forward of a micro-batch before its backward (a hand-written schedule may have them swapped)"});
@@ -615,7 +627,19 @@ class TorchStage {
     return s;
   }
 
-  void forward(std::int32_t mb, std::span<const float> in, std::span<float> out) {
+  void forward(std::int32_t mb, std::span<const float> in, std::span<float> out, bool keep = true) {
+    if (!keep) {
+      // No graph, so nothing of the micro-batch stays alive until its recompute; the output
+      // is the same numbers (autograd does not change what a module computes).
+      const torch::NoGradGuard no_grad;
+      Saved& s = saved(mb);
+      s = Saved{};
+      s.dropped = true;
+      const torch::Tensor output = module_->forward(detail::torch_adapter::view(input_, in, "the stage's input"));
+      detail::torch_adapter::write(output_, out, output, "the module's output",
+                                   "Set the stage's output declaration to the module's output for one micro-batch");
+      return;
+    }
     // The rank threads do not inherit the caller's grad mode: the graph is wanted here.
     const torch::AutoGradMode grad_mode(true);
     Saved& s = saved(mb);
@@ -631,6 +655,16 @@ class TorchStage {
                                      : "Set TorchStageOptions::output_shape to the module's output for one micro-batch");
   }
 
+  // R: the forward again from the kept input, with the graph, its output discarded (the
+  // executor's copy of it is the one the next stage received).
+  void recompute(std::int32_t mb, std::span<const float> in) {
+    const torch::AutoGradMode grad_mode(true);
+    Saved& s = saved(mb);
+    s = Saved{};
+    s.input = detail::torch_adapter::view(input_, in, "the stage's input");
+    if (torch::isFloatingType(s.input.scalar_type())) s.input.requires_grad_(true);
+    s.output = module_->forward(s.input);
+  }
   // Writes each parameter's gradient (undefined: unused, left zero) into its slice.
   void write_weight_gradient(std::span<float> weight_grad, const std::vector<std::size_t>& which,
                              const std::vector<torch::Tensor>& grads) const {

@@ -36,6 +36,14 @@ struct StageCost {
   double output_bytes = 0.0;      // sent to the next stage per micro-batch; its gradient comes back the same size
   // The full backward B, when it is not BI + BW (a fused backward is often cheaper).
   std::optional<double> backward{};
+  // Memory actions (docs/execution-model.md, "Memory actions"). What R restores: the part of
+  // activation_bytes that F of a recomputed micro-batch does not keep (default: all of it, full
+  // recomputation). R's time: default forward x recompute_saved_bytes / activation_bytes (the
+  // share of the forward that produced what is restored; forward when activation_bytes is 0).
+  std::optional<double> recompute_saved_bytes{};
+  std::optional<double> recompute{};
+  // What OFFLOAD moves to host memory and RELOAD brings back; default activation_bytes.
+  std::optional<double> offload_bytes{};
 
   friend bool operator==(const StageCost&, const StageCost&) = default;
 };
@@ -58,6 +66,9 @@ struct CostModel {
   // runtime/profile.hpp measures it; calibrate in sim/calibrate.hpp refits it). A B pays it
   // once, a BI and its BW once each.
   double action_overhead = 0.0;
+  // Between each device and its host: OFFLOAD and RELOAD take host_link.transfer_time(bytes) on
+  // the rank's copy lane (free by default, as an unmodelled link is elsewhere; give PCIe's).
+  Interconnect host_link{};
   // Fixed time of every transfer (a send and its receive) on top of link.transfer_time(bytes):
   // posting, matching and waking the two sides, which the link's latency does not count when
   // the link is modelled as free.
@@ -89,6 +100,22 @@ inline void check_stage_cost(const StageCost& c, const std::string& where) {
   check_cost_value(c.activation_bytes, where + ".activation_bytes");
   check_cost_value(c.output_bytes, where + ".output_bytes");
   if (c.backward) check_cost_value(*c.backward, where + ".backward");
+  if (c.recompute) check_cost_value(*c.recompute, where + ".recompute");
+  if (c.recompute_saved_bytes) {
+    check_cost_value(*c.recompute_saved_bytes, where + ".recompute_saved_bytes");
+    if (*c.recompute_saved_bytes > c.activation_bytes) {
+      fail({"cost model",
+            concat("recompute_saved_bytes ", *c.recompute_saved_bytes, " exceeds activation_bytes ", c.activation_bytes),
+            where + ".recompute_saved_bytes", "R restores part of the stored activation: give at most activation_bytes"});
+    }
+  }
+  if (c.offload_bytes) {
+    check_cost_value(*c.offload_bytes, where + ".offload_bytes");
+    if (*c.offload_bytes > c.activation_bytes) {
+      fail({"cost model", concat("offload_bytes ", *c.offload_bytes, " exceeds activation_bytes ", c.activation_bytes),
+            where + ".offload_bytes", "OFFLOAD moves part of the stored activation: give at most activation_bytes"});
+    }
+  }
 }
 
 // Options made for one schedule's sizes, used on another's, would read past the tables.
@@ -208,6 +235,11 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
     fail({"cost model", concat("weight_memory_fraction ", c.weight_memory_fraction, " is outside [0, 1]"),
           "weight_memory_fraction", "what BI keeps for BW is a fraction of a stored activation (default 0.5)"});
   }
+  detail::check_cost_value(c.host_link.latency, "host_link.latency");
+  if (!(c.host_link.bandwidth > 0.0)) {
+    fail({"cost model", concat("host link bandwidth ", c.host_link.bandwidth, " is not positive"), "host_link.bandwidth",
+          "give bytes per time unit between a device and its host, or infinity for free copies"});
+  }
   detail::check_cost_value(c.action_overhead, "action_overhead");
   detail::check_cost_value(c.transfer_overhead, "transfer_overhead");
   if (!(c.fb_overlap >= 0.0 && c.fb_overlap <= 1.0)) {
@@ -242,8 +274,24 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
     s.activation_bytes *= k;
     s.output_bytes *= k;
     if (s.backward) *s.backward *= k;
+    if (s.recompute) *s.recompute *= k;
+    if (s.recompute_saved_bytes) *s.recompute_saved_bytes *= k;
+    if (s.offload_bytes) *s.offload_bytes *= k;
   }
   return s;
+}
+
+// What R of this stage restores (and F of a recomputed micro-batch does not keep), and what
+// OFFLOAD moves: the stage's values, or their defaults (docs/execution-model.md).
+[[nodiscard]] constexpr double recompute_saved_bytes(const StageCost& s) noexcept {
+  return s.recompute_saved_bytes.value_or(s.activation_bytes);
+}
+[[nodiscard]] constexpr double recompute_time(const StageCost& s) noexcept {
+  if (s.recompute) return *s.recompute;
+  return s.activation_bytes > 0.0 ? s.forward * (recompute_saved_bytes(s) / s.activation_bytes) : s.forward;
+}
+[[nodiscard]] constexpr double offload_bytes(const StageCost& s) noexcept {
+  return s.offload_bytes.value_or(s.activation_bytes);
 }
 
 [[nodiscard]] inline double compute_time(const CostModel& c, const Action& a, std::int32_t microbatches) {
@@ -253,8 +301,16 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
     case Op::B: return s.backward.value_or(s.backward_input + s.backward_weight) + c.action_overhead;
     case Op::BI: return s.backward_input + c.action_overhead;
     case Op::BW: return s.backward_weight + c.action_overhead;
-    default: return 0.0;
+    case Op::R: return recompute_time(s) + c.action_overhead;
+    // A copy is issued like an action and moves its bytes over the host link.
+    case Op::OFFLOAD:
+    case Op::RELOAD: return c.host_link.transfer_time(offload_bytes(s)) + c.action_overhead;
+    case Op::SEND_F:
+    case Op::RECV_F:
+    case Op::SEND_B:
+    case Op::RECV_B: return 0.0;  // transfer_time prices communication
   }
+  return 0.0;
 }
 
 // Bytes moved by a communication action: the output of the lower stage of its boundary

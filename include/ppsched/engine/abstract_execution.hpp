@@ -36,8 +36,14 @@ enum class StreamMode : std::uint8_t {
 namespace detail {
 
 // The abstract execution of docs/execution-model.md. Each rank has a compute stream
-// (2r) and a comm stream (2r+1; unused when communication is on the compute stream or the
-// schedule has none). A stream's items are compute actions or communication groups, run
+// (L r) and a comm stream (L r + 1; unused when communication is on the compute stream or the
+// schedule has none), and, when the schedule has OFFLOAD/RELOAD and communication has its own
+// stream, a copy stream (L r + 2): L, `lanes_`, is 3 then and 2 otherwise. With one stream per
+// rank the copies run on it too (only more waits: what completes there completes with three).
+// R is a compute item; a copy item waits for its same-stage link like a compute item and, on a
+// copy stream of its own, for the compute-stream action issued before it on its rank (the
+// event a runtime records at the point of issue): a copy's place in the program is when it
+// may start, so a RELOAD is not pulled forward to right after its OFFLOAD. A stream's items are compute actions or communication groups, run
 // in order. A compute item starts when its stream is free and its dependencies are done; a
 // group is posted when it is at the head and the producers of its sends are done; a
 // transfer runs when both of its sides are posted; a group ends with its last transfer.
@@ -62,10 +68,10 @@ class AbstractExecution {
   // Unit compute time and instant transfers: what validation runs with (any durations
   // decide the same).
   AbstractExecution(const FlatSchedule& flat, StreamMode mode, Buffers* buffers = nullptr)
-      : flat_(flat), mode_(mode), input_delay_(nullptr), buffers_(buffers != nullptr ? *buffers : own_), stream_begin_(buffers_.stream_begin), items_(buffers_.items),
+      : flat_(flat), mode_(mode), lanes_(lanes_for(flat, mode)), input_delay_(nullptr), buffers_(buffers != nullptr ? *buffers : own_), stream_begin_(buffers_.stream_begin), items_(buffers_.items),
         ops_(buffers_.ops), pair_deps_(buffers_.pair_deps), starts_(buffers_.starts), ends_(buffers_.ends),
         streams_(buffers_.streams), worklist_(buffers_.worklist) {
-    build_items([](const Action& a) { return is_compute(a.op) ? 1.0 : 0.0; });
+    build_items([](const Action& a) { return is_compute(a.op) || a.op == Op::R ? 1.0 : 0.0; });
   }
   // duration_of(a): the compute time of action a, or for communication its transfer time
   // (the same on both sides). input_delay (optional, dependency-only runs): added to action
@@ -76,7 +82,7 @@ class AbstractExecution {
   AbstractExecution(const FlatSchedule& flat, StreamMode mode, const DurationOf& duration_of,
                     const std::vector<double>* input_delay = nullptr, double fb_overlap = 0.0,
                     Buffers* buffers = nullptr)
-      : flat_(flat), mode_(mode), input_delay_(input_delay), fb_overlap_(fb_overlap), buffers_(buffers != nullptr ? *buffers : own_), stream_begin_(buffers_.stream_begin), items_(buffers_.items),
+      : flat_(flat), mode_(mode), lanes_(lanes_for(flat, mode)), input_delay_(input_delay), fb_overlap_(fb_overlap), buffers_(buffers != nullptr ? *buffers : own_), stream_begin_(buffers_.stream_begin), items_(buffers_.items),
         ops_(buffers_.ops), pair_deps_(buffers_.pair_deps), starts_(buffers_.starts), ends_(buffers_.ends),
         streams_(buffers_.streams), worklist_(buffers_.worklist) {
     build_items(duration_of);
@@ -136,6 +142,9 @@ class AbstractExecution {
   [[nodiscard]] bool on_comm_stream(std::int32_t i) const noexcept {
     return mode_ == StreamMode::separate_comm_stream && is_comm(flat_.at(i).op);
   }
+  // OFFLOAD/RELOAD on the rank's copy stream (with a separate comm stream; otherwise they share
+  // the rank's one stream).
+  [[nodiscard]] bool on_copy_stream(std::int32_t i) const noexcept { return lanes_ == 3 && is_copy(flat_.at(i).op); }
 
   // After a run that did not complete: one line per stuck stream head, naming what it waits
   // for and where that is.
@@ -159,7 +168,7 @@ class AbstractExecution {
     for (std::size_t st = 0; st < streams; ++st) {
       const std::int32_t it = streams_[st].head;
       if (it == stream_begin_[st + 1]) continue;
-      const auto rank = static_cast<std::int32_t>(st / 2);
+      const auto rank = static_cast<std::int32_t>(st / lanes_);
       const Item& item = items_[static_cast<std::size_t>(it)];
       if (item.count == 0) {
         const Links l = flat_.links(item.first);
@@ -214,8 +223,23 @@ class AbstractExecution {
     double duration;
   };
 
+  [[nodiscard]] static std::size_t lanes_for(const FlatSchedule& flat, StreamMode mode) noexcept {
+    return flat.has_copies && mode == StreamMode::separate_comm_stream ? 3 : 2;
+  }
   [[nodiscard]] std::size_t stream_of(std::int32_t i) const noexcept {
-    return 2 * static_cast<std::size_t>(flat_.owner[static_cast<std::size_t>(i)]) + (on_comm_stream(i) ? 1 : 0);
+    return lanes_ * static_cast<std::size_t>(flat_.owner[static_cast<std::size_t>(i)]) +
+           (on_comm_stream(i) ? 1 : (on_copy_stream(i) ? 2 : 0));
+  }
+  // After item `action` ended on stream st: the rank's other stream of compute and copy work may
+  // be waiting for it (an OFFLOAD for its F, a B for its RELOAD).
+  void wake_copy_partner(std::size_t st, std::int32_t action) {
+    if (lanes_ != 3) return;
+    const std::size_t base = st - st % 3;
+    if (st % 3 == 0) {
+      wake_for(base + 2, action);
+    } else if (st % 3 == 2) {
+      wake_for(base, action);
+    }
   }
 
   // The stream that may be waiting for compute action a (on rank r) to finish in a run
@@ -226,7 +250,7 @@ class AbstractExecution {
     if ((a.op == Op::B || a.op == Op::BI) && a.stage > 0) consumer_stage = a.stage - 1;
     if (consumer_stage < 0) return -1;
     const std::int32_t cr = flat_.rank_of(consumer_stage);
-    return cr != r ? 2 * cr : -1;
+    return cr != r ? static_cast<std::int32_t>(lanes_) * cr : -1;
   }
 
   template <class DurationOf>
@@ -241,10 +265,12 @@ class AbstractExecution {
   // (Pairs: the schedule has overlapped pairs; a separate instance keeps the common build lean.)
   template <bool Pairs, class DurationOf>
   void build_items_of(const DurationOf& duration) {
-    const std::size_t streams = 2 * static_cast<std::size_t>(flat_.ranks);
+    const std::size_t L = lanes_;
+    const std::size_t streams = L * static_cast<std::size_t>(flat_.ranks);
     const bool separate = mode_ == StreamMode::separate_comm_stream;
     std::vector<std::int32_t> counts(streams + 1, 0);
-    // Rank r's items go to stream 2r, or 2r+1 for communication on its own stream.
+    // Rank r's items go to stream L r, L r + 1 for communication on its own stream, L r + 2 for
+    // copies on their own stream.
     for (std::int32_t r = 0; r < flat_.ranks; ++r) {
       const std::int32_t b = flat_.rank_begin[static_cast<std::size_t>(r)];
       const std::int32_t e = flat_.rank_begin[static_cast<std::size_t>(r) + 1];
@@ -264,7 +290,8 @@ class AbstractExecution {
           open_pair = comm ? 0 : a.group;
         }
         if (!comm || a.group == 0 || a.group != open_group) {
-          ++counts[2 * static_cast<std::size_t>(r) + (comm && separate ? 2 : 1)];
+          const std::size_t lane = comm && separate ? 1 : (L == 3 && is_copy(a.op) ? 2 : 0);
+          ++counts[L * static_cast<std::size_t>(r) + lane + 1];
         }
         open_group = comm ? a.group : 0;
       }
@@ -282,18 +309,32 @@ class AbstractExecution {
       const std::int32_t b = flat_.rank_begin[static_cast<std::size_t>(r)];
       const std::int32_t e = flat_.rank_begin[static_cast<std::size_t>(r) + 1];
       // Where this rank's next compute item and next group go (one stream when they share it).
-      std::int32_t fills[2] = {counts[2 * static_cast<std::size_t>(r)], counts[2 * static_cast<std::size_t>(r) + 1]};
+      std::int32_t fills[3] = {counts[L * static_cast<std::size_t>(r)], counts[L * static_cast<std::size_t>(r) + 1],
+                               L == 3 ? counts[L * static_cast<std::size_t>(r) + 2] : 0};
       std::int32_t& compute_fill = fills[0];
       std::int32_t& comm_fill = fills[separate ? 1 : 0];
+      std::int32_t& copy_fill = fills[L == 3 ? 2 : 0];
       // In a lowered schedule a compute's waiter is always its rank's comm stream (its send).
-      const std::int32_t lowered_waiter = separate ? 2 * r + 1 : -1;
+      const std::int32_t lowered_waiter = separate ? static_cast<std::int32_t>(L) * r + 1 : -1;
       Item* open = nullptr;  // the group being extended
       std::uint32_t open_group = 0;
       [[maybe_unused]] std::uint32_t open_pair = 0;
+      std::int32_t last_compute = no_action;  // the latest compute-stream action issued
       const Action* prog = flat_.rank_actions[static_cast<std::size_t>(r)];
       for (std::int32_t i = b; i < e; ++i) {
         const Action& a = prog[i - b];
         const Links l = flat_.links(a);
+        if (is_memory(a.op)) {  // never grouped (the static checks): an item of its own
+          const bool copy_lane = L == 3 && is_copy(a.op);
+          const std::int32_t issued_after = copy_lane && last_compute != l.same_stage ? last_compute : no_action;
+          items_[static_cast<std::size_t>(copy_lane ? copy_fill++ : compute_fill++)] =
+              Item{i, 0, l.same_stage, issued_after, copy_lane || !lowered ? -1 : lowered_waiter, duration(a)};
+          if (!copy_lane) last_compute = i;
+          if constexpr (Pairs) open_pair = 0;
+          open_group = 0;
+          continue;
+        }
+        if (is_compute(a.op)) last_compute = i;
         if (is_compute(a.op)) {
           if constexpr (Pairs) {
             if (a.group != 0 && a.group == open_pair) {  // the second action of a pair
@@ -322,7 +363,8 @@ class AbstractExecution {
         open_group = a.group;
         ++open->count;
         const std::int32_t peer_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage + 1 : a.stage - 1;
-        const auto peer_stream = static_cast<std::int32_t>(2 * flat_.rank_of(peer_stage) + (separate ? 1 : 0));
+        const auto peer_stream =
+            static_cast<std::int32_t>(L * static_cast<std::size_t>(flat_.rank_of(peer_stage)) + (separate ? 1 : 0));
         ops_[next_op++] = CommOp{i, l.peer, is_send(a.op) ? l.same_stage : no_action, peer_stream, duration(a)};
       }
     }
@@ -399,6 +441,7 @@ class AbstractExecution {
         ends_[fi] = free;
         ++head;
         if (item.wake >= 0) wake_for(static_cast<std::size_t>(item.wake), item.first);
+        wake_copy_partner(st, item.first);
         continue;
       }
       if (item.count == pair_item) {
@@ -493,15 +536,18 @@ class AbstractExecution {
       }
     }
     free = t + item.duration;
-    const auto r = static_cast<std::int32_t>(st / 2);
+    const auto r = static_cast<std::int32_t>(st / lanes_);
     for (std::int32_t x = item.first; x < item.first + 2; ++x) {
       starts_[static_cast<std::size_t>(x)] = t;
       ends_[static_cast<std::size_t>(x)] = free;
     }
     for (std::int32_t x = item.first; x < item.first + 2; ++x) {
-      const std::int32_t waiter = flat_.lowered ? (mode_ == StreamMode::separate_comm_stream ? 2 * r + 1 : -1)
+      const std::int32_t waiter = flat_.lowered ? (mode_ == StreamMode::separate_comm_stream
+                                                       ? static_cast<std::int32_t>(lanes_) * r + 1
+                                                       : -1)
                                                 : dependency_waiter(r, flat_.at(x));
       if (waiter >= 0) wake_for(static_cast<std::size_t>(waiter), x);
+      wake_copy_partner(st, x);
     }
     return true;
   }
@@ -516,12 +562,13 @@ class AbstractExecution {
     const std::int32_t it = item_of_[xi];
     const std::int32_t head = streams_[st].head;
     const char* stream_name = mode_ == StreamMode::comm_on_compute_stream ? "stream"
-                              : (st % 2 == 1)                              ? "comm stream"
+                              : (st % lanes_ == 1)                         ? "comm stream"
+                              : (st % lanes_ == 2)                         ? "copy stream"
                                                                            : "compute stream";
     if (it > head) {
       s += concat(", which is behind ", item_text(head), " on rank ", rank, "'s ", stream_name);
     } else if (it == head) {
-      if (is_compute(flat_.at(x).op)) {
+      if (!is_comm(flat_.at(x).op)) {
         s += concat(", which is itself waiting (see rank ", rank, ")");
       } else if (!streams_[st].posted) {
         s += concat(", whose group is not posted yet (see rank ", rank, ")");
@@ -569,6 +616,7 @@ class AbstractExecution {
  private:
   const FlatSchedule& flat_;
   StreamMode mode_;
+  std::size_t lanes_;  // streams per rank: 2, or 3 with a copy stream
   const std::vector<double>* input_delay_;
   double fb_overlap_ = 0.0;
   Buffers own_;

@@ -47,7 +47,8 @@ template <class T>
 using scratch_vector = std::vector<T, uninitialised_allocator<T>>;
 
 // An action's links to others, by index (no_action when none). `same_stage` is its
-// predecessor on its own stage (F for B/BI, BI for BW, the producer for a send); `input` the
+// predecessor on its own stage (F, R or RELOAD for B/BI, BI for BW, the producer for a send,
+// F for R and OFFLOAD, OFFLOAD for RELOAD); `input` the
 // neighbouring stage's contribution (F(s-1) or RECV_F for F, B/BI(s+1) or RECV_B for B/BI);
 // `peer` the matching send or receive.
 struct Links {
@@ -65,7 +66,9 @@ struct FlatSchedule {
   bool lowered = false;       // has communication actions
   bool has_backward = false;  // any B / BI / BW (false: forward-only)
   bool has_pairs = false;     // any compute action with a group (an overlapped pair)
-  std::size_t compute_count = 0;
+  bool has_memory = false;    // any R, OFFLOAD or RELOAD
+  bool has_copies = false;    // any OFFLOAD or RELOAD (a copy lane per rank)
+  std::size_t compute_count = 0;  // actions that are not communication (compute and memory)
   std::vector<std::int32_t> placement;
   std::vector<const Action*> rank_actions;  // each rank's program (the schedule's own storage)
   std::vector<std::vector<Action>> kept;    // programs without communication, when it is skipped
@@ -73,11 +76,13 @@ struct FlatSchedule {
   std::vector<std::int32_t> rank_begin;  // ranks + 1 offsets into actions
   scratch_vector<std::int32_t> slots;  // identity table, no_action when absent
 
-  // The eight actions of one (stage, micro-batch) share a cache line: lookups come in
-  // (stage, micro-batch) neighbourhoods.
+  // The actions of one (stage, micro-batch) share a 64-byte line: lookups come in
+  // (stage, micro-batch) neighbourhoods. A power of two at least op_count.
+  static constexpr std::size_t slot_stride = 16;
+  static_assert(static_cast<std::size_t>(op_count) <= slot_stride);
   [[nodiscard]] std::size_t slot_index(Op op, std::int32_t stage, std::int32_t mb) const noexcept {
     return ((static_cast<std::size_t>(stage) * static_cast<std::size_t>(microbatches) + static_cast<std::size_t>(mb))
-            << 3) +
+            << 4) +
            static_cast<std::size_t>(op);
   }
   [[nodiscard]] std::int32_t find(Op op, std::int32_t stage, std::int32_t mb) const noexcept {
@@ -87,6 +92,15 @@ struct FlatSchedule {
   [[nodiscard]] std::int32_t backward_input(std::int32_t stage, std::int32_t mb) const noexcept {
     const std::int32_t b = find(Op::B, stage, mb);
     return b != no_action ? b : find(Op::BI, stage, mb);
+  }
+  // What the backward of (stage, mb) waits for on its own stage: the action that last made
+  // its stored activation present (R, else RELOAD, else F).
+  [[nodiscard]] std::int32_t activation_source(std::int32_t stage, std::int32_t mb) const noexcept {
+    if (!has_memory) return find(Op::F, stage, mb);
+    const std::int32_t r = find(Op::R, stage, mb);
+    if (r != no_action) return r;
+    const std::int32_t reload = find(Op::RELOAD, stage, mb);
+    return reload != no_action ? reload : find(Op::F, stage, mb);
   }
   [[nodiscard]] std::int32_t rank_of(std::int32_t stage) const noexcept {
     return placement[static_cast<std::size_t>(stage)];
@@ -114,7 +128,7 @@ struct FlatSchedule {
         break;
       case Op::B:
       case Op::BI:
-        l.same_stage = find(Op::F, s, mb);
+        l.same_stage = activation_source(s, mb);
         if (s + 1 < stages) {
           l.input = (lowered && rank_of(s + 1) != rank_of(s)) ? find(Op::RECV_B, s, mb) : backward_input(s + 1, mb);
         }
@@ -130,6 +144,10 @@ struct FlatSchedule {
         break;
       case Op::RECV_F: l.peer = find(Op::SEND_F, s - 1, mb); break;
       case Op::RECV_B: l.peer = find(Op::SEND_B, s + 1, mb); break;
+      // The stage's input is kept on the rank, so R needs only its own forward to have run.
+      case Op::R: l.same_stage = find(Op::F, s, mb); break;
+      case Op::OFFLOAD: l.same_stage = find(Op::F, s, mb); break;
+      case Op::RELOAD: l.same_stage = find(Op::OFFLOAD, s, mb); break;
     }
     return l;
   }

@@ -47,6 +47,9 @@ enum class ProblemKind : std::uint8_t {
   group_not_contiguous,
   pair_order,               // two ranks post their messages to each other in different orders
   deadlock,
+  memory_unmatched,         // R, OFFLOAD or RELOAD without its partners (F, a backward, the other copy) or with both R and OFFLOAD
+  memory_order,             // a memory action out of F -> R -> B/BI or F -> OFFLOAD -> RELOAD -> B/BI on its rank
+  memory_grouped,           // a memory action with a nonzero group
 };
 
 [[nodiscard]] constexpr std::string_view problem_kind_name(ProblemKind k) noexcept {
@@ -77,6 +80,9 @@ enum class ProblemKind : std::uint8_t {
     case ProblemKind::group_not_contiguous: return "group not contiguous";
     case ProblemKind::pair_order: return "pair order";
     case ProblemKind::deadlock: return "deadlock";
+    case ProblemKind::memory_unmatched: return "memory action unmatched";
+    case ProblemKind::memory_order: return "memory action order";
+    case ProblemKind::memory_grouped: return "memory action grouped";
   }
   return "?";
 }

@@ -31,7 +31,7 @@ namespace ppsched::inline PPSCHED_MODE::detail {
   const std::int32_t* const placement = flat.placement.data();
   std::int32_t* const slots = flat.slots.data();
   std::int32_t* const owner = flat.owner.data();
-  bool has_backward = false, lowered = false, has_pairs = false;
+  bool has_backward = false, lowered = false, has_pairs = false, has_memory = false, has_copies = false;
   std::size_t compute_count = 0;
   std::int32_t index = 0;
   for (std::size_t r = 0; r < programs.size(); ++r) {
@@ -50,6 +50,11 @@ namespace ppsched::inline PPSCHED_MODE::detail {
           has_backward = true;
         }
         ++compute_count;
+      } else if (is_memory(a.op)) {
+        if (a.group != 0) return false;
+        has_memory = true;
+        has_copies = has_copies || is_copy(a.op);
+        ++compute_count;
       } else {
         const std::int32_t peer_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage + 1 : a.stage - 1;
         if (static_cast<std::uint32_t>(peer_stage) >= S || placement[static_cast<std::size_t>(peer_stage)] == home) return false;
@@ -63,6 +68,8 @@ namespace ppsched::inline PPSCHED_MODE::detail {
   flat.has_backward = has_backward;
   flat.lowered = lowered;
   flat.has_pairs = has_pairs;
+  flat.has_memory = has_memory;
+  flat.has_copies = has_copies;
   flat.compute_count = compute_count;
   return true;
 }
@@ -94,6 +101,19 @@ namespace ppsched::inline PPSCHED_MODE::detail {
         bin = b != no_action ? b : bi;
         if (bin < f) return false;
         if (bi != no_action && bw < bi) return false;
+      }
+      if (flat.has_memory) {
+        // F -> R -> B/BI, or F -> OFFLOAD -> RELOAD -> B/BI, at most one of the two.
+        constexpr auto R = static_cast<std::size_t>(Op::R);
+        constexpr auto OFFLOAD = static_cast<std::size_t>(Op::OFFLOAD), RELOAD = static_cast<std::size_t>(Op::RELOAD);
+        const std::int32_t r = line[R], off = line[OFFLOAD], rel = line[RELOAD];
+        if (r != no_action || off != no_action || rel != no_action) {
+          if (bin == no_action) return false;
+          if (r != no_action && (off != no_action || rel != no_action)) return false;
+          if ((off == no_action) != (rel == no_action)) return false;
+          if (r != no_action && !(f < r && r < bin)) return false;
+          if (off != no_action && !(f < off && off < rel && rel < bin)) return false;
+        }
       }
       if (next_local) {
         if (next[F] != no_action && next[F] < f) return false;
@@ -171,6 +191,71 @@ inline void check_pairs(const FlatSchedule& flat, ProblemSink& sink) {
                  concat("the pair ", to_string(a), " and ", to_string(b), " at ", at_rank(r, first),
                         " is of one micro-batch, whose backward needs that forward's result (through the loss), "
                         "so the pair could never start; pair the forward with another micro-batch's backward"));
+      }
+    }
+  }
+}
+
+// Memory actions (docs/execution-model.md, "Memory actions"): per (stage, micro-batch), either
+// F -> R -> B/BI or F -> OFFLOAD -> RELOAD -> B/BI on the stage's rank, in program order, and at
+// most one of the two. A duplicate (a second R) is reported by the duplicate check, a missing
+// F by completeness, an action on the wrong rank by the per-action checks.
+inline void check_memory_actions(const FlatSchedule& flat, ProblemSink& sink) {
+  const auto describe = [&](std::int32_t x) {
+    return concat(to_string(flat.at(x)), " (", at_rank(flat.owner[static_cast<std::size_t>(x)], flat.position(x)), ")");
+  };
+  const auto place = [&](std::int32_t x, ProblemKind kind, const std::string& message) {
+    sink.add(kind, flat.owner[static_cast<std::size_t>(x)], flat.position(x), flat.at(x), message);
+  };
+  const auto same_rank = [&](std::int32_t x, std::int32_t y) {
+    return x != no_action && y != no_action && flat.owner[static_cast<std::size_t>(x)] == flat.owner[static_cast<std::size_t>(y)];
+  };
+  // `early` must come before `late` in the rank's program.
+  const auto order = [&](std::int32_t early, std::int32_t late, const char* why) {
+    if (!same_rank(early, late) || early < late) return;
+    place(late, ProblemKind::memory_order,
+          concat(describe(late), " comes before ", describe(early), ", but ", why, "; move ", to_string(flat.at(late)),
+                 " after ", to_string(flat.at(early))));
+  };
+  for (std::int32_t st = 0; st < flat.stages; ++st) {
+    for (std::int32_t mb = 0; mb < flat.microbatches; ++mb) {
+      const std::int32_t r = flat.find(Op::R, st, mb), off = flat.find(Op::OFFLOAD, st, mb);
+      const std::int32_t rel = flat.find(Op::RELOAD, st, mb);
+      if (r == no_action && off == no_action && rel == no_action) continue;
+      const std::int32_t f = flat.find(Op::F, st, mb), bin = flat.backward_input(st, mb);
+      const std::int32_t any = r != no_action ? r : (off != no_action ? off : rel);
+      if (bin == no_action) {
+        place(any, ProblemKind::memory_unmatched,
+              concat(describe(any), " keeps an activation for a backward, but micro-batch ", mb, " on stage ", st,
+                     " has no B or BI in this schedule; remove it (a forward-only step stores nothing)"));
+        continue;
+      }
+      if (r != no_action && (off != no_action || rel != no_action)) {
+        place(r, ProblemKind::memory_unmatched,
+              concat(describe(r), " and ", describe(off != no_action ? off : rel), " both restore micro-batch ", mb,
+                     " on stage ", st, ": an activation is either recomputed or offloaded, not both; remove one"));
+        continue;
+      }
+      if (off != no_action && rel == no_action) {
+        place(off, ProblemKind::memory_unmatched,
+              concat(describe(off), " moves the activation to host memory, but nothing brings it back: add ",
+                     to_string(Action{Op::RELOAD, st, mb, 0}), " before ", to_string(flat.at(bin))));
+        continue;
+      }
+      if (rel != no_action && off == no_action) {
+        place(rel, ProblemKind::memory_unmatched,
+              concat(describe(rel), " brings back an activation that was never offloaded: add ",
+                     to_string(Action{Op::OFFLOAD, st, mb, 0}), " after ", to_string(Action{Op::F, st, mb, 0}),
+                     ", or remove it"));
+        continue;
+      }
+      if (r != no_action) {
+        order(f, r, "R re-runs the forward from the input that F keeps");
+        order(r, bin, "the backward needs the activation R restores");
+      } else {
+        order(f, off, "OFFLOAD copies the activation F stores");
+        order(off, rel, "RELOAD brings back what OFFLOAD moved to host memory");
+        order(rel, bin, "the backward needs the activation RELOAD brings back");
       }
     }
   }

@@ -148,6 +148,7 @@ struct LoweringAccess {
 };
 
 [[nodiscard]] inline double default_lower_time(const Action& a) noexcept { return a.op == Op::B ? 2.0 : 1.0; }
+static_assert(op_count == 11, "default_lower_time: give the new operation its time");
 
 [[nodiscard]] inline bool comm_before(const CommEntry& x, const CommEntry& y) noexcept {
   return x.key < y.key || (x.key == y.key && x.producer < y.producer);
@@ -296,9 +297,11 @@ template <class Duration>
       }
     };
     for (std::size_t k = 0; k < compute_count; ++k) {
-      // Both actions of a pair start together: no communication goes between them.
+      // Both actions of a pair start together: no communication goes between them. Copies run
+      // on their own stream, whose starts are not in step with the compute stream's: they keep
+      // their place, and communication goes by the compute stream's starts alone.
       const double start = ideal.start(static_cast<std::size_t>(begin) + k);
-      while (c < comm_count && merged[c].key <= start) emit_comm();
+      while (!is_copy(compute[k].op) && c < comm_count && merged[c].key <= start) emit_comm();
       *emitted++ = compute[k];
     }
     while (c < comm_count) emit_comm();
@@ -325,7 +328,7 @@ template <class Duration>
   ProblemSink sink(problems, unlisted, 1);
   static_checks(lowered, flat, sink, false, true);  // a lowering: only indexed
   const auto time_of = [&](const Action& a) {
-    return is_compute(a.op) ? duration(a) : options.transfer_time(send_of(a));
+    return is_comm(a.op) ? options.transfer_time(send_of(a)) : duration(a);
   };
   AbstractExecution run(flat, StreamMode::separate_comm_stream, time_of, nullptr, options.fb_overlap, &ws.execution());
   if (!run.run()) return std::numeric_limits<double>::infinity();  // (a lowering cannot deadlock)

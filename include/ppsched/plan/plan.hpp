@@ -10,6 +10,8 @@
 // compare.hpp: evaluate one schedule, compare families, recommend; search.hpp: the search;
 // objective.hpp: what the recommendation minimises (makespan, span, or memory within a time).
 // devices.hpp: N devices split into data x pipeline parallelism (plan_devices).
+// memory_policy.hpp: per-stage recomputation and offload placed into a schedule (apply_memory_policies);
+// memory_choice.hpp: the policies chosen under a memory cap (choose_memory_policies).
 // calibrate.hpp: a measured run refits the profile and re-plans (recalibrate_plan).
 // docs/plan.md is the guide.
 #pragma once
@@ -18,6 +20,8 @@
 #include "ppsched/plan/compare.hpp"
 #include "ppsched/plan/costs.hpp"
 #include "ppsched/plan/devices.hpp"
+#include "ppsched/plan/memory_choice.hpp"
+#include "ppsched/plan/memory_policy.hpp"
 #include "ppsched/plan/model.hpp"
 #include "ppsched/plan/objective.hpp"
 #include "ppsched/plan/search.hpp"

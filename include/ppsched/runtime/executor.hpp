@@ -27,6 +27,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <limits>
@@ -128,6 +129,21 @@ struct StoppedByPeer {};
   }
 }
 
+// The host pool's buffer type: a backend's `host_buffer` (CUDA: pinned memory) when it has
+// `allocate_host`, else its own buffer (host-memory backends).
+template <class B>
+struct host_buffer_of {
+  using type = typename B::buffer;
+};
+template <class B>
+  requires requires(B& b, std::size_t n) {
+    typename B::host_buffer;
+    { b.allocate_host(n) } -> std::same_as<typename B::host_buffer>;
+  }
+struct host_buffer_of<B> {
+  using type = typename B::host_buffer;
+};
+
 }  // namespace detail
 
 template <class B>
@@ -136,6 +152,7 @@ class Executor {
 
  public:
   using Buffer = typename B::buffer;
+  using HostBuffer = typename detail::host_buffer_of<B>::type;
 
   // `stages`: one per stage of the schedule (only those placed on this rank are called);
   // they must outlive the executor. A compute-only schedule is lowered first, with unit
@@ -250,6 +267,12 @@ class Executor {
   [[nodiscard]] const RankStep& last_step() const noexcept { return result_; }
   // Floats held for weight gradients (totals and per-micro-batch or scratch buffers).
   [[nodiscard]] std::size_t gradient_floats() const noexcept { return gradient_floats_; }
+  // Floats of the host pool that OFFLOAD writes and RELOAD reads (plan().host_pools).
+  [[nodiscard]] std::size_t host_floats() const noexcept {
+    std::size_t n = 0;
+    for (std::size_t f : plan_.host_floats) n += f;
+    return n;
+  }
 
  private:
   struct ComputeCall {
@@ -283,11 +306,21 @@ class Executor {
   bool has_backward_ = false;
   std::vector<Buffer> buffers_;
   std::vector<std::span<float>> spans_;
+  std::vector<HostBuffer> host_buffers_;  // the host pool of OFFLOAD / RELOAD (plan_.host_floats)
+  std::vector<std::span<float>> host_spans_;
+  // Checking mode of a host-memory backend (its options().checking): the default recompute's
+  // output must be the forward's, bit for bit. A forward that reads state it does not keep
+  // (or draws randomness not seeded from StageContext::seed) recomputes something else and
+  // gives silently wrong gradients; compared here, it fails the step instead. Per
+  // (stage, micro-batch): the hash of the forward's output, taken when it ran.
+  bool check_recompute_ = false;
+  std::vector<std::uint64_t> forward_hash_;
   std::vector<typename B::event> start_events_;
   std::vector<typename B::event> end_events_;
   typename B::event origin_{};
   typename B::event compute_done_{};
   typename B::event comm_done_{};
+  typename B::event copy_done_{};
   std::vector<StageGradients> grads_;
   std::vector<std::int32_t> grads_of_stage_;  // stage -> index into grads_, or -1
   std::vector<ComputeCall> calls_;
@@ -324,15 +357,16 @@ class Executor {
   std::vector<OptimizerCall> optimizer_calls_;
   std::vector<std::vector<BufferUse<Buffer>>> uses_;
   std::vector<std::string> labels_;          // per action
-  std::vector<std::int32_t> lane_steps_[2];  // step indices per lane, in order
+  std::vector<std::int32_t> lane_steps_[3];  // step indices per stream (compute, comm, copy), in order
   std::size_t gradient_floats_ = 0;
   Batch batch_{};
   std::int64_t step_index_ = -1;       // StageContext::step of the running step
   const void* stream_identity_ = nullptr;  // StageContext::stream
+  const void* copy_identity_ = nullptr;    // StageContext::stream of offload / reload
   RankStep result_;
   StepFaults own_faults_;          // the step's faults when run_step is given none
   std::stop_token step_stop_;      // the running step's; callables read it on the streams
-  std::size_t lane_done_[2] = {};  // steps of each lane known complete in this step
+  std::size_t lane_done_[3] = {};  // steps of each stream known complete in this step
   GradientReducer reducer_;        // data parallelism: see set_gradient_reducer
   std::vector<typename B::event> reduced_;      // per grads_ entry: its sum over replicas is done
   std::vector<std::int32_t> last_weight_step_;  // per grads_ entry: the step of its last B or BW
@@ -340,6 +374,7 @@ class Executor {
   typename B::stream compute_{};
   typename B::stream comm_{};
   typename B::stream reduce_stream_{};  // the data-parallel sums, created with a reducer
+  typename B::stream copy_{};           // OFFLOAD / RELOAD, created when the program has them
 
   [[nodiscard]] const Action& action(std::int32_t index) const {
     return schedule_.programs[static_cast<std::size_t>(rank_)][static_cast<std::size_t>(index)];
@@ -362,7 +397,7 @@ class Executor {
     check_setup();
     if (options_.validate && !proven) (void)validate_or_throw(lowered);  // lower()'s output is proven
     std::vector<StageShape> shapes;
-    for (const StageFunctions& f : stages_) shapes.push_back({input_floats(f), output_floats(f)});
+    for (const StageFunctions& f : stages_) shapes.push_back({input_floats(f), output_floats(f), f.offload_size});
     plan_ = plan_rank(schedule_, rank_, shapes);
     allocate();
   }
@@ -411,6 +446,17 @@ class Executor {
     // so this rank's program tells.
     for (const Action& a : schedule_.programs[static_cast<std::size_t>(rank_)]) {
       has_backward_ = has_backward_ || a.op == Op::B || a.op == Op::BI || a.op == Op::BW;
+    }
+    for (const Action& a : schedule_.programs[static_cast<std::size_t>(rank_)]) {
+      if (!is_copy(a.op)) continue;
+      const StageFunctions& f = stages_[static_cast<std::size_t>(a.stage)];
+      if (f.offload && f.reload) continue;
+      fail({subject,
+            detail::concat("the schedule offloads stage ", a.stage, "'s activations (", to_string(a),
+                           "), but the stage gives no ", f.offload ? "reload" : "offload", " callable"),
+            detail::concat("stage ", a.stage, " (rank ", rank_, ")"),
+            "Set StageFunctions::offload, reload and offload_size (what forward keeps for backward), or recompute "
+            "the stage instead"});
     }
     for (std::int32_t s = 0; s < schedule_.stages(); ++s) {
       if (!holds(s)) continue;
@@ -542,10 +588,42 @@ class Executor {
     }
     for (std::size_t floats : plan_.buffer_floats) buffers_.push_back(b_.allocate(floats));
     for (const Buffer& buf : buffers_) spans_.push_back(b_.span(buf));
+    if (plan_.has_copies) {
+      copy_ = b_.create_stream();
+      if constexpr (requires(B & b, const typename B::stream& st) {
+                      { b.native_handle(st) } -> std::convertible_to<const void*>;
+                    }) {
+        copy_identity_ = b_.native_handle(copy_);
+      } else {
+        copy_identity_ = &copy_;
+      }
+      for (std::size_t floats : plan_.host_floats) {
+        if constexpr (std::same_as<HostBuffer, Buffer>) {
+          if constexpr (requires(B & b, std::size_t f) { b.allocate_host(f); }) {
+            host_buffers_.push_back(b_.allocate_host(floats));
+          } else {
+            host_buffers_.push_back(b_.allocate(floats));
+          }
+        } else {
+          host_buffers_.push_back(b_.allocate_host(floats));
+        }
+      }
+      for (const HostBuffer& h : host_buffers_) host_spans_.push_back(b_.span(h));
+    }
+    if constexpr (requires(B & b) {
+                    { b.options().checking } -> std::convertible_to<bool>;
+                  }) {
+      for (const PlannedStep& st : plan_.steps) check_recompute_ = check_recompute_ || st.drops_activation;
+      check_recompute_ = check_recompute_ && b_.options().checking;
+      if (check_recompute_) {
+        forward_hash_.assign(static_cast<std::size_t>(schedule_.stages()) * static_cast<std::size_t>(schedule_.microbatches), 0);
+      }
+    }
     origin_ = b_.create_event();
     for (auto& e : tied_events_) e = b_.create_event();
     compute_done_ = b_.create_event();
     comm_done_ = b_.create_event();
+    copy_done_ = b_.create_event();
     const std::size_t n = plan_.steps.size();
     for (std::size_t i = 0; i < n; ++i) {
       end_events_.push_back(b_.create_event());
@@ -583,8 +661,16 @@ class Executor {
     uses_.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
       const PlannedStep& st = plan_.steps[i];
-      lane_steps_[st.lane == Lane::compute ? 0 : 1].push_back(static_cast<std::int32_t>(i));
+      lane_steps_[detail::stream_index(st)].push_back(static_cast<std::int32_t>(i));
       calls_[i] = {this, static_cast<std::int32_t>(i)};
+      if (st.copy) {
+        // The host slot, for the race checker: an OFFLOAD writes it, a RELOAD reads it.
+        if constexpr (std::same_as<HostBuffer, Buffer>) {
+          const bool offload = action(st.first_action).op == Op::OFFLOAD;
+          uses_[i].push_back({&host_buffers_[static_cast<std::size_t>(st.host)], offload ? Access::write : Access::read});
+        }
+        continue;
+      }
       if (st.lane != Lane::compute) continue;
       auto& uses = uses_[i];
       if (st.input >= 0) uses.push_back({&buffers_[static_cast<std::size_t>(st.input)], Access::read});
@@ -672,7 +758,7 @@ class Executor {
   }
 
   void issue_all() {
-    lane_done_[0] = lane_done_[1] = 0;
+    lane_done_[0] = lane_done_[1] = lane_done_[2] = 0;
     b_.record(origin_, compute_);
     result_.origin = std::chrono::steady_clock::now();
     for (StageGradients& g : grads_) {
@@ -682,13 +768,19 @@ class Executor {
     if (has_backward_) flush();
     b_.record(compute_done_, compute_);
     b_.record(comm_done_, comm_);
+    if (plan_.has_copies) b_.record(copy_done_, copy_);
   }
 
   void issue(std::size_t i) {
     const PlannedStep& st = plan_.steps[i];
-    auto& stream = st.lane == Lane::compute ? compute_ : comm_;
+    auto& stream = st.copy ? copy_ : st.lane == Lane::compute ? compute_ : comm_;
     if (st.wait_on >= 0) b_.wait(stream, end_events_[static_cast<std::size_t>(st.wait_on)]);
-    if (st.lane == Lane::compute) {
+    if (st.copy_wait >= 0) b_.wait(stream, end_events_[static_cast<std::size_t>(st.copy_wait)]);
+    if (st.copy) {
+      if (options_.record_timeline) b_.record(start_events_[i], stream);
+      b_.launch(stream, HostTask{&Executor::run_copy, &calls_[i], labels_[static_cast<std::size_t>(st.first_action)]},
+                std::span<const BufferUse<Buffer>>(uses_[i]));
+    } else if (st.lane == Lane::compute) {
       const Action& a = action(st.first_action);
       const std::int32_t gi = grads_of_stage_[static_cast<std::size_t>(a.stage)];
       Buffer* part = const_cast<Buffer*>(weight_part(i));
@@ -990,7 +1082,10 @@ class Executor {
       }
       switch (a.op) {
         case Op::F:
+          c.keep_activation = !st.drops_activation;
           call(StageCall::forward, [&] { f.forward(c, in, buffer(st.output)); });
+          c.keep_activation = true;
+          if (check_recompute_ && st.drops_activation) forward_hash_[hash_slot(a)] = hash_of(buffer(st.output));
           // A forward-only step's losses: the loss of the forward's output, its gradient
           // written to a scratch nobody reads.
           // Targets of the wrong size are refused before the step, so a size that does not
@@ -1021,6 +1116,23 @@ class Executor {
         case Op::BW:
           call(StageCall::backward_weight, [&] { f.backward_weight(c, in, buffer(st.grad_output), weight_span(static_cast<std::size_t>(index))); });
           break;
+        case Op::R:
+          // Without a recompute of its own, the stage's forward runs again, keeping this
+          // time, into a scratch output: the same input and seed give the same state.
+          if (f.recompute) {
+            call(StageCall::recompute, [&] { f.recompute(c, in); });
+          } else {
+            call(StageCall::recompute, [&] { f.forward(c, in, buffer(st.output)); });
+            if (check_recompute_ && forward_hash_[hash_slot(a)] != hash_of(buffer(st.output))) {
+              fail({detail::concat("stage ", a.stage),
+                    detail::concat("recomputing micro-batch ", mb,
+                                   " gave another output than its forward (checking mode): the forward reads state it "
+                                   "did not keep, or draws randomness not seeded from StageContext::seed"),
+                    "StageFunctions::forward",
+                    "Make the forward a function of its input and StageContext::seed, or keep what it reads"});
+            }
+          }
+          break;
         default:
           break;
       }
@@ -1028,6 +1140,56 @@ class Executor {
       throw error(detail::concat(label(), ": ", e.what()));
     } catch (...) {
       throw error(detail::concat(label(), ": threw an exception that is not a std::exception"));
+    }
+  }
+
+  [[nodiscard]] std::size_t hash_slot(const Action& a) const noexcept {
+    return static_cast<std::size_t>(a.stage) * static_cast<std::size_t>(schedule_.microbatches) +
+           static_cast<std::size_t>(a.microbatch);
+  }
+  // FNV-1a over the floats' bits: equal outputs, equal hashes; NaNs compare by their bits.
+  [[nodiscard]] static std::uint64_t hash_of(std::span<const float> values) noexcept {
+    std::uint64_t h = 0xcbf29ce484222325ULL;
+    for (const float v : values) {
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, &v, sizeof bits);
+      h = (h ^ bits) * 0x100000001b3ULL;
+    }
+    return h;
+  }
+
+  static void run_copy(void* context) {
+    auto* call = static_cast<ComputeCall*>(context);
+    call->self->copy_action(call->step);
+  }
+
+  // OFFLOAD / RELOAD on the copy stream: the stage moves its saved state of the micro-batch
+  // into or out of its host slot.
+  void copy_action(std::int32_t index) {
+    if (step_stop_.stop_requested()) return;
+    const detail::RunningStepScope scope(&step_stop_);
+    const PlannedStep& st = plan_.steps[static_cast<std::size_t>(index)];
+    const Action& a = action(st.first_action);
+    const StageFunctions& f = stages_[static_cast<std::size_t>(a.stage)];
+    try {
+      const bool offload = a.op == Op::OFFLOAD;
+      StageContext c = context(a.stage, a.microbatch, offload ? StageCall::offload : StageCall::reload);
+      c.stream = copy_identity_;
+      const std::span<float> host = host_spans_[static_cast<std::size_t>(st.host)];
+      auto body = [&] {
+        if (offload) {
+          f.offload(c, host);
+        } else {
+          f.reload(c, std::span<const float>(host));
+        }
+      };
+      around(f, c, body);
+    } catch (const std::exception& e) {
+      throw error(detail::concat("rank ", rank_, ", stage ", a.stage, ", micro-batch ", a.microbatch, ", action ",
+                                 to_string(a), ": ", e.what()));
+    } catch (...) {
+      throw error(detail::concat("rank ", rank_, ", stage ", a.stage, ", micro-batch ", a.microbatch, ", action ",
+                                 to_string(a), ": threw an exception that is not a std::exception"));
     }
   }
 
@@ -1053,7 +1215,8 @@ class Executor {
     // Counted only when a wait times out: a step that ends within a slice queries nothing.
     std::size_t progress = 0;
     Clock::time_point last_progress = Clock::now();
-    for (auto* done : {&compute_done_, &comm_done_}) {
+    for (auto* done : {&compute_done_, &comm_done_, &copy_done_}) {
+      if (done == &copy_done_ && !plan_.has_copies) break;
       for (;;) {
         const Clock::time_point deadline =
             std::min(saturating_deadline(last_progress, options_.watchdog), Clock::now() + slice);
@@ -1061,7 +1224,7 @@ class Executor {
         if (r == WaitResult::done) break;
         if (r == WaitResult::stopped) throw detail::StoppedByPeer{};
         const Clock::time_point now = Clock::now();
-        const std::size_t count = completed_on(0) + completed_on(1);
+        const std::size_t count = completed_on(0) + completed_on(1) + completed_on(2);
         if (count > progress) {
           progress = count;
           last_progress = now;
@@ -1080,11 +1243,13 @@ class Executor {
     for (std::int32_t k = 0; k < st.action_count; ++k) {
       what += detail::concat(k == 0 ? "" : " ", labels_[static_cast<std::size_t>(st.first_action + k)]);
     }
-    if (st.wait_on >= 0 && !b_.query(end_events_[static_cast<std::size_t>(st.wait_on)])) {
-      const PlannedStep& dep = plan_.steps[static_cast<std::size_t>(st.wait_on)];
+    for (const std::int32_t w : {st.wait_on, st.copy_wait}) {
+      if (w < 0 || b_.query(end_events_[static_cast<std::size_t>(w)])) continue;
+      const PlannedStep& dep = plan_.steps[static_cast<std::size_t>(w)];
       return detail::concat(what, " waits for ", labels_[static_cast<std::size_t>(dep.first_action)], " on the ",
-                            dep.lane == Lane::compute ? "compute" : "comm", " stream");
+                            dep.copy ? "copy" : dep.lane == Lane::compute ? "compute" : "comm", " stream");
     }
+    if (st.copy) return detail::concat(what, " is running (a slow or stuck offload / reload callable)");
     if (st.lane == Lane::comm) {
       std::string waits;
       for (const PlannedTransfer& t : st.transfers) {
@@ -1099,14 +1264,17 @@ class Executor {
   [[nodiscard]] error watchdog_error() {
     std::string heads;
     std::string first_action;
-    for (int lane : {1, 0}) {
+    for (int lane : {1, 0, 2}) {
       const std::size_t done = completed_on(lane);
       if (done >= lane_steps_[lane].size()) continue;
       const std::int32_t head = lane_steps_[lane][done];
       if (first_action.empty())
         first_action = labels_[static_cast<std::size_t>(plan_.steps[static_cast<std::size_t>(head)].first_action)];
       heads += detail::concat(heads.empty() ? "" : "; ",
-                              lane == 0 ? "compute stream: " : "comm stream: ", describe_step(head));
+                              lane == 0   ? "compute stream: "
+                              : lane == 1 ? "comm stream: "
+                                          : "copy stream: ",
+                              describe_step(head));
     }
     // Every action done: the step waits in its final work. With data parallelism that is a
     // stage's gradient sum over the replicas first (a replica that has not reached it), and
@@ -1144,8 +1312,9 @@ class Executor {
     // this executor's buffers until it returns, and the next step or the destructor must
     // not meet it. Queued work that has not started is dropped by the abort (or, where a
     // backend runs it anyway, calls no user code: see compute()).
-    for (auto* s : {&compute_, &comm_, &reduce_stream_}) {
+    for (auto* s : {&compute_, &comm_, &reduce_stream_, &copy_}) {
       if (s == &reduce_stream_ && reduced_.empty()) continue;  // no data parallelism: no such stream
+      if (s == &copy_ && !plan_.has_copies) continue;          // no OFFLOAD / RELOAD: no copy stream
       for (;;) {
         try {
           if (b_.synchronize(*s, HostWait{}) != WaitResult::timed_out) break;

@@ -25,9 +25,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "ppsched/error.hpp"
@@ -41,6 +43,7 @@ namespace ppsched::inline PPSCHED_MODE {
 struct StageShape {
   std::size_t input_size = 0;
   std::size_t output_size = 0;
+  std::size_t offload_size = 0;  // floats of the stage's saved state an OFFLOAD moves to host
 };
 
 // One send or receive of a comm step.
@@ -54,10 +57,16 @@ struct PlannedTransfer {
 };
 
 struct PlannedStep {
+  // OFFLOAD and RELOAD run on the rank's copy stream: `lane` is Lane::copy and `copy` is set.
   Lane lane = Lane::compute;
+  bool copy = false;
   std::int32_t first_action = 0;  // index in the rank's program
   std::int32_t action_count = 1;  // > 1 only for a group
-  std::int32_t wait_on = -1;      // a step of the other lane whose end this step waits for
+  // Steps of other streams whose end this step waits for: `wait_on` on the compute or comm
+  // stream (the other one, for a compute or comm step; compute, for a copy step),
+  // `copy_wait` on the copy stream (a backward after its RELOAD).
+  std::int32_t wait_on = -1;
+  std::int32_t copy_wait = -1;
 
   // Compute steps. Buffers are physical indices; -1 means none.
   std::int32_t input = -1;        // F, B, BI, BW: the forward input (-1 with input_from_batch)
@@ -67,6 +76,12 @@ struct PlannedStep {
                                   // on the last stage)
   std::int32_t loss_input = -1;   // last stage's B or BI: the forward output the loss reads
   bool computes_loss = false;
+  // F of a micro-batch the schedule recomputes (an R follows): the stage need not keep what
+  // its backward needs (StageContext::keep_activation false).
+  bool drops_activation = false;
+  // R: `output` is a scratch buffer the default recompute (forward again) writes and nobody
+  // reads. OFFLOAD / RELOAD: the host buffer (index into RankPlan::host_floats).
+  std::int32_t host = -1;
 
   std::vector<PlannedTransfer> transfers;  // comm steps
 };
@@ -85,6 +100,13 @@ struct RankPlan {
   std::vector<PlannedStep> steps;          // in issue order
   std::vector<std::size_t> buffer_floats;  // per physical buffer
   std::vector<BufferPool> pools;           // by size, ascending
+  // The host pool of offloaded activations: a host buffer holds one micro-batch's saved
+  // state from its OFFLOAD to its RELOAD, in issue order, and is then reused by a later
+  // OFFLOAD of the same size (both on the copy stream, so in order): as many as the
+  // schedule has offloaded at once.
+  std::vector<std::size_t> host_floats;  // per host buffer
+  std::vector<BufferPool> host_pools;    // by size, ascending
+  bool has_copies = false;               // any OFFLOAD or RELOAD: the rank needs a copy stream
 
   [[nodiscard]] std::size_t total_floats() const noexcept {
     std::size_t n = 0;
@@ -104,7 +126,14 @@ struct RankPlan {
 
 namespace detail {
 
-enum class ValueKind : std::uint8_t { forward_output, forward_received, grad_received, grad_input, loss_grad };
+enum class ValueKind : std::uint8_t {
+  forward_output,
+  forward_received,
+  grad_received,
+  grad_input,
+  loss_grad,
+  recompute_scratch,
+};
 
 struct PlanValue {
   std::size_t floats = 0;
@@ -115,6 +144,8 @@ struct PlanValue {
 };
 
 [[nodiscard]] constexpr int lane_index(Lane l) noexcept { return l == Lane::compute ? 0 : 1; }
+// The stream a step runs on: 0 compute, 1 comm, 2 copy.
+[[nodiscard]] constexpr int stream_index(const PlannedStep& s) noexcept { return s.copy ? 2 : lane_index(s.lane); }
 
 class RankPlanner {
  public:
@@ -143,6 +174,12 @@ class RankPlanner {
   std::map<Key, std::int32_t> value_of_;
   std::vector<PlanValue> values_;
   std::vector<std::vector<std::int32_t>> reads_;  // per step: values read (for waits)
+  // Memory actions: per (stage, micro-batch), the step of its F, R, OFFLOAD and RELOAD.
+  std::map<std::pair<std::int32_t, std::int32_t>, std::int32_t> forward_step_, recompute_step_, offload_step_,
+      reload_step_;
+  std::vector<std::vector<std::int32_t>> after_;  // per step: steps it depends on beside values
+  std::set<std::pair<std::int32_t, std::int32_t>> backward_seen_;
+  std::int32_t last_compute_ = -1;  // the latest compute step resolved so far
 
   [[nodiscard]] const std::vector<Action>& program() const { return s_.programs[static_cast<std::size_t>(rank_)]; }
   [[nodiscard]] std::string where(std::int32_t index) const {
@@ -201,7 +238,9 @@ class RankPlanner {
       }
       PlannedStep step;
       step.first_action = i;
-      step.lane = is_compute(a.op) ? Lane::compute : Lane::comm;
+      step.lane = is_comm(a.op) ? Lane::comm : is_copy(a.op) ? Lane::copy : Lane::compute;
+      step.copy = is_copy(a.op);
+      plan.has_copies = plan.has_copies || step.copy;
       std::int32_t j = i + 1;
       if (is_comm(a.op) && a.group != 0) {
         while (j < static_cast<std::int32_t>(prog.size()) && is_comm(prog[static_cast<std::size_t>(j)].op) &&
@@ -263,8 +302,50 @@ class RankPlanner {
     return use(p, {ValueKind::grad_received, stage, mb}, step, action, "the gradient of RECV_B");
   }
 
+  // R or OFFLOAD of (stage, micro-batch): after its forward, before its backward, one of the
+  // two at most. Checked here, not only by validate(), because the executor's buffers and
+  // events follow from it: a backward planned before its recompute would read state its
+  // forward did not keep.
+  void memory_action(const RankPlan&, std::map<std::pair<std::int32_t, std::int32_t>, std::int32_t>& steps,
+                     std::pair<std::int32_t, std::int32_t> key, std::int32_t index, std::int32_t ai) {
+    const bool recompute = &steps == &recompute_step_;
+    const char* what = recompute ? "recomputes" : "offloads";
+    if (forward_step_.count(key) == 0) {
+      fail({concat("schedule '", s_.name, "'"), concat(what, " a micro-batch before its forward"), where(ai),
+            "Put R(s, m) or OFFLOAD(s, m) after F(s, m) on the stage's rank"});
+    }
+    if (backward_seen_.count(key) != 0) {
+      fail({concat("schedule '", s_.name, "'"),
+            concat(what, " a micro-batch after its backward, which then read state its forward ",
+                   recompute ? "did not keep" : "still held"),
+            where(ai), "Put R(s, m) or OFFLOAD(s, m) / RELOAD(s, m) before B/BI(s, m)"});
+    }
+    if (recompute_step_.count(key) != 0 || offload_step_.count(key) != 0) {
+      fail({concat("schedule '", s_.name, "'"),
+            steps.count(key) != 0 ? concat(what, " a micro-batch twice")
+                                  : "both recomputes and offloads a micro-batch",
+            where(ai), "Give each (stage, micro-batch) at most one R, or one OFFLOAD and RELOAD"});
+    }
+    steps[key] = index;
+  }
+
+  // B/BI of (stage, micro-batch): its stored activation must be back on the device.
+  void before_backward(const RankPlan&, std::pair<std::int32_t, std::int32_t> key, std::int32_t index,
+                       std::int32_t ai) {
+    backward_seen_.insert(key);
+    if (offload_step_.count(key) == 0) return;
+    const auto reload = reload_step_.find(key);
+    if (reload == reload_step_.end()) {
+      fail({concat("schedule '", s_.name, "'"),
+            "runs a backward whose activation OFFLOAD moved to host and no RELOAD brought back before it", where(ai),
+            "Put RELOAD(s, m) between OFFLOAD(s, m) and B/BI(s, m)"});
+    }
+    after_[static_cast<std::size_t>(index)].push_back(reload->second);
+  }
+
   void resolve_step(RankPlan& plan, std::int32_t index) {
     reads_.resize(plan.steps.size());
+    after_.resize(plan.steps.size());
     PlannedStep& step = plan.steps[static_cast<std::size_t>(index)];
     const std::int32_t last = s_.stages() - 1;
     for (std::int32_t k = 0; k < step.action_count; ++k) {
@@ -273,14 +354,41 @@ class RankPlanner {
       const std::int32_t st = a.stage;
       const std::int32_t mb = a.microbatch;
       // Until assign_buffers, the buffer fields hold value ids.
+      const std::pair<std::int32_t, std::int32_t> key{st, mb};
       switch (a.op) {
         case Op::F:
           step.input = forward_input(plan, st, mb, index, ai);
           step.input_from_batch = st == 0;
           step.output = produce(plan, {ValueKind::forward_output, st, mb}, shape(st).output_size, index, ai);
+          forward_step_[key] = index;
+          break;
+        case Op::R:
+          memory_action(plan, recompute_step_, key, index, ai);
+          step.input = forward_input(plan, st, mb, index, ai);
+          step.input_from_batch = st == 0;
+          step.output = produce(plan, {ValueKind::recompute_scratch, st, mb}, shape(st).output_size, index, ai);
+          plan.steps[static_cast<std::size_t>(forward_step_[key])].drops_activation = true;
+          break;
+        case Op::OFFLOAD:
+          memory_action(plan, offload_step_, key, index, ai);
+          after_[static_cast<std::size_t>(index)].push_back(forward_step_[key]);
+          after_[static_cast<std::size_t>(index)].push_back(last_compute_);
+          break;
+        case Op::RELOAD:
+          if (offload_step_.count(key) == 0 || reload_step_.count(key) != 0) {
+            fail({concat("schedule '", s_.name, "'"),
+                  reload_step_.count(key) != 0 ? "reloads an activation twice" : "reloads an activation it never offloaded",
+                  where(ai), "Give each OFFLOAD(s, m) exactly one RELOAD(s, m), after it and before B/BI(s, m)"});
+          }
+          reload_step_[key] = index;
+          // A copy starts where the program issues it, not earlier: a RELOAD waits for the
+          // compute action before it, so the activation is back when it is needed and not
+          // as soon as it left (docs/execution-model.md; the simulator times it so).
+          after_[static_cast<std::size_t>(index)].push_back(last_compute_);
           break;
         case Op::B:
         case Op::BI:
+          before_backward(plan, key, index, ai);
           step.input = forward_input(plan, st, mb, index, ai);
           step.input_from_batch = st == 0;
           if (st == last) {
@@ -334,9 +442,39 @@ class RankPlanner {
         }
       }
     }
+    if (step.lane == Lane::compute && !step.copy) last_compute_ = index;
   }
 
-  // Gives every value a physical buffer and every step its one cross-lane wait.
+  // Gives each OFFLOAD a host buffer of its stage's offload_size, held until its RELOAD.
+  void assign_host(RankPlan& plan) const {
+    std::map<std::size_t, std::vector<std::int32_t>> free_by_size;
+    std::map<std::pair<std::int32_t, std::int32_t>, std::int32_t> held;
+    for (PlannedStep& step : plan.steps) {
+      if (!step.copy) continue;
+      const Action& a = program()[static_cast<std::size_t>(step.first_action)];
+      const std::pair<std::int32_t, std::int32_t> key{a.stage, a.microbatch};
+      if (a.op == Op::OFFLOAD) {
+        const std::size_t floats = shape(a.stage).offload_size;
+        auto& list = free_by_size[floats];
+        if (list.empty()) {
+          step.host = static_cast<std::int32_t>(plan.host_floats.size());
+          plan.host_floats.push_back(floats);
+        } else {
+          step.host = list.back();
+          list.pop_back();
+        }
+        held[key] = step.host;
+      } else {
+        step.host = held[key];
+        free_by_size[shape(a.stage).offload_size].push_back(step.host);
+      }
+    }
+    std::map<std::size_t, std::int32_t> counts;
+    for (std::size_t f : plan.host_floats) ++counts[f];
+    for (const auto& [floats, count] : counts) plan.host_pools.push_back({floats, count});
+  }
+
+  // Gives every value a physical buffer and every step its cross-stream waits.
   void assign_buffers(RankPlan& plan) {
     const auto n = plan.steps.size();
     std::vector<std::vector<std::int32_t>> produced(n), released(n);
@@ -350,17 +488,20 @@ class RankPlanner {
     };
     std::vector<Physical> physical;
     std::map<std::size_t, std::vector<std::int32_t>> free_by_size;
-    std::int32_t waited[2] = {-1, -1};  // per lane: latest step of the other lane waited for
+    // Per stream: the latest step of each other stream already waited for.
+    std::int32_t waited[3][3] = {{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}};
     for (std::size_t i = 0; i < n; ++i) {
       PlannedStep& step = plan.steps[i];
       const int lane = lane_index(step.lane);
-      std::int32_t needed = -1;
+      const int stream = stream_index(step);
+      std::int32_t needed[3] = {-1, -1, -1};
       auto need = [&](std::int32_t other_step) {
-        if (other_step >= 0 && plan.steps[static_cast<std::size_t>(other_step)].lane != step.lane) {
-          needed = std::max(needed, other_step);
-        }
+        if (other_step < 0) return;
+        const int other = stream_index(plan.steps[static_cast<std::size_t>(other_step)]);
+        if (other != stream) needed[other] = std::max(needed[other], other_step);
       };
       for (std::int32_t v : reads_[i]) need(values_[static_cast<std::size_t>(v)].producer);
+      for (std::int32_t d : after_[i]) need(d);
       for (std::int32_t v : produced[i]) {
         PlanValue& value = values_[static_cast<std::size_t>(v)];
         auto& list = free_by_size[value.floats];
@@ -394,11 +535,19 @@ class RankPlanner {
         p.last_on[1] = value.last_on[1];
         free_by_size[value.floats].push_back(value.physical);
       }
-      if (needed > waited[lane]) {
-        step.wait_on = needed;
-        waited[lane] = needed;
+      // A copy step touches no device value, so it waits on the compute stream only; the
+      // compute and comm streams wait on each other and on the copy stream.
+      const int main_other = stream == 2 ? 0 : 1 - stream;
+      if (needed[main_other] > waited[stream][main_other]) {
+        step.wait_on = needed[main_other];
+        waited[stream][main_other] = needed[main_other];
+      }
+      if (stream != 2 && needed[2] > waited[stream][2]) {
+        step.copy_wait = needed[2];
+        waited[stream][2] = needed[2];
       }
     }
+    assign_host(plan);
     auto physical_of = [&](std::int32_t v) { return v < 0 ? -1 : values_[static_cast<std::size_t>(v)].physical; };
     for (PlannedStep& step : plan.steps) {
       step.input = physical_of(step.input);

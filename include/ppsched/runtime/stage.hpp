@@ -43,7 +43,18 @@
 namespace ppsched::inline PPSCHED_MODE {
 
 // Which callable of a stage runs (StageContext::call).
-enum class StageCall : std::uint8_t { forward, backward, backward_input, backward_weight, loss, optimizer_step };
+// The last three serve the memory actions of a schedule (R, OFFLOAD, RELOAD).
+enum class StageCall : std::uint8_t {
+  forward,
+  backward,
+  backward_input,
+  backward_weight,
+  loss,
+  optimizer_step,
+  recompute,
+  offload,
+  reload,
+};
 
 [[nodiscard]] constexpr std::string_view to_string(StageCall c) noexcept {
   switch (c) {
@@ -59,6 +70,12 @@ enum class StageCall : std::uint8_t { forward, backward, backward_input, backwar
       return "loss";
     case StageCall::optimizer_step:
       return "optimizer_step";
+    case StageCall::recompute:
+      return "recompute";
+    case StageCall::offload:
+      return "offload";
+    case StageCall::reload:
+      return "reload";
   }
   return "?";
 }
@@ -95,6 +112,12 @@ struct StageContext {
   std::stop_token stop{};  // requested once the step has failed (as step_stop_token())
   std::uint64_t seed = 0;  // stage_seed(ExecutorOptions::seed, step, stage, microbatch)
   std::span<const SideInput> side_inputs{};  // the batch's (Batch::side_inputs)
+  // Whether this call must keep what the micro-batch's backward needs. False only in a
+  // forward whose micro-batch the schedule recomputes (an R action follows it): the point
+  // of recomputation is that nothing is held between the forward and the recompute, so a
+  // stage that honours the flag saves the memory; one that ignores it keeps its state
+  // twice over and stays correct (the recompute overwrites it with the same values).
+  bool keep_activation = true;
 
   // This micro-batch's slice of side input k, as T (T must be its dtype).
   template <class T>
@@ -268,6 +291,27 @@ struct StageFunctions {
       loss;
   // After the flush (every backward of the step done): apply the accumulated gradient.
   StageCallable<void(std::span<const float> weight_grad), false> optimizer_step;
+
+  // Memory actions (docs/runtime.md, "Recomputation and offload"). All optional.
+  //
+  // R (recompute): restore, from the kept forward input, what the micro-batch's backward
+  // needs, after a forward that ran with `keep_activation` false. Unset, the executor calls
+  // `forward` again (keep_activation true, StageContext::call == recompute) into a scratch
+  // output it discards, so existing stage code is recomputed as it is.
+  StageCallable<void(std::span<const float> input)> recompute;
+  // OFFLOAD / RELOAD: the stage's saved state of a micro-batch (what forward kept for
+  // backward: ppsched cannot see it, it lives in the callables) moves to a host buffer of
+  // `offload_size` floats that the executor owns — pinned memory on CUDA, from a pool sized
+  // by the schedule's peak of micro-batches offloaded at once — and back before backward.
+  // They run on the rank's copy stream (StageContext::stream; on CUDA enqueue
+  // cudaMemcpyAsync there), not on the compute stream, so they overlap compute; the
+  // executor orders OFFLOAD after the forward and the backward after RELOAD with events.
+  // `offload` may release the device memory once its copy is done; `reload` writes it back.
+  // A schedule with OFFLOAD for a stage that sets neither is refused when the executor is
+  // built.
+  std::size_t offload_size = 0;
+  StageCallable<void(std::span<float> host)> offload;
+  StageCallable<void(std::span<const float> host)> reload;
   // Optional: wraps every call of this stage's callables, on the thread that runs it. It
   // must run `call()` exactly once (the step fails otherwise); what it sets around it
   // (torch::NoGradGuard, an autocast scope, a profiler range) holds for the call.

@@ -27,9 +27,16 @@ enum class Op : std::uint8_t {
   RECV_F,  // receive activation from the previous stage
   SEND_B,  // send gradient to the previous stage
   RECV_B,  // receive gradient from the next stage
+  // Memory actions (docs/execution-model.md, "Memory actions"). On the rank that owns stage s,
+  // per micro-batch m, either F -> R -> B/BI or F -> OFFLOAD -> RELOAD -> B/BI, never both.
+  R,        // recompute: re-run F(s, m) from its kept input, keeping what its backward needs
+  OFFLOAD,  // move F(s, m)'s stored activation to host memory (copy lane)
+  RELOAD,   // bring it back before its backward (copy lane)
 };
 
-inline constexpr int op_count = 8;
+// Appended values keep the numbering of the first eight (CSV codes, fuzz seeds, tables indexed
+// by Op): code that loops to op_count or switches over Op must handle the memory actions.
+inline constexpr int op_count = 11;
 
 [[nodiscard]] constexpr std::string_view op_name(Op op) noexcept {
   switch (op) {
@@ -41,6 +48,9 @@ inline constexpr int op_count = 8;
     case Op::RECV_F: return "RECV_F";
     case Op::SEND_B: return "SEND_B";
     case Op::RECV_B: return "RECV_B";
+    case Op::R: return "R";
+    case Op::OFFLOAD: return "OFFLOAD";
+    case Op::RELOAD: return "RELOAD";
   }
   return "?";
 }
@@ -48,9 +58,16 @@ inline constexpr int op_count = 8;
 [[nodiscard]] constexpr bool is_compute(Op op) noexcept {
   return op == Op::F || op == Op::B || op == Op::BI || op == Op::BW;
 }
-[[nodiscard]] constexpr bool is_comm(Op op) noexcept { return !is_compute(op); }
 [[nodiscard]] constexpr bool is_send(Op op) noexcept { return op == Op::SEND_F || op == Op::SEND_B; }
 [[nodiscard]] constexpr bool is_recv(Op op) noexcept { return op == Op::RECV_F || op == Op::RECV_B; }
+// Point-to-point communication only: the memory actions are neither compute nor comm (R runs
+// on the compute stream, OFFLOAD/RELOAD on the rank's copy lane, and neither talks to a peer).
+[[nodiscard]] constexpr bool is_comm(Op op) noexcept { return is_send(op) || is_recv(op); }
+[[nodiscard]] constexpr bool is_memory(Op op) noexcept {
+  return op == Op::R || op == Op::OFFLOAD || op == Op::RELOAD;
+}
+// OFFLOAD and RELOAD: the actions of the copy lane.
+[[nodiscard]] constexpr bool is_copy(Op op) noexcept { return op == Op::OFFLOAD || op == Op::RELOAD; }
 // Operations that carry data towards the last stage (forward direction).
 [[nodiscard]] constexpr bool is_forward_direction(Op op) noexcept {
   return op == Op::F || op == Op::SEND_F || op == Op::RECV_F;

@@ -30,6 +30,12 @@
 // id another action of the row shares) is written "(0F1;1B0)OVERLAP_F_B#5", so that every
 // schedule reads back exactly; schedules of ppsched's generators and lower() never need it.
 //
+// Memory actions (recompute R, OFFLOAD, RELOAD) have no PyTorch spelling: PyTorch's action set
+// has no recomputation, and its offload is not an action. They are written with ppsched's
+// names, "1R0", "1OFFLOAD0", "1RELOAD0" (R is recompute; receives are always RECV_F / RECV_B),
+// and read back exactly; PyTorch's _load_csv rejects such a file, so strip them
+// (strip_memory_actions in schedule/schedule.hpp) before handing a schedule to PyTorch.
+//
 // Actions PyTorch has and ppsched does not: UNSHARD, RESHARD and REDUCE_GRAD (FSDP and
 // gradient-reduction bookkeeping with no micro-batch and no data between stages) are
 // skipped on reading, or rejected with CsvReadOptions::skip_pytorch_only_actions = false.
@@ -156,7 +162,7 @@ namespace detail {
 
 inline constexpr std::string_view csv_cell_grammar =
     "write each cell as <stage><op><micro-batch> with op one of F, B, I (or BI), W (or BW), SEND_F, RECV_F, "
-    "SEND_B, RECV_B, e.g. 0F1, 1I0, 1W0, 2SEND_F3; a cell may end in #<group>; an overlapped pair is "
+    "SEND_B, RECV_B, R, OFFLOAD, RELOAD, e.g. 0F1, 1I0, 1W0, 2SEND_F3, 1R0; a cell may end in #<group>; an overlapped pair is "
     "(<action>;<action>)OVERLAP_F_B; leave a cell empty for an idle step";
 
 // One cell's position, for messages: rows and columns count from 1 as a spreadsheet shows
@@ -295,12 +301,15 @@ struct ParsedCell {
       {"RECV_F", Op::RECV_F},
       {"SEND_B", Op::SEND_B},
       {"RECV_B", Op::RECV_B},
+      {"OFFLOAD", Op::OFFLOAD},
+      {"RELOAD", Op::RELOAD},
       {"BI", Op::BI},
       {"BW", Op::BW},
       {"F", Op::F},
       {"B", Op::B},
       {"I", Op::BI},
       {"W", Op::BW},
+      {"R", Op::R},  // after every longer spelling that starts with R
   };
   const Spelling* found = nullptr;
   for (const Spelling& sp : spellings)

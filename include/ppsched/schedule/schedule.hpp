@@ -5,6 +5,7 @@
 
 #include "ppsched/config.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -40,6 +41,15 @@ inline std::ostream& operator<<(std::ostream& out, const Schedule& s) {
     out << '\n';
   }
   return out;
+}
+
+// The schedule without its memory actions (R, OFFLOAD, RELOAD): the same step keeping every
+// activation, e.g. for PyTorch, whose action set has none, or for a runtime that runs none.
+[[nodiscard]] inline Schedule strip_memory_actions(Schedule s) {
+  for (auto& prog : s.programs) {
+    prog.erase(std::remove_if(prog.begin(), prog.end(), [](const Action& a) { return is_memory(a.op); }), prog.end());
+  }
+  return s;
 }
 
 }  // namespace ppsched

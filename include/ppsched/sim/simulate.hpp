@@ -73,6 +73,14 @@ struct SimRankStats {
   double idle_in_span = 0.0;  // span - busy
 };
 
+// Activation memory of one rank just after a change (docs/execution-model.md, "Memory").
+struct MemorySample {
+  double time = 0.0;
+  double activations = 0.0;  // stored stage activations (each 1, parts for R, copies, BI..BW)
+  double bytes = 0.0;        // with the cost model's activation_bytes; 0 without
+  friend bool operator==(const MemorySample&, const MemorySample&) = default;
+};
+
 struct SimResult {
   Timeline timeline;
   double makespan = 0.0;
@@ -83,6 +91,12 @@ struct SimResult {
   std::vector<RankMemory> memory;                  // per rank: stored stage activations and bytes (validate/report.hpp)
   std::vector<std::int32_t> stage_peak_in_flight;  // per stage
   bool lowered_internally = false;                 // the input was compute-only and was lowered
+  // Per rank, memory over the simulated time: allocations at an action's start (F, R, RELOAD),
+  // frees at its end (OFFLOAD, B, BI, BW; frees first where times tie). Unlike `memory` (the
+  // program order's count, as validate() gives it), it sees when the copy lane really moved the
+  // bytes. Its maximum per rank is `timed_peak`.
+  std::vector<std::vector<MemorySample>> memory_over_time;
+  std::vector<MemorySample> timed_peak;
 };
 
 namespace detail {
@@ -92,6 +106,69 @@ namespace detail {
   for (const Problem& p : report.problems) list += "\n  - " + p.message;
   if (report.unlisted_problems != 0) list += concat("\n  - ... and ", report.unlisted_problems, " more");
   fail({"simulate: schedule '" + s.name + "'", "is not valid:" + list, "", "validate() lists every problem with its fix"});
+}
+
+// SimResult::memory_over_time from the run's times (the walk of validate/memory.hpp, in time).
+template <class Fractions>
+void memory_over_time(const FlatSchedule& flat, const AbstractExecution& run, const CostModel& cost,
+                      const Fractions& fractions, SimResult& result) {
+  const auto ranks = static_cast<std::size_t>(flat.ranks);
+  result.memory_over_time.assign(ranks, {});
+  result.timed_peak.assign(ranks, MemorySample{});
+  if (!flat.has_backward) return;
+  const std::int32_t M = flat.microbatches;
+  const double w = cost.weight_memory_fraction;
+  struct Event {
+    double time;
+    int frees;  // 0: a free, 1: an allocation (frees first at one time)
+    double share;
+    double bytes;
+  };
+  for (std::size_t r = 0; r < ranks; ++r) {
+    std::vector<Event> events;
+    const std::int32_t begin = flat.rank_begin[r], end = flat.rank_begin[r + 1];
+    for (std::int32_t i = begin; i < end; ++i) {
+      const Action& a = flat.at(i);
+      if (is_comm(a.op)) continue;
+      const auto ii = static_cast<std::size_t>(i);
+      const double size = stage_cost(cost, a.stage, a.microbatch, M).activation_bytes;
+      const MemoryFractions f = fractions(a.stage);
+      const auto alloc = [&](double share) { events.push_back({run.start(ii), 1, share, share * size}); };
+      const auto release = [&](double share) { events.push_back({run.end(ii), 0, -share, -share * size}); };
+      switch (a.op) {
+        case Op::F: alloc(flat.find(Op::R, a.stage, a.microbatch) != no_action ? 1.0 - f.recompute : 1.0); break;
+        case Op::R: alloc(f.recompute); break;
+        case Op::RELOAD: alloc(f.offload); break;
+        case Op::OFFLOAD: release(f.offload); break;
+        case Op::B: release(1.0); break;
+        case Op::BI: release(1.0 - w); break;
+        case Op::BW: release(w); break;
+        case Op::SEND_F:
+        case Op::RECV_F:
+        case Op::SEND_B:
+        case Op::RECV_B: break;
+      }
+    }
+    std::stable_sort(events.begin(), events.end(),
+                     [](const Event& x, const Event& y) { return x.time < y.time || (x.time == y.time && x.frees < y.frees); });
+    MemorySample now;
+    auto& samples = result.memory_over_time[r];
+    samples.reserve(events.size());
+    for (const Event& e : events) {
+      now.time = e.time;
+      now.activations += e.share;
+      now.bytes += e.bytes;
+      if (!samples.empty() && samples.back().time == e.time) {
+        samples.back() = now;
+      } else {
+        samples.push_back(now);
+      }
+      if (now.bytes > result.timed_peak[r].bytes ||
+          (now.bytes == result.timed_peak[r].bytes && now.activations > result.timed_peak[r].activations)) {
+        result.timed_peak[r] = now;
+      }
+    }
+  }
 }
 
 // The run of `input` (lowered, or compute-only for an ideal_communication run), whose static
@@ -127,14 +204,14 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
                             !(a.op == Op::SEND_B && st == 0) && !(a.op == Op::RECV_B && st + 1 == flat.stages);
         if (exists) {
           table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(op)] =
-              is_compute(a.op) ? compute_time(cost, a, M) : transfer_time(cost, a, M);
+              is_comm(a.op) ? transfer_time(cost, a, M) : compute_time(cost, a, M);
         }
       }
     }
   }
   auto duration = [&](const Action& a) {
     if (per_stage) return table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)];
-    return is_compute(a.op) ? compute_time(cost, a, M) : transfer_time(cost, a, M);
+    return is_comm(a.op) ? transfer_time(cost, a, M) : compute_time(cost, a, M);
   };
   if (!flat.lowered) {
     input_delay.assign(n, 0.0);
@@ -181,7 +258,7 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
     for (std::int32_t i = begin; i < end; ++i) {
       const auto ii = static_cast<std::size_t>(i);
       const Action& a = prog[i - begin];
-      if (is_comm(a.op)) continue;
+      if (is_comm(a.op) || run.on_copy_stream(i)) continue;
       if (!seen) st.first_start = run.start(ii);
       seen = true;
       st.last_end = run.end(ii);
@@ -221,27 +298,37 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
   result.bubble_fraction = result.makespan > 0.0 ? idle / (static_cast<double>(ranks) * result.makespan) : 0.0;
   result.bubble_vs_ideal = result.ideal_time > 0.0 ? (result.makespan - result.ideal_time) / result.ideal_time : 0.0;
 
+  const MemoryModel shares = memory_model_for(cost, flat.stages);
+  const auto fractions = [&shares](std::int32_t stage) {
+    const auto st = static_cast<std::size_t>(stage);
+    return detail::MemoryFractions{shares.recompute_fraction.empty() ? 1.0 : shares.recompute_fraction[st],
+                                   shares.offload_fraction.empty() ? 1.0 : shares.offload_fraction[st]};
+  };
   if (cost.per_microbatch.empty() && cost.microbatch_scale.empty()) {
-    const std::vector<double> bytes = memory_model_for(cost, flat.stages).activation_bytes;
+    const std::vector<double>& bytes = shares.activation_bytes;
     detail::measure_memory(
         flat, cost.weight_memory_fraction,
-        [&bytes](std::int32_t stage, std::int32_t) { return bytes[static_cast<std::size_t>(stage)]; }, report);
+        [&bytes](std::int32_t stage, std::int32_t) { return bytes[static_cast<std::size_t>(stage)]; }, fractions,
+        report);
   } else {
     detail::measure_memory(
         flat, cost.weight_memory_fraction,
         [&cost, M](std::int32_t stage, std::int32_t mb) { return stage_cost(cost, stage, mb, M).activation_bytes; },
-        report);
+        fractions, report);
   }
   result.memory = std::move(report.memory);
   result.stage_peak_in_flight = std::move(report.stage_peak_in_flight);
+  detail::memory_over_time(flat, run, cost, fractions, result);
 
   result.timeline.ranks = flat.ranks;
   result.timeline.unit = cost.unit;
   if (options.record_timeline) {
     result.timeline.spans.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
-      const bool comm_lane = run.on_comm_stream(static_cast<std::int32_t>(i));
-      result.timeline.spans[i] = Span{flat.owner[i], flat.at(static_cast<std::int32_t>(i)), comm_lane ? Lane::comm : Lane::compute, run.start(i), run.end(i)};
+      const Lane lane = run.on_comm_stream(static_cast<std::int32_t>(i))   ? Lane::comm
+                        : run.on_copy_stream(static_cast<std::int32_t>(i)) ? Lane::copy
+                                                                           : Lane::compute;
+      result.timeline.spans[i] = Span{flat.owner[i], flat.at(static_cast<std::int32_t>(i)), lane, run.start(i), run.end(i)};
     }
     for (const auto& [i, split] : pair_splits) {
       result.timeline.spans[i].end = split;

@@ -55,6 +55,10 @@ struct AsciiOptions {
     case Op::RECV_F: return 'r';
     case Op::SEND_B: return 'S';
     case Op::RECV_B: return 'R';
+    // 'R' is taken by RECV_B: recompute is C, and the copies O(ffload) and L(oad).
+    case Op::R: return 'C';
+    case Op::OFFLOAD: return 'O';
+    case Op::RELOAD: return 'L';
   }
   return '?';
 }

@@ -47,7 +47,7 @@ struct ChromeTraceOptions {
   return std::int64_t{rank} + 1;
 }
 [[nodiscard]] constexpr std::int64_t chrome_trace_tid(Lane lane) noexcept {
-  return lane == Lane::compute ? 1 : 2;
+  return lane == Lane::compute ? 1 : (lane == Lane::comm ? 2 : 3);
 }
 
 // "F3", "SEND_B12": the event name of an action.

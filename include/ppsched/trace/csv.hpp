@@ -42,7 +42,7 @@ inline void write_timeline_csv(std::ostream& out, const Timeline& timeline) {
     return std::make_tuple(a->rank, a->start, a->lane) < std::make_tuple(b->rank, b->start, b->lane);
   });
   for (const Span* s : order) {
-    out << std::to_string(s->rank) << ',' << (s->lane == Lane::compute ? "compute" : "comm") << ','
+    out << std::to_string(s->rank) << ',' << lane_name(s->lane) << ','
         << op_name(s->action.op) << ',' << std::to_string(s->action.stage) << ','
         << std::to_string(s->action.microbatch) << ',' << std::to_string(s->action.group) << ','
         << detail::format_shortest(s->start) << ',' << detail::format_shortest(s->end) << '\n';
@@ -133,10 +133,10 @@ namespace detail {
     };
     Span span;
     span.rank = integer(0, "rank");
-    if (cells[1] != "compute" && cells[1] != "comm") {
-      fail({subject, concat("lane \"", cells[1], "\""), concat(where, ", column 2"), "the lane is compute or comm"});
+    if (cells[1] != "compute" && cells[1] != "comm" && cells[1] != "copy") {
+      fail({subject, concat("lane \"", cells[1], "\""), concat(where, ", column 2"), "the lane is compute, comm or copy"});
     }
-    span.lane = cells[1] == "compute" ? Lane::compute : Lane::comm;
+    span.lane = cells[1] == "compute" ? Lane::compute : (cells[1] == "comm" ? Lane::comm : Lane::copy);
     bool known = false;
     for (int op = 0; op < op_count; ++op) {
       if (op_name(static_cast<Op>(op)) == cells[2]) {
@@ -146,7 +146,7 @@ namespace detail {
     }
     if (!known) {
       fail({subject, concat("operation \"", cells[2], "\""), concat(where, ", column 3"),
-            "the operations are F, B, BI, BW, SEND_F, RECV_F, SEND_B, RECV_B"});
+            "the operations are F, B, BI, BW, SEND_F, RECV_F, SEND_B, RECV_B, R, OFFLOAD, RELOAD"});
     }
     span.action.stage = integer(3, "stage");
     span.action.microbatch = integer(4, "micro-batch");

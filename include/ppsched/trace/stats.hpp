@@ -65,6 +65,9 @@ namespace ppsched::inline PPSCHED_MODE {
     case Op::RECV_F: return "receive activation";
     case Op::SEND_B: return "send gradient";
     case Op::RECV_B: return "receive gradient";
+    case Op::R: return "recompute forward";
+    case Op::OFFLOAD: return "offload activation";
+    case Op::RELOAD: return "reload activation";
   }
   return "?";
 }
@@ -125,12 +128,12 @@ struct Interval {
 // The spans of each rank and lane, each list in order of start (ties in timeline order):
 // lanes[rank][0] is the compute lane, lanes[rank][1] the comm lane. The writers draw from
 // it so that a large timeline is bucketed once rather than scanned per rank.
-[[nodiscard]] inline std::vector<std::array<std::vector<const Span*>, 2>> spans_by_rank_and_lane(
+[[nodiscard]] inline std::vector<std::array<std::vector<const Span*>, 3>> spans_by_rank_and_lane(
     const Timeline& timeline) {
-  std::vector<std::array<std::vector<const Span*>, 2>> lanes(
+  std::vector<std::array<std::vector<const Span*>, 3>> lanes(
       static_cast<std::size_t>(std::max(timeline.ranks, 0)));
   for (const Span& s : timeline.spans) {
-    lanes[static_cast<std::size_t>(s.rank)][s.lane == Lane::compute ? 0 : 1].push_back(&s);
+    lanes[static_cast<std::size_t>(s.rank)][static_cast<std::size_t>(s.lane)].push_back(&s);
   }
   for (auto& rank : lanes) {
     for (auto& lane : rank) {

@@ -52,13 +52,17 @@ struct SvgOptions {
     case Op::RECV_F: return "#A8D5F2";
     case Op::SEND_B: return "#F0E442";
     case Op::RECV_B: return "#D55E00";
+    // Memory actions in greys: recompute dark (it occupies the compute lane), the copies light.
+    case Op::R: return "#4D4D4D";
+    case Op::OFFLOAD: return "#BBBBBB";
+    case Op::RELOAD: return "#DDDDDD";
   }
   return "#808080";
 }
 
 // Text colour readable on svg_fill(op).
 [[nodiscard]] constexpr std::string_view svg_text_fill(Op op) noexcept {
-  return op == Op::F || op == Op::B || op == Op::RECV_B ? "#ffffff" : "#000000";
+  return op == Op::F || op == Op::B || op == Op::RECV_B || op == Op::R ? "#ffffff" : "#000000";
 }
 
 namespace detail {

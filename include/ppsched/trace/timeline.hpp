@@ -7,15 +7,26 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ppsched/schedule/action.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 
-// Where an action ran on its rank. Compute actions run on the compute lane; communication
-// on the comm lane unless the run put communication on the compute stream.
-enum class Lane : std::uint8_t { compute, comm };
+// Where an action ran on its rank. Compute actions (and R) run on the compute lane;
+// communication on the comm lane unless the run put communication on the compute stream;
+// OFFLOAD and RELOAD on the copy lane (or the compute lane when one stream runs everything).
+enum class Lane : std::uint8_t { compute, comm, copy };
+
+[[nodiscard]] constexpr std::string_view lane_name(Lane lane) noexcept {
+  switch (lane) {
+    case Lane::compute: return "compute";
+    case Lane::comm: return "comm";
+    case Lane::copy: return "copy";
+  }
+  return "?";
+}
 
 struct Span {
   std::int32_t rank = 0;

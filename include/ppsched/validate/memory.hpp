@@ -18,15 +18,24 @@
 namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
+// What share of a stage's stored activation R restores, and OFFLOAD moves.
+struct MemoryFractions {
+  double recompute = 1.0;
+  double offload = 1.0;
+};
+
 // Peak activation memory per rank. Memory on a rank changes only at its compute actions,
 // which run in program order on one stream, so the peak is a property of the order alone.
 // An overlapped pair holds its forward's new activation while its backward still holds the
 // one it frees, so the pair's forward counts first whatever the order of the two.
 // A forward-only schedule stores nothing for a backward.
-// `bytes_of(stage, mb)` is the size of one stored activation.
+// `bytes_of(stage, mb)` is the size of one stored activation; `fractions(stage)` what share of
+// it R restores and OFFLOAD moves (MemoryFractions). The memory actions count where they stand
+// in the program, as if each copy ended where it is issued: simulate() times the copy lane.
 // (Pairs: the schedule has overlapped pairs; a separate instance keeps the common walk lean.)
-template <bool Pairs, class BytesOf>
-void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& bytes_of, ValidationReport& report) {
+template <bool Pairs, class BytesOf, class Fractions>
+void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& bytes_of, const Fractions& fractions,
+                         ValidationReport& report) {
   std::vector<std::int32_t> stage_now(static_cast<std::size_t>(flat.stages), 0);
   // M_B (validate/report.hpp): a stored activation of a stage weighs 1 / (stages on its rank).
   std::vector<double> weight(static_cast<std::size_t>(flat.stages), 1.0);
@@ -37,11 +46,34 @@ void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& byte
       weight[st] = 1.0 / per_rank[static_cast<std::size_t>(flat.placement[st])];
     }
   }
+  // (stage, micro-batch) pairs with an R: their F keeps only what R does not restore.
+  std::vector<bool> recomputed;
+  for (std::int32_t r = 0; r < flat.ranks; ++r) {
+    const Action* const prog = flat.rank_actions[static_cast<std::size_t>(r)];
+    const std::int32_t count = flat.rank_begin[static_cast<std::size_t>(r) + 1] - flat.rank_begin[static_cast<std::size_t>(r)];
+    for (std::int32_t k = 0; k < count; ++k) {
+      const Action& a = prog[k];
+      if (a.op != Op::R || a.stage < 0 || a.stage >= flat.stages || a.microbatch < 0 || a.microbatch >= flat.microbatches)
+        continue;
+      if (recomputed.empty()) recomputed.assign(static_cast<std::size_t>(flat.stages) * static_cast<std::size_t>(flat.microbatches), false);
+      recomputed[static_cast<std::size_t>(a.stage) * static_cast<std::size_t>(flat.microbatches) + static_cast<std::size_t>(a.microbatch)] = true;
+    }
+  }
+  const auto is_recomputed = [&](const Action& a) {
+    return !recomputed.empty() &&
+           recomputed[static_cast<std::size_t>(a.stage) * static_cast<std::size_t>(flat.microbatches) + static_cast<std::size_t>(a.microbatch)];
+  };
   for (std::int32_t r = 0; r < flat.ranks; ++r) {
     double units = 0.0, peak_units = 0.0, b = 0.0, peak_b = 0.0, mb = 0.0, peak_mb = 0.0;
     std::int32_t in_flight = 0, peak_in_flight = 0;
     const Action* const prog = flat.rank_actions[static_cast<std::size_t>(r)];
     const std::int32_t count = flat.rank_begin[static_cast<std::size_t>(r) + 1] - flat.rank_begin[static_cast<std::size_t>(r)];
+    // Adds share x (one activation) to the three counts.
+    const auto add = [&](double share, std::size_t st, double size) {
+      units += share;
+      b += share * size;
+      mb += share * weight[st];
+    };
     for (std::int32_t k = 0; k < count; ++k) {
       std::int32_t at = k;
       if constexpr (Pairs) {
@@ -60,9 +92,7 @@ void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& byte
       const double size = bytes_of(a.stage, a.microbatch);
       switch (a.op) {
         case Op::F:
-          units += 1.0;
-          b += size;
-          mb += weight[st];
+          add(is_recomputed(a) ? 1.0 - fractions(a.stage).recompute : 1.0, st, size);
           ++in_flight;
           report.stage_peak_in_flight[st] = std::max(report.stage_peak_in_flight[st], ++stage_now[st]);
           break;
@@ -85,7 +115,13 @@ void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& byte
           b -= w * size;
           mb -= w * weight[st];
           break;
-        default: break;
+        case Op::R: add(fractions(a.stage).recompute, st, size); break;
+        case Op::OFFLOAD: add(-fractions(a.stage).offload, st, size); break;
+        case Op::RELOAD: add(fractions(a.stage).offload, st, size); break;
+        case Op::SEND_F:
+        case Op::RECV_F:
+        case Op::SEND_B:
+        case Op::RECV_B: break;
       }
       peak_units = std::max(peak_units, units);
       peak_b = std::max(peak_b, b);
@@ -96,16 +132,29 @@ void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& byte
   }
 }
 
-template <class BytesOf>
-void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of, ValidationReport& report) {
+template <class BytesOf, class Fractions>
+void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of, const Fractions& fractions,
+                    ValidationReport& report) {
   report.memory.assign(static_cast<std::size_t>(flat.ranks), RankMemory{});
   report.stage_peak_in_flight.assign(static_cast<std::size_t>(flat.stages), 0);
   if (!flat.has_backward) return;
   if (flat.has_pairs) {
-    measure_memory_walk<true>(flat, w, bytes_of, report);
+    measure_memory_walk<true>(flat, w, bytes_of, fractions, report);
   } else {
-    measure_memory_walk<false>(flat, w, bytes_of, report);
+    measure_memory_walk<false>(flat, w, bytes_of, fractions, report);
   }
+}
+template <class BytesOf>
+void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of, ValidationReport& report) {
+  measure_memory(flat, w, bytes_of, [](std::int32_t) { return MemoryFractions{}; }, report);
+}
+
+[[nodiscard]] inline auto stage_fractions(const ValidateOptions& options) {
+  return [&m = options.memory](std::int32_t stage) {
+    const auto st = static_cast<std::size_t>(stage);
+    return MemoryFractions{m.recompute_fraction.empty() ? 1.0 : m.recompute_fraction[st],
+                           m.offload_fraction.empty() ? 1.0 : m.offload_fraction[st]};
+  };
 }
 
 inline void check_memory_options(const ValidateOptions& options, std::int32_t stages) {
@@ -114,6 +163,19 @@ inline void check_memory_options(const ValidateOptions& options, std::int32_t st
     fail({"validate options", concat("MemoryModel::activation_bytes has ", options.memory.activation_bytes.size(),
                                      " entries for a schedule of ", stages, " stages"),
           "", "give one size per stage, or none"});
+  }
+  for (const auto& [name, v] : {std::pair<const char*, const std::vector<double>*>{"recompute_fraction", &options.memory.recompute_fraction},
+                                {"offload_fraction", &options.memory.offload_fraction}}) {
+    if (!v->empty() && v->size() != static_cast<std::size_t>(stages)) {
+      fail({"validate options", concat("MemoryModel::", name, " has ", v->size(), " entries for a schedule of ", stages, " stages"),
+            "", "give one fraction per stage, or none (all of the activation)"});
+    }
+    for (std::size_t s = 0; s < v->size(); ++s) {
+      if (!((*v)[s] >= 0.0 && (*v)[s] <= 1.0)) {
+        fail({"validate options", concat("MemoryModel::", name, "[", s, "] = ", (*v)[s], " is outside [0, 1]"), "",
+              "give the share of the stage's stored activation, from 0 to 1"});
+      }
+    }
   }
 }
 
@@ -134,6 +196,29 @@ inline void check_memory_options(const ValidateOptions& options, std::int32_t st
     m.activation_bytes.resize(static_cast<std::size_t>(stages));
     for (std::size_t s = 0; s < m.activation_bytes.size(); ++s) {
       m.activation_bytes[s] = (c.stages.size() == 1 ? c.stages.front() : c.stages[s]).activation_bytes;
+    }
+  }
+  // The shares of the memory actions, from the first micro-batch's costs (a scale changes the
+  // sizes, not their shares).
+  if (stages > 0 && (c.per_microbatch.empty() ? c.stages.size() == 1 || c.stages.size() == static_cast<std::size_t>(stages)
+                                               : c.per_microbatch.size() % static_cast<std::size_t>(stages) == 0)) {
+    bool any = false;
+    std::vector<double> rf(static_cast<std::size_t>(stages), 1.0), of(static_cast<std::size_t>(stages), 1.0);
+    for (std::int32_t s = 0; s < stages; ++s) {
+      const std::size_t per = c.per_microbatch.size() / static_cast<std::size_t>(stages);
+      const StageCost& sc = !c.per_microbatch.empty() ? c.per_microbatch[static_cast<std::size_t>(s) * per]
+                            : c.stages.size() == 1    ? c.stages.front()
+                                                      : c.stages[static_cast<std::size_t>(s)];
+      const auto st = static_cast<std::size_t>(s);
+      if (sc.activation_bytes > 0.0) {
+        rf[st] = recompute_saved_bytes(sc) / sc.activation_bytes;
+        of[st] = offload_bytes(sc) / sc.activation_bytes;
+      }
+      any = any || rf[st] != 1.0 || of[st] != 1.0;
+    }
+    if (any) {
+      m.recompute_fraction = std::move(rf);
+      m.offload_fraction = std::move(of);
     }
   }
   return m;

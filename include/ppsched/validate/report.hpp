@@ -29,9 +29,14 @@ namespace ppsched::inline PPSCHED_MODE {
 // How activation memory is counted: stored stage activations (above), and bytes when
 // `activation_bytes[stage]` gives the size of one stored activation of that stage (empty:
 // bytes are not reported, i.e. 0).
+// Memory actions (docs/execution-model.md): F of a micro-batch with an R keeps all but
+// `recompute_fraction[stage]` of its activation and R brings that part back; OFFLOAD moves
+// `offload_fraction[stage]` of it to host memory and RELOAD brings it back. Empty: 1 (all).
 struct MemoryModel {
   double weight_fraction = 0.5;
   std::vector<double> activation_bytes;
+  std::vector<double> recompute_fraction;
+  std::vector<double> offload_fraction;
 };
 
 struct ValidateOptions {

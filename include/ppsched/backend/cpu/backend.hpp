@@ -22,6 +22,7 @@
 #include "ppsched/config.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <exception>
@@ -322,6 +323,20 @@ class CpuBackend {
 
   [[nodiscard]] std::span<float> span(const CpuBuffer& b) const noexcept { return b.span(); }
 
+  // The host pool of offloaded activations (a backend's optional `allocate_host`; CUDA:
+  // pinned memory). Here device memory is host memory already, so a host buffer is a buffer
+  // like any other — with the race checker's history, so an OFFLOAD and a RELOAD that are
+  // not ordered against the tasks touching their slot are reported as on any buffer — and is
+  // only counted apart, so that a test sees the pool's size.
+  using host_buffer = CpuBuffer;
+  [[nodiscard]] CpuBuffer allocate_host(std::size_t count) {
+    CpuBuffer b = allocate(count);
+    host_floats_.fetch_add(count, std::memory_order_relaxed);
+    return b;
+  }
+  // Floats allocated with allocate_host on this rank so far.
+  [[nodiscard]] std::size_t host_floats() const noexcept { return host_floats_.load(std::memory_order_relaxed); }
+
   void zero(CpuStream& s, CpuBuffer& b) {
     using namespace detail::cpu;
     auto lock = issue(s, 0);
@@ -497,6 +512,8 @@ class CpuBackend {
   CpuBackend(detail::cpu::ClusterState* c, detail::cpu::RankState* r) : cluster_(c), rank_(r) {
     rank_->staged.reserve(16);
   }
+
+  std::atomic<std::size_t> host_floats_{0};
 
   [[nodiscard]] bool checking() const noexcept { return cluster_->options.checking; }
 

@@ -231,11 +231,63 @@ class CudaRankBuffer {
   std::size_t count_ = 0;
 };
 
+// Pinned host memory of one rank (CudaBackend::host_buffer): the host pool that OFFLOAD
+// writes and RELOAD reads. Pinned, because a copy from pageable memory is staged through a
+// driver buffer and does not overlap compute, which is the point of offloading on a copy
+// stream. Freed after every stream of the rank has passed the work issued so far.
+class CudaPinnedBuffer {
+ public:
+  CudaPinnedBuffer() noexcept = default;
+  CudaPinnedBuffer(std::size_t count, std::shared_ptr<detail::RankStreams> registry)
+      : registry_(std::move(registry)), count_(count) {
+    if (count_ != 0) {
+      void* data = nullptr;
+      PPSCHED_CUDA_CHECK(cudaMallocHost(&data, count_ * sizeof(float)));
+      data_ = static_cast<float*>(data);
+    }
+  }
+  ~CudaPinnedBuffer() { release(); }
+  CudaPinnedBuffer(CudaPinnedBuffer&& other) noexcept
+      : registry_(std::move(other.registry_)),
+        data_(std::exchange(other.data_, nullptr)),
+        count_(std::exchange(other.count_, 0)) {}
+  CudaPinnedBuffer& operator=(CudaPinnedBuffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      registry_ = std::move(other.registry_);
+      data_ = std::exchange(other.data_, nullptr);
+      count_ = std::exchange(other.count_, 0);
+    }
+    return *this;
+  }
+  CudaPinnedBuffer(const CudaPinnedBuffer&) = delete;
+  CudaPinnedBuffer& operator=(const CudaPinnedBuffer&) = delete;
+
+  [[nodiscard]] float* data() const noexcept { return data_; }
+  [[nodiscard]] std::size_t size() const noexcept { return count_; }
+
+ private:
+  void release() noexcept {
+    if (data_ == nullptr) return;
+    // cudaFreeHost does not wait for copies still queued on a stream: fence them first, and
+    // wait for the fence (host memory has no stream-ordered free).
+    registry_->fence_all();
+    PPSCHED_CUDA_LOG(cudaStreamSynchronize(registry_->memory_stream().handle()));
+    PPSCHED_CUDA_LOG(cudaFreeHost(std::exchange(data_, nullptr)));
+    count_ = 0;
+  }
+
+  std::shared_ptr<detail::RankStreams> registry_;
+  float* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
 class CudaBackend {
  public:
   using stream = CudaRankStream;
   using event = CudaEvent;
   using buffer = CudaRankBuffer;
+  using host_buffer = CudaPinnedBuffer;
 
   // A rank that reaches its peers through NCCL. `ids` gives the unique id of each later
   // communicator generation (recover() after a failure); generation 0 is `comm` itself.
@@ -331,6 +383,11 @@ class CudaBackend {
     });
   }
   [[nodiscard]] std::span<float> span(const buffer& b) const noexcept { return {b.data(), b.size()}; }
+  // The host pool of offloaded activations: `count` floats of pinned memory.
+  [[nodiscard]] host_buffer allocate_host(std::size_t count) {
+    return guarded([&] { return host_buffer(count, streams_); });
+  }
+  [[nodiscard]] std::span<float> span(const host_buffer& b) const noexcept { return {b.data(), b.size()}; }
   // ExecutorOptions::keep_outputs: `from` into host memory, in stream order. `to` is pageable,
   // so the call returns once the copy is done.
   void copy_to_host(stream& s, const buffer& from, std::span<float> to) {

@@ -64,7 +64,7 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
     for (std::size_t r = 0; r < s.programs.size(); ++r) {
       flat.kept[r].clear();
       for (const Action& a : s.programs[r]) {
-        if (is_compute(a.op)) flat.kept[r].push_back(a);
+        if (!is_comm(a.op)) flat.kept[r].push_back(a);
       }
       programs[r] = &flat.kept[r];
     }
@@ -88,7 +88,7 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
   flat.owner.resize(total);
   std::int32_t next_index = 0;
   flat.rank_begin.assign(static_cast<std::size_t>(s.ranks) + 1, 0);
-  flat.slots.resize(static_cast<std::size_t>(op_count) * static_cast<std::size_t>(S) * static_cast<std::size_t>(M));
+  flat.slots.resize(FlatSchedule::slot_stride * static_cast<std::size_t>(S) * static_cast<std::size_t>(M));
   static_assert(no_action == -1, "no_action is all bits set, so the table is cleared bytewise");
   std::memset(flat.slots.data(), 0xff, flat.slots.size() * sizeof(std::int32_t));
 
@@ -102,6 +102,8 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
     flat.has_backward = false;
     flat.lowered = false;
     flat.has_pairs = false;
+    flat.has_memory = false;
+    flat.has_copies = false;
     flat.compute_count = 0;
   }
   bool reported_split = false;
@@ -145,6 +147,22 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
                    concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", a.stage,
                           " is placed on rank ", home, "; move it to rank ", home,
                           "'s program or change the placement"));
+        }
+      } else if (is_memory(a.op)) {
+        flat.has_memory = true;
+        flat.has_copies = flat.has_copies || is_copy(a.op);
+        ++flat.compute_count;
+        if (home != r) {
+          sink.add(ProblemKind::wrong_rank, r, position, a,
+                   concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", a.stage,
+                          " is placed on rank ", home, "; a memory action runs on the rank that holds the activation: move it to rank ", home,
+                          "'s program"));
+        }
+        if (a.group != 0) {
+          sink.add(ProblemKind::memory_grouped, r, position, a,
+                   concat(to_string(a), " at ", at_rank(r, pos), " has group ", a.group,
+                          "; groups are overlapped pairs of F and B or communication posted together, and a memory "
+                          "action is neither: set its group to 0"));
         }
       } else {
         flat.lowered = true;
@@ -308,6 +326,7 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
         if (same_rank(send_b, bin) && send_b < bin) report_order(ProblemKind::send_before_producer, bin, send_b, send_why);
       }
     }
+    if (flat.has_memory) check_memory_actions(flat, sink);
   }
 
   if (flat.has_pairs) check_pairs(flat, sink);

@@ -115,7 +115,7 @@ namespace ppsched::inline PPSCHED_MODE {
     // Times depend on (op, stage) only: look them up (lowering asks once per action).
     std::vector<double> table(static_cast<std::size_t>(stages) * op_count, 0.0);
     for (std::int32_t st = 0; st < stages; ++st) {
-      for (const Op op : {Op::F, Op::B, Op::BI, Op::BW}) {
+      for (const Op op : {Op::F, Op::B, Op::BI, Op::BW, Op::R, Op::OFFLOAD, Op::RELOAD}) {
         const double t = compute_time(c, Action{op, st, 0, 0}, microbatches);
         table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(op)] = t > tiny ? t : tiny;
       }

@@ -82,7 +82,7 @@ namespace detail {
   if (per_stage) {
     table.assign(static_cast<std::size_t>(flat.stages) * op_count, 0.0);
     for (std::int32_t st = 0; st < flat.stages; ++st) {
-      for (const Op op : {Op::F, Op::B, Op::BI, Op::BW}) {
+      for (const Op op : {Op::F, Op::B, Op::BI, Op::BW, Op::R, Op::OFFLOAD, Op::RELOAD}) {
         table[static_cast<std::size_t>(st) * op_count + static_cast<std::size_t>(op)] =
             compute_time(costs, Action{op, st, 0, 0}, M);
       }
@@ -98,7 +98,7 @@ namespace detail {
   }
   const auto time_of = [&](const Action& a) {
     if (per_stage) return table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)];
-    return is_compute(a.op) ? compute_time(costs, a, M) : transfer_time(costs, a, M);
+    return is_comm(a.op) ? transfer_time(costs, a, M) : compute_time(costs, a, M);
   };
   const auto duration = [&](const Action& a) { return time_of(a); };
   // Each remote input arrives its transfer time after it is produced.
@@ -130,6 +130,7 @@ namespace detail {
         ++k;
         continue;
       }
+      if (is_copy(a.op)) continue;  // on the copy lane, beside the compute
       result.busy[r] += duration(a);
     }
   }

@@ -106,17 +106,49 @@ inline constexpr double memory_slack = 1e-9;
     return std::any_of(prog.begin(), prog.end(), [](const Action& a) { return is_compute(a.op) && a.op != Op::F; });
   });
   if (!training) return peak;
+  const auto valid = [&s](const Action& a) {
+    return a.stage >= 0 && a.stage < s.stages() && a.microbatch >= 0 && a.microbatch < s.microbatches;
+  };
+  // Memory actions as validate() counts them (docs/execution-model.md, "Memory actions"): F of
+  // a recomputed micro-batch keeps all but what R restores.
+  std::vector<bool> recomputed;
+  const auto cell = [&s](const Action& a) {
+    return static_cast<std::size_t>(a.stage) * static_cast<std::size_t>(s.microbatches) + static_cast<std::size_t>(a.microbatch);
+  };
+  for (const auto& prog : s.programs) {
+    for (const Action& a : prog) {
+      if (a.op != Op::R || !valid(a)) continue;
+      if (recomputed.empty()) recomputed.assign(static_cast<std::size_t>(s.stages()) * static_cast<std::size_t>(s.microbatches), false);
+      recomputed[cell(a)] = true;
+    }
+  }
   for (std::size_t r = 0; r < s.programs.size(); ++r) {
     double units = 0.0, bytes = 0.0;
     for (const Action& a : s.programs[r]) {
-      if (is_comm(a.op) || a.stage < 0 || a.stage >= s.stages() || a.microbatch < 0 || a.microbatch >= s.microbatches)
-        continue;
+      if (is_comm(a.op) || !valid(a)) continue;
       const double w = weights[static_cast<std::size_t>(a.stage)];
-      const double b = stage_cost(costs, a.stage, a.microbatch, s.microbatches).activation_bytes;
+      const StageCost sc = stage_cost(costs, a.stage, a.microbatch, s.microbatches);
+      const double b = sc.activation_bytes;
+      const double saved = b > 0.0 ? recompute_saved_bytes(sc) / b : 1.0;
+      const double moved = b > 0.0 ? offload_bytes(sc) / b : 1.0;
       switch (a.op) {
-        case Op::F:
-          units += w;
-          bytes += b;
+        case Op::F: {
+          const double keep = !recomputed.empty() && recomputed[cell(a)] ? 1.0 - saved : 1.0;
+          units += keep * w;
+          bytes += keep * b;
+          break;
+        }
+        case Op::R:
+          units += saved * w;
+          bytes += saved * b;
+          break;
+        case Op::OFFLOAD:
+          units -= moved * w;
+          bytes -= moved * b;
+          break;
+        case Op::RELOAD:
+          units += moved * w;
+          bytes += moved * b;
           break;
         case Op::B:
           units -= w;

@@ -94,6 +94,8 @@ namespace ppsched::inline PPSCHED_MODE {
     const auto& rank = lanes[static_cast<std::size_t>(r)];
     out += label("rank " + std::to_string(r)) + draw(rank[0]);
     if (comm_lane) out += label("comm") + draw(rank[1]);
+    // Copies overlap compute, so they never share its row: a row of their own where there are any.
+    if (!rank[2].empty()) out += label("copy") + draw(rank[2]);
   }
 
   if (options.legend) {

@@ -15,6 +15,8 @@ PPSCHED_OUTLINE void write_chrome_trace(std::ostream& out, const Timeline& timel
   const double scale = chrome_trace_microseconds_per_unit(timeline, options);
   const bool comm_lane = std::any_of(timeline.spans.begin(), timeline.spans.end(),
                                      [](const Span& s) { return s.lane == Lane::comm; });
+  const bool copy_lane = std::any_of(timeline.spans.begin(), timeline.spans.end(),
+                                     [](const Span& s) { return s.lane == Lane::copy; });
 
   bool first = true;
   const auto begin_event = [&]() -> std::ostream& {
@@ -40,6 +42,10 @@ PPSCHED_OUTLINE void write_chrome_trace(std::ostream& out, const Timeline& timel
       metadata("thread_name", pid, chrome_trace_tid(Lane::comm), "name", quoted("comm"));
       metadata("thread_sort_index", pid, chrome_trace_tid(Lane::comm), "sort_index", "1");
     }
+    if (copy_lane) {
+      metadata("thread_name", pid, chrome_trace_tid(Lane::copy), "name", quoted("copy"));
+      metadata("thread_sort_index", pid, chrome_trace_tid(Lane::copy), "sort_index", "2");
+    }
   }
 
   // Viewers cope with any order, but sorted events make the file readable and diffable.
@@ -52,7 +58,7 @@ PPSCHED_OUTLINE void write_chrome_trace(std::ostream& out, const Timeline& timel
   for (const Span* span : order) {
     const Action& a = span->action;
     begin_event() << R"({"name":")" << chrome_trace_event_name(a) << R"(","cat":")"
-                  << (is_compute(a.op) ? "compute" : "comm") << R"(","ph":"X","pid":)"
+                  << (is_compute(a.op) ? "compute" : (is_comm(a.op) ? "comm" : "memory")) << R"(","ph":"X","pid":)"
                   << std::to_string(chrome_trace_pid(span->rank)) << R"(,"tid":)"
                   << std::to_string(chrome_trace_tid(span->lane)) << R"(,"ts":)"
                   << detail::format_shortest((span->start - stats.origin) * scale) << R"(,"dur":)"

@@ -44,13 +44,17 @@ PPSCHED_OUTLINE void validate_timeline(const Timeline& timeline) {
                            ") is negative"),
             where, "number stages and micro-batches from 0"});
     }
-    if (span.lane != Lane::compute && span.lane != Lane::comm) {
+    if (span.lane != Lane::compute && span.lane != Lane::comm && span.lane != Lane::copy) {
       fail({"timeline", detail::concat("unknown lane code ", static_cast<int>(span.lane)), where,
-            "use Lane::compute or Lane::comm"});
+            "use Lane::compute, Lane::comm or Lane::copy"});
     }
-    if (span.lane == Lane::comm && is_compute(span.action.op)) {
-      fail({"timeline", "a compute action is on the comm lane", where,
-            "put F, B, BI and BW spans on Lane::compute"});
+    if (span.lane != Lane::compute && (is_compute(span.action.op) || span.action.op == Op::R)) {
+      fail({"timeline", detail::concat("a compute action is on the ", lane_name(span.lane), " lane"), where,
+            "put F, B, BI, BW and R spans on Lane::compute"});
+    }
+    if (span.lane == Lane::copy && !is_copy(span.action.op)) {
+      fail({"timeline", detail::concat(op_name(span.action.op), " is on the copy lane"), where,
+            "only OFFLOAD and RELOAD run on Lane::copy"});
     }
   }
 }
@@ -82,7 +86,10 @@ PPSCHED_OUTLINE void validate_timeline(const Timeline& timeline) {
     ++rank.actions;
     rank.first_start = std::min(rank.first_start, span.start);
     rank.last_end = std::max(rank.last_end, span.end);
-    (is_compute(span.action.op) ? compute : comm)[r].push_back({span.start, span.end});
+    // Busy is what occupies the compute lane (R, and copies when they share it); the copy
+    // lane's work is neither busy nor waiting for a peer.
+    if (span.lane == Lane::copy) continue;
+    (is_comm(span.action.op) ? comm : compute)[r].push_back({span.start, span.end});
   }
   stats.makespan = stats.finish - stats.origin;
   for (std::size_t r = 0; r < ranks; ++r) {

@@ -30,8 +30,11 @@ PPSCHED_OUTLINE void write_svg(std::ostream& out, const Timeline& timeline, cons
   constexpr double top = 62.0;  // title and summary
   constexpr double row_gap = 8.0;
   const double plot_width = options.width - left - right;
-  const double lane_gap = comm_lane ? 2.0 : 0.0;
-  const double rank_height = options.row_height + (comm_lane ? lane_gap + options.comm_row_height : 0.0);
+  const bool copy_lane = std::any_of(timeline.spans.begin(), timeline.spans.end(),
+                                     [](const Span& s) { return s.lane == Lane::copy; });
+  const double lane_gap = comm_lane || copy_lane ? 2.0 : 0.0;
+  const double rank_height = options.row_height + (comm_lane ? lane_gap + options.comm_row_height : 0.0) +
+                             (copy_lane ? lane_gap + options.comm_row_height : 0.0);
   const double plot_height = static_cast<double>(timeline.ranks) * (rank_height + row_gap);
   const double axis_y = top + plot_height;
   const double legend_y = axis_y + 48.0;
@@ -119,14 +122,16 @@ PPSCHED_OUTLINE void write_svg(std::ostream& out, const Timeline& timeline, cons
   // Boxes, one group per rank and lane.
   const auto lanes = detail::spans_by_rank_and_lane(timeline);
   for (std::int32_t r = 0; r < timeline.ranks; ++r) {
-    for (const Lane lane : {Lane::compute, Lane::comm}) {
-      const std::vector<const Span*>& spans =
-          lanes[static_cast<std::size_t>(r)][lane == Lane::compute ? 0 : 1];
+    for (const Lane lane : {Lane::compute, Lane::comm, Lane::copy}) {
+      const std::vector<const Span*>& spans = lanes[static_cast<std::size_t>(r)][static_cast<std::size_t>(lane)];
       if (spans.empty()) continue;
       std::vector<std::size_t> level;
       const std::size_t levels = detail::assign_levels(spans, level);
+      // Compute, then comm, then copy, each below the one before.
+      const double comm_top = options.row_height + lane_gap;
+      const double copy_top = comm_top + (comm_lane ? options.comm_row_height + lane_gap : 0.0);
       const double lane_top = top + static_cast<double>(r) * (rank_height + row_gap) +
-                              (lane == Lane::comm ? options.row_height + lane_gap : 0.0);
+                              (lane == Lane::comm ? comm_top : (lane == Lane::copy ? copy_top : 0.0));
       const double lane_height = lane == Lane::compute ? options.row_height : options.comm_row_height;
       const double bar_height = lane_height / static_cast<double>(levels);
       out << "<g stroke=\"#ffffff\" stroke-width=\"0.5\">\n";

@@ -1,0 +1,344 @@
+// Memory policies (issue 23, item 2): per stage, what a step does with the activations its
+// forwards store — keep them (none), recompute them all before the backward (full), recompute a
+// part (selective: a fraction, or the bytes and the time the profile gives for a part of the
+// stage's layers), or move them to host memory and back (offload, all or a fraction).
+//
+//   std::vector<MemoryPolicy> per_stage(8, MemoryPolicy::none());
+//   per_stage[0] = MemoryPolicy::full_recompute();
+//   per_stage[1] = MemoryPolicy::offload(0.5);
+//   MemoryPlan plan = apply_memory_policies(make_schedule("1f1b", {8, 32, 1}), costs, per_stage);
+//   simulate(plan.schedule, plan.costs);  // validate(plan.schedule) holds (it was checked)
+//
+// apply_memory_policies writes the policies into the cost model (StageCost::recompute_saved_bytes,
+// recompute and offload_bytes) and inserts the actions into a compute-only schedule where a run
+// of it with those costs says they cost least:
+// - R(s, mb) right before the backward that needs it, where it runs while the backward waits
+//   for its input gradient; when that gap is shorter than R, into the closest earlier idle gap
+//   of the compute stream that it fills entirely (Mario's placement of recomputation into
+//   bubbles), passing no forward and at most MemoryPolicyOptions::max_backwards_crossed
+//   backwards (0: never beside another restored activation);
+// - OFFLOAD(s, mb) right after F(s, mb), and RELOAD(s, mb) early enough before the backward that
+//   the copy, queued behind at most one other on the copy lane, ends before the backward would
+//   start (as late as that allows, so the reloaded bytes are held briefly), never before its
+//   OFFLOAD; a micro-batch whose backward follows its forward too closely for the copies to
+//   hide (the last stage's) keeps its activation (MemoryPolicyOptions::offload_only_where_hidden).
+// The result is validated (docs/execution-model.md, "Memory actions") before it is returned.
+#pragma once
+
+#include "ppsched/config.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "ppsched/costs/cost_model.hpp"
+#include "ppsched/error.hpp"
+#include "ppsched/lower/lower.hpp"
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/schedule/schedule.hpp"
+#include "ppsched/sim/simulate.hpp"
+#include "ppsched/validate/validate.hpp"
+
+namespace ppsched::inline PPSCHED_MODE {
+
+enum class MemoryPolicyKind : std::uint8_t {
+  none,                 // keep every activation until its backward
+  full_recompute,       // F keeps only its input; R restores the whole activation
+  selective_recompute,  // R restores a part: `fraction` of the activation, or `saved_bytes`
+  offload,              // OFFLOAD `fraction` of the activation after F, RELOAD it before B
+};
+
+[[nodiscard]] constexpr std::string_view memory_policy_kind_name(MemoryPolicyKind k) noexcept {
+  switch (k) {
+    case MemoryPolicyKind::none: return "none";
+    case MemoryPolicyKind::full_recompute: return "full recompute";
+    case MemoryPolicyKind::selective_recompute: return "selective recompute";
+    case MemoryPolicyKind::offload: return "offload";
+  }
+  return "?";
+}
+
+struct MemoryPolicy {
+  MemoryPolicyKind kind = MemoryPolicyKind::none;
+  // selective_recompute and offload: the share of the stage's stored activation recomputed or
+  // moved, in [0, 1]. Ignored where `saved_bytes` is given.
+  double fraction = 1.0;
+  // selective_recompute from a profile's option ("recompute this part: saves X bytes, costs Y"):
+  // the bytes R restores (at most the stage's activation_bytes) and R's time. Empty: `fraction`
+  // of the activation, and the forward's time in the same share.
+  std::optional<double> saved_bytes{};
+  std::optional<double> recompute_time{};
+
+  [[nodiscard]] static constexpr MemoryPolicy none() noexcept { return {}; }
+  [[nodiscard]] static constexpr MemoryPolicy full_recompute() noexcept {
+    return {MemoryPolicyKind::full_recompute, 1.0, std::nullopt, std::nullopt};
+  }
+  [[nodiscard]] static constexpr MemoryPolicy selective(double fraction) noexcept {
+    return {MemoryPolicyKind::selective_recompute, fraction, std::nullopt, std::nullopt};
+  }
+  [[nodiscard]] static constexpr MemoryPolicy selective_part(double saved_bytes, double recompute_time) noexcept {
+    return {MemoryPolicyKind::selective_recompute, 1.0, saved_bytes, recompute_time};
+  }
+  [[nodiscard]] static constexpr MemoryPolicy offload(double fraction = 1.0) noexcept {
+    return {MemoryPolicyKind::offload, fraction, std::nullopt, std::nullopt};
+  }
+
+  [[nodiscard]] constexpr bool recomputes() const noexcept {
+    return kind == MemoryPolicyKind::full_recompute || kind == MemoryPolicyKind::selective_recompute;
+  }
+
+  friend bool operator==(const MemoryPolicy&, const MemoryPolicy&) = default;
+};
+
+// "none", "full recompute", "selective recompute 25%", "selective recompute 1.5e+08 B",
+// "offload 50%": how reports name a stage's policy.
+[[nodiscard]] inline std::string to_string(const MemoryPolicy& p) {
+  std::string s{memory_policy_kind_name(p.kind)};
+  if (p.kind == MemoryPolicyKind::selective_recompute && p.saved_bytes) return s + detail::concat(" ", *p.saved_bytes, " B");
+  if (p.kind == MemoryPolicyKind::selective_recompute || p.kind == MemoryPolicyKind::offload) {
+    s += detail::concat(" ", std::round(p.fraction * 1000.0) / 10.0, "%");
+  }
+  return s;
+}
+
+// A schedule with its memory actions and the cost model that prices them.
+struct MemoryPlan {
+  Schedule schedule;
+  CostModel costs;
+  std::vector<MemoryPolicy> policies;  // one per stage
+};
+
+struct MemoryPolicyOptions {
+  // Place R into idle gaps of the compute stream before its backward when one fits it
+  // (false: always right before the backward).
+  bool recompute_into_idle = true;
+  // How many other backwards an R may move ahead of (see apply_memory_policies): each one the
+  // restored activation is held beside one more stored activation.
+  std::int32_t max_backwards_crossed = 1;
+  // RELOAD is issued so that this many copies' time ends before the backward would start: 2
+  // allows for one OFFLOAD queued ahead of it on the copy lane.
+  double reload_lead_copies = 2.0;
+  // Offload only the micro-batches whose forward ends at least reload_lead_copies + 1 copies'
+  // time before their backward starts: the others (the last stage's, whose B follows its F)
+  // are held briefly anyway, and their copies could not hide behind compute.
+  bool offload_only_where_hidden = true;
+};
+
+namespace detail {
+
+inline void check_memory_policy(const MemoryPolicy& p, std::size_t stage, const StageCost& cost) {
+  const std::string where = concat("policies[", stage, "]");
+  if (!(p.fraction >= 0.0 && p.fraction <= 1.0)) {
+    fail({"memory policy", concat("fraction ", p.fraction, " is outside [0, 1]"), where,
+          "give the share of the stage's stored activation to recompute or offload, from 0 to 1"});
+  }
+  if (p.saved_bytes && !(*p.saved_bytes >= 0.0 && *p.saved_bytes <= cost.activation_bytes)) {
+    fail({"memory policy",
+          concat("saved_bytes ", *p.saved_bytes, " is not within the stage's activation_bytes ", cost.activation_bytes),
+          where, "give the bytes the recomputed part stores, at most the stage's activation"});
+  }
+  if (p.recompute_time && !(std::isfinite(*p.recompute_time) && *p.recompute_time >= 0.0)) {
+    fail({"memory policy", concat("recompute_time ", *p.recompute_time, " is not a finite time >= 0"), where,
+          "give the time of re-running the recomputed part, in the cost model's unit"});
+  }
+  if ((p.saved_bytes || p.recompute_time) && p.kind != MemoryPolicyKind::selective_recompute) {
+    fail({"memory policy", concat("saved_bytes or recompute_time is set on a ", memory_policy_kind_name(p.kind), " policy"),
+          where, "use MemoryPolicy::selective_part(bytes, time) for a part of the stage"});
+  }
+}
+
+// The stage's costs under its policy.
+inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
+  c.recompute_saved_bytes.reset();
+  c.recompute.reset();
+  c.offload_bytes.reset();
+  switch (p.kind) {
+    case MemoryPolicyKind::none:
+    case MemoryPolicyKind::full_recompute: break;  // the defaults: all of it, at the forward's time
+    case MemoryPolicyKind::selective_recompute:
+      c.recompute_saved_bytes = p.saved_bytes.value_or(p.fraction * c.activation_bytes);
+      if (p.recompute_time) {
+        c.recompute = *p.recompute_time;
+      } else if (c.activation_bytes <= 0.0) {
+        c.recompute = p.fraction * c.forward;  // (no bytes to take the share from)
+      }
+      break;
+    case MemoryPolicyKind::offload: c.offload_bytes = p.fraction * c.activation_bytes; break;
+  }
+}
+
+}  // namespace detail
+
+// The cost model with each stage's policy written into its StageCost (a single StageCost for
+// every stage is expanded to one per stage when the policies differ). `policies`: one per
+// stage, or one for every stage.
+[[nodiscard]] inline CostModel costs_with_policies(const CostModel& costs, std::span<const MemoryPolicy> policies,
+                                                   std::int32_t stages, std::int32_t microbatches) {
+  check_cost_model(costs, stages, microbatches);
+  const auto S = static_cast<std::size_t>(stages);
+  if (policies.size() != 1 && policies.size() != S) {
+    fail({"memory policies", concat("has ", policies.size(), " policies for a schedule of ", stages, " stages"), "",
+          "give one MemoryPolicy per stage, or one for every stage"});
+  }
+  const auto policy_of = [&](std::size_t s) -> const MemoryPolicy& { return policies[policies.size() == 1 ? 0 : s]; };
+  CostModel out = costs;
+  if (!out.per_microbatch.empty()) {
+    const std::size_t M = static_cast<std::size_t>(microbatches);
+    for (std::size_t s = 0; s < S; ++s) {
+      for (std::size_t m = 0; m < M; ++m) {
+        detail::check_memory_policy(policy_of(s), s, out.per_microbatch[s * M + m]);
+        detail::apply_policy(policy_of(s), out.per_microbatch[s * M + m]);
+      }
+    }
+    return out;
+  }
+  if (out.stages.size() == 1 && S > 1) out.stages.assign(S, out.stages.front());
+  for (std::size_t s = 0; s < out.stages.size(); ++s) {
+    detail::check_memory_policy(policy_of(s), s, out.stages[s]);
+    detail::apply_policy(policy_of(s), out.stages[s]);
+  }
+  check_cost_model(out, stages, microbatches);
+  return out;
+}
+
+// Inserts the memory actions of `policies` into the compute-only `schedule` (see the header
+// comment) and returns it with the costs that price them. Throws ppsched::error for a schedule
+// with communication or memory actions already, an invalid one (its problems named), policies
+// of the wrong count or out of range, or a cost model that does not fit.
+[[nodiscard]] inline MemoryPlan apply_memory_policies(const Schedule& schedule, const CostModel& costs,
+                                                      std::span<const MemoryPolicy> policies,
+                                                      const MemoryPolicyOptions& options = {}) {
+  using detail::concat;
+  const std::string subject = "apply_memory_policies: schedule '" + schedule.name + "'";
+  for (std::size_t r = 0; r < schedule.programs.size(); ++r) {
+    for (const Action& a : schedule.programs[r]) {
+      if (is_comm(a.op) || is_memory(a.op)) {
+        fail({subject, concat("has ", to_string(a), " on rank ", r), "",
+              "give the compute-only schedule (strip_communication, strip_memory_actions): the policies place "
+              "the memory actions, and lower() the communication after them"});
+      }
+    }
+  }
+  const std::int32_t S = schedule.stages(), M = schedule.microbatches;
+  {
+    const ValidationReport report = validate(schedule, ValidateOptions{{}, false, 20});
+    if (!report.ok()) {
+      std::string list;
+      for (const Problem& p : report.problems) list += "\n  - " + p.message;
+      fail({subject, "is not valid:" + list, "", "validate() lists every problem with its fix"});
+    }
+  }
+  MemoryPlan plan;
+  plan.costs = costs_with_policies(costs, policies, S, M);
+  for (std::int32_t s = 0; s < S; ++s) plan.policies.push_back(policies[policies.size() == 1 ? 0 : static_cast<std::size_t>(s)]);
+  plan.schedule = schedule;
+  const bool any = std::any_of(plan.policies.begin(), plan.policies.end(),
+                               [](const MemoryPolicy& p) { return p.kind != MemoryPolicyKind::none; });
+  const bool training = std::any_of(schedule.programs.begin(), schedule.programs.end(), [](const auto& prog) {
+    return std::any_of(prog.begin(), prog.end(), [](const Action& a) { return a.op == Op::B || a.op == Op::BI; });
+  });
+  if (!any || !training) return plan;
+
+  // When each compute action runs without memory actions, with the communication lower() writes.
+  const SimResult run = simulate(schedule, costs);
+  std::map<std::tuple<Op, std::int32_t, std::int32_t>, std::pair<double, double>> times;
+  for (const Span& sp : run.timeline.spans) {
+    if (is_compute(sp.action.op)) times[{sp.action.op, sp.action.stage, sp.action.microbatch}] = {sp.start, sp.end};
+  }
+  const auto time_of = [&](const Action& a) { return times.at({a.op, a.stage, a.microbatch}); };
+
+  for (std::size_t r = 0; r < schedule.programs.size(); ++r) {
+    const std::vector<Action>& prog = schedule.programs[r];
+    const std::size_t n = prog.size();
+    // What goes before each position (before[n]: at the end), in the order it is inserted.
+    std::vector<std::vector<Action>> before(n + 1);
+    // Idle time left before each action on the compute stream (R placed into it uses it up).
+    std::vector<double> idle(n, 0.0);
+    for (std::size_t k = 1; k < n; ++k) idle[k] = std::max(0.0, time_of(prog[k]).first - time_of(prog[k - 1]).second);
+    // Nothing goes between the two actions of an overlapped pair: a place inside one moves to
+    // before it.
+    const auto not_in_pair = [&prog](std::size_t at) {
+      const bool splits = at > 0 && at < prog.size() && prog[at].group != 0 && prog[at - 1].group == prog[at].group;
+      return splits ? at - 1 : at;
+    };
+    std::map<std::pair<std::int32_t, std::int32_t>, std::size_t> forward_at;
+    for (std::size_t k = 0; k < n; ++k) {
+      const Action& a = prog[k];
+      if (a.op == Op::F) forward_at[{a.stage, a.microbatch}] = k;
+      if (a.op != Op::B && a.op != Op::BI) continue;
+      const MemoryPolicy& p = plan.policies[static_cast<std::size_t>(a.stage)];
+      if (p.kind == MemoryPolicyKind::none) continue;
+      const std::size_t f = forward_at.at({a.stage, a.microbatch});
+      // Right after F, or after the pair F is the first of.
+      const std::size_t after_f = f + 1 < n && prog[f].group != 0 && prog[f + 1].group == prog[f].group ? f + 2 : f + 1;
+      if (p.recomputes()) {
+        const double t = compute_time(plan.costs, Action{Op::R, a.stage, a.microbatch, 0}, M);
+        std::size_t at = k;
+        if (options.recompute_into_idle && t > 0.0) {
+          // Right before its backward, R runs while the backward waits for its input gradient:
+          // where that gap holds it, R stays there. Otherwise the gap closest to the backward
+          // that R fills entirely, passing no F and at most max_backwards_crossed backwards
+          // (each holds the restored activation beside one more).
+          std::int32_t crossed = 0;
+          for (std::size_t g = k; g >= after_f; --g) {  // (after_f >= 1)
+            if (idle[g] >= t && not_in_pair(g) == g) {
+              at = g;
+              idle[g] -= t;
+              break;
+            }
+            if (g == after_f) break;
+            const Op o = prog[g - 1].op;
+            if (o == Op::F || ((o == Op::B || o == Op::BI) && ++crossed > options.max_backwards_crossed)) break;
+          }
+        }
+        before[std::max(not_in_pair(at), after_f)].push_back(Action{Op::R, a.stage, a.microbatch, 0});
+        continue;
+      }
+      // Offload: right after F; the reload early enough that its copy (behind one other) ends
+      // before the backward's start, as late as that allows.
+      const double copy = compute_time(plan.costs, Action{Op::RELOAD, a.stage, a.microbatch, 0}, M);
+      if (options.offload_only_where_hidden &&
+          time_of(a).first - time_of(prog[f]).second < (options.reload_lead_copies + 1.0) * copy) {
+        continue;
+      }
+      before[after_f].insert(before[after_f].begin(), Action{Op::OFFLOAD, a.stage, a.microbatch, 0});
+      // Issued after prog[at - 1], the reload starts when that ends (docs/execution-model.md).
+      const double need = time_of(a).first - options.reload_lead_copies * copy;
+      std::size_t at = k;
+      while (at > after_f && time_of(prog[at - 1]).second > need) --at;
+      before[std::max(not_in_pair(at), after_f)].push_back(Action{Op::RELOAD, a.stage, a.microbatch, 0});
+    }
+    std::vector<Action> out;
+    out.reserve(n + 2 * static_cast<std::size_t>(M) * static_cast<std::size_t>(S));
+    for (std::size_t k = 0; k <= n; ++k) {
+      out.insert(out.end(), before[k].begin(), before[k].end());
+      if (k < n) out.push_back(prog[k]);
+    }
+    plan.schedule.programs[r] = std::move(out);
+  }
+  plan.schedule.name = schedule.name + "+memory";
+  const ValidationReport report = validate(plan.schedule, ValidateOptions{{}, true, 20});
+  if (!report.ok()) {  // a bug here, not the caller's: say what was made
+    std::string list;
+    for (const Problem& p : report.problems) list += "\n  - " + p.message;
+    fail({subject, "the memory actions placed are not valid:" + list, "",
+          "report this with the schedule and the policies; place the actions by hand meanwhile"});
+  }
+  return plan;
+}
+
+[[nodiscard]] inline MemoryPlan apply_memory_policies(const Schedule& schedule, const CostModel& costs,
+                                                      std::initializer_list<MemoryPolicy> policies,
+                                                      const MemoryPolicyOptions& options = {}) {
+  return apply_memory_policies(schedule, costs, std::span<const MemoryPolicy>(policies.begin(), policies.size()), options);
+}
+
+}  // namespace ppsched

@@ -1,0 +1,652 @@
+// Memory actions (issue 23): recompute R, OFFLOAD and RELOAD in the IR, the static checks, the
+// abstract execution (the copy lane), lowering, the memory walk, the simulator, the traces and
+// schedule CSV. Each misplaced memory action is rejected with its own kind and a message that
+// names the action, the place and the fix.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "ppsched/backend/cpu.hpp"
+#include "ppsched/costs/cost_model.hpp"
+#include "ppsched/error.hpp"
+#include "ppsched/lower/lower.hpp"
+#include "ppsched/plan/memory_choice.hpp"
+#include "ppsched/plan/memory_policy.hpp"
+#include "ppsched/plan/search/memory.hpp"
+#include "ppsched/runtime/synthetic.hpp"
+#include "ppsched/runtime/world.hpp"
+#include "ppsched/schedule/csv.hpp"
+#include "ppsched/schedule/generators.hpp"
+#include "ppsched/sim/simulate.hpp"
+#include "ppsched/trace/ascii.hpp"
+#include "ppsched/trace/chrome_trace.hpp"
+#include "ppsched/trace/csv.hpp"
+#include "ppsched/trace/stats.hpp"
+#include "ppsched/validate/validate.hpp"
+
+using namespace ppsched;
+
+namespace {
+
+Action act(Op op, std::int32_t stage, std::int32_t mb, std::uint32_t group = 0) { return Action{op, stage, mb, group}; }
+
+Schedule one_f_one_b(std::int32_t p, std::int32_t m) { return make_schedule("1f1b", {p, m, 1}); }
+
+// Inserts `op` for the same (stage, micro-batch) right before the first action matching
+// (before_op, stage, mb) on its rank.
+void insert_before(Schedule& s, Op op, Op before_op, std::int32_t stage, std::int32_t mb) {
+  auto& prog = s.programs[static_cast<std::size_t>(s.rank_of(stage))];
+  const auto it = std::find_if(prog.begin(), prog.end(), [&](const Action& a) {
+    return a.op == before_op && a.stage == stage && a.microbatch == mb;
+  });
+  REQUIRE(it != prog.end());
+  prog.insert(it, act(op, stage, mb));
+}
+void insert_after(Schedule& s, Op op, Op after_op, std::int32_t stage, std::int32_t mb) {
+  auto& prog = s.programs[static_cast<std::size_t>(s.rank_of(stage))];
+  const auto it = std::find_if(prog.begin(), prog.end(), [&](const Action& a) {
+    return a.op == after_op && a.stage == stage && a.microbatch == mb;
+  });
+  REQUIRE(it != prog.end());
+  prog.insert(it + 1, act(op, stage, mb));
+}
+
+// Every micro-batch of every stage recomputed right before its backward.
+Schedule with_recompute(Schedule s) {
+  for (std::int32_t st = 0; st < s.stages(); ++st)
+    for (std::int32_t mb = 0; mb < s.microbatches; ++mb) insert_before(s, Op::R, s.split_backward ? Op::BI : Op::B, st, mb);
+  return s;
+}
+// Every micro-batch offloaded right after its forward and reloaded right before its backward.
+Schedule with_offload(Schedule s) {
+  for (std::int32_t st = 0; st < s.stages(); ++st) {
+    for (std::int32_t mb = 0; mb < s.microbatches; ++mb) {
+      insert_after(s, Op::OFFLOAD, Op::F, st, mb);
+      insert_before(s, Op::RELOAD, s.split_backward ? Op::BI : Op::B, st, mb);
+    }
+  }
+  return s;
+}
+
+std::string listing(const ValidationReport& r) {
+  std::string out;
+  for (const Problem& p : r.problems) out += std::string(problem_kind_name(p.kind)) + ": " + p.message + "\n";
+  return out;
+}
+
+Problem only_problem(const ValidationReport& r, ProblemKind kind) {
+  INFO(listing(r));
+  REQUIRE(r.problems.size() == 1);
+  REQUIRE(r.problems.front().kind == kind);
+  return r.problems.front();
+}
+
+}  // namespace
+
+TEST_CASE("the memory operations have names, codes after the first eight, and their own predicate", "[memory]") {
+  STATIC_REQUIRE(op_count == 11);
+  STATIC_REQUIRE(static_cast<int>(Op::R) == 8);
+  STATIC_REQUIRE(static_cast<int>(Op::OFFLOAD) == 9);
+  STATIC_REQUIRE(static_cast<int>(Op::RELOAD) == 10);
+  CHECK(op_name(Op::R) == "R");
+  CHECK(op_name(Op::OFFLOAD) == "OFFLOAD");
+  CHECK(op_name(Op::RELOAD) == "RELOAD");
+  int compute = 0, comm = 0, memory = 0;
+  for (int k = 0; k < op_count; ++k) {
+    const auto op = static_cast<Op>(k);
+    CHECK(op_name(op) != "?");
+    // Every operation is exactly one of the three kinds.
+    CHECK(int{is_compute(op)} + int{is_comm(op)} + int{is_memory(op)} == 1);
+    compute += is_compute(op) ? 1 : 0;
+    comm += is_comm(op) ? 1 : 0;
+    memory += is_memory(op) ? 1 : 0;
+  }
+  CHECK(compute == 4);
+  CHECK(comm == 4);
+  CHECK(memory == 3);
+  CHECK(is_copy(Op::OFFLOAD));
+  CHECK(is_copy(Op::RELOAD));
+  CHECK_FALSE(is_copy(Op::R));
+  CHECK(to_string(act(Op::RELOAD, 2, 5)) == "RELOAD5@s2");
+}
+
+TEST_CASE("recompute and offload, placed right, validate and lower to valid schedules", "[memory]") {
+  for (const bool recompute : {true, false}) {
+    const Schedule plain = one_f_one_b(4, 8);
+    const Schedule s = recompute ? with_recompute(plain) : with_offload(plain);
+    const ValidationReport report = validate(s);
+    INFO(listing(report));
+    CHECK(report.ok());
+    CHECK(report.deadlock_checked);
+    const LoweredSchedule lowered = lower(s);
+    const ValidationReport lowered_report = validate(lowered.schedule());
+    INFO(listing(lowered_report));
+    CHECK(lowered_report.ok());
+    // Lowering keeps each rank's compute and memory actions in their order.
+    CHECK(strip_communication(lowered.schedule()).programs == s.programs);
+    CHECK(strip_memory_actions(s).programs == plain.programs);
+  }
+}
+
+TEST_CASE("a misplaced memory action is rejected with its kind, place and fix", "[memory]") {
+  const Schedule base = with_offload(one_f_one_b(2, 3));
+  SECTION("RELOAD before OFFLOAD") {
+    Schedule s = base;
+    auto& prog = s.programs[0];
+    auto off = std::find(prog.begin(), prog.end(), act(Op::OFFLOAD, 0, 1));
+    auto rel = std::find(prog.begin(), prog.end(), act(Op::RELOAD, 0, 1));
+    REQUIRE(off < rel);
+    std::iter_swap(off, rel);
+    const Problem p = only_problem(validate(s), ProblemKind::memory_order);
+    CHECK(p.action == act(Op::RELOAD, 0, 1));
+    CHECK(p.rank == 0);
+    CHECK(p.message.find("RELOAD1@s0 (rank 0 position") != std::string::npos);
+    CHECK(p.message.find("comes before OFFLOAD1@s0") != std::string::npos);
+    CHECK(p.message.find("move RELOAD1@s0 after OFFLOAD1@s0") != std::string::npos);
+  }
+  SECTION("OFFLOAD without RELOAD") {
+    Schedule s = base;
+    auto& prog = s.programs[1];
+    prog.erase(std::find(prog.begin(), prog.end(), act(Op::RELOAD, 1, 2)));
+    const Problem p = only_problem(validate(s), ProblemKind::memory_unmatched);
+    CHECK(p.message.find("nothing brings it back: add RELOAD2@s1 before B2@s1") != std::string::npos);
+  }
+  SECTION("RELOAD without OFFLOAD") {
+    Schedule s = base;
+    auto& prog = s.programs[1];
+    prog.erase(std::find(prog.begin(), prog.end(), act(Op::OFFLOAD, 1, 0)));
+    const Problem p = only_problem(validate(s), ProblemKind::memory_unmatched);
+    CHECK(p.message.find("never offloaded: add OFFLOAD0@s1 after F0@s1") != std::string::npos);
+  }
+  SECTION("both recompute and offload of one micro-batch") {
+    Schedule s = base;
+    insert_before(s, Op::R, Op::B, 0, 2);
+    const Problem p = only_problem(validate(s), ProblemKind::memory_unmatched);
+    CHECK(p.action == act(Op::R, 0, 2));
+    CHECK(p.message.find("either recomputed or offloaded, not both") != std::string::npos);
+  }
+  const Schedule rbase = with_recompute(one_f_one_b(2, 3));
+  SECTION("R after its backward") {
+    Schedule s = rbase;
+    auto& prog = s.programs[1];
+    auto r = std::find(prog.begin(), prog.end(), act(Op::R, 1, 1));
+    prog.erase(r);
+    insert_after(s, Op::R, Op::B, 1, 1);
+    const Problem p = only_problem(validate(s), ProblemKind::memory_order);
+    CHECK(p.action == act(Op::B, 1, 1));
+    CHECK(p.message.find("the backward needs the activation R restores; move B1@s1 after R1@s1") != std::string::npos);
+  }
+  SECTION("R before its forward") {
+    Schedule s = rbase;
+    auto& prog = s.programs[0];
+    prog.erase(std::find(prog.begin(), prog.end(), act(Op::R, 0, 2)));
+    prog.insert(prog.begin(), act(Op::R, 0, 2));
+    const Problem p = only_problem(validate(s), ProblemKind::memory_order);
+    CHECK(p.message.find("R2@s0 (rank 0 position 0) comes before F2@s0") != std::string::npos);
+    CHECK(p.message.find("move R2@s0 after F2@s0") != std::string::npos);
+  }
+  SECTION("R without its forward") {
+    Schedule s = rbase;
+    auto& prog = s.programs[0];
+    prog.erase(std::find(prog.begin(), prog.end(), act(Op::F, 0, 1)));
+    const ValidationReport r = validate(s);
+    INFO(listing(r));
+    CHECK(r.has(ProblemKind::missing_compute));
+    CHECK_FALSE(r.ok());
+  }
+  SECTION("a second R") {
+    Schedule s = rbase;
+    insert_before(s, Op::R, Op::B, 1, 0);
+    const Problem p = only_problem(validate(s), ProblemKind::duplicate);
+    CHECK(p.message.find("R0@s1 appears twice") != std::string::npos);
+  }
+  SECTION("R in a forward-only step") {
+    Schedule s = one_f_one_b(2, 3);
+    for (auto& prog : s.programs)
+      prog.erase(std::remove_if(prog.begin(), prog.end(), [](const Action& a) { return a.op != Op::F; }), prog.end());
+    s.programs[0].push_back(act(Op::R, 0, 0));
+    const Problem p = only_problem(validate(s), ProblemKind::memory_unmatched);
+    CHECK(p.message.find("has no B or BI") != std::string::npos);
+  }
+  SECTION("a memory action with a group") {
+    Schedule s = rbase;
+    for (Action& a : s.programs[0])
+      if (a.op == Op::R && a.microbatch == 0) a.group = 3;
+    const Problem p = only_problem(validate(s), ProblemKind::memory_grouped);
+    CHECK(p.message.find("set its group to 0") != std::string::npos);
+  }
+  SECTION("lower and simulate refuse it with the same problem") {
+    Schedule s = rbase;
+    auto& prog = s.programs[1];
+    prog.erase(std::find(prog.begin(), prog.end(), act(Op::R, 1, 1)));
+    insert_after(s, Op::R, Op::B, 1, 1);
+    CHECK_THROWS_WITH(lower(s), Catch::Contains("move B1@s1 after R1@s1"));
+    CHECK_THROWS_WITH(simulate(s, uniform_costs(1, 1, 1)), Catch::Contains("move B1@s1 after R1@s1"));
+  }
+}
+
+TEST_CASE("recompute and offload lower the counted peak memory", "[memory]") {
+  const Schedule plain = one_f_one_b(4, 8);
+  const double plain_peak = validate(plain).memory[0].peak_activations;
+  CHECK(plain_peak == 4.0);
+  // Full recomputation: F keeps nothing, R restores all just before B.
+  CHECK(validate(with_recompute(plain)).memory[0].peak_activations == 1.0);
+  // Offload right after F, reload right before B: at most the one in use and one in flight.
+  CHECK(validate(with_offload(plain)).memory[0].peak_activations <= 2.0);
+  // Selective recomputation of a quarter: F keeps 3/4, R brings back 1/4.
+  ValidateOptions options;
+  options.memory.activation_bytes.assign(4, 100.0);
+  options.memory.recompute_fraction.assign(4, 0.25);
+  const ValidationReport r = validate(with_recompute(plain), options);
+  CHECK(r.memory[0].peak_bytes == Approx(4 * 75.0 + 25.0));
+  // The planner's own walk agrees.
+  CostModel c = uniform_costs(1, 1, 1);
+  c.stages[0].activation_bytes = 100.0;
+  c.stages[0].recompute_saved_bytes = 25.0;
+  CHECK(peak_memory(with_recompute(plain), c).bytes[0] == Approx(r.memory[0].peak_bytes));
+  CHECK(memory_model_for(c, 4).recompute_fraction == std::vector<double>(4, 0.25));
+  CHECK_THROWS_WITH(validate(plain, [] {
+                      ValidateOptions o;
+                      o.memory.offload_fraction = {0.5, 2.0, 0.5, 0.5};
+                      return o;
+                    }()),
+                    Catch::Contains("offload_fraction[1] = 2 is outside [0, 1]"));
+}
+
+TEST_CASE("the cost model prices R on the compute lane and copies over the host link", "[memory][costs]") {
+  CostModel c = uniform_costs(4, 3, 2);
+  c.stages[0].activation_bytes = 1000.0;
+  CHECK(compute_time(c, act(Op::R, 0, 0), 1) == 4.0);  // full recomputation: the forward
+  c.stages[0].recompute_saved_bytes = 250.0;
+  CHECK(compute_time(c, act(Op::R, 0, 0), 1) == 1.0);  // a quarter of it
+  c.stages[0].recompute = 0.5;
+  CHECK(compute_time(c, act(Op::R, 0, 0), 1) == 0.5);  // as given
+  CHECK(compute_time(c, act(Op::OFFLOAD, 0, 0), 1) == 0.0);  // free host link by default
+  c.host_link = Interconnect{0.5, 100.0};
+  CHECK(compute_time(c, act(Op::OFFLOAD, 0, 0), 1) == Approx(10.5));
+  c.stages[0].offload_bytes = 500.0;
+  CHECK(compute_time(c, act(Op::RELOAD, 0, 0), 1) == Approx(5.5));
+  c.stages[0].offload_bytes = 2000.0;
+  CHECK_THROWS_WITH(check_cost_model(c, 2, 2), Catch::Contains("offload_bytes 2000 exceeds activation_bytes 1000"));
+  c.stages[0].offload_bytes.reset();
+  c.host_link.bandwidth = 0.0;
+  CHECK_THROWS_WITH(check_cost_model(c, 2, 2), Catch::Contains("host_link.bandwidth"));
+}
+
+TEST_CASE("the simulator runs copies on a copy lane beside compute and R on the compute lane", "[memory][sim]") {
+  CostModel c = uniform_costs(2, 2, 2);
+  c.stages[0].activation_bytes = 100.0;
+  const Schedule plain = one_f_one_b(2, 4);
+  const SimResult base = simulate(plain, c);
+  SECTION("recompute takes compute time") {
+    const SimResult r = simulate(with_recompute(plain), c);
+    // Every B waits for an R of the forward's time on its rank.
+    CHECK(r.makespan > base.makespan);
+    double busy = 0.0;
+    for (const Span& sp : r.timeline.spans) {
+      if (sp.action.op == Op::R) {
+        CHECK(sp.lane == Lane::compute);
+        CHECK(sp.end - sp.start == Approx(2.0));
+      }
+      if (sp.rank == 0 && sp.lane == Lane::compute && !is_comm(sp.action.op)) busy += sp.end - sp.start;
+    }
+    CHECK(busy == Approx(4 * 6.0 + 4 * 2.0));
+    CHECK(r.memory[0].peak_activations == 1.0);
+  }
+  SECTION("free copies hide entirely") {
+    const SimResult r = simulate(with_offload(plain), c);
+    CHECK(r.makespan == Approx(base.makespan));
+    std::size_t copies = 0;
+    for (const Span& sp : r.timeline.spans) {
+      if (!is_copy(sp.action.op)) continue;
+      ++copies;
+      CHECK(sp.lane == Lane::copy);
+    }
+    CHECK(copies == 2 * 2 * 4);
+    // Busy time counts the compute lane only.
+    CHECK(r.ranks[0].busy == Approx(base.ranks[0].busy));
+  }
+  SECTION("slow copies delay the backward that waits for its reload") {
+    c.host_link = Interconnect{0.0, 10.0};  // 10 time units per copy
+    const SimResult r = simulate(with_offload(plain), c);
+    CHECK(r.makespan > base.makespan);
+    // A backward starts only after its reload ended, and a reload only after its offload.
+    std::map<std::tuple<int, int, int>, const Span*> by;
+    for (const Span& sp : r.timeline.spans) by[{static_cast<int>(sp.action.op), sp.action.stage, sp.action.microbatch}] = &sp;
+    for (std::int32_t st = 0; st < 2; ++st) {
+      for (std::int32_t mb = 0; mb < 4; ++mb) {
+        const Span* f = by.at({static_cast<int>(Op::F), st, mb});
+        const Span* off = by.at({static_cast<int>(Op::OFFLOAD), st, mb});
+        const Span* rel = by.at({static_cast<int>(Op::RELOAD), st, mb});
+        const Span* b = by.at({static_cast<int>(Op::B), st, mb});
+        CHECK(off->start >= f->end);
+        CHECK(rel->start >= off->end);
+        CHECK(b->start >= rel->end);
+        CHECK(rel->end - rel->start == Approx(10.0));
+      }
+    }
+    // One stream per rank: copies block compute, so the step is longer still.
+    SimOptions one;
+    one.comm_on_compute_stream = true;
+    const SimResult serial = simulate(with_offload(plain), c, one);
+    CHECK(serial.makespan > r.makespan);
+    for (const Span& sp : serial.timeline.spans) CHECK(sp.lane != Lane::copy);
+  }
+}
+
+TEST_CASE("traces and schedule CSV show the memory actions distinctly", "[memory][trace]") {
+  CostModel c = uniform_costs(2, 2, 2);
+  c.host_link = Interconnect{0.0, 1.0};
+  c.stages[0].activation_bytes = 1.0;
+  Schedule s = with_offload(one_f_one_b(2, 3));
+  // Recompute on stage 1 instead of offload.
+  for (auto& prog : s.programs)
+    prog.erase(std::remove_if(prog.begin(), prog.end(), [](const Action& a) { return a.stage == 1 && is_copy(a.op); }),
+               prog.end());
+  for (std::int32_t mb = 0; mb < 3; ++mb) insert_before(s, Op::R, Op::B, 1, mb);
+  REQUIRE(validate(s).ok());
+  const SimResult r = simulate(s, c);
+
+  std::ostringstream chrome;
+  write_chrome_trace(chrome, r.timeline);
+  CHECK(chrome.str().find(R"("name":"copy")") != std::string::npos);
+  CHECK(chrome.str().find(R"("name":"OFFLOAD0","cat":"memory")") != std::string::npos);
+  CHECK(chrome.str().find(R"("name":"R0","cat":"memory")") != std::string::npos);
+
+  const std::string ascii = to_ascii(r.timeline);
+  CHECK(ascii.find("copy |") != std::string::npos);
+  CHECK(ascii.find('C') != std::string::npos);  // recompute
+  CHECK(ascii.find('O') != std::string::npos);
+  CHECK(ascii.find('L') != std::string::npos);
+
+  std::ostringstream csv;
+  write_timeline_csv(csv, r.timeline);
+  CHECK(csv.str().find(",copy,OFFLOAD,") != std::string::npos);
+  std::ostringstream again;
+  write_timeline_csv(again, parse_timeline_csv(csv.str()));
+  CHECK(again.str() == csv.str());
+
+  const std::string text = to_pytorch_csv(s);
+  CHECK(text.find("1R0") != std::string::npos);
+  CHECK(text.find("0OFFLOAD0") != std::string::npos);
+  CHECK(text.find("0RELOAD0") != std::string::npos);
+  const Schedule back = from_pytorch_csv(text);
+  CHECK(back.programs == s.programs);
+  const Schedule lowered_back = from_pytorch_csv(to_pytorch_csv(lower(s).schedule()));
+  CHECK(lowered_back.programs == lower(s).schedule().programs);
+}
+
+// The runtime half of issue 23 (tests/test_memory_runtime.cpp has the rest): the executor
+// runs the memory actions, and its timeline holds them where the simulator puts them.
+TEST_CASE("the executor runs memory actions, and measures them on their lanes", "[memory][runtime]") {
+  using namespace std::chrono_literals;
+  const Schedule s = with_recompute(one_f_one_b(2, 2));
+  CpuCluster cluster(2);
+  std::vector<CpuBackend*> backends{&cluster.rank(0), &cluster.rank(1)};
+  const auto stages = synthetic_stages(uniform_costs(0, 0, 0), s.stages(), s.microbatches, 1ms, 4);
+  const std::vector<float> inputs(8, 1.0f), targets(8, 0.0f);
+  World<CpuBackend> world(backends, s, stages);
+  const StepResult& result = world.run_step({inputs, targets});
+  std::size_t recomputes = 0;
+  for (const Span& span : result.timeline.spans) {
+    if (span.action.op != Op::R) continue;
+    ++recomputes;
+    CHECK(span.lane == Lane::compute);
+  }
+  CHECK(recomputes == 4);
+}
+
+TEST_CASE("a copy waits for the compute issued before it, and memory over time sees the copy lane", "[memory][sim]") {
+  CostModel c = uniform_costs(2, 2, 2);
+  c.stages[0].activation_bytes = 100.0;
+  c.host_link = Interconnect{0.0, 100.0};  // one time unit per copy
+  const Schedule plain = one_f_one_b(2, 4);
+  // Rank 0 offloads micro-batch 0 right after its F and reloads it right before its B.
+  Schedule s = plain;
+  insert_after(s, Op::OFFLOAD, Op::F, 0, 0);
+  insert_before(s, Op::RELOAD, Op::B, 0, 0);
+  REQUIRE(validate(s).ok());
+  const SimResult r = simulate(s, c);
+  const auto span_of = [&r](Op op, std::int32_t stage, std::int32_t mb) {
+    for (const Span& sp : r.timeline.spans)
+      if (sp.action.op == op && sp.action.stage == stage && sp.action.microbatch == mb) return sp;
+    FAIL("no span " << to_string(act(op, stage, mb)));
+    return Span{};
+  };
+  // Rank 0's program: F0 OFFLOAD0 F1 RELOAD0 B0 ...: the reload waits for F1, not just for
+  // the offload.
+  const auto& prog = s.programs[0];
+  const auto reload = std::find(prog.begin(), prog.end(), act(Op::RELOAD, 0, 0));
+  REQUIRE(reload != prog.begin());
+  const Action issued_after = *(reload - 1);
+  REQUIRE(is_compute(issued_after.op));
+  CHECK(span_of(Op::RELOAD, 0, 0).start >= span_of(issued_after.op, issued_after.stage, issued_after.microbatch).end);
+  CHECK(span_of(Op::RELOAD, 0, 0).start > span_of(Op::OFFLOAD, 0, 0).end);
+  // Over time: rank 0 holds less while micro-batch 0 is on the host.
+  REQUIRE(r.memory_over_time.size() == 2);
+  const auto& samples = r.memory_over_time[0];
+  REQUIRE_FALSE(samples.empty());
+  CHECK(samples.back().bytes == Approx(0.0).margin(1e-9));
+  const double off_end = span_of(Op::OFFLOAD, 0, 0).end;
+  const auto at = [&samples](double t) {
+    MemorySample last;
+    for (const MemorySample& m : samples)
+      if (m.time <= t) last = m;
+    return last;
+  };
+  const SimResult base = simulate(plain, c);
+  CHECK(at(off_end).bytes < base.memory[0].peak_bytes);
+  CHECK(r.timed_peak[0].bytes <= base.timed_peak[0].bytes);
+  CHECK(base.timed_peak[0].bytes == Approx(base.memory[0].peak_bytes));
+  for (std::size_t k = 1; k < samples.size(); ++k) CHECK(samples[k].time > samples[k - 1].time);
+}
+
+namespace {
+
+std::size_t count_op(const Schedule& s, Op op) {
+  std::size_t n = 0;
+  for (const auto& prog : s.programs) n += static_cast<std::size_t>(std::count_if(prog.begin(), prog.end(), [op](const Action& a) { return a.op == op; }));
+  return n;
+}
+
+CostModel gpt_like_costs(std::int32_t stages) {
+  CostModel c;
+  c.unit = "ms";
+  c.stages.assign(static_cast<std::size_t>(stages), StageCost{10.0, 10.0, 10.0, 1e9, 1e7});
+  c.link = Interconnect{0.01, 1e7};       // bytes per ms
+  c.host_link = Interconnect{0.01, 1e8};  // 10 ms a copy: two per micro-batch fit in its 30 ms of compute
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("memory policies insert valid memory actions and price them", "[memory][policy]") {
+  const Schedule plain = one_f_one_b(4, 8);
+  const CostModel c = gpt_like_costs(4);
+  const SimResult base = simulate(plain, c);
+  SECTION("none changes nothing") {
+    const MemoryPlan p = apply_memory_policies(plain, c, {MemoryPolicy::none()});
+    CHECK(p.schedule.programs == plain.programs);
+    CHECK(p.policies.size() == 4);
+  }
+  SECTION("full recomputation: one R per micro-batch before its backward, less memory, more time") {
+    const MemoryPlan p = apply_memory_policies(plain, c, {MemoryPolicy::full_recompute()});
+    CHECK(count_op(p.schedule, Op::R) == 4 * 8);
+    CHECK(validate(p.schedule).ok());
+    const SimResult r = simulate(p.schedule, p.costs);
+    CHECK(r.makespan > base.makespan);
+    CHECK(r.makespan <= base.makespan + 8 * 10.0 + 1e-9);  // at most one forward per micro-batch more on a rank
+    CHECK(r.memory[0].peak_bytes < base.memory[0].peak_bytes);
+    CHECK(r.timed_peak[0].bytes < base.timed_peak[0].bytes);
+  }
+  SECTION("recomputation fills idle time first") {
+    MemoryPolicyOptions just_before;
+    just_before.recompute_into_idle = false;
+    const Schedule zb = make_schedule("zb-h1", {4, 8, 1});
+    const MemoryPlan idle = apply_memory_policies(zb, c, {MemoryPolicy::full_recompute()});
+    const MemoryPlan late = apply_memory_policies(zb, c, {MemoryPolicy::full_recompute()}, just_before);
+    // At most one activation more than right before the backward, and never more than without
+    // recomputation.
+    const SimResult with_idle = simulate(idle.schedule, idle.costs), with_late = simulate(late.schedule, late.costs);
+    const SimResult none = simulate(zb, c);
+    for (std::size_t r = 0; r < 4; ++r) {
+      CHECK(with_idle.timed_peak[r].bytes <= with_late.timed_peak[r].bytes + 1e9 + 1.0);
+      CHECK(with_idle.timed_peak[r].bytes <= none.timed_peak[r].bytes + 1.0);
+    }
+    UNSCOPED_INFO("zb-h1 full recompute: " << with_idle.makespan << " ms with idle placement, " << with_late.makespan << " right before");
+    CHECK(simulate(idle.schedule, idle.costs).makespan <= simulate(late.schedule, late.costs).makespan);
+    // Any R moved ahead of its backward passed no forward and at most one other backward.
+    std::size_t moved = 0;
+    for (const auto& prog : idle.schedule.programs) {
+      for (std::size_t k = 0; k < prog.size(); ++k) {
+        if (prog[k].op != Op::R) continue;
+        std::int32_t backwards = 0;
+        std::size_t j = k + 1;
+        for (; j < prog.size() && prog[j] != act(Op::BI, prog[k].stage, prog[k].microbatch); ++j) {
+          CHECK(prog[j].op != Op::F);
+          backwards += prog[j].op == Op::BI ? 1 : 0;
+        }
+        REQUIRE(j < prog.size());
+        CHECK(backwards <= 1);
+        moved += j > k + 1 ? 1 : 0;
+      }
+    }
+    UNSCOPED_INFO(moved << " R moved ahead");
+    // Right before the backward in the other: each R is followed by its own BI.
+    for (const auto& prog : late.schedule.programs) {
+      for (std::size_t k = 0; k + 1 < prog.size(); ++k) {
+        if (prog[k].op != Op::R) continue;
+        CHECK(prog[k + 1].op == Op::BI);
+        CHECK(prog[k + 1].microbatch == prog[k].microbatch);
+      }
+    }
+  }
+  SECTION("selective recomputation of a part: the profile's bytes and time") {
+    MemoryPolicyOptions just_before;
+    just_before.recompute_into_idle = false;
+    const MemoryPlan p = apply_memory_policies(plain, c, {MemoryPolicy::selective_part(2.5e8, 1.0)}, just_before);
+    CHECK(p.costs.stages.size() == 4);
+    CHECK(*p.costs.stages[2].recompute_saved_bytes == 2.5e8);
+    CHECK(compute_time(p.costs, act(Op::R, 2, 0), 8) == 1.0);
+    const SimResult r = simulate(p.schedule, p.costs);
+    CHECK(r.memory[0].peak_bytes == Approx(base.memory[0].peak_bytes * 0.75 + 2.5e8));
+    const MemoryPlan q = apply_memory_policies(plain, c, {MemoryPolicy::selective(0.5)});
+    CHECK(compute_time(q.costs, act(Op::R, 1, 3), 8) == Approx(5.0));
+  }
+  SECTION("offload: hidden behind compute by a fast host link, and less memory over time") {
+    const std::vector<MemoryPolicy> per_stage{MemoryPolicy::offload(), MemoryPolicy::offload(0.5),
+                                              MemoryPolicy::none(), MemoryPolicy::full_recompute()};
+    const MemoryPlan p = apply_memory_policies(plain, c, per_stage);
+    // Stages 0 and 1 hold each activation for at least two micro-batches' compute: every one
+    // of theirs is offloaded, and reloaded.
+    CHECK(count_op(p.schedule, Op::OFFLOAD) == 2 * 8);
+    CHECK(count_op(p.schedule, Op::RELOAD) == 2 * 8);
+    // The last stage's backward follows its forward: nothing to hide a copy behind.
+    const MemoryPlan last = apply_memory_policies(plain, c, {MemoryPolicy::offload()});
+    for (const Action& a : last.schedule.programs[3]) CHECK_FALSE(is_copy(a.op));
+    CHECK(count_op(p.schedule, Op::R) == 8);
+    const SimResult r = simulate(p.schedule, p.costs);
+    // Offload and reload of a micro-batch (20 ms) hide behind its compute (30 ms).
+    INFO(to_ascii(r.timeline));
+    CHECK(r.timed_peak[0].bytes < base.timed_peak[0].bytes);
+    CHECK(r.timed_peak[1].bytes < base.timed_peak[1].bytes);
+    CHECK(r.timed_peak[2].bytes == Approx(base.timed_peak[2].bytes));
+    CHECK(p.costs.stages[1].offload_bytes == 0.5e9);
+  }
+  SECTION("bad input is named") {
+    CHECK_THROWS_WITH(apply_memory_policies(plain, c, std::vector<MemoryPolicy>(3)),
+                      Catch::Contains("3 policies for a schedule of 4 stages"));
+    CHECK_THROWS_WITH(apply_memory_policies(plain, c, {MemoryPolicy::offload(1.5)}),
+                      Catch::Contains("fraction 1.5 is outside [0, 1]") && Catch::Contains("policies[0]"));
+    CHECK_THROWS_WITH(apply_memory_policies(lower(plain).schedule(), c, {MemoryPolicy::full_recompute()}),
+                      Catch::Contains("give the compute-only schedule"));
+    CHECK_THROWS_WITH(apply_memory_policies(plain, c, {MemoryPolicy::selective_part(2e9, 1.0)}),
+                      Catch::Contains("saved_bytes 2e+09 is not within the stage's activation_bytes"));
+  }
+  SECTION("every training family takes every policy") {
+    std::size_t families = 0;
+    for (const std::string_view family : family_names()) {
+      const FamilyInfo& info = family_info(family);
+      const ScheduleRequest request{4, 8, info.chunks_for(2)};
+      if (!info.training || !accepts(family, request)) continue;
+      ++families;
+      for (const MemoryPolicy& policy : {MemoryPolicy::full_recompute(), MemoryPolicy::offload(0.5)}) {
+        INFO(family << " " << to_string(policy));
+        const Schedule s = make_schedule(family, request);
+        const MemoryPlan p = apply_memory_policies(s, uniform_costs(1, 1, 1), {policy});
+        CHECK(validate(p.schedule).ok());
+        CHECK(validate(lower(p.schedule).schedule()).ok());
+      }
+    }
+    CHECK(families >= 8);
+  }
+}
+
+TEST_CASE("the planner chooses per-stage policies that fit a memory cap", "[memory][policy]") {
+  const Schedule plain = one_f_one_b(4, 8);
+  const CostModel c = gpt_like_costs(4);
+  const std::vector<double> static_bytes(4, 1e9);
+  const SimResult base = simulate(plain, c);
+  REQUIRE(base.timed_peak[0].bytes == Approx(4e9));
+  SECTION("a cap everything fits: no policy") {
+    const MemoryChoice choice = choose_memory_policies(plain, c, static_bytes, 10e9);
+    CHECK(choice.fits);
+    CHECK(choice.tries == 1);
+    CHECK(choice.plan.schedule.programs == plain.programs);
+    CHECK(choice.makespan == Approx(base.makespan));
+  }
+  SECTION("a tighter cap: policies on the fuller ranks, every rank within it") {
+    const MemoryChoice choice = choose_memory_policies(plain, c, static_bytes, 3.5e9);
+    INFO(choice.tries << " tries");
+    REQUIRE(choice.fits);
+    for (const double b : choice.peak_bytes) CHECK(b <= 3.5e9);
+    CHECK(choice.plan.policies[3].kind == MemoryPolicyKind::none);  // the last rank holds 1 activation
+    CHECK(choice.plan.policies[0].kind != MemoryPolicyKind::none);
+    CHECK(choice.makespan >= base.makespan);
+    CHECK(validate(choice.plan.schedule).ok());
+  }
+  SECTION("a cap below the static bytes cannot fit") {
+    const MemoryChoice choice = choose_memory_policies(plain, c, static_bytes, 0.9e9);
+    CHECK_FALSE(choice.fits);
+  }
+  CHECK_THROWS_WITH(choose_memory_policies(plain, c, std::vector<double>(3, 0.0), 1e9),
+                    Catch::Contains("3 static sizes for 4 ranks"));
+}
+
+TEST_CASE("a recomputation that its backward's gap cannot hold moves into an earlier idle gap", "[memory][policy]") {
+  // Two ranks, one stage each, split backward. Stage 1's BI of micro-batch 0 is slow (5) and of
+  // micro-batch 1 fast (1), so rank 0 idles long before BI0 and not at all before BI1.
+  Schedule s;
+  s.name = "hand";
+  s.ranks = 2;
+  s.microbatches = 2;
+  s.placement = {0, 1};
+  s.split_backward = true;
+  s.programs = {{act(Op::F, 0, 0), act(Op::F, 0, 1), act(Op::BI, 0, 0), act(Op::BI, 0, 1), act(Op::BW, 0, 0), act(Op::BW, 0, 1)},
+                {act(Op::F, 1, 0), act(Op::F, 1, 1), act(Op::BI, 1, 0), act(Op::BI, 1, 1), act(Op::BW, 1, 0), act(Op::BW, 1, 1)}};
+  CostModel c;
+  const StageCost unit{1.0, 1.0, 1.0, 100.0, 0.0};
+  StageCost slow = unit, fast = unit;
+  slow.backward_input = 5.0;
+  c.per_microbatch = {unit, unit, slow, fast};  // stage-major: stage 0 mb 0, 1; stage 1 mb 0, 1
+  const std::vector<MemoryPolicy> policies{MemoryPolicy::selective_part(100.0, 3.0), MemoryPolicy::none()};
+  const MemoryPlan idle = apply_memory_policies(s, c, policies);
+  MemoryPolicyOptions just_before;
+  just_before.recompute_into_idle = false;
+  const MemoryPlan late = apply_memory_policies(s, c, policies, just_before);
+  CHECK(idle.schedule.programs[0] == std::vector<Action>{act(Op::F, 0, 0), act(Op::F, 0, 1), act(Op::R, 0, 0), act(Op::R, 0, 1),
+                                                         act(Op::BI, 0, 0), act(Op::BI, 0, 1), act(Op::BW, 0, 0), act(Op::BW, 0, 1)});
+  CHECK(late.schedule.programs[0] == std::vector<Action>{act(Op::F, 0, 0), act(Op::F, 0, 1), act(Op::R, 0, 0), act(Op::BI, 0, 0),
+                                                         act(Op::R, 0, 1), act(Op::BI, 0, 1), act(Op::BW, 0, 0), act(Op::BW, 0, 1)});
+  CHECK(simulate(idle.schedule, idle.costs).makespan == Approx(simulate(late.schedule, late.costs).makespan - 3.0));
+  MemoryPolicyOptions beside_none;
+  beside_none.max_backwards_crossed = 0;
+  CHECK(apply_memory_policies(s, c, policies, beside_none).schedule.programs[0] == late.schedule.programs[0]);
+}

@@ -618,6 +618,16 @@ TEST_CASE("the planner chooses per-stage policies that fit a memory cap", "[memo
   }
   CHECK_THROWS_WITH(choose_memory_policies(plain, c, std::vector<double>(3, 0.0), 1e9),
                     Catch::Contains("3 static sizes for 4 ranks"));
+  SECTION("a stage's own options: a measured part to recompute") {
+    MemoryChoiceOptions o;
+    o.stage_ladders.assign(4, {});
+    o.stage_ladders[0] = {MemoryPolicy::selective_part(2.5e8, 0.5), MemoryPolicy::full_recompute()};
+    const MemoryChoice choice = choose_memory_policies(plain, c, static_bytes, 4.8e9, o);
+    REQUIRE(choice.fits);
+    CHECK(choice.plan.policies[0] == MemoryPolicy::selective_part(2.5e8, 0.5));
+    o.stage_ladders.resize(2);
+    CHECK_THROWS_WITH(choose_memory_policies(plain, c, static_bytes, 4.8e9, o), Catch::Contains("2 stage ladders for 4 stages"));
+  }
 }
 
 TEST_CASE("a recomputation that its backward's gap cannot hold moves into an earlier idle gap", "[memory][policy]") {

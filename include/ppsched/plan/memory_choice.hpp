@@ -37,6 +37,10 @@ struct MemoryChoiceOptions {
   // it one step at a time.
   std::vector<MemoryPolicy> ladder{MemoryPolicy::offload(0.5), MemoryPolicy::offload(1.0), MemoryPolicy::selective(0.5),
                                    MemoryPolicy::full_recompute()};
+  // A ladder per stage, where a stage has options of its own (a profile's "recompute this part:
+  // saves X bytes, costs Y", as MemoryPolicy::selective_part); empty, or one per stage, an
+  // empty one taking `ladder`.
+  std::vector<std::vector<MemoryPolicy>> stage_ladders{};
   MemoryPolicyOptions placement{};
 };
 
@@ -61,6 +65,14 @@ struct MemoryChoice {
   if (!(cap_bytes > 0.0)) {
     fail({"choose_memory_policies", concat("cap ", cap_bytes, " bytes"), "", "give a positive memory cap per rank"});
   }
+  if (!options.stage_ladders.empty() && options.stage_ladders.size() != static_cast<std::size_t>(S)) {
+    fail({"choose_memory_policies", concat("has ", options.stage_ladders.size(), " stage ladders for ", S, " stages"),
+          "MemoryChoiceOptions::stage_ladders", "give one ladder per stage (an empty one takes `ladder`), or none"});
+  }
+  const auto ladder_of = [&options](std::int32_t s) -> const std::vector<MemoryPolicy>& {
+    const auto si = static_cast<std::size_t>(s);
+    return options.stage_ladders.empty() || options.stage_ladders[si].empty() ? options.ladder : options.stage_ladders[si];
+  };
   MemoryChoice best;
   const auto evaluate = [&](const std::vector<MemoryPolicy>& policies) {
     MemoryChoice c;
@@ -88,9 +100,9 @@ struct MemoryChoice {
     std::int32_t chosen_stage = -1;
     for (std::int32_t s = 0; s < S; ++s) {
       const auto si = static_cast<std::size_t>(s);
-      if (schedule.rank_of(s) != fullest || step[si] >= options.ladder.size()) continue;
+      if (schedule.rank_of(s) != fullest || step[si] >= ladder_of(s).size()) continue;
       std::vector<MemoryPolicy> trial = policies;
-      trial[si] = options.ladder[step[si]];
+      trial[si] = ladder_of(s)[step[si]];
       MemoryChoice c = evaluate(trial);
       ++tries;
       if (!(c.peak_bytes[static_cast<std::size_t>(fullest)] < best.peak_bytes[static_cast<std::size_t>(fullest)])) continue;
@@ -107,8 +119,8 @@ struct MemoryChoice {
       bool climbed = false;
       for (std::int32_t s = 0; s < S; ++s) {
         const auto si = static_cast<std::size_t>(s);
-        if (schedule.rank_of(s) == fullest && step[si] < options.ladder.size()) {
-          policies[si] = options.ladder[step[si]++];
+        if (schedule.rank_of(s) == fullest && step[si] < ladder_of(s).size()) {
+          policies[si] = ladder_of(s)[step[si]++];
           climbed = true;
         }
       }
@@ -117,7 +129,7 @@ struct MemoryChoice {
       ++tries;
       continue;
     }
-    policies[static_cast<std::size_t>(chosen_stage)] = options.ladder[step[static_cast<std::size_t>(chosen_stage)]++];
+    policies[static_cast<std::size_t>(chosen_stage)] = ladder_of(chosen_stage)[step[static_cast<std::size_t>(chosen_stage)]++];
     best = std::move(chosen);
   }
   best.tries = tries;

@@ -713,6 +713,7 @@ TEST_CASE("the profile's fixed costs per action and transfer reach the planner's
                                        plan_cost_options(model, 0.5));
   CHECK(cost.action_overhead == 0.5);
   CHECK(cost.transfer_overhead == 0.25);
+  CHECK(cost.step_overhead == 0.0);
   // Free layers at 1 row per micro-batch: without fixed costs 16 micro-batches of 1 row cost
   // the same work as 1 of 16, with less bubble; a fixed cost per action makes few large ones win.
   std::vector<Layer> layers;
@@ -730,6 +731,26 @@ TEST_CASE("the profile's fixed costs per action and transfer reach the planner's
   REQUIRE(costly_actions.chosen);
   CHECK(free_actions.chosen->microbatches > 2);
   CHECK(costly_actions.chosen->microbatches <= 2);
+}
+
+TEST_CASE("the profile's fixed cost per step is paid once in every price the planner makes", "[plan][devices][overhead]") {
+  Profile p = chain(4);
+  p.rows = 1;
+  DevicePlanOptions o;
+  o.pipeline_sizes = {2};
+  o.families = {"1f1b"};
+  const DevicePlan without = plan_devices(p, 2, 8, std::nullopt, o);
+  p.step_overhead = 3.0;
+  const PlanModel model = graph_model(p, "with a step cost", {.ranks = 2});
+  CHECK(model.step_overhead == 3.0);
+  CHECK(cost_model_of(model.partition(one_stage_per_rank_placement(2)), plan_cost_options(model, 0.5)).step_overhead == 3.0);
+  const DevicePlan with = plan_devices(p, 2, 8, std::nullopt, o);
+  REQUIRE(without.chosen);
+  REQUIRE(with.chosen);
+  // Once per step, whatever the micro-batch count: the same pick, 3 later.
+  CHECK(with.chosen->microbatches == without.chosen->microbatches);
+  CHECK(with.chosen->step_time == Approx(without.chosen->step_time + 3.0));
+  CHECK(with.chosen->pipeline_time == Approx(without.chosen->pipeline_time + 3.0));
 }
 
 TEST_CASE("recalibrate_plan: a measured run twice as slow as profiled re-plans from the refit", "[plan][calibrate]") {

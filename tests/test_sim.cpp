@@ -16,6 +16,7 @@
 
 #include "ppsched/error.hpp"
 #include "ppsched/lower/lower.hpp"
+#include "ppsched/plan/search/dependency_run.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/sim/analytic.hpp"
 #include "ppsched/sim/calibrate.hpp"
@@ -631,6 +632,25 @@ TEST_CASE("the simulator prices the fixed cost per action and per transfer", "[s
   CHECK(times_of(r.timeline, 1, act(Op::F, 1, 0)) == std::make_pair(1.875, 3.125));
   CHECK(times_of(r.timeline, 0, act(Op::B, 0, 0)) == std::make_pair(6.0, 8.25));
   CHECK(r.makespan == 8.25);
+  CHECK(r.step_overhead == 0.0);
+}
+
+TEST_CASE("the fixed cost per step is in the makespan once and in no span of the timeline", "[sim][overhead]") {
+  const Schedule s = make_schedule("1f1b", ScheduleRequest{2, 4, 1});
+  CostModel c = uniform_costs(1.0, 1.0, 1.0, "ms");
+  c.action_overhead = 0.125;
+  const SimResult without = simulate(s, c);
+  c.step_overhead = 2.0;
+  const SimResult with = simulate(s, c);
+  CHECK(with.makespan == Approx(without.makespan + 2.0));
+  CHECK(with.step_overhead == 2.0);
+  CHECK(with.timeline.spans == without.timeline.spans);  // what runs as actions is unchanged
+  // The ranks do no compute during it: it is idle time, as a measured step's would be.
+  CHECK(with.ranks[0].busy == without.ranks[0].busy);
+  CHECK(with.ranks[0].idle == Approx(without.ranks[0].idle + 2.0));
+  CHECK(with.ranks[0].span == without.ranks[0].span);
+  // The search's dependency-only timing adds it too, so its exact makespans match simulate's.
+  CHECK(run_dependencies(s, c).makespan == Approx(with.makespan));
 }
 
 TEST_CASE("calibrate: a run slower than predicted refits each stage's kinds and the fixed cost per action", "[sim][calibrate]") {

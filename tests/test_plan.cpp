@@ -790,3 +790,47 @@ TEST_CASE("recalibrate_plan: a measured run twice as slow as profiled re-plans f
   CHECK_THROWS_WITH(recalibrate_plan(one_layer, measured, 4, 2, 32, std::nullopt, o),
                     Catch::Contains("2 stages, the profile 1 layers"));
 }
+
+TEST_CASE("recalibrate_plan from runs of two shapes recovers the times and the fixed cost per step", "[plan][calibrate]") {
+  // The truth: every time twice the profile's, and 1.5 ms per step that no timeline records.
+  Profile profile = chain(4);
+  profile.rows = 4;
+  profile.time_unit = "ms";
+  Profile truth = profile;
+  std::vector<Layer> doubled = profile.graph.layers();
+  for (Layer& l : doubled) {
+    l.forward *= 2;
+    l.backward_input *= 2;
+    l.backward_weight *= 2;
+  }
+  truth.graph = LayerGraph(doubled);
+  truth.step_overhead = 1.5;
+  const auto measure = [&](const Schedule& run) {
+    const PlanModel real = graph_model(truth, "truth", {.ranks = run.ranks, .microbatches = run.microbatches});
+    CostModel cost = cost_model_of(real.partition(run.placement), plan_cost_options(real, 0.5));
+    cost.unit = "ms";
+    const SimResult sim = simulate(run, cost);
+    return MeasuredRun{{sim.timeline, sim.timeline}, 4, {sim.makespan, sim.makespan}};
+  };
+  DevicePlanOptions o;
+  o.families = {"1f1b", "gpipe"};
+  const Recalibration r = recalibrate_plan(
+      profile, {measure(make_schedule("gpipe", ScheduleRequest{1, 2, 1})), measure(make_schedule("1f1b", ScheduleRequest{2, 8, 1}))},
+      2, 32, std::nullopt, o);
+  REQUIRE(r.fits.size() == 2);
+  REQUIRE(r.cuts.size() == 2);
+  CHECK(r.profile.step_overhead == Approx(1.5).epsilon(1e-9));
+  CHECK(r.profile.action_overhead == Approx(0.0).margin(1e-6));
+  for (std::size_t l = 0; l < 4; ++l) {
+    CHECK(r.profile.graph.layer(l).forward == Approx(truth.graph.layer(l).forward));
+    CHECK(r.profile.graph.layer(l).backward_input == Approx(truth.graph.layer(l).backward_input));
+  }
+  // A third shape, priced from the recalibrated profile, is the truth's step.
+  const Schedule third = make_schedule("gpipe", ScheduleRequest{2, 4, 1});
+  const auto price = [&](const Profile& p) {
+    const PlanModel m = graph_model(p, "p", {.ranks = 2, .microbatches = 4});
+    return simulate(third, cost_model_of(m.partition(third.placement), plan_cost_options(m, 0.5))).makespan;
+  };
+  CHECK(price(r.profile) == Approx(price(truth)).epsilon(1e-9));
+  CHECK_THROWS_WITH(recalibrate_plan(profile, std::vector<MeasuredRun>{}, 2, 32, std::nullopt, o), Catch::Contains("no measured run"));
+}

@@ -696,3 +696,40 @@ TEST_CASE("calibrate: the fixed cost per action absorbs what the spans do not ho
   CHECK(c.predicted_after == Approx(c.measured_makespan).epsilon(1e-9));
   CHECK_THROWS_WITH(calibrate(measured, uniform_costs(1, 1, 1, "furlongs")), Catch::Contains("cannot convert"));
 }
+
+TEST_CASE("calibrate from several steps: medians keep one stalled step out of the fit, step times give the cost per step",
+          "[sim][calibrate]") {
+  // Steps of 0.2 per action between spans that hold only the stages' times; one step lost the
+  // core for 3.0 in its middle. Around run_step each step took 0.7 more than its timeline.
+  const Schedule s = make_schedule("gpipe", ScheduleRequest{1, 4, 1});
+  const auto step = [&](double stall) {
+    Timeline t = simulate(s, uniform_costs(1.0, 0.5, 0.5, "ms")).timeline;
+    std::stable_sort(t.spans.begin(), t.spans.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+    double shift = 0.0;
+    for (std::size_t i = 0; i < t.spans.size(); ++i) {
+      shift += 0.2 + (i == 4 ? stall : 0.0);
+      t.spans[i].start += shift;
+      t.spans[i].end += shift;
+    }
+    return t;
+  };
+  const std::vector<Timeline> steps{step(0.0), step(3.0), step(0.0)};
+  const double in_timeline = steps[0].spans.back().end;  // 8 actions of 1.5 / 0.5, 8 gaps of 0.2
+  const CostModel model = uniform_costs(1.0, 0.5, 0.5, "ms");
+  CalibrationOptions o;
+  o.step_times = {in_timeline + 0.7, in_timeline + 3.7, in_timeline + 0.7};
+  const Calibration c = calibrate(steps, model, o);
+  CHECK(c.steps == 3);
+  CHECK(c.after.action_overhead == Approx(0.2).epsilon(1e-6));
+  CHECK(c.after.step_overhead == Approx(0.7).epsilon(1e-9));
+  CHECK(c.measured_makespan == Approx(in_timeline + 0.7));
+  CHECK(c.predicted_after == Approx(c.measured_makespan).epsilon(1e-9));
+  // The stalled step alone charges its stall to every action.
+  const Calibration stalled = calibrate(steps[1], model);
+  CHECK(stalled.after.action_overhead == Approx(0.2 + 3.0 / 8).epsilon(1e-6));
+  CHECK(stalled.after.step_overhead == 0.0);  // no step times: the model's kept
+  // Steps of another schedule are not steps of one run.
+  const Timeline other = simulate(make_schedule("gpipe", ScheduleRequest{1, 2, 1}), model).timeline;
+  CHECK_THROWS_WITH(calibrate(std::vector<Timeline>{steps[0], other}, model), Catch::Contains("step 1"));
+  CHECK_THROWS_WITH(calibrate(std::vector<Timeline>{}, model), Catch::Contains("no measured step"));
+}

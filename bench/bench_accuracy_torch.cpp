@@ -1,0 +1,212 @@
+// Accuracy of the planner's predictions on libtorch models (issue 27, items 4 and 5): three
+// models of different shapes, each a torch::nn::Sequential, through the adapter on the CPU
+// backend with one intra-op thread per rank:
+//   mlp   8 x (Linear 64 -> 64, Tanh)                               16 children, input [rows, 64]
+//   gpt   4 pre-norm transformer blocks (one attention head, MLP x4), then a Linear head; 16
+//         tokens of width 32 per row                               5 children, input [rows, 16, 32]
+//   conv  Conv2d 3 -> 16 + BatchNorm2d + ReLU, 3 residual blocks (Conv2d + BatchNorm2d twice),
+//         Flatten, Linear -> 10; 8 x 8 images                      8 children, input [rows, 3, 8, 8]
+// Each is profiled by the adapter (profile_sequential at 2, 8 and 32 rows; the CPU backend's fixed
+// costs by measure_backend_overheads), and for 21 configurations per model (gpipe, 1f1b, zb-h1 on
+// 1 and 2 ranks and interleaved-1f1b on 2; 2 x 32, 8 x 8 and 32 x 2 micro-batches x rows, global
+// batch 64) the planner's cut is priced (graph_model + cost_model_of + simulate, as plan_devices
+// prices it) and run (wall time of World::run_step), over interleaved passes. Per configuration:
+// the prediction, the median of every repetition of every pass, min, max, the noise floor (the
+// passes' medians' difference over the median) and the error; per model and overall: mean and
+// maximum |error|, Kendall's tau, and whether the configuration predicted fastest measures within
+// 5% of the measured fastest (the pick holds). Not a test: a report (docs/accuracy.md).
+//
+//   bench_accuracy_torch [repetitions per pass] [passes] [model]     model: mlp, gpt, conv or all
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <ppsched/adapters/torch.hpp>
+#include <ppsched/backend/cpu.hpp>
+#include <ppsched/plan/plan.hpp>
+#include <ppsched/runtime/profile.hpp>
+#include <ppsched/runtime/world.hpp>
+#include <ppsched/schedule/generators.hpp>
+#include <ppsched/sim/simulate.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bench_accuracy_torch.hpp"
+
+namespace {
+
+constexpr std::int64_t global_batch = 64;
+
+struct Config {
+  std::string model;
+  std::string family;
+  std::int32_t ranks = 1;
+  std::int32_t microbatches = 1;
+  std::int32_t rows = 1;
+  double predicted = 0.0;
+  std::vector<std::vector<double>> passes;  // ms per step, per pass
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+double kendall_tau(const std::vector<double>& x, const std::vector<double>& y) {
+  double concordant = 0.0, discordant = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    for (std::size_t j = i + 1; j < x.size(); ++j) {
+      const double v = (x[i] - x[j]) * (y[i] - y[j]);
+      if (v > 0) concordant += 1;
+      if (v < 0) discordant += 1;
+    }
+  }
+  const double n = static_cast<double>(x.size());
+  return n < 2 ? 0.0 : (concordant - discordant) / (n * (n - 1) / 2.0);
+}
+
+std::span<const float> floats(const torch::Tensor& t) { return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())}; }
+
+// One model's configurations measured: a pass runs each once, `repetitions` timed steps.
+void measure(const bench_torch::Model& model, const ppsched::Profile& profile, std::vector<Config>& configs, int repetitions,
+             int passes) {
+  const ppsched::CpuOptions cpu{.checking = false};
+  for (int pass = 0; pass < passes; ++pass) {
+    for (Config& c : configs) {
+      const ppsched::Schedule schedule = bench_torch::schedule_of(c.family, c.ranks, c.microbatches);
+      ppsched::GraphModelOptions g;
+      g.ranks = c.ranks;
+      g.microbatches = c.microbatches;
+      const ppsched::PlanModel plan_model = ppsched::graph_model(ppsched::profile_at_rows(profile, c.rows), c.model, g);
+      const ppsched::PartitionPlan cut = plan_model.partition(schedule.placement);
+      const ppsched::CostModel cost = ppsched::cost_model_of(cut, ppsched::plan_cost_options(plan_model, 0.5));
+      c.predicted = ppsched::simulate(schedule, cost).makespan;
+
+      const double loss_scale = 1.0 / static_cast<double>(global_batch);
+      std::vector<std::unique_ptr<ppsched::TorchStage>> stages;
+      std::vector<ppsched::StageFunctions> functions;
+      for (std::size_t s = 0; s < cut.stages.size(); ++s) {
+        torch::nn::Sequential part;
+        for (std::size_t k = cut.stages[s].first_layer; k <= cut.stages[s].last_layer; ++k) {
+          part->push_back(*(model.net->begin() + static_cast<std::ptrdiff_t>(k)));
+        }
+        ppsched::TorchStageOptions o;
+        o.input_shape = model.input_shape(cut.stages[s].first_layer, c.rows);
+        o.output_shape = model.output_shape(cut.stages[s].last_layer, c.rows);
+        if (s + 1 == cut.stages.size()) {
+          o.target_shape = o.output_shape;
+          o.loss = [loss_scale](const torch::Tensor& y, const torch::Tensor& t) {
+            return torch::mse_loss(y, t, torch::Reduction::Sum) * loss_scale;
+          };
+        }
+        stages.push_back(std::make_unique<ppsched::TorchStage>(part, o));
+        functions.push_back(stages.back()->functions());
+      }
+      ppsched::CpuCluster cluster(c.ranks, cpu);
+      std::vector<ppsched::CpuBackend*> ranks;
+      for (int r = 0; r < c.ranks; ++r) ranks.push_back(&cluster.rank(r));
+      ppsched::World<ppsched::CpuBackend> world(ranks, schedule, cost, functions);
+      torch::manual_seed(7);
+      const torch::Tensor inputs = model.input(global_batch).contiguous();
+      const torch::Tensor targets = torch::zeros(model.output_shape(model.net->size() - 1, global_batch)).contiguous();
+      std::vector<double> steps;
+      for (int r = -2; r < repetitions; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        (void)world.run_step({floats(inputs), floats(targets)});
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (r >= 0) steps.push_back(ms);
+      }
+      c.passes.push_back(steps);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const int repetitions = argc > 1 ? std::atoi(argv[1]) : 5;
+  const int passes = argc > 2 ? std::atoi(argv[2]) : 2;
+  const std::string which = argc > 3 ? argv[3] : "all";
+  torch::set_num_threads(1);  // one intra-op thread per rank: the rank threads are the parallelism
+
+  const ppsched::CpuOptions cpu{.checking = false};
+  ppsched::CpuCluster single(1, cpu), pair(2, cpu);
+  const ppsched::BackendOverheads overheads =
+      ppsched::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)});
+  std::printf("fixed cost per step %.4f ms, per action %.4f ms, per transfer %.4f ms\n", overheads.step_overhead,
+              overheads.action_overhead, overheads.transfer_overhead);
+
+  std::vector<Config> all;
+  std::printf("%-5s %-17s %2s %3s %4s  %9s  %9s %8s %8s  %7s  %7s\n", "model", "family", "p", "m", "rows", "predicted",
+              "measured", "min", "max", "noise", "error");
+  std::vector<std::string> summaries;
+  for (const std::string& name : bench_torch::model_names()) {
+    if (which != "all" && which != name) continue;
+    const bench_torch::Model model = bench_torch::make_model(name);
+    ppsched::Profile profile = bench_torch::profile_of(model, {2, 8, 32}, 3, 10).at(32);
+    profile.action_overhead = overheads.action_overhead;
+    profile.transfer_overhead = overheads.transfer_overhead;
+    profile.step_overhead = overheads.step_overhead;
+    std::vector<Config> configs;
+    for (const bench_torch::ConfigKey& k : bench_torch::configurations(global_batch)) {
+      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, {}});
+    }
+    measure(model, profile, configs, repetitions, passes);
+    std::vector<double> predicted, measured;
+    double sum_error = 0.0, max_error = 0.0, sum_noise = 0.0;
+    for (const Config& c : configs) {
+      std::vector<double> every;
+      for (const auto& p : c.passes) every.insert(every.end(), p.begin(), p.end());
+      const double med = median(every);
+      double lo = median(c.passes.front()), hi = lo;
+      for (const auto& p : c.passes) {
+        lo = std::min(lo, median(p));
+        hi = std::max(hi, median(p));
+      }
+      const double noise = (hi - lo) / med, error = (c.predicted - med) / med;
+      sum_error += std::abs(error);
+      max_error = std::max(max_error, std::abs(error));
+      sum_noise += noise;
+      predicted.push_back(c.predicted);
+      measured.push_back(med);
+      std::printf("%-5s %-17s %2d %3d %4d  %9.3f  %9.3f %8.3f %8.3f  %6.1f%%  %+6.1f%%\n", name.c_str(), c.family.c_str(),
+                  c.ranks, c.microbatches, c.rows, c.predicted, med, *std::min_element(every.begin(), every.end()),
+                  *std::max_element(every.begin(), every.end()), 100.0 * noise, 100.0 * error);
+      all.push_back(c);
+    }
+    const auto pick = static_cast<std::size_t>(std::min_element(predicted.begin(), predicted.end()) - predicted.begin());
+    const auto best = static_cast<std::size_t>(std::min_element(measured.begin(), measured.end()) - measured.begin());
+    const double loss = (measured[pick] - measured[best]) / measured[best];
+    const double n = static_cast<double>(configs.size());
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "%s: %zu configurations, mean noise floor %.1f%%, mean |error| %.1f%%, max %.1f%%, Kendall's tau %.2f; "
+                  "pick %s p=%d m=%d measures %.1f%% over the fastest (%s p=%d m=%d): %s",
+                  name.c_str(), configs.size(), 100.0 * sum_noise / n, 100.0 * sum_error / n, 100.0 * max_error,
+                  kendall_tau(predicted, measured), configs[pick].family.c_str(), configs[pick].ranks,
+                  configs[pick].microbatches, 100.0 * loss, configs[best].family.c_str(), configs[best].ranks,
+                  configs[best].microbatches, loss <= 0.05 ? "the pick holds" : "the pick does NOT hold");
+    summaries.emplace_back(line);
+  }
+  for (const std::string& s : summaries) std::printf("%s\n", s.c_str());
+  std::printf("%zu configurations in all\n", all.size());
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "bench_accuracy_torch: " << e.what() << '\n';
+  return 1;
+}

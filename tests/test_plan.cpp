@@ -833,4 +833,21 @@ TEST_CASE("recalibrate_plan from runs of two shapes recovers the times and the f
   };
   CHECK(price(r.profile) == Approx(price(truth)).epsilon(1e-9));
   CHECK_THROWS_WITH(recalibrate_plan(profile, std::vector<MeasuredRun>{}, 2, 32, std::nullopt, o), Catch::Contains("no measured run"));
+
+  // A short run whose one step stalled by 2 between two of its 4 actions, beside a long one of
+  // 64 actions: the fixed cost per action stays near the long run's (0), not half the stall.
+  MeasuredRun stalled = measure(make_schedule("gpipe", ScheduleRequest{1, 2, 1}));
+  for (Timeline& t : stalled.steps) {
+    for (Span& sp : t.spans) {
+      if (sp.start > 0.0) {
+        sp.start += 2.0;
+        sp.end += 2.0;
+      }
+    }
+  }
+  for (double& t : stalled.step_times) t += 2.0;
+  const Recalibration mixed =
+      recalibrate_plan(profile, {stalled, measure(make_schedule("gpipe", ScheduleRequest{1, 32, 1}))}, 2, 32, std::nullopt, o);
+  CHECK(mixed.fits[0].after.action_overhead > 0.4);  // the short run alone: 2 / its 3 later actions' share
+  CHECK(mixed.profile.action_overhead < 0.01);
 }

@@ -724,6 +724,7 @@ TEST_CASE("calibrate from several steps: medians keep one stalled step out of th
   CHECK(c.after.step_overhead == Approx(0.7).epsilon(1e-9));
   CHECK(c.measured_makespan == Approx(in_timeline + 0.7));
   CHECK(c.predicted_after == Approx(c.measured_makespan).epsilon(1e-9));
+  CHECK(c.action_weight == Approx(8.0).epsilon(1e-6));  // one rank: every action is on the path
   // The stalled step alone charges its stall to every action.
   const Calibration stalled = calibrate(steps[1], model);
   CHECK(stalled.after.action_overhead == Approx(0.2 + 3.0 / 8).epsilon(1e-6));

@@ -101,10 +101,12 @@ struct MeasuredRun {
 
 // Calibrates `profile` from measured runs, each cut by graph_model with options.method as the
 // planner would have cut it and refitted by calibrate(), then plans `devices` devices for
-// `global_batch` before and after. With several runs each layer's ratio per kind, the fixed
-// cost per action and the fixed cost per step are the medians of the runs' fits: runs of
-// different shapes (few and many micro-batches, one rank and two) keep one shape's accident
-// out of every other's price. Throws ppsched::error when no run is given or a run does not fit
+// `global_batch` before and after. With several runs, each layer's ratio per kind and the fixed
+// cost per step are the medians of the runs' fits, and the fixed cost per action is their
+// least-squares fit (each run's weighted by the actions on its longest path, squared): a run of
+// few actions puts its whole noise into its own per-action estimate, which must not outweigh a
+// run of many. Runs of different shapes (few and many micro-batches, one rank and two) keep one
+// shape's accident out of every other's price. Throws ppsched::error when no run is given or a run does not fit
 // the profile (more stages than layers, a unit that cannot be converted, no micro-batch size).
 [[nodiscard]] inline Recalibration recalibrate_plan(const Profile& profile, const std::vector<MeasuredRun>& runs,
                                                     std::int32_t devices, std::int64_t global_batch,
@@ -153,7 +155,14 @@ struct MeasuredRun {
       combined[l][k] = detail::median_of(v);
     }
   }
-  r.profile = scaled_profile(profile, combined, detail::median_of(action), detail::median_of(step));
+  double weighted = 0.0, weights = 0.0;
+  for (std::size_t i = 0; i < r.fits.size(); ++i) {
+    const double w = r.fits[i].action_weight * r.fits[i].action_weight;
+    weighted += w * action[i];
+    weights += w;
+  }
+  r.profile = scaled_profile(profile, combined, weights > 0.0 ? weighted / weights : detail::median_of(action),
+                             detail::median_of(step));
   r.before = plan_devices(profile, devices, global_batch, memory_cap_bytes, options);
   r.after = plan_devices(r.profile, devices, global_batch, memory_cap_bytes, options);
   return r;

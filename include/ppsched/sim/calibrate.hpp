@@ -121,6 +121,10 @@ struct Calibration {
   double measured_makespan = 0.0;   // in the model's unit: the median step (with the fixed cost per step)
   double predicted_before = 0.0;    // the simulator's makespan of the schedule under `before`
   double predicted_after = 0.0;     // ... under `after` (the fit makes it the measured one)
+  // How much the makespan grows per unit of fixed cost per action under `after`: about the
+  // compute actions on the step's longest path, the weight of this run's fixed cost per action
+  // when several runs are fitted together (recalibrate_plan).
+  double action_weight = 0.0;
 
   // (predicted - measured) / measured, before and after.
   [[nodiscard]] double error_before() const noexcept { return (predicted_before - measured_makespan) / measured_makespan; }
@@ -257,6 +261,7 @@ struct CalibrationOptions {
   }
   after.action_overhead = overhead;
   c.predicted_after = simulate(c.schedule, after).makespan;
+  c.action_weight = makespan_with(overhead + 1.0) - c.predicted_after;
   c.after = std::move(after);
   return c;
 }

@@ -16,7 +16,8 @@
 // maximum |error|, Kendall's tau, and whether the configuration predicted fastest measures within
 // 5% of the measured fastest (the pick holds). Not a test: a report (docs/accuracy.md).
 //
-//   bench_accuracy_torch [repetitions per pass] [passes] [model]     model: mlp, gpt, conv or all
+//   bench_accuracy_torch [repetitions per pass] [passes] [model] [plot.svg]
+// model: mlp, gpt, conv or all; plot.svg: where to write the predicted-vs-measured plot.
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/activation.h>
@@ -39,6 +40,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -136,12 +138,79 @@ void measure(const bench_torch::Model& model, const ppsched::Profile& profile, s
   }
 }
 
+// Predicted (x) against measured median (y) on log-log axes, a whisker from the fastest to the
+// slowest step, the diagonal and +-10% beside it, one colour per model.
+void write_plot(const std::string& path, const std::vector<Config>& configs, const std::vector<std::string>& notes) {
+  double lo = 1e300, hi = 0.0;
+  std::vector<double> med, mins, maxs;
+  for (const Config& c : configs) {
+    std::vector<double> every;
+    for (const auto& p : c.passes) every.insert(every.end(), p.begin(), p.end());
+    med.push_back(median(every));
+    mins.push_back(*std::min_element(every.begin(), every.end()));
+    maxs.push_back(*std::max_element(every.begin(), every.end()));
+    lo = std::min({lo, c.predicted, mins.back()});
+    hi = std::max({hi, c.predicted, maxs.back()});
+  }
+  lo = std::pow(10.0, std::floor(std::log10(lo)));
+  hi = std::pow(10.0, std::ceil(std::log10(hi)));
+  const double size = 560.0, margin = 60.0;
+  const auto at = [&](double v) { return (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)) * size; };
+  const auto px = [&](double v) { return margin + at(v); };
+  const auto py = [&](double v) { return margin + size - at(v); };
+  std::size_t longest = 0;
+  for (const std::string& n : notes) longest = std::max(longest, n.size());
+  std::ofstream out(path);
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\""
+      << std::max(size + 2 * margin + 180, margin + 6.0 * static_cast<double>(longest)) << "\" height=\""
+      << size + 2 * margin + 20.0 * static_cast<double>(notes.size()) << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      << "<text x=\"" << margin << "\" y=\"24\" font-size=\"15\">Predicted against measured step (ms), log-log</text>\n";
+  for (double d = lo; d <= hi * 1.0001; d *= 10.0) {
+    out << "<line x1=\"" << px(d) << "\" y1=\"" << py(lo) << "\" x2=\"" << px(d) << "\" y2=\"" << py(hi)
+        << "\" stroke=\"#ddd\"/><line x1=\"" << px(lo) << "\" y1=\"" << py(d) << "\" x2=\"" << px(hi) << "\" y2=\""
+        << py(d) << "\" stroke=\"#ddd\"/>\n<text x=\"" << px(d) << "\" y=\"" << py(lo) + 16 << "\" text-anchor=\"middle\">"
+        << d << "</text><text x=\"" << margin - 6 << "\" y=\"" << py(d) + 4 << "\" text-anchor=\"end\">" << d << "</text>\n";
+  }
+  for (const double k : {1.0, 1.1, 1.0 / 1.1}) {
+    const double x0 = k >= 1.0 ? lo : lo / k, x1 = k >= 1.0 ? hi / k : hi;  // inside the axes
+    out << "<line x1=\"" << px(x0) << "\" y1=\"" << py(x0 * k) << "\" x2=\"" << px(x1) << "\" y2=\"" << py(x1 * k)
+        << "\" stroke=\"" << (k == 1.0 ? "#444" : "#aaa") << "\" stroke-dasharray=\"" << (k == 1.0 ? "" : "4 3") << "\"/>\n";
+  }
+  out << "<text x=\"" << margin + size / 2 << "\" y=\"" << margin + size + 36 << "\" text-anchor=\"middle\">predicted</text>\n"
+      << "<text x=\"16\" y=\"" << margin + size / 2 << "\" transform=\"rotate(-90 16 " << margin + size / 2
+      << ")\" text-anchor=\"middle\">measured median (whisker: fastest to slowest step)</text>\n";
+  const std::vector<std::string> names = bench_torch::model_names();
+  const char* colours[] = {"#0072B2", "#D55E00", "#009E73"};
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const auto k = static_cast<std::size_t>(std::find(names.begin(), names.end(), configs[i].model) - names.begin()) % 3;
+    const double x = px(configs[i].predicted);
+    out << "<g><title>" << configs[i].model << " " << configs[i].family << " p=" << configs[i].ranks << " m="
+        << configs[i].microbatches << ": predicted " << configs[i].predicted << " ms, measured " << med[i] << " ms</title>"
+        << "<line x1=\"" << x << "\" y1=\"" << py(mins[i]) << "\" x2=\"" << x << "\" y2=\"" << py(maxs[i])
+        << "\" stroke=\"" << colours[k] << "\" stroke-opacity=\"0.35\"/><circle cx=\"" << x << "\" cy=\"" << py(med[i])
+        << "\" r=\"4\" fill=\"" << colours[k] << "\"/></g>\n";
+  }
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    out << "<circle cx=\"" << margin + size + 30 << "\" cy=\"" << margin + 20 * static_cast<double>(k) << "\" r=\"4\" fill=\""
+        << colours[k] << "\"/><text x=\"" << margin + size + 40 << "\" y=\"" << margin + 20 * static_cast<double>(k) + 4
+        << "\">" << names[k] << "</text>\n";
+  }
+  out << "<text x=\"" << margin + size + 30 << "\" y=\"" << margin + 70 << "\">dashed: +-10%</text>\n";
+  for (std::size_t k = 0; k < notes.size(); ++k) {
+    out << "<text x=\"" << margin << "\" y=\"" << margin + size + 60 + 20 * static_cast<double>(k) << "\" font-size=\"11\">"
+        << notes[k] << "</text>\n";
+  }
+  out << "</svg>\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
   const int repetitions = argc > 1 ? std::atoi(argv[1]) : 5;
   const int passes = argc > 2 ? std::atoi(argv[2]) : 2;
   const std::string which = argc > 3 ? argv[3] : "all";
+  const std::string plot = argc > 4 ? argv[4] : "";
   torch::set_num_threads(1);  // one intra-op thread per rank: the rank threads are the parallelism
 
   const ppsched::CpuOptions cpu{.checking = false};
@@ -205,6 +274,10 @@ int main(int argc, char** argv) try {
   }
   for (const std::string& s : summaries) std::printf("%s\n", s.c_str());
   std::printf("%zu configurations in all\n", all.size());
+  if (!plot.empty()) {
+    write_plot(plot, all, summaries);
+    std::printf("plot written to %s\n", plot.c_str());
+  }
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "bench_accuracy_torch: " << e.what() << '\n';

@@ -61,8 +61,21 @@ struct Config {
   std::int32_t microbatches = 1;
   std::int32_t rows = 1;
   double predicted = 0.0;
+  double calibrated = 0.0;                  // predicted from the profile recalibrated by two runs
   std::vector<std::vector<double>> passes;  // ms per step, per pass
+  std::vector<ppsched::Timeline> last_pass; // every step's timeline, last pass
 };
+
+// The step predicted for `c` from `profile`, as plan_devices prices it.
+double predict(const ppsched::Profile& profile, const Config& c) {
+  const ppsched::Schedule schedule = bench_torch::schedule_of(c.family, c.ranks, c.microbatches);
+  ppsched::GraphModelOptions g;
+  g.ranks = c.ranks;
+  g.microbatches = c.microbatches;
+  const ppsched::PlanModel m = ppsched::graph_model(ppsched::profile_at_rows(profile, c.rows), c.model, g);
+  return ppsched::simulate(schedule, ppsched::cost_model_of(m.partition(schedule.placement), ppsched::plan_cost_options(m, 0.5)))
+      .makespan;
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -127,11 +140,15 @@ void measure(const bench_torch::Model& model, const ppsched::Profile& profile, s
       const torch::Tensor inputs = model.input(global_batch).contiguous();
       const torch::Tensor targets = torch::zeros(model.output_shape(model.net->size() - 1, global_batch)).contiguous();
       std::vector<double> steps;
+      c.last_pass.clear();
       for (int r = -2; r < repetitions; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
         (void)world.run_step({floats(inputs), floats(targets)});
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        if (r >= 0) steps.push_back(ms);
+        if (r >= 0) {
+          steps.push_back(ms);
+          c.last_pass.push_back(world.last_step().timeline);
+        }
       }
       c.passes.push_back(steps);
     }
@@ -221,8 +238,8 @@ int main(int argc, char** argv) try {
               overheads.action_overhead, overheads.transfer_overhead);
 
   std::vector<Config> all;
-  std::printf("%-5s %-17s %2s %3s %4s  %9s  %9s %8s %8s  %7s  %7s\n", "model", "family", "p", "m", "rows", "predicted",
-              "measured", "min", "max", "noise", "error");
+  std::printf("%-5s %-17s %2s %3s %4s  %9s  %9s %8s %8s  %7s  %7s  %9s  %7s\n", "model", "family", "p", "m", "rows",
+              "predicted", "measured", "min", "max", "noise", "error", "calibr.", "error");
   std::vector<std::string> summaries;
   for (const std::string& name : bench_torch::model_names()) {
     if (which != "all" && which != name) continue;
@@ -233,11 +250,21 @@ int main(int argc, char** argv) try {
     profile.step_overhead = overheads.step_overhead;
     std::vector<Config> configs;
     for (const bench_torch::ConfigKey& k : bench_torch::configurations(global_batch)) {
-      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, {}});
+      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, {}, {}});
     }
     measure(model, profile, configs, repetitions, passes);
-    std::vector<double> predicted, measured;
-    double sum_error = 0.0, max_error = 0.0, sum_noise = 0.0;
+    // Recalibrated from every step of the last pass of two runs of different shapes (one rank
+    // with 2 micro-batches, two ranks with 32) and their step times (docs/plan.md).
+    std::vector<ppsched::MeasuredRun> runs;
+    for (const Config& c : configs) {
+      if ((c.family == "gpipe" && c.ranks == 1 && c.microbatches == 2) || (c.family == "1f1b" && c.ranks == 2 && c.microbatches == 32)) {
+        runs.push_back({c.last_pass, static_cast<double>(c.rows), c.passes.back()});
+      }
+    }
+    const ppsched::Recalibration fit = ppsched::recalibrate_plan(profile, runs, 2, global_batch, std::nullopt, {});
+    for (Config& c : configs) c.calibrated = predict(fit.profile, c);
+    std::vector<double> predicted, measured, calibrated;
+    double sum_error = 0.0, max_error = 0.0, sum_noise = 0.0, sum_calibrated = 0.0, max_calibrated = 0.0;
     for (const Config& c : configs) {
       std::vector<double> every;
       for (const auto& p : c.passes) every.insert(every.end(), p.begin(), p.end());
@@ -253,9 +280,14 @@ int main(int argc, char** argv) try {
       sum_noise += noise;
       predicted.push_back(c.predicted);
       measured.push_back(med);
-      std::printf("%-5s %-17s %2d %3d %4d  %9.3f  %9.3f %8.3f %8.3f  %6.1f%%  %+6.1f%%\n", name.c_str(), c.family.c_str(),
-                  c.ranks, c.microbatches, c.rows, c.predicted, med, *std::min_element(every.begin(), every.end()),
-                  *std::max_element(every.begin(), every.end()), 100.0 * noise, 100.0 * error);
+      calibrated.push_back(c.calibrated);
+      const double error_calibrated = (c.calibrated - med) / med;
+      sum_calibrated += std::abs(error_calibrated);
+      max_calibrated = std::max(max_calibrated, std::abs(error_calibrated));
+      std::printf("%-5s %-17s %2d %3d %4d  %9.3f  %9.3f %8.3f %8.3f  %6.1f%%  %+6.1f%%  %9.3f  %+6.1f%%\n", name.c_str(),
+                  c.family.c_str(), c.ranks, c.microbatches, c.rows, c.predicted, med,
+                  *std::min_element(every.begin(), every.end()), *std::max_element(every.begin(), every.end()),
+                  100.0 * noise, 100.0 * error, c.calibrated, 100.0 * error_calibrated);
       all.push_back(c);
     }
     const auto pick = static_cast<std::size_t>(std::min_element(predicted.begin(), predicted.end()) - predicted.begin());
@@ -270,6 +302,16 @@ int main(int argc, char** argv) try {
                   kendall_tau(predicted, measured), configs[pick].family.c_str(), configs[pick].ranks,
                   configs[pick].microbatches, 100.0 * loss, configs[best].family.c_str(), configs[best].ranks,
                   configs[best].microbatches, loss <= 0.05 ? "the pick holds" : "the pick does NOT hold");
+    summaries.emplace_back(line);
+    const auto pick_after =
+        static_cast<std::size_t>(std::min_element(calibrated.begin(), calibrated.end()) - calibrated.begin());
+    std::snprintf(line, sizeof line,
+                  "%s recalibrated from 2 runs (%.4f ms per step, %.4f per action): mean |error| %.1f%%, max %.1f%%, "
+                  "tau %.2f; pick %s p=%d m=%d measures %.1f%% over the fastest",
+                  name.c_str(), fit.profile.step_overhead, fit.profile.action_overhead, 100.0 * sum_calibrated / n,
+                  100.0 * max_calibrated, kendall_tau(calibrated, measured), configs[pick_after].family.c_str(),
+                  configs[pick_after].ranks, configs[pick_after].microbatches,
+                  100.0 * (measured[pick_after] - measured[best]) / measured[best]);
     summaries.emplace_back(line);
   }
   for (const std::string& s : summaries) std::printf("%s\n", s.c_str());

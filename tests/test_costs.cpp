@@ -205,4 +205,7 @@ TEST_CASE("every compute action pays the fixed action_overhead once, every trans
   c.action_overhead = 0.0;
   c.transfer_overhead = std::numeric_limits<double>::quiet_NaN();
   CHECK_THROWS_WITH(check_cost_model(c, 3, 4), Catch::Contains("transfer_overhead"));
+  c.transfer_overhead = 0.0;
+  c.step_overhead = -0.5;
+  CHECK_THROWS_WITH(check_cost_model(c, 3, 4), Catch::Contains("step_overhead"));
 }

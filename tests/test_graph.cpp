@@ -422,10 +422,13 @@ TEST_CASE("measured points read and write with the profile, and bad ones are nam
 }
 
 TEST_CASE("the runtime's fixed costs read and write with the profile", "[graph][profile][overhead]") {
-  const Profile p = parse_profile(R"({"action_overhead": 0.006, "transfer_overhead": 0.01,
+  const Profile p = parse_profile(R"({"action_overhead": 0.006, "transfer_overhead": 0.01, "step_overhead": 0.2,
                                       "layers": [{"name": "a", "forward": 1}]})");
   CHECK(p.action_overhead == 0.006);
   CHECK(p.transfer_overhead == 0.01);
+  CHECK(p.step_overhead == 0.2);
+  CHECK_THAT(profile_error(R"({"step_overhead": -1, "layers": [{"name": "a", "forward": 1}]})"),
+             Catch::Contains("(at step_overhead)"));
   CHECK(parse_profile(profile_to_json(p)) == p);
   CHECK_THAT(profile_error(R"({"action_overhead": -1, "layers": [{"name": "a", "forward": 1}]})"),
              Catch::Contains("(at action_overhead)"));

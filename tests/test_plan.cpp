@@ -713,6 +713,7 @@ TEST_CASE("the profile's fixed costs per action and transfer reach the planner's
                                        plan_cost_options(model, 0.5));
   CHECK(cost.action_overhead == 0.5);
   CHECK(cost.transfer_overhead == 0.25);
+  CHECK(cost.step_overhead == 0.0);
   // Free layers at 1 row per micro-batch: without fixed costs 16 micro-batches of 1 row cost
   // the same work as 1 of 16, with less bubble; a fixed cost per action makes few large ones win.
   std::vector<Layer> layers;
@@ -730,6 +731,26 @@ TEST_CASE("the profile's fixed costs per action and transfer reach the planner's
   REQUIRE(costly_actions.chosen);
   CHECK(free_actions.chosen->microbatches > 2);
   CHECK(costly_actions.chosen->microbatches <= 2);
+}
+
+TEST_CASE("the profile's fixed cost per step is paid once in every price the planner makes", "[plan][devices][overhead]") {
+  Profile p = chain(4);
+  p.rows = 1;
+  DevicePlanOptions o;
+  o.pipeline_sizes = {2};
+  o.families = {"1f1b"};
+  const DevicePlan without = plan_devices(p, 2, 8, std::nullopt, o);
+  p.step_overhead = 3.0;
+  const PlanModel model = graph_model(p, "with a step cost", {.ranks = 2});
+  CHECK(model.step_overhead == 3.0);
+  CHECK(cost_model_of(model.partition(one_stage_per_rank_placement(2)), plan_cost_options(model, 0.5)).step_overhead == 3.0);
+  const DevicePlan with = plan_devices(p, 2, 8, std::nullopt, o);
+  REQUIRE(without.chosen);
+  REQUIRE(with.chosen);
+  // Once per step, whatever the micro-batch count: the same pick, 3 later.
+  CHECK(with.chosen->microbatches == without.chosen->microbatches);
+  CHECK(with.chosen->step_time == Approx(without.chosen->step_time + 3.0));
+  CHECK(with.chosen->pipeline_time == Approx(without.chosen->pipeline_time + 3.0));
 }
 
 TEST_CASE("recalibrate_plan: a measured run twice as slow as profiled re-plans from the refit", "[plan][calibrate]") {
@@ -949,4 +970,65 @@ TEST_CASE("one count of stages per rank, one edit distance", "[plan][issue26]") 
   CHECK(edit_distance("microbatches", "micro_batches") == 1);
   CHECK(edit_distance("", "abc") == 3);
   CHECK(edit_distance("kitten", "sitting") == 3);
+}
+
+TEST_CASE("recalibrate_plan from runs of two shapes recovers the times and the fixed cost per step", "[plan][calibrate]") {
+  // The truth: every time twice the profile's, and 1.5 ms per step that no timeline records.
+  Profile profile = chain(4);
+  profile.rows = 4;
+  profile.time_unit = "ms";
+  Profile truth = profile;
+  std::vector<Layer> doubled = profile.graph.layers();
+  for (Layer& l : doubled) {
+    l.forward *= 2;
+    l.backward_input *= 2;
+    l.backward_weight *= 2;
+  }
+  truth.graph = LayerGraph(doubled);
+  truth.step_overhead = 1.5;
+  const auto measure = [&](const Schedule& run) {
+    const PlanModel real = graph_model(truth, "truth", {.ranks = run.ranks, .microbatches = run.microbatches});
+    CostModel cost = cost_model_of(real.partition(run.placement), plan_cost_options(real, 0.5));
+    cost.unit = "ms";
+    const SimResult sim = simulate(run, cost);
+    return MeasuredRun{{sim.timeline, sim.timeline}, 4, {sim.makespan, sim.makespan}};
+  };
+  DevicePlanOptions o;
+  o.families = {"1f1b", "gpipe"};
+  const Recalibration r = recalibrate_plan(
+      profile, {measure(make_schedule("gpipe", ScheduleRequest{1, 2, 1})), measure(make_schedule("1f1b", ScheduleRequest{2, 8, 1}))},
+      2, 32, std::nullopt, o);
+  REQUIRE(r.fits.size() == 2);
+  REQUIRE(r.cuts.size() == 2);
+  CHECK(r.profile.step_overhead == Approx(1.5).epsilon(1e-9));
+  CHECK(r.profile.action_overhead == Approx(0.0).margin(1e-6));
+  for (std::size_t l = 0; l < 4; ++l) {
+    CHECK(r.profile.graph.layer(l).forward == Approx(truth.graph.layer(l).forward));
+    CHECK(r.profile.graph.layer(l).backward_input == Approx(truth.graph.layer(l).backward_input));
+  }
+  // A third shape, priced from the recalibrated profile, is the truth's step.
+  const Schedule third = make_schedule("gpipe", ScheduleRequest{2, 4, 1});
+  const auto price = [&](const Profile& p) {
+    const PlanModel m = graph_model(p, "p", {.ranks = 2, .microbatches = 4});
+    return simulate(third, cost_model_of(m.partition(third.placement), plan_cost_options(m, 0.5))).makespan;
+  };
+  CHECK(price(r.profile) == Approx(price(truth)).epsilon(1e-9));
+  CHECK_THROWS_WITH(recalibrate_plan(profile, std::vector<MeasuredRun>{}, 2, 32, std::nullopt, o), Catch::Contains("no measured run"));
+
+  // A short run whose one step stalled by 2 between two of its 4 actions, beside a long one of
+  // 64 actions: the fixed cost per action stays near the long run's (0), not half the stall.
+  MeasuredRun stalled = measure(make_schedule("gpipe", ScheduleRequest{1, 2, 1}));
+  for (Timeline& t : stalled.steps) {
+    for (Span& sp : t.spans) {
+      if (sp.start > 0.0) {
+        sp.start += 2.0;
+        sp.end += 2.0;
+      }
+    }
+  }
+  for (double& t : stalled.step_times) t += 2.0;
+  const Recalibration mixed =
+      recalibrate_plan(profile, {stalled, measure(make_schedule("gpipe", ScheduleRequest{1, 32, 1}))}, 2, 32, std::nullopt, o);
+  CHECK(mixed.fits[0].after.action_overhead > 0.4);  // the short run alone: 2 / its 3 later actions' share
+  CHECK(mixed.profile.action_overhead < 0.01);
 }

@@ -139,10 +139,52 @@ TEST_CASE("measure_backend_overheads on the CPU backend: a fit that reproduces t
   o.warmup = 1;
   o.repetitions = 5;
   const BackendOverheads m = measure_backend_overheads<CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)}, o);
-  CHECK(m.action_overhead > 0.0);  // a step of empty stages takes some time
+  CHECK(m.action_overhead + m.step_overhead > 0.0);  // a step of empty stages takes some time
+  CHECK(m.action_overhead >= 0.0);
+  CHECK(m.step_overhead >= 0.0);
   CHECK(std::isfinite(m.transfer_overhead));
+  CHECK(m.few_step.median > 0.0);  // 2 micro-batches as well as 8, to separate the two costs
   const Schedule one = lower(make_schedule("gpipe", ScheduleRequest{1, 8, 1}));
-  CHECK(fixed_cost_makespan(one, m.action_overhead, 0.0) == Approx(m.one_rank_step.median).epsilon(1e-6));
+  const Schedule few = lower(make_schedule("gpipe", ScheduleRequest{1, 2, 1}));
+  if (m.action_overhead > 0.0 && m.step_overhead > 0.0) {  // not clamped: two points, two constants, an exact fit
+    CHECK(fixed_cost_makespan(one, m.action_overhead, 0.0) + m.step_overhead == Approx(m.one_rank_step.median).epsilon(1e-6));
+    CHECK(fixed_cost_makespan(few, m.action_overhead, 0.0) + m.step_overhead == Approx(m.few_step.median).epsilon(1e-6));
+  }
+  o.few_microbatches = 9;
+  CHECK_THROWS_WITH(measure_backend_overheads<CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)}, o),
+                    Catch::Contains("few_microbatches"));
+}
+
+TEST_CASE("fit_backend_overheads separates the cost per step from the cost per action with two shapes", "[profile][overhead]") {
+  const Schedule few = lower(make_schedule("gpipe", ScheduleRequest{1, 2, 1}));
+  const Schedule mid = lower(make_schedule("gpipe", ScheduleRequest{1, 8, 1}));
+  const Schedule many = lower(make_schedule("gpipe", ScheduleRequest{1, 32, 1}));
+  const Schedule two = lower(make_schedule("1f1b", ScheduleRequest{2, 8, 1}));
+  // Steps made of 0.3 per step, 0.004 per action and 0.02 per transfer, as if measured.
+  const auto step = [](const Schedule& s, double a, double t) { return fixed_cost_makespan(s, a, t) + 0.3; };
+  const double t_two = step(two, 0.004, 0.02);
+  const BackendOverheads o = fit_backend_overheads(
+      {{few, {step(few, 0.004, 0.0)}}, {many, {step(many, 0.004, 0.0), 5.0, 0.1}}}, {two, {t_two}}, "ms");
+  CHECK(o.step_overhead == Approx(0.3).epsilon(1e-9));
+  CHECK(o.action_overhead == Approx(0.004).epsilon(1e-9));
+  CHECK(o.transfer_overhead == Approx(0.02).epsilon(1e-6));
+  CHECK(o.few_step.median == Approx(step(few, 0.004, 0.0)));
+  CHECK(o.one_rank_step.median == Approx(step(many, 0.004, 0.0)));
+  // Three shapes with noise: the least-squares line through them.
+  const BackendOverheads three = fit_backend_overheads(
+      {{few, {step(few, 0.004, 0.0) + 0.01}}, {mid, {step(mid, 0.004, 0.0) - 0.02}}, {many, {step(many, 0.004, 0.0) + 0.01}}},
+      {two, {t_two}}, "ms");
+  CHECK(three.step_overhead == Approx(0.3).margin(0.02));
+  CHECK(three.action_overhead == Approx(0.004).margin(0.0005));
+  // The old single-shape fit puts the whole step on the actions; the joint one does not.
+  const BackendOverheads single = fit_backend_overheads(many, {step(many, 0.004, 0.0)}, two, {t_two}, "ms");
+  CHECK(single.step_overhead == 0.0);
+  CHECK(single.action_overhead == Approx((0.3 + 64 * 0.004) / 64).epsilon(1e-9));
+  // Noise that would make a cost negative: the better one-constant fit instead, never below 0.
+  const BackendOverheads flat = fit_backend_overheads({{few, {1.0}}, {many, {0.9}}}, {two, {t_two}}, "ms");
+  CHECK(flat.action_overhead == 0.0);
+  CHECK(flat.step_overhead == Approx(0.95));
+  CHECK_THROWS_WITH(fit_backend_overheads({{two, {1.0}}}, {two, {t_two}}, "ms"), Catch::Contains("one_rank[0]"));
 }
 
 TEST_CASE("measured_profile: one layer per stage, a point per size, the reference size's costs, the overheads", "[profile]") {
@@ -159,11 +201,13 @@ TEST_CASE("measured_profile: one layer per stage, a point per size, the referenc
   BackendOverheads overheads;
   overheads.action_overhead = 0.005;
   overheads.transfer_overhead = 0.01;
+  overheads.step_overhead = 0.25;
   const Profile p = measured_profile(stages, "ms", 8, overheads);
   CHECK(p.rows == 8);
   CHECK(p.time_unit == "ms");
   CHECK(p.action_overhead == 0.005);
   CHECK(p.transfer_overhead == 0.01);
+  CHECK(p.step_overhead == 0.25);
   REQUIRE(p.graph.size() == 2);
   CHECK(p.graph.layer(0).forward == 4.0);
   CHECK(p.graph.layer(0).points.size() == 2);

@@ -16,6 +16,7 @@
 
 #include "ppsched/error.hpp"
 #include "ppsched/lower/lower.hpp"
+#include "ppsched/plan/search/dependency_run.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/sim/analytic.hpp"
 #include "ppsched/sim/calibrate.hpp"
@@ -631,6 +632,25 @@ TEST_CASE("the simulator prices the fixed cost per action and per transfer", "[s
   CHECK(times_of(r.timeline, 1, act(Op::F, 1, 0)) == std::make_pair(1.875, 3.125));
   CHECK(times_of(r.timeline, 0, act(Op::B, 0, 0)) == std::make_pair(6.0, 8.25));
   CHECK(r.makespan == 8.25);
+  CHECK(r.step_overhead == 0.0);
+}
+
+TEST_CASE("the fixed cost per step is in the makespan once and in no span of the timeline", "[sim][overhead]") {
+  const Schedule s = make_schedule("1f1b", ScheduleRequest{2, 4, 1});
+  CostModel c = uniform_costs(1.0, 1.0, 1.0, "ms");
+  c.action_overhead = 0.125;
+  const SimResult without = simulate(s, c);
+  c.step_overhead = 2.0;
+  const SimResult with = simulate(s, c);
+  CHECK(with.makespan == Approx(without.makespan + 2.0));
+  CHECK(with.step_overhead == 2.0);
+  CHECK(with.timeline.spans == without.timeline.spans);  // what runs as actions is unchanged
+  // The ranks do no compute during it: it is idle time, as a measured step's would be.
+  CHECK(with.ranks[0].busy == without.ranks[0].busy);
+  CHECK(with.ranks[0].idle == Approx(without.ranks[0].idle + 2.0));
+  CHECK(with.ranks[0].span == without.ranks[0].span);
+  // The search's dependency-only timing adds it too, so its exact makespans match simulate's.
+  CHECK(run_dependencies(s, c).makespan == Approx(with.makespan));
 }
 
 TEST_CASE("calibrate: a run slower than predicted refits each stage's kinds and the fixed cost per action", "[sim][calibrate]") {
@@ -675,4 +695,42 @@ TEST_CASE("calibrate: the fixed cost per action absorbs what the spans do not ho
   CHECK(c.after.action_overhead == Approx(0.2).epsilon(1e-6));
   CHECK(c.predicted_after == Approx(c.measured_makespan).epsilon(1e-9));
   CHECK_THROWS_WITH(calibrate(measured, uniform_costs(1, 1, 1, "furlongs")), Catch::Contains("cannot convert"));
+}
+
+TEST_CASE("calibrate from several steps: medians keep one stalled step out of the fit, step times give the cost per step",
+          "[sim][calibrate]") {
+  // Steps of 0.2 per action between spans that hold only the stages' times; one step lost the
+  // core for 3.0 in its middle. Around run_step each step took 0.7 more than its timeline.
+  const Schedule s = make_schedule("gpipe", ScheduleRequest{1, 4, 1});
+  const auto step = [&](double stall) {
+    Timeline t = simulate(s, uniform_costs(1.0, 0.5, 0.5, "ms")).timeline;
+    std::stable_sort(t.spans.begin(), t.spans.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+    double shift = 0.0;
+    for (std::size_t i = 0; i < t.spans.size(); ++i) {
+      shift += 0.2 + (i == 4 ? stall : 0.0);
+      t.spans[i].start += shift;
+      t.spans[i].end += shift;
+    }
+    return t;
+  };
+  const std::vector<Timeline> steps{step(0.0), step(3.0), step(0.0)};
+  const double in_timeline = steps[0].spans.back().end;  // 8 actions of 1.5 / 0.5, 8 gaps of 0.2
+  const CostModel model = uniform_costs(1.0, 0.5, 0.5, "ms");
+  CalibrationOptions o;
+  o.step_times = {in_timeline + 0.7, in_timeline + 3.7, in_timeline + 0.7};
+  const Calibration c = calibrate(steps, model, o);
+  CHECK(c.steps == 3);
+  CHECK(c.after.action_overhead == Approx(0.2).epsilon(1e-6));
+  CHECK(c.after.step_overhead == Approx(0.7).epsilon(1e-9));
+  CHECK(c.measured_makespan == Approx(in_timeline + 0.7));
+  CHECK(c.predicted_after == Approx(c.measured_makespan).epsilon(1e-9));
+  CHECK(c.action_weight == Approx(8.0).epsilon(1e-6));  // one rank: every action is on the path
+  // The stalled step alone charges its stall to every action.
+  const Calibration stalled = calibrate(steps[1], model);
+  CHECK(stalled.after.action_overhead == Approx(0.2 + 3.0 / 8).epsilon(1e-6));
+  CHECK(stalled.after.step_overhead == 0.0);  // no step times: the model's kept
+  // Steps of another schedule are not steps of one run.
+  const Timeline other = simulate(make_schedule("gpipe", ScheduleRequest{1, 2, 1}), model).timeline;
+  CHECK_THROWS_WITH(calibrate(std::vector<Timeline>{steps[0], other}, model), Catch::Contains("step 1"));
+  CHECK_THROWS_WITH(calibrate(std::vector<Timeline>{}, model), Catch::Contains("no measured step"));
 }

@@ -8,7 +8,8 @@
 // and every transfer a fixed `transfer_overhead`: what a runtime spends per action whatever
 // its size (issue, launch, synchronisation; posting and matching a send and a receive), which
 // a time per layer and micro-batch cannot carry and which makes many small micro-batches
-// slower than their rows suggest. An overlapped F&B pair (a compute group, docs/execution-model.md) takes
+// slower than their rows suggest. A step pays `step_overhead` once (in the makespan, not in
+// any action). An overlapped F&B pair (a compute group, docs/execution-model.md) takes
 // T_F + T_B - fb_overlap x min(T_F, T_B).
 #pragma once
 
@@ -73,6 +74,11 @@ struct CostModel {
   // posting, matching and waking the two sides, which the link's latency does not count when
   // the link is modelled as free.
   double transfer_overhead = 0.0;
+  // Fixed time of every step, paid once whatever the schedule: the runtime's work before the
+  // first action and after the last (waking the rank threads, checking the batch, gathering
+  // the results). The makespan includes it; no action does, so a predicted timeline stays
+  // comparable with a measured one, which does not record it either.
+  double step_overhead = 0.0;
 };
 
 // Every stage alike: the analytic set-up (T_F, T_BI, T_BW per stage, free communication).
@@ -181,6 +187,7 @@ inline void check_cost_sums(const CostModel& c, std::int32_t stages, std::int32_
       note_largest(c.per_microbatch[i], concat("per_microbatch[", i, "]"), largest, largest_where);
     }
   }
+  times += c.step_overhead;
   if (std::isfinite(times * S) && std::isfinite(bytes)) return;
   const double bound = std::numeric_limits<double>::max() / (8.0 * S * S * M);
   fail({"cost model",
@@ -242,6 +249,7 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
   }
   detail::check_cost_value(c.action_overhead, "action_overhead");
   detail::check_cost_value(c.transfer_overhead, "transfer_overhead");
+  detail::check_cost_value(c.step_overhead, "step_overhead");
   if (!(c.fb_overlap >= 0.0 && c.fb_overlap <= 1.0)) {
     fail({"cost model", concat("fb_overlap ", c.fb_overlap, " is outside [0, 1]"), "fb_overlap",
           "give the share of the shorter action of an F&B pair hidden under the longer: 0 (none) to 1 (max(T_F, T_B))"});

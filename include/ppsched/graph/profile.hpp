@@ -34,6 +34,8 @@ struct Profile {
   // measure_backend_overheads (runtime/profile.hpp), 0 when not measured.
   double action_overhead = 0.0;
   double transfer_overhead = 0.0;
+  // ... and of every step, once (CostModel::step_overhead).
+  double step_overhead = 0.0;
 
   friend bool operator==(const Profile&, const Profile&) = default;
 };

@@ -41,7 +41,7 @@ class ProfileReader {
   [[nodiscard]] Profile read(std::string_view text) const {
     const nlohmann::json doc = parse(text);
     expect_type(doc, nlohmann::json::value_t::object, "the document", "an object with a \"layers\" array");
-    check_keys(doc, "", {"unit", "rows", "action_overhead", "transfer_overhead", "layers", "edges", "devices", "link"});
+    check_keys(doc, "", {"unit", "rows", "action_overhead", "transfer_overhead", "step_overhead", "layers", "edges", "devices", "link"});
     Profile p;
     if (const auto* unit = member(doc, "unit")) {
       expect_type(*unit, nlohmann::json::value_t::string, "unit", "a string such as \"ms\"");
@@ -50,6 +50,7 @@ class ProfileReader {
     p.rows = number(doc, "rows", "", 0.0, [](double x) { return x > 0.0; }, "the samples per micro-batch measured, > 0");
     p.action_overhead = non_negative(doc, "action_overhead", "", 0.0);
     p.transfer_overhead = non_negative(doc, "transfer_overhead", "", 0.0);
+    p.step_overhead = non_negative(doc, "step_overhead", "", 0.0);
     const nlohmann::json* layers = member(doc, "layers");
     if (layers == nullptr) {
       fail({subject_, "there is no \"layers\" array", "the document", "add \"layers\": [{\"name\": ..., \"forward\": ...}, ...]"});
@@ -320,6 +321,7 @@ class ProfileReader {
   if (p.rows != 0.0) doc["rows"] = p.rows;
   if (p.action_overhead != 0.0) doc["action_overhead"] = p.action_overhead;
   if (p.transfer_overhead != 0.0) doc["transfer_overhead"] = p.transfer_overhead;
+  if (p.step_overhead != 0.0) doc["step_overhead"] = p.step_overhead;
   nlohmann::json layers = nlohmann::json::array();
   for (const Layer& l : p.graph.layers()) {
     nlohmann::json layer = {{"name", l.name},

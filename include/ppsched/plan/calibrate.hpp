@@ -25,84 +25,156 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
-// The profile with every layer's times (plain and at each measured size) multiplied by the
-// measured-over-predicted ratio of the stage of `cut` it ran in, per kind (F, B, BI, BW), and
-// the fixed cost per action refitted. The ratio was measured at one micro-batch size and is
-// applied at every size. `cut` is the one the calibrated model was made from, in the profile's
-// time unit (cost_model_of with time_scale 1).
-[[nodiscard]] inline Profile calibrated_profile(const Profile& profile, const PartitionPlan& cut, const Calibration& fit) {
+// Each layer's measured-over-predicted ratio per kind (F, B, BI, BW): that of the stage of
+// `cut` it ran in (1 for a layer the cut does not hold), indexed as the profile's layers.
+[[nodiscard]] inline std::vector<KindScales> layer_scales(const Profile& profile, const PartitionPlan& cut,
+                                                          const Calibration& fit) {
   using detail::concat;
   if (cut.stages.size() != fit.scale.size()) {
     fail({"calibrated_profile", concat("the cut has ", cut.stages.size(), " stages, the calibration ", fit.scale.size()),
           "cut", "give the cut the calibrated model was made from"});
   }
-  std::vector<Layer> layers = profile.graph.layers();
+  std::vector<KindScales> out(profile.graph.size(), KindScales{1.0, 1.0, 1.0, 1.0});
   const std::vector<std::size_t>& order = profile.graph.topological_order();
   for (std::size_t s = 0; s < cut.stages.size(); ++s) {
-    const KindScales& k = fit.scale[s];
     for (std::size_t pos = cut.stages[s].first_layer; pos <= cut.stages[s].last_layer && pos < order.size(); ++pos) {
-      Layer& l = layers[order[pos]];
-      l.forward *= k[0];
-      l.backward_input *= k[2];
-      l.backward_weight *= k[3];
-      if (l.backward) *l.backward *= k[1];
-      for (CostPoint& p : l.points) {
-        p.forward *= k[0];
-        p.backward_input *= k[2];
-        p.backward_weight *= k[3];
-        if (p.backward) *p.backward *= k[1];
-      }
+      out[order[pos]] = fit.scale[s];
+    }
+  }
+  return out;
+}
+
+// The profile with every layer's times (plain and at each measured size) multiplied by its
+// ratios per kind, and the fixed costs per action and per step replaced.
+[[nodiscard]] inline Profile scaled_profile(const Profile& profile, const std::vector<KindScales>& scales,
+                                            double action_overhead, double step_overhead) {
+  std::vector<Layer> layers = profile.graph.layers();
+  for (std::size_t i = 0; i < layers.size() && i < scales.size(); ++i) {
+    const KindScales& k = scales[i];
+    Layer& l = layers[i];
+    l.forward *= k[0];
+    l.backward_input *= k[2];
+    l.backward_weight *= k[3];
+    if (l.backward) *l.backward *= k[1];
+    for (CostPoint& p : l.points) {
+      p.forward *= k[0];
+      p.backward_input *= k[2];
+      p.backward_weight *= k[3];
+      if (p.backward) *p.backward *= k[1];
     }
   }
   Profile out = profile;
   out.graph = LayerGraph(std::move(layers), profile.graph.edges());
-  out.action_overhead = fit.after.action_overhead;
+  out.action_overhead = action_overhead;
+  out.step_overhead = step_overhead;
   return out;
+}
+
+// The profile with every layer's times multiplied by the measured-over-predicted ratio of the
+// stage of `cut` it ran in, per kind (F, B, BI, BW), and the fixed costs per action and per
+// step refitted. The ratio was measured at one micro-batch size and is applied at every size.
+// `cut` is the one the calibrated model was made from, in the profile's time unit
+// (cost_model_of with time_scale 1).
+[[nodiscard]] inline Profile calibrated_profile(const Profile& profile, const PartitionPlan& cut, const Calibration& fit) {
+  return scaled_profile(profile, layer_scales(profile, cut, fit), fit.after.action_overhead, fit.after.step_overhead);
 }
 
 // What a measured run changed: the fit, the calibrated profile, and the plan before and after.
 struct Recalibration {
-  Calibration fit;
-  PartitionPlan cut;  // the cut the run's schedule was priced with
+  Calibration fit;    // the first run's (all of them: fits)
+  PartitionPlan cut;  // the cut the first run's schedule was priced with (all: cuts)
+  std::vector<Calibration> fits;    // one per run
+  std::vector<PartitionPlan> cuts;
   Profile profile;    // calibrated_profile
   DevicePlan before;  // plan_devices on the profile given
   DevicePlan after;   // plan_devices on the calibrated one
 };
 
-// Calibrates `profile` from the measured timeline of one step of one pipeline replica, run with
-// `rows` samples per micro-batch (0: the profile's own size, Profile::rows) and cut by
-// graph_model with options.method, then plans `devices` devices for `global_batch` before and
-// after. Throws ppsched::error when the timeline does not fit the profile (more stages than
-// layers, a unit that cannot be converted).
-[[nodiscard]] inline Recalibration recalibrate_plan(const Profile& profile, const Timeline& measured, double rows,
+// One measured run of a pipeline replica, for recalibrate_plan: the timelines of one or more of
+// its steps, the rows per micro-batch it ran with (0: the profile's own, Profile::rows), and,
+// optionally, its step times as measured around run_step (CalibrationOptions::step_times).
+struct MeasuredRun {
+  std::vector<Timeline> steps;
+  double rows = 0.0;
+  std::vector<double> step_times;
+};
+
+// Calibrates `profile` from measured runs, each cut by graph_model with options.method as the
+// planner would have cut it and refitted by calibrate(), then plans `devices` devices for
+// `global_batch` before and after. With several runs, each layer's ratio per kind and the fixed
+// cost per step are the medians of the runs' fits, and the fixed cost per action is their
+// least-squares fit (each run's weighted by the actions on its longest path, squared): a run of
+// few actions puts its whole noise into its own per-action estimate, which must not outweigh a
+// run of many. Runs of different shapes (few and many micro-batches, one rank and two) keep one
+// shape's accident out of every other's price. Throws ppsched::error when no run is given or a run does not fit
+// the profile (more stages than layers, a unit that cannot be converted, no micro-batch size).
+[[nodiscard]] inline Recalibration recalibrate_plan(const Profile& profile, const std::vector<MeasuredRun>& runs,
                                                     std::int32_t devices, std::int64_t global_batch,
                                                     std::optional<double> memory_cap_bytes,
                                                     const DevicePlanOptions& options = {}) {
   using detail::concat;
-  const double size = rows > 0.0 ? rows : profile.rows;
-  if (!(size > 0.0)) {
-    fail({"recalibrate_plan", "the run's micro-batch size is not known", "rows",
-          "give the rows per micro-batch the run used, or a profile with \"rows\""});
-  }
-  const Schedule run = schedule_of_timeline(measured);
-  if (static_cast<std::size_t>(run.stages()) > profile.graph.size()) {
-    fail({"recalibrate_plan", concat("the run has ", run.stages(), " stages, the profile ", profile.graph.size(), " layers"),
-          "the measured timeline", "give the timeline of a run of this profile's model"});
-  }
-  GraphModelOptions g;
-  g.ranks = run.ranks;
-  g.microbatches = run.microbatches;
-  g.optimizer_state_factor = options.optimizer_state_factor;
-  g.method = options.method;
-  const PlanModel model = graph_model(profile_at_rows(profile, size, options.profile_microbatch_size), "measured run", g);
+  if (runs.empty()) fail({"recalibrate_plan", "no measured run", "runs", "give at least one run's timelines"});
   Recalibration r;
-  r.cut = model.partition(run.placement);
-  const CostModel cost = cost_model_of(r.cut, plan_cost_options(model, options.weight_memory_fraction));
-  r.fit = calibrate(measured, cost);
-  r.profile = calibrated_profile(profile, r.cut, r.fit);
+  std::vector<std::vector<KindScales>> scales;
+  std::vector<double> action, step;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const MeasuredRun& m = runs[i];
+    const double size = m.rows > 0.0 ? m.rows : profile.rows;
+    if (!(size > 0.0)) {
+      fail({"recalibrate_plan", concat("run ", i, ": its micro-batch size is not known"), "rows",
+            "give the rows per micro-batch the run used, or a profile with \"rows\""});
+    }
+    if (m.steps.empty()) fail({"recalibrate_plan", concat("run ", i, " has no step"), "MeasuredRun::steps", "give its timelines"});
+    const Schedule run = schedule_of_timeline(m.steps.front());
+    if (static_cast<std::size_t>(run.stages()) > profile.graph.size()) {
+      fail({"recalibrate_plan", concat("run ", i, " has ", run.stages(), " stages, the profile ", profile.graph.size(), " layers"),
+            "the measured timeline", "give the timeline of a run of this profile's model"});
+    }
+    GraphModelOptions g;
+    g.ranks = run.ranks;
+    g.microbatches = run.microbatches;
+    g.optimizer_state_factor = options.optimizer_state_factor;
+    g.method = options.method;
+    const PlanModel model = graph_model(profile_at_rows(profile, size, options.profile_microbatch_size), "measured run", g);
+    r.cuts.push_back(model.partition(run.placement));
+    const CostModel cost = cost_model_of(r.cuts.back(), plan_cost_options(model, options.weight_memory_fraction));
+    CalibrationOptions co;
+    co.step_times = m.step_times;
+    r.fits.push_back(calibrate(m.steps, cost, co));
+    scales.push_back(layer_scales(profile, r.cuts.back(), r.fits.back()));
+    action.push_back(r.fits.back().after.action_overhead);
+    step.push_back(r.fits.back().after.step_overhead);
+  }
+  r.fit = r.fits.front();
+  r.cut = r.cuts.front();
+  std::vector<KindScales> combined(profile.graph.size());
+  for (std::size_t l = 0; l < combined.size(); ++l) {
+    for (std::size_t k = 0; k < 4; ++k) {
+      std::vector<double> v;
+      for (const auto& s : scales) v.push_back(s[l][k]);
+      combined[l][k] = detail::median_of(v);
+    }
+  }
+  double weighted = 0.0, weights = 0.0;
+  for (std::size_t i = 0; i < r.fits.size(); ++i) {
+    const double w = r.fits[i].action_weight * r.fits[i].action_weight;
+    weighted += w * action[i];
+    weights += w;
+  }
+  r.profile = scaled_profile(profile, combined, weights > 0.0 ? weighted / weights : detail::median_of(action),
+                             detail::median_of(step));
   r.before = plan_devices(profile, devices, global_batch, memory_cap_bytes, options);
   r.after = plan_devices(r.profile, devices, global_batch, memory_cap_bytes, options);
   return r;
+}
+
+// The same from the timeline of one step of one run.
+[[nodiscard]] inline Recalibration recalibrate_plan(const Profile& profile, const Timeline& measured, double rows,
+                                                    std::int32_t devices, std::int64_t global_batch,
+                                                    std::optional<double> memory_cap_bytes,
+                                                    const DevicePlanOptions& options = {}) {
+  return recalibrate_plan(profile, std::vector<MeasuredRun>{MeasuredRun{{measured}, rows, {}}}, devices, global_batch,
+                          memory_cap_bytes, options);
 }
 
 }  // namespace ppsched

@@ -35,6 +35,7 @@ struct PlanCostOptions {
   // unit (multiplied by time_scale like every time).
   double action_overhead = 0.0;
   double transfer_overhead = 0.0;
+  double step_overhead = 0.0;
 };
 
 // The options every planner call prices a cut of `model` with.
@@ -44,6 +45,7 @@ struct PlanCostOptions {
   o.weight_memory_fraction = weight_memory_fraction;
   o.action_overhead = model.action_overhead;
   o.transfer_overhead = model.transfer_overhead;
+  o.step_overhead = model.step_overhead;
   return o;
 }
 
@@ -71,7 +73,8 @@ struct PlanCostOptions {
   cost.link = free ? Interconnect{} : Interconnect{0.0, 1.0};
   cost.weight_memory_fraction = options.weight_memory_fraction;
   for (const auto& [value, field] : {std::pair{options.action_overhead, "action_overhead"},
-                                     std::pair{options.transfer_overhead, "transfer_overhead"}}) {
+                                     std::pair{options.transfer_overhead, "transfer_overhead"},
+                                     std::pair{options.step_overhead, "step_overhead"}}) {
     if (!(value >= 0.0 && value <= std::numeric_limits<double>::max())) {
       fail({"cost_model_of", concat(field, " is ", value), concat("PlanCostOptions::", field),
             "give a finite fixed time >= 0 (0: none)"});
@@ -79,6 +82,7 @@ struct PlanCostOptions {
   }
   cost.action_overhead = options.action_overhead * k;
   cost.transfer_overhead = options.transfer_overhead * k;
+  cost.step_overhead = options.step_overhead * k;
   cost.stages.reserve(partition.stages.size());
   for (const StagePlan& s : partition.stages) {
     StageCost c = s.cost;

@@ -332,11 +332,12 @@ namespace detail {
         s.chunks = r.chunks;
         s.schedule = std::move(built.schedule);
         s.partition = std::move(built.partition);
-        s.pipeline_time = step.pipeline_time;
+        // The timeline holds the actions only; the step's fixed cost is paid once on top.
+        s.pipeline_time = step.pipeline_time + model.step_overhead;
         s.bubble_fraction = r.bubble_fraction;
         s.all_reduce_longest = step.all_reduce_longest;
         s.all_reduce_exposed = step.all_reduce_exposed;
-        s.step_time = step.step_time;
+        s.step_time = step.step_time + model.step_overhead;
         s.peak_memory_bytes = *std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end());
         s.fits = r.fits;
         s.fit_problem = r.fit_problem;

@@ -116,6 +116,7 @@ struct PlanModel {
   // transfer_overhead), in `unit`; graph_model takes them from the profile.
   double action_overhead = 0.0;
   double transfer_overhead = 0.0;
+  double step_overhead = 0.0;  // once per step (CostModel::step_overhead)
   std::function<PartitionPlan(const CutRequest& cut)> partition;
 };
 
@@ -261,6 +262,7 @@ struct GraphModelOptions {
   model.link = profile.link;
   model.action_overhead = profile.action_overhead;
   model.transfer_overhead = profile.transfer_overhead;
+  model.step_overhead = profile.step_overhead;
   if (std::any_of(devices.begin(), devices.end(),
                   [](const Device& d) { return d.memory_bytes != std::numeric_limits<double>::infinity(); })) {
     for (const Device& d : devices) model.rank_memory_cap.push_back(d.memory_bytes);

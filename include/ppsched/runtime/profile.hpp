@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -219,13 +220,22 @@ void call_as_executor(const StageFunctions& f, const StageContext& c, Body body)
   return out;
 }
 
-// The runtime's fixed costs as CostModel::action_overhead and transfer_overhead, in a unit.
+// The runtime's fixed costs as CostModel::action_overhead, transfer_overhead and
+// step_overhead, in a unit.
 struct BackendOverheads {
   std::string unit = "ms";
   double action_overhead = 0.0;
   double transfer_overhead = 0.0;
-  TimeSpread one_rank_step;  // the measured steps the fit used, for the report
+  double step_overhead = 0.0;
+  TimeSpread one_rank_step;  // the measured steps the fit used, for the report (one rank: the longest schedule)
   TimeSpread two_rank_step;
+  TimeSpread few_step;       // one rank, the shortest schedule (empty when only one was measured)
+};
+
+// One schedule's measured steps (in the fit's unit), for the fits below.
+struct MeasuredSteps {
+  Schedule schedule;
+  std::vector<double> steps;
 };
 
 // The fixed part of the simulated step: the simulator's makespan of `schedule` with every
@@ -256,25 +266,82 @@ template <class F>
 
 }  // namespace detail
 
-// Fits the fixed costs from two measured steps of empty stages: `one_rank` a schedule on one
-// rank (compute actions only: it gives action_overhead, the step over its action count as the
-// simulator counts it) and `two_rank` one on two ranks (its transfers then give
-// transfer_overhead, the action overhead held). Steps are in `unit`; the median is fitted.
+// Fits the fixed costs from measured steps of empty stages. `one_rank` holds schedules on one
+// rank (compute actions only), whose step is step_overhead + n x action_overhead for n actions
+// as the simulator counts them: with two or more distinct n (few and many micro-batches) both
+// are fitted, by least squares on the medians, so that what a step pays once is not spread
+// over its actions; with one n the step overhead is 0 and the action overhead the whole step
+// over n. Neither goes below 0 (noise that would put one there: the better fit with one
+// constant). `two_rank` (on two ranks) then gives transfer_overhead, the other two held.
+// Steps are in `unit`.
+[[nodiscard]] inline BackendOverheads fit_backend_overheads(const std::vector<MeasuredSteps>& one_rank,
+                                                            const MeasuredSteps& two_rank, std::string unit = "ms") {
+  using detail::concat;
+  const char* who = "fit_backend_overheads";
+  if (one_rank.empty()) fail({who, "no one-rank schedule", "one_rank", "give at least one measured one-rank schedule"});
+  std::vector<double> n, t;
+  std::size_t longest = 0, shortest = 0;
+  for (std::size_t i = 0; i < one_rank.size(); ++i) {
+    if (one_rank[i].schedule.ranks != 1) {
+      fail({who, concat("one_rank[", i, "] runs on ", one_rank[i].schedule.ranks, " ranks"), "one_rank",
+            "give schedules of one rank here, the two-rank one apart"});
+    }
+    if (one_rank[i].steps.empty()) fail({who, concat("one_rank[", i, "] has no steps"), "steps", "measure at least one step"});
+    n.push_back(fixed_cost_makespan(one_rank[i].schedule, 1.0, 0.0));  // its action count
+    t.push_back(detail::spread_of(one_rank[i].steps).median);
+    if (n[i] > n[longest]) longest = i;
+    if (n[i] < n[shortest]) shortest = i;
+  }
+  if (two_rank.steps.empty()) fail({who, "the two-rank schedule has no steps", "two_rank.steps", "measure at least one step"});
+  BackendOverheads o;
+  o.unit = std::move(unit);
+  o.one_rank_step = detail::spread_of(one_rank[longest].steps);
+  o.two_rank_step = detail::spread_of(two_rank.steps);
+  if (n[shortest] < n[longest]) o.few_step = detail::spread_of(one_rank[shortest].steps);
+  double mn = 0.0, mt = 0.0;
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    mn += n[i] / static_cast<double>(n.size());
+    mt += t[i] / static_cast<double>(n.size());
+  }
+  double snn = 0.0, snt = 0.0, nn = 0.0, nt = 0.0;
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    snn += (n[i] - mn) * (n[i] - mn);
+    snt += (n[i] - mn) * (t[i] - mt);
+    nn += n[i] * n[i];
+    nt += n[i] * t[i];
+  }
+  double a = snn > 0.0 ? snt / snn : -1.0, s = mt - a * mn;
+  if (!(a >= 0.0) || !(s >= 0.0)) {
+    const double a_only = nn > 0.0 ? nt / nn : 0.0;
+    double e_a = 0.0, e_s = 0.0;
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      e_a += (t[i] - a_only * n[i]) * (t[i] - a_only * n[i]);
+      e_s += (t[i] - mt) * (t[i] - mt);
+    }
+    if (snn == 0.0 || e_a <= e_s) {
+      a = std::max(0.0, a_only);
+      s = 0.0;
+    } else {
+      a = 0.0;
+      s = std::max(0.0, mt);
+    }
+  }
+  o.action_overhead = a;
+  o.step_overhead = s;
+  o.transfer_overhead = detail::solve_increasing(
+      [&](double x) { return fixed_cost_makespan(two_rank.schedule, a, x) + s; }, o.two_rank_step.median);
+  return o;
+}
+
+// The same from one one-rank schedule: no step overhead, every cost per action.
 [[nodiscard]] inline BackendOverheads fit_backend_overheads(const Schedule& one_rank, const std::vector<double>& one_rank_steps,
                                                             const Schedule& two_rank, const std::vector<double>& two_rank_steps,
                                                             std::string unit = "ms") {
   if (one_rank_steps.empty() || two_rank_steps.empty()) {
     fail({"fit_backend_overheads", "no measured steps", "steps", "measure at least one step of each schedule"});
   }
-  BackendOverheads o;
-  o.unit = std::move(unit);
-  o.one_rank_step = detail::spread_of(one_rank_steps);
-  o.two_rank_step = detail::spread_of(two_rank_steps);
-  o.action_overhead = detail::solve_increasing([&](double x) { return fixed_cost_makespan(one_rank, x, 0.0); },
-                                               o.one_rank_step.median);
-  o.transfer_overhead = detail::solve_increasing(
-      [&](double x) { return fixed_cost_makespan(two_rank, o.action_overhead, x); }, o.two_rank_step.median);
-  return o;
+  return fit_backend_overheads({MeasuredSteps{one_rank, one_rank_steps}}, MeasuredSteps{two_rank, two_rank_steps},
+                               std::move(unit));
 }
 
 // Stages that do nothing: what a step of them costs is the runtime's own work.
@@ -295,18 +362,23 @@ template <class F>
 
 struct OverheadOptions {
   std::int32_t microbatches = 32;  // per step; more actions per step average the clock's cost away
+  // The one-rank step is also measured with this few micro-batches, so that the fixed cost per
+  // step and per action are told apart (fit_backend_overheads); 0 or microbatches: not.
+  std::int32_t few_microbatches = 2;
   std::int32_t warmup = 3;         // untimed steps first (threads, pools and caches settle)
   std::int32_t repetitions = 21;   // timed steps of each schedule
   std::string unit = "ms";
   ExecutorOptions executor{};      // as the real run will use them
 };
 
-// Measures the fixed cost of a compute action and of a transfer on a backend: steps of empty
-// stages, GPipe on one rank (`one_rank`, one backend) and 1F1B on two (`two_ranks`, two
-// backends of one cluster), timed on the host around run_step and fitted by
-// fit_backend_overheads. Both measurements include what a step costs once (starting the rank
-// threads, gathering the timeline), spread over 4 x microbatches actions; keep microbatches
-// large so that it stays small.
+// Measures the fixed cost of a step, of a compute action and of a transfer on a backend: steps
+// of empty stages, GPipe on one rank (`one_rank`, one backend) with few and with many
+// micro-batches, their steps alternated so that a change of load hits both, and 1F1B on two
+// (`two_ranks`, two backends of one cluster), timed on the host around run_step (the time a
+// caller waits: waking the rank threads and gathering the results included) and fitted by
+// fit_backend_overheads. Stages with real weights cost more per action than empty ones (the
+// executor zeroes and sums their gradients): that part is in the measured actions' spans,
+// which calibration reads.
 template <class B>
 [[nodiscard]] BackendOverheads measure_backend_overheads(const std::vector<B*>& one_rank, const std::vector<B*>& two_ranks,
                                                          const OverheadOptions& options = {}) {
@@ -320,26 +392,41 @@ template <class B>
     fail({who, concat("microbatches = ", options.microbatches, ", repetitions = ", options.repetitions), "OverheadOptions",
           "give at least 2 micro-batches and 1 repetition"});
   }
+  if (options.few_microbatches < 0 || options.few_microbatches > options.microbatches) {
+    fail({who, concat("few_microbatches = ", options.few_microbatches, " with microbatches = ", options.microbatches),
+          "OverheadOptions::few_microbatches", "give 1 to microbatches - 1 (0: measure one shape only)"});
+  }
   const double per_second = 1.0 / detail::seconds_per_unit(options.unit, who);
-  const auto measure = [&](const std::vector<B*>& ranks, const char* family, Schedule& lowered) {
-    const auto p = static_cast<std::int32_t>(ranks.size());
-    const Schedule s = make_schedule(family, ScheduleRequest{p, options.microbatches, 1});
-    World<B> world(ranks, s, empty_stages(p), options.executor);
-    lowered = world.schedule();
-    const std::vector<float> data(static_cast<std::size_t>(options.microbatches), 0.0f);
-    std::vector<double> steps;
+  // Each run in its own World, all built before any is timed; their steps alternate.
+  const auto measure = [&](std::vector<std::unique_ptr<World<B>>>& worlds, std::vector<MeasuredSteps>& out) {
+    std::vector<std::vector<float>> data;
+    for (const MeasuredSteps& m : out) data.emplace_back(static_cast<std::size_t>(m.schedule.microbatches), 0.0f);
     for (std::int32_t r = -options.warmup; r < options.repetitions; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      (void)world.run_step({data, data});
-      const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * per_second;
-      if (r >= 0) steps.push_back(t);
+      for (std::size_t k = 0; k < worlds.size(); ++k) {
+        const auto t0 = std::chrono::steady_clock::now();
+        (void)worlds[k]->run_step({data[k], data[k]});
+        const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * per_second;
+        if (r >= 0) out[k].steps.push_back(t);
+      }
     }
-    return steps;
   };
-  Schedule one, two;
-  const std::vector<double> one_steps = measure(one_rank, "gpipe", one);
-  const std::vector<double> two_steps = measure(two_ranks, "1f1b", two);
-  return fit_backend_overheads(one, one_steps, two, two_steps, options.unit);
+  std::vector<std::unique_ptr<World<B>>> one_worlds;
+  std::vector<MeasuredSteps> one;
+  std::vector<std::int32_t> counts{options.microbatches};
+  if (options.few_microbatches > 0 && options.few_microbatches < options.microbatches) counts.push_back(options.few_microbatches);
+  for (const std::int32_t m : counts) {
+    one_worlds.push_back(std::make_unique<World<B>>(one_rank, make_schedule("gpipe", ScheduleRequest{1, m, 1}),
+                                                    empty_stages(1), options.executor));
+    one.push_back({one_worlds.back()->schedule(), {}});
+  }
+  measure(one_worlds, one);
+  one_worlds.clear();
+  std::vector<std::unique_ptr<World<B>>> two_worlds;
+  two_worlds.push_back(std::make_unique<World<B>>(two_ranks, make_schedule("1f1b", ScheduleRequest{2, options.microbatches, 1}),
+                                                  empty_stages(2), options.executor));
+  std::vector<MeasuredSteps> two{{two_worlds.back()->schedule(), {}}};
+  measure(two_worlds, two);
+  return fit_backend_overheads(one, two.front(), options.unit);
 }
 
 // A Profile of the measured stages: one layer per stage function (so the partitioner cuts
@@ -403,6 +490,7 @@ template <class B>
   if (overheads) {
     p.action_overhead = overheads->action_overhead;
     p.transfer_overhead = overheads->transfer_overhead;
+    p.step_overhead = overheads->step_overhead;
   }
   return p;
 }

@@ -10,8 +10,14 @@
 //    run did not execute (BI and BW under 1F1B, B under a zero-bubble schedule) is scaled by
 //    the ratio measured for the stage's other backward kind, so a 1F1B run still re-prices
 //    zero-bubble candidates;
+//  - the fixed cost per step, when the caller gives the step times it measured around
+//    run_step (CalibrationOptions::step_times): their median less the timelines' median
+//    makespan, the time no span records (otherwise the model's is kept);
 //  - the fixed cost per compute action: the one value that makes the simulator's makespan of
 //    the run's own schedule equal the measured one (bisection), with the per-transfer cost kept.
+// One step is a noisy sample: a step that lost the core for a while puts all of that into the
+// fixed cost per action. Give several steps of the run (the medians are then over all of
+// them), and see plan/calibrate.hpp for several runs of different shapes.
 // The schedule is the one the run executed: each rank's compute actions in the order they
 // started (schedule_of_timeline), so a hand-written or searched schedule calibrates as well.
 #pragma once
@@ -22,6 +28,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -110,9 +117,14 @@ struct Calibration {
   CostModel before;    // the model given
   CostModel after;     // refitted: stage times per kind and the fixed cost per action
   std::vector<KindScales> scale;  // per stage: measured / predicted time of F, B, BI, BW (1 where not run)
-  double measured_makespan = 0.0;   // in the model's unit
+  std::int32_t steps = 1;           // measured steps the fit read
+  double measured_makespan = 0.0;   // in the model's unit: the median step (with the fixed cost per step)
   double predicted_before = 0.0;    // the simulator's makespan of the schedule under `before`
   double predicted_after = 0.0;     // ... under `after` (the fit makes it the measured one)
+  // How much the makespan grows per unit of fixed cost per action under `after`: about the
+  // compute actions on the step's longest path, the weight of this run's fixed cost per action
+  // when several runs are fitted together (recalibrate_plan).
+  double action_weight = 0.0;
 
   // (predicted - measured) / measured, before and after.
   [[nodiscard]] double error_before() const noexcept { return (predicted_before - measured_makespan) / measured_makespan; }
@@ -123,15 +135,21 @@ struct CalibrationOptions {
   // Model units per unit of the measured timeline; 0: from the two units' names ("s", "ms",
   // "us"), or 1 when they are the same name.
   double model_units_per_measured_unit = 0.0;
+  // The steps' times as the caller measured them around run_step, in the timeline's unit: they
+  // hold the fixed cost per step, which the timelines do not. Empty: the model's is kept.
+  std::vector<double> step_times;
 };
 
-// Refits `model` to the measured timeline of one step (module comment). The model must be the
-// one the run's schedule was priced with: one StageCost per stage (or one for all), no
-// per-micro-batch table. Throws ppsched::error naming what does not fit.
-[[nodiscard]] inline Calibration calibrate(const Timeline& measured, const CostModel& model,
+// Refits `model` to the measured timelines of one or more steps of one run (module comment).
+// The model must be the one the run's schedule was priced with: one StageCost per stage (or one
+// for all), no per-micro-batch table. Throws ppsched::error naming what does not fit (no step,
+// steps of different schedules or units).
+[[nodiscard]] inline Calibration calibrate(const std::vector<Timeline>& steps, const CostModel& model,
                                            const CalibrationOptions& options = {}) {
   using detail::concat;
   const char* who = "calibrate";
+  if (steps.empty()) fail({who, "no measured step", "steps", "give the timeline of at least one step"});
+  const Timeline& measured = steps.front();
   double k = options.model_units_per_measured_unit;
   if (k == 0.0) {
     const double m = detail::seconds_in_unit(measured.unit), u = detail::seconds_in_unit(model.unit);
@@ -151,27 +169,45 @@ struct CalibrationOptions {
   }
   Calibration c;
   c.schedule = schedule_of_timeline(measured);
+  c.steps = static_cast<std::int32_t>(steps.size());
   const std::int32_t S = c.schedule.stages(), M = c.schedule.microbatches;
   check_cost_model(model, S, M);
   c.before = model;
-  double first = 0.0, last = 0.0;
-  bool any = false;
   std::vector<std::array<std::vector<double>, 4>> times(static_cast<std::size_t>(S));
-  for (const Span& sp : measured.spans) {
-    first = any ? std::min(first, sp.start) : sp.start;
-    last = any ? std::max(last, sp.end) : sp.end;
-    any = true;
-    if (is_compute(sp.action.op)) {
-      times[static_cast<std::size_t>(sp.action.stage)][static_cast<std::size_t>(sp.action.op)].push_back((sp.end - sp.start) * k);
+  std::vector<double> makespans;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (i > 0 && (steps[i].unit != measured.unit || schedule_of_timeline(steps[i]).programs != c.schedule.programs)) {
+      fail({who, concat("step ", i, " ran another schedule or unit than step 0"), "steps",
+            "give steps of one run (one schedule, one World)"});
+    }
+    double first = 0.0, last = 0.0;
+    bool any = false;
+    for (const Span& sp : steps[i].spans) {
+      first = any ? std::min(first, sp.start) : sp.start;
+      last = any ? std::max(last, sp.end) : sp.end;
+      any = true;
+      if (is_compute(sp.action.op)) {
+        times[static_cast<std::size_t>(sp.action.stage)][static_cast<std::size_t>(sp.action.op)].push_back((sp.end - sp.start) * k);
+      }
+    }
+    // From the step's origin, as the simulator's makespan is: the runtime's time to the first
+    // action is part of the step.
+    makespans.push_back((last - std::min(0.0, first)) * k);
+  }
+  const double in_timeline = detail::median_of(makespans);
+  if (!(in_timeline > 0.0)) fail({who, "the measured step takes no time", "Timeline::spans", "give a measured step"});
+  for (const double t : options.step_times) {
+    if (!(t >= 0.0 && t < std::numeric_limits<double>::infinity())) {
+      fail({who, concat("a step time of ", t), "CalibrationOptions::step_times", "give the measured times, finite and >= 0"});
     }
   }
-  // From the step's origin, as the simulator's makespan is: the runtime's time to the first
-  // action is part of the step.
-  c.measured_makespan = (last - std::min(0.0, first)) * k;
-  if (!(c.measured_makespan > 0.0)) fail({who, "the measured step takes no time", "Timeline::spans", "give a measured step"});
+  const double step_overhead =
+      options.step_times.empty() ? model.step_overhead : std::max(0.0, detail::median_of(options.step_times) * k - in_timeline);
+  c.measured_makespan = in_timeline + step_overhead;
   c.predicted_before = simulate(c.schedule, model).makespan;
 
   CostModel after = model;
+  after.step_overhead = step_overhead;
   if (after.stages.size() == 1 && S > 1) after.stages.assign(static_cast<std::size_t>(S), model.stages.front());
   c.scale.assign(static_cast<std::size_t>(S), KindScales{1.0, 1.0, 1.0, 1.0});
   for (std::int32_t s = 0; s < S; ++s) {
@@ -225,8 +261,13 @@ struct CalibrationOptions {
   }
   after.action_overhead = overhead;
   c.predicted_after = simulate(c.schedule, after).makespan;
+  c.action_weight = makespan_with(overhead + 1.0) - c.predicted_after;
   c.after = std::move(after);
   return c;
+}
+[[nodiscard]] inline Calibration calibrate(const Timeline& measured, const CostModel& model,
+                                           const CalibrationOptions& options = {}) {
+  return calibrate(std::vector<Timeline>{measured}, model, options);
 }
 
 }  // namespace ppsched

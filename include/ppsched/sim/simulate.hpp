@@ -11,7 +11,8 @@
 // transfer time — the idealised, dependency-only baseline that lowering is measured against.
 //
 // Conventions (docs/validation-and-simulation.md):
-//   makespan      latest end minus earliest start (the step starts at 0)
+//   makespan      latest end minus earliest start (the step starts at 0), plus
+//                 CostModel::step_overhead, which no span of the timeline holds
 //   span          a rank's first compute start to its last compute end
 //   busy          a rank's compute time (F, B, BI, BW)
 //   input_wait    time a rank's compute stream sits idle after the input of its next compute
@@ -97,6 +98,9 @@ struct SimResult {
   // bytes. Its maximum per rank is `timed_peak`.
   std::vector<std::vector<MemorySample>> memory_over_time;
   std::vector<MemorySample> timed_peak;
+  // The makespan's part that is not in the timeline (CostModel::step_overhead): the timeline
+  // holds what runs as actions, which is also all a measured timeline records.
+  double step_overhead = 0.0;
 };
 
 namespace detail {
@@ -237,7 +241,8 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
   const auto ranks = static_cast<std::size_t>(flat.ranks);
   result.ranks.assign(ranks, SimRankStats{});
   const double first = run.earliest_start(), last = run.latest_end();
-  result.makespan = last - first;
+  result.step_overhead = cost.step_overhead;
+  result.makespan = last - first + cost.step_overhead;
   // The compute on another rank whose output compute action a (on rank r) consumes, if any.
   const auto remote_producer = [&flat](const Action& a, std::int32_t r) {
     if (a.op == Op::F && a.stage > 0 && flat.rank_of(a.stage - 1) != r) return flat.find(Op::F, a.stage - 1, a.microbatch);

@@ -134,7 +134,7 @@ namespace detail {
       result.busy[r] += duration(a);
     }
   }
-  result.makespan = run.latest_end();
+  result.makespan = run.latest_end() + costs.step_overhead;  // as simulate's, so exact timings agree
   double total_busy = 0.0;
   for (const double b : result.busy) total_busy += b;
   result.bubble_fraction =

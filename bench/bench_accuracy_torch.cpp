@@ -1,0 +1,327 @@
+// Accuracy of the planner's predictions on libtorch models (issue 27, items 4 and 5): three
+// models of different shapes, each a torch::nn::Sequential, through the adapter on the CPU
+// backend with one intra-op thread per rank:
+//   mlp   8 x (Linear 64 -> 64, Tanh)                               16 children, input [rows, 64]
+//   gpt   4 pre-norm transformer blocks (one attention head, MLP x4), then a Linear head; 16
+//         tokens of width 32 per row                               5 children, input [rows, 16, 32]
+//   conv  Conv2d 3 -> 16 + BatchNorm2d + ReLU, 3 residual blocks (Conv2d + BatchNorm2d twice),
+//         Flatten, Linear -> 10; 8 x 8 images                      8 children, input [rows, 3, 8, 8]
+// Each is profiled by the adapter (profile_sequential at 2, 8 and 32 rows; the CPU backend's fixed
+// costs by measure_backend_overheads), and for 21 configurations per model (gpipe, 1f1b, zb-h1 on
+// 1 and 2 ranks and interleaved-1f1b on 2; 2 x 32, 8 x 8 and 32 x 2 micro-batches x rows, global
+// batch 64) the planner's cut is priced (graph_model + cost_model_of + simulate, as plan_devices
+// prices it) and run (wall time of World::run_step), over interleaved passes. Per configuration:
+// the prediction, the median of every repetition of every pass, min, max, the noise floor (the
+// passes' medians' difference over the median) and the error; per model and overall: mean and
+// maximum |error|, Kendall's tau, and whether the configuration predicted fastest measures within
+// 5% of the measured fastest (the pick holds). Not a test: a report (docs/accuracy.md).
+//
+//   bench_accuracy_torch [repetitions per pass] [passes] [model] [plot.svg]
+// model: mlp, gpt, conv or all; plot.svg: where to write the predicted-vs-measured plot.
+#include <torch/nn/functional/activation.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/activation.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/modules/normalization.h>
+#include <ppsched/adapters/torch.hpp>
+#include <ppsched/backend/cpu.hpp>
+#include <ppsched/plan/plan.hpp>
+#include <ppsched/runtime/profile.hpp>
+#include <ppsched/runtime/world.hpp>
+#include <ppsched/schedule/generators.hpp>
+#include <ppsched/sim/simulate.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "bench_accuracy_torch.hpp"
+
+namespace {
+
+constexpr std::int64_t global_batch = 64;
+
+struct Config {
+  std::string model;
+  std::string family;
+  std::int32_t ranks = 1;
+  std::int32_t microbatches = 1;
+  std::int32_t rows = 1;
+  double predicted = 0.0;
+  double calibrated = 0.0;                  // predicted from the profile recalibrated by two runs
+  std::vector<std::vector<double>> passes;  // ms per step, per pass
+  std::vector<ppsched::Timeline> last_pass; // every step's timeline, last pass
+};
+
+// The step predicted for `c` from `profile`, as plan_devices prices it.
+double predict(const ppsched::Profile& profile, const Config& c) {
+  const ppsched::Schedule schedule = bench_torch::schedule_of(c.family, c.ranks, c.microbatches);
+  ppsched::GraphModelOptions g;
+  g.ranks = c.ranks;
+  g.microbatches = c.microbatches;
+  const ppsched::PlanModel m = ppsched::graph_model(ppsched::profile_at_rows(profile, c.rows), c.model, g);
+  return ppsched::simulate(schedule, ppsched::cost_model_of(m.partition(schedule.placement), ppsched::plan_cost_options(m, 0.5)))
+      .makespan;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+double kendall_tau(const std::vector<double>& x, const std::vector<double>& y) {
+  double concordant = 0.0, discordant = 0.0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    for (std::size_t j = i + 1; j < x.size(); ++j) {
+      const double v = (x[i] - x[j]) * (y[i] - y[j]);
+      if (v > 0) concordant += 1;
+      if (v < 0) discordant += 1;
+    }
+  }
+  const double n = static_cast<double>(x.size());
+  return n < 2 ? 0.0 : (concordant - discordant) / (n * (n - 1) / 2.0);
+}
+
+std::span<const float> floats(const torch::Tensor& t) { return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())}; }
+
+// One model's configurations measured: a pass runs each once, `repetitions` timed steps.
+void measure(const bench_torch::Model& model, const ppsched::Profile& profile, std::vector<Config>& configs, int repetitions,
+             int passes) {
+  const ppsched::CpuOptions cpu{.checking = false};
+  for (int pass = 0; pass < passes; ++pass) {
+    for (Config& c : configs) {
+      const ppsched::Schedule schedule = bench_torch::schedule_of(c.family, c.ranks, c.microbatches);
+      ppsched::GraphModelOptions g;
+      g.ranks = c.ranks;
+      g.microbatches = c.microbatches;
+      const ppsched::PlanModel plan_model = ppsched::graph_model(ppsched::profile_at_rows(profile, c.rows), c.model, g);
+      const ppsched::PartitionPlan cut = plan_model.partition(schedule.placement);
+      const ppsched::CostModel cost = ppsched::cost_model_of(cut, ppsched::plan_cost_options(plan_model, 0.5));
+      c.predicted = ppsched::simulate(schedule, cost).makespan;
+
+      const double loss_scale = 1.0 / static_cast<double>(global_batch);
+      std::vector<std::unique_ptr<ppsched::TorchStage>> stages;
+      std::vector<ppsched::StageFunctions> functions;
+      for (std::size_t s = 0; s < cut.stages.size(); ++s) {
+        torch::nn::Sequential part;
+        for (std::size_t k = cut.stages[s].first_layer; k <= cut.stages[s].last_layer; ++k) {
+          part->push_back(*(model.net->begin() + static_cast<std::ptrdiff_t>(k)));
+        }
+        ppsched::TorchStageOptions o;
+        o.input_shape = model.input_shape(cut.stages[s].first_layer, c.rows);
+        o.output_shape = model.output_shape(cut.stages[s].last_layer, c.rows);
+        if (s + 1 == cut.stages.size()) {
+          o.target_shape = o.output_shape;
+          o.loss = [loss_scale](const torch::Tensor& y, const torch::Tensor& t) {
+            return torch::mse_loss(y, t, torch::Reduction::Sum) * loss_scale;
+          };
+        }
+        stages.push_back(std::make_unique<ppsched::TorchStage>(part, o));
+        functions.push_back(stages.back()->functions());
+      }
+      ppsched::CpuCluster cluster(c.ranks, cpu);
+      std::vector<ppsched::CpuBackend*> ranks;
+      for (int r = 0; r < c.ranks; ++r) ranks.push_back(&cluster.rank(r));
+      ppsched::World<ppsched::CpuBackend> world(ranks, schedule, cost, functions);
+      torch::manual_seed(7);
+      const torch::Tensor inputs = model.input(global_batch).contiguous();
+      const torch::Tensor targets = torch::zeros(model.output_shape(model.net->size() - 1, global_batch)).contiguous();
+      std::vector<double> steps;
+      c.last_pass.clear();
+      for (int r = -2; r < repetitions; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        (void)world.run_step({floats(inputs), floats(targets)});
+        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        if (r >= 0) {
+          steps.push_back(ms);
+          c.last_pass.push_back(world.last_step().timeline);
+        }
+      }
+      c.passes.push_back(steps);
+    }
+  }
+}
+
+// Predicted (x) against measured median (y) on log-log axes, a whisker from the fastest to the
+// slowest step, the diagonal and +-10% beside it, one colour per model.
+void write_plot(const std::string& path, const std::vector<Config>& configs, const std::vector<std::string>& notes) {
+  double lo = 1e300, hi = 0.0;
+  std::vector<double> med, mins, maxs;
+  for (const Config& c : configs) {
+    std::vector<double> every;
+    for (const auto& p : c.passes) every.insert(every.end(), p.begin(), p.end());
+    med.push_back(median(every));
+    mins.push_back(*std::min_element(every.begin(), every.end()));
+    maxs.push_back(*std::max_element(every.begin(), every.end()));
+    lo = std::min({lo, c.predicted, mins.back()});
+    hi = std::max({hi, c.predicted, maxs.back()});
+  }
+  lo = std::pow(10.0, std::floor(std::log10(lo)));
+  hi = std::pow(10.0, std::ceil(std::log10(hi)));
+  const double size = 560.0, margin = 60.0;
+  const auto at = [&](double v) { return (std::log10(v) - std::log10(lo)) / (std::log10(hi) - std::log10(lo)) * size; };
+  const auto px = [&](double v) { return margin + at(v); };
+  const auto py = [&](double v) { return margin + size - at(v); };
+  std::size_t longest = 0;
+  for (const std::string& n : notes) longest = std::max(longest, n.size());
+  std::ofstream out(path);
+  out << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\""
+      << std::max(size + 2 * margin + 180, margin + 6.0 * static_cast<double>(longest)) << "\" height=\""
+      << size + 2 * margin + 20.0 * static_cast<double>(notes.size()) << "\" font-family=\"sans-serif\" font-size=\"12\">\n"
+      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+      << "<text x=\"" << margin << "\" y=\"24\" font-size=\"15\">Predicted against measured step (ms), log-log</text>\n";
+  for (double d = lo; d <= hi * 1.0001; d *= 10.0) {
+    out << "<line x1=\"" << px(d) << "\" y1=\"" << py(lo) << "\" x2=\"" << px(d) << "\" y2=\"" << py(hi)
+        << "\" stroke=\"#ddd\"/><line x1=\"" << px(lo) << "\" y1=\"" << py(d) << "\" x2=\"" << px(hi) << "\" y2=\""
+        << py(d) << "\" stroke=\"#ddd\"/>\n<text x=\"" << px(d) << "\" y=\"" << py(lo) + 16 << "\" text-anchor=\"middle\">"
+        << d << "</text><text x=\"" << margin - 6 << "\" y=\"" << py(d) + 4 << "\" text-anchor=\"end\">" << d << "</text>\n";
+  }
+  for (const double k : {1.0, 1.1, 1.0 / 1.1}) {
+    const double x0 = k >= 1.0 ? lo : lo / k, x1 = k >= 1.0 ? hi / k : hi;  // inside the axes
+    out << "<line x1=\"" << px(x0) << "\" y1=\"" << py(x0 * k) << "\" x2=\"" << px(x1) << "\" y2=\"" << py(x1 * k)
+        << "\" stroke=\"" << (k == 1.0 ? "#444" : "#aaa") << "\" stroke-dasharray=\"" << (k == 1.0 ? "" : "4 3") << "\"/>\n";
+  }
+  out << "<text x=\"" << margin + size / 2 << "\" y=\"" << margin + size + 36 << "\" text-anchor=\"middle\">predicted</text>\n"
+      << "<text x=\"16\" y=\"" << margin + size / 2 << "\" transform=\"rotate(-90 16 " << margin + size / 2
+      << ")\" text-anchor=\"middle\">measured median (whisker: fastest to slowest step)</text>\n";
+  const std::vector<std::string> names = bench_torch::model_names();
+  const char* colours[] = {"#0072B2", "#D55E00", "#009E73"};
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const auto k = static_cast<std::size_t>(std::find(names.begin(), names.end(), configs[i].model) - names.begin()) % 3;
+    const double x = px(configs[i].predicted);
+    out << "<g><title>" << configs[i].model << " " << configs[i].family << " p=" << configs[i].ranks << " m="
+        << configs[i].microbatches << ": predicted " << configs[i].predicted << " ms, measured " << med[i] << " ms</title>"
+        << "<line x1=\"" << x << "\" y1=\"" << py(mins[i]) << "\" x2=\"" << x << "\" y2=\"" << py(maxs[i])
+        << "\" stroke=\"" << colours[k] << "\" stroke-opacity=\"0.35\"/><circle cx=\"" << x << "\" cy=\"" << py(med[i])
+        << "\" r=\"4\" fill=\"" << colours[k] << "\"/></g>\n";
+  }
+  for (std::size_t k = 0; k < names.size(); ++k) {
+    out << "<circle cx=\"" << margin + size + 30 << "\" cy=\"" << margin + 20 * static_cast<double>(k) << "\" r=\"4\" fill=\""
+        << colours[k] << "\"/><text x=\"" << margin + size + 40 << "\" y=\"" << margin + 20 * static_cast<double>(k) + 4
+        << "\">" << names[k] << "</text>\n";
+  }
+  out << "<text x=\"" << margin + size + 30 << "\" y=\"" << margin + 70 << "\">dashed: +-10%</text>\n";
+  for (std::size_t k = 0; k < notes.size(); ++k) {
+    out << "<text x=\"" << margin << "\" y=\"" << margin + size + 60 + 20 * static_cast<double>(k) << "\" font-size=\"11\">"
+        << notes[k] << "</text>\n";
+  }
+  out << "</svg>\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const int repetitions = argc > 1 ? std::atoi(argv[1]) : 5;
+  const int passes = argc > 2 ? std::atoi(argv[2]) : 2;
+  const std::string which = argc > 3 ? argv[3] : "all";
+  const std::string plot = argc > 4 ? argv[4] : "";
+  torch::set_num_threads(1);  // one intra-op thread per rank: the rank threads are the parallelism
+
+  const ppsched::CpuOptions cpu{.checking = false};
+  ppsched::CpuCluster single(1, cpu), pair(2, cpu);
+  const ppsched::BackendOverheads overheads =
+      ppsched::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)});
+  std::printf("fixed cost per step %.4f ms, per action %.4f ms, per transfer %.4f ms\n", overheads.step_overhead,
+              overheads.action_overhead, overheads.transfer_overhead);
+
+  std::vector<Config> all;
+  std::printf("%-5s %-17s %2s %3s %4s  %9s  %9s %8s %8s  %7s  %7s  %9s  %7s\n", "model", "family", "p", "m", "rows",
+              "predicted", "measured", "min", "max", "noise", "error", "calibr.", "error");
+  std::vector<std::string> summaries;
+  for (const std::string& name : bench_torch::model_names()) {
+    if (which != "all" && which != name) continue;
+    const bench_torch::Model model = bench_torch::make_model(name);
+    ppsched::Profile profile = bench_torch::profile_of(model, {2, 8, 32}, 3, 10).at(32);
+    profile.action_overhead = overheads.action_overhead;
+    profile.transfer_overhead = overheads.transfer_overhead;
+    profile.step_overhead = overheads.step_overhead;
+    std::vector<Config> configs;
+    for (const bench_torch::ConfigKey& k : bench_torch::configurations(global_batch)) {
+      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, {}, {}});
+    }
+    measure(model, profile, configs, repetitions, passes);
+    // Recalibrated from every step of the last pass of two runs of different shapes (one rank
+    // with 2 micro-batches, two ranks with 32) and their step times (docs/plan.md).
+    std::vector<ppsched::MeasuredRun> runs;
+    for (const Config& c : configs) {
+      if ((c.family == "gpipe" && c.ranks == 1 && c.microbatches == 2) || (c.family == "1f1b" && c.ranks == 2 && c.microbatches == 32)) {
+        runs.push_back({c.last_pass, static_cast<double>(c.rows), c.passes.back()});
+      }
+    }
+    const ppsched::Recalibration fit = ppsched::recalibrate_plan(profile, runs, 2, global_batch, std::nullopt, {});
+    for (Config& c : configs) c.calibrated = predict(fit.profile, c);
+    std::vector<double> predicted, measured, calibrated;
+    double sum_error = 0.0, max_error = 0.0, sum_noise = 0.0, sum_calibrated = 0.0, max_calibrated = 0.0;
+    for (const Config& c : configs) {
+      std::vector<double> every;
+      for (const auto& p : c.passes) every.insert(every.end(), p.begin(), p.end());
+      const double med = median(every);
+      double lo = median(c.passes.front()), hi = lo;
+      for (const auto& p : c.passes) {
+        lo = std::min(lo, median(p));
+        hi = std::max(hi, median(p));
+      }
+      const double noise = (hi - lo) / med, error = (c.predicted - med) / med;
+      sum_error += std::abs(error);
+      max_error = std::max(max_error, std::abs(error));
+      sum_noise += noise;
+      predicted.push_back(c.predicted);
+      measured.push_back(med);
+      calibrated.push_back(c.calibrated);
+      const double error_calibrated = (c.calibrated - med) / med;
+      sum_calibrated += std::abs(error_calibrated);
+      max_calibrated = std::max(max_calibrated, std::abs(error_calibrated));
+      std::printf("%-5s %-17s %2d %3d %4d  %9.3f  %9.3f %8.3f %8.3f  %6.1f%%  %+6.1f%%  %9.3f  %+6.1f%%\n", name.c_str(),
+                  c.family.c_str(), c.ranks, c.microbatches, c.rows, c.predicted, med,
+                  *std::min_element(every.begin(), every.end()), *std::max_element(every.begin(), every.end()),
+                  100.0 * noise, 100.0 * error, c.calibrated, 100.0 * error_calibrated);
+      all.push_back(c);
+    }
+    const auto pick = static_cast<std::size_t>(std::min_element(predicted.begin(), predicted.end()) - predicted.begin());
+    const auto best = static_cast<std::size_t>(std::min_element(measured.begin(), measured.end()) - measured.begin());
+    const double loss = (measured[pick] - measured[best]) / measured[best];
+    const double n = static_cast<double>(configs.size());
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "%s: %zu configurations, mean noise floor %.1f%%, mean |error| %.1f%%, max %.1f%%, Kendall's tau %.2f; "
+                  "pick %s p=%d m=%d measures %.1f%% over the fastest (%s p=%d m=%d): %s",
+                  name.c_str(), configs.size(), 100.0 * sum_noise / n, 100.0 * sum_error / n, 100.0 * max_error,
+                  kendall_tau(predicted, measured), configs[pick].family.c_str(), configs[pick].ranks,
+                  configs[pick].microbatches, 100.0 * loss, configs[best].family.c_str(), configs[best].ranks,
+                  configs[best].microbatches, loss <= 0.05 ? "the pick holds" : "the pick does NOT hold");
+    summaries.emplace_back(line);
+    const auto pick_after =
+        static_cast<std::size_t>(std::min_element(calibrated.begin(), calibrated.end()) - calibrated.begin());
+    std::snprintf(line, sizeof line,
+                  "%s recalibrated from 2 runs (%.4f ms per step, %.4f per action): mean |error| %.1f%%, max %.1f%%, "
+                  "tau %.2f; pick %s p=%d m=%d measures %.1f%% over the fastest",
+                  name.c_str(), fit.profile.step_overhead, fit.profile.action_overhead, 100.0 * sum_calibrated / n,
+                  100.0 * max_calibrated, kendall_tau(calibrated, measured), configs[pick_after].family.c_str(),
+                  configs[pick_after].ranks, configs[pick_after].microbatches,
+                  100.0 * (measured[pick_after] - measured[best]) / measured[best]);
+    summaries.emplace_back(line);
+  }
+  for (const std::string& s : summaries) std::printf("%s\n", s.c_str());
+  std::printf("%zu configurations in all\n", all.size());
+  if (!plot.empty()) {
+    write_plot(plot, all, summaries);
+    std::printf("plot written to %s\n", plot.c_str());
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::cerr << "bench_accuracy_torch: " << e.what() << '\n';
+  return 1;
+}

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "../examples/mlp/mlp.hpp"
+#include "accuracy_stats.hpp"
 #include "../examples/mlp/mlp_stage.hpp"
 
 namespace {
@@ -45,11 +46,6 @@ struct Config {
   ppsched::Timeline timeline;               // the last step's, measured
   std::vector<ppsched::Timeline> last_pass; // every step of the last pass
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 }  // namespace
 
@@ -168,56 +164,33 @@ int main(int argc, char** argv) try {
   // 5. The report.
   std::printf("%-17s %2s %3s %4s  %9s  %9s %7s %7s  %7s  %6s  %9s  %6s  %9s  %6s\n", "family", "p", "m", "rows",
               "predicted", "measured", "min", "max", "noise", "error", "calibr.", "error", "2 runs", "error");
-  double sum_error = 0.0, max_error = 0.0, sum_noise = 0.0, sum_after = 0.0, max_after = 0.0, sum_runs = 0.0, max_runs = 0.0;
+  accuracy::Errors profiled, one_step, two_runs;
+  double sum_noise = 0.0;
   std::vector<double> predicted, measured, after, after_runs;
   for (const Config& c : configs) {
-    std::vector<double> all;
-    for (const auto& p : c.passes) all.insert(all.end(), p.begin(), p.end());
-    const double med = median(all);
-    double lo = median(c.passes.front()), hi = lo;
-    for (const auto& p : c.passes) {
-      lo = std::min(lo, median(p));
-      hi = std::max(hi, median(p));
-    }
-    const double noise = (hi - lo) / med, error = (c.predicted - med) / med;
-    sum_error += std::abs(error);
-    max_error = std::max(max_error, std::abs(error));
-    sum_noise += noise;
-    const double error_after = (c.recalibrated - med) / med;
-    sum_after += std::abs(error_after);
-    max_after = std::max(max_after, std::abs(error_after));
+    const accuracy::Spread m = accuracy::spread_of(c.passes);
+    sum_noise += m.noise;
+    const double error = profiled.add(c.predicted, m.median);
+    const double error_after = one_step.add(c.recalibrated, m.median);
+    const double error_runs = two_runs.add(c.recalibrated_runs, m.median);
     predicted.push_back(c.predicted);
-    measured.push_back(med);
+    measured.push_back(m.median);
     after.push_back(c.recalibrated);
-    const double error_runs = (c.recalibrated_runs - med) / med;
-    sum_runs += std::abs(error_runs);
-    max_runs = std::max(max_runs, std::abs(error_runs));
     after_runs.push_back(c.recalibrated_runs);
     std::printf("%-17s %2d %3d %4d  %9.4f  %9.4f %7.4f %7.4f  %6.1f%%  %+5.1f%%  %9.4f  %+5.1f%%  %9.4f  %+5.1f%%\n",
-                c.family.c_str(), c.ranks, c.microbatches, c.rows, c.predicted, med,
-                *std::min_element(all.begin(), all.end()), *std::max_element(all.begin(), all.end()), 100.0 * noise,
-                100.0 * error, c.recalibrated, 100.0 * error_after, c.recalibrated_runs, 100.0 * error_runs);
+                c.family.c_str(), c.ranks, c.microbatches, c.rows, c.predicted, m.median, m.min, m.max,
+                100.0 * m.noise, 100.0 * error, c.recalibrated, 100.0 * error_after, c.recalibrated_runs,
+                100.0 * error_runs);
   }
-  const auto tau = [&](const std::vector<double>& x) {
-    double concordant = 0.0, discordant = 0.0;
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      for (std::size_t j = i + 1; j < x.size(); ++j) {
-        const double v = (x[i] - x[j]) * (measured[i] - measured[j]);
-        if (v > 0) concordant += 1;
-        if (v < 0) discordant += 1;
-      }
-    }
-    const double n = static_cast<double>(x.size());
-    return (concordant - discordant) / (n * (n - 1) / 2.0);
-  };
   const double n = static_cast<double>(configs.size());
   std::printf("%zu configurations: mean noise floor %.1f%%\n"
               "  profiled:   mean |error| %.1f%%, max %.1f%%, Kendall's tau %.2f\n"
               "  calibrated: mean |error| %.1f%%, max %.1f%%, Kendall's tau %.2f (one step of one run)\n"
               "  calibrated: mean |error| %.1f%%, max %.1f%%, Kendall's tau %.2f (every step of two runs)\n",
-              configs.size(), 100.0 * sum_noise / n, 100.0 * sum_error / n, 100.0 * max_error, tau(predicted),
-              100.0 * sum_after / n, 100.0 * max_after, tau(after), 100.0 * sum_runs / n, 100.0 * max_runs,
-              tau(after_runs));
+              configs.size(), 100.0 * sum_noise / n, 100.0 * profiled.mean(), 100.0 * profiled.max,
+              accuracy::kendall_tau(predicted, measured), 100.0 * one_step.mean(), 100.0 * one_step.max,
+              accuracy::kendall_tau(after, measured), 100.0 * two_runs.mean(), 100.0 * two_runs.max,
+              accuracy::kendall_tau(after_runs, measured));
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "bench_accuracy: " << e.what() << '\n';

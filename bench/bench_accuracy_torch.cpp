@@ -48,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "accuracy_stats.hpp"
 #include "bench_accuracy_torch.hpp"
 
 namespace {
@@ -77,23 +78,7 @@ double predict(const ppsched::Profile& profile, const Config& c) {
       .makespan;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-double kendall_tau(const std::vector<double>& x, const std::vector<double>& y) {
-  double concordant = 0.0, discordant = 0.0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    for (std::size_t j = i + 1; j < x.size(); ++j) {
-      const double v = (x[i] - x[j]) * (y[i] - y[j]);
-      if (v > 0) concordant += 1;
-      if (v < 0) discordant += 1;
-    }
-  }
-  const double n = static_cast<double>(x.size());
-  return n < 2 ? 0.0 : (concordant - discordant) / (n * (n - 1) / 2.0);
-}
+using accuracy::kendall_tau;
 
 std::span<const float> floats(const torch::Tensor& t) { return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())}; }
 
@@ -161,11 +146,10 @@ void write_plot(const std::string& path, const std::vector<Config>& configs, con
   double lo = 1e300, hi = 0.0;
   std::vector<double> med, mins, maxs;
   for (const Config& c : configs) {
-    std::vector<double> every;
-    for (const auto& p : c.passes) every.insert(every.end(), p.begin(), p.end());
-    med.push_back(median(every));
-    mins.push_back(*std::min_element(every.begin(), every.end()));
-    maxs.push_back(*std::max_element(every.begin(), every.end()));
+    const accuracy::Spread m = accuracy::spread_of(c.passes);
+    med.push_back(m.median);
+    mins.push_back(m.min);
+    maxs.push_back(m.max);
     lo = std::min({lo, c.predicted, mins.back()});
     hi = std::max({hi, c.predicted, maxs.back()});
   }
@@ -264,30 +248,19 @@ int main(int argc, char** argv) try {
     const ppsched::Recalibration fit = ppsched::recalibrate_plan(profile, runs, 2, global_batch, std::nullopt, {});
     for (Config& c : configs) c.calibrated = predict(fit.profile, c);
     std::vector<double> predicted, measured, calibrated;
-    double sum_error = 0.0, max_error = 0.0, sum_noise = 0.0, sum_calibrated = 0.0, max_calibrated = 0.0;
+    accuracy::Errors profiled, recalibrated;
+    double sum_noise = 0.0;
     for (const Config& c : configs) {
-      std::vector<double> every;
-      for (const auto& p : c.passes) every.insert(every.end(), p.begin(), p.end());
-      const double med = median(every);
-      double lo = median(c.passes.front()), hi = lo;
-      for (const auto& p : c.passes) {
-        lo = std::min(lo, median(p));
-        hi = std::max(hi, median(p));
-      }
-      const double noise = (hi - lo) / med, error = (c.predicted - med) / med;
-      sum_error += std::abs(error);
-      max_error = std::max(max_error, std::abs(error));
-      sum_noise += noise;
+      const accuracy::Spread m = accuracy::spread_of(c.passes);
+      sum_noise += m.noise;
+      const double error = profiled.add(c.predicted, m.median);
+      const double error_calibrated = recalibrated.add(c.calibrated, m.median);
       predicted.push_back(c.predicted);
-      measured.push_back(med);
+      measured.push_back(m.median);
       calibrated.push_back(c.calibrated);
-      const double error_calibrated = (c.calibrated - med) / med;
-      sum_calibrated += std::abs(error_calibrated);
-      max_calibrated = std::max(max_calibrated, std::abs(error_calibrated));
       std::printf("%-5s %-17s %2d %3d %4d  %9.3f  %9.3f %8.3f %8.3f  %6.1f%%  %+6.1f%%  %9.3f  %+6.1f%%\n", name.c_str(),
-                  c.family.c_str(), c.ranks, c.microbatches, c.rows, c.predicted, med,
-                  *std::min_element(every.begin(), every.end()), *std::max_element(every.begin(), every.end()),
-                  100.0 * noise, 100.0 * error, c.calibrated, 100.0 * error_calibrated);
+                  c.family.c_str(), c.ranks, c.microbatches, c.rows, c.predicted, m.median, m.min, m.max,
+                  100.0 * m.noise, 100.0 * error, c.calibrated, 100.0 * error_calibrated);
       all.push_back(c);
     }
     const auto pick = static_cast<std::size_t>(std::min_element(predicted.begin(), predicted.end()) - predicted.begin());
@@ -298,7 +271,7 @@ int main(int argc, char** argv) try {
     std::snprintf(line, sizeof line,
                   "%s: %zu configurations, mean noise floor %.1f%%, mean |error| %.1f%%, max %.1f%%, Kendall's tau %.2f; "
                   "pick %s p=%d m=%d measures %.1f%% over the fastest (%s p=%d m=%d): %s",
-                  name.c_str(), configs.size(), 100.0 * sum_noise / n, 100.0 * sum_error / n, 100.0 * max_error,
+                  name.c_str(), configs.size(), 100.0 * sum_noise / n, 100.0 * profiled.mean(), 100.0 * profiled.max,
                   kendall_tau(predicted, measured), configs[pick].family.c_str(), configs[pick].ranks,
                   configs[pick].microbatches, 100.0 * loss, configs[best].family.c_str(), configs[best].ranks,
                   configs[best].microbatches, loss <= 0.05 ? "the pick holds" : "the pick does NOT hold");
@@ -308,8 +281,8 @@ int main(int argc, char** argv) try {
     std::snprintf(line, sizeof line,
                   "%s recalibrated from 2 runs (%.4f ms per step, %.4f per action): mean |error| %.1f%%, max %.1f%%, "
                   "tau %.2f; pick %s p=%d m=%d measures %.1f%% over the fastest",
-                  name.c_str(), fit.profile.step_overhead, fit.profile.action_overhead, 100.0 * sum_calibrated / n,
-                  100.0 * max_calibrated, kendall_tau(calibrated, measured), configs[pick_after].family.c_str(),
+                  name.c_str(), fit.profile.step_overhead, fit.profile.action_overhead, 100.0 * recalibrated.mean(),
+                  100.0 * recalibrated.max, kendall_tau(calibrated, measured), configs[pick_after].family.c_str(),
                   configs[pick_after].ranks, configs[pick_after].microbatches,
                   100.0 * (measured[pick_after] - measured[best]) / measured[best]);
     summaries.emplace_back(line);

@@ -445,7 +445,7 @@ class Executor {
     // Every rank of a training schedule runs backwards of its stages (validate() checks it),
     // so this rank's program tells.
     for (const Action& a : schedule_.programs[static_cast<std::size_t>(rank_)]) {
-      has_backward_ = has_backward_ || a.op == Op::B || a.op == Op::BI || a.op == Op::BW;
+      has_backward_ = has_backward_ || is_backward(a.op);
     }
     for (const Action& a : schedule_.programs[static_cast<std::size_t>(rank_)]) {
       if (!is_copy(a.op)) continue;

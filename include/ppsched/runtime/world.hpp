@@ -190,7 +190,7 @@ class World {
     options.validate = false;
     record_timeline_ = options.record_timeline;
     for (const auto& prog : schedule_.programs) {
-      for (const Action& a : prog) has_backward_ = has_backward_ || !is_forward_direction(a.op);
+      for (const Action& a : prog) has_backward_ = has_backward_ || is_backward(a.op);
     }
     // Each executor keeps only its rank's program (executor.hpp), so the World holds the
     // schedule once.

@@ -58,6 +58,8 @@ inline constexpr int op_count = 11;
 [[nodiscard]] constexpr bool is_compute(Op op) noexcept {
   return op == Op::F || op == Op::B || op == Op::BI || op == Op::BW;
 }
+// A backward of any kind: what makes a schedule train rather than only run forward.
+[[nodiscard]] constexpr bool is_backward(Op op) noexcept { return op == Op::B || op == Op::BI || op == Op::BW; }
 [[nodiscard]] constexpr bool is_send(Op op) noexcept { return op == Op::SEND_F || op == Op::SEND_B; }
 [[nodiscard]] constexpr bool is_recv(Op op) noexcept { return op == Op::RECV_F || op == Op::RECV_B; }
 // Point-to-point communication only: the memory actions are neither compute nor comm (R runs

@@ -132,7 +132,7 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
       }
       const std::int32_t home = flat.rank_of(a.stage);
       if (is_compute(a.op)) {
-        flat.has_backward = flat.has_backward || a.op != Op::F;
+        flat.has_backward = flat.has_backward || is_backward(a.op);
         flat.has_pairs = flat.has_pairs || a.group != 0;
         ++flat.compute_count;
         if ((a.op == Op::BI || a.op == Op::BW) && !s.split_backward && !reported_split) {

@@ -1181,6 +1181,7 @@ TEST_CASE("--memory-policy: auto fits a cap no plain family meets and names each
   INFO(r.err);
   REQUIRE(r.status == 0);
   CHECK(r.out.find("Recommended: none") == std::string::npos);
+  CHECK(r.out.find(" with the memory policies above (") != std::string::npos);
   CHECK(r.out.find("Memory policies (chosen where a schedule does not fit plainly") != std::string::npos);
   CHECK(r.out.find("full recompute") != std::string::npos);
   CHECK(r.out.find("(plain ") != std::string::npos);
@@ -1242,6 +1243,8 @@ TEST_CASE("--memory-policy per stage runs the stages named; bad tokens are named
            {{"--memory-policy", "auto", "--memory-cap-bytes", "21GiB", "--schedule", "auto"}, {"--schedule auto"}},
            {{"--memory-policy", "0=recompute", "--stage-cost", "1,1,1"}, {"--stage-cost has no activation bytes"}},
            {{"--memory-policy", "9=recompute", "--schedule", "1f1b"}, {"stage 9", "has 8 stages"}},
+           {{"--memory-policy", "0=recompute", "--devices", "8"}, {"does not apply to a --devices plan"}},
+           {{"--memory-policy", "0=recompute", "--validate", "x.csv"}, {"does not apply to --validate"}},
        }) {
     const Run r = plan(c.args);
     INFO("args: " << c.args.back() << "\nstderr: " << r.err);

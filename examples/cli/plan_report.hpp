@@ -295,7 +295,9 @@ namespace detail {
   if (search != nullptr) out += search_table(*search, plan.unit);
   out += '\n';
   if (plan.recommended.index) {
-    out += concat("Recommended: ", plan.schedules[*plan.recommended.index].name, " (", plan.recommended.reason, ")\n");
+    const ScheduleResult& best = plan.schedules[*plan.recommended.index];
+    out += concat("Recommended: ", best.name, best.memory ? " with the memory policies above" : "", " (",
+                  plan.recommended.reason, ")\n");
   } else {
     out += concat("Recommended: none (", plan.recommended.reason, ")\n");
   }

@@ -1222,6 +1222,18 @@ TEST_CASE("--memory-policy per stage runs the stages named; bad tokens are named
   CHECK(m.at("stages")[2].at("policy") == "selective recompute");
   CHECK(m.at("stages")[2].at("fraction") == 0.3);
   CHECK(m.at("stages")[3].at("policy") == "none");
+  // A model in no time unit: recomputation needs no host link, offload takes the one given.
+  CHECK(plan({"--layers", "16", "--stages", "4", "--schedule", "1f1b", "--memory-policy", "0=recompute"}).status == 0);
+  CHECK(plan({"--layers", "16", "--stages", "4", "--schedule", "1f1b", "--memory-policy", "0=offload", "--host-link", "0.1,100"})
+            .status == 0);
+  // A slower host link: the same offload, its copies longer, given before or after the policy.
+  const json slow = plan_json({"--host-link", "0.01,2.5e6", "--schedule", "1f1b", "--memory-policy", "1=offload:0.5"});
+  const json& offload = schedule_named(slow, "1f1b").at("memory_policy").at("stages")[1];
+  // (fewer micro-batches can hide copies ten times as long, so compare one micro-batch's)
+  const auto per_microbatch = [](const json& st) { return st.at("copy_time").get<double>() / st.at("microbatches").get<double>(); };
+  REQUIRE(offload.at("microbatches").get<int>() > 0);
+  CHECK(offload.at("microbatches").get<int>() <= m.at("stages")[1].at("microbatches").get<int>());
+  CHECK(per_microbatch(offload) > 5.0 * per_microbatch(m.at("stages")[1]));
   const json plain = plan_json({"--schedule", "1f1b"});
   CHECK(schedule_named(j, "1f1b").at("peak_memory_bytes")[0].get<double>() <
         schedule_named(plain, "1f1b").at("peak_memory_bytes")[0].get<double>());
@@ -1244,6 +1256,11 @@ TEST_CASE("--memory-policy per stage runs the stages named; bad tokens are named
            {{"--memory-policy", "0=recompute", "--stage-cost", "1,1,1"}, {"--stage-cost has no activation bytes"}},
            {{"--memory-policy", "9=recompute", "--schedule", "1f1b"}, {"stage 9", "has 8 stages"}},
            {{"--memory-policy", "0=recompute", "--devices", "8"}, {"does not apply to a --devices plan"}},
+           {{"--host-link", "0.01,25e6"}, {"flag --host-link", "--memory-policy is none"}},
+           {{"--layers", "16", "--stages", "4", "--schedule", "1f1b", "--memory-policy", "0=offload"},
+            {"time unit 'unit'", "--host-link T,X"}},
+           {{"--memory-policy", "0=offload", "--host-link", "0.01"}, {"'0.01' is not two comma-separated numbers"}},
+           {{"--memory-policy", "0=offload", "--host-link", "0.01,0"}, {"flag --host-link (bandwidth)"}},
            {{"--memory-policy", "0=recompute", "--validate", "x.csv"}, {"does not apply to --validate"}},
        }) {
     const Run r = plan(c.args);

@@ -72,7 +72,7 @@ struct PlanOptions {
   bool version = false;
 };
 
-inline constexpr std::array<FlagSpec, 29> plan_flags{{
+inline constexpr std::array<FlagSpec, 30> plan_flags{{
     {"--profile", "FILE", "model profile (JSON, see docs/profile-format.md)"},
     {"--layers", "N", "a chain of N identical layers (forward 1, backward-for-input 1, backward-for-weights 1)"},
     {"--stage-cost", "F,B,W", "every rank's stage costs F, BI, BW (pure schedule study; no partitioning)"},
@@ -84,6 +84,7 @@ inline constexpr std::array<FlagSpec, 29> plan_flags{{
     {"--memory-cap-microbatches", "N", "per-rank cap on stored activations, in M_B units"},
     {"--memory-cap-bytes", "BYTES", "per-rank cap on parameters + activations, e.g. 80GiB"},
     {"--memory-policy", "POLICY", "none (default), auto (recompute or offload where a schedule exceeds --memory-cap-bytes), or per stage: 0=recompute,1=offload:0.5"},
+    {"--host-link", "T,X", "with --memory-policy: offload copies' latency T and bytes per time unit X (default PCIe 4 x16: 10 us, 25 GB/s)"},
     {"--w-memory-ratio", "R", "M_W / M_B: what BI keeps until BW (default 0.5)"},
     {"--optimizer-state-factor", "X", "bytes held per parameter byte (default 8: bf16 + fp32 Adam)"},
     {"--partition", "METHOD", "optimal (default, min bottleneck), uniform (equal layer counts) or params"},
@@ -298,7 +299,20 @@ inline constexpr std::string_view memory_policy_forms =
     } else if (n == "--objective") {
       options.objective = parse_objective(flag);
     } else if (n == "--memory-policy") {
+      const std::optional<Interconnect> link = options.memory_policy.host_link;  // --host-link may come first
       options.memory_policy = parse_memory_policy(flag);
+      options.memory_policy.host_link = link;
+    } else if (n == "--host-link") {
+      const std::size_t comma = flag.value.find(',');
+      if (comma == std::string::npos || flag.value.find(',', comma + 1) != std::string::npos) {
+        fail({"flag --host-link", concat("value '", flag.value, "' is not two comma-separated numbers"),
+              detail::argument_place(flag.position),
+              "write LATENCY,BANDWIDTH in the model's time unit and bytes per time unit, e.g. 0.01,25e6 for 10 us and 25 GB/s in ms"});
+      }
+      const std::string_view text = flag.value;
+      options.memory_policy.host_link =
+          Interconnect{parse_real_text(text.substr(0, comma), "flag --host-link (latency)", flag.position, 0.0, false),
+                       parse_real_text(text.substr(comma + 1), "flag --host-link (bandwidth)", flag.position, 0.0, true)};
     } else if (n == "--json") {
       options.json = true;
     } else if (n == "--trace" || n == "--svg" || n == "--csv" || n == "--validate") {
@@ -368,6 +382,10 @@ inline constexpr std::string_view memory_policy_forms =
       fail({"flag --objective", "--validate checks the schedule in its file; there is nothing to choose",
             detail::argument_place(o->position), "drop --objective, or drop --validate"});
     }
+  }
+  if (const GivenFlag* f = find("--host-link"); f != nullptr && options.memory_policy.mode == MemoryPolicyMode::none) {
+    fail({"flag --host-link", "prices offload copies, and --memory-policy is none", detail::argument_place(f->position),
+          "add --memory-policy auto (or per stage), or drop --host-link"});
   }
   if (const GivenFlag* f = find("--memory-policy"); f != nullptr && options.memory_policy.mode != MemoryPolicyMode::none) {
     const auto refuse = [&](std::string_view problem, std::string_view fix) {

@@ -722,7 +722,8 @@ namespace detail {
   if (!s) {
     fail({"plan request", concat("memory policies need the device-host link, and its default (10 us, 25 GB/s) cannot be given in the model's time unit '",
                                  model.unit, "'"),
-          "PlanRequest::memory_policy.host_link", "give the link in the model's unit, or a model timed in s, ms or us"});
+          "PlanRequest::memory_policy.host_link",
+          "give the link in the model's unit (ppsched-plan: --host-link T,X), or a model timed in s, ms, us or ns"});
   }
   return Interconnect{10e-6 / *s, 25e9 * *s};
 }
@@ -739,7 +740,10 @@ namespace detail {
                                                          bool chosen, const PlanModel& model, const PartitionPlan& partition,
                                                          const PlanRequest& request, Workspace& ws) {
   CostModel cost = cost_model_of(partition, plan_cost_options(model, request.weight_memory_fraction));
-  cost.host_link = host_link_for(request, model);
+  // Only copies use the link: recomputation alone needs none, whatever the model's unit.
+  if (std::any_of(policies.begin(), policies.end(), [](const MemoryPolicy& p) { return p.kind == MemoryPolicyKind::offload; })) {
+    cost.host_link = host_link_for(request, model);
+  }
   MemoryPlan mp = apply_memory_policies(plain.schedule, cost, policies, request.memory_policy.choice.placement);
   ScheduleResult r = evaluate_priced(std::move(mp.schedule), model, partition, request, ws, mp.costs);
   r.name = plain.name;

@@ -1156,3 +1156,117 @@ TEST_CASE("--calibrate refits a profile from a measured step and shows the plan 
   CHECK(rows_alone.status == 2);
   CHECK(rows_alone.err.find("applies to --calibrate only") != std::string::npos);
 }
+
+TEST_CASE("--memory-policy: auto fits a cap no plain family meets and names each stage's policy; none changes nothing",
+          "[cli][plan][memory]") {
+  // 21 GiB on the default model: below every family's plain peak, above the static memory.
+  const std::vector<std::string> capped{"--memory-cap-bytes", "21GiB", "--schedule", "1f1b,zb-h1,gpipe"};
+  const Run plain = plan(capped);
+  REQUIRE(plain.status == 0);
+  CHECK(plain.out.find("Recommended: none") != std::string::npos);
+  // none is the default: the report and the JSON are byte for byte the same.
+  std::vector<std::string> with_none = capped;
+  with_none.insert(with_none.end(), {"--memory-policy", "none"});
+  CHECK(plan(with_none).out == plain.out);
+  std::vector<std::string> json_args = capped;
+  json_args.push_back("--json");
+  std::vector<std::string> json_none = with_none;
+  json_none.push_back("--json");
+  CHECK(plan(json_args).out == plan(json_none).out);
+  CHECK(plain.out.find("Memory policies") == std::string::npos);
+
+  std::vector<std::string> with_auto = capped;
+  with_auto.insert(with_auto.end(), {"--memory-policy", "auto"});
+  const Run r = plan(with_auto);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("Recommended: none") == std::string::npos);
+  CHECK(r.out.find(" with the memory policies above (") != std::string::npos);
+  CHECK(r.out.find("Memory policies (chosen where a schedule does not fit plainly") != std::string::npos);
+  CHECK(r.out.find("full recompute") != std::string::npos);
+  CHECK(r.out.find("(plain ") != std::string::npos);
+  with_auto.push_back("--json");
+  const json j = plan_json(std::vector<std::string>(with_auto.begin(), with_auto.end() - 1));
+  check_plan_json(j);
+  REQUIRE_FALSE(j.at("recommended").is_null());
+  for (const json& s : j.at("schedules")) {
+    INFO(s.at("name"));
+    CHECK(s.at("fits") == true);
+    CHECK(max_of(s.at("peak_memory_bytes")) <= 21.0 * 1024 * 1024 * 1024);
+    const json& m = s.at("memory_policy");
+    CHECK(m.at("chosen") == true);
+    CHECK(m.at("plain_makespan").get<double>() <= s.at("makespan").get<double>());
+    CHECK(m.at("plain_fit_problem").get<std::string>().find("> cap 21 GiB") != std::string::npos);
+    REQUIRE(m.at("stages").size() == 8);
+    CHECK(m.at("stages")[0].at("policy") != "none");  // rank 0 stores the most
+    for (const json& st : m.at("stages")) {
+      if (st.at("policy") == "none") continue;
+      CHECK(st.at("saved_bytes_per_microbatch").get<double>() > 0.0);
+      CHECK(st.at("recompute_time").get<double>() + st.at("copy_time").get<double>() > 0.0);
+    }
+  }
+  // Without the flag, no schedule carries the key.
+  for (const json& s : plan_json(capped).at("schedules")) CHECK_FALSE(s.contains("memory_policy"));
+}
+
+TEST_CASE("--memory-policy per stage runs the stages named; bad tokens are named with the valid forms",
+          "[cli][plan][memory]") {
+  const json j = plan_json({"--schedule", "1f1b", "--memory-policy", "0=recompute,1=offload:0.5,2=selective:0.3"});
+  const json& m = schedule_named(j, "1f1b").at("memory_policy");
+  CHECK(m.at("chosen") == false);
+  CHECK(m.at("stages")[0].at("policy") == "full recompute");
+  CHECK(m.at("stages")[0].at("microbatches") == 32);
+  CHECK(m.at("stages")[1].at("policy") == "offload");
+  CHECK(m.at("stages")[1].at("fraction") == 0.5);
+  CHECK(m.at("stages")[1].at("copy_time").get<double>() > 0.0);
+  CHECK(m.at("stages")[2].at("policy") == "selective recompute");
+  CHECK(m.at("stages")[2].at("fraction") == 0.3);
+  CHECK(m.at("stages")[3].at("policy") == "none");
+  // A model in no time unit: recomputation needs no host link, offload takes the one given.
+  CHECK(plan({"--layers", "16", "--stages", "4", "--schedule", "1f1b", "--memory-policy", "0=recompute"}).status == 0);
+  CHECK(plan({"--layers", "16", "--stages", "4", "--schedule", "1f1b", "--memory-policy", "0=offload", "--host-link", "0.1,100"})
+            .status == 0);
+  // A slower host link: the same offload, its copies longer, given before or after the policy.
+  const json slow = plan_json({"--host-link", "0.01,2.5e6", "--schedule", "1f1b", "--memory-policy", "1=offload:0.5"});
+  const json& offload = schedule_named(slow, "1f1b").at("memory_policy").at("stages")[1];
+  // (fewer micro-batches can hide copies ten times as long, so compare one micro-batch's)
+  const auto per_microbatch = [](const json& st) { return st.at("copy_time").get<double>() / st.at("microbatches").get<double>(); };
+  REQUIRE(offload.at("microbatches").get<int>() > 0);
+  CHECK(offload.at("microbatches").get<int>() <= m.at("stages")[1].at("microbatches").get<int>());
+  CHECK(per_microbatch(offload) > 5.0 * per_microbatch(m.at("stages")[1]));
+  const json plain = plan_json({"--schedule", "1f1b"});
+  CHECK(schedule_named(j, "1f1b").at("peak_memory_bytes")[0].get<double>() <
+        schedule_named(plain, "1f1b").at("peak_memory_bytes")[0].get<double>());
+
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> expected;  // all in stderr
+  };
+  const std::string forms = "POLICY one of recompute, selective:F, offload, offload:F";
+  for (const Case& c : std::vector<Case>{
+           {{"--memory-policy", "0=recompute,1=bogus"}, {"flag --memory-policy", "'1=bogus' names no policy", forms}},
+           {{"--memory-policy", "recompute"}, {"'recompute' is not STAGE=POLICY", forms}},
+           {{"--memory-policy", "x=recompute"}, {"'x=recompute' does not start with a stage number"}},
+           {{"--memory-policy", "0=selective"}, {"'0=selective' names no policy"}},
+           {{"--memory-policy", "0=offload:1.5"}, {"'0=offload:1.5' has a share above 1"}},
+           {{"--memory-policy", "0=recompute,0=offload"}, {"gives stage 0 a second policy"}},
+           {{"--memory-policy", "0=recompute,auto"}, {"'auto' cannot be part of a list"}},
+           {{"--memory-policy", "auto"}, {"a byte cap", "--memory-cap-bytes"}},
+           {{"--memory-policy", "auto", "--memory-cap-bytes", "21GiB", "--schedule", "auto"}, {"--schedule auto"}},
+           {{"--memory-policy", "0=recompute", "--stage-cost", "1,1,1"}, {"--stage-cost has no activation bytes"}},
+           {{"--memory-policy", "9=recompute", "--schedule", "1f1b"}, {"stage 9", "has 8 stages"}},
+           {{"--memory-policy", "0=recompute", "--devices", "8"}, {"does not apply to a --devices plan"}},
+           {{"--host-link", "0.01,25e6"}, {"flag --host-link", "--memory-policy is none"}},
+           {{"--layers", "16", "--stages", "4", "--schedule", "1f1b", "--memory-policy", "0=offload"},
+            {"time unit 'unit'", "--host-link T,X"}},
+           {{"--memory-policy", "0=offload", "--host-link", "0.01"}, {"'0.01' is not two comma-separated numbers"}},
+           {{"--memory-policy", "0=offload", "--host-link", "0.01,0"}, {"flag --host-link (bandwidth)"}},
+           {{"--memory-policy", "0=recompute", "--validate", "x.csv"}, {"does not apply to --validate"}},
+       }) {
+    const Run r = plan(c.args);
+    INFO("args: " << c.args.back() << "\nstderr: " << r.err);
+    CHECK(r.status == 2);
+    for (const std::string& text : c.expected) CHECK(r.err.find(text) != std::string::npos);
+  }
+  CHECK(plan({"--help"}).out.find("--memory-policy") != std::string::npos);
+}

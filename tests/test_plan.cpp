@@ -1032,3 +1032,66 @@ TEST_CASE("recalibrate_plan from runs of two shapes recovers the times and the f
   CHECK(mixed.fits[0].after.action_overhead > 0.4);  // the short run alone: 2 / its 3 later actions' share
   CHECK(mixed.profile.action_overhead < 0.01);
 }
+
+TEST_CASE("compare_families with memory policies: auto fits a cap no plain family meets, given runs the stages named",
+          "[plan][compare][memory]") {
+  // Activations dominate: the parameters fit any cap below, the stored activations do not.
+  const PlanModel model = graph_model(chain(8, 1000.0, 1e6), "activation-heavy", {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 1.0});
+  PlanRequest request;
+  request.ranks = 4;
+  request.microbatches = 8;
+  request.families = {"gpipe", "1f1b"};
+  const PlanResult plain = compare_families(model, request);
+  double least = std::numeric_limits<double>::infinity();
+  for (const ScheduleResult& r : plain.schedules) {
+    least = std::min(least, *std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end()));
+    CHECK_FALSE(r.memory);
+  }
+  request.cap.bytes = 0.75 * least;
+  const PlanResult none = compare_families(model, request);
+  CHECK_FALSE(none.recommended.index);
+
+  request.memory_policy.mode = MemoryPolicyMode::automatic;
+  const PlanResult with = compare_families(model, request);
+  INFO(to_string(with));
+  REQUIRE(with.recommended.index);
+  for (const ScheduleResult& r : with.schedules) {
+    REQUIRE(r.memory);
+    CHECK(r.memory->chosen);
+    CHECK(r.fits);
+    CHECK(*std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end()) <= *request.cap.bytes * (1.0 + 1e-9));
+    CHECK(r.memory->plain_peak_bytes > *request.cap.bytes);
+    CHECK_THAT(r.memory->plain_fit_problem, Catch::Contains("> cap"));
+    CHECK(r.makespan >= r.memory->plain_makespan * (1.0 - 1e-9));
+    REQUIRE(r.memory->stages.size() == 4);
+    // Rank 0 holds the most activations, so it must give some up; whatever a stage does, it
+    // says on how many micro-batches, with what bytes and at what time.
+    CHECK(r.memory->stages[0].policy.kind != MemoryPolicyKind::none);
+    for (const StageMemoryCost& s : r.memory->stages) {
+      if (s.policy.kind == MemoryPolicyKind::none) continue;
+      CHECK(s.saved_bytes > 0.0);
+      if (s.policy.recomputes()) CHECK(s.recompute_time > 0.0);
+      if (s.policy.recomputes()) CHECK(s.microbatches == 8);
+    }
+    CHECK(validate(r.schedule).ok());
+  }
+
+  request.memory_policy.mode = MemoryPolicyMode::given;
+  request.memory_policy.stages = {{0, MemoryPolicy::full_recompute()}, {1, MemoryPolicy::offload(0.5)}};
+  request.cap.bytes.reset();
+  const PlanResult given = compare_families(model, request);
+  const ScheduleResult& f = named(given, "1f1b");
+  REQUIRE(f.memory);
+  CHECK_FALSE(f.memory->chosen);
+  CHECK(f.memory->stages[0].policy == MemoryPolicy::full_recompute());
+  CHECK(f.memory->stages[0].recompute_time > 0.0);
+  CHECK(f.memory->stages[1].policy == MemoryPolicy::offload(0.5));
+  CHECK(f.memory->stages[1].copy_time > 0.0);
+  CHECK(f.memory->stages[2].policy == MemoryPolicy::none());
+  CHECK(f.peak_memory_bytes[0] < named(plain, "1f1b").peak_memory_bytes[0]);
+
+  request.memory_policy.stages = {{4, MemoryPolicy::full_recompute()}};
+  CHECK_THAT(error_of([&] { (void)compare_families(model, request); }),
+             Catch::Contains("stage 4") && Catch::Contains("has 4 stages") && Catch::Contains("PlanRequest::memory_policy.stages"));
+  CHECK_THAT(error_of([&] { (void)search_plan(model, request); }), Catch::Contains("PlanRequest::memory_policy.mode"));
+}

@@ -41,6 +41,7 @@ namespace ppsched::cli {
   r.weight_memory_fraction = options.w_memory_ratio;
   r.cap = MemoryCaps{options.memory_cap_microbatches, options.memory_cap_bytes};
   r.objective = options.objective;
+  r.memory_policy = options.memory_policy;
   return r;
 }
 

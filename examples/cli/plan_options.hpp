@@ -6,15 +6,19 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "args.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/plan/compare.hpp"
+#include "ppsched/plan/memory_policy.hpp"
 #include "ppsched/plan/model.hpp"
 #include "ppsched/plan/objective.hpp"
 #include "ppsched/schedule/generators.hpp"
@@ -49,6 +53,7 @@ struct PlanOptions {
   std::vector<std::string> schedules;       // canonical family names, in the order asked
   bool schedule_auto = false;               // --schedule auto: the schedule search picks one
   Objective objective;                      // --objective: what the recommendation (or search) minimises
+  PlanMemoryPolicy memory_policy;           // --memory-policy: none (default), auto, or per stage
   bool json = false;
   std::string trace_path;
   std::string svg_path;
@@ -67,7 +72,7 @@ struct PlanOptions {
   bool version = false;
 };
 
-inline constexpr std::array<FlagSpec, 28> plan_flags{{
+inline constexpr std::array<FlagSpec, 30> plan_flags{{
     {"--profile", "FILE", "model profile (JSON, see docs/profile-format.md)"},
     {"--layers", "N", "a chain of N identical layers (forward 1, backward-for-input 1, backward-for-weights 1)"},
     {"--stage-cost", "F,B,W", "every rank's stage costs F, BI, BW (pure schedule study; no partitioning)"},
@@ -78,6 +83,8 @@ inline constexpr std::array<FlagSpec, 28> plan_flags{{
     {"--bandwidth", "BYTES", "bytes per time unit between ranks (default: the profile's; free for --layers)"},
     {"--memory-cap-microbatches", "N", "per-rank cap on stored activations, in M_B units"},
     {"--memory-cap-bytes", "BYTES", "per-rank cap on parameters + activations, e.g. 80GiB"},
+    {"--memory-policy", "POLICY", "none (default), auto (recompute or offload where a schedule exceeds --memory-cap-bytes), or per stage: 0=recompute,1=offload:0.5"},
+    {"--host-link", "T,X", "with --memory-policy: offload copies' latency T and bytes per time unit X (default PCIe 4 x16: 10 us, 25 GB/s)"},
     {"--w-memory-ratio", "R", "M_W / M_B: what BI keeps until BW (default 0.5)"},
     {"--optimizer-state-factor", "X", "bytes held per parameter byte (default 8: bf16 + fp32 Adam)"},
     {"--partition", "METHOD", "optimal (default, min bottleneck), uniform (equal layer counts) or params"},
@@ -159,6 +166,64 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
         "give makespan, span, memory, or memory:BOUND (the least memory among schedules whose makespan is at most BOUND)"});
 }
 
+// The forms --memory-policy takes, for its errors.
+inline constexpr std::string_view memory_policy_forms =
+    "give none, auto, or STAGE=POLICY pairs separated by commas, POLICY one of recompute, selective:F, offload, "
+    "offload:F (F a share from 0 to 1), e.g. 0=recompute,1=offload:0.5,2=selective:0.3";
+
+// Parses "--memory-policy": none, auto, or STAGE=POLICY[,STAGE=POLICY...]; an error names the
+// token it cannot read.
+[[nodiscard]] inline PlanMemoryPolicy parse_memory_policy(const GivenFlag& flag) {
+  using ppsched::detail::concat;
+  PlanMemoryPolicy out;
+  const std::string_view text = flag.value;
+  if (text == "none") return out;
+  if (text == "auto") {
+    out.mode = MemoryPolicyMode::automatic;
+    return out;
+  }
+  out.mode = MemoryPolicyMode::given;
+  const auto bad = [&](std::string_view token, std::string_view what) {
+    fail({"flag --memory-policy", concat("'", token, "' ", what), detail::argument_place(flag.position),
+          std::string(memory_policy_forms)});
+  };
+  std::string_view rest = text;
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view token = rest.substr(0, comma);
+    const std::size_t eq = token.find('=');
+    if (token == "none" || token == "auto") bad(token, "cannot be part of a list of stages");
+    if (eq == std::string_view::npos) bad(token, "is not STAGE=POLICY");
+    const std::string_view stage_text = token.substr(0, eq), policy = token.substr(eq + 1);
+    std::int32_t stage = -1;
+    const auto [end, ec] = std::from_chars(stage_text.data(), stage_text.data() + stage_text.size(), stage);
+    if (ec != std::errc{} || end != stage_text.data() + stage_text.size() || stage < 0) {
+      bad(token, "does not start with a stage number >= 0");
+    }
+    const std::size_t colon = policy.find(':');
+    const std::string_view kind = policy.substr(0, colon);
+    std::optional<double> share;
+    if (colon != std::string_view::npos) {
+      share = parse_real_text(policy.substr(colon + 1), concat("flag --memory-policy ('", token, "')"), flag.position, 0.0, false);
+      if (*share > 1.0) bad(token, "has a share above 1");
+    }
+    MemoryPolicy p;
+    if (kind == "recompute" && !share) {
+      p = MemoryPolicy::full_recompute();
+    } else if (kind == "selective" && share) {
+      p = MemoryPolicy::selective(*share);
+    } else if (kind == "offload") {
+      p = MemoryPolicy::offload(share.value_or(1.0));
+    } else {
+      bad(token, "names no policy");
+    }
+    if (!out.stages.emplace(stage, p).second) bad(token, concat("gives stage ", stage, " a second policy"));
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
+  }
+  return out;
+}
+
 // Turns split flags (plan_flags, or a subset of them) into PlanOptions; throws
 // ppsched::error for anything it cannot use.
 [[nodiscard]] inline PlanOptions parse_plan_flags(const std::vector<GivenFlag>& given) {
@@ -233,6 +298,21 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
       parse_schedule_list(flag, options);
     } else if (n == "--objective") {
       options.objective = parse_objective(flag);
+    } else if (n == "--memory-policy") {
+      const std::optional<Interconnect> link = options.memory_policy.host_link;  // --host-link may come first
+      options.memory_policy = parse_memory_policy(flag);
+      options.memory_policy.host_link = link;
+    } else if (n == "--host-link") {
+      const std::size_t comma = flag.value.find(',');
+      if (comma == std::string::npos || flag.value.find(',', comma + 1) != std::string::npos) {
+        fail({"flag --host-link", concat("value '", flag.value, "' is not two comma-separated numbers"),
+              detail::argument_place(flag.position),
+              "write LATENCY,BANDWIDTH in the model's time unit and bytes per time unit, e.g. 0.01,25e6 for 10 us and 25 GB/s in ms"});
+      }
+      const std::string_view text = flag.value;
+      options.memory_policy.host_link =
+          Interconnect{parse_real_text(text.substr(0, comma), "flag --host-link (latency)", flag.position, 0.0, false),
+                       parse_real_text(text.substr(comma + 1), "flag --host-link (bandwidth)", flag.position, 0.0, true)};
     } else if (n == "--json") {
       options.json = true;
     } else if (n == "--trace" || n == "--svg" || n == "--csv" || n == "--validate") {
@@ -301,6 +381,27 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
     if (const GivenFlag* o = find("--objective")) {
       fail({"flag --objective", "--validate checks the schedule in its file; there is nothing to choose",
             detail::argument_place(o->position), "drop --objective, or drop --validate"});
+    }
+  }
+  if (const GivenFlag* f = find("--host-link"); f != nullptr && options.memory_policy.mode == MemoryPolicyMode::none) {
+    fail({"flag --host-link", "prices offload copies, and --memory-policy is none", detail::argument_place(f->position),
+          "add --memory-policy auto (or per stage), or drop --host-link"});
+  }
+  if (const GivenFlag* f = find("--memory-policy"); f != nullptr && options.memory_policy.mode != MemoryPolicyMode::none) {
+    const auto refuse = [&](std::string_view problem, std::string_view fix) {
+      fail({"flag --memory-policy", std::string(problem), detail::argument_place(f->position), std::string(fix)});
+    };
+    if (options.source == ModelSource::stage_cost) {
+      refuse("--stage-cost has no activation bytes to recompute or offload", "use --layers or --profile (or the default model)");
+    }
+    if (options.schedule_auto) {
+      refuse("the schedule search (--schedule auto) does not choose memory policies yet",
+             "name families with --schedule, or give none to compare them all");
+    }
+    if (!options.validate_path.empty()) refuse("does not apply to --validate", "drop --memory-policy, or drop --validate");
+    if (options.devices != 0) refuse("does not apply to a --devices plan", "drop --memory-policy, or drop --devices");
+    if (options.memory_policy.mode == MemoryPolicyMode::automatic && !options.memory_cap_bytes) {
+      refuse("'auto' chooses policies under a byte cap, and none is given", "add --memory-cap-bytes, e.g. 21GiB");
     }
   }
   if (const GivenFlag* f = find("--calibrate-rows"); f != nullptr && options.calibrate_path.empty()) {

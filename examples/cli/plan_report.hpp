@@ -192,6 +192,65 @@ namespace detail {
 }
 
 // The readable report; with a search summary (--schedule auto), the fastest candidates too.
+// What each schedule priced with memory policies does per stage, and what that costs: the
+// step time and the fullest rank's memory beside the plain schedule's, then one row per stage
+// with a policy. Empty when no schedule has any (--memory-policy none).
+[[nodiscard]] inline std::string memory_policy_report(const PlanResult& plan) {
+  using detail::number_text;
+  using ppsched::detail::concat;
+  std::string out;
+  for (const ScheduleResult& r : plan.schedules) {
+    if (!r.memory) continue;
+    const MemoryPolicyUse& m = *r.memory;
+    if (out.empty()) {
+      out = concat("\nMemory policies (", m.chosen ? "chosen where a schedule does not fit plainly" : "as given",
+                   "; mb = micro-batches it applies to, saves = activation bytes per micro-batch not held from F to B, "
+                   "recompute and copies = time per step on the compute stream and the copy lane)\n");
+    }
+    const double peak = *std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end());
+    out += concat("  ", r.name, ": makespan ", number_text(r.makespan), " (plain ", number_text(m.plain_makespan), ", ",
+                  m.plain_makespan > 0.0 ? concat(r.makespan >= m.plain_makespan ? "+" : "",
+                                                  percent_of(r.makespan / m.plain_makespan - 1.0))
+                                         : std::string("-"),
+                  "), peak ", bytes_text(peak), " (plain ", bytes_text(m.plain_peak_bytes),
+                  m.plain_fit_problem.empty() ? "" : ": " + m.plain_fit_problem, ")\n");
+    detail::TextTable table({"    stage", "policy", "mb", "saves", "recompute", "copies"},
+                            {true, false, true, true, true, true});
+    bool any = false;
+    for (std::size_t s = 0; s < m.stages.size(); ++s) {
+      const StageMemoryCost& c = m.stages[s];
+      if (c.policy.kind == MemoryPolicyKind::none) continue;
+      any = true;
+      table.add({concat("    ", s), to_string(c.policy), std::to_string(c.microbatches), bytes_text(c.saved_bytes),
+                 c.policy.recomputes() ? number_text(c.recompute_time) : "-",
+                 c.policy.kind == MemoryPolicyKind::offload ? number_text(c.copy_time) : "-"});
+    }
+    out += any ? table.str() : "    no stage needs a policy\n";
+  }
+  return out;
+}
+
+[[nodiscard]] inline nlohmann::ordered_json memory_policy_json(const MemoryPolicyUse& m) {
+  nlohmann::ordered_json stages = nlohmann::ordered_json::array();
+  for (std::size_t s = 0; s < m.stages.size(); ++s) {
+    const StageMemoryCost& c = m.stages[s];
+    stages.push_back({{"stage", s},
+                      {"policy", memory_policy_kind_name(c.policy.kind)},
+                      {"fraction", c.policy.kind == MemoryPolicyKind::selective_recompute || c.policy.kind == MemoryPolicyKind::offload
+                                       ? nlohmann::ordered_json(c.policy.fraction)
+                                       : nlohmann::ordered_json(nullptr)},
+                      {"microbatches", c.microbatches},
+                      {"saved_bytes_per_microbatch", c.saved_bytes},
+                      {"recompute_time", c.recompute_time},
+                      {"copy_time", c.copy_time}});
+  }
+  return {{"chosen", m.chosen},
+          {"plain_makespan", m.plain_makespan},
+          {"plain_peak_memory_bytes", m.plain_peak_bytes},
+          {"plain_fit_problem", m.plain_fit_problem.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(m.plain_fit_problem)},
+          {"stages", std::move(stages)}};
+}
+
 [[nodiscard]] inline std::string render_report(const PlanResult& plan, bool has_bytes,
                                                const SearchSummary* search = nullptr) {
   using detail::number_text;
@@ -232,10 +291,13 @@ namespace detail {
   for (const ScheduleResult& r : plan.schedules) {
     for (const std::string& p : r.problems) out += concat("  ", r.name, ": ", p, '\n');
   }
+  out += memory_policy_report(plan);
   if (search != nullptr) out += search_table(*search, plan.unit);
   out += '\n';
   if (plan.recommended.index) {
-    out += concat("Recommended: ", plan.schedules[*plan.recommended.index].name, " (", plan.recommended.reason, ")\n");
+    const ScheduleResult& best = plan.schedules[*plan.recommended.index];
+    out += concat("Recommended: ", best.name, best.memory ? " with the memory policies above" : "", " (",
+                  plan.recommended.reason, ")\n");
   } else {
     out += concat("Recommended: none (", plan.recommended.reason, ")\n");
   }
@@ -294,6 +356,8 @@ namespace detail {
                              : nlohmann::ordered_json(nullptr)},
             {"fits", r.fits},
             {"fit_problem", r.fits ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(r.fit_problem)}});
+  // Only with --memory-policy, so that the default output stays as it was.
+  if (r.memory) j["memory_policy"] = memory_policy_json(*r.memory);
   return j;
 }
 

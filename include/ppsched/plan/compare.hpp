@@ -33,6 +33,8 @@
 #include "ppsched/engine/workspace.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/plan/costs.hpp"
+#include "ppsched/plan/memory_choice.hpp"
+#include "ppsched/plan/memory_policy.hpp"
 #include "ppsched/plan/model.hpp"
 #include "ppsched/plan/objective.hpp"
 #include "ppsched/schedule/generators.hpp"
@@ -42,6 +44,7 @@
 #include "ppsched/sim/analytic.hpp"
 #include "ppsched/costs/cost_model.hpp"
 #include "ppsched/sim/simulate.hpp"
+#include "ppsched/trace/stats.hpp"
 #include "ppsched/trace/timeline.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
@@ -53,6 +56,25 @@ struct MemoryCaps {
   std::optional<double> bytes;         // static bytes plus peak activation bytes
 
   friend bool operator==(const MemoryCaps&, const MemoryCaps&) = default;
+};
+
+// What compare_families does about activation memory (plan/memory_policy.hpp, issue 23).
+enum class MemoryPolicyMode : std::uint8_t {
+  none,       // plain schedules only
+  automatic,  // a family that does not fit the byte caps is priced again with the policies
+              // choose_memory_policies picks for it under the smallest of those caps
+  given,      // every family runs PlanMemoryPolicy::stages
+};
+
+struct PlanMemoryPolicy {
+  MemoryPolicyMode mode = MemoryPolicyMode::none;
+  // given: stage index (a virtual stage of the family's schedule) -> its policy; a stage not
+  // named keeps none.
+  std::map<std::int32_t, MemoryPolicy> stages;
+  // Between each device and its host, in the model's unit. Empty: PCIe 4 x16 (10 us, 25 GB/s),
+  // which needs a model unit seconds_per_unit knows.
+  std::optional<Interconnect> host_link;
+  MemoryChoiceOptions choice{};  // automatic: the ladder and the placement
 };
 
 // What to plan: the pipeline's size, the families to compare and the caps.
@@ -71,6 +93,32 @@ struct PlanRequest {
   // What the recommendation minimises among the schedules that fit (plan/objective.hpp):
   // the makespan by default.
   Objective objective;
+  // Recomputation and offload: none by default.
+  PlanMemoryPolicy memory_policy;
+};
+
+// What one stage's memory policy does in a priced schedule, and what it costs.
+struct StageMemoryCost {
+  MemoryPolicy policy;
+  // Of the step's micro-batches, how many it applies to: the stage's R, or OFFLOAD, actions
+  // (an offload whose copies could not hide keeps the activation instead).
+  std::int32_t microbatches = 0;
+  double saved_bytes = 0.0;     // per such micro-batch: activation bytes not held from F to B
+  double recompute_time = 0.0;  // per step: the stage's R actions, on its compute stream
+  double copy_time = 0.0;       // per step: its OFFLOAD and RELOAD, on the copy lane beside compute
+
+  friend bool operator==(const StageMemoryCost&, const StageMemoryCost&) = default;
+};
+
+// A schedule priced with memory policies, beside the same schedule without them.
+struct MemoryPolicyUse {
+  bool chosen = false;  // by the planner (MemoryPolicyMode::automatic), not given
+  std::vector<StageMemoryCost> stages;  // one per stage of the schedule
+  double plain_makespan = 0.0;
+  double plain_peak_bytes = 0.0;  // the fullest rank's, static + activations
+  std::string plain_fit_problem;  // why the plain schedule did not fit; empty when it did
+
+  friend bool operator==(const MemoryPolicyUse&, const MemoryPolicyUse&) = default;
 };
 
 // One schedule, proven, simulated and measured against the caps.
@@ -101,8 +149,10 @@ struct ScheduleResult {
   std::string analytic_formula;
   bool fits = true;
   std::string fit_problem;  // why it does not fit, when it does not
-  Schedule schedule;        // as given (compute-only when generated)
+  Schedule schedule;        // as given (compute-only when generated, with memory actions under `memory`)
   Timeline timeline;        // simulated
+  // Set when the schedule was priced with memory policies (PlanRequest::memory_policy).
+  std::optional<MemoryPolicyUse> memory;
 
   friend bool operator==(const ScheduleResult&, const ScheduleResult&) = default;
 };
@@ -321,18 +371,13 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
 
 }  // namespace detail
 
-// Proves and simulates one schedule (compute-only or lowered, generated or read from a file)
-// on `partition` (the model cut for the schedule's placement), and measures it against the
-// request's caps and the model's device caps. A schedule with problems comes back with `valid`
-// false and its problems listed, not simulated. Throws ppsched::error when the partition does
-// not have one stage per stage of the schedule. `ws` lends the checks, the lowering and the
-// simulation their arrays (engine/workspace.hpp): keep one across many schedules.
-[[nodiscard]] PPSCHED_OUTLINE ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
-                                                      const PartitionPlan& partition, const PlanRequest& request,
-                                                      Workspace& ws)
-#if PPSCHED_OUTLINE_BODY
+namespace detail {
+
+// evaluate_schedule with the costs given: the cut's, or the cut's with memory policies.
+[[nodiscard]] inline ScheduleResult evaluate_priced(Schedule schedule, const PlanModel& model,
+                                                    const PartitionPlan& partition, const PlanRequest& request,
+                                                    Workspace& ws, const CostModel& cost)
 {
-  using detail::concat;
   if (partition.stages.size() != static_cast<std::size_t>(std::max(schedule.stages(), 0))) {
     fail({"evaluate_schedule", concat("the partition has ", partition.stages.size(), " stages for schedule '",
                                       schedule.name, "' of ", schedule.stages()),
@@ -345,10 +390,14 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
   r.training = std::any_of(schedule.programs.begin(), schedule.programs.end(), [](const std::vector<Action>& p) {
     return std::any_of(p.begin(), p.end(), [](const Action& a) { return is_compute(a.op) && a.op != Op::F; });
   });
-  const CostModel cost = cost_model_of(partition, plan_cost_options(model, request.weight_memory_fraction));
   ValidateOptions check;
   check.memory.weight_fraction = request.weight_memory_fraction;
   check.memory.activation_bytes = chunk_weights(schedule);
+  {  // the shares R restores and OFFLOAD moves, where the costs carry memory policies
+    MemoryModel shares = memory_model_for(cost, schedule.stages());
+    check.memory.recompute_fraction = std::move(shares.recompute_fraction);
+    check.memory.offload_fraction = std::move(shares.offload_fraction);
+  }
   // A compute-only schedule is checked, then lowered; the lowering's proof then stands for
   // the static checks of the lowered one (validate and simulate take it), so each check runs once.
   ValidationReport report = validate(schedule, check, ws);
@@ -381,8 +430,25 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
   }
   r.throughput = r.makespan > 0.0 ? r.schedule.microbatches / r.makespan : 0.0;
   r.timeline = std::move(sim.timeline);
-  detail::check_fit(r, request.cap, model.rank_memory_cap);
+  check_fit(r, request.cap, model.rank_memory_cap);
   return r;
+}
+
+}  // namespace detail
+
+// Proves and simulates one schedule (compute-only or lowered, generated or read from a file)
+// on `partition` (the model cut for the schedule's placement), and measures it against the
+// request's caps and the model's device caps. A schedule with problems comes back with `valid`
+// false and its problems listed, not simulated. Throws ppsched::error when the partition does
+// not have one stage per stage of the schedule. `ws` lends the checks, the lowering and the
+// simulation their arrays (engine/workspace.hpp): keep one across many schedules.
+[[nodiscard]] PPSCHED_OUTLINE ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
+                                                      const PartitionPlan& partition, const PlanRequest& request,
+                                                      Workspace& ws)
+#if PPSCHED_OUTLINE_BODY
+{
+  return detail::evaluate_priced(std::move(schedule), model, partition, request, ws,
+                                 cost_model_of(partition, plan_cost_options(model, request.weight_memory_fraction)));
 }
 #else
 ;
@@ -647,9 +713,115 @@ struct FamilySchedules {
   return kept_per_action * kept + working_per_action * largest;
 }
 
+namespace detail {
+
+// The device-host link offload copies take: the request's, or PCIe 4 x16 in the model's unit.
+[[nodiscard]] inline Interconnect host_link_for(const PlanRequest& request, const PlanModel& model) {
+  if (request.memory_policy.host_link) return *request.memory_policy.host_link;
+  const std::optional<double> s = seconds_per_unit(model.unit);
+  if (!s) {
+    fail({"plan request", concat("memory policies need the device-host link, and its default (10 us, 25 GB/s) cannot be given in the model's time unit '",
+                                 model.unit, "'"),
+          "PlanRequest::memory_policy.host_link",
+          "give the link in the model's unit (ppsched-plan: --host-link T,X), or a model timed in s, ms, us or ns"});
+  }
+  return Interconnect{10e-6 / *s, 25e9 * *s};
+}
+
+// The smallest byte cap of any rank, the request's and the devices'; none without one.
+[[nodiscard]] inline std::optional<double> smallest_byte_cap(const PlanRequest& request, const PlanModel& model) {
+  std::optional<double> cap = request.cap.bytes;
+  for (const double c : model.rank_memory_cap) cap = cap ? std::min(*cap, c) : c;
+  return cap;
+}
+
+// `plain` priced again with one policy per stage of its (compute-only) schedule.
+[[nodiscard]] inline ScheduleResult with_memory_policies(const ScheduleResult& plain, std::span<const MemoryPolicy> policies,
+                                                         bool chosen, const PlanModel& model, const PartitionPlan& partition,
+                                                         const PlanRequest& request, Workspace& ws) {
+  CostModel cost = cost_model_of(partition, plan_cost_options(model, request.weight_memory_fraction));
+  // Only copies use the link: recomputation alone needs none, whatever the model's unit.
+  if (std::any_of(policies.begin(), policies.end(), [](const MemoryPolicy& p) { return p.kind == MemoryPolicyKind::offload; })) {
+    cost.host_link = host_link_for(request, model);
+  }
+  MemoryPlan mp = apply_memory_policies(plain.schedule, cost, policies, request.memory_policy.choice.placement);
+  ScheduleResult r = evaluate_priced(std::move(mp.schedule), model, partition, request, ws, mp.costs);
+  r.name = plain.name;
+  r.family = plain.family;
+  MemoryPolicyUse use;
+  use.chosen = chosen;
+  use.plain_makespan = plain.makespan;
+  use.plain_peak_bytes = largest_of(plain.peak_memory_bytes);
+  use.plain_fit_problem = plain.fits ? "" : plain.fit_problem;
+  const std::int32_t M = r.schedule.microbatches;
+  for (std::size_t s = 0; s < mp.policies.size(); ++s) {
+    StageMemoryCost c;
+    c.policy = mp.policies[s];
+    const StageCost& sc = !mp.costs.per_microbatch.empty() ? mp.costs.per_microbatch[s * static_cast<std::size_t>(M)]
+                          : mp.costs.stages.size() == 1    ? mp.costs.stages.front()
+                                                           : mp.costs.stages[s];
+    if (c.policy.recomputes()) c.saved_bytes = recompute_saved_bytes(sc);
+    if (c.policy.kind == MemoryPolicyKind::offload) c.saved_bytes = offload_bytes(sc);
+    use.stages.push_back(c);
+  }
+  for (const std::vector<Action>& program : r.schedule.programs) {
+    for (const Action& a : program) {
+      if (!is_memory(a.op)) continue;
+      StageMemoryCost& c = use.stages[static_cast<std::size_t>(a.stage)];
+      const double t = compute_time(mp.costs, a, M);
+      if (a.op == Op::R) {
+        ++c.microbatches;
+        c.recompute_time += t;
+      } else {
+        if (a.op == Op::OFFLOAD) ++c.microbatches;
+        c.copy_time += t;
+      }
+    }
+  }
+  r.memory = std::move(use);
+  return r;
+}
+
+// A family's evaluated schedule under PlanRequest::memory_policy: as it is (none; automatic when
+// it fits, or no byte cap applies), with the given policies, or with those
+// choose_memory_policies picks under the smallest byte cap when they make it fit.
+[[nodiscard]] inline ScheduleResult priced_with_memory_policy(ScheduleResult plain, const PlanModel& model,
+                                                              const PartitionPlan& partition, const PlanRequest& request,
+                                                              Workspace& ws) {
+  const PlanMemoryPolicy& want = request.memory_policy;
+  if (want.mode == MemoryPolicyMode::none || !plain.valid || !plain.training) return plain;
+  const std::int32_t S = plain.schedule.stages();
+  if (want.mode == MemoryPolicyMode::given) {
+    std::vector<MemoryPolicy> policies(static_cast<std::size_t>(S), MemoryPolicy::none());
+    for (const auto& [stage, policy] : want.stages) {
+      if (stage < 0 || stage >= S) {
+        fail({"plan request", concat("a memory policy for stage ", stage, ", and schedule '", plain.name, "' has ", S, " stages"),
+              "PlanRequest::memory_policy.stages", concat("name stages 0 to ", S - 1, ", or compare only families with more stages")});
+      }
+      policies[static_cast<std::size_t>(stage)] = policy;
+    }
+    return with_memory_policies(plain, policies, false, model, partition, request, ws);
+  }
+  if (plain.fits) return plain;
+  const std::optional<double> cap = smallest_byte_cap(request, model);
+  if (!cap) return plain;
+  CostModel cost = cost_model_of(partition, plan_cost_options(model, request.weight_memory_fraction));
+  cost.host_link = host_link_for(request, model);
+  const MemoryChoice choice = choose_memory_policies(plain.schedule, cost, plain.static_bytes, *cap, want.choice);
+  if (!choice.fits) {
+    plain.fit_problem += concat("; with memory policies still ", bytes_text(largest_of(choice.peak_bytes)));
+    return plain;
+  }
+  return with_memory_policies(plain, choice.plan.policies, true, model, partition, request, ws);
+}
+
+}  // namespace detail
+
 // Compares the families `request` asks for on `model` and recommends one: each schedule of
 // family_schedules (which says which are left out, and why) evaluated on its cut
-// (evaluate_schedule). Throws ppsched::error for a bad request, an unknown family, or a named
+// (evaluate_schedule), then under PlanRequest::memory_policy: with the given policies, or, in
+// automatic mode, with choose_memory_policies' when it does not fit the byte caps plainly
+// (ScheduleResult::memory says what each stage does and costs). Throws ppsched::error for a bad request, an unknown family, or a named
 // family whose rule the request breaks.
 [[nodiscard]] PPSCHED_OUTLINE PlanResult compare_families(const PlanModel& model, const PlanRequest& request)
 #if PPSCHED_OUTLINE_BODY
@@ -664,8 +836,9 @@ struct FamilySchedules {
                               const PartitionPlan& partition) {
                             ScheduleResult result = evaluate_schedule(std::move(schedule), model, partition, request, ws);
                             result.family = &family;
-                            // the closed forms leave communication out
-                            if (free_comm) detail::add_analytic(result, family, partition, request.ranks);
+                            result = detail::priced_with_memory_policy(std::move(result), model, partition, request, ws);
+                            // the closed forms leave communication and memory actions out
+                            if (free_comm && !result.memory) detail::add_analytic(result, family, partition, request.ranks);
                             plan.schedules.push_back(std::move(result));
                           });
   const bool capped = request.cap.microbatches || request.cap.bytes || !model.rank_memory_cap.empty();

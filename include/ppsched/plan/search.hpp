@@ -84,6 +84,11 @@ namespace detail {
   SearchedPlan out;
   PlanResult& plan = out.plan;
   plan = detail::start_plan("search_plan", model, request);
+  if (request.memory_policy.mode != MemoryPolicyMode::none) {
+    // The search prices thousands of candidates; choosing policies for each is not built yet.
+    fail({"search_plan", "PlanRequest::memory_policy is not none", "PlanRequest::memory_policy.mode",
+          "use compare_families for memory policies, or leave the mode none"});
+  }
   detail::PartitionCache partition_for(model);
   plan.partition = partition_for(one_stage_per_rank_placement(request.ranks));
 

@@ -79,7 +79,7 @@ int run(std::span<const char* const> argv) {
     std::cout << "ppsched-plan " << cli::version_text << '\n';
     return 0;
   }
-  if (!options.calibrate_path.empty()) {
+  if (!options.calibrate_paths.empty()) {
     const ppsched::Recalibration r = cli::make_recalibration(options);
     std::cout << cli::recalibration_report(r);
     return r.after.chosen ? 0 : 2;

@@ -1157,6 +1157,40 @@ TEST_CASE("--calibrate refits a profile from a measured step and shows the plan 
   CHECK(rows_alone.err.find("applies to --calibrate only") != std::string::npos);
 }
 
+TEST_CASE("--calibrate takes several runs at their own micro-batch sizes", "[cli][plan][calibrate]") {
+  ScratchDir dir;
+  const std::string profile = dir.file("measured.json"), small = dir.file("step4.csv"), large = dir.file("step8.csv");
+  std::ofstream(profile) << R"({"unit": "ms", "rows": 4, "layers": [
+    {"name": "a", "forward": 1, "backward_input": 1, "backward_weight": 1},
+    {"name": "b", "forward": 1, "backward_input": 1, "backward_weight": 1}]})";
+  // Both ran twice as slow as the profile says: at 4 rows, and at 8 rows (predicted twice the 4-row times).
+  std::ofstream(small) << "# ppsched timeline: ranks 2, unit ms\n"
+                          "rank,lane,op,stage,microbatch,group,start,end\n"
+                          "0,compute,F,0,0,0,0,2\n1,compute,F,1,0,0,2,4\n1,compute,B,1,0,0,4,8\n0,compute,B,0,0,0,8,12\n";
+  std::ofstream(large) << "# ppsched timeline: ranks 2, unit ms\n"
+                          "rank,lane,op,stage,microbatch,group,start,end\n"
+                          "0,compute,F,0,0,0,0,4\n1,compute,F,1,0,0,4,8\n1,compute,B,1,0,0,8,16\n0,compute,B,0,0,0,16,24\n";
+  const Run r = plan({"--profile", profile, "--devices", "2", "--global-batch", "8", "--calibrate", small + "," + large,
+                      "--calibrate-rows", "4,8"});
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("measured step 1 of 2") && Catch::Contains("measured step 2 of 2"));
+  CHECK_THAT(r.out, Catch::Contains("measured step 12; predicted before 6 (-50%)"));
+  CHECK_THAT(r.out, Catch::Contains("measured step 24; predicted before 12 (-50%)"));
+  CHECK_THAT(r.out, Catch::Contains("combined (per layer and kind the median"));
+  // Read at 4 rows only, the 8-row run looks four times as slow: the sizes matter.
+  const Run one_size = plan({"--profile", profile, "--devices", "2", "--global-batch", "8", "--calibrate", small + "," + large});
+  REQUIRE(one_size.status == 0);
+  CHECK_THAT(one_size.out, Catch::Contains("measured step 24; predicted before 6 (-75%)"));
+  const Run miscounted = plan({"--profile", profile, "--devices", "2", "--calibrate", small + "," + large,
+                               "--calibrate-rows", "4,8,16"});
+  CHECK(miscounted.status == 2);
+  CHECK_THAT(miscounted.err, Catch::Contains("gives 3 sizes for 2 timelines"));
+  const Run empty = plan({"--profile", profile, "--devices", "2", "--calibrate", small + ","});
+  CHECK(empty.status == 2);
+  CHECK_THAT(empty.err, Catch::Contains("a file name is empty"));
+}
+
 TEST_CASE("--memory-policy: auto fits a cap no plain family meets and names each stage's policy; none changes nothing",
           "[cli][plan][memory]") {
   // 21 GiB on the default model: below every family's plain peak, above the static memory.

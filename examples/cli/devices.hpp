@@ -90,30 +90,46 @@ namespace ppsched::cli {
   return o;
 }
 
-// --calibrate: the measured timeline refits the profile, and the plan is made before and after.
+// --calibrate: the measured timelines refit the profile, and the plan is made before and after.
+// Each file is one run (one step) at its own micro-batch size.
 [[nodiscard]] inline Recalibration make_recalibration(const PlanOptions& options) {
+  using ppsched::detail::concat;
   auto [profile, description] = device_profile(options);
-  const std::string text = ppsched::detail::read_text_file(options.calibrate_path, max_profile_bytes,
-                                                           ppsched::detail::concat("timeline '", options.calibrate_path, "'"));
-  const Timeline measured = parse_timeline_csv(text, options.calibrate_path);
-  return recalibrate_plan(profile, measured, options.calibrate_rows, options.devices, options.global_batch,
-                          options.memory_cap_bytes, device_plan_options(options, profile, std::move(description)));
+  std::vector<MeasuredRun> runs;
+  for (std::size_t i = 0; i < options.calibrate_paths.size(); ++i) {
+    const std::string& path = options.calibrate_paths[i];
+    const std::string text = ppsched::detail::read_text_file(path, max_profile_bytes, concat("timeline '", path, "'"));
+    MeasuredRun run;
+    run.steps.push_back(parse_timeline_csv(text, path));
+    if (!options.calibrate_rows.empty()) run.rows = options.calibrate_rows[options.calibrate_rows.size() == 1 ? 0 : i];
+    runs.push_back(std::move(run));
+  }
+  return recalibrate_plan(profile, runs, options.devices, options.global_batch, options.memory_cap_bytes,
+                          device_plan_options(options, profile, std::move(description)));
 }
 
-// What the calibration changed, for a person.
+// What the calibration changed, for a person: each run's fit, then the plans.
 [[nodiscard]] inline std::string recalibration_report(const Recalibration& r) {
   using ppsched::detail::concat;
-  const Calibration& c = r.fit;
-  std::string out = concat("calibration from the measured step (", c.schedule.stages(), " stages on ", c.schedule.ranks,
-                           " ranks, ", c.schedule.microbatches, " micro-batches), times in ", c.before.unit, ":\n");
-  out += concat("  measured step ", c.measured_makespan, "; predicted before ", c.predicted_before, " (",
-                100.0 * c.error_before(), "%), re-predicted ", c.predicted_after, " (", 100.0 * c.error_after(), "%)\n");
-  out += concat("  fixed cost per action ", c.before.action_overhead, " -> ", c.after.action_overhead,
-                "; per transfer ", c.after.transfer_overhead, " (kept)\n");
-  for (std::size_t s = 0; s < c.scale.size(); ++s) {
-    out += concat("  stage ", s, " (layers ", r.cut.stages[s].first_layer, "-", r.cut.stages[s].last_layer,
-                  "): measured / predicted F ", c.scale[s][0], ", B ", c.scale[s][1], ", BI ", c.scale[s][2], ", BW ",
-                  c.scale[s][3], "\n");
+  std::string out;
+  for (std::size_t i = 0; i < r.fits.size(); ++i) {
+    const Calibration& c = r.fits[i];
+    const std::string which = r.fits.size() == 1 ? std::string() : concat(" ", i + 1, " of ", r.fits.size());
+    out += concat("calibration from the measured step", which, " (", c.schedule.stages(), " stages on ", c.schedule.ranks,
+                  " ranks, ", c.schedule.microbatches, " micro-batches), times in ", c.before.unit, ":\n");
+    out += concat("  measured step ", c.measured_makespan, "; predicted before ", c.predicted_before, " (",
+                  100.0 * c.error_before(), "%), re-predicted ", c.predicted_after, " (", 100.0 * c.error_after(), "%)\n");
+    out += concat("  fixed cost per action ", c.before.action_overhead, " -> ", c.after.action_overhead,
+                  "; per transfer ", c.after.transfer_overhead, " (kept)\n");
+    for (std::size_t s = 0; s < c.scale.size(); ++s) {
+      out += concat("  stage ", s, " (layers ", r.cuts[i].stages[s].first_layer, "-", r.cuts[i].stages[s].last_layer,
+                    "): measured / predicted F ", c.scale[s][0], ", B ", c.scale[s][1], ", BI ", c.scale[s][2], ", BW ",
+                    c.scale[s][3], "\n");
+    }
+  }
+  if (r.fits.size() > 1) {
+    out += concat("combined (per layer and kind the median of the runs' ratios): fixed cost per action ",
+                  r.profile.action_overhead, ", per step ", r.profile.step_overhead, "\n");
   }
   out += "before calibration:\n" + to_string(r.before) + "after calibration:\n" + to_string(r.after);
   const auto pick = [](const DevicePlan& p) { return p.chosen ? to_string(*p.chosen) : std::string("nothing fits"); };

@@ -64,10 +64,13 @@ struct PlanOptions {
   std::int64_t global_batch = 256;          // samples per step, with --devices
   AllReduceAlgorithm all_reduce = AllReduceAlgorithm::ring;
   std::optional<double> all_reduce_bandwidth;  // bytes per time unit between replicas; unset: the link's
-  // --calibrate FILE: a measured timeline (CSV) of one step refits the profile before the
-  // --devices plan, which is shown before and after (plan/calibrate.hpp).
-  std::string calibrate_path;
-  double calibrate_rows = 0.0;              // --calibrate-rows: rows per micro-batch of that run; 0: the profile's
+  // --calibrate FILE[,FILE...]: measured timelines (CSV), one step each, refit the profile
+  // before the --devices plan, which is shown before and after (plan/calibrate.hpp). Several
+  // runs at different micro-batch sizes separate the fixed costs from the per-row ones.
+  std::vector<std::string> calibrate_paths;
+  // --calibrate-rows R[,R...]: rows per micro-batch of each run (one value: all of them);
+  // empty: the profile's "rows".
+  std::vector<double> calibrate_rows;
   bool help = false;
   bool version = false;
 };
@@ -99,8 +102,8 @@ inline constexpr std::array<FlagSpec, 30> plan_flags{{
     {"--global-batch", "B", "samples per step with --devices (default 256); m from --microbatches if given"},
     {"--all-reduce", "ALGO", "ring (default) or tree: how a stage's replicas sum gradients, with --devices"},
     {"--all-reduce-bandwidth", "BYTES", "bytes per time unit between replicas (default: --bandwidth's link)"},
-    {"--calibrate", "FILE", "a measured step's timeline (CSV) refits the profile; shows the --devices plan before and after"},
-    {"--calibrate-rows", "R", "rows per micro-batch of the measured step (default: the profile's \"rows\")"},
+    {"--calibrate", "FILE[,FILE...]", "measured steps' timelines (CSV) refit the profile; shows the --devices plan before and after"},
+    {"--calibrate-rows", "R[,R...]", "rows per micro-batch of each measured step, or one for all (default: the profile's \"rows\")"},
     {"--help", "", "print this help"},
     {"--version", "", "print the version"},
 }};
@@ -112,6 +115,18 @@ inline constexpr std::array<FlagSpec, 30> plan_flags{{
     list += name;
   }
   return list;
+}
+
+// The comma-separated items of a flag's value, in order ("a.csv,b.csv" -> a.csv, b.csv).
+[[nodiscard]] inline std::vector<std::string> comma_items(const GivenFlag& flag) {
+  std::vector<std::string> items;
+  std::string_view rest = flag.value;
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    items.emplace_back(rest.substr(0, comma));
+    if (comma == std::string_view::npos) return items;
+    rest = rest.substr(comma + 1);
+  }
 }
 
 // Parses "--schedule" values: all, auto, or a comma-separated list of family names (any
@@ -336,10 +351,14 @@ inline constexpr std::string_view memory_policy_forms =
     } else if (n == "--all-reduce-bandwidth") {
       options.all_reduce_bandwidth = parse_real(flag, 0.0, true);
     } else if (n == "--calibrate") {
-      if (flag.value.empty()) fail({"flag --calibrate", "the file name is empty", detail::argument_place(flag.position), "give a path"});
-      options.calibrate_path = flag.value;
+      for (std::string& path : comma_items(flag)) {
+        if (path.empty()) fail({"flag --calibrate", "a file name is empty", detail::argument_place(flag.position), "give a path"});
+        options.calibrate_paths.push_back(std::move(path));
+      }
     } else if (n == "--calibrate-rows") {
-      options.calibrate_rows = parse_real(flag, 0.0, true);
+      for (const std::string& rows : comma_items(flag)) {
+        options.calibrate_rows.push_back(parse_real_text(rows, "flag --calibrate-rows", flag.position, 0.0, true));
+      }
     } else if (n == "--help") {
       options.help = true;
     } else if (n == "--version") {
@@ -404,9 +423,15 @@ inline constexpr std::string_view memory_policy_forms =
       refuse("'auto' chooses policies under a byte cap, and none is given", "add --memory-cap-bytes, e.g. 21GiB");
     }
   }
-  if (const GivenFlag* f = find("--calibrate-rows"); f != nullptr && options.calibrate_path.empty()) {
+  if (const GivenFlag* f = find("--calibrate-rows"); f != nullptr && options.calibrate_paths.empty()) {
     fail({"flag --calibrate-rows", "applies to --calibrate only", detail::argument_place(f->position),
           "add --calibrate FILE, or drop it"});
+  }
+  if (const GivenFlag* f = find("--calibrate-rows");
+      f != nullptr && options.calibrate_rows.size() != 1 && options.calibrate_rows.size() != options.calibrate_paths.size()) {
+    fail({"flag --calibrate-rows", concat("gives ", options.calibrate_rows.size(), " sizes for ", options.calibrate_paths.size(),
+                                          " timelines"),
+          detail::argument_place(f->position), "give one size for all the timelines, or one per timeline, in their order"});
   }
   if (const GivenFlag* f = find("--calibrate"); f != nullptr && options.source != ModelSource::profile) {
     fail({"flag --calibrate", "calibrates a profile", detail::argument_place(f->position), "add --profile FILE"});

@@ -67,7 +67,7 @@ struct CudaBubblesState {
 
 std::string describe(const CudaBubblesState& state) {
   const bool nccl = !state.backends.empty() && state.backends.front().uses_nccl();
-  return ppsched::detail::concat("CUDA backend (", state.gpus, " GPU", state.gpus == 1 ? "" : "s", ", ",
+  return ppsched::concat("CUDA backend (", state.gpus, " GPU", state.gpus == 1 ? "" : "s", ", ",
                                  nccl ? "NCCL" : "device-to-device copies", ", spin kernels at ",
                                  static_cast<long long>(state.calibration.cycles_per_microsecond + 0.5),
                                  " cycles/us)");
@@ -83,7 +83,7 @@ BubblesBackend cuda_bubbles_backend() {
     const DeviceProbe probe = probe_devices();
     if (!probe.usable()) {
       throw BackendUnavailable(
-          ppsched::detail::concat("--backend cuda found no usable GPU: ", probe.reason,
+          ppsched::concat("--backend cuda found no usable GPU: ", probe.reason,
                                   ". Run on a machine with a CUDA GPU and its driver, or use --backend cpu"));
     }
     try {
@@ -94,7 +94,7 @@ BubblesBackend cuda_bubbles_backend() {
       state->backends = make_cuda_backends(spread_ranks_over_devices(ranks, probe.count));
     } catch (const error& e) {
       throw BackendUnavailable(
-          ppsched::detail::concat("the CUDA backend could not start on ", probe.count, " GPU(s): ", e.what()));
+          ppsched::concat("the CUDA backend could not start on ", probe.count, " GPU(s): ", e.what()));
     }
     return describe(*state);
   };

@@ -86,7 +86,7 @@ class MeasurementFailed : public std::runtime_error {
 
 namespace detail {
 
-using ppsched::detail::concat;
+using ppsched::concat;
 
 [[nodiscard]] inline std::string bubbles_usage(std::span<const BubblesBackend> backends) {
   std::string names;

@@ -47,7 +47,7 @@ inline constexpr std::array<FlagSpec, 15> bubbles_flags{{
 }};
 
 [[nodiscard]] inline BubblesOptions parse_bubbles_options(std::span<const char* const> argv) {
-  using ppsched::detail::concat;
+  using ppsched::concat;
   BubblesOptions options;
   const std::vector<GivenFlag> given = split_flags(argv, bubbles_flags);
   // The model flags mean what they mean for ppsched-plan: its parser reads them.

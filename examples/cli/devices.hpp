@@ -28,7 +28,7 @@ namespace ppsched::cli {
 
 // The model's profile and its one-line description, --comm and --bandwidth applied.
 [[nodiscard]] inline std::pair<Profile, std::string> device_profile(const PlanOptions& options) {
-  using ppsched::detail::concat;
+  using ppsched::concat;
   std::pair<Profile, std::string> out;
   switch (options.source) {
     case ModelSource::uniform_layers:
@@ -67,7 +67,7 @@ namespace ppsched::cli {
     largest.chunks = options.chunks;
     largest.families = options.schedules;
     check_plan_memory(largest, false,
-                      ppsched::detail::concat("--devices ", options.devices, " (pipelines up to ", largest.ranks, " stages, ",
+                      ppsched::concat("--devices ", options.devices, " (pipelines up to ", largest.ranks, " stages, ",
                                               largest.microbatches, " micro-batches)"));
   }
   return plan_devices(profile, options.devices, options.global_batch, options.memory_cap_bytes,
@@ -93,7 +93,7 @@ namespace ppsched::cli {
 // --calibrate: the measured timelines refit the profile, and the plan is made before and after.
 // Each file is one run (one step) at its own micro-batch size.
 [[nodiscard]] inline Recalibration make_recalibration(const PlanOptions& options) {
-  using ppsched::detail::concat;
+  using ppsched::concat;
   auto [profile, description] = device_profile(options);
   std::vector<MeasuredRun> runs;
   for (std::size_t i = 0; i < options.calibrate_paths.size(); ++i) {
@@ -110,7 +110,7 @@ namespace ppsched::cli {
 
 // What the calibration changed, for a person: each run's fit, then the plans.
 [[nodiscard]] inline std::string recalibration_report(const Recalibration& r) {
-  using ppsched::detail::concat;
+  using ppsched::concat;
   std::string out;
   for (std::size_t i = 0; i < r.fits.size(); ++i) {
     const Calibration& c = r.fits[i];

@@ -56,14 +56,14 @@ namespace ppsched::cli {
 [[nodiscard]] inline Profile uniform_layers_profile(const PlanOptions& options) {
   std::vector<Layer> layers;
   for (std::int32_t i = 0; i < options.layers; ++i) {
-    layers.push_back(Layer{ppsched::detail::concat("layer ", i), 1.0, 1.0, 1.0, 1048576.0, 1048576.0, 1048576.0});
+    layers.push_back(Layer{ppsched::concat("layer ", i), 1.0, 1.0, 1.0, 1048576.0, 1048576.0, 1048576.0});
   }
   Profile profile;
   profile.graph = LayerGraph(std::move(layers));
   return profile;
 }
 [[nodiscard]] inline PlanModel uniform_layers_model(const PlanOptions& options) {
-  return graph_model(uniform_layers_profile(options), ppsched::detail::concat(options.layers, " identical layers (F = BI = BW = 1)"),
+  return graph_model(uniform_layers_profile(options), ppsched::concat(options.layers, " identical layers (F = BI = BW = 1)"),
                      options);
 }
 
@@ -84,7 +84,7 @@ inline constexpr std::string_view gpt_description =
 // The model the options describe. A profile that lists its devices sets the rank count when
 // --stages is not given.
 [[nodiscard]] inline PlanModel make_model(PlanOptions& options) {
-  using ppsched::detail::concat;
+  using ppsched::concat;
   switch (options.source) {
     case ModelSource::stage_cost: return stage_cost_model(options);
     case ModelSource::uniform_layers: return uniform_layers_model(options);

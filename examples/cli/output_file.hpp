@@ -40,13 +40,13 @@ struct StagedFile {
 };
 
 [[noreturn]] inline void fail_output(const std::string& path, const std::string& problem, const char* fix) {
-  fail({ppsched::detail::concat("output file '", path, "'"), problem, "", fix});
+  fail({ppsched::concat("output file '", path, "'"), problem, "", fix});
 }
 
 // Writes `content` to a new temporary file beside `path`, flushed to disk; throws (leaving
 // nothing behind) when the directory is missing or unwritable or a write fails.
 [[nodiscard]] inline StagedFile stage_file(const std::string& path, std::string_view content) {
-  using ppsched::detail::concat;
+  using ppsched::concat;
   namespace fs = std::filesystem;
   const fs::path target(path);
   if (path.empty() || !target.has_filename()) {
@@ -120,7 +120,7 @@ struct ResolvedOutput {
     if (ec || !fs::is_symlink(st)) return p.string();
     const fs::path target = fs::read_symlink(p, ec);
     if (ec) {
-      fail_output(path, ppsched::detail::concat("cannot read the symbolic link '", p.string(), "': ", ec.message()),
+      fail_output(path, ppsched::concat("cannot read the symbolic link '", p.string(), "': ", ec.message()),
                   "point the path at a file you can write");
     }
     p = target.is_absolute() ? target : p.parent_path() / target;
@@ -129,7 +129,7 @@ struct ResolvedOutput {
 }
 
 [[nodiscard]] inline ResolvedOutput resolve_output(const std::string& path) {
-  using ppsched::detail::concat;
+  using ppsched::concat;
   if (path == "-") return {"-", OutputKind::stream};
   if (path.empty()) fail_output(path, "is not a file name", "give a path such as out/trace.json, or - for stdout");
   // A stream is opened by its own path, the links left to the kernel: /dev/stdout leads to
@@ -159,7 +159,7 @@ struct ResolvedOutput {
 // Writes `content` straight to a FIFO, a character device or standard output ("-"). Opening
 // a FIFO waits for a reader, as a shell redirection does.
 inline void write_stream(const std::string& shown, const std::string& target, std::string_view content) {
-  using ppsched::detail::concat;
+  using ppsched::concat;
   int fd = STDOUT_FILENO;
   if (target == "-") {
     std::fflush(stdout);  // what the tool printed before comes first
@@ -230,7 +230,7 @@ inline void write_files_atomically(const std::vector<OutputFile>& files) {
       const int saved = errno;
       for (std::size_t j = i; j < staged.size(); ++j) ::unlink(staged[j].temporary.c_str());
       detail::fail_output(staged[i].destination,
-                          ppsched::detail::concat("renaming into place failed: ", std::strerror(saved)),
+                          ppsched::concat("renaming into place failed: ", std::strerror(saved)),
                           "make sure the path is not a directory and its directory is writable");
     }
   }

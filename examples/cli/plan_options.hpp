@@ -132,7 +132,7 @@ inline constexpr std::array<FlagSpec, 30> plan_flags{{
 // Parses "--schedule" values: all, auto, or a comma-separated list of family names (any
 // spelling family_info accepts), stored canonically and without repeats.
 inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
-  using ppsched::detail::concat;
+  using ppsched::concat;
   const std::string& text = flag.value;
   if (text == "all") return;
   if (text == "auto") {
@@ -176,7 +176,7 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
     o.makespan_bound = parse_real_text(text.substr(memory_with.size()), "flag --objective", flag.position, 0.0, true);
     return o;
   }
-  fail({"flag --objective", ppsched::detail::concat("unknown objective '", text, "'"),
+  fail({"flag --objective", ppsched::concat("unknown objective '", text, "'"),
         detail::argument_place(flag.position),
         "give makespan, span, memory, or memory:BOUND (the least memory among schedules whose makespan is at most BOUND)"});
 }
@@ -189,7 +189,7 @@ inline constexpr std::string_view memory_policy_forms =
 // Parses "--memory-policy": none, auto, or STAGE=POLICY[,STAGE=POLICY...]; an error names the
 // token it cannot read.
 [[nodiscard]] inline PlanMemoryPolicy parse_memory_policy(const GivenFlag& flag) {
-  using ppsched::detail::concat;
+  using ppsched::concat;
   PlanMemoryPolicy out;
   const std::string_view text = flag.value;
   if (text == "none") return out;
@@ -242,7 +242,7 @@ inline constexpr std::string_view memory_policy_forms =
 // Turns split flags (plan_flags, or a subset of them) into PlanOptions; throws
 // ppsched::error for anything it cannot use.
 [[nodiscard]] inline PlanOptions parse_plan_flags(const std::vector<GivenFlag>& given) {
-  using ppsched::detail::concat;
+  using ppsched::concat;
   PlanOptions options;
   const GivenFlag* source_flag = nullptr;
   auto set_source = [&](const GivenFlag& flag, ModelSource source) {

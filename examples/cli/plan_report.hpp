@@ -119,7 +119,7 @@ class TextTable {
     std::string names = st.first_name == st.last_name ? st.first_name : st.first_name + " .. " + st.last_name;
     std::vector<std::string> row{std::to_string(s),
                                  std::to_string(st.rank),
-                                 ppsched::detail::concat(st.first_layer, "-", st.last_layer),
+                                 ppsched::concat(st.first_layer, "-", st.last_layer),
                                  names,
                                  number_text(st.cost.forward),
                                  number_text(st.cost.backward_input),
@@ -132,7 +132,7 @@ class TextTable {
     }
     table.add(std::move(row));
   }
-  return ppsched::detail::concat("Partition (", p.method, "): bottleneck ", number_text(p.bottleneck_time), ' ', unit,
+  return ppsched::concat("Partition (", p.method, "): bottleneck ", number_text(p.bottleneck_time), ' ', unit,
                                  " on stage ", p.bottleneck_stage, " (times in ", unit, ", per micro-batch)\n",
                                  table.str());
 }
@@ -167,7 +167,7 @@ namespace detail {
                number_text(c.makespan) + (c.timing == Timing::bound ? "+" : ""), std::string(timing_name(c.timing)),
                number_text(c.peak_microbatches)});
   }
-  return ppsched::detail::concat("\nSearch: ", search.candidates.size(), " candidates considered, ", ranked.size(),
+  return ppsched::concat("\nSearch: ", search.candidates.size(), " candidates considered, ", ranked.size(),
                                  " keep to the cap; the fastest (times in ", unit, "; + marks a lower bound):\n",
                                  table.str());
 }
@@ -197,7 +197,7 @@ namespace detail {
 // with a policy. Empty when no schedule has any (--memory-policy none).
 [[nodiscard]] inline std::string memory_policy_report(const PlanResult& plan) {
   using detail::number_text;
-  using ppsched::detail::concat;
+  using ppsched::concat;
   std::string out;
   for (const ScheduleResult& r : plan.schedules) {
     if (!r.memory) continue;
@@ -254,7 +254,7 @@ namespace detail {
 [[nodiscard]] inline std::string render_report(const PlanResult& plan, bool has_bytes,
                                                const SearchSummary* search = nullptr) {
   using detail::number_text;
-  using ppsched::detail::concat;
+  using ppsched::concat;
   std::string out = concat("ppsched-plan: ", plan.model, "\n", plan.ranks, " ranks, ", plan.microbatches,
                            " micro-batches per step, times in ", plan.unit, "\n\n");
   out += partition_table(plan.partition, plan.unit, has_bytes);
@@ -402,7 +402,7 @@ struct OutputPaths {
 // --validate's report: "OK" with the simulated figures, or each problem.
 [[nodiscard]] inline std::string render_file_check(const FileCheck& c, bool has_bytes) {
   using detail::number_text;
-  using ppsched::detail::concat;
+  using ppsched::concat;
   const ScheduleResult& r = c.result;
   const auto count = [](std::int64_t n, std::string_view one, std::string_view many) {
     return concat(n, ' ', n == 1 ? one : many);

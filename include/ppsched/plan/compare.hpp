@@ -342,11 +342,11 @@ inline void check_fit(ScheduleResult& r, const MemoryCaps& cap, const std::vecto
 [[nodiscard]] inline std::optional<std::array<double, 3>> uniform_rank_costs(const PartitionPlan& partition,
                                                                              std::int32_t ranks) {
   std::vector<std::array<double, 3>> per_rank(static_cast<std::size_t>(ranks), std::array<double, 3>{});
-  for (const StagePlan& s : partition.stages) {
+  for (const PartitionStage& s : partition.stages) {
     auto& t = per_rank[static_cast<std::size_t>(s.rank)];
-    t[0] += s.cost.forward;
-    t[1] += s.cost.backward_input;
-    t[2] += s.cost.backward_weight;
+    t[0] += s.forward;
+    t[1] += s.backward_input;
+    t[2] += s.backward_weight;
   }
   for (const auto& t : per_rank) {
     for (std::size_t k = 0; k < 3; ++k) {

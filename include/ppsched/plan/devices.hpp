@@ -316,7 +316,7 @@ namespace detail {
         if (!r.training || !r.valid) continue;
         const PartitionPlan& cut = built.partition;
         std::vector<double> grads, optimizer;
-        for (const StagePlan& st : cut.stages) {
+        for (const PartitionStage& st : cut.stages) {
           grads.push_back(st.param_bytes);
           optimizer.push_back(st.param_bytes * options.optimizer_time_per_param_byte);
         }

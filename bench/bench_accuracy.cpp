@@ -103,7 +103,7 @@ int main(int argc, char** argv) try {
       std::vector<std::unique_ptr<mlp::MlpStage>> stages;
       std::vector<ppsched::StageFunctions> functions;
       for (std::size_t s = 0; s < cut.stages.size(); ++s) {
-        stages.push_back(std::make_unique<mlp::MlpStage>(model, cut.stages[s].first_layer, cut.stages[s].last_layer + 1,
+        stages.push_back(std::make_unique<mlp::MlpStage>(model, cut.stages[s].begin, cut.stages[s].end,
                                                          static_cast<std::size_t>(c.rows), c.microbatches));
         functions.push_back(stages.back()->functions(s + 1 == cut.stages.size(), 1.0f / 64.0f, 0.0f));
       }

@@ -102,12 +102,12 @@ void measure(const bench_torch::Model& model, const ppsched::Profile& profile, s
       std::vector<ppsched::StageFunctions> functions;
       for (std::size_t s = 0; s < cut.stages.size(); ++s) {
         torch::nn::Sequential part;
-        for (std::size_t k = cut.stages[s].first_layer; k <= cut.stages[s].last_layer; ++k) {
+        for (std::size_t k = cut.stages[s].begin; k < cut.stages[s].end; ++k) {
           part->push_back(*(model.net->begin() + static_cast<std::ptrdiff_t>(k)));
         }
         ppsched::TorchStageOptions o;
-        o.input_shape = model.input_shape(cut.stages[s].first_layer, c.rows);
-        o.output_shape = model.output_shape(cut.stages[s].last_layer, c.rows);
+        o.input_shape = model.input_shape(cut.stages[s].begin, c.rows);
+        o.output_shape = model.output_shape(cut.stages[s].end - 1, c.rows);
         if (s + 1 == cut.stages.size()) {
           o.target_shape = o.output_shape;
           o.loss = [loss_scale](const torch::Tensor& y, const torch::Tensor& t) {

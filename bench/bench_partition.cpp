@@ -131,7 +131,7 @@ void BM_partition_graph(benchmark::State& state) {
     cost.optimizer_state_factor = 8.0;
     const ppsched::Partition uniform = ppsched::partition_uniform(graph, stages, cost);
     double cap = 0.0;
-    for (const ppsched::PartitionStage& s : uniform.stages) cap = std::max(cap, s.memory_bytes);
+    for (const ppsched::PartitionStage& s : uniform.stages) cap = std::max(cap, s.peak_bytes);
     cost.devices = {ppsched::Device{1.0, cap}};
   }
   time_against_prefix(state, graph, [&] {

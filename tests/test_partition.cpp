@@ -313,7 +313,7 @@ TEST_CASE("the optimum equals brute force on 12,000 random small instances, tie 
     bool same = p.bottleneck == best.bottleneck && p.boundaries == best.boundaries && p.fits_memory();
     for (std::size_t j = 0; j < k && same; ++j) {
       same = p.stages[j].time == oracle.time(j, p.boundaries[j], p.boundaries[j + 1]) &&
-             p.stages[j].memory_bytes == oracle.memory(j, p.boundaries[j], p.boundaries[j + 1]);
+             p.stages[j].peak_bytes == oracle.memory(j, p.boundaries[j], p.boundaries[j + 1]);
     }
     if (!same) {
       ++mismatches;
@@ -393,8 +393,8 @@ TEST_CASE("cut costs: a skip connection is paid at every cut it spans, once per 
   const Partition all = evaluate_partition(g, std::vector<std::size_t>{0, 1, 2, 3, 4}, cost);
   const std::vector<std::array<double, 3>> expected = {{0, 2, 3}, {2, 5, 9}, {5, 6, 14}, {6, 0, 10}};  // recv, send, time
   for (std::size_t j = 0; j < 4; ++j) {
-    CHECK(all.stages[j].recv == expected[j][0]);
-    CHECK(all.stages[j].send == expected[j][1]);
+    CHECK(all.stages[j].recv_time == expected[j][0]);
+    CHECK(all.stages[j].send_time == expected[j][1]);
     CHECK(all.stages[j].time == expected[j][2]);
   }
   // The bytes a simulator charges per micro-batch: 100, then 100 + 200, then 100 + 300.
@@ -423,11 +423,11 @@ TEST_CASE("stage times are divided by the device speed, per pass", "[partition][
   CHECK(p.stages[0].forward == 1.0);
   CHECK(p.stages[0].backward_input == 2.0);
   CHECK(p.stages[0].backward_weight == 3.0);
-  CHECK(p.stages[0].compute == 6.0);
+  CHECK(p.stages[0].compute_time == 6.0);
   CHECK(p.stages[1].forward == 2.0);
-  CHECK(p.stages[1].compute == 6.0);
+  CHECK(p.stages[1].compute_time == 6.0);
   CHECK(p.stages[1].speed == 0.5);
-  CHECK(p.stages[0].first_layer == "x");
+  CHECK(p.stages[0].first_layer_name == "x");
   CHECK(p.layers_of(1) == std::vector<std::size_t>{1});
 }
 
@@ -441,9 +441,11 @@ TEST_CASE("memory: parameters times the optimizer factor plus activations times 
   PartitionCostModel cost;
   cost.optimizer_state_factor = 2.0;
   const Partition free = evaluate_partition(g, std::vector<std::size_t>{0, 2, 4}, cost);
-  CHECK(free.stages[0].memory_bytes == 14.0);
-  CHECK(free.stages[1].memory_bytes == 12.0);
-  CHECK(free.stages[0].inflight == 2.0);
+  CHECK(free.stages[0].peak_bytes == 14.0);
+  CHECK(free.stages[1].peak_bytes == 12.0);
+  CHECK(free.stages[0].in_flight == 2.0);
+  CHECK(free.stages[0].static_bytes == 10.0);  // the parameters' share of peak_bytes
+  CHECK(free.stages[1].rank == 1);
   CHECK(free.stages[0].param_bytes == 5.0);
   CHECK(free.stages[1].activation_bytes == 2.0);
 
@@ -499,8 +501,8 @@ TEST_CASE("the documentation's example", "[partition][docs]") {
   CHECK(best.bottleneck_stage == 1);
   CHECK(best.stages[0].time == 6.5 + cut);
   // Stage 0 keeps 4 micro-batches (1F1B): 8 * 2e8 + 4 * 4e6; stage 1: 8 * 1.5e8 + 3 * 1.2e7.
-  CHECK(best.stages[0].memory_bytes == 8.0 * 2e8 + 4.0 * 4e6);
-  CHECK(best.stages[1].memory_bytes == 8.0 * 1.5e8 + 3.0 * 1.2e7);
+  CHECK(best.stages[0].peak_bytes == 8.0 * 2e8 + 4.0 * 4e6);
+  CHECK(best.stages[1].peak_bytes == 8.0 * 1.5e8 + 3.0 * 1.2e7);
   CHECK(best.fits_memory());
   CHECK(best.stages[0].send_bytes == 4e6);
   CHECK(best.stages[3].send_bytes == 0.0);

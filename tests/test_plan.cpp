@@ -137,12 +137,12 @@ TEST_CASE("per_rank_cost_model: v chunks share a rank's costs, no transfer at th
   REQUIRE(p.stages.size() == 6);
   for (std::size_t s = 0; s < 6; ++s) {
     CHECK(p.stages[s].rank == v[s]);
-    CHECK(p.stages[s].cost.forward == 2.0);
-    CHECK(p.stages[s].cost.backward_input == 3.0);
-    CHECK(p.stages[s].cost.backward_weight == 1.0);
+    CHECK(p.stages[s].forward == 2.0);
+    CHECK(p.stages[s].backward_input == 3.0);
+    CHECK(p.stages[s].backward_weight == 1.0);
     CHECK(p.stages[s].compute_time == 6.0);
     const bool turn_or_last = s == 2 || s == 5;
-    CHECK(p.stages[s].comm_time == (turn_or_last ? 0.0 : 0.5));
+    CHECK(p.stages[s].send_time == (turn_or_last ? 0.0 : 0.5));
   }
   // Bottleneck: comm in + compute + comm out, the first stage that has the largest.
   CHECK(p.bottleneck_time == 0.5 + 6.0 + 0.5);
@@ -159,19 +159,19 @@ TEST_CASE("cost_model_of: the partition's cut time is every transfer's time", "[
   CHECK(c.weight_memory_fraction == 0.25);
   REQUIRE(c.stages.size() == 4);
   for (std::size_t s = 0; s < 4; ++s) {
-    const StagePlan& st = p.stages[s];
-    CHECK(c.stages[s].forward == st.cost.forward);
-    CHECK(c.stages[s].activation_bytes == st.cost.activation_bytes);
-    CHECK(st.comm_time == (s < 3 ? 0.75 : 0.0));
+    const PartitionStage& st = p.stages[s];
+    CHECK(c.stages[s].forward == st.forward);
+    CHECK(c.stages[s].activation_bytes == st.activation_bytes);
+    CHECK(st.send_time == (s < 3 ? 0.75 : 0.0));
     // A SEND_F of stage s takes exactly the cut time.
-    if (s < 3) CHECK(transfer_time(c, Action{Op::SEND_F, static_cast<std::int32_t>(s), 0, 0}, 8) == st.comm_time);
+    if (s < 3) CHECK(transfer_time(c, Action{Op::SEND_F, static_cast<std::int32_t>(s), 0, 0}, 8) == st.send_time);
   }
   // Scaled, with transfers left out (ppsched-bubbles' synthetic stages move no bytes).
   const CostModel ms = cost_model_of(p, {.unit = "ms", .weight_memory_fraction = 0.5, .time_scale = 4.0, .transfers = false});
   CHECK(ms.link.is_free());
   for (std::size_t s = 0; s < 4; ++s) {
-    CHECK(ms.stages[s].backward_weight == 4.0 * p.stages[s].cost.backward_weight);
-    CHECK(ms.stages[s].output_bytes == p.stages[s].cost.output_bytes);
+    CHECK(ms.stages[s].backward_weight == 4.0 * p.stages[s].backward_weight);
+    CHECK(ms.stages[s].output_bytes == p.stages[s].send_bytes);
   }
   // A free machine keeps a free link, which the search recognises.
   CHECK(cost_model_of(graph_model(chain(8), "free", {.ranks = 4, .optimizer_state_factor = 1.0}).partition(one_stage_per_rank_placement(4))).link.is_free());
@@ -828,8 +828,8 @@ TEST_CASE("optimizer_state_factor defaults one way everywhere", "[plan][issue26]
   CHECK(DevicePlanOptions{}.optimizer_state_factor == default_optimizer_state_factor);
   // graph_model's default prices the static bytes with it.
   const PlanModel model = graph_model(chain(4, 1000.0), "default", {.ranks = 2});
-  for (const StagePlan& s : model.partition(one_stage_per_rank_placement(2)).stages) {
-    CHECK(s.memory_bytes == default_optimizer_state_factor * s.param_bytes);
+  for (const PartitionStage& s : model.partition(one_stage_per_rank_placement(2)).stages) {
+    CHECK(s.static_bytes == default_optimizer_state_factor * s.param_bytes);
   }
 }
 
@@ -966,7 +966,7 @@ TEST_CASE("one count of stages per rank, one edit distance", "[plan][issue26]") 
              Catch::StartsWith("my placement: stage 1 is placed on rank 2, outside 0..1"));
   // per_rank_cost_model counts a rank's chunks the same way: v chunks cost 1/v each.
   const PartitionPlan p = per_rank_cost_model(StageCost{6.0, 6.0, 6.0}).partition(looped.placement);
-  for (const StagePlan& s : p.stages) CHECK(s.cost.forward == 2.0);
+  for (const PartitionStage& s : p.stages) CHECK(s.forward == 2.0);
   CHECK(edit_distance("microbatches", "micro_batches") == 1);
   CHECK(edit_distance("", "abc") == 3);
   CHECK(edit_distance("kitten", "sitting") == 3);

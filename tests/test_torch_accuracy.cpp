@@ -58,8 +58,8 @@ TEST_CASE("bench_accuracy_torch: every model's boundaries, profile and cut", "[t
     const ppsched::PlanModel model = ppsched::graph_model(ppsched::profile_at_rows(p, 8), name, g);
     const ppsched::PartitionPlan cut = model.partition(bench_torch::schedule_of("1f1b", 2, 8).placement);
     REQUIRE(cut.stages.size() == 2);
-    CHECK(cut.stages[0].first_layer == 0);
-    CHECK(cut.stages[1].first_layer == cut.stages[0].last_layer + 1);
-    CHECK(cut.stages[1].last_layer + 1 == m.net->size());
+    CHECK(cut.stages[0].begin == 0);
+    CHECK(cut.stages[1].begin == cut.stages[0].end);
+    CHECK(cut.stages[1].end == m.net->size());
   }
 }

@@ -122,7 +122,7 @@ namespace ppsched::cli {
     out += concat("  fixed cost per action ", c.before.action_overhead, " -> ", c.after.action_overhead,
                   "; per transfer ", c.after.transfer_overhead, " (kept)\n");
     for (std::size_t s = 0; s < c.scale.size(); ++s) {
-      out += concat("  stage ", s, " (layers ", r.cuts[i].stages[s].first_layer, "-", r.cuts[i].stages[s].last_layer,
+      out += concat("  stage ", s, " (layers ", r.cuts[i].stages[s].begin, "-", r.cuts[i].stages[s].end - 1,
                     "): measured / predicted F ", c.scale[s][0], ", B ", c.scale[s][1], ", BI ", c.scale[s][2], ", BW ",
                     c.scale[s][3], "\n");
     }

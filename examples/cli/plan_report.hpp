@@ -115,20 +115,21 @@ class TextTable {
   }
   detail::TextTable table(header, right);
   for (std::size_t s = 0; s < p.stages.size(); ++s) {
-    const StagePlan& st = p.stages[s];
-    std::string names = st.first_name == st.last_name ? st.first_name : st.first_name + " .. " + st.last_name;
+    const PartitionStage& st = p.stages[s];
+    std::string names = st.first_layer_name == st.last_layer_name ? st.first_layer_name
+                                                                  : st.first_layer_name + " .. " + st.last_layer_name;
     std::vector<std::string> row{std::to_string(s),
                                  std::to_string(st.rank),
-                                 ppsched::concat(st.first_layer, "-", st.last_layer),
+                                 ppsched::concat(st.begin, "-", st.end - 1),
                                  names,
-                                 number_text(st.cost.forward),
-                                 number_text(st.cost.backward_input),
-                                 number_text(st.cost.backward_weight),
+                                 number_text(st.forward),
+                                 number_text(st.backward_input),
+                                 number_text(st.backward_weight),
                                  number_text(st.compute_time),
-                                 number_text(st.comm_time)};
+                                 number_text(st.send_time)};
     if (has_bytes) {
-      row.push_back(bytes_text(st.memory_bytes));
-      row.push_back(bytes_text(st.cost.activation_bytes));
+      row.push_back(bytes_text(st.static_bytes));
+      row.push_back(bytes_text(st.activation_bytes));
     }
     table.add(std::move(row));
   }
@@ -308,21 +309,23 @@ namespace detail {
 [[nodiscard]] inline nlohmann::ordered_json partition_json(const PartitionPlan& p) {
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (std::size_t s = 0; s < p.stages.size(); ++s) {
-    const StagePlan& st = p.stages[s];
+    const PartitionStage& st = p.stages[s];
+    // The keys predate PartitionStage's names and stay: comm_time is send_time, memory_bytes
+    // static_bytes, output_bytes send_bytes.
     stages.push_back({{"stage", s},
                       {"rank", st.rank},
-                      {"first_layer", st.first_layer},
-                      {"last_layer", st.last_layer},
-                      {"first_layer_name", st.first_name},
-                      {"last_layer_name", st.last_name},
-                      {"forward", st.cost.forward},
-                      {"backward_input", st.cost.backward_input},
-                      {"backward_weight", st.cost.backward_weight},
+                      {"first_layer", st.begin},
+                      {"last_layer", st.end - 1},
+                      {"first_layer_name", st.first_layer_name},
+                      {"last_layer_name", st.last_layer_name},
+                      {"forward", st.forward},
+                      {"backward_input", st.backward_input},
+                      {"backward_weight", st.backward_weight},
                       {"compute_time", st.compute_time},
-                      {"comm_time", st.comm_time},
-                      {"memory_bytes", st.memory_bytes},
-                      {"activation_bytes", st.cost.activation_bytes},
-                      {"output_bytes", st.cost.output_bytes}});
+                      {"comm_time", st.send_time},
+                      {"memory_bytes", st.static_bytes},
+                      {"activation_bytes", st.activation_bytes},
+                      {"output_bytes", st.send_bytes}});
   }
   return {{"method", p.method},
           {"stages", std::move(stages)},

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <iomanip>
 #include <limits>
 #include <optional>
@@ -38,12 +39,17 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
-// One stage of a partition. Times are in the profile's unit and already divided by the
-// stage's device speed; bytes are per device.
+// One stage of a cut: the layers it holds, what one micro-batch costs on it, and the bytes it
+// keeps. The partitioner returns it (Partition::stages) and the planner cuts and prices with
+// it (PartitionPlan::stages): one type, so nothing is translated between the two. Times are in
+// the profile's unit and already divided by the stage's device speed; bytes are per device.
 struct PartitionStage {
-  std::size_t begin = 0;  // first position (in Partition::order) of the stage
+  // The rank the stage runs on: its index in a Partition (one stage per device), the
+  // placement's rank in a PartitionPlan.
+  std::int32_t rank = 0;
+  std::size_t begin = 0;  // first position (in the layer order) of the stage
   std::size_t end = 0;    // one past its last position
-  std::string first_layer, last_layer;
+  std::string first_layer_name, last_layer_name;  // the layers at positions begin and end - 1
   double speed = 1.0;
   double forward = 0.0;          // its layers' forward times, summed, / speed
   double backward_input = 0.0;   // likewise for BI
@@ -51,21 +57,26 @@ struct PartitionStage {
   // The full backward B, / speed, when a layer of the stage has a measured one (the others
   // count BI + BW); absent when none has.
   std::optional<double> backward{};
-  double compute = 0.0;          // the cost model's compute term: (P[end] - P[begin]) / speed
-  double recv = 0.0;             // receiving the tensors that cross the stage's first cut
-  double send = 0.0;             // sending the tensors that cross its last cut
-  double recv_bytes = 0.0;       // the bytes of those tensors, per micro-batch
-  double send_bytes = 0.0;
-  double time = 0.0;             // (compute + recv) + send: what the bottleneck is taken over
-  double param_bytes = 0.0;
-  double activation_bytes = 0.0;  // per micro-batch
-  double inflight = 0.0;          // micro-batches of activations kept
-  double memory_bytes = 0.0;      // optimizer_state_factor * param_bytes + inflight * activation_bytes
+  double compute_time = 0.0;     // the cost model's compute term: (P[end] - P[begin]) / speed
+  // Receiving the tensors that cross the stage's first cut, and sending those that cross its
+  // last. In a PartitionPlan both are 0 between two stages on one rank.
+  double recv_time = 0.0;
+  double send_time = 0.0;
+  double recv_bytes = 0.0;       // the bytes of those tensors, per micro-batch (kept between
+  double send_bytes = 0.0;       // two stages on one rank: what the stages hand over)
+  double time = 0.0;             // (compute_time + recv_time) + send_time: what the bottleneck is taken over
+  double param_bytes = 0.0;      // the parameters alone: what data parallelism all-reduces
+  double static_bytes = 0.0;     // optimizer_state_factor * param_bytes: with gradients and optimizer state
+  double activation_bytes = 0.0;  // stored per micro-batch
+  double in_flight = 0.0;         // micro-batches of activations kept, as the cut was asked to count
+  // static_bytes + in_flight * activation_bytes: what memory_cap is checked against. A
+  // schedule's own peak (FamilyResult::peak_memory_bytes) is measured on its program instead.
+  double peak_bytes = 0.0;
   double memory_cap = std::numeric_limits<double>::infinity();
 
   [[nodiscard]] std::size_t size() const noexcept { return end - begin; }
-  [[nodiscard]] double comm() const noexcept { return recv + send; }
-  [[nodiscard]] bool fits_memory() const noexcept { return memory_bytes <= memory_cap; }
+  [[nodiscard]] double comm_time() const noexcept { return recv_time + send_time; }
+  [[nodiscard]] bool fits_memory() const noexcept { return peak_bytes <= memory_cap; }
 
   friend bool operator==(const PartitionStage&, const PartitionStage&) = default;
 };
@@ -293,10 +304,11 @@ void sum_over_crossing_tensors(const LayerGraph& graph, std::span<const std::siz
   for (std::size_t j = 0; j < in.stages; ++j) {
     const std::size_t a = p.boundaries[j], b = p.boundaries[j + 1];
     PartitionStage st;
+    st.rank = static_cast<std::int32_t>(j);
     st.begin = a;
     st.end = b;
-    st.first_layer = graph.layers()[in.order[a]].name;
-    st.last_layer = graph.layers()[in.order[b - 1]].name;
+    st.first_layer_name = graph.layers()[in.order[a]].name;
+    st.last_layer_name = graph.layers()[in.order[b - 1]].name;
     st.speed = in.speed.empty() ? 1.0 : in.speed[j];
     double forward = 0.0, backward_input = 0.0, backward_weight = 0.0, backward = 0.0;
     bool measured_backward = false;
@@ -313,16 +325,17 @@ void sum_over_crossing_tensors(const LayerGraph& graph, std::span<const std::siz
     st.forward = forward / st.speed;
     st.backward_input = backward_input / st.speed;
     st.backward_weight = backward_weight / st.speed;
-    st.compute = m.compute_time(j, a, b);
-    st.recv = in.comm.empty() ? 0.0 : in.comm[a];
-    st.send = in.comm.empty() ? 0.0 : in.comm[b];
+    st.compute_time = m.compute_time(j, a, b);
+    st.recv_time = in.comm.empty() ? 0.0 : in.comm[a];
+    st.send_time = in.comm.empty() ? 0.0 : in.comm[b];
     st.recv_bytes = bytes_at(a);
     st.send_bytes = bytes_at(b);
     st.time = m.time(j, a, b);
     st.param_bytes = in.params[b] - in.params[a];
+    st.static_bytes = in.optimizer_state_factor * st.param_bytes;
     st.activation_bytes = in.activations[b] - in.activations[a];
-    st.inflight = in.inflight[j];
-    st.memory_bytes = m.memory(j, a, b);
+    st.in_flight = in.inflight[j];
+    st.peak_bytes = m.memory(j, a, b);
     st.memory_cap = in.cap.empty() ? std::numeric_limits<double>::infinity() : in.cap[j];
     if (j == 0 || st.time > p.bottleneck) {
       p.bottleneck = st.time;
@@ -482,14 +495,14 @@ inline std::ostream& operator<<(std::ostream& out, const Partition& p) {
     << "cap" << '\n';
   for (std::size_t j = 0; j < p.stages.size(); ++j) {
     const PartitionStage& s = p.stages[j];
-    std::string names = s.first_layer;
-    if (s.size() > 1) names += " .. " + s.last_layer;
+    std::string names = s.first_layer_name;
+    if (s.size() > 1) names += " .. " + s.last_layer_name;
     if (names.size() > 27) names = names.substr(0, 24) + "...";
     const std::string cap = s.memory_cap == std::numeric_limits<double>::infinity() ? "-" : detail::concat(s.memory_cap);
     t << std::right << std::setw(5) << j << std::setw(16) << detail::concat(s.begin, "-", s.end - 1) << std::setw(7)
       << s.size() << "  " << std::left << std::setw(28) << names << std::right << std::setw(7) << s.speed
-      << std::setw(12) << s.compute << std::setw(11) << s.comm() << std::setw(12) << s.time << std::setw(13)
-      << s.memory_bytes << std::setw(13) << cap << (s.fits_memory() ? "" : "  OVER CAP") << '\n';
+      << std::setw(12) << s.compute_time << std::setw(11) << s.comm_time() << std::setw(12) << s.time << std::setw(13)
+      << s.peak_bytes << std::setw(13) << cap << (s.fits_memory() ? "" : "  OVER CAP") << '\n';
   }
   return out << t.str();
 }

@@ -37,7 +37,7 @@ namespace ppsched::inline PPSCHED_MODE {
   std::vector<KindScales> out(profile.graph.size(), KindScales{1.0, 1.0, 1.0, 1.0});
   const std::vector<std::size_t>& order = profile.graph.topological_order();
   for (std::size_t s = 0; s < cut.stages.size(); ++s) {
-    for (std::size_t pos = cut.stages[s].first_layer; pos <= cut.stages[s].last_layer && pos < order.size(); ++pos) {
+    for (std::size_t pos = cut.stages[s].begin; pos < cut.stages[s].end && pos < order.size(); ++pos) {
       out[order[pos]] = fit.scale[s];
     }
   }

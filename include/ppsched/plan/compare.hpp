@@ -342,11 +342,11 @@ inline void check_fit(ScheduleResult& r, const MemoryCaps& cap, const std::vecto
 [[nodiscard]] inline std::optional<std::array<double, 3>> uniform_rank_costs(const PartitionPlan& partition,
                                                                              std::int32_t ranks) {
   std::vector<std::array<double, 3>> per_rank(static_cast<std::size_t>(ranks), std::array<double, 3>{});
-  for (const StagePlan& s : partition.stages) {
+  for (const PartitionStage& s : partition.stages) {
     auto& t = per_rank[static_cast<std::size_t>(s.rank)];
-    t[0] += s.cost.forward;
-    t[1] += s.cost.backward_input;
-    t[2] += s.cost.backward_weight;
+    t[0] += s.forward;
+    t[1] += s.backward_input;
+    t[2] += s.backward_weight;
   }
   for (const auto& t : per_rank) {
     for (std::size_t k = 0; k < 3; ++k) {
@@ -611,15 +611,23 @@ namespace detail {
 }
 
 namespace detail {
-// The families of `request` in order, each built by its own rule and cut (one cut per
-// placement, from `partition_for`): `use(family, chunks, schedule, partition)` for each one
-// built, the rest in `skipped`. See family_schedules.
-template <class Use>
-void for_each_family(const PlanRequest& request, PartitionCache& partition_for,
-                     std::vector<SkippedSchedule>& skipped, Use&& use) {
-  const bool named = !request.families.empty();
+// The records of the families `request` names, looked up once, where the names enter (an
+// unknown name throws); the records are carried from here on.
+[[nodiscard]] inline std::vector<const FamilyInfo*> named_families(const PlanRequest& request) {
   std::vector<const FamilyInfo*> families;
+  families.reserve(request.families.size());
   for (const std::string& name : request.families) families.push_back(&family_info(name));
+  return families;
+}
+
+// The families `named` lists in order (every family when it is empty), each built by its own
+// rule and cut (one cut per placement, from `partition_for`): `use(family, chunks, schedule,
+// partition)` for each one built, the rest in `skipped`. See family_schedules.
+template <class Use>
+void for_each_family(const PlanRequest& request, std::span<const FamilyInfo* const> named_records,
+                     PartitionCache& partition_for, std::vector<SkippedSchedule>& skipped, Use&& use) {
+  const bool named = !named_records.empty();
+  std::vector<const FamilyInfo*> families(named_records.begin(), named_records.end());
   if (!named) {
     for (const FamilyInfo& f : schedule_families) families.push_back(&f);
   }
@@ -673,15 +681,22 @@ struct FamilySchedules {
 // model cannot be cut for (more virtual stages than layers) is left out with the partitioner's
 // reason, named or not. Throws ppsched::error for an unknown family, or a named family whose
 // rule the request breaks. Only the sizes, chunks and families of `request` are read.
-[[nodiscard]] inline FamilySchedules family_schedules(const PlanModel& model, const PlanRequest& request) {
+// `families` given, they are the families asked for, by record, and request.families is not
+// read (a caller that has the records looks nothing up again).
+[[nodiscard]] inline FamilySchedules family_schedules(const PlanModel& model, const PlanRequest& request,
+                                                      std::span<const FamilyInfo* const> families) {
   FamilySchedules out;
   detail::PartitionCache partition_for(model);
-  detail::for_each_family(request, partition_for, out.skipped,
+  detail::for_each_family(request, families, partition_for, out.skipped,
                           [&](const FamilyInfo& family, std::int32_t chunks, Schedule schedule,
                               const PartitionPlan& partition) {
                             out.built.push_back({&family, chunks, std::move(schedule), partition});
                           });
   return out;
+}
+
+[[nodiscard]] inline FamilySchedules family_schedules(const PlanModel& model, const PlanRequest& request) {
+  return family_schedules(model, request, detail::named_families(request));
 }
 
 // About how many bytes compare_families holds at its peak for `request`: every result keeps
@@ -831,7 +846,7 @@ namespace detail {
   plan.partition = partition_for(one_stage_per_rank_placement(request.ranks));
   const bool free_comm = model.link.is_free();
   Workspace ws;
-  detail::for_each_family(request, partition_for, plan.skipped,
+  detail::for_each_family(request, detail::named_families(request), partition_for, plan.skipped,
                           [&](const FamilyInfo& family, std::int32_t, Schedule schedule,
                               const PartitionPlan& partition) {
                             ScheduleResult result = evaluate_schedule(std::move(schedule), model, partition, request, ws);

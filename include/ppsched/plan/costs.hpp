@@ -28,7 +28,7 @@ struct PlanCostOptions {
   std::string unit = "unit";    // CostModel::unit (PlanModel::unit, or the unit after time_scale)
   double weight_memory_fraction = 0.5;  // M_W / M_B: what a BI keeps alive until its BW (CostModel::weight_memory_fraction)
   double time_scale = 1.0;      // every time is multiplied by it (e.g. milliseconds per model unit)
-  // Whether transfers cost each stage's comm_time. Off, the link is free: what a run of
+  // Whether transfers cost each stage's send_time. Off, the link is free: what a run of
   // synthetic stages that move no modelled bytes does (ppsched-bubbles).
   bool transfers = true;
   // The runtime's fixed costs (CostModel::action_overhead, transfer_overhead), in the model's
@@ -47,6 +47,14 @@ struct PlanCostOptions {
   o.transfer_overhead = model.transfer_overhead;
   o.step_overhead = model.step_overhead;
   return o;
+}
+
+// The simulator's cost of one stage of a cut, in the cut's unit: F, BI, BW (and B when
+// measured), one stored activation, and the bytes it sends on per micro-batch.
+[[nodiscard]] inline StageCost stage_cost_of(const PartitionStage& s) {
+  StageCost c{s.forward, s.backward_input, s.backward_weight, s.activation_bytes, s.send_bytes};
+  c.backward = s.backward;
+  return c;
 }
 
 // The simulator's costs for a partition, one StageCost per stage. A transfer must take exactly
@@ -69,7 +77,7 @@ struct PlanCostOptions {
   CostModel cost;
   cost.unit = options.unit;
   const bool free = !options.transfers || std::all_of(partition.stages.begin(), partition.stages.end(),
-                                                      [](const StagePlan& s) { return s.comm_time == 0.0; });
+                                                      [](const PartitionStage& s) { return s.send_time == 0.0; });
   cost.link = free ? Interconnect{} : Interconnect{0.0, 1.0};
   cost.weight_memory_fraction = options.weight_memory_fraction;
   for (const auto& [value, field] : {std::pair{options.action_overhead, "action_overhead"},
@@ -84,20 +92,20 @@ struct PlanCostOptions {
   cost.transfer_overhead = options.transfer_overhead * k;
   cost.step_overhead = options.step_overhead * k;
   cost.stages.reserve(partition.stages.size());
-  for (const StagePlan& s : partition.stages) {
-    StageCost c = s.cost;
+  for (const PartitionStage& s : partition.stages) {
+    StageCost c = stage_cost_of(s);
     c.forward *= k;
     c.backward_input *= k;
     c.backward_weight *= k;
     if (c.backward) *c.backward *= k;
-    if (options.transfers) c.output_bytes = s.comm_time * k;
+    if (options.transfers) c.output_bytes = s.send_time * k;
     cost.stages.push_back(c);
   }
   return cost;
 }
 
 // Memory that does not depend on the schedule, per rank 0 .. ranks-1: each stage's parameters
-// with their gradients and optimizer state (StagePlan::memory_bytes), summed over its stages.
+// with their gradients and optimizer state (PartitionStage::static_bytes), summed over its stages.
 [[nodiscard]] inline std::vector<double> static_bytes_per_rank(const PartitionPlan& partition, std::int32_t ranks) {
   using detail::concat;
   if (ranks < 1) fail({"static_bytes_per_rank", concat("ranks = ", ranks), "", "give at least one rank"});
@@ -108,7 +116,7 @@ struct PlanCostOptions {
       fail({"static_bytes_per_rank", concat("stage ", s, " is on rank ", r, " of ", ranks),
             concat("stages[", s, "].rank"), "give the rank count the partition was cut for"});
     }
-    bytes[static_cast<std::size_t>(r)] += partition.stages[s].memory_bytes;
+    bytes[static_cast<std::size_t>(r)] += partition.stages[s].static_bytes;
   }
   return bytes;
 }

@@ -303,20 +303,24 @@ namespace detail {
       request.chunks = options.chunks;
       request.weight_memory_fraction = options.weight_memory_fraction;
       request.cap.bytes = memory_cap_bytes;
+      std::vector<const FamilyInfo*> accepting;  // of those asked, carried by record
       for (const FamilyInfo* f : asked) {
-        if (f->accepts(ScheduleRequest{p, m, f->chunks_for(options.chunks)})) request.families.emplace_back(f->name);
+        if (f->accepts(ScheduleRequest{p, m, f->chunks_for(options.chunks)})) {
+          accepting.push_back(f);
+          request.families.emplace_back(f->name);  // the request stays a complete description
+        }
       }
-      if (!options.families.empty() && request.families.empty()) continue;
+      if (!options.families.empty() && accepting.empty()) continue;
       // compare_families' evaluation, keeping each family's cut for the split that runs it
       (void)detail::start_plan(who.c_str(), model, request);
-      FamilySchedules families = family_schedules(model, request);
+      FamilySchedules families = family_schedules(model, request, accepting);
       Workspace ws;
       for (FamilySchedule& built : families.built) {
         const ScheduleResult r = evaluate_schedule(built.schedule, model, built.partition, request, ws);
         if (!r.training || !r.valid) continue;
         const PartitionPlan& cut = built.partition;
         std::vector<double> grads, optimizer;
-        for (const StagePlan& st : cut.stages) {
+        for (const PartitionStage& st : cut.stages) {
           grads.push_back(st.param_bytes);
           optimizer.push_back(st.param_bytes * options.optimizer_time_per_param_byte);
         }

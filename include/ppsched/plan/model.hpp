@@ -34,30 +34,12 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
-// One (virtual) stage of a partition as the planner reports and simulates it.
-struct StagePlan {
-  std::int32_t rank = 0;
-  std::size_t first_layer = 0;  // positions in the model's layer order, inclusive
-  std::size_t last_layer = 0;
-  std::string first_name;
-  std::string last_name;
-  // F, BI, BW of one micro-batch (already divided by the speed of the stage's device), one
-  // stored activation, and the bytes crossing the cut after the stage (0 for the last).
-  StageCost cost{0.0, 0.0, 0.0, 0.0, 0.0};
-  double compute_time = 0.0;  // F + BI + BW as the partitioner sums it (the bottleneck's term)
-  double comm_time = 0.0;     // sending what crosses the cut after this stage; 0 for the last
-                              // and for a next stage on the same rank
-  double memory_bytes = 0.0;  // static: parameters with gradients and optimizer state
-  double param_bytes = 0.0;   // the parameters alone: what data parallelism all-reduces (0 when unknown)
-
-  friend bool operator==(const StagePlan&, const StagePlan&) = default;
-};
-
-// A model cut into stages for one placement; stages in model order.
+// A model cut into stages for one placement; stages in model order, each a PartitionStage
+// (partition/partition.hpp) whose rank is the placement's.
 struct PartitionPlan {
   std::string method;  // how it was cut, one phrase
-  std::vector<StagePlan> stages;
-  double bottleneck_time = 0.0;  // max over stages of comm in + compute_time + comm out
+  std::vector<PartitionStage> stages;
+  double bottleneck_time = 0.0;  // max over stages of recv_time + compute_time + send_time
   std::size_t bottleneck_stage = 0;
 
   friend bool operator==(const PartitionPlan&, const PartitionPlan&) = default;
@@ -67,11 +49,12 @@ struct PartitionPlan {
 [[nodiscard]] inline std::string to_string(const PartitionPlan& p) {
   std::string out = detail::concat("partition (", p.method, "), ", p.stages.size(), " stages\n");
   for (std::size_t s = 0; s < p.stages.size(); ++s) {
-    const StagePlan& st = p.stages[s];
-    out += detail::concat("  stage ", s, " rank ", st.rank, " layers ", st.first_layer, "-", st.last_layer, " (",
-                          st.first_name, st.first_name == st.last_name ? "" : " .. " + st.last_name, "): F ",
-                          st.cost.forward, " BI ", st.cost.backward_input, " BW ", st.cost.backward_weight, " comm ",
-                          st.comm_time, " static ", bytes_text(st.memory_bytes), "\n");
+    const PartitionStage& st = p.stages[s];
+    out += detail::concat("  stage ", s, " rank ", st.rank, " layers ", st.begin, "-", st.end - 1, " (",
+                          st.first_layer_name,
+                          st.first_layer_name == st.last_layer_name ? "" : " .. " + st.last_layer_name, "): F ",
+                          st.forward, " BI ", st.backward_input, " BW ", st.backward_weight, " comm ", st.send_time,
+                          " static ", bytes_text(st.static_bytes), "\n");
   }
   out += detail::concat("  bottleneck ", p.bottleneck_time, " on stage ", p.bottleneck_stage, "\n");
   return out;
@@ -97,7 +80,7 @@ struct CutRequest {
 };
 
 // A model the planner can cut for any placement: `partition(placement)` (or
-// `partition({placement, in_flight})`) returns one StagePlan per virtual stage, stage s on
+// `partition({placement, in_flight})`) returns one PartitionStage per virtual stage, stage s on
 // rank placement[s], or throws ppsched::error when the model cannot be cut that way (more
 // stages than layers, a placement over another rank count than the model's, say).
 struct PlanModel {
@@ -151,15 +134,17 @@ enum class PartitionMethod : std::uint8_t {
 }
 
 // Sets bottleneck_time and bottleneck_stage from the stages, counting the time to receive a
-// stage's input and send its output, as the partitioner counts it.
+// stage's input (the previous stage's send_time, which also becomes its recv_time) and send
+// its output, as the partitioner counts it; each stage's time is set to that sum.
 inline void set_bottleneck(PartitionPlan& p) {
   p.bottleneck_time = 0.0;
   p.bottleneck_stage = 0;
   for (std::size_t s = 0; s < p.stages.size(); ++s) {
-    const double in = s == 0 ? 0.0 : p.stages[s - 1].comm_time;
-    const double t = (p.stages[s].compute_time + in) + p.stages[s].comm_time;
-    if (t > p.bottleneck_time) {
-      p.bottleneck_time = t;
+    PartitionStage& st = p.stages[s];
+    st.recv_time = s == 0 ? 0.0 : p.stages[s - 1].send_time;
+    st.time = (st.compute_time + st.recv_time) + st.send_time;
+    if (st.time > p.bottleneck_time) {
+      p.bottleneck_time = st.time;
       p.bottleneck_stage = s;
     }
   }
@@ -198,16 +183,17 @@ inline void set_bottleneck(PartitionPlan& p) {
     PartitionPlan p;
     p.method = "uniform per-rank costs; a rank's v chunks cost 1/v each";
     for (std::size_t s = 0; s < placement.size(); ++s) {
-      StagePlan st;
+      PartitionStage st;
       st.rank = placement[s];
       const double share = 1.0 / v[static_cast<std::size_t>(st.rank)];
-      st.first_layer = st.last_layer = s;
-      st.first_name = st.last_name = concat("stage ", s);
-      st.cost.forward = f * share;
-      st.cost.backward_input = bi * share;
-      st.cost.backward_weight = bw * share;
-      st.compute_time = (st.cost.forward + st.cost.backward_input) + st.cost.backward_weight;
-      st.comm_time = s + 1 < placement.size() && placement[s + 1] != placement[s] ? latency : 0.0;
+      st.begin = s;
+      st.end = s + 1;
+      st.first_layer_name = st.last_layer_name = concat("stage ", s);
+      st.forward = f * share;
+      st.backward_input = bi * share;
+      st.backward_weight = bw * share;
+      st.compute_time = (st.forward + st.backward_input) + st.backward_weight;
+      st.send_time = s + 1 < placement.size() && placement[s + 1] != placement[s] ? latency : 0.0;
       p.stages.push_back(std::move(st));
     }
     set_bottleneck(p);
@@ -300,31 +286,16 @@ struct GraphModelOptions {
     cost.inflight = request.in_flight.empty()
                         ? inflight_1f1b(stages, options.microbatches)
                         : std::vector<double>(request.in_flight.begin(), request.in_flight.end());
-    const Partition cut = options.method == PartitionMethod::uniform     ? partition_uniform(graph, stages, cost)
+    Partition cut = options.method == PartitionMethod::uniform     ? partition_uniform(graph, stages, cost)
                           : options.method == PartitionMethod::by_params ? partition_by_params(graph, stages, cost)
                                                                          : partition_optimal(graph, stages, cost);
     PartitionPlan p;
     p.method = std::string(partition_method_name(options.method));
+    p.stages = std::move(cut.stages);
     for (std::size_t s = 0; s < placement.size(); ++s) {
-      const PartitionStage& st = cut.stages[s];
-      StagePlan plan;
-      plan.rank = placement[s];
-      plan.first_layer = st.begin;
-      plan.last_layer = st.end - 1;
-      plan.first_name = st.first_layer;
-      plan.last_name = st.last_layer;
-      plan.cost.forward = st.forward;
-      plan.cost.backward_input = st.backward_input;
-      plan.cost.backward_weight = st.backward_weight;
-      plan.cost.backward = st.backward;
-      plan.cost.activation_bytes = st.activation_bytes;
-      plan.cost.output_bytes = st.send_bytes;
-      plan.compute_time = st.compute;
-      const bool same_rank = s + 1 < placement.size() && placement[s + 1] == placement[s];
-      plan.comm_time = same_rank ? 0.0 : st.send;
-      plan.memory_bytes = options.optimizer_state_factor * st.param_bytes;
-      plan.param_bytes = st.param_bytes;
-      p.stages.push_back(std::move(plan));
+      p.stages[s].rank = placement[s];
+      // The V's turn: the next stage is on the same rank, so nothing crosses a link.
+      if (s + 1 < placement.size() && placement[s + 1] == placement[s]) p.stages[s].send_time = 0.0;
     }
     set_bottleneck(p);
     return p;

@@ -365,19 +365,14 @@ class DataParallelWorld {
       }
     }
     result_.timelines.resize(worlds_.size());
-    try {
-      for (std::size_t r = 1; r < worlds_.size(); ++r) drivers_.push_back(detail::start_thread([this, r] { driver_loop(r); }));
-    } catch (...) {
-      stop_drivers();
-      throw;
-    }
+    drivers_.start(1, worlds_.size(), [this](std::size_t r) { run_replica(r); });
   }
 
   DataParallelWorld(const DataParallelWorld&) = delete;
   DataParallelWorld& operator=(const DataParallelWorld&) = delete;
   DataParallelWorld(DataParallelWorld&&) = delete;
   DataParallelWorld& operator=(DataParallelWorld&&) = delete;
-  ~DataParallelWorld() { stop_drivers(); }
+  ~DataParallelWorld() { drivers_.stop(); }
 
   // One step: `batches[r]` is replica r's share of the global batch (m micro-batches each).
   // Calls from several threads wait their turn.
@@ -387,19 +382,11 @@ class DataParallelWorld {
       fail({"DataParallelWorld", detail::concat(batches.size(), " batches for ", worlds_.size(), " replicas"), "batches",
             "give one batch per replica: its share of the global batch"});
     }
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      batches_ = batches;
-      first_ = nullptr;
-      remaining_ = worlds_.size() - 1;
-      ++generation_;
-    }
-    start_.notify_all();
+    batches_ = batches;
+    first_ = nullptr;
+    drivers_.begin();
     run_replica(0);
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      finished_.wait(lock, [&] { return remaining_ == 0; });
-    }
+    drivers_.wait();
     if (first_) {
       all_reduce_.reset();
       std::rethrow_exception(first_);
@@ -421,17 +408,13 @@ class DataParallelWorld {
   std::vector<InProcessAllReduce::Replica> replica_engines_;
   std::vector<std::unique_ptr<World<B>>> worlds_;
   DataParallelStepResult result_;
-  // Replicas 1 .. d-1 run on host threads kept for every step (replica 0 on the caller's).
-  std::vector<std::thread> drivers_;
   std::mutex step_mutex_;
-  std::mutex mutex_;
-  std::condition_variable start_;
-  std::condition_variable finished_;
-  std::uint64_t generation_ = 0;
-  std::size_t remaining_ = 0;
-  bool shutdown_ = false;
+  std::mutex mutex_;  // guards first_ while replicas fail
   std::span<const Batch> batches_;
   std::exception_ptr first_;
+  // Replicas 1 .. d-1 run on host threads kept for every step (replica 0 on the caller's);
+  // last, so that they stop before the rest goes.
+  detail::StepThreads drivers_;
 
   // A stage's weight gradient must be alike on every replica: one whose gradient is empty
   // never calls its all-reduce (it has nothing to sum), so the other replicas waited in theirs
@@ -471,34 +454,6 @@ class DataParallelWorld {
       return std::make_exception_ptr(error(detail::concat("replica ", r, ": ", x.what())));
     } catch (...) {
       return e;
-    }
-  }
-
-  void driver_loop(std::size_t r) {
-    std::uint64_t seen = 0;
-    for (;;) {
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        start_.wait(lock, [&] { return shutdown_ || generation_ != seen; });
-        if (shutdown_) return;
-        seen = generation_;
-      }
-      run_replica(r);
-      {
-        const std::lock_guard<std::mutex> lock(mutex_);
-        if (--remaining_ == 0) finished_.notify_all();
-      }
-    }
-  }
-
-  void stop_drivers() noexcept {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      shutdown_ = true;
-    }
-    start_.notify_all();
-    for (std::thread& t : drivers_) {
-      if (t.joinable()) t.join();
     }
   }
 };

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -18,7 +17,6 @@
 #include <mutex>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "ppsched/error.hpp"
@@ -92,7 +90,7 @@ class World {
   World& operator=(const World&) = delete;
   World(World&&) = delete;
   World& operator=(World&&) = delete;
-  ~World() { stop_threads(); }
+  ~World() { threads_.stop(); }
 
   // Runs one training step on every rank. Throws the step's first error (naming rank,
   // stage, micro-batch and action) after every rank has stopped; the World stays usable.
@@ -106,17 +104,9 @@ class World {
     if constexpr (requires(B & b) { b.host_begin(); }) {
       for (B* b : backends_) b->host_begin();
     }
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      batch_ = batch;
-      remaining_ = backends_.size();
-      ++generation_;
-    }
-    start_.notify_all();
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      finished_.wait(lock, [&] { return remaining_ == 0; });
-    }
+    batch_ = batch;
+    threads_.begin();
+    threads_.wait();
     if (const std::exception_ptr first = faults_.first()) {
       for (B* b : backends_) b->recover();
       faults_.reset();
@@ -150,19 +140,13 @@ class World {
   bool proven_ = false;  // lower() wrote schedule_: validate()'s checks hold by construction
   std::vector<StageFunctions> stages_;
   std::vector<std::unique_ptr<Executor<B>>> executors_;
-  std::vector<std::thread> threads_;
   std::mutex step_mutex_;  // one run_step at a time
-  std::mutex mutex_;
-  std::condition_variable start_;
-  std::condition_variable finished_;
-  std::uint64_t generation_ = 0;
-  std::size_t remaining_ = 0;
-  bool shutdown_ = false;
   Batch batch_{};
   bool record_timeline_ = true;
   bool has_backward_ = false;
   StepFaults faults_;
   StepResult result_;
+  detail::StepThreads threads_;  // one per rank; last, so that it stops before the rest goes
 
   void adopt(LoweredSchedule lowered) {
     proven_ = lowered.proven();
@@ -204,14 +188,7 @@ class World {
     std::size_t actions = 0;
     for (const auto& prog : schedule_.programs) actions += prog.size();
     result_.timeline.spans.reserve(actions);
-    try {
-      for (std::size_t r = 0; r < backends_.size(); ++r) {
-        threads_.push_back(detail::start_thread([this, r] { rank_loop(r); }));
-      }
-    } catch (...) {
-      stop_threads();
-      throw;
-    }
+    threads_.start(0, backends_.size(), [this](std::size_t r) { run_rank(r); });
   }
 
   void check_batch(const Batch& batch) const {
@@ -238,37 +215,13 @@ class World {
     }
   }
 
-  void rank_loop(std::size_t r) {
-    std::uint64_t seen = 0;
-    for (;;) {
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        start_.wait(lock, [&] { return shutdown_ || generation_ != seen; });
-        if (shutdown_) return;
-        seen = generation_;
-      }
-      try {
-        (void)executors_[r]->run_step(batch_, &faults_);
-      } catch (...) {
-        faults_.report(std::current_exception());  // kept only if it is the step's first
-      }
-      if constexpr (requires(B & b) { b.host_end(); }) backends_[r]->host_end();
-      {
-        const std::lock_guard<std::mutex> lock(mutex_);
-        if (--remaining_ == 0) finished_.notify_all();
-      }
+  void run_rank(std::size_t r) {
+    try {
+      (void)executors_[r]->run_step(batch_, &faults_);
+    } catch (...) {
+      faults_.report(std::current_exception());  // kept only if it is the step's first
     }
-  }
-
-  void stop_threads() noexcept {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      shutdown_ = true;
-    }
-    start_.notify_all();
-    for (std::thread& t : threads_) {
-      if (t.joinable()) t.join();
-    }
+    if constexpr (requires(B & b) { b.host_end(); }) backends_[r]->host_end();
   }
 
   // One timeline on the earliest rank's clock: each rank's times are from its own origin,

@@ -860,15 +860,32 @@ namespace detail {
 
 }  // namespace detail
 
+namespace detail {
+
+// What make_v_min and make_v_half refuse in a request (FamilyInfo::problem), or nothing: the
+// sizes, then the V's two chunks, as check_v_block_request words them.
+[[nodiscard]] inline std::optional<error_context> v_family_problem(std::string_view name, const ScheduleRequest& r) {
+  return sizes_and_chunks_problem(name, r, 2, concat(name, " places two chunks per rank in a V shape"),
+                                  "for one stage per rank use zb-h1 or zb-h2");
+}
+[[nodiscard]] inline std::optional<error_context> v_min_problem(const ScheduleRequest& r) {
+  return v_family_problem(v_min_name, r);
+}
+[[nodiscard]] inline std::optional<error_context> v_half_problem(const ScheduleRequest& r) {
+  return v_family_problem(v_half_name, r);
+}
+
+}  // namespace detail
+
 // V-Min: any p, m >= 1; v = 2. Peak about 1/3 of 1F1B's activation memory.
 [[nodiscard]] inline Schedule make_v_min(const ScheduleRequest& r) {
-  detail::check_request_sizes(v_min_name, r);
+  if (auto problem = detail::v_min_problem(r)) fail(*problem);
   return detail::v_family_schedule(v_min_name, r, v_min_block(r.ranks));
 }
 
 // V-Half: any p, m >= 1; v = 2. Peak about 1/2 of 1F1B's activation memory.
 [[nodiscard]] inline Schedule make_v_half(const ScheduleRequest& r) {
-  detail::check_request_sizes(v_half_name, r);
+  if (auto problem = detail::v_half_problem(r)) fail(*problem);
   return detail::v_family_schedule(v_half_name, r, v_half_block(r.ranks));
 }
 

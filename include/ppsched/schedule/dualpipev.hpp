@@ -47,19 +47,29 @@ inline constexpr std::string_view dualpipev_name = "dualpipev";
          3 * std::int64_t{r.ranks} * r.chunks * r.microbatches <= detail::max_generated_actions;
 }
 
+namespace detail {
+
+// What make_dualpipev refuses in a request (FamilyInfo::problem), or nothing.
+[[nodiscard]] inline std::optional<error_context> dualpipev_problem(const ScheduleRequest& r) {
+  if (auto problem = sizes_and_chunks_problem(dualpipev_name, r, 2, "dualpipev places two chunks per rank in a V shape",
+                                              "for one stage per rank use zb-h1 or zb-h2")) {
+    return problem;
+  }
+  const std::int32_t p = r.ranks, m = r.microbatches;
+  if (m >= 2 * p) return std::nullopt;
+  return error_context{family_subject(dualpipev_name),
+                       concat("needs at least 2p = ", 2 * p, " micro-batches to fill its V (got m=", m, ")"),
+                       concat("request ", to_string(r)), concat("nearest valid: m=", 2 * p, ", or use zb-v")};
+}
+
+}  // namespace detail
+
 // DualPipeV for p ranks, m >= 2p micro-batches, v = 2, its F&B pairs as compute groups (ids
 // 1, 2, ... along each rank's program). Throws ppsched::error otherwise, saying the nearest
 // valid request.
 [[nodiscard]] inline Schedule make_dualpipev(const ScheduleRequest& r) {
-  detail::check_request_sizes(dualpipev_name, r);
-  detail::require_chunks(dualpipev_name, r, 2, "dualpipev places two chunks per rank in a V shape",
-                         "for one stage per rank use zb-h1 or zb-h2");
+  if (auto problem = detail::dualpipev_problem(r)) fail(*problem);
   const std::int32_t p = r.ranks, m = r.microbatches;
-  if (m < 2 * p) {
-    fail({detail::family_subject(dualpipev_name),
-          detail::concat("needs at least 2p = ", 2 * p, " micro-batches to fill its V (got m=", m, ")"),
-          detail::concat("request ", to_string(r)), detail::concat("nearest valid: m=", 2 * p, ", or use zb-v")});
-  }
   Schedule out = detail::empty_schedule(dualpipev_name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(m));
   for (std::int32_t rank = 0; rank < p; ++rank) {
     auto& program = out.programs[static_cast<std::size_t>(rank)];

@@ -21,12 +21,26 @@ inline constexpr std::string_view gpipe_name = "gpipe";
 inline constexpr std::string_view forward_only_name = "forward-only";
 inline constexpr std::string_view looped_bfs_name = "looped-bfs";
 
+namespace detail {
+
+// What each generator below refuses in a request (FamilyInfo::problem), or nothing.
+[[nodiscard]] inline std::optional<error_context> gpipe_problem(const ScheduleRequest& r) {
+  return sizes_and_chunks_problem(gpipe_name, r, 1, "gpipe places one stage per rank",
+                                  "for several chunks per rank use looped-bfs (fill-drain) or interleaved-1f1b");
+}
+[[nodiscard]] inline std::optional<error_context> forward_only_problem(const ScheduleRequest& r) {
+  return sizes_and_chunks_problem(forward_only_name, r, 1, "forward-only places one stage per rank", "");
+}
+[[nodiscard]] inline std::optional<error_context> looped_bfs_problem(const ScheduleRequest& r) {
+  return request_size_problem(looped_bfs_name, r);
+}
+
+}  // namespace detail
+
 // GPipe: on every rank F0..F(m-1), then B0..B(m-1). Any p, m >= 1; v = 1.
 // Idle per rank (p-1)(T_F+T_B); m activations in flight on every stage.
 [[nodiscard]] inline Schedule make_gpipe(const ScheduleRequest& r) {
-  detail::check_request_sizes(gpipe_name, r);
-  detail::require_chunks(gpipe_name, r, 1, "gpipe places one stage per rank",
-                         "for several chunks per rank use looped-bfs (fill-drain) or interleaved-1f1b");
+  if (auto problem = detail::gpipe_problem(r)) fail(*problem);
   Schedule s = detail::empty_schedule(gpipe_name, r, one_stage_per_rank_placement(r.ranks), false,
                                       2 * static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank) {
@@ -41,8 +55,7 @@ inline constexpr std::string_view looped_bfs_name = "looped-bfs";
 
 // Forward-only (inference): F0..F(m-1) on every rank and nothing else. Any p, m >= 1; v = 1.
 [[nodiscard]] inline Schedule make_forward_only(const ScheduleRequest& r) {
-  detail::check_request_sizes(forward_only_name, r);
-  detail::require_chunks(forward_only_name, r, 1, "forward-only places one stage per rank", "");
+  if (auto problem = detail::forward_only_problem(r)) fail(*problem);
   Schedule s = detail::empty_schedule(forward_only_name, r, one_stage_per_rank_placement(r.ranks), false,
                                       static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank) {
@@ -59,7 +72,7 @@ inline constexpr std::string_view looped_bfs_name = "looped-bfs";
 // the last activation stored is the first one freed). Any p, m, v >= 1.
 // m*v activations in flight on every rank.
 [[nodiscard]] inline Schedule make_looped_bfs(const ScheduleRequest& r) {
-  detail::check_request_sizes(looped_bfs_name, r);
+  if (auto problem = detail::looped_bfs_problem(r)) fail(*problem);
   Schedule s = detail::empty_schedule(
       looped_bfs_name, r, looped_placement(r.ranks, r.chunks), false,
       2 * static_cast<std::size_t>(r.microbatches) * static_cast<std::size_t>(r.chunks));

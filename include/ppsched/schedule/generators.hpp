@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -62,6 +63,9 @@ struct FamilyInfo {
   std::string_view rule;     // the request it accepts, one line
   std::string_view summary;  // what it does, one line
   Schedule (*make)(const ScheduleRequest&);
+  // What make(r) refuses in r, in the generator's words (the rule and the nearest valid
+  // request), or nothing when it builds it: the very check make runs first.
+  std::optional<error_context> (*problem)(const ScheduleRequest&) = nullptr;
   PlacementKind placement = PlacementKind::one_per_rank;
   // Chunks per rank it is built with; 0 when it takes any number (the caller chooses v).
   std::int32_t chunks = 1;
@@ -93,14 +97,11 @@ struct FamilyInfo {
     return rule_allows(r);
   }
   // Why the family rejects `r`, in its generator's words (the rule and the nearest valid
-  // request); empty when it accepts it. A generator checks the request before it builds
-  // anything, so a rejected request costs its checks only, and an accepted one is not built.
+  // request): the message make(r) would throw; empty when it accepts it. Nothing is built.
   [[nodiscard]] std::string why_not(const ScheduleRequest& r) const {
     if (accepts(r)) return {};
-    try {
-      (void)make(r);
-    } catch (const error& e) {
-      return e.what();
+    if (problem != nullptr) {
+      if (const std::optional<error_context> why = problem(r)) return format_error(*why);
     }
     return detail::concat("schedule '", name, "': does not accept ", to_string(r), " (", rule, ")");
   }
@@ -178,18 +179,21 @@ inline constexpr std::array<FamilyInfo, 12> schedule_families{{
      .rule = "any p, m; v = 1",
      .summary = "all forwards, then all backwards (fill-drain); m activations per stage",
      .make = &make_gpipe,
+     .problem = &detail::gpipe_problem,
      .bubble = &detail::fill_drain_bubble,
      .peak_in_flight = &detail::all_in_flight},
     {.name = one_f_one_b_name,
      .rule = "any p, m; v = 1",
      .summary = "warm-up, one forward one backward, drain; p-s activations on stage s",
      .make = &make_1f1b,
+     .problem = &detail::one_f_one_b_problem,
      .bubble = &detail::fill_drain_bubble,
      .peak_in_flight = &detail::one_f_one_b_in_flight},
     {.name = interleaved_1f1b_name,
      .rule = "any p, v; m a multiple of p when v > 1",
      .summary = "Megatron's virtual pipeline: v looped chunks per rank, bubble divided by v",
      .make = &make_interleaved_1f1b,
+     .problem = &detail::interleaved_1f1b_problem,
      .placement = PlacementKind::looped,
      .chunks = 0,
      .rule_accepts = &interleaved_1f1b_accepts,
@@ -198,6 +202,7 @@ inline constexpr std::array<FamilyInfo, 12> schedule_families{{
      .rule = "any p, m, v",
      .summary = "v looped chunks per rank, breadth-first: each chunk runs all micro-batches",
      .make = &make_looped_bfs,
+     .problem = &detail::looped_bfs_problem,
      .placement = PlacementKind::looped,
      .chunks = 0,
      .rule_accepts = &detail::any_chunks,
@@ -206,6 +211,7 @@ inline constexpr std::array<FamilyInfo, 12> schedule_families{{
      .rule = "any p, m; v = 1",
      .summary = "zero bubble H1: split backward, delayed BW fills the bubble; 1F1B's memory",
      .make = &make_zb_h1,
+     .problem = &detail::zb_h1_problem,
      .split_backward = true,
      .bubble = &detail::zb_h1_bubble,
      .peak_in_flight = &detail::one_f_one_b_in_flight},
@@ -213,6 +219,7 @@ inline constexpr std::array<FamilyInfo, 12> schedule_families{{
      .rule = "any p, m; v = 1",
      .summary = "zero bubble H2: 2p-1 warm-up forwards on stage 0, no bubble in each rank's span",
      .make = &make_zb_h2,
+     .problem = &detail::zb_h2_problem,
      .split_backward = true,
      .bubble = &detail::zb_h2_bubble,
      .peak_in_flight = &detail::zb_h2_in_flight},
@@ -220,6 +227,7 @@ inline constexpr std::array<FamilyInfo, 12> schedule_families{{
      .rule = "any p, v; m a multiple of max(1, m/p) when v > 1",
      .summary = "PyTorch's interleaved zero bubble: v looped chunks per rank, split backward, rank r's BWs r late",
      .make = &make_interleaved_zero_bubble,
+     .problem = &detail::interleaved_zero_bubble_problem,
      .placement = PlacementKind::looped,
      .chunks = 0,
      .split_backward = true,
@@ -229,6 +237,7 @@ inline constexpr std::array<FamilyInfo, 12> schedule_families{{
      .rule = "any p, m; v = 2",
      .summary = "zero bubble V: two chunks per rank in a V shape, split backward",
      .make = &make_zb_v,
+     .problem = &detail::zb_v_problem,
      .placement = PlacementKind::v_shape,
      .chunks = 2,
      .split_backward = true},
@@ -236,6 +245,7 @@ inline constexpr std::array<FamilyInfo, 12> schedule_families{{
      .rule = "any p, m; v = 2",
      .summary = "controllable memory V-Half: repeated V building block, about half of 1F1B's activation memory",
      .make = &make_v_half,
+     .problem = &detail::v_half_problem,
      .placement = PlacementKind::v_shape,
      .chunks = 2,
      .split_backward = true},
@@ -243,6 +253,7 @@ inline constexpr std::array<FamilyInfo, 12> schedule_families{{
      .rule = "any p, m; v = 2",
      .summary = "controllable memory V-Min: repeated V building block, about a third of 1F1B's activation memory",
      .make = &make_v_min,
+     .problem = &detail::v_min_problem,
      .placement = PlacementKind::v_shape,
      .chunks = 2,
      .split_backward = true},
@@ -250,6 +261,7 @@ inline constexpr std::array<FamilyInfo, 12> schedule_families{{
      .rule = "any p; v = 2; m >= 2p",
      .summary = "DeepSeek's DualPipeV: a V of two chunks per rank, steady state of overlapped F&B pairs (compute groups)",
      .make = &make_dualpipev,
+     .problem = &detail::dualpipev_problem,
      .placement = PlacementKind::v_shape,
      .chunks = 2,
      .split_backward = true,
@@ -259,6 +271,7 @@ inline constexpr std::array<FamilyInfo, 12> schedule_families{{
      .rule = "any p, m; v = 1",
      .summary = "inference: forwards only",
      .make = &make_forward_only,
+     .problem = &detail::forward_only_problem,
      .training = false,
      .bubble = &detail::forward_only_bubble,
      .peak_in_flight = &detail::none_in_flight},

@@ -48,6 +48,26 @@ namespace detail {
          (r.chunks == 1 || detail::interleaved_zb_rounds_even(r.ranks, r.microbatches));
 }
 
+namespace detail {
+
+// What make_interleaved_zero_bubble refuses in a request (FamilyInfo::problem), or nothing.
+[[nodiscard]] inline std::optional<error_context> interleaved_zero_bubble_problem(const ScheduleRequest& r) {
+  if (auto problem = request_size_problem(interleaved_zero_bubble_name, r)) return problem;
+  if (interleaved_zero_bubble_accepts(r)) return std::nullopt;
+  const std::int32_t p = r.ranks, m = r.microbatches;
+  std::int32_t below = m - 1, above = m + 1;
+  while (!interleaved_zb_rounds_even(p, below)) --below;  // every m < 2p is even
+  while (!interleaved_zb_rounds_even(p, above)) ++above;  // so is every multiple of p
+  return error_context{family_subject(interleaved_zero_bubble_name),
+                       concat("with v > 1 chunks per rank, m must split into max(1, m/p) = ", m / p,
+                              " equal rounds (got m=", m, "), because PyTorch runs the micro-batches through each "
+                              "chunk in rounds of m/rounds"),
+                       concat("request ", to_string(r)),
+                       concat("nearest valid: m=", below, " or m=", above, ", or v=1 (ZB-H1's order, any m)")};
+}
+
+}  // namespace detail
+
 // Interleaved zero bubble, looped placement, split backward. With k = m/rounds micro-batches
 // per round and t = m*v chunk passes per rank, rank r's j-th forward (and j-th backward) runs
 // micro-batch (j / kv)*k + j mod k on chunk (j / k) mod v (backward: v-1 minus that). Rank r
@@ -55,19 +75,8 @@ namespace detail {
 // j + w (while any remain), the BI j, and the BW j - r once j >= r; then its remaining BWs.
 // PyTorch pads these orders with idle steps; the orders, without them, are the same.
 [[nodiscard]] inline Schedule make_interleaved_zero_bubble(const ScheduleRequest& r) {
-  detail::check_request_sizes(interleaved_zero_bubble_name, r);
+  if (auto problem = detail::interleaved_zero_bubble_problem(r)) fail(*problem);
   const std::int32_t p = r.ranks, m = r.microbatches, v = r.chunks;
-  if (!interleaved_zero_bubble_accepts(r)) {
-    std::int32_t below = m - 1, above = m + 1;
-    while (!detail::interleaved_zb_rounds_even(p, below)) --below;  // every m < 2p is even
-    while (!detail::interleaved_zb_rounds_even(p, above)) ++above;  // so is every multiple of p
-    fail({detail::family_subject(interleaved_zero_bubble_name),
-          detail::concat("with v > 1 chunks per rank, m must split into max(1, m/p) = ", m / p,
-                         " equal rounds (got m=", m, "), because PyTorch runs the micro-batches through each chunk "
-                         "in rounds of m/rounds"),
-          detail::concat("request ", to_string(r)),
-          detail::concat("nearest valid: m=", below, " or m=", above, ", or v=1 (ZB-H1's order, any m)")});
-  }
   Schedule s = detail::empty_schedule(interleaved_zero_bubble_name, r, looped_placement(p, v), true,
                                       3 * static_cast<std::size_t>(m) * static_cast<std::size_t>(v));
   const std::int32_t k = detail::interleaved_zb_round_size(p, m);

@@ -42,12 +42,20 @@ inline void append_1f1b_program(std::vector<Action>& program, std::int32_t stage
 
 }  // namespace detail
 
+namespace detail {
+
+// What make_1f1b refuses in a request (FamilyInfo::problem), or nothing.
+[[nodiscard]] inline std::optional<error_context> one_f_one_b_problem(const ScheduleRequest& r) {
+  return sizes_and_chunks_problem(one_f_one_b_name, r, 1, "1f1b places one stage per rank",
+                                  "for several chunks per rank use interleaved-1f1b");
+}
+
+}  // namespace detail
+
 // 1F1B: any p, m >= 1; v = 1. Idle per rank (p-1)(T_F+T_B); min(p-s, m) activations in flight
 // on stage s.
 [[nodiscard]] inline Schedule make_1f1b(const ScheduleRequest& r) {
-  detail::check_request_sizes(one_f_one_b_name, r);
-  detail::require_chunks(one_f_one_b_name, r, 1, "1f1b places one stage per rank",
-                         "for several chunks per rank use interleaved-1f1b");
+  if (auto problem = detail::one_f_one_b_problem(r)) fail(*problem);
   Schedule s = detail::empty_schedule(one_f_one_b_name, r, one_stage_per_rank_placement(r.ranks), false,
                                       2 * static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank)
@@ -64,6 +72,25 @@ inline void append_1f1b_program(std::vector<Action>& program, std::int32_t stage
          (r.chunks == 1 || r.microbatches % r.ranks == 0);
 }
 
+namespace detail {
+
+// What make_interleaved_1f1b refuses in a request (FamilyInfo::problem), or nothing.
+[[nodiscard]] inline std::optional<error_context> interleaved_1f1b_problem(const ScheduleRequest& r) {
+  if (auto problem = request_size_problem(interleaved_1f1b_name, r)) return problem;
+  if (interleaved_1f1b_accepts(r)) return std::nullopt;
+  const std::int32_t below = (r.microbatches / r.ranks) * r.ranks;
+  const std::int32_t above = below + r.ranks;
+  return error_context{
+      family_subject(interleaved_1f1b_name),
+      concat("with v > 1 chunks per rank, m must be a multiple of p=", r.ranks, " (got m=", r.microbatches,
+             "), because Megatron's interleaving runs micro-batches through each chunk in groups of p"),
+      concat("request ", to_string(r)),
+      below >= r.ranks ? concat("nearest valid: m=", below, " or m=", above)
+                       : concat("nearest valid: m=", above, ", or v=1 (plain 1F1B accepts any m)")};
+}
+
+}  // namespace detail
+
 // Interleaved 1F1B: looped placement (stage c*p + rank), any p, v >= 1; for v > 1 m must be a
 // multiple of p (for v = 1 the schedule is 1F1B and any m works). Rank r's program is
 // Megatron's: virtual micro-batch k (0 <= k < m*v) is micro-batch (k / (p*v))*p + k % p of
@@ -72,19 +99,7 @@ inline void append_1f1b_program(std::vector<Action>& program, std::int32_t stage
 // forward and one backward, then drains. Idle per rank (p-1)(T_F+T_B)/v, where T_F and T_B
 // are a whole rank's costs (v chunks).
 [[nodiscard]] inline Schedule make_interleaved_1f1b(const ScheduleRequest& r) {
-  detail::check_request_sizes(interleaved_1f1b_name, r);
-  if (!interleaved_1f1b_accepts(r)) {
-    const std::int32_t below = (r.microbatches / r.ranks) * r.ranks;
-    const std::int32_t above = below + r.ranks;
-    fail({detail::family_subject(interleaved_1f1b_name),
-          detail::concat(
-              "with v > 1 chunks per rank, m must be a multiple of p=", r.ranks, " (got m=", r.microbatches,
-              "), because Megatron's interleaving runs micro-batches through each chunk in groups of p"),
-          detail::concat("request ", to_string(r)),
-          below >= r.ranks
-              ? detail::concat("nearest valid: m=", below, " or m=", above)
-              : detail::concat("nearest valid: m=", above, ", or v=1 (plain 1F1B accepts any m)")});
-  }
+  if (auto problem = detail::interleaved_1f1b_problem(r)) fail(*problem);
   Schedule s = detail::empty_schedule(
       interleaved_1f1b_name, r, looped_placement(r.ranks, r.chunks), false,
       2 * static_cast<std::size_t>(r.microbatches) * static_cast<std::size_t>(r.chunks));

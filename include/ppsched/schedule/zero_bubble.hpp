@@ -55,11 +55,25 @@ inline void append_zero_bubble_program(std::vector<Action>& program, std::int32_
 
 }  // namespace detail
 
+namespace detail {
+
+// What each generator below refuses in a request (FamilyInfo::problem), or nothing.
+[[nodiscard]] inline std::optional<error_context> zb_h1_problem(const ScheduleRequest& r) {
+  return sizes_and_chunks_problem(zb_h1_name, r, 1, "zb-h1 places one stage per rank", "for two chunks per rank use zb-v");
+}
+[[nodiscard]] inline std::optional<error_context> zb_h2_problem(const ScheduleRequest& r) {
+  return sizes_and_chunks_problem(zb_h2_name, r, 1, "zb-h2 places one stage per rank", "for two chunks per rank use zb-v");
+}
+[[nodiscard]] inline std::optional<error_context> zb_v_problem(const ScheduleRequest& r) {
+  return sizes_and_chunks_problem(zb_v_name, r, 2, "zb-v places two chunks per rank in a V shape",
+                                  "for one stage per rank use zb-h1 or zb-h2");
+}
+
+}  // namespace detail
+
 // ZB-H1: any p, m >= 1; v = 1.
 [[nodiscard]] inline Schedule make_zb_h1(const ScheduleRequest& r) {
-  detail::check_request_sizes(zb_h1_name, r);
-  detail::require_chunks(zb_h1_name, r, 1, "zb-h1 places one stage per rank",
-                         "for two chunks per rank use zb-v");
+  if (auto problem = detail::zb_h1_problem(r)) fail(*problem);
   Schedule s = detail::empty_schedule(zb_h1_name, r, one_stage_per_rank_placement(r.ranks), true,
                                       3 * static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank)
@@ -71,9 +85,7 @@ inline void append_zero_bubble_program(std::vector<Action>& program, std::int32_
 // ZB-H2: any p, m >= 1; v = 1. The bubble vanishes only once m >= 2p-1 (the warm-up of the
 // first stage); with fewer micro-batches the schedule is complete but keeps a bubble.
 [[nodiscard]] inline Schedule make_zb_h2(const ScheduleRequest& r) {
-  detail::check_request_sizes(zb_h2_name, r);
-  detail::require_chunks(zb_h2_name, r, 1, "zb-h2 places one stage per rank",
-                         "for two chunks per rank use zb-v");
+  if (auto problem = detail::zb_h2_problem(r)) fail(*problem);
   Schedule s = detail::empty_schedule(zb_h2_name, r, one_stage_per_rank_placement(r.ranks), true,
                                       3 * static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank)
@@ -96,9 +108,7 @@ inline void append_zero_bubble_program(std::vector<Action>& program, std::int32_
 // Stripping keeps the schedule valid: every dependency of a micro-batch lies within that
 // micro-batch, and the survivors keep their relative order.
 [[nodiscard]] inline Schedule make_zb_v(const ScheduleRequest& r) {
-  detail::check_request_sizes(zb_v_name, r);
-  detail::require_chunks(zb_v_name, r, 2, "zb-v places two chunks per rank in a V shape",
-                         "for one stage per rank use zb-h1 or zb-h2");
+  if (auto problem = detail::zb_v_problem(r)) fail(*problem);
   const std::int32_t p = r.ranks;
   const std::int32_t m = r.microbatches;
   const std::int32_t n = std::max(m, 2 * p - 1);

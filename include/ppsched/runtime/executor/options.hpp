@@ -1,0 +1,122 @@
+// Part of <ppsched/runtime/executor.hpp> (include that): the executor's options, the faults a
+// step's ranks share, and what one rank's step produces.
+#pragma once
+
+#include "ppsched/config.hpp"
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <mutex>
+#include <stop_token>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ppsched/error.hpp"
+#include "ppsched/runtime/stage.hpp"
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/schedule/schedule.hpp"
+#include "ppsched/trace/timeline.hpp"
+
+namespace ppsched::inline PPSCHED_MODE {
+
+struct ExecutorOptions {
+  GradAccumulation accumulation = GradAccumulation::microbatch_order;
+  // A step in which no action of a rank completes for this long ends with an error naming
+  // what the rank waits for. Progress is sampled every tenth of it (clamped to 1-100 ms), so
+  // the error comes at most that much later than a full period without a completion.
+  std::chrono::milliseconds watchdog{10'000};
+  // Record each action's start and end (two timing events per action).
+  bool record_timeline = true;
+  // Validate the (lowered) schedule before running it; off, a deadlocking schedule is caught
+  // by the watchdog instead.
+  bool validate = true;
+  // The user's seed of StageContext::seed (stage_seed(seed, step, stage, micro-batch)).
+  std::uint64_t seed = 0;
+  // Copy the last stage's forward output of every micro-batch into the step's result
+  // (RankStep::outputs, StepResult::outputs), in training and in forward-only steps.
+  bool keep_outputs = false;
+  // Parameters shared between stages: their gradients are summed across the owning ranks
+  // after the flush, before optimizer_step (TiedWeights, runtime/stage.hpp).
+  std::vector<TiedWeights> tied_weights;
+};
+
+// The faults of one step, shared by its ranks: the first error reported is kept and every
+// rank is asked to stop through the token.
+class StepFaults {
+ public:
+  void report(std::exception_ptr e) noexcept {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      if (!first_) first_ = std::move(e);
+    }
+    stop_.request_stop();
+  }
+  [[nodiscard]] std::stop_token token() const noexcept { return stop_.get_token(); }
+  [[nodiscard]] std::exception_ptr first() const {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return first_;
+  }
+  // Before the next step: forget the error (a stop source, once requested, is replaced).
+  void reset() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    first_ = nullptr;
+    if (stop_.stop_requested()) stop_ = std::stop_source();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::exception_ptr first_;
+  std::stop_source stop_;
+};
+
+// What one rank's step produced.
+struct RankStep {
+  std::vector<float> losses;                       // per micro-batch; NaN on a rank without the last stage,
+                                                   // and in a forward-only step without targets or loss
+  std::vector<float> outputs;                      // with keep_outputs, on the last stage's rank: m x its output_size
+  std::vector<Span> spans;                         // one per action of the rank's program, in ms from `origin`
+  std::chrono::steady_clock::time_point origin{};  // when the step's origin was recorded (host clock)
+};
+
+namespace detail {
+
+// The rank's error when another rank asked it to stop.
+struct StoppedByPeer {};
+
+[[nodiscard]] inline std::string matching_action(const Schedule& s, const Action& a) {
+  switch (a.op) {
+    case Op::SEND_F:
+      return detail::concat("RECV_F", a.microbatch, "@s", a.stage + 1, " on rank ", s.rank_of(a.stage + 1));
+    case Op::RECV_F:
+      return detail::concat("SEND_F", a.microbatch, "@s", a.stage - 1, " on rank ", s.rank_of(a.stage - 1));
+    case Op::SEND_B:
+      return detail::concat("RECV_B", a.microbatch, "@s", a.stage - 1, " on rank ", s.rank_of(a.stage - 1));
+    case Op::RECV_B:
+      return detail::concat("SEND_B", a.microbatch, "@s", a.stage + 1, " on rank ", s.rank_of(a.stage + 1));
+    default:
+      return {};
+  }
+}
+
+// The host pool's buffer type: a backend's `host_buffer` (CUDA: pinned memory) when it has
+// `allocate_host`, else its own buffer (host-memory backends).
+template <class B>
+struct host_buffer_of {
+  using type = typename B::buffer;
+};
+template <class B>
+  requires requires(B& b, std::size_t n) {
+    typename B::host_buffer;
+    { b.allocate_host(n) } -> std::same_as<typename B::host_buffer>;
+  }
+struct host_buffer_of<B> {
+  using type = typename B::host_buffer;
+};
+
+}  // namespace detail
+
+}  // namespace ppsched

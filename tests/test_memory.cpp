@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -19,6 +20,10 @@
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/plan/memory_choice.hpp"
 #include "ppsched/plan/memory_policy.hpp"
+#include "ppsched/plan/costs.hpp"
+#include "ppsched/plan/model.hpp"
+#include "ppsched/graph/profile.hpp"
+#include "ppsched/graph/profile_json.hpp"
 #include "ppsched/plan/search/memory.hpp"
 #include "ppsched/runtime/synthetic.hpp"
 #include "ppsched/runtime/world.hpp"
@@ -659,4 +664,187 @@ TEST_CASE("a recomputation that its backward's gap cannot hold moves into an ear
   MemoryPolicyOptions beside_none;
   beside_none.max_backwards_crossed = 0;
   CHECK(apply_memory_policies(s, c, policies, beside_none).schedule.programs[0] == late.schedule.programs[0]);
+}
+
+TEST_CASE("layer-wise recomputation holds the layers' inputs and one layer at a time", "[memory][layerwise]") {
+  // A stage of 100 bytes of activations whose layers' inputs are 20 bytes and whose largest
+  // layer holds 30: F keeps 20, R holds 30 while the backward recomputes layer by layer.
+  const Schedule plain = one_f_one_b(4, 8);
+  CostModel c = uniform_costs(1, 1, 1);
+  c.stages[0].activation_bytes = 100.0;
+  c.stages[0].recompute_saved_bytes = 80.0;
+  c.stages[0].recompute_peak_bytes = 30.0;
+  const Schedule s = with_recompute(plain);
+  // Rank 0 holds four forwards' inputs (4 x 20) and one recomputed layer (30).
+  ValidateOptions options;
+  options.memory.activation_bytes.assign(4, 100.0);
+  options.memory.recompute_fraction.assign(4, 0.8);
+  options.memory.recompute_peak_fraction.assign(4, 0.3);
+  const ValidationReport r = validate(s, options);
+  REQUIRE(r.ok());
+  CHECK(r.memory[0].peak_bytes == Approx(4 * 20.0 + 30.0));
+  CHECK(r.memory[3].peak_bytes == Approx(20.0 + 30.0));
+  // The memory model of the costs says the same, and the three counts agree: validate's, the
+  // planner's (peak_memory, the same walk) and the simulator's in time.
+  const MemoryModel m = memory_model_for(c, 4);
+  CHECK(m.recompute_fraction == std::vector<double>(4, 0.8));
+  CHECK(m.recompute_peak_fraction == std::vector<double>(4, 0.3));
+  const SimResult sim = simulate(s, c);
+  CHECK(peak_memory(s, c).bytes[0] == Approx(r.memory[0].peak_bytes));
+  CHECK(sim.memory[0].peak_bytes == Approx(r.memory[0].peak_bytes));
+  CHECK(sim.timed_peak[0].bytes == Approx(r.memory[0].peak_bytes));
+  // Whole-stage recomputation of the same stage holds all 100 while its backward runs.
+  CostModel full = uniform_costs(1, 1, 1);
+  full.stages[0].activation_bytes = 100.0;
+  CHECK(simulate(s, full).timed_peak[0].bytes == Approx(100.0));
+  // Every micro-batch's memory comes back to zero at the end of the step.
+  for (const auto& samples : sim.memory_over_time) CHECK(samples.back().bytes == Approx(0.0).margin(1e-9));
+
+  SECTION("with a split backward, BI keeps the weight gradient's share for BW") {
+    const Schedule zb = with_recompute(make_schedule("zb-h1", {4, 8, 1}));
+    const SimResult z = simulate(zb, c);
+    const ValidationReport zr = validate(zb, options);
+    REQUIRE(zr.ok());
+    for (std::size_t k = 0; k < 4; ++k) {
+      CHECK(peak_memory(zb, c).bytes[k] == Approx(zr.memory[k].peak_bytes));
+      CHECK(z.memory[k].peak_bytes == Approx(zr.memory[k].peak_bytes));
+    }
+    // R counts the recomputed layer and w = 0.5 of the activation up front: 30 + 50 on top of
+    // the inputs kept.
+    CHECK(zr.memory[3].peak_bytes >= 20.0 + 30.0 + 50.0 - 1e-9);
+    for (const auto& samples : z.memory_over_time) CHECK(samples.back().bytes == Approx(0.0).margin(1e-9));
+  }
+  SECTION("a peak above the activation is refused, naming the field") {
+    c.stages[0].recompute_peak_bytes = 101.0;
+    CHECK_THROWS_WITH(simulate(s, c), Catch::Contains("recompute_peak_bytes 101 exceeds activation_bytes 100"));
+  }
+}
+
+TEST_CASE("the layer-wise policy is priced from the model's layers and placed right before its backward",
+          "[memory][layerwise][policy]") {
+  // Four layers of 100 activation bytes each, passing 10 bytes on: two stages of two layers.
+  std::vector<Layer> layers(4);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    layers[i].name = "layer " + std::to_string(i);
+    layers[i].forward = 1.0;
+    layers[i].backward_input = 1.0;
+    layers[i].backward_weight = 1.0;
+    layers[i].activation_bytes = 100.0;
+    layers[i].output_bytes = 10.0;
+    layers[i].param_bytes = 1.0;
+  }
+  layers[1].activation_bytes = 150.0;
+  Profile profile;
+  profile.graph = LayerGraph(layers);
+  profile.time_unit = "ms";
+  const PlanModel model = graph_model(profile, "four layers", {.ranks = 2, .microbatches = 4});
+  REQUIRE(model.layer_memory.size() == 4);
+  CHECK(model.layer_memory[0].input_bytes == 0.0);
+  CHECK(model.layer_memory[1].input_bytes == 10.0);
+  const PartitionPlan partition = model.partition(std::vector<std::int32_t>{0, 1});
+  REQUIRE(partition.stages.size() == 2);
+  REQUIRE(partition.stages[0].last_layer == 1);
+  const std::optional<MemoryPolicy> p = layerwise_recompute_policy(model, partition.stages[0]);
+  REQUIRE(p);
+  // Stage 0 keeps layer 1's input (10 of its 250 bytes) and holds layer 1's 150 at most.
+  CHECK(*p == MemoryPolicy::layerwise(240.0, 150.0, partition.stages[0].cost.forward));
+  CHECK(to_string(*p) == "layer-wise recompute");
+  CHECK(p->recomputes());
+  const auto ladders = stage_ladders(model, partition);
+  REQUIRE(ladders.size() == 2);
+  CHECK(ladders[1].back().kind == MemoryPolicyKind::layerwise_recompute);
+  CHECK(ladders[1].size() == MemoryChoiceOptions{}.ladder.size() + 1);
+
+  // Placed: R right before each backward even where an earlier idle gap would hold it.
+  const Schedule zb = make_schedule("zb-h1", {2, 4, 1});
+  CostModel costs = cost_model_of(partition, {.unit = "ms"});
+  const MemoryPlan plan = apply_memory_policies(zb, costs, {*p, MemoryPolicy::none()});
+  REQUIRE(count_op(plan.schedule, Op::R) == 4);
+  for (const auto& prog : plan.schedule.programs) {
+    for (std::size_t k = 0; k < prog.size(); ++k) {
+      if (prog[k].op != Op::R) continue;
+      REQUIRE(k + 1 < prog.size());
+      CHECK(prog[k + 1].op == Op::BI);
+      CHECK(prog[k + 1].microbatch == prog[k].microbatch);
+    }
+  }
+  const StageCost& sc = plan.costs.stages[0];
+  CHECK(recompute_saved_bytes(sc) == 240.0);
+  CHECK(recompute_peak_bytes(sc) == 150.0);
+  CHECK(recompute_time(sc) == partition.stages[0].cost.forward);
+  CHECK(validate(plan.schedule).ok());
+
+  SECTION("a layer-wise policy without its sizes, or sizes on another kind, is refused") {
+    MemoryPolicy bad = *p;
+    bad.peak_bytes.reset();
+    CHECK_THROWS_WITH(apply_memory_policies(zb, costs, {bad, MemoryPolicy::none()}), Catch::Contains("lacks saved_bytes, peak_bytes"));
+    MemoryPolicy other = MemoryPolicy::full_recompute();
+    other.peak_bytes = 10.0;
+    CHECK_THROWS_WITH(apply_memory_policies(zb, costs, {other, MemoryPolicy::none()}),
+                      Catch::Contains("peak_bytes is set on a full recompute policy"));
+    CHECK_THROWS_WITH(apply_memory_policies(zb, costs, {MemoryPolicy::layerwise(240.0, 300.0, 1.0), MemoryPolicy::none()}),
+                      Catch::Contains("peak_bytes 300 is not within the stage's activation_bytes 250"));
+  }
+  SECTION("the planner climbs to it where whole-stage policies cannot fit the cap") {
+    // 1F1B on 2 ranks, 4 micro-batches: rank 0 holds 2 x 250 plainly; whole-stage
+    // recomputation still holds 250 at its backward; layer-wise 10 + 150 (plus one in flight).
+    const Schedule f = make_schedule("1f1b", {2, 4, 1});
+    MemoryChoiceOptions o;
+    o.ladder = {MemoryPolicy::full_recompute()};
+    const MemoryChoice whole = choose_memory_policies(f, costs, {}, 200.0, o);
+    CHECK_FALSE(whole.fits);
+    o.stage_ladders = stage_ladders(model, partition, o.ladder);
+    const MemoryChoice lw = choose_memory_policies(f, costs, {}, 200.0, o);
+    REQUIRE(lw.fits);
+    CHECK(lw.plan.policies[0].kind == MemoryPolicyKind::layerwise_recompute);
+    CHECK(lw.peak_bytes[0] == Approx(2 * 10.0 + 150.0));
+  }
+}
+
+TEST_CASE("peak_memory is validate's walk: the families' peaks are what validate counts", "[memory][search]") {
+  // peak_memory (the search's count) and validate() share one walk; outside overlapped pairs,
+  // which the search counts in written order, they give the same M_B and bytes.
+  const CostModel c = gpt_like_costs(4);
+  for (const char* name : {"gpipe", "1f1b", "zb-h1", "zb-h2"}) {
+    INFO(name);
+    const Schedule s = make_schedule(name, {4, 8, 1});
+    const PeakMemory peak = peak_memory(s, c);
+    const ValidationReport r = validate(s, microbatch_memory_options(s, c.weight_memory_fraction));
+    const SimResult sim = simulate(s, c);
+    for (std::size_t k = 0; k < 4; ++k) {
+      CHECK(peak.microbatches[k] == r.memory[k].peak_bytes);
+      CHECK(peak.bytes[k] == sim.memory[k].peak_bytes);
+    }
+  }
+  // The figures the search's tests state: p on 1F1B's first rank, 2p - 1 on ZB-H2's.
+  CHECK(peak_memory(make_schedule("1f1b", {4, 8, 1}), c).microbatches[0] == 4.0);
+  CHECK(peak_memory(make_schedule("zb-h2", {4, 8, 1}), c).microbatches[0] == 7.0);
+}
+
+TEST_CASE("a profile's per-layer recompute parts load, write back, and join the stage's ladder", "[memory][profile]") {
+  const std::string text = R"({"unit": "ms", "layers": [
+      {"name": "a", "forward": 1, "activation_bytes": 100, "output_bytes": 10, "recompute_saves_bytes": 60, "recompute_time": 0.25},
+      {"name": "b", "forward": 1, "activation_bytes": 100, "output_bytes": 10},
+      {"name": "c", "forward": 1, "activation_bytes": 100, "output_bytes": 10, "recompute_saves_bytes": 30, "recompute_time": 0.5},
+      {"name": "d", "forward": 1, "activation_bytes": 100}]})";
+  const Profile p = parse_profile(text);
+  REQUIRE(p.graph.layer(0).recompute_saves_bytes == 60.0);
+  REQUIRE(p.graph.layer(0).recompute_time == 0.25);
+  CHECK_FALSE(p.graph.layer(1).recompute_saves_bytes);
+  CHECK(parse_profile(profile_to_json(p)).graph == p.graph);  // written back as read
+  CHECK_THROWS_WITH(parse_profile(R"({"layers": [{"name": "a", "forward": 1, "recompute_time": 1}]})"),
+                    Catch::Contains("\"recompute_time\" without \"recompute_saves_bytes\""));
+  CHECK_THROWS_WITH(parse_profile(R"({"layers": [{"name": "a", "forward": 1, "activation_bytes": 5,
+                                      "recompute_saves_bytes": 6, "recompute_time": 1}]})"),
+                    Catch::Contains("recompute_saves_bytes 6 exceeds activation_bytes 5"));
+  // Two stages of two layers: each stage's parts summed, before full recomputation.
+  const PlanModel model = graph_model(p, "parts", {.ranks = 2, .microbatches = 4});
+  const PartitionPlan partition = model.partition(std::vector<std::int32_t>{0, 1});
+  REQUIRE(partition.stages[0].last_layer == 1);
+  const auto ladders = stage_ladders(model, partition);
+  const std::vector<MemoryPolicy>& l0 = ladders[0];
+  const auto full = std::find(l0.begin(), l0.end(), MemoryPolicy::full_recompute());
+  REQUIRE(full != l0.begin());
+  CHECK(*(full - 1) == MemoryPolicy::selective_part(60.0, 0.25));
+  CHECK(std::find(ladders[1].begin(), ladders[1].end(), MemoryPolicy::selective_part(30.0, 0.5)) != ladders[1].end());
 }

@@ -27,7 +27,7 @@ namespace {
 using ppsched::Action;
 using ppsched::Op;
 
-enum class Policy { none, recompute_default, recompute_own, offload };
+enum class Policy { none, recompute_default, recompute_own, offload, layerwise };
 
 const char* name(Policy p) {
   switch (p) {
@@ -35,6 +35,7 @@ const char* name(Policy p) {
     case Policy::recompute_default: return "recompute (forward again)";
     case Policy::recompute_own: return "recompute (the stage's own)";
     case Policy::offload: return "offload";
+    case Policy::layerwise: return "layer-wise recompute";
   }
   return "?";
 }
@@ -82,7 +83,11 @@ struct Model {
       const std::size_t last = layers * static_cast<std::size_t>(s + 1) / static_cast<std::size_t>(stages);
       adapters.push_back(std::make_unique<mlp::MlpStage>(*pipelined, first, last, rows, m));
       ppsched::StageFunctions f = adapters.back()->functions(s + 1 == stages, loss_scale, learning_rate);
-      if (policy != Policy::none) adapters.back()->add_memory_actions(f, policy == Policy::recompute_own);
+      if (policy == Policy::layerwise) {
+        adapters.back()->add_layerwise_recompute(f);
+      } else if (policy != Policy::none) {
+        adapters.back()->add_memory_actions(f, policy == Policy::recompute_own);
+      }
       f.optimizer_step = [apply = f.optimizer_step, this, s](std::span<const float> g) {
         applied[static_cast<std::size_t>(s)].assign(g.begin(), g.end());
         apply(g);
@@ -155,7 +160,7 @@ TEST_CASE("gradients are bit-identical with and without each memory policy, for 
           "[memory]") {
   for (const auto& fam : ppsched_test::training_families()) {
     for (int p : {2, 4}) {
-      for (Policy policy : {Policy::none, Policy::recompute_default, Policy::recompute_own, Policy::offload}) {
+      for (Policy policy : {Policy::none, Policy::recompute_default, Policy::recompute_own, Policy::offload, Policy::layerwise}) {
         const ppsched::Schedule s = with_policy(ppsched_test::make(fam, p, 2 * p), policy);
         INFO(fam.name << " p=" << p << ", " << name(policy));
         CHECK(trains_exactly(s, policy, ppsched::CpuMode::threaded, 2));
@@ -166,7 +171,7 @@ TEST_CASE("gradients are bit-identical with and without each memory policy, for 
 
 TEST_CASE("memory policies are bit-identical in the deterministic mode too", "[memory]") {
   for (const auto& fam : ppsched_test::training_families()) {
-    for (Policy policy : {Policy::recompute_default, Policy::offload}) {
+    for (Policy policy : {Policy::recompute_default, Policy::offload, Policy::layerwise}) {
       INFO(fam.name << ", " << name(policy));
       CHECK(trains_exactly(with_policy(ppsched_test::make(fam, 4, 8), policy), policy,
                            ppsched::CpuMode::deterministic, 2));

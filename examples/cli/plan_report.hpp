@@ -215,6 +215,11 @@ namespace detail {
                                          : std::string("-"),
                   "), peak ", bytes_text(peak), " (plain ", bytes_text(m.plain_peak_bytes),
                   m.plain_fit_problem.empty() ? "" : ": " + m.plain_fit_problem, ")\n");
+    if (m.partition) {
+      std::string cut;
+      for (const StagePlan& st : m.partition->stages) cut += concat(cut.empty() ? "" : ", ", st.first_layer, "-", st.last_layer);
+      out += concat("    cut again under the cap (no policy fit the family's cut), layers per stage: ", cut, "\n");
+    }
     detail::TextTable table({"    stage", "policy", "mb", "saves", "recompute", "copies"},
                             {true, false, true, true, true, true});
     bool any = false;
@@ -245,11 +250,18 @@ namespace detail {
                       {"recompute_time", c.recompute_time},
                       {"copy_time", c.copy_time}});
   }
-  return {{"chosen", m.chosen},
-          {"plain_makespan", m.plain_makespan},
-          {"plain_peak_memory_bytes", m.plain_peak_bytes},
-          {"plain_fit_problem", m.plain_fit_problem.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(m.plain_fit_problem)},
-          {"stages", std::move(stages)}};
+  nlohmann::ordered_json j = {{"chosen", m.chosen},
+                               {"plain_makespan", m.plain_makespan},
+                               {"plain_peak_memory_bytes", m.plain_peak_bytes},
+                               {"plain_fit_problem", m.plain_fit_problem.empty() ? nlohmann::ordered_json(nullptr)
+                                                                                 : nlohmann::ordered_json(m.plain_fit_problem)},
+                               {"stages", std::move(stages)}};
+  if (m.partition) {  // the planner's own cut under the cap (first and last layer per stage)
+    nlohmann::ordered_json cut = nlohmann::ordered_json::array();
+    for (const StagePlan& st : m.partition->stages) cut.push_back({st.first_layer, st.last_layer});
+    j["partition"] = std::move(cut);
+  }
+  return j;
 }
 
 [[nodiscard]] inline std::string render_report(const PlanResult& plan, bool has_bytes,

@@ -117,6 +117,41 @@ class MlpStage {
     };
   }
 
+  // Layer-wise recomputation (docs/plan.md, MemoryPolicy::layerwise): a forward told not to
+  // keep its activation keeps each layer's input (the checkpoints) and drops the rest; the
+  // backward recomputes one layer from its input, runs that layer's backward and drops its
+  // output again, from the last layer to the first, so at most one layer's output is held
+  // beside the checkpoints; R does nothing, the backward recomputes. The weight gradient reads
+  // the layers' inputs from the checkpoints. The same arithmetic on the same inputs: gradients
+  // are bit-identical to a forward that kept everything.
+  void add_layerwise_recompute(ppsched::StageFunctions& f) {
+    kept_.assign(outputs_.size(), 1);
+    checkpoints_.assign(outputs_.size(), {});
+    recompute_scratch_.resize(scratch_.size());
+    f.forward = [this](const ppsched::StageContext& c, std::span<const float> in, std::span<float> out) {
+      const auto mb = static_cast<std::size_t>(c.microbatch);
+      forward(c.microbatch, in, out);
+      if (c.keep_activation) {
+        kept_[mb] = 1;
+        checkpoints_[mb].clear();
+        return;
+      }
+      // The inputs of layers first+1 .. last-1 (layer first's is the stage input, kept by the
+      // executor and passed to the backward).
+      checkpoints_[mb].assign(outputs_[mb].begin(), outputs_[mb].end() - 1);
+      drop(c.microbatch);
+    };
+    f.recompute = [](const ppsched::StageContext&, std::span<const float>) {};
+    f.backward_input = [this](const ppsched::StageContext& c, std::span<const float> in, std::span<const float> grad_out,
+                              std::span<float> grad_in) {
+      if (kept_[static_cast<std::size_t>(c.microbatch)] != 0) {
+        backward_input(c.microbatch, grad_out, grad_in);
+      } else {
+        backward_input_layerwise(c.microbatch, in, grad_out, grad_in);
+      }
+    };
+  }
+
   // The saved tanh output of layer `first + k` for micro-batch `mb`; throws when the forward
   // did not keep it (or it is offloaded) and nothing restored it.
   [[nodiscard]] std::span<const float> saved_output(std::int32_t mb, std::size_t k, const char* reader) const {
@@ -136,6 +171,8 @@ class MlpStage {
   std::vector<std::vector<std::vector<float>>> grads_;    // [mb][layer]: pre-activation gradient
   std::vector<char> kept_;                                // [mb]: saved outputs present (add_memory_actions)
   std::vector<float> recomputed_;                         // the output an own recompute discards
+  std::vector<std::vector<std::vector<float>>> checkpoints_;  // [mb][k]: input of layer first+1+k (layer-wise)
+  std::vector<float> recompute_scratch_;                  // a recomputed layer's pre-activation
 
   void drop(std::int32_t mb) {
     for (auto& y : outputs_[static_cast<std::size_t>(mb)]) std::fill(y.begin(), y.end(), std::nanf(""));
@@ -182,15 +219,43 @@ class MlpStage {
   }
 
   void backward_weight(std::int32_t mb, std::span<const float> in, std::span<float> weight_grad) {
+    const auto m = static_cast<std::size_t>(mb);
+    // Layer-wise, the layers' inputs are the checkpoints (their outputs were dropped again).
+    const auto& inputs = !checkpoints_.empty() && !checkpoints_[m].empty() ? checkpoints_[m] : outputs_[m];
     for (std::size_t l = first_; l < last_; ++l) {
       const Linear& layer = model_.layers[l];
-      const std::span<const float> x =
-          l == first_ ? in : std::span<const float>(outputs_[static_cast<std::size_t>(mb)][l - 1 - first_]);
+      const std::span<const float> x = l == first_ ? in : std::span<const float>(inputs[l - 1 - first_]);
       layer.backward_weight(x, grads_[static_cast<std::size_t>(mb)][l - first_],
                             weight_grad.subspan(offsets_[l - first_], layer.parameter_count()));
     }
   }
   // example-end mlp-stage-passes
+
+  // backward_input with each layer's output recomputed from its input right before its own
+  // backward, and dropped after it.
+  void backward_input_layerwise(std::int32_t mb, std::span<const float> in, std::span<const float> grad_out,
+                                std::span<float> grad_in) {
+    const auto m = static_cast<std::size_t>(mb);
+    std::span<const float> g = grad_out;
+    for (std::size_t l = last_; l-- > first_;) {
+      const Linear& layer = model_.layers[l];
+      std::vector<float>& y = outputs_[m][l - first_];
+      const std::span<const float> x = l == first_ ? in : std::span<const float>(checkpoints_[m][l - 1 - first_]);
+      const std::span<float> z = std::span<float>(recompute_scratch_).first(rows_ * layer.out());
+      layer.forward(x, z);
+      Tanh::forward(z, y);
+      std::vector<float>& dz = grads_[m][l - first_];
+      Tanh::backward(y, g, dz);
+      std::fill(y.begin(), y.end(), std::nanf(""));  // freed: the next layer down needs only dz
+      if (l > first_) {
+        std::span<float> dx = scratch(rows_ * layer.in());
+        layer.backward_input(dz, dx);
+        g = dx;
+      } else if (!grad_in.empty()) {
+        layer.backward_input(dz, grad_in);
+      }
+    }
+  }
 };
 
 // Training without a pipeline: every micro-batch through the whole model in order, its

@@ -43,6 +43,11 @@ struct StageCost {
   // share of the forward that produced what is restored; forward when activation_bytes is 0).
   std::optional<double> recompute_saved_bytes{};
   std::optional<double> recompute{};
+  // Layer-wise recomputation: the most of what R restores that is held at once — the stage's
+  // largest single layer's activation — where the stage keeps each layer's input
+  // (activation_bytes - recompute_saved_bytes) and its backward recomputes one layer, runs its
+  // backward and frees it, layer by layer. Empty: R restores recompute_saved_bytes at once.
+  std::optional<double> recompute_peak_bytes{};
   // What OFFLOAD moves to host memory and RELOAD brings back; default activation_bytes.
   std::optional<double> offload_bytes{};
 
@@ -113,6 +118,14 @@ inline void check_stage_cost(const StageCost& c, const std::string& where) {
       fail({"cost model",
             concat("recompute_saved_bytes ", *c.recompute_saved_bytes, " exceeds activation_bytes ", c.activation_bytes),
             where + ".recompute_saved_bytes", "R restores part of the stored activation: give at most activation_bytes"});
+    }
+  }
+  if (c.recompute_peak_bytes) {
+    check_cost_value(*c.recompute_peak_bytes, where + ".recompute_peak_bytes");
+    if (*c.recompute_peak_bytes > c.activation_bytes) {
+      fail({"cost model",
+            concat("recompute_peak_bytes ", *c.recompute_peak_bytes, " exceeds activation_bytes ", c.activation_bytes),
+            where + ".recompute_peak_bytes", "give the largest single layer's activation, at most the stage's activation_bytes"});
     }
   }
   if (c.offload_bytes) {
@@ -284,6 +297,7 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
     if (s.backward) *s.backward *= k;
     if (s.recompute) *s.recompute *= k;
     if (s.recompute_saved_bytes) *s.recompute_saved_bytes *= k;
+    if (s.recompute_peak_bytes) *s.recompute_peak_bytes *= k;
     if (s.offload_bytes) *s.offload_bytes *= k;
   }
   return s;
@@ -293,6 +307,10 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
 // OFFLOAD moves: the stage's values, or their defaults (docs/execution-model.md).
 [[nodiscard]] constexpr double recompute_saved_bytes(const StageCost& s) noexcept {
   return s.recompute_saved_bytes.value_or(s.activation_bytes);
+}
+// What R holds at once of what it restores: all of it, or one layer's (layer-wise).
+[[nodiscard]] constexpr double recompute_peak_bytes(const StageCost& s) noexcept {
+  return s.recompute_peak_bytes.value_or(recompute_saved_bytes(s));
 }
 [[nodiscard]] constexpr double recompute_time(const StageCost& s) noexcept {
   if (s.recompute) return *s.recompute;

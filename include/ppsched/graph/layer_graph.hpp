@@ -40,6 +40,11 @@ struct Layer {
   // fields above were measured. The fields above are the costs at the profile's size
   // (Profile::rows); layer_at_rows prices any other size from these points.
   std::vector<CostPoint> points{};
+  // A part of the layer worth recomputing (selective recomputation, issue 23): the activation
+  // bytes it keeps from forward to backward, which recomputing it saves, and the time of
+  // recomputing it. Both or neither; at most activation_bytes.
+  std::optional<double> recompute_saves_bytes{};
+  std::optional<double> recompute_time{};
 
   // The time of B as the families that do not split the backward pay it.
   [[nodiscard]] constexpr double full_backward() const noexcept {

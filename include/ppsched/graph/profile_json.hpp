@@ -192,7 +192,7 @@ class ProfileReader {
       expect_type(l, nlohmann::json::value_t::object, path, "a layer object");
       check_keys(l, path,
                  {"name", "forward", "backward_input", "backward_weight", "backward", "param_bytes", "activation_bytes",
-                  "output_bytes", "points"});
+                  "output_bytes", "points", "recompute_saves_bytes", "recompute_time"});
       Layer layer;
       const nlohmann::json* name = member(l, "name");
       if (name == nullptr) {
@@ -208,6 +208,21 @@ class ProfileReader {
       layer.activation_bytes = non_negative(l, "activation_bytes", path, 0.0);
       layer.output_bytes = non_negative(l, "output_bytes", path, 0.0);
       if (const auto* points = member(l, "points")) layer.points = read_points(*points, path + ".points");
+      const bool saves = member(l, "recompute_saves_bytes") != nullptr, costs = member(l, "recompute_time") != nullptr;
+      if (saves != costs) {
+        fail({subject_, concat("has \"", saves ? "recompute_saves_bytes" : "recompute_time", "\" without \"",
+                               saves ? "recompute_time" : "recompute_saves_bytes", "\""),
+              path, "give both: the bytes recomputing the part saves, and the time it takes"});
+      }
+      if (saves) {
+        layer.recompute_saves_bytes = non_negative(l, "recompute_saves_bytes", path, std::nullopt);
+        layer.recompute_time = non_negative(l, "recompute_time", path, std::nullopt);
+        if (*layer.recompute_saves_bytes > layer.activation_bytes) {
+          fail({subject_, concat("recompute_saves_bytes ", *layer.recompute_saves_bytes, " exceeds activation_bytes ",
+                                 layer.activation_bytes),
+                path + ".recompute_saves_bytes", "a part saves at most what the layer keeps: give at most activation_bytes"});
+        }
+      }
       out.push_back(std::move(layer));
     }
     return out;
@@ -332,6 +347,8 @@ class ProfileReader {
                             {"activation_bytes", l.activation_bytes},
                             {"output_bytes", l.output_bytes}};
     if (l.backward) layer["backward"] = *l.backward;
+    if (l.recompute_saves_bytes) layer["recompute_saves_bytes"] = *l.recompute_saves_bytes;
+    if (l.recompute_time) layer["recompute_time"] = *l.recompute_time;
     if (!l.points.empty()) {
       nlohmann::json points = nlohmann::json::array();
       for (const CostPoint& q : l.points) {

@@ -117,6 +117,9 @@ struct MemoryPolicyUse {
   double plain_makespan = 0.0;
   double plain_peak_bytes = 0.0;  // the fullest rank's, static + activations
   std::string plain_fit_problem;  // why the plain schedule did not fit; empty when it did
+  // The cut the policies were priced on when the planner cut the model again under the cap
+  // (no policy fit the family's own cut); empty: the family's cut.
+  std::optional<PartitionPlan> partition;
 
   friend bool operator==(const MemoryPolicyUse&, const MemoryPolicyUse&) = default;
 };
@@ -397,6 +400,7 @@ namespace detail {
     MemoryModel shares = memory_model_for(cost, schedule.stages());
     check.memory.recompute_fraction = std::move(shares.recompute_fraction);
     check.memory.offload_fraction = std::move(shares.offload_fraction);
+    check.memory.recompute_peak_fraction = std::move(shares.recompute_peak_fraction);
   }
   // A compute-only schedule is checked, then lowered; the lowering's proof then stands for
   // the static checks of the lowered one (validate and simulate take it), so each check runs once.
@@ -820,14 +824,44 @@ namespace detail {
   if (plain.fits) return plain;
   const std::optional<double> cap = smallest_byte_cap(request, model);
   if (!cap) return plain;
-  CostModel cost = cost_model_of(partition, plan_cost_options(model, request.weight_memory_fraction));
-  cost.host_link = host_link_for(request, model);
-  const MemoryChoice choice = choose_memory_policies(plain.schedule, cost, plain.static_bytes, *cap, want.choice);
-  if (!choice.fits) {
-    plain.fit_problem += concat("; with memory policies still ", bytes_text(largest_of(choice.peak_bytes)));
-    return plain;
+  // Each stage's ladder ends with layer-wise recomputation where the model's layers price it.
+  const auto choose_on = [&](const PartitionPlan& cut, std::span<const double> static_bytes) {
+    MemoryChoiceOptions options = want.choice;
+    if (options.stage_ladders.empty()) options.stage_ladders = stage_ladders(model, cut, options.ladder);
+    CostModel cost = cost_model_of(cut, plan_cost_options(model, request.weight_memory_fraction));
+    cost.host_link = host_link_for(request, model);
+    return choose_memory_policies(plain.schedule, cost, static_bytes, *cap, options);
+  };
+  const MemoryChoice choice = choose_on(partition, plain.static_bytes);
+  if (choice.fits) return with_memory_policies(plain, choice.plan.policies, true, model, partition, request, ws);
+  // Jointly with the partition: the family's cut balances time with every micro-batch's whole
+  // activation in flight; with recomputation a rank holds little more than one, so cut again
+  // with one in flight under the cap (the partitioner moves layers off the fullest rank),
+  // and choose the policies on that cut. One stage per rank only: the partitioner applies
+  // byte caps to that placement alone.
+  const std::vector<std::int32_t>& placement = plain.schedule.placement;
+  const bool one_per_rank = static_cast<std::int32_t>(placement.size()) == plain.schedule.ranks;
+  if (one_per_rank && !model.layer_memory.empty()) {
+    const std::vector<double> one(placement.size(), 1.0);
+    CutRequest request_cut(placement, one);
+    request_cut.memory_cap_bytes = *cap;
+    std::optional<PartitionPlan> cut;
+    try {
+      cut = model.partition(request_cut);
+    } catch (const error&) {
+      // no cut fits even one micro-batch in flight: the plain result says what it needs
+    }
+    if (cut && *cut != partition) {
+      const MemoryChoice again = choose_on(*cut, static_bytes_per_rank(*cut, plain.schedule.ranks));
+      if (again.fits) {
+        ScheduleResult r = with_memory_policies(plain, again.plan.policies, true, model, *cut, request, ws);
+        r.memory->partition = std::move(cut);
+        return r;
+      }
+    }
   }
-  return with_memory_policies(plain, choice.plan.policies, true, model, partition, request, ws);
+  plain.fit_problem += concat("; with memory policies still ", bytes_text(largest_of(choice.peak_bytes)));
+  return plain;
 }
 
 }  // namespace detail

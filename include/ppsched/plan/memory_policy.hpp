@@ -54,6 +54,9 @@ enum class MemoryPolicyKind : std::uint8_t {
   full_recompute,       // F keeps only its input; R restores the whole activation
   selective_recompute,  // R restores a part: `fraction` of the activation, or `saved_bytes`
   offload,              // OFFLOAD `fraction` of the activation after F, RELOAD it before B
+  // F keeps each layer's input; the backward recomputes one layer, runs its backward and frees
+  // it, layer by layer, so R holds one layer's activation (`peak_bytes`) at a time
+  layerwise_recompute,
 };
 
 [[nodiscard]] constexpr std::string_view memory_policy_kind_name(MemoryPolicyKind k) noexcept {
@@ -62,6 +65,7 @@ enum class MemoryPolicyKind : std::uint8_t {
     case MemoryPolicyKind::full_recompute: return "full recompute";
     case MemoryPolicyKind::selective_recompute: return "selective recompute";
     case MemoryPolicyKind::offload: return "offload";
+    case MemoryPolicyKind::layerwise_recompute: return "layer-wise recompute";
   }
   return "?";
 }
@@ -76,6 +80,10 @@ struct MemoryPolicy {
   // of the activation, and the forward's time in the same share.
   std::optional<double> saved_bytes{};
   std::optional<double> recompute_time{};
+  // layerwise_recompute: the most held at once while the backward recomputes (the stage's
+  // largest single layer's activation); saved_bytes is then the stage's activation less the
+  // layers' inputs it keeps, and recompute_time its forward.
+  std::optional<double> peak_bytes{};
 
   [[nodiscard]] static constexpr MemoryPolicy none() noexcept { return {}; }
   [[nodiscard]] static constexpr MemoryPolicy full_recompute() noexcept {
@@ -90,9 +98,14 @@ struct MemoryPolicy {
   [[nodiscard]] static constexpr MemoryPolicy offload(double fraction = 1.0) noexcept {
     return {MemoryPolicyKind::offload, fraction, std::nullopt, std::nullopt};
   }
+  // From per-layer data (layerwise_recompute_policy derives it from a graph's layers).
+  [[nodiscard]] static constexpr MemoryPolicy layerwise(double saved_bytes, double peak_bytes, double recompute_time) noexcept {
+    return {MemoryPolicyKind::layerwise_recompute, 1.0, saved_bytes, recompute_time, peak_bytes};
+  }
 
   [[nodiscard]] constexpr bool recomputes() const noexcept {
-    return kind == MemoryPolicyKind::full_recompute || kind == MemoryPolicyKind::selective_recompute;
+    return kind == MemoryPolicyKind::full_recompute || kind == MemoryPolicyKind::selective_recompute ||
+           kind == MemoryPolicyKind::layerwise_recompute;
   }
 
   friend bool operator==(const MemoryPolicy&, const MemoryPolicy&) = default;
@@ -102,6 +115,7 @@ struct MemoryPolicy {
 // "offload 50%": how reports name a stage's policy.
 [[nodiscard]] inline std::string to_string(const MemoryPolicy& p) {
   std::string s{memory_policy_kind_name(p.kind)};
+  if (p.kind == MemoryPolicyKind::layerwise_recompute) return s;
   if (p.kind == MemoryPolicyKind::selective_recompute && p.saved_bytes) return s + detail::concat(" ", *p.saved_bytes, " B");
   if (p.kind == MemoryPolicyKind::selective_recompute || p.kind == MemoryPolicyKind::offload) {
     s += detail::concat(" ", std::round(p.fraction * 1000.0) / 10.0, "%");
@@ -149,6 +163,21 @@ inline void check_memory_policy(const MemoryPolicy& p, std::size_t stage, const 
     fail({"memory policy", concat("recompute_time ", *p.recompute_time, " is not a finite time >= 0"), where,
           "give the time of re-running the recomputed part, in the cost model's unit"});
   }
+  if (p.kind == MemoryPolicyKind::layerwise_recompute) {
+    if (!p.saved_bytes || !p.recompute_time || !p.peak_bytes) {
+      fail({"memory policy", "layer-wise recompute lacks saved_bytes, peak_bytes or recompute_time", where,
+            "build it with MemoryPolicy::layerwise(saved, peak, time) or layerwise_recompute_policy(graph, ...)"});
+    }
+    if (!(*p.peak_bytes >= 0.0 && *p.peak_bytes <= cost.activation_bytes)) {
+      fail({"memory policy", concat("peak_bytes ", *p.peak_bytes, " is not within the stage's activation_bytes ", cost.activation_bytes),
+            where, "give the stage's largest single layer's activation"});
+    }
+    return;
+  }
+  if (p.peak_bytes) {
+    fail({"memory policy", concat("peak_bytes is set on a ", memory_policy_kind_name(p.kind), " policy"), where,
+          "peak_bytes belongs to layer-wise recompute (MemoryPolicy::layerwise)"});
+  }
   if ((p.saved_bytes || p.recompute_time) && p.kind != MemoryPolicyKind::selective_recompute) {
     fail({"memory policy", concat("saved_bytes or recompute_time is set on a ", memory_policy_kind_name(p.kind), " policy"),
           where, "use MemoryPolicy::selective_part(bytes, time) for a part of the stage"});
@@ -159,6 +188,7 @@ inline void check_memory_policy(const MemoryPolicy& p, std::size_t stage, const 
 inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
   c.recompute_saved_bytes.reset();
   c.recompute.reset();
+  c.recompute_peak_bytes.reset();
   c.offload_bytes.reset();
   switch (p.kind) {
     case MemoryPolicyKind::none:
@@ -172,6 +202,11 @@ inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
       }
       break;
     case MemoryPolicyKind::offload: c.offload_bytes = p.fraction * c.activation_bytes; break;
+    case MemoryPolicyKind::layerwise_recompute:
+      c.recompute_saved_bytes = *p.saved_bytes;
+      c.recompute_peak_bytes = std::min(*p.peak_bytes, *p.saved_bytes);
+      c.recompute = *p.recompute_time;
+      break;
   }
 }
 
@@ -282,7 +317,9 @@ inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
       if (p.recomputes()) {
         const double t = compute_time(plan.costs, Action{Op::R, a.stage, a.microbatch, 0}, M);
         std::size_t at = k;
-        if (options.recompute_into_idle && t > 0.0) {
+        // Layer-wise, the backward does the recomputation layer by layer: R (its whole time)
+        // stays right before the backward, where it runs while that waits for its gradient.
+        if (options.recompute_into_idle && t > 0.0 && p.kind != MemoryPolicyKind::layerwise_recompute) {
           // Right before its backward, R runs while the backward waits for its input gradient:
           // where that gap holds it, R stays there. Otherwise the gap closest to the backward
           // that R fills entirely, passing no F and at most max_backwards_crossed backwards

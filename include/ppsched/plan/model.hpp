@@ -71,6 +71,10 @@ inline std::ostream& operator<<(std::ostream& os, const PartitionPlan& p) { retu
 struct CutRequest {
   std::span<const std::int32_t> placement;
   std::span<const double> in_flight;  // per stage; empty: 1F1B's counts
+  // Bytes each rank may hold (static + in_flight x activations), on top of the devices' own
+  // caps; one stage per rank only (graph_model). The planner cuts again under its cap with
+  // this when memory policies alone do not fit (compare_families, MemoryPolicyMode::automatic).
+  double memory_cap_bytes = std::numeric_limits<double>::infinity();
 
   template <class Placement>
     requires std::convertible_to<const Placement&, std::span<const std::int32_t>>
@@ -83,6 +87,19 @@ struct CutRequest {
 // `partition({placement, in_flight})`) returns one PartitionStage per virtual stage, stage s on
 // rank placement[s], or throws ppsched::error when the model cannot be cut that way (more
 // stages than layers, a placement over another rank count than the model's, say).
+// One layer as layer-wise recomputation prices it (plan/memory_choice.hpp,
+// layerwise_recompute_policy): what its backward needs, and its input, which the stage keeps.
+struct LayerMemory {
+  double activation_bytes = 0.0;
+  double input_bytes = 0.0;  // the outputs of the layers that feed it
+  double forward = 0.0;      // at speed 1
+  // The profile's part worth recomputing (Layer::recompute_saves_bytes, recompute_time); 0: none.
+  double part_saves_bytes = 0.0;
+  double part_time = 0.0;
+
+  friend bool operator==(const LayerMemory&, const LayerMemory&) = default;
+};
+
 struct PlanModel {
   std::string description;  // one line for a report
   std::string unit = "unit";  // time unit of every cost
@@ -101,6 +118,9 @@ struct PlanModel {
   double transfer_overhead = 0.0;
   double step_overhead = 0.0;  // once per step (CostModel::step_overhead)
   std::function<PartitionPlan(const CutRequest& cut)> partition;
+  // Per position of the layer order the partition cuts (StagePlan::first_layer..last_layer),
+  // from the profile's layers (graph_model); empty without layers.
+  std::vector<LayerMemory> layer_memory;
 };
 
 // The micro-batches whose activations each stage of `family` keeps at its peak on p ranks with
@@ -253,6 +273,15 @@ struct GraphModelOptions {
                   [](const Device& d) { return d.memory_bytes != std::numeric_limits<double>::infinity(); })) {
     for (const Device& d : devices) model.rank_memory_cap.push_back(d.memory_bytes);
   }
+  {
+    std::vector<double> input(profile.graph.size(), 0.0);
+    for (const Edge& e : profile.graph.edges()) input[e.to] += profile.graph.layer(e.from).output_bytes;
+    for (const std::size_t i : profile.graph.topological_order()) {
+      const Layer& l = profile.graph.layer(i);
+      model.layer_memory.push_back(LayerMemory{l.activation_bytes, input[i], l.forward, l.recompute_saves_bytes.value_or(0.0),
+                                               l.recompute_time.value_or(0.0)});
+    }
+  }
   model.partition = [graph = std::move(profile.graph), devices, link = profile.link, options](
                         const CutRequest& request) {
     const std::span<const std::int32_t> placement = request.placement;
@@ -276,7 +305,7 @@ struct GraphModelOptions {
     const bool one_per_rank = stages == options.ranks;
     for (const std::int32_t r : placement) {
       Device d = devices.empty() ? Device{} : devices[static_cast<std::size_t>(r)];
-      if (!one_per_rank) d.memory_bytes = std::numeric_limits<double>::infinity();
+      d.memory_bytes = one_per_rank ? std::min(d.memory_bytes, request.memory_cap_bytes) : std::numeric_limits<double>::infinity();
       cost.devices.push_back(d);
     }
     if (!request.in_flight.empty() && request.in_flight.size() != placement.size()) {

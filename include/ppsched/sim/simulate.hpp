@@ -139,13 +139,15 @@ void memory_over_time(const FlatSchedule& flat, const AbstractExecution& run, co
       const MemoryFractions f = fractions(a.stage);
       const auto alloc = [&](double share) { events.push_back({run.start(ii), 1, share, share * size}); };
       const auto release = [&](double share) { events.push_back({run.end(ii), 0, -share, -share * size}); };
+      const bool recomputed = is_backward(a.op) && a.op != Op::BW && flat.find(Op::R, a.stage, a.microbatch) != no_action;
+      const bool split = f.layerwise() && flat.find(Op::BI, a.stage, a.microbatch) != no_action;
       switch (a.op) {
         case Op::F: alloc(flat.find(Op::R, a.stage, a.microbatch) != no_action ? 1.0 - f.recompute : 1.0); break;
-        case Op::R: alloc(f.recompute); break;
+        case Op::R: alloc(f.restored(split, w)); break;
         case Op::RELOAD: alloc(f.offload); break;
         case Op::OFFLOAD: release(f.offload); break;
-        case Op::B: release(1.0); break;
-        case Op::BI: release(1.0 - w); break;
+        case Op::B: release(f.held(recomputed, false, w)); break;
+        case Op::BI: release(f.held(recomputed, split, w) - w); break;
         case Op::BW: release(w); break;
         case Op::SEND_F:
         case Op::RECV_F:
@@ -306,8 +308,9 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
   const MemoryModel shares = memory_model_for(cost, flat.stages);
   const auto fractions = [&shares](std::int32_t stage) {
     const auto st = static_cast<std::size_t>(stage);
-    return detail::MemoryFractions{shares.recompute_fraction.empty() ? 1.0 : shares.recompute_fraction[st],
-                                   shares.offload_fraction.empty() ? 1.0 : shares.offload_fraction[st]};
+    const double rf = shares.recompute_fraction.empty() ? 1.0 : shares.recompute_fraction[st];
+    return detail::MemoryFractions{rf, shares.offload_fraction.empty() ? 1.0 : shares.offload_fraction[st],
+                                   shares.recompute_peak_fraction.empty() ? rf : shares.recompute_peak_fraction[st]};
   };
   if (cost.per_microbatch.empty() && cost.microbatch_scale.empty()) {
     const std::vector<double>& bytes = shares.activation_bytes;

@@ -22,6 +22,23 @@ namespace detail {
 struct MemoryFractions {
   double recompute = 1.0;
   double offload = 1.0;
+  // What R holds at once: `recompute` (all it restores), or less under layer-wise
+  // recomputation (StageCost::recompute_peak_bytes), whose backward restores the rest one
+  // layer at a time.
+  double recompute_peak = 1.0;
+
+  [[nodiscard]] constexpr bool layerwise() const noexcept { return recompute_peak < recompute; }
+  // The share R adds. Layer-wise with a split backward: BI, while it recomputes layer by layer,
+  // keeps for BW the weight-gradient share `w` of every layer, so R counts it up front (an
+  // upper bound on BI's peak: the layers' inputs, one recomputed layer, and w of the whole).
+  [[nodiscard]] constexpr double restored(bool split, double w) const noexcept {
+    return layerwise() ? recompute_peak + (split ? w : 0.0) : recompute;
+  }
+  // The share a micro-batch holds from R until its backward frees it: exactly 1 (all of it)
+  // unless layer-wise.
+  [[nodiscard]] constexpr double held(bool recomputed, bool split, double w) const noexcept {
+    return recomputed && layerwise() ? (1.0 - recompute) + restored(split, w) : 1.0;
+  }
 };
 
 // Peak activation memory per rank. Memory on a rank changes only at its compute actions,
@@ -46,8 +63,13 @@ void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& byte
       weight[st] = 1.0 / per_rank[static_cast<std::size_t>(flat.placement[st])];
     }
   }
-  // (stage, micro-batch) pairs with an R: their F keeps only what R does not restore.
-  std::vector<bool> recomputed;
+  // (stage, micro-batch) pairs with an R: their F keeps only what R does not restore; and
+  // those with a BI (what layer-wise recomputation counts differently). Read from the programs
+  // alone: the walk runs on a FlatSchedule whose identity table may not be built.
+  std::vector<bool> recomputed, split;
+  const auto cell = [&flat](const Action& a) {
+    return static_cast<std::size_t>(a.stage) * static_cast<std::size_t>(flat.microbatches) + static_cast<std::size_t>(a.microbatch);
+  };
   for (std::int32_t r = 0; r < flat.ranks; ++r) {
     const Action* const prog = flat.rank_actions[static_cast<std::size_t>(r)];
     const std::int32_t count = flat.rank_begin[static_cast<std::size_t>(r) + 1] - flat.rank_begin[static_cast<std::size_t>(r)];
@@ -56,13 +78,22 @@ void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& byte
       if (a.op != Op::R || a.stage < 0 || a.stage >= flat.stages || a.microbatch < 0 || a.microbatch >= flat.microbatches)
         continue;
       if (recomputed.empty()) recomputed.assign(static_cast<std::size_t>(flat.stages) * static_cast<std::size_t>(flat.microbatches), false);
-      recomputed[static_cast<std::size_t>(a.stage) * static_cast<std::size_t>(flat.microbatches) + static_cast<std::size_t>(a.microbatch)] = true;
+      recomputed[cell(a)] = true;
     }
   }
-  const auto is_recomputed = [&](const Action& a) {
-    return !recomputed.empty() &&
-           recomputed[static_cast<std::size_t>(a.stage) * static_cast<std::size_t>(flat.microbatches) + static_cast<std::size_t>(a.microbatch)];
-  };
+  if (!recomputed.empty()) {
+    split.assign(recomputed.size(), false);
+    for (std::int32_t r = 0; r < flat.ranks; ++r) {
+      const Action* const prog = flat.rank_actions[static_cast<std::size_t>(r)];
+      const std::int32_t count = flat.rank_begin[static_cast<std::size_t>(r) + 1] - flat.rank_begin[static_cast<std::size_t>(r)];
+      for (std::int32_t k = 0; k < count; ++k) {
+        const Action& a = prog[k];
+        if (a.op == Op::BI && a.stage >= 0 && a.stage < flat.stages && a.microbatch >= 0 && a.microbatch < flat.microbatches)
+          split[cell(a)] = true;
+      }
+    }
+  }
+  const auto is_recomputed = [&](const Action& a) { return !recomputed.empty() && recomputed[cell(a)]; };
   for (std::int32_t r = 0; r < flat.ranks; ++r) {
     double units = 0.0, peak_units = 0.0, b = 0.0, peak_b = 0.0, mb = 0.0, peak_mb = 0.0;
     std::int32_t in_flight = 0, peak_in_flight = 0;
@@ -90,34 +121,29 @@ void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& byte
       const auto st = static_cast<std::size_t>(a.stage);
       if (a.microbatch < 0 || a.microbatch >= flat.microbatches) continue;
       const double size = bytes_of(a.stage, a.microbatch);
+      const MemoryFractions f = fractions(a.stage);
+      // Layer-wise recomputation depends on whether the backward is split (MemoryFractions).
+      const bool split_here = !split.empty() && split[cell(a)];
       switch (a.op) {
         case Op::F:
-          add(is_recomputed(a) ? 1.0 - fractions(a.stage).recompute : 1.0, st, size);
+          add(is_recomputed(a) ? 1.0 - f.recompute : 1.0, st, size);
           ++in_flight;
           report.stage_peak_in_flight[st] = std::max(report.stage_peak_in_flight[st], ++stage_now[st]);
           break;
         case Op::B:
-          units -= 1.0;
-          b -= size;
-          mb -= weight[st];
+          add(-f.held(is_recomputed(a), false, w), st, size);
           --in_flight;
           --stage_now[st];
           break;
         case Op::BI:
-          units -= 1.0 - w;
-          b -= (1.0 - w) * size;
-          mb -= (1.0 - w) * weight[st];
+          add(-(f.held(is_recomputed(a), split_here, w) - w), st, size);
           --in_flight;
           --stage_now[st];
           break;
-        case Op::BW:
-          units -= w;
-          b -= w * size;
-          mb -= w * weight[st];
-          break;
-        case Op::R: add(fractions(a.stage).recompute, st, size); break;
-        case Op::OFFLOAD: add(-fractions(a.stage).offload, st, size); break;
-        case Op::RELOAD: add(fractions(a.stage).offload, st, size); break;
+        case Op::BW: add(-w, st, size); break;
+        case Op::R: add(f.restored(split_here, w), st, size); break;
+        case Op::OFFLOAD: add(-f.offload, st, size); break;
+        case Op::RELOAD: add(f.offload, st, size); break;
         case Op::SEND_F:
         case Op::RECV_F:
         case Op::SEND_B:
@@ -152,8 +178,9 @@ void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of,
 [[nodiscard]] inline auto stage_fractions(const ValidateOptions& options) {
   return [&m = options.memory](std::int32_t stage) {
     const auto st = static_cast<std::size_t>(stage);
-    return MemoryFractions{m.recompute_fraction.empty() ? 1.0 : m.recompute_fraction[st],
-                           m.offload_fraction.empty() ? 1.0 : m.offload_fraction[st]};
+    const double rf = m.recompute_fraction.empty() ? 1.0 : m.recompute_fraction[st];
+    return MemoryFractions{rf, m.offload_fraction.empty() ? 1.0 : m.offload_fraction[st],
+                           m.recompute_peak_fraction.empty() ? rf : m.recompute_peak_fraction[st]};
   };
 }
 
@@ -165,7 +192,8 @@ inline void check_memory_options(const ValidateOptions& options, std::int32_t st
           "", "give one size per stage, or none"});
   }
   for (const auto& [name, v] : {std::pair<const char*, const std::vector<double>*>{"recompute_fraction", &options.memory.recompute_fraction},
-                                {"offload_fraction", &options.memory.offload_fraction}}) {
+                                {"offload_fraction", &options.memory.offload_fraction},
+                                {"recompute_peak_fraction", &options.memory.recompute_peak_fraction}}) {
     if (!v->empty() && v->size() != static_cast<std::size_t>(stages)) {
       fail({"validate options", concat("MemoryModel::", name, " has ", v->size(), " entries for a schedule of ", stages, " stages"),
             "", "give one fraction per stage, or none (all of the activation)"});
@@ -203,7 +231,9 @@ inline void check_memory_options(const ValidateOptions& options, std::int32_t st
   if (stages > 0 && (c.per_microbatch.empty() ? c.stages.size() == 1 || c.stages.size() == static_cast<std::size_t>(stages)
                                                : c.per_microbatch.size() % static_cast<std::size_t>(stages) == 0)) {
     bool any = false;
-    std::vector<double> rf(static_cast<std::size_t>(stages), 1.0), of(static_cast<std::size_t>(stages), 1.0);
+    bool layerwise = false;
+    std::vector<double> rf(static_cast<std::size_t>(stages), 1.0), of(static_cast<std::size_t>(stages), 1.0),
+        pf(static_cast<std::size_t>(stages), 1.0);
     for (std::int32_t s = 0; s < stages; ++s) {
       const std::size_t per = c.per_microbatch.size() / static_cast<std::size_t>(stages);
       const StageCost& sc = !c.per_microbatch.empty() ? c.per_microbatch[static_cast<std::size_t>(s) * per]
@@ -213,13 +243,16 @@ inline void check_memory_options(const ValidateOptions& options, std::int32_t st
       if (sc.activation_bytes > 0.0) {
         rf[st] = recompute_saved_bytes(sc) / sc.activation_bytes;
         of[st] = offload_bytes(sc) / sc.activation_bytes;
+        pf[st] = recompute_peak_bytes(sc) / sc.activation_bytes;
       }
+      layerwise = layerwise || pf[st] != rf[st];
       any = any || rf[st] != 1.0 || of[st] != 1.0;
     }
     if (any) {
       m.recompute_fraction = std::move(rf);
       m.offload_fraction = std::move(of);
     }
+    if (layerwise) m.recompute_peak_fraction = std::move(pf);
   }
   return m;
 }

@@ -37,6 +37,9 @@ struct MemoryModel {
   std::vector<double> activation_bytes;
   std::vector<double> recompute_fraction;
   std::vector<double> offload_fraction;
+  // Layer-wise recomputation: the share of the activation R holds at once (the largest
+  // layer's), below recompute_fraction; empty: recompute_fraction (R restores it all at once).
+  std::vector<double> recompute_peak_fraction;
 };
 
 struct ValidateOptions {

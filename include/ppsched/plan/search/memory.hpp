@@ -27,6 +27,8 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/costs/cost_model.hpp"
+#include "ppsched/engine/flat_schedule.hpp"
+#include "ppsched/validate/memory.hpp"
 #include "ppsched/validate/report.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
@@ -93,81 +95,49 @@ inline constexpr double memory_slack = 1e-9;
 
 // Peak stored activations per rank of a schedule (compute-only or lowered) under `costs`
 // (which must fit its stages and micro-batches; check_cost_model throws otherwise). Actions
-// outside the schedule's ranges are ignored: validate() reports them.
+// outside the schedule's ranges are ignored: validate() reports them. The count is validate()'s
+// own walk (validate/memory.hpp, one function for both), memory actions and layer-wise
+// recomputation included, except that an overlapped pair counts in its written order: the
+// search ranks candidates by it, and its figures stay what they were.
 [[nodiscard]] inline PeakMemory peak_memory(const Schedule& s, const CostModel& costs) {
   check_cost_model(costs, s.stages(), s.microbatches);
-  const std::vector<double> weights = stage_weights(s.placement, s.ranks);
-  const double kept = costs.weight_memory_fraction;
+  (void)stage_weights(s.placement, s.ranks);  // a placement outside the ranks is an error here too
   PeakMemory peak;
   peak.microbatches.assign(s.programs.size(), 0.0);
   peak.bytes.assign(s.programs.size(), 0.0);
-  // Inference (no backward anywhere) keeps nothing for a backward, as validate() counts it.
-  const bool training = std::any_of(s.programs.begin(), s.programs.end(), [](const std::vector<Action>& prog) {
-    return std::any_of(prog.begin(), prog.end(), [](const Action& a) { return is_compute(a.op) && a.op != Op::F; });
-  });
-  if (!training) return peak;
-  const auto valid = [&s](const Action& a) {
-    return a.stage >= 0 && a.stage < s.stages() && a.microbatch >= 0 && a.microbatch < s.microbatches;
-  };
-  // Memory actions as validate() counts them (docs/execution-model.md, "Memory actions"): F of
-  // a recomputed micro-batch keeps all but what R restores.
-  std::vector<bool> recomputed;
-  const auto cell = [&s](const Action& a) {
-    return static_cast<std::size_t>(a.stage) * static_cast<std::size_t>(s.microbatches) + static_cast<std::size_t>(a.microbatch);
-  };
-  for (const auto& prog : s.programs) {
-    for (const Action& a : prog) {
-      if (a.op != Op::R || !valid(a)) continue;
-      if (recomputed.empty()) recomputed.assign(static_cast<std::size_t>(s.stages()) * static_cast<std::size_t>(s.microbatches), false);
-      recomputed[cell(a)] = true;
-    }
-  }
+  detail::FlatSchedule flat;
+  flat.ranks = static_cast<std::int32_t>(s.programs.size());
+  flat.stages = s.stages();
+  flat.microbatches = s.microbatches;
+  // (the walk weighs each stage by the stages on its rank: a placement it cannot index, of a
+  // malformed schedule with fewer programs than ranks, weighs 1)
+  if (std::all_of(s.placement.begin(), s.placement.end(), [&s](std::int32_t r) { return r < static_cast<std::int32_t>(s.programs.size()); }))
+    flat.placement = s.placement;
+  flat.rank_actions.resize(s.programs.size());
+  flat.rank_begin.assign(s.programs.size() + 1, 0);
   for (std::size_t r = 0; r < s.programs.size(); ++r) {
-    double units = 0.0, bytes = 0.0;
-    for (const Action& a : s.programs[r]) {
-      if (is_comm(a.op) || !valid(a)) continue;
-      const double w = weights[static_cast<std::size_t>(a.stage)];
-      const StageCost sc = stage_cost(costs, a.stage, a.microbatch, s.microbatches);
-      const double b = sc.activation_bytes;
-      const double saved = b > 0.0 ? recompute_saved_bytes(sc) / b : 1.0;
-      const double moved = b > 0.0 ? offload_bytes(sc) / b : 1.0;
-      switch (a.op) {
-        case Op::F: {
-          const double keep = !recomputed.empty() && recomputed[cell(a)] ? 1.0 - saved : 1.0;
-          units += keep * w;
-          bytes += keep * b;
-          break;
-        }
-        case Op::R:
-          units += saved * w;
-          bytes += saved * b;
-          break;
-        case Op::OFFLOAD:
-          units -= moved * w;
-          bytes -= moved * b;
-          break;
-        case Op::RELOAD:
-          units += moved * w;
-          bytes += moved * b;
-          break;
-        case Op::B:
-          units -= w;
-          bytes -= b;
-          break;
-        case Op::BI:
-          units -= (1.0 - kept) * w;
-          bytes -= (1.0 - kept) * b;
-          break;
-        case Op::BW:
-          units -= kept * w;
-          bytes -= kept * b;
-          break;
-        default:
-          break;
-      }
-      peak.microbatches[r] = std::max(peak.microbatches[r], units);
-      peak.bytes[r] = std::max(peak.bytes[r], bytes);
-    }
+    flat.rank_actions[r] = s.programs[r].data();
+    flat.rank_begin[r + 1] = flat.rank_begin[r] + static_cast<std::int32_t>(s.programs[r].size());
+    for (const Action& a : s.programs[r]) flat.has_backward = flat.has_backward || is_backward(a.op);
+  }
+  // Inference (no backward anywhere) keeps nothing for a backward, as validate() counts it.
+  if (!flat.has_backward) return peak;
+  const MemoryModel shares = memory_model_for(costs, s.stages());
+  const auto fractions = [&shares](std::int32_t stage) {
+    const auto st = static_cast<std::size_t>(stage);
+    const double rf = shares.recompute_fraction.empty() ? 1.0 : shares.recompute_fraction[st];
+    return detail::MemoryFractions{rf, shares.offload_fraction.empty() ? 1.0 : shares.offload_fraction[st],
+                                   shares.recompute_peak_fraction.empty() ? rf : shares.recompute_peak_fraction[st]};
+  };
+  const std::int32_t M = s.microbatches;
+  const auto bytes_of = [&costs, M](std::int32_t stage, std::int32_t mb) { return stage_cost(costs, stage, mb, M).activation_bytes; };
+  ValidationReport report;
+  report.memory.assign(s.programs.size(), RankMemory{});
+  report.stage_peak_in_flight.assign(static_cast<std::size_t>(std::max(flat.stages, 0)), 0);
+  detail::measure_memory_walk<false>(flat, costs.weight_memory_fraction, bytes_of, fractions, report);
+  for (std::size_t r = 0; r < s.programs.size(); ++r) {
+    peak.microbatches[r] = report.memory[r].peak_microbatches;
+    peak.bytes[r] = report.memory[r].peak_bytes;
   }
   return peak;
 }

@@ -1091,8 +1091,10 @@ struct TorchLayerSample {
   // input nothing keeps), so that a stage's children sum to what the stage holds per micro-batch
   // from its forward to its backward (see docs/accuracy.md for the one case where they do not).
   double activation_bytes = 0.0;
-  // Of activation_bytes, what is still held between backward_input and backward_weight (the
-  // child alone, scaled to activation_bytes): CostModel::weight_memory_fraction from measurement.
+  // What is still held between backward_input and backward_weight, as a share of the child's
+  // activation counted alone, times activation_bytes: CostModel::weight_memory_fraction from
+  // measurement. It can exceed activation_bytes: BI keeps the whole graph (the engine runs it
+  // with keep_graph) and adds the gradients it captured for BW.
   double weight_bytes = 0.0;
   double output_bytes = 0.0;      // the tensor the child hands on
 };
@@ -1305,7 +1307,7 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
           // one-child stage (its output held as a stage holds it) and applied to the chain's.
           const auto after_input = static_cast<double>(counter.current(TorchMemoryCounter::profiling) - held);
           sample.weight_bytes =
-              sample.activation_bytes * std::clamp(after_input / static_cast<double>(after_forward - held), 0.0, 1.0);
+              sample.activation_bytes * std::max(0.0, after_input / static_cast<double>(after_forward - held));
         }
         const double weight_part =
             detail::torch_adapter::time_ms([&] { f.backward_weight(0, in, grad_out, weight_grad); });

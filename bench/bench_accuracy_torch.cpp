@@ -17,6 +17,8 @@
 // 5% of the measured fastest (the pick holds). Not a test: a report (docs/accuracy.md).
 //
 //   bench_accuracy_torch [repetitions per pass] [passes] [model] [plot.svg]
+//   bench_accuracy_torch memory [model]          peak memory per rank, predicted and counted
+//   bench_accuracy_torch policies [repetitions]  gpt with each memory policy: time and bytes
 // model: mlp, gpt, conv or all; plot.svg: where to write the predicted-vs-measured plot.
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/module.h>
@@ -27,6 +29,7 @@
 #include <torch/nn/modules/normalization.h>
 #include <ppsched/adapters/torch.hpp>
 #include <ppsched/backend/cpu.hpp>
+#include <ppsched/plan/memory_policy.hpp>
 #include <ppsched/plan/plan.hpp>
 #include <ppsched/runtime/profile.hpp>
 #include <ppsched/runtime/world.hpp>
@@ -97,26 +100,8 @@ void measure(const bench_torch::Model& model, const ppsched::Profile& profile, s
       const ppsched::CostModel cost = ppsched::cost_model_of(cut, ppsched::plan_cost_options(plan_model, 0.5));
       c.predicted = ppsched::simulate(schedule, cost).makespan;
 
-      const double loss_scale = 1.0 / static_cast<double>(global_batch);
-      std::vector<std::unique_ptr<ppsched::TorchStage>> stages;
-      std::vector<ppsched::StageFunctions> functions;
-      for (std::size_t s = 0; s < cut.stages.size(); ++s) {
-        torch::nn::Sequential part;
-        for (std::size_t k = cut.stages[s].begin; k < cut.stages[s].end; ++k) {
-          part->push_back(*(model.net->begin() + static_cast<std::ptrdiff_t>(k)));
-        }
-        ppsched::TorchStageOptions o;
-        o.input_shape = model.input_shape(cut.stages[s].begin, c.rows);
-        o.output_shape = model.output_shape(cut.stages[s].end - 1, c.rows);
-        if (s + 1 == cut.stages.size()) {
-          o.target_shape = o.output_shape;
-          o.loss = [loss_scale](const torch::Tensor& y, const torch::Tensor& t) {
-            return torch::mse_loss(y, t, torch::Reduction::Sum) * loss_scale;
-          };
-        }
-        stages.push_back(std::make_unique<ppsched::TorchStage>(part, o));
-        functions.push_back(stages.back()->functions());
-      }
+      const bench_torch::Pipeline pipeline = bench_torch::make_pipeline(model, cut, c.rows, global_batch, false);
+      const std::vector<ppsched::StageFunctions>& functions = pipeline.functions;
       ppsched::CpuCluster cluster(c.ranks, cpu);
       std::vector<ppsched::CpuBackend*> ranks;
       for (int r = 0; r < c.ranks; ++r) ranks.push_back(&cluster.rank(r));
@@ -138,6 +123,194 @@ void measure(const bench_torch::Model& model, const ppsched::Profile& profile, s
       c.passes.push_back(steps);
     }
   }
+}
+
+// ------------------------------------------------------------ peak memory per rank
+//
+// `memory`: for every configuration, per rank, the bytes the simulator predicts from the
+// measured profile against the bytes TorchMemoryCounter counts on a run (docs/accuracy.md,
+// "Peak memory per rank", says what is in and what is out):
+//   activations  predicted: SimResult::timed_peak (the profile's counted activation_bytes per
+//                stage, weight_memory_fraction counted too); measured: the most the rank's
+//                calls held at the end of a call, over what it held when the step began
+//   total        + parameters and their gradients (predicted: the profile's param_bytes twice;
+//                measured: the tensors' sizes and what the rank held between steps, counted)
+//                + the executor's buffers (pool, weight gradients, host pool: the same sizes
+//                on both sides, since the executor allocates exactly what its plan says)
+// and the high-water mark (transients inside a call included), which nothing predicts.
+
+struct MemoryRow {
+  double predicted = 0.0, measured = 0.0, high = 0.0, predicted_total = 0.0, measured_total = 0.0;
+};
+
+// Predicted and measured bytes of one run of `schedule` over `cut` with `cost` (memory actions
+// included, if any), after two warm-up steps; `steps` counted steps, their worst kept.
+struct CountedRun {
+  std::vector<MemoryRow> ranks;
+  std::vector<double> ms;  // each counted step's wall time
+  double leak = 0.0;       // the most any rank held at a step's end over its start
+  double untagged = 0.0;
+};
+
+CountedRun counted_run(const bench_torch::Model& model, const ppsched::PartitionPlan& cut, const ppsched::Schedule& schedule,
+                       const ppsched::CostModel& cost, std::int32_t rows, int steps) {
+  const ppsched::SimResult sim = ppsched::simulate(schedule, cost);
+  // param.grad is allocated by the first step that needs it, on the rank thread of that run:
+  // dropped, so that this configuration's ranks allocate (and hold) their own.
+  for (torch::Tensor p : model.net->parameters()) p.mutable_grad() = torch::Tensor();
+  const bench_torch::Pipeline pipeline = bench_torch::make_pipeline(model, cut, rows, global_batch, true);
+  const ppsched::CpuOptions cpu{.checking = false};
+  ppsched::CpuCluster cluster(schedule.ranks, cpu);
+  std::vector<ppsched::CpuBackend*> ranks;
+  for (int r = 0; r < schedule.ranks; ++r) ranks.push_back(&cluster.rank(r));
+  ppsched::World<ppsched::CpuBackend> world(ranks, schedule, cost, pipeline.functions);
+  torch::manual_seed(7);
+  const torch::Tensor inputs = model.input(global_batch).contiguous();
+  const torch::Tensor targets = torch::zeros(model.output_shape(model.net->size() - 1, global_batch)).contiguous();
+  const ppsched::Batch batch{floats(inputs), floats(targets)};
+  for (int w = 0; w < 2; ++w) (void)world.run_step(batch);  // the first allocates param.grad
+  const std::vector<double> params = bench_torch::parameter_bytes(pipeline, schedule);
+  std::vector<double> predicted_static(static_cast<std::size_t>(schedule.ranks), 0.0);
+  for (const ppsched::PartitionStage& st : cut.stages) predicted_static[static_cast<std::size_t>(st.rank)] += 2.0 * st.param_bytes;
+  CountedRun out;
+  out.ranks.assign(static_cast<std::size_t>(schedule.ranks), MemoryRow{});
+  for (int k = 0; k < steps; ++k) {
+    const bench_torch::StepMemory m = bench_torch::counted_step(world, batch);
+    out.ms.push_back(m.ms);
+    out.untagged = std::max(out.untagged, m.untagged);
+    for (std::size_t r = 0; r < out.ranks.size(); ++r) {
+      MemoryRow& row = out.ranks[r];
+      row.predicted = r < sim.timed_peak.size() ? sim.timed_peak[r].bytes : 0.0;
+      row.measured = std::max(row.measured, m.settled[r]);
+      row.high = std::max(row.high, m.high[r]);
+      row.predicted_total = predicted_static[r] + m.backend[r] + row.predicted;
+      row.measured_total = std::max(row.measured_total, params[r] + m.held[r] + m.backend[r] + m.settled[r]);
+      out.leak = std::max(out.leak, std::abs(m.after[r]));
+    }
+  }
+  return out;
+}
+
+double relative(double predicted, double measured) { return measured > 0.0 ? (predicted - measured) / measured : 0.0; }
+
+int memory_report(const std::string& which) {
+  std::printf("%-5s %-17s %2s %3s %4s %4s  %11s %11s %7s  %11s  %11s %11s %7s\n", "model", "family", "p", "m", "rows",
+              "rank", "predicted", "measured", "error", "high-water", "pred. total", "meas. total", "error");
+  std::vector<std::string> summaries;
+  double all_sum = 0.0, all_max = 0.0, all_total_max = 0.0, all_total_sum = 0.0, leak = 0.0, untagged = 0.0;
+  std::size_t all_n = 0, all_within = 0;
+  for (const std::string& name : bench_torch::model_names()) {
+    if (which != "all" && which != name) continue;
+    const bench_torch::Model model = bench_torch::make_model(name);
+    const ppsched::TorchProfile measured_profile = bench_torch::profile_of(model, {2, 8, 32}, 1, 3);
+    const ppsched::Profile profile = measured_profile.at(32);
+    double sum = 0.0, max = 0.0, total_sum = 0.0, total_max = 0.0;
+    std::size_t n = 0, within = 0;
+    for (const bench_torch::ConfigKey& k : bench_torch::configurations(global_batch)) {
+      const ppsched::Schedule schedule = bench_torch::schedule_of(k.family, k.ranks, k.microbatches);
+      ppsched::GraphModelOptions g;
+      g.ranks = k.ranks;
+      g.microbatches = k.microbatches;
+      const ppsched::PlanModel plan_model = ppsched::graph_model(ppsched::profile_at_rows(profile, k.rows), name, g);
+      const ppsched::PartitionPlan cut = plan_model.partition(schedule.placement);
+      const ppsched::CostModel cost = ppsched::cost_model_of(
+          cut, ppsched::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, k.rows)));
+      const CountedRun run = counted_run(model, cut, schedule, cost, k.rows, 2);
+      leak = std::max(leak, run.leak);
+      untagged = std::max(untagged, run.untagged);
+      for (std::size_t r = 0; r < run.ranks.size(); ++r) {
+        const MemoryRow& row = run.ranks[r];
+        const double e = relative(row.predicted, row.measured), et = relative(row.predicted_total, row.measured_total);
+        sum += std::abs(e);
+        max = std::max(max, std::abs(e));
+        total_sum += std::abs(et);
+        total_max = std::max(total_max, std::abs(et));
+        within += std::abs(e) <= 0.05 ? 1 : 0;
+        ++n;
+        std::printf("%-5s %-17s %2d %3d %4d %4zu  %11.0f %11.0f %+6.1f%%  %11.0f  %11.0f %11.0f %+6.1f%%\n", name.c_str(),
+                    k.family.c_str(), k.ranks, k.microbatches, k.rows, r, row.predicted, row.measured, 100.0 * e,
+                    row.high, row.predicted_total, row.measured_total, 100.0 * et);
+      }
+    }
+    char line[400];
+    std::snprintf(line, sizeof line,
+                  "%s: %zu ranks of 21 configurations: activations mean |error| %.1f%%, max %.1f%%, %zu within 5%%; "
+                  "total mean |error| %.1f%%, max %.1f%%; BI..BW holds %.2f / %.2f / %.2f x F's bytes at 2 / 8 / 32 rows",
+                  name.c_str(), n, 100.0 * sum / static_cast<double>(n), 100.0 * max, within,
+                  100.0 * total_sum / static_cast<double>(n), 100.0 * total_max,
+                  bench_torch::weight_memory_ratio(measured_profile, 2), bench_torch::weight_memory_ratio(measured_profile, 8),
+                  bench_torch::weight_memory_ratio(measured_profile, 32));
+    summaries.emplace_back(line);
+    all_sum += sum;
+    all_total_sum += total_sum;
+    all_max = std::max(all_max, max);
+    all_total_max = std::max(all_total_max, total_max);
+    all_n += n;
+    all_within += within;
+  }
+  for (const std::string& s : summaries) std::printf("%s\n", s.c_str());
+  if (all_n > 0) {
+    std::printf("all: %zu ranks: activations mean |error| %.1f%%, max %.1f%%, %zu within 5%%; total mean |error| %.1f%%, "
+                "max %.1f%%; most held at a step's end over its start %.0f B; kept by untagged threads %.0f B\n",
+                all_n, 100.0 * all_sum / static_cast<double>(all_n), 100.0 * all_max, all_within,
+                100.0 * all_total_sum / static_cast<double>(all_n), 100.0 * all_total_max, leak, untagged);
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------ memory policies (issue 23, item 4)
+//
+// `policies`: the GPT-like model on 2 ranks, 8 micro-batches of 8 rows, under gpipe, 1f1b and
+// zb-h1, with each policy the adapter supports (none; full recomputation on both stages; full
+// on stage 0 only), the schedule and costs from apply_memory_policies over the profile: step time
+// (median of `repetitions` steps) and activation bytes per rank, predicted (simulate) against
+// measured (wall time; TorchMemoryCounter). Offload is not run: the adapter cannot move autograd's
+// saved tensors (docs/accuracy.md says why).
+int policies_report(int repetitions, const ppsched::BackendOverheads& overheads) {
+  const bench_torch::Model model = bench_torch::make_model("gpt");
+  const std::int32_t ranks = 2, microbatches = 8, rows = static_cast<std::int32_t>(global_batch / microbatches);
+  const ppsched::TorchProfile measured_profile = bench_torch::profile_of(model, {rows}, 3, 10);
+  ppsched::Profile profile = measured_profile.at(rows);
+  profile.action_overhead = overheads.action_overhead;
+  profile.transfer_overhead = overheads.transfer_overhead;
+  profile.step_overhead = overheads.step_overhead;
+  const std::vector<std::pair<std::string, std::vector<ppsched::MemoryPolicy>>> policies{
+      {"none", {ppsched::MemoryPolicy::none(), ppsched::MemoryPolicy::none()}},
+      {"full recompute", {ppsched::MemoryPolicy::full_recompute(), ppsched::MemoryPolicy::full_recompute()}},
+      {"full on stage 0", {ppsched::MemoryPolicy::full_recompute(), ppsched::MemoryPolicy::none()}}};
+  std::printf("%-6s %-16s %9s %9s %7s   %-29s %-29s\n", "family", "policy", "predicted", "measured", "error",
+              "rank 0 bytes: pred. / meas.", "rank 1 bytes: pred. / meas.");
+  accuracy::Errors time_errors, byte_errors;
+  for (const char* family : {"gpipe", "1f1b", "zb-h1"}) {
+    const ppsched::Schedule plain = bench_torch::schedule_of(family, ranks, microbatches);
+    ppsched::GraphModelOptions g;
+    g.ranks = ranks;
+    g.microbatches = microbatches;
+    const ppsched::PlanModel plan_model = ppsched::graph_model(ppsched::profile_at_rows(profile, rows), "gpt", g);
+    const ppsched::PartitionPlan cut = plan_model.partition(plain.placement);
+    const ppsched::CostModel cost = ppsched::cost_model_of(
+        cut, ppsched::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, rows)));
+    for (const auto& [label, per_stage] : policies) {
+      const ppsched::MemoryPlan mp = ppsched::apply_memory_policies(plain, cost, per_stage);
+      const double predicted = ppsched::simulate(mp.schedule, mp.costs).makespan;
+      const CountedRun run = counted_run(model, cut, mp.schedule, mp.costs, rows, repetitions);
+      std::vector<double> ms = run.ms;
+      std::sort(ms.begin(), ms.end());
+      const double measured = ms[ms.size() / 2];
+      const double e = time_errors.add(predicted, measured);
+      char bytes[2][64];
+      for (std::size_t r = 0; r < 2; ++r) {
+        (void)byte_errors.add(run.ranks[r].predicted, run.ranks[r].measured);
+        std::snprintf(bytes[r], sizeof bytes[r], "%9.0f / %9.0f (%+5.1f%%)", run.ranks[r].predicted,
+                      run.ranks[r].measured, 100.0 * relative(run.ranks[r].predicted, run.ranks[r].measured));
+      }
+      std::printf("%-6s %-16s %9.3f %9.3f %+6.1f%%   %-29s %-29s\n", family, label.c_str(), predicted, measured, 100.0 * e,
+                  bytes[0], bytes[1]);
+    }
+  }
+  std::printf("step time: mean |error| %.1f%%, max %.1f%%; activation bytes per rank: mean |error| %.1f%%, max %.1f%%\n",
+              100.0 * time_errors.mean(), 100.0 * time_errors.max, 100.0 * byte_errors.mean(), 100.0 * byte_errors.max);
+  return 0;
 }
 
 // Predicted (x) against measured median (y) on log-log axes, a whisker from the fastest to the
@@ -208,7 +381,12 @@ void write_plot(const std::string& path, const std::vector<Config>& configs, con
 }  // namespace
 
 int main(int argc, char** argv) try {
-  const int repetitions = argc > 1 ? std::atoi(argv[1]) : 5;
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "memory") {
+    torch::set_num_threads(1);
+    return memory_report(argc > 2 ? argv[2] : "all");
+  }
+  const int repetitions = argc > 1 && mode != "policies" ? std::atoi(argv[1]) : 5;
   const int passes = argc > 2 ? std::atoi(argv[2]) : 2;
   const std::string which = argc > 3 ? argv[3] : "all";
   const std::string plot = argc > 4 ? argv[4] : "";
@@ -220,6 +398,8 @@ int main(int argc, char** argv) try {
       ppsched::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)});
   std::printf("fixed cost per step %.4f ms, per action %.4f ms, per transfer %.4f ms\n", overheads.step_overhead,
               overheads.action_overhead, overheads.transfer_overhead);
+
+  if (mode == "policies") return policies_report(argc > 2 ? std::atoi(argv[2]) : 10, overheads);
 
   std::vector<Config> all;
   std::printf("%-5s %-17s %2s %3s %4s  %9s  %9s %8s %8s  %7s  %7s  %9s  %7s\n", "model", "family", "p", "m", "rows",

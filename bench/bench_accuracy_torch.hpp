@@ -11,12 +11,19 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 #include <ppsched/adapters/torch.hpp>
+#include <ppsched/backend/cpu.hpp>
+#include <ppsched/partition/partition.hpp>
+#include <ppsched/runtime/world.hpp>
 #include <ppsched/schedule/generators.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -157,6 +164,107 @@ struct ConfigKey {
 
 [[nodiscard]] inline ppsched::Schedule schedule_of(const std::string& family, std::int32_t ranks, std::int32_t microbatches) {
   return ppsched::make_schedule(family, ppsched::ScheduleRequest{ranks, microbatches, family == "interleaved-1f1b" ? 2 : 1});
+}
+
+
+// The TorchStages of one configuration: the cut's children, each stage's float boundaries for
+// `rows` rows, the last stage's loss summed and scaled by 1 / global_batch. With `counted`,
+// every call is charged to its rank (ppsched::count_torch_memory).
+struct Pipeline {
+  std::vector<std::unique_ptr<ppsched::TorchStage>> stages;
+  std::vector<ppsched::StageFunctions> functions;
+};
+
+[[nodiscard]] inline Pipeline make_pipeline(const Model& model, const ppsched::PartitionPlan& cut, std::int64_t rows,
+                                            std::int64_t global_batch, bool counted) {
+  const double loss_scale = 1.0 / static_cast<double>(global_batch);
+  Pipeline p;
+  for (std::size_t s = 0; s < cut.stages.size(); ++s) {
+    torch::nn::Sequential part;
+    for (std::size_t k = cut.stages[s].begin; k < cut.stages[s].end; ++k) {
+      part->push_back(*(model.net->begin() + static_cast<std::ptrdiff_t>(k)));
+    }
+    ppsched::TorchStageOptions o;
+    o.input_shape = model.input_shape(cut.stages[s].begin, rows);
+    o.output_shape = model.output_shape(cut.stages[s].end - 1, rows);
+    if (s + 1 == cut.stages.size()) {
+      o.target_shape = o.output_shape;
+      o.loss = [loss_scale](const torch::Tensor& y, const torch::Tensor& t) {
+        return torch::mse_loss(y, t, torch::Reduction::Sum) * loss_scale;
+      };
+    }
+    p.stages.push_back(std::make_unique<ppsched::TorchStage>(part, o));
+    p.functions.push_back(counted ? ppsched::count_torch_memory(p.stages.back()->functions())
+                                  : p.stages.back()->functions());
+  }
+  return p;
+}
+
+// Of a profile's activation bytes, what a BI leaves for its BW (TorchLayerSample::weight_bytes
+// over activation_bytes, summed over the children), at `rows`; 0.5 (the planner's default)
+// where nothing was counted. Above 1 where BI holds more than F left (see weight_bytes): the
+// planner's weight_memory_fraction stops at 1 (weight_memory_fraction below).
+[[nodiscard]] inline double weight_memory_ratio(const ppsched::TorchProfile& p, std::int64_t rows) {
+  const auto k = static_cast<std::size_t>(std::find(p.rows.begin(), p.rows.end(), rows) - p.rows.begin());
+  double kept = 0.0, weight = 0.0;
+  for (const ppsched::TorchLayerProfile& l : p.layers) {
+    if (k >= l.samples.size()) continue;
+    kept += l.samples[k].activation_bytes;
+    weight += l.samples[k].weight_bytes;
+  }
+  return kept > 0.0 ? weight / kept : 0.5;
+}
+
+[[nodiscard]] inline double weight_memory_fraction(const ppsched::TorchProfile& p, std::int64_t rows) {
+  return std::min(1.0, weight_memory_ratio(p, rows));
+}
+
+// Per rank, bytes of one measured step, counted by TorchMemoryCounter (the rank's tag) from
+// what the rank held when the step started.
+struct StepMemory {
+  std::vector<double> held;     // held between steps (param.grad and what else stays): the step's base
+  std::vector<double> settled;  // the most held at the end of a call, over the base: kept activations
+  std::vector<double> high;     // the high-water mark over the base, transients inside a call included
+  std::vector<double> after;    // held at the end of the step, over the base (0: nothing leaked)
+  std::vector<double> backend;  // the executor's buffers: pool, weight gradients, host pool
+  double untagged = 0.0;        // what threads without a rank tag allocated over the step and kept
+  double ms = 0.0;              // the step's wall time
+};
+
+// Runs one step of `world` (its stages counted) and reads the counter.
+[[nodiscard]] inline StepMemory counted_step(ppsched::World<ppsched::CpuBackend>& world, const ppsched::Batch& batch) {
+  ppsched::TorchMemoryCounter& counter = ppsched::TorchMemoryCounter::install();
+  const int ranks = world.ranks();
+  StepMemory m;
+  for (int r = 0; r < ranks; ++r) {
+    counter.reset_peaks(r);
+    m.held.push_back(static_cast<double>(counter.current(r)));
+    const ppsched::Executor<ppsched::CpuBackend>& e = world.executor(r);
+    m.backend.push_back(4.0 * static_cast<double>(e.plan().total_floats() + e.gradient_floats() + e.host_floats()));
+  }
+  const auto untagged = static_cast<double>(counter.current(ppsched::TorchMemoryCounter::untagged));
+  const auto t0 = std::chrono::steady_clock::now();
+  (void)world.run_step(batch);
+  m.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  m.untagged = static_cast<double>(counter.current(ppsched::TorchMemoryCounter::untagged)) - untagged;
+  for (int r = 0; r < ranks; ++r) {
+    const auto k = static_cast<std::size_t>(r);
+    m.settled.push_back(static_cast<double>(counter.settled_peak(r)) - m.held[k]);
+    m.high.push_back(static_cast<double>(counter.peak(r)) - m.held[k]);
+    m.after.push_back(static_cast<double>(counter.current(r)) - m.held[k]);
+  }
+  return m;
+}
+
+// Bytes of the parameters each rank's stages hold (the tensors' own sizes).
+[[nodiscard]] inline std::vector<double> parameter_bytes(const Pipeline& p, const ppsched::Schedule& s) {
+  std::vector<double> out(static_cast<std::size_t>(s.ranks), 0.0);
+  for (std::size_t st = 0; st < p.stages.size(); ++st) {
+    for (const torch::Tensor& t : p.stages[st]->parameters()) {
+      out[static_cast<std::size_t>(s.placement[st])] += static_cast<double>(t.nbytes());
+    }
+  }
+  return out;
 }
 
 }  // namespace bench_torch

@@ -27,29 +27,30 @@
 
 #include "ppsched/config.hpp"
 
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <torch/autograd.h>
 #include <torch/csrc/autograd/engine.h>
 #include <torch/nn/modules/container/sequential.h>
 #include <torch/optim/optimizer.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
 #include <unordered_map>
 #include <utility>
 #include <vector>
-
-// After the standard headers, which define __GLIBC__ where glibc is the C library.
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include "ppsched/error.hpp"
 #include "ppsched/graph/profile.hpp"
@@ -879,6 +880,182 @@ class TorchStage {
   }
 };
 
+// ------------------------------------------------------------ counting what libtorch allocates, per rank
+//
+// Peak memory per rank is measured, not computed: TorchMemoryCounter::install() replaces
+// libtorch's CPU allocator by a counting one over the same c10::alloc_cpu (c10::SetCPUAllocator,
+// once per process, for the process's lifetime: libtorch keeps the pointer). Each allocation is charged
+// to the tag of the thread that makes it (TorchMemoryCounter::Tag: a pipeline rank, set by
+// count_torch_memory around every call of a stage on its rank thread) and credited back to that
+// same tag when it is freed, whichever thread frees it. Per tag the counter keeps the bytes
+// held now, their high-water mark (transients inside a call included) and the settled peak: the
+// most held at the end of a call, which is what the simulator's memory over time models
+// (activations kept between actions, not an operator's workspace). With one intra-op thread
+// (torch::set_num_threads(1)) every CPU kernel and autograd's CPU backward run on the calling
+// thread, so a rank thread's tag sees all its stage allocates; what other threads allocate goes
+// to TorchMemoryCounter::untagged. Allocations made before install() are not counted (their
+// frees neither). Tensors over memory libtorch did not allocate (from_blob: the views of the
+// executor's buffers) cost nothing here: the executor's own buffers are counted apart
+// (docs/accuracy.md, "Peak memory per rank").
+
+class TorchMemoryCounter {
+ public:
+  static constexpr int tags = 66;       // ranks 0..63, then the two below
+  static constexpr int profiling = 64;  // profile_sequential's measurements
+  static constexpr int untagged = 65;   // threads without a Tag
+
+  // The process's counter, installing the counting allocator on the first call. Throws when
+  // another allocator set with a higher priority keeps it out.
+  [[nodiscard]] static TorchMemoryCounter& install();
+
+  // Charges what the calling thread allocates to `tag` while alive (nested: the outer tag
+  // returns after).
+  class Tag {
+   public:
+    explicit Tag(int tag);
+    ~Tag();
+    Tag(const Tag&) = delete;
+    Tag& operator=(const Tag&) = delete;
+
+   private:
+    int previous_;
+  };
+
+  // Bytes of `tag` allocated and not yet freed; their high-water mark; the most held at the end
+  // of a call (settle). Each since the last reset_peaks(tag).
+  [[nodiscard]] std::int64_t current(int tag) const { return slot(tag).current.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::int64_t peak(int tag) const { return slot(tag).peak.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::int64_t settled_peak(int tag) const { return slot(tag).settled.load(std::memory_order_relaxed); }
+  // Both peaks back to what `tag` holds now (call between steps, with no call running).
+  void reset_peaks(int tag) {
+    Slot& s = slot(tag);
+    const std::int64_t now = s.current.load(std::memory_order_relaxed);
+    s.peak.store(now, std::memory_order_relaxed);
+    s.settled.store(now, std::memory_order_relaxed);
+  }
+  // Records what `tag` holds now as a settled value (the end of a call).
+  void settle(int tag) {
+    Slot& s = slot(tag);
+    raise(s.settled, s.current.load(std::memory_order_relaxed));
+  }
+
+  void add(int tag, std::int64_t bytes) {
+    Slot& s = slot(tag);
+    raise(s.peak, s.current.fetch_add(bytes, std::memory_order_relaxed) + bytes);
+  }
+  void remove(int tag, std::int64_t bytes) { slot(tag).current.fetch_sub(bytes, std::memory_order_relaxed); }
+
+  // The tag of the calling thread (untagged outside any Tag).
+  [[nodiscard]] static int& thread_tag() noexcept {
+    static thread_local int tag = untagged;
+    return tag;
+  }
+
+ private:
+  struct Slot {
+    std::atomic<std::int64_t> current{0}, peak{0}, settled{0};
+  };
+  std::array<Slot, tags> slots_;
+
+  [[nodiscard]] const Slot& slot(int tag) const { return slots_.at(checked(tag)); }
+  [[nodiscard]] Slot& slot(int tag) { return slots_.at(checked(tag)); }
+  [[nodiscard]] static std::size_t checked(int tag) {
+    if (tag < 0 || tag >= tags) {
+      fail({"torch memory counter", detail::concat("tag ", tag, " is outside [0, ", tags, ")"), "TorchMemoryCounter",
+            "Tag ranks 0..63 (more ranks than that in one process are not counted)"});
+    }
+    return static_cast<std::size_t>(tag);
+  }
+  static void raise(std::atomic<std::int64_t>& peak, std::int64_t value) {
+    std::int64_t seen = peak.load(std::memory_order_relaxed);
+    while (value > seen && !peak.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
+    }
+  }
+};
+
+namespace detail::torch_adapter {
+
+// libtorch's own CPU allocation (c10::alloc_cpu, aligned as its default allocator aligns) with
+// a header before each block: its size and owner, so that its free is credited to the tag that
+// allocated it. The block's address is its context and the deleter is fixed, as raw_allocate
+// (which some kernels use: gelu's) requires.
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  explicit CountingCpuAllocator(TorchMemoryCounter* counter) { counter_() = counter; }
+
+  c10::DataPtr allocate(std::size_t n) const override {
+    auto* base = static_cast<std::byte*>(c10::alloc_cpu(header + n));
+    const int owner = TorchMemoryCounter::thread_tag();
+    new (base) Header{static_cast<std::int64_t>(n), owner};
+    counter_()->add(owner, static_cast<std::int64_t>(n));
+    void* data = base + header;
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  [[nodiscard]] c10::DeleterFnPtr raw_deleter() const override { return &release; }
+
+ private:
+  struct Header {
+    std::int64_t bytes;
+    int owner;
+  };
+  // A multiple of the alignment, so that the data after it is aligned as the block is.
+  static constexpr std::size_t header = (sizeof(Header) + c10::gAlignment - 1) / c10::gAlignment * c10::gAlignment;
+  static TorchMemoryCounter*& counter_() {
+    static TorchMemoryCounter* counter = nullptr;
+    return counter;
+  }
+  static void release(void* data) {
+    if (data == nullptr) return;
+    std::byte* base = static_cast<std::byte*>(data) - header;
+    const Header h = *reinterpret_cast<const Header*>(base);
+    counter_()->remove(h.owner, h.bytes);
+    c10::free_cpu(base);
+  }
+};
+
+}  // namespace detail::torch_adapter
+
+inline TorchMemoryCounter& TorchMemoryCounter::install() {
+  // Never freed: libtorch keeps the allocator for the process's life, and blocks freed at exit
+  // still credit the counter.
+  static TorchMemoryCounter* const counter = [] {
+    auto* c = new TorchMemoryCounter;
+    auto* a = new detail::torch_adapter::CountingCpuAllocator(c);
+    // Above the default allocator's priority (0), so that it takes; the highest, so that a
+    // later SetCPUAllocator of lower priority cannot drop the counting unnoticed.
+    c10::SetCPUAllocator(a, std::numeric_limits<std::uint8_t>::max());
+    if (c10::GetCPUAllocator() != a) {
+      fail({"torch memory counter", "libtorch kept its CPU allocator (another was set with the highest priority)",
+            "TorchMemoryCounter::install", "Do not set a CPU allocator of priority 255 when counting memory"});
+    }
+    return c;
+  }();
+  return *counter;
+}
+
+inline TorchMemoryCounter::Tag::Tag(int tag) : previous_(thread_tag()) {
+  (void)checked(tag);
+  thread_tag() = tag;
+}
+inline TorchMemoryCounter::Tag::~Tag() { thread_tag() = previous_; }
+
+// `f` with every call charged to its rank (StageContext::rank) and settled at its end: set on
+// each stage of a World whose memory is measured (the bench, the tests). Keeps an around_call
+// already set, inside the tag.
+[[nodiscard]] inline StageFunctions count_torch_memory(StageFunctions f) {
+  TorchMemoryCounter& counter = TorchMemoryCounter::install();
+  f.around_call = [&counter, inner = std::move(f.around_call)](const StageContext& c, StageCallRef call) {
+    const TorchMemoryCounter::Tag tag(c.rank);
+    if (inner) {
+      inner(c, call);
+    } else {
+      call();
+    }
+    counter.settle(c.rank);
+  };
+  return f;
+}
+
 // ------------------------------------------------------------ profiling a Sequential's children
 //
 // torchgpipe's balance_by_time / balance_by_size, for ppsched: each child of a Sequential is
@@ -909,7 +1086,16 @@ struct TorchTiming {
 struct TorchLayerSample {
   std::int64_t rows = 0;
   TorchTiming forward, backward, backward_input, backward_weight;  // B; then BI and BW of the split
-  double activation_bytes = 0.0;  // held from the forward until the backward, the output left out
+  // Counted by TorchMemoryCounter in one forward of the whole chain with its graph: what the
+  // bytes libtorch holds grow by over this child (its saved tensors and its output, less an
+  // input nothing keeps), so that a stage's children sum to what the stage holds per micro-batch
+  // from its forward to its backward (see docs/accuracy.md for the one case where they do not).
+  double activation_bytes = 0.0;
+  // What is still held between backward_input and backward_weight, as a share of the child's
+  // activation counted alone, times activation_bytes: CostModel::weight_memory_fraction from
+  // measurement. It can exceed activation_bytes: BI keeps the whole graph (the engine runs it
+  // with keep_graph) and adds the gradients it captured for BW.
+  double weight_bytes = 0.0;
   double output_bytes = 0.0;      // the tensor the child hands on
 };
 
@@ -931,17 +1117,6 @@ struct TorchProfile {
 };
 
 namespace detail::torch_adapter {
-
-// Bytes the process's allocator has handed out and not taken back (glibc: every arena and
-// the mmapped blocks; elsewhere 0: activation bytes are then not measured).
-[[nodiscard]] inline double heap_in_use() {
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
-  const struct mallinfo2 m = mallinfo2();
-  return static_cast<double>(m.uordblks) + static_cast<double>(m.hblkhd);
-#else
-  return 0.0;
-#endif
-}
 
 [[nodiscard]] inline TorchTiming spread(std::vector<double> ms) {
   std::sort(ms.begin(), ms.end());
@@ -1060,11 +1235,30 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
     }
     out.layers.push_back(std::move(layer));
   }
+  TorchMemoryCounter& counter = TorchMemoryCounter::install();
+  std::vector<double> kept(model->size());
   for (std::int64_t rows : options.rows) {
     torch::Tensor x = options.input(rows);
     if (!x.defined()) {
       bad(detail::concat("the input for ", rows, " rows is undefined"), "TorchProfileOptions::input",
           "Return one micro-batch's input tensor");
+    }
+    // The bytes, counted: one forward of the whole chain with its graph, as a stage runs it.
+    // The input is allocated before the count starts, as a stage's input is the executor's
+    // buffer, not libtorch's; each child's share is what the bytes held grew by over it.
+    {
+      const TorchMemoryCounter::Tag tag(TorchMemoryCounter::profiling);
+      const torch::AutoGradMode grad_mode(true);
+      torch::Tensor h = torch::isFloatingType(x.scalar_type()) ? x.detach().clone().requires_grad_(true) : x;
+      std::int64_t before = counter.current(TorchMemoryCounter::profiling);
+      for (std::size_t c = 0; c < model->size(); ++c) {
+        h = (model->begin() + static_cast<std::ptrdiff_t>(c))->forward(h);
+        const std::int64_t now = counter.current(TorchMemoryCounter::profiling);
+        // Negative only where a child frees an input nothing keeps and returns less (none of
+        // the bench's models): the planner's byte fields are >= 0.
+        kept[c] = static_cast<double>(std::max<std::int64_t>(0, now - before));
+        before = now;
+      }
     }
     for (std::size_t c = 0; c < model->size(); ++c) {
       const std::string where = detail::concat("child ", out.layers[c].name, " at ", rows, " rows");
@@ -1072,20 +1266,15 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
       torch::Tensor y;
       TorchLayerSample sample;
       sample.rows = rows;
+      sample.activation_bytes = kept[c];
       {
-        // The bytes: what a forward with the graph leaves allocated, besides its output.
-        const torch::AutoGradMode grad_mode(true);
-        const torch::Tensor probe = torch::isFloatingType(x.scalar_type()) ? x.clone().requires_grad_(true) : x;
-        const double before = detail::torch_adapter::heap_in_use();
-        y = (model->begin() + static_cast<std::ptrdiff_t>(c))->forward(probe);
-        const double after = detail::torch_adapter::heap_in_use();
+        const torch::NoGradGuard no_grad;
+        y = (model->begin() + static_cast<std::ptrdiff_t>(c))->forward(x);
         if (!y.defined() || !torch::isFloatingType(y.scalar_type())) {
           bad(detail::concat(where, " returns ", y.defined() ? c10::toString(y.scalar_type()) : "nothing"),
               "profile_sequential", "Profile children whose output is a floating-point tensor");
         }
         sample.output_bytes = static_cast<double>(y.numel() * static_cast<std::int64_t>(y.element_size()));
-        sample.activation_bytes = std::max(0.0, after - before - sample.output_bytes);
-        y = y.detach();
       }
       // Timed as the adapter runs the child: a one-child stage over typed boundaries.
       TorchStageOptions so;
@@ -1102,14 +1291,24 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
       std::vector<float> grad_in(in.size());
       std::vector<float> weight_grad(f.weight_grad_size);
       std::vector<double> fw, b, bi, bw;
+      const TorchMemoryCounter::Tag tag(TorchMemoryCounter::profiling);
       for (int rep = 0; rep < options.warmup + options.repetitions; ++rep) {
         const bool timed = rep >= options.warmup;
         std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
         const double f1 = detail::torch_adapter::time_ms([&] { f.forward(0, in, output); });
         const double full = detail::torch_adapter::time_ms([&] { f.backward(0, in, grad_out, grad_in, weight_grad); });
         std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
+        const std::int64_t held = counter.current(TorchMemoryCounter::profiling);
         const double f2 = detail::torch_adapter::time_ms([&] { f.forward(0, in, output); });
+        const std::int64_t after_forward = counter.current(TorchMemoryCounter::profiling);
         const double input_part = detail::torch_adapter::time_ms([&] { f.backward_input(0, in, grad_out, grad_in); });
+        if (rep == 0 && after_forward > held) {
+          // The share of the child's activation that BI leaves for BW, counted on this
+          // one-child stage (its output held as a stage holds it) and applied to the chain's.
+          const auto after_input = static_cast<double>(counter.current(TorchMemoryCounter::profiling) - held);
+          sample.weight_bytes =
+              sample.activation_bytes * std::max(0.0, after_input / static_cast<double>(after_forward - held));
+        }
         const double weight_part =
             detail::torch_adapter::time_ms([&] { f.backward_weight(0, in, grad_out, weight_grad); });
         if (!timed) continue;

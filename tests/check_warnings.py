@@ -74,10 +74,16 @@ for dirpath, _, names in os.walk(os.path.join(include_root, "ppsched")):
 
 
 # Units built in compiled mode (include/ppsched/config.hpp) in the real build: the parts'
-# tests and the MPI programs (tests/meson.build, tests/mpi/meson.build).
+# tests and the MPI programs (tests/meson.build, tests/mpi/meson.build), the examples but the
+# quickstart and ppsched-plan (examples/meson.build), the benchmarks (bench/meson.build). The
+# bodies they no longer read are checked by the headers alone and src/compiled.cpp.
 def compiled_mode(unit):
-    return unit.startswith(os.path.join(root, "tests") + os.sep) and not unit.endswith("_main.cpp") \
-        and os.path.basename(unit) not in {"catch_main.cpp", "odr_a.cpp", "odr_b.cpp"}
+    folder, name = os.path.dirname(unit), os.path.basename(unit)
+    if folder in (os.path.join(root, "tests"), os.path.join(root, "tests", "mpi")):
+        return not name.endswith("_main.cpp") and name not in {"catch_main.cpp", "odr_a.cpp", "odr_b.cpp"}
+    if folder == os.path.join(root, "examples"):
+        return name not in {"quickstart.cpp", "ppsched_plan.cpp"}
+    return folder == os.path.join(root, "bench")
 
 
 def check(unit):

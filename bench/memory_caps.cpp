@@ -94,7 +94,7 @@ std::string policies_of(const ScheduleResult& r) {
   }
   if (r.memory->partition) {
     out += "; cut";
-    for (const StagePlan& st : r.memory->partition->stages) out += " " + std::to_string(st.first_layer) + "-" + std::to_string(st.last_layer);
+    for (const PartitionStage& st : r.memory->partition->stages) out += " " + std::to_string(st.begin) + "-" + std::to_string(st.end - 1);
   }
   return out;
 }

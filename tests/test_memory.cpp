@@ -743,11 +743,11 @@ TEST_CASE("the layer-wise policy is priced from the model's layers and placed ri
   CHECK(model.layer_memory[1].input_bytes == 10.0);
   const PartitionPlan partition = model.partition(std::vector<std::int32_t>{0, 1});
   REQUIRE(partition.stages.size() == 2);
-  REQUIRE(partition.stages[0].last_layer == 1);
+  REQUIRE(partition.stages[0].end == 2);
   const std::optional<MemoryPolicy> p = layerwise_recompute_policy(model, partition.stages[0]);
   REQUIRE(p);
   // Stage 0 keeps layer 1's input (10 of its 250 bytes) and holds layer 1's 150 at most.
-  CHECK(*p == MemoryPolicy::layerwise(240.0, 150.0, partition.stages[0].cost.forward));
+  CHECK(*p == MemoryPolicy::layerwise(240.0, 150.0, partition.stages[0].forward));
   CHECK(to_string(*p) == "layer-wise recompute");
   CHECK(p->recomputes());
   const auto ladders = stage_ladders(model, partition);
@@ -771,7 +771,7 @@ TEST_CASE("the layer-wise policy is priced from the model's layers and placed ri
   const StageCost& sc = plan.costs.stages[0];
   CHECK(recompute_saved_bytes(sc) == 240.0);
   CHECK(recompute_peak_bytes(sc) == 150.0);
-  CHECK(recompute_time(sc) == partition.stages[0].cost.forward);
+  CHECK(recompute_time(sc) == partition.stages[0].forward);
   CHECK(validate(plan.schedule).ok());
 
   SECTION("a layer-wise policy without its sizes, or sizes on another kind, is refused") {
@@ -840,7 +840,7 @@ TEST_CASE("a profile's per-layer recompute parts load, write back, and join the 
   // Two stages of two layers: each stage's parts summed, before full recomputation.
   const PlanModel model = graph_model(p, "parts", {.ranks = 2, .microbatches = 4});
   const PartitionPlan partition = model.partition(std::vector<std::int32_t>{0, 1});
-  REQUIRE(partition.stages[0].last_layer == 1);
+  REQUIRE(partition.stages[0].end == 2);
   const auto ladders = stage_ladders(model, partition);
   const std::vector<MemoryPolicy>& l0 = ladders[0];
   const auto full = std::find(l0.begin(), l0.end(), MemoryPolicy::full_recompute());

@@ -144,38 +144,38 @@ struct MemoryChoice {
 // received activation), and its backward holds one layer's activation at a time, the largest
 // at most; the recomputation costs the stage's forward. Empty when the model has no layers,
 // or when it would save nothing over the stage's activation.
-[[nodiscard]] inline std::optional<MemoryPolicy> layerwise_recompute_policy(const PlanModel& model, const StagePlan& stage) {
-  if (model.layer_memory.empty() || stage.last_layer >= model.layer_memory.size() || stage.first_layer > stage.last_layer) {
+[[nodiscard]] inline std::optional<MemoryPolicy> layerwise_recompute_policy(const PlanModel& model, const PartitionStage& stage) {
+  if (model.layer_memory.empty() || stage.end > model.layer_memory.size() || stage.begin >= stage.end) {
     return std::nullopt;
   }
   double kept = 0.0, largest = 0.0;
-  for (std::size_t k = stage.first_layer; k <= stage.last_layer; ++k) {
-    if (k > stage.first_layer) kept += model.layer_memory[k].input_bytes;
+  for (std::size_t k = stage.begin; k < stage.end; ++k) {
+    if (k > stage.begin) kept += model.layer_memory[k].input_bytes;
     largest = std::max(largest, model.layer_memory[k].activation_bytes);
   }
-  const double act = stage.cost.activation_bytes;
+  const double act = stage.activation_bytes;
   const double saved = std::max(0.0, act - kept);
   largest = std::min(largest, act);
   if (!(kept + largest < act)) return std::nullopt;
-  return MemoryPolicy::layerwise(saved, largest, stage.cost.forward);
+  return MemoryPolicy::layerwise(saved, largest, stage.forward);
 }
 
 // The stage's selective recomputation from its layers' parts in the profile ("recompute this
 // part: saves X bytes, costs Y": Layer::recompute_saves_bytes, recompute_time), summed, the time
 // at the stage's device speed. Empty when none of its layers has a part.
-[[nodiscard]] inline std::optional<MemoryPolicy> profile_recompute_part(const PlanModel& model, const StagePlan& stage) {
-  if (model.layer_memory.empty() || stage.last_layer >= model.layer_memory.size() || stage.first_layer > stage.last_layer) {
+[[nodiscard]] inline std::optional<MemoryPolicy> profile_recompute_part(const PlanModel& model, const PartitionStage& stage) {
+  if (model.layer_memory.empty() || stage.end > model.layer_memory.size() || stage.begin >= stage.end) {
     return std::nullopt;
   }
   double saves = 0.0, time = 0.0, forward = 0.0;
-  for (std::size_t k = stage.first_layer; k <= stage.last_layer; ++k) {
+  for (std::size_t k = stage.begin; k < stage.end; ++k) {
     saves += model.layer_memory[k].part_saves_bytes;
     time += model.layer_memory[k].part_time;
     forward += model.layer_memory[k].forward;
   }
   if (!(saves > 0.0)) return std::nullopt;
-  const double speed = forward > 0.0 && stage.cost.forward > 0.0 ? forward / stage.cost.forward : 1.0;
-  return MemoryPolicy::selective_part(std::min(saves, stage.cost.activation_bytes), time / speed);
+  const double speed = forward > 0.0 && stage.forward > 0.0 ? forward / stage.forward : 1.0;
+  return MemoryPolicy::selective_part(std::min(saves, stage.activation_bytes), time / speed);
 }
 
 // MemoryChoiceOptions::stage_ladders for a partition: `ladder` for every stage, with the
@@ -186,7 +186,7 @@ struct MemoryChoice {
                                                                           const std::vector<MemoryPolicy>& ladder = MemoryChoiceOptions{}.ladder) {
   std::vector<std::vector<MemoryPolicy>> out;
   out.reserve(partition.stages.size());
-  for (const StagePlan& st : partition.stages) {
+  for (const PartitionStage& st : partition.stages) {
     out.push_back(ladder);
     std::vector<MemoryPolicy>& l = out.back();
     if (const std::optional<MemoryPolicy> part = profile_recompute_part(model, st)) {

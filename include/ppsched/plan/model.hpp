@@ -118,7 +118,7 @@ struct PlanModel {
   double transfer_overhead = 0.0;
   double step_overhead = 0.0;  // once per step (CostModel::step_overhead)
   std::function<PartitionPlan(const CutRequest& cut)> partition;
-  // Per position of the layer order the partition cuts (StagePlan::first_layer..last_layer),
+  // Per position of the layer order the partition cuts (PartitionStage::begin..end),
   // from the profile's layers (graph_model); empty without layers.
   std::vector<LayerMemory> layer_memory;
 };

@@ -184,25 +184,60 @@ class CudaRankStream {
   std::shared_ptr<detail::RankStreams> registry_;
 };
 
-// Device memory of one rank, as floats (CudaBackend::buffer). Valid on every stream of the
-// rank once allocate() returns; released in stream order after all work issued on them.
-class CudaRankBuffer {
- public:
-  CudaRankBuffer() noexcept = default;
-  CudaRankBuffer(std::size_t count, std::shared_ptr<detail::RankStreams> registry)
-      : registry_(std::move(registry)), count_(count) {
-    if (count_ != 0) {
-      void* data = nullptr;
-      PPSCHED_CUDA_CHECK(cudaMallocAsync(&data, count_ * sizeof(float), registry_->memory_stream().handle()));
-      data_ = static_cast<float*>(data);
-    }
+namespace detail {
+
+// Device memory of one rank (CudaBackend::buffer). Valid on every stream of the rank once
+// allocate() returns; released in stream order after all work issued on them.
+struct DeviceMemory {
+  static float* allocate(std::size_t count, RankStreams& registry) {
+    void* data = nullptr;
+    PPSCHED_CUDA_CHECK(cudaMallocAsync(&data, count * sizeof(float), registry.memory_stream().handle()));
+    return static_cast<float*>(data);
   }
-  ~CudaRankBuffer() { release(); }
-  CudaRankBuffer(CudaRankBuffer&& other) noexcept
+  static void release(float* data, RankStreams& registry) noexcept {
+    registry.fence_all();
+    PPSCHED_CUDA_LOG(cudaFreeAsync(data, registry.memory_stream().handle()));
+  }
+};
+
+// Pinned host memory of one rank (CudaBackend::host_buffer): the host pool that OFFLOAD
+// writes and RELOAD reads. Pinned, because a copy from pageable memory is staged through a
+// driver buffer and does not overlap compute, which is the point of offloading on a copy
+// stream.
+struct PinnedHostMemory {
+  static float* allocate(std::size_t count, RankStreams&) {
+    void* data = nullptr;
+    PPSCHED_CUDA_CHECK(cudaMallocHost(&data, count * sizeof(float)));
+    return static_cast<float*>(data);
+  }
+  // cudaFreeHost does not wait for copies still queued on a stream: fence them first, and
+  // wait for the fence (host memory has no stream-ordered free).
+  static void release(float* data, RankStreams& registry) noexcept {
+    registry.fence_all();
+    PPSCHED_CUDA_LOG(cudaStreamSynchronize(registry.memory_stream().handle()));
+    PPSCHED_CUDA_LOG(cudaFreeHost(data));
+  }
+};
+
+}  // namespace detail
+
+// One rank's floats in the memory `Memory` allocates and frees (detail::DeviceMemory,
+// detail::PinnedHostMemory): owned, movable, freed after the work the rank's streams were
+// given before the free.
+template <class Memory>
+class CudaBuffer {
+ public:
+  CudaBuffer() noexcept = default;
+  CudaBuffer(std::size_t count, std::shared_ptr<detail::RankStreams> registry)
+      : registry_(std::move(registry)), count_(count) {
+    if (count_ != 0) data_ = Memory::allocate(count_, *registry_);
+  }
+  ~CudaBuffer() { release(); }
+  CudaBuffer(CudaBuffer&& other) noexcept
       : registry_(std::move(other.registry_)),
         data_(std::exchange(other.data_, nullptr)),
         count_(std::exchange(other.count_, 0)) {}
-  CudaRankBuffer& operator=(CudaRankBuffer&& other) noexcept {
+  CudaBuffer& operator=(CudaBuffer&& other) noexcept {
     if (this != &other) {
       release();
       registry_ = std::move(other.registry_);
@@ -211,8 +246,8 @@ class CudaRankBuffer {
     }
     return *this;
   }
-  CudaRankBuffer(const CudaRankBuffer&) = delete;
-  CudaRankBuffer& operator=(const CudaRankBuffer&) = delete;
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
 
   [[nodiscard]] float* data() const noexcept { return data_; }
   [[nodiscard]] std::size_t size() const noexcept { return count_; }
@@ -221,8 +256,7 @@ class CudaRankBuffer {
  private:
   void release() noexcept {
     if (data_ == nullptr) return;
-    registry_->fence_all();
-    PPSCHED_CUDA_LOG(cudaFreeAsync(std::exchange(data_, nullptr), registry_->memory_stream().handle()));
+    Memory::release(std::exchange(data_, nullptr), *registry_);
     count_ = 0;
   }
 
@@ -231,56 +265,8 @@ class CudaRankBuffer {
   std::size_t count_ = 0;
 };
 
-// Pinned host memory of one rank (CudaBackend::host_buffer): the host pool that OFFLOAD
-// writes and RELOAD reads. Pinned, because a copy from pageable memory is staged through a
-// driver buffer and does not overlap compute, which is the point of offloading on a copy
-// stream. Freed after every stream of the rank has passed the work issued so far.
-class CudaPinnedBuffer {
- public:
-  CudaPinnedBuffer() noexcept = default;
-  CudaPinnedBuffer(std::size_t count, std::shared_ptr<detail::RankStreams> registry)
-      : registry_(std::move(registry)), count_(count) {
-    if (count_ != 0) {
-      void* data = nullptr;
-      PPSCHED_CUDA_CHECK(cudaMallocHost(&data, count_ * sizeof(float)));
-      data_ = static_cast<float*>(data);
-    }
-  }
-  ~CudaPinnedBuffer() { release(); }
-  CudaPinnedBuffer(CudaPinnedBuffer&& other) noexcept
-      : registry_(std::move(other.registry_)),
-        data_(std::exchange(other.data_, nullptr)),
-        count_(std::exchange(other.count_, 0)) {}
-  CudaPinnedBuffer& operator=(CudaPinnedBuffer&& other) noexcept {
-    if (this != &other) {
-      release();
-      registry_ = std::move(other.registry_);
-      data_ = std::exchange(other.data_, nullptr);
-      count_ = std::exchange(other.count_, 0);
-    }
-    return *this;
-  }
-  CudaPinnedBuffer(const CudaPinnedBuffer&) = delete;
-  CudaPinnedBuffer& operator=(const CudaPinnedBuffer&) = delete;
-
-  [[nodiscard]] float* data() const noexcept { return data_; }
-  [[nodiscard]] std::size_t size() const noexcept { return count_; }
-
- private:
-  void release() noexcept {
-    if (data_ == nullptr) return;
-    // cudaFreeHost does not wait for copies still queued on a stream: fence them first, and
-    // wait for the fence (host memory has no stream-ordered free).
-    registry_->fence_all();
-    PPSCHED_CUDA_LOG(cudaStreamSynchronize(registry_->memory_stream().handle()));
-    PPSCHED_CUDA_LOG(cudaFreeHost(std::exchange(data_, nullptr)));
-    count_ = 0;
-  }
-
-  std::shared_ptr<detail::RankStreams> registry_;
-  float* data_ = nullptr;
-  std::size_t count_ = 0;
-};
+using CudaRankBuffer = CudaBuffer<detail::DeviceMemory>;
+using CudaPinnedBuffer = CudaBuffer<detail::PinnedHostMemory>;
 
 class CudaBackend {
  public:

@@ -20,6 +20,7 @@
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/plan/memory_choice.hpp"
 #include "ppsched/plan/memory_policy.hpp"
+#include "ppsched/plan/compare.hpp"
 #include "ppsched/plan/costs.hpp"
 #include "ppsched/plan/model.hpp"
 #include "ppsched/graph/profile.hpp"
@@ -847,4 +848,48 @@ TEST_CASE("a profile's per-layer recompute parts load, write back, and join the 
   REQUIRE(full != l0.begin());
   CHECK(*(full - 1) == MemoryPolicy::selective_part(60.0, 0.25));
   CHECK(std::find(ladders[1].begin(), ladders[1].end(), MemoryPolicy::selective_part(30.0, 0.5)) != ladders[1].end());
+}
+
+TEST_CASE("the planner cuts the model again under the cap when no policy fits the family's cut", "[memory][policy][plan]") {
+  // Eight layers, the first heavy in parameters: the time-balanced cut puts it with another
+  // layer on rank 0, whose static bytes alone leave too little for any policy under the cap.
+  std::vector<Layer> layers(8);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    layers[i].name = "layer " + std::to_string(i);
+    layers[i].forward = 1.0;
+    layers[i].backward_input = 1.0;
+    layers[i].backward_weight = 1.0;
+    layers[i].activation_bytes = 100.0;
+    layers[i].output_bytes = 10.0;
+    layers[i].param_bytes = i == 0 ? 500.0 : 100.0;
+  }
+  Profile profile;
+  profile.graph = LayerGraph(layers);
+  profile.time_unit = "ms";
+  const PlanModel model = graph_model(profile, "heavy first layer", {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 1.0});
+  PlanRequest request;
+  request.ranks = 4;
+  request.microbatches = 8;
+  request.families = {"1f1b"};
+  request.cap.bytes = 650.0;
+  request.memory_policy.mode = MemoryPolicyMode::automatic;
+  const PlanResult plan = compare_families(model, request);
+  INFO(to_string(plan));
+  REQUIRE(plan.recommended.index);
+  const ScheduleResult& r = plan.schedules.front();
+  REQUIRE(r.memory);
+  REQUIRE(r.memory->partition);
+  // The family's cut had layers 0-1 on rank 0; the new one leaves layer 0 alone there.
+  CHECK(plan.partition.stages[0].last_layer == 1);
+  CHECK(r.memory->partition->stages[0].last_layer == 0);
+  CHECK(r.fits);
+  for (const double b : r.peak_memory_bytes) CHECK(b <= 650.0 * (1.0 + 1e-9));
+  CHECK(r.static_bytes[0] == 500.0);
+  CHECK(r.memory->plain_fit_problem.find("> cap") != std::string::npos);
+  CHECK(validate(r.schedule).ok());
+  // Without the new cut nothing fits: a cap below what one micro-batch needs on any cut.
+  request.cap.bytes = 550.0;
+  const PlanResult none = compare_families(model, request);
+  CHECK_FALSE(none.recommended.index);
+  CHECK(none.schedules.front().fit_problem.find("with memory policies still") != std::string::npos);
 }

@@ -880,8 +880,8 @@ TEST_CASE("the planner cuts the model again under the cap when no policy fits th
   REQUIRE(r.memory);
   REQUIRE(r.memory->partition);
   // The family's cut had layers 0-1 on rank 0; the new one leaves layer 0 alone there.
-  CHECK(plan.partition.stages[0].last_layer == 1);
-  CHECK(r.memory->partition->stages[0].last_layer == 0);
+  CHECK(plan.partition.stages[0].end == 2);
+  CHECK(r.memory->partition->stages[0].end == 1);
   CHECK(r.fits);
   for (const double b : r.peak_memory_bytes) CHECK(b <= 650.0 * (1.0 + 1e-9));
   CHECK(r.static_bytes[0] == 500.0);

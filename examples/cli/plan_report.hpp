@@ -217,7 +217,7 @@ namespace detail {
                   m.plain_fit_problem.empty() ? "" : ": " + m.plain_fit_problem, ")\n");
     if (m.partition) {
       std::string cut;
-      for (const StagePlan& st : m.partition->stages) cut += concat(cut.empty() ? "" : ", ", st.first_layer, "-", st.last_layer);
+      for (const PartitionStage& st : m.partition->stages) cut += concat(cut.empty() ? "" : ", ", st.begin, "-", st.end - 1);
       out += concat("    cut again under the cap (no policy fit the family's cut), layers per stage: ", cut, "\n");
     }
     detail::TextTable table({"    stage", "policy", "mb", "saves", "recompute", "copies"},
@@ -258,7 +258,7 @@ namespace detail {
                                {"stages", std::move(stages)}};
   if (m.partition) {  // the planner's own cut under the cap (first and last layer per stage)
     nlohmann::ordered_json cut = nlohmann::ordered_json::array();
-    for (const StagePlan& st : m.partition->stages) cut.push_back({st.first_layer, st.last_layer});
+    for (const PartitionStage& st : m.partition->stages) cut.push_back({st.begin, st.end - 1});
     j["partition"] = std::move(cut);
   }
   return j;

@@ -63,7 +63,7 @@ MemoryBest best_with_memory(const PlanModel& model, const PlanResult& all, doubl
 }
 
 const ScheduleResult* searched(const PlanModel& model, PlanRequest request, double cap, SearchedPlan& keep) {
-  request.cap.bytes = cap;
+  request.cap.total_bytes = cap;
   keep = search_plan(model, request);
   return keep.plan.recommended_schedule();
 }
@@ -79,7 +79,7 @@ double bisect(double lo, double hi, double step, const Fits& fits) {
 }
 
 const ScheduleResult* planned(const PlanModel& model, PlanRequest request, double cap, PlanResult& keep) {
-  request.cap.bytes = cap;
+  request.cap.total_bytes = cap;
   request.memory_policy.mode = MemoryPolicyMode::automatic;
   keep = compare_families(model, request);
   return keep.recommended_schedule();

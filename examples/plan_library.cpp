@@ -34,7 +34,7 @@ int main() {
   PlanRequest request;  // the same sizes as the model's: a request that disagrees is an error
   request.ranks = model.ranks;
   request.microbatches = model.microbatches;
-  request.cap.bytes = 11e9;  // per rank: parameters with optimizer state plus peak activations
+  request.cap.total_bytes = 11e9;  // per rank: parameters with optimizer state plus peak activations
   const PlanResult plan = compare_families(model, request);
 
   for (const ScheduleResult& r : plan.schedules) {

@@ -871,7 +871,7 @@ TEST_CASE("the planner cuts the model again under the cap when no policy fits th
   request.ranks = 4;
   request.microbatches = 8;
   request.families = {"1f1b"};
-  request.cap.bytes = 650.0;
+  request.cap.total_bytes = 650.0;
   request.memory_policy.mode = MemoryPolicyMode::automatic;
   const PlanResult plan = compare_families(model, request);
   INFO(to_string(plan));
@@ -888,7 +888,7 @@ TEST_CASE("the planner cuts the model again under the cap when no policy fits th
   CHECK(r.memory->plain_fit_problem.find("> cap") != std::string::npos);
   CHECK(validate(r.schedule).ok());
   // Without the new cut nothing fits: a cap below what one micro-batch needs on any cut.
-  request.cap.bytes = 550.0;
+  request.cap.total_bytes = 550.0;
   const PlanResult none = compare_families(model, request);
   CHECK_FALSE(none.recommended.index);
   CHECK(none.schedules.front().fit_problem.find("with memory policies still") != std::string::npos);

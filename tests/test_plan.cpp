@@ -369,8 +369,8 @@ TEST_CASE("bad plan input says which field and what would work", "[plan][errors]
   r.weight_memory_fraction = 2.0;
   CHECK_THAT(error_of([&] { (void)compare_families(model, r); }), Catch::Contains("PlanRequest::weight_memory_fraction"));
   r = {};
-  r.cap.bytes = -1.0;
-  CHECK_THAT(error_of([&] { (void)compare_families(model, r); }), Catch::Contains("PlanRequest::cap.bytes"));
+  r.cap.total_bytes = -1.0;
+  CHECK_THAT(error_of([&] { (void)compare_families(model, r); }), Catch::Contains("PlanRequest::cap.total_bytes"));
   r = {};
   r.families = {"2f2b"};
   CHECK_THAT(error_of([&] { (void)compare_families(model, r); }), Catch::Contains("unknown family '2f2b'") &&
@@ -437,7 +437,7 @@ TEST_CASE("search_plan under a byte cap: each placement's own parameters count, 
   const std::vector<double> flat = static_bytes_per_rank(model.partition(one_stage_per_rank_placement(4)), 4);
   const std::vector<double> vee = static_bytes_per_rank(model.partition(v_shape_placement(4)), 4);
   REQUIRE(vee[0] > flat[0]);
-  request.cap.bytes = 11e9;
+  request.cap.total_bytes = 11e9;
   const SearchedPlan searched = search_plan(model, request);
   REQUIRE(searched.plan.schedules.size() == 1);
   const ScheduleResult& pick = searched.plan.schedules.front();
@@ -449,7 +449,7 @@ TEST_CASE("search_plan under a byte cap: each placement's own parameters count, 
     if (r.training && r.valid && r.fits) CHECK(pick.makespan <= r.makespan * (1.0 + 1e-9));
   }
   // Below the parameters alone: nothing, and the reason says so.
-  request.cap.bytes = flat[0] / 2.0;
+  request.cap.total_bytes = flat[0] / 2.0;
   const SearchedPlan none = search_plan(model, request);
   CHECK(none.plan.schedules.empty());
   CHECK_FALSE(none.plan.recommended.index);
@@ -1047,7 +1047,7 @@ TEST_CASE("compare_families with memory policies: auto fits a cap no plain famil
     least = std::min(least, *std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end()));
     CHECK_FALSE(r.memory);
   }
-  request.cap.bytes = 0.75 * least;
+  request.cap.total_bytes = 0.75 * least;
   const PlanResult none = compare_families(model, request);
   CHECK_FALSE(none.recommended.index);
 
@@ -1059,8 +1059,8 @@ TEST_CASE("compare_families with memory policies: auto fits a cap no plain famil
     REQUIRE(r.memory);
     CHECK(r.memory->chosen);
     CHECK(r.fits);
-    CHECK(*std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end()) <= *request.cap.bytes * (1.0 + 1e-9));
-    CHECK(r.memory->plain_peak_bytes > *request.cap.bytes);
+    CHECK(*std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end()) <= *request.cap.total_bytes * (1.0 + 1e-9));
+    CHECK(r.memory->plain_peak_bytes > *request.cap.total_bytes);
     CHECK_THAT(r.memory->plain_fit_problem, Catch::Contains("> cap"));
     CHECK(r.makespan >= r.memory->plain_makespan * (1.0 - 1e-9));
     REQUIRE(r.memory->stages.size() == 4);
@@ -1078,7 +1078,7 @@ TEST_CASE("compare_families with memory policies: auto fits a cap no plain famil
 
   request.memory_policy.mode = MemoryPolicyMode::given;
   request.memory_policy.stages = {{0, MemoryPolicy::full_recompute()}, {1, MemoryPolicy::offload(0.5)}};
-  request.cap.bytes.reset();
+  request.cap.total_bytes.reset();
   const PlanResult given = compare_families(model, request);
   const ScheduleResult& f = named(given, "1f1b");
   REQUIRE(f.memory);

@@ -222,12 +222,12 @@ TEST_CASE("peak memory in bytes follows the activation sizes and the micro-batch
   CHECK(peak.max_bytes() == Approx(1500.0));
   MemoryCap cap;
   CHECK(cap_excess(peak, cap).empty());
-  cap.bytes = 1000.0;
+  cap.activation_bytes = 1000.0;
   CHECK_THAT(cap_excess(peak, cap), Catch::Contains("rank 1") && Catch::Contains("1000"));
-  cap.bytes = inf;
-  cap.rank_bytes = {400.0, inf};
+  cap.activation_bytes = inf;
+  cap.rank_activation_bytes = {400.0, inf};
   CHECK_THAT(cap_excess(peak, cap), Catch::Contains("rank 0"));
-  cap.rank_bytes.clear();
+  cap.rank_activation_bytes.clear();
   cap.microbatches = 3.0;
   CHECK_THAT(cap_excess(peak, cap), Catch::Contains("4 M_B on rank 0"));
 }
@@ -409,13 +409,13 @@ TEST_CASE("the greedy construction keeps to byte limits and says when a limit is
   c.stages = {StageCost{1, 1, 1, 100.0, 0}, StageCost{1, 1, 1, 200.0, 0}, StageCost{1, 1, 1, 300.0, 0}};
   const std::vector<std::int32_t> placement = one_stage_per_rank_placement(3);
   GreedyParams g;
-  g.limit.bytes = 700.0;
+  g.limit.activation_bytes = 700.0;
   const Schedule s = make_greedy_schedule("bytes", 3, 9, placement, c, g);
   SimOptions o;
   o.record_timeline = false;
   for (const RankMemory& m : simulate(s, c, o).memory) CHECK(m.peak_bytes <= 700.0 + 1e-9);
 
-  g.limit.bytes = 250.0;  // rank 2's one micro-batch needs 300
+  g.limit.activation_bytes = 250.0;  // rank 2's one micro-batch needs 300
   const GreedyOutcome out = try_greedy_schedule("bytes", 3, 9, placement, c, g);
   CHECK_FALSE(out.built);
   CHECK_THAT(out.problem, Catch::Contains("limit of 250 B is below the 300 B micro-batch 0 needs on rank 2"));
@@ -698,7 +698,7 @@ TEST_CASE("search options: full backward only, F&B overlap, a simulation limit, 
   }
   SECTION("a byte cap") {
     SearchProblem capped = problem;
-    capped.cap.bytes = 2500.0;
+    capped.cap.activation_bytes = 2500.0;
     const SearchResult r = search_schedule(capped);
     for (const RankMemory& m : r.simulation.memory) CHECK(m.peak_bytes <= 2500.0 * (1.0 + 1e-9));
   }
@@ -706,7 +706,7 @@ TEST_CASE("search options: full backward only, F&B overlap, a simulation limit, 
     // Each stage a rank holds carries 1500 bytes of parameters and optimizer state: one stage
     // per rank leaves 3500 of 5000 bytes for activations, the V 2000, four chunks nothing.
     SearchProblem capped = problem;
-    capped.cap.bytes = 5000.0;
+    capped.cap.total_bytes = 5000.0;
     capped.static_bytes = [](std::span<const std::int32_t> placement) {
       std::vector<double> bytes(4, 0.0);
       for (const std::int32_t r : placement) bytes[static_cast<std::size_t>(r)] += 1500.0;
@@ -725,11 +725,11 @@ TEST_CASE("search options: full backward only, F&B overlap, a simulation limit, 
     // Too little for any schedule: the message states the limits the search held to, rank by
     // rank when they differ.
     SearchProblem tight = capped;
-    tight.cap.rank_bytes = {5000.0, 1600.0, 5000.0, 5000.0};
+    tight.cap.rank_total_bytes = {5000.0, 1600.0, 5000.0, 5000.0};
     CHECK_THROWS_WITH(search_schedule(tight), Catch::Contains("no schedule keeps to the memory cap") &&
                                                   Catch::Contains("byte limits by rank 4.9 KiB, 1.6 KiB, 4.9 KiB, 4.9 KiB") &&
                                                   Catch::Contains("parameters included"));
-    tight.cap.rank_bytes = {1600.0, 1600.0, 1600.0, 1600.0};
+    tight.cap.rank_total_bytes = {1600.0, 1600.0, 1600.0, 1600.0};
     CHECK_THROWS_WITH(search_schedule(tight), Catch::Contains("1.6 KiB on every rank"));
     capped.static_bytes = [](std::span<const std::int32_t>) { return std::vector<double>(3, 0.0); };
     CHECK_THROWS_WITH(search_schedule(capped), Catch::Contains("3 entries for 4 ranks"));
@@ -751,7 +751,7 @@ TEST_CASE("search errors name the input and the fix", "[search][errors]") {
   bad.cap.microbatches = 0.0;
   CHECK_THROWS_WITH(search_schedule(bad), Catch::Contains("MemoryCap::microbatches"));
   bad = problem;
-  bad.cap.rank_bytes = {1.0};
+  bad.cap.rank_activation_bytes = {1.0};
   CHECK_THROWS_WITH(search_schedule(bad), Catch::Contains("1 entries for 4 ranks"));
   bad = problem;
   bad.costs = [](std::span<const std::int32_t>) { return uniform_costs(1, 1, 1, "ms"); };
@@ -809,7 +809,7 @@ TEST_CASE("joint search: partition, schedule and micro-batch count together", "[
   problem.ranks = p;
   problem.microbatch_counts = microbatch_counts_for(batch, p, batch);
   problem.partitions = {{"skewed", cut(1.4), {}}, {"even", cut(1.0), {}}};
-  problem.cap.bytes = 100.0;  // rules out the largest micro-batches (120 bytes each with m = 4)
+  problem.cap.activation_bytes = 100.0;  // rules out the largest micro-batches (120 bytes each with m = 4)
   const JointSearchResult joint = search_joint(problem);
   REQUIRE(joint.choices.size() == 2 * problem.microbatch_counts.size());
   double best = inf;
@@ -863,7 +863,7 @@ TEST_CASE("joint search: partition, schedule and micro-batch count together", "[
   CHECK(shortest.best.best().span <= joint.best.best().span * (1.0 + 1e-9));
 
   JointSearchProblem none = problem;
-  none.cap.bytes = 1.0;
+  none.cap.activation_bytes = 1.0;
   CHECK_THROWS_WITH(search_joint(none),
                     Catch::Contains("no partition and micro-batch count") && Catch::Contains("partition 'even', m=4"));
   none.partitions.push_back({"empty", nullptr, {}});

@@ -402,7 +402,7 @@ struct OutputPaths {
           {"link", {{"latency", model.link.latency}, {"bandwidth", detail::finite_or_null(model.link.bandwidth)}}},
           {"memory_cap",
            {{"microbatches", detail::optional_number(plan.cap.microbatches)},
-            {"bytes", detail::optional_number(plan.cap.bytes)},
+            {"bytes", detail::optional_number(plan.cap.total_bytes)},
             {"per_rank_bytes", plan.rank_memory_cap.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(plan.rank_memory_cap)}}},
           {"partition", partition_json(plan.partition)},
           {"schedules", std::move(schedules)},

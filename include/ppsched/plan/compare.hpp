@@ -53,7 +53,7 @@ namespace ppsched::inline PPSCHED_MODE {
 // (PlanModel::rank_memory_cap) apply besides these.
 struct MemoryCaps {
   std::optional<double> microbatches;  // peak stored activations, in M_B
-  std::optional<double> bytes;         // static bytes plus peak activation bytes
+  std::optional<double> total_bytes;   // static bytes plus peak activation bytes
 
   friend bool operator==(const MemoryCaps&, const MemoryCaps&) = default;
 };
@@ -254,7 +254,7 @@ inline void check_plan_request(const PlanRequest& r) {
           "give the fraction of a stored activation a BI keeps for its BW, from 0 to 1"});
   }
   for (const auto& [cap, field] : {std::pair{r.cap.microbatches, "PlanRequest::cap.microbatches"},
-                                   std::pair{r.cap.bytes, "PlanRequest::cap.bytes"}}) {
+                                   std::pair{r.cap.total_bytes, "PlanRequest::cap.total_bytes"}}) {
     if (cap && !(*cap > 0.0 && *cap <= std::numeric_limits<double>::max())) {
       fail({subject, concat("a memory cap of ", *cap), field, "give a finite cap > 0, or leave it empty for none"});
     }
@@ -321,12 +321,12 @@ inline void check_fit(ScheduleResult& r, const MemoryCaps& cap, const std::vecto
       return;
     }
   }
-  if (cap.bytes) {
+  if (cap.total_bytes) {
     const std::size_t worst = argmax(r.peak_memory_bytes);
-    if (r.peak_memory_bytes[worst] > *cap.bytes * (1.0 + slack)) {
+    if (r.peak_memory_bytes[worst] > *cap.total_bytes * (1.0 + slack)) {
       r.fits = false;
       r.fit_problem = concat("needs ", bytes_text(r.peak_memory_bytes[worst]), " on rank ", worst, " > cap ",
-                             bytes_text(*cap.bytes));
+                             bytes_text(*cap.total_bytes));
       return;
     }
   }
@@ -749,7 +749,7 @@ namespace detail {
 
 // The smallest byte cap of any rank, the request's and the devices'; none without one.
 [[nodiscard]] inline std::optional<double> smallest_byte_cap(const PlanRequest& request, const PlanModel& model) {
-  std::optional<double> cap = request.cap.bytes;
+  std::optional<double> cap = request.cap.total_bytes;
   for (const double c : model.rank_memory_cap) cap = cap ? std::min(*cap, c) : c;
   return cap;
 }
@@ -890,7 +890,7 @@ namespace detail {
                             if (free_comm && !result.memory) detail::add_analytic(result, family, partition, request.ranks);
                             plan.schedules.push_back(std::move(result));
                           });
-  const bool capped = request.cap.microbatches || request.cap.bytes || !model.rank_memory_cap.empty();
+  const bool capped = request.cap.microbatches || request.cap.total_bytes || !model.rank_memory_cap.empty();
   plan.recommended = recommend(plan.schedules, capped, request.objective);
   return plan;
 }

@@ -302,7 +302,7 @@ namespace detail {
       request.microbatches = m;
       request.chunks = options.chunks;
       request.weight_memory_fraction = options.weight_memory_fraction;
-      request.cap.bytes = memory_cap_bytes;
+      request.cap.total_bytes = memory_cap_bytes;
       std::vector<const FamilyInfo*> accepting;  // of those asked, carried by record
       for (const FamilyInfo* f : asked) {
         if (f->accepts(ScheduleRequest{p, m, f->chunks_for(options.chunks)})) {

@@ -55,17 +55,17 @@ namespace detail {
   return depths;
 }
 
-// The caps in the search's terms: M_B as given; per rank, the byte cap and the device's,
-// whichever is lower (infinity where neither applies). A byte cap covers parameters too:
+// The caps in the search's terms: M_B as given; per rank, a total limit (static plus activation
+// bytes): the byte cap and the device's, whichever is lower (infinity where neither applies).
 // search_plan gives the search each placement's static bytes, which it takes off these.
 [[nodiscard]] inline MemoryCap search_cap(const PlanRequest& request, const PlanModel& model) {
   MemoryCap cap;
   if (request.cap.microbatches) cap.microbatches = *request.cap.microbatches;
-  if (request.cap.bytes || !model.rank_memory_cap.empty()) {
+  if (request.cap.total_bytes || !model.rank_memory_cap.empty()) {
     for (std::size_t r = 0; r < static_cast<std::size_t>(request.ranks); ++r) {
-      double limit = request.cap.bytes.value_or(std::numeric_limits<double>::infinity());
+      double limit = request.cap.total_bytes.value_or(std::numeric_limits<double>::infinity());
       if (r < model.rank_memory_cap.size()) limit = std::min(limit, model.rank_memory_cap[r]);
-      cap.rank_bytes.push_back(limit);
+      cap.rank_total_bytes.push_back(limit);
     }
   }
   return cap;
@@ -99,7 +99,7 @@ namespace detail {
     return cost_model_of(partition_for(placement), plan_cost_options(model, request.weight_memory_fraction));
   };
   problem.cap = detail::search_cap(request, model);
-  if (!problem.cap.rank_bytes.empty()) {
+  if (!problem.cap.rank_total_bytes.empty()) {
     // Each placement's own static bytes: a V puts the first and the last chunk on rank 0, so
     // rank 0 holds other parameters than with one stage per rank.
     problem.static_bytes = [&](std::span<const std::int32_t> placement) {
@@ -119,12 +119,12 @@ namespace detail {
     plan.recommended.reason = e.what();
     // Parameters that alone break the cap are the plainer reason.
     const std::vector<double> fixed = static_bytes_per_rank(plan.partition, request.ranks);
-    for (std::size_t r = 0; r < fixed.size() && r < problem.cap.rank_bytes.size(); ++r) {
-      if (fixed[r] >= problem.cap.rank_bytes[r]) {
+    for (std::size_t r = 0; r < fixed.size() && r < problem.cap.rank_total_bytes.size(); ++r) {
+      if (fixed[r] >= problem.cap.rank_total_bytes[r]) {
         plan.recommended.reason =
             detail::concat("no schedule fits the memory cap: the parameters with optimizer state alone need ",
                            bytes_text(fixed[r]), " on rank ", r, " with one stage per rank > cap ",
-                           bytes_text(problem.cap.rank_bytes[r]));
+                           bytes_text(problem.cap.rank_total_bytes[r]));
         break;
       }
     }

@@ -226,7 +226,7 @@ class GreedyBuilder {
                          " M_B one micro-batch needs on rank ", r);
         return false;
       }
-      const double limit = params_.limit.bytes_of(r);
+      const double limit = params_.limit.activation_bytes_of(r);
       for (std::int32_t mb = 0; mb < M_; ++mb) {
         double bytes = 0.0;
         for (const std::int32_t s : stages_of_[static_cast<std::size_t>(r)]) bytes += bytes_[cell(s, mb)];
@@ -323,7 +323,7 @@ class GreedyBuilder {
       bytes += bytes_[cell(d, k)];
     }
     return units <= params_.limit.microbatches + memory_slack &&
-           bytes <= params_.limit.bytes_of(r) * (1.0 + memory_slack);
+           bytes <= params_.limit.activation_bytes_of(r) * (1.0 + memory_slack);
   }
 
   // Emits the action on rank r starting at `start` and tells the rank that consumes it.
@@ -703,7 +703,7 @@ class ZbHeuristicBuilder {
   [[nodiscard]] bool fits(std::int32_t j, double units, double bytes) const noexcept {
     const auto ji = static_cast<std::size_t>(j);
     return units_[ji] + units <= params_.limit.microbatches + memory_slack &&
-           used_bytes_[ji] + bytes <= params_.limit.bytes_of(j) * (1.0 + memory_slack);
+           used_bytes_[ji] + bytes <= params_.limit.activation_bytes_of(j) * (1.0 + memory_slack);
   }
   [[nodiscard]] double max_bubble() const noexcept { return *std::max_element(bubble_.begin(), bubble_.end()); }
   // When the input of stage j's next forward (or of backward i) is there; -1 when it is not
@@ -780,7 +780,7 @@ class ZbHeuristicBuilder {
       for (std::int32_t k = f_[ji]; k < M_; ++k) {
         const std::size_t c = cell(j, k);
         if (units + 1.0 > params_.limit.microbatches + memory_slack ||
-            bytes + bytes_[c] > params_.limit.bytes_of(j) * (1.0 + memory_slack))
+            bytes + bytes_[c] > params_.limit.activation_bytes_of(j) * (1.0 + memory_slack))
           break;
         if (params_.bubble_before_first_backward ? busy + tf_[c] > arrival + comm : busy >= arrival + comm) break;
         units += 1.0;
@@ -837,7 +837,7 @@ class ZbHeuristicBuilder {
         double units = units_[ji] + 1.0, bytes = used_bytes_[ji] + bytes_[c], weights = 0.0;
         for (std::int32_t k = w_[ji]; k < b_[ji]; ++k) {
           if (units <= params_.limit.microbatches + memory_slack &&
-              bytes <= params_.limit.bytes_of(j) * (1.0 + memory_slack))
+              bytes <= params_.limit.activation_bytes_of(j) * (1.0 + memory_slack))
             break;
           weights += tw_[cell(j, k)];
           units -= kept_;

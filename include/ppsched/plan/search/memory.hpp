@@ -21,6 +21,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "ppsched/error.hpp"
@@ -33,20 +34,37 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
-// A per-rank limit on stored activations. Both limits apply; infinity means none.
+// Per-rank memory limits, all applied; infinity means none. Two kinds of byte limit, named by
+// what they count: `activation_bytes` bounds the stored activations alone, `total_bytes` the
+// static bytes (parameters, gradients, optimizer state: SearchProblem::static_bytes) plus the
+// activations. activation_bytes_of(rank, static_bytes) turns both into the one activation
+// limit a rank keeps to.
 struct MemoryCap {
-  double microbatches = std::numeric_limits<double>::infinity();  // M_B per rank
-  double bytes = std::numeric_limits<double>::infinity();         // activation bytes per rank
-  std::vector<double> rank_bytes;  // optional: one byte limit per rank, on top of `bytes`
+  double microbatches = std::numeric_limits<double>::infinity();      // M_B per rank
+  double activation_bytes = std::numeric_limits<double>::infinity();  // stored activations per rank
+  std::vector<double> rank_activation_bytes;  // optional: one per rank, on top of `activation_bytes`
+  double total_bytes = std::numeric_limits<double>::infinity();  // static plus activation bytes per rank
+  std::vector<double> rank_total_bytes;  // optional: one per rank, on top of `total_bytes`
 
-  // The byte limit of one rank.
-  [[nodiscard]] double bytes_of(std::int32_t rank) const noexcept {
-    const auto r = static_cast<std::size_t>(rank);
-    return r < rank_bytes.size() ? std::min(bytes, rank_bytes[r]) : bytes;
+  // What rank `rank`'s activations may use when it holds `static_bytes` (0: none, so a total
+  // limit bounds the activations alone).
+  [[nodiscard]] double activation_bytes_of(std::int32_t rank, double static_bytes = 0.0) const noexcept {
+    return std::min(limit_of(activation_bytes, rank_activation_bytes, rank), total_bytes_of(rank) - static_bytes);
+  }
+  [[nodiscard]] double total_bytes_of(std::int32_t rank) const noexcept {
+    return limit_of(total_bytes, rank_total_bytes, rank);
   }
   [[nodiscard]] bool unlimited() const noexcept {
-    return std::isinf(microbatches) && std::isinf(bytes) &&
-           std::all_of(rank_bytes.begin(), rank_bytes.end(), [](double b) { return std::isinf(b); });
+    const auto none = [](double b) { return std::isinf(b); };
+    return std::isinf(microbatches) && std::isinf(activation_bytes) && std::isinf(total_bytes) &&
+           std::all_of(rank_activation_bytes.begin(), rank_activation_bytes.end(), none) &&
+           std::all_of(rank_total_bytes.begin(), rank_total_bytes.end(), none);
+  }
+
+ private:
+  [[nodiscard]] static double limit_of(double all, const std::vector<double>& per_rank, std::int32_t rank) noexcept {
+    const auto r = static_cast<std::size_t>(rank);
+    return r < per_rank.size() ? std::min(all, per_rank[r]) : all;
   }
 };
 
@@ -152,7 +170,7 @@ inline constexpr double memory_slack = 1e-9;
     }
   }
   for (std::size_t r = 0; r < peak.bytes.size(); ++r) {
-    const double limit = cap.bytes_of(static_cast<std::int32_t>(r));
+    const double limit = cap.activation_bytes_of(static_cast<std::int32_t>(r));
     if (peak.bytes[r] > limit * (1.0 + memory_slack)) {
       return concat("needs ", bytes_text(peak.bytes[r]), " of activations on rank ", r, ", over the cap of ", bytes_text(limit));
     }
@@ -179,18 +197,22 @@ inline void check_memory_cap(const MemoryCap& cap, std::int32_t ranks) {
           "MemoryCap::microbatches",
           "give the M_B each rank may hold (at least 1: one micro-batch through the rank), or infinity for no cap"});
   }
-  if (bad(cap.bytes)) {
-    fail({"memory cap", concat("bytes = ", cap.bytes, " is not a positive number"), "MemoryCap::bytes",
-          "give the activation bytes each rank may hold, or infinity for no cap"});
-  }
-  if (!cap.rank_bytes.empty() && cap.rank_bytes.size() != static_cast<std::size_t>(ranks)) {
-    fail({"memory cap", concat("rank_bytes has ", cap.rank_bytes.size(), " entries for ", ranks, " ranks"),
-          "MemoryCap::rank_bytes", "give one byte limit per rank, or none"});
-  }
-  for (std::size_t r = 0; r < cap.rank_bytes.size(); ++r) {
-    if (bad(cap.rank_bytes[r])) {
-      fail({"memory cap", concat("rank_bytes[", r, "] = ", cap.rank_bytes[r], " is not a positive number"),
-            concat("MemoryCap::rank_bytes[", r, "]"), "give a positive byte limit, or infinity for none"});
+  for (const auto& [name, all, per_rank, what] :
+       {std::tuple{"activation_bytes", cap.activation_bytes, &cap.rank_activation_bytes, "activation bytes"},
+        std::tuple{"total_bytes", cap.total_bytes, &cap.rank_total_bytes, "static plus activation bytes"}}) {
+    if (bad(all)) {
+      fail({"memory cap", concat(name, " = ", all, " is not a positive number"), concat("MemoryCap::", name),
+            concat("give the ", what, " each rank may hold, or infinity for no cap")});
+    }
+    if (!per_rank->empty() && per_rank->size() != static_cast<std::size_t>(ranks)) {
+      fail({"memory cap", concat("rank_", name, " has ", per_rank->size(), " entries for ", ranks, " ranks"),
+            concat("MemoryCap::rank_", name), "give one byte limit per rank, or none"});
+    }
+    for (std::size_t r = 0; r < per_rank->size(); ++r) {
+      if (bad((*per_rank)[r])) {
+        fail({"memory cap", concat("rank_", name, "[", r, "] = ", (*per_rank)[r], " is not a positive number"),
+              concat("MemoryCap::rank_", name, "[", r, "]"), "give a positive byte limit, or infinity for none"});
+      }
     }
   }
 }

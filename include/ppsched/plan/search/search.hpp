@@ -78,8 +78,9 @@ struct SearchProblem {
   std::int32_t microbatches = 1;  // m
   PlacementCosts costs;           // the model's costs on each placement tried (costs.hpp)
   MemoryCap cap{};                // per rank (memory.hpp); none by default
-  // Optional. When given, the byte limits of `cap` bound static bytes plus activations: a
-  // placement leaves each rank its limit minus its static bytes for activations.
+  // Optional. When given, `cap`'s total limits (MemoryCap::total_bytes, rank_total_bytes) take
+  // each placement's static bytes off: a rank's activations get its total limit minus them.
+  // Without it a total limit bounds the activations alone.
   PlacementStaticBytes static_bytes;
 };
 
@@ -213,18 +214,19 @@ struct SearchEntry {
 };
 
 // The cap as the messages state it: the M_B and byte caps, and the per-rank byte limits when
-// they say more (each the lower of `bytes` and the rank's own; with static bytes, parameters
-// included).
+// they say more (each rank's activation limit with no static bytes taken off: the lowest of
+// its limits; with static bytes, parameters included).
 [[nodiscard]] inline std::string cap_text(const MemoryCap& cap, bool with_static_bytes) {
-  std::string out = concat(short_number(cap.microbatches), " M_B, ", bytes_text(cap.bytes), " per rank");
-  if (cap.rank_bytes.empty()) return out;
+  std::string out = concat(short_number(cap.microbatches), " M_B, ",
+                           bytes_text(std::min(cap.activation_bytes, cap.total_bytes)), " per rank");
+  const auto p = static_cast<std::int32_t>(std::max(cap.rank_activation_bytes.size(), cap.rank_total_bytes.size()));
+  if (p == 0) return out;
   const std::string included = with_static_bytes ? ", parameters included" : "";
-  const auto p = static_cast<std::int32_t>(cap.rank_bytes.size());
   bool same = true;
-  for (std::int32_t r = 1; r < p; ++r) same = same && cap.bytes_of(r) == cap.bytes_of(0);
-  if (same) return concat(out, "; ", bytes_text(cap.bytes_of(0)), " on every rank", included);
+  for (std::int32_t r = 1; r < p; ++r) same = same && cap.activation_bytes_of(r) == cap.activation_bytes_of(0);
+  if (same) return concat(out, "; ", bytes_text(cap.activation_bytes_of(0)), " on every rank", included);
   out += "; byte limits by rank ";
-  for (std::int32_t r = 0; r < p; ++r) out += concat(r == 0 ? "" : ", ", bytes_text(cap.bytes_of(r)));
+  for (std::int32_t r = 0; r < p; ++r) out += concat(r == 0 ? "" : ", ", bytes_text(cap.activation_bytes_of(r)));
   return out + included;
 }
 
@@ -297,7 +299,10 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
               concat("has ", fixed.size(), " entries for ", p, " ranks"), "SearchProblem::static_bytes",
               "return one entry per rank"});
       }
-      sp.cap.rank_bytes.assign(static_cast<std::size_t>(p), 0.0);
+      // The placement's cap counts activations alone: each rank's limits less its static bytes.
+      sp.cap.rank_activation_bytes.assign(static_cast<std::size_t>(p), 0.0);
+      sp.cap.total_bytes = std::numeric_limits<double>::infinity();
+      sp.cap.rank_total_bytes.clear();
       for (std::int32_t r = 0; r < p; ++r) {
         const double f = fixed[static_cast<std::size_t>(r)];
         if (!(f >= 0.0) || std::isinf(f)) {
@@ -305,12 +310,12 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
                 concat("rank ", r, " has ", f), "SearchProblem::static_bytes",
                 "give finite, non-negative byte counts"});
         }
-        const double left = problem.cap.bytes_of(r) - f;
+        const double left = problem.cap.activation_bytes_of(r, f);
         if (!(left > 0.0) && sp.unusable.empty()) {
           sp.unusable = concat("its static bytes on rank ", r, " (", bytes_text(f), ") leave nothing of the cap of ",
-                               bytes_text(problem.cap.bytes_of(r)), " for activations");
+                               bytes_text(problem.cap.total_bytes_of(r)), " for activations");
         }
-        sp.cap.rank_bytes[static_cast<std::size_t>(r)] = std::max(left, std::numeric_limits<double>::min());
+        sp.cap.rank_activation_bytes[static_cast<std::size_t>(r)] = std::max(left, std::numeric_limits<double>::min());
       }
     }
     out.push_back(std::move(sp));

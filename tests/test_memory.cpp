@@ -810,10 +810,12 @@ TEST_CASE("peak_memory is validate's walk: the families' peaks are what validate
     INFO(name);
     const Schedule s = make_schedule(name, {4, 8, 1});
     const PeakMemory peak = peak_memory(s, c);
-    const ValidationReport r = validate(s, microbatch_memory_options(s, c.weight_memory_fraction));
+    ValidateOptions o;
+    o.memory.weight_fraction = c.weight_memory_fraction;
+    const ValidationReport r = validate(s, o);
     const SimResult sim = simulate(s, c);
     for (std::size_t k = 0; k < 4; ++k) {
-      CHECK(peak.microbatches[k] == r.memory[k].peak_bytes);
+      CHECK(peak.microbatches[k] == r.memory[k].peak_microbatches);
       CHECK(peak.bytes[k] == sim.memory[k].peak_bytes);
     }
   }

@@ -393,9 +393,10 @@ namespace detail {
   r.training = std::any_of(schedule.programs.begin(), schedule.programs.end(), [](const std::vector<Action>& p) {
     return std::any_of(p.begin(), p.end(), [](const Action& a) { return is_compute(a.op) && a.op != Op::F; });
   });
+  // The report's peaks in M_B (RankMemory::peak_microbatches) are what the caps compare; its
+  // bytes stay unset here: simulate() counts them with the per-micro-batch scale.
   ValidateOptions check;
   check.memory.weight_fraction = request.weight_memory_fraction;
-  check.memory.activation_bytes = chunk_weights(schedule);
   {  // the shares R restores and OFFLOAD moves, where the costs carry memory policies
     MemoryModel shares = memory_model_for(cost, schedule.stages());
     check.memory.recompute_fraction = std::move(shares.recompute_fraction);
@@ -428,7 +429,7 @@ namespace detail {
     r.busy.push_back(sim.ranks[k].busy);
     r.span.push_back(sim.ranks[k].span);
     r.max_rank_span = std::max(r.max_rank_span, sim.ranks[k].span);
-    r.peak_activations.push_back(report.memory[k].peak_bytes);  // the "bytes" were M_B weights
+    r.peak_activations.push_back(report.memory[k].peak_microbatches);
     r.peak_activation_bytes.push_back(sim.memory[k].peak_bytes);
     r.peak_memory_bytes.push_back(r.static_bytes[k] + sim.memory[k].peak_bytes);
   }

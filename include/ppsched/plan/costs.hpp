@@ -133,9 +133,9 @@ struct PlanCostOptions {
 
 // The M_B weight of one stored activation of each stage: 1 / (stages on its rank), so a rank
 // with v chunks storing one micro-batch of every chunk holds 1 M_B, as a one-stage-per-rank
-// schedule does (the zero-bubble paper's convention). Pass it as
-// ValidateOptions::memory.activation_bytes to count peaks in M_B. Empty when the placement
-// names a rank the schedule does not have (validate reports that).
+// schedule does (the zero-bubble paper's convention); every validate() and simulate() report
+// weighs stages so in RankMemory::peak_microbatches. Empty when the placement names a rank the
+// schedule does not have (validate reports that).
 [[nodiscard]] inline std::vector<double> chunk_weights(const Schedule& s) {
   if (s.ranks < 1) return {};
   for (const std::int32_t r : s.placement) {

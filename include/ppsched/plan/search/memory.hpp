@@ -178,16 +178,6 @@ inline constexpr double memory_slack = 1e-9;
   return {};
 }
 
-// Validation options whose memory figures are this file's M_B: validate(s, o).memory[r]
-// .peak_bytes is then rank r's peak in M_B (the stage weights stand in for activation sizes),
-// which is also every report's .peak_microbatches, whatever its options.
-[[nodiscard]] inline ValidateOptions microbatch_memory_options(const Schedule& s, double weight_memory_fraction) {
-  ValidateOptions o;
-  o.memory.weight_fraction = weight_memory_fraction;
-  o.memory.activation_bytes = stage_weights(s.placement, s.ranks);
-  return o;
-}
-
 namespace detail {
 
 inline void check_memory_cap(const MemoryCap& cap, std::int32_t ranks) {

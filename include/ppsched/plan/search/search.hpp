@@ -177,7 +177,7 @@ struct SearchResult {
   Schedule lowered;                        // lower(schedule) with the winner's costs
   CostModel costs;                         // the model's costs on the winner's placement
   SimResult simulation;                    // simulate(lowered, costs), timeline recorded
-  ValidationReport validation;             // validate(lowered): ok, memory[r].peak_bytes in M_B
+  ValidationReport validation;             // validate(lowered): ok, memory[r].peak_microbatches in M_B
   std::vector<Candidate> candidates;
   std::size_t winner = 0;  // index into candidates
   std::string why;         // one line
@@ -867,8 +867,9 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
       const CostModel& costs = placements[e.placement].costs;
       // Kept as lower() returned it: validate() and simulate() take lowering's proof.
       LoweredSchedule lowered = lower(e.schedule, lower_options_for(costs, e.schedule.stages(), m), ws);
-      ValidationReport report =
-          validate(lowered, microbatch_memory_options(lowered, costs.weight_memory_fraction), ws);
+      ValidateOptions check;
+      check.memory.weight_fraction = costs.weight_memory_fraction;
+      ValidationReport report = validate(lowered, check, ws);
       if (!report.ok()) {
         e.candidate.fits = false;
         e.candidate.note = concat("failed validation: ", report.problems.empty() ? std::string("see validate()")

@@ -333,7 +333,9 @@ def main():
         kinds = {}
         for kind, _ in names.values():
             kinds[kind] = kinds.get(kind, 0) + 1
-        detail = ", ".join(f"{kinds[k]} {k}s" if kinds[k] != 1 else f"1 {k}" for k in sorted(kinds))
+        plural = {"alias": "aliases"}
+        detail = ", ".join(f"{kinds[k]} {plural.get(k, k + 's')}" if kinds[k] != 1 else f"1 {k}"
+                           for k in sorted(kinds))
         print(f"{key}: {len(names)} names ({detail})")
         if listing:
             for n in sorted(names):

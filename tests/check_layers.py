@@ -12,7 +12,7 @@ name would be shared by header-only and compiled-mode files again.
 It also refuses the library's internals outside the library: a file under examples/ (the CLI's
 examples/cli/ included), a page docs/*.md or README.md that names `ppsched::detail` or
 `detail::` is reported with its line. What the examples and the docs use is what a user can
-use; `detail` may change in any release (docs/architecture.md, "Public and private").
+use; `detail` may change in any release (docs/architecture.md, "What sits outside the flow").
 
 check_layers.py --self-test runs the checks on small trees it writes and fails unless each
 is caught where it is and a clean tree passes.

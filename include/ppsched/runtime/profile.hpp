@@ -105,22 +105,6 @@ namespace detail {
   return {quantile(0.5), quantile(0.25), quantile(0.75), samples.front(), samples.back()};
 }
 
-// Runs `body` inside the stage's around_call, as the executor does, so thread-local framework
-// state (grad mode, autocast) is what it is in a real step.
-template <class Body>
-void call_as_executor(const StageFunctions& f, const StageContext& c, Body body) {
-  if (!f.around_call) {
-    body();
-    return;
-  }
-  bool ran = false;
-  f.around_call(c, StageCallRef(body, ran));
-  if (!ran) {
-    fail({"profile_stages", concat("around_call of stage ", c.stage, " returned without running ", to_string(c.call)),
-          "StageFunctions::around_call", "call the StageCallRef it is given exactly once"});
-  }
-}
-
 }  // namespace detail
 
 // Times every stage that `make` builds, at every size in options.rows: per repetition, a
@@ -176,8 +160,9 @@ void call_as_executor(const StageFunctions& f, const StageContext& c, Body body)
       c.rank = 0;
       const auto timed = [&](StageCall call, auto&& body) {
         c.call = call;
+        auto copy = body;  // StageCallRef takes a callable it may change; the lambdas here are const
         const auto t0 = std::chrono::steady_clock::now();
-        detail::call_as_executor(f, c, body);
+        detail::run_inside_around_call(f, c, copy, "profile_stages");
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * per_second;
       };
       const auto forward = [&] { f.forward(c, input, output); };

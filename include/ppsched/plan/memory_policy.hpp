@@ -1,7 +1,8 @@
 // Memory policies (issue 23, item 2): per stage, what a step does with the activations its
 // forwards store — keep them (none), recompute them all before the backward (full), recompute a
 // part (selective: a fraction, or the bytes and the time the profile gives for a part of the
-// stage's layers), or move them to host memory and back (offload, all or a fraction).
+// stage's layers), move them to host memory and back (offload, all or a fraction), or recompute
+// layer by layer from the layers' inputs (layer-wise), those inputs kept or offloaded.
 //
 //   std::vector<MemoryPolicy> per_stage(8, MemoryPolicy::none());
 //   per_stage[0] = MemoryPolicy::full_recompute();
@@ -22,6 +23,10 @@
 //   start (as late as that allows, so the reloaded bytes are held briefly), never before its
 //   OFFLOAD; a micro-batch whose backward follows its forward too closely for the copies to
 //   hide (the last stage's) keeps its activation (MemoryPolicyOptions::offload_only_where_hidden).
+// - layer-wise recomputation with offloaded checkpoints (MemoryPolicy::layerwise_offload): both,
+//   F, OFFLOAD, RELOAD, R, backward, with R right before the backward and the RELOAD early
+//   enough to end before R starts; where the copies could not hide, the micro-batch keeps its
+//   checkpoints (layer-wise recomputation alone).
 // The result is validated (docs/execution-model.md, "Memory actions") before it is returned.
 #pragma once
 

@@ -160,6 +160,11 @@ class MlpStage {
   void add_layerwise_offload(ppsched::StageFunctions& f) {
     add_layerwise_recompute(f);
     away_.assign(outputs_.size(), 0);
+    // R recomputes nothing itself (the backward does), but it is where the checkpoints must be
+    // back: checking here names an R scheduled before its RELOAD.
+    f.recompute = [this](const ppsched::StageContext& c, std::span<const float>) {
+      require_checkpoints(c.microbatch, "recompute");
+    };
     f.offload_size = 0;
     for (std::size_t l = first_; l + 1 < last_; ++l) f.offload_size += rows_ * model_.layers[l].out();
     f.offload = [this](const ppsched::StageContext& c, std::span<float> host) {

@@ -64,7 +64,7 @@ struct PlannedStep {
   std::int32_t action_count = 1;  // > 1 only for a group
   // Steps of other streams whose end this step waits for: `wait_on` on the compute or comm
   // stream (the other one, for a compute or comm step; compute, for a copy step),
-  // `copy_wait` on the copy stream (a backward after its RELOAD).
+  // `copy_wait` on the copy stream (a backward, or an R, after its RELOAD).
   std::int32_t wait_on = -1;
   std::int32_t copy_wait = -1;
 

@@ -2,7 +2,10 @@
 # The two commands of the README's quickstart:
 #   ./bootstrap.sh run [ARGS...]  install what is missing, build, run the planner (main job)
 #   ./bootstrap.sh test           install what is missing, build everything, run every test
-# Environment: PPSCHED_BUILD (build folder, default ./build).
+#   ./bootstrap.sh cuda           turn the CUDA targets on in that build, compile them with nvcc,
+#                                 run the CUDA tests (each SKIPPED, with the reason, without a GPU)
+# Environment: PPSCHED_BUILD (build folder, default ./build); PPSCHED_CUDA (enabled, disabled or
+# auto: whether a new build folder has the CUDA targets; default auto with a GPU, else disabled).
 set -euo pipefail
 cd "$(dirname "$0")"
 build=${PPSCHED_BUILD:-build}
@@ -24,9 +27,23 @@ install_missing() {
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
+# The CUDA targets are built where they can run. Without a GPU their tests only say SKIPPED,
+# and compiling them (six nvcc units) was about 900 CPU-s, most of the 10 minutes the test
+# command may take on two cores (docs/performance.md, "Build time"); `./bootstrap.sh cuda`
+# compiles them on demand, and CI always does.
+cuda_choice() {
+  if [ -n "${PPSCHED_CUDA:-}" ]; then
+    echo "$PPSCHED_CUDA"
+  elif command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+    echo auto
+  else
+    echo disabled
+  fi
+}
+
 configure() {
   if [ ! -f "$build/build.ninja" ]; then
-    meson setup "$build" -Dwerror=true
+    meson setup "$build" -Dwerror=true -Dcuda="$(cuda_choice)"
   fi
 }
 
@@ -51,8 +68,19 @@ case "${1:-}" in
     python3 .ci/count_tests.py "$build/meson-logs/testlog.json" || true
     exit "$status"
     ;;
+  cuda)
+    install_missing
+    configure
+    command -v nvcc >/dev/null || { echo "bootstrap: cuda needs nvcc (the CUDA toolkit) on PATH" >&2; exit 1; }
+    meson configure "$build" -Dcuda=enabled
+    meson compile -C "$build"
+    status=0
+    meson test -C "$build" --suite cuda --print-errorlogs --num-processes "$(nproc)" --logbase cudalog || status=$?
+    python3 .ci/count_tests.py "$build/meson-logs/cudalog.json" || true
+    exit "$status"
+    ;;
   *)
-    echo "usage: ./bootstrap.sh run [ppsched-plan arguments...] | ./bootstrap.sh test" >&2
+    echo "usage: ./bootstrap.sh run [ppsched-plan arguments...] | ./bootstrap.sh test | ./bootstrap.sh cuda" >&2
     exit 2
     ;;
 esac

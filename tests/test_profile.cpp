@@ -95,6 +95,21 @@ TEST_CASE("profile_stages runs every callable warm-up + repetitions times at eve
   }
 }
 
+TEST_CASE("profile_stages: an around_call that does not run its call is an error naming the stage and the call",
+          "[profile]") {
+  auto calls = std::make_shared<Calls>();
+  const StageFactory make = [calls](std::int32_t rows) {
+    std::vector<StageFunctions> out = counting_stages(calls)(rows);
+    out[1].around_call = [](const StageContext&, StageCallRef) {};  // forgets to call
+    return out;
+  };
+  ProfileOptions o;
+  o.rows = {2};
+  CHECK_THROWS_WITH(profile_stages(make, o), Catch::Contains("around_call of stage 1") &&
+                                                 Catch::Contains("returned without running forward (in profile_stages)"));
+  CHECK(calls->count["F1"] == 0);
+}
+
 TEST_CASE("the spread of repetitions: median, quartiles between order statistics, extremes", "[profile]") {
   const TimeSpread s = detail::spread_of({5, 1, 4, 2, 3});
   CHECK(s == TimeSpread{3, 2, 4, 1, 5});

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
@@ -1175,4 +1177,24 @@ TEST_CASE("parse_timeline_csv reads back what write_timeline_csv writes, and nam
   CHECK_THROWS_WITH(parse_timeline_csv("rank,lane\n"), Catch::Contains("ppsched timeline: ranks N"));
   const std::string bad = "# ppsched timeline: ranks 1, unit ms\nrank,lane,op,stage,microbatch,group,start,end\n0,compute,G,0,0,0,0,1\n";
   CHECK_THROWS_WITH(parse_timeline_csv(bad, "t.csv"), Catch::Contains("line 3, column 3"));
+}
+
+TEST_CASE("load_timeline_csv reads a file, names a missing one, and stops at the bound", "[trace][csv]") {
+  Timeline t;
+  t.ranks = 1;
+  t.unit = "us";
+  t.spans = {Span{0, Action{Op::F, 0, 0, 0}, Lane::compute, 0.0, 0.75}};
+  const auto path = std::filesystem::temp_directory_path() / "ppsched_test_trace_timeline.csv";
+  {
+    std::ofstream out(path);
+    write_timeline_csv(out, t);
+  }
+  CHECK(to_timeline_csv(load_timeline_csv(path)) == to_timeline_csv(t));
+  // Past the bound the error names the file, as it does a file that is not there.
+  const std::string csv = to_timeline_csv(t);
+  CHECK_THROWS_WITH(load_timeline_csv(path, csv.size() - 1),
+                    Catch::Contains("timeline '" + path.string() + "'") && Catch::Contains("is larger than"));
+  std::filesystem::remove(path);
+  CHECK_THROWS_WITH(load_timeline_csv(path), Catch::Contains("timeline '" + path.string() + "'") &&
+                                                 Catch::Contains("cannot be opened"));
 }

@@ -40,8 +40,6 @@ struct GivenFlag {
   int position = 0;
 };
 
-namespace detail {
-
 [[nodiscard]] inline std::string flag_list(std::span<const FlagSpec> specs) {
   std::string list;
   for (const FlagSpec& spec : specs) {
@@ -54,8 +52,6 @@ namespace detail {
 [[nodiscard]] inline std::string argument_place(int position) {
   return ppsched::concat("argument ", position);
 }
-
-}  // namespace detail
 
 // Lists the valid choices in one line: "gpipe, 1f1b, zb-h1".
 [[nodiscard]] inline std::string join(std::span<const std::string> items, std::string_view separator = ", ") {
@@ -78,8 +74,8 @@ namespace detail {
     const int position = static_cast<int>(i);
     const std::string_view arg = argv[i];
     if (!arg.starts_with("--") || arg.size() == 2) {
-      fail({"command line", concat("unexpected argument '", arg, "'"), detail::argument_place(position),
-            concat("every argument is a flag followed by its value; valid flags: ", detail::flag_list(specs))});
+      fail({"command line", concat("unexpected argument '", arg, "'"), argument_place(position),
+            concat("every argument is a flag followed by its value; valid flags: ", flag_list(specs))});
     }
     const std::size_t equals = arg.find('=');
     const std::string_view name = arg.substr(0, equals);
@@ -92,24 +88,24 @@ namespace detail {
       if (closest != specs.end() && ppsched::edit_distance(name, closest->name) <= 3) {
         fix = concat("did you mean ", closest->name, "? ");
       }
-      fail({"command line", concat("unknown flag '", name, "'"), detail::argument_place(position),
-            concat(fix, "valid flags: ", detail::flag_list(specs))});
+      fail({"command line", concat("unknown flag '", name, "'"), argument_place(position),
+            concat(fix, "valid flags: ", flag_list(specs))});
     }
     if (std::any_of(given.begin(), given.end(), [&](const GivenFlag& g) { return g.name == spec->name; })) {
-      fail({concat("flag ", name), "given more than once", detail::argument_place(position),
+      fail({concat("flag ", name), "given more than once", argument_place(position),
             "give each flag once"});
     }
     GivenFlag flag{spec->name, {}, position};
     if (spec->value_name.empty()) {
       if (equals != std::string_view::npos) {
-        fail({concat("flag ", name), "is a switch and takes no value", detail::argument_place(position),
+        fail({concat("flag ", name), "is a switch and takes no value", argument_place(position),
               concat("write ", name, " alone")});
       }
     } else if (equals != std::string_view::npos) {
       flag.value = std::string(arg.substr(equals + 1));
     } else {
       if (i + 1 >= argv.size()) {
-        fail({concat("flag ", name), "needs a value", detail::argument_place(position),
+        fail({concat("flag ", name), "needs a value", argument_place(position),
               concat("write ", name, ' ', spec->value_name)});
       }
       flag.value = argv[++i];
@@ -128,11 +124,11 @@ namespace detail {
   if (ec == std::errc::result_out_of_range || (ec == std::errc{} && end == text.data() + text.size() &&
                                                (value < min || value > max))) {
     fail({concat("flag ", flag.name), concat("value '", text, "' is out of range"),
-          detail::argument_place(flag.position), concat("give a whole number from ", min, " to ", max)});
+          argument_place(flag.position), concat("give a whole number from ", min, " to ", max)});
   }
   if (ec != std::errc{} || end != text.data() + text.size()) {
     fail({concat("flag ", flag.name), concat("value '", text, "' is not a whole number"),
-          detail::argument_place(flag.position), concat("give a whole number from ", min, " to ", max)});
+          argument_place(flag.position), concat("give a whole number from ", min, " to ", max)});
   }
   return value;
 }
@@ -145,11 +141,11 @@ namespace detail {
   double value = 0.0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc{} || end != text.data() + text.size() || !std::isfinite(value)) {
-    fail({std::string(subject), concat("value '", text, "' is not a finite number"), detail::argument_place(position),
+    fail({std::string(subject), concat("value '", text, "' is not a finite number"), argument_place(position),
           concat("give a number ", bound, ", e.g. 1.5 or 2e-3")});
   }
   if (value < min || (min_excluded && value == min)) {
-    fail({std::string(subject), concat("value '", text, "' is out of range"), detail::argument_place(position),
+    fail({std::string(subject), concat("value '", text, "' is out of range"), argument_place(position),
           concat("give a number ", bound)});
   }
   return value;
@@ -169,7 +165,7 @@ namespace detail {
     const bool last = k + 1 == costs.size();
     if (last != (comma == std::string_view::npos)) {
       fail({concat("flag ", flag.name), concat("value '", flag.value, "' is not three comma-separated numbers"),
-            detail::argument_place(flag.position),
+            argument_place(flag.position),
             "write forward,backward-for-input,backward-for-weights, e.g. 1,1,1 (use 1,2,0 for an unsplit backward)"});
     }
     static constexpr std::array<std::string_view, 3> parts{"forward", "backward-for-input", "backward-for-weights"};
@@ -179,7 +175,7 @@ namespace detail {
   }
   if (costs[0] <= 0.0 || costs[1] + costs[2] <= 0.0) {
     fail({concat("flag ", flag.name), concat("value '", flag.value, "' has a zero forward or backward time"),
-          detail::argument_place(flag.position), "give a positive forward time and a positive B+W"});
+          argument_place(flag.position), "give a positive forward time and a positive B+W"});
   }
   return costs;
 }
@@ -193,7 +189,7 @@ namespace detail {
   const std::string& text = flag.value;
   const std::string fix = "give a positive number of bytes with an optional unit: 80GiB, 21.5GiB, 16GB, 1048576";
   const auto refuse = [&](const std::string& problem) {
-    fail({concat("flag ", flag.name), problem, detail::argument_place(flag.position), fix});
+    fail({concat("flag ", flag.name), problem, argument_place(flag.position), fix});
   };
   // The amount: digits, then optionally '.' and more digits.
   const char* const begin = text.data();

@@ -84,10 +84,6 @@ class MeasurementFailed : public std::runtime_error {
   return backend;
 }
 
-namespace detail {
-
-using ppsched::concat;
-
 [[nodiscard]] inline std::string bubbles_usage(std::span<const BubblesBackend> backends) {
   std::string names;
   for (const std::string_view n : family_names()) names += (names.empty() ? "" : ", ") + std::string(n);
@@ -308,14 +304,12 @@ inline int run_bubbles(std::span<const char* const> argv, std::span<const Bubble
   return 0;
 }
 
-}  // namespace detail
-
 // The tool's main: `backends` are those this build has (the first is the default's, cpu).
 // Every failure becomes a message on stderr and the exit status documented above.
 [[nodiscard]] inline int bubbles_main(int argc, char** argv, std::span<const BubblesBackend> backends) noexcept {
   try {
     try {
-      return detail::run_bubbles(std::span<const char* const>(argv, static_cast<std::size_t>(argc)), backends);
+      return run_bubbles(std::span<const char* const>(argv, static_cast<std::size_t>(argc)), backends);
     } catch (const BackendUnavailable& e) {
       std::cerr << "ppsched-bubbles: backend unavailable: " << e.what() << '\n';
       return 3;

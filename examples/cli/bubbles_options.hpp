@@ -62,7 +62,7 @@ inline constexpr std::array<FlagSpec, 15> bubbles_flags{{
       options.warmup = static_cast<std::int32_t>(parse_integer(flag, 0, 1000));
     } else if (n == "--backend") {
       if (flag.value != "cpu" && flag.value != "cuda") {
-        fail({"flag --backend", concat("unknown backend '", flag.value, "'"), detail::argument_place(flag.position),
+        fail({"flag --backend", concat("unknown backend '", flag.value, "'"), argument_place(flag.position),
               "valid backends: cpu, cuda"});
       }
       options.backend = flag.value;
@@ -70,7 +70,7 @@ inline constexpr std::array<FlagSpec, 15> bubbles_flags{{
       options.json = true;
     } else if (n == "--trace") {
       if (flag.value.empty()) {
-        fail({"flag --trace", "the file name is empty", detail::argument_place(flag.position), "give a path"});
+        fail({"flag --trace", "the file name is empty", argument_place(flag.position), "give a path"});
       }
       options.trace_path = flag.value;
     } else if (n == "--help") {
@@ -80,7 +80,7 @@ inline constexpr std::array<FlagSpec, 15> bubbles_flags{{
     } else {
       if (n == "--schedule" && flag.value == "auto") {
         fail({"flag --schedule", "'auto' picks a schedule by simulation; ppsched-bubbles measures the ones named",
-              detail::argument_place(flag.position), "use ppsched-plan --schedule auto, then measure its choice here"});
+              argument_place(flag.position), "use ppsched-plan --schedule auto, then measure its choice here"});
       }
       model_flags.push_back(flag);
     }

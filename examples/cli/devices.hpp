@@ -98,9 +98,8 @@ namespace ppsched::cli {
   std::vector<MeasuredRun> runs;
   for (std::size_t i = 0; i < options.calibrate_paths.size(); ++i) {
     const std::string& path = options.calibrate_paths[i];
-    const std::string text = ppsched::detail::read_text_file(path, max_profile_bytes, concat("timeline '", path, "'"));
     MeasuredRun run;
-    run.steps.push_back(parse_timeline_csv(text, path));
+    run.steps.push_back(load_timeline_csv(path, max_profile_bytes));
     if (!options.calibrate_rows.empty()) run.rows = options.calibrate_rows[options.calibrate_rows.size() == 1 ? 0 : i];
     runs.push_back(std::move(run));
   }

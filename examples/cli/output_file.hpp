@@ -31,8 +31,6 @@
 
 namespace ppsched::cli {
 
-namespace detail {
-
 // A finished temporary file waiting to be renamed over its destination.
 struct StagedFile {
   std::string temporary;
@@ -193,8 +191,6 @@ inline void write_stream(const std::string& shown, const std::string& target, st
   }
 }
 
-}  // namespace detail
-
 struct OutputFile {
   std::string path;
   std::string content;
@@ -207,31 +203,31 @@ struct OutputFile {
 // one of its outputs replaces none of its files. Throws ppsched::error naming the path and
 // the system's reason.
 inline void write_files_atomically(const std::vector<OutputFile>& files) {
-  std::vector<detail::ResolvedOutput> resolved;
-  for (const OutputFile& f : files) resolved.push_back(detail::resolve_output(f.path));
-  std::vector<detail::StagedFile> staged;
+  std::vector<ResolvedOutput> resolved;
+  for (const OutputFile& f : files) resolved.push_back(resolve_output(f.path));
+  std::vector<StagedFile> staged;
   try {
     for (std::size_t i = 0; i < files.size(); ++i) {
-      if (resolved[i].kind == detail::OutputKind::replace) {
-        staged.push_back(detail::stage_file(resolved[i].path, files[i].content));
+      if (resolved[i].kind == OutputKind::replace) {
+        staged.push_back(stage_file(resolved[i].path, files[i].content));
       }
     }
     for (std::size_t i = 0; i < files.size(); ++i) {
-      if (resolved[i].kind == detail::OutputKind::stream) {
-        detail::write_stream(files[i].path, resolved[i].path, files[i].content);
+      if (resolved[i].kind == OutputKind::stream) {
+        write_stream(files[i].path, resolved[i].path, files[i].content);
       }
     }
   } catch (...) {
-    for (const detail::StagedFile& s : staged) ::unlink(s.temporary.c_str());
+    for (const StagedFile& s : staged) ::unlink(s.temporary.c_str());
     throw;
   }
   for (std::size_t i = 0; i < staged.size(); ++i) {
     if (std::rename(staged[i].temporary.c_str(), staged[i].destination.c_str()) != 0) {
       const int saved = errno;
       for (std::size_t j = i; j < staged.size(); ++j) ::unlink(staged[j].temporary.c_str());
-      detail::fail_output(staged[i].destination,
-                          ppsched::concat("renaming into place failed: ", std::strerror(saved)),
-                          "make sure the path is not a directory and its directory is writable");
+      fail_output(staged[i].destination,
+                  ppsched::concat("renaming into place failed: ", std::strerror(saved)),
+                  "make sure the path is not a directory and its directory is writable");
     }
   }
 }

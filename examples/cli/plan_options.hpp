@@ -144,18 +144,18 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
     const std::size_t comma = rest.find(',');
     const std::string_view name = rest.substr(0, comma);
     if (name == "all" || name == "auto") {
-      fail({"flag --schedule", concat("'", name, "' cannot be part of a list"), detail::argument_place(flag.position),
+      fail({"flag --schedule", concat("'", name, "' cannot be part of a list"), argument_place(flag.position),
             concat("give '", name, "' alone, or a list of families: ", schedule_choices())});
     }
     std::string canonical;
     try {
       canonical = std::string(family_info(name).name);
     } catch (const ppsched::error&) {
-      fail({"flag --schedule", concat("unknown schedule '", name, "'"), detail::argument_place(flag.position),
+      fail({"flag --schedule", concat("unknown schedule '", name, "'"), argument_place(flag.position),
             concat("valid schedules: ", schedule_choices())});
     }
     if (std::find(options.schedules.begin(), options.schedules.end(), canonical) != options.schedules.end()) {
-      fail({"flag --schedule", concat("'", canonical, "' is listed twice"), detail::argument_place(flag.position),
+      fail({"flag --schedule", concat("'", canonical, "' is listed twice"), argument_place(flag.position),
             "list each schedule once"});
     }
     options.schedules.push_back(canonical);
@@ -177,7 +177,7 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
     return o;
   }
   fail({"flag --objective", ppsched::concat("unknown objective '", text, "'"),
-        detail::argument_place(flag.position),
+        argument_place(flag.position),
         "give makespan, span, memory, or memory:BOUND (the least memory among schedules whose makespan is at most BOUND)"});
 }
 
@@ -199,7 +199,7 @@ inline constexpr std::string_view memory_policy_forms =
   }
   out.mode = MemoryPolicyMode::given;
   const auto bad = [&](std::string_view token, std::string_view what) {
-    fail({"flag --memory-policy", concat("'", token, "' ", what), detail::argument_place(flag.position),
+    fail({"flag --memory-policy", concat("'", token, "' ", what), argument_place(flag.position),
           std::string(memory_policy_forms)});
   };
   std::string_view rest = text;
@@ -251,7 +251,7 @@ inline constexpr std::string_view memory_policy_forms =
   auto set_source = [&](const GivenFlag& flag, ModelSource source) {
     if (source_flag != nullptr) {
       fail({"command line", concat(source_flag->name, " and ", flag.name, " both describe the model"),
-            detail::argument_place(flag.position), "give one of --profile, --layers, --stage-cost (or none for the GPT-style default)"});
+            argument_place(flag.position), "give one of --profile, --layers, --stage-cost (or none for the GPT-style default)"});
     }
     source_flag = &flag;
     options.source = source;
@@ -261,7 +261,7 @@ inline constexpr std::string_view memory_policy_forms =
     const std::string_view n = flag.name;
     if (n == "--profile") {
       set_source(flag, ModelSource::profile);
-      if (flag.value.empty()) fail({"flag --profile", "the file name is empty", detail::argument_place(flag.position), "give a path"});
+      if (flag.value.empty()) fail({"flag --profile", "the file name is empty", argument_place(flag.position), "give a path"});
       options.profile_path = flag.value;
     } else if (n == "--layers") {
       set_source(flag, ModelSource::uniform_layers);
@@ -285,7 +285,7 @@ inline constexpr std::string_view memory_policy_forms =
     } else if (n == "--memory-cap-microbatches" || n == "--memory-cap-bytes") {
       if (cap_flag != nullptr) {
         fail({"command line", concat(cap_flag->name, " and ", n, " both set the memory cap"),
-              detail::argument_place(flag.position), "give one memory cap"});
+              argument_place(flag.position), "give one memory cap"});
       }
       cap_flag = &flag;
       if (n == "--memory-cap-microbatches") {
@@ -296,7 +296,7 @@ inline constexpr std::string_view memory_policy_forms =
     } else if (n == "--w-memory-ratio") {
       options.w_memory_ratio = parse_real(flag, 0.0);
       if (options.w_memory_ratio > 1.0) {
-        fail({"flag --w-memory-ratio", concat("value '", flag.value, "' is above 1"), detail::argument_place(flag.position),
+        fail({"flag --w-memory-ratio", concat("value '", flag.value, "' is above 1"), argument_place(flag.position),
               "what BI keeps for BW is a fraction of a stored activation: give a number from 0 to 1"});
       }
     } else if (n == "--optimizer-state-factor") {
@@ -309,7 +309,7 @@ inline constexpr std::string_view memory_policy_forms =
       } else if (flag.value == "params") {
         options.partition = PartitionMethod::by_params;
       } else {
-        fail({"flag --partition", concat("unknown method '", flag.value, "'"), detail::argument_place(flag.position),
+        fail({"flag --partition", concat("unknown method '", flag.value, "'"), argument_place(flag.position),
               "valid methods: optimal, uniform, params"});
       }
     } else if (n == "--schedule") {
@@ -324,7 +324,7 @@ inline constexpr std::string_view memory_policy_forms =
       const std::size_t comma = flag.value.find(',');
       if (comma == std::string::npos || flag.value.find(',', comma + 1) != std::string::npos) {
         fail({"flag --host-link", concat("value '", flag.value, "' is not two comma-separated numbers"),
-              detail::argument_place(flag.position),
+              argument_place(flag.position),
               "write LATENCY,BANDWIDTH in the model's time unit and bytes per time unit, e.g. 0.01,25e6 for 10 us and 25 GB/s in ms"});
       }
       const std::string_view text = flag.value;
@@ -335,7 +335,7 @@ inline constexpr std::string_view memory_policy_forms =
       options.json = true;
     } else if (n == "--trace" || n == "--svg" || n == "--csv" || n == "--validate") {
       if (flag.value.empty()) {
-        fail({concat("flag ", n), "the file name is empty", detail::argument_place(flag.position), "give a path"});
+        fail({concat("flag ", n), "the file name is empty", argument_place(flag.position), "give a path"});
       }
       (n == "--trace" ? options.trace_path : n == "--svg" ? options.svg_path : n == "--csv" ? options.csv_path
                                                                                              : options.validate_path) =
@@ -348,14 +348,14 @@ inline constexpr std::string_view memory_policy_forms =
       if (flag.value == "ring" || flag.value == "tree") {
         options.all_reduce = flag.value == "ring" ? AllReduceAlgorithm::ring : AllReduceAlgorithm::tree;
       } else {
-        fail({"flag --all-reduce", concat("unknown algorithm '", flag.value, "'"), detail::argument_place(flag.position),
+        fail({"flag --all-reduce", concat("unknown algorithm '", flag.value, "'"), argument_place(flag.position),
               "valid algorithms: ring, tree"});
       }
     } else if (n == "--all-reduce-bandwidth") {
       options.all_reduce_bandwidth = parse_real(flag, 0.0, true);
     } else if (n == "--calibrate") {
       for (std::string& path : comma_items(flag)) {
-        if (path.empty()) fail({"flag --calibrate", "a file name is empty", detail::argument_place(flag.position), "give a path"});
+        if (path.empty()) fail({"flag --calibrate", "a file name is empty", argument_place(flag.position), "give a path"});
         options.calibrate_paths.push_back(std::move(path));
       }
     } else if (n == "--calibrate-rows") {
@@ -375,43 +375,43 @@ inline constexpr std::string_view memory_policy_forms =
   };
   if (const GivenFlag* f = find("--bandwidth"); f != nullptr && options.source == ModelSource::stage_cost) {
     fail({"flag --bandwidth", "--stage-cost has no tensor sizes for a bandwidth to apply to",
-          detail::argument_place(f->position), "use --comm for the per-transfer time, or --profile for tensor sizes"});
+          argument_place(f->position), "use --comm for the per-transfer time, or --profile for tensor sizes"});
   }
   for (const char* name : {"--partition", "--optimizer-state-factor"}) {
     if (const GivenFlag* f = find(name); f != nullptr && options.source == ModelSource::stage_cost) {
-      fail({concat("flag ", name), "--stage-cost has no layers or parameters", detail::argument_place(f->position),
+      fail({concat("flag ", name), "--stage-cost has no layers or parameters", argument_place(f->position),
             "use --layers or --profile to partition a model"});
     }
   }
   if (const GivenFlag* f = find("--memory-cap-bytes"); f != nullptr && options.source == ModelSource::stage_cost) {
     fail({"flag --memory-cap-bytes", "--stage-cost has no byte sizes to compare with a byte cap",
-          detail::argument_place(f->position), "use --memory-cap-microbatches, or --profile for byte sizes"});
+          argument_place(f->position), "use --memory-cap-microbatches, or --profile for byte sizes"});
   }
   if (const GivenFlag* f = find("--validate"); f != nullptr) {
     if (const GivenFlag* s = find("--schedule")) {
       fail({"flag --schedule", "--validate checks the schedule in its file; there is nothing to choose",
-            detail::argument_place(s->position), "drop --schedule, or drop --validate"});
+            argument_place(s->position), "drop --schedule, or drop --validate"});
     }
     if (const GivenFlag* c = find("--csv")) {
       fail({"flag --csv", "--validate reads a CSV; writing one in the same run is ambiguous",
-            detail::argument_place(c->position), "drop --csv"});
+            argument_place(c->position), "drop --csv"});
     }
     if (const GivenFlag* c = find("--chunks")) {
-      fail({"flag --chunks", "--validate takes its stages from the file", detail::argument_place(c->position),
+      fail({"flag --chunks", "--validate takes its stages from the file", argument_place(c->position),
             "drop --chunks"});
     }
     if (const GivenFlag* o = find("--objective")) {
       fail({"flag --objective", "--validate checks the schedule in its file; there is nothing to choose",
-            detail::argument_place(o->position), "drop --objective, or drop --validate"});
+            argument_place(o->position), "drop --objective, or drop --validate"});
     }
   }
   if (const GivenFlag* f = find("--host-link"); f != nullptr && options.memory_policy.mode == MemoryPolicyMode::none) {
-    fail({"flag --host-link", "prices offload copies, and --memory-policy is none", detail::argument_place(f->position),
+    fail({"flag --host-link", "prices offload copies, and --memory-policy is none", argument_place(f->position),
           "add --memory-policy auto (or per stage), or drop --host-link"});
   }
   if (const GivenFlag* f = find("--memory-policy"); f != nullptr && options.memory_policy.mode != MemoryPolicyMode::none) {
     const auto refuse = [&](std::string_view problem, std::string_view fix) {
-      fail({"flag --memory-policy", std::string(problem), detail::argument_place(f->position), std::string(fix)});
+      fail({"flag --memory-policy", std::string(problem), argument_place(f->position), std::string(fix)});
     };
     if (options.source == ModelSource::stage_cost) {
       refuse("--stage-cost has no activation bytes to recompute or offload", "use --layers or --profile (or the default model)");
@@ -427,26 +427,26 @@ inline constexpr std::string_view memory_policy_forms =
     }
   }
   if (const GivenFlag* f = find("--calibrate-rows"); f != nullptr && options.calibrate_paths.empty()) {
-    fail({"flag --calibrate-rows", "applies to --calibrate only", detail::argument_place(f->position),
+    fail({"flag --calibrate-rows", "applies to --calibrate only", argument_place(f->position),
           "add --calibrate FILE, or drop it"});
   }
   if (const GivenFlag* f = find("--calibrate-rows");
       f != nullptr && options.calibrate_rows.size() != 1 && options.calibrate_rows.size() != options.calibrate_paths.size()) {
     fail({"flag --calibrate-rows", concat("gives ", options.calibrate_rows.size(), " sizes for ", options.calibrate_paths.size(),
                                           " timelines"),
-          detail::argument_place(f->position), "give one size for all the timelines, or one per timeline, in their order"});
+          argument_place(f->position), "give one size for all the timelines, or one per timeline, in their order"});
   }
   if (const GivenFlag* f = find("--calibrate"); f != nullptr && options.source != ModelSource::profile) {
-    fail({"flag --calibrate", "calibrates a profile", detail::argument_place(f->position), "add --profile FILE"});
+    fail({"flag --calibrate", "calibrates a profile", argument_place(f->position), "add --profile FILE"});
   }
   if (const GivenFlag* f = find("--calibrate"); f != nullptr && options.json) {
-    fail({"flag --calibrate", "prints a report, not JSON", detail::argument_place(f->position), "drop --json"});
+    fail({"flag --calibrate", "prints a report, not JSON", argument_place(f->position), "drop --json"});
   }
   // Data parallelism: its flags need --devices, and --devices plans whole steps over a layer model.
   if (options.devices == 0) {
     for (const char* name : {"--global-batch", "--all-reduce", "--all-reduce-bandwidth", "--calibrate"}) {
       if (const GivenFlag* f = find(name)) {
-        fail({concat("flag ", name), "applies to data x pipeline plans only", detail::argument_place(f->position),
+        fail({concat("flag ", name), "applies to data x pipeline plans only", argument_place(f->position),
               "add --devices N, or drop it"});
       }
     }
@@ -454,22 +454,22 @@ inline constexpr std::string_view memory_policy_forms =
     const GivenFlag* d = find("--devices");
     if (options.source == ModelSource::stage_cost) {
       fail({"flag --devices", "--stage-cost has no layers or parameters to split and all-reduce",
-            detail::argument_place(d->position), "use --layers or --profile (or the default model)"});
+            argument_place(d->position), "use --layers or --profile (or the default model)"});
     }
     for (const char* name : {"--validate", "--trace", "--svg", "--csv", "--memory-cap-microbatches"}) {
       if (const GivenFlag* f = find(name)) {
-        fail({concat("flag ", name), "does not apply to a --devices plan", detail::argument_place(f->position),
+        fail({concat("flag ", name), "does not apply to a --devices plan", argument_place(f->position),
               concat("drop ", name, "; plan the chosen pipeline again without --devices for its files"
                                     " (and use --memory-cap-bytes for the cap per device)")});
       }
     }
     if (options.schedule_auto) {
-      fail({"flag --schedule", "'auto' is not available with --devices", detail::argument_place(find("--schedule")->position),
+      fail({"flag --schedule", "'auto' is not available with --devices", argument_place(find("--schedule")->position),
             "name families with --schedule, or give none to compare them all"});
     }
     if (options.stages_given && options.devices % options.stages != 0) {
       fail({"flag --stages", concat("a pipeline of ", options.stages, " stages does not divide ", options.devices, " devices"),
-            detail::argument_place(find("--stages")->position),
+            argument_place(find("--stages")->position),
             "give --stages a divisor of --devices, or drop it to try every divisor"});
     }
   }
@@ -481,7 +481,7 @@ inline constexpr std::string_view memory_policy_forms =
       if (!outputs[i].second->empty() && *outputs[i].second == *outputs[j].second) {
         const GivenFlag* f = find(outputs[j].first);
         fail({concat("flag ", outputs[j].first), concat("writes to '", *outputs[j].second, "', as ", outputs[i].first, " does"),
-              detail::argument_place(f->position), "give each output its own file"});
+              argument_place(f->position), "give each output its own file"});
       }
     }
   }

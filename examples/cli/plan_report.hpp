@@ -32,8 +32,6 @@ namespace ppsched::cli {
 #endif
 inline constexpr std::string_view version_text = PPSCHED_VERSION;
 
-namespace detail {
-
 // Fixed-point with decimals by magnitude, so columns of times from 0.05 to 5000 stay readable.
 [[nodiscard]] inline std::string number_text(double x) {
   if (!std::isfinite(x)) return x > 0 ? "inf" : "-";
@@ -103,17 +101,14 @@ class TextTable {
   return number_text(per_unit) + " mb/" + unit;
 }
 
-}  // namespace detail
-
 [[nodiscard]] inline std::string partition_table(const PartitionPlan& p, const std::string& unit, bool has_bytes) {
-  using detail::number_text;
   std::vector<std::string> header{"stage", "rank", "layers", "", "F", "BI", "BW", "compute", "comm"};
   std::vector<bool> right{true, true, true, false, true, true, true, true, true};
   if (has_bytes) {
     header.insert(header.end(), {"params+state", "act/mb"});
     right.insert(right.end(), {true, true});
   }
-  detail::TextTable table(header, right);
+  TextTable table(header, right);
   for (std::size_t s = 0; s < p.stages.size(); ++s) {
     const PartitionStage& st = p.stages[s];
     std::string names = st.first_layer_name == st.last_layer_name ? st.first_layer_name
@@ -138,8 +133,6 @@ class TextTable {
                                  table.str());
 }
 
-namespace detail {
-
 [[nodiscard]] inline nlohmann::ordered_json optional_number(const std::optional<double>& x) {
   return x ? nlohmann::ordered_json(*x) : nlohmann::ordered_json(nullptr);
 }
@@ -149,19 +142,16 @@ namespace detail {
   return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr);
 }
 
-}  // namespace detail
-
 // The search's fastest candidates that keep to the cap, best first.
 [[nodiscard]] inline std::string search_table(const SearchSummary& search, const std::string& unit) {
-  using detail::number_text;
   std::vector<const Candidate*> ranked;
   for (const Candidate& c : search.candidates) {
     if (c.built && c.fits) ranked.push_back(&c);
   }
   std::stable_sort(ranked.begin(), ranked.end(), [](const Candidate* a, const Candidate* b) { return a->makespan < b->makespan; });
   const std::size_t shown = std::min<std::size_t>(ranked.size(), 8);
-  detail::TextTable table({"candidate", "kind", "placement", "v", "makespan", "timing", "peak M_B"},
-                          {false, false, false, true, true, false, true});
+  TextTable table({"candidate", "kind", "placement", "v", "makespan", "timing", "peak M_B"},
+                  {false, false, false, true, true, false, true});
   for (std::size_t i = 0; i < shown; ++i) {
     const Candidate& c = *ranked[i];
     table.add({c.name, std::string(candidate_kind_name(c.kind)), std::string(placement_kind_name(c.placement)), std::to_string(c.chunks),
@@ -182,8 +172,8 @@ namespace detail {
                           {"chunks", c.chunks},
                           {"built", c.built},
                           {"timing", timing_name(c.timing)},
-                          {"makespan", detail::finite_or_null(c.makespan)},
-                          {"span", detail::finite_or_null(c.span)},
+                          {"makespan", finite_or_null(c.makespan)},
+                          {"span", finite_or_null(c.span)},
                           {"bubble_fraction", c.built ? nlohmann::ordered_json(c.bubble_fraction) : nullptr},
                           {"peak_microbatches", c.peak_microbatches},
                           {"fits", c.fits},
@@ -197,7 +187,6 @@ namespace detail {
 // step time and the fullest rank's memory beside the plain schedule's, then one row per stage
 // with a policy. Empty when no schedule has any (--memory-policy none).
 [[nodiscard]] inline std::string memory_policy_report(const PlanResult& plan) {
-  using detail::number_text;
   using ppsched::concat;
   std::string out;
   for (const ScheduleResult& r : plan.schedules) {
@@ -220,8 +209,8 @@ namespace detail {
       for (const PartitionStage& st : m.partition->stages) cut += concat(cut.empty() ? "" : ", ", st.begin, "-", st.end - 1);
       out += concat("    cut again under the cap (no policy fit the family's cut), layers per stage: ", cut, "\n");
     }
-    detail::TextTable table({"    stage", "policy", "mb", "saves", "recompute", "copies"},
-                            {true, false, true, true, true, true});
+    TextTable table({"    stage", "policy", "mb", "saves", "recompute", "copies"},
+                    {true, false, true, true, true, true});
     bool any = false;
     for (std::size_t s = 0; s < m.stages.size(); ++s) {
       const StageMemoryCost& c = m.stages[s];
@@ -266,7 +255,6 @@ namespace detail {
 
 [[nodiscard]] inline std::string render_report(const PlanResult& plan, bool has_bytes,
                                                const SearchSummary* search = nullptr) {
-  using detail::number_text;
   using ppsched::concat;
   std::string out = concat("ppsched-plan: ", plan.model, "\n", plan.ranks, " ranks, ", plan.microbatches,
                            " micro-batches per step, times in ", plan.unit, "\n\n");
@@ -281,7 +269,7 @@ namespace detail {
   }
   header.push_back("fits");
   right.push_back(false);
-  detail::TextTable table(header, right);
+  TextTable table(header, right);
   for (std::size_t i = 0; i < plan.schedules.size(); ++i) {
     const ScheduleResult& r = plan.schedules[i];
     std::vector<std::string> row{r.name + (r.training ? "" : " (inference)"), std::to_string(r.chunks)};
@@ -291,7 +279,7 @@ namespace detail {
       row.push_back("no");
     } else {
       row.insert(row.end(), {number_text(r.makespan), number_text(r.max_rank_span), percent_of(r.bubble_fraction),
-                             detail::throughput_text(r.throughput, plan.unit), detail::per_rank_text(r.peak_activations)});
+                             throughput_text(r.throughput, plan.unit), per_rank_text(r.peak_activations)});
       if (has_bytes) {
         row.push_back(bytes_text(*std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end())));
       }
@@ -399,10 +387,10 @@ struct OutputPaths {
           {"chunks", options.chunks},
           {"w_memory_ratio", options.w_memory_ratio},
           {"objective", to_string(options.objective)},
-          {"link", {{"latency", model.link.latency}, {"bandwidth", detail::finite_or_null(model.link.bandwidth)}}},
+          {"link", {{"latency", model.link.latency}, {"bandwidth", finite_or_null(model.link.bandwidth)}}},
           {"memory_cap",
-           {{"microbatches", detail::optional_number(plan.cap.microbatches)},
-            {"bytes", detail::optional_number(plan.cap.total_bytes)},
+           {{"microbatches", optional_number(plan.cap.microbatches)},
+            {"bytes", optional_number(plan.cap.total_bytes)},
             {"per_rank_bytes", plan.rank_memory_cap.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(plan.rank_memory_cap)}}},
           {"partition", partition_json(plan.partition)},
           {"schedules", std::move(schedules)},
@@ -416,7 +404,6 @@ struct OutputPaths {
 
 // --validate's report: "OK" with the simulated figures, or each problem.
 [[nodiscard]] inline std::string render_file_check(const FileCheck& c, bool has_bytes) {
-  using detail::number_text;
   using ppsched::concat;
   const ScheduleResult& r = c.result;
   const auto count = [](std::int64_t n, std::string_view one, std::string_view many) {
@@ -436,8 +423,8 @@ struct OutputPaths {
                 "compute stream\n",
                 "  makespan ", number_text(r.makespan), ' ', c.context.unit, ", max rank span ",
                 number_text(r.max_rank_span), ", bubble ", percent_of(r.bubble_fraction), ", throughput ",
-                detail::throughput_text(r.throughput, c.context.unit), "\n  peak activations per rank (M_B): ",
-                detail::per_rank_text(r.peak_activations), '\n');
+                throughput_text(r.throughput, c.context.unit), "\n  peak activations per rank (M_B): ",
+                per_rank_text(r.peak_activations), '\n');
   if (has_bytes) {
     out += concat("  peak memory per rank:");
     for (const double b : r.peak_memory_bytes) out += concat(' ', bytes_text(b));

@@ -36,6 +36,7 @@
 #include "ppsched/runtime/world.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/schedule/schedule.hpp"
+#include "ppsched/trace/stats.hpp"
 #include "ppsched/sim/simulate.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
@@ -74,7 +75,7 @@ struct ProfileOptions {
   std::vector<std::int32_t> rows{8};  // micro-batch sizes to measure (samples per micro-batch)
   std::int32_t warmup = 2;            // untimed runs of each callable before the timed ones
   std::int32_t repetitions = 10;      // timed runs; the median is the cost, the rest the spread
-  std::string unit = "ms";            // "s", "ms" or "us": the unit of every time reported
+  std::string unit = "ms";            // "s", "ms", "us" or "ns": the unit of every time reported
   std::vector<std::string> names;     // one per stage; empty: "stage 0", "stage 1", ...
 };
 
@@ -84,11 +85,12 @@ using StageFactory = std::function<std::vector<StageFunctions>(std::int32_t rows
 
 namespace detail {
 
-[[nodiscard]] inline double seconds_per_unit(const std::string& unit, const char* who) {
-  if (unit == "s") return 1.0;
-  if (unit == "ms") return 1e-3;
-  if (unit == "us") return 1e-6;
-  fail({who, concat("unit \"", unit, "\""), "unit", "give \"s\", \"ms\" or \"us\""});
+// The public seconds_per_unit, for a unit a measurement must have: the profiler times with a
+// clock, so a cost unit with no fixed relation to time is an error here. One table of units,
+// so this name must differ from the public one (a detail overload hid it from later headers).
+[[nodiscard]] inline double seconds_per_unit_or_fail(const std::string& unit, const char* who) {
+  if (const std::optional<double> seconds = ppsched::seconds_per_unit(unit)) return *seconds;
+  fail({who, concat("unit \"", unit, "\""), "unit", "give \"s\", \"ms\", \"us\" or \"ns\""});
 }
 
 // Quartiles by linear interpolation between order statistics (the usual "type 7").
@@ -101,22 +103,6 @@ namespace detail {
     return samples[lo] + (samples[hi] - samples[lo]) * (at - static_cast<double>(lo));
   };
   return {quantile(0.5), quantile(0.25), quantile(0.75), samples.front(), samples.back()};
-}
-
-// Runs `body` inside the stage's around_call, as the executor does, so thread-local framework
-// state (grad mode, autocast) is what it is in a real step.
-template <class Body>
-void call_as_executor(const StageFunctions& f, const StageContext& c, Body body) {
-  if (!f.around_call) {
-    body();
-    return;
-  }
-  bool ran = false;
-  f.around_call(c, StageCallRef(body, ran));
-  if (!ran) {
-    fail({"profile_stages", concat("around_call of stage ", c.stage, " returned without running ", to_string(c.call)),
-          "StageFunctions::around_call", "call the StageCallRef it is given exactly once"});
-  }
 }
 
 }  // namespace detail
@@ -141,7 +127,7 @@ void call_as_executor(const StageFunctions& f, const StageContext& c, Body body)
     fail({who, concat("repetitions = ", options.repetitions, ", warmup = ", options.warmup), "ProfileOptions",
           "give at least one repetition and no negative warm-up"});
   }
-  const double per_second = 1.0 / detail::seconds_per_unit(options.unit, who);
+  const double per_second = 1.0 / detail::seconds_per_unit_or_fail(options.unit, who);
   std::vector<StageProfile> out;
   for (const std::int32_t rows : options.rows) {
     std::vector<StageFunctions> stages = make(rows);
@@ -174,8 +160,9 @@ void call_as_executor(const StageFunctions& f, const StageContext& c, Body body)
       c.rank = 0;
       const auto timed = [&](StageCall call, auto&& body) {
         c.call = call;
+        auto copy = body;  // StageCallRef takes a callable it may change; the lambdas here are const
         const auto t0 = std::chrono::steady_clock::now();
-        detail::call_as_executor(f, c, body);
+        detail::run_inside_around_call(f, c, copy, "profile_stages");
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * per_second;
       };
       const auto forward = [&] { f.forward(c, input, output); };
@@ -396,7 +383,7 @@ template <class B>
     fail({who, concat("few_microbatches = ", options.few_microbatches, " with microbatches = ", options.microbatches),
           "OverheadOptions::few_microbatches", "give 1 to microbatches - 1 (0: measure one shape only)"});
   }
-  const double per_second = 1.0 / detail::seconds_per_unit(options.unit, who);
+  const double per_second = 1.0 / detail::seconds_per_unit_or_fail(options.unit, who);
   // Each run in its own World, all built before any is timed; their steps alternate.
   const auto measure = [&](std::vector<std::unique_ptr<World<B>>>& worlds, std::vector<MeasuredSteps>& out) {
     std::vector<std::vector<float>> data;

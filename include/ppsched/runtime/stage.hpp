@@ -351,6 +351,25 @@ class RunningStepScope {
  private:
   const std::stop_token* previous_;
 };
+
+// Runs `body` (one stage call) inside the stage's around_call, if it has one: the executor's
+// stage calls, and profile_stages' so that thread-local framework state (grad mode, autocast)
+// is what it is in a real step. `caller` names a caller whose errors are not labelled
+// otherwise (the executor's are, with the rank and the action).
+template <class Body>
+void run_inside_around_call(const StageFunctions& f, const StageContext& c, Body& body, std::string_view caller = {}) {
+  if (!f.around_call) {
+    body();
+    return;
+  }
+  bool ran = false;
+  f.around_call(c, StageCallRef(body, ran));
+  if (!ran) {
+    fail({concat("around_call of stage ", c.stage),
+          concat("returned without running ", to_string(c.call), caller.empty() ? "" : concat(" (in ", caller, ")")),
+          "StageFunctions::around_call", "Call the StageCallRef it is given exactly once"});
+  }
+}
 }  // namespace detail
 
 // Inside a stage callable run by ppsched: the stop token of the callable's step, requested

@@ -3,14 +3,17 @@
 // comment line with the rank count and the unit (pandas reads it with comment='#').
 // Times are written in the shortest form that reads back as the same double, so nothing
 // is lost on the way out, and without the stream's locale. parse_timeline_csv reads the file
-// back (a measured run saved for `ppsched-plan --calibrate`, sim/calibrate.hpp).
+// back (a measured run saved for `ppsched-plan --calibrate`, sim/calibrate.hpp), and
+// load_timeline_csv reads it from a file.
 #pragma once
 
 #include "ppsched/config.hpp"
 
 #include <algorithm>
 #include <charconv>
+#include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <ostream>
 #include <sstream>
 #include <string>
@@ -18,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "ppsched/graph/text_input.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/trace/stats.hpp"
 #include "ppsched/trace/text.hpp"
@@ -158,6 +162,15 @@ namespace detail {
   if (!columns) fail({subject, "has no spans", "the end of the file", "give a file written by write_timeline_csv"});
   validate_timeline(t);
   return t;
+}
+
+// Reads a timeline CSV from a file (or a FIFO or a device), at most `max_bytes` of it, as
+// parse_timeline_csv reads text: a measured run saved with write_timeline_csv, to calibrate
+// a profile from (recalibrate_plan) or to compare with a prediction. Errors name the input
+// as "timeline '<path>'"; one that never ends (/dev/zero) is an error at the bound.
+[[nodiscard]] inline Timeline load_timeline_csv(const std::filesystem::path& path, std::size_t max_bytes = max_csv_bytes) {
+  const std::string text = detail::read_text_file(path, max_bytes, detail::concat("timeline '", path.string(), "'"));
+  return parse_timeline_csv(text, path.string());
 }
 
 }  // namespace ppsched

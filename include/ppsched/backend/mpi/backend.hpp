@@ -89,7 +89,7 @@ struct AbortNote {
       .count();
 }
 
-struct Op {
+struct Transfer {
   bool is_send = false;
   int peer = 0;
   float* data = nullptr;
@@ -101,7 +101,7 @@ struct Op {
 // One posted group: what its task needs, alive until the task has run (or the rank recovered).
 struct Group {
   MpiBackend* owner = nullptr;
-  std::vector<Op> ops;
+  std::vector<Transfer> ops;
   std::vector<MPI_Request> requests;
   std::vector<MPI_Status> statuses;
   std::atomic<bool> busy{false};
@@ -498,7 +498,7 @@ class MpiBackend {
           if (armed) cancel_pending_locked(group);
         }
       } undo{g};
-      for (Op& op : g.ops) {
+      for (Transfer& op : g.ops) {
         const int count = static_cast<int>(op.count);
         if (options_.checking) {
           if (op.is_send) {
@@ -540,7 +540,7 @@ class MpiBackend {
         if (peer || aborted_.load()) {
           cancel_pending_locked(g);
           std::string pending;
-          for (const Op& op : g.ops) pending += detail::concat(pending.empty() ? "" : "; ", describe(op));
+          for (const Transfer& op : g.ops) pending += detail::concat(pending.empty() ? "" : "; ", describe(op));
           fail({detail::concat("rank ", rank_),
                 peer ? detail::concat("the step was ended by ", process_name(peer_note_.rank), ", which failed")
                      : std::string("the step was aborted"),
@@ -549,7 +549,7 @@ class MpiBackend {
         if (Clock::now() >= deadline) {
           cancel_pending_locked(g);
           std::string pending;
-          for (const Op& op : g.ops) pending += detail::concat(pending.empty() ? "" : "; ", describe(op));
+          for (const Transfer& op : g.ops) pending += detail::concat(pending.empty() ? "" : "; ", describe(op));
           fail({detail::concat("rank ", rank_),
                 detail::concat("a transfer stayed pending for ", options_.watchdog.count(), " ms (", pending,
                                "): the peer never posted its side, or its process died"),
@@ -566,7 +566,7 @@ class MpiBackend {
       }
     }
     for (std::size_t i = 0; i < g.ops.size(); ++i) {
-      const Op& op = g.ops[i];
+      const Transfer& op = g.ops[i];
       if (op.is_send) continue;
       const MPI_Status& data_status = g.statuses[options_.checking ? 2 * i + 1 : i];
       if (options_.checking) {
@@ -593,7 +593,7 @@ class MpiBackend {
     }
   }
 
-  [[nodiscard]] std::string describe(const detail::mpi::Op& op) const {
+  [[nodiscard]] std::string describe(const detail::mpi::Transfer& op) const {
     return detail::concat(op.is_send ? "send" : "receive", op.tag.label.empty() ? "" : " '", op.tag.label,
                           op.tag.label.empty() ? "" : "'", op.is_send ? " to rank " : " from rank ", op.peer, " (",
                           op.count, " floats)");
@@ -628,7 +628,7 @@ class MpiBackend {
   // Host side of a group (one host thread issues a rank's work).
   int depth_ = 0;
   CpuStream* group_stream_ = nullptr;
-  std::vector<detail::mpi::Op> staged_;
+  std::vector<detail::mpi::Transfer> staged_;
   std::vector<BufferUse<CpuBuffer>> staged_uses_;
   std::deque<detail::mpi::Group> groups_;  // slots never move
   std::size_t next_group_ = 0;

@@ -300,8 +300,6 @@ class Executor {
   static void run_compute(void* context);
   static void run_optimizer(void* context);
   [[nodiscard]] StageContext context(std::int32_t stage, std::int32_t mb, StageCall call) const;
-  template <class Body>
-  static void around(const StageFunctions& f, const StageContext& c, Body& body);
   void compute(std::int32_t index);
   [[nodiscard]] std::size_t hash_slot(const Action& a) const noexcept;
   [[nodiscard]] static std::uint64_t hash_of(std::span<const float> values) noexcept;

@@ -148,7 +148,7 @@ auto Executor<B>::run_optimizer(void* context) -> void {
     const StageFunctions& f = self.stages_[static_cast<std::size_t>(g.stage)];
     const StageContext c = self.context(g.stage, -1, StageCall::optimizer_step);
     auto body = [&] { f.optimizer_step(c, g.total_span); };
-    self.around(f, c, body);
+    detail::run_inside_around_call(f, c, body);
   } catch (const std::exception& e) {
     throw error(detail::concat("rank ", self.rank_, ", stage ", g.stage, ", optimizer_step: ", e.what()));
   } catch (...) {
@@ -170,22 +170,6 @@ auto Executor<B>::context(std::int32_t stage, std::int32_t mb, StageCall call) c
   c.seed = stage_seed(options_.seed, step_index_, stage, mb);
   c.side_inputs = batch_.side_inputs;
   return c;
-}
-
-// Runs `body` (one stage call) inside the stage's around_call, if it has one.
-template <class B>
-template <class Body>
-auto Executor<B>::around(const StageFunctions& f, const StageContext& c, Body& body) -> void {
-  if (!f.around_call) {
-    body();
-    return;
-  }
-  bool ran = false;
-  f.around_call(c, StageCallRef(body, ran));
-  if (!ran) {
-    fail({"around_call", detail::concat("returned without running ", to_string(c.call)),
-          "StageFunctions::around_call", "Call the StageCallRef it is given exactly once"});
-  }
 }
 
 template <class B>
@@ -213,7 +197,7 @@ auto Executor<B>::compute(std::int32_t index) -> void {
     auto call = [&](StageCall kind, auto&& body) {
       c.call = kind;
       in_loss = kind == StageCall::loss;
-      around(f, c, body);
+      detail::run_inside_around_call(f, c, body);
       in_loss = false;
     };
     if (st.computes_loss) {
@@ -331,7 +315,7 @@ auto Executor<B>::copy_action(std::int32_t index) -> void {
         f.reload(c, std::span<const float>(host));
       }
     };
-    around(f, c, body);
+    detail::run_inside_around_call(f, c, body);
   } catch (const std::exception& e) {
     throw error(detail::concat("rank ", rank_, ", stage ", a.stage, ", micro-batch ", a.microbatch, ", action ",
                                to_string(a), ": ", e.what()));

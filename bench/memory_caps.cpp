@@ -6,8 +6,8 @@
 //   --memory-cap-bytes CAP` recommends: the figures);
 // - the fastest schedule with memory actions: choose_memory_policies over every family's
 //   schedule (offload over a 25 GB/s host link), with the ladder of whole-stage policies, and
-//   with layer-wise recomputation added to each stage's ladder (stage_ladders), all on each
-//   family's own cut;
+//   with layer-wise recomputation, then layer-wise with its checkpoints offloaded, added to
+//   each stage's ladder (stage_ladders), all on each family's own cut;
 // - the planner's plan with memory actions (compare_families with MemoryPolicyMode::automatic:
 //   the ladders with layer-wise recomputation and, where no policy fits a family's cut, a cut
 //   made again under the cap), which is what `ppsched-plan --memory-policy auto` recommends.
@@ -120,7 +120,7 @@ int main() {
   }
   std::printf("static memory on the fullest rank: %.2f GiB (1f1b's cut)\n", static_peak / GiB);
   std::printf("%7s | %-16s | %-30s | %-40s | %-40s | %s\n", "cap GiB", "plain families", "plain search",
-              "memory actions (whole stages)", "with layer-wise recompute", "planner (policies, partition)");
+              "memory actions (whole stages)", "with layer-wise (+ offloaded checkpoints)", "planner (policies, partition)");
   for (const double cap_gib : {64.0, 30.0, 25.0, 22.0, 21.0, 20.0, 19.0, 18.5, 18.0, 17.0, 16.5, 16.0}) {
     const double cap = cap_gib * GiB;
     const ScheduleResult* plain = nullptr;
@@ -162,7 +162,7 @@ int main() {
   std::fflush(stdout);
   const double layer_cap = bisect(static_peak, 25.0 * GiB, step, [&](double cap) { return best_with_memory(model, all, cap, true).found(); });
   const MemoryBest at = best_with_memory(model, all, layer_cap, true);
-  std::printf("smallest cap with memory actions (with layer-wise): %.2f GiB (%.2f GiB above static): %s %s [%s]\n",
+  std::printf("smallest cap with memory actions (with layer-wise, + offloaded checkpoints): %.2f GiB (%.2f GiB above static): %s %s [%s]\n",
               layer_cap / GiB, (layer_cap - static_peak) / GiB, at.name.c_str(), ms(at.makespan).c_str(), at.policies.c_str());
   const double ratio = (plain_cap - static_peak) / (layer_cap - static_peak);
   std::printf("on the families' cuts, the excess over static falls %.2fx (goal: 2x): %s\n", ratio, ratio >= 2.0 ? "met" : "not met");

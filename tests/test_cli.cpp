@@ -1272,6 +1272,23 @@ TEST_CASE("--memory-policy per stage runs the stages named; bad tokens are named
   CHECK(schedule_named(j, "1f1b").at("peak_memory_bytes")[0].get<double>() <
         schedule_named(plain, "1f1b").at("peak_memory_bytes")[0].get<double>());
 
+  // Layer-wise by name, priced from the stage's layers; with its checkpoints offloaded it
+  // copies them (copy time) and holds less on the device than layer-wise alone.
+  const json lw = plan_json({"--schedule", "1f1b", "--memory-policy", "0=layerwise,1=layerwise-offload"});
+  const json& lws = schedule_named(lw, "1f1b").at("memory_policy").at("stages");
+  CHECK(lws[0].at("policy") == "layer-wise recompute");
+  CHECK(lws[0].at("copy_time") == 0.0);
+  CHECK(lws[1].at("policy") == "layer-wise recompute + offloaded checkpoints");
+  CHECK(lws[1].at("recompute_time").get<double>() > 0.0);
+  CHECK(lws[1].at("copy_time").get<double>() > 0.0);
+  CHECK(lws[1].at("microbatches").get<int>() > 0);
+  const json lw0 = plan_json({"--schedule", "1f1b", "--memory-policy", "0=layerwise"});
+  const json lwo0 = plan_json({"--schedule", "1f1b", "--memory-policy", "0=layerwise-offload"});
+  CHECK(schedule_named(lwo0, "1f1b").at("peak_memory_bytes")[0].get<double>() <
+        schedule_named(lw0, "1f1b").at("peak_memory_bytes")[0].get<double>());
+  const Run lwo_text = plan({"--schedule", "1f1b", "--memory-policy", "0=layerwise-offload"});
+  CHECK(lwo_text.out.find("layer-wise recompute + offloaded checkpoints") != std::string::npos);
+
   struct Case {
     std::vector<std::string> args;
     std::vector<std::string> expected;  // all in stderr
@@ -1282,6 +1299,7 @@ TEST_CASE("--memory-policy per stage runs the stages named; bad tokens are named
            {{"--memory-policy", "recompute"}, {"'recompute' is not STAGE=POLICY", forms}},
            {{"--memory-policy", "x=recompute"}, {"'x=recompute' does not start with a stage number"}},
            {{"--memory-policy", "0=selective"}, {"'0=selective' names no policy"}},
+           {{"--memory-policy", "0=layerwise:0.5"}, {"'0=layerwise:0.5' names no policy", "layerwise-offload"}},
            {{"--memory-policy", "0=offload:1.5"}, {"'0=offload:1.5' has a share above 1"}},
            {{"--memory-policy", "0=recompute,0=offload"}, {"gives stage 0 a second policy"}},
            {{"--memory-policy", "0=recompute,auto"}, {"'auto' cannot be part of a list"}},

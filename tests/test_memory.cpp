@@ -171,12 +171,22 @@ TEST_CASE("a misplaced memory action is rejected with its kind, place and fix", 
     const Problem p = only_problem(validate(s), ProblemKind::memory_unmatched);
     CHECK(p.message.find("never offloaded: add OFFLOAD0@s1 after F0@s1") != std::string::npos);
   }
-  SECTION("both recompute and offload of one micro-batch") {
+  SECTION("both recompute and offload of one micro-batch: F, OFFLOAD, RELOAD, R, B is valid") {
+    // (layer-wise recomputation with offloaded checkpoints)
     Schedule s = base;
     insert_before(s, Op::R, Op::B, 0, 2);
-    const Problem p = only_problem(validate(s), ProblemKind::memory_unmatched);
+    const ValidationReport report = validate(s);
+    INFO(listing(report));
+    CHECK(report.ok());
+    CHECK(validate(lower(s).schedule()).ok());
+  }
+  SECTION("R before the RELOAD of its offloaded checkpoints") {
+    Schedule s = base;
+    insert_before(s, Op::R, Op::RELOAD, 0, 2);
+    const Problem p = only_problem(validate(s), ProblemKind::memory_order);
     CHECK(p.action == act(Op::R, 0, 2));
-    CHECK(p.message.find("either recomputed or offloaded, not both") != std::string::npos);
+    CHECK(p.message.find("R recomputes from the checkpoints RELOAD brings back; move R2@s0 after RELOAD2@s0") !=
+          std::string::npos);
   }
   const Schedule rbase = with_recompute(one_f_one_b(2, 3));
   SECTION("R after its backward") {
@@ -753,8 +763,12 @@ TEST_CASE("the layer-wise policy is priced from the model's layers and placed ri
   CHECK(p->recomputes());
   const auto ladders = stage_ladders(model, partition);
   REQUIRE(ladders.size() == 2);
-  CHECK(ladders[1].back().kind == MemoryPolicyKind::layerwise_recompute);
-  CHECK(ladders[1].size() == MemoryChoiceOptions{}.ladder.size() + 1);
+  // Layer-wise recomputation, then the same with its checkpoints offloaded: the last rungs.
+  REQUIRE(ladders[1].size() == MemoryChoiceOptions{}.ladder.size() + 2);
+  CHECK(ladders[1][ladders[1].size() - 2].kind == MemoryPolicyKind::layerwise_recompute);
+  CHECK(ladders[1].back().kind == MemoryPolicyKind::layerwise_offload);
+  CHECK(ladders[1].back() == ladders[1][ladders[1].size() - 2].with_offloaded_checkpoints());
+  CHECK(ladders[0].back() == MemoryPolicy::layerwise_offload(240.0, 150.0, partition.stages[0].forward));
 
   // Placed: R right before each backward even where an earlier idle gap would hold it.
   const Schedule zb = make_schedule("zb-h1", {2, 4, 1});
@@ -799,6 +813,95 @@ TEST_CASE("the layer-wise policy is priced from the model's layers and placed ri
     REQUIRE(lw.fits);
     CHECK(lw.plan.policies[0].kind == MemoryPolicyKind::layerwise_recompute);
     CHECK(lw.peak_bytes[0] == Approx(2 * 10.0 + 150.0));
+  }
+}
+
+TEST_CASE("layer-wise recomputation with offloaded checkpoints holds one layer and the reloaded inputs",
+          "[memory][layerwise][offload]") {
+  // The stage of the layer-wise test above: 100 bytes, layers' inputs 20, largest layer 30.
+  // OFFLOAD moves the 20 bytes of checkpoints F keeps (not the whole activation); RELOAD brings
+  // them back before R, which then holds one layer beside them.
+  CostModel c = uniform_costs(1, 1, 1);
+  c.host_link = Interconnect{0.0, 100.0};
+  c.stages[0].activation_bytes = 100.0;
+  const std::vector<MemoryPolicy> policies(4, MemoryPolicy::layerwise_offload(80.0, 30.0, 1.0));
+  const CostModel priced = costs_with_policies(c, policies, 4, 8);
+  for (const StageCost& sc : priced.stages) CHECK(offload_bytes(sc) == 20.0);
+  Schedule s = with_offload(one_f_one_b(4, 8));
+  for (std::int32_t st = 0; st < 4; ++st)
+    for (std::int32_t mb = 0; mb < 8; ++mb) insert_before(s, Op::R, Op::B, st, mb);
+  const ValidationReport r = validate(s, ValidateOptions{memory_model_for(priced, 4)});
+  INFO(listing(r));
+  REQUIRE(r.ok());
+  // Without the offload, rank 0 holds four forwards' checkpoints (4 x 20) and one layer (30).
+  for (std::size_t k = 0; k < 4; ++k) CHECK(r.memory[k].peak_bytes == Approx(20.0 + 30.0));
+  const SimResult sim = simulate(s, priced);
+  for (std::size_t k = 0; k < 4; ++k) {
+    CHECK(peak_memory(s, priced).bytes[k] == Approx(r.memory[k].peak_bytes));
+    CHECK(sim.memory[k].peak_bytes == Approx(r.memory[k].peak_bytes));
+    // In time the copies overlap compute: at most one more micro-batch's checkpoints.
+    CHECK(sim.timed_peak[k].bytes <= 20.0 + 20.0 + 30.0 + 1e-9);
+    CHECK(sim.memory_over_time[k].back().bytes == Approx(0.0).margin(1e-9));
+  }
+  // Each copy moves the checkpoints: 20 bytes at 100 per unit.
+  for (const Span& sp : sim.timeline.spans) {
+    if (is_copy(sp.action.op)) CHECK(sp.end - sp.start == Approx(0.2));
+  }
+  // The simulator waits for the RELOAD before R.
+  std::map<std::pair<std::int32_t, std::int32_t>, double> reloaded;
+  for (const Span& sp : sim.timeline.spans)
+    if (sp.action.op == Op::RELOAD) reloaded[{sp.action.stage, sp.action.microbatch}] = sp.end;
+  for (const Span& sp : sim.timeline.spans)
+    if (sp.action.op == Op::R) CHECK(sp.start >= reloaded.at({sp.action.stage, sp.action.microbatch}) - 1e-12);
+
+  SECTION("the policy places F, OFFLOAD, RELOAD, R, backward; lowered, CSV and drawings keep them") {
+    CostModel slow = c;  // copies that hide behind compute: forwards and backwards of 10
+    for (StageCost& sc : slow.stages) {
+      sc.forward = 10.0;
+      sc.backward_input = 10.0;
+      sc.backward_weight = 10.0;
+    }
+    const MemoryPlan plan = apply_memory_policies(one_f_one_b(4, 8), slow, policies);
+    CHECK(count_op(plan.schedule, Op::OFFLOAD) > 0);
+    CHECK(count_op(plan.schedule, Op::R) == 32);
+    for (const auto& prog : plan.schedule.programs) {
+      std::map<std::pair<std::int32_t, std::int32_t>, std::vector<Op>> order;
+      for (const Action& a : prog) order[{a.stage, a.microbatch}].push_back(a.op);
+      for (const auto& [key, ops] : order) {
+        INFO("stage " << key.first << " micro-batch " << key.second);
+        if (ops.size() == 5) {
+          CHECK(ops == std::vector<Op>{Op::F, Op::OFFLOAD, Op::RELOAD, Op::R, Op::B});
+        } else {
+          CHECK(ops == std::vector<Op>{Op::F, Op::R, Op::B});  // copies that could not hide: kept
+        }
+      }
+    }
+    const LoweredSchedule lowered = lower(plan.schedule);
+    CHECK(validate(lowered.schedule()).ok());
+    CHECK(from_pytorch_csv(to_pytorch_csv(lowered.schedule())).programs == lowered.schedule().programs);
+    const SimResult run = simulate(plan.schedule, plan.costs);
+    CHECK(to_ascii(run.timeline).find("copy |") != std::string::npos);
+    CHECK(to_string(policies[0]) == "layer-wise recompute + offloaded checkpoints");
+    // Less memory than layer-wise alone, in program order and in time.
+    const MemoryPlan kept = apply_memory_policies(one_f_one_b(4, 8), slow, {MemoryPolicy::layerwise(80.0, 30.0, 1.0)});
+    const SimResult kept_run = simulate(kept.schedule, kept.costs);
+    CHECK(run.memory[0].peak_bytes < kept_run.memory[0].peak_bytes);
+    CHECK(run.timed_peak[0].bytes < kept_run.timed_peak[0].bytes);
+  }
+  SECTION("on a micro-batch with R, OFFLOAD moves at most what F kept") {
+    // Full recomputation keeps nothing of the activation: its OFFLOAD moves nothing.
+    Schedule full = with_offload(one_f_one_b(2, 4));
+    for (std::int32_t st = 0; st < 2; ++st)
+      for (std::int32_t mb = 0; mb < 4; ++mb) insert_before(full, Op::R, Op::B, st, mb);
+    REQUIRE(validate(full).ok());
+    CostModel fc = uniform_costs(1, 1, 1);
+    fc.host_link = Interconnect{0.0, 100.0};
+    fc.stages[0].activation_bytes = 100.0;
+    const SimResult fr = simulate(full, fc);
+    for (std::size_t k = 0; k < 2; ++k) {
+      CHECK(fr.memory[k].peak_bytes == Approx(100.0));
+      for (const MemorySample& m : fr.memory_over_time[k]) CHECK(m.bytes >= -1e-9);
+    }
   }
 }
 

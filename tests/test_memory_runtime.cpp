@@ -27,7 +27,7 @@ namespace {
 using ppsched::Action;
 using ppsched::Op;
 
-enum class Policy { none, recompute_default, recompute_own, offload, layerwise };
+enum class Policy { none, recompute_default, recompute_own, offload, layerwise, layerwise_offload };
 
 const char* name(Policy p) {
   switch (p) {
@@ -36,6 +36,7 @@ const char* name(Policy p) {
     case Policy::recompute_own: return "recompute (the stage's own)";
     case Policy::offload: return "offload";
     case Policy::layerwise: return "layer-wise recompute";
+    case Policy::layerwise_offload: return "layer-wise recompute, checkpoints offloaded";
   }
   return "?";
 }
@@ -43,9 +44,10 @@ const char* name(Policy p) {
 // The schedule with the policy's actions written in (training_families.hpp).
 ppsched::Schedule with_policy(const ppsched::Schedule& s, Policy p) {
   using ppsched_test::MemoryPolicy;
-  const MemoryPolicy m = p == Policy::none ? MemoryPolicy::none
-                         : p == Policy::offload ? MemoryPolicy::offload
-                                                : MemoryPolicy::recompute;
+  const MemoryPolicy m = p == Policy::none                ? MemoryPolicy::none
+                         : p == Policy::offload           ? MemoryPolicy::offload
+                         : p == Policy::layerwise_offload ? MemoryPolicy::recompute_offload
+                                                          : MemoryPolicy::recompute;
   return ppsched_test::with_policy(s, m);
 }
 
@@ -85,6 +87,8 @@ struct Model {
       ppsched::StageFunctions f = adapters.back()->functions(s + 1 == stages, loss_scale, learning_rate);
       if (policy == Policy::layerwise) {
         adapters.back()->add_layerwise_recompute(f);
+      } else if (policy == Policy::layerwise_offload) {
+        adapters.back()->add_layerwise_offload(f);
       } else if (policy != Policy::none) {
         adapters.back()->add_memory_actions(f, policy == Policy::recompute_own);
       }
@@ -146,7 +150,7 @@ std::size_t host_floats_needed(const ppsched::Schedule& s, int rank, const std::
 
 TEST_CASE("hand-written memory schedules are valid for every training family", "[memory]") {
   for (const auto& fam : ppsched_test::training_families()) {
-    for (Policy p : {Policy::recompute_default, Policy::offload}) {
+    for (Policy p : {Policy::recompute_default, Policy::offload, Policy::layerwise_offload}) {
       const ppsched::Schedule s = with_policy(ppsched_test::make(fam, 4, 8), p);
       INFO(fam.name << ", " << name(p));
       const ppsched::ValidationReport report = ppsched::validate(ppsched::lower(s).schedule());
@@ -160,7 +164,8 @@ TEST_CASE("gradients are bit-identical with and without each memory policy, for 
           "[memory]") {
   for (const auto& fam : ppsched_test::training_families()) {
     for (int p : {2, 4}) {
-      for (Policy policy : {Policy::none, Policy::recompute_default, Policy::recompute_own, Policy::offload, Policy::layerwise}) {
+      for (Policy policy : {Policy::none, Policy::recompute_default, Policy::recompute_own, Policy::offload, Policy::layerwise,
+                            Policy::layerwise_offload}) {
         const ppsched::Schedule s = with_policy(ppsched_test::make(fam, p, 2 * p), policy);
         INFO(fam.name << " p=" << p << ", " << name(policy));
         CHECK(trains_exactly(s, policy, ppsched::CpuMode::threaded, 2));
@@ -171,7 +176,7 @@ TEST_CASE("gradients are bit-identical with and without each memory policy, for 
 
 TEST_CASE("memory policies are bit-identical in the deterministic mode too", "[memory]") {
   for (const auto& fam : ppsched_test::training_families()) {
-    for (Policy policy : {Policy::recompute_default, Policy::offload, Policy::layerwise}) {
+    for (Policy policy : {Policy::recompute_default, Policy::offload, Policy::layerwise, Policy::layerwise_offload}) {
       INFO(fam.name << ", " << name(policy));
       CHECK(trains_exactly(with_policy(ppsched_test::make(fam, 4, 8), policy), policy,
                            ppsched::CpuMode::deterministic, 2));
@@ -308,7 +313,9 @@ TEST_CASE("the plan refuses memory actions out of order, naming the action", "[m
                     Catch::Contains("after its backward") && Catch::Contains("R0@s0"));
   CHECK_THROWS_WITH(plan_of({{Op::R, 0, 0, 0}, f0, f1, b0, b1}), Catch::Contains("before its forward"));
   CHECK_THROWS_WITH(plan_of({f0, f1, {Op::R, 0, 0, 0}, {Op::OFFLOAD, 0, 0, 0}, b0, b1}),
-                    Catch::Contains("both recomputes and offloads"));
+                    Catch::Contains("offloads a micro-batch after its recompute") && Catch::Contains("OFFLOAD0@s0"));
+  CHECK_THROWS_WITH(plan_of({f0, {Op::OFFLOAD, 0, 0, 0}, f1, {Op::R, 0, 0, 0}, {Op::RELOAD, 0, 0, 0}, b0, b1}),
+                    Catch::Contains("no RELOAD brought back before it") && Catch::Contains("R0@s0"));
   const ppsched::RankPlan p =
       plan_of({f0, {Op::OFFLOAD, 0, 0, 0}, f1, {Op::OFFLOAD, 0, 1, 0}, {Op::RELOAD, 0, 1, 0}, b1,
                {Op::RELOAD, 0, 0, 0}, b0});
@@ -326,6 +333,13 @@ TEST_CASE("the plan refuses memory actions out of order, naming the action", "[m
   CHECK(p.steps[7].copy_wait == 6);
   CHECK(p.steps[1].host != p.steps[3].host);
   CHECK(p.steps[6].host == p.steps[1].host);
+  // Layer-wise recomputation with offloaded checkpoints: R waits for the RELOAD of what it
+  // recomputes from. Steps: 0 F0, 1 OFFLOAD0, 2 F1, 3 RELOAD0, 4 R0, 5 B0, 6 B1.
+  const ppsched::RankPlan both =
+      plan_of({f0, {Op::OFFLOAD, 0, 0, 0}, f1, {Op::RELOAD, 0, 0, 0}, {Op::R, 0, 0, 0}, b0, b1});
+  CHECK(both.steps[3].copy);
+  CHECK(both.steps[4].copy_wait == 3);
+  CHECK(both.steps[0].drops_activation);
 }
 
 TEST_CASE("a stage offloaded without offload callables is refused when the executor is built", "[memory]") {
@@ -374,9 +388,12 @@ TEST_CASE("the planner's memory policies run bit-identically for every training 
     ppsched::CostModel model = costs;
     model.stages.assign(static_cast<std::size_t>(plain.stages()), costs.stages.front());
     for (const ppsched::MemoryPolicy policy :
-         {ppsched::MemoryPolicy::full_recompute(), ppsched::MemoryPolicy::selective(0.5), ppsched::MemoryPolicy::offload()}) {
+         {ppsched::MemoryPolicy::full_recompute(), ppsched::MemoryPolicy::selective(0.5), ppsched::MemoryPolicy::offload(),
+          ppsched::MemoryPolicy::layerwise_offload(0.5, 0.25, 0.5)}) {
       const ppsched::MemoryPlan plan = ppsched::apply_memory_policies(plain, model, {policy});
-      const Policy p = policy.kind == ppsched::MemoryPolicyKind::offload ? Policy::offload : Policy::recompute_default;
+      const Policy p = policy.kind == ppsched::MemoryPolicyKind::offload             ? Policy::offload
+                       : policy.kind == ppsched::MemoryPolicyKind::layerwise_offload ? Policy::layerwise_offload
+                                                                                     : Policy::recompute_default;
       INFO(fam.name << ", " << ppsched::to_string(policy));
       CHECK(trains_exactly(plan.schedule, p, ppsched::CpuMode::threaded, 2));
     }

@@ -43,7 +43,9 @@ struct Family {
 
 // Memory policies written into a compute-only schedule by hand (issue 23), so that runtime
 // tests do not depend on the planner's policy insertion.
-enum class MemoryPolicy { none, recompute, offload };
+// recompute_offload: both, as layer-wise recomputation with offloaded checkpoints has them
+// (F, OFFLOAD, RELOAD, R, backward).
+enum class MemoryPolicy { none, recompute, offload, recompute_offload };
 
 // Where an action may go before program[i] / after program[i] without splitting an
 // overlapped pair (two adjacent compute actions sharing a group).
@@ -57,7 +59,8 @@ enum class MemoryPolicy { none, recompute, offload };
 }
 
 // `s` with R(s, m) right before every B/BI(s, m) (recompute), or OFFLOAD(s, m) right after
-// F(s, m) and RELOAD(s, m) right before B/BI(s, m) (offload).
+// F(s, m) and RELOAD(s, m) right before B/BI(s, m) (offload), or both, RELOAD before R
+// (recompute_offload).
 [[nodiscard]] inline ppsched::Schedule with_policy(ppsched::Schedule s, MemoryPolicy p) {
   using ppsched::Op;
   if (p == MemoryPolicy::none) return s;
@@ -65,12 +68,13 @@ enum class MemoryPolicy { none, recompute, offload };
     std::vector<std::pair<std::size_t, ppsched::Action>> inserts;  // (position, action)
     for (std::size_t i = 0; i < prog.size(); ++i) {
       const ppsched::Action& a = prog[i];
-      if (p == MemoryPolicy::offload && a.op == Op::F) {
+      const bool offload = p == MemoryPolicy::offload || p == MemoryPolicy::recompute_offload;
+      if (offload && a.op == Op::F) {
         inserts.push_back({after_unit(prog, i), {Op::OFFLOAD, a.stage, a.microbatch, 0}});
       }
       if (a.op == Op::B || a.op == Op::BI) {
-        inserts.push_back({before_unit(prog, i), {p == MemoryPolicy::offload ? Op::RELOAD : Op::R, a.stage,
-                                                  a.microbatch, 0}});
+        if (offload) inserts.push_back({before_unit(prog, i), {Op::RELOAD, a.stage, a.microbatch, 0}});
+        if (p != MemoryPolicy::offload) inserts.push_back({before_unit(prog, i), {Op::R, a.stage, a.microbatch, 0}});
       }
     }
     // Applied back to front; actions for one position keep the order they were found in.

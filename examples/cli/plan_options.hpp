@@ -86,7 +86,7 @@ inline constexpr std::array<FlagSpec, 30> plan_flags{{
     {"--bandwidth", "BYTES", "bytes per time unit between ranks (default: the profile's; free for --layers)"},
     {"--memory-cap-microbatches", "N", "per-rank cap on stored activations, in M_B units"},
     {"--memory-cap-bytes", "BYTES", "per-rank cap on parameters + activations, e.g. 80GiB"},
-    {"--memory-policy", "POLICY", "none (default), auto (recompute or offload where a schedule exceeds --memory-cap-bytes), or per stage: 0=recompute,1=offload:0.5"},
+    {"--memory-policy", "POLICY", "none (default), auto (recompute or offload where a schedule exceeds --memory-cap-bytes), or per stage: 0=recompute,1=offload:0.5,2=layerwise,3=layerwise-offload"},
     {"--host-link", "T,X", "with --memory-policy: offload copies' latency T and bytes per time unit X (default PCIe 4 x16: 10 us, 25 GB/s)"},
     {"--w-memory-ratio", "R", "M_W / M_B: what BI keeps until BW (default 0.5)"},
     {"--optimizer-state-factor", "X", "bytes held per parameter byte (default 8: bf16 + fp32 Adam)"},
@@ -184,7 +184,7 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
 // The forms --memory-policy takes, for its errors.
 inline constexpr std::string_view memory_policy_forms =
     "give none, auto, or STAGE=POLICY pairs separated by commas, POLICY one of recompute, selective:F, offload, "
-    "offload:F (F a share from 0 to 1), e.g. 0=recompute,1=offload:0.5,2=selective:0.3";
+    "offload:F (F a share from 0 to 1), layerwise, layerwise-offload, e.g. 0=recompute,1=offload:0.5,2=selective:0.3";
 
 // Parses "--memory-policy": none, auto, or STAGE=POLICY[,STAGE=POLICY...]; an error names the
 // token it cannot read.
@@ -229,6 +229,9 @@ inline constexpr std::string_view memory_policy_forms =
       p = MemoryPolicy::selective(*share);
     } else if (kind == "offload") {
       p = MemoryPolicy::offload(share.value_or(1.0));
+    } else if ((kind == "layerwise" || kind == "layerwise-offload") && !share) {
+      // priced from each family's cut of the model's layers (PlanMemoryPolicy::stages)
+      p.kind = kind == "layerwise" ? MemoryPolicyKind::layerwise_recompute : MemoryPolicyKind::layerwise_offload;
     } else {
       bad(token, "names no policy");
     }

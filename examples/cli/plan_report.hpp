@@ -218,7 +218,7 @@ class TextTable {
       any = true;
       table.add({concat("    ", s), to_string(c.policy), std::to_string(c.microbatches), bytes_text(c.saved_bytes),
                  c.policy.recomputes() ? number_text(c.recompute_time) : "-",
-                 c.policy.kind == MemoryPolicyKind::offload ? number_text(c.copy_time) : "-"});
+                 c.policy.offloads() ? number_text(c.copy_time) : "-"});
     }
     out += any ? table.str() : "    no stage needs a policy\n";
   }

@@ -152,6 +152,47 @@ class MlpStage {
     };
   }
 
+  // Layer-wise recomputation with offloaded checkpoints (docs/plan.md,
+  // MemoryPolicy::layerwise_offload): add_layerwise_recompute, and OFFLOAD / RELOAD move a
+  // micro-batch's checkpoints — the layers' inputs its forward kept, not the dropped outputs —
+  // to the host pool and back. Offloaded, they are poisoned with NaN and marked away, so that
+  // a backward that runs before their RELOAD fails with an error rather than a wrong gradient.
+  void add_layerwise_offload(ppsched::StageFunctions& f) {
+    add_layerwise_recompute(f);
+    away_.assign(outputs_.size(), 0);
+    // R recomputes nothing itself (the backward does), but it is where the checkpoints must be
+    // back: checking here names an R scheduled before its RELOAD.
+    f.recompute = [this](const ppsched::StageContext& c, std::span<const float>) {
+      require_checkpoints(c.microbatch, "recompute");
+    };
+    f.offload_size = 0;
+    for (std::size_t l = first_; l + 1 < last_; ++l) f.offload_size += rows_ * model_.layers[l].out();
+    f.offload = [this](const ppsched::StageContext& c, std::span<float> host) {
+      const auto mb = static_cast<std::size_t>(c.microbatch);
+      require_checkpoints(c.microbatch, "offload");
+      auto to = host.begin();
+      for (auto& x : checkpoints_[mb]) {
+        to = std::copy(x.begin(), x.end(), to);
+        std::fill(x.begin(), x.end(), std::nanf(""));
+      }
+      away_[mb] = 1;
+    };
+    f.reload = [this](const ppsched::StageContext& c, std::span<const float> host) {
+      const auto mb = static_cast<std::size_t>(c.microbatch);
+      auto from = host.begin();
+      for (auto& x : checkpoints_[mb]) {
+        std::copy(from, from + static_cast<std::ptrdiff_t>(x.size()), x.begin());
+        from += static_cast<std::ptrdiff_t>(x.size());
+      }
+      away_[mb] = 0;
+    };
+    f.backward_weight = [this, g = f.backward_weight](const ppsched::StageContext& c, std::span<const float> in,
+                                                      std::span<const float> grad_out, std::span<float> weight_grad) {
+      require_checkpoints(c.microbatch, "backward_weight");
+      g(c, in, grad_out, weight_grad);
+    };
+  }
+
   // The saved tanh output of layer `first + k` for micro-batch `mb`; throws when the forward
   // did not keep it (or it is offloaded) and nothing restored it.
   [[nodiscard]] std::span<const float> saved_output(std::int32_t mb, std::size_t k, const char* reader) const {
@@ -173,6 +214,7 @@ class MlpStage {
   std::vector<float> recomputed_;                         // the output an own recompute discards
   std::vector<std::vector<std::vector<float>>> checkpoints_;  // [mb][k]: input of layer first+1+k (layer-wise)
   std::vector<float> recompute_scratch_;                  // a recomputed layer's pre-activation
+  std::vector<char> away_;                                // [mb]: checkpoints offloaded, not yet reloaded
 
   void drop(std::int32_t mb) {
     for (auto& y : outputs_[static_cast<std::size_t>(mb)]) std::fill(y.begin(), y.end(), std::nanf(""));
@@ -184,6 +226,14 @@ class MlpStage {
                                                        "'s saved activations, which its forward did not keep"),
                    ppsched::concat("layers ", first_, "..", last_ - 1),
                    "Recompute (R) or reload (RELOAD) the micro-batch before its backward"});
+  }
+
+  void require_checkpoints(std::int32_t mb, const char* reader) const {
+    if (away_.empty() || away_[static_cast<std::size_t>(mb)] == 0) return;
+    ppsched::fail({"MlpStage", ppsched::concat(reader, " reads micro-batch ", mb,
+                                                       "'s checkpoints, which OFFLOAD moved to host"),
+                   ppsched::concat("layers ", first_, "..", last_ - 1),
+                   "Reload (RELOAD) the micro-batch before its recompute and backward"});
   }
 
   [[nodiscard]] std::span<float> scratch(std::size_t floats) { return std::span<float>(scratch_).first(floats); }
@@ -236,6 +286,7 @@ class MlpStage {
   void backward_input_layerwise(std::int32_t mb, std::span<const float> in, std::span<const float> grad_out,
                                 std::span<float> grad_in) {
     const auto m = static_cast<std::size_t>(mb);
+    require_checkpoints(mb, "backward_input");
     std::span<const float> g = grad_out;
     for (std::size_t l = last_; l-- > first_;) {
       const Linear& layer = model_.layers[l];

@@ -48,7 +48,9 @@ struct StageCost {
   // (activation_bytes - recompute_saved_bytes) and its backward recomputes one layer, runs its
   // backward and frees it, layer by layer. Empty: R restores recompute_saved_bytes at once.
   std::optional<double> recompute_peak_bytes{};
-  // What OFFLOAD moves to host memory and RELOAD brings back; default activation_bytes.
+  // What OFFLOAD moves to host memory and RELOAD brings back; default activation_bytes. On a
+  // micro-batch that R also recomputes (layer-wise recomputation with offloaded checkpoints),
+  // OFFLOAD moves what F kept for R, activation_bytes - recompute_saved_bytes, at most.
   std::optional<double> offload_bytes{};
 
   friend bool operator==(const StageCost&, const StageCost&) = default;

@@ -48,7 +48,7 @@ using scratch_vector = std::vector<T, uninitialised_allocator<T>>;
 
 // An action's links to others, by index (no_action when none). `same_stage` is its
 // predecessor on its own stage (F, R or RELOAD for B/BI, BI for BW, the producer for a send,
-// F for R and OFFLOAD, OFFLOAD for RELOAD); `input` the
+// F for R (RELOAD where it has one) and OFFLOAD, OFFLOAD for RELOAD); `input` the
 // neighbouring stage's contribution (F(s-1) or RECV_F for F, B/BI(s+1) or RECV_B for B/BI);
 // `peer` the matching send or receive.
 struct Links {
@@ -144,8 +144,13 @@ struct FlatSchedule {
         break;
       case Op::RECV_F: l.peer = find(Op::SEND_F, s - 1, mb); break;
       case Op::RECV_B: l.peer = find(Op::SEND_B, s + 1, mb); break;
-      // The stage's input is kept on the rank, so R needs only its own forward to have run.
-      case Op::R: l.same_stage = find(Op::F, s, mb); break;
+      // The stage's input is kept on the rank, so R needs only its own forward to have run, or,
+      // where OFFLOAD moved the checkpoints it recomputes from, their RELOAD.
+      case Op::R: {
+        const std::int32_t reload = has_copies ? find(Op::RELOAD, s, mb) : no_action;
+        l.same_stage = reload != no_action ? reload : find(Op::F, s, mb);
+        break;
+      }
       case Op::OFFLOAD: l.same_stage = find(Op::F, s, mb); break;
       case Op::RELOAD: l.same_stage = find(Op::OFFLOAD, s, mb); break;
     }

@@ -47,8 +47,8 @@ enum class ProblemKind : std::uint8_t {
   group_not_contiguous,
   pair_order,               // two ranks post their messages to each other in different orders
   deadlock,
-  memory_unmatched,         // R, OFFLOAD or RELOAD without its partners (F, a backward, the other copy) or with both R and OFFLOAD
-  memory_order,             // a memory action out of F -> R -> B/BI or F -> OFFLOAD -> RELOAD -> B/BI on its rank
+  memory_unmatched,         // R, OFFLOAD or RELOAD without its partners (F, a backward, the other copy)
+  memory_order,             // a memory action out of F -> [OFFLOAD -> RELOAD ->] [R ->] B/BI on its rank
   memory_grouped,           // a memory action with a nonzero group
 };
 

@@ -103,15 +103,15 @@ namespace ppsched::inline PPSCHED_MODE::detail {
         if (bi != no_action && bw < bi) return false;
       }
       if (flat.has_memory) {
-        // F -> R -> B/BI, or F -> OFFLOAD -> RELOAD -> B/BI, at most one of the two.
+        // F -> R -> B/BI, F -> OFFLOAD -> RELOAD -> B/BI, or both: F -> OFFLOAD -> RELOAD -> R ->
+        // B/BI (the checkpoints of a recomputation offloaded).
         constexpr auto R = static_cast<std::size_t>(Op::R);
         constexpr auto OFFLOAD = static_cast<std::size_t>(Op::OFFLOAD), RELOAD = static_cast<std::size_t>(Op::RELOAD);
         const std::int32_t r = line[R], off = line[OFFLOAD], rel = line[RELOAD];
         if (r != no_action || off != no_action || rel != no_action) {
           if (bin == no_action) return false;
-          if (r != no_action && (off != no_action || rel != no_action)) return false;
           if ((off == no_action) != (rel == no_action)) return false;
-          if (r != no_action && !(f < r && r < bin)) return false;
+          if (r != no_action && !((off != no_action ? rel : f) < r && r < bin)) return false;
           if (off != no_action && !(f < off && off < rel && rel < bin)) return false;
         }
       }
@@ -196,9 +196,9 @@ inline void check_pairs(const FlatSchedule& flat, ProblemSink& sink) {
   }
 }
 
-// Memory actions (docs/execution-model.md, "Memory actions"): per (stage, micro-batch), either
-// F -> R -> B/BI or F -> OFFLOAD -> RELOAD -> B/BI on the stage's rank, in program order, and at
-// most one of the two. A duplicate (a second R) is reported by the duplicate check, a missing
+// Memory actions (docs/execution-model.md, "Memory actions"): per (stage, micro-batch),
+// F -> R -> B/BI, F -> OFFLOAD -> RELOAD -> B/BI, or F -> OFFLOAD -> RELOAD -> R -> B/BI (a
+// recomputation whose checkpoints are offloaded) on the stage's rank, in program order. A duplicate (a second R) is reported by the duplicate check, a missing
 // F by completeness, an action on the wrong rank by the per-action checks.
 inline void check_memory_actions(const FlatSchedule& flat, ProblemSink& sink) {
   const auto describe = [&](std::int32_t x) {
@@ -230,12 +230,6 @@ inline void check_memory_actions(const FlatSchedule& flat, ProblemSink& sink) {
                      " has no B or BI in this schedule; remove it (a forward-only step stores nothing)"));
         continue;
       }
-      if (r != no_action && (off != no_action || rel != no_action)) {
-        place(r, ProblemKind::memory_unmatched,
-              concat(describe(r), " and ", describe(off != no_action ? off : rel), " both restore micro-batch ", mb,
-                     " on stage ", st, ": an activation is either recomputed or offloaded, not both; remove one"));
-        continue;
-      }
       if (off != no_action && rel == no_action) {
         place(off, ProblemKind::memory_unmatched,
               concat(describe(off), " moves the activation to host memory, but nothing brings it back: add ",
@@ -249,7 +243,13 @@ inline void check_memory_actions(const FlatSchedule& flat, ProblemSink& sink) {
                      ", or remove it"));
         continue;
       }
-      if (r != no_action) {
+      if (r != no_action && off != no_action) {
+        // The checkpoints R recomputes from are offloaded: they must be back before R.
+        order(f, off, "OFFLOAD copies the checkpoints F keeps");
+        order(off, rel, "RELOAD brings back what OFFLOAD moved to host memory");
+        order(rel, r, "R recomputes from the checkpoints RELOAD brings back");
+        order(r, bin, "the backward needs the activation R restores");
+      } else if (r != no_action) {
         order(f, r, "R re-runs the forward from the input that F keeps");
         order(r, bin, "the backward needs the activation R restores");
       } else {

@@ -69,7 +69,9 @@ enum class MemoryPolicyMode : std::uint8_t {
 struct PlanMemoryPolicy {
   MemoryPolicyMode mode = MemoryPolicyMode::none;
   // given: stage index (a virtual stage of the family's schedule) -> its policy; a stage not
-  // named keeps none.
+  // named keeps none. A layer-wise policy without its bytes (MemoryPolicy{kind}, kind
+  // layerwise_recompute or layerwise_offload) is priced from the model's layers on each
+  // family's cut (layerwise_recompute_policy).
   std::map<std::int32_t, MemoryPolicy> stages;
   // Between each device and its host, in the model's unit. Empty: PCIe 4 x16 (10 us, 25 GB/s),
   // which needs a model unit seconds_per_unit knows.
@@ -761,7 +763,7 @@ namespace detail {
                                                          const PlanRequest& request, Workspace& ws) {
   CostModel cost = cost_model_of(partition, plan_cost_options(model, request.weight_memory_fraction));
   // Only copies use the link: recomputation alone needs none, whatever the model's unit.
-  if (std::any_of(policies.begin(), policies.end(), [](const MemoryPolicy& p) { return p.kind == MemoryPolicyKind::offload; })) {
+  if (std::any_of(policies.begin(), policies.end(), [](const MemoryPolicy& p) { return p.offloads(); })) {
     cost.host_link = host_link_for(request, model);
   }
   MemoryPlan mp = apply_memory_policies(plain.schedule, cost, policies, request.memory_policy.choice.placement);
@@ -782,6 +784,8 @@ namespace detail {
                                                            : mp.costs.stages[s];
     if (c.policy.recomputes()) c.saved_bytes = recompute_saved_bytes(sc);
     if (c.policy.kind == MemoryPolicyKind::offload) c.saved_bytes = offload_bytes(sc);
+    // Layer-wise with offloaded checkpoints: the recomputed part and the checkpoints.
+    if (c.policy.kind == MemoryPolicyKind::layerwise_offload) c.saved_bytes += offload_bytes(sc);
     use.stages.push_back(c);
   }
   for (const std::vector<Action>& program : r.schedule.programs) {
@@ -793,7 +797,8 @@ namespace detail {
         ++c.microbatches;
         c.recompute_time += t;
       } else {
-        if (a.op == Op::OFFLOAD) ++c.microbatches;
+        // (a micro-batch both recomputed and offloaded counts once, at its R)
+        if (a.op == Op::OFFLOAD && !c.policy.recomputes()) ++c.microbatches;
         c.copy_time += t;
       }
     }
@@ -818,7 +823,19 @@ namespace detail {
         fail({"plan request", concat("a memory policy for stage ", stage, ", and schedule '", plain.name, "' has ", S, " stages"),
               "PlanRequest::memory_policy.stages", concat("name stages 0 to ", S - 1, ", or compare only families with more stages")});
       }
-      policies[static_cast<std::size_t>(stage)] = policy;
+      MemoryPolicy& p = policies[static_cast<std::size_t>(stage)];
+      p = policy;
+      if (p.layerwise() && !p.saved_bytes) {
+        const std::optional<MemoryPolicy> lw =
+            static_cast<std::size_t>(stage) < partition.stages.size() ? layerwise_recompute_policy(model, partition.stages[static_cast<std::size_t>(stage)])
+                                                                      : std::nullopt;
+        if (!lw) {
+          fail({"plan request", concat("a ", memory_policy_kind_name(p.kind), " policy for stage ", stage, " of schedule '", plain.name,
+                                       "', whose layers on that cut give it nothing to save (or the model has no layers)"),
+                "PlanRequest::memory_policy.stages", "give that stage recompute or offload, or a model with per-layer sizes"});
+        }
+        p = policy.kind == MemoryPolicyKind::layerwise_offload ? lw->with_offloaded_checkpoints() : *lw;
+      }
     }
     return with_memory_policies(plain, policies, false, model, partition, request, ws);
   }
@@ -834,7 +851,11 @@ namespace detail {
     return choose_memory_policies(plain.schedule, cost, static_bytes, *cap, options);
   };
   const MemoryChoice choice = choose_on(partition, plain.static_bytes);
-  if (choice.fits) return with_memory_policies(plain, choice.plan.policies, true, model, partition, request, ws);
+  // Offloading layer-wise checkpoints is the last rung: a cut made again under the cap (below)
+  // may fit with cheaper policies, so where the family's cut needs that rung both are tried.
+  const bool last_rung = std::any_of(choice.plan.policies.begin(), choice.plan.policies.end(),
+                                     [](const MemoryPolicy& p) { return p.kind == MemoryPolicyKind::layerwise_offload; });
+  if (choice.fits && !last_rung) return with_memory_policies(plain, choice.plan.policies, true, model, partition, request, ws);
   // Jointly with the partition: the family's cut balances time with every micro-batch's whole
   // activation in flight; with recomputation a rank holds little more than one, so cut again
   // with one in flight under the cap (the partitioner moves layers off the fullest rank),
@@ -854,13 +875,14 @@ namespace detail {
     }
     if (cut && *cut != partition) {
       const MemoryChoice again = choose_on(*cut, static_bytes_per_rank(*cut, plain.schedule.ranks));
-      if (again.fits) {
+      if (again.fits && !(choice.fits && choice.makespan <= again.makespan)) {
         ScheduleResult r = with_memory_policies(plain, again.plan.policies, true, model, *cut, request, ws);
         r.memory->partition = std::move(cut);
         return r;
       }
     }
   }
+  if (choice.fits) return with_memory_policies(plain, choice.plan.policies, true, model, partition, request, ws);
   plain.fit_problem += concat("; with memory policies still ", bytes_text(largest_of(choice.peak_bytes)));
   return plain;
 }

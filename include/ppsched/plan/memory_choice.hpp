@@ -180,8 +180,9 @@ struct MemoryChoice {
 
 // MemoryChoiceOptions::stage_ladders for a partition: `ladder` for every stage, with the
 // profile's parts of the stage's layers (profile_recompute_part) before its full
-// recomputation, and layer-wise recomputation added last where the stage's layers make it
-// save memory.
+// recomputation, and layer-wise recomputation added where the stage's layers make it save
+// memory, then the same with its checkpoints offloaded (MemoryPolicyKind::layerwise_offload),
+// the last rung.
 [[nodiscard]] inline std::vector<std::vector<MemoryPolicy>> stage_ladders(const PlanModel& model, const PartitionPlan& partition,
                                                                           const std::vector<MemoryPolicy>& ladder = MemoryChoiceOptions{}.ladder) {
   std::vector<std::vector<MemoryPolicy>> out;
@@ -193,7 +194,10 @@ struct MemoryChoice {
       const auto full = std::find(l.begin(), l.end(), MemoryPolicy::full_recompute());
       l.insert(full, *part);
     }
-    if (const std::optional<MemoryPolicy> p = layerwise_recompute_policy(model, st)) l.push_back(*p);
+    if (const std::optional<MemoryPolicy> p = layerwise_recompute_policy(model, st)) {
+      l.push_back(*p);
+      l.push_back(p->with_offloaded_checkpoints());
+    }
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // Memory policies (issue 23, item 2): per stage, what a step does with the activations its
 // forwards store — keep them (none), recompute them all before the backward (full), recompute a
 // part (selective: a fraction, or the bytes and the time the profile gives for a part of the
-// stage's layers), or move them to host memory and back (offload, all or a fraction).
+// stage's layers), move them to host memory and back (offload, all or a fraction), or recompute
+// layer by layer from the layers' inputs (layer-wise), those inputs kept or offloaded.
 //
 //   std::vector<MemoryPolicy> per_stage(8, MemoryPolicy::none());
 //   per_stage[0] = MemoryPolicy::full_recompute();
@@ -22,6 +23,10 @@
 //   start (as late as that allows, so the reloaded bytes are held briefly), never before its
 //   OFFLOAD; a micro-batch whose backward follows its forward too closely for the copies to
 //   hide (the last stage's) keeps its activation (MemoryPolicyOptions::offload_only_where_hidden).
+// - layer-wise recomputation with offloaded checkpoints (MemoryPolicy::layerwise_offload): both,
+//   F, OFFLOAD, RELOAD, R, backward, with R right before the backward and the RELOAD early
+//   enough to end before R starts; where the copies could not hide, the micro-batch keeps its
+//   checkpoints (layer-wise recomputation alone).
 // The result is validated (docs/execution-model.md, "Memory actions") before it is returned.
 #pragma once
 
@@ -57,6 +62,9 @@ enum class MemoryPolicyKind : std::uint8_t {
   // F keeps each layer's input; the backward recomputes one layer, runs its backward and frees
   // it, layer by layer, so R holds one layer's activation (`peak_bytes`) at a time
   layerwise_recompute,
+  // layerwise_recompute whose kept layer inputs (the checkpoints) are themselves offloaded:
+  // F, OFFLOAD (the checkpoints), RELOAD, R, backward
+  layerwise_offload,
 };
 
 [[nodiscard]] constexpr std::string_view memory_policy_kind_name(MemoryPolicyKind k) noexcept {
@@ -66,6 +74,7 @@ enum class MemoryPolicyKind : std::uint8_t {
     case MemoryPolicyKind::selective_recompute: return "selective recompute";
     case MemoryPolicyKind::offload: return "offload";
     case MemoryPolicyKind::layerwise_recompute: return "layer-wise recompute";
+    case MemoryPolicyKind::layerwise_offload: return "layer-wise recompute + offloaded checkpoints";
   }
   return "?";
 }
@@ -80,9 +89,10 @@ struct MemoryPolicy {
   // of the activation, and the forward's time in the same share.
   std::optional<double> saved_bytes{};
   std::optional<double> recompute_time{};
-  // layerwise_recompute: the most held at once while the backward recomputes (the stage's
-  // largest single layer's activation); saved_bytes is then the stage's activation less the
-  // layers' inputs it keeps, and recompute_time its forward.
+  // layerwise_recompute and layerwise_offload: the most held at once while the backward
+  // recomputes (the stage's largest single layer's activation); saved_bytes is then the stage's
+  // activation less the layers' inputs it keeps (the checkpoints), and recompute_time its
+  // forward. layerwise_offload moves the checkpoints, activation_bytes - saved_bytes, to host.
   std::optional<double> peak_bytes{};
 
   [[nodiscard]] static constexpr MemoryPolicy none() noexcept { return {}; }
@@ -102,10 +112,28 @@ struct MemoryPolicy {
   [[nodiscard]] static constexpr MemoryPolicy layerwise(double saved_bytes, double peak_bytes, double recompute_time) noexcept {
     return {MemoryPolicyKind::layerwise_recompute, 1.0, saved_bytes, recompute_time, peak_bytes};
   }
+  // Layer-wise recomputation with its checkpoints offloaded between F and R (the same data).
+  [[nodiscard]] static constexpr MemoryPolicy layerwise_offload(double saved_bytes, double peak_bytes,
+                                                                double recompute_time) noexcept {
+    return {MemoryPolicyKind::layerwise_offload, 1.0, saved_bytes, recompute_time, peak_bytes};
+  }
+  // The layer-wise policy's twin with its checkpoints offloaded (layerwise_recompute ->
+  // layerwise_offload); any other policy as it is.
+  [[nodiscard]] constexpr MemoryPolicy with_offloaded_checkpoints() const noexcept {
+    MemoryPolicy p = *this;
+    if (p.kind == MemoryPolicyKind::layerwise_recompute) p.kind = MemoryPolicyKind::layerwise_offload;
+    return p;
+  }
+  [[nodiscard]] constexpr bool layerwise() const noexcept {
+    return kind == MemoryPolicyKind::layerwise_recompute || kind == MemoryPolicyKind::layerwise_offload;
+  }
 
   [[nodiscard]] constexpr bool recomputes() const noexcept {
     return kind == MemoryPolicyKind::full_recompute || kind == MemoryPolicyKind::selective_recompute ||
-           kind == MemoryPolicyKind::layerwise_recompute;
+           layerwise();
+  }
+  [[nodiscard]] constexpr bool offloads() const noexcept {
+    return kind == MemoryPolicyKind::offload || kind == MemoryPolicyKind::layerwise_offload;
   }
 
   friend bool operator==(const MemoryPolicy&, const MemoryPolicy&) = default;
@@ -115,7 +143,7 @@ struct MemoryPolicy {
 // "offload 50%": how reports name a stage's policy.
 [[nodiscard]] inline std::string to_string(const MemoryPolicy& p) {
   std::string s{memory_policy_kind_name(p.kind)};
-  if (p.kind == MemoryPolicyKind::layerwise_recompute) return s;
+  if (p.layerwise()) return s;
   if (p.kind == MemoryPolicyKind::selective_recompute && p.saved_bytes) return s + detail::concat(" ", *p.saved_bytes, " B");
   if (p.kind == MemoryPolicyKind::selective_recompute || p.kind == MemoryPolicyKind::offload) {
     s += detail::concat(" ", std::round(p.fraction * 1000.0) / 10.0, "%");
@@ -163,10 +191,11 @@ inline void check_memory_policy(const MemoryPolicy& p, std::size_t stage, const 
     fail({"memory policy", concat("recompute_time ", *p.recompute_time, " is not a finite time >= 0"), where,
           "give the time of re-running the recomputed part, in the cost model's unit"});
   }
-  if (p.kind == MemoryPolicyKind::layerwise_recompute) {
+  if (p.layerwise()) {
     if (!p.saved_bytes || !p.recompute_time || !p.peak_bytes) {
-      fail({"memory policy", "layer-wise recompute lacks saved_bytes, peak_bytes or recompute_time", where,
-            "build it with MemoryPolicy::layerwise(saved, peak, time) or layerwise_recompute_policy(graph, ...)"});
+      fail({"memory policy", concat(memory_policy_kind_name(p.kind), " lacks saved_bytes, peak_bytes or recompute_time"), where,
+            "build it with MemoryPolicy::layerwise(saved, peak, time) (or layerwise_offload) or "
+            "layerwise_recompute_policy(graph, ...)"});
     }
     if (!(*p.peak_bytes >= 0.0 && *p.peak_bytes <= cost.activation_bytes)) {
       fail({"memory policy", concat("peak_bytes ", *p.peak_bytes, " is not within the stage's activation_bytes ", cost.activation_bytes),
@@ -203,9 +232,12 @@ inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
       break;
     case MemoryPolicyKind::offload: c.offload_bytes = p.fraction * c.activation_bytes; break;
     case MemoryPolicyKind::layerwise_recompute:
+    case MemoryPolicyKind::layerwise_offload:
       c.recompute_saved_bytes = *p.saved_bytes;
       c.recompute_peak_bytes = std::min(*p.peak_bytes, *p.saved_bytes);
       c.recompute = *p.recompute_time;
+      // The checkpoints: what F keeps for R.
+      if (p.kind == MemoryPolicyKind::layerwise_offload) c.offload_bytes = c.activation_bytes - *p.saved_bytes;
       break;
   }
 }
@@ -314,12 +346,30 @@ inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
       const std::size_t f = forward_at.at({a.stage, a.microbatch});
       // Right after F, or after the pair F is the first of.
       const std::size_t after_f = f + 1 < n && prog[f].group != 0 && prog[f + 1].group == prog[f].group ? f + 2 : f + 1;
+      // Offload (of the activation, or of a layer-wise recomputation's checkpoints): right after
+      // F; the reload early enough that its copy (behind one other) ends before the backward's
+      // start, less the recomputation that runs between them, as late as that allows.
+      if (p.offloads()) {
+        const double copy = compute_time(plan.costs, Action{Op::RELOAD, a.stage, a.microbatch, 0}, M);
+        const double r_time = p.recomputes() ? compute_time(plan.costs, Action{Op::R, a.stage, a.microbatch, 0}, M) : 0.0;
+        const bool hidden = !options.offload_only_where_hidden ||
+                            time_of(a).first - time_of(prog[f]).second >= (options.reload_lead_copies + 1.0) * copy + r_time;
+        if (hidden) {
+          before[after_f].insert(before[after_f].begin(), Action{Op::OFFLOAD, a.stage, a.microbatch, 0});
+          // Issued after prog[at - 1], the reload starts when that ends (docs/execution-model.md).
+          const double need = time_of(a).first - r_time - options.reload_lead_copies * copy;
+          std::size_t at = k;
+          while (at > after_f && time_of(prog[at - 1]).second > need) --at;
+          before[std::max(not_in_pair(at), after_f)].push_back(Action{Op::RELOAD, a.stage, a.microbatch, 0});
+        }
+      }
       if (p.recomputes()) {
         const double t = compute_time(plan.costs, Action{Op::R, a.stage, a.microbatch, 0}, M);
         std::size_t at = k;
         // Layer-wise, the backward does the recomputation layer by layer: R (its whole time)
-        // stays right before the backward, where it runs while that waits for its gradient.
-        if (options.recompute_into_idle && t > 0.0 && p.kind != MemoryPolicyKind::layerwise_recompute) {
+        // stays right before the backward, where it runs while that waits for its gradient
+        // (after the RELOAD of its checkpoints, placed above, where they are offloaded).
+        if (options.recompute_into_idle && t > 0.0 && !p.layerwise()) {
           // Right before its backward, R runs while the backward waits for its input gradient:
           // where that gap holds it, R stays there. Otherwise the gap closest to the backward
           // that R fills entirely, passing no F and at most max_backwards_crossed backwards
@@ -337,21 +387,7 @@ inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
           }
         }
         before[std::max(not_in_pair(at), after_f)].push_back(Action{Op::R, a.stage, a.microbatch, 0});
-        continue;
       }
-      // Offload: right after F; the reload early enough that its copy (behind one other) ends
-      // before the backward's start, as late as that allows.
-      const double copy = compute_time(plan.costs, Action{Op::RELOAD, a.stage, a.microbatch, 0}, M);
-      if (options.offload_only_where_hidden &&
-          time_of(a).first - time_of(prog[f]).second < (options.reload_lead_copies + 1.0) * copy) {
-        continue;
-      }
-      before[after_f].insert(before[after_f].begin(), Action{Op::OFFLOAD, a.stage, a.microbatch, 0});
-      // Issued after prog[at - 1], the reload starts when that ends (docs/execution-model.md).
-      const double need = time_of(a).first - options.reload_lead_copies * copy;
-      std::size_t at = k;
-      while (at > after_f && time_of(prog[at - 1]).second > need) --at;
-      before[std::max(not_in_pair(at), after_f)].push_back(Action{Op::RELOAD, a.stage, a.microbatch, 0});
     }
     std::vector<Action> out;
     out.reserve(n + 2 * static_cast<std::size_t>(M) * static_cast<std::size_t>(S));

@@ -64,7 +64,7 @@ struct PlannedStep {
   std::int32_t action_count = 1;  // > 1 only for a group
   // Steps of other streams whose end this step waits for: `wait_on` on the compute or comm
   // stream (the other one, for a compute or comm step; compute, for a copy step),
-  // `copy_wait` on the copy stream (a backward after its RELOAD).
+  // `copy_wait` on the copy stream (a backward, or an R, after its RELOAD).
   std::int32_t wait_on = -1;
   std::int32_t copy_wait = -1;
 
@@ -302,8 +302,9 @@ class RankPlanner {
     return use(p, {ValueKind::grad_received, stage, mb}, step, action, "the gradient of RECV_B");
   }
 
-  // R or OFFLOAD of (stage, micro-batch): after its forward, before its backward, one of the
-  // two at most. Checked here, not only by validate(), because the executor's buffers and
+  // R or OFFLOAD of (stage, micro-batch): after its forward, before its backward; both only as
+  // F, OFFLOAD, RELOAD, R (the checkpoints a recomputation starts from offloaded: R waits for
+  // their RELOAD). Checked here, not only by validate(), because the executor's buffers and
   // events follow from it: a backward planned before its recompute would read state its
   // forward did not keep.
   void memory_action(const RankPlan&, std::map<std::pair<std::int32_t, std::int32_t>, std::int32_t>& steps,
@@ -320,11 +321,23 @@ class RankPlanner {
                    recompute ? "did not keep" : "still held"),
             where(ai), "Put R(s, m) or OFFLOAD(s, m) / RELOAD(s, m) before B/BI(s, m)"});
     }
-    if (recompute_step_.count(key) != 0 || offload_step_.count(key) != 0) {
+    if (steps.count(key) != 0) {
+      fail({concat("schedule '", s_.name, "'"), concat(what, " a micro-batch twice"), where(ai),
+            "Give each (stage, micro-batch) at most one R, and at most one OFFLOAD and RELOAD"});
+    }
+    if (!recompute && recompute_step_.count(key) != 0) {
       fail({concat("schedule '", s_.name, "'"),
-            steps.count(key) != 0 ? concat(what, " a micro-batch twice")
-                                  : "both recomputes and offloads a micro-batch",
-            where(ai), "Give each (stage, micro-batch) at most one R, or one OFFLOAD and RELOAD"});
+            "offloads a micro-batch after its recompute (R), which needs the checkpoints OFFLOAD would move", where(ai),
+            "Put OFFLOAD(s, m) and RELOAD(s, m) between F(s, m) and R(s, m)"});
+    }
+    if (recompute && offload_step_.count(key) != 0) {
+      const auto reload = reload_step_.find(key);
+      if (reload == reload_step_.end()) {
+        fail({concat("schedule '", s_.name, "'"),
+              "recomputes a micro-batch whose checkpoints OFFLOAD moved to host and no RELOAD brought back before it",
+              where(ai), "Put RELOAD(s, m) between OFFLOAD(s, m) and R(s, m)"});
+      }
+      after_[static_cast<std::size_t>(index)].push_back(reload->second);
     }
     steps[key] = index;
   }

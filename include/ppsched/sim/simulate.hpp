@@ -139,13 +139,14 @@ void memory_over_time(const FlatSchedule& flat, const AbstractExecution& run, co
       const MemoryFractions f = fractions(a.stage);
       const auto alloc = [&](double share) { events.push_back({run.start(ii), 1, share, share * size}); };
       const auto release = [&](double share) { events.push_back({run.end(ii), 0, -share, -share * size}); };
-      const bool recomputed = is_backward(a.op) && a.op != Op::BW && flat.find(Op::R, a.stage, a.microbatch) != no_action;
+      const bool has_r = a.op != Op::BW && flat.find(Op::R, a.stage, a.microbatch) != no_action;
+      const bool recomputed = is_backward(a.op) && has_r;
       const bool split = f.layerwise() && flat.find(Op::BI, a.stage, a.microbatch) != no_action;
       switch (a.op) {
-        case Op::F: alloc(flat.find(Op::R, a.stage, a.microbatch) != no_action ? 1.0 - f.recompute : 1.0); break;
+        case Op::F: alloc(has_r ? 1.0 - f.recompute : 1.0); break;
         case Op::R: alloc(f.restored(split, w)); break;
-        case Op::RELOAD: alloc(f.offload); break;
-        case Op::OFFLOAD: release(f.offload); break;
+        case Op::RELOAD: alloc(f.moved(has_r)); break;
+        case Op::OFFLOAD: release(f.moved(has_r)); break;
         case Op::B: release(f.held(recomputed, false, w)); break;
         case Op::BI: release(f.held(recomputed, split, w) - w); break;
         case Op::BW: release(w); break;

@@ -39,6 +39,11 @@ struct MemoryFractions {
   [[nodiscard]] constexpr double held(bool recomputed, bool split, double w) const noexcept {
     return recomputed && layerwise() ? (1.0 - recompute) + restored(split, w) : 1.0;
   }
+  // The share OFFLOAD moves and RELOAD brings back: `offload` of the activation, or, on a
+  // micro-batch that R recomputes, what F kept for R (its checkpoints), at most.
+  [[nodiscard]] constexpr double moved(bool recomputed) const noexcept {
+    return recomputed ? std::min(offload, 1.0 - recompute) : offload;
+  }
 };
 
 // Peak activation memory per rank. Memory on a rank changes only at its compute actions,
@@ -142,8 +147,8 @@ void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& byte
           break;
         case Op::BW: add(-w, st, size); break;
         case Op::R: add(f.restored(split_here, w), st, size); break;
-        case Op::OFFLOAD: add(-f.offload, st, size); break;
-        case Op::RELOAD: add(f.offload, st, size); break;
+        case Op::OFFLOAD: add(-f.moved(is_recomputed(a)), st, size); break;
+        case Op::RELOAD: add(f.moved(is_recomputed(a)), st, size); break;
         case Op::SEND_F:
         case Op::RECV_F:
         case Op::SEND_B:

@@ -198,8 +198,9 @@ inline void check_pairs(const FlatSchedule& flat, ProblemSink& sink) {
 
 // Memory actions (docs/execution-model.md, "Memory actions"): per (stage, micro-batch),
 // F -> R -> B/BI, F -> OFFLOAD -> RELOAD -> B/BI, or F -> OFFLOAD -> RELOAD -> R -> B/BI (a
-// recomputation whose checkpoints are offloaded) on the stage's rank, in program order. A duplicate (a second R) is reported by the duplicate check, a missing
-// F by completeness, an action on the wrong rank by the per-action checks.
+// recomputation whose checkpoints are offloaded) on the stage's rank, in program order. A
+// duplicate (a second R) is reported by the duplicate check, a missing F by completeness, an
+// action on the wrong rank by the per-action checks.
 inline void check_memory_actions(const FlatSchedule& flat, ProblemSink& sink) {
   const auto describe = [&](std::int32_t x) {
     return concat(to_string(flat.at(x)), " (", at_rank(flat.owner[static_cast<std::size_t>(x)], flat.position(x)), ")");

@@ -213,10 +213,8 @@ int memory_report(const std::string& which) {
       g.microbatches = k.microbatches;
       const ppsched::PlanModel plan_model = ppsched::graph_model(ppsched::profile_at_rows(profile, k.rows), name, g);
       const ppsched::PartitionPlan cut = plan_model.partition(schedule.placement);
-      const ppsched::CostModel cost = bench_torch::with_stage_weight_fractions(
-          ppsched::cost_model_of(
-              cut, ppsched::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, k.rows))),
-          measured_profile, cut, k.rows);
+      const ppsched::CostModel cost = ppsched::cost_model_of(
+          cut, ppsched::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, k.rows)));
       const CountedRun run = counted_run(model, cut, schedule, cost, k.rows, 2);
       leak = std::max(leak, run.leak);
       untagged = std::max(untagged, run.untagged);
@@ -290,10 +288,8 @@ int policies_report(int repetitions, const ppsched::BackendOverheads& overheads)
     g.microbatches = microbatches;
     const ppsched::PlanModel plan_model = ppsched::graph_model(ppsched::profile_at_rows(profile, rows), "gpt", g);
     const ppsched::PartitionPlan cut = plan_model.partition(plain.placement);
-    const ppsched::CostModel cost = bench_torch::with_stage_weight_fractions(
-        ppsched::cost_model_of(cut,
-                               ppsched::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, rows))),
-        measured_profile, cut, rows);
+    const ppsched::CostModel cost = ppsched::cost_model_of(
+        cut, ppsched::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, rows)));
     for (const auto& [label, per_stage] : policies) {
       const ppsched::MemoryPlan mp = ppsched::apply_memory_policies(plain, cost, per_stage);
       const double predicted = ppsched::simulate(mp.schedule, mp.costs).makespan;

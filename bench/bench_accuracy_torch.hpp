@@ -215,26 +215,6 @@ struct Pipeline {
   return kept > 0.0 ? weight / kept : 0.5;
 }
 
-// `cost` (of `cut`, from `p` at `rows`) with each stage's own share kept for BW: its children's
-// weight_bytes over their activation_bytes. The first stage's is 1: its input needs no
-// gradient, so the adapter's BI there returns at once and BW runs the whole backward on what F
-// left (TorchStage::backward_input).
-[[nodiscard]] inline ppsched::CostModel with_stage_weight_fractions(ppsched::CostModel cost, const ppsched::TorchProfile& p,
-                                                                    const ppsched::PartitionPlan& cut, std::int64_t rows) {
-  const auto k = static_cast<std::size_t>(std::find(p.rows.begin(), p.rows.end(), rows) - p.rows.begin());
-  if (cost.stages.size() != cut.stages.size()) return cost;
-  for (std::size_t s = 0; s < cut.stages.size(); ++s) {
-    double kept = 0.0, weight = 0.0;
-    for (std::size_t l = cut.stages[s].begin; l < cut.stages[s].end && l < p.layers.size(); ++l) {
-      if (k >= p.layers[l].samples.size()) continue;
-      kept += p.layers[l].samples[k].activation_bytes;
-      weight += p.layers[l].samples[k].weight_bytes;
-    }
-    cost.stages[s].weight_memory_fraction = s == 0 ? 1.0 : kept > 0.0 ? weight / kept : cost.weight_memory_fraction;
-  }
-  return cost;
-}
-
 // Per rank, bytes of one measured step, counted by TorchMemoryCounter (the rank's tag) from
 // what the rank held when the step started.
 struct StepMemory {

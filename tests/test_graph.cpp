@@ -421,6 +421,27 @@ TEST_CASE("measured points read and write with the profile, and bad ones are nam
   CHECK_THAT(profile_error(R"({"rows": 0, "layers": [{"name": "a", "forward": 1}]})"), Catch::Contains("rows"));
 }
 
+TEST_CASE("what a BI leaves for BW reads and writes with the profile and is priced per size", "[graph][profile][rows]") {
+  const Profile p = parse_profile(R"({"unit": "ms", "rows": 8, "layers": [
+    {"name": "a", "forward": 2, "activation_bytes": 80, "weight_bytes": 160,
+     "points": [{"rows": 2, "forward": 1, "activation_bytes": 20, "weight_bytes": 40},
+                {"rows": 8, "forward": 2, "activation_bytes": 80, "weight_bytes": 160}]},
+    {"name": "b", "forward": 2, "activation_bytes": 100, "weight_bytes": 50},
+    {"name": "c", "forward": 2, "activation_bytes": 100, "weight_bytes": 150}]})");
+  REQUIRE(p.graph.layer(0).weight_bytes.has_value());
+  CHECK(*p.graph.layer(0).weight_bytes == 160.0);
+  CHECK(p.graph.layer(0).points[0].weight_bytes == std::optional<double>(40.0));
+  CHECK(parse_profile(profile_to_json(p)) == p);
+  // Between measured sizes like every other byte count; scaled with the rows without points.
+  CHECK(*layer_at_rows(p.graph.layer(0), 4, 8).weight_bytes == Approx(80.0));
+  CHECK(*layer_at_rows(p.graph.layer(1), 4, 8).weight_bytes == Approx(25.0));
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1, "weight_bytes": -1}]})"),
+             Catch::Contains("weight_bytes"));
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1,
+                                "points": [{"rows": 4, "forward": 1, "weight_bytes": 1}, {"rows": 8, "forward": 1}]}]})"),
+             Catch::Contains("weight_bytes at some measured sizes"));
+}
+
 TEST_CASE("the runtime's fixed costs read and write with the profile", "[graph][profile][overhead]") {
   const Profile p = parse_profile(R"({"action_overhead": 0.006, "transfer_overhead": 0.01, "step_overhead": 0.2,
                                       "layers": [{"name": "a", "forward": 1}]})");

@@ -9,6 +9,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -357,6 +358,42 @@ TEST_CASE("family_schedules: what compare_families evaluates, built and cut, for
   CHECK_THROWS_WITH(family_schedules(model, request), Catch::Contains("interleaved"));
   request.families = {"no-such-family"};
   CHECK_THROWS_AS(family_schedules(model, request), error);
+}
+
+TEST_CASE("a profile's measured weight_bytes give each stage its share kept for BW", "[plan][memory]") {
+  std::vector<Layer> measured;
+  for (const auto& [name, kept, weight] : {std::tuple{"a", 80.0, 160.0}, std::tuple{"b", 100.0, 50.0}, std::tuple{"c", 100.0, 150.0}}) {
+    Layer l;
+    l.name = name;
+    l.forward = 2.0;
+    l.activation_bytes = kept;
+    l.weight_bytes = weight;
+    measured.push_back(l);
+  }
+  Profile p;
+  p.rows = 8;
+  p.graph = LayerGraph::chain(std::move(measured));
+  // Per stage: summed over the stage's layers, over its activation bytes; the first stage's
+  // BI has no input gradient to compute and leaves F's whole activation to BW (1).
+  const PlanModel model = graph_model(p, "weights", {.ranks = 2, .microbatches = 4});
+  PartitionPlan cut = model.partition(one_stage_per_rank_placement(2));
+  REQUIRE(cut.stages.size() == 2);
+  for (const PartitionStage& s : cut.stages) REQUIRE(s.weight_bytes.has_value());
+  const CostModel cost = cost_model_of(cut);
+  double kept = 0.0, weight = 0.0;
+  for (std::size_t l = cut.stages[1].begin; l < cut.stages[1].end; ++l) {
+    kept += p.graph.layer(l).activation_bytes;
+    weight += *p.graph.layer(l).weight_bytes;
+  }
+  CHECK(cost.stages[0].weight_memory_fraction == std::optional<double>(1.0));
+  CHECK(cost.stages[1].weight_memory_fraction.value_or(-1.0) == Approx(weight / kept));
+  // A layer without it leaves its stage on the model's share.
+  Profile partly = p;
+  std::vector<Layer> layers(partly.graph.layers().begin(), partly.graph.layers().end());
+  layers.back().weight_bytes.reset();
+  partly.graph = LayerGraph::chain(std::move(layers));
+  const PlanModel partly_model = graph_model(partly, "partly", {.ranks = 2, .microbatches = 4});
+  CHECK_FALSE(cost_model_of(partly_model.partition(one_stage_per_rank_placement(2))).stages[1].weight_memory_fraction.has_value());
 }
 
 TEST_CASE("bad plan input says which field and what would work", "[plan][errors]") {

@@ -1153,6 +1153,11 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
     fail({"torch profile", detail::concat("no measurement at ", micro_batch_rows, " rows"), "TorchProfile::at",
           detail::concat("Ask for a measured size (", measured, "), or add it to TorchProfileOptions::rows")});
   }
+  // Bytes were counted (TorchMemoryCounter installed) when any child's were: then every child
+  // carries what its BI leaves for BW, 0 included, so that every stage of a cut has its share.
+  const bool counted = std::any_of(layers.begin(), layers.end(), [](const TorchLayerProfile& l) {
+    return std::any_of(l.samples.begin(), l.samples.end(), [](const TorchLayerSample& s) { return s.activation_bytes > 0.0; });
+  });
   std::vector<Layer> out;
   for (const TorchLayerProfile& l : layers) {
     const TorchLayerSample& s = l.samples[k];
@@ -1165,6 +1170,7 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
     layer.param_bytes = l.param_bytes;
     layer.activation_bytes = s.activation_bytes;
     layer.output_bytes = s.output_bytes;
+    if (counted) layer.weight_bytes = s.weight_bytes;
     if (l.samples.size() > 1) {
       for (const TorchLayerSample& m : l.samples) {
         const auto relative = [](const TorchTiming& t) { return t.median > 0.0 ? (t.max - t.min) / t.median : 0.0; };
@@ -1176,6 +1182,7 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
         point.backward = m.backward.median;
         point.activation_bytes = m.activation_bytes;
         point.output_bytes = m.output_bytes;
+        if (counted) point.weight_bytes = m.weight_bytes;
         point.spread = std::max({relative(m.forward), relative(m.backward), relative(m.backward_input),
                                  relative(m.backward_weight)});
         layer.points.push_back(point);

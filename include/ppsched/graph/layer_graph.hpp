@@ -45,6 +45,12 @@ struct Layer {
   // recomputing it. Both or neither; at most activation_bytes.
   std::optional<double> recompute_saves_bytes{};
   std::optional<double> recompute_time{};
+  // Of activation_bytes, what a BI leaves for its BW (may exceed it: a BI that keeps the graph
+  // and adds the gradients it captured), measured on a stage that computes its input gradient.
+  // A stage whose layers all have it prices its own StageCost::weight_memory_fraction from
+  // them; the first stage's input needs no gradient, so its BI leaves the whole backward to BW
+  // on what F kept (1). Absent: the cost model's weight_memory_fraction.
+  std::optional<double> weight_bytes{};
 
   // The time of B as the families that do not split the backward pay it.
   [[nodiscard]] constexpr double full_backward() const noexcept {
@@ -105,6 +111,7 @@ inline void check_layers(std::span<const Layer> layers, const std::string& subje
     check_layer_field(layers, i, "activation_bytes", l.activation_bytes, subject);
     check_layer_field(layers, i, "output_bytes", l.output_bytes, subject);
     if (l.backward) check_layer_field(layers, i, "backward", *l.backward, subject);
+    if (l.weight_bytes) check_layer_field(layers, i, "weight_bytes", *l.weight_bytes, subject);
     for (std::size_t k = 0; k < l.points.size(); ++k) {
       const CostPoint& p = l.points[k];
       const std::string at = concat("points[", k, "].");
@@ -113,7 +120,8 @@ inline void check_layers(std::span<const Layer> layers, const std::string& subje
                                          std::pair{"backward_weight", p.backward_weight},
                                          std::pair{"backward", p.backward.value_or(0.0)},
                                          std::pair{"activation_bytes", p.activation_bytes},
-                                         std::pair{"output_bytes", p.output_bytes}, std::pair{"spread", p.spread}}) {
+                                         std::pair{"output_bytes", p.output_bytes},
+                                         std::pair{"weight_bytes", p.weight_bytes.value_or(0.0)}, std::pair{"spread", p.spread}}) {
         check_layer_field(layers, i, (at + field).c_str(), value, subject);
       }
       if (!(p.rows > 0.0) || (k > 0 && !(p.rows > l.points[k - 1].rows))) {
@@ -126,6 +134,10 @@ inline void check_layers(std::span<const Layer> layers, const std::string& subje
         fail({subject, concat(layer_label(layers, i), " has a full backward at some measured sizes and not at others"),
               concat(layer_label(layers, i), " field '", at, "backward'"),
               "measure the full backward at every size, or at none"});
+      }
+      if (p.weight_bytes.has_value() != l.points.front().weight_bytes.has_value()) {
+        fail({subject, concat(layer_label(layers, i), " has weight_bytes at some measured sizes and not at others"),
+              concat(layer_label(layers, i), " field '", at, "weight_bytes'"), "measure them at every size, or at none"});
       }
     }
   }

@@ -62,6 +62,7 @@ struct Profile {
     if (out.backward) *out.backward *= k;
     out.activation_bytes *= k;
     out.output_bytes *= k;
+    if (out.weight_bytes) *out.weight_bytes *= k;
     return out;
   }
   std::vector<RowsValue> v(layer.points.size());
@@ -77,6 +78,7 @@ struct Profile {
                      : std::nullopt;
   out.activation_bytes = at([](const CostPoint& p) { return p.activation_bytes; });
   out.output_bytes = at([](const CostPoint& p) { return p.output_bytes; });
+  if (layer.points.front().weight_bytes) out.weight_bytes = at([](const CostPoint& p) { return p.weight_bytes.value_or(0.0); });
   return out;
 }
 

@@ -192,7 +192,7 @@ class ProfileReader {
       expect_type(l, nlohmann::json::value_t::object, path, "a layer object");
       check_keys(l, path,
                  {"name", "forward", "backward_input", "backward_weight", "backward", "param_bytes", "activation_bytes",
-                  "output_bytes", "points", "recompute_saves_bytes", "recompute_time"});
+                  "output_bytes", "points", "recompute_saves_bytes", "recompute_time", "weight_bytes"});
       Layer layer;
       const nlohmann::json* name = member(l, "name");
       if (name == nullptr) {
@@ -207,6 +207,7 @@ class ProfileReader {
       layer.param_bytes = non_negative(l, "param_bytes", path, 0.0);
       layer.activation_bytes = non_negative(l, "activation_bytes", path, 0.0);
       layer.output_bytes = non_negative(l, "output_bytes", path, 0.0);
+      if (member(l, "weight_bytes") != nullptr) layer.weight_bytes = non_negative(l, "weight_bytes", path, std::nullopt);
       if (const auto* points = member(l, "points")) layer.points = read_points(*points, path + ".points");
       const bool saves = member(l, "recompute_saves_bytes") != nullptr, costs = member(l, "recompute_time") != nullptr;
       if (saves != costs) {
@@ -237,7 +238,7 @@ class ProfileReader {
       expect_type(v, nlohmann::json::value_t::object, at, "a point object with \"rows\" and the times measured there");
       check_keys(v, at,
                  {"rows", "forward", "backward_input", "backward_weight", "backward", "activation_bytes", "output_bytes",
-                  "spread"});
+                  "weight_bytes", "spread"});
       CostPoint p;
       p.rows = number(v, "rows", at, std::nullopt, [](double x) { return x > 0.0; }, "the samples per micro-batch, > 0");
       p.forward = non_negative(v, "forward", at, std::nullopt);
@@ -246,6 +247,7 @@ class ProfileReader {
       if (member(v, "backward") != nullptr) p.backward = non_negative(v, "backward", at, std::nullopt);
       p.activation_bytes = non_negative(v, "activation_bytes", at, 0.0);
       p.output_bytes = non_negative(v, "output_bytes", at, 0.0);
+      if (member(v, "weight_bytes") != nullptr) p.weight_bytes = non_negative(v, "weight_bytes", at, std::nullopt);
       p.spread = non_negative(v, "spread", at, 0.0);
       out.push_back(p);
     }
@@ -349,6 +351,7 @@ class ProfileReader {
     if (l.backward) layer["backward"] = *l.backward;
     if (l.recompute_saves_bytes) layer["recompute_saves_bytes"] = *l.recompute_saves_bytes;
     if (l.recompute_time) layer["recompute_time"] = *l.recompute_time;
+    if (l.weight_bytes) layer["weight_bytes"] = *l.weight_bytes;
     if (!l.points.empty()) {
       nlohmann::json points = nlohmann::json::array();
       for (const CostPoint& q : l.points) {
@@ -359,6 +362,7 @@ class ProfileReader {
                                 {"activation_bytes", q.activation_bytes},
                                 {"output_bytes", q.output_bytes}};
         if (q.backward) point["backward"] = *q.backward;
+        if (q.weight_bytes) point["weight_bytes"] = *q.weight_bytes;
         if (q.spread != 0.0) point["spread"] = q.spread;
         points.push_back(std::move(point));
       }

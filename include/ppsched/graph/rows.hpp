@@ -31,6 +31,7 @@ struct CostPoint {
   // (max - min) / median of the repetitions, the largest over the times above; informational
   // (how far to trust the point), never priced.
   double spread = 0.0;
+  std::optional<double> weight_bytes{};  // what BI leaves for BW, when measured (Layer::weight_bytes)
 
   friend bool operator==(const CostPoint&, const CostPoint&) = default;
 };

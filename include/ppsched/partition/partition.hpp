@@ -73,6 +73,9 @@ struct PartitionStage {
   // schedule's own peak (FamilyResult::peak_memory_bytes) is measured on its program instead.
   double peak_bytes = 0.0;
   double memory_cap = std::numeric_limits<double>::infinity();
+  // Of activation_bytes, what the stage's BIs leave for BW, when every layer's was measured
+  // (Layer::weight_bytes); cost_model_of makes it the stage's weight_memory_fraction.
+  std::optional<double> weight_bytes{};
 
   [[nodiscard]] std::size_t size() const noexcept { return end - begin; }
   [[nodiscard]] double comm_time() const noexcept { return recv_time + send_time; }
@@ -310,8 +313,8 @@ void sum_over_crossing_tensors(const LayerGraph& graph, std::span<const std::siz
     st.first_layer_name = graph.layers()[in.order[a]].name;
     st.last_layer_name = graph.layers()[in.order[b - 1]].name;
     st.speed = in.speed.empty() ? 1.0 : in.speed[j];
-    double forward = 0.0, backward_input = 0.0, backward_weight = 0.0, backward = 0.0;
-    bool measured_backward = false;
+    double forward = 0.0, backward_input = 0.0, backward_weight = 0.0, backward = 0.0, weight = 0.0;
+    bool measured_backward = false, measured_weight = true;
     const Layer* layers = graph.layers().data();
     for (std::size_t x = a; x < b; ++x) {
       const Layer& l = layers[in.order[x]];
@@ -320,7 +323,10 @@ void sum_over_crossing_tensors(const LayerGraph& graph, std::span<const std::siz
       backward_weight += l.backward_weight;
       backward += l.full_backward();
       measured_backward = measured_backward || l.backward.has_value();
+      weight += l.weight_bytes.value_or(0.0);
+      measured_weight = measured_weight && l.weight_bytes.has_value();
     }
+    if (measured_weight) st.weight_bytes = weight;
     if (measured_backward) st.backward = backward / st.speed;
     st.forward = forward / st.speed;
     st.backward_input = backward_input / st.speed;

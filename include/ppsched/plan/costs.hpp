@@ -50,10 +50,13 @@ struct PlanCostOptions {
 }
 
 // The simulator's cost of one stage of a cut, in the cut's unit: F, BI, BW (and B when
-// measured), one stored activation, and the bytes it sends on per micro-batch.
-[[nodiscard]] inline StageCost stage_cost_of(const PartitionStage& s) {
+// measured), one stored activation, the bytes it sends on per micro-batch, and, where its
+// layers' were measured, the share its BIs keep for BW. The first stage's input needs no
+// gradient, so its BI computes nothing and leaves the whole backward to BW on what F kept: 1.
+[[nodiscard]] inline StageCost stage_cost_of(const PartitionStage& s, bool first_stage = false) {
   StageCost c{s.forward, s.backward_input, s.backward_weight, s.activation_bytes, s.send_bytes};
   c.backward = s.backward;
+  if (s.weight_bytes && s.activation_bytes > 0.0) c.weight_memory_fraction = first_stage ? 1.0 : *s.weight_bytes / s.activation_bytes;
   return c;
 }
 
@@ -93,7 +96,7 @@ struct PlanCostOptions {
   cost.step_overhead = options.step_overhead * k;
   cost.stages.reserve(partition.stages.size());
   for (const PartitionStage& s : partition.stages) {
-    StageCost c = stage_cost_of(s);
+    StageCost c = stage_cost_of(s, cost.stages.empty());
     c.forward *= k;
     c.backward_input *= k;
     c.backward_weight *= k;

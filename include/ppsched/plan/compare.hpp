@@ -77,6 +77,9 @@ struct PlanMemoryPolicy {
   // which needs a model unit seconds_per_unit knows.
   std::optional<Interconnect> host_link;
   MemoryChoiceOptions choice{};  // automatic: the ladder and the placement
+  // automatic, in search_plan: at most this many of the search's candidates over the byte cap
+  // are priced with policies, best bound first (each is one choose_memory_policies).
+  std::int32_t search_candidates = 16;
 };
 
 // What to plan: the pipeline's size, the families to compare and the caps.
@@ -105,7 +108,9 @@ struct StageMemoryCost {
   // Of the step's micro-batches, how many it applies to: the stage's R, or OFFLOAD, actions
   // (an offload whose copies could not hide keeps the activation instead).
   std::int32_t microbatches = 0;
-  double saved_bytes = 0.0;     // per such micro-batch: activation bytes not held from F to B
+  // Per such micro-batch: activation bytes not held from F to B (on average over them where
+  // some keep what others offload: layer-wise checkpoints whose copies could not hide).
+  double saved_bytes = 0.0;
   double recompute_time = 0.0;  // per step: the stage's R actions, on its compute stream
   double copy_time = 0.0;       // per step: its OFFLOAD and RELOAD, on the copy lane beside compute
 
@@ -784,10 +789,9 @@ namespace detail {
                                                            : mp.costs.stages[s];
     if (c.policy.recomputes()) c.saved_bytes = recompute_saved_bytes(sc);
     if (c.policy.kind == MemoryPolicyKind::offload) c.saved_bytes = offload_bytes(sc);
-    // Layer-wise with offloaded checkpoints: the recomputed part and the checkpoints.
-    if (c.policy.kind == MemoryPolicyKind::layerwise_offload) c.saved_bytes += offload_bytes(sc);
     use.stages.push_back(c);
   }
+  std::vector<std::int32_t> offloads(use.stages.size(), 0);
   for (const std::vector<Action>& program : r.schedule.programs) {
     for (const Action& a : program) {
       if (!is_memory(a.op)) continue;
@@ -797,11 +801,22 @@ namespace detail {
         ++c.microbatches;
         c.recompute_time += t;
       } else {
+        if (a.op == Op::OFFLOAD) ++offloads[static_cast<std::size_t>(a.stage)];
         // (a micro-batch both recomputed and offloaded counts once, at its R)
         if (a.op == Op::OFFLOAD && !c.policy.recomputes()) ++c.microbatches;
         c.copy_time += t;
       }
     }
+  }
+  // Layer-wise with offloaded checkpoints: the recomputed part, and the checkpoints of the
+  // micro-batches whose copies were placed (the others keep theirs), per micro-batch on average.
+  for (std::size_t s = 0; s < use.stages.size(); ++s) {
+    StageMemoryCost& c = use.stages[s];
+    if (c.policy.kind != MemoryPolicyKind::layerwise_offload || c.microbatches == 0) continue;
+    const StageCost& sc = !mp.costs.per_microbatch.empty() ? mp.costs.per_microbatch[s * static_cast<std::size_t>(M)]
+                          : mp.costs.stages.size() == 1    ? mp.costs.stages.front()
+                                                           : mp.costs.stages[s];
+    c.saved_bytes += offload_bytes(sc) * static_cast<double>(offloads[s]) / static_cast<double>(c.microbatches);
   }
   r.memory = std::move(use);
   return r;

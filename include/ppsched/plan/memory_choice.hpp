@@ -1,8 +1,9 @@
 // The planner's choice of memory policies (issue 23, item 2): for one schedule and cost model,
 // the per-stage policies (plan/memory_policy.hpp) under which every rank's peak memory —
 // its static bytes (parameters, gradients, optimizer state: no activation policy moves them)
-// plus its activations over the simulated time — fits a cap, at the least step time the
-// greedy search below finds.
+// plus its activations, counted in program order as validate() walks them (each copy as if it
+// ended where it is issued; SimResult::memory) — fits a cap, at the least step time the greedy
+// search below finds. compare_families and search_plan check a cap with the same walk.
 //
 //   MemoryChoice c = choose_memory_policies(schedule, costs, static_bytes_per_rank(cut, p), 21 * GiB);
 //   if (c.fits) simulate(c.plan.schedule, c.plan.costs);
@@ -49,7 +50,7 @@ struct MemoryChoiceOptions {
 struct MemoryChoice {
   MemoryPlan plan;                 // the schedule with its memory actions, the costs, the policies
   double makespan = 0.0;           // simulated step time of plan.schedule
-  std::vector<double> peak_bytes;  // per rank: static bytes + the activations' peak over time
+  std::vector<double> peak_bytes;  // per rank: static bytes + the activations' peak in program order
   bool fits = false;               // every rank within the cap
   std::int32_t tries = 0;          // simulations run
 };
@@ -80,14 +81,16 @@ struct MemoryChoice {
     MemoryChoice c;
     c.plan = apply_memory_policies(schedule, costs, policies, options.placement);
     SimOptions so;
-    so.record_timeline = true;  // the placement and the timed memory read it
+    so.record_timeline = false;  // the walk below is in program order; no timeline is read
     const SimResult r = simulate(c.plan.schedule, c.plan.costs, so);
     c.makespan = r.makespan;
     c.peak_bytes.resize(static_cast<std::size_t>(schedule.ranks));
     c.fits = true;
     for (std::size_t k = 0; k < c.peak_bytes.size(); ++k) {
-      c.peak_bytes[k] = (static_bytes.empty() ? 0.0 : static_bytes[k]) + (k < r.timed_peak.size() ? r.timed_peak[k].bytes : 0.0);
-      c.fits = c.fits && c.peak_bytes[k] <= cap_bytes;
+      // The program order's walk (validate's, SimResult::memory), as compare_families and the
+      // search check a cap: one definition of "fits" (check_fit's relative slack included).
+      c.peak_bytes[k] = (static_bytes.empty() ? 0.0 : static_bytes[k]) + (k < r.memory.size() ? r.memory[k].peak_bytes : 0.0);
+      c.fits = c.fits && c.peak_bytes[k] <= cap_bytes * (1.0 + 1e-9);
     }
     return c;
   };

@@ -796,7 +796,7 @@ namespace detail {
     for (const Action& a : program) {
       if (!is_memory(a.op)) continue;
       StageMemoryCost& c = use.stages[static_cast<std::size_t>(a.stage)];
-      const double t = compute_time(mp.costs, a, M);
+      const double t = compute_time(mp.costs, a, M, c.policy.recomputes());
       if (a.op == Op::R) {
         ++c.microbatches;
         c.recompute_time += t;

@@ -150,7 +150,7 @@ struct ScheduleResult {
   std::vector<double> span;      // per rank
   std::vector<double> peak_activations;       // per rank, M_B
   std::vector<double> static_bytes;           // per rank: parameters with optimizer state
-  std::vector<double> peak_activation_bytes;  // per rank
+  std::vector<double> peak_activation_bytes;  // per rank, as a cap judges it (capped_activation_bytes)
   std::vector<double> peak_memory_bytes;      // per rank: static + peak activations
   double throughput = 0.0;  // micro-batches per time unit
   // The family's closed form (sim/analytic.hpp), where it has one and it holds: uniform ranks
@@ -429,6 +429,7 @@ namespace detail {
   }
   r.static_bytes = static_bytes_per_rank(partition, r.schedule.ranks);
   SimResult sim = lowered ? simulate(*lowered, cost, {}, ws) : simulate(r.schedule, cost, {}, ws);
+  const bool copies = has_copies(r.schedule);  // then the memory over time counts too
   r.makespan = sim.makespan;
   r.bubble_fraction = sim.bubble_fraction;
   r.ideal_time = sim.ideal_time;
@@ -437,8 +438,8 @@ namespace detail {
     r.span.push_back(sim.ranks[k].span);
     r.max_rank_span = std::max(r.max_rank_span, sim.ranks[k].span);
     r.peak_activations.push_back(report.memory[k].peak_microbatches);
-    r.peak_activation_bytes.push_back(sim.memory[k].peak_bytes);
-    r.peak_memory_bytes.push_back(r.static_bytes[k] + sim.memory[k].peak_bytes);
+    r.peak_activation_bytes.push_back(capped_activation_bytes(sim, k, copies));
+    r.peak_memory_bytes.push_back(r.static_bytes[k] + r.peak_activation_bytes.back());
   }
   r.throughput = r.makespan > 0.0 ? r.schedule.microbatches / r.makespan : 0.0;
   r.timeline = std::move(sim.timeline);

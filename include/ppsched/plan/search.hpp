@@ -77,7 +77,8 @@ namespace detail {
 namespace detail {
 
 // search_plan's memory policies (PlanMemoryPolicy automatic, makespan objective): the search's
-// candidates over the byte cap whose M_B keep to the M_B cap, best bound first, each priced as
+// candidates over the byte cap whose M_B keep to the M_B cap (on a placement whose parameters
+// alone break the cap, one stage per rank only), best bound first, each priced as
 // compare_families prices a family (priced_with_memory_policy: the ladder of every stage,
 // choose_memory_policies, the cut made again under the cap where the last rung was needed),
 // while its bound is below the fastest makespan found (a policy only adds work, so the plain
@@ -90,7 +91,11 @@ namespace detail {
   for (std::size_t i = 0; i < work.entries.size(); ++i) {
     const SearchEntry& e = work.entries[i];
     const bool units_fit = !request.cap.microbatches || e.candidate.peak_microbatches <= *request.cap.microbatches + memory_slack;
-    if (e.candidate.built && !e.candidate.fits && units_fit && work.placements[e.placement].unusable.empty()) order.push_back(i);
+    // A placement whose static bytes alone break the cap is tried on one stage per rank only,
+    // where the model may be cut again under the cap (priced_with_memory_policy).
+    const SearchPlacement& at = work.placements[e.placement];
+    const bool usable = at.unusable.empty() || at.kind == PlacementKind::one_per_rank;
+    if (e.candidate.built && !e.candidate.fits && units_fit && usable) order.push_back(i);
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return work.entries[a].candidate.bound < work.entries[b].candidate.bound; });

@@ -213,8 +213,10 @@ int memory_report(const std::string& which) {
       g.microbatches = k.microbatches;
       const ppsched::PlanModel plan_model = ppsched::graph_model(ppsched::profile_at_rows(profile, k.rows), name, g);
       const ppsched::PartitionPlan cut = plan_model.partition(schedule.placement);
-      const ppsched::CostModel cost = ppsched::cost_model_of(
-          cut, ppsched::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, k.rows)));
+      const ppsched::CostModel cost = bench_torch::with_stage_weight_fractions(
+          ppsched::cost_model_of(
+              cut, ppsched::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, k.rows))),
+          measured_profile, cut, k.rows);
       const CountedRun run = counted_run(model, cut, schedule, cost, k.rows, 2);
       leak = std::max(leak, run.leak);
       untagged = std::max(untagged, run.untagged);
@@ -238,8 +240,8 @@ int memory_report(const std::string& which) {
                   "total mean |error| %.1f%%, max %.1f%%; BI..BW holds %.2f / %.2f / %.2f x F's bytes at 2 / 8 / 32 rows",
                   name.c_str(), n, 100.0 * sum / static_cast<double>(n), 100.0 * max, within,
                   100.0 * total_sum / static_cast<double>(n), 100.0 * total_max,
-                  bench_torch::weight_memory_ratio(measured_profile, 2), bench_torch::weight_memory_ratio(measured_profile, 8),
-                  bench_torch::weight_memory_ratio(measured_profile, 32));
+                  bench_torch::weight_memory_fraction(measured_profile, 2), bench_torch::weight_memory_fraction(measured_profile, 8),
+                  bench_torch::weight_memory_fraction(measured_profile, 32));
     summaries.emplace_back(line);
     all_sum += sum;
     all_total_sum += total_sum;
@@ -288,8 +290,10 @@ int policies_report(int repetitions, const ppsched::BackendOverheads& overheads)
     g.microbatches = microbatches;
     const ppsched::PlanModel plan_model = ppsched::graph_model(ppsched::profile_at_rows(profile, rows), "gpt", g);
     const ppsched::PartitionPlan cut = plan_model.partition(plain.placement);
-    const ppsched::CostModel cost = ppsched::cost_model_of(
-        cut, ppsched::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, rows)));
+    const ppsched::CostModel cost = bench_torch::with_stage_weight_fractions(
+        ppsched::cost_model_of(cut,
+                               ppsched::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, rows))),
+        measured_profile, cut, rows);
     for (const auto& [label, per_stage] : policies) {
       const ppsched::MemoryPlan mp = ppsched::apply_memory_policies(plain, cost, per_stage);
       const double predicted = ppsched::simulate(mp.schedule, mp.costs).makespan;

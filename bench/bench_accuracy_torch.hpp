@@ -203,8 +203,8 @@ struct Pipeline {
 // Of a profile's activation bytes, what a BI leaves for its BW (TorchLayerSample::weight_bytes
 // over activation_bytes, summed over the children), at `rows`; 0.5 (the planner's default)
 // where nothing was counted. Above 1 where BI holds more than F left (see weight_bytes): the
-// planner's weight_memory_fraction stops at 1 (weight_memory_fraction below).
-[[nodiscard]] inline double weight_memory_ratio(const ppsched::TorchProfile& p, std::int64_t rows) {
+// cost model's weight_memory_fraction, which may exceed 1 for that reason.
+[[nodiscard]] inline double weight_memory_fraction(const ppsched::TorchProfile& p, std::int64_t rows) {
   const auto k = static_cast<std::size_t>(std::find(p.rows.begin(), p.rows.end(), rows) - p.rows.begin());
   double kept = 0.0, weight = 0.0;
   for (const ppsched::TorchLayerProfile& l : p.layers) {
@@ -215,8 +215,24 @@ struct Pipeline {
   return kept > 0.0 ? weight / kept : 0.5;
 }
 
-[[nodiscard]] inline double weight_memory_fraction(const ppsched::TorchProfile& p, std::int64_t rows) {
-  return std::min(1.0, weight_memory_ratio(p, rows));
+// `cost` (of `cut`, from `p` at `rows`) with each stage's own share kept for BW: its children's
+// weight_bytes over their activation_bytes. The first stage's is 1: its input needs no
+// gradient, so the adapter's BI there returns at once and BW runs the whole backward on what F
+// left (TorchStage::backward_input).
+[[nodiscard]] inline ppsched::CostModel with_stage_weight_fractions(ppsched::CostModel cost, const ppsched::TorchProfile& p,
+                                                                    const ppsched::PartitionPlan& cut, std::int64_t rows) {
+  const auto k = static_cast<std::size_t>(std::find(p.rows.begin(), p.rows.end(), rows) - p.rows.begin());
+  if (cost.stages.size() != cut.stages.size()) return cost;
+  for (std::size_t s = 0; s < cut.stages.size(); ++s) {
+    double kept = 0.0, weight = 0.0;
+    for (std::size_t l = cut.stages[s].begin; l < cut.stages[s].end && l < p.layers.size(); ++l) {
+      if (k >= p.layers[l].samples.size()) continue;
+      kept += p.layers[l].samples[k].activation_bytes;
+      weight += p.layers[l].samples[k].weight_bytes;
+    }
+    cost.stages[s].weight_memory_fraction = s == 0 ? 1.0 : kept > 0.0 ? weight / kept : cost.weight_memory_fraction;
+  }
+  return cost;
 }
 
 // Per rank, bytes of one measured step, counted by TorchMemoryCounter (the rank's tag) from

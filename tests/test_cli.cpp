@@ -769,7 +769,7 @@ TEST_CASE("bad input exits 2 and says what would work", "[cli][plan]") {
       {{"--stage-cost", "1,1"}, {"--stage-cost", "three comma-separated numbers"}},
       {{"--stage-cost", "1,nan,1"}, {"--stage-cost", "not a finite number"}},
       {{"--comm", "-1"}, {"--comm", "out of range"}},
-      {{"--w-memory-ratio", "1.5"}, {"--w-memory-ratio", "from 0 to 1"}},
+      {{"--w-memory-ratio", "-0.5"}, {"--w-memory-ratio", "out of range", "at least 0"}},
       {{"--memory-cap-bytes", "12 parsecs"}, {"--memory-cap-bytes", "GiB"}},
       {{"--layers", "8", "--stage-cost", "1,1,1"}, {"both describe the model"}},
       {{"--stages", "4", "--stages", "5"}, {"more than once"}},

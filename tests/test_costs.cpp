@@ -141,7 +141,8 @@ TEST_CASE("check_cost_model names the field it rejects", "[costs]") {
       {"stages[1].backward", [](CostModel& c) { c.stages[1].backward = -2.0; }},
       {"link.latency", [](CostModel& c) { c.link.latency = -0.1; }},
       {"link.bandwidth", [](CostModel& c) { c.link.bandwidth = 0.0; }},
-      {"weight_memory_fraction", [](CostModel& c) { c.weight_memory_fraction = 1.5; }},
+      {"weight_memory_fraction", [](CostModel& c) { c.weight_memory_fraction = -0.5; }},
+      {"weight_memory_fraction", [](CostModel& c) { c.weight_memory_fraction = std::numeric_limits<double>::infinity(); }},
       {"fb_overlap", [](CostModel& c) { c.fb_overlap = -0.25; }},
       {"microbatch_scale", [](CostModel& c) { c.microbatch_scale = {1.0, 1.0}; }},
       {"microbatch_scale[3]", [](CostModel& c) { c.microbatch_scale = {1.0, 1.0, 1.0, -1.0}; }},
@@ -166,10 +167,13 @@ TEST_CASE("check_cost_model names the field it rejects", "[costs]") {
   CostModel nan_link = good;
   nan_link.link.bandwidth = nan;
   CHECK_THROWS_WITH(check_cost_model(nan_link, 3, 4), Catch::Contains("link.bandwidth"));
-  // The bounds of the two fractions are allowed.
+  // The bounds of the two fractions are allowed, and a BI that holds more than its F left
+  // (weight_memory_fraction above 1, as the libtorch adapter's) is a cost model too.
   CostModel edges = good;
   edges.weight_memory_fraction = 1.0;
   edges.fb_overlap = 1.0;
+  CHECK_NOTHROW(check_cost_model(edges, 3, 4));
+  edges.weight_memory_fraction = 2.0;
   CHECK_NOTHROW(check_cost_model(edges, 3, 4));
 }
 

@@ -366,7 +366,7 @@ TEST_CASE("bad plan input says which field and what would work", "[plan][errors]
   CHECK_THAT(error_of([&] { (void)compare_families(model, r); }),
              Catch::Contains("PlanRequest") && Catch::Contains("at least 1"));
   r = {};
-  r.weight_memory_fraction = 2.0;
+  r.weight_memory_fraction = -0.25;
   CHECK_THAT(error_of([&] { (void)compare_families(model, r); }), Catch::Contains("PlanRequest::weight_memory_fraction"));
   r = {};
   r.cap.total_bytes = -1.0;

@@ -307,6 +307,56 @@ TEST_CASE("memory: simulate reports what validate does, in M_B and in bytes", "[
   CHECK(scaled.memory[0].peak_bytes > res.memory[0].peak_bytes);
 }
 
+TEST_CASE("memory: a BI that holds more than its F left (weight_memory_fraction above 1)", "[sim][memory]") {
+  // The libtorch adapter's BI keeps the whole graph for BW and adds the gradients it captures:
+  // between BI and BW a micro-batch holds about 2x what F left. Both walks must show the rise
+  // at BI; the expected peaks are counted here from the programs, independently of them.
+  // Last: per stage, the first stage's BI keeping exactly what F left (the adapter's, which
+  // computes no input gradient there) and the second's 2x.
+  const Schedule s = make_schedule("zb-h1", {2, 8, 1});
+  for (const double model_w : {0.5, 1.0, 2.0, -1.0}) {
+    const bool per_stage = model_w < 0.0;
+    INFO("weight_memory_fraction " << (per_stage ? "1 and 2, per stage" : std::to_string(model_w)));
+    CostModel c = uniform_costs(1.0, 1.0, 1.0);
+    c.weight_memory_fraction = per_stage ? 0.5 : model_w;
+    for (StageCost& st : c.stages) st.activation_bytes = 100.0;
+    if (per_stage) {
+      c.stages.assign(2, c.stages.front());
+      c.stages[0].weight_memory_fraction = 1.0;
+      c.stages[1].weight_memory_fraction = 2.0;
+    }
+    const SimResult res = simulate(s, c);
+    const ValidationReport v = validate(s, ValidateOptions{memory_model_for(c, s.stages())});
+    REQUIRE(v.ok());
+    for (std::size_t r = 0; r < 2; ++r) {
+      const double w = per_stage ? (r == 0 ? 1.0 : 2.0) : model_w;
+      double now = 0.0, peak = 0.0;
+      for (const Action& a : s.programs[r]) {
+        if (a.op == Op::F) now += 1.0;
+        if (a.op == Op::BI) now += w - 1.0;
+        if (a.op == Op::BW) now -= w;
+        peak = std::max(peak, now);
+      }
+      CHECK(now == 0.0);
+      CHECK(v.memory[r].peak_activations == Approx(peak));
+      CHECK(res.memory[r].peak_activations == Approx(peak));
+      CHECK(res.timed_peak[r].bytes == Approx(100.0 * peak));
+      // The rise at BI: with w above 1 the peak is above the activations in flight.
+      if (w > 1.0 && r == 1) CHECK(peak > v.memory[r].peak_in_flight);
+    }
+  }
+  // One share per stage, each finite and >= 0.
+  ValidateOptions bad{memory_model_for(uniform_costs(1.0, 1.0, 1.0), s.stages())};
+  bad.memory.stage_weight_fraction = {1.0};
+  CHECK_THROWS_WITH(validate(s, bad), Catch::Contains("stage_weight_fraction has 1 entries for a schedule of 2 stages"));
+  bad.memory.stage_weight_fraction = {1.0, -2.0};
+  CHECK_THROWS_WITH(validate(s, bad), Catch::Contains("stage_weight_fraction[1]"));
+  CostModel bad_stage = uniform_costs(1.0, 1.0, 1.0);
+  bad_stage.stages.assign(2, bad_stage.stages.front());
+  bad_stage.stages[1].weight_memory_fraction = std::nan("");
+  CHECK_THROWS_WITH(simulate(s, bad_stage), Catch::Contains("weight_memory_fraction"));
+}
+
 TEST_CASE("variable-length micro-batches: scale and explicit table agree", "[sim]") {
   // On one rank everything is serial: the makespan is the sum of the scaled times.
   Schedule s;
@@ -378,7 +428,7 @@ TEST_CASE("bad cost models are errors naming the field", "[sim][errors]") {
   c.link.latency = std::numeric_limits<double>::infinity();
   CHECK_THAT(message(c), Catch::Contains("link.latency"));
   c = uniform_costs(1.0, 1.0, 1.0);
-  c.weight_memory_fraction = 2.0;
+  c.weight_memory_fraction = -1.0;
   CHECK_THAT(message(c), Catch::Contains("weight_memory_fraction"));
   c = uniform_costs(1.0, 1.0, 1.0);
   c.per_microbatch.resize(3);

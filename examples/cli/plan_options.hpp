@@ -295,10 +295,6 @@ inline constexpr std::string_view memory_policy_forms =
       }
     } else if (n == "--w-memory-ratio") {
       options.w_memory_ratio = parse_real(flag, 0.0);
-      if (options.w_memory_ratio > 1.0) {
-        fail({"flag --w-memory-ratio", concat("value '", flag.value, "' is above 1"), argument_place(flag.position),
-              "what BI keeps for BW is a fraction of a stored activation: give a number from 0 to 1"});
-      }
     } else if (n == "--optimizer-state-factor") {
       options.optimizer_state_factor = parse_real(flag, 0.0);
     } else if (n == "--partition") {

@@ -257,9 +257,9 @@ inline void check_plan_request(const PlanRequest& r) {
     fail({subject, concat("ranks = ", r.ranks, ", microbatches = ", r.microbatches, ", chunks = ", r.chunks),
           "PlanRequest", "ranks, microbatches and chunks are at least 1"});
   }
-  if (!(r.weight_memory_fraction >= 0.0 && r.weight_memory_fraction <= 1.0)) {
+  if (!(r.weight_memory_fraction >= 0.0 && r.weight_memory_fraction <= std::numeric_limits<double>::max())) {
     fail({subject, concat("weight_memory_fraction is ", r.weight_memory_fraction), "PlanRequest::weight_memory_fraction",
-          "give the fraction of a stored activation a BI keeps for its BW, from 0 to 1"});
+          detail::weight_memory_fraction_hint});
   }
   for (const auto& [cap, field] : {std::pair{r.cap.microbatches, "PlanRequest::cap.microbatches"},
                                    std::pair{r.cap.total_bytes, "PlanRequest::cap.total_bytes"}}) {
@@ -410,6 +410,7 @@ namespace detail {
     check.memory.recompute_fraction = std::move(shares.recompute_fraction);
     check.memory.offload_fraction = std::move(shares.offload_fraction);
     check.memory.recompute_peak_fraction = std::move(shares.recompute_peak_fraction);
+    check.memory.stage_weight_fraction = std::move(shares.stage_weight_fraction);
   }
   // A compute-only schedule is checked, then lowered; the lowering's proof then stands for
   // the static checks of the lowered one (validate and simulate take it), so each check runs once.

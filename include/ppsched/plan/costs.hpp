@@ -69,9 +69,9 @@ struct PlanCostOptions {
     fail({"cost_model_of", concat("time_scale is ", options.time_scale), "PlanCostOptions::time_scale",
           "give a finite factor > 0 (1 keeps the model's unit)"});
   }
-  if (!(options.weight_memory_fraction >= 0.0 && options.weight_memory_fraction <= 1.0)) {
+  if (!(options.weight_memory_fraction >= 0.0 && options.weight_memory_fraction <= std::numeric_limits<double>::max())) {
     fail({"cost_model_of", concat("weight_memory_fraction is ", options.weight_memory_fraction), "PlanCostOptions::weight_memory_fraction",
-          "give the fraction of a stored activation a BI keeps for its BW, from 0 to 1"});
+          detail::weight_memory_fraction_hint});
   }
   const double k = options.time_scale;
   CostModel cost;

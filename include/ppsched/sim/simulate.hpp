@@ -121,7 +121,6 @@ void memory_over_time(const FlatSchedule& flat, const AbstractExecution& run, co
   result.timed_peak.assign(ranks, MemorySample{});
   if (!flat.has_backward) return;
   const std::int32_t M = flat.microbatches;
-  const double w = cost.weight_memory_fraction;
   struct Event {
     double time;
     int frees;  // 0: a free, 1: an allocation (frees first at one time)
@@ -144,12 +143,12 @@ void memory_over_time(const FlatSchedule& flat, const AbstractExecution& run, co
       const bool split = f.layerwise() && flat.find(Op::BI, a.stage, a.microbatch) != no_action;
       switch (a.op) {
         case Op::F: alloc(has_r ? 1.0 - f.recompute : 1.0); break;
-        case Op::R: alloc(f.restored(split, w)); break;
+        case Op::R: alloc(f.restored(split)); break;
         case Op::RELOAD: alloc(f.moved(has_r)); break;
         case Op::OFFLOAD: release(f.moved(has_r)); break;
-        case Op::B: release(f.held(recomputed, false, w)); break;
-        case Op::BI: release(f.held(recomputed, split, w) - w); break;
-        case Op::BW: release(w); break;
+        case Op::B: release(f.held(recomputed, false)); break;
+        case Op::BI: release(f.held(recomputed, split) - f.weight); break;
+        case Op::BW: release(f.weight); break;
         case Op::SEND_F:
         case Op::RECV_F:
         case Op::SEND_B:
@@ -311,22 +310,15 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
   result.bubble_vs_ideal = result.ideal_time > 0.0 ? (result.makespan - result.ideal_time) / result.ideal_time : 0.0;
 
   const MemoryModel shares = memory_model_for(cost, flat.stages);
-  const auto fractions = [&shares](std::int32_t stage) {
-    const auto st = static_cast<std::size_t>(stage);
-    const double rf = shares.recompute_fraction.empty() ? 1.0 : shares.recompute_fraction[st];
-    return detail::MemoryFractions{rf, shares.offload_fraction.empty() ? 1.0 : shares.offload_fraction[st],
-                                   shares.recompute_peak_fraction.empty() ? rf : shares.recompute_peak_fraction[st]};
-  };
+  const auto fractions = detail::stage_fractions(shares);
   if (cost.per_microbatch.empty() && cost.microbatch_scale.empty()) {
     const std::vector<double>& bytes = shares.activation_bytes;
     detail::measure_memory(
-        flat, cost.weight_memory_fraction,
-        [&bytes](std::int32_t stage, std::int32_t) { return bytes[static_cast<std::size_t>(stage)]; }, fractions,
+        flat, [&bytes](std::int32_t stage, std::int32_t) { return bytes[static_cast<std::size_t>(stage)]; }, fractions,
         report);
   } else {
     detail::measure_memory(
-        flat, cost.weight_memory_fraction,
-        [&cost, M](std::int32_t stage, std::int32_t mb) { return stage_cost(cost, stage, mb, M).activation_bytes; },
+        flat, [&cost, M](std::int32_t stage, std::int32_t mb) { return stage_cost(cost, stage, mb, M).activation_bytes; },
         fractions, report);
   }
   result.memory = std::move(report.memory);

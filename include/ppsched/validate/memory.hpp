@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "ppsched/engine/flat_schedule.hpp"
@@ -18,7 +19,7 @@
 namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
-// What share of a stage's stored activation R restores, and OFFLOAD moves.
+// What share of a stage's stored activation R restores, OFFLOAD moves and BI keeps for BW.
 struct MemoryFractions {
   double recompute = 1.0;
   double offload = 1.0;
@@ -26,18 +27,19 @@ struct MemoryFractions {
   // recomputation (StageCost::recompute_peak_bytes), whose backward restores the rest one
   // layer at a time.
   double recompute_peak = 1.0;
+  double weight = 0.5;  // M_W / M_B of this stage (MemoryModel::stage_weight_fraction)
 
   [[nodiscard]] constexpr bool layerwise() const noexcept { return recompute_peak < recompute; }
   // The share R adds. Layer-wise with a split backward: BI, while it recomputes layer by layer,
   // keeps for BW the weight-gradient share `w` of every layer, so R counts it up front (an
   // upper bound on BI's peak: the layers' inputs, one recomputed layer, and w of the whole).
-  [[nodiscard]] constexpr double restored(bool split, double w) const noexcept {
-    return layerwise() ? recompute_peak + (split ? w : 0.0) : recompute;
+  [[nodiscard]] constexpr double restored(bool split) const noexcept {
+    return layerwise() ? recompute_peak + (split ? weight : 0.0) : recompute;
   }
   // The share a micro-batch holds from R until its backward frees it: exactly 1 (all of it)
   // unless layer-wise.
-  [[nodiscard]] constexpr double held(bool recomputed, bool split, double w) const noexcept {
-    return recomputed && layerwise() ? (1.0 - recompute) + restored(split, w) : 1.0;
+  [[nodiscard]] constexpr double held(bool recomputed, bool split) const noexcept {
+    return recomputed && layerwise() ? (1.0 - recompute) + restored(split) : 1.0;
   }
   // The share OFFLOAD moves and RELOAD brings back: `offload` of the activation, or, on a
   // micro-batch that R recomputes, what F kept for R (its checkpoints), at most.
@@ -56,7 +58,7 @@ struct MemoryFractions {
 // in the program, as if each copy ended where it is issued: simulate() times the copy lane.
 // (Pairs: the schedule has overlapped pairs; a separate instance keeps the common walk lean.)
 template <bool Pairs, class BytesOf, class Fractions>
-void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& bytes_of, const Fractions& fractions,
+void measure_memory_walk(const FlatSchedule& flat, const BytesOf& bytes_of, const Fractions& fractions,
                          ValidationReport& report) {
   std::vector<std::int32_t> stage_now(static_cast<std::size_t>(flat.stages), 0);
   // M_B (validate/report.hpp): a stored activation of a stage weighs 1 / (stages on its rank).
@@ -136,17 +138,17 @@ void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& byte
           report.stage_peak_in_flight[st] = std::max(report.stage_peak_in_flight[st], ++stage_now[st]);
           break;
         case Op::B:
-          add(-f.held(is_recomputed(a), false, w), st, size);
+          add(-f.held(is_recomputed(a), false), st, size);
           --in_flight;
           --stage_now[st];
           break;
         case Op::BI:
-          add(-(f.held(is_recomputed(a), split_here, w) - w), st, size);
+          add(-(f.held(is_recomputed(a), split_here) - f.weight), st, size);
           --in_flight;
           --stage_now[st];
           break;
-        case Op::BW: add(-w, st, size); break;
-        case Op::R: add(f.restored(split_here, w), st, size); break;
+        case Op::BW: add(-f.weight, st, size); break;
+        case Op::R: add(f.restored(split_here), st, size); break;
         case Op::OFFLOAD: add(-f.moved(is_recomputed(a)), st, size); break;
         case Op::RELOAD: add(f.moved(is_recomputed(a)), st, size); break;
         case Op::SEND_F:
@@ -164,28 +166,25 @@ void measure_memory_walk(const FlatSchedule& flat, double w, const BytesOf& byte
 }
 
 template <class BytesOf, class Fractions>
-void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of, const Fractions& fractions,
-                    ValidationReport& report) {
+void measure_memory(const FlatSchedule& flat, const BytesOf& bytes_of, const Fractions& fractions, ValidationReport& report) {
   report.memory.assign(static_cast<std::size_t>(flat.ranks), RankMemory{});
   report.stage_peak_in_flight.assign(static_cast<std::size_t>(flat.stages), 0);
   if (!flat.has_backward) return;
   if (flat.has_pairs) {
-    measure_memory_walk<true>(flat, w, bytes_of, fractions, report);
+    measure_memory_walk<true>(flat, bytes_of, fractions, report);
   } else {
-    measure_memory_walk<false>(flat, w, bytes_of, fractions, report);
+    measure_memory_walk<false>(flat, bytes_of, fractions, report);
   }
 }
-template <class BytesOf>
-void measure_memory(const FlatSchedule& flat, double w, const BytesOf& bytes_of, ValidationReport& report) {
-  measure_memory(flat, w, bytes_of, [](std::int32_t) { return MemoryFractions{}; }, report);
-}
 
-[[nodiscard]] inline auto stage_fractions(const ValidateOptions& options) {
-  return [&m = options.memory](std::int32_t stage) {
+// Each stage's MemoryFractions under `m` (which the caller keeps alive while the walk runs).
+[[nodiscard]] inline auto stage_fractions(const MemoryModel& m) {
+  return [&m](std::int32_t stage) {
     const auto st = static_cast<std::size_t>(stage);
     const double rf = m.recompute_fraction.empty() ? 1.0 : m.recompute_fraction[st];
     return MemoryFractions{rf, m.offload_fraction.empty() ? 1.0 : m.offload_fraction[st],
-                           m.recompute_peak_fraction.empty() ? rf : m.recompute_peak_fraction[st]};
+                           m.recompute_peak_fraction.empty() ? rf : m.recompute_peak_fraction[st],
+                           m.stage_weight_fraction.empty() ? m.weight_fraction : m.stage_weight_fraction[st]};
   };
 }
 
@@ -210,6 +209,20 @@ inline void check_memory_options(const ValidateOptions& options, std::int32_t st
       }
     }
   }
+  const std::vector<double>& w = options.memory.stage_weight_fraction;
+  if (!w.empty() && w.size() != static_cast<std::size_t>(stages)) {
+    fail({"validate options", concat("MemoryModel::stage_weight_fraction has ", w.size(), " entries for a schedule of ", stages, " stages"),
+          "", "give one fraction per stage, or none (weight_fraction for every stage)"});
+  }
+  for (std::size_t s = 0; s <= w.size(); ++s) {
+    const double v = s < w.size() ? w[s] : options.memory.weight_fraction;
+    if (!(v >= 0.0 && v <= std::numeric_limits<double>::max())) {
+      fail({"validate options",
+            s < w.size() ? concat("MemoryModel::stage_weight_fraction[", s, "] = ", v, " is negative or not finite")
+                         : concat("MemoryModel::weight_fraction = ", v, " is negative or not finite"),
+            "", weight_memory_fraction_hint});
+    }
+  }
 }
 
 [[nodiscard]] inline auto stage_sizes(const ValidateOptions& options) {
@@ -231,14 +244,14 @@ inline void check_memory_options(const ValidateOptions& options, std::int32_t st
       m.activation_bytes[s] = (c.stages.size() == 1 ? c.stages.front() : c.stages[s]).activation_bytes;
     }
   }
-  // The shares of the memory actions, from the first micro-batch's costs (a scale changes the
-  // sizes, not their shares).
+  // The shares, from the first micro-batch's costs (a scale changes the sizes, not their shares).
   if (stages > 0 && (c.per_microbatch.empty() ? c.stages.size() == 1 || c.stages.size() == static_cast<std::size_t>(stages)
                                                : c.per_microbatch.size() % static_cast<std::size_t>(stages) == 0)) {
     bool any = false;
     bool layerwise = false;
+    bool own_weight = false;
     std::vector<double> rf(static_cast<std::size_t>(stages), 1.0), of(static_cast<std::size_t>(stages), 1.0),
-        pf(static_cast<std::size_t>(stages), 1.0);
+        pf(static_cast<std::size_t>(stages), 1.0), wf(static_cast<std::size_t>(stages), c.weight_memory_fraction);
     for (std::int32_t s = 0; s < stages; ++s) {
       const std::size_t per = c.per_microbatch.size() / static_cast<std::size_t>(stages);
       const StageCost& sc = !c.per_microbatch.empty() ? c.per_microbatch[static_cast<std::size_t>(s) * per]
@@ -250,6 +263,8 @@ inline void check_memory_options(const ValidateOptions& options, std::int32_t st
         of[st] = offload_bytes(sc) / sc.activation_bytes;
         pf[st] = recompute_peak_bytes(sc) / sc.activation_bytes;
       }
+      if (sc.weight_memory_fraction) wf[st] = *sc.weight_memory_fraction;
+      own_weight = own_weight || sc.weight_memory_fraction.has_value();
       layerwise = layerwise || pf[st] != rf[st];
       any = any || rf[st] != 1.0 || of[st] != 1.0;
     }
@@ -258,6 +273,7 @@ inline void check_memory_options(const ValidateOptions& options, std::int32_t st
       m.offload_fraction = std::move(of);
     }
     if (layerwise) m.recompute_peak_fraction = std::move(pf);
+    if (own_weight) m.stage_weight_fraction = std::move(wf);
   }
   return m;
 }

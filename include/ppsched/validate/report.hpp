@@ -34,6 +34,9 @@ namespace ppsched::inline PPSCHED_MODE {
 // `offload_fraction[stage]` of it to host memory and RELOAD brings it back. Empty: 1 (all).
 struct MemoryModel {
   double weight_fraction = 0.5;
+  // Per stage, where stages keep different shares for BW (StageCost::weight_memory_fraction);
+  // empty: weight_fraction for every stage.
+  std::vector<double> stage_weight_fraction;
   std::vector<double> activation_bytes;
   std::vector<double> recompute_fraction;
   std::vector<double> offload_fraction;

@@ -100,6 +100,16 @@ struct GreedyOutcome {
 
 namespace detail {
 
+// Per stage, what its BI keeps for its BW (StageCost::weight_memory_fraction, else the model's).
+[[nodiscard]] inline std::vector<double> kept_for_bw(const CostModel& costs, std::int32_t stages, std::int32_t microbatches) {
+  std::vector<double> kept(static_cast<std::size_t>(stages), costs.weight_memory_fraction);
+  for (std::int32_t s = 0; s < stages; ++s) {
+    kept[static_cast<std::size_t>(s)] =
+        stage_cost(costs, s, 0, microbatches).weight_memory_fraction.value_or(costs.weight_memory_fraction);
+  }
+  return kept;
+}
+
 class GreedyBuilder {
  public:
   GreedyBuilder(std::int32_t ranks, std::int32_t microbatches, const std::vector<std::int32_t>& placement,
@@ -110,7 +120,7 @@ class GreedyBuilder {
         placement_(placement),
         params_(params) {
     split_ = params.weights != WeightPolicy::with_input;
-    kept_ = costs.weight_memory_fraction;
+    kept_ = kept_for_bw(costs, S_, M_);
     const std::size_t cells = static_cast<std::size_t>(S_) * static_cast<std::size_t>(M_);
     tf_.resize(cells);
     tb_.resize(cells);
@@ -354,7 +364,7 @@ class GreedyBuilder {
         programs_[ri].push_back(Action{split_ ? Op::BI : Op::B, s, j, 0});
         free_[ri] = start + tb_[i];
         end_b_[i] = free_[ri];
-        const double freed = split_ ? 1.0 - kept_ : 1.0;
+        const double freed = split_ ? 1.0 - kept_[si] : 1.0;
         units_[ri] -= freed * w;
         used_bytes_[ri] -= freed * bytes_[i];
         if (split_) pending_[ri].emplace_back(s, j);
@@ -371,8 +381,8 @@ class GreedyBuilder {
         const std::size_t i = cell(ws, j);
         programs_[ri].push_back(Action{Op::BW, ws, j, 0});
         free_[ri] = start + tw_[i];
-        units_[ri] -= kept_ * weight_[static_cast<std::size_t>(ws)];
-        used_bytes_[ri] -= kept_ * bytes_[i];
+        units_[ri] -= kept_[static_cast<std::size_t>(ws)] * weight_[static_cast<std::size_t>(ws)];
+        used_bytes_[ri] -= kept_[static_cast<std::size_t>(ws)] * bytes_[i];
         break;
       }
       default:
@@ -528,7 +538,7 @@ class GreedyBuilder {
   std::vector<std::int32_t> placement_;
   GreedyParams params_;
   bool split_ = true;
-  double kept_ = 0.5;
+  std::vector<double> kept_;  // per stage: what its BI keeps for BW (M_W / M_B)
   std::vector<double> tf_, tb_, tw_, bytes_, xf_, xb_, end_f_, end_b_;
   std::vector<double> weight_;
   std::vector<std::vector<std::int32_t>> stages_of_;
@@ -644,7 +654,7 @@ class ZbHeuristicBuilder {
     const std::size_t cells = static_cast<std::size_t>(S_) * static_cast<std::size_t>(M_);
     for (auto* v : {&tf_, &tb_, &tw_, &bytes_, &xf_, &xb_}) v->assign(cells, 0.0);
     for (auto* v : {&end_f_, &end_b_}) v->assign(cells, -1.0);
-    kept_ = costs.weight_memory_fraction;
+    kept_ = kept_for_bw(costs, S_, M_);
     for (std::int32_t s = 0; s < S_; ++s) {
       for (std::int32_t mb = 0; mb < M_; ++mb) {
         const StageCost c = stage_cost(costs, s, mb, M_);
@@ -747,14 +757,14 @@ class ZbHeuristicBuilder {
         }
         end = std::max(end, input) + tb_[c];
         end_b_[c] = end;
-        units_[ji] -= 1.0 - kept_;
-        used_bytes_[ji] -= (1.0 - kept_) * bytes_[c];
+        units_[ji] -= 1.0 - kept_[ji];
+        used_bytes_[ji] -= (1.0 - kept_[ji]) * bytes_[c];
         break;
       }
       default:
         end += tw_[c];
-        units_[ji] -= kept_;
-        used_bytes_[ji] -= kept_ * bytes_[c];
+        units_[ji] -= kept_[ji];
+        used_bytes_[ji] -= kept_[ji] * bytes_[c];
         break;
     }
     // Idle before the pass counts once the stage has started (its first forward's wait does not).
@@ -840,8 +850,8 @@ class ZbHeuristicBuilder {
               bytes <= params_.limit.activation_bytes_of(j) * (1.0 + memory_slack))
             break;
           weights += tw_[cell(j, k)];
-          units -= kept_;
-          bytes -= kept_ * bytes_[cell(j, k)];
+          units -= kept_[ji];
+          bytes -= kept_[ji] * bytes_[cell(j, k)];
         }
         if (free_[ji] + tf_[c] + weights <= next_done) {
           go[ji] = 1;
@@ -875,7 +885,7 @@ class ZbHeuristicBuilder {
       problem = concat("stage ", j, " is at backward ", b_[ji], " where the heuristic expects ", i);
       return;
     }
-    if (!make_room(j, -(1.0 - kept_), -(1.0 - kept_) * bytes_[cell(j, i)])) return;
+    if (!make_room(j, -(1.0 - kept_[ji]), -(1.0 - kept_[ji]) * bytes_[cell(j, i)])) return;
     if (j + 1 < S_) weights_before(j, backward_input(j, i));
     if (j == 0 && f_[ji] == M_)
       while (problem.empty() && w_[ji] < b_[ji]) put(j, Op::BW);
@@ -884,7 +894,7 @@ class ZbHeuristicBuilder {
 
   std::int32_t S_, M_;
   ZbHeuristicParams params_;
-  double kept_ = 0.5;
+  std::vector<double> kept_;  // per stage: what its BI keeps for BW (M_W / M_B)
   std::vector<double> tf_, tb_, tw_, bytes_, xf_, xb_, end_f_, end_b_;
   std::vector<std::int32_t> f_, b_, w_;
   std::vector<double> free_, units_, used_bytes_, bubble_;

@@ -141,18 +141,13 @@ inline constexpr double memory_slack = 1e-9;
   // Inference (no backward anywhere) keeps nothing for a backward, as validate() counts it.
   if (!flat.has_backward) return peak;
   const MemoryModel shares = memory_model_for(costs, s.stages());
-  const auto fractions = [&shares](std::int32_t stage) {
-    const auto st = static_cast<std::size_t>(stage);
-    const double rf = shares.recompute_fraction.empty() ? 1.0 : shares.recompute_fraction[st];
-    return detail::MemoryFractions{rf, shares.offload_fraction.empty() ? 1.0 : shares.offload_fraction[st],
-                                   shares.recompute_peak_fraction.empty() ? rf : shares.recompute_peak_fraction[st]};
-  };
+  const auto fractions = detail::stage_fractions(shares);
   const std::int32_t M = s.microbatches;
   const auto bytes_of = [&costs, M](std::int32_t stage, std::int32_t mb) { return stage_cost(costs, stage, mb, M).activation_bytes; };
   ValidationReport report;
   report.memory.assign(s.programs.size(), RankMemory{});
   report.stage_peak_in_flight.assign(static_cast<std::size_t>(std::max(flat.stages, 0)), 0);
-  detail::measure_memory_walk<false>(flat, costs.weight_memory_fraction, bytes_of, fractions, report);
+  detail::measure_memory_walk<false>(flat, bytes_of, fractions, report);
   for (std::size_t r = 0; r < s.programs.size(); ++r) {
     peak.microbatches[r] = report.memory[r].peak_microbatches;
     peak.bytes[r] = report.memory[r].peak_bytes;

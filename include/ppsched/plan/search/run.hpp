@@ -315,6 +315,7 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
       LoweredSchedule lowered = lower(e.schedule, lower_options_for(costs, e.schedule.stages(), m), ws);
       ValidateOptions check;
       check.memory.weight_fraction = costs.weight_memory_fraction;
+      check.memory.stage_weight_fraction = memory_model_for(costs, e.schedule.stages()).stage_weight_fraction;
       ValidationReport report = validate(lowered, check, ws);
       if (!report.ok()) {
         e.candidate.fits = false;

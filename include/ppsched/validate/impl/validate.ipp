@@ -30,7 +30,7 @@ PPSCHED_OUTLINE ValidationReport validate_proven(const LoweredSchedule& lowered,
     flat.rank_actions[r] = s.programs[r].data();
     flat.rank_begin[r + 1] = flat.rank_begin[r] + static_cast<std::int32_t>(s.programs[r].size());
   }
-  measure_memory(flat, options.memory.weight_fraction, stage_sizes(options), stage_fractions(options), report);
+  measure_memory(flat, stage_sizes(options), stage_fractions(options.memory), report);
   report.deadlock_checked = options.check_deadlock;
   return report;
 }
@@ -43,7 +43,7 @@ PPSCHED_OUTLINE ValidationReport validate_into(const Schedule& s, const Validate
   if (!static_checks(s, flat, sink)) return report;
   report.lowered = flat.lowered;
   check_memory_options(options, flat.stages);
-  measure_memory(flat, options.memory.weight_fraction, stage_sizes(options), stage_fractions(options), report);
+  measure_memory(flat, stage_sizes(options), stage_fractions(options.memory), report);
   if (sink.any() || !options.check_deadlock) return report;
   report.deadlock_checked = true;
   // Communication on the compute stream only adds waits to those of a separate comm stream

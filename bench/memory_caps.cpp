@@ -10,9 +10,12 @@
 //   each stage's ladder (stage_ladders), all on each family's own cut;
 // - the planner's plan with memory actions (compare_families with MemoryPolicyMode::automatic:
 //   the ladders with layer-wise recomputation and, where no policy fits a family's cut, a cut
-//   made again under the cap), which is what `ppsched-plan --memory-policy auto` recommends.
-// Then it bisects, to 0.01 GiB, the smallest cap at which the search finds a plain plan and the
-// smallest at which some plan with memory actions exists, and sets both beside the static
+//   made again under the cap), which is what `ppsched-plan --memory-policy auto` recommends;
+// - the search's plan with memory actions (search_plan with MemoryPolicyMode::automatic: the
+//   search's candidates over the cap, best bound first, priced as the planner prices a family),
+//   which is what `ppsched-plan --schedule auto --memory-policy auto` recommends.
+// Then it bisects, to 0.01 GiB, the smallest cap at which the search finds a plain plan, the
+// smallest at which some plan with memory actions exists, and the planner's and the search's, and sets both beside the static
 // memory (the goal: the second's excess over static at most half the first's).
 // A report, not a timed test (docs/performance.md, "Memory policies").
 #include <algorithm>
@@ -78,6 +81,11 @@ double bisect(double lo, double hi, double step, const Fits& fits) {
   return hi;
 }
 
+const ScheduleResult* searched_with_policies(const PlanModel& model, PlanRequest request, double cap, SearchedPlan& keep) {
+  request.memory_policy.mode = MemoryPolicyMode::automatic;
+  return searched(model, request, cap, keep);
+}
+
 const ScheduleResult* planned(const PlanModel& model, PlanRequest request, double cap, PlanResult& keep) {
   request.cap.total_bytes = cap;
   request.memory_policy.mode = MemoryPolicyMode::automatic;
@@ -119,8 +127,9 @@ int main() {
     for (const double b : r.static_bytes) static_peak = std::max(static_peak, b);
   }
   std::printf("static memory on the fullest rank: %.2f GiB (1f1b's cut)\n", static_peak / GiB);
-  std::printf("%7s | %-16s | %-30s | %-40s | %-40s | %s\n", "cap GiB", "plain families", "plain search",
-              "memory actions (whole stages)", "with layer-wise (+ offloaded checkpoints)", "planner (policies, partition)");
+  std::printf("%7s | %-16s | %-30s | %-40s | %-40s | %-40s | %s\n", "cap GiB", "plain families", "plain search",
+              "memory actions (whole stages)", "with layer-wise (+ offloaded checkpoints)", "planner (policies, partition)",
+              "search with policies");
   for (const double cap_gib : {64.0, 30.0, 25.0, 22.0, 21.0, 20.0, 19.0, 18.5, 18.0, 17.0, 16.5, 16.0}) {
     const double cap = cap_gib * GiB;
     const ScheduleResult* plain = nullptr;
@@ -135,14 +144,18 @@ int main() {
     const MemoryBest layers = best_with_memory(model, all, cap, true);
     PlanResult keep_plan;
     const ScheduleResult* plan = planned(model, request, cap, keep_plan);
+    SearchedPlan keep_with;
+    const ScheduleResult* search_with = searched_with_policies(model, request, cap, keep_with);
     const auto text = [](const MemoryBest& b) {
       return b.found() ? b.name + " " + ms(b.makespan) + " [" + b.policies + "]" : std::string("none fits");
     };
-    std::printf("%7.1f | %-16s | %-30s | %-40s | %-40s | %s\n", cap_gib,
+    std::printf("%7.1f | %-16s | %-30s | %-40s | %-40s | %-40s | %s\n", cap_gib,
                 plain != nullptr ? (plain->name + " " + ms(plain->makespan)).c_str() : "none fits",
                 search != nullptr ? (search->name + " " + ms(search->makespan)).c_str() : "none fits",
                 text(whole).c_str(), text(layers).c_str(),
-                plan != nullptr ? (plan->name + " " + ms(plan->makespan) + " [" + policies_of(*plan) + "]").c_str() : "none fits");
+                plan != nullptr ? (plan->name + " " + ms(plan->makespan) + " [" + policies_of(*plan) + "]").c_str() : "none fits",
+                search_with != nullptr ? (search_with->name + " " + ms(search_with->makespan) + " [" + policies_of(*search_with) + "]").c_str()
+                                       : "none fits");
     std::fflush(stdout);
   }
 
@@ -178,5 +191,15 @@ int main() {
   std::printf("smallest cap with the planner's plan (policies and partition): %.2f GiB (%+.2f GiB against the fixed cut's static): %s %s [%s]\n",
               planner_cap / GiB, (planner_cap - static_peak) / GiB, least->name.c_str(), ms(least->makespan).c_str(),
               policies_of(*least).c_str());
+  std::fflush(stdout);
+  const double search_cap = bisect(8.0 * GiB, 25.0 * GiB, step, [&](double cap) {
+    SearchedPlan keep_search;
+    return searched_with_policies(model, request, cap, keep_search) != nullptr;
+  });
+  SearchedPlan keep_search;
+  const ScheduleResult* least_search = searched_with_policies(model, request, search_cap, keep_search);
+  std::printf("smallest cap with the search's plan with policies: %.2f GiB (%+.2f GiB against the fixed cut's static): %s %s [%s]\n",
+              search_cap / GiB, (search_cap - static_peak) / GiB, least_search->name.c_str(), ms(least_search->makespan).c_str(),
+              policies_of(*least_search).c_str());
   return 0;
 }

@@ -1243,6 +1243,46 @@ TEST_CASE("--memory-policy: auto fits a cap no plain family meets and names each
   for (const json& s : plan_json(capped).at("schedules")) CHECK_FALSE(s.contains("memory_policy"));
 }
 
+TEST_CASE("--schedule auto --memory-policy auto: the search's candidates over the cap climb the ladders; none changes nothing",
+          "[cli][plan][memory]") {
+  const std::vector<std::string> capped{"--memory-cap-bytes", "21GiB", "--schedule", "auto"};
+  const Run plain = plan(capped);
+  REQUIRE(plain.status == 0);
+  std::vector<std::string> with_none = capped;
+  with_none.insert(with_none.end(), {"--memory-policy", "none"});
+  CHECK(plan(with_none).out == plain.out);
+  CHECK(plain.out.find("Memory policies") == std::string::npos);
+  const json plain_json_out = plan_json(capped);
+  REQUIRE(plain_json_out.at("schedules").size() == 1);
+  CHECK_FALSE(plain_json_out.at("schedules")[0].contains("memory_policy"));
+
+  std::vector<std::string> with_auto = capped;
+  with_auto.insert(with_auto.end(), {"--memory-policy", "auto"});
+  const Run r = plan(with_auto);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  // The columns compare_families' report uses, and the search's table after them.
+  CHECK(r.out.find("Memory policies (chosen where a schedule does not fit plainly") != std::string::npos);
+  CHECK(r.out.find("stage  policy") != std::string::npos);
+  CHECK(r.out.find("\nSearch: ") != std::string::npos);
+  CHECK(r.out.find(" with the memory policies above (") != std::string::npos);
+  const json j = plan_json(with_auto);
+  check_plan_json(j);
+  REQUIRE(j.at("schedules").size() == 1);
+  const json& s = j.at("schedules")[0];
+  CHECK(s.at("fits") == true);
+  CHECK(max_of(s.at("peak_memory_bytes")) <= 21.0 * 1024 * 1024 * 1024);
+  const json& m = s.at("memory_policy");
+  CHECK(m.at("chosen") == true);
+  CHECK(m.at("plain_fit_problem").get<std::string>().find("> cap 21 GiB") != std::string::npos);
+  // Faster than the plain search's pick at this cap (6,829 ms on the default model).
+  CHECK(s.at("makespan").get<double>() < plain_json_out.at("schedules")[0].at("makespan").get<double>());
+  CHECK(j.at("recommendation_reason").get<std::string>().find("with memory policies") != std::string::npos);
+  bool noted = false;
+  for (const json& c : j.at("search").at("candidates")) noted = noted || c.at("note").get<std::string>().find("with memory policies") != std::string::npos;
+  CHECK(noted);
+}
+
 TEST_CASE("--memory-policy per stage runs the stages named; bad tokens are named with the valid forms",
           "[cli][plan][memory]") {
   const json j = plan_json({"--schedule", "1f1b", "--memory-policy", "0=recompute,1=offload:0.5,2=selective:0.3"});
@@ -1304,7 +1344,9 @@ TEST_CASE("--memory-policy per stage runs the stages named; bad tokens are named
            {{"--memory-policy", "0=recompute,0=offload"}, {"gives stage 0 a second policy"}},
            {{"--memory-policy", "0=recompute,auto"}, {"'auto' cannot be part of a list"}},
            {{"--memory-policy", "auto"}, {"a byte cap", "--memory-cap-bytes"}},
-           {{"--memory-policy", "auto", "--memory-cap-bytes", "21GiB", "--schedule", "auto"}, {"--schedule auto"}},
+           {{"--memory-policy", "0=recompute", "--schedule", "auto"}, {"per-stage policies", "--schedule auto", "--memory-policy auto"}},
+           {{"--memory-policy", "auto", "--memory-cap-bytes", "21GiB", "--schedule", "auto", "--objective", "span"},
+            {"chooses memory policies for the makespan", "drop --objective"}},
            {{"--memory-policy", "0=recompute", "--stage-cost", "1,1,1"}, {"--stage-cost has no activation bytes"}},
            {{"--memory-policy", "9=recompute", "--schedule", "1f1b"}, {"stage 9", "has 8 stages"}},
            {{"--memory-policy", "0=recompute", "--devices", "8"}, {"does not apply to a --devices plan"}},

@@ -25,6 +25,7 @@
 #include "ppsched/plan/model.hpp"
 #include "ppsched/graph/profile.hpp"
 #include "ppsched/graph/profile_json.hpp"
+#include "ppsched/plan/search/dependency_run.hpp"
 #include "ppsched/plan/search/memory.hpp"
 #include "ppsched/runtime/synthetic.hpp"
 #include "ppsched/runtime/world.hpp"
@@ -623,6 +624,15 @@ TEST_CASE("the planner chooses per-stage policies that fit a memory cap", "[memo
     INFO(choice.tries << " tries");
     REQUIRE(choice.fits);
     for (const double b : choice.peak_bytes) CHECK(b <= 3.5e9);
+    // "Fits" is judged as compare_families checks a cap: the program order's walk, and with
+    // copies the memory over the simulated time too, whichever is larger.
+    const SimResult run = simulate(choice.plan.schedule, choice.plan.costs);
+    const bool copies = has_copies(choice.plan.schedule);
+    for (std::size_t k = 0; k < 4; ++k) {
+      CHECK(choice.peak_bytes[k] == Approx(static_bytes[k] + capped_activation_bytes(run, k, copies)));
+      CHECK(choice.peak_bytes[k] >= static_bytes[k] + run.memory[k].peak_bytes * (1.0 - 1e-12));
+      if (copies) CHECK(choice.peak_bytes[k] >= static_bytes[k] + run.timed_peak[k].bytes * (1.0 - 1e-12));
+    }
     CHECK(choice.plan.policies[3].kind == MemoryPolicyKind::none);  // the last rank holds 1 activation
     CHECK(choice.plan.policies[0].kind != MemoryPolicyKind::none);
     CHECK(choice.makespan >= base.makespan);
@@ -902,6 +912,26 @@ TEST_CASE("layer-wise recomputation with offloaded checkpoints holds one layer a
       CHECK(fr.memory[k].peak_bytes == Approx(100.0));
       for (const MemorySample& m : fr.memory_over_time[k]) CHECK(m.bytes >= -1e-9);
     }
+    // The copies are priced from what they move, as the walk counts it: nothing here, so each
+    // takes the link's latency alone (not the whole activation's 1.0 besides).
+    fc.host_link = Interconnect{0.5, 100.0};
+    CHECK(compute_time(fc, act(Op::OFFLOAD, 0, 0), 4) == Approx(1.5));  // a micro-batch without R
+    CHECK(compute_time(fc, act(Op::OFFLOAD, 0, 0), 4, true) == Approx(0.5));
+    const auto copy_times = [](const SimResult& run) {
+      std::vector<double> t;
+      for (const Span& sp : run.timeline.spans)
+        if (is_copy(sp.action.op)) t.push_back(sp.end - sp.start);
+      return t;
+    };
+    const SimResult latency_only = simulate(full, fc);
+    REQUIRE(copy_times(latency_only).size() == 16);
+    for (const double t : copy_times(latency_only)) CHECK(t == Approx(0.5));
+    // R restoring 60 of the 100 bytes: F keeps 40, and that is what each copy moves.
+    fc.stages[0].recompute_saved_bytes = 60.0;
+    const SimResult selective = simulate(full, fc);
+    for (const double t : copy_times(selective)) CHECK(t == Approx(0.9));
+    // The search's dependency-only bound prices them alike, so it stays a lower bound.
+    CHECK(run_dependencies(full, fc).makespan <= selective.makespan * (1.0 + 1e-12));
   }
 }
 

@@ -1132,3 +1132,106 @@ TEST_CASE("compare_families with memory policies: auto fits a cap no plain famil
              Catch::Contains("stage 4") && Catch::Contains("has 4 stages") && Catch::Contains("PlanRequest::memory_policy.stages"));
   CHECK_THAT(error_of([&] { (void)search_plan(model, request); }), Catch::Contains("PlanRequest::memory_policy.mode"));
 }
+
+TEST_CASE("layer-wise offload's saves count the checkpoints of the micro-batches whose copies were placed",
+          "[plan][compare][memory]") {
+  const PlanModel model = graph_model(chain(8, 1000.0, 1e6), "activation-heavy", {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 1.0});
+  PlanRequest request;
+  request.ranks = 4;
+  request.microbatches = 8;
+  request.families = {"1f1b"};
+  request.memory_policy.mode = MemoryPolicyMode::given;
+  request.memory_policy.host_link = Interconnect{0.0, 1e12};  // copies that take no time
+  // Half a layer's activation recomputed, the rest (the checkpoints) offloaded. The last
+  // stage's backward follows its forward at once: no copy of it can hide, so none is placed.
+  const MemoryPolicy lwo = MemoryPolicy::layerwise_offload(5e5, 5e5, 1.0);
+  request.memory_policy.stages = {{0, lwo}, {3, lwo}};
+  const ScheduleResult r = compare_families(model, request).schedules.at(0);
+  REQUIRE(r.memory);
+  const auto offloads = [&r](std::int32_t stage) {
+    std::int32_t n = 0;
+    for (const auto& program : r.schedule.programs)
+      for (const Action& a : program) n += a.op == Op::OFFLOAD && a.stage == stage;
+    return n;
+  };
+  const StageMemoryCost& first = r.memory->stages[0];
+  const StageMemoryCost& last = r.memory->stages[3];
+  CHECK(first.microbatches == 8);
+  CHECK(last.microbatches == 8);
+  REQUIRE(offloads(0) > 0);
+  CHECK(first.saved_bytes > 5e5);
+  CHECK(offloads(3) == 0);
+  CHECK(last.copy_time == 0.0);
+  CHECK(last.saved_bytes == Approx(5e5));  // the recomputed part only: its checkpoints stay
+}
+
+TEST_CASE("search_plan with memory policies: a candidate over the byte cap climbs its stages' ladders",
+          "[plan][search][memory]") {
+  const PlanModel model = graph_model(chain(8, 1000.0, 1e6), "activation-heavy", {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 1.0});
+  PlanRequest request;
+  request.ranks = 4;
+  request.microbatches = 8;
+  const PartitionPlan cut = model.partition(one_stage_per_rank_placement(4));
+  double act = 0.0;
+  for (const PartitionStage& st : cut.stages) act = std::max(act, st.activation_bytes);
+  const std::vector<double> fixed = static_bytes_per_rank(cut, 4);
+  // Less than one micro-batch's activations on a rank: no plain schedule keeps to it, and
+  // layer-wise recomputation (one layer of two held at a time) does.
+  request.cap.total_bytes = *std::max_element(fixed.begin(), fixed.end()) + 0.9 * act;
+  const SearchedPlan none = search_plan(model, request);
+  INFO(none.plan.recommended.reason);
+  REQUIRE_FALSE(none.plan.recommended.index);
+
+  request.memory_policy.mode = MemoryPolicyMode::automatic;
+  const SearchedPlan with = search_plan(model, request);
+  INFO(to_string(with.plan));
+  REQUIRE(with.plan.recommended.index == std::optional<std::size_t>(0));
+  REQUIRE(with.plan.schedules.size() == 1);
+  const ScheduleResult& pick = with.plan.schedules.front();
+  REQUIRE(pick.memory);
+  CHECK(pick.memory->chosen);
+  CHECK(pick.valid);
+  CHECK(pick.fits);
+  for (const double b : pick.peak_memory_bytes) CHECK(b <= *request.cap.total_bytes * (1.0 + 1e-9));
+  CHECK(pick.memory->plain_peak_bytes > *request.cap.total_bytes);
+  CHECK(pick.makespan >= pick.memory->plain_makespan * (1.0 - 1e-9));
+  CHECK(std::any_of(pick.memory->stages.begin(), pick.memory->stages.end(),
+                    [](const StageMemoryCost& c) { return c.policy.kind != MemoryPolicyKind::none; }));
+  CHECK(validate(pick.schedule).ok());
+  CHECK_THAT(with.plan.recommended.reason, Catch::Contains("with memory policies") && Catch::Contains("no candidate fits plainly"));
+  CHECK(with.search.why == with.plan.recommended.reason);
+  // The candidates tried say what the policies gave them.
+  CHECK(std::any_of(with.search.candidates.begin(), with.search.candidates.end(),
+                    [](const Candidate& c) { return c.note.find("with memory policies: makespan") != std::string::npos; }));
+  // As fast as compare_families' best with policies on the families the search also builds
+  // on one stage per rank (their cuts are the search's).
+  request.families = {"gpipe", "1f1b", "zb-h1"};
+  const PlanResult families = compare_families(model, request);
+  std::int32_t compared = 0;
+  for (const ScheduleResult& r : families.schedules) {
+    if (!r.fits || !r.memory || r.memory->partition) continue;
+    ++compared;
+    CHECK(pick.makespan <= r.makespan * (1.0 + 1e-9));
+  }
+  CHECK(compared > 0);
+  request.families.clear();
+
+  SECTION("a cap the plain winner keeps to: the plain search's answer") {
+    request.cap.total_bytes = 1e12;
+    PlanRequest plain_request = request;
+    plain_request.memory_policy.mode = MemoryPolicyMode::none;
+    const SearchedPlan a = search_plan(model, request), b = search_plan(model, plain_request);
+    REQUIRE(a.plan.schedules.size() == 1);
+    CHECK_FALSE(a.plan.schedules[0].memory);
+    CHECK(a.plan == b.plan);
+    CHECK(a.search.why == b.search.why);
+  }
+  SECTION("policies rank by the makespan, and need a budget of candidates") {
+    request.objective.kind = ObjectiveKind::span;
+    CHECK_THAT(error_of([&] { (void)search_plan(model, request); }),
+               Catch::Contains("memory policies are chosen for the makespan") && Catch::Contains("PlanRequest::objective"));
+    request.objective = {};
+    request.memory_policy.search_candidates = 0;
+    CHECK_THAT(error_of([&] { (void)search_plan(model, request); }), Catch::Contains("search_candidates is 0"));
+  }
+}

@@ -412,9 +412,12 @@ inline constexpr std::string_view memory_policy_forms =
     if (options.source == ModelSource::stage_cost) {
       refuse("--stage-cost has no activation bytes to recompute or offload", "use --layers or --profile (or the default model)");
     }
-    if (options.schedule_auto) {
-      refuse("the schedule search (--schedule auto) does not choose memory policies yet",
-             "name families with --schedule, or give none to compare them all");
+    if (options.schedule_auto && options.memory_policy.mode == MemoryPolicyMode::given) {
+      refuse("per-stage policies name the stages of one schedule, and the search's candidates (--schedule auto) differ in their stages",
+             "use --memory-policy auto with --schedule auto, or name families with --schedule");
+    }
+    if (options.schedule_auto && options.objective.kind != ObjectiveKind::makespan) {
+      refuse("the search (--schedule auto) chooses memory policies for the makespan", "drop --objective, or drop --schedule auto");
     }
     if (!options.validate_path.empty()) refuse("does not apply to --validate", "drop --memory-policy, or drop --validate");
     if (options.devices != 0) refuse("does not apply to a --devices plan", "drop --memory-policy, or drop --devices");

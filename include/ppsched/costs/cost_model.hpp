@@ -335,8 +335,19 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
 [[nodiscard]] constexpr double offload_bytes(const StageCost& s) noexcept {
   return s.offload_bytes.value_or(s.activation_bytes);
 }
+// What one OFFLOAD (and its RELOAD) of a micro-batch moves: offload_bytes, or, where R also
+// recomputes that micro-batch, at most what F kept for R — the memory walk's count
+// (validate/memory.hpp, MemoryFractions::moved), so a copy is priced from the bytes it moves.
+[[nodiscard]] constexpr double moved_bytes(const StageCost& s, bool recomputed) noexcept {
+  if (!recomputed) return offload_bytes(s);
+  const double kept = s.activation_bytes - recompute_saved_bytes(s);
+  return std::min(offload_bytes(s), kept > 0.0 ? kept : 0.0);
+}
 
-[[nodiscard]] inline double compute_time(const CostModel& c, const Action& a, std::int32_t microbatches) {
+// `recomputed`: the action's micro-batch has an R on its stage (read only for OFFLOAD and
+// RELOAD, which move less then: moved_bytes).
+[[nodiscard]] inline double compute_time(const CostModel& c, const Action& a, std::int32_t microbatches,
+                                         bool recomputed = false) {
   const StageCost s = stage_cost(c, a.stage, a.microbatch, microbatches);
   switch (a.op) {
     case Op::F: return s.forward + c.action_overhead;
@@ -346,7 +357,7 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
     case Op::R: return recompute_time(s) + c.action_overhead;
     // A copy is issued like an action and moves its bytes over the host link.
     case Op::OFFLOAD:
-    case Op::RELOAD: return c.host_link.transfer_time(offload_bytes(s)) + c.action_overhead;
+    case Op::RELOAD: return c.host_link.transfer_time(moved_bytes(s, recomputed)) + c.action_overhead;
     case Op::SEND_F:
     case Op::RECV_F:
     case Op::SEND_B:

@@ -77,6 +77,10 @@ struct PlanMemoryPolicy {
   // which needs a model unit seconds_per_unit knows.
   std::optional<Interconnect> host_link;
   MemoryChoiceOptions choice{};  // automatic: the ladder and the placement
+  // automatic, in search_plan: at most this many of the search's candidates over the byte cap
+  // are priced with policies, best bound first (each is one choose_memory_policies, about 0.1
+  // to 0.2 s on the default model); the bound usually stops it sooner (after 23 to 30 there).
+  std::int32_t search_candidates = 64;
 };
 
 // What to plan: the pipeline's size, the families to compare and the caps.
@@ -105,7 +109,9 @@ struct StageMemoryCost {
   // Of the step's micro-batches, how many it applies to: the stage's R, or OFFLOAD, actions
   // (an offload whose copies could not hide keeps the activation instead).
   std::int32_t microbatches = 0;
-  double saved_bytes = 0.0;     // per such micro-batch: activation bytes not held from F to B
+  // Per such micro-batch: activation bytes not held from F to B (on average over them where
+  // some keep what others offload: layer-wise checkpoints whose copies could not hide).
+  double saved_bytes = 0.0;
   double recompute_time = 0.0;  // per step: the stage's R actions, on its compute stream
   double copy_time = 0.0;       // per step: its OFFLOAD and RELOAD, on the copy lane beside compute
 
@@ -145,7 +151,7 @@ struct ScheduleResult {
   std::vector<double> span;      // per rank
   std::vector<double> peak_activations;       // per rank, M_B
   std::vector<double> static_bytes;           // per rank: parameters with optimizer state
-  std::vector<double> peak_activation_bytes;  // per rank
+  std::vector<double> peak_activation_bytes;  // per rank, as a cap judges it (capped_activation_bytes)
   std::vector<double> peak_memory_bytes;      // per rank: static + peak activations
   double throughput = 0.0;  // micro-batches per time unit
   // The family's closed form (sim/analytic.hpp), where it has one and it holds: uniform ranks
@@ -425,6 +431,7 @@ namespace detail {
   }
   r.static_bytes = static_bytes_per_rank(partition, r.schedule.ranks);
   SimResult sim = lowered ? simulate(*lowered, cost, {}, ws) : simulate(r.schedule, cost, {}, ws);
+  const bool copies = has_copies(r.schedule);  // then the memory over time counts too
   r.makespan = sim.makespan;
   r.bubble_fraction = sim.bubble_fraction;
   r.ideal_time = sim.ideal_time;
@@ -433,8 +440,8 @@ namespace detail {
     r.span.push_back(sim.ranks[k].span);
     r.max_rank_span = std::max(r.max_rank_span, sim.ranks[k].span);
     r.peak_activations.push_back(report.memory[k].peak_microbatches);
-    r.peak_activation_bytes.push_back(sim.memory[k].peak_bytes);
-    r.peak_memory_bytes.push_back(r.static_bytes[k] + sim.memory[k].peak_bytes);
+    r.peak_activation_bytes.push_back(capped_activation_bytes(sim, k, copies));
+    r.peak_memory_bytes.push_back(r.static_bytes[k] + r.peak_activation_bytes.back());
   }
   r.throughput = r.makespan > 0.0 ? r.schedule.microbatches / r.makespan : 0.0;
   r.timeline = std::move(sim.timeline);
@@ -785,24 +792,34 @@ namespace detail {
                                                            : mp.costs.stages[s];
     if (c.policy.recomputes()) c.saved_bytes = recompute_saved_bytes(sc);
     if (c.policy.kind == MemoryPolicyKind::offload) c.saved_bytes = offload_bytes(sc);
-    // Layer-wise with offloaded checkpoints: the recomputed part and the checkpoints.
-    if (c.policy.kind == MemoryPolicyKind::layerwise_offload) c.saved_bytes += offload_bytes(sc);
     use.stages.push_back(c);
   }
+  std::vector<std::int32_t> offloads(use.stages.size(), 0);
   for (const std::vector<Action>& program : r.schedule.programs) {
     for (const Action& a : program) {
       if (!is_memory(a.op)) continue;
       StageMemoryCost& c = use.stages[static_cast<std::size_t>(a.stage)];
-      const double t = compute_time(mp.costs, a, M);
+      const double t = compute_time(mp.costs, a, M, c.policy.recomputes());
       if (a.op == Op::R) {
         ++c.microbatches;
         c.recompute_time += t;
       } else {
+        if (a.op == Op::OFFLOAD) ++offloads[static_cast<std::size_t>(a.stage)];
         // (a micro-batch both recomputed and offloaded counts once, at its R)
         if (a.op == Op::OFFLOAD && !c.policy.recomputes()) ++c.microbatches;
         c.copy_time += t;
       }
     }
+  }
+  // Layer-wise with offloaded checkpoints: the recomputed part, and the checkpoints of the
+  // micro-batches whose copies were placed (the others keep theirs), per micro-batch on average.
+  for (std::size_t s = 0; s < use.stages.size(); ++s) {
+    StageMemoryCost& c = use.stages[s];
+    if (c.policy.kind != MemoryPolicyKind::layerwise_offload || c.microbatches == 0) continue;
+    const StageCost& sc = !mp.costs.per_microbatch.empty() ? mp.costs.per_microbatch[s * static_cast<std::size_t>(M)]
+                          : mp.costs.stages.size() == 1    ? mp.costs.stages.front()
+                                                           : mp.costs.stages[s];
+    c.saved_bytes += offload_bytes(sc) * static_cast<double>(offloads[s]) / static_cast<double>(c.microbatches);
   }
   r.memory = std::move(use);
   return r;

@@ -1,8 +1,9 @@
 // The planner's choice of memory policies (issue 23, item 2): for one schedule and cost model,
 // the per-stage policies (plan/memory_policy.hpp) under which every rank's peak memory —
 // its static bytes (parameters, gradients, optimizer state: no activation policy moves them)
-// plus its activations over the simulated time — fits a cap, at the least step time the
-// greedy search below finds.
+// plus its activations (capped_activation_bytes: in program order as validate() walks them,
+// and over the simulated time where copies may fall behind) — fits a cap, at the least step
+// time the greedy search below finds. compare_families and search_plan check a cap alike.
 //
 //   MemoryChoice c = choose_memory_policies(schedule, costs, static_bytes_per_rank(cut, p), 21 * GiB);
 //   if (c.fits) simulate(c.plan.schedule, c.plan.costs);
@@ -34,6 +35,24 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
+// The activation bytes rank `rank` of a simulated schedule holds at its peak, as a memory cap
+// judges it — one definition for choose_memory_policies, compare_families (check_fit) and
+// search_plan: the program order's walk (validate's, SimResult::memory), and, for a schedule
+// with copies (`copies`: any OFFLOAD or RELOAD), the larger of that and the memory over the
+// simulated time (SimResult::timed_peak). The walk counts each copy as ending where it is
+// issued; a copy lane that falls behind holds the offloaded bytes longer than that.
+[[nodiscard]] inline double capped_activation_bytes(const SimResult& r, std::size_t rank, bool copies) {
+  const double walk = rank < r.memory.size() ? r.memory[rank].peak_bytes : 0.0;
+  if (!copies || rank >= r.timed_peak.size()) return walk;
+  return std::max(walk, r.timed_peak[rank].bytes);
+}
+
+// Whether `s` has an OFFLOAD or RELOAD (capped_activation_bytes).
+[[nodiscard]] inline bool has_copies(const Schedule& s) {
+  return std::any_of(s.programs.begin(), s.programs.end(),
+                     [](const std::vector<Action>& p) { return std::any_of(p.begin(), p.end(), [](const Action& a) { return is_copy(a.op); }); });
+}
+
 struct MemoryChoiceOptions {
   // The policies a stage may take, from the least to the most memory saved; each stage climbs
   // it one step at a time.
@@ -49,7 +68,7 @@ struct MemoryChoiceOptions {
 struct MemoryChoice {
   MemoryPlan plan;                 // the schedule with its memory actions, the costs, the policies
   double makespan = 0.0;           // simulated step time of plan.schedule
-  std::vector<double> peak_bytes;  // per rank: static bytes + the activations' peak over time
+  std::vector<double> peak_bytes;  // per rank: static bytes + capped_activation_bytes
   bool fits = false;               // every rank within the cap
   std::int32_t tries = 0;          // simulations run
 };
@@ -80,14 +99,16 @@ struct MemoryChoice {
     MemoryChoice c;
     c.plan = apply_memory_policies(schedule, costs, policies, options.placement);
     SimOptions so;
-    so.record_timeline = true;  // the placement and the timed memory read it
+    so.record_timeline = false;  // the memory over time is counted without it
     const SimResult r = simulate(c.plan.schedule, c.plan.costs, so);
     c.makespan = r.makespan;
     c.peak_bytes.resize(static_cast<std::size_t>(schedule.ranks));
     c.fits = true;
+    const bool copies = has_copies(c.plan.schedule);
     for (std::size_t k = 0; k < c.peak_bytes.size(); ++k) {
-      c.peak_bytes[k] = (static_bytes.empty() ? 0.0 : static_bytes[k]) + (k < r.timed_peak.size() ? r.timed_peak[k].bytes : 0.0);
-      c.fits = c.fits && c.peak_bytes[k] <= cap_bytes;
+      // As compare_families checks a cap: one definition of "fits" (its relative slack too).
+      c.peak_bytes[k] = (static_bytes.empty() ? 0.0 : static_bytes[k]) + capped_activation_bytes(r, k, copies);
+      c.fits = c.fits && c.peak_bytes[k] <= cap_bytes * (1.0 + 1e-9);
     }
     return c;
   };

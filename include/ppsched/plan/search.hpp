@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -73,10 +74,71 @@ namespace detail {
 
 }  // namespace detail
 
+namespace detail {
+
+// search_plan's memory policies (PlanMemoryPolicy automatic, makespan objective): the search's
+// candidates over the byte cap whose M_B keep to the M_B cap (on a placement whose parameters
+// alone break the cap, one stage per rank only), best bound first, each priced as
+// compare_families prices a family (priced_with_memory_policy: the ladder of every stage,
+// choose_memory_policies, the cut made again under the cap where the last rung was needed),
+// while its bound is below the fastest makespan found (a policy only adds work, so the plain
+// bound bounds it too), at most PlanMemoryPolicy::search_candidates of them. Each one tried has
+// its note say what the policies gave. The fastest that fits, or nothing.
+[[nodiscard]] inline std::optional<ScheduleResult> search_memory_policies(SearchWork& work, const PlanModel& model,
+                                                                          const PlanRequest& request, PartitionCache& partition_for,
+                                                                          double plain_makespan, std::int32_t& tried) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < work.entries.size(); ++i) {
+    const SearchEntry& e = work.entries[i];
+    const bool units_fit = !request.cap.microbatches || e.candidate.peak_microbatches <= *request.cap.microbatches + memory_slack;
+    // A placement whose static bytes alone break the cap is tried on one stage per rank only,
+    // where the model may be cut again under the cap (priced_with_memory_policy).
+    const SearchPlacement& at = work.placements[e.placement];
+    const bool usable = at.unusable.empty() || at.kind == PlacementKind::one_per_rank;
+    if (e.candidate.built && !e.candidate.fits && units_fit && usable) order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return work.entries[a].candidate.bound < work.entries[b].candidate.bound; });
+  std::optional<ScheduleResult> best;
+  double best_makespan = plain_makespan;
+  Workspace ws;
+  tried = 0;
+  for (const std::size_t i : order) {
+    SearchEntry& e = work.entries[i];
+    if (tried >= request.memory_policy.search_candidates) break;
+    if (!(e.candidate.bound < best_makespan * (1.0 - 1e-9))) break;  // neither it nor any after it is faster
+    ++tried;
+    const PartitionPlan& cut = partition_for(work.placements[e.placement].placement);
+    ScheduleResult plain = evaluate_schedule(e.schedule, model, cut, request, ws);
+    plain.family = e.candidate.family;
+    if (!plain.valid || !plain.training) continue;
+    ScheduleResult r = priced_with_memory_policy(std::move(plain), model, cut, request, ws);
+    if (!r.memory) {
+      e.candidate.note += "; no memory policy makes it fit";
+      continue;
+    }
+    e.candidate.note += concat("; with memory policies: makespan ", short_number(r.makespan), r.fits ? ", fits" : ", does not fit");
+    if (r.fits && r.makespan < best_makespan) {
+      best_makespan = r.makespan;
+      best = std::move(r);
+    }
+  }
+  return best;
+}
+
+}  // namespace detail
+
 // Plans with the schedule search. Its depths (SearchOptions::chunks) are 1, 2, 4 and
 // request.chunks, each where the model has a layer for every virtual stage, and its objective
-// is request.objective; the other `options` apply as given. request.families is not used: the search chooses. Throws ppsched::error for a bad request,
-// and for bad input the search rejects when no cap applies.
+// is request.objective; the other `options` apply as given. request.families is not used: the
+// search chooses. With PlanRequest::memory_policy automatic and a byte cap (the request's or
+// the devices'), a candidate over it is priced again with the memory policies
+// choose_memory_policies picks for it, as compare_families does, and the fastest plan that
+// fits wins, plain or with policies (ScheduleResult::memory says what each stage does);
+// detail::search_memory_policies says which candidates are tried. Throws ppsched::error for a
+// bad request (given per-stage policies, which name the stages of one schedule; automatic
+// policies with an objective other than the makespan), and for bad input the search rejects
+// when no cap applies.
 [[nodiscard]] PPSCHED_OUTLINE SearchedPlan search_plan(const PlanModel& model, const PlanRequest& request,
                                               SearchOptions options = {})
 #if PPSCHED_OUTLINE_BODY
@@ -84,11 +146,24 @@ namespace detail {
   SearchedPlan out;
   PlanResult& plan = out.plan;
   plan = detail::start_plan("search_plan", model, request);
-  if (request.memory_policy.mode != MemoryPolicyMode::none) {
-    // The search prices thousands of candidates; choosing policies for each is not built yet.
-    fail({"search_plan", "PlanRequest::memory_policy is not none", "PlanRequest::memory_policy.mode",
-          "use compare_families for memory policies, or leave the mode none"});
+  if (request.memory_policy.mode == MemoryPolicyMode::given) {
+    // The candidates have p, 2p or 4p stages: a stage index names a different part of the
+    // model in each, so per-stage policies belong to one schedule.
+    fail({"search_plan", "PlanRequest::memory_policy gives policies per stage, and the search's candidates differ in their stages",
+          "PlanRequest::memory_policy.mode",
+          "use automatic (the search chooses per candidate), or compare_families with the families named"});
   }
+  const bool policies = request.memory_policy.mode == MemoryPolicyMode::automatic &&
+                        detail::smallest_byte_cap(request, model).has_value();
+  if (policies && request.objective.kind != ObjectiveKind::makespan) {
+    fail({"search_plan", detail::concat("memory policies are chosen for the makespan, and the objective is ", to_string(request.objective)),
+          "PlanRequest::objective", "use the makespan objective with memory policies, or compare_families"});
+  }
+  if (policies && request.memory_policy.search_candidates < 1) {
+    fail({"search_plan", detail::concat("PlanMemoryPolicy::search_candidates is ", request.memory_policy.search_candidates),
+          "PlanRequest::memory_policy.search_candidates", "give at least 1 candidate to price with memory policies"});
+  }
+  if (policies) (void)detail::host_link_for(request, model);  // a unit it cannot be given in is the request's error
   detail::PartitionCache partition_for(model);
   plan.partition = partition_for(one_stage_per_rank_placement(request.ranks));
 
@@ -110,8 +185,23 @@ namespace detail {
   options.objective = request.objective;
 
   SearchResult found;
+  bool plain_found = true;
+  detail::SearchWork work;
+  std::optional<ScheduleResult> plain_result, with_policies;
+  std::int32_t tried = 0;
   try {
-    found = search_schedule(problem, options);
+    if (!policies) {
+      found = search_schedule(problem, options);
+    } else {
+      std::string no_fit;
+      plain_found = detail::run_search(problem, options, found, no_fit, &work);
+      // The plain winner's makespan as evaluate_schedule gives it: the policies' figures come
+      // from the same evaluation.
+      if (plain_found) plain_result = evaluate_schedule(found.schedule, model, partition_for(found.schedule.placement), request);
+      const double plain_makespan = plain_result ? plain_result->makespan : std::numeric_limits<double>::infinity();
+      with_policies = detail::search_memory_policies(work, model, request, partition_for, plain_makespan, tried);
+      if (!plain_found && !with_policies) detail::fail_no_fit(problem, options, no_fit);
+    }
   } catch (const error& e) {
     // Not a memory or time problem: bad input.
     const bool timed = request.objective.kind == ObjectiveKind::memory && !std::isinf(request.objective.makespan_bound);
@@ -130,10 +220,29 @@ namespace detail {
     }
     return out;
   }
-  out.search.candidates = found.candidates;
+  if (policies) {
+    // The candidates with the notes the policies added (the search's own list moved them out).
+    out.search.candidates.clear();
+    for (detail::SearchEntry& e : work.entries) out.search.candidates.push_back(std::move(e.candidate));
+    for (Candidate& c : work.rejected) out.search.candidates.push_back(std::move(c));
+  } else {
+    out.search.candidates = found.candidates;
+  }
   out.search.why = found.why;
+  if (with_policies) {
+    const std::string plain_text =
+        plain_found ? detail::concat("; the fastest plain candidate that fits, ", found.best().name, ", takes ",
+                                     detail::short_number(found.best().makespan))
+                    : std::string("; no candidate fits plainly");
+    out.search.why = detail::concat(with_policies->name, " with memory policies, makespan ", detail::short_number(with_policies->makespan),
+                                    ": the fastest of the ", tried, " candidates over the byte cap priced with policies", plain_text);
+    plan.schedules.push_back(std::move(*with_policies));
+    plan.recommended.index = 0;
+    plan.recommended.reason = out.search.why;
+    return out;
+  }
   const PartitionPlan& partition = partition_for(found.schedule.placement);
-  plan.schedules.push_back(evaluate_schedule(found.schedule, model, partition, request));
+  plan.schedules.push_back(plain_result ? std::move(*plain_result) : evaluate_schedule(found.schedule, model, partition, request));
   plan.schedules.back().family = found.best().family;  // nullptr for a greedy schedule
   plan.recommended.index = 0;
   plan.recommended.reason = found.why;

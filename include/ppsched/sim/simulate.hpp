@@ -216,6 +216,10 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
     }
   }
   auto duration = [&](const Action& a) {
+    // A copy of a micro-batch R also recomputes moves what F kept for R (moved_bytes).
+    if (flat.has_copies && is_copy(a.op) && flat.find(Op::R, a.stage, a.microbatch) != no_action) {
+      return compute_time(cost, a, M, true);
+    }
     if (per_stage) return table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)];
     return is_comm(a.op) ? transfer_time(cost, a, M) : compute_time(cost, a, M);
   };

@@ -97,6 +97,10 @@ namespace detail {
     }
   }
   const auto time_of = [&](const Action& a) {
+    // As simulate() prices it: a copy of a recomputed micro-batch moves what F kept for R.
+    if (flat.has_copies && is_copy(a.op) && flat.find(Op::R, a.stage, a.microbatch) != detail::no_action) {
+      return compute_time(costs, a, M, true);
+    }
     if (per_stage) return table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)];
     return is_comm(a.op) ? transfer_time(costs, a, M) : compute_time(costs, a, M);
   };

@@ -39,9 +39,19 @@ namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {
 
-// The search; false with `no_fit` set when no candidate keeps to the cap.
+// What the search built, for a caller that goes on from its candidates (search_plan prices
+// the ones over the byte cap again with memory policies): every placement with its costs, and
+// every built schedule with its figures.
+struct SearchWork {
+  std::vector<SearchPlacement> placements;
+  std::vector<SearchEntry> entries;
+  std::vector<Candidate> rejected;  // never built, with the reason
+};
+
+// The search; false with `no_fit` set when no candidate keeps to the cap. `work`, when given,
+// gets what was built, whether a candidate fits or not.
 PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOptions& options, SearchResult& result,
-                       std::string& no_fit)
+                       std::string& no_fit, SearchWork* work = nullptr)
 #if PPSCHED_OUTLINE_BODY
 {
   check_search_problem(problem, options);
@@ -344,6 +354,11 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
     }
     if (!found && !recheck) break;
   }
+  if (work != nullptr) {  // copied: the candidates move into `result` below
+    work->placements = placements;
+    work->entries = entries;
+    work->rejected = rejected;
+  }
 
   if (!found && objective.kind == ObjectiveKind::memory) {
     const Candidate* fastest = nullptr;
@@ -401,6 +416,16 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
 ;
 #endif
 
+// The error search_schedule throws when run_search finds no candidate within the cap.
+[[noreturn]] inline void fail_no_fit(const SearchProblem& problem, const SearchOptions& options, const std::string& no_fit) {
+  fail({"schedule search",
+        concat("no schedule keeps to the memory cap (", cap_text(problem.cap, static_cast<bool>(problem.static_bytes)), ")",
+               options.objective.kind == ObjectiveKind::memory && !std::isinf(options.objective.makespan_bound)
+                   ? concat(" and finishes within makespan ", short_number(options.objective.makespan_bound))
+                   : std::string()),
+        concat("p=", problem.ranks, ", m=", problem.microbatches), no_fit});
+}
+
 }  // namespace detail
 
 // Searches schedules for `problem` (see the header comment) and returns the fastest one that
@@ -411,16 +436,7 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
 [[nodiscard]] inline SearchResult search_schedule(const SearchProblem& problem, const SearchOptions& options = {}) {
   SearchResult result;
   std::string no_fit;
-  if (!detail::run_search(problem, options, result, no_fit)) {
-    fail({"schedule search",
-          detail::concat("no schedule keeps to the memory cap (",
-                         detail::cap_text(problem.cap, static_cast<bool>(problem.static_bytes)), ")",
-                         options.objective.kind == ObjectiveKind::memory && !std::isinf(options.objective.makespan_bound)
-                             ? detail::concat(" and finishes within makespan ",
-                                              detail::short_number(options.objective.makespan_bound))
-                             : std::string()),
-          detail::concat("p=", problem.ranks, ", m=", problem.microbatches), no_fit});
-  }
+  if (!detail::run_search(problem, options, result, no_fit)) detail::fail_no_fit(problem, options, no_fit);
   return result;
 }
 

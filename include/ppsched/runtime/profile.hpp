@@ -331,6 +331,8 @@ template <class F>
                                std::move(unit));
 }
 
+namespace detail {
+
 // Stages that do nothing: what a step of them costs is the runtime's own work.
 [[nodiscard]] inline std::vector<StageFunctions> empty_stages(std::int32_t stages) {
   std::vector<StageFunctions> out(static_cast<std::size_t>(stages));
@@ -346,6 +348,8 @@ template <class F>
   }
   return out;
 }
+
+}  // namespace detail
 
 struct OverheadOptions {
   std::int32_t microbatches = 32;  // per step; more actions per step average the clock's cost away
@@ -403,14 +407,14 @@ template <class B>
   if (options.few_microbatches > 0 && options.few_microbatches < options.microbatches) counts.push_back(options.few_microbatches);
   for (const std::int32_t m : counts) {
     one_worlds.push_back(std::make_unique<World<B>>(one_rank, make_schedule("gpipe", ScheduleRequest{1, m, 1}),
-                                                    empty_stages(1), options.executor));
+                                                    detail::empty_stages(1), options.executor));
     one.push_back({one_worlds.back()->schedule(), {}});
   }
   measure(one_worlds, one);
   one_worlds.clear();
   std::vector<std::unique_ptr<World<B>>> two_worlds;
   two_worlds.push_back(std::make_unique<World<B>>(two_ranks, make_schedule("1f1b", ScheduleRequest{2, options.microbatches, 1}),
-                                                  empty_stages(2), options.executor));
+                                                  detail::empty_stages(2), options.executor));
   std::vector<MeasuredSteps> two{{two_worlds.back()->schedule(), {}}};
   measure(two_worlds, two);
   return fit_backend_overheads(one, two.front(), options.unit);

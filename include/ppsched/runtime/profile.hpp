@@ -225,6 +225,8 @@ struct MeasuredSteps {
   std::vector<double> steps;
 };
 
+namespace detail {
+
 // The fixed part of the simulated step: the simulator's makespan of `schedule` with every
 // stage free and the given fixed costs. The fits below solve it for the measured step.
 [[nodiscard]] inline double fixed_cost_makespan(const Schedule& schedule, double action_overhead,
@@ -234,8 +236,6 @@ struct MeasuredSteps {
   c.transfer_overhead = transfer_overhead;
   return simulate(schedule, c).makespan;
 }
-
-namespace detail {
 
 // The x >= 0 with f(x) = target for an f that grows with x (bisection; 0 when f(0) >= target).
 template <class F>
@@ -274,7 +274,7 @@ template <class F>
             "give schedules of one rank here, the two-rank one apart"});
     }
     if (one_rank[i].steps.empty()) fail({who, concat("one_rank[", i, "] has no steps"), "steps", "measure at least one step"});
-    n.push_back(fixed_cost_makespan(one_rank[i].schedule, 1.0, 0.0));  // its action count
+    n.push_back(detail::fixed_cost_makespan(one_rank[i].schedule, 1.0, 0.0));  // its action count
     t.push_back(detail::spread_of(one_rank[i].steps).median);
     if (n[i] > n[longest]) longest = i;
     if (n[i] < n[shortest]) shortest = i;
@@ -316,7 +316,7 @@ template <class F>
   o.action_overhead = a;
   o.step_overhead = s;
   o.transfer_overhead = detail::solve_increasing(
-      [&](double x) { return fixed_cost_makespan(two_rank.schedule, a, x) + s; }, o.two_rank_step.median);
+      [&](double x) { return detail::fixed_cost_makespan(two_rank.schedule, a, x) + s; }, o.two_rank_step.median);
   return o;
 }
 

@@ -162,8 +162,10 @@ TEST_CASE("measure_backend_overheads on the CPU backend: a fit that reproduces t
   const Schedule one = lower(make_schedule("gpipe", ScheduleRequest{1, 8, 1}));
   const Schedule few = lower(make_schedule("gpipe", ScheduleRequest{1, 2, 1}));
   if (m.action_overhead > 0.0 && m.step_overhead > 0.0) {  // not clamped: two points, two constants, an exact fit
-    CHECK(detail::fixed_cost_makespan(one, m.action_overhead, 0.0) + m.step_overhead == Approx(m.one_rank_step.median).epsilon(1e-6));
-    CHECK(detail::fixed_cost_makespan(few, m.action_overhead, 0.0) + m.step_overhead == Approx(m.few_step.median).epsilon(1e-6));
+    CHECK(detail::fixed_cost_makespan(one, m.action_overhead, 0.0) + m.step_overhead ==
+          Approx(m.one_rank_step.median).epsilon(1e-6));
+    CHECK(detail::fixed_cost_makespan(few, m.action_overhead, 0.0) + m.step_overhead ==
+          Approx(m.few_step.median).epsilon(1e-6));
   }
   o.few_microbatches = 9;
   CHECK_THROWS_WITH(measure_backend_overheads<CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)}, o),

@@ -80,7 +80,8 @@ namespace detail {
 // `cut` is the one the calibrated model was made from, in the profile's time unit
 // (cost_model_of with time_scale 1).
 [[nodiscard]] inline Profile calibrated_profile(const Profile& profile, const PartitionPlan& cut, const Calibration& fit) {
-  return detail::scaled_profile(profile, detail::layer_scales(profile, cut, fit), fit.after.action_overhead, fit.after.step_overhead);
+  return detail::scaled_profile(profile, detail::layer_scales(profile, cut, fit), fit.after.action_overhead,
+                                fit.after.step_overhead);
 }
 
 // What a measured run changed: the fit, the calibrated profile, and the plan before and after.

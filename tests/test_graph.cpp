@@ -86,8 +86,8 @@ TEST_CASE("the default order is Kahn's, lowest-numbered ready layer first", "[gr
   // then 0 (freed by 2) is lower than 3.
   const LayerGraph g({named("c"), named("a"), named("b"), named("d")}, {{1, 2}, {2, 0}, {1, 3}});
   CHECK(g.topological_order() == std::vector<std::size_t>{1, 2, 0, 3});
-  CHECK_NOTHROW(check_topological_order(g, g.topological_order()));
-  CHECK_NOTHROW(check_topological_order(g, std::vector<std::size_t>{1, 3, 2, 0}));
+  CHECK_NOTHROW(detail::check_topological_order(g, g.topological_order()));
+  CHECK_NOTHROW(detail::check_topological_order(g, std::vector<std::size_t>{1, 3, 2, 0}));
 }
 
 TEST_CASE("every cost field is checked for NaN, infinity and negative values, naming layer and field", "[graph]") {
@@ -138,13 +138,13 @@ TEST_CASE("a cycle is reported with the layers on it, and only those", "[graph]"
 
 TEST_CASE("a user's topological order must be a permutation that respects every edge", "[graph]") {
   const LayerGraph g = LayerGraph::chain({named("a"), named("b"), named("c")});
-  CHECK_THAT(error_of([&] { check_topological_order(g, std::vector<std::size_t>{0, 1}); }),
+  CHECK_THAT(error_of([&] { detail::check_topological_order(g, std::vector<std::size_t>{0, 1}); }),
              Catch::Contains("lists 2 layers, but the graph has 3"));
-  CHECK_THAT(error_of([&] { check_topological_order(g, std::vector<std::size_t>{0, 1, 7}); }),
+  CHECK_THAT(error_of([&] { detail::check_topological_order(g, std::vector<std::size_t>{0, 1, 7}); }),
              Catch::Contains("names layer 7"));
-  CHECK_THAT(error_of([&] { check_topological_order(g, std::vector<std::size_t>{0, 1, 1}); }),
+  CHECK_THAT(error_of([&] { detail::check_topological_order(g, std::vector<std::size_t>{0, 1, 1}); }),
              Catch::Contains("twice (positions 1 and 2)"));
-  const std::string backwards = error_of([&] { check_topological_order(g, std::vector<std::size_t>{0, 2, 1}); });
+  const std::string backwards = error_of([&] { detail::check_topological_order(g, std::vector<std::size_t>{0, 2, 1}); });
   CHECK_THAT(backwards, Catch::Contains("puts layer 2 'c' (position 1) before its input layer 1 'b' (position 2)"));
   CHECK_THAT(backwards, Catch::Contains("edge 1"));
 }

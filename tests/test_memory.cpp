@@ -835,7 +835,7 @@ TEST_CASE("layer-wise recomputation with offloaded checkpoints holds one layer a
   c.host_link = Interconnect{0.0, 100.0};
   c.stages[0].activation_bytes = 100.0;
   const std::vector<MemoryPolicy> policies(4, MemoryPolicy::layerwise_offload(80.0, 30.0, 1.0));
-  const CostModel priced = costs_with_policies(c, policies, 4, 8);
+  const CostModel priced = detail::costs_with_policies(c, policies, 4, 8);
   for (const StageCost& sc : priced.stages) CHECK(offload_bytes(sc) == 20.0);
   Schedule s = with_offload(one_f_one_b(4, 8));
   for (std::int32_t st = 0; st < 4; ++st)

@@ -134,8 +134,8 @@ TEST_CASE("fit_backend_overheads recovers the fixed costs a step was made of", "
   const Schedule one = lower(make_schedule("gpipe", ScheduleRequest{1, 8, 1}));
   const Schedule two = lower(make_schedule("1f1b", ScheduleRequest{2, 8, 1}));
   // Steps the simulator predicts with 0.006 per action and 0.011 per transfer, as if measured.
-  const double t1 = fixed_cost_makespan(one, 0.006, 0.0);
-  const double t2 = fixed_cost_makespan(two, 0.006, 0.011);
+  const double t1 = detail::fixed_cost_makespan(one, 0.006, 0.0);
+  const double t2 = detail::fixed_cost_makespan(two, 0.006, 0.011);
   CHECK(t1 == Approx(16 * 0.006));  // 8 F and 8 B on one rank
   const BackendOverheads o = fit_backend_overheads(one, {t1, t1 * 1.5, t1 * 0.9}, two, {t2}, "ms");
   CHECK(o.action_overhead == Approx(0.006).epsilon(1e-9));
@@ -162,8 +162,10 @@ TEST_CASE("measure_backend_overheads on the CPU backend: a fit that reproduces t
   const Schedule one = lower(make_schedule("gpipe", ScheduleRequest{1, 8, 1}));
   const Schedule few = lower(make_schedule("gpipe", ScheduleRequest{1, 2, 1}));
   if (m.action_overhead > 0.0 && m.step_overhead > 0.0) {  // not clamped: two points, two constants, an exact fit
-    CHECK(fixed_cost_makespan(one, m.action_overhead, 0.0) + m.step_overhead == Approx(m.one_rank_step.median).epsilon(1e-6));
-    CHECK(fixed_cost_makespan(few, m.action_overhead, 0.0) + m.step_overhead == Approx(m.few_step.median).epsilon(1e-6));
+    CHECK(detail::fixed_cost_makespan(one, m.action_overhead, 0.0) + m.step_overhead ==
+          Approx(m.one_rank_step.median).epsilon(1e-6));
+    CHECK(detail::fixed_cost_makespan(few, m.action_overhead, 0.0) + m.step_overhead ==
+          Approx(m.few_step.median).epsilon(1e-6));
   }
   o.few_microbatches = 9;
   CHECK_THROWS_WITH(measure_backend_overheads<CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)}, o),
@@ -176,7 +178,7 @@ TEST_CASE("fit_backend_overheads separates the cost per step from the cost per a
   const Schedule many = lower(make_schedule("gpipe", ScheduleRequest{1, 32, 1}));
   const Schedule two = lower(make_schedule("1f1b", ScheduleRequest{2, 8, 1}));
   // Steps made of 0.3 per step, 0.004 per action and 0.02 per transfer, as if measured.
-  const auto step = [](const Schedule& s, double a, double t) { return fixed_cost_makespan(s, a, t) + 0.3; };
+  const auto step = [](const Schedule& s, double a, double t) { return detail::fixed_cost_makespan(s, a, t) + 0.3; };
   const double t_two = step(two, 0.004, 0.02);
   const BackendOverheads o = fit_backend_overheads(
       {{few, {step(few, 0.004, 0.0)}}, {many, {step(many, 0.004, 0.0), 5.0, 0.1}}}, {two, {t_two}}, "ms");

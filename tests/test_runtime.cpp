@@ -697,15 +697,15 @@ TEST_CASE("run_step from several threads at once runs every call's step, one at 
 TEST_CASE("a watchdog of milliseconds::max() means none: no overflow, no false timeout", "[runtime]") {
   using Clock = std::chrono::steady_clock;
   const auto now = Clock::now();
-  CHECK(ppsched::saturating_deadline(now, std::chrono::milliseconds::max()) == Clock::time_point::max());
-  CHECK(ppsched::saturating_deadline(now, std::chrono::hours::max()) == Clock::time_point::max());
-  CHECK(ppsched::saturating_deadline(now, std::chrono::nanoseconds::max()) == Clock::time_point::max());
-  CHECK(ppsched::saturating_deadline(Clock::time_point::max(), 1ms) == Clock::time_point::max());
-  CHECK(ppsched::saturating_deadline(now, 5ms) == now + 5ms);
-  CHECK(ppsched::saturating_deadline(now, -5ms) == now);
+  CHECK(ppsched::detail::saturating_deadline(now, std::chrono::milliseconds::max()) == Clock::time_point::max());
+  CHECK(ppsched::detail::saturating_deadline(now, std::chrono::hours::max()) == Clock::time_point::max());
+  CHECK(ppsched::detail::saturating_deadline(now, std::chrono::nanoseconds::max()) == Clock::time_point::max());
+  CHECK(ppsched::detail::saturating_deadline(Clock::time_point::max(), 1ms) == Clock::time_point::max());
+  CHECK(ppsched::detail::saturating_deadline(now, 5ms) == now + 5ms);
+  CHECK(ppsched::detail::saturating_deadline(now, -5ms) == now);
   CHECK(ppsched::HostWait::within(std::chrono::milliseconds::max()).deadline == Clock::time_point::max());
-  CHECK_FALSE(ppsched::reached(std::chrono::hours(24 * 365), ppsched::no_timeout));
-  CHECK(ppsched::reached(2ms, 1ms));
+  CHECK_FALSE(ppsched::detail::reached(std::chrono::hours(24 * 365), ppsched::no_timeout));
+  CHECK(ppsched::detail::reached(2ms, 1ms));
 
   for (const CpuMode mode : {CpuMode::threaded, CpuMode::deterministic}) {
     INFO(ppsched::to_string(mode));

@@ -997,7 +997,7 @@ TEST_CASE("svg: well-formed, a box and a legend entry per operation present", "[
   CHECK(boxes == t.spans.size());
   const TimelineStats s = summarize(t);
   for (int op = 0; op < op_count; ++op) {
-    CHECK(boxes_by_fill[std::string{svg_fill(static_cast<Op>(op))}] ==
+    CHECK(boxes_by_fill[std::string{detail::svg_fill(static_cast<Op>(op))}] ==
           static_cast<std::size_t>(s.count(static_cast<Op>(op))));
   }
 
@@ -1050,10 +1050,10 @@ TEST_CASE("svg: overlapping actions on one lane are stacked, titles escaped", "[
   CHECK(texts(root).count(options.title) == 1);
   std::vector<double> comm_heights;
   for (const XmlElement* rect : all(root, "rect")) {
-    if (!rect->children.empty() && rect->attributes.at("fill") == svg_fill(Op::SEND_F)) {
+    if (!rect->children.empty() && rect->attributes.at("fill") == detail::svg_fill(Op::SEND_F)) {
       comm_heights.push_back(std::stod(rect->attributes.at("height")));
     }
-    if (!rect->children.empty() && rect->attributes.at("fill") == svg_fill(Op::RECV_B)) {
+    if (!rect->children.empty() && rect->attributes.at("fill") == detail::svg_fill(Op::RECV_B)) {
       comm_heights.push_back(std::stod(rect->attributes.at("height")));
       CHECK(rect->children[0].text == "RECV_B0@s0 on rank 0: 5 to 7 us & <more>");
     }

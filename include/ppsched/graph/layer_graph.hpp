@@ -308,6 +308,8 @@ class GraphBuilder {
   std::vector<Edge> edges_;
 };
 
+namespace detail {
+
 // Throws unless `order` lists every layer once and puts every edge's source before its target.
 inline void check_topological_order(const LayerGraph& graph, std::span<const std::size_t> order) {
   const std::string subject = "topological order";
@@ -341,5 +343,7 @@ inline void check_topological_order(const LayerGraph& graph, std::span<const std
     }
   }
 }
+
+}  // namespace detail
 
 }  // namespace ppsched

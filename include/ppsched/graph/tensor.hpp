@@ -102,14 +102,19 @@ struct TensorSpec {
 
 inline constexpr std::size_t payload_alignment = 16;
 
+namespace detail {
+
+// `bytes` rounded up to the payload alignment (each tensor and the header start on one).
 [[nodiscard]] constexpr std::size_t align_payload(std::size_t bytes) noexcept {
   return (bytes + payload_alignment - 1) / payload_alignment * payload_alignment;
 }
 
+}  // namespace detail
+
 // Byte offset of tensor `i`'s data in a payload of `specs`.
 [[nodiscard]] constexpr std::size_t payload_offset(std::span<const TensorSpec> specs, std::size_t i) noexcept {
-  std::size_t at = align_payload(specs.size() * sizeof(std::uint64_t));
-  for (std::size_t k = 0; k < i; ++k) at += align_payload(specs[k].max_count * dtype_size(specs[k].dtype));
+  std::size_t at = detail::align_payload(specs.size() * sizeof(std::uint64_t));
+  for (std::size_t k = 0; k < i; ++k) at += detail::align_payload(specs[k].max_count * dtype_size(specs[k].dtype));
   return at;
 }
 
@@ -122,6 +127,8 @@ inline constexpr std::size_t payload_alignment = 16;
 [[nodiscard]] constexpr std::size_t payload_floats(std::span<const TensorSpec> specs) noexcept {
   return payload_bytes(specs) / sizeof(float);
 }
+
+namespace detail {
 
 // Bytes that carry data when tensor i holds counts[i] elements (the header included): what a
 // transfer of exactly the actual sizes would move.
@@ -145,5 +152,7 @@ inline void check_tensor_specs(std::span<const TensorSpec> specs, std::string_vi
     total += align_payload(specs[i].max_count * dtype_size(specs[i].dtype));
   }
 }
+
+}  // namespace detail
 
 }  // namespace ppsched

@@ -216,7 +216,7 @@ void sum_over_crossing_tensors(const LayerGraph& graph, std::span<const std::siz
   if (order.empty()) {
     in.order = graph.topological_order();
   } else {
-    check_topological_order(graph, order);
+    detail::check_topological_order(graph, order);
     in.order.assign(order.begin(), order.end());
   }
   const std::size_t n = in.layers;

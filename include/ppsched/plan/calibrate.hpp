@@ -25,6 +25,8 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
+namespace detail {
+
 // Each layer's measured-over-predicted ratio per kind (F, B, BI, BW): that of the stage of
 // `cut` it ran in (1 for a layer the cut does not hold), indexed as the profile's layers.
 [[nodiscard]] inline std::vector<KindScales> layer_scales(const Profile& profile, const PartitionPlan& cut,
@@ -70,13 +72,16 @@ namespace ppsched::inline PPSCHED_MODE {
   return out;
 }
 
+}  // namespace detail
+
 // The profile with every layer's times multiplied by the measured-over-predicted ratio of the
 // stage of `cut` it ran in, per kind (F, B, BI, BW), and the fixed costs per action and per
 // step refitted. The ratio was measured at one micro-batch size and is applied at every size.
 // `cut` is the one the calibrated model was made from, in the profile's time unit
 // (cost_model_of with time_scale 1).
 [[nodiscard]] inline Profile calibrated_profile(const Profile& profile, const PartitionPlan& cut, const Calibration& fit) {
-  return scaled_profile(profile, layer_scales(profile, cut, fit), fit.after.action_overhead, fit.after.step_overhead);
+  return detail::scaled_profile(profile, detail::layer_scales(profile, cut, fit), fit.after.action_overhead,
+                                fit.after.step_overhead);
 }
 
 // What a measured run changed: the fit, the calibrated profile, and the plan before and after.
@@ -141,7 +146,7 @@ struct MeasuredRun {
     CalibrationOptions co;
     co.step_times = m.step_times;
     r.fits.push_back(calibrate(m.steps, cost, co));
-    scales.push_back(layer_scales(profile, r.cuts.back(), r.fits.back()));
+    scales.push_back(detail::layer_scales(profile, r.cuts.back(), r.fits.back()));
     action.push_back(r.fits.back().after.action_overhead);
     step.push_back(r.fits.back().after.step_overhead);
   }
@@ -161,7 +166,7 @@ struct MeasuredRun {
     weighted += w * action[i];
     weights += w;
   }
-  r.profile = scaled_profile(profile, combined, weights > 0.0 ? weighted / weights : detail::median_of(action),
+  r.profile = detail::scaled_profile(profile, combined, weights > 0.0 ? weighted / weights : detail::median_of(action),
                              detail::median_of(step));
   r.before = plan_devices(profile, devices, global_batch, memory_cap_bytes, options);
   r.after = plan_devices(r.profile, devices, global_batch, memory_cap_bytes, options);

@@ -242,8 +242,6 @@ inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
   }
 }
 
-}  // namespace detail
-
 // The cost model with each stage's policy written into its StageCost (a single StageCost for
 // every stage is expanded to one per stage when the policies differ). `policies`: one per
 // stage, or one for every stage.
@@ -276,6 +274,8 @@ inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
   return out;
 }
 
+}  // namespace detail
+
 // Inserts the memory actions of `policies` into the compute-only `schedule` (see the header
 // comment) and returns it with the costs that price them. Throws ppsched::error for a schedule
 // with communication or memory actions already, an invalid one (its problems named), policies
@@ -304,7 +304,7 @@ inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
     }
   }
   MemoryPlan plan;
-  plan.costs = costs_with_policies(costs, policies, S, M);
+  plan.costs = detail::costs_with_policies(costs, policies, S, M);
   for (std::int32_t s = 0; s < S; ++s) plan.policies.push_back(policies[policies.size() == 1 ? 0 : static_cast<std::size_t>(s)]);
   plan.schedule = schedule;
   const bool any = std::any_of(plan.policies.begin(), plan.policies.end(),

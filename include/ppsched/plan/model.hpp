@@ -153,6 +153,8 @@ enum class PartitionMethod : std::uint8_t {
   return "?";
 }
 
+namespace detail {
+
 // Sets bottleneck_time and bottleneck_stage from the stages, counting the time to receive a
 // stage's input (the previous stage's send_time, which also becomes its recv_time) and send
 // its output, as the partitioner counts it; each stage's time is set to that sum.
@@ -169,6 +171,8 @@ inline void set_bottleneck(PartitionPlan& p) {
     }
   }
 }
+
+}  // namespace detail
 
 // A model without layers: every rank's share costs `per_rank.forward`, `backward_input` and
 // `backward_weight` per micro-batch, and a rank holding v chunks runs each in 1/v of that, so
@@ -216,7 +220,7 @@ inline void set_bottleneck(PartitionPlan& p) {
       st.send_time = s + 1 < placement.size() && placement[s + 1] != placement[s] ? latency : 0.0;
       p.stages.push_back(std::move(st));
     }
-    set_bottleneck(p);
+    detail::set_bottleneck(p);
     return p;
   };
   return model;
@@ -326,7 +330,7 @@ struct GraphModelOptions {
       // The V's turn: the next stage is on the same rank, so nothing crosses a link.
       if (s + 1 < placement.size() && placement[s + 1] == placement[s]) p.stages[s].send_time = 0.0;
     }
-    set_bottleneck(p);
+    detail::set_bottleneck(p);
     return p;
   };
   return model;

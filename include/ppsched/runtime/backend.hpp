@@ -52,8 +52,10 @@ namespace ppsched::inline PPSCHED_MODE {
 // How a task or a transfer touches a buffer; the CPU backend's race checker needs it.
 enum class Access : std::uint8_t { read, write, read_write };
 
+namespace detail {
 [[nodiscard]] constexpr bool reads(Access a) noexcept { return a != Access::write; }
 [[nodiscard]] constexpr bool writes(Access a) noexcept { return a != Access::read; }
+}  // namespace detail
 
 template <class Buffer>
 struct BufferUse {
@@ -86,6 +88,8 @@ struct PeerTag {
   std::string_view label{};
 };
 
+namespace detail {
+
 // `t + d`, or `time_point::max()` when the sum does not fit: a timeout of
 // `std::chrono::milliseconds::max()` is the natural way to write "no timeout", and adding it
 // to a clock reading overflows (it does not even fit the clock's nanoseconds). Every deadline
@@ -114,6 +118,8 @@ template <class Rep, class Period>
          std::chrono::steady_clock::time_point{} + std::max(elapsed, std::chrono::steady_clock::duration::zero());
 }
 
+}  // namespace detail
+
 // A watchdog or timeout that never fires (ExecutorOptions::watchdog, CpuOptions::watchdog).
 inline constexpr std::chrono::milliseconds no_timeout = std::chrono::milliseconds::max();
 
@@ -126,7 +132,7 @@ struct HostWait {
   // nanoseconds, which overflows.
   template <class Rep, class Period>
   [[nodiscard]] static HostWait within(std::chrono::duration<Rep, Period> timeout, std::stop_token stop = {}) {
-    return {saturating_deadline(std::chrono::steady_clock::now(), timeout), std::move(stop)};
+    return {detail::saturating_deadline(std::chrono::steady_clock::now(), timeout), std::move(stop)};
   }
 };
 

@@ -115,6 +115,8 @@ struct RankPlan {
   }
 };
 
+namespace detail {
+
 // The identity of a transfer, equal on its two sides: direction, sending stage, micro-batch.
 [[nodiscard]] constexpr std::uint64_t transfer_match(bool backward, std::int32_t sending_stage, std::int32_t microbatch,
                                                      std::int32_t stages, std::int32_t microbatches) noexcept {
@@ -123,8 +125,6 @@ struct RankPlan {
                    static_cast<std::uint64_t>(microbatches) +
                static_cast<std::uint64_t>(microbatch));
 }
-
-namespace detail {
 
 enum class ValueKind : std::uint8_t {
   forward_output,

@@ -225,6 +225,8 @@ struct MeasuredSteps {
   std::vector<double> steps;
 };
 
+namespace detail {
+
 // The fixed part of the simulated step: the simulator's makespan of `schedule` with every
 // stage free and the given fixed costs. The fits below solve it for the measured step.
 [[nodiscard]] inline double fixed_cost_makespan(const Schedule& schedule, double action_overhead,
@@ -234,8 +236,6 @@ struct MeasuredSteps {
   c.transfer_overhead = transfer_overhead;
   return simulate(schedule, c).makespan;
 }
-
-namespace detail {
 
 // The x >= 0 with f(x) = target for an f that grows with x (bisection; 0 when f(0) >= target).
 template <class F>
@@ -274,7 +274,7 @@ template <class F>
             "give schedules of one rank here, the two-rank one apart"});
     }
     if (one_rank[i].steps.empty()) fail({who, concat("one_rank[", i, "] has no steps"), "steps", "measure at least one step"});
-    n.push_back(fixed_cost_makespan(one_rank[i].schedule, 1.0, 0.0));  // its action count
+    n.push_back(detail::fixed_cost_makespan(one_rank[i].schedule, 1.0, 0.0));  // its action count
     t.push_back(detail::spread_of(one_rank[i].steps).median);
     if (n[i] > n[longest]) longest = i;
     if (n[i] < n[shortest]) shortest = i;
@@ -316,7 +316,7 @@ template <class F>
   o.action_overhead = a;
   o.step_overhead = s;
   o.transfer_overhead = detail::solve_increasing(
-      [&](double x) { return fixed_cost_makespan(two_rank.schedule, a, x) + s; }, o.two_rank_step.median);
+      [&](double x) { return detail::fixed_cost_makespan(two_rank.schedule, a, x) + s; }, o.two_rank_step.median);
   return o;
 }
 
@@ -330,6 +330,8 @@ template <class F>
   return fit_backend_overheads({MeasuredSteps{one_rank, one_rank_steps}}, MeasuredSteps{two_rank, two_rank_steps},
                                std::move(unit));
 }
+
+namespace detail {
 
 // Stages that do nothing: what a step of them costs is the runtime's own work.
 [[nodiscard]] inline std::vector<StageFunctions> empty_stages(std::int32_t stages) {
@@ -346,6 +348,8 @@ template <class F>
   }
   return out;
 }
+
+}  // namespace detail
 
 struct OverheadOptions {
   std::int32_t microbatches = 32;  // per step; more actions per step average the clock's cost away
@@ -403,14 +407,14 @@ template <class B>
   if (options.few_microbatches > 0 && options.few_microbatches < options.microbatches) counts.push_back(options.few_microbatches);
   for (const std::int32_t m : counts) {
     one_worlds.push_back(std::make_unique<World<B>>(one_rank, make_schedule("gpipe", ScheduleRequest{1, m, 1}),
-                                                    empty_stages(1), options.executor));
+                                                    detail::empty_stages(1), options.executor));
     one.push_back({one_worlds.back()->schedule(), {}});
   }
   measure(one_worlds, one);
   one_worlds.clear();
   std::vector<std::unique_ptr<World<B>>> two_worlds;
   two_worlds.push_back(std::make_unique<World<B>>(two_ranks, make_schedule("1f1b", ScheduleRequest{2, options.microbatches, 1}),
-                                                  empty_stages(2), options.executor));
+                                                  detail::empty_stages(2), options.executor));
   std::vector<MeasuredSteps> two{{two_worlds.back()->schedule(), {}}};
   measure(two_worlds, two);
   return fit_backend_overheads(one, two.front(), options.unit);

@@ -70,10 +70,6 @@ inline constexpr int op_count = 11;
 }
 // OFFLOAD and RELOAD: the actions of the copy lane.
 [[nodiscard]] constexpr bool is_copy(Op op) noexcept { return op == Op::OFFLOAD || op == Op::RELOAD; }
-// Operations that carry data towards the last stage (forward direction).
-[[nodiscard]] constexpr bool is_forward_direction(Op op) noexcept {
-  return op == Op::F || op == Op::SEND_F || op == Op::RECV_F;
-}
 
 struct Action {
   Op op = Op::F;

@@ -80,6 +80,8 @@ struct CsvReadOptions {
   std::size_t max_bytes = max_csv_bytes;  // read_pytorch_csv and load_pytorch_csv read no more
 };
 
+namespace detail {
+
 // PyTorch's spelling of an operation in a cell.
 [[nodiscard]] constexpr std::string_view pytorch_op_name(Op op) noexcept {
   switch (op) {
@@ -92,10 +94,12 @@ struct CsvReadOptions {
   }
 }
 
+}  // namespace detail
+
 // One cell: "1W0", "2SEND_F3", or "2SEND_F3#7" for a grouped action when write_group is set.
 [[nodiscard]] inline std::string csv_cell(const Action& a, bool write_group = true) {
   std::string cell = std::to_string(a.stage);
-  cell += pytorch_op_name(a.op);
+  cell += detail::pytorch_op_name(a.op);
   cell += std::to_string(a.microbatch);
   if (write_group && a.group != 0) {
     cell += '#';

@@ -33,7 +33,7 @@ namespace ppsched::inline PPSCHED_MODE {
                                                 " boundaries were given"),
           "CostModel::stages", "Give one output tensor list per stage of the model"});
   }
-  for (std::size_t s = 0; s < stages; ++s) check_tensor_specs(outputs[s], detail::concat("stage ", s, " outputs"));
+  for (std::size_t s = 0; s < stages; ++s) detail::check_tensor_specs(outputs[s], detail::concat("stage ", s, " outputs"));
   const auto m = static_cast<std::size_t>(microbatches);
   if (c.per_microbatch.empty() && c.microbatch_scale.empty()) {
     if (c.stages.size() == 1) c.stages.assign(stages, c.stages.front());

@@ -44,6 +44,8 @@ struct AsciiOptions {
   bool legend = true;      // a line naming the letters shown and the time per column
 };
 
+namespace detail {
+
 // The cell letter of an operation.
 [[nodiscard]] constexpr char ascii_letter(Op op) noexcept {
   switch (op) {
@@ -62,8 +64,6 @@ struct AsciiOptions {
   }
   return '?';
 }
-
-namespace detail {
 
 [[nodiscard]] inline bool is_whole(double value) noexcept {
   return std::abs(value - std::round(value)) <= 1e-9 * std::max(1.0, std::abs(value));

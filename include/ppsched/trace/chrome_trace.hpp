@@ -42,6 +42,8 @@ struct ChromeTraceOptions {
   std::string title;
 };
 
+namespace detail {
+
 // The process id and thread ids a rank's lanes get in the trace.
 [[nodiscard]] constexpr std::int64_t chrome_trace_pid(std::int32_t rank) noexcept {
   return std::int64_t{rank} + 1;
@@ -66,6 +68,8 @@ struct ChromeTraceOptions {
   if (const auto seconds = seconds_per_unit(timeline.unit)) return *seconds * 1e6;
   return 1.0;
 }
+
+}  // namespace detail
 
 PPSCHED_OUTLINE void write_chrome_trace(std::ostream& out, const Timeline& timeline,
                                const ChromeTraceOptions& options = {});

@@ -39,6 +39,8 @@ struct SvgOptions {
   bool tooltips = true;  // a <title> per box: action, rank, start, end
 };
 
+namespace detail {
+
 // Fill colours from the Okabe–Ito palette, which stays distinguishable under the common
 // colour-vision deficiencies; forward work is blue, backward green/orange/purple, and
 // communication the lighter or warmer tones.
@@ -64,8 +66,6 @@ struct SvgOptions {
 [[nodiscard]] constexpr std::string_view svg_text_fill(Op op) noexcept {
   return op == Op::F || op == Op::B || op == Op::RECV_B || op == Op::R ? "#ffffff" : "#000000";
 }
-
-namespace detail {
 
 // Greedy interval partitioning: level[i] is the lowest level whose last span ended by the
 // time span i starts; returns the number of levels used (at least 1).

@@ -388,13 +388,13 @@ class CpuBackend {
     const AccessRecord access = next_access(*s.state_, TaskKind::launch, task.label);
     if (checking()) {
       for (const auto& u : uses)
-        check_access(*u.buffer->state_, access, reads(u.access), writes(u.access), s.state_->clock);
+        check_access(*u.buffer->state_, access, detail::reads(u.access), detail::writes(u.access), s.state_->clock);
     }
     Task& t = begin_task(*s.state_, TaskKind::launch);
     t.host = task;
     commit(*s.state_);
     if (checking()) {
-      for (const auto& u : uses) record_access(*u.buffer->state_, access, writes(u.access));
+      for (const auto& u : uses) record_access(*u.buffer->state_, access, detail::writes(u.access));
     }
   }
 
@@ -728,7 +728,7 @@ class CpuBackend {
     // Twice the watchdog: a stream stuck that long has failed with its own, more precise,
     // watchdog error first, and the host reports that.
     const auto& watchdog = cluster_->options.watchdog;
-    const auto cap = saturating_deadline(saturating_deadline(Clock::now(), watchdog), watchdog);
+    const auto cap = detail::saturating_deadline(detail::saturating_deadline(Clock::now(), watchdog), watchdog);
     const auto deadline = std::min(w.deadline, cap);
     auto satisfied = [&] {
       if (fail_fast && rank_->failed) return true;

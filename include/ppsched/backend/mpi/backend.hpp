@@ -153,7 +153,7 @@ class MpiBackend {
       // Every process arrived just now; bounded still, for one that dies in between.
       MPI_Request request = MPI_REQUEST_NULL;
       detail::mpi::check(MPI_Comm_idup(comm, &job_, &request), "MPI_Comm_idup", "MpiBackend");
-      const auto deadline = saturating_deadline(std::chrono::steady_clock::now(), options_.watchdog);
+      const auto deadline = detail::saturating_deadline(std::chrono::steady_clock::now(), options_.watchdog);
       detail::mpi::Backoff backoff;
       for (int done = 0; done == 0;) {
         detail::mpi::check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test", "MpiBackend");
@@ -320,7 +320,7 @@ class MpiBackend {
     constexpr int flag_tag = 0x5070, text_tag = 0x5071;
     constexpr std::size_t max_text = 4096;
     const std::string where = detail::concat("process ", job_rank_, ", MpiBackend's setup");
-    const auto deadline = saturating_deadline(std::chrono::steady_clock::now(), options_.watchdog);
+    const auto deadline = detail::saturating_deadline(std::chrono::steady_clock::now(), options_.watchdog);
     const int mine = problem.empty() ? 0 : 1;
     std::vector<int> failing(static_cast<std::size_t>(job_ranks_), 0);
     lost_if_missing(detail::mpi::exchange(comm, flag_tag, &mine, sizeof mine, failing.data(), -1, deadline, where),
@@ -519,7 +519,7 @@ class MpiBackend {
       }
       undo.armed = false;
     }
-    const auto deadline = saturating_deadline(Clock::now(), options_.watchdog);
+    const auto deadline = detail::saturating_deadline(Clock::now(), options_.watchdog);
     detail::mpi::Backoff backoff;
     bool in_status = false;  // MPI fills the statuses' error fields only then
     for (;;) {

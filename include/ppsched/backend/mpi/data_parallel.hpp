@@ -119,7 +119,7 @@ class MpiAllReduce {
       }
       undo.armed = false;
     }
-    const auto deadline = saturating_deadline(Clock::now(), b.options().watchdog);
+    const auto deadline = detail::saturating_deadline(Clock::now(), b.options().watchdog);
     detail::mpi::Backoff backoff;
     for (;;) {
       {

@@ -230,7 +230,7 @@ class MpiExecutor {
     const std::string where = detail::concat("process ", backend_.job_rank(), ", comparing ", what);
     const auto missing =
         detail::mpi::exchange(backend_.control(), compare_tag, mine, bytes, all, -1,
-                              saturating_deadline(std::chrono::steady_clock::now(), backend_.options().watchdog), where);
+                              detail::saturating_deadline(std::chrono::steady_clock::now(), backend_.options().watchdog), where);
     if (!missing.empty()) lost(missing, detail::concat("comparing ", what).c_str(), where);
   }
 
@@ -257,7 +257,7 @@ class MpiExecutor {
     }
     const int me = backend_.job_rank();
     const std::string where = detail::concat(backend_.process_name(me), ", building its MpiExecutor");
-    const auto deadline = saturating_deadline(std::chrono::steady_clock::now(), backend_.options().watchdog);
+    const auto deadline = detail::saturating_deadline(std::chrono::steady_clock::now(), backend_.options().watchdog);
     std::vector<std::int64_t> failing(static_cast<std::size_t>(backend_.job_ranks()), 0);
     const std::int64_t mine = problem.empty() ? 0 : 1;
     auto missing = detail::mpi::exchange(backend_.control(), build_tag, &mine, sizeof mine, failing.data(), -1, deadline,
@@ -321,7 +321,7 @@ class MpiExecutor {
     // on every other, not left to be guessed from a neighbour's transfer (issue 24).
     std::vector<std::int64_t> all(static_cast<std::size_t>(2 * backend_.job_ranks()));
     const std::string where = detail::concat(backend_.process_name(me), ", the step's agreement");
-    const auto deadline = saturating_deadline(std::chrono::steady_clock::now(), backend_.options().watchdog);
+    const auto deadline = detail::saturating_deadline(std::chrono::steady_clock::now(), backend_.options().watchdog);
     const auto missing = detail::mpi::exchange(backend_.control(), outcome_tag, mine.data(), sizeof mine, all.data(), -1,
                                                deadline, where);
     if (!missing.empty()) stop_answering(text, missing);

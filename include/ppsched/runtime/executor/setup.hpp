@@ -148,7 +148,7 @@ auto Executor<B>::check_boundaries(const std::string& subject) const -> void {
     const StageFunctions& f = stages_[s];
     for (const auto* list : {&f.input_tensors, &f.output_tensors}) {
       const bool in = list == &f.input_tensors;
-      check_tensor_specs(*list, detail::concat(subject, ", stage ", s, in ? " input_tensors" : " output_tensors"));
+      detail::check_tensor_specs(*list, detail::concat(subject, ", stage ", s, in ? " input_tensors" : " output_tensors"));
       const std::size_t declared = in ? f.input_size : f.output_size;
       if (!list->empty() && declared != 0 && declared != payload_floats(*list)) {
         fail({subject,

@@ -36,7 +36,7 @@ auto Executor<B>::wait_all(StepFaults* faults) -> void {
     if (done == &copy_done_ && !plan_.has_copies) break;
     for (;;) {
       const Clock::time_point deadline =
-          std::min(saturating_deadline(last_progress, options_.watchdog), Clock::now() + slice);
+          std::min(detail::saturating_deadline(last_progress, options_.watchdog), Clock::now() + slice);
       const WaitResult r = b_.synchronize(*done, HostWait{deadline, stop});
       if (r == WaitResult::done) break;
       if (r == WaitResult::stopped) throw detail::StoppedByPeer{};
@@ -49,7 +49,7 @@ auto Executor<B>::wait_all(StepFaults* faults) -> void {
       }
       // A wait that gave up before its deadline with nothing new done: the backend knows
       // that nothing can move (the CPU backend's deterministic engine found a deadlock).
-      if (reached(now - last_progress, options_.watchdog) || now < deadline) throw watchdog_error();
+      if (detail::reached(now - last_progress, options_.watchdog) || now < deadline) throw watchdog_error();
     }
   }
 }

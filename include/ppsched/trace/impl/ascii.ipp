@@ -81,7 +81,7 @@ namespace ppsched::inline PPSCHED_MODE {
       } else {
         const Action& a = spans[static_cast<std::size_t>(cells[c])]->action;
         shown[static_cast<std::size_t>(a.op)] = true;
-        text = ascii_letter(a.op);
+        text = detail::ascii_letter(a.op);
         if (options.microbatch_digits) text += std::to_string(a.microbatch);
         text.resize(cell_width, ' ');
       }
@@ -102,7 +102,7 @@ namespace ppsched::inline PPSCHED_MODE {
     std::string legend;
     for (int op = 0; op < op_count; ++op) {
       if (!shown[static_cast<std::size_t>(op)]) continue;
-      legend += ascii_letter(static_cast<Op>(op));
+      legend += detail::ascii_letter(static_cast<Op>(op));
       legend += ' ';
       legend += op_description(static_cast<Op>(op));
       legend += ", ";

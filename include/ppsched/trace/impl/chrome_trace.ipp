@@ -12,7 +12,7 @@ namespace ppsched::inline PPSCHED_MODE {
 PPSCHED_OUTLINE void write_chrome_trace(std::ostream& out, const Timeline& timeline,
                                const ChromeTraceOptions& options) {
   const TimelineStats stats = summarize(timeline);  // validates: no NaN can reach the JSON
-  const double scale = chrome_trace_microseconds_per_unit(timeline, options);
+  const double scale = detail::chrome_trace_microseconds_per_unit(timeline, options);
   const bool comm_lane = std::any_of(timeline.spans.begin(), timeline.spans.end(),
                                      [](const Span& s) { return s.lane == Lane::comm; });
   const bool copy_lane = std::any_of(timeline.spans.begin(), timeline.spans.end(),
@@ -33,18 +33,18 @@ PPSCHED_OUTLINE void write_chrome_trace(std::ostream& out, const Timeline& timel
 
   out << R"({"traceEvents":[)";
   for (std::int32_t rank = 0; rank < timeline.ranks; ++rank) {
-    const auto pid = chrome_trace_pid(rank);
+    const auto pid = detail::chrome_trace_pid(rank);
     metadata("process_name", pid, 0, "name", quoted(options.process_label + " " + std::to_string(rank)));
     metadata("process_sort_index", pid, 0, "sort_index", std::to_string(rank));
-    metadata("thread_name", pid, chrome_trace_tid(Lane::compute), "name", quoted("compute"));
-    metadata("thread_sort_index", pid, chrome_trace_tid(Lane::compute), "sort_index", "0");
+    metadata("thread_name", pid, detail::chrome_trace_tid(Lane::compute), "name", quoted("compute"));
+    metadata("thread_sort_index", pid, detail::chrome_trace_tid(Lane::compute), "sort_index", "0");
     if (comm_lane) {
-      metadata("thread_name", pid, chrome_trace_tid(Lane::comm), "name", quoted("comm"));
-      metadata("thread_sort_index", pid, chrome_trace_tid(Lane::comm), "sort_index", "1");
+      metadata("thread_name", pid, detail::chrome_trace_tid(Lane::comm), "name", quoted("comm"));
+      metadata("thread_sort_index", pid, detail::chrome_trace_tid(Lane::comm), "sort_index", "1");
     }
     if (copy_lane) {
-      metadata("thread_name", pid, chrome_trace_tid(Lane::copy), "name", quoted("copy"));
-      metadata("thread_sort_index", pid, chrome_trace_tid(Lane::copy), "sort_index", "2");
+      metadata("thread_name", pid, detail::chrome_trace_tid(Lane::copy), "name", quoted("copy"));
+      metadata("thread_sort_index", pid, detail::chrome_trace_tid(Lane::copy), "sort_index", "2");
     }
   }
 
@@ -57,10 +57,10 @@ PPSCHED_OUTLINE void write_chrome_trace(std::ostream& out, const Timeline& timel
   });
   for (const Span* span : order) {
     const Action& a = span->action;
-    begin_event() << R"({"name":")" << chrome_trace_event_name(a) << R"(","cat":")"
+    begin_event() << R"({"name":")" << detail::chrome_trace_event_name(a) << R"(","cat":")"
                   << (is_compute(a.op) ? "compute" : (is_comm(a.op) ? "comm" : "memory")) << R"(","ph":"X","pid":)"
-                  << std::to_string(chrome_trace_pid(span->rank)) << R"(,"tid":)"
-                  << std::to_string(chrome_trace_tid(span->lane)) << R"(,"ts":)"
+                  << std::to_string(detail::chrome_trace_pid(span->rank)) << R"(,"tid":)"
+                  << std::to_string(detail::chrome_trace_tid(span->lane)) << R"(,"ts":)"
                   << detail::format_shortest((span->start - stats.origin) * scale) << R"(,"dur":)"
                   << detail::format_shortest((span->end - span->start) * scale) << R"(,"args":{"op":")"
                   << op_name(a.op) << R"(","stage":)" << std::to_string(a.stage) << R"(,"microbatch":)"

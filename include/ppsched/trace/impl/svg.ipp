@@ -141,7 +141,7 @@ PPSCHED_OUTLINE void write_svg(std::ostream& out, const Timeline& timeline, cons
         const double w = x_of(s.end) - x;
         const double y = lane_top + static_cast<double>(level[i]) * bar_height;
         out << R"(<rect x=")" << px(x) << R"(" y=")" << px(y) << R"(" width=")" << px(w) << R"(" height=")"
-            << px(bar_height) << R"(" fill=")" << svg_fill(s.action.op) << '"';
+            << px(bar_height) << R"(" fill=")" << detail::svg_fill(s.action.op) << '"';
         if (options.tooltips) {
           out << "><title>"
               << esc(detail::concat(s.action, " on rank ", s.rank, ": ",
@@ -160,7 +160,7 @@ PPSCHED_OUTLINE void write_svg(std::ostream& out, const Timeline& timeline, cons
               std::min({11.0, bar_height * 0.7, (w - 2.0) / (glyph * static_cast<double>(label.size()))});
           if (font >= 7.0) {
             out << R"(<text x=")" << px(x + w / 2.0) << R"(" y=")" << px(y + bar_height / 2.0)
-                << R"(" font-size=")" << format_fixed(font, 1) << R"(" fill=")" << svg_text_fill(s.action.op)
+                << R"(" font-size=")" << format_fixed(font, 1) << R"(" fill=")" << detail::svg_text_fill(s.action.op)
                 << R"(" stroke="none" text-anchor="middle" dominant-baseline="central">)" << label
                 << "</text>\n";
           }
@@ -176,7 +176,7 @@ PPSCHED_OUTLINE void write_svg(std::ostream& out, const Timeline& timeline, cons
     const double y = legend_y + static_cast<double>(i / per_line) * 22.0;
     const bool idle = i == present.size();
     out << R"(<rect x=")" << px(x) << R"(" y=")" << px(y) << R"(" width="16" height="14" fill=")"
-        << (idle ? std::string{"url(#ppsched-idle)"} : std::string{svg_fill(present[i])})
+        << (idle ? std::string{"url(#ppsched-idle)"} : std::string{detail::svg_fill(present[i])})
         << R"(" stroke="#999999" stroke-width="0.5"/>)" << '\n'
         << R"(<text x=")" << px(x + 22.0) << R"(" y=")" << px(y + 7.0) << R"(" dominant-baseline="central">)"
         << (idle ? std::string{"idle"}

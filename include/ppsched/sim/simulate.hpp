@@ -113,28 +113,35 @@ namespace detail {
 }
 
 // SimResult::memory_over_time from the run's times (the walk of validate/memory.hpp, in time).
-template <class Fractions>
-void memory_over_time(const FlatSchedule& flat, const AbstractExecution& run, const CostModel& cost,
+// `bytes(stage, mb)`: one stored activation (the walk's own count, so the fast path of
+// per-stage bytes is shared). Events are pushed in program order, which on a rank without
+// copies or zero-length actions is already time order: the sort is skipped then, as it was
+// a quarter of simulate()'s time at p = 64, m = 1024 (docs/performance.md).
+template <class Bytes, class Fractions>
+void memory_over_time(const FlatSchedule& flat, const AbstractExecution& run, const Bytes& bytes,
                       const Fractions& fractions, SimResult& result) {
   const auto ranks = static_cast<std::size_t>(flat.ranks);
   result.memory_over_time.assign(ranks, {});
   result.timed_peak.assign(ranks, MemorySample{});
   if (!flat.has_backward) return;
-  const std::int32_t M = flat.microbatches;
   struct Event {
     double time;
     int frees;  // 0: a free, 1: an allocation (frees first at one time)
     double share;
     double bytes;
   };
+  const auto before = [](const Event& x, const Event& y) {
+    return x.time < y.time || (x.time == y.time && x.frees < y.frees);
+  };
+  std::vector<Event> events;
   for (std::size_t r = 0; r < ranks; ++r) {
-    std::vector<Event> events;
+    events.clear();
     const std::int32_t begin = flat.rank_begin[r], end = flat.rank_begin[r + 1];
     for (std::int32_t i = begin; i < end; ++i) {
       const Action& a = flat.at(i);
       if (is_comm(a.op)) continue;
       const auto ii = static_cast<std::size_t>(i);
-      const double size = stage_cost(cost, a.stage, a.microbatch, M).activation_bytes;
+      const double size = bytes(a.stage, a.microbatch);
       const MemoryFractions f = fractions(a.stage);
       const auto alloc = [&](double share) { events.push_back({run.start(ii), 1, share, share * size}); };
       const auto release = [&](double share) { events.push_back({run.end(ii), 0, -share, -share * size}); };
@@ -155,8 +162,7 @@ void memory_over_time(const FlatSchedule& flat, const AbstractExecution& run, co
         case Op::RECV_B: break;
       }
     }
-    std::stable_sort(events.begin(), events.end(),
-                     [](const Event& x, const Event& y) { return x.time < y.time || (x.time == y.time && x.frees < y.frees); });
+    if (!std::is_sorted(events.begin(), events.end(), before)) std::stable_sort(events.begin(), events.end(), before);
     MemorySample now;
     auto& samples = result.memory_over_time[r];
     samples.reserve(events.size());
@@ -311,19 +317,18 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
 
   const MemoryModel shares = memory_model_for(cost, flat.stages);
   const auto fractions = detail::stage_fractions(shares);
+  const auto walks = [&](const auto& bytes) {
+    detail::measure_memory(flat, bytes, fractions, report);
+    detail::memory_over_time(flat, run, bytes, fractions, result);
+  };
   if (cost.per_microbatch.empty() && cost.microbatch_scale.empty()) {
     const std::vector<double>& bytes = shares.activation_bytes;
-    detail::measure_memory(
-        flat, [&bytes](std::int32_t stage, std::int32_t) { return bytes[static_cast<std::size_t>(stage)]; }, fractions,
-        report);
+    walks([&bytes](std::int32_t stage, std::int32_t) { return bytes[static_cast<std::size_t>(stage)]; });
   } else {
-    detail::measure_memory(
-        flat, [&cost, M](std::int32_t stage, std::int32_t mb) { return stage_cost(cost, stage, mb, M).activation_bytes; },
-        fractions, report);
+    walks([&cost, M](std::int32_t stage, std::int32_t mb) { return stage_cost(cost, stage, mb, M).activation_bytes; });
   }
   result.memory = std::move(report.memory);
   result.stage_peak_in_flight = std::move(report.stage_peak_in_flight);
-  detail::memory_over_time(flat, run, cost, fractions, result);
 
   result.timeline.ranks = flat.ranks;
   result.timeline.unit = cost.unit;

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # The two commands of the README's quickstart:
 #   ./bootstrap.sh run [ARGS...]  install what is missing, build, run the planner (main job)
-#   ./bootstrap.sh test           install what is missing, build everything, run every test
+#   ./bootstrap.sh test           install what is missing, build the library, its tests and
+#                                 examples, run the suite (Catch2, MPI, the CLI, the docs' code)
+#   ./bootstrap.sh check          turn the hygiene checks and the benchmarks on in that build,
+#                                 compile them, run suite 'check' (every header alone, clang's
+#                                 warnings, the package consumers, compiled-mode twins, ODR)
 #   ./bootstrap.sh cuda           turn the CUDA targets on in that build, compile them with nvcc,
 #                                 run the CUDA tests (each SKIPPED, with the reason, without a GPU)
 # Environment: PPSCHED_BUILD (build folder, default ./build); PPSCHED_CUDA (enabled, disabled or
@@ -41,9 +45,13 @@ cuda_choice() {
   fi
 }
 
+# A new build folder leaves out the hygiene checks and the benchmarks: they compile the
+# headers again and again (every header alone, a second compiler, three consumer builds, the
+# header-only twins) and took more than a third of the test command's 18 minutes on two cores
+# (docs/performance.md, "Build time"). `./bootstrap.sh check` turns them on; CI runs both.
 configure() {
   if [ ! -f "$build/build.ninja" ]; then
-    meson setup "$build" -Dwerror=true -Dcuda="$(cuda_choice)"
+    meson setup "$build" -Dwerror=true -Dcuda="$(cuda_choice)" -Dchecks=false -Dbench=false
   fi
 }
 
@@ -68,6 +76,16 @@ case "${1:-}" in
     python3 .ci/count_tests.py "$build/meson-logs/testlog.json" || true
     exit "$status"
     ;;
+  check)
+    install_missing
+    configure
+    meson configure "$build" -Dchecks=true -Dbench=true
+    meson compile -C "$build"
+    status=0
+    meson test -C "$build" --suite check --print-errorlogs --num-processes "$(nproc)" --logbase checklog || status=$?
+    python3 .ci/count_tests.py "$build/meson-logs/checklog.json" || true
+    exit "$status"
+    ;;
   cuda)
     install_missing
     configure
@@ -80,7 +98,7 @@ case "${1:-}" in
     exit "$status"
     ;;
   *)
-    echo "usage: ./bootstrap.sh run [ppsched-plan arguments...] | ./bootstrap.sh test | ./bootstrap.sh cuda" >&2
+    echo "usage: ./bootstrap.sh run [ppsched-plan arguments...] | ./bootstrap.sh test | ./bootstrap.sh check | ./bootstrap.sh cuda" >&2
     exit 2
     ;;
 esac

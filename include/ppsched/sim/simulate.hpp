@@ -134,6 +134,9 @@ void memory_over_time(const FlatSchedule& flat, const AbstractExecution& run, co
     return x.time < y.time || (x.time == y.time && x.frees < y.frees);
   };
   std::vector<Event> events;
+  std::vector<MemoryFractions> stage_fraction;
+  stage_fraction.reserve(static_cast<std::size_t>(flat.stages));
+  for (std::int32_t s = 0; s < flat.stages; ++s) stage_fraction.push_back(fractions(s));
   for (std::size_t r = 0; r < ranks; ++r) {
     events.clear();
     const std::int32_t begin = flat.rank_begin[r], end = flat.rank_begin[r + 1];
@@ -142,10 +145,10 @@ void memory_over_time(const FlatSchedule& flat, const AbstractExecution& run, co
       if (is_comm(a.op)) continue;
       const auto ii = static_cast<std::size_t>(i);
       const double size = bytes(a.stage, a.microbatch);
-      const MemoryFractions f = fractions(a.stage);
+      const MemoryFractions& f = stage_fraction[static_cast<std::size_t>(a.stage)];
       const auto alloc = [&](double share) { events.push_back({run.start(ii), 1, share, share * size}); };
       const auto release = [&](double share) { events.push_back({run.end(ii), 0, -share, -share * size}); };
-      const bool has_r = a.op != Op::BW && flat.find(Op::R, a.stage, a.microbatch) != no_action;
+      const bool has_r = flat.has_memory && a.op != Op::BW && flat.find(Op::R, a.stage, a.microbatch) != no_action;
       const bool recomputed = is_backward(a.op) && has_r;
       const bool split = f.layerwise() && flat.find(Op::BI, a.stage, a.microbatch) != no_action;
       switch (a.op) {

@@ -7,10 +7,10 @@
 // autograd graph, held by the output's gradient edge rather than by the output tensor: the
 // executor has its own copy of the output, so the tensor is freed once F has written it out,
 // unless the graph saved it (Tanh and ReLU keep their result). A full backward runs autograd
-// once and frees the graph. The split backward of zero-bubble schedules cuts the graph itself (detail::torch_adapter::
-// cut_graph): backward_input runs only the nodes between the output and the input, computing
-// only the gradients that lead to the input, and keeps the gradient arriving at each node
-// that also leads to a parameter; backward_weight runs each of those nodes once more from
+// once and frees the graph. The split backward of zero-bubble schedules cuts the graph itself
+// (detail::torch_adapter::cut_graph): backward_input runs only the nodes between the output
+// and the input, computing only the gradients that lead to the input, and keeps the gradient
+// arriving at each node that also leads to a parameter; backward_weight runs each of those nodes once more from
 // that gradient, for its parameters only, and frees the graph. Nothing runs twice, so BI + BW
 // costs about what B does, and the weight gradients are the numbers the full backward
 // computes (the same autograd nodes on the same values): every schedule trains
@@ -1263,9 +1263,10 @@ struct HeldBytes {
   double input_backward = 0.0;
 };
 
-// [c]: what a TorchStage of `model`'s children c..end holds for one micro-batch, child k's input
-// being inputs[k] and the model's output inputs[size]; [size]: nothing. Each child's share is then its stage's less the next one's,
-// so that a stage running to the model's end is predicted to the byte. A stage that ends
+// [c]: what a TorchStage of `model`'s children c..end holds for one micro-batch, child k's
+// input being inputs[k] and the model's output inputs[size]; [size]: nothing. Each child's
+// share is then its stage's less the next one's, so that a stage running to the model's end
+// is predicted to the byte. A stage that ends
 // earlier holds its share exactly too, but for one case a sum of shares cannot see: its last
 // output, saved by the next child alone (a transformer block's, which the next block's layer
 // norm saves), is held when the next child runs in the same stage and freed when it starts the

@@ -1056,7 +1056,8 @@ Gradients stage_gradients(torch::nn::Sequential module, const std::vector<std::i
   torch::manual_seed(5);
   const torch::Tensor x = torch::randn({n});
   const torch::Tensor g = torch::randn({n});
-  Gradients out{std::vector<float>(input_gradient ? static_cast<std::size_t>(n) : 0),
+  // Not zero, so that an input gradient the stage leaves unwritten shows.
+  Gradients out{std::vector<float>(input_gradient ? static_cast<std::size_t>(n) : 0, 7.0f),
                 std::vector<float>(f.weight_grad_size, 0.0f), std::vector<float>(static_cast<std::size_t>(n))};
   f.forward(0, floats(x), out.output);
   if (split) {
@@ -1130,6 +1131,67 @@ CATCH_TEST_CASE("the split backward cuts inside children and gives the full back
   }
 }
 
+namespace {
+
+// Modules whose output is not an ordinary function of the input with a graph of its own.
+struct IgnoresInputImpl : torch::nn::Module {
+  torch::Tensor weight;
+  explicit IgnoresInputImpl(const std::vector<std::int64_t>& shape) {
+    weight = register_parameter("weight", torch::randn(shape));
+  }
+  torch::Tensor forward(const torch::Tensor&) { return torch::tanh(weight); }
+};
+TORCH_MODULE(IgnoresInput);
+
+}  // namespace
+
+CATCH_TEST_CASE("the backward starts from the output's gradient edge in every case the graph can have", "[torch]") {
+  // The stage keeps the output's gradient edge, not the output: a module that returns its
+  // input unchanged (the edge is the input's gradient accumulator), one whose output does not
+  // depend on the input, and one whose output needs no gradient at all. B and BI + BW agree
+  // bit for bit in each, with the gradients autograd defines.
+  const std::vector<std::int64_t> row{rows, 16};
+  torch::manual_seed(5);  // the input and the output's gradient stage_gradients runs with
+  const torch::Tensor x = torch::randn({rows * 16});
+  const torch::Tensor g = torch::randn({rows * 16});
+  const auto values = [](const torch::Tensor& t) {
+    return std::vector<float>(t.data_ptr<float>(), t.data_ptr<float>() + t.numel());
+  };
+  const auto zeros = [](const std::vector<float>& v) {
+    return std::all_of(v.begin(), v.end(), [](float e) { return e == 0.0f; });
+  };
+  for (const bool split : {false, true}) {
+    CATCH_INFO((split ? "BI + BW" : "B"));
+    {
+      const Gradients same =
+          stage_gradients(torch::nn::Sequential(torch::nn::Functional([](torch::Tensor t) { return t; })), row, split);
+      CATCH_CHECK(same.output == values(x));
+      CATCH_CHECK(same.input == values(g));  // the output's gradient, as it came
+      CATCH_CHECK(same.weight.empty());
+    }
+    {
+      const auto make = [&] {
+        torch::manual_seed(9);
+        return torch::nn::Sequential(IgnoresInput(row));
+      };
+      const Gradients ignores = stage_gradients(make(), row, split);
+      CATCH_CHECK(zeros(ignores.input));
+      CATCH_CHECK_FALSE(zeros(ignores.weight));
+      CATCH_CHECK(same_bits(ignores.weight, stage_gradients(make(), row, !split).weight));
+    }
+    {
+      torch::manual_seed(9);
+      const Gradients none = stage_gradients(
+          torch::nn::Sequential(torch::nn::Linear(16, 16), torch::nn::Functional([](torch::Tensor t) { return t.detach(); })),
+          row, split);
+      CATCH_CHECK_FALSE(zeros(none.output));
+      CATCH_CHECK(zeros(none.input));
+      CATCH_CHECK(none.weight.size() == 16 * 16 + 16);
+      CATCH_CHECK(zeros(none.weight));
+    }
+  }
+}
+
 CATCH_TEST_CASE("the graph's cut: BI stops at the weights, BW starts where their gradients enter", "[torch]") {
   // Structure, not time: for a residual block the cut's roots are the nodes that own
   // parameters (two convolutions, two batch norms), each with exactly its own parameters;
@@ -1141,7 +1203,7 @@ CATCH_TEST_CASE("the graph's cut: BI stops at the weights, BW starts where their
   const torch::Tensor y = blocks->forward(x);
   const std::vector<torch::Tensor> parameters = blocks->parameters();
   CATCH_REQUIRE(parameters.size() == 6);  // conv1, conv2 weights; bn1, bn2 weight and bias
-  const auto cut = ppsched::detail::torch_adapter::cut_graph(y, x, parameters);
+  const auto cut = ppsched::detail::torch_adapter::cut_graph(torch::autograd::impl::gradient_edge(y), x, parameters);
   CATCH_CHECK(cut.usable);
   CATCH_REQUIRE(cut.roots.size() == 4);
   std::vector<std::size_t> covered;
@@ -1156,7 +1218,9 @@ CATCH_TEST_CASE("the graph's cut: BI stops at the weights, BW starts where their
   torch::nn::Linear shared(3, 3);
   const torch::Tensor u = torch::randn({2, 3}).requires_grad_(true);
   const torch::Tensor v = shared(torch::tanh(shared(u)));
-  CATCH_CHECK_FALSE(ppsched::detail::torch_adapter::cut_graph(v, u, shared->parameters()).usable);
+  CATCH_CHECK_FALSE(
+      ppsched::detail::torch_adapter::cut_graph(torch::autograd::impl::gradient_edge(v), u, shared->parameters())
+          .usable);
 }
 
 // ------------------------------------------------------------ profiling a Sequential (issue 27)

@@ -6,6 +6,7 @@
 // depends on how fast anything ran.
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -171,5 +172,143 @@ TEST_CASE("counted memory of a libtorch pipeline: a split backward's BI..BW hold
     INFO("rank " << r << ": predicted " << zb.predicted[r] << " B, measured " << zb.measured[r] << " B");
     CHECK(zb.after[r] == 0.0);
     CHECK(zb.measured[r] == Approx(zb.predicted[r]).epsilon(0.10));
+  }
+}
+
+namespace {
+
+// Bytes TorchMemoryCounter charges to `tag` while `f` runs and still holds after it.
+template <class F>
+std::int64_t kept_by(int tag, F&& f) {
+  ppsched::TorchMemoryCounter& counter = ppsched::TorchMemoryCounter::install();
+  const ppsched::TorchMemoryCounter::Tag scope(tag);
+  const std::int64_t before = counter.current(tag);
+  f();
+  return counter.current(tag) - before;
+}
+
+}  // namespace
+
+TEST_CASE("a stage keeps its graph, not its output: one tensor less per micro-batch where the last child does not "
+          "save it",
+          "[torch][accuracy][memory]") {
+  // What the adapter held before it kept the output's gradient edge instead of the output: the
+  // graph and the output tensor, as plain libtorch holds them while the caller keeps both.
+  // Ending in a Linear (whose backward needs its input, not its output) the stage now holds
+  // one output tensor less per micro-batch; ending in a Tanh (which saves its result) the same.
+  torch::set_num_threads(1);
+  constexpr std::int64_t rows = 8, width = 64, in_flight = 3;
+  const int tag = 62;
+  for (const bool ends_in_linear : {true, false}) {
+    INFO((ends_in_linear ? "Linear | Tanh | Linear" : "Linear | Tanh"));
+    torch::manual_seed(2);
+    torch::nn::Sequential net(torch::nn::Linear(width, width), torch::nn::Tanh());
+    if (ends_in_linear) net->push_back(torch::nn::Linear(width, width));
+    torch::manual_seed(3);
+    const torch::Tensor x = torch::randn({in_flight * rows, width});
+    const torch::Tensor g = torch::randn({in_flight * rows, width});
+    const auto slice = [&](const torch::Tensor& t, std::int64_t mb) {
+      return std::span<const float>(t.data_ptr<float>() + mb * rows * width, static_cast<std::size_t>(rows * width));
+    };
+    const std::int64_t output_bytes = rows * width * 4;
+
+    std::int64_t with_output = 0;
+    {
+      const torch::Tensor leaf = x.narrow(0, 0, rows).clone().requires_grad_(true);  // not counted: as the executor's
+      torch::Tensor y;
+      with_output = kept_by(tag, [&] { y = net->forward(leaf); });
+      CHECK(y.nbytes() == static_cast<std::size_t>(output_bytes));
+    }
+
+    ppsched::TorchStageOptions o;
+    o.input_shape = {rows, width};
+    o.output_shape = {rows, width};
+    ppsched::TorchStage stage(net, o);
+    const ppsched::StageFunctions f = stage.functions();
+    std::vector<float> out(static_cast<std::size_t>(rows * width)), grad_in(out.size()), weight_grad(f.weight_grad_size);
+    const std::int64_t held = kept_by(tag, [&] {
+      for (std::int64_t mb = 0; mb < in_flight; ++mb) f.forward(static_cast<std::int32_t>(mb), slice(x, mb), out);
+    });
+    INFO("graph and output " << with_output << " B per micro-batch; the stage holds " << held << " B for " << in_flight);
+    // The Tanh's result (saved by it), and the last Linear's output where it ends so.
+    CHECK(with_output == (ends_in_linear ? 2 : 1) * output_bytes);
+    CHECK(held == in_flight * (ends_in_linear ? with_output - output_bytes : with_output));
+    // Every backward frees what its forward kept, the split one too.
+    const std::int64_t left = kept_by(tag, [&] {
+      for (std::int64_t mb = 0; mb < in_flight; ++mb) {
+        const auto m = static_cast<std::int32_t>(mb);
+        if (mb == 1) {
+          f.backward_input(m, slice(x, mb), slice(g, mb), grad_in);
+          f.backward_weight(m, slice(x, mb), slice(g, mb), weight_grad);
+        } else {
+          f.backward(m, slice(x, mb), slice(g, mb), grad_in, weight_grad);
+        }
+      }
+    });
+    CHECK(left == -held);
+  }
+}
+
+TEST_CASE("a profile's counted bytes sum to what a stage of any contiguous children holds", "[torch][accuracy][memory]") {
+  // Every stage [a, b] of each bench model against a TorchStage of those children, counted
+  // after its forward. Exact wherever the stage's last output is saved by its own last child
+  // or by no one (the MLP's every cut, Linear | Tanh included); over by exactly that output
+  // where only the next child saves it (a transformer block's, which the next block's layer
+  // norm saves): a sum of per-child shares cannot tell a stage that ends there from one that
+  // runs on (docs/accuracy.md).
+  torch::set_num_threads(1);
+  constexpr std::int64_t rows = 4;
+  const int tag = 61;
+  for (const std::string& name : bench_torch::model_names()) {
+    const bench_torch::Model m = bench_torch::make_model(name);
+    const ppsched::TorchProfile p = bench_torch::profile_of(m, {rows}, 0, 1);
+    torch::nn::Sequential net = m.net;
+    const std::size_t n = net->size();
+    torch::manual_seed(4);
+    std::vector<torch::Tensor> inputs{m.input(rows).contiguous()};  // [c]: what child c takes
+    {
+      const torch::NoGradGuard no_grad;
+      for (std::size_t c = 0; c < n; ++c) {
+        inputs.push_back((net->begin() + static_cast<std::ptrdiff_t>(c))->forward(inputs.back()).contiguous());
+      }
+    }
+    int exact = 0, over = 0;
+    for (std::size_t a = 0; a < n; ++a) {
+      double predicted = 0.0, predicted_for_weight = 0.0;
+      for (std::size_t b = a; b < n; ++b) {
+        predicted += p.layers[b].samples[0].activation_bytes;
+        predicted_for_weight += p.layers[b].samples[0].weight_bytes;
+        torch::nn::Sequential part;
+        for (std::size_t k = a; k <= b; ++k) part->push_back(*(net->begin() + static_cast<std::ptrdiff_t>(k)));
+        ppsched::TorchStageOptions o;
+        o.input_shape = m.input_shape(a, rows);
+        o.output_shape = m.output_shape(b, rows);
+        ppsched::TorchStage stage(part, o);
+        const ppsched::StageFunctions f = stage.functions();
+        const std::span<const float> in{inputs[a].data_ptr<float>(), static_cast<std::size_t>(inputs[a].numel())};
+        std::vector<float> out(static_cast<std::size_t>(inputs[b + 1].numel()));
+        const std::vector<float> grad_out(out.size(), 1.0f);
+        std::vector<float> grad_in(in.size()), weight_grad(f.weight_grad_size);
+        const std::int64_t held = kept_by(tag, [&] { f.forward(0, in, out); });
+        // And what BI leaves for BW (the profile's weight_bytes), with an input gradient.
+        const std::int64_t for_weight = held + kept_by(tag, [&] { f.backward_input(0, in, grad_out, grad_in); });
+        f.backward_weight(0, in, grad_out, weight_grad);
+        INFO(name << " children " << a << ".." << b << ": predicted " << predicted << " B, held " << held << " B");
+        const double output = static_cast<double>(inputs[b + 1].nbytes());
+        if (predicted == static_cast<double>(held)) {
+          ++exact;
+        } else {
+          CHECK(predicted == static_cast<double>(held) + output);
+          ++over;
+        }
+        if (name == "mlp") {
+          CHECK(predicted == static_cast<double>(held));
+          CHECK(predicted_for_weight == static_cast<double>(for_weight));
+        }
+      }
+    }
+    INFO(name << ": " << exact << " stages exact, " << over << " over by their output");
+    CHECK(exact > 0);
+    if (name == "mlp") CHECK(over == 0);
   }
 }

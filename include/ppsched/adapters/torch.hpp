@@ -3,12 +3,14 @@
 // by <ppsched/ppsched.hpp>: include it on purpose and link libtorch (Debian: libtorch-dev).
 //
 // Per micro-batch in flight the stage keeps what autograd needs: the forward's input (a view
-// of the executor's buffer, which stays valid until the micro-batch's last backward), the
-// output and the autograd graph. A full backward runs autograd once and frees the graph. The
-// split backward of zero-bubble schedules cuts the graph itself (detail::torch_adapter::
-// cut_graph): backward_input runs only the nodes between the output and the input, computing
-// only the gradients that lead to the input, and keeps the gradient arriving at each node
-// that also leads to a parameter; backward_weight runs each of those nodes once more from
+// of the executor's buffer, which stays valid until the micro-batch's last backward) and the
+// autograd graph, held by the output's gradient edge rather than by the output tensor: the
+// executor has its own copy of the output, so the tensor is freed once F has written it out,
+// unless the graph saved it (Tanh and ReLU keep their result). A full backward runs autograd
+// once and frees the graph. The split backward of zero-bubble schedules cuts the graph itself
+// (detail::torch_adapter::cut_graph): backward_input runs only the nodes between the output
+// and the input, computing only the gradients that lead to the input, and keeps the gradient
+// arriving at each node that also leads to a parameter; backward_weight runs each of those nodes once more from
 // that gradient, for its parameters only, and frees the graph. Nothing runs twice, so BI + BW
 // costs about what B does, and the weight gradients are the numbers the full backward
 // computes (the same autograd nodes on the same values): every schedule trains
@@ -244,19 +246,21 @@ inline void check_fits(const TorchTensorSpec& spec, const torch::Tensor& t, cons
                           torch::TensorOptions().dtype(side.spec.dtype));
 }
 
-// A view of a gradient in `raw` that belongs to `value` (a gradient has the layout of its
-// tensor): shaped as `value`, after checking that the payload carries as many elements.
-[[nodiscard]] inline torch::Tensor gradient_view(const Side& side, std::span<const float> raw,
-                                                 const torch::Tensor& value, const char* what) {
-  if (!side.typed()) return tensor_view(raw, value.sizes());
+// A view of a gradient in `raw` that belongs to a tensor of shape `sizes` (a gradient has the
+// layout of its tensor; the forward checked that the tensor has the side's dtype): shaped so,
+// after checking that the payload carries as many elements.
+[[nodiscard]] inline torch::Tensor gradient_view(const Side& side, std::span<const float> raw, c10::IntArrayRef sizes,
+                                                 const char* what) {
+  if (!side.typed()) return tensor_view(raw, sizes);
   const std::size_t count = ConstPayload(raw, side.payload).count(0);
-  if (count != static_cast<std::size_t>(value.numel())) {
+  const auto numel = static_cast<std::size_t>(c10::multiply_integers(sizes));
+  if (count != numel) {
     fail({"torch stage",
-          detail::concat(what, " holds ", count, " elements, but the tensor it belongs to (shape ",
-                         shape_text(value.sizes()), ") has ", value.numel()),
+          detail::concat(what, " holds ", count, " elements, but the tensor it belongs to (shape ", shape_text(sizes),
+                         ") has ", numel),
           side.name, "Give each gradient the count of its tensor (the neighbouring stage or the loss writes it)"});
   }
-  return torch::from_blob(region(raw, side), value.sizes(), torch::TensorOptions().dtype(side.spec.dtype));
+  return torch::from_blob(region(raw, side), sizes, torch::TensorOptions().dtype(side.spec.dtype));
 }
 
 // Writes `value` as one side's tensor into `raw` (a forward output, a gradient), setting its
@@ -303,12 +307,13 @@ struct GraphCut {
   std::vector<WeightRoot> roots;  // in the order the engine runs them in a full backward
 };
 
-// The cut of the graph under `output`, for the input gradient of `input` (a leaf).
-[[nodiscard]] inline GraphCut cut_graph(const torch::Tensor& output, const torch::Tensor& input,
+// The cut of the graph under `output` (an output's gradient edge), for the input gradient of
+// `input` (a leaf).
+[[nodiscard]] inline GraphCut cut_graph(const torch::autograd::Edge& output, const torch::Tensor& input,
                                         const std::vector<torch::Tensor>& parameters) {
   using torch::autograd::Node;
   GraphCut cut;
-  const std::shared_ptr<Node> root = output.grad_fn();
+  const std::shared_ptr<Node>& root = output.function;
   const std::shared_ptr<Node> input_node = torch::autograd::impl::try_get_grad_accumulator(input);
   if (!root || !input_node) return cut;
   std::unordered_map<const Node*, std::size_t> parameter_of;  // a parameter's AccumulateGrad -> its index
@@ -383,13 +388,39 @@ struct GraphCut {
 }
 
 // The gradients arriving at `targets` (edges into nodes of the graph), running only the
-// nodes that lead to them; the graph is kept for a later call.
+// nodes that lead to them; with keep_graph the graph stays for a later call, without it each
+// node frees what it saved once it has run.
 [[nodiscard]] inline std::vector<torch::Tensor> run_engine(const torch::autograd::edge_list& roots,
                                                            const std::vector<torch::Tensor>& gradients,
-                                                           const torch::autograd::edge_list& targets) {
-  return torch::autograd::Engine::get_default_engine().execute(roots, gradients, /*keep_graph=*/true,
+                                                           const torch::autograd::edge_list& targets,
+                                                           bool keep_graph = true) {
+  return torch::autograd::Engine::get_default_engine().execute(roots, gradients, keep_graph,
                                                                /*create_graph=*/false, /*accumulate_grad=*/false,
                                                                targets);
+}
+
+// The gradients of `leaves` (undefined where none arrives) from `gradient` entering the graph
+// at `root`: what torch::autograd::grad({output}, leaves, {gradient}, keep_graph, false, true)
+// computes, the same engine run, with the output's gradient edge standing in for the output.
+// A leaf the graph never used has no gradient accumulator; autograd::grad then gives it a
+// dummy target nothing reaches, and so do the undefined entries here.
+[[nodiscard]] inline std::vector<torch::Tensor> leaf_gradients(const torch::autograd::Edge& root,
+                                                               const torch::Tensor& gradient,
+                                                               const std::vector<torch::Tensor>& leaves,
+                                                               bool keep_graph) {
+  torch::autograd::edge_list targets;
+  std::vector<std::size_t> of;  // [target] -> leaf
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    if (auto a = torch::autograd::impl::try_get_grad_accumulator(leaves[i])) {
+      targets.emplace_back(std::move(a), 0);
+      of.push_back(i);
+    }
+  }
+  std::vector<torch::Tensor> out(leaves.size());
+  if (targets.empty()) return out;
+  const std::vector<torch::Tensor> got = run_engine({root}, {gradient}, targets, keep_graph);
+  for (std::size_t k = 0; k < of.size(); ++k) out[of[k]] = got[k];
+  return out;
 }
 
 }  // namespace detail::torch_adapter
@@ -522,10 +553,17 @@ class TorchStage {
   }
 
  private:
-  // What one micro-batch's backward needs, from its forward until its last backward.
+  // What one micro-batch's backward needs, from its forward until its last backward. Not the
+  // output tensor: where the last node did not save it (a Linear's), holding it would keep one
+  // more tensor per micro-batch in flight than the graph needs, beside the executor's copy.
   struct Saved {
-    torch::Tensor input;                   // a view of the executor's input buffer (requires grad if float)
-    torch::Tensor output;                  // the module's output (the graph's root)
+    torch::Tensor input;  // a view of the executor's input buffer (requires grad if float)
+    // The output's gradient edge, where every backward enters the graph: its grad_fn, or the
+    // input's gradient accumulator where the module returned its input unchanged. Holding it
+    // holds the graph. Invalid where the output needs no gradient.
+    torch::autograd::Edge root;
+    std::vector<std::int64_t> output_sizes;  // the shape of the output's gradient
+    bool graph = false;                      // F with its graph, or R, ran since the last backward
     // The split backward, between backward_input and backward_weight: the cut's roots, or,
     // where BI computed no input gradient or the cut is unusable, none and `whole` (BW runs
     // every weight gradient from the output).
@@ -615,13 +653,13 @@ class TorchStage {
 
   [[nodiscard]] Saved& saved_for_backward(std::int32_t mb) {
     Saved& s = saved(mb);
-    if (!s.output.defined() && s.dropped) {
+    if (!s.graph && s.dropped) {
       fail({"torch stage",
             detail::concat("backward of micro-batch ", mb,
                            ", whose forward kept no graph (keep_activation false) and which nothing recomputed"),
             "", "Put R(s, m) between F(s, m) and B/BI(s, m) in the schedule"});
     }
-    if (!s.output.defined()) {
+    if (!s.graph) {
       fail({"torch stage", detail::concat("backward of micro-batch ", mb, " without its forward"), "",
             "Run the forward of a micro-batch before its backward (a hand-written schedule may have them swapped)"});
     }
@@ -643,28 +681,36 @@ class TorchStage {
     }
     // The rank threads do not inherit the caller's grad mode: the graph is wanted here.
     const torch::AutoGradMode grad_mode(true);
-    Saved& s = saved(mb);
-    s = Saved{};
-    s.input = detail::torch_adapter::view(input_, in, "the stage's input");
-    // Token ids and other integers take no gradient (autograd refuses them).
-    if (torch::isFloatingType(s.input.scalar_type())) s.input.requires_grad_(true);
-    s.output = module_->forward(s.input);
-    detail::torch_adapter::write(output_, out, s.output, "the module's output",
+    const torch::Tensor output = forward_with_graph(saved(mb), in);
+    detail::torch_adapter::write(output_, out, output, "the module's output",
                                  output_.typed()
                                      ? "Make TorchStageOptions::output_tensors[0] (dtype, max_shape, variable_dim) "
                                        "describe what the module returns for one micro-batch"
                                      : "Set TorchStageOptions::output_shape to the module's output for one micro-batch");
-  }
+  }  // `output` goes here: the graph holds it only where a node saved it
 
   // R: the forward again from the kept input, with the graph, its output discarded (the
   // executor's copy of it is the one the next stage received).
   void recompute(std::int32_t mb, std::span<const float> in) {
     const torch::AutoGradMode grad_mode(true);
-    Saved& s = saved(mb);
+    (void)forward_with_graph(saved(mb), in);
+  }
+
+  // The module's output for the input in `in`, its graph kept in `s` from the output's
+  // gradient edge (grad mode on).
+  torch::Tensor forward_with_graph(Saved& s, std::span<const float> in) {
     s = Saved{};
     s.input = detail::torch_adapter::view(input_, in, "the stage's input");
+    // Token ids and other integers take no gradient (autograd refuses them).
     if (torch::isFloatingType(s.input.scalar_type())) s.input.requires_grad_(true);
-    s.output = module_->forward(s.input);
+    torch::Tensor output = module_->forward(s.input);
+    s.graph = true;
+    if (!output.defined()) return output;  // write() says so
+    // For a leaf (the input returned unchanged) this makes its gradient accumulator, which the
+    // edge then holds: the backward's root and its input target are the one node.
+    if (output.requires_grad()) s.root = torch::autograd::impl::gradient_edge(output);
+    s.output_sizes.assign(output.sizes().begin(), output.sizes().end());
+    return output;
   }
   // Writes each parameter's gradient (undefined: unused, left zero) into its slice.
   void write_weight_gradient(std::span<float> weight_grad, const std::vector<std::size_t>& which,
@@ -679,7 +725,7 @@ class TorchStage {
   }
 
   [[nodiscard]] torch::Tensor output_gradient(const Saved& s, std::span<const float> grad_out) const {
-    return detail::torch_adapter::gradient_view(output_, grad_out, s.output, "the output gradient");
+    return detail::torch_adapter::gradient_view(output_, grad_out, s.output_sizes, "the output gradient");
   }
 
   void backward(std::int32_t mb, std::span<const float> grad_out, std::span<float> grad_in,
@@ -691,9 +737,13 @@ class TorchStage {
     if (input_wanted) wanted.push_back(s.input);
     for (const torch::Tensor& p : parameters_) wanted.push_back(p);
     if (!grad_in.empty() && !input_wanted) write_input_gradient(grad_in, s, torch::Tensor());
-    if (!wanted.empty()) {
-      const auto grads = torch::autograd::grad({s.output}, wanted, {output_gradient(s, grad_out)},
-                                               /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    // An output that needs no gradient depends on nothing trainable: every gradient is zero,
+    // as BI + BW leave them (the executor zeroes the weight gradient).
+    if (!s.root.is_valid()) {
+      if (input_wanted) write_input_gradient(grad_in, s, torch::Tensor());
+    } else if (!wanted.empty()) {
+      const auto grads =
+          detail::torch_adapter::leaf_gradients(s.root, output_gradient(s, grad_out), wanted, /*keep_graph=*/false);
       const std::size_t first = input_wanted ? 1 : 0;
       if (input_wanted) write_input_gradient(grad_in, s, grads[0]);
       std::vector<std::size_t> all(parameters_.size());
@@ -710,11 +760,15 @@ class TorchStage {
     if (!grad_in.empty() && !input_wanted) write_input_gradient(grad_in, s, torch::Tensor());
     s.whole = true;
     s.roots.clear();
-    if (!input_wanted || !s.output.requires_grad()) return;  // BW does it all
-    detail::torch_adapter::GraphCut cut = detail::torch_adapter::cut_graph(s.output, s.input, parameters_);
+    if (!input_wanted) return;  // BW does it all
+    if (!s.root.is_valid()) {   // nothing reaches the input either
+      write_input_gradient(grad_in, s, torch::Tensor());
+      return;
+    }
+    detail::torch_adapter::GraphCut cut = detail::torch_adapter::cut_graph(s.root, s.input, parameters_);
     if (!cut.usable) {  // BI the input gradient alone, BW every weight gradient from the output
-      const auto grads = torch::autograd::grad({s.output}, {s.input}, {output_gradient(s, grad_out)},
-                                               /*retain_graph=*/true, /*create_graph=*/false, /*allow_unused=*/true);
+      const auto grads = detail::torch_adapter::leaf_gradients(s.root, output_gradient(s, grad_out), {s.input},
+                                                               /*keep_graph=*/true);
       write_input_gradient(grad_in, s, grads[0]);
       return;
     }
@@ -728,8 +782,7 @@ class TorchStage {
       for (std::uint32_t k = 0; k < r.node->num_inputs(); ++k) targets.emplace_back(r.node, k);
     }
     const torch::Tensor g = output_gradient(s, grad_out);
-    const std::vector<torch::Tensor> grads =
-        detail::torch_adapter::run_engine({torch::autograd::impl::gradient_edge(s.output)}, {g}, targets);
+    const std::vector<torch::Tensor> grads = detail::torch_adapter::run_engine({s.root}, {g}, targets);
     write_input_gradient(grad_in, s, grads[0]);
     std::size_t at = 1;
     for (detail::torch_adapter::WeightRoot& r : cut.roots) {
@@ -749,9 +802,9 @@ class TorchStage {
     const torch::AutoGradMode grad_mode(true);
     Saved& s = saved_for_backward(mb);
     if (s.whole) {
-      if (!parameters_.empty() && s.output.requires_grad()) {
-        const auto grads = torch::autograd::grad({s.output}, parameters_, {output_gradient(s, grad_out)},
-                                                 /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+      if (!parameters_.empty() && s.root.is_valid()) {
+        const auto grads = detail::torch_adapter::leaf_gradients(s.root, output_gradient(s, grad_out), parameters_,
+                                                                 /*keep_graph=*/false);
         std::vector<std::size_t> all(parameters_.size());
         for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
         accumulate_weight_gradient(weight_grad, all, grads);
@@ -1086,15 +1139,17 @@ struct TorchTiming {
 struct TorchLayerSample {
   std::int64_t rows = 0;
   TorchTiming forward, backward, backward_input, backward_weight;  // B; then BI and BW of the split
-  // Counted by TorchMemoryCounter in one forward of the whole chain with its graph: what the
-  // bytes libtorch holds grow by over this child (its saved tensors and its output, less an
-  // input nothing keeps), so that a stage's children sum to what the stage holds per micro-batch
-  // from its forward to its backward (see docs/accuracy.md for the one case where they do not).
+  // Counted by TorchMemoryCounter on TorchStages of the model's tail (detail::torch_adapter::
+  // suffix_bytes): what a stage starting at this child holds per micro-batch after its forward,
+  // less what a stage starting at the next child holds. A stage's children then sum to what the
+  // stage holds from its forward to its backward, to the byte where the stage runs to the
+  // model's end or its last output is saved by itself or by no one; over by that output where
+  // only the next child (in the next stage) saves it (docs/accuracy.md).
   double activation_bytes = 0.0;
-  // What is still held between backward_input and backward_weight, as a share of the child's
-  // activation counted alone, times activation_bytes: CostModel::weight_memory_fraction from
-  // measurement. It can exceed activation_bytes: BI keeps the whole graph (the engine runs it
-  // with keep_graph) and adds the gradients it captured for BW.
+  // The same after backward_input: what is still held for backward_weight, from which
+  // cost_model_of takes CostModel::weight_memory_fraction. It can exceed activation_bytes: BI
+  // keeps the whole graph (the engine runs it with keep_graph) and adds the gradients it
+  // captured for BW.
   double weight_bytes = 0.0;
   double output_bytes = 0.0;      // the tensor the child hands on
 };
@@ -1199,6 +1254,58 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
   return p;
 }
 
+namespace detail::torch_adapter {
+
+// Bytes a stage holds for one micro-batch, counted: after its forward, and after its
+// backward_input (the graph and the gradients kept for BW).
+struct HeldBytes {
+  double forward = 0.0;
+  double input_backward = 0.0;
+};
+
+// [c]: what a TorchStage of `model`'s children c..end holds for one micro-batch, child k's
+// input being inputs[k] and the model's output inputs[size]; [size]: nothing. Each child's
+// share is then its stage's less the next one's, so that a stage running to the model's end
+// is predicted to the byte. A stage that ends
+// earlier holds its share exactly too, but for one case a sum of shares cannot see: its last
+// output, saved by the next child alone (a transformer block's, which the next block's layer
+// norm saves), is held when the next child runs in the same stage and freed when it starts the
+// next stage, whose input is the executor's buffer; the share counts it (docs/accuracy.md).
+// Counting a whole chain's forward instead charged each child its output, held or not: a
+// stage that ends in a Linear was then exact only because the adapter kept its output, and
+// one that starts at a Tanh short by the Linear's output, which the chain had freed.
+[[nodiscard]] inline std::vector<HeldBytes> suffix_bytes(const torch::nn::Sequential& model,
+                                                        const std::vector<torch::Tensor>& inputs) {
+  const std::size_t n = model->size();
+  TorchMemoryCounter& counter = TorchMemoryCounter::install();
+  std::vector<HeldBytes> out(n + 1);
+  for (std::size_t c = 0; c < n; ++c) {
+    TorchStageOptions so;
+    so.input_tensors = {spec_of(inputs[c])};
+    so.output_tensors = {spec_of(inputs[n])};
+    torch::nn::Sequential part;
+    for (std::size_t k = c; k < n; ++k) part->push_back(*(model->begin() + static_cast<std::ptrdiff_t>(k)));
+    TorchStage stage(part, so);
+    const StageFunctions f = stage.functions();
+    const std::vector<float> in = torch_payloads(so.input_tensors[0], {inputs[c]});
+    // Any gradient of the right shape: bytes do not depend on its values.
+    const std::vector<float> grad_out = torch_payloads(so.output_tensors[0], {torch::ones_like(inputs[n])});
+    std::vector<float> output(grad_out.size());
+    std::vector<float> grad_in(in.size());
+    std::vector<float> weight_grad(f.weight_grad_size);
+    const TorchMemoryCounter::Tag tag(TorchMemoryCounter::profiling);
+    const std::int64_t before = counter.current(TorchMemoryCounter::profiling);
+    f.forward(0, in, output);
+    out[c].forward = static_cast<double>(counter.current(TorchMemoryCounter::profiling) - before);
+    f.backward_input(0, in, grad_out, grad_in);
+    out[c].input_backward = static_cast<double>(counter.current(TorchMemoryCounter::profiling) - before);
+    f.backward_weight(0, in, grad_out, weight_grad);
+  }
+  return out;
+}
+
+}  // namespace detail::torch_adapter
+
 // Measures every child of `model` (see above). The model is left as it was: its parameters,
 // their .grad, and its buffers (a batch norm's running statistics) are restored.
 [[nodiscard]] inline TorchProfile profile_sequential(torch::nn::Sequential model,
@@ -1242,47 +1349,37 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
     }
     out.layers.push_back(std::move(layer));
   }
-  TorchMemoryCounter& counter = TorchMemoryCounter::install();
-  std::vector<double> kept(model->size());
   for (std::int64_t rows : options.rows) {
-    torch::Tensor x = options.input(rows);
-    if (!x.defined()) {
+    const torch::Tensor input = options.input(rows);
+    if (!input.defined()) {
       bad(detail::concat("the input for ", rows, " rows is undefined"), "TorchProfileOptions::input",
           "Return one micro-batch's input tensor");
     }
-    // The bytes, counted: one forward of the whole chain with its graph, as a stage runs it.
-    // The input is allocated before the count starts, as a stage's input is the executor's
-    // buffer, not libtorch's; each child's share is what the bytes held grew by over it.
+    // What each child takes, the model's output last.
+    std::vector<torch::Tensor> chain{input.detach().contiguous()};
     {
-      const TorchMemoryCounter::Tag tag(TorchMemoryCounter::profiling);
-      const torch::AutoGradMode grad_mode(true);
-      torch::Tensor h = torch::isFloatingType(x.scalar_type()) ? x.detach().clone().requires_grad_(true) : x;
-      std::int64_t before = counter.current(TorchMemoryCounter::profiling);
+      const torch::NoGradGuard no_grad;
       for (std::size_t c = 0; c < model->size(); ++c) {
-        h = (model->begin() + static_cast<std::ptrdiff_t>(c))->forward(h);
-        const std::int64_t now = counter.current(TorchMemoryCounter::profiling);
-        // Negative only where a child frees an input nothing keeps and returns less (none of
-        // the bench's models): the planner's byte fields are >= 0.
-        kept[c] = static_cast<double>(std::max<std::int64_t>(0, now - before));
-        before = now;
-      }
-    }
-    for (std::size_t c = 0; c < model->size(); ++c) {
-      const std::string where = detail::concat("child ", out.layers[c].name, " at ", rows, " rows");
-      x = x.detach().contiguous();
-      torch::Tensor y;
-      TorchLayerSample sample;
-      sample.rows = rows;
-      sample.activation_bytes = kept[c];
-      {
-        const torch::NoGradGuard no_grad;
-        y = (model->begin() + static_cast<std::ptrdiff_t>(c))->forward(x);
+        const torch::Tensor y = (model->begin() + static_cast<std::ptrdiff_t>(c))->forward(chain.back());
         if (!y.defined() || !torch::isFloatingType(y.scalar_type())) {
-          bad(detail::concat(where, " returns ", y.defined() ? c10::toString(y.scalar_type()) : "nothing"),
+          bad(detail::concat("child ", out.layers[c].name, " at ", rows, " rows returns ",
+                             y.defined() ? c10::toString(y.scalar_type()) : "nothing"),
               "profile_sequential", "Profile children whose output is a floating-point tensor");
         }
-        sample.output_bytes = static_cast<double>(y.numel() * static_cast<std::int64_t>(y.element_size()));
+        chain.push_back(y.detach().contiguous());
       }
+    }
+    const std::vector<detail::torch_adapter::HeldBytes> held = detail::torch_adapter::suffix_bytes(model, chain);
+    for (std::size_t c = 0; c < model->size(); ++c) {
+      const torch::Tensor& x = chain[c];
+      const torch::Tensor& y = chain[c + 1];
+      TorchLayerSample sample;
+      sample.rows = rows;
+      // A stage holds what the stage after it holds and more (none of the cases known differ);
+      // the planner's byte fields are >= 0 whatever a module does.
+      sample.activation_bytes = std::max(0.0, held[c].forward - held[c + 1].forward);
+      sample.weight_bytes = std::max(0.0, held[c].input_backward - held[c + 1].input_backward);
+      sample.output_bytes = static_cast<double>(y.numel() * static_cast<std::int64_t>(y.element_size()));
       // Timed as the adapter runs the child: a one-child stage over typed boundaries.
       TorchStageOptions so;
       so.input_tensors = {detail::torch_adapter::spec_of(x)};
@@ -1305,17 +1402,8 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
         const double f1 = detail::torch_adapter::time_ms([&] { f.forward(0, in, output); });
         const double full = detail::torch_adapter::time_ms([&] { f.backward(0, in, grad_out, grad_in, weight_grad); });
         std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
-        const std::int64_t held = counter.current(TorchMemoryCounter::profiling);
         const double f2 = detail::torch_adapter::time_ms([&] { f.forward(0, in, output); });
-        const std::int64_t after_forward = counter.current(TorchMemoryCounter::profiling);
         const double input_part = detail::torch_adapter::time_ms([&] { f.backward_input(0, in, grad_out, grad_in); });
-        if (rep == 0 && after_forward > held) {
-          // The share of the child's activation that BI leaves for BW, counted on this
-          // one-child stage (its output held as a stage holds it) and applied to the chain's.
-          const auto after_input = static_cast<double>(counter.current(TorchMemoryCounter::profiling) - held);
-          sample.weight_bytes =
-              sample.activation_bytes * std::max(0.0, after_input / static_cast<double>(after_forward - held));
-        }
         const double weight_part =
             detail::torch_adapter::time_ms([&] { f.backward_weight(0, in, grad_out, weight_grad); });
         if (!timed) continue;
@@ -1330,7 +1418,6 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
       sample.backward_input = detail::torch_adapter::spread(bi);
       sample.backward_weight = detail::torch_adapter::spread(bw);
       out.layers[c].samples.push_back(sample);
-      x = y;
     }
   }
   {

@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ppsched/engine/flat_schedule.hpp"
+#include "ppsched/engine/detail/flat_schedule.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 

@@ -1,6 +1,7 @@
-// Internals of <ppsched/engine/workspace.hpp>, which includes this file: the implementation its
-// public names are built on, in ppsched::detail. Not part of the API: no example or page
-// uses these names, and they may change in any release (docs/architecture.md).
+// Internals of <ppsched/engine/workspace.hpp>, which includes this file: the transfer records
+// lowering sorts (one side of a transfer: its key and the action that produces its data). They
+// are in ppsched::detail and not part of the API: no example or page uses them, and they may
+// change in any release (docs/architecture.md).
 #pragma once
 
 #include <atomic>

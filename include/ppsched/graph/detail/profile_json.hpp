@@ -1,6 +1,7 @@
-// Internals of <ppsched/graph/profile_json.hpp>, which includes this file: the implementation its
-// public names are built on, in ppsched::detail. Not part of the API: no example or page
-// uses these names, and they may change in any release (docs/architecture.md).
+// Internals of <ppsched/graph/profile_json.hpp>, which includes this file: the reader that turns
+// one JSON document into a Profile, naming the source and the place in every error. They are in
+// ppsched::detail and not part of the API: no example or page uses them, and they may change in
+// any release (docs/architecture.md).
 #pragma once
 
 #include <cmath>

@@ -1,6 +1,7 @@
-// Internals of <ppsched/graph/text_input.hpp>, which includes this file: the implementation its
-// public names are built on, in ppsched::detail. Not part of the API: no example or page
-// uses these names, and they may change in any release (docs/architecture.md).
+// Internals of <ppsched/graph/text_input.hpp>, which includes this file: reading a stream to its
+// end up to a bound, with an error that names the input. They are in ppsched::detail and not part
+// of the API: no example or page uses them, and they may change in any release
+// (docs/architecture.md).
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,7 @@
-// Internals of <ppsched/runtime/profile.hpp>, which includes this file: the implementation its
-// public names are built on, in ppsched::detail. Not part of the API: no example or page
-// uses these names, and they may change in any release (docs/architecture.md).
+// Internals of <ppsched/runtime/profile.hpp>, which includes this file: the fixed part of a
+// simulated step, and the fits that solve it for a measured one. They are in ppsched::detail and
+// not part of the API: no example or page uses them, and they may change in any release
+// (docs/architecture.md).
 #pragma once
 
 #include <algorithm>

@@ -1,6 +1,7 @@
-// Internals of <ppsched/schedule/zero_bubble.hpp>, which includes this file: the implementation its
-// public names are built on, in ppsched::detail. Not part of the API: no example or page
-// uses these names, and they may change in any release (docs/architecture.md).
+// Internals of <ppsched/schedule/zero_bubble.hpp>, which includes this file: the one-stage-per-
+// rank zero-bubble order (warm-up forwards, then BI, a lagging BW and the next F) that ZB-H1 and
+// ZB-H2 share. They are in ppsched::detail and not part of the API: no example or page uses them,
+// and they may change in any release (docs/architecture.md).
 #pragma once
 
 #include <algorithm>

@@ -1,6 +1,6 @@
-// Internals of <ppsched/trace/ascii.hpp>, which includes this file: the implementation its
-// public names are built on, in ppsched::detail. Not part of the API: no example or page
-// uses these names, and they may change in any release (docs/architecture.md).
+// Internals of <ppsched/trace/ascii.hpp>, which includes this file: the cell letters and the row
+// layout of the ASCII drawing. They are in ppsched::detail and not part of the API: no example or
+// page uses them, and they may change in any release (docs/architecture.md).
 #pragma once
 
 #include <algorithm>

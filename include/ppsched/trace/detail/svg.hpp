@@ -1,6 +1,6 @@
-// Internals of <ppsched/trace/svg.hpp>, which includes this file: the implementation its
-// public names are built on, in ppsched::detail. Not part of the API: no example or page
-// uses these names, and they may change in any release (docs/architecture.md).
+// Internals of <ppsched/trace/svg.hpp>, which includes this file: the SVG drawing's colours (the
+// Okabe-Ito palette) and text colours. They are in ppsched::detail and not part of the API: no
+// example or page uses them, and they may change in any release (docs/architecture.md).
 #pragma once
 
 #include <algorithm>

@@ -1,6 +1,7 @@
-// Internals of <ppsched/validate/memory.hpp>, which includes this file: the implementation its
-// public names are built on, in ppsched::detail. Not part of the API: no example or page
-// uses these names, and they may change in any release (docs/architecture.md).
+// Internals of <ppsched/validate/memory.hpp>, which includes this file: the memory walk of a
+// schedule: what share of a stage's activation R restores, OFFLOAD moves and BI keeps for BW, and
+// the peak per rank. They are in ppsched::detail and not part of the API: no example or page uses
+// them, and they may change in any release (docs/architecture.md).
 #pragma once
 
 #include <algorithm>

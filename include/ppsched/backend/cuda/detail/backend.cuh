@@ -1,6 +1,7 @@
-// Internals of <ppsched/backend/cuda/backend.cuh>, which includes this file: the implementation its
-// public names are built on, in ppsched::detail. Not part of the API: no example or page
-// uses these names, and they may change in any release (docs/architecture.md).
+// Internals of <ppsched/backend/cuda/backend.cuh>, which includes this file: the stream a running
+// HostTask launches on, the accumulate kernel, and the rank's live streams and the stream that
+// releases its memory. They are in ppsched::detail and not part of the API: no example or page
+// uses them, and they may change in any release (docs/architecture.md).
 #pragma once
 
 #include <algorithm>

@@ -1,6 +1,7 @@
-// Internals of <ppsched/backend/mpi/launch.hpp>, which includes this file: the implementation its
-// public names are built on, in ppsched::detail. Not part of the API: no example or page
-// uses these names, and they may change in any release (docs/architecture.md).
+// Internals of <ppsched/backend/mpi/launch.hpp>, which includes this file: the environment
+// variables each launcher (mpirun, Slurm, torchrun) sets, and reading them. They are in
+// ppsched::detail and not part of the API: no example or page uses them, and they may change in
+// any release (docs/architecture.md).
 #pragma once
 
 #include <array>

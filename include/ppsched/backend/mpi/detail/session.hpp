@@ -1,6 +1,7 @@
-// Internals of <ppsched/backend/mpi/session.hpp>, which includes this file: the implementation its
-// public names are built on, in ppsched::detail. Not part of the API: no example or page
-// uses these names, and they may change in any release (docs/architecture.md).
+// Internals of <ppsched/backend/mpi/session.hpp>, which includes this file: the one lock every
+// MPI call of the process takes, initialisation and finalisation with the thread support the
+// backend needs. They are in ppsched::detail and not part of the API: no example or page uses
+// them, and they may change in any release (docs/architecture.md).
 #pragma once
 
 #include "ppsched/config.hpp"

@@ -1,6 +1,7 @@
-// Internals of <ppsched/plan/search/run.hpp>, which includes this file: the implementation its
-// public names are built on, in ppsched::detail. Not part of the API: no example or page
-// uses these names, and they may change in any release (docs/architecture.md).
+// Internals of <ppsched/plan/search/run.hpp>, which includes this file: the search's steps: what
+// it built (every placement with its costs, every schedule with its figures) and how it gets
+// there. They are in ppsched::detail and not part of the API: no example or page uses them, and
+// they may change in any release (docs/architecture.md).
 #pragma once
 
 #include <algorithm>

@@ -9,9 +9,15 @@ folder exists that LAYERS does not place, and when a header opens namespace ppsc
 mode's tag (`namespace ppsched::inline PPSCHED_MODE`, include/ppsched/config.hpp): an untagged
 name would be shared by header-only and compiled-mode files again.
 
+Internals sit where the path says so: each part keeps them in its own `detail/` folder
+(`<part>/detail/`, or `<part>/<sub>/detail/`), which belongs to its part's layer, so the order
+above holds for them too. A header under a `detail/` folder must declare nothing directly in
+ppsched (outside `detail`): its names are counted the way tools/count_names.py counts them,
+and each public one is reported with the header.
+
 It also refuses the library's internals outside the library: a file under examples/ (the CLI's
 examples/cli/ included), a page docs/*.md or README.md that names `ppsched::detail` or
-`detail::` is reported with its line. What the examples and the docs use is what a user can
+`detail::`, or that includes a header under a `detail/` folder, is reported with its line. What the examples and the docs use is what a user can
 use; `detail` may change in any release (docs/architecture.md, "What sits outside the flow").
 
 check_layers.py --self-test runs the checks on small trees it writes and fails unless each
@@ -47,6 +53,7 @@ untagged_re = re.compile(r'^\s*namespace\s+ppsched\b(?!::inline PPSCHED_MODE\b)'
 
 
 def folder_of(rel):
+    """The layer a header belongs to; a `detail/` folder belongs to the part that holds it."""
     if rel.startswith("backend/") and rel.count("/") >= 2:
         return "/".join(rel.split("/")[:2])
     if rel in ("backend/cpu.hpp", "backend/mpi.hpp", "backend/cuda.hpp"):  # each backend's umbrella
@@ -56,6 +63,17 @@ def folder_of(rel):
 
 # `detail::x`, `ppsched::detail`, `ppsched::inline header_only::detail`; not `backend_detail`.
 internal_re = re.compile(r'\bdetail::|\bppsched::(?:inline\s+\w+::)?detail\b')
+# `#include <ppsched/engine/detail/flat_schedule.hpp>`, in code or in a page's code block.
+internal_include_re = re.compile(r'#\s*include\s*[<"]ppsched/(?:[^">]*/)?detail/[^">]*[">]')
+
+
+def public_names(text):
+    """The names a header declares directly in ppsched, read as tools/count_names.py reads them."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+    import count_names
+    found = {}
+    count_names.scan(text, found, "")
+    return sorted(found.get("ppsched", {}))
 
 
 def internals_outside(source_root):
@@ -80,7 +98,7 @@ def internals_outside(source_root):
             continue  # a binary file (a profile's picture) holds no code
         rel = os.path.relpath(path, source_root)
         for number, line in enumerate(lines, 1):
-            m = internal_re.search(line)
+            m = internal_include_re.search(line) or internal_re.search(line)
             if m:
                 found.append(f"{rel}:{number}: uses the library's internals ('{m.group(0)}'): "
                              "use a public name; a helper only the tools need belongs in examples/cli/ under "
@@ -101,6 +119,10 @@ def layer_problems(source_root):
                 continue
             with open(path, encoding="utf-8") as f:
                 text = f.read()
+            if "detail" in rel.split("/")[:-1]:
+                for name in public_names(text):
+                    problems.append(f"{rel} is under a detail/ folder but declares '{name}' directly in ppsched: "
+                                    "put it in namespace detail, or move it to the part's public header")
             if untagged_re.search(text):
                 problems.append(f"{rel} opens namespace ppsched without the mode's tag: write "
                                 "'namespace ppsched::inline PPSCHED_MODE' (include/ppsched/config.hpp)")
@@ -143,18 +165,51 @@ def self_test():
         write(root, "docs/guide.md", "Use `ppsched::lower`.\n\nNot `ppsched::detail` (a namespace).\n")
         write(root, "docs/notes.txt", "detail:: outside docs/*.md is not a page\n")
         write(root, "README.md", "in `detail` is fine\nusing namespace ppsched::inline header_only::detail;\n")
+        write(root, "examples/peek.cpp", "#include <ppsched/lower/lower.hpp>\n"
+              "#include <ppsched/plan/search/detail/run.hpp>\nint detailed = 0;\n")
+        write(root, "docs/internals.md", "The table names `engine/detail/flat_schedule.hpp`.\n\n"
+              "```cpp\n#include \"ppsched/engine/detail/flat_schedule.hpp\"\n```\n")
         got = internals_outside(root)
-        expected = ["examples/cli/report.hpp:2:", "docs/guide.md:3:", "README.md:2:"]
+        expected = ["examples/cli/report.hpp:2:", "examples/peek.cpp:2:", "docs/guide.md:3:",
+                    "docs/internals.md:4:", "README.md:2:"]
         for e in expected:
             if not any(g.startswith(e) for g in got):
                 failures.append(f"not caught: {e} (got {got})")
         if len(got) != len(expected):
             failures.append(f"expected {len(expected)} findings, got {got}")
+        # A part's detail/ is in its part's layer: it may include earlier parts' detail/ headers.
+        write(root, "include/ppsched/graph/detail/a.hpp",
+              '#include "ppsched/config.hpp"\nnamespace ppsched::inline PPSCHED_MODE {\n'
+              'namespace detail {\nstruct Hidden {};\ninline int helper() { return 1; }\n}  // namespace detail\n}\n')
+        write(root, "include/ppsched/plan/search/detail/y.hpp",
+              '#include "ppsched/config.hpp"\n#include "ppsched/graph/detail/a.hpp"\n'
+              'namespace ppsched::inline PPSCHED_MODE::detail {\nusing Hidden2 = Hidden;\n}\n')
         if layer_problems(root):
             failures.append(f"a clean include tree reported {layer_problems(root)}")
         write(root, "include/ppsched/graph/b.hpp", '#include "ppsched/plan/x.hpp"\n')
         write(root, "include/ppsched/plan/x.hpp", '#include "ppsched/config.hpp"\nnamespace ppsched {}\n')
+        write(root, "include/ppsched/graph/detail/c.hpp",
+              '#include "ppsched/config.hpp"\n#include "ppsched/plan/search/detail/y.hpp"\n')
+        write(root, "include/ppsched/backend/mpi/detail/m.hpp",
+              '#include "ppsched/config.hpp"\n#include "ppsched/plan/search/detail/y.hpp"\n')
+        write(root, "include/ppsched/backend/cpu/detail/k.hpp",
+              '#include "ppsched/config.hpp"\n#include "ppsched/backend/mpi/detail/m.hpp"\n')
+        write(root, "include/ppsched/trace/detail/d.hpp",
+              '#include "ppsched/config.hpp"\nnamespace ppsched::inline PPSCHED_MODE {\n'
+              'namespace detail {\nint fine();\n}\nstruct Exposed {};\ninline int exposed_too() { return 0; }\n}\n')
         got = layer_problems(root)
+        if not any("graph/detail/c.hpp (graph)" in g and "later in the flow" in g for g in got):
+            failures.append(f"a detail/ header including a later part's detail/ not caught: {got}")
+        if not any(g.startswith("backend/cpu/detail/k.hpp (backend/cpu) includes <ppsched/backend/mpi/detail/m.hpp> "
+                                "(backend/mpi)") for g in got):
+            failures.append(f"a backend's detail/ header including a later backend's not caught: {got}")
+        if any(g.startswith("backend/mpi/detail/m.hpp") for g in got):
+            failures.append(f"a backend's detail/ header including an earlier part reported: {got}")
+        for name in ("Exposed", "exposed_too"):
+            if not any("trace/detail/d.hpp is under a detail/ folder" in g and f"'{name}'" in g for g in got):
+                failures.append(f"a public name '{name}' in a detail/ header not caught: {got}")
+        if any("'fine'" in g or g.startswith(("graph/detail/a.hpp", "plan/search/detail/y.hpp")) for g in got):
+            failures.append(f"a clean detail/ header reported: {got}")
         if not any("graph/b.hpp" in g and "later in the flow" in g for g in got):
             failures.append(f"an include against the flow not caught: {got}")
         if not any("plan/x.hpp opens namespace ppsched without the mode's tag" in g for g in got):

@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Prints every public header under include/, relative to it, one per line, sorted."""
+"""Prints every header under include/, relative to it, one per line, sorted: the public ones and
+the internals in each part's detail/ folder alike, since a detail/ header must compile on its
+own as much as a public one (tests/meson.build, headers_alone)."""
 import pathlib
 import sys
 

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "ppsched/engine/abstract_execution.hpp"
-#include "ppsched/engine/flat_schedule.hpp"
+#include "ppsched/engine/detail/flat_schedule.hpp"
 #include "ppsched/engine/problems.hpp"
-#include "ppsched/engine/static_checks.hpp"
+#include "ppsched/engine/detail/static_checks.hpp"
 #include "ppsched/engine/workspace.hpp"
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/generators.hpp"

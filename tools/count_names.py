@@ -293,7 +293,9 @@ def scan(text, found, where):
             i = skip_group(tokens, i, "{", "}")
             # A function body ends the statement; a class, enum or braced initialiser
             # runs on to its `;` (which may declare a variable of the type: none here).
-            if kind is not None and kind[0] == "function":
+            # An operator's body ends its statement too (it declares no name): kept, it would
+            # swallow what follows, up to the namespace's end.
+            if (kind is not None and kind[0] == "function") or (kind is None and "operator" in stmt):
                 stmt = []
             elif kind is not None and kind[0] in ("type", "variable"):
                 while i < len(tokens) and tokens[i] != ";":

@@ -33,31 +33,10 @@
 #include <vector>
 
 #include "ppsched/engine/abstract_execution.hpp"
-#include "ppsched/engine/flat_schedule.hpp"
+#include "ppsched/engine/detail/flat_schedule.hpp"
+#include "ppsched/engine/detail/workspace.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
-namespace detail {
-
-// One side of a transfer as lowering orders it (lower/lower.hpp): the key, and the compute
-// action that produces the data, whose index is also the transfer's identity (the same on both
-// sides) for breaking ties.
-struct CommEntry {
-  double key;
-  std::int32_t producer;
-  std::int32_t receive;  // 0: the send, 1: the receive
-};
-
-struct LoweringBuffers {
-  scratch_vector<std::int32_t> receivers;
-  scratch_vector<CommEntry> comm;
-  scratch_vector<CommEntry> merged;
-  scratch_vector<CommEntry> scratch;
-  // The index of a lowered candidate that lowering runs to compare it with another (lower.hpp),
-  // kept apart from the compute-only schedule's, which the next candidate is lowered from.
-  FlatSchedule candidate;
-};
-
-}  // namespace detail
 
 class Workspace {
  public:

@@ -22,57 +22,9 @@
 #include "ppsched/plan/model.hpp"
 #include "ppsched/sim/calibrate.hpp"
 #include "ppsched/trace/timeline.hpp"
+#include "ppsched/plan/detail/calibrate.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
-
-namespace detail {
-
-// Each layer's measured-over-predicted ratio per kind (F, B, BI, BW): that of the stage of
-// `cut` it ran in (1 for a layer the cut does not hold), indexed as the profile's layers.
-[[nodiscard]] inline std::vector<KindScales> layer_scales(const Profile& profile, const PartitionPlan& cut,
-                                                          const Calibration& fit) {
-  using detail::concat;
-  if (cut.stages.size() != fit.scale.size()) {
-    fail({"calibrated_profile", concat("the cut has ", cut.stages.size(), " stages, the calibration ", fit.scale.size()),
-          "cut", "give the cut the calibrated model was made from"});
-  }
-  std::vector<KindScales> out(profile.graph.size(), KindScales{1.0, 1.0, 1.0, 1.0});
-  const std::vector<std::size_t>& order = profile.graph.topological_order();
-  for (std::size_t s = 0; s < cut.stages.size(); ++s) {
-    for (std::size_t pos = cut.stages[s].begin; pos < cut.stages[s].end && pos < order.size(); ++pos) {
-      out[order[pos]] = fit.scale[s];
-    }
-  }
-  return out;
-}
-
-// The profile with every layer's times (plain and at each measured size) multiplied by its
-// ratios per kind, and the fixed costs per action and per step replaced.
-[[nodiscard]] inline Profile scaled_profile(const Profile& profile, const std::vector<KindScales>& scales,
-                                            double action_overhead, double step_overhead) {
-  std::vector<Layer> layers = profile.graph.layers();
-  for (std::size_t i = 0; i < layers.size() && i < scales.size(); ++i) {
-    const KindScales& k = scales[i];
-    Layer& l = layers[i];
-    l.forward *= k[0];
-    l.backward_input *= k[2];
-    l.backward_weight *= k[3];
-    if (l.backward) *l.backward *= k[1];
-    for (CostPoint& p : l.points) {
-      p.forward *= k[0];
-      p.backward_input *= k[2];
-      p.backward_weight *= k[3];
-      if (p.backward) *p.backward *= k[1];
-    }
-  }
-  Profile out = profile;
-  out.graph = LayerGraph(std::move(layers), profile.graph.edges());
-  out.action_overhead = action_overhead;
-  out.step_overhead = step_overhead;
-  return out;
-}
-
-}  // namespace detail
 
 // The profile with every layer's times multiplied by the measured-over-predicted ratio of the
 // stage of `cut` it ran in, per kind (F, B, BI, BW), and the fixed costs per action and per

@@ -38,6 +38,7 @@
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/trace/stats.hpp"
 #include "ppsched/sim/simulate.hpp"
+#include "ppsched/runtime/detail/profile.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 
@@ -224,34 +225,6 @@ struct MeasuredSteps {
   Schedule schedule;
   std::vector<double> steps;
 };
-
-namespace detail {
-
-// The fixed part of the simulated step: the simulator's makespan of `schedule` with every
-// stage free and the given fixed costs. The fits below solve it for the measured step.
-[[nodiscard]] inline double fixed_cost_makespan(const Schedule& schedule, double action_overhead,
-                                                double transfer_overhead) {
-  CostModel c = uniform_costs(0.0, 0.0, 0.0);
-  c.action_overhead = action_overhead;
-  c.transfer_overhead = transfer_overhead;
-  return simulate(schedule, c).makespan;
-}
-
-// The x >= 0 with f(x) = target for an f that grows with x (bisection; 0 when f(0) >= target).
-template <class F>
-[[nodiscard]] double solve_increasing(F f, double target) {
-  if (f(0.0) >= target) return 0.0;
-  double hi = 1.0;
-  while (f(hi) < target && hi < 1e12) hi *= 2.0;
-  double lo = 0.0;
-  for (int i = 0; i < 100 && hi - lo > 1e-12 * hi; ++i) {
-    const double mid = 0.5 * (lo + hi);
-    (f(mid) < target ? lo : hi) = mid;
-  }
-  return 0.5 * (lo + hi);
-}
-
-}  // namespace detail
 
 // Fits the fixed costs from measured steps of empty stages. `one_rank` holds schedules on one
 // rank (compute actions only), whose step is step_overhead + n x action_overhead for n actions

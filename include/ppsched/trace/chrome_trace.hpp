@@ -28,7 +28,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/trace/stats.hpp"
-#include "ppsched/trace/text.hpp"
+#include "ppsched/trace/detail/text.hpp"
 #include "ppsched/trace/timeline.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {

@@ -31,7 +31,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/trace/stats.hpp"
-#include "ppsched/trace/text.hpp"
+#include "ppsched/trace/detail/text.hpp"
 #include "ppsched/trace/timeline.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
@@ -84,67 +84,11 @@ struct TimelineComparison {
   friend bool operator==(const TimelineComparison&, const TimelineComparison&) = default;
 };
 
-namespace detail {
+}  // namespace ppsched
 
-// Accumulates deviations; the worst is the first one with the largest magnitude.
-class DeviationAccumulator {
- public:
-  void add(double value, std::int32_t rank, const Action& action) noexcept {
-    ++result_.count;
-    sum_ += value;
-    sum_abs_ += std::abs(value);
-    sum_squares_ += value * value;
-    if (result_.worst_rank < 0 || std::abs(value) > result_.max_abs) {
-      result_.max_abs = std::abs(value);
-      result_.worst_rank = rank;
-      result_.worst_action = action;
-    }
-  }
-  [[nodiscard]] Deviation result() const noexcept {
-    Deviation d = result_;
-    if (d.count != 0) {
-      const auto n = static_cast<double>(d.count);
-      d.mean = sum_ / n;
-      d.mean_abs = sum_abs_ / n;
-      d.rms = std::sqrt(sum_squares_ / n);
-    }
-    return d;
-  }
+#include "ppsched/trace/detail/compare.hpp"  // the internals below build on the types above
 
- private:
-  Deviation result_{};
-  double sum_ = 0.0;
-  double sum_abs_ = 0.0;
-  double sum_squares_ = 0.0;
-};
-
-// The identity of an action across timelines: rank, operation, stage, micro-batch. The
-// communication group is not part of it (a measurement need not record groups).
-[[nodiscard]] inline auto match_key(const Span& s) noexcept {
-  return std::make_tuple(s.rank, s.action.op, s.action.stage, s.action.microbatch);
-}
-
-// Indices of the spans sorted by identity, then start: equal identities pair up in time
-// order, so an action that legitimately repeats still matches one to one.
-[[nodiscard]] inline std::vector<std::size_t> sorted_by_identity(const Timeline& t) {
-  std::vector<std::size_t> order(t.spans.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&t](std::size_t a, std::size_t b) {
-    const Span& x = t.spans[a];
-    const Span& y = t.spans[b];
-    return std::make_tuple(match_key(x), x.start, x.end, a) <
-           std::make_tuple(match_key(y), y.start, y.end, b);
-  });
-  return order;
-}
-
-inline void sort_by_rank_then_start(std::vector<Span>& spans) {
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-    return std::make_tuple(a.rank, a.start, a.action) < std::make_tuple(b.rank, b.start, b.action);
-  });
-}
-
-}  // namespace detail
+namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] inline TimelineComparison compare(const Timeline& measured, const Timeline& predicted,
                                                 const CompareOptions& options = {}) {

@@ -24,7 +24,7 @@
 #include "ppsched/graph/text_input.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/trace/stats.hpp"
-#include "ppsched/trace/text.hpp"
+#include "ppsched/trace/detail/text.hpp"
 #include "ppsched/trace/timeline.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {

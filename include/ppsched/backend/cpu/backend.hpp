@@ -37,10 +37,10 @@
 #include <utility>
 #include <vector>
 
-#include "ppsched/backend/cpu/checking.hpp"
+#include "ppsched/backend/cpu/detail/checking.hpp"
 #include "ppsched/backend/cpu/options.hpp"
-#include "ppsched/backend/cpu/progress.hpp"
-#include "ppsched/backend/cpu/state.hpp"
+#include "ppsched/backend/cpu/detail/progress.hpp"
+#include "ppsched/backend/cpu/detail/state.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/backend.hpp"
 #include "ppsched/runtime/threads.hpp"

@@ -23,6 +23,7 @@
 #include <system_error>
 
 #include "ppsched/error.hpp"
+#include "ppsched/backend/mpi/detail/launch.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 
@@ -34,40 +35,6 @@ struct ProcessRank {
   // for a process started alone (rank 0 of 1).
   std::string source = "none";
 };
-
-namespace detail::launch {
-
-struct Names {
-  std::string_view source;
-  const char* rank;
-  const char* size;
-  const char* local_rank;
-  bool outer;  // Slurm: describes the task a launcher of the inner level may run inside
-};
-
-// In the order they are reported when they disagree.
-inline constexpr std::array<Names, 4> launchers{{
-    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", false},
-    {"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", false},
-    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", true},
-    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", false},
-}};
-
-[[nodiscard]] inline std::optional<int> number(const std::function<const char*(const char*)>& getenv,
-                                               const char* name) {
-  const char* text = getenv(name);
-  if (text == nullptr) return std::nullopt;
-  const std::string_view s(text);
-  int value = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  if (s.empty() || ec != std::errc{} || end != s.data() + s.size() || value < 0) {
-    fail({"launch environment", concat(name, "='", s, "' is not a non-negative integer"), name,
-          "Check how the launcher (mpirun, srun, torchrun) sets it, or unset it"});
-  }
-  return value;
-}
-
-}  // namespace detail::launch
 
 // Reads the rank, world size and local rank the launchers set (Open MPI's OMPI_COMM_WORLD_*,
 // PMI_RANK/PMI_SIZE, torchrun's RANK/WORLD_SIZE/LOCAL_RANK, and Slurm's

@@ -1,11 +1,11 @@
-// The bodies of <ppsched/engine/static_checks.hpp>'s functions that compiled mode compiles once
+// The bodies of <ppsched/engine/detail/static_checks.hpp>'s functions that compiled mode compiles once
 // (<ppsched/config.hpp>): that header includes this file at its end where PPSCHED_OUTLINE_BODY
 // is 1 (header-only, or the library's own file), and only there.
 #pragma once
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/engine/static_checks.hpp"
+#include "ppsched/engine/detail/static_checks.hpp"
 
 namespace ppsched::inline PPSCHED_MODE::detail {
 

@@ -28,7 +28,7 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/costs/cost_model.hpp"
-#include "ppsched/engine/flat_schedule.hpp"
+#include "ppsched/engine/detail/flat_schedule.hpp"
 #include "ppsched/validate/memory.hpp"
 #include "ppsched/validate/report.hpp"
 

@@ -48,7 +48,7 @@
 #include "ppsched/config.hpp"
 
 #include "ppsched/plan/search/problem.hpp"
-#include "ppsched/plan/search/candidates.hpp"
-#include "ppsched/plan/search/ranking.hpp"
+#include "ppsched/plan/search/detail/candidates.hpp"
+#include "ppsched/plan/search/detail/ranking.hpp"
 #include "ppsched/plan/search/run.hpp"
 #include "ppsched/plan/search/joint.hpp"

@@ -1,11 +1,11 @@
-// The bodies of <ppsched/backend/cpu/progress.hpp>'s functions that compiled mode compiles once
+// The bodies of <ppsched/backend/cpu/detail/progress.hpp>'s functions that compiled mode compiles once
 // (<ppsched/config.hpp>): that header includes this file at its end where PPSCHED_OUTLINE_BODY
 // is 1 (header-only, or the library's own file), and only there.
 #pragma once
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/backend/cpu/progress.hpp"
+#include "ppsched/backend/cpu/detail/progress.hpp"
 
 namespace ppsched::inline PPSCHED_MODE::detail::cpu {
 

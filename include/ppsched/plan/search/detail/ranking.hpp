@@ -32,7 +32,7 @@
 #include "ppsched/plan/search/dependency_run.hpp"
 #include "ppsched/plan/search/greedy.hpp"
 #include "ppsched/plan/search/memory.hpp"
-#include "ppsched/plan/search/candidates.hpp"
+#include "ppsched/plan/search/detail/candidates.hpp"
 #include "ppsched/plan/search/problem.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {

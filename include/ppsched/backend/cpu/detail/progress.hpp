@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "ppsched/backend/cpu/state.hpp"
+#include "ppsched/backend/cpu/detail/state.hpp"
 #include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/backend.hpp"

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "ppsched/backend/cpu/state.hpp"
+#include "ppsched/backend/cpu/detail/state.hpp"
 #include "ppsched/error.hpp"
 
 namespace ppsched::inline PPSCHED_MODE::detail::cpu {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "ppsched/config.hpp"
-#include "ppsched/engine/flat_schedule.hpp"
+#include "ppsched/engine/detail/flat_schedule.hpp"
 #include "ppsched/engine/problems.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"

@@ -1,0 +1,635 @@
+// Internals of <ppsched/engine/abstract_execution.hpp>: the abstract execution itself, the one
+// engine under lower, validate, simulate and the search. They are in ppsched::detail and not part
+// of the API: no example or page uses them, and they may change in any release
+// (docs/architecture.md).
+//
+// They build on public types of <ppsched/engine/abstract_execution.hpp>, which includes this file
+// after declaring them. So that this file also compiles alone, it includes that header first, and
+// its guard opens only below that include: included alone, the header's own include of this file
+// emits these internals where the header needs them, and this outer copy is then skipped.
+#include "ppsched/engine/abstract_execution.hpp"
+
+#ifndef PPSCHED_ENGINE_DETAIL_ABSTRACT_EXECUTION_HPP
+#define PPSCHED_ENGINE_DETAIL_ABSTRACT_EXECUTION_HPP
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ppsched/config.hpp"
+#include "ppsched/engine/detail/flat_schedule.hpp"
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/action.hpp"
+
+namespace ppsched::inline PPSCHED_MODE {
+
+namespace detail {
+
+// The abstract execution of docs/execution-model.md. Each rank has a compute stream
+// (L r) and a comm stream (L r + 1; unused when communication is on the compute stream or the
+// schedule has none), and, when the schedule has OFFLOAD/RELOAD and communication has its own
+// stream, a copy stream (L r + 2): L, `lanes_`, is 3 then and 2 otherwise. With one stream per
+// rank the copies run on it too (only more waits: what completes there completes with three).
+// R is a compute item; a copy item waits for its same-stage link like a compute item and, on a
+// copy stream of its own, for the compute-stream action issued before it on its rank (the
+// event a runtime records at the point of issue): a copy's place in the program is when it
+// may start, so a RELOAD is not pulled forward to right after its OFFLOAD. A stream's items are compute actions or communication groups, run
+// in order. A compute item starts when its stream is free and its dependencies are done; a
+// group is posted when it is at the head and the producers of its sends are done; a
+// transfer runs when both of its sides are posted; a group ends with its last transfer.
+//
+// With no communication in the schedule the dependencies between stages are direct
+// (dependency-only execution), each remote one delayed by `input_delay`.
+//
+// An overlapped pair (two adjacent compute actions sharing a group) is one compute item: it
+// starts when the stream is free and the inputs of both actions are done, lasts
+// T_a + T_b - fb_overlap x min(T_a, T_b), and both actions end with it.
+//
+// Every start condition is a conjunction of "done" facts, so which actions complete is the
+// same for any durations, and each time is the max-plus closure of its dependencies: the
+// run is evaluated in dependency order with a worklist of streams rather than a global
+// event queue, and gives exactly the times an event-driven simulation would.
+class AbstractExecution {
+ public:
+  // The arrays of a run (items, times, stream states): a Workspace keeps one set between
+  // calls (workspace.hpp); an execution given none allocates its own and frees them with itself.
+  struct Buffers;
+
+  // Unit compute time and instant transfers: what validation runs with (any durations
+  // decide the same).
+  AbstractExecution(const FlatSchedule& flat, StreamMode mode, Buffers* buffers = nullptr)
+      : flat_(flat), mode_(mode), lanes_(lanes_for(flat, mode)), input_delay_(nullptr), buffers_(buffers != nullptr ? *buffers : own_), stream_begin_(buffers_.stream_begin), items_(buffers_.items),
+        ops_(buffers_.ops), pair_deps_(buffers_.pair_deps), starts_(buffers_.starts), ends_(buffers_.ends),
+        streams_(buffers_.streams), worklist_(buffers_.worklist) {
+    build_items([](const Action& a) { return is_compute(a.op) || a.op == Op::R ? 1.0 : 0.0; });
+  }
+  // duration_of(a): the compute time of action a, or for communication its transfer time
+  // (the same on both sides). input_delay (optional, dependency-only runs): added to action
+  // i's remote input; it must outlive the execution.
+  // fb_overlap in [0, 1] (checked by the callers): the share of the shorter action of each
+  // overlapped pair hidden under the longer.
+  template <class DurationOf>
+  AbstractExecution(const FlatSchedule& flat, StreamMode mode, const DurationOf& duration_of,
+                    const std::vector<double>* input_delay = nullptr, double fb_overlap = 0.0,
+                    Buffers* buffers = nullptr)
+      : flat_(flat), mode_(mode), lanes_(lanes_for(flat, mode)), input_delay_(input_delay), fb_overlap_(fb_overlap), buffers_(buffers != nullptr ? *buffers : own_), stream_begin_(buffers_.stream_begin), items_(buffers_.items),
+        ops_(buffers_.ops), pair_deps_(buffers_.pair_deps), starts_(buffers_.starts), ends_(buffers_.ends),
+        streams_(buffers_.streams), worklist_(buffers_.worklist) {
+    build_items(duration_of);
+  }
+
+  // Runs to completion or to a deadlock; true when every action completed.
+  bool run() {
+    const std::size_t n = flat_.size();
+    starts_.assign(n, -1.0);
+    ends_.assign(n, -1.0);
+    const std::size_t streams = stream_begin_.size() - 1;
+    streams_.assign(streams, StreamState{});
+    for (std::size_t st = 0; st < streams; ++st) streams_[st].head = stream_begin_[st];
+    worklist_.clear();
+    for (std::size_t st = streams; st-- > 0;) worklist_.push_back(static_cast<std::int32_t>(st));
+    while (!worklist_.empty()) {
+      const std::int32_t st = worklist_.back();
+      worklist_.pop_back();
+      streams_[static_cast<std::size_t>(st)].queued = 0;
+      advance(static_cast<std::size_t>(st));
+    }
+    for (std::size_t st = 0; st < streams; ++st) {
+      if (streams_[st].head != stream_begin_[st + 1]) return false;
+    }
+    return true;
+  }
+
+  // Per action: compute start and end; communication: when its group was posted, and when
+  // its transfer completed. -1 for what never happened.
+  [[nodiscard]] double start(std::size_t i) const noexcept { return starts_[i]; }
+  [[nodiscard]] double end(std::size_t i) const noexcept { return ends_[i]; }
+  // After a run that completed: the earliest start and the latest end of any action (0 for an
+  // empty schedule). Each stream starts its items in order, and its `free` is the latest end
+  // of its items once they are done, so no pass over the actions is needed.
+  [[nodiscard]] double earliest_start() const noexcept {
+    double earliest = 0.0;
+    bool any = false;
+    for (std::size_t st = 0; st + 1 < stream_begin_.size(); ++st) {
+      if (stream_begin_[st] == stream_begin_[st + 1]) continue;
+      const double s = starts_[static_cast<std::size_t>(items_[static_cast<std::size_t>(stream_begin_[st])].first)];
+      earliest = any && earliest < s ? earliest : s;
+      any = true;
+    }
+    return earliest;
+  }
+  [[nodiscard]] double latest_end() const noexcept {
+    double latest = 0.0;
+    bool any = false;
+    for (std::size_t st = 0; st + 1 < stream_begin_.size(); ++st) {
+      if (stream_begin_[st] == stream_begin_[st + 1]) continue;
+      latest = any && latest > streams_[st].free ? latest : streams_[st].free;
+      any = true;
+    }
+    return latest;
+  }
+  [[nodiscard]] StreamMode mode() const noexcept { return mode_; }
+  [[nodiscard]] bool on_comm_stream(std::int32_t i) const noexcept {
+    return mode_ == StreamMode::separate_comm_stream && is_comm(flat_.at(i).op);
+  }
+  // OFFLOAD/RELOAD on the rank's copy stream (with a separate comm stream; otherwise they share
+  // the rank's one stream).
+  [[nodiscard]] bool on_copy_stream(std::int32_t i) const noexcept { return lanes_ == 3 && is_copy(flat_.at(i).op); }
+
+  // After a run that did not complete: one line per stuck stream head, naming what it waits
+  // for and where that is.
+  [[nodiscard]] std::string describe_stuck() const {
+    item_of_.assign(flat_.size(), 0);
+    for (std::size_t it = 0; it < item_total_; ++it) {
+      const Item& item = items_[it];
+      for (std::int32_t i = item.first; i < item.first + item_size(item); ++i) {
+        item_of_[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(it);
+      }
+    }
+    std::ostringstream out;
+    std::size_t remaining = 0;
+    const std::size_t streams = stream_begin_.size() - 1;
+    for (std::size_t st = 0; st < streams; ++st) {
+      for (std::int32_t it = streams_[st].head; it < stream_begin_[st + 1]; ++it) {
+        remaining += static_cast<std::size_t>(item_size(items_[static_cast<std::size_t>(it)]));
+      }
+    }
+    out << "no action can start while " << remaining << " remain";
+    for (std::size_t st = 0; st < streams; ++st) {
+      const std::int32_t it = streams_[st].head;
+      if (it == stream_begin_[st + 1]) continue;
+      const auto rank = static_cast<std::int32_t>(st / lanes_);
+      const Item& item = items_[static_cast<std::size_t>(it)];
+      if (item.count == 0) {
+        const Links l = flat_.links(item.first);
+        const bool first_blocks = l.same_stage != no_action && ends_[static_cast<std::size_t>(l.same_stage)] < 0.0;
+        out << "\n  rank " << rank << ": " << to_string(flat_.at(item.first)) << " waits for "
+            << where(first_blocks ? l.same_stage : l.input, rank);
+        continue;
+      }
+      if (item.count == pair_item) {
+        out << "\n  rank " << rank << ": the overlapped pair " << item_text(it) << " waits for "
+            << where(unmet_input(item), rank);
+        continue;
+      }
+      for (std::int32_t i = item.first; i < item.first + item.count; ++i) {
+        const Links l = flat_.links(i);
+        if (!streams_[st].posted) {
+          if (!is_send(flat_.at(i).op) || ends_[static_cast<std::size_t>(l.same_stage)] >= 0.0) continue;
+          out << "\n  rank " << rank << ": " << to_string(flat_.at(i)) << " (not posted) waits for "
+              << where(l.same_stage, rank);
+        } else if (ends_[static_cast<std::size_t>(i)] < 0.0) {
+          out << "\n  rank " << rank << ": " << to_string(flat_.at(i)) << " (posted) waits for " << where(l.peer, rank);
+        }
+      }
+    }
+    return out.str();
+  }
+
+ private:
+  // One entry of a stream: a compute action (count 0), with its dependencies gathered here
+  // so that a run reads each stream's items in order; an overlapped pair (count pair_item,
+  // the actions first and first + 1, whose four dependencies start at pair_deps_[dep_a]:
+  // DualPipeV's steady state is all pairs); or a communication group of `count` actions
+  // starting at `first`, whose CommOps start at ops_[ops].
+  // (No default member initializers: the arrays are allocated without being cleared.)
+  struct Item {
+    std::int32_t first;
+    std::int32_t count;
+    std::int32_t dep_a;  // compute: same-stage predecessor; group: its first CommOp; pair: its pair_deps_
+    std::int32_t dep_b;  // compute: input
+    std::int32_t wake;   // compute: the stream that may wait for it (-1: none)
+    double duration;     // compute; a pair: the pair's
+  };
+  static constexpr std::int32_t pair_item = -1;
+  [[nodiscard]] static constexpr std::int32_t item_size(const Item& item) noexcept {
+    return item.count > 0 ? item.count : (item.count == pair_item ? 2 : 1);
+  }
+  struct CommOp {
+    std::int32_t action;
+    std::int32_t peer;
+    std::int32_t producer;  // sends: the compute whose output it sends; receives: no_action
+    std::int32_t peer_stream;
+    double duration;
+  };
+
+  [[nodiscard]] static std::size_t lanes_for(const FlatSchedule& flat, StreamMode mode) noexcept {
+    return flat.has_copies && mode == StreamMode::separate_comm_stream ? 3 : 2;
+  }
+  [[nodiscard]] std::size_t stream_of(std::int32_t i) const noexcept {
+    return lanes_ * static_cast<std::size_t>(flat_.owner[static_cast<std::size_t>(i)]) +
+           (on_comm_stream(i) ? 1 : (on_copy_stream(i) ? 2 : 0));
+  }
+  // After item `action` ended on stream st: the rank's other stream of compute and copy work may
+  // be waiting for it (an OFFLOAD for its F, a B for its RELOAD).
+  void wake_copy_partner(std::size_t st, std::int32_t action) {
+    if (lanes_ != 3) return;
+    const std::size_t base = st - st % 3;
+    if (st % 3 == 0) {
+      wake_for(base + 2, action);
+    } else if (st % 3 == 2) {
+      wake_for(base, action);
+    }
+  }
+
+  // The stream that may be waiting for compute action a (on rank r) to finish in a run
+  // without communication: its consumer's compute stream when that is on another rank.
+  [[nodiscard]] std::int32_t dependency_waiter(std::int32_t r, const Action& a) const noexcept {
+    std::int32_t consumer_stage = -1;
+    if (a.op == Op::F && a.stage + 1 < flat_.stages) consumer_stage = a.stage + 1;
+    if ((a.op == Op::B || a.op == Op::BI) && a.stage > 0) consumer_stage = a.stage - 1;
+    if (consumer_stage < 0) return -1;
+    const std::int32_t cr = flat_.rank_of(consumer_stage);
+    return cr != r ? static_cast<std::int32_t>(lanes_) * cr : -1;
+  }
+
+  template <class DurationOf>
+  void build_items(const DurationOf& duration) {
+    if (flat_.has_pairs) {
+      build_items_of<true>(duration);
+    } else {
+      build_items_of<false>(duration);
+    }
+  }
+
+  // (Pairs: the schedule has overlapped pairs; a separate instance keeps the common build lean.)
+  template <bool Pairs, class DurationOf>
+  void build_items_of(const DurationOf& duration) {
+    const std::size_t L = lanes_;
+    const std::size_t streams = L * static_cast<std::size_t>(flat_.ranks);
+    const bool separate = mode_ == StreamMode::separate_comm_stream;
+    std::vector<std::int32_t> counts(streams + 1, 0);
+    // Rank r's items go to stream L r, L r + 1 for communication on its own stream, L r + 2 for
+    // copies on their own stream.
+    for (std::int32_t r = 0; r < flat_.ranks; ++r) {
+      const std::int32_t b = flat_.rank_begin[static_cast<std::size_t>(r)];
+      const std::int32_t e = flat_.rank_begin[static_cast<std::size_t>(r) + 1];
+      // The same item boundaries as the fill below: a pair's second action and a group's
+      // further communication join the open item.
+      std::uint32_t open_group = 0;
+      [[maybe_unused]] std::uint32_t open_pair = 0;
+      const Action* prog = flat_.rank_actions[static_cast<std::size_t>(r)];
+      for (std::int32_t i = b; i < e; ++i) {
+        const Action& a = prog[i - b];
+        const bool comm = is_comm(a.op);
+        if constexpr (Pairs) {
+          if (!comm && a.group != 0 && a.group == open_pair) {
+            open_pair = 0;
+            continue;
+          }
+          open_pair = comm ? 0 : a.group;
+        }
+        if (!comm || a.group == 0 || a.group != open_group) {
+          const std::size_t lane = comm && separate ? 1 : (L == 3 && is_copy(a.op) ? 2 : 0);
+          ++counts[L * static_cast<std::size_t>(r) + lane + 1];
+        }
+        open_group = comm ? a.group : 0;
+      }
+    }
+    for (std::size_t st = 0; st < streams; ++st) counts[st + 1] += counts[st];
+    stream_begin_ = counts;
+    // Every entry is written once below: no need to clear the memory first.
+    item_total_ = static_cast<std::size_t>(counts[streams]);
+    items_.resize(item_total_);
+    ops_.resize(flat_.size() - flat_.compute_count);
+    pair_deps_.clear();
+    std::size_t next_op = 0;
+    const bool lowered = flat_.lowered;
+    for (std::int32_t r = 0; r < flat_.ranks; ++r) {
+      const std::int32_t b = flat_.rank_begin[static_cast<std::size_t>(r)];
+      const std::int32_t e = flat_.rank_begin[static_cast<std::size_t>(r) + 1];
+      // Where this rank's next compute item and next group go (one stream when they share it).
+      std::int32_t fills[3] = {counts[L * static_cast<std::size_t>(r)], counts[L * static_cast<std::size_t>(r) + 1],
+                               L == 3 ? counts[L * static_cast<std::size_t>(r) + 2] : 0};
+      std::int32_t& compute_fill = fills[0];
+      std::int32_t& comm_fill = fills[separate ? 1 : 0];
+      std::int32_t& copy_fill = fills[L == 3 ? 2 : 0];
+      // In a lowered schedule a compute's waiter is always its rank's comm stream (its send).
+      const std::int32_t lowered_waiter = separate ? static_cast<std::int32_t>(L) * r + 1 : -1;
+      Item* open = nullptr;  // the group being extended
+      std::uint32_t open_group = 0;
+      [[maybe_unused]] std::uint32_t open_pair = 0;
+      std::int32_t last_compute = no_action;  // the latest compute-stream action issued
+      const Action* prog = flat_.rank_actions[static_cast<std::size_t>(r)];
+      for (std::int32_t i = b; i < e; ++i) {
+        const Action& a = prog[i - b];
+        const Links l = flat_.links(a);
+        if (is_memory(a.op)) {  // never grouped (the static checks): an item of its own
+          const bool copy_lane = L == 3 && is_copy(a.op);
+          const std::int32_t issued_after = copy_lane && last_compute != l.same_stage ? last_compute : no_action;
+          items_[static_cast<std::size_t>(copy_lane ? copy_fill++ : compute_fill++)] =
+              Item{i, 0, l.same_stage, issued_after, copy_lane || !lowered ? -1 : lowered_waiter, duration(a)};
+          if (!copy_lane) last_compute = i;
+          if constexpr (Pairs) open_pair = 0;
+          open_group = 0;
+          continue;
+        }
+        if (is_compute(a.op)) last_compute = i;
+        if (is_compute(a.op)) {
+          if constexpr (Pairs) {
+            if (a.group != 0 && a.group == open_pair) {  // the second action of a pair
+              Item& pair = items_[static_cast<std::size_t>(compute_fill - 1)];
+              const double first = pair.duration, second = duration(a);
+              pair.count = pair_item;
+              pair.duration = first + second - fb_overlap_ * std::min(first, second);
+              const auto deps = static_cast<std::int32_t>(pair_deps_.size());
+              pair_deps_.insert(pair_deps_.end(), {pair.dep_a, pair.dep_b, l.same_stage, l.input});
+              pair.dep_a = deps;
+              open_pair = 0;
+              continue;
+            }
+            open_pair = a.group;
+          }
+          items_[static_cast<std::size_t>(compute_fill++)] =
+              Item{i, 0, l.same_stage, l.input, lowered ? lowered_waiter : dependency_waiter(r, a), duration(a)};
+          open_group = 0;
+          continue;
+        }
+        if constexpr (Pairs) open_pair = 0;
+        if (a.group == 0 || a.group != open_group) {
+          open = &items_[static_cast<std::size_t>(comm_fill++)];
+          *open = Item{i, 0, static_cast<std::int32_t>(next_op), no_action, -1, 0.0};
+        }
+        open_group = a.group;
+        ++open->count;
+        const std::int32_t peer_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage + 1 : a.stage - 1;
+        const auto peer_stream =
+            static_cast<std::int32_t>(L * static_cast<std::size_t>(flat_.rank_of(peer_stage)) + (separate ? 1 : 0));
+        ops_[next_op++] = CommOp{i, l.peer, is_send(a.op) ? l.same_stage : no_action, peer_stream, duration(a)};
+      }
+    }
+  }
+
+  void wake(std::size_t st) {
+    if (streams_[st].queued) return;
+    streams_[st].queued = 1;
+    worklist_.push_back(static_cast<std::int32_t>(st));
+  }
+  // Wakes a stream only if it stopped for this very action: most completions concern no
+  // other stream, and a needless visit costs cache misses on a cold stream.
+  void wake_for(std::size_t st, std::int32_t action) {
+    if (streams_[st].blocked_on == action) wake(st);
+  }
+
+  // A hint only, so an index that names nothing (no_action, or a group whose operations
+  // are not built yet) is skipped rather than formed into an out-of-range address.
+  template <class Vector>
+  static void prefetch([[maybe_unused]] const Vector& v, [[maybe_unused]] std::int32_t index) noexcept {
+#if defined(__GNUC__)
+    if (index >= 0 && static_cast<std::size_t>(index) < v.size()) __builtin_prefetch(v.data() + index);
+#endif
+  }
+
+  void advance(std::size_t st) {
+    StreamState& state = streams_[st];
+    std::int32_t head = state.head;
+    const std::int32_t stop = stream_begin_[st + 1];
+    double free = state.free;
+    while (head != stop) {
+      const Item& item = items_[static_cast<std::size_t>(head)];
+#if defined(__GNUC__)
+      // 128 streams advance in turn, too many for the hardware to see each as a sequence:
+      // ask for this stream's next item and times ahead of the visit that needs them.
+      if (head + 2 < stop) {
+        const Item& next = items_[static_cast<std::size_t>(head) + 1];
+        __builtin_prefetch(&items_[static_cast<std::size_t>(head) + 2]);
+        prefetch(starts_, next.first);
+        prefetch(ends_, next.first);
+        if (next.count > 0) {  // a communication group
+          prefetch(ops_, next.dep_a);
+        } else if (next.count == pair_item) {
+          prefetch(pair_deps_, next.dep_a);
+        } else {
+          // A compute item's inputs were mostly done long ago (a B's own F): their ends have
+          // left the cache, and waiting for them is the largest cost of a run.
+          prefetch(ends_, next.dep_a);
+          prefetch(ends_, next.dep_b);
+        }
+      }
+#endif
+      if (item.count == 0) {
+        double t = free;
+        if (item.dep_a != no_action) {
+          const double e = ends_[static_cast<std::size_t>(item.dep_a)];
+          if (e < 0.0) {
+            state.blocked_on = item.dep_a;
+            break;
+          }
+          t = std::max(t, e);
+        }
+        if (item.dep_b != no_action) {
+          const double e = ends_[static_cast<std::size_t>(item.dep_b)];
+          if (e < 0.0) {
+            state.blocked_on = item.dep_b;
+            break;
+          }
+          t = std::max(t, e + (input_delay_ != nullptr ? (*input_delay_)[static_cast<std::size_t>(item.first)] : 0.0));
+        }
+        const auto fi = static_cast<std::size_t>(item.first);
+        starts_[fi] = t;
+        free = t + item.duration;
+        ends_[fi] = free;
+        ++head;
+        if (item.wake >= 0) wake_for(static_cast<std::size_t>(item.wake), item.first);
+        wake_copy_partner(st, item.first);
+        continue;
+      }
+      if (item.count == pair_item) {
+        if (!run_pair(st, item, free)) break;
+        ++head;
+        continue;
+      }
+      const CommOp* const ops = ops_.data() + item.dep_a;
+      const std::int32_t count = item.count;
+      if (!state.posted) {
+        double t = free;
+        std::int32_t missing = no_action;
+        for (std::int32_t k = 0; k < count && missing == no_action; ++k) {
+          if (ops[k].producer == no_action) continue;
+          const double e = ends_[static_cast<std::size_t>(ops[k].producer)];
+          if (e < 0.0) missing = ops[k].producer;
+          t = std::max(t, e);
+        }
+        if (missing != no_action) {
+          state.blocked_on = missing;
+          break;
+        }
+        state.posted = 1;
+        for (std::int32_t k = 0; k < count; ++k) {
+          const auto ii = static_cast<std::size_t>(ops[k].action);
+          starts_[ii] = t;
+          const auto q = static_cast<std::size_t>(ops[k].peer);
+          if (starts_[q] < 0.0) continue;  // the peer posts later and completes the transfer
+          const double e = std::max(t, starts_[q]) + ops[k].duration;
+          ends_[ii] = e;
+          ends_[q] = e;
+          wake(static_cast<std::size_t>(ops[k].peer_stream));
+        }
+      }
+      double done = free;
+      bool complete = true;
+      for (std::int32_t k = 0; k < count && complete; ++k) {
+        const double e = ends_[static_cast<std::size_t>(ops[k].action)];
+        complete = e >= 0.0;
+        done = std::max(done, e);
+      }
+      if (!complete) {
+        state.blocked_on = waiting_for_peers;  // the peer that completes a transfer wakes it
+        break;
+      }
+      state.posted = 0;
+      free = done;
+      ++head;
+      if (mode_ == StreamMode::separate_comm_stream) {  // receives feed the compute stream
+        for (std::int32_t k = 0; k < count; ++k) wake_for(st - 1, ops[k].action);
+      }
+    }
+    state.head = head;
+    state.free = free;
+  }
+
+  // The first input of a pair that is not done yet, or no_action.
+  [[nodiscard]] std::int32_t unmet_input(const Item& item) const noexcept {
+    for (std::int32_t x = item.first; x < item.first + 2; ++x) {
+      const Links l = flat_.links(x);
+      for (const std::int32_t d : {l.same_stage, l.input}) {
+        if (d != no_action && ends_[static_cast<std::size_t>(d)] < 0.0) return d;
+      }
+    }
+    return no_action;
+  }
+
+  // Runs the pair at the head of stream st once the inputs of both its actions are done;
+  // false (with the stream's blocked_on set) while one is not.
+#if defined(__GNUC__)
+  [[gnu::noinline]]  // rare outside DualPipeV: keep it out of advance()'s loop
+#endif
+  bool run_pair(std::size_t st, const Item& item, double& free) {
+    double t = free;
+    const std::int32_t* deps = pair_deps_.data() + item.dep_a;  // per action: same stage, input
+    for (std::int32_t x = item.first; x < item.first + 2; ++x, deps += 2) {
+      if (deps[0] != no_action) {
+        const double e = ends_[static_cast<std::size_t>(deps[0])];
+        if (e < 0.0) {
+          streams_[st].blocked_on = deps[0];
+          return false;
+        }
+        t = std::max(t, e);
+      }
+      if (deps[1] != no_action) {
+        const double e = ends_[static_cast<std::size_t>(deps[1])];
+        if (e < 0.0) {
+          streams_[st].blocked_on = deps[1];
+          return false;
+        }
+        t = std::max(t, e + (input_delay_ != nullptr ? (*input_delay_)[static_cast<std::size_t>(x)] : 0.0));
+      }
+    }
+    free = t + item.duration;
+    const auto r = static_cast<std::int32_t>(st / lanes_);
+    for (std::int32_t x = item.first; x < item.first + 2; ++x) {
+      starts_[static_cast<std::size_t>(x)] = t;
+      ends_[static_cast<std::size_t>(x)] = free;
+    }
+    for (std::int32_t x = item.first; x < item.first + 2; ++x) {
+      const std::int32_t waiter = flat_.lowered ? (mode_ == StreamMode::separate_comm_stream
+                                                       ? static_cast<std::int32_t>(lanes_) * r + 1
+                                                       : -1)
+                                                : dependency_waiter(r, flat_.at(x));
+      if (waiter >= 0) wake_for(static_cast<std::size_t>(waiter), x);
+      wake_copy_partner(st, x);
+    }
+    return true;
+  }
+
+  // "RECV_F3@s1 on rank 1, which is behind F4@s1" and the like: where action x stands.
+  [[nodiscard]] std::string where(std::int32_t x, std::int32_t from_rank) const {
+    const auto xi = static_cast<std::size_t>(x);
+    const std::int32_t rank = flat_.owner[xi];
+    const std::size_t st = stream_of(x);
+    std::string s = to_string(flat_.at(x));
+    if (rank != from_rank) s += concat(" on rank ", rank);
+    const std::int32_t it = item_of_[xi];
+    const std::int32_t head = streams_[st].head;
+    const char* stream_name = mode_ == StreamMode::comm_on_compute_stream ? "stream"
+                              : (st % lanes_ == 1)                         ? "comm stream"
+                              : (st % lanes_ == 2)                         ? "copy stream"
+                                                                           : "compute stream";
+    if (it > head) {
+      s += concat(", which is behind ", item_text(head), " on rank ", rank, "'s ", stream_name);
+    } else if (it == head) {
+      if (!is_comm(flat_.at(x).op)) {
+        s += concat(", which is itself waiting (see rank ", rank, ")");
+      } else if (!streams_[st].posted) {
+        s += concat(", whose group is not posted yet (see rank ", rank, ")");
+      } else {
+        s += concat(", which is posted and waits for its own peer (see rank ", rank, ")");
+      }
+    }
+    return s;
+  }
+
+  [[nodiscard]] std::string item_text(std::int32_t index) const {
+    const Item& item = items_[static_cast<std::size_t>(index)];
+    if (item_size(item) == 1) return to_string(flat_.at(item.first));
+    std::string s = "{";
+    for (std::int32_t i = item.first; i < item.first + item_size(item); ++i) {
+      if (i != item.first) s += ", ";
+      s += to_string(flat_.at(i));
+    }
+    return s + "}";
+  }
+
+  // A stream's whole state on one cache line: a run switches streams once per item or so.
+  struct StreamState {
+    std::int32_t head = 0;                // next item
+    std::int32_t blocked_on = no_action;  // the action the head waits for, or waiting_for_peers
+    double free = 0.0;                    // when the previous item ended
+    std::uint8_t posted = 0;              // the head group is posted
+    std::uint8_t queued = 1;              // on the worklist
+  };
+ public:
+  struct Buffers {
+    std::vector<std::int32_t> stream_begin;  // item offsets per stream (size streams + 1)
+    scratch_vector<Item> items;
+    scratch_vector<CommOp> ops;
+    std::vector<std::int32_t> pair_deps;  // four per pair: each action's same-stage and input
+    // Per action: compute start and end; communication: when its group was posted and when
+    // its transfer completed; -1 for what has not happened. Two arrays rather than pairs:
+    // dependencies read only ends, so the randomly read array is half as large.
+    std::vector<double> starts;
+    std::vector<double> ends;
+    std::vector<StreamState> streams;
+    std::vector<std::int32_t> worklist;
+  };
+
+ private:
+  const FlatSchedule& flat_;
+  StreamMode mode_;
+  std::size_t lanes_;  // streams per rank: 2, or 3 with a copy stream
+  const std::vector<double>* input_delay_;
+  double fb_overlap_ = 0.0;
+  Buffers own_;
+  Buffers& buffers_;
+  std::vector<std::int32_t>& stream_begin_;
+  scratch_vector<Item>& items_;
+  std::size_t item_total_ = 0;
+  scratch_vector<CommOp>& ops_;
+  std::vector<std::int32_t>& pair_deps_;
+  std::vector<double>& starts_;
+  std::vector<double>& ends_;
+  std::vector<StreamState>& streams_;
+  std::vector<std::int32_t>& worklist_;
+  mutable std::vector<std::int32_t> item_of_;  // action -> item, built for describe_stuck only
+  static constexpr std::int32_t waiting_for_peers = -2;
+};
+
+}  // namespace detail
+
+}  // namespace ppsched
+
+#endif  // PPSCHED_ENGINE_DETAIL_ABSTRACT_EXECUTION_HPP

@@ -1,0 +1,98 @@
+// Internals of <ppsched/trace/compare.hpp>: matching measured spans to predicted ones and their
+// deviations. They are in ppsched::detail and not part of the API: no example or page uses them,
+// and they may change in any release (docs/architecture.md).
+//
+// They build on public types of <ppsched/trace/compare.hpp>, which includes this file after
+// declaring them. So that this file also compiles alone, it includes that header first, and its
+// guard opens only below that include: included alone, the header's own include of this file
+// emits these internals where the header needs them, and this outer copy is then skipped.
+#include "ppsched/trace/compare.hpp"
+
+#ifndef PPSCHED_TRACE_DETAIL_COMPARE_HPP
+#define PPSCHED_TRACE_DETAIL_COMPARE_HPP
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "ppsched/config.hpp"
+#include "ppsched/error.hpp"
+#include "ppsched/schedule/action.hpp"
+#include "ppsched/trace/detail/text.hpp"
+#include "ppsched/trace/stats.hpp"
+#include "ppsched/trace/timeline.hpp"
+
+namespace ppsched::inline PPSCHED_MODE {
+
+namespace detail {
+
+// Accumulates deviations; the worst is the first one with the largest magnitude.
+class DeviationAccumulator {
+ public:
+  void add(double value, std::int32_t rank, const Action& action) noexcept {
+    ++result_.count;
+    sum_ += value;
+    sum_abs_ += std::abs(value);
+    sum_squares_ += value * value;
+    if (result_.worst_rank < 0 || std::abs(value) > result_.max_abs) {
+      result_.max_abs = std::abs(value);
+      result_.worst_rank = rank;
+      result_.worst_action = action;
+    }
+  }
+  [[nodiscard]] Deviation result() const noexcept {
+    Deviation d = result_;
+    if (d.count != 0) {
+      const auto n = static_cast<double>(d.count);
+      d.mean = sum_ / n;
+      d.mean_abs = sum_abs_ / n;
+      d.rms = std::sqrt(sum_squares_ / n);
+    }
+    return d;
+  }
+
+ private:
+  Deviation result_{};
+  double sum_ = 0.0;
+  double sum_abs_ = 0.0;
+  double sum_squares_ = 0.0;
+};
+
+// The identity of an action across timelines: rank, operation, stage, micro-batch. The
+// communication group is not part of it (a measurement need not record groups).
+[[nodiscard]] inline auto match_key(const Span& s) noexcept {
+  return std::make_tuple(s.rank, s.action.op, s.action.stage, s.action.microbatch);
+}
+
+// Indices of the spans sorted by identity, then start: equal identities pair up in time
+// order, so an action that legitimately repeats still matches one to one.
+[[nodiscard]] inline std::vector<std::size_t> sorted_by_identity(const Timeline& t) {
+  std::vector<std::size_t> order(t.spans.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&t](std::size_t a, std::size_t b) {
+    const Span& x = t.spans[a];
+    const Span& y = t.spans[b];
+    return std::make_tuple(match_key(x), x.start, x.end, a) <
+           std::make_tuple(match_key(y), y.start, y.end, b);
+  });
+  return order;
+}
+
+inline void sort_by_rank_then_start(std::vector<Span>& spans) {
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return std::make_tuple(a.rank, a.start, a.action) < std::make_tuple(b.rank, b.start, b.action);
+  });
+}
+
+}  // namespace detail
+
+}  // namespace ppsched
+
+#endif  // PPSCHED_TRACE_DETAIL_COMPARE_HPP

@@ -51,6 +51,18 @@ struct Layer {
   // them; the first stage's input needs no gradient, so its BI leaves the whole backward to BW
   // on what F kept (1). Absent: the cost model's weight_memory_fraction.
   std::optional<double> weight_bytes{};
+  // Of activation_bytes, the part of this layer's output that only the next layer keeps (a
+  // transformer block's output, which the next block's layer norm saves): held while the next
+  // layer runs in the same stage, and not at all where a cut falls right after this layer (the
+  // next stage saves its input, which is the executor's buffer). A stage that ends at this
+  // layer, before the model's last, keeps its layers' activation_bytes (and weight_bytes) less
+  // this, per micro-batch. At most activation_bytes. Absent: 0, the per-layer sums as they are.
+  std::optional<double> boundary_bytes{};
+  // The same for weight_bytes: what such a stage keeps from BI to BW less than its layers'
+  // weight_bytes sum. It may differ from boundary_bytes: a stage cut there keeps the output's
+  // gradient for BW, which the layer's BW may not need when the next layer runs with it (a
+  // transformer block, whose output comes from a sum: 0). At most weight_bytes, which it needs.
+  std::optional<double> boundary_weight_bytes{};
 
   // The time of B as the families that do not split the backward pay it.
   [[nodiscard]] constexpr double full_backward() const noexcept {

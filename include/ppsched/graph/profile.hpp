@@ -6,6 +6,7 @@
 
 #include "ppsched/config.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <limits>
 #include <optional>
@@ -63,6 +64,8 @@ struct Profile {
     out.activation_bytes *= k;
     out.output_bytes *= k;
     if (out.weight_bytes) *out.weight_bytes *= k;
+    if (out.boundary_bytes) *out.boundary_bytes *= k;
+    if (out.boundary_weight_bytes) *out.boundary_weight_bytes *= k;
     return out;
   }
   std::vector<RowsValue> v(layer.points.size());
@@ -79,6 +82,14 @@ struct Profile {
   out.activation_bytes = at([](const CostPoint& p) { return p.activation_bytes; });
   out.output_bytes = at([](const CostPoint& p) { return p.output_bytes; });
   if (layer.points.front().weight_bytes) out.weight_bytes = at([](const CostPoint& p) { return p.weight_bytes.value_or(0.0); });
+  // Extrapolated apart, the two lines may cross: a cut never lets go of more than the layer keeps.
+  if (layer.points.front().boundary_bytes) {
+    out.boundary_bytes = std::min(out.activation_bytes, at([](const CostPoint& p) { return p.boundary_bytes.value_or(0.0); }));
+  }
+  if (layer.points.front().boundary_weight_bytes && out.weight_bytes) {
+    out.boundary_weight_bytes =
+        std::min(*out.weight_bytes, at([](const CostPoint& p) { return p.boundary_weight_bytes.value_or(0.0); }));
+  }
   return out;
 }
 

@@ -65,6 +65,8 @@ namespace ppsched::inline PPSCHED_MODE {
     if (l.recompute_saves_bytes) layer["recompute_saves_bytes"] = *l.recompute_saves_bytes;
     if (l.recompute_time) layer["recompute_time"] = *l.recompute_time;
     if (l.weight_bytes) layer["weight_bytes"] = *l.weight_bytes;
+    if (l.boundary_bytes) layer["boundary_bytes"] = *l.boundary_bytes;
+    if (l.boundary_weight_bytes) layer["boundary_weight_bytes"] = *l.boundary_weight_bytes;
     if (!l.points.empty()) {
       nlohmann::json points = nlohmann::json::array();
       for (const CostPoint& q : l.points) {
@@ -76,6 +78,8 @@ namespace ppsched::inline PPSCHED_MODE {
                                 {"output_bytes", q.output_bytes}};
         if (q.backward) point["backward"] = *q.backward;
         if (q.weight_bytes) point["weight_bytes"] = *q.weight_bytes;
+        if (q.boundary_bytes) point["boundary_bytes"] = *q.boundary_bytes;
+        if (q.boundary_weight_bytes) point["boundary_weight_bytes"] = *q.boundary_weight_bytes;
         if (q.spread != 0.0) point["spread"] = q.spread;
         points.push_back(std::move(point));
       }

@@ -32,6 +32,8 @@ struct CostPoint {
   // (how far to trust the point), never priced.
   double spread = 0.0;
   std::optional<double> weight_bytes{};  // what BI leaves for BW, when measured (Layer::weight_bytes)
+  std::optional<double> boundary_bytes{};  // what a cut right after the layer lets go (Layer::boundary_bytes)
+  std::optional<double> boundary_weight_bytes{};  // likewise of weight_bytes (Layer::boundary_weight_bytes)
 
   friend bool operator==(const CostPoint&, const CostPoint&) = default;
 };

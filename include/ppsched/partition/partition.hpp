@@ -67,14 +67,19 @@ struct PartitionStage {
   double time = 0.0;             // (compute_time + recv_time) + send_time: what the bottleneck is taken over
   double param_bytes = 0.0;      // the parameters alone: what data parallelism all-reduces
   double static_bytes = 0.0;     // optimizer_state_factor * param_bytes: with gradients and optimizer state
-  double activation_bytes = 0.0;  // stored per micro-batch
+  // Stored per micro-batch: its layers' activation_bytes, less the last layer's boundary_bytes
+  // where a stage follows (Layer::boundary_bytes: what only the next layer keeps of its output).
+  double activation_bytes = 0.0;
   double in_flight = 0.0;         // micro-batches of activations kept, as the cut was asked to count
-  // static_bytes + in_flight * activation_bytes: what memory_cap is checked against. A
-  // schedule's own peak (FamilyResult::peak_memory_bytes) is measured on its program instead.
+  // static_bytes + in_flight * (its layers' activation_bytes, summed): what memory_cap is checked
+  // against. The sum leaves out no boundary_bytes, so it may exceed the stage's activation_bytes
+  // by that term: a cap is then met with room to spare, never missed. A schedule's own peak
+  // (FamilyResult::peak_memory_bytes) is measured on its program instead.
   double peak_bytes = 0.0;
   double memory_cap = std::numeric_limits<double>::infinity();
   // Of activation_bytes, what the stage's BIs leave for BW, when every layer's was measured
-  // (Layer::weight_bytes); cost_model_of makes it the stage's weight_memory_fraction.
+  // (Layer::weight_bytes, summed, less the last layer's boundary_weight_bytes where a stage follows);
+  // cost_model_of makes it the stage's weight_memory_fraction.
   std::optional<double> weight_bytes{};
 
   [[nodiscard]] std::size_t size() const noexcept { return end - begin; }

@@ -50,7 +50,8 @@ struct PlanCostOptions {
 }
 
 // The simulator's cost of one stage of a cut, in the cut's unit: F, BI, BW (and B when
-// measured), one stored activation, the bytes it sends on per micro-batch, and, where its
+// measured), one stored activation (the stage's, boundary_bytes taken off at its cut:
+// PartitionStage::activation_bytes), the bytes it sends on per micro-batch, and, where its
 // layers' were measured, the share its BIs keep for BW. The first stage's input needs no
 // gradient, so its BI computes nothing and leaves the whole backward to BW on what F kept: 1.
 [[nodiscard]] inline StageCost stage_cost_of(const PartitionStage& s, bool first_stage = false) {

@@ -56,6 +56,27 @@ inline void check_layer_field(std::span<const Layer> layers, std::size_t i, cons
         "times and byte counts must be finite and >= 0 (use 0 for a cost a layer does not have)"});
 }
 
+// A cut lets go of part of what the layer keeps, never more: a stage's bytes stay >= 0.
+inline void check_boundary_bytes(std::span<const Layer> layers, std::size_t i, const std::string& at, const char* field,
+                                 double boundary, const char* kept_field, double kept, const std::string& subject) {
+  if (boundary <= kept) return;
+  fail({subject,
+        concat("field '", at, field, "' of ", layer_label(layers, i), " (", boundary, ") exceeds its ", kept_field, " (",
+               kept, ")"),
+        concat(layer_label(layers, i), " field '", at, field, "'"),
+        concat("a cut lets go of part of what the layer keeps: give at most ", kept_field)});
+}
+
+inline void check_boundary_weight_bytes(std::span<const Layer> layers, std::size_t i, const std::string& at, double boundary,
+                                        const std::optional<double>& weight, const std::string& subject) {
+  if (!weight) {
+    fail({subject, concat(layer_label(layers, i), " has ", at, "boundary_weight_bytes without ", at, "weight_bytes"),
+          concat(layer_label(layers, i), " field '", at, "boundary_weight_bytes'"),
+          "give weight_bytes too (what the layer keeps from BI to BW), or leave both out"});
+  }
+  check_boundary_bytes(layers, i, at, "boundary_weight_bytes", boundary, "weight_bytes", *weight, subject);
+}
+
 inline void check_layers(std::span<const Layer> layers, const std::string& subject) {
   for (std::size_t i = 0; i < layers.size(); ++i) {
     const Layer& l = layers[i];
@@ -67,6 +88,14 @@ inline void check_layers(std::span<const Layer> layers, const std::string& subje
     check_layer_field(layers, i, "output_bytes", l.output_bytes, subject);
     if (l.backward) check_layer_field(layers, i, "backward", *l.backward, subject);
     if (l.weight_bytes) check_layer_field(layers, i, "weight_bytes", *l.weight_bytes, subject);
+    if (l.boundary_bytes) {
+      check_layer_field(layers, i, "boundary_bytes", *l.boundary_bytes, subject);
+      check_boundary_bytes(layers, i, "", "boundary_bytes", *l.boundary_bytes, "activation_bytes", l.activation_bytes, subject);
+    }
+    if (l.boundary_weight_bytes) {
+      check_layer_field(layers, i, "boundary_weight_bytes", *l.boundary_weight_bytes, subject);
+      check_boundary_weight_bytes(layers, i, "", *l.boundary_weight_bytes, l.weight_bytes, subject);
+    }
     for (std::size_t k = 0; k < l.points.size(); ++k) {
       const CostPoint& p = l.points[k];
       const std::string at = concat("points[", k, "].");
@@ -76,7 +105,10 @@ inline void check_layers(std::span<const Layer> layers, const std::string& subje
                                          std::pair{"backward", p.backward.value_or(0.0)},
                                          std::pair{"activation_bytes", p.activation_bytes},
                                          std::pair{"output_bytes", p.output_bytes},
-                                         std::pair{"weight_bytes", p.weight_bytes.value_or(0.0)}, std::pair{"spread", p.spread}}) {
+                                         std::pair{"weight_bytes", p.weight_bytes.value_or(0.0)},
+                                         std::pair{"boundary_bytes", p.boundary_bytes.value_or(0.0)},
+                                         std::pair{"boundary_weight_bytes", p.boundary_weight_bytes.value_or(0.0)},
+                                         std::pair{"spread", p.spread}}) {
         check_layer_field(layers, i, (at + field).c_str(), value, subject);
       }
       if (!(p.rows > 0.0) || (k > 0 && !(p.rows > l.points[k - 1].rows))) {
@@ -94,6 +126,18 @@ inline void check_layers(std::span<const Layer> layers, const std::string& subje
         fail({subject, concat(layer_label(layers, i), " has weight_bytes at some measured sizes and not at others"),
               concat(layer_label(layers, i), " field '", at, "weight_bytes'"), "measure them at every size, or at none"});
       }
+      if (p.boundary_bytes.has_value() != l.points.front().boundary_bytes.has_value()) {
+        fail({subject, concat(layer_label(layers, i), " has boundary_bytes at some measured sizes and not at others"),
+              concat(layer_label(layers, i), " field '", at, "boundary_bytes'"), "measure them at every size, or at none"});
+      }
+      if (p.boundary_bytes) {
+        check_boundary_bytes(layers, i, at, "boundary_bytes", *p.boundary_bytes, "activation_bytes", p.activation_bytes, subject);
+      }
+      if (p.boundary_weight_bytes.has_value() != l.points.front().boundary_weight_bytes.has_value()) {
+        fail({subject, concat(layer_label(layers, i), " has boundary_weight_bytes at some measured sizes and not at others"),
+              concat(layer_label(layers, i), " field '", at, "boundary_weight_bytes'"), "measure them at every size, or at none"});
+      }
+      if (p.boundary_weight_bytes) check_boundary_weight_bytes(layers, i, at, *p.boundary_weight_bytes, p.weight_bytes, subject);
     }
   }
 }

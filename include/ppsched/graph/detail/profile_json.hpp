@@ -189,7 +189,8 @@ class ProfileReader {
       expect_type(l, nlohmann::json::value_t::object, path, "a layer object");
       check_keys(l, path,
                  {"name", "forward", "backward_input", "backward_weight", "backward", "param_bytes", "activation_bytes",
-                  "output_bytes", "points", "recompute_saves_bytes", "recompute_time", "weight_bytes"});
+                  "output_bytes", "points", "recompute_saves_bytes", "recompute_time", "weight_bytes",
+                  "boundary_bytes", "boundary_weight_bytes"});
       Layer layer;
       const nlohmann::json* name = member(l, "name");
       if (name == nullptr) {
@@ -205,6 +206,10 @@ class ProfileReader {
       layer.activation_bytes = non_negative(l, "activation_bytes", path, 0.0);
       layer.output_bytes = non_negative(l, "output_bytes", path, 0.0);
       if (member(l, "weight_bytes") != nullptr) layer.weight_bytes = non_negative(l, "weight_bytes", path, std::nullopt);
+      if (member(l, "boundary_bytes") != nullptr) layer.boundary_bytes = non_negative(l, "boundary_bytes", path, std::nullopt);
+      if (member(l, "boundary_weight_bytes") != nullptr) {
+        layer.boundary_weight_bytes = non_negative(l, "boundary_weight_bytes", path, std::nullopt);
+      }
       if (const auto* points = member(l, "points")) layer.points = read_points(*points, path + ".points");
       const bool saves = member(l, "recompute_saves_bytes") != nullptr, costs = member(l, "recompute_time") != nullptr;
       if (saves != costs) {
@@ -235,7 +240,7 @@ class ProfileReader {
       expect_type(v, nlohmann::json::value_t::object, at, "a point object with \"rows\" and the times measured there");
       check_keys(v, at,
                  {"rows", "forward", "backward_input", "backward_weight", "backward", "activation_bytes", "output_bytes",
-                  "weight_bytes", "spread"});
+                  "weight_bytes", "boundary_bytes", "boundary_weight_bytes", "spread"});
       CostPoint p;
       p.rows = number(v, "rows", at, std::nullopt, [](double x) { return x > 0.0; }, "the samples per micro-batch, > 0");
       p.forward = non_negative(v, "forward", at, std::nullopt);
@@ -245,6 +250,10 @@ class ProfileReader {
       p.activation_bytes = non_negative(v, "activation_bytes", at, 0.0);
       p.output_bytes = non_negative(v, "output_bytes", at, 0.0);
       if (member(v, "weight_bytes") != nullptr) p.weight_bytes = non_negative(v, "weight_bytes", at, std::nullopt);
+      if (member(v, "boundary_bytes") != nullptr) p.boundary_bytes = non_negative(v, "boundary_bytes", at, std::nullopt);
+      if (member(v, "boundary_weight_bytes") != nullptr) {
+        p.boundary_weight_bytes = non_negative(v, "boundary_weight_bytes", at, std::nullopt);
+      }
       p.spread = non_negative(v, "spread", at, 0.0);
       out.push_back(p);
     }

@@ -254,7 +254,14 @@ void sum_over_crossing_tensors(const LayerGraph& graph, std::span<const std::siz
       weight += l.weight_bytes.value_or(0.0);
       measured_weight = measured_weight && l.weight_bytes.has_value();
     }
-    if (measured_weight) st.weight_bytes = weight;
+    // A cut right after the stage's last layer lets go of what only the next layer keeps of its
+    // output (Layer::boundary_bytes); the model's last layer has no next layer. The solver and
+    // peak_bytes keep the plain sum, which over-estimates by this term: the safe direction for
+    // a memory cap, and the chain solver's exactness argument stays as it is.
+    const Layer& last = layers[in.order[b - 1]];
+    const double boundary = b < in.layers ? last.boundary_bytes.value_or(0.0) : 0.0;
+    const double boundary_weight = b < in.layers ? last.boundary_weight_bytes.value_or(0.0) : 0.0;
+    if (measured_weight) st.weight_bytes = boundary_weight > 0.0 ? std::max(0.0, weight - boundary_weight) : weight;
     if (measured_backward) st.backward = backward / st.speed;
     st.forward = forward / st.speed;
     st.backward_input = backward_input / st.speed;
@@ -267,7 +274,8 @@ void sum_over_crossing_tensors(const LayerGraph& graph, std::span<const std::siz
     st.time = m.time(j, a, b);
     st.param_bytes = in.params[b] - in.params[a];
     st.static_bytes = in.optimizer_state_factor * st.param_bytes;
-    st.activation_bytes = in.activations[b] - in.activations[a];
+    st.activation_bytes = boundary > 0.0 ? std::max(0.0, (in.activations[b] - in.activations[a]) - boundary)
+                                         : in.activations[b] - in.activations[a];
     st.in_flight = in.inflight[j];
     st.peak_bytes = m.memory(j, a, b);
     st.memory_cap = in.cap.empty() ? std::numeric_limits<double>::infinity() : in.cap[j];

@@ -1140,11 +1140,10 @@ struct TorchLayerSample {
   std::int64_t rows = 0;
   TorchTiming forward, backward, backward_input, backward_weight;  // B; then BI and BW of the split
   // Counted by TorchMemoryCounter on TorchStages of the model's tail (detail::torch_adapter::
-  // suffix_bytes): what a stage starting at this child holds per micro-batch after its forward,
-  // less what a stage starting at the next child holds. A stage's children then sum to what the
-  // stage holds from its forward to its backward, to the byte where the stage runs to the
-  // model's end or its last output is saved by itself or by no one; over by that output where
-  // only the next child (in the next stage) saves it (docs/accuracy.md).
+  // held_by_stage): what a stage starting at this child holds per micro-batch after its
+  // forward, less what a stage starting at the next child holds. A stage's children then sum to
+  // what the stage holds from its forward to its backward, to the byte where the stage runs to
+  // the model's end; one that ends earlier holds that sum less its last child's boundary_bytes.
   double activation_bytes = 0.0;
   // The same after backward_input: what is still held for backward_weight, from which
   // cost_model_of takes CostModel::weight_memory_fraction. It can exceed activation_bytes: BI
@@ -1152,6 +1151,17 @@ struct TorchLayerSample {
   // captured for BW.
   double weight_bytes = 0.0;
   double output_bytes = 0.0;      // the tensor the child hands on
+  // Of activation_bytes, what a cut right after this child lets go (Layer::boundary_bytes): its
+  // output where only the next child saves it (a transformer block's, which the next block's
+  // layer norm saves), held while that child runs in the same stage; the next stage's copy is
+  // the executor's buffer. Counted as activation_bytes less what a stage of this child alone
+  // holds; 0 for the last child, which no cut follows.
+  double boundary_bytes = 0.0;
+  // The same after backward_input, of weight_bytes. It differs where the stage cut after this
+  // child keeps its output's gradient for BW while, uncut, the child's BW needs no gradient at
+  // its output: a transformer block's (its output is a sum), where the gradient kept at the cut
+  // weighs what the next layer norm's saved input did, so the term is 0.
+  double boundary_weight_bytes = 0.0;
 };
 
 struct TorchLayerProfile {
@@ -1226,6 +1236,8 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
     layer.activation_bytes = s.activation_bytes;
     layer.output_bytes = s.output_bytes;
     if (counted) layer.weight_bytes = s.weight_bytes;
+    if (counted) layer.boundary_bytes = s.boundary_bytes;
+    if (counted) layer.boundary_weight_bytes = s.boundary_weight_bytes;
     if (l.samples.size() > 1) {
       for (const TorchLayerSample& m : l.samples) {
         const auto relative = [](const TorchTiming& t) { return t.median > 0.0 ? (t.max - t.min) / t.median : 0.0; };
@@ -1238,6 +1250,8 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
         point.activation_bytes = m.activation_bytes;
         point.output_bytes = m.output_bytes;
         if (counted) point.weight_bytes = m.weight_bytes;
+        if (counted) point.boundary_bytes = m.boundary_bytes;
+        if (counted) point.boundary_weight_bytes = m.boundary_weight_bytes;
         point.spread = std::max({relative(m.forward), relative(m.backward), relative(m.backward_input),
                                  relative(m.backward_weight)});
         layer.points.push_back(point);
@@ -1263,44 +1277,40 @@ struct HeldBytes {
   double input_backward = 0.0;
 };
 
-// [c]: what a TorchStage of `model`'s children c..end holds for one micro-batch, child k's
-// input being inputs[k] and the model's output inputs[size]; [size]: nothing. Each child's
-// share is then its stage's less the next one's, so that a stage running to the model's end
-// is predicted to the byte. A stage that ends
-// earlier holds its share exactly too, but for one case a sum of shares cannot see: its last
-// output, saved by the next child alone (a transformer block's, which the next block's layer
-// norm saves), is held when the next child runs in the same stage and freed when it starts the
-// next stage, whose input is the executor's buffer; the share counts it (docs/accuracy.md).
-// Counting a whole chain's forward instead charged each child its output, held or not: a
-// stage that ends in a Linear was then exact only because the adapter kept its output, and
-// one that starts at a Tanh short by the Linear's output, which the chain had freed.
-[[nodiscard]] inline std::vector<HeldBytes> suffix_bytes(const torch::nn::Sequential& model,
-                                                        const std::vector<torch::Tensor>& inputs) {
-  const std::size_t n = model->size();
+// What a TorchStage of `model`'s children first..last - 1 holds for one micro-batch, child k's
+// input being inputs[k] and the model's output inputs[size], counted after its forward and
+// after its backward_input. profile_sequential counts it on every tail (first..end) and on every
+// child alone: a child's share is its tail's less the next tail's, so a stage that runs to the
+// model's end is predicted to the byte; and its boundary_bytes is its share less what it holds
+// alone, the one term a sum of shares cannot see: its output, where only the next child saves
+// it, is held when that child runs in the same stage and let go where the next stage starts
+// there (its input is then the executor's buffer); boundary_weight_bytes likewise after
+// backward_input. Counting a whole chain's forward instead
+// charged each child its output, held or not (docs/accuracy.md).
+[[nodiscard]] inline HeldBytes held_by_stage(const torch::nn::Sequential& model, const std::vector<torch::Tensor>& inputs,
+                                             std::size_t first, std::size_t last) {
   TorchMemoryCounter& counter = TorchMemoryCounter::install();
-  std::vector<HeldBytes> out(n + 1);
-  for (std::size_t c = 0; c < n; ++c) {
-    TorchStageOptions so;
-    so.input_tensors = {spec_of(inputs[c])};
-    so.output_tensors = {spec_of(inputs[n])};
-    torch::nn::Sequential part;
-    for (std::size_t k = c; k < n; ++k) part->push_back(*(model->begin() + static_cast<std::ptrdiff_t>(k)));
-    TorchStage stage(part, so);
-    const StageFunctions f = stage.functions();
-    const std::vector<float> in = torch_payloads(so.input_tensors[0], {inputs[c]});
-    // Any gradient of the right shape: bytes do not depend on its values.
-    const std::vector<float> grad_out = torch_payloads(so.output_tensors[0], {torch::ones_like(inputs[n])});
-    std::vector<float> output(grad_out.size());
-    std::vector<float> grad_in(in.size());
-    std::vector<float> weight_grad(f.weight_grad_size);
-    const TorchMemoryCounter::Tag tag(TorchMemoryCounter::profiling);
-    const std::int64_t before = counter.current(TorchMemoryCounter::profiling);
-    f.forward(0, in, output);
-    out[c].forward = static_cast<double>(counter.current(TorchMemoryCounter::profiling) - before);
-    f.backward_input(0, in, grad_out, grad_in);
-    out[c].input_backward = static_cast<double>(counter.current(TorchMemoryCounter::profiling) - before);
-    f.backward_weight(0, in, grad_out, weight_grad);
-  }
+  TorchStageOptions so;
+  so.input_tensors = {spec_of(inputs[first])};
+  so.output_tensors = {spec_of(inputs[last])};
+  torch::nn::Sequential part;
+  for (std::size_t k = first; k < last; ++k) part->push_back(*(model->begin() + static_cast<std::ptrdiff_t>(k)));
+  TorchStage stage(part, so);
+  const StageFunctions f = stage.functions();
+  const std::vector<float> in = torch_payloads(so.input_tensors[0], {inputs[first]});
+  // Any gradient of the right shape: bytes do not depend on its values.
+  const std::vector<float> grad_out = torch_payloads(so.output_tensors[0], {torch::ones_like(inputs[last])});
+  std::vector<float> output(grad_out.size());
+  std::vector<float> grad_in(in.size());
+  std::vector<float> weight_grad(f.weight_grad_size);
+  const TorchMemoryCounter::Tag tag(TorchMemoryCounter::profiling);
+  const std::int64_t before = counter.current(TorchMemoryCounter::profiling);
+  HeldBytes out;
+  f.forward(0, in, output);
+  out.forward = static_cast<double>(counter.current(TorchMemoryCounter::profiling) - before);
+  f.backward_input(0, in, grad_out, grad_in);
+  out.input_backward = static_cast<double>(counter.current(TorchMemoryCounter::profiling) - before);
+  f.backward_weight(0, in, grad_out, weight_grad);
   return out;
 }
 
@@ -1369,8 +1379,11 @@ struct HeldBytes {
         chain.push_back(y.detach().contiguous());
       }
     }
-    const std::vector<detail::torch_adapter::HeldBytes> held = detail::torch_adapter::suffix_bytes(model, chain);
-    for (std::size_t c = 0; c < model->size(); ++c) {
+    // [c]: a stage of children c..end; [size]: nothing.
+    const std::size_t n = model->size();
+    std::vector<detail::torch_adapter::HeldBytes> held(n + 1);
+    for (std::size_t c = 0; c < n; ++c) held[c] = detail::torch_adapter::held_by_stage(model, chain, c, n);
+    for (std::size_t c = 0; c < n; ++c) {
       const torch::Tensor& x = chain[c];
       const torch::Tensor& y = chain[c + 1];
       TorchLayerSample sample;
@@ -1379,6 +1392,13 @@ struct HeldBytes {
       // the planner's byte fields are >= 0 whatever a module does.
       sample.activation_bytes = std::max(0.0, held[c].forward - held[c + 1].forward);
       sample.weight_bytes = std::max(0.0, held[c].input_backward - held[c + 1].input_backward);
+      if (c + 1 < n) {
+        // Where a stage cut after this child holds more than its share (the term would be
+        // negative: no model known), the field stays 0, as if no cut changed anything.
+        const detail::torch_adapter::HeldBytes alone = detail::torch_adapter::held_by_stage(model, chain, c, c + 1);
+        sample.boundary_bytes = std::clamp(sample.activation_bytes - alone.forward, 0.0, sample.activation_bytes);
+        sample.boundary_weight_bytes = std::clamp(sample.weight_bytes - alone.input_backward, 0.0, sample.weight_bytes);
+      }
       sample.output_bytes = static_cast<double>(y.numel() * static_cast<std::int64_t>(y.element_size()));
       // Timed as the adapter runs the child: a one-child stage over typed boundaries.
       TorchStageOptions so;

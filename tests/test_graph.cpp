@@ -442,6 +442,67 @@ TEST_CASE("what a BI leaves for BW reads and writes with the profile and is pric
              Catch::Contains("weight_bytes at some measured sizes"));
 }
 
+TEST_CASE("what a cut right after a layer lets go reads and writes with the profile and is priced per size",
+          "[graph][profile][rows]") {
+  const Profile p = parse_profile(R"({"unit": "ms", "rows": 8, "layers": [
+    {"name": "a", "forward": 2, "activation_bytes": 80, "boundary_bytes": 32, "weight_bytes": 160, "boundary_weight_bytes": 16,
+     "points": [{"rows": 2, "forward": 1, "activation_bytes": 20, "boundary_bytes": 8, "weight_bytes": 40,
+                 "boundary_weight_bytes": 4},
+                {"rows": 8, "forward": 2, "activation_bytes": 80, "boundary_bytes": 32, "weight_bytes": 160,
+                 "boundary_weight_bytes": 16}]},
+    {"name": "b", "forward": 2, "activation_bytes": 100, "boundary_bytes": 40, "weight_bytes": 50, "boundary_weight_bytes": 10},
+    {"name": "c", "forward": 2, "activation_bytes": 100}]})");
+  CHECK(p.graph.layer(0).boundary_bytes == std::optional<double>(32.0));
+  CHECK(p.graph.layer(0).points[0].boundary_bytes == std::optional<double>(8.0));
+  CHECK(p.graph.layer(0).points[1].boundary_bytes == std::optional<double>(32.0));
+  CHECK(p.graph.layer(0).boundary_weight_bytes == std::optional<double>(16.0));
+  CHECK(p.graph.layer(0).points[1].boundary_weight_bytes == std::optional<double>(16.0));
+  CHECK_FALSE(p.graph.layer(2).boundary_bytes.has_value());
+  const std::string json = profile_to_json(p);
+  CHECK(json.find("boundary_bytes") != std::string::npos);
+  CHECK(parse_profile(json) == p);
+  // Between measured sizes like every other byte count; scaled with the rows without points;
+  // absent stays absent.
+  CHECK(layer_at_rows(p.graph.layer(0), 4, 8).boundary_bytes.value_or(-1.0) == Approx(16.0));
+  CHECK(layer_at_rows(p.graph.layer(1), 4, 8).boundary_bytes.value_or(-1.0) == Approx(20.0));
+  CHECK_FALSE(layer_at_rows(p.graph.layer(2), 4, 8).boundary_bytes.has_value());
+  CHECK(layer_at_rows(p.graph.layer(0), 4, 8).boundary_weight_bytes.value_or(-1.0) == Approx(8.0));
+  CHECK(layer_at_rows(p.graph.layer(1), 4, 8).boundary_weight_bytes.value_or(-1.0) == Approx(5.0));
+  CHECK_FALSE(layer_at_rows(p.graph.layer(2), 4, 8).boundary_weight_bytes.has_value());
+  // Extrapolated, never more than the layer keeps at that size: above 8 rows the boundary's
+  // steeper line would pass the activation's.
+  const Profile steep = parse_profile(R"({"rows": 8, "layers": [{"name": "a", "forward": 2, "activation_bytes": 80,
+    "boundary_bytes": 80, "points": [{"rows": 2, "forward": 1, "activation_bytes": 40, "boundary_bytes": 20},
+                                     {"rows": 8, "forward": 2, "activation_bytes": 80, "boundary_bytes": 80}]}]})");
+  for (const double rows : {1.0, 2.0, 5.0, 8.0, 64.0}) {
+    const Layer at = layer_at_rows(steep.graph.layer(0), rows, 8);
+    CHECK(at.boundary_bytes.value_or(-1.0) <= at.activation_bytes);
+  }
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1, "boundary_bytes": -1}]})"),
+             Catch::Contains("boundary_bytes") && Catch::Contains("negative"));
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1, "activation_bytes": 4, "boundary_bytes": 8}]})"),
+             Catch::Contains("layer 0 'a'") && Catch::Contains("boundary_bytes") && Catch::Contains("exceeds its activation_bytes"));
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1, "activation_bytes": 8, "boundary_bytes": 4,
+                                "points": [{"rows": 4, "forward": 1, "activation_bytes": 8, "boundary_bytes": 16}]}]})"),
+             Catch::Contains("points[0].boundary_bytes") && Catch::Contains("exceeds"));
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1,
+                                "points": [{"rows": 4, "forward": 1}, {"rows": 8, "forward": 1, "boundary_bytes": 0}]}]})"),
+             Catch::Contains("boundary_bytes at some measured sizes"));
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1, "activation_bytes": 8, "boundary_weight_bytes": 4}]})"),
+             Catch::Contains("boundary_weight_bytes without weight_bytes"));
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1, "weight_bytes": 2, "boundary_weight_bytes": 4}]})"),
+             Catch::Contains("boundary_weight_bytes") && Catch::Contains("exceeds its weight_bytes"));
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1, "weight_bytes": 8, "boundary_weight_bytes": 4,
+                                "points": [{"rows": 4, "forward": 1, "weight_bytes": 8, "boundary_weight_bytes": 4},
+                                           {"rows": 8, "forward": 1, "weight_bytes": 8}]}]})"),
+             Catch::Contains("boundary_weight_bytes at some measured sizes"));
+  Layer nan;
+  nan.name = "n";
+  nan.activation_bytes = 8.0;
+  nan.boundary_bytes = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH(LayerGraph::chain({nan}), Catch::Contains("boundary_bytes") && Catch::Contains("NaN"));
+}
+
 TEST_CASE("the runtime's fixed costs read and write with the profile", "[graph][profile][overhead]") {
   const Profile p = parse_profile(R"({"action_overhead": 0.006, "transfer_overhead": 0.01, "step_overhead": 0.2,
                                       "layers": [{"name": "a", "forward": 1}]})");

@@ -475,6 +475,44 @@ TEST_CASE("memory: parameters times the optimizer factor plus activations times 
   CHECK_THAT(to_string(over), Catch::Contains("OVER CAP"));
 }
 
+TEST_CASE("a stage ending where a cut lets go of its last layer's boundary_bytes holds that much less", "[partition][memory]") {
+  // Activations 10 20 30 40; b keeps 5 of them only for c, d 7 (the model's last: no cut follows
+  // it). Of weight_bytes 12 22 32 42, a cut after b lets 3 go, after d (none follows) 4.
+  std::vector<Layer> layers{layer("a", 1, 1, 10), layer("b", 1, 1, 20), layer("c", 1, 1, 30), layer("d", 1, 1, 40)};
+  for (std::size_t i = 0; i < layers.size(); ++i) layers[i].weight_bytes = 12.0 + 10.0 * static_cast<double>(i);
+  const std::vector<Layer> plain = layers;
+  layers[1].boundary_bytes = 5.0;
+  layers[3].boundary_bytes = 7.0;
+  layers[1].boundary_weight_bytes = 3.0;
+  layers[3].boundary_weight_bytes = 4.0;
+  const LayerGraph g = LayerGraph::chain(layers), without = LayerGraph::chain(plain);
+  PartitionCostModel cost;
+  cost.optimizer_state_factor = 2.0;
+  cost.inflight = {2.0, 1.0};
+  // The cut right after b: stage 0 holds 10 + 20 - 5; stage 1 runs to the model's end.
+  const Partition at_b = evaluate_partition(g, std::vector<std::size_t>{0, 2, 4}, cost);
+  CHECK(at_b.stages[0].activation_bytes == 25.0);
+  CHECK(at_b.stages[0].weight_bytes == std::optional<double>(31.0));
+  CHECK(at_b.stages[1].activation_bytes == 70.0);
+  CHECK(at_b.stages[1].weight_bytes == std::optional<double>(74.0));
+  // The memory cap's figure keeps the plain sum (an over-estimate by the term, never under).
+  CHECK(at_b.stages[0].peak_bytes == 2.0 * 2.0 + 2.0 * 30.0);
+  // Elsewhere the term changes nothing: the cuts after a and after c end in layers without it.
+  for (const std::vector<std::size_t>& boundaries : {std::vector<std::size_t>{0, 1, 4}, std::vector<std::size_t>{0, 3, 4}}) {
+    INFO("cut at " << boundaries[1]);
+    CHECK(evaluate_partition(g, boundaries, cost).stages == evaluate_partition(without, boundaries, cost).stages);
+  }
+  CHECK(evaluate_partition(g, std::vector<std::size_t>{0, 4}).stages[0].activation_bytes == 100.0);
+  // Without the field every stage holds its layers' sum, as it always has; the solver's cut is
+  // the same with and without it (its check keeps the plain sum).
+  const Partition plain_at_b = evaluate_partition(without, std::vector<std::size_t>{0, 2, 4}, cost);
+  CHECK(plain_at_b.stages[0].activation_bytes == 30.0);
+  CHECK(plain_at_b.stages[0].weight_bytes == std::optional<double>(34.0));
+  cost.devices = {{1.0, 74.0}};  // only the cut after b fits: 2 * 2 + 2 * 30 and 2 * 2 + 70
+  CHECK(partition_optimal(g, 2, cost).boundaries == std::vector<std::size_t>{0, 2, 4});
+  CHECK(partition_optimal(without, 2, cost).boundaries == std::vector<std::size_t>{0, 2, 4});
+}
+
 TEST_CASE("the documentation's example", "[partition][docs]") {
   // example-begin partition
   ppsched::GraphBuilder model;

@@ -396,6 +396,53 @@ TEST_CASE("a profile's measured weight_bytes give each stage its share kept for 
   CHECK_FALSE(cost_model_of(partly_model.partition(one_stage_per_rank_placement(2))).stages[1].weight_memory_fraction.has_value());
 }
 
+TEST_CASE("a profile's boundary_bytes come off a stage's stored activation only at a cut", "[plan][memory]") {
+  std::vector<Layer> measured;
+  for (const auto& [name, kept, weight, boundary] :
+       {std::tuple{"a", 80.0, 160.0, 16.0}, std::tuple{"b", 100.0, 50.0, 20.0}, std::tuple{"c", 100.0, 150.0, 30.0}}) {
+    // What BI leaves for BW loses its own term, here a quarter of the activation's.
+    Layer l;
+    l.name = name;
+    l.forward = 2.0;
+    l.activation_bytes = kept;
+    l.weight_bytes = weight;
+    l.boundary_bytes = boundary;
+    l.boundary_weight_bytes = boundary / 4.0;
+    measured.push_back(l);
+  }
+  Profile p;
+  p.rows = 8;
+  p.graph = LayerGraph::chain(measured);
+  Profile without = p;
+  for (Layer& l : measured) {
+    l.boundary_bytes.reset();
+    l.boundary_weight_bytes.reset();
+  }
+  without.graph = LayerGraph::chain(measured);
+  const PlanModel model = graph_model(p, "boundary", {.ranks = 2, .microbatches = 4});
+  const PlanModel plain_model = graph_model(without, "plain", {.ranks = 2, .microbatches = 4});
+  const PartitionPlan cut = model.partition(one_stage_per_rank_placement(2));
+  const PartitionPlan plain_cut = plain_model.partition(one_stage_per_rank_placement(2));
+  REQUIRE(cut.stages.size() == 2);
+  REQUIRE(cut.stages[0].end == plain_cut.stages[0].end);  // the term does not move the cut
+  const CostModel cost = cost_model_of(cut), plain_cost = cost_model_of(plain_cut);
+  const std::size_t last = cut.stages[0].end - 1;
+  const double term = *p.graph.layer(last).boundary_bytes;
+  // The stage before the cut keeps its last layer's boundary_bytes less, for F and for BW; the
+  // last stage, which no cut follows, keeps its layers' sum.
+  CHECK(cost.stages[0].activation_bytes == plain_cost.stages[0].activation_bytes - term);
+  CHECK(cost.stages[1].activation_bytes == plain_cost.stages[1].activation_bytes);
+  CHECK(cost.stages[1].weight_memory_fraction == plain_cost.stages[1].weight_memory_fraction);
+  CHECK(cost.stages[0].weight_memory_fraction == std::optional<double>(1.0));  // the first stage's BI computes nothing
+  CHECK(stage_cost_of(cut.stages[0]).activation_bytes == cut.stages[0].activation_bytes);
+  CHECK(cut.stages[0].weight_bytes.value_or(-1.0) == *plain_cut.stages[0].weight_bytes - term / 4.0);
+  CHECK(cut.stages[1].weight_bytes == plain_cut.stages[1].weight_bytes);
+  // Without the field, a profile prices as it always has: the stages' sums.
+  double sum = 0.0;
+  for (std::size_t l = plain_cut.stages[0].begin; l < plain_cut.stages[0].end; ++l) sum += p.graph.layer(l).activation_bytes;
+  CHECK(plain_cost.stages[0].activation_bytes == sum);
+}
+
 TEST_CASE("bad plan input says which field and what would work", "[plan][errors]") {
   const PlanModel model = per_rank_cost_model(StageCost{});
   PlanRequest r;

@@ -479,7 +479,7 @@ TEST_CASE("what a cut right after a layer lets go reads and writes with the prof
     CHECK(at.boundary_bytes.value_or(-1.0) <= at.activation_bytes);
   }
   CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1, "boundary_bytes": -1}]})"),
-             Catch::Contains("boundary_bytes") && Catch::Contains("negative"));
+             Catch::Contains("layers[0].boundary_bytes") && Catch::Contains(">= 0"));
   CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1, "activation_bytes": 4, "boundary_bytes": 8}]})"),
              Catch::Contains("layer 0 'a'") && Catch::Contains("boundary_bytes") && Catch::Contains("exceeds its activation_bytes"));
   CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1, "activation_bytes": 8, "boundary_bytes": 4,

@@ -6,29 +6,9 @@
 
 #include "ppsched/config.hpp"
 
-// The C bindings only: Open MPI's deprecated C++ bindings warn under -Wextra.
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1
-#endif
-#ifndef MPICH_SKIP_MPICXX
-#define MPICH_SKIP_MPICXX 1
-#endif
-#include <mpi.h>
-
-#include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <cstddef>
-#include <cstdio>
-#include <cstdlib>
-#include <memory>
-#include <mutex>
-#include <thread>
-#include <string>
-#include <vector>
-
-#include "ppsched/error.hpp"
+// <mpi.h> (C bindings only) and the standard headers come with the internals.
 #include "ppsched/backend/mpi/detail/session.hpp"
+#include "ppsched/error.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 

@@ -7,14 +7,16 @@
 //   conv  Conv2d 3 -> 16 + BatchNorm2d + ReLU, 3 residual blocks (Conv2d + BatchNorm2d twice),
 //         Flatten, Linear -> 10; 8 x 8 images                      8 children, input [rows, 3, 8, 8]
 // Each is profiled by the adapter (profile_sequential at 2, 8 and 32 rows; the CPU backend's fixed
-// costs by measure_backend_overheads), and for 21 configurations per model (gpipe, 1f1b, zb-h1 on
+// costs by measure_backend_overheads; how much two ranks computing at once slow each other, with
+// the model's own work, by measure_concurrent_slowdown), and for 21 configurations per model (gpipe, 1f1b, zb-h1 on
 // 1 and 2 ranks and interleaved-1f1b on 2; 2 x 32, 8 x 8 and 32 x 2 micro-batches x rows, global
 // batch 64) the planner's cut is priced (graph_model + cost_model_of + simulate, as plan_devices
 // prices it) and run (wall time of World::run_step), over interleaved passes. Per configuration:
 // the prediction, the median of every repetition of every pass, min, max, the noise floor (the
 // passes' medians' difference over the median) and the error; per model and overall: mean and
 // maximum |error|, Kendall's tau, and whether the configuration predicted fastest measures within
-// 5% of the measured fastest (the pick holds). Not a test: a report (docs/accuracy.md).
+// 5% of the measured fastest (the pick holds), and the same figures predicted without the
+// slowdown, to show what it changes. Not a test: a report (docs/accuracy.md).
 //
 //   bench_accuracy_torch [repetitions per pass] [passes] [model] [plot.svg]
 //   bench_accuracy_torch memory [model]          peak memory per rank, predicted and counted
@@ -65,6 +67,7 @@ struct Config {
   std::int32_t microbatches = 1;
   std::int32_t rows = 1;
   double predicted = 0.0;
+  double alone = 0.0;                       // predicted without the ranks' concurrent slowdown
   double calibrated = 0.0;                  // predicted from the profile recalibrated by two runs
   std::vector<std::vector<double>> passes;  // ms per step, per pass
   std::vector<ppsched::Timeline> last_pass; // every step's timeline, last pass
@@ -83,6 +86,27 @@ double predict(const ppsched::Profile& profile, const Config& c) {
 
 using accuracy::kendall_tau;
 
+// The model's own compute of one 8-row micro-batch (forward and backward of the whole Sequential)
+// on one and on two threads at once, each thread with its own instance of the model.
+std::vector<double> concurrent_slowdown(const bench_torch::Model& model) {
+  std::vector<torch::nn::Sequential> copies;
+  std::vector<torch::Tensor> inputs;
+  for (int t = 0; t < 2; ++t) {
+    torch::manual_seed(11 + t);
+    copies.push_back(bench_torch::make_model(model.name).net);
+    inputs.push_back(model.input(8));
+  }
+  ppsched::SlowdownOptions o;
+  o.ranks = 2;
+  return ppsched::measure_concurrent_slowdown(
+      [&](std::int32_t t) {
+        const auto i = static_cast<std::size_t>(t);
+        copies[i]->zero_grad();
+        copies[i]->forward(inputs[i]).sum().backward();
+      },
+      o);
+}
+
 std::span<const float> floats(const torch::Tensor& t) { return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())}; }
 
 // One model's configurations measured: a pass runs each once, `repetitions` timed steps.
@@ -99,6 +123,9 @@ void measure(const bench_torch::Model& model, const ppsched::Profile& profile, s
       const ppsched::PartitionPlan cut = plan_model.partition(schedule.placement);
       const ppsched::CostModel cost = ppsched::cost_model_of(cut, ppsched::plan_cost_options(plan_model, 0.5));
       c.predicted = ppsched::simulate(schedule, cost).makespan;
+      ppsched::CostModel alone = cost;
+      alone.concurrent_slowdown.clear();
+      c.alone = ppsched::simulate(schedule, alone).makespan;
 
       const bench_torch::Pipeline pipeline = bench_torch::make_pipeline(model, cut, c.rows, global_batch, false);
       const std::vector<ppsched::StageFunctions>& functions = pipeline.functions;
@@ -412,9 +439,11 @@ int main(int argc, char** argv) try {
     profile.action_overhead = overheads.action_overhead;
     profile.transfer_overhead = overheads.transfer_overhead;
     profile.step_overhead = overheads.step_overhead;
+    profile.concurrent_slowdown = concurrent_slowdown(model);
+    std::printf("%s: concurrent slowdown with 2 ranks computing %.2fx\n", name.c_str(), profile.concurrent_slowdown.back());
     std::vector<Config> configs;
     for (const bench_torch::ConfigKey& k : bench_torch::configurations(global_batch)) {
-      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, {}, {}});
+      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, 0.0, {}, {}});
     }
     measure(model, profile, configs, repetitions, passes);
     // Recalibrated from every step of the last pass of two runs of different shapes (one rank
@@ -427,14 +456,16 @@ int main(int argc, char** argv) try {
     }
     const ppsched::Recalibration fit = ppsched::recalibrate_plan(profile, runs, 2, global_batch, std::nullopt, {});
     for (Config& c : configs) c.calibrated = predict(fit.profile, c);
-    std::vector<double> predicted, measured, calibrated;
-    accuracy::Errors profiled, recalibrated;
+    std::vector<double> predicted, measured, calibrated, alone;
+    accuracy::Errors profiled, recalibrated, unshared;
     double sum_noise = 0.0;
     for (const Config& c : configs) {
       const accuracy::Spread m = accuracy::spread_of(c.passes);
       sum_noise += m.noise;
       const double error = profiled.add(c.predicted, m.median);
       const double error_calibrated = recalibrated.add(c.calibrated, m.median);
+      (void)unshared.add(c.alone, m.median);
+      alone.push_back(c.alone);
       predicted.push_back(c.predicted);
       measured.push_back(m.median);
       calibrated.push_back(c.calibrated);
@@ -455,6 +486,14 @@ int main(int argc, char** argv) try {
                   kendall_tau(predicted, measured), configs[pick].family.c_str(), configs[pick].ranks,
                   configs[pick].microbatches, 100.0 * loss, configs[best].family.c_str(), configs[best].ranks,
                   configs[best].microbatches, loss <= 0.05 ? "the pick holds" : "the pick does NOT hold");
+    summaries.emplace_back(line);
+    const auto pick_alone = static_cast<std::size_t>(std::min_element(alone.begin(), alone.end()) - alone.begin());
+    std::snprintf(line, sizeof line,
+                  "%s without the concurrent slowdown (%.2fx): mean |error| %.1f%%, max %.1f%%, tau %.2f; pick %s p=%d m=%d "
+                  "measures %.1f%% over the fastest",
+                  name.c_str(), profile.concurrent_slowdown.back(), 100.0 * unshared.mean(), 100.0 * unshared.max,
+                  kendall_tau(alone, measured), configs[pick_alone].family.c_str(), configs[pick_alone].ranks,
+                  configs[pick_alone].microbatches, 100.0 * (measured[pick_alone] - measured[best]) / measured[best]);
     summaries.emplace_back(line);
     const auto pick_after =
         static_cast<std::size_t>(std::min_element(calibrated.begin(), calibrated.end()) - calibrated.begin());

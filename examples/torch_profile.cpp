@@ -17,6 +17,7 @@
 #include <torch/nn/modules/pooling.h>
 #include <ppsched/adapters/torch.hpp>
 #include <ppsched/graph/profile_json.hpp>
+#include <ppsched/runtime/profile.hpp>
 
 #include <cstdint>
 #include <cstdlib>
@@ -84,7 +85,13 @@ int main(int argc, char** argv) try {
   options.warmup = 2;
   options.repetitions = 7;
   const ppsched::TorchProfile measured = ppsched::profile_sequential(make_model(), options);
-  const ppsched::Profile profile = measured.at(rows.front());  // what ppsched-plan reads
+  ppsched::Profile profile = measured.at(rows.front());  // what ppsched-plan reads
+  // Ranks on CPU threads share the cores: how much slower one micro-batch of the whole model
+  // runs while two run at once, each thread on its own instance.
+  std::vector<torch::nn::Sequential> copies{make_model(), make_model()};
+  const torch::Tensor input = options.input(rows.front());
+  profile.concurrent_slowdown = ppsched::measure_concurrent_slowdown(
+      [&](std::int32_t thread) { copies[static_cast<std::size_t>(thread)]->forward(input).sum().backward(); }, {.ranks = 2});
   std::ofstream(path) << ppsched::profile_to_json(profile) << '\n';
   // readme-end
   // What the planner reads back is what was measured: no hand editing between.
@@ -103,6 +110,7 @@ int main(int argc, char** argv) try {
                 << std::setw(12) << s.activation_bytes << std::setw(10) << s.output_bytes << '\n';
     }
   }
+  std::cout << "two ranks computing at once: each " << profile.concurrent_slowdown.back() << "x slower than alone\n";
   std::cout << "median [min, max] of " << options.repetitions << " repetitions after " << options.warmup
             << " warm-up runs; wrote the profile at " << rows.front() << " rows to " << path << '\n';
   return EXIT_SUCCESS;

@@ -515,3 +515,14 @@ TEST_CASE("the runtime's fixed costs read and write with the profile", "[graph][
   CHECK_THAT(profile_error(R"({"action_overhead": -1, "layers": [{"name": "a", "forward": 1}]})"),
              Catch::Contains("(at action_overhead)"));
 }
+
+TEST_CASE("the ranks' concurrent slowdown reads and writes with the profile", "[graph][profile][shared]") {
+  const Profile p = parse_profile(R"({"concurrent_slowdown": [1, 1.9], "layers": [{"name": "a", "forward": 1}]})");
+  CHECK(p.concurrent_slowdown == std::vector<double>{1.0, 1.9});
+  CHECK(parse_profile(profile_to_json(p)) == p);
+  CHECK(profile_to_json(parse_profile(R"({"layers": [{"name": "a", "forward": 1}]})")).find("concurrent") == std::string::npos);
+  CHECK_THAT(profile_error(R"({"concurrent_slowdown": [1, 0.5], "layers": [{"name": "a", "forward": 1}]})"),
+             Catch::Contains("concurrent_slowdown[1]"));
+  CHECK_THAT(profile_error(R"({"concurrent_slowdown": 2, "layers": [{"name": "a", "forward": 1}]})"),
+             Catch::Contains("concurrent_slowdown"));
+}

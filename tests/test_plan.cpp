@@ -1282,3 +1282,30 @@ TEST_CASE("search_plan with memory policies: a candidate over the byte cap climb
     CHECK_THAT(error_of([&] { (void)search_plan(model, request); }), Catch::Contains("search_candidates is 0"));
   }
 }
+
+TEST_CASE("the profile's concurrent slowdown reaches every price, scaled by the replicas that share the host", "[plan][devices][shared]") {
+  Profile p = chain(4);
+  p.rows = 1;
+  p.concurrent_slowdown = {1.0, 1.5};
+  const PlanModel model = graph_model(p, "shared", {.ranks = 2});
+  CHECK(model.concurrent_slowdown == p.concurrent_slowdown);
+  const CostModel cost = cost_model_of(model.partition(one_stage_per_rank_placement(2)), plan_cost_options(model, 0.5));
+  CHECK(cost.concurrent_slowdown == p.concurrent_slowdown);
+  DevicePlanOptions o;
+  o.pipeline_sizes = {2};
+  o.families = {"1f1b"};
+  const DevicePlan plan = plan_devices(p, 4, 8, std::nullopt, o);  // p = 2 x d = 2
+  REQUIRE(plan.chosen);
+  REQUIRE(plan.chosen->replicas == 2);
+  // Two replicas in step: while k ranks of one compute, 2k of the host's do.
+  CHECK(cost_model_of(*plan.chosen, p, o).concurrent_slowdown == std::vector<double>{1.5, 3.0});
+  Profile unshared = p;
+  unshared.concurrent_slowdown.clear();
+  const DevicePlan free = plan_devices(unshared, 4, 8, std::nullopt, o);
+  REQUIRE(free.chosen);
+  CHECK(plan.chosen->step_time > free.chosen->step_time);
+  PlanCostOptions bad = plan_cost_options(model, 0.5);
+  bad.concurrent_slowdown = {0.9};
+  CHECK_THROWS_WITH(cost_model_of(model.partition(one_stage_per_rank_placement(2)), bad),
+                    Catch::Contains("PlanCostOptions::concurrent_slowdown[0]"));
+}

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -235,4 +237,37 @@ TEST_CASE("measured_profile: one layer per stage, a point per size, the referenc
   CHECK_THROWS_WITH(measured_profile(stages, "ms", 5), Catch::Contains("no size of 5 rows"));
   overheads.unit = "us";
   CHECK_THROWS_WITH(measured_profile(stages, "ms", 8, overheads), Catch::Contains("one unit"));
+}
+
+TEST_CASE("measure_concurrent_slowdown: one factor per rank count, from the work run on that many threads at once",
+          "[profile][shared]") {
+  std::mutex m;
+  std::map<std::int32_t, int> calls;  // per thread index
+  SlowdownOptions o;
+  o.ranks = 3;
+  o.calls = 3;
+  o.rounds = 2;
+  const std::vector<double> s = measure_concurrent_slowdown(
+      [&](std::int32_t thread) {
+        volatile double x = 0.0;
+        for (int i = 0; i < 20000; ++i) x = x + std::sqrt(static_cast<double>(i));
+        const std::lock_guard<std::mutex> lock(m);
+        ++calls[thread];
+      },
+      o);
+  REQUIRE(s.size() == 3);
+  CHECK(s[0] == 1.0);
+  for (const double f : s) CHECK(f >= 1.0);
+  // Thread t runs in every round of every count above t, `calls` times each.
+  CHECK(calls[0] == 2 * 3 * 3);
+  CHECK(calls[1] == 2 * 2 * 3);
+  CHECK(calls[2] == 2 * 1 * 3);
+  // A failing call ends the measurement with its error; no thread is left waiting.
+  CHECK_THROWS_WITH(measure_concurrent_slowdown([](std::int32_t t) {
+                      if (t == 1) throw std::runtime_error("stage 1 failed");
+                    }),
+                    "stage 1 failed");
+  CHECK_THROWS_WITH(measure_concurrent_slowdown({}), Catch::Contains("no work"));
+  o.calls = 1;
+  CHECK_THROWS_WITH(measure_concurrent_slowdown([](std::int32_t) {}, o), Catch::Contains("SlowdownOptions"));
 }

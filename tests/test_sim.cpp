@@ -784,3 +784,60 @@ TEST_CASE("calibrate from several steps: medians keep one stalled step out of th
   CHECK_THROWS_WITH(calibrate(std::vector<Timeline>{steps[0], other}, model), Catch::Contains("step 1"));
   CHECK_THROWS_WITH(calibrate(std::vector<Timeline>{}, model), Catch::Contains("no measured step"));
 }
+
+TEST_CASE("ranks sharing a host: compute slows while others compute, by processor sharing", "[sim][shared]") {
+  // GPipe on 2 ranks, 2 micro-batches, F = 1 and B = 2 (BI + BW). With a slowdown of 2 while
+  // both ranks compute, by hand: rank 0's F0 alone [0, 1]; F1 on rank 0 and F0 on rank 1 share
+  // [1, 3]; F1 on rank 1 alone [3, 4]; B1 on rank 1 alone [4, 6]; B0 on rank 1 and B1 on rank 0
+  // share [6, 10]; B0 on rank 0 alone [10, 12].
+  const Schedule s = make_schedule("gpipe", ScheduleRequest{2, 2, 1});
+  CostModel c = uniform_costs(1.0, 1.0, 1.0);
+  const SimResult alone = simulate(s, c);
+  CHECK(alone.makespan == Approx(9.0));
+  c.concurrent_slowdown = {1.0, 2.0};
+  const SimResult shared = simulate(s, c);
+  CHECK(shared.makespan == Approx(12.0));
+  CHECK(shared.ranks[0].busy == Approx(1.0 + 2.0 + 4.0 + 2.0));
+  // No overlap, no slowdown: one rank alone never slows, whatever the curve says for two.
+  CHECK(simulate(make_schedule("gpipe", ScheduleRequest{1, 4, 1}), c).makespan ==
+        Approx(simulate(make_schedule("gpipe", ScheduleRequest{1, 4, 1}), uniform_costs(1.0, 1.0, 1.0)).makespan));
+  // A flat curve changes nothing; a larger slowdown never makes a step shorter.
+  c.concurrent_slowdown = {1.0, 1.0};
+  CHECK(simulate(s, c).timeline.spans == alone.timeline.spans);
+  for (const char* family : {"1f1b", "zb-h1", "interleaved-1f1b"}) {
+    const Schedule f = make_schedule(family, ScheduleRequest{2, 8, std::string_view(family) == "interleaved-1f1b" ? 2 : 1});
+    double previous = simulate(f, uniform_costs(1.0, 1.0, 1.0)).makespan;
+    for (const double k : {1.25, 1.5, 2.0}) {
+      c.concurrent_slowdown = {1.0, k};
+      const SimResult r = simulate(f, c);
+      CHECK(r.makespan >= previous);
+      // Nearly always both compute: the step approaches k times the one-rank-at-a-time step.
+      CHECK(r.makespan <= k * simulate(f, uniform_costs(1.0, 1.0, 1.0)).makespan * (1.0 + 1e-9));
+      previous = r.makespan;
+      // The search's dependency-only run stays a lower bound.
+      CHECK(run_dependencies(f, c).makespan <= r.makespan * (1.0 + 1e-9));
+    }
+  }
+  // Past the curve's end the host is saturated: three ranks on a curve measured for one core.
+  c.concurrent_slowdown = {1.0};
+  CHECK(detail::concurrent_factor(c.concurrent_slowdown, 3) == Approx(3.0));
+  c.concurrent_slowdown = {1.0, 0.5};
+  CHECK_THROWS_WITH(simulate(s, c), Catch::Contains("concurrent_slowdown[1]"));
+}
+
+TEST_CASE("calibrate divides out the slowdown the other ranks' spans put on a span", "[sim][calibrate][shared]") {
+  // The "measured" run is the simulator's own under a slowdown of 1.8 for two ranks: calibrating
+  // a model that knows the curve finds the stage times again, not the slowed spans.
+  const Schedule s = make_schedule("1f1b", ScheduleRequest{2, 8, 1});
+  CostModel truth = uniform_costs(1.0, 1.0, 1.0, "ms");
+  truth.concurrent_slowdown = {1.0, 1.8};
+  const Timeline measured = simulate(s, truth).timeline;
+  CostModel model = uniform_costs(1.0, 1.0, 1.0, "ms");
+  model.concurrent_slowdown = truth.concurrent_slowdown;
+  const Calibration c = calibrate(measured, model);
+  REQUIRE(c.scale.size() == 2);
+  for (const auto& stage : c.scale) CHECK(stage[0] == Approx(1.0).epsilon(0.05));
+  // Without the curve the model takes the slowed spans for the stages' own times.
+  const Calibration blind = calibrate(measured, uniform_costs(1.0, 1.0, 1.0, "ms"));
+  CHECK(blind.scale[0][0] > 1.3);
+}

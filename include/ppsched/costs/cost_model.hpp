@@ -93,6 +93,13 @@ struct CostModel {
   // the results). The makespan includes it; no action does, so a predicted timeline stays
   // comparable with a measured one, which does not record it either.
   double step_overhead = 0.0;
+  // Ranks that share one host's cores slow each other down: entry k-1 is how many times longer
+  // a compute action takes while k ranks compute at once (entry 0 is 1 where the profile was
+  // measured alone; each >= 1). Past the last entry the host is taken as saturated: entry K-1
+  // x k / K. On the CPU backend two busy threads on a 2-core VM measured 1.7-2.4x here
+  // (runtime/profile.hpp, measure_concurrent_slowdown). Empty, the default: ranks never slow
+  // each other, as on separate GPUs. Every rank of the schedule is taken to share the host.
+  std::vector<double> concurrent_slowdown{};
 };
 
 // Every stage alike: the analytic set-up (T_F, T_BI, T_BW per stage, free communication).
@@ -158,6 +165,7 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
   detail::check_cost_value(c.action_overhead, "action_overhead");
   detail::check_cost_value(c.transfer_overhead, "transfer_overhead");
   detail::check_cost_value(c.step_overhead, "step_overhead");
+  detail::check_concurrent_slowdown(c.concurrent_slowdown, "cost model", "concurrent_slowdown");
   if (!(c.fb_overlap >= 0.0 && c.fb_overlap <= 1.0)) {
     fail({"cost model", concat("fb_overlap ", c.fb_overlap, " is outside [0, 1]"), "fb_overlap",
           "give the share of the shorter action of an F&B pair hidden under the longer: 0 (none) to 1 (max(T_F, T_B))"});

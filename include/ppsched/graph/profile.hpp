@@ -37,6 +37,10 @@ struct Profile {
   double transfer_overhead = 0.0;
   // ... and of every step, once (CostModel::step_overhead).
   double step_overhead = 0.0;
+  // How much slower each compute runs while k ranks compute at once on the host, entry k-1
+  // (CostModel::concurrent_slowdown; measure_concurrent_slowdown in runtime/profile.hpp); empty
+  // when not measured or when ranks do not share cores.
+  std::vector<double> concurrent_slowdown{};
 
   friend bool operator==(const Profile&, const Profile&) = default;
 };

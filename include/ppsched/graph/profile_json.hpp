@@ -52,6 +52,7 @@ namespace ppsched::inline PPSCHED_MODE {
   if (p.action_overhead != 0.0) doc["action_overhead"] = p.action_overhead;
   if (p.transfer_overhead != 0.0) doc["transfer_overhead"] = p.transfer_overhead;
   if (p.step_overhead != 0.0) doc["step_overhead"] = p.step_overhead;
+  if (!p.concurrent_slowdown.empty()) doc["concurrent_slowdown"] = p.concurrent_slowdown;
   nlohmann::json layers = nlohmann::json::array();
   for (const Layer& l : p.graph.layers()) {
     nlohmann::json layer = {{"name", l.name},

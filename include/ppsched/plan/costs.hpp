@@ -36,6 +36,8 @@ struct PlanCostOptions {
   double action_overhead = 0.0;
   double transfer_overhead = 0.0;
   double step_overhead = 0.0;
+  // Ranks sharing the host's cores (CostModel::concurrent_slowdown); a factor, not a time.
+  std::vector<double> concurrent_slowdown{};
 };
 
 // The options every planner call prices a cut of `model` with.
@@ -46,6 +48,7 @@ struct PlanCostOptions {
   o.action_overhead = model.action_overhead;
   o.transfer_overhead = model.transfer_overhead;
   o.step_overhead = model.step_overhead;
+  o.concurrent_slowdown = model.concurrent_slowdown;
   return o;
 }
 
@@ -95,6 +98,8 @@ struct PlanCostOptions {
   cost.action_overhead = options.action_overhead * k;
   cost.transfer_overhead = options.transfer_overhead * k;
   cost.step_overhead = options.step_overhead * k;
+  detail::check_concurrent_slowdown(options.concurrent_slowdown, "cost_model_of", "PlanCostOptions::concurrent_slowdown");
+  cost.concurrent_slowdown = options.concurrent_slowdown;
   cost.stages.reserve(partition.stages.size());
   for (const PartitionStage& s : partition.stages) {
     StageCost c = stage_cost_of(s, cost.stages.empty());

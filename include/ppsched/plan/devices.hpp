@@ -29,6 +29,7 @@
 #include "ppsched/plan/compare.hpp"
 #include "ppsched/plan/costs.hpp"
 #include "ppsched/plan/model.hpp"
+#include "ppsched/sim/detail/shared_host.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/sim/data_parallel.hpp"
 
@@ -104,6 +105,7 @@ struct DevicePlan {
   o.weight_memory_fraction = options.weight_memory_fraction;
   o.action_overhead = profile.action_overhead;
   o.transfer_overhead = profile.transfer_overhead;
+  o.concurrent_slowdown = detail::replicated_slowdown(profile.concurrent_slowdown, split.pipeline, split.replicas);
   return cost_model_of(split.partition, o);
 }
 
@@ -286,6 +288,7 @@ namespace detail {
       g.optimizer_state_factor = options.optimizer_state_factor;
       g.method = options.method;
       PlanModel model = graph_model(profile_at_rows(machine, b, options.profile_microbatch_size), plan.model, g);
+      model.concurrent_slowdown = detail::replicated_slowdown(profile.concurrent_slowdown, p, d);
       if (device_cap < no_cap) {
         model.partition = [fitting_cut = std::move(model.partition),
                            any_cut = graph_model(profile_at_rows(any_memory, b, options.profile_microbatch_size), plan.model, g).partition](

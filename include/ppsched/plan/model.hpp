@@ -117,6 +117,7 @@ struct PlanModel {
   double action_overhead = 0.0;
   double transfer_overhead = 0.0;
   double step_overhead = 0.0;  // once per step (CostModel::step_overhead)
+  std::vector<double> concurrent_slowdown{};  // ranks sharing the host's cores (CostModel::concurrent_slowdown)
   std::function<PartitionPlan(const CutRequest& cut)> partition;
   // Per position of the layer order the partition cuts (PartitionStage::begin..end),
   // from the profile's layers (graph_model); empty without layers.
@@ -273,6 +274,7 @@ struct GraphModelOptions {
   model.action_overhead = profile.action_overhead;
   model.transfer_overhead = profile.transfer_overhead;
   model.step_overhead = profile.step_overhead;
+  model.concurrent_slowdown = profile.concurrent_slowdown;
   if (std::any_of(devices.begin(), devices.end(),
                   [](const Device& d) { return d.memory_bytes != std::numeric_limits<double>::infinity(); })) {
     for (const Device& d : devices) model.rank_memory_cap.push_back(d.memory_bytes);

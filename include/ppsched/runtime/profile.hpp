@@ -17,13 +17,16 @@
 #include "ppsched/config.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -391,6 +394,66 @@ template <class B>
   std::vector<MeasuredSteps> two{{two_worlds.back()->schedule(), {}}};
   measure(two_worlds, two);
   return fit_backend_overheads(one, two.front(), options.unit);
+}
+
+// How much slower a rank's compute runs while other ranks compute on the same host
+// (CostModel::concurrent_slowdown): `work(thread)` (one micro-batch of the model's own compute;
+// each thread its own copy of what it writes) runs `calls` times back to back on k threads
+// started together, for k = 1 .. ranks, the counts alternated `rounds` times so that a change of
+// load hits each; entry k-1 is the median time per call with k threads over the median with
+// one, at least 1. Cores shared with a sibling hyper-thread, a memory bus or a neighbouring VM
+// show here, where no per-action time can: a 2-core VM measured 1.7-2.4x for two threads.
+struct SlowdownOptions {
+  std::int32_t ranks = 2;      // the most ranks that will compute at once on this host
+  std::int32_t calls = 5;      // calls per thread per round (the first is a warm-up, untimed)
+  std::int32_t rounds = 5;     // alternations of 1 .. ranks threads
+};
+
+[[nodiscard]] inline std::vector<double> measure_concurrent_slowdown(const std::function<void(std::int32_t thread)>& work,
+                                                                     const SlowdownOptions& options = {}) {
+  using detail::concat;
+  const char* who = "measure_concurrent_slowdown";
+  if (!work) fail({who, "no work was given", "work", "give the model's compute of one micro-batch, work(thread)"});
+  if (options.ranks < 1 || options.calls < 2 || options.rounds < 1) {
+    fail({who, concat("ranks = ", options.ranks, ", calls = ", options.calls, ", rounds = ", options.rounds), "SlowdownOptions",
+          "give at least 1 rank, 2 calls (one is a warm-up) and 1 round"});
+  }
+  const auto k_max = static_cast<std::size_t>(options.ranks);
+  std::vector<std::vector<double>> per_call(k_max);  // per thread count: every thread's mean time per call
+  for (std::int32_t round = 0; round < options.rounds; ++round) {
+    for (std::size_t k = 1; k <= k_max; ++k) {
+      std::vector<double> seconds(k, 0.0);
+      std::vector<std::exception_ptr> errors(k);
+      std::atomic<std::size_t> ready{0};
+      const auto body = [&](std::size_t t) {
+        try {
+          work(static_cast<std::int32_t>(t));  // warm-up, and the threads line up behind it
+          ready.fetch_add(1);
+          while (ready.load() < k) std::this_thread::yield();
+          const auto t0 = std::chrono::steady_clock::now();
+          for (std::int32_t c = 1; c < options.calls; ++c) work(static_cast<std::int32_t>(t));
+          seconds[t] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / (options.calls - 1);
+        } catch (...) {
+          errors[t] = std::current_exception();
+          ready.fetch_add(1);  // the others do not wait for a thread that failed
+        }
+      };
+      std::vector<std::thread> threads;
+      for (std::size_t t = 1; t < k; ++t) threads.emplace_back(body, t);
+      body(0);
+      for (std::thread& th : threads) th.join();
+      for (const std::exception_ptr& e : errors) {
+        if (e) std::rethrow_exception(e);
+      }
+      per_call[k - 1].insert(per_call[k - 1].end(), seconds.begin(), seconds.end());
+    }
+  }
+  const double alone = detail::spread_of(per_call[0]).median;
+  if (!(alone > 0.0)) fail({who, "the work took no measurable time", "work", "give work of at least a few microseconds"});
+  std::vector<double> out;
+  for (std::size_t k = 0; k < k_max; ++k) out.push_back(std::max(1.0, detail::spread_of(per_call[k]).median / alone));
+  out[0] = 1.0;
+  return out;
 }
 
 // A Profile of the measured stages: one layer per stage function (so the partitioner cuts

@@ -38,6 +38,7 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/sim/simulate.hpp"
+#include "ppsched/sim/detail/shared_host.hpp"
 #include "ppsched/trace/timeline.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
@@ -175,6 +176,7 @@ struct CalibrationOptions {
   c.before = model;
   std::vector<std::array<std::vector<double>, 4>> times(static_cast<std::size_t>(S));
   std::vector<double> makespans;
+  detail::SharedHostLoad load;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     if (i > 0 && (steps[i].unit != measured.unit || schedule_of_timeline(steps[i]).programs != c.schedule.programs)) {
       fail({who, concat("step ", i, " ran another schedule or unit than step 0"), "steps",
@@ -182,12 +184,24 @@ struct CalibrationOptions {
     }
     double first = 0.0, last = 0.0;
     bool any = false;
+    // Where ranks share the host (concurrent_slowdown), a span is its stage's time times the
+    // slowdown the other ranks' spans put on it: divided out, or the model would count it twice.
+    const bool shared = !model.concurrent_slowdown.empty();
+    if (shared) {
+      load.clear();
+      for (const Span& sp : steps[i].spans) {
+        if (sp.lane == Lane::compute && !is_comm(sp.action.op)) load.add(sp.start, sp.end);
+      }
+      load.build(model.concurrent_slowdown);
+    }
     for (const Span& sp : steps[i].spans) {
       first = any ? std::min(first, sp.start) : sp.start;
       last = any ? std::max(last, sp.end) : sp.end;
       any = true;
       if (is_compute(sp.action.op)) {
-        times[static_cast<std::size_t>(sp.action.stage)][static_cast<std::size_t>(sp.action.op)].push_back((sp.end - sp.start) * k);
+        const double factor = shared ? load.mean(sp.start, sp.end, 1.0) : 1.0;
+        times[static_cast<std::size_t>(sp.action.stage)][static_cast<std::size_t>(sp.action.op)].push_back(
+            (sp.end - sp.start) * k / factor);
       }
     }
     // From the step's origin, as the simulator's makespan is: the runtime's time to the first

@@ -76,6 +76,17 @@ inline void check_stage_cost(const StageCost& c, const std::string& where) {
   }
 }
 
+// Shared by the cost model, the planner's cost options and the profile, which carry it.
+inline void check_concurrent_slowdown(const std::vector<double>& s, const char* what, const std::string& where) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (!(s[i] >= 1.0 && s[i] <= std::numeric_limits<double>::max())) {
+      fail({what, concat("concurrent_slowdown[", i, "] is ", s[i]), concat(where, "[", i, "]"),
+            "give how many times longer a compute action takes while i + 1 ranks compute at once: a finite "
+            "factor >= 1 (1: no slowdown)"});
+    }
+  }
+}
+
 // Options made for one schedule's sizes, used on another's, would read past the tables.
 inline void check_fits(const Action& a, std::int32_t stages, std::int32_t microbatches) {
   if (a.stage < 0 || a.stage >= stages || a.microbatch < 0 || a.microbatch >= microbatches) {

@@ -38,7 +38,7 @@ class ProfileReader {
   [[nodiscard]] Profile read(std::string_view text) const {
     const nlohmann::json doc = parse(text);
     expect_type(doc, nlohmann::json::value_t::object, "the document", "an object with a \"layers\" array");
-    check_keys(doc, "", {"unit", "rows", "action_overhead", "transfer_overhead", "step_overhead", "layers", "edges", "devices", "link"});
+    check_keys(doc, "", {"unit", "rows", "action_overhead", "transfer_overhead", "step_overhead", "concurrent_slowdown", "layers", "edges", "devices", "link"});
     Profile p;
     if (const auto* unit = member(doc, "unit")) {
       expect_type(*unit, nlohmann::json::value_t::string, "unit", "a string such as \"ms\"");
@@ -48,6 +48,19 @@ class ProfileReader {
     p.action_overhead = non_negative(doc, "action_overhead", "", 0.0);
     p.transfer_overhead = non_negative(doc, "transfer_overhead", "", 0.0);
     p.step_overhead = non_negative(doc, "step_overhead", "", 0.0);
+    if (const auto* slowdown = member(doc, "concurrent_slowdown")) {
+      expect_type(*slowdown, nlohmann::json::value_t::array, "concurrent_slowdown",
+                  "an array of factors >= 1, one per count of ranks computing at once (1, 2, ...)");
+      for (std::size_t i = 0; i < slowdown->size(); ++i) {
+        const nlohmann::json& x = (*slowdown)[i];
+        const std::string where = concat("concurrent_slowdown[", i, "]");
+        if (!x.is_number() || !(x.get<double>() >= 1.0) || !std::isfinite(x.get<double>())) {
+          fail({subject_, concat(where, " is ", x.dump()), where,
+                "give how many times longer a compute takes while that many ranks compute at once: a finite number >= 1"});
+        }
+        p.concurrent_slowdown.push_back(x.get<double>());
+      }
+    }
     const nlohmann::json* layers = member(doc, "layers");
     if (layers == nullptr) {
       fail({subject_, "there is no \"layers\" array", "the document", "add \"layers\": [{\"name\": ..., \"forward\": ...}, ...]"});

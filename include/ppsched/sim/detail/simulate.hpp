@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/action.hpp"
+#include "ppsched/sim/detail/shared_host.hpp"
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/trace/timeline.hpp"
 #include "ppsched/validate/memory.hpp"
@@ -175,12 +177,31 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
 
   const StreamMode mode = options.comm_on_compute_stream ? StreamMode::comm_on_compute_stream
                                                          : StreamMode::separate_comm_stream;
-  AbstractExecution run(flat, mode, duration, flat.lowered ? nullptr : &input_delay, cost.fb_overlap, &ws.execution());
-  if (!run.run()) {
+  // Ranks sharing a host's cores (CostModel::concurrent_slowdown): each compute time times its
+  // action's factor, found by a fixed point over whole runs (sim/detail/shared_host.hpp).
+  std::vector<double> shared;
+  const auto shared_duration = [&](const Action& a) {
+    const double d = duration(a);
+    if (shared.empty() || is_comm(a.op) || is_copy(a.op)) return d;
+    return d * shared[static_cast<std::size_t>(flat.find(a.op, a.stage, a.microbatch))];
+  };
+  std::optional<AbstractExecution> execution;
+  execution.emplace(flat, mode, shared_duration, flat.lowered ? nullptr : &input_delay, cost.fb_overlap, &ws.execution());
+  if (!execution->run()) {
     fail({"simulate: schedule '" + schedule.name + "'",
-          detail::concat("deadlocks under rendezvous with ", stream_mode_name(mode), ": ", run.describe_stuck()), "",
+          detail::concat("deadlocks under rendezvous with ", stream_mode_name(mode), ": ", execution->describe_stuck()), "",
           "validate() proves a schedule deadlock-free; lower() writes communication that is"});
   }
+  if (detail::shares_host(cost.concurrent_slowdown, flat.ranks)) {
+    detail::SharedHostLoad load;
+    for (int step = 0; step < 12; ++step) {  // converges in a few steps; the damping bounds the rest
+      const double moved = detail::update_shared_factors(flat, *execution, cost.concurrent_slowdown, shared, step == 0, load);
+      execution.emplace(flat, mode, shared_duration, flat.lowered ? nullptr : &input_delay, cost.fb_overlap, &ws.execution());
+      execution->run();  // the same orders with longer times: what completed completes
+      if (moved < 1e-3) break;
+    }
+  }
+  const AbstractExecution& run = *execution;
 
   // Statistics, rank by rank over the program order.
   const auto ranks = static_cast<std::size_t>(flat.ranks);

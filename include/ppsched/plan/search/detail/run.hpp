@@ -267,7 +267,8 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
   Workspace ws;
   for (SearchEntry& e : entries) {
     const CostModel& costs = placements[e.placement].costs;
-    bound_entry(e, costs, communication_is_free(costs, options), ws);
+    // Ranks that share a host (concurrent_slowdown) run slower than the dependency-only run: a bound only.
+    bound_entry(e, costs, communication_is_free(costs, options) && costs.concurrent_slowdown.empty(), ws);
   }
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < entries.size(); ++i) {

@@ -630,6 +630,18 @@ TEST_CASE("search options: full backward only, F&B overlap, a simulation limit, 
       if (c.name.rfind("zb-", 0) == 0 || c.name == "dualpipev") CHECK_FALSE(c.built);
     }
   }
+  SECTION("ranks sharing a host: the dependency-only run only bounds, and the winner is simulated") {
+    SearchProblem shared = problem;
+    shared.costs = [base = problem.costs](std::span<const std::int32_t> placement) {
+      CostModel c = base(placement);
+      c.concurrent_slowdown = {1.0, 1.6};
+      return c;
+    };
+    const SearchResult r = search_schedule(shared);
+    CHECK(std::none_of(r.candidates.begin(), r.candidates.end(), [](const Candidate& c) { return c.timing == Timing::exact; }));
+    CHECK(r.simulation.makespan == Approx(r.best().makespan));
+    CHECK(r.best().makespan > search_schedule(problem).best().makespan);
+  }
   SECTION("F&B overlap ranks DualPipeV by its overlapped step") {
     SearchProblem even = problem;
     even.costs = evenly_split(uniform_costs(1.0, 0.5, 0.5), 4, 12);  // F = B: a pair takes max(F, B) = 1

@@ -40,6 +40,7 @@ struct Config {
   std::int32_t microbatches = 1;
   std::int32_t rows = 1;
   double predicted = 0.0;
+  double alone = 0.0;                       // predicted without the ranks' concurrent slowdown
   double recalibrated = 0.0;                // predicted from the profile calibrated by one step of one run
   double recalibrated_runs = 0.0;           // ... by every step of two runs of different shapes
   std::vector<std::vector<double>> passes;  // ms per step, per pass
@@ -75,17 +76,43 @@ int main(int argc, char** argv) try {
   ppsched::CpuCluster single(1, cpu), pair(2, cpu);
   const ppsched::BackendOverheads overheads =
       ppsched::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)});
-  const ppsched::Profile profile =
-      ppsched::measured_profile(ppsched::profile_stages(per_layer, po), "ms", 32, overheads);
-  std::printf("fixed cost per step %.4f ms, per action %.4f ms, per transfer %.4f ms\n", overheads.step_overhead,
-              overheads.action_overhead, overheads.transfer_overhead);
+  ppsched::Profile profile = ppsched::measured_profile(ppsched::profile_stages(per_layer, po), "ms", 32, overheads);
+  // Two ranks computing at once on this host: the whole MLP's F, BI and BW of one 8-row
+  // micro-batch, each thread on its own copy of the model.
+  std::vector<std::unique_ptr<mlp::Mlp>> copies;
+  std::vector<std::unique_ptr<mlp::MlpStage>> whole;
+  std::vector<ppsched::StageFunctions> whole_f;
+  std::vector<std::vector<float>> buffers;  // per thread: input, output, gradient in, gradient out, weight gradient
+  for (int t = 0; t < 2; ++t) {
+    copies.push_back(std::make_unique<mlp::Mlp>(widths, 1));
+    whole.push_back(std::make_unique<mlp::MlpStage>(*copies.back(), 0, layers, 8, 1));
+    whole_f.push_back(whole.back()->functions(false, 1.0f, 0.0f));
+    const ppsched::StageFunctions& f = whole_f.back();
+    for (const std::size_t n : {f.input_size, f.output_size, f.input_size, f.output_size, f.weight_grad_size}) {
+      buffers.emplace_back(n, 0.5f);
+    }
+  }
+  profile.concurrent_slowdown = ppsched::measure_concurrent_slowdown(
+      [&](std::int32_t thread) {
+        const auto t = static_cast<std::size_t>(thread);
+        const ppsched::StageFunctions& f = whole_f[t];
+        std::vector<float>* b = &buffers[5 * t];
+        f.forward(0, b[0], b[1]);
+        f.backward_input(0, b[0], b[3], b[2]);
+        f.backward_weight(0, b[0], b[3], b[4]);
+      },
+      {.ranks = 2});
+  std::printf("fixed cost per step %.4f ms, per action %.4f ms, per transfer %.4f ms; two ranks computing at once "
+              "%.2fx slower\n",
+              overheads.step_overhead, overheads.action_overhead, overheads.transfer_overhead,
+              profile.concurrent_slowdown.back());
 
   // 2. The configurations: global batch 64.
   std::vector<Config> configs;
   for (const std::int32_t p : {1, 2}) {
     for (const char* family : {"gpipe", "1f1b", "zb-h1", "interleaved-1f1b"}) {
       if (p == 1 && std::string(family) == "interleaved-1f1b") continue;
-      for (const std::int32_t m : {2, 8, 32}) configs.push_back({family, p, m, 64 / m, 0.0, 0.0, 0.0, {}, {}, {}});
+      for (const std::int32_t m : {2, 8, 32}) configs.push_back({family, p, m, 64 / m, 0.0, 0.0, 0.0, 0.0, {}, {}, {}});
     }
   }
   // 3. Interleaved passes.
@@ -100,6 +127,9 @@ int main(int argc, char** argv) try {
       const ppsched::PartitionPlan cut = plan_model.partition(schedule.placement);
       const ppsched::CostModel cost = ppsched::cost_model_of(cut, ppsched::plan_cost_options(plan_model, 0.5));
       c.predicted = ppsched::simulate(schedule, cost).makespan;
+      ppsched::CostModel alone = cost;
+      alone.concurrent_slowdown.clear();
+      c.alone = ppsched::simulate(schedule, alone).makespan;
       std::vector<std::unique_ptr<mlp::MlpStage>> stages;
       std::vector<ppsched::StageFunctions> functions;
       for (std::size_t s = 0; s < cut.stages.size(); ++s) {
@@ -164,13 +194,14 @@ int main(int argc, char** argv) try {
   // 5. The report.
   std::printf("%-17s %2s %3s %4s  %9s  %9s %7s %7s  %7s  %6s  %9s  %6s  %9s  %6s\n", "family", "p", "m", "rows",
               "predicted", "measured", "min", "max", "noise", "error", "calibr.", "error", "2 runs", "error");
-  accuracy::Errors profiled, one_step, two_runs;
+  accuracy::Errors profiled, one_step, two_runs, unshared;
   double sum_noise = 0.0;
   std::vector<double> predicted, measured, after, after_runs;
   for (const Config& c : configs) {
     const accuracy::Spread m = accuracy::spread_of(c.passes);
     sum_noise += m.noise;
     const double error = profiled.add(c.predicted, m.median);
+    (void)unshared.add(c.alone, m.median);
     const double error_after = one_step.add(c.recalibrated, m.median);
     const double error_runs = two_runs.add(c.recalibrated_runs, m.median);
     predicted.push_back(c.predicted);
@@ -191,6 +222,11 @@ int main(int argc, char** argv) try {
               accuracy::kendall_tau(predicted, measured), 100.0 * one_step.mean(), 100.0 * one_step.max,
               accuracy::kendall_tau(after, measured), 100.0 * two_runs.mean(), 100.0 * two_runs.max,
               accuracy::kendall_tau(after_runs, measured));
+  std::vector<double> alone;
+  for (const Config& c : configs) alone.push_back(c.alone);
+  std::printf("  profiled without the concurrent slowdown (%.2fx): mean |error| %.1f%%, max %.1f%%, Kendall's tau %.2f\n",
+              profile.concurrent_slowdown.back(), 100.0 * unshared.mean(), 100.0 * unshared.max,
+              accuracy::kendall_tau(alone, measured));
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "bench_accuracy: " << e.what() << '\n';

@@ -247,6 +247,7 @@ TEST_CASE("measure_concurrent_slowdown: one factor per rank count, from the work
   o.ranks = 3;
   o.calls = 3;
   o.rounds = 2;
+  o.min_seconds = 0.0;  // exactly `calls` per round
   const std::vector<double> s = measure_concurrent_slowdown(
       [&](std::int32_t thread) {
         volatile double x = 0.0;
@@ -258,8 +259,9 @@ TEST_CASE("measure_concurrent_slowdown: one factor per rank count, from the work
   REQUIRE(s.size() == 3);
   CHECK(s[0] == 1.0);
   for (const double f : s) CHECK(f >= 1.0);
-  // Thread t runs in every round of every count above t, `calls` times each.
-  CHECK(calls[0] == 2 * 3 * 3);
+  // Thread t runs in every round of every count above t, `calls` times each; thread 0 also runs
+  // the two calls that size the rounds.
+  CHECK(calls[0] == 2 * 3 * 3 + 2);
   CHECK(calls[1] == 2 * 2 * 3);
   CHECK(calls[2] == 2 * 1 * 3);
   // A failing call ends the measurement with its error; no thread is left waiting.
@@ -270,4 +272,7 @@ TEST_CASE("measure_concurrent_slowdown: one factor per rank count, from the work
   CHECK_THROWS_WITH(measure_concurrent_slowdown({}), Catch::Contains("no work"));
   o.calls = 1;
   CHECK_THROWS_WITH(measure_concurrent_slowdown([](std::int32_t) {}, o), Catch::Contains("SlowdownOptions"));
+  o.calls = 3;
+  o.min_seconds = -1.0;
+  CHECK_THROWS_WITH(measure_concurrent_slowdown([](std::int32_t) {}, o), Catch::Contains("min_seconds"));
 }

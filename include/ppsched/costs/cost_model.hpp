@@ -96,13 +96,8 @@ struct CostModel {
 };
 
 // Every stage alike: the analytic set-up (T_F, T_BI, T_BW per stage, free communication).
-[[nodiscard]] inline CostModel uniform_costs(double forward, double backward_input, double backward_weight,
-                                             std::string unit = "unit") {
-  CostModel c;
-  c.unit = std::move(unit);
-  c.stages.push_back(StageCost{forward, backward_input, backward_weight, 0.0, 0.0});
-  return c;
-}
+[[nodiscard]] PPSCHED_OUTLINE CostModel uniform_costs(double forward, double backward_input, double backward_weight,
+                                             std::string unit = "unit");
 
 }  // namespace ppsched
 
@@ -258,3 +253,8 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
 }
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/costs/impl/cost_model.ipp"
+#endif

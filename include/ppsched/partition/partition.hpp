@@ -174,34 +174,13 @@ namespace ppsched::inline PPSCHED_MODE {
 // A table, one row per stage:
 //   partition (optimal): 12 layers, 4 stages, bottleneck 6.5 at stage 2, mean 6.1, imbalance 1.066
 //   stage  positions  layers  first .. last  speed  compute  comm  time  memory  cap
-inline std::ostream& operator<<(std::ostream& out, const Partition& p) {
-  std::ostringstream t;
-  t << std::setprecision(6);
-  t << "partition (" << p.method << "): " << p.order.size() << " layers, " << p.stages.size() << " stages, bottleneck "
-    << p.bottleneck << " at stage " << p.bottleneck_stage << ", mean " << p.mean_time << ", imbalance "
-    << p.imbalance << '\n';
-  t << std::right << std::setw(5) << "stage" << std::setw(16) << "positions" << std::setw(7) << "layers" << "  "
-    << std::left << std::setw(28) << "first .. last" << std::right << std::setw(7) << "speed" << std::setw(12)
-    << "compute" << std::setw(11) << "comm" << std::setw(12) << "time" << std::setw(13) << "memory" << std::setw(13)
-    << "cap" << '\n';
-  for (std::size_t j = 0; j < p.stages.size(); ++j) {
-    const PartitionStage& s = p.stages[j];
-    std::string names = s.first_layer_name;
-    if (s.size() > 1) names += " .. " + s.last_layer_name;
-    if (names.size() > 27) names = names.substr(0, 24) + "...";
-    const std::string cap = s.memory_cap == std::numeric_limits<double>::infinity() ? "-" : detail::concat(s.memory_cap);
-    t << std::right << std::setw(5) << j << std::setw(16) << detail::concat(s.begin, "-", s.end - 1) << std::setw(7)
-      << s.size() << "  " << std::left << std::setw(28) << names << std::right << std::setw(7) << s.speed
-      << std::setw(12) << s.compute_time << std::setw(11) << s.comm_time() << std::setw(12) << s.time << std::setw(13)
-      << s.peak_bytes << std::setw(13) << cap << (s.fits_memory() ? "" : "  OVER CAP") << '\n';
-  }
-  return out << t.str();
-}
+PPSCHED_OUTLINE std::ostream& operator<<(std::ostream& out, const Partition& p);
 
-[[nodiscard]] inline std::string to_string(const Partition& p) {
-  std::ostringstream out;
-  out << p;
-  return out.str();
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string to_string(const Partition& p);
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/partition/impl/partition.ipp"
+#endif

@@ -177,79 +177,26 @@ namespace detail {
 }
 
 // Percentage points with two decimals and a sign; rounding noise prints as "0.00".
-[[nodiscard]] inline std::string signed_points(double pp) {
-  const std::string text = format_fixed(pp, 2);
-  if (text == "0.00" || text == "-0.00") return "0.00 pp";
-  return (pp > 0.0 ? "+" : "") + text + " pp";
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string signed_points(double pp);
 
 [[nodiscard]] inline std::string with_unit(double value, const std::string& unit) {
   return unit.empty() ? format_readable(value, 6) : format_readable(value, 6) + " " + unit;
 }
 
-inline void print_deviation(std::ostream& out, const char* what, const Deviation& d, const std::string& unit,
-                            bool as_fraction) {
-  // Fractions of the makespan read better as percentages.
-  const auto show = [&](double v, bool sign) {
-    if (as_fraction) return (sign ? signed_readable(v * 100.0, 3) : format_readable(v * 100.0, 3)) + "%";
-    return (sign ? signed_readable(v) : format_readable(v)) + (unit.empty() ? "" : " " + unit);
-  };
-  out << what << ": mean " << show(d.mean, true) << ", mean |d| " << show(d.mean_abs, false) << ", rms "
-      << show(d.rms, false) << ", max |d| " << show(d.max_abs, false);
-  if (d.worst_rank >= 0) out << " (" << d.worst_action << " on rank " << d.worst_rank << ")";
-  out << '\n';
-}
+PPSCHED_OUTLINE void print_deviation(std::ostream& out, const char* what, const Deviation& d, const std::string& unit,
+                            bool as_fraction);
 
-inline void print_unmatched(std::ostream& out, const char* where, const std::vector<Span>& spans) {
-  constexpr std::size_t shown = 10;  // enough to see the pattern without flooding a terminal
-  out << "only in " << where << ": " << spans.size();
-  for (std::size_t i = 0; i < spans.size() && i < shown; ++i) {
-    out << (i == 0 ? ": " : ", ") << spans[i].action << " on rank " << spans[i].rank;
-  }
-  if (spans.size() > shown) out << ", ...";
-  out << '\n';
-}
+PPSCHED_OUTLINE void print_unmatched(std::ostream& out, const char* where, const std::vector<Span>& spans);
 
 }  // namespace detail
 
-inline std::ostream& operator<<(std::ostream& out, const TimelineComparison& c) {
-  using detail::cell;
-  using detail::percent;
-  out << "measured vs predicted: " << c.measured.ranks << " ranks\n"
-      << "makespan: measured " << detail::with_unit(c.measured.makespan, c.measured.unit) << ", predicted "
-      << detail::with_unit(c.predicted.makespan, c.predicted.unit);
-  if (c.makespan_ratio) {
-    out << ", ratio " << detail::format_readable(*c.makespan_ratio) << " (measured x "
-        << detail::format_readable(*c.scale, 6) << " in the predicted unit)";
-  } else {
-    out << ", no ratio (units not comparable; pass CompareOptions::measured_to_predicted)";
-  }
-  out << "\nbubble: measured " << percent(c.measured.bubble_fraction) << ", predicted "
-      << percent(c.predicted.bubble_fraction) << " (" << detail::signed_points(c.bubble_difference_pp)
-      << ")\n"
-      << cell("rank", 6) << cell("measured", 10) << cell("predicted", 11) << "difference\n";
-  for (const RankComparison& r : c.per_rank) {
-    out << cell(std::to_string(r.rank), 6) << cell(percent(r.measured_bubble), 10)
-        << cell(percent(r.predicted_bubble), 11) << detail::signed_points(r.difference_pp) << '\n';
-  }
-  out << "actions: " << c.matched << " matched of " << c.measured.spans << " measured and "
-      << c.predicted.spans << " predicted";
-  const bool as_fraction = !c.scale;
-  out << (as_fraction ? "; times as a share of each makespan\n" : "\n");
-  if (c.matched != 0) {
-    detail::print_deviation(out, "start deviation", c.start, c.deviation_unit, as_fraction);
-    detail::print_deviation(out, "end deviation", c.end, c.deviation_unit, as_fraction);
-    detail::print_deviation(out, "duration deviation", c.duration, c.deviation_unit, as_fraction);
-  }
-  detail::print_unmatched(out, "measured", c.only_in_measured);
-  detail::print_unmatched(out, "predicted", c.only_in_predicted);
-  return out;
-}
+PPSCHED_OUTLINE std::ostream& operator<<(std::ostream& out, const TimelineComparison& c);
 
-[[nodiscard]] inline std::string to_string(const TimelineComparison& c) {
-  std::ostringstream out;
-  out << c;
-  return out.str();
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string to_string(const TimelineComparison& c);
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/trace/impl/compare.ipp"
+#endif

@@ -149,3 +149,40 @@ namespace ppsched::inline PPSCHED_MODE {
 }
 
 }  // namespace ppsched::PPSCHED_MODE
+
+namespace ppsched::inline PPSCHED_MODE {
+
+[[nodiscard]] PPSCHED_OUTLINE bool is_lowered(const Schedule& s) noexcept {
+  for (const auto& prog : s.programs) {
+    for (const Action& a : prog) {
+      if (is_comm(a.op)) return true;
+    }
+  }
+  return false;
+}
+
+[[nodiscard]] PPSCHED_OUTLINE Schedule strip_communication(const Schedule& s) {
+  Schedule out = s;
+  for (auto& prog : out.programs) {
+    prog.erase(std::remove_if(prog.begin(), prog.end(), [](const Action& a) { return is_comm(a.op); }), prog.end());
+  }
+  return out;
+}
+
+}  // namespace ppsched
+
+namespace ppsched::inline PPSCHED_MODE {
+
+namespace detail {
+
+[[nodiscard]] PPSCHED_OUTLINE Action comm_action(const Action& producer, bool receive) noexcept {
+  if (producer.op == Op::F) {
+    return receive ? Action{Op::RECV_F, producer.stage + 1, producer.microbatch, 0}
+                   : Action{Op::SEND_F, producer.stage, producer.microbatch, 0};
+  }
+  return receive ? Action{Op::RECV_B, producer.stage - 1, producer.microbatch, 0}
+                 : Action{Op::SEND_B, producer.stage, producer.microbatch, 0};
+}
+
+}  // namespace detail
+}  // namespace ppsched

@@ -136,3 +136,57 @@ PPSCHED_OUTLINE void check_cost_sums(const CostModel& c, std::int32_t stages, st
 
 }  // namespace detail
 }  // namespace ppsched
+
+namespace ppsched::inline PPSCHED_MODE {
+
+PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, std::int32_t microbatches) {
+  using detail::concat;
+  const auto S = static_cast<std::size_t>(stages), M = static_cast<std::size_t>(microbatches);
+  if (c.per_microbatch.empty()) {
+    if (c.stages.size() != 1 && c.stages.size() != S) {
+      fail({"cost model", concat("has ", c.stages.size(), " stage costs for a schedule of ", stages, " stages"), "stages",
+            "give one StageCost per stage, or a single one for all stages"});
+    }
+    for (std::size_t i = 0; i < c.stages.size(); ++i) detail::check_stage_cost(c.stages[i], concat("stages[", i, "]"));
+    if (!c.microbatch_scale.empty() && c.microbatch_scale.size() != M) {
+      fail({"cost model", concat("has ", c.microbatch_scale.size(), " micro-batch scales for ", microbatches, " micro-batches"),
+            "microbatch_scale", "give one factor per micro-batch, or none"});
+    }
+    for (std::size_t i = 0; i < c.microbatch_scale.size(); ++i) {
+      detail::check_cost_value(c.microbatch_scale[i], concat("microbatch_scale[", i, "]"));
+    }
+  } else {
+    if (c.per_microbatch.size() != S * M) {
+      fail({"cost model", concat("has ", c.per_microbatch.size(), " per-micro-batch costs; a schedule of ", stages,
+                                 " stages and ", microbatches, " micro-batches needs ", S * M),
+            "per_microbatch", "give stages x micro-batches entries, stage-major (index stage * microbatches + mb)"});
+    }
+    for (std::size_t i = 0; i < c.per_microbatch.size(); ++i) {
+      detail::check_stage_cost(c.per_microbatch[i], concat("per_microbatch[", i, "] (stage ", i / M, ", micro-batch ", i % M, ")"));
+    }
+  }
+  detail::check_cost_value(c.link.latency, "link.latency");
+  if (!(c.link.bandwidth > 0.0)) {  // infinity allowed: free bandwidth
+    fail({"cost model", concat("link bandwidth ", c.link.bandwidth, " is not positive"), "link.bandwidth",
+          "give bytes per time unit, or infinity for free transfers"});
+  }
+  if (!(c.weight_memory_fraction >= 0.0 && c.weight_memory_fraction <= std::numeric_limits<double>::max())) {
+    fail({"cost model", concat("weight_memory_fraction ", c.weight_memory_fraction, " is negative or not finite"),
+          "weight_memory_fraction", detail::weight_memory_fraction_hint});
+  }
+  detail::check_cost_value(c.host_link.latency, "host_link.latency");
+  if (!(c.host_link.bandwidth > 0.0)) {
+    fail({"cost model", concat("host link bandwidth ", c.host_link.bandwidth, " is not positive"), "host_link.bandwidth",
+          "give bytes per time unit between a device and its host, or infinity for free copies"});
+  }
+  detail::check_cost_value(c.action_overhead, "action_overhead");
+  detail::check_cost_value(c.transfer_overhead, "transfer_overhead");
+  detail::check_cost_value(c.step_overhead, "step_overhead");
+  if (!(c.fb_overlap >= 0.0 && c.fb_overlap <= 1.0)) {
+    fail({"cost model", concat("fb_overlap ", c.fb_overlap, " is outside [0, 1]"), "fb_overlap",
+          "give the share of the shorter action of an F&B pair hidden under the longer: 0 (none) to 1 (max(T_F, T_B))"});
+  }
+  detail::check_cost_sums(c, stages, microbatches);
+}
+
+}  // namespace ppsched

@@ -94,81 +94,9 @@ PPSCHED_OUTLINE double run_data_parallel(std::vector<StageAllReduce>& stages, co
 // stage, `optimizer_time` per stage (empty: free). Throws ppsched::error when the sizes do not
 // match the timeline's stages, a stage has no weight-gradient action (a forward-only
 // schedule), or a value is negative or not finite.
-[[nodiscard]] inline DataParallelStep data_parallel_step(const Timeline& pipeline, std::span<const double> gradient_bytes,
+[[nodiscard]] PPSCHED_OUTLINE DataParallelStep data_parallel_step(const Timeline& pipeline, std::span<const double> gradient_bytes,
                                                          const AllReduceModel& model,
-                                                         std::span<const double> optimizer_time = {}) {
-  using detail::concat;
-  detail::check_all_reduce_model(model);
-  DataParallelStep out;
-  out.replicas = model.replicas;
-  if (pipeline.spans.empty() || pipeline.ranks < 1) {
-    fail({"data_parallel_step", "the pipeline timeline is empty", "pipeline", "simulate the schedule with record_timeline on"});
-  }
-  double origin = std::numeric_limits<double>::infinity(), last = -origin;
-  std::int32_t stages = 0;
-  for (const Span& s : pipeline.spans) {
-    origin = std::min(origin, s.start);
-    last = std::max(last, s.end);
-    stages = std::max(stages, s.action.stage + 1);
-  }
-  const auto S = static_cast<std::size_t>(stages);
-  if (gradient_bytes.size() != S) {
-    fail({"data_parallel_step", concat(gradient_bytes.size(), " gradient sizes for a pipeline of ", stages, " stages"),
-          "gradient_bytes", "give one size per (virtual) stage"});
-  }
-  if (!optimizer_time.empty() && optimizer_time.size() != S) {
-    fail({"data_parallel_step", concat(optimizer_time.size(), " optimizer times for a pipeline of ", stages, " stages"),
-          "optimizer_time", "give one time per (virtual) stage, or none"});
-  }
-  for (std::size_t s = 0; s < S; ++s) {
-    for (const auto& [v, what] : {std::pair{gradient_bytes[s], "gradient_bytes"},
-                                  std::pair{optimizer_time.empty() ? 0.0 : optimizer_time[s], "optimizer_time"}}) {
-      if (!(v >= 0.0 && v <= std::numeric_limits<double>::max())) {
-        fail({"data_parallel_step", concat(what, "[", s, "] is ", v), concat(what, "[", s, "]"), "give a finite value >= 0"});
-      }
-    }
-  }
-  out.pipeline_time = last - origin;
-  out.stages.assign(S, StageAllReduce{});
-  std::vector<bool> has_weights(S, false);
-  std::vector<double> compute_end(static_cast<std::size_t>(pipeline.ranks), 0.0);
-  for (const Span& sp : pipeline.spans) {
-    if (sp.rank < 0 || sp.rank >= pipeline.ranks) {
-      fail({"data_parallel_step", concat("a span names rank ", sp.rank, " of ", pipeline.ranks), "pipeline.spans",
-            "give a timeline whose spans name its own ranks"});
-    }
-    compute_end[static_cast<std::size_t>(sp.rank)] = std::max(compute_end[static_cast<std::size_t>(sp.rank)], sp.end - origin);
-    if (sp.action.op != Op::B && sp.action.op != Op::BW) continue;
-    StageAllReduce& st = out.stages[static_cast<std::size_t>(sp.action.stage)];
-    st.rank = sp.rank;
-    st.weights_done = std::max(st.weights_done, sp.end - origin);
-    has_weights[static_cast<std::size_t>(sp.action.stage)] = true;
-  }
-  std::vector<double> duration(S, 0.0);
-  for (std::size_t s = 0; s < S; ++s) {
-    if (!has_weights[s]) {
-      fail({"data_parallel_step", concat("stage ", s, " has no weight-gradient action (B or BW) in the timeline"), "pipeline",
-            "data parallelism sums weight gradients: give a training schedule's timeline"});
-    }
-    out.stages[s].gradient_bytes = gradient_bytes[s];
-    duration[s] = all_reduce_time(gradient_bytes[s], model);
-    out.all_reduce_longest = std::max(out.all_reduce_longest, duration[s]);
-  }
-  // The same step with free all-reduces, for what they add.
-  std::vector<StageAllReduce> free_stages = out.stages;
-  std::vector<double> free_end;
-  const double without = detail::run_data_parallel(free_stages, std::vector<double>(S, 0.0), compute_end, optimizer_time, free_end);
-  out.step_time = std::max(out.pipeline_time,
-                           detail::run_data_parallel(out.stages, duration, compute_end, optimizer_time, out.rank_end));
-  out.all_reduce_exposed = out.step_time - std::max(out.pipeline_time, without);
-  if (!(out.step_time <= std::numeric_limits<double>::max())) {
-    fail({"data_parallel_step",
-          concat("the step time is not finite: the pipeline's ", out.pipeline_time,
-                 " plus the all-reduces and optimizer steps overflow a double"),
-          "optimizer_time, model.link", "give finite times that sum within the range of a double"});
-  }
-  return out;
-}
+                                                         std::span<const double> optimizer_time = {});
 
 }  // namespace ppsched
 

@@ -90,85 +90,8 @@ struct TimelineComparison {
 
 namespace ppsched::inline PPSCHED_MODE {
 
-[[nodiscard]] inline TimelineComparison compare(const Timeline& measured, const Timeline& predicted,
-                                                const CompareOptions& options = {}) {
-  TimelineComparison c;
-  c.measured = summarize(measured);
-  c.predicted = summarize(predicted);
-  if (measured.ranks != predicted.ranks) {
-    fail({"compare",
-          detail::concat("the measured timeline has ", measured.ranks, " ranks but the predicted one has ",
-                         predicted.ranks),
-          "Timeline::ranks", "compare a run with the prediction for the same schedule"});
-  }
-  if (!std::isfinite(options.measured_to_predicted) || options.measured_to_predicted < 0.0) {
-    fail({"compare",
-          detail::concat("the scale from measured to predicted units is ", options.measured_to_predicted),
-          "CompareOptions::measured_to_predicted",
-          "pass a positive factor, or 0 to derive it from the timelines' units"});
-  }
-  if (options.measured_to_predicted > 0.0) {
-    c.scale = options.measured_to_predicted;
-  } else if (!measured.unit.empty() && measured.unit == predicted.unit) {
-    c.scale = 1.0;
-  } else if (const auto m = seconds_per_unit(measured.unit), p = seconds_per_unit(predicted.unit); m && p) {
-    c.scale = *m / *p;
-  }
-  c.deviation_unit = c.scale ? predicted.unit : std::string{"makespan"};
-  if (c.scale && c.predicted.makespan > 0.0) {
-    c.makespan_ratio = c.measured.makespan * *c.scale / c.predicted.makespan;
-  }
-  c.bubble_difference_pp = (c.measured.bubble_fraction - c.predicted.bubble_fraction) * 100.0;
-  for (std::size_t r = 0; r < c.measured.per_rank.size(); ++r) {
-    const double m = c.measured.per_rank[r].bubble_fraction;
-    const double p = c.predicted.per_rank[r].bubble_fraction;
-    c.per_rank.push_back({static_cast<std::int32_t>(r), m, p, (m - p) * 100.0});
-  }
-
-  // A time on each side, as a number in deviation_unit measured from the timeline's origin.
-  const auto measured_time = [&](double t) {
-    const double from_origin = t - c.measured.origin;
-    return c.scale ? from_origin * *c.scale : detail::ratio_or_zero(from_origin, c.measured.makespan);
-  };
-  const auto predicted_time = [&](double t) {
-    const double from_origin = t - c.predicted.origin;
-    return c.scale ? from_origin : detail::ratio_or_zero(from_origin, c.predicted.makespan);
-  };
-
-  const auto m_order = detail::sorted_by_identity(measured);
-  const auto p_order = detail::sorted_by_identity(predicted);
-  detail::DeviationAccumulator start;
-  detail::DeviationAccumulator end;
-  detail::DeviationAccumulator duration;
-  std::size_t i = 0;
-  std::size_t j = 0;
-  while (i < m_order.size() || j < p_order.size()) {
-    if (j == p_order.size() || (i < m_order.size() && detail::match_key(measured.spans[m_order[i]]) <
-                                                          detail::match_key(predicted.spans[p_order[j]]))) {
-      c.only_in_measured.push_back(measured.spans[m_order[i++]]);
-    } else if (i == m_order.size() || detail::match_key(predicted.spans[p_order[j]]) <
-                                          detail::match_key(measured.spans[m_order[i]])) {
-      c.only_in_predicted.push_back(predicted.spans[p_order[j++]]);
-    } else {
-      const Span& m = measured.spans[m_order[i++]];
-      const Span& p = predicted.spans[p_order[j++]];
-      const double ms = measured_time(m.start);
-      const double me = measured_time(m.end);
-      const double ps = predicted_time(p.start);
-      const double pe = predicted_time(p.end);
-      start.add(ms - ps, m.rank, m.action);
-      end.add(me - pe, m.rank, m.action);
-      duration.add((me - ms) - (pe - ps), m.rank, m.action);
-      ++c.matched;
-    }
-  }
-  c.start = start.result();
-  c.end = end.result();
-  c.duration = duration.result();
-  detail::sort_by_rank_then_start(c.only_in_measured);
-  detail::sort_by_rank_then_start(c.only_in_predicted);
-  return c;
-}
+[[nodiscard]] PPSCHED_OUTLINE TimelineComparison compare(const Timeline& measured, const Timeline& predicted,
+                                                const CompareOptions& options = {});
 
 namespace detail {
 

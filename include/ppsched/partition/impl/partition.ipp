@@ -286,3 +286,50 @@ PPSCHED_OUTLINE void check_boundaries(const LayerGraph& graph, std::span<const s
 
 }  // namespace detail
 }  // namespace ppsched
+
+namespace ppsched::inline PPSCHED_MODE {
+
+[[nodiscard]] PPSCHED_OUTLINE Partition partition_optimal(const LayerGraph& graph, std::int32_t stages,
+                                                 const PartitionCostModel& cost,
+                                                 std::span<const std::size_t> order) {
+  detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_optimal");
+  ChainSplit split = detail::solve_chain(in.model(), in.largest_layer);
+  if (split.boundaries.empty()) detail::fail_memory(in, "partition_optimal");
+  return detail::make_partition(graph, std::move(in), std::move(split.boundaries), "optimal");
+}
+
+[[nodiscard]] PPSCHED_OUTLINE Partition partition_uniform(const LayerGraph& graph, std::int32_t stages,
+                                                 const PartitionCostModel& cost,
+                                                 std::span<const std::size_t> order) {
+  detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_uniform");
+  const std::size_t k = in.stages;
+  std::vector<std::size_t> boundaries(k + 1, 0);
+  const std::size_t base = in.layers / k, extra = in.layers % k;
+  for (std::size_t j = 0; j < k; ++j) boundaries[j + 1] = boundaries[j] + base + (j < extra ? 1 : 0);
+  return detail::make_partition(graph, std::move(in), std::move(boundaries), "uniform");
+}
+
+[[nodiscard]] PPSCHED_OUTLINE Partition partition_by_params(const LayerGraph& graph, std::int32_t stages,
+                                                   const PartitionCostModel& cost,
+                                                   std::span<const std::size_t> order) {
+  detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_by_params");
+  detail::ChainModel by_params;
+  by_params.layers = in.layers;
+  by_params.stages = in.stages;
+  by_params.compute = in.params;
+  double largest = 0.0;
+  for (std::size_t x = 0; x < in.layers; ++x) largest = std::max(largest, in.params[x + 1] - in.params[x]);
+  ChainSplit split = detail::solve_chain(by_params, largest);
+  return detail::make_partition(graph, std::move(in), std::move(split.boundaries), "by-params");
+}
+
+[[nodiscard]] PPSCHED_OUTLINE Partition evaluate_partition(const LayerGraph& graph, std::span<const std::size_t> boundaries,
+                                                  const PartitionCostModel& cost,
+                                                  std::span<const std::size_t> order) {
+  if (graph.empty()) detail::check_partition_shape(graph, 1, "evaluate_partition");
+  detail::check_boundaries(graph, boundaries);
+  detail::PartitionInput in = detail::prepare_partition(graph, boundaries.size() - 1, cost, order, "evaluate_partition");
+  return detail::make_partition(graph, std::move(in), {boundaries.begin(), boundaries.end()}, "given");
+}
+
+}  // namespace ppsched

@@ -144,10 +144,7 @@ static_assert(op_count == 11, "default_lower_time: give the new operation its ti
 // The communication action a CommEntry stands for.
 [[nodiscard]] PPSCHED_OUTLINE Action comm_action(const Action& producer, bool receive) noexcept;
 
-[[noreturn]] inline void fail_lowering(const Schedule& s, const std::string& problems) {
-  fail({"lower: schedule '" + s.name + "'", "is not a valid compute-only schedule:" + problems, "",
-        "fix these problems (validate() lists them all) before lowering"});
-}
+[[noreturn]] PPSCHED_OUTLINE void fail_lowering(const Schedule& s, const std::string& problems);
 
 }  // namespace detail
 

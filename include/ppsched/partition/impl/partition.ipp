@@ -333,3 +333,23 @@ namespace ppsched::inline PPSCHED_MODE {
 }
 
 }  // namespace ppsched
+
+namespace ppsched::inline PPSCHED_MODE {
+
+namespace detail {
+
+[[noreturn]] PPSCHED_OUTLINE void fail_memory(const PartitionInput& in, std::string_view subject) {
+  const SmallestCap need = smallest_uniform_cap(in);
+  std::string caps;
+  for (std::size_t j = 0; j < in.cap.size(); ++j) caps += concat(j == 0 ? "" : ", ", bytes_text(in.cap[j]));
+  fail({std::string(subject),
+        concat("no split of ", in.layers, " layers into ", in.stages, " stages fits the devices' memory caps (",
+               caps, ")"),
+        "devices[].memory_bytes",
+        concat("the split needing the least memory needs ", bytes_text(need.bytes), " on its fullest stage (stage ",
+               need.stage, "): give every device at least that much, or lower optimizer_state_factor or the "
+               "in-flight counts, or use more stages")});
+}
+
+}  // namespace detail
+}  // namespace ppsched

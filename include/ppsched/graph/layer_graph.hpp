@@ -96,16 +96,10 @@ class LayerGraph {
   LayerGraph() = default;
 
   // A chain: layer i feeds layer i + 1.
-  explicit LayerGraph(std::vector<Layer> layers) : layers_(std::move(layers)) {
-    edges_.reserve(layers_.empty() ? 0 : layers_.size() - 1);
-    for (std::size_t i = 1; i < layers_.size(); ++i) edges_.push_back({i - 1, i});
-    validate();
-  }
+  explicit LayerGraph(std::vector<Layer> layers);
 
   // Exactly these edges (an empty list means the layers do not feed one another).
-  LayerGraph(std::vector<Layer> layers, std::vector<Edge> edges) : layers_(std::move(layers)), edges_(std::move(edges)) {
-    validate();
-  }
+  LayerGraph(std::vector<Layer> layers, std::vector<Edge> edges);
 
   [[nodiscard]] static LayerGraph chain(std::vector<Layer> layers) { return LayerGraph(std::move(layers)); }
 

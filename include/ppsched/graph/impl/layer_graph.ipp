@@ -245,3 +245,19 @@ PPSCHED_OUTLINE void LayerGraph::validate() {
 }
 
 }  // namespace ppsched
+
+namespace ppsched::inline PPSCHED_MODE {
+
+PPSCHED_OUTLINE LayerGraph::LayerGraph(std::vector<Layer> layers)
+    : layers_(std::move(layers)) {
+  edges_.reserve(layers_.empty() ? 0 : layers_.size() - 1);
+  for (std::size_t i = 1; i < layers_.size(); ++i) edges_.push_back({i - 1, i});
+  validate();
+}
+
+PPSCHED_OUTLINE LayerGraph::LayerGraph(std::vector<Layer> layers, std::vector<Edge> edges)
+    : layers_(std::move(layers)), edges_(std::move(edges)) {
+  validate();
+}
+
+}  // namespace ppsched

@@ -10,10 +10,8 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <functional>
 #include <limits>
 #include <optional>
-#include <queue>
 #include <span>
 #include <string>
 #include <utility>

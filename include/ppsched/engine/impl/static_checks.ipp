@@ -3,6 +3,8 @@
 // is 1 (header-only, or the library's own file), and only there.
 #pragma once
 
+#include <cstring>
+
 #include "ppsched/config.hpp"
 
 #include "ppsched/engine/detail/static_checks.hpp"

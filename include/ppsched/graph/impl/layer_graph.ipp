@@ -3,6 +3,9 @@
 // is 1 (header-only, or the library's own file), and only there.
 #pragma once
 
+#include <functional>
+#include <queue>
+
 #include "ppsched/config.hpp"
 
 #include "ppsched/graph/layer_graph.hpp"

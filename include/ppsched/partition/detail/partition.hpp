@@ -15,7 +15,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <iomanip>
 #include <limits>
 #include <optional>
 #include <ostream>

@@ -9,7 +9,6 @@
 #include "ppsched/config.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>

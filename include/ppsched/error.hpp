@@ -74,5 +74,5 @@ struct error_context {
 
 // The bodies of the functions above that compiled mode compiles once (config.hpp).
 #if PPSCHED_OUTLINE_BODY
-#include "ppsched/impl/error.ipp"
+#include "ppsched/error.ipp"
 #endif

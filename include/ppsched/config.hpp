@@ -10,11 +10,14 @@
 //
 // A moved function is declared `PPSCHED_OUTLINE T f(args);` in its header and defined in the
 // folder's impl/<header>.ipp, which the header includes at its end under
-// `#if PPSCHED_OUTLINE_BODY`: a compiled-mode file then never reads the bodies. (The eight in
-// costs/, sim/ and plan/ still keep the older form, the body in place under
-// `#if PPSCHED_OUTLINE_BODY` and a lone `;` under `#else`, to be moved the same way.) Move a function
-// when its code is large and it is called from few places: the gain is its code and all it
-// alone pulls in; a small function called on a hot path stays inline.
+// `#if PPSCHED_OUTLINE_BODY`: a compiled-mode file then never reads the bodies, nor the
+// standard headers only they use (the .ipp includes those). A class's large members are moved
+// the same way (declared in the class, defined `PPSCHED_OUTLINE T C::f(...)` in the .ipp), and
+// so is a detail template that only moved bodies call. Move a function when its code is large or
+// it instantiates standard templates (sort, vector growth, streams) that nothing else needs: the
+// gain is its code and all it alone pulls in. What stays inline: templates a user's code
+// instantiates, constexpr functions (partition/chain.hpp's partitioner runs at compile time),
+// and small functions on a hot path (the per-action costs of costs/cost_model.hpp, accessors).
 #pragma once
 
 #if defined(PPSCHED_BUILDING_COMPILED) && !defined(PPSCHED_COMPILED)

@@ -47,34 +47,11 @@ using ppsched::concat;  // the library's own throw sites say detail::concat
 // Bytes as every result and message of the library prints them: "1.5 GiB", "312 MiB",
 // "12 KiB", "100 B" (binary units, three significant figures at most), so that no report
 // shows "6.09711e+10 B" beside another's GiB.
-[[nodiscard]] inline std::string bytes_text(double bytes) {
-  if (!std::isfinite(bytes)) return concat(bytes, " B");
-  static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  std::size_t u = 0;
-  while (bytes >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) {
-    bytes /= 1024.0;
-    ++u;
-  }
-  const double rounded = bytes >= 100.0 ? std::round(bytes) : std::round(bytes * 10.0) / 10.0;
-  return concat(rounded, ' ', units[u]);
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string bytes_text(double bytes);
 
 // Levenshtein distance between two short texts (field and flag names): the one measure behind
 // every "did you mean" of the library and its tools.
-[[nodiscard]] inline std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0U : 1U)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
+[[nodiscard]] PPSCHED_OUTLINE std::size_t edit_distance(std::string_view a, std::string_view b);
 
 // The message parts of an error. `subject` names the input ("profile 'gpt.json'",
 // "partition", "schedule '1f1b'"), `problem` says what is wrong, `where` points into the
@@ -87,17 +64,15 @@ struct error_context {
 };
 
 // Formats as "subject: problem (at where). fix" with the empty parts left out.
-[[nodiscard]] inline std::string format_error(const error_context& c) {
-  std::string m = c.subject;
-  if (!m.empty()) m += ": ";
-  m += c.problem;
-  if (!c.where.empty()) m += " (at " + c.where + ")";
-  if (!c.fix.empty()) m += ". " + c.fix;
-  return m;
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string format_error(const error_context& c);
 
 [[nodiscard]] inline error make_error(const error_context& c) { return error(format_error(c)); }
 
 [[noreturn]] inline void fail(const error_context& c) { throw make_error(c); }
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/error.ipp"
+#endif

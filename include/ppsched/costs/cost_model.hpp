@@ -103,13 +103,8 @@ struct CostModel {
 };
 
 // Every stage alike: the analytic set-up (T_F, T_BI, T_BW per stage, free communication).
-[[nodiscard]] inline CostModel uniform_costs(double forward, double backward_input, double backward_weight,
-                                             std::string unit = "unit") {
-  CostModel c;
-  c.unit = std::move(unit);
-  c.stages.push_back(StageCost{forward, backward_input, backward_weight, 0.0, 0.0});
-  return c;
-}
+[[nodiscard]] PPSCHED_OUTLINE CostModel uniform_costs(double forward, double backward_input, double backward_weight,
+                                             std::string unit = "unit");
 
 }  // namespace ppsched
 
@@ -120,61 +115,7 @@ namespace ppsched::inline PPSCHED_MODE {
 // Throws ppsched::error, naming the field, when the model does not fit a schedule of this
 // many stages and micro-batches or holds a negative, NaN or infinite value, or when its
 // times or sizes add up past the largest double.
-PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, std::int32_t microbatches)
-#if PPSCHED_OUTLINE_BODY
-{
-  using detail::concat;
-  const auto S = static_cast<std::size_t>(stages), M = static_cast<std::size_t>(microbatches);
-  if (c.per_microbatch.empty()) {
-    if (c.stages.size() != 1 && c.stages.size() != S) {
-      fail({"cost model", concat("has ", c.stages.size(), " stage costs for a schedule of ", stages, " stages"), "stages",
-            "give one StageCost per stage, or a single one for all stages"});
-    }
-    for (std::size_t i = 0; i < c.stages.size(); ++i) detail::check_stage_cost(c.stages[i], concat("stages[", i, "]"));
-    if (!c.microbatch_scale.empty() && c.microbatch_scale.size() != M) {
-      fail({"cost model", concat("has ", c.microbatch_scale.size(), " micro-batch scales for ", microbatches, " micro-batches"),
-            "microbatch_scale", "give one factor per micro-batch, or none"});
-    }
-    for (std::size_t i = 0; i < c.microbatch_scale.size(); ++i) {
-      detail::check_cost_value(c.microbatch_scale[i], concat("microbatch_scale[", i, "]"));
-    }
-  } else {
-    if (c.per_microbatch.size() != S * M) {
-      fail({"cost model", concat("has ", c.per_microbatch.size(), " per-micro-batch costs; a schedule of ", stages,
-                                 " stages and ", microbatches, " micro-batches needs ", S * M),
-            "per_microbatch", "give stages x micro-batches entries, stage-major (index stage * microbatches + mb)"});
-    }
-    for (std::size_t i = 0; i < c.per_microbatch.size(); ++i) {
-      detail::check_stage_cost(c.per_microbatch[i], concat("per_microbatch[", i, "] (stage ", i / M, ", micro-batch ", i % M, ")"));
-    }
-  }
-  detail::check_cost_value(c.link.latency, "link.latency");
-  if (!(c.link.bandwidth > 0.0)) {  // infinity allowed: free bandwidth
-    fail({"cost model", concat("link bandwidth ", c.link.bandwidth, " is not positive"), "link.bandwidth",
-          "give bytes per time unit, or infinity for free transfers"});
-  }
-  if (!(c.weight_memory_fraction >= 0.0 && c.weight_memory_fraction <= std::numeric_limits<double>::max())) {
-    fail({"cost model", concat("weight_memory_fraction ", c.weight_memory_fraction, " is negative or not finite"),
-          "weight_memory_fraction", detail::weight_memory_fraction_hint});
-  }
-  detail::check_cost_value(c.host_link.latency, "host_link.latency");
-  if (!(c.host_link.bandwidth > 0.0)) {
-    fail({"cost model", concat("host link bandwidth ", c.host_link.bandwidth, " is not positive"), "host_link.bandwidth",
-          "give bytes per time unit between a device and its host, or infinity for free copies"});
-  }
-  detail::check_cost_value(c.action_overhead, "action_overhead");
-  detail::check_cost_value(c.transfer_overhead, "transfer_overhead");
-  detail::check_cost_value(c.step_overhead, "step_overhead");
-  detail::check_concurrent_slowdown(c.concurrent_slowdown, "cost model", "concurrent_slowdown");
-  if (!(c.fb_overlap >= 0.0 && c.fb_overlap <= 1.0)) {
-    fail({"cost model", concat("fb_overlap ", c.fb_overlap, " is outside [0, 1]"), "fb_overlap",
-          "give the share of the shorter action of an F&B pair hidden under the longer: 0 (none) to 1 (max(T_F, T_B))"});
-  }
-  detail::check_cost_sums(c, stages, microbatches);
-}
-#else
-;
-#endif
+PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, std::int32_t microbatches);
 
 // The costs of (stage, micro-batch), scale applied. Throws ppsched::error when the model
 // has no entry for them (check_cost_model against the schedule first).
@@ -266,3 +207,8 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
 }
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/costs/impl/cost_model.ipp"
+#endif

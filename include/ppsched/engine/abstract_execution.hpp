@@ -40,3 +40,8 @@ enum class StreamMode : std::uint8_t {
 namespace ppsched::inline PPSCHED_MODE {
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/engine/impl/abstract_execution.ipp"
+#endif

@@ -48,19 +48,9 @@ class Workspace {
   ~Workspace() = default;
 
   // The bytes held for the next call.
-  [[nodiscard]] std::size_t capacity_bytes() const noexcept {
-    const auto bytes = [](const auto& v) { return v.capacity() * sizeof(v[0]); };
-    return bytes(flat_.owner) + bytes(flat_.slots) + bytes(flat_.placement) + bytes(flat_.rank_begin) +
-           bytes(flat_.rank_actions) + bytes(execution_.stream_begin) + bytes(execution_.items) +
-           bytes(execution_.ops) + bytes(execution_.pair_deps) + bytes(execution_.starts) + bytes(execution_.ends) +
-           bytes(execution_.streams) + bytes(execution_.worklist) + bytes(lowering_.receivers) +
-           bytes(lowering_.comm) + bytes(lowering_.merged) + bytes(lowering_.scratch) +
-           bytes(lowering_.candidate.owner) + bytes(lowering_.candidate.slots) +
-           bytes(lowering_.candidate.placement) + bytes(lowering_.candidate.rank_begin) +
-           bytes(lowering_.candidate.rank_actions);
-  }
+  [[nodiscard]] std::size_t capacity_bytes() const noexcept;
   // Frees everything it holds; the next call allocates again.
-  void release() noexcept { *this = Workspace{}; }
+  void release() noexcept;
 
   // The library's passes take their arrays from here (lower, validate, simulate).
   [[nodiscard]] detail::FlatSchedule& flat() noexcept { return flat_; }
@@ -79,43 +69,16 @@ namespace detail {
 // one call at a time, kept between calls while it holds at most `limit` bytes.
 class ScratchPool {
  public:
-  static ScratchPool& instance() {
-    static ScratchPool pool;
-    return pool;
-  }
+  static ScratchPool& instance();
 
   // The kept Workspace, or a new empty one when it is lent out (or was never kept).
-  [[nodiscard]] std::unique_ptr<Workspace> take() {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      if (kept_) return std::move(kept_);
-    }
-    return std::make_unique<Workspace>();
-  }
+  [[nodiscard]] std::unique_ptr<Workspace> take();
   // Keeps `ws` for the next call when nothing is kept and it fits the limit; frees it otherwise.
-  void give_back(std::unique_ptr<Workspace> ws) noexcept {
-    if (ws->capacity_bytes() <= limit_.load(std::memory_order_relaxed)) {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      if (!kept_) kept_ = std::move(ws);
-    }
-    // (`ws`, when not kept, is freed here, outside the lock.)
-  }
-  [[nodiscard]] std::size_t kept_bytes() {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    return kept_ ? kept_->capacity_bytes() : 0;
-  }
-  void release() noexcept {
-    std::unique_ptr<Workspace> dropped;
-    const std::lock_guard<std::mutex> lock(mutex_);
-    dropped = std::move(kept_);
-  }
+  void give_back(std::unique_ptr<Workspace> ws) noexcept;
+  [[nodiscard]] std::size_t kept_bytes();
+  void release() noexcept;
   [[nodiscard]] std::size_t limit() const noexcept { return limit_.load(std::memory_order_relaxed); }
-  void set_limit(std::size_t bytes) noexcept {
-    limit_.store(bytes, std::memory_order_relaxed);
-    std::unique_ptr<Workspace> dropped;
-    const std::lock_guard<std::mutex> lock(mutex_);
-    if (kept_ && kept_->capacity_bytes() > bytes) dropped = std::move(kept_);
-  }
+  void set_limit(std::size_t bytes) noexcept;
 
  private:
   ScratchPool() = default;
@@ -152,3 +115,8 @@ inline void set_scratch_pool_limit(std::size_t bytes) noexcept { detail::Scratch
 inline void release_scratch_pool() noexcept { detail::ScratchPool::instance().release(); }
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/engine/impl/workspace.ipp"
+#endif

@@ -10,10 +10,8 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <functional>
 #include <limits>
 #include <optional>
-#include <queue>
 #include <span>
 #include <string>
 #include <utility>
@@ -96,16 +94,10 @@ class LayerGraph {
   LayerGraph() = default;
 
   // A chain: layer i feeds layer i + 1.
-  explicit LayerGraph(std::vector<Layer> layers) : layers_(std::move(layers)) {
-    edges_.reserve(layers_.empty() ? 0 : layers_.size() - 1);
-    for (std::size_t i = 1; i < layers_.size(); ++i) edges_.push_back({i - 1, i});
-    validate();
-  }
+  explicit LayerGraph(std::vector<Layer> layers);
 
   // Exactly these edges (an empty list means the layers do not feed one another).
-  LayerGraph(std::vector<Layer> layers, std::vector<Edge> edges) : layers_(std::move(layers)), edges_(std::move(edges)) {
-    validate();
-  }
+  LayerGraph(std::vector<Layer> layers, std::vector<Edge> edges);
 
   [[nodiscard]] static LayerGraph chain(std::vector<Layer> layers) { return LayerGraph(std::move(layers)); }
 
@@ -133,29 +125,7 @@ class LayerGraph {
   }
 
  private:
-  void validate() {
-    const std::string subject = "layer graph";
-    detail::check_layers(layers_, subject);
-    for (std::size_t e = 0; e < edges_.size(); ++e) {
-      const Edge& edge = edges_[e];
-      if (edge.from >= layers_.size() || edge.to >= layers_.size()) {
-        fail({subject,
-              detail::concat("edge ", e, " (", edge.from, " -> ", edge.to, ") names layer ",
-                             edge.from >= layers_.size() ? edge.from : edge.to, ", but there are only ",
-                             layers_.size(), " layers"),
-              detail::concat("edge ", e), detail::concat("layer indices run from 0 to ", layers_.size(), " - 1")});
-      }
-      if (edge.from == edge.to) {
-        fail({subject, detail::concat("edge ", e, " feeds ", detail::layer_label(layers_, edge.from), " into itself"),
-              detail::concat("edge ", e), "remove it: a layer cannot consume its own output"});
-      }
-    }
-    order_ = detail::lowest_index_first_order(layers_.size(), edges_);
-    if (order_.size() != layers_.size()) {
-      fail({subject, "the edges form a cycle: " + detail::describe_cycle(layers_, edges_, order_), "edges",
-            "a layer graph must be acyclic; remove or reverse one edge on the cycle"});
-    }
-  }
+  void validate();  // the checks the class comment lists; throws ppsched::error
 
   std::vector<Layer> layers_;
   std::vector<Edge> edges_;
@@ -192,39 +162,13 @@ class GraphBuilder {
 namespace detail {
 
 // Throws unless `order` lists every layer once and puts every edge's source before its target.
-inline void check_topological_order(const LayerGraph& graph, std::span<const std::size_t> order) {
-  const std::string subject = "topological order";
-  const std::size_t n = graph.size();
-  if (order.size() != n) {
-    fail({subject, detail::concat("lists ", order.size(), " layers, but the graph has ", n), "the order's length",
-          "give every layer index exactly once"});
-  }
-  std::vector<std::size_t> position(n, n);
-  for (std::size_t p = 0; p < n; ++p) {
-    if (order[p] >= n) {
-      fail({subject, detail::concat("names layer ", order[p], ", but the graph has ", n, " layers"),
-            detail::concat("position ", p), detail::concat("layer indices run from 0 to ", n, " - 1")});
-    }
-    if (position[order[p]] != n) {
-      fail({subject,
-            detail::concat("lists ", detail::layer_label(graph.layers(), order[p]), " twice (positions ",
-                           position[order[p]], " and ", p, ")"),
-            detail::concat("position ", p), "give every layer index exactly once"});
-    }
-    position[order[p]] = p;
-  }
-  for (std::size_t e = 0; e < graph.edges().size(); ++e) {
-    const Edge& edge = graph.edges()[e];
-    if (position[edge.from] > position[edge.to]) {
-      fail({subject,
-            detail::concat("puts ", detail::layer_label(graph.layers(), edge.to), " (position ", position[edge.to],
-                           ") before its input ", detail::layer_label(graph.layers(), edge.from), " (position ",
-                           position[edge.from], ")"),
-            detail::concat("edge ", e), "every layer must come after the layers that feed it"});
-    }
-  }
-}
+PPSCHED_OUTLINE void check_topological_order(const LayerGraph& graph, std::span<const std::size_t> order);
 
 }  // namespace detail
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/graph/impl/layer_graph.ipp"
+#endif

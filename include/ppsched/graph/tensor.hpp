@@ -140,19 +140,13 @@ namespace detail {
 }
 
 // Throws unless every spec has a size whose payload fits a size_t. `where` names the boundary.
-inline void check_tensor_specs(std::span<const TensorSpec> specs, std::string_view where) {
-  std::size_t total = align_payload(specs.size() * sizeof(std::uint64_t));
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    const std::size_t limit = (std::numeric_limits<std::size_t>::max() - total) / 2 / dtype_size(specs[i].dtype);
-    if (specs[i].max_count > limit) {
-      fail({std::string(where), detail::concat("tensor ", i, " declares ", specs[i].max_count, " elements of ",
-                                               to_string(specs[i].dtype), ", more than memory holds"),
-            detail::concat("tensor ", i), "Declare the largest count a micro-batch really carries"});
-    }
-    total += align_payload(specs[i].max_count * dtype_size(specs[i].dtype));
-  }
-}
+PPSCHED_OUTLINE void check_tensor_specs(std::span<const TensorSpec> specs, std::string_view where);
 
 }  // namespace detail
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/graph/impl/tensor.ipp"
+#endif

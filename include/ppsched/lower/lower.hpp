@@ -72,23 +72,10 @@ struct LowerOptions {
 };
 
 // True when the schedule already contains communication actions.
-[[nodiscard]] inline bool is_lowered(const Schedule& s) noexcept {
-  for (const auto& prog : s.programs) {
-    for (const Action& a : prog) {
-      if (is_comm(a.op)) return true;
-    }
-  }
-  return false;
-}
+[[nodiscard]] PPSCHED_OUTLINE bool is_lowered(const Schedule& s) noexcept;
 
 // The compute-only schedule underneath a lowered one.
-[[nodiscard]] inline Schedule strip_communication(const Schedule& s) {
-  Schedule out = s;
-  for (auto& prog : out.programs) {
-    prog.erase(std::remove_if(prog.begin(), prog.end(), [](const Action& a) { return is_comm(a.op); }), prog.end());
-  }
-  return out;
-}
+[[nodiscard]] PPSCHED_OUTLINE Schedule strip_communication(const Schedule& s);
 
 namespace detail {
 struct LoweringAccess;
@@ -155,19 +142,9 @@ static_assert(op_count == 11, "default_lower_time: give the new operation its ti
 }
 
 // The communication action a CommEntry stands for.
-[[nodiscard]] inline Action comm_action(const Action& producer, bool receive) noexcept {
-  if (producer.op == Op::F) {
-    return receive ? Action{Op::RECV_F, producer.stage + 1, producer.microbatch, 0}
-                   : Action{Op::SEND_F, producer.stage, producer.microbatch, 0};
-  }
-  return receive ? Action{Op::RECV_B, producer.stage - 1, producer.microbatch, 0}
-                 : Action{Op::SEND_B, producer.stage, producer.microbatch, 0};
-}
+[[nodiscard]] PPSCHED_OUTLINE Action comm_action(const Action& producer, bool receive) noexcept;
 
-[[noreturn]] inline void fail_lowering(const Schedule& s, const std::string& problems) {
-  fail({"lower: schedule '" + s.name + "'", "is not a valid compute-only schedule:" + problems, "",
-        "fix these problems (validate() lists them all) before lowering"});
-}
+[[noreturn]] PPSCHED_OUTLINE void fail_lowering(const Schedule& s, const std::string& problems);
 
 }  // namespace detail
 

@@ -20,7 +20,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <iomanip>
 #include <limits>
 #include <optional>
 #include <ostream>
@@ -121,87 +120,39 @@ namespace ppsched::inline PPSCHED_MODE {
 // The split with the smallest bottleneck (see chain.hpp for the exact cost formulas and the
 // tie rule). `order` is a topological order to cut; empty means the graph's own.
 // Throws when no split fits the memory caps, saying what cap would.
-[[nodiscard]] inline Partition partition_optimal(const LayerGraph& graph, std::int32_t stages,
+[[nodiscard]] PPSCHED_OUTLINE Partition partition_optimal(const LayerGraph& graph, std::int32_t stages,
                                                  const PartitionCostModel& cost = {},
-                                                 std::span<const std::size_t> order = {}) {
-  detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_optimal");
-  ChainSplit split = detail::solve_chain(in.model(), in.largest_layer);
-  if (split.boundaries.empty()) detail::fail_memory(in, "partition_optimal");
-  return detail::make_partition(graph, std::move(in), std::move(split.boundaries), "optimal");
-}
+                                                 std::span<const std::size_t> order = {});
 
 // Equal layer counts, as Megatron-LM splits; when the count does not divide, the first
 // (layers % stages) stages get one layer more (as DeepSpeed's partition_method="uniform").
-[[nodiscard]] inline Partition partition_uniform(const LayerGraph& graph, std::int32_t stages,
+[[nodiscard]] PPSCHED_OUTLINE Partition partition_uniform(const LayerGraph& graph, std::int32_t stages,
                                                  const PartitionCostModel& cost = {},
-                                                 std::span<const std::size_t> order = {}) {
-  detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_uniform");
-  const std::size_t k = in.stages;
-  std::vector<std::size_t> boundaries(k + 1, 0);
-  const std::size_t base = in.layers / k, extra = in.layers % k;
-  for (std::size_t j = 0; j < k; ++j) boundaries[j + 1] = boundaries[j] + base + (j < extra ? 1 : 0);
-  return detail::make_partition(graph, std::move(in), std::move(boundaries), "uniform");
-}
+                                                 std::span<const std::size_t> order = {});
 
 // Balanced parameter bytes, as DeepSpeed's partition_method="parameters" intends: the split
 // whose largest stage holds the fewest parameter bytes (exact, same tie rule), then priced
 // with the full cost model.
-[[nodiscard]] inline Partition partition_by_params(const LayerGraph& graph, std::int32_t stages,
+[[nodiscard]] PPSCHED_OUTLINE Partition partition_by_params(const LayerGraph& graph, std::int32_t stages,
                                                    const PartitionCostModel& cost = {},
-                                                   std::span<const std::size_t> order = {}) {
-  detail::PartitionInput in = detail::prepare_partition(graph, stages, cost, order, "partition_by_params");
-  detail::ChainModel by_params;
-  by_params.layers = in.layers;
-  by_params.stages = in.stages;
-  by_params.compute = in.params;
-  double largest = 0.0;
-  for (std::size_t x = 0; x < in.layers; ++x) largest = std::max(largest, in.params[x + 1] - in.params[x]);
-  ChainSplit split = detail::solve_chain(by_params, largest);
-  return detail::make_partition(graph, std::move(in), std::move(split.boundaries), "by-params");
-}
+                                                   std::span<const std::size_t> order = {});
 
 // Prices a given split: stage j holds positions boundaries[j] .. boundaries[j+1]-1 of the
 // order. Memory caps are reported (PartitionStage::fits_memory), not enforced.
-[[nodiscard]] inline Partition evaluate_partition(const LayerGraph& graph, std::span<const std::size_t> boundaries,
+[[nodiscard]] PPSCHED_OUTLINE Partition evaluate_partition(const LayerGraph& graph, std::span<const std::size_t> boundaries,
                                                   const PartitionCostModel& cost = {},
-                                                  std::span<const std::size_t> order = {}) {
-  if (graph.empty()) detail::check_partition_shape(graph, 1, "evaluate_partition");
-  detail::check_boundaries(graph, boundaries);
-  detail::PartitionInput in = detail::prepare_partition(graph, boundaries.size() - 1, cost, order, "evaluate_partition");
-  return detail::make_partition(graph, std::move(in), {boundaries.begin(), boundaries.end()}, "given");
-}
+                                                  std::span<const std::size_t> order = {});
 
 // A table, one row per stage:
 //   partition (optimal): 12 layers, 4 stages, bottleneck 6.5 at stage 2, mean 6.1, imbalance 1.066
 //   stage  positions  layers  first .. last  speed  compute  comm  time  memory  cap
-inline std::ostream& operator<<(std::ostream& out, const Partition& p) {
-  std::ostringstream t;
-  t << std::setprecision(6);
-  t << "partition (" << p.method << "): " << p.order.size() << " layers, " << p.stages.size() << " stages, bottleneck "
-    << p.bottleneck << " at stage " << p.bottleneck_stage << ", mean " << p.mean_time << ", imbalance "
-    << p.imbalance << '\n';
-  t << std::right << std::setw(5) << "stage" << std::setw(16) << "positions" << std::setw(7) << "layers" << "  "
-    << std::left << std::setw(28) << "first .. last" << std::right << std::setw(7) << "speed" << std::setw(12)
-    << "compute" << std::setw(11) << "comm" << std::setw(12) << "time" << std::setw(13) << "memory" << std::setw(13)
-    << "cap" << '\n';
-  for (std::size_t j = 0; j < p.stages.size(); ++j) {
-    const PartitionStage& s = p.stages[j];
-    std::string names = s.first_layer_name;
-    if (s.size() > 1) names += " .. " + s.last_layer_name;
-    if (names.size() > 27) names = names.substr(0, 24) + "...";
-    const std::string cap = s.memory_cap == std::numeric_limits<double>::infinity() ? "-" : detail::concat(s.memory_cap);
-    t << std::right << std::setw(5) << j << std::setw(16) << detail::concat(s.begin, "-", s.end - 1) << std::setw(7)
-      << s.size() << "  " << std::left << std::setw(28) << names << std::right << std::setw(7) << s.speed
-      << std::setw(12) << s.compute_time << std::setw(11) << s.comm_time() << std::setw(12) << s.time << std::setw(13)
-      << s.peak_bytes << std::setw(13) << cap << (s.fits_memory() ? "" : "  OVER CAP") << '\n';
-  }
-  return out << t.str();
-}
+PPSCHED_OUTLINE std::ostream& operator<<(std::ostream& out, const Partition& p);
 
-[[nodiscard]] inline std::string to_string(const Partition& p) {
-  std::ostringstream out;
-  out << p;
-  return out.str();
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string to_string(const Partition& p);
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/partition/impl/partition.ipp"
+#endif

@@ -259,25 +259,9 @@ namespace ppsched::inline PPSCHED_MODE {
 // simulation their arrays (engine/workspace.hpp): keep one across many schedules.
 [[nodiscard]] PPSCHED_OUTLINE ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
                                                       const PartitionPlan& partition, const PlanRequest& request,
-                                                      Workspace& ws)
-#if PPSCHED_OUTLINE_BODY
-{
-  return detail::evaluate_priced(std::move(schedule), model, partition, request, ws,
-                                 cost_model_of(partition, plan_cost_options(model, request.weight_memory_fraction)));
-}
-#else
-;
-#endif
+                                                      Workspace& ws);
 [[nodiscard]] PPSCHED_OUTLINE ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
-                                                      const PartitionPlan& partition, const PlanRequest& request)
-#if PPSCHED_OUTLINE_BODY
-{
-  Workspace ws;
-  return evaluate_schedule(std::move(schedule), model, partition, request, ws);
-}
-#else
-;
-#endif
+                                                      const PartitionPlan& partition, const PlanRequest& request);
 
 // The valid training schedule that fits and is best by `objective` (plan/objective.hpp), and
 // one line saying why. By makespan (the default): the smallest makespan (ties, as sums of the
@@ -469,30 +453,11 @@ struct FamilySchedules {
 // automatic mode, with choose_memory_policies' when it does not fit the byte caps plainly
 // (ScheduleResult::memory says what each stage does and costs). Throws ppsched::error for a bad request, an unknown family, or a named
 // family whose rule the request breaks.
-[[nodiscard]] PPSCHED_OUTLINE PlanResult compare_families(const PlanModel& model, const PlanRequest& request)
-#if PPSCHED_OUTLINE_BODY
-{
-  PlanResult plan = detail::start_plan("compare_families", model, request);
-  detail::PartitionCache partition_for(model);
-  plan.partition = partition_for(one_stage_per_rank_placement(request.ranks));
-  const bool free_comm = model.link.is_free();
-  Workspace ws;
-  detail::for_each_family(request, detail::named_families(request), partition_for, plan.skipped,
-                          [&](const FamilyInfo& family, std::int32_t, Schedule schedule,
-                              const PartitionPlan& partition) {
-                            ScheduleResult result = evaluate_schedule(std::move(schedule), model, partition, request, ws);
-                            result.family = &family;
-                            result = detail::priced_with_memory_policy(std::move(result), model, partition, request, ws);
-                            // the closed forms leave communication and memory actions out
-                            if (free_comm && !result.memory) detail::add_analytic(result, family, partition, request.ranks);
-                            plan.schedules.push_back(std::move(result));
-                          });
-  const bool capped = request.cap.microbatches || request.cap.total_bytes || !model.rank_memory_cap.empty();
-  plan.recommended = recommend(plan.schedules, capped, request.objective);
-  return plan;
-}
-#else
-;
-#endif
+[[nodiscard]] PPSCHED_OUTLINE PlanResult compare_families(const PlanModel& model, const PlanRequest& request);
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/plan/impl/compare.ipp"
+#endif

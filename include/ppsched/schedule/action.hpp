@@ -90,19 +90,14 @@ struct Action {
 };
 
 // "F3@s1", "SEND_B0@s2#4" (#group when grouped): short, unambiguous, used in error messages.
-[[nodiscard]] inline std::string to_string(const Action& a) {
-  std::string s{op_name(a.op)};
-  s += std::to_string(a.microbatch);
-  s += "@s";
-  s += std::to_string(a.stage);
-  if (a.group != 0) {
-    s += '#';
-    s += std::to_string(a.group);
-  }
-  return s;
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string to_string(const Action& a);
 
 inline std::ostream& operator<<(std::ostream& out, const Action& a) { return out << to_string(a); }
 inline std::ostream& operator<<(std::ostream& out, Op op) { return out << op_name(op); }
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/schedule/impl/action.ipp"
+#endif

@@ -27,7 +27,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <string_view>
 #include <utility>
 
@@ -42,100 +41,23 @@ inline constexpr std::string_view dualpipev_name = "dualpipev";
 
 // Whether make_dualpipev(r) would succeed: v = 2 and m >= 2p (the sizes every family checks
 // included).
-[[nodiscard]] inline bool dualpipev_accepts(const ScheduleRequest& r) noexcept {
-  return r.ranks >= 1 && r.chunks == 2 && r.microbatches >= 2 * r.ranks &&
-         3 * std::int64_t{r.ranks} * r.chunks * r.microbatches <= detail::max_generated_actions;
-}
+[[nodiscard]] PPSCHED_OUTLINE bool dualpipev_accepts(const ScheduleRequest& r) noexcept;
 
 namespace detail {
 
 // What make_dualpipev refuses in a request (FamilyInfo::problem), or nothing.
-[[nodiscard]] inline std::optional<error_context> dualpipev_problem(const ScheduleRequest& r) {
-  if (auto problem = sizes_and_chunks_problem(dualpipev_name, r, 2, "dualpipev places two chunks per rank in a V shape",
-                                              "for one stage per rank use zb-h1 or zb-h2")) {
-    return problem;
-  }
-  const std::int32_t p = r.ranks, m = r.microbatches;
-  if (m >= 2 * p) return std::nullopt;
-  return error_context{family_subject(dualpipev_name),
-                       concat("needs at least 2p = ", 2 * p, " micro-batches to fill its V (got m=", m, ")"),
-                       concat("request ", to_string(r)), concat("nearest valid: m=", 2 * p, ", or use zb-v")};
-}
+[[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> dualpipev_problem(const ScheduleRequest& r);
 
 }  // namespace detail
 
 // DualPipeV for p ranks, m >= 2p micro-batches, v = 2, its F&B pairs as compute groups (ids
 // 1, 2, ... along each rank's program). Throws ppsched::error otherwise, saying the nearest
 // valid request.
-[[nodiscard]] inline Schedule make_dualpipev(const ScheduleRequest& r) {
-  if (auto problem = detail::dualpipev_problem(r)) fail(*problem);
-  const std::int32_t p = r.ranks, m = r.microbatches;
-  Schedule out = detail::empty_schedule(dualpipev_name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(m));
-  for (std::int32_t rank = 0; rank < p; ++rank) {
-    auto& program = out.programs[static_cast<std::size_t>(rank)];
-    std::uint32_t next_group = 1;
-    const std::int32_t c0 = rank, c1 = 2 * p - 1 - rank;
-    std::int32_t f0 = 0, f1 = 0, b0 = 0, b1 = 0;
-    std::deque<std::pair<std::int32_t, std::int32_t>> deferred;  // (stage, micro-batch) awaiting BW
-    const auto forward = [&](std::int32_t stage) {
-      std::int32_t& next = stage == c0 ? f0 : f1;
-      program.push_back(detail::compute_action(Op::F, stage, next++));
-    };
-    const auto backward = [&](std::int32_t stage, bool split) {
-      std::int32_t& next = stage == c0 ? b0 : b1;
-      program.push_back(detail::compute_action(split ? Op::BI : Op::B, stage, next));
-      if (split) deferred.emplace_back(stage, next);
-      ++next;
-    };
-    const auto weight = [&]() {
-      if (deferred.empty()) return;
-      program.push_back(detail::compute_action(Op::BW, deferred.front().first, deferred.front().second));
-      deferred.pop_front();
-    };
-    const auto pair = [&](std::int32_t forward_stage, std::int32_t backward_stage) {
-      forward(forward_stage);
-      backward(backward_stage, false);
-      program[program.size() - 2].group = next_group;
-      program.back().group = next_group++;
-    };
-
-    for (std::int32_t i = 0; i < 2 * (p - rank - 1); ++i) forward(c0);
-    for (std::int32_t i = 0; i < rank + 1; ++i) {
-      forward(c0);
-      forward(c1);
-    }
-    for (std::int32_t i = 0; i < p - rank - 1; ++i) {
-      backward(c1, true);
-      weight();
-      forward(c1);
-    }
-    for (std::int32_t i = 0; i < m - 2 * p + rank + 1; ++i) {
-      if (i == 0 && rank == p - 1) {
-        forward(c0);
-        backward(c1, false);
-      } else {
-        pair(c0, c1);
-      }
-      pair(c1, c0);
-    }
-    for (std::int32_t i = 0; i < p - rank - 1; ++i) {
-      backward(c1, false);
-      pair(c1, c0);
-    }
-    bool split = false;
-    for (std::int32_t i = 0; i < rank + 1; ++i) {
-      if (i == (rank + 1) / 2 && rank % 2 == 1) split = true;
-      backward(c1, split);
-      if (i == (rank + 1) / 2 && rank % 2 == 0) split = true;
-      backward(c0, split);
-    }
-    for (std::int32_t i = 0; i < p - rank - 1; ++i) {
-      weight();
-      backward(c0, true);
-    }
-    while (!deferred.empty()) weight();
-  }
-  return out;
-}
+[[nodiscard]] PPSCHED_OUTLINE Schedule make_dualpipev(const ScheduleRequest& r);
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/schedule/impl/dualpipev.ipp"
+#endif

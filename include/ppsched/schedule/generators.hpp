@@ -226,26 +226,11 @@ inline constexpr std::array<std::string_view, schedule_families.size()> family_n
 
 // Lower case without '-' and '_', so that "ZB-H1", "zb_h1" and PyTorch's class-name spelling
 // ("Interleaved1F1B", "LoopedBFS", "GPipe") all find their family.
-[[nodiscard]] inline std::string normalised_family(std::string_view name) {
-  std::string out;
-  out.reserve(name.size());
-  for (char c : name) {
-    if (c == '-' || c == '_' || c == ' ') continue;
-    out += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-  }
-  return out;
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string normalised_family(std::string_view name);
 
 [[nodiscard]] PPSCHED_OUTLINE const FamilyInfo* find_family(std::string_view name);
 
-[[nodiscard]] inline std::string joined_family_names() {
-  std::string out;
-  for (std::string_view n : family_name_list) {
-    if (!out.empty()) out += ", ";
-    out += n;
-  }
-  return out;
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string joined_family_names();
 
 }  // namespace detail
 

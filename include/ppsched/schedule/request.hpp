@@ -35,33 +35,16 @@ struct ScheduleRequest {
 }
 
 // Stage s on rank s: GPipe, 1F1B, ZB-H1, ZB-H2, forward-only.
-[[nodiscard]] inline std::vector<std::int32_t> one_stage_per_rank_placement(std::int32_t ranks) {
-  std::vector<std::int32_t> placement(static_cast<std::size_t>(ranks > 0 ? ranks : 0));
-  for (std::int32_t s = 0; s < ranks; ++s) placement[static_cast<std::size_t>(s)] = s;
-  return placement;
-}
+[[nodiscard]] PPSCHED_OUTLINE std::vector<std::int32_t> one_stage_per_rank_placement(std::int32_t ranks);
 
 // Stage chunk*p + rank on rank: Megatron's virtual pipeline, used by interleaved 1F1B and
 // looped BFS. Consecutive stages sit on consecutive ranks, so every stage boundary crosses
 // ranks when p > 1.
-[[nodiscard]] inline std::vector<std::int32_t> looped_placement(std::int32_t ranks, std::int32_t chunks) {
-  std::vector<std::int32_t> placement;
-  if (ranks <= 0 || chunks <= 0) return placement;
-  placement.reserve(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(chunks));
-  for (std::int32_t c = 0; c < chunks; ++c)
-    for (std::int32_t r = 0; r < ranks; ++r) placement.push_back(r);
-  return placement;
-}
+[[nodiscard]] PPSCHED_OUTLINE std::vector<std::int32_t> looped_placement(std::int32_t ranks, std::int32_t chunks);
 
 // Two stages per rank in a V: stage s on rank s for s < p and on rank 2p-1-s for s >= p, so
 // rank p-1 holds the two middle stages and rank 0 holds the first and the last (ZB-V).
-[[nodiscard]] inline std::vector<std::int32_t> v_shape_placement(std::int32_t ranks) {
-  std::vector<std::int32_t> placement;
-  if (ranks <= 0) return placement;
-  placement.reserve(2 * static_cast<std::size_t>(ranks));
-  for (std::int32_t s = 0; s < 2 * ranks; ++s) placement.push_back(s < ranks ? s : 2 * ranks - 1 - s);
-  return placement;
-}
+[[nodiscard]] PPSCHED_OUTLINE std::vector<std::int32_t> v_shape_placement(std::int32_t ranks);
 
 }  // namespace ppsched
 
@@ -70,3 +53,8 @@ struct ScheduleRequest {
 namespace ppsched::inline PPSCHED_MODE {
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/schedule/impl/request.ipp"
+#endif

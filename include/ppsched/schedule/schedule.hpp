@@ -32,24 +32,15 @@ struct Schedule {
 };
 
 // One line per rank: "rank 0: F0@s0 F1@s0 B0@s0 ...".
-inline std::ostream& operator<<(std::ostream& out, const Schedule& s) {
-  out << "schedule '" << s.name << "': " << s.ranks << " ranks, " << s.stages() << " stages, "
-      << s.microbatches << " micro-batches\n";
-  for (std::size_t r = 0; r < s.programs.size(); ++r) {
-    out << "rank " << r << ':';
-    for (const Action& a : s.programs[r]) out << ' ' << a;
-    out << '\n';
-  }
-  return out;
-}
+PPSCHED_OUTLINE std::ostream& operator<<(std::ostream& out, const Schedule& s);
 
 // The schedule without its memory actions (R, OFFLOAD, RELOAD): the same step keeping every
 // activation, e.g. for PyTorch, whose action set has none, or for a runtime that runs none.
-[[nodiscard]] inline Schedule strip_memory_actions(Schedule s) {
-  for (auto& prog : s.programs) {
-    prog.erase(std::remove_if(prog.begin(), prog.end(), [](const Action& a) { return is_memory(a.op); }), prog.end());
-  }
-  return s;
-}
+[[nodiscard]] PPSCHED_OUTLINE Schedule strip_memory_actions(Schedule s);
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/schedule/impl/schedule.ipp"
+#endif

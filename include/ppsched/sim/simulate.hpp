@@ -113,16 +113,8 @@ namespace ppsched::inline PPSCHED_MODE {
 // invalid schedule (its problems listed), a cost model that does not fit it, or a
 // deadlock (each stuck action named with what it waits for). `ws` (optional) lends its
 // arrays (engine/workspace.hpp); without it the call borrows the scratch pool's.
-[[nodiscard]] inline SimResult simulate(const Schedule& schedule, const CostModel& cost, const SimOptions& options,
-                                        Workspace& ws) {
-  if (!options.ideal_communication && !is_lowered(schedule) && !schedule.placement.empty() &&
-      schedule.microbatches >= 1) {  // (otherwise the checks name the problem)
-    const LoweredSchedule lowered =
-        lower(schedule, lower_options_for(cost, schedule.stages(), schedule.microbatches), ws);
-    return detail::simulate_lowered(schedule, lowered.schedule(), lowered.proven(), true, cost, options, ws);
-  }
-  return detail::simulate_lowered(schedule, schedule, false, false, cost, options, ws);
-}
+[[nodiscard]] PPSCHED_OUTLINE SimResult simulate(const Schedule& schedule, const CostModel& cost, const SimOptions& options,
+                                        Workspace& ws);
 [[nodiscard]] inline SimResult simulate(const Schedule& schedule, const CostModel& cost, const SimOptions& options = {}) {
   detail::BorrowedWorkspace ws;  // the scratch pool's (engine/workspace.hpp)
   return simulate(schedule, cost, options, ws.get());
@@ -131,13 +123,8 @@ namespace ppsched::inline PPSCHED_MODE {
 // The same for a schedule lower() wrote: its checks are proven by its construction. The result
 // is the one simulate() gives the same schedule as a plain Schedule, `lowered_internally`
 // included (a schedule without communication, from a single rank, would be lowered again).
-[[nodiscard]] inline SimResult simulate(const LoweredSchedule& lowered, const CostModel& cost,
-                                        const SimOptions& options, Workspace& ws) {
-  const Schedule& s = lowered.schedule();
-  const bool relowered = !options.ideal_communication && !lowered.communicates() && !s.placement.empty() &&
-                         s.microbatches >= 1;
-  return detail::simulate_lowered(s, s, lowered.proven(), relowered, cost, options, ws);
-}
+[[nodiscard]] PPSCHED_OUTLINE SimResult simulate(const LoweredSchedule& lowered, const CostModel& cost,
+                                        const SimOptions& options, Workspace& ws);
 [[nodiscard]] inline SimResult simulate(const LoweredSchedule& lowered, const CostModel& cost,
                                         const SimOptions& options = {}) {
   detail::BorrowedWorkspace ws;
@@ -145,3 +132,8 @@ namespace ppsched::inline PPSCHED_MODE {
 }
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/sim/impl/simulate.ipp"
+#endif

@@ -35,46 +35,9 @@ inline constexpr const char* weight_memory_fraction_hint =
     "give what a BI keeps for its BW per stored activation, 0 or more (0.5 by default; above 1 "
     "where BI holds more than its F left, as the libtorch adapter's does)";
 
-inline void check_cost_value(double v, const std::string& where, bool positive = false) {
-  if (!std::isfinite(v) || v < 0.0 || (positive && v == 0.0)) {
-    fail({"cost model", concat("value ", v, " is not ", positive ? "a positive" : "a non-negative", " finite number"),
-          where, "times and sizes are finite and >= 0"});
-  }
-}
+PPSCHED_OUTLINE void check_cost_value(double v, const std::string& where, bool positive = false);
 
-inline void check_stage_cost(const StageCost& c, const std::string& where) {
-  check_cost_value(c.forward, where + ".forward");
-  check_cost_value(c.backward_input, where + ".backward_input");
-  check_cost_value(c.backward_weight, where + ".backward_weight");
-  check_cost_value(c.activation_bytes, where + ".activation_bytes");
-  check_cost_value(c.output_bytes, where + ".output_bytes");
-  if (c.backward) check_cost_value(*c.backward, where + ".backward");
-  if (c.recompute) check_cost_value(*c.recompute, where + ".recompute");
-  if (c.weight_memory_fraction) check_cost_value(*c.weight_memory_fraction, where + ".weight_memory_fraction");
-  if (c.recompute_saved_bytes) {
-    check_cost_value(*c.recompute_saved_bytes, where + ".recompute_saved_bytes");
-    if (*c.recompute_saved_bytes > c.activation_bytes) {
-      fail({"cost model",
-            concat("recompute_saved_bytes ", *c.recompute_saved_bytes, " exceeds activation_bytes ", c.activation_bytes),
-            where + ".recompute_saved_bytes", "R restores part of the stored activation: give at most activation_bytes"});
-    }
-  }
-  if (c.recompute_peak_bytes) {
-    check_cost_value(*c.recompute_peak_bytes, where + ".recompute_peak_bytes");
-    if (*c.recompute_peak_bytes > c.activation_bytes) {
-      fail({"cost model",
-            concat("recompute_peak_bytes ", *c.recompute_peak_bytes, " exceeds activation_bytes ", c.activation_bytes),
-            where + ".recompute_peak_bytes", "give the largest single layer's activation, at most the stage's activation_bytes"});
-    }
-  }
-  if (c.offload_bytes) {
-    check_cost_value(*c.offload_bytes, where + ".offload_bytes");
-    if (*c.offload_bytes > c.activation_bytes) {
-      fail({"cost model", concat("offload_bytes ", *c.offload_bytes, " exceeds activation_bytes ", c.activation_bytes),
-            where + ".offload_bytes", "OFFLOAD moves part of the stored activation: give at most activation_bytes"});
-    }
-  }
-}
+PPSCHED_OUTLINE void check_stage_cost(const StageCost& c, const std::string& where);
 
 // Shared by the cost model, the planner's cost options and the profile, which carry it.
 inline void check_concurrent_slowdown(const std::vector<double>& s, const char* what, const std::string& where) {
@@ -88,80 +51,16 @@ inline void check_concurrent_slowdown(const std::vector<double>& s, const char* 
 }
 
 // Options made for one schedule's sizes, used on another's, would read past the tables.
-inline void check_fits(const Action& a, std::int32_t stages, std::int32_t microbatches) {
-  if (a.stage < 0 || a.stage >= stages || a.microbatch < 0 || a.microbatch >= microbatches) {
-    fail({"lower options from lower_options_for", concat("asked for ", to_string(a), ", outside the ", stages,
-                                                         " stages and ", microbatches, " micro-batches they were made for"),
-          "", "make the options with the schedule's own stages() and microbatches"});
-  }
-}
+PPSCHED_OUTLINE void check_fits(const Action& a, std::int32_t stages, std::int32_t microbatches);
 
 // The largest time or size of one StageCost, and its field name.
-inline void note_largest(const StageCost& c, const std::string& where, double& largest, std::string& largest_where) {
-  const std::pair<double, const char*> fields[] = {{c.forward, ".forward"},
-                                                   {c.backward_input, ".backward_input"},
-                                                   {c.backward_weight, ".backward_weight"},
-                                                   {c.backward.value_or(0.0), ".backward"},
-                                                   {c.activation_bytes, ".activation_bytes"},
-                                                   {c.output_bytes, ".output_bytes"}};
-  for (const auto& [value, name] : fields) {
-    if (value > largest) {
-      largest = value;
-      largest_where = where + name;
-    }
-  }
-}
+PPSCHED_OUTLINE void note_largest(const StageCost& c, const std::string& where, double& largest, std::string& largest_where);
 
 // A makespan is at most the sum of every action's time, and the statistics multiply it by
 // the rank count (at most the stage count); activation bytes add up over the stored
 // micro-batches. Finite costs whose sums are not finite doubles would make lower() order by
 // infinite times and the simulator reject its own lowering, so they are rejected here.
-inline void check_cost_sums(const CostModel& c, std::int32_t stages, std::int32_t microbatches) {
-  const double S = stages, M = microbatches;
-  const auto transfer = [&c](double bytes) { return c.link.transfer_time(bytes); };
-  // Every action of one (stage, micro-batch), B and BI + BW both counted (either may run).
-  const auto action_time = [&](const StageCost& s) {
-    return s.forward + s.backward.value_or(0.0) + s.backward_input + s.backward_weight + 4.0 * c.action_overhead +
-           2.0 * (transfer(s.output_bytes) + c.transfer_overhead);
-  };
-  double times = 0.0, bytes = 0.0, largest = -1.0;
-  std::string largest_where;
-  if (c.per_microbatch.empty()) {
-    for (std::size_t i = 0; i < c.stages.size(); ++i) {
-      times += action_time(c.stages[i]);
-      bytes += c.stages[i].activation_bytes;
-      note_largest(c.stages[i], concat("stages[", i, "]"), largest, largest_where);
-    }
-    const double copies = c.stages.size() == 1 ? S : 1.0;
-    double scale = c.microbatch_scale.empty() ? M : 0.0;
-    for (std::size_t i = 0; i < c.microbatch_scale.size(); ++i) {
-      scale += c.microbatch_scale[i];
-      if (c.microbatch_scale[i] > largest) {
-        largest = c.microbatch_scale[i];
-        largest_where = concat("microbatch_scale[", i, "]");
-      }
-    }
-    times *= copies * scale;
-    bytes *= copies * scale;
-  } else {
-    for (std::size_t i = 0; i < c.per_microbatch.size(); ++i) {
-      times += action_time(c.per_microbatch[i]);
-      bytes += c.per_microbatch[i].activation_bytes;
-      note_largest(c.per_microbatch[i], concat("per_microbatch[", i, "]"), largest, largest_where);
-    }
-  }
-  times += c.step_overhead;
-  if (std::isfinite(times * S) && std::isfinite(bytes)) return;
-  const double bound = std::numeric_limits<double>::max() / (8.0 * S * S * M);
-  fail({"cost model",
-        concat("its ", std::isfinite(times * S) ? "activation bytes" : "times", " add up past the largest double: ",
-               stages, " stages x ", microbatches, " micro-batches sum to ", std::isfinite(times * S) ? bytes : times * S,
-               " (times counted once per rank for the statistics); the largest value is ", largest_where, " = ", largest,
-               c.link.bandwidth < 1.0 ? concat(", with link.bandwidth = ", c.link.bandwidth) : std::string()),
-        largest_where,
-        concat("keep the costs' sum finite: every time, size and scale well below ", bound,
-               " (the largest double / (8 x stages^2 x micro-batches)), e.g. by choosing a larger unit")});
-}
+PPSCHED_OUTLINE void check_cost_sums(const CostModel& c, std::int32_t stages, std::int32_t microbatches);
 
 }  // namespace detail
 

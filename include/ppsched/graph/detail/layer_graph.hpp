@@ -13,10 +13,8 @@
 
 #include <algorithm>
 #include <cstddef>
-#include <functional>
 #include <limits>
 #include <optional>
-#include <queue>
 #include <span>
 #include <string>
 #include <utility>
@@ -35,177 +33,34 @@ namespace detail {
 }
 
 // "layer 3 'attn'": how every message points at a layer.
-[[nodiscard]] inline std::string layer_label(std::span<const Layer> layers, std::size_t i) {
-  return concat("layer ", i, " '", layers[i].name, "'");
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string layer_label(std::span<const Layer> layers, std::size_t i);
 
 // Why a cost is rejected, in words: "is NaN", "is infinite", "is negative (-2)".
-[[nodiscard]] inline std::string bad_value_problem(double x) {
-  if (x != x) return "is NaN";
-  if (x == std::numeric_limits<double>::infinity() || x == -std::numeric_limits<double>::infinity()) {
-    return "is infinite";
-  }
-  return concat("is negative (", x, ")");
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string bad_value_problem(double x);
 
-inline void check_layer_field(std::span<const Layer> layers, std::size_t i, const char* field, double value,
-                              const std::string& subject) {
-  if (finite_nonnegative(value)) return;
-  fail({subject, concat("field '", field, "' of ", layer_label(layers, i), ' ', bad_value_problem(value)),
-        concat(layer_label(layers, i), " field '", field, "'"),
-        "times and byte counts must be finite and >= 0 (use 0 for a cost a layer does not have)"});
-}
+PPSCHED_OUTLINE void check_layer_field(std::span<const Layer> layers, std::size_t i, const char* field, double value,
+                              const std::string& subject);
 
 // A cut lets go of part of what the layer keeps, never more: a stage's bytes stay >= 0.
-inline void check_boundary_bytes(std::span<const Layer> layers, std::size_t i, const std::string& at, const char* field,
-                                 double boundary, const char* kept_field, double kept, const std::string& subject) {
-  if (boundary <= kept) return;
-  fail({subject,
-        concat("field '", at, field, "' of ", layer_label(layers, i), " (", boundary, ") exceeds its ", kept_field, " (",
-               kept, ")"),
-        concat(layer_label(layers, i), " field '", at, field, "'"),
-        concat("a cut lets go of part of what the layer keeps: give at most ", kept_field)});
-}
+PPSCHED_OUTLINE void check_boundary_bytes(std::span<const Layer> layers, std::size_t i, const std::string& at, const char* field,
+                                 double boundary, const char* kept_field, double kept, const std::string& subject);
 
-inline void check_boundary_weight_bytes(std::span<const Layer> layers, std::size_t i, const std::string& at, double boundary,
-                                        const std::optional<double>& weight, const std::string& subject) {
-  if (!weight) {
-    fail({subject, concat(layer_label(layers, i), " has ", at, "boundary_weight_bytes without ", at, "weight_bytes"),
-          concat(layer_label(layers, i), " field '", at, "boundary_weight_bytes'"),
-          "give weight_bytes too (what the layer keeps from BI to BW), or leave both out"});
-  }
-  check_boundary_bytes(layers, i, at, "boundary_weight_bytes", boundary, "weight_bytes", *weight, subject);
-}
+PPSCHED_OUTLINE void check_boundary_weight_bytes(std::span<const Layer> layers, std::size_t i, const std::string& at, double boundary,
+                                        const std::optional<double>& weight, const std::string& subject);
 
-inline void check_layers(std::span<const Layer> layers, const std::string& subject) {
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    const Layer& l = layers[i];
-    check_layer_field(layers, i, "forward", l.forward, subject);
-    check_layer_field(layers, i, "backward_input", l.backward_input, subject);
-    check_layer_field(layers, i, "backward_weight", l.backward_weight, subject);
-    check_layer_field(layers, i, "param_bytes", l.param_bytes, subject);
-    check_layer_field(layers, i, "activation_bytes", l.activation_bytes, subject);
-    check_layer_field(layers, i, "output_bytes", l.output_bytes, subject);
-    if (l.backward) check_layer_field(layers, i, "backward", *l.backward, subject);
-    if (l.weight_bytes) check_layer_field(layers, i, "weight_bytes", *l.weight_bytes, subject);
-    if (l.boundary_bytes) {
-      check_layer_field(layers, i, "boundary_bytes", *l.boundary_bytes, subject);
-      check_boundary_bytes(layers, i, "", "boundary_bytes", *l.boundary_bytes, "activation_bytes", l.activation_bytes, subject);
-    }
-    if (l.boundary_weight_bytes) {
-      check_layer_field(layers, i, "boundary_weight_bytes", *l.boundary_weight_bytes, subject);
-      check_boundary_weight_bytes(layers, i, "", *l.boundary_weight_bytes, l.weight_bytes, subject);
-    }
-    for (std::size_t k = 0; k < l.points.size(); ++k) {
-      const CostPoint& p = l.points[k];
-      const std::string at = concat("points[", k, "].");
-      for (const auto& [field, value] : {std::pair{"rows", p.rows}, std::pair{"forward", p.forward},
-                                         std::pair{"backward_input", p.backward_input},
-                                         std::pair{"backward_weight", p.backward_weight},
-                                         std::pair{"backward", p.backward.value_or(0.0)},
-                                         std::pair{"activation_bytes", p.activation_bytes},
-                                         std::pair{"output_bytes", p.output_bytes},
-                                         std::pair{"weight_bytes", p.weight_bytes.value_or(0.0)},
-                                         std::pair{"boundary_bytes", p.boundary_bytes.value_or(0.0)},
-                                         std::pair{"boundary_weight_bytes", p.boundary_weight_bytes.value_or(0.0)},
-                                         std::pair{"spread", p.spread}}) {
-        check_layer_field(layers, i, (at + field).c_str(), value, subject);
-      }
-      if (!(p.rows > 0.0) || (k > 0 && !(p.rows > l.points[k - 1].rows))) {
-        fail({subject, concat(layer_label(layers, i), " has a measured point at ", p.rows, " rows",
-                              k > 0 ? concat(" after one at ", l.points[k - 1].rows) : std::string()),
-              concat(layer_label(layers, i), " field '", at, "rows'"),
-              "list the measured sizes in increasing order, each > 0 and measured once"});
-      }
-      if (p.backward.has_value() != l.points.front().backward.has_value()) {
-        fail({subject, concat(layer_label(layers, i), " has a full backward at some measured sizes and not at others"),
-              concat(layer_label(layers, i), " field '", at, "backward'"),
-              "measure the full backward at every size, or at none"});
-      }
-      if (p.weight_bytes.has_value() != l.points.front().weight_bytes.has_value()) {
-        fail({subject, concat(layer_label(layers, i), " has weight_bytes at some measured sizes and not at others"),
-              concat(layer_label(layers, i), " field '", at, "weight_bytes'"), "measure them at every size, or at none"});
-      }
-      if (p.boundary_bytes.has_value() != l.points.front().boundary_bytes.has_value()) {
-        fail({subject, concat(layer_label(layers, i), " has boundary_bytes at some measured sizes and not at others"),
-              concat(layer_label(layers, i), " field '", at, "boundary_bytes'"), "measure them at every size, or at none"});
-      }
-      if (p.boundary_bytes) {
-        check_boundary_bytes(layers, i, at, "boundary_bytes", *p.boundary_bytes, "activation_bytes", p.activation_bytes, subject);
-      }
-      if (p.boundary_weight_bytes.has_value() != l.points.front().boundary_weight_bytes.has_value()) {
-        fail({subject, concat(layer_label(layers, i), " has boundary_weight_bytes at some measured sizes and not at others"),
-              concat(layer_label(layers, i), " field '", at, "boundary_weight_bytes'"), "measure them at every size, or at none"});
-      }
-      if (p.boundary_weight_bytes) check_boundary_weight_bytes(layers, i, at, *p.boundary_weight_bytes, p.weight_bytes, subject);
-    }
-  }
-}
+PPSCHED_OUTLINE void check_layers(std::span<const Layer> layers, const std::string& subject);
 
 // Kahn's algorithm taking the lowest-numbered ready layer first, so the order is unique and a
 // graph already numbered in topological order keeps its numbering. Returns fewer than
 // layers.size() entries when the edges contain a cycle.
-[[nodiscard]] inline std::vector<std::size_t> lowest_index_first_order(std::size_t layers,
-                                                                       std::span<const Edge> edges) {
-  const bool numbered_in_order =
-      std::all_of(edges.begin(), edges.end(), [](const Edge& e) { return e.from < e.to; });
-  std::vector<std::size_t> order;
-  order.reserve(layers);
-  if (numbered_in_order) {
-    for (std::size_t i = 0; i < layers; ++i) order.push_back(i);
-    return order;
-  }
-  std::vector<std::size_t> indegree(layers, 0), first_out(layers + 1, 0), targets(edges.size());
-  for (const Edge& e : edges) {
-    ++indegree[e.to];
-    ++first_out[e.from + 1];
-  }
-  for (std::size_t i = 0; i < layers; ++i) first_out[i + 1] += first_out[i];
-  std::vector<std::size_t> fill(first_out.begin(), first_out.end() - 1);
-  for (const Edge& e : edges) targets[fill[e.from]++] = e.to;
-  std::priority_queue<std::size_t, std::vector<std::size_t>, std::greater<>> ready;
-  for (std::size_t i = 0; i < layers; ++i) {
-    if (indegree[i] == 0) ready.push(i);
-  }
-  while (!ready.empty()) {
-    const std::size_t u = ready.top();
-    ready.pop();
-    order.push_back(u);
-    for (std::size_t t = first_out[u]; t < first_out[u + 1]; ++t) {
-      if (--indegree[targets[t]] == 0) ready.push(targets[t]);
-    }
-  }
-  return order;
-}
+[[nodiscard]] PPSCHED_OUTLINE std::vector<std::size_t> lowest_index_first_order(std::size_t layers,
+                                                                       std::span<const Edge> edges);
 
 // One cycle among the layers Kahn's algorithm could not place, as "a -> b -> ... -> a".
 // Every such layer has a predecessor that is also unplaced, so walking predecessors from any
 // of them must revisit a layer; the revisited stretch is a cycle.
-[[nodiscard]] inline std::string describe_cycle(std::span<const Layer> layers, std::span<const Edge> edges,
-                                                std::span<const std::size_t> placed_order) {
-  std::vector<bool> placed(layers.size(), false);
-  for (const std::size_t i : placed_order) placed[i] = true;
-  std::vector<std::size_t> unplaced_predecessor(layers.size(), layers.size());
-  for (const Edge& e : edges) {
-    if (!placed[e.from] && !placed[e.to]) unplaced_predecessor[e.to] = e.from;
-  }
-  std::size_t start = 0;
-  while (placed[start]) ++start;
-  std::vector<std::size_t> seen_at(layers.size(), layers.size());
-  std::vector<std::size_t> walk;
-  std::size_t cur = start;
-  while (seen_at[cur] == layers.size()) {
-    seen_at[cur] = walk.size();
-    walk.push_back(cur);
-    cur = unplaced_predecessor[cur];
-  }
-  // walk[seen_at[cur]..] runs against the edges; print it along them.
-  std::vector<std::size_t> cycle(walk.begin() + static_cast<std::ptrdiff_t>(seen_at[cur]), walk.end());
-  std::reverse(cycle.begin(), cycle.end());
-  std::string text;
-  for (const std::size_t i : cycle) text += concat(layer_label(layers, i), " -> ");
-  return text + layer_label(layers, cycle.front());
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string describe_cycle(std::span<const Layer> layers, std::span<const Edge> edges,
+                                                std::span<const std::size_t> placed_order);
 
 }  // namespace detail
 

@@ -39,41 +39,17 @@ inline constexpr std::int64_t max_generated_actions = std::int64_t{1} << 26;
 // The checks every family makes first: p, m, v at least 1 and the schedule of bounded size.
 // What is wrong, or nothing: a planner asks why a family refuses a request without building
 // it or catching an exception (FamilyInfo::why_not).
-[[nodiscard]] inline std::optional<error_context> request_size_problem(std::string_view family,
-                                                                       const ScheduleRequest& r) {
-  for (const auto& [value, what, letter] : {std::tuple{r.ranks, "ranks", "p"}, std::tuple{r.microbatches, "micro-batches", "m"},
-                                            std::tuple{r.chunks, "chunks per rank", "v"}}) {
-    if (value < 1) {
-      return error_context{family_subject(family),
-                           concat("the number of ", what, " ", letter, " must be at least 1 (got ", letter, "=", value, ")"),
-                           concat("request ", to_string(r)), concat("ask for ", letter, "=1 or more")};
-    }
-  }
-  const std::int64_t actions =
-      3 * std::int64_t{r.ranks} * std::int64_t{r.chunks} * std::int64_t{r.microbatches};
-  if (actions > max_generated_actions) {
-    return error_context{family_subject(family),
-                         concat("the schedule would hold about ", actions, " actions, more than the ",
-                                max_generated_actions, " a generator will build"),
-                         concat("request ", to_string(r)),
-                         "ask for fewer ranks, micro-batches or chunks (p*v*m at most 22369621)"};
-  }
-  return std::nullopt;
-}
+[[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> request_size_problem(std::string_view family,
+                                                                       const ScheduleRequest& r);
 
 inline void check_request_sizes(std::string_view family, const ScheduleRequest& r) {
   if (auto problem = request_size_problem(family, r)) fail(*problem);
 }
 
 // For families whose placement fixes v (one stage per rank: v=1; V-shape: v=2).
-[[nodiscard]] inline std::optional<error_context> chunks_problem(std::string_view family, const ScheduleRequest& r,
+[[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> chunks_problem(std::string_view family, const ScheduleRequest& r,
                                                                  std::int32_t required, std::string_view reason,
-                                                                 std::string_view alternative) {
-  if (r.chunks == required) return std::nullopt;
-  return error_context{family_subject(family), concat(reason, ", so v must be ", required, " (got v=", r.chunks, ")"),
-                       concat("request ", to_string(r)),
-                       concat("nearest valid: v=", required, alternative.empty() ? "" : "; ", alternative)};
-}
+                                                                 std::string_view alternative);
 
 inline void require_chunks(std::string_view family, const ScheduleRequest& r, std::int32_t required,
                            std::string_view reason, std::string_view alternative) {
@@ -82,13 +58,10 @@ inline void require_chunks(std::string_view family, const ScheduleRequest& r, st
 
 // The sizes every family checks, then the v its placement fixes: the whole check of most
 // families.
-[[nodiscard]] inline std::optional<error_context> sizes_and_chunks_problem(std::string_view family,
+[[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> sizes_and_chunks_problem(std::string_view family,
                                                                            const ScheduleRequest& r,
                                                                            std::int32_t required, std::string_view reason,
-                                                                           std::string_view alternative) {
-  if (auto problem = request_size_problem(family, r)) return problem;
-  return chunks_problem(family, r, required, reason, alternative);
-}
+                                                                           std::string_view alternative);
 
 [[nodiscard]] constexpr Action compute_action(Op op, std::int32_t stage, std::int32_t microbatch) noexcept {
   Action a;
@@ -99,19 +72,9 @@ inline void require_chunks(std::string_view family, const ScheduleRequest& r, st
 }
 
 // An empty schedule with the placement set and one program per rank, room reserved.
-[[nodiscard]] inline Schedule empty_schedule(std::string_view name, const ScheduleRequest& r,
+[[nodiscard]] PPSCHED_OUTLINE Schedule empty_schedule(std::string_view name, const ScheduleRequest& r,
                                              std::vector<std::int32_t> placement, bool split_backward,
-                                             std::size_t actions_per_rank) {
-  Schedule s;
-  s.name = std::string(name);
-  s.ranks = r.ranks;
-  s.microbatches = r.microbatches;
-  s.placement = std::move(placement);
-  s.programs.resize(static_cast<std::size_t>(r.ranks));
-  for (auto& program : s.programs) program.reserve(actions_per_rank);
-  s.split_backward = split_backward;
-  return s;
-}
+                                             std::size_t actions_per_rank);
 
 }  // namespace detail
 

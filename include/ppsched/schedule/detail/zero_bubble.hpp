@@ -22,20 +22,15 @@ namespace detail {
 // that is `weight_lag` micro-batches behind (if any), and the next forward (if any); the
 // BWs still owed run at the end. Truncating the warm-up to m keeps the schedule complete for
 // any m >= 1.
-inline void append_zero_bubble_program(std::vector<Action>& program, std::int32_t stage,
+PPSCHED_OUTLINE void append_zero_bubble_program(std::vector<Action>& program, std::int32_t stage,
                                        std::int32_t microbatches, std::int32_t warmup,
-                                       std::int32_t weight_lag) {
-  const std::int32_t fills = std::min(warmup, microbatches);
-  for (std::int32_t mb = 0; mb < fills; ++mb) program.push_back(compute_action(Op::F, stage, mb));
-  for (std::int32_t j = 0; j < microbatches; ++j) {
-    program.push_back(compute_action(Op::BI, stage, j));
-    if (j >= weight_lag) program.push_back(compute_action(Op::BW, stage, j - weight_lag));
-    if (j + fills < microbatches) program.push_back(compute_action(Op::F, stage, j + fills));
-  }
-  for (std::int32_t mb = std::max(0, microbatches - weight_lag); mb < microbatches; ++mb)
-    program.push_back(compute_action(Op::BW, stage, mb));
-}
+                                       std::int32_t weight_lag);
 
 }  // namespace detail
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/schedule/impl/detail_zero_bubble.ipp"
+#endif

@@ -38,3 +38,29 @@ namespace ppsched::inline PPSCHED_MODE {
 }
 
 }  // namespace ppsched::PPSCHED_MODE
+
+namespace ppsched::inline PPSCHED_MODE {
+
+namespace detail {
+
+[[nodiscard]] PPSCHED_OUTLINE std::string normalised_family(std::string_view name) {
+  std::string out;
+  out.reserve(name.size());
+  for (char c : name) {
+    if (c == '-' || c == '_' || c == ' ') continue;
+    out += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+  }
+  return out;
+}
+
+[[nodiscard]] PPSCHED_OUTLINE std::string joined_family_names() {
+  std::string out;
+  for (std::string_view n : family_name_list) {
+    if (!out.empty()) out += ", ";
+    out += n;
+  }
+  return out;
+}
+
+}  // namespace detail
+}  // namespace ppsched

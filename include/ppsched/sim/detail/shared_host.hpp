@@ -67,22 +67,8 @@ class SharedHostLoad {
     events_.emplace_back(start, 1);
     events_.emplace_back(end, -1);
   }
-  void build(const std::vector<double>& slowdown) {
-    std::sort(events_.begin(), events_.end());  // at one time, ends (-1) before starts (+1)
-    times_.clear();
-    integral_.clear();
-    std::int32_t computing = 0;
-    for (const auto& [t, delta] : events_) {
-      if (times_.empty()) {
-        times_.push_back(t);
-        integral_.push_back(0.0);
-      } else if (t != times_.back()) {
-        integral_.push_back(integral_.back() + (t - times_.back()) * concurrent_factor(slowdown, computing));
-        times_.push_back(t);
-      }
-      computing += delta;
-    }
-  }
+  // The counts over time, and their slowdown's integral (sim/impl/simulate.ipp).
+  PPSCHED_OUTLINE void build(const std::vector<double>& slowdown);
   // The mean over [start, end], both times of intervals added; `otherwise` for an empty one.
   [[nodiscard]] double mean(double start, double end, double otherwise) const {
     if (!(end > start) || times_.empty()) return otherwise;
@@ -101,34 +87,9 @@ class SharedHostLoad {
 // One step of the fixed point: from `run`'s compute intervals, each compute action's mean
 // slowdown over its interval, written to `factor` (one per flat action; 1 for communication
 // and copies) with damping after the first step. Returns the largest change of a factor.
-inline double update_shared_factors(const FlatSchedule& flat, const AbstractExecution& run,
+PPSCHED_OUTLINE double update_shared_factors(const FlatSchedule& flat, const AbstractExecution& run,
                                     const std::vector<double>& slowdown, std::vector<double>& factor, bool first,
-                                    SharedHostLoad& load) {
-  const auto computes = [&](std::int32_t i) { return !is_comm(flat.at(i).op) && !run.on_copy_stream(i); };
-  load.clear();
-  for (std::int32_t r = 0; r < flat.ranks; ++r) {
-    const std::int32_t begin = flat.rank_begin[static_cast<std::size_t>(r)];
-    const std::int32_t end = flat.rank_begin[static_cast<std::size_t>(r) + 1];
-    for (std::int32_t i = begin; i < end; ++i) {
-      // The two actions of an overlapped pair share one interval: the rank computes once.
-      const Action& a = flat.at(i);
-      const bool second_of_pair = flat.has_pairs && a.group != 0 && i > begin && flat.at(i - 1).group == a.group;
-      if (computes(i) && !second_of_pair) load.add(run.start(static_cast<std::size_t>(i)), run.end(static_cast<std::size_t>(i)));
-    }
-  }
-  load.build(slowdown);
-  double largest = 0.0;
-  factor.resize(flat.size(), 1.0);
-  for (std::int32_t i = 0; i < static_cast<std::int32_t>(flat.size()); ++i) {
-    if (!computes(i)) continue;
-    const auto ii = static_cast<std::size_t>(i);
-    const double mean = load.mean(run.start(ii), run.end(ii), factor[ii]);
-    const double next = first ? mean : 0.5 * (factor[ii] + mean);  // damped: partial overlaps can swing
-    largest = std::max(largest, std::abs(next - factor[ii]));
-    factor[ii] = next;
-  }
-  return largest;
-}
+                                    SharedHostLoad& load);
 
 }  // namespace detail
 

@@ -47,38 +47,18 @@ namespace detail {
 }
 
 // Whether every span starts and ends a whole number of units after `origin`.
-[[nodiscard]] inline bool whole_unit_timeline(const Timeline& timeline, double origin) noexcept {
-  return std::all_of(timeline.spans.begin(), timeline.spans.end(), [origin](const Span& s) {
-    return is_whole(s.start - origin) && is_whole(s.end - origin);
-  });
-}
+[[nodiscard]] PPSCHED_OUTLINE bool whole_unit_timeline(const Timeline& timeline, double origin) noexcept;
 
 // One lane of one rank as cells: the index of the span shown in each cell, or -1 for idle.
-[[nodiscard]] inline std::vector<std::ptrdiff_t> ascii_cells(const std::vector<const Span*>& spans,
+[[nodiscard]] PPSCHED_OUTLINE std::vector<std::ptrdiff_t> ascii_cells(const std::vector<const Span*>& spans,
                                                              double origin, double cell_time,
-                                                             std::size_t columns) {
-  std::vector<std::ptrdiff_t> cells(columns, -1);
-  if (!(cell_time > 0.0)) return cells;
-  for (std::size_t c = 0; c < columns; ++c) {
-    const double lo = origin + static_cast<double>(c) * cell_time;
-    const double hi = origin + static_cast<double>(c + 1) * cell_time;
-    std::vector<Interval> covered;
-    double best = 0.0;
-    for (std::size_t i = 0; i < spans.size(); ++i) {
-      const double overlap = std::min(spans[i]->end, hi) - std::max(spans[i]->start, lo);
-      if (overlap <= 0.0) continue;
-      covered.push_back({std::max(spans[i]->start, lo), std::min(spans[i]->end, hi)});
-      if (overlap > best) {
-        best = overlap;
-        cells[c] = static_cast<std::ptrdiff_t>(i);
-      }
-    }
-    const double idle = cell_time - total_length(merge_intervals(std::move(covered)));
-    if (best < idle) cells[c] = -1;
-  }
-  return cells;
-}
+                                                             std::size_t columns);
 
 }  // namespace detail
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/trace/impl/detail_ascii.ipp"
+#endif

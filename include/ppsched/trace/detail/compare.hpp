@@ -73,23 +73,9 @@ class DeviationAccumulator {
 
 // Indices of the spans sorted by identity, then start: equal identities pair up in time
 // order, so an action that legitimately repeats still matches one to one.
-[[nodiscard]] inline std::vector<std::size_t> sorted_by_identity(const Timeline& t) {
-  std::vector<std::size_t> order(t.spans.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&t](std::size_t a, std::size_t b) {
-    const Span& x = t.spans[a];
-    const Span& y = t.spans[b];
-    return std::make_tuple(match_key(x), x.start, x.end, a) <
-           std::make_tuple(match_key(y), y.start, y.end, b);
-  });
-  return order;
-}
+[[nodiscard]] PPSCHED_OUTLINE std::vector<std::size_t> sorted_by_identity(const Timeline& t);
 
-inline void sort_by_rank_then_start(std::vector<Span>& spans) {
-  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-    return std::make_tuple(a.rank, a.start, a.action) < std::make_tuple(b.rank, b.start, b.action);
-  });
-}
+PPSCHED_OUTLINE void sort_by_rank_then_start(std::vector<Span>& spans);
 
 }  // namespace detail
 

@@ -9,7 +9,6 @@
 #include "ppsched/config.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -70,94 +69,33 @@ constexpr void for_each_code_point(std::string_view text, F&& f) {
 }
 
 // The body of a JSON string (without the surrounding quotes), per RFC 8259.
-[[nodiscard]] inline std::string json_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for_each_code_point(text, [&out](char32_t cp, std::string_view bytes) {
-    if (cp == U'"') {
-      out += "\\\"";
-    } else if (cp == U'\\') {
-      out += "\\\\";
-    } else if (cp == U'\n') {
-      out += "\\n";
-    } else if (cp == U'\t') {
-      out += "\\t";
-    } else if (cp == U'\r') {
-      out += "\\r";
-    } else if (cp < 0x20) {
-      constexpr std::string_view hex = "0123456789abcdef";
-      out += "\\u00";
-      out += hex[(cp >> 4U) & 0xFU];
-      out += hex[cp & 0xFU];
-    } else {
-      out += bytes;
-    }
-  });
-  return out;
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string json_escape(std::string_view text);
 
 // Text safe inside an XML 1.0 element or a quoted attribute value. Characters XML 1.0
 // forbids outright (control characters other than tab, newline and carriage return, and
 // U+FFFE/U+FFFF) cannot be written even as references, so they become U+FFFD.
-[[nodiscard]] inline std::string xml_escape(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for_each_code_point(text, [&out](char32_t cp, std::string_view bytes) {
-    switch (cp) {
-      case U'&': out += "&amp;"; return;
-      case U'<': out += "&lt;"; return;
-      case U'>': out += "&gt;"; return;
-      case U'"': out += "&quot;"; return;
-      case U'\'': out += "&apos;"; return;
-      default: break;
-    }
-    const bool forbidden =
-        (cp < 0x20 && cp != U'\t' && cp != U'\n' && cp != U'\r') || cp == 0xFFFE || cp == 0xFFFF;
-    out += forbidden ? utf8_replacement : bytes;
-  });
-  return out;
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string xml_escape(std::string_view text);
 
 // Shortest text that reads back as the same double ("0.1", "1e+20"); always a valid JSON
 // number for finite input, independent of the global locale.
-[[nodiscard]] inline std::string format_shortest(double value) {
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
-  return std::string(buffer, result.ec == std::errc{} ? result.ptr : buffer);
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string format_shortest(double value);
 
 // Fixed-point text with `decimals` digits after the point ("12.50"), for coordinates.
-[[nodiscard]] inline std::string format_fixed(double value, int decimals) {
-  char buffer[512];
-  const auto result =
-      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::fixed, decimals);
-  return std::string(buffer, result.ec == std::errc{} ? result.ptr : buffer);
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string format_fixed(double value, int decimals);
 
 // At most `digits` significant digits with trailing zeros dropped ("0.375", "117",
 // "1.5e+06"), for numbers a person reads in a table or a label.
-[[nodiscard]] inline std::string format_readable(double value, int digits = 4) {
-  if (value == 0.0) return "0";  // also folds -0 into 0
-  char buffer[64];
-  const auto result =
-      std::to_chars(buffer, buffer + sizeof buffer, value, std::chars_format::general, digits);
-  return std::string(buffer, result.ec == std::errc{} ? result.ptr : buffer);
-}
+[[nodiscard]] PPSCHED_OUTLINE std::string format_readable(double value, int digits = 4);
 
 // A step of 1, 2 or 5 × 10^k giving about `target` intervals over `range`.
-[[nodiscard]] inline double nice_tick_step(double range, double target) {
-  if (!(range > 0.0) || !(target >= 1.0)) return 1.0;
-  const double raw = range / target;
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  const double m = raw / magnitude;
-  const double factor = m <= 1.0 ? 1.0 : m <= 2.0 ? 2.0 : m <= 5.0 ? 5.0 : 10.0;
-  return factor * magnitude;
-}
+[[nodiscard]] PPSCHED_OUTLINE double nice_tick_step(double range, double target);
 
 // Digits after the point that show every multiple of `step` exactly enough.
-[[nodiscard]] inline int tick_decimals(double step) {
-  const double digits = -std::floor(std::log10(step) + 1e-9);
-  return digits > 0.0 ? static_cast<int>(std::min(digits, 12.0)) : 0;
-}
+[[nodiscard]] PPSCHED_OUTLINE int tick_decimals(double step);
 
 }  // namespace ppsched::detail
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/trace/impl/detail_text.ipp"
+#endif

@@ -119,3 +119,54 @@ PPSCHED_OUTLINE void validate_timeline(const Timeline& timeline) {
 }
 
 }  // namespace ppsched::PPSCHED_MODE
+
+namespace ppsched::inline PPSCHED_MODE {
+
+namespace detail {
+
+[[nodiscard]] PPSCHED_OUTLINE std::string cell(std::string_view text, std::size_t width) {
+  std::string out{text};
+  if (out.size() < width) out.append(width - out.size(), ' ');
+  return out;
+}
+
+}  // namespace detail
+}  // namespace ppsched
+
+namespace ppsched::inline PPSCHED_MODE {
+
+PPSCHED_OUTLINE std::ostream& operator<<(std::ostream& out, const TimelineStats& s) {
+  using detail::cell;
+  using detail::format_readable;
+  const std::string unit = s.unit.empty() ? std::string{} : " " + s.unit;
+  out << "timeline: " << s.ranks << " ranks, " << s.spans << " spans\n"
+      << "makespan " << format_readable(s.makespan, 6) << unit << " (from " << format_readable(s.origin, 6)
+      << " to " << format_readable(s.finish, 6) << ")\n"
+      << "bubble " << detail::percent(s.bubble_fraction) << " of ranks x makespan idle; makespan is "
+      << detail::percent(s.bubble_vs_ideal) << " above the ideal " << format_readable(s.ideal_time, 6) << unit
+      << " (busiest rank's busy time)\n"
+      << "actions:";
+  for (int op = 0; op < op_count; ++op) {
+    if (s.op_counts[static_cast<std::size_t>(op)] != 0) {
+      out << ' ' << op_name(static_cast<Op>(op)) << '=' << s.op_counts[static_cast<std::size_t>(op)];
+    }
+  }
+  out << '\n'
+      << cell("rank", 6) << cell("span", 12) << cell("busy", 12) << cell("comm-wait", 12) << cell("idle", 12)
+      << cell("bubble", 9) << "bubble-in-span\n";
+  for (const RankStats& r : s.per_rank) {
+    out << cell(std::to_string(r.rank), 6) << cell(format_readable(r.span, 6), 12)
+        << cell(format_readable(r.busy, 6), 12) << cell(format_readable(r.comm_wait, 6), 12)
+        << cell(format_readable(r.idle, 6), 12) << cell(detail::percent(r.bubble_fraction), 9)
+        << detail::percent(r.span_bubble_fraction) << '\n';
+  }
+  return out;
+}
+
+[[nodiscard]] PPSCHED_OUTLINE std::string to_string(const TimelineStats& stats) {
+  std::ostringstream out;
+  out << stats;
+  return out.str();
+}
+
+}  // namespace ppsched

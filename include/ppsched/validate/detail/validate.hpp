@@ -32,17 +32,13 @@ PPSCHED_OUTLINE ValidationReport validate_proven(const LoweredSchedule& lowered,
 // Static checks, memory and (when they pass) the deadlock proof in both stream settings.
 PPSCHED_OUTLINE ValidationReport validate_into(const Schedule& s, const ValidateOptions& options, Workspace& ws);
 
-[[noreturn]] inline void fail_validation(const Schedule& schedule, const ValidationReport& report) {
-  std::string list;
-  const std::size_t shown = std::min<std::size_t>(report.problems.size(), 20);
-  for (std::size_t i = 0; i < shown; ++i) list += "\n  - " + report.problems[i].message;
-  const std::size_t hidden = report.problems.size() - shown + report.unlisted_problems;
-  if (hidden != 0) list += concat("\n  - ... and ", hidden, " more (see validate()'s report)");
-  fail({"schedule '" + schedule.name + "'",
-        concat("is not valid: ", report.problems.size() + report.unlisted_problems, " problem(s):", list), "",
-        "fix each problem as it says; lower() writes the communication of a compute-only schedule"});
-}
+[[noreturn]] PPSCHED_OUTLINE void fail_validation(const Schedule& schedule, const ValidationReport& report);
 
 }  // namespace detail
 
 }  // namespace ppsched
+
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/validate/impl/detail_validate.ipp"
+#endif

@@ -1,0 +1,95 @@
+// The bodies of <ppsched/schedule/request.hpp>'s functions that compiled mode compiles once
+// (<ppsched/config.hpp>): that header includes this file at its end where PPSCHED_OUTLINE_BODY
+// is 1 (header-only, or the library's own file), and only there.
+#pragma once
+
+#include "ppsched/config.hpp"
+
+#include "ppsched/schedule/request.hpp"
+
+namespace ppsched::inline PPSCHED_MODE {
+
+[[nodiscard]] PPSCHED_OUTLINE std::vector<std::int32_t> one_stage_per_rank_placement(std::int32_t ranks) {
+  std::vector<std::int32_t> placement(static_cast<std::size_t>(ranks > 0 ? ranks : 0));
+  for (std::int32_t s = 0; s < ranks; ++s) placement[static_cast<std::size_t>(s)] = s;
+  return placement;
+}
+
+[[nodiscard]] PPSCHED_OUTLINE std::vector<std::int32_t> looped_placement(std::int32_t ranks, std::int32_t chunks) {
+  std::vector<std::int32_t> placement;
+  if (ranks <= 0 || chunks <= 0) return placement;
+  placement.reserve(static_cast<std::size_t>(ranks) * static_cast<std::size_t>(chunks));
+  for (std::int32_t c = 0; c < chunks; ++c)
+    for (std::int32_t r = 0; r < ranks; ++r) placement.push_back(r);
+  return placement;
+}
+
+[[nodiscard]] PPSCHED_OUTLINE std::vector<std::int32_t> v_shape_placement(std::int32_t ranks) {
+  std::vector<std::int32_t> placement;
+  if (ranks <= 0) return placement;
+  placement.reserve(2 * static_cast<std::size_t>(ranks));
+  for (std::int32_t s = 0; s < 2 * ranks; ++s) placement.push_back(s < ranks ? s : 2 * ranks - 1 - s);
+  return placement;
+}
+
+}  // namespace ppsched
+
+namespace ppsched::inline PPSCHED_MODE {
+
+namespace detail {
+
+[[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> request_size_problem(std::string_view family,
+                                                                       const ScheduleRequest& r) {
+  for (const auto& [value, what, letter] : {std::tuple{r.ranks, "ranks", "p"}, std::tuple{r.microbatches, "micro-batches", "m"},
+                                            std::tuple{r.chunks, "chunks per rank", "v"}}) {
+    if (value < 1) {
+      return error_context{family_subject(family),
+                           concat("the number of ", what, " ", letter, " must be at least 1 (got ", letter, "=", value, ")"),
+                           concat("request ", to_string(r)), concat("ask for ", letter, "=1 or more")};
+    }
+  }
+  const std::int64_t actions =
+      3 * std::int64_t{r.ranks} * std::int64_t{r.chunks} * std::int64_t{r.microbatches};
+  if (actions > max_generated_actions) {
+    return error_context{family_subject(family),
+                         concat("the schedule would hold about ", actions, " actions, more than the ",
+                                max_generated_actions, " a generator will build"),
+                         concat("request ", to_string(r)),
+                         "ask for fewer ranks, micro-batches or chunks (p*v*m at most 22369621)"};
+  }
+  return std::nullopt;
+}
+
+[[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> chunks_problem(std::string_view family, const ScheduleRequest& r,
+                                                                 std::int32_t required, std::string_view reason,
+                                                                 std::string_view alternative) {
+  if (r.chunks == required) return std::nullopt;
+  return error_context{family_subject(family), concat(reason, ", so v must be ", required, " (got v=", r.chunks, ")"),
+                       concat("request ", to_string(r)),
+                       concat("nearest valid: v=", required, alternative.empty() ? "" : "; ", alternative)};
+}
+
+[[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> sizes_and_chunks_problem(std::string_view family,
+                                                                           const ScheduleRequest& r,
+                                                                           std::int32_t required, std::string_view reason,
+                                                                           std::string_view alternative) {
+  if (auto problem = request_size_problem(family, r)) return problem;
+  return chunks_problem(family, r, required, reason, alternative);
+}
+
+[[nodiscard]] PPSCHED_OUTLINE Schedule empty_schedule(std::string_view name, const ScheduleRequest& r,
+                                             std::vector<std::int32_t> placement, bool split_backward,
+                                             std::size_t actions_per_rank) {
+  Schedule s;
+  s.name = std::string(name);
+  s.ranks = r.ranks;
+  s.microbatches = r.microbatches;
+  s.placement = std::move(placement);
+  s.programs.resize(static_cast<std::size_t>(r.ranks));
+  for (auto& program : s.programs) program.reserve(actions_per_rank);
+  s.split_backward = split_backward;
+  return s;
+}
+
+}  // namespace detail
+}  // namespace ppsched

@@ -29,7 +29,7 @@ namespace detail {
 
 // How many times longer a compute action takes while k >= 1 ranks compute.
 [[nodiscard]] inline double concurrent_factor(const std::vector<double>& slowdown, std::int32_t k) {
-  if (slowdown.empty() || k <= 1) return slowdown.empty() || k < 1 ? 1.0 : slowdown.front();
+  if (slowdown.empty() || k < 1) return 1.0;
   const auto K = static_cast<std::int32_t>(slowdown.size());
   if (k <= K) return slowdown[static_cast<std::size_t>(k - 1)];
   return slowdown.back() * static_cast<double>(k) / static_cast<double>(K);  // saturated: shared in proportion

@@ -16,7 +16,9 @@
 // passes' medians' difference over the median) and the error; per model and overall: mean and
 // maximum |error|, Kendall's tau, and whether the configuration predicted fastest measures within
 // 5% of the measured fastest (the pick holds), and the same figures predicted without the
-// slowdown, to show what it changes. Not a test: a report (docs/accuracy.md).
+// slowdown, with the first stage's backward split as the others', and as run 6 priced them (the
+// adapter's cost per call paid by every child), to show what each changes. Not a test: a report
+// (docs/accuracy.md).
 //
 //   bench_accuracy_torch [repetitions per pass] [passes] [model] [plot.svg]
 //   bench_accuracy_torch memory [model]          peak memory per rank, predicted and counted
@@ -69,6 +71,8 @@ struct Config {
   double predicted = 0.0;
   double alone = 0.0;                       // predicted without the ranks' concurrent slowdown
   double calibrated = 0.0;                  // predicted from the profile recalibrated by two runs
+  double per_child = 0.0;                   // predicted as run 6 did (below)
+  double first_split = 0.0;                 // predicted with the first stage's backward split as the others'
   std::vector<std::vector<double>> passes;  // ms per step, per pass
   std::vector<ppsched::Timeline> last_pass; // every step's timeline, last pass
 };
@@ -85,6 +89,25 @@ double predict(const ppsched::Profile& profile, const Config& c) {
 }
 
 using accuracy::kendall_tau;
+
+// `p` as profiled before the call overhead was taken off each child: every child at its
+// one-child stage's times, nothing per action from the adapter (how runs 1-6 priced a stage;
+// they also split the first stage's backward as the others', first_stage_backward_in_bw off).
+ppsched::TorchProfile with_overhead_per_child(ppsched::TorchProfile p) {
+  const ppsched::TorchProfile::CallOverhead o = p.call_overhead;
+  for (ppsched::TorchLayerProfile& l : p.layers) {
+    for (ppsched::TorchLayerSample& s : l.samples) {
+      for (auto [t, d] : {std::pair{&s.forward, o.forward}, std::pair{&s.backward, o.backward},
+                          std::pair{&s.backward_input, o.backward_input}, std::pair{&s.backward_weight, o.backward_weight}}) {
+        t->median += d;
+        t->min += d;
+        t->max += d;
+      }
+    }
+  }
+  p.call_overhead = {};
+  return p;
+}
 
 // The model's own compute of one 8-row micro-batch (forward and backward of the whole Sequential)
 // on one and on two threads at once, each thread with its own instance of the model.
@@ -298,7 +321,7 @@ int policies_report(int repetitions, const ppsched::BackendOverheads& overheads)
   const std::int32_t ranks = 2, microbatches = 8, rows = static_cast<std::int32_t>(global_batch / microbatches);
   const ppsched::TorchProfile measured_profile = bench_torch::profile_of(model, {rows}, 3, 10);
   ppsched::Profile profile = measured_profile.at(rows);
-  profile.action_overhead = overheads.action_overhead;
+  profile.action_overhead += overheads.action_overhead;  // beside the adapter's own (TorchProfile::at)
   profile.transfer_overhead = overheads.transfer_overhead;
   profile.step_overhead = overheads.step_overhead;
   const std::vector<std::pair<std::string, std::vector<ppsched::MemoryPolicy>>> policies{
@@ -435,15 +458,25 @@ int main(int argc, char** argv) try {
   for (const std::string& name : bench_torch::model_names()) {
     if (which != "all" && which != name) continue;
     const bench_torch::Model model = bench_torch::make_model(name);
-    ppsched::Profile profile = bench_torch::profile_of(model, {2, 8, 32}, 3, 10).at(32);
-    profile.action_overhead = overheads.action_overhead;
+    const ppsched::TorchProfile measured_profile = bench_torch::profile_of(model, {2, 8, 32}, 3, 10);
+    ppsched::Profile profile = measured_profile.at(32);
+    const double adapter_overhead = profile.action_overhead;
+    profile.action_overhead += overheads.action_overhead;  // beside the adapter's own (TorchProfile::at)
     profile.transfer_overhead = overheads.transfer_overhead;
     profile.step_overhead = overheads.step_overhead;
     profile.concurrent_slowdown = concurrent_slowdown(model);
+    ppsched::Profile per_child = with_overhead_per_child(measured_profile).at(32);
+    per_child.action_overhead = overheads.action_overhead;
+    per_child.transfer_overhead = overheads.transfer_overhead;
+    per_child.step_overhead = overheads.step_overhead;
+    per_child.concurrent_slowdown = profile.concurrent_slowdown;
+    per_child.first_stage_backward_in_bw = false;
+    ppsched::Profile first_split = profile;
+    first_split.first_stage_backward_in_bw = false;
     std::printf("%s: concurrent slowdown with 2 ranks computing %.2fx\n", name.c_str(), profile.concurrent_slowdown.back());
     std::vector<Config> configs;
     for (const bench_torch::ConfigKey& k : bench_torch::configurations(global_batch)) {
-      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, 0.0, {}, {}});
+      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, 0.0, 0.0, 0.0, {}, {}});
     }
     measure(model, profile, configs, repetitions, passes);
     // Recalibrated from every step of the last pass of two runs of different shapes (one rank
@@ -455,9 +488,13 @@ int main(int argc, char** argv) try {
       }
     }
     const ppsched::Recalibration fit = ppsched::recalibrate_plan(profile, runs, 2, global_batch, std::nullopt, {});
-    for (Config& c : configs) c.calibrated = predict(fit.profile, c);
-    std::vector<double> predicted, measured, calibrated, alone;
-    accuracy::Errors profiled, recalibrated, unshared;
+    for (Config& c : configs) {
+      c.calibrated = predict(fit.profile, c);
+      c.per_child = predict(per_child, c);
+      c.first_split = predict(first_split, c);
+    }
+    std::vector<double> predicted, measured, calibrated, alone, children, split;
+    accuracy::Errors profiled, recalibrated, unshared, each_child, split_first;
     double sum_noise = 0.0;
     for (const Config& c : configs) {
       const accuracy::Spread m = accuracy::spread_of(c.passes);
@@ -465,7 +502,11 @@ int main(int argc, char** argv) try {
       const double error = profiled.add(c.predicted, m.median);
       const double error_calibrated = recalibrated.add(c.calibrated, m.median);
       (void)unshared.add(c.alone, m.median);
+      (void)each_child.add(c.per_child, m.median);
+      (void)split_first.add(c.first_split, m.median);
       alone.push_back(c.alone);
+      children.push_back(c.per_child);
+      split.push_back(c.first_split);
       predicted.push_back(c.predicted);
       measured.push_back(m.median);
       calibrated.push_back(c.calibrated);
@@ -495,6 +536,19 @@ int main(int argc, char** argv) try {
                   kendall_tau(alone, measured), configs[pick_alone].family.c_str(), configs[pick_alone].ranks,
                   configs[pick_alone].microbatches, 100.0 * (measured[pick_alone] - measured[best]) / measured[best]);
     summaries.emplace_back(line);
+    const auto other = [&](const char* what, const std::vector<double>& p, const accuracy::Errors& e) {
+      const auto at = static_cast<std::size_t>(std::min_element(p.begin(), p.end()) - p.begin());
+      std::snprintf(line, sizeof line,
+                    "%s %s: mean |error| %.1f%%, max %.1f%%, tau %.2f; pick %s p=%d m=%d measures %.1f%% over the fastest",
+                    name.c_str(), what, 100.0 * e.mean(), 100.0 * e.max, kendall_tau(p, measured),
+                    configs[at].family.c_str(), configs[at].ranks, configs[at].microbatches,
+                    100.0 * (measured[at] - measured[best]) / measured[best]);
+      summaries.emplace_back(line);
+    };
+    other("with the first stage's backward split as the others'", split, split_first);
+    const std::string run6 = "as run 6 priced it (the call overhead, " + std::to_string(adapter_overhead) +
+                             " ms per action, paid by every child; the first stage split)";
+    other(run6.c_str(), children, each_child);
     const auto pick_after =
         static_cast<std::size_t>(std::min_element(calibrated.begin(), calibrated.end()) - calibrated.begin());
     std::snprintf(line, sizeof line,

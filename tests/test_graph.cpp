@@ -526,3 +526,13 @@ TEST_CASE("the ranks' concurrent slowdown reads and writes with the profile", "[
   CHECK_THAT(profile_error(R"({"concurrent_slowdown": 2, "layers": [{"name": "a", "forward": 1}]})"),
              Catch::Contains("concurrent_slowdown"));
 }
+
+TEST_CASE("where the first stage runs its backward reads and writes with the profile", "[graph][profile]") {
+  const Profile p = parse_profile(R"({"first_stage_backward_in_bw": true, "layers": [{"name": "a", "forward": 1}]})");
+  CHECK(p.first_stage_backward_in_bw);
+  CHECK(parse_profile(profile_to_json(p)) == p);
+  CHECK_FALSE(parse_profile(R"({"layers": [{"name": "a", "forward": 1}]})").first_stage_backward_in_bw);
+  CHECK(profile_to_json(parse_profile(R"({"layers": [{"name": "a", "forward": 1}]})")).find("first_stage") == std::string::npos);
+  CHECK_THAT(profile_error(R"({"first_stage_backward_in_bw": 1, "layers": [{"name": "a", "forward": 1}]})"),
+             Catch::Contains("first_stage_backward_in_bw") && Catch::Contains("true or false"));
+}

@@ -1283,6 +1283,41 @@ TEST_CASE("search_plan with memory policies: a candidate over the byte cap climb
   }
 }
 
+TEST_CASE("a first stage that runs its whole backward in BW is priced so, and only the first", "[plan][devices]") {
+  Profile p = chain(4);
+  p.rows = 1;
+  const PlanModel split = graph_model(p, "split", {.ranks = 2});
+  const PartitionPlan cut = split.partition(one_stage_per_rank_placement(2));
+  const CostModel as_others = cost_model_of(cut, plan_cost_options(split, 0.5));
+  p.first_stage_backward_in_bw = true;
+  const PlanModel whole = graph_model(p, "whole", {.ranks = 2});
+  CHECK(whole.first_stage_backward_in_bw);
+  const CostModel first = cost_model_of(cut, plan_cost_options(whole, 0.5));
+  REQUIRE(first.stages.size() == 2);
+  CHECK(first.stages[0].backward_input == 0.0);
+  // No layer has a measured B: BW takes BI + BW.
+  CHECK(first.stages[0].backward_weight == as_others.stages[0].backward_input + as_others.stages[0].backward_weight);
+  CHECK(first.stages[0].forward == as_others.stages[0].forward);
+  CHECK(first.stages[1] == as_others.stages[1]);
+  // With a measured B, BW takes it: the fused backward the stage really runs.
+  std::vector<Layer> layers = p.graph.layers();
+  for (Layer& l : layers) l.backward = 1.5 * l.backward_input;
+  p.graph = LayerGraph(std::move(layers));
+  const PlanModel measured_b = graph_model(p, "fused", {.ranks = 2});
+  const CostModel fused = cost_model_of(measured_b.partition(one_stage_per_rank_placement(2)), plan_cost_options(measured_b, 0.5));
+  REQUIRE(fused.stages[0].backward.has_value());
+  CHECK(fused.stages[0].backward_weight == *fused.stages[0].backward);
+  CHECK(fused.stages[0].backward_input == 0.0);
+  CHECK(fused.stages[1].backward_input > 0.0);
+  // plan_devices prices it too.
+  DevicePlanOptions o;
+  o.pipeline_sizes = {2};
+  o.families = {"zb-h1"};
+  const DevicePlan plan = plan_devices(p, 2, 8, std::nullopt, o);
+  REQUIRE(plan.chosen);
+  CHECK(cost_model_of(*plan.chosen, p, o).stages[0].backward_input == 0.0);
+}
+
 TEST_CASE("the profile's concurrent slowdown reaches every price, scaled by the replicas that share the host", "[plan][devices][shared]") {
   Profile p = chain(4);
   p.rows = 1;

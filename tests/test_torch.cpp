@@ -1297,6 +1297,60 @@ CATCH_TEST_CASE("profile_sequential measures every child at every size and leave
   CATCH_CHECK(at4.graph.layer(2).points[1].backward_input == p.layers[2].samples[1].backward_input.median);
   const ppsched::Profile at8 = ppsched::profile_at_rows(at4, 8.0);  // beyond the points: their slope
   CATCH_CHECK(at8.graph.layer(0).output_bytes == 2.0 * at4.graph.layer(0).output_bytes);
+  // What a stage pays once per call, off the children and onto every action.
+  const ppsched::TorchProfile::CallOverhead& once = p.call_overhead;
+  for (double v : {once.forward, once.backward, once.backward_input, once.backward_weight}) CATCH_CHECK(v >= 0.0);
+  CATCH_CHECK(at4.first_stage_backward_in_bw);  // the adapter's first stage: its BW runs the whole backward
+  CATCH_CHECK(at4.action_overhead ==
+              (once.forward + once.backward + once.backward_input + once.backward_weight) / 4.0);
+}
+
+CATCH_TEST_CASE("profile_sequential takes the call overhead off the children once", "[torch]") {
+  // Three children timed alone at two sizes, and the whole chain as one stage.
+  const auto child = [](double at2, double at8) {
+    ppsched::TorchLayerProfile l;
+    for (auto [rows, ms] : {std::pair{2, at2}, std::pair{8, at8}}) {
+      ppsched::TorchLayerSample s;
+      s.rows = rows;
+      s.forward = {ms, ms - 0.1, ms + 0.1};
+      s.backward = s.backward_input = s.backward_weight = {ms, ms, ms};
+      l.samples.push_back(s);
+    }
+    return l;
+  };
+  std::vector<ppsched::TorchLayerProfile> children{child(1.0, 4.0), child(2.0, 5.0), child(3.0, 6.0)};
+  const auto whole = [](double forward, double backward) {
+    ppsched::detail::torch_adapter::StageTimes t;
+    t.forward = {forward, forward, forward};
+    t.backward = t.backward_input = {backward, backward, backward};
+    t.backward_weight = {20.0, 20.0, 20.0};  // slower as one stage than alone: nothing to take off
+    return t;
+  };
+  // F: (6 - 5) / 2 = 0.5 at 2 rows, (15 - 13) / 2 = 1 at 8: the median 0.75. B: 3 and 4.5, the
+  // median 3.75, more than the least child's 1 ms: 1.
+  const ppsched::TorchProfile::CallOverhead o =
+      ppsched::detail::torch_adapter::take_off_call_overhead(children, {whole(5.0, 0.0), whole(13.0, 6.0)});
+  CATCH_CHECK(o.forward == Approx(0.75));
+  CATCH_CHECK(o.backward == Approx(1.0));
+  CATCH_CHECK(o.backward_input == Approx(1.0));
+  CATCH_CHECK(o.backward_weight == 0.0);
+  CATCH_CHECK(children[0].samples[0].forward.median == Approx(0.25));
+  CATCH_CHECK(children[0].samples[0].forward.min == Approx(0.15));
+  CATCH_CHECK(children[2].samples[1].forward.median == Approx(5.25));
+  CATCH_CHECK(children[0].samples[0].backward.median == Approx(0.0));  // never below 0
+  CATCH_CHECK(children[1].samples[1].backward_weight.median == 5.0);
+
+  // One child: nothing to compare it with, so nothing is taken off.
+  torch::nn::Sequential one(torch::nn::Linear(4, 4));
+  ppsched::TorchProfileOptions opts;
+  opts.rows = {2};
+  opts.warmup = 0;
+  opts.repetitions = 1;
+  opts.input = [](std::int64_t r) { return torch::randn({r, 4}); };
+  const ppsched::TorchProfile alone = ppsched::profile_sequential(one, opts);
+  CATCH_CHECK(alone.call_overhead.forward == 0.0);
+  CATCH_CHECK(alone.call_overhead.backward_input == 0.0);
+  CATCH_CHECK(alone.at(2).action_overhead == 0.0);
 }
 
 CATCH_TEST_CASE("profile_sequential rejects options it cannot measure with", "[torch]") {

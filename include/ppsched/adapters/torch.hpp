@@ -1173,11 +1173,25 @@ struct TorchLayerProfile {
 struct TorchProfile {
   std::vector<std::int64_t> rows;
   std::vector<TorchLayerProfile> layers;
+  // What a call of a stage function costs once however many children the stage runs (the
+  // autograd engine's start, the payload views), in ms, per kind of call. Each child is timed
+  // as a one-child stage, so each child's timing paid it once: profile_sequential estimates it
+  // at every size as (the children's times summed - the whole model's as one stage) /
+  // (children - 1), takes the median over the sizes, clamped to [0, the least child's time],
+  // and takes it off every child's times, so that a stage's children plus one call_overhead
+  // are the stage. All zero for a model of one child.
+  struct CallOverhead {
+    double forward = 0.0, backward = 0.0, backward_input = 0.0, backward_weight = 0.0;
+  };
+  CallOverhead call_overhead;
 
   // The Profile at one measured size: a chain of the children with the medians (ms) and
   // bytes at that size, the full backward beside the split halves, `rows` set to that size,
   // and every measured size as the layer's points (graph/rows.hpp), so the planner prices any
-  // micro-batch size from measurement rather than by scaling this one.
+  // micro-batch size from measurement rather than by scaling this one. Its action_overhead is
+  // the mean of call_overhead's four: add the backend's own (measure_backend_overheads) to
+  // it, do not overwrite it. first_stage_backward_in_bw is set: the adapter's first stage runs
+  // its whole backward in BW.
   [[nodiscard]] Profile at(std::int64_t micro_batch_rows) const;
 };
 
@@ -1265,6 +1279,10 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
   p.graph = LayerGraph::chain(std::move(out));
   p.time_unit = "ms";
   p.rows = static_cast<double>(micro_batch_rows);
+  const CallOverhead& o = call_overhead;
+  p.action_overhead = (o.forward + o.backward + o.backward_input + o.backward_weight) / 4.0;
+  // A TorchStage whose input takes no gradient leaves the whole backward to BW (backward_input).
+  p.first_stage_backward_in_bw = true;
   return p;
 }
 
@@ -1314,6 +1332,79 @@ struct HeldBytes {
   return out;
 }
 
+// The four calls of a TorchStage of `model`'s children first..last - 1, child k's input being
+// inputs[k], timed as the adapter runs them: F, B, then F, BI, BW, after `warmup` rounds.
+struct StageTimes {
+  TorchTiming forward, backward, backward_input, backward_weight;
+};
+[[nodiscard]] inline StageTimes time_stage(const torch::nn::Sequential& model, const std::vector<torch::Tensor>& inputs,
+                                           std::size_t first, std::size_t last, int warmup, int repetitions) {
+  TorchStageOptions so;
+  so.input_tensors = {spec_of(inputs[first])};
+  so.output_tensors = {spec_of(inputs[last])};
+  torch::nn::Sequential part;
+  for (std::size_t k = first; k < last; ++k) part->push_back(*(model->begin() + static_cast<std::ptrdiff_t>(k)));
+  TorchStage stage(part, so);
+  const StageFunctions f = stage.functions();
+  const std::vector<float> in = torch_payloads(so.input_tensors[0], {inputs[first]});
+  torch::manual_seed(static_cast<std::uint64_t>(first));
+  const std::vector<float> grad_out = torch_payloads(so.output_tensors[0], {torch::randn_like(inputs[last])});
+  std::vector<float> output(grad_out.size());
+  std::vector<float> grad_in(in.size());
+  std::vector<float> weight_grad(f.weight_grad_size);
+  std::vector<double> fw, b, bi, bw;
+  const TorchMemoryCounter::Tag tag(TorchMemoryCounter::profiling);
+  for (int rep = 0; rep < warmup + repetitions; ++rep) {
+    const bool timed = rep >= warmup;
+    std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
+    const double f1 = time_ms([&] { f.forward(0, in, output); });
+    const double full = time_ms([&] { f.backward(0, in, grad_out, grad_in, weight_grad); });
+    std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
+    const double f2 = time_ms([&] { f.forward(0, in, output); });
+    const double input_part = time_ms([&] { f.backward_input(0, in, grad_out, grad_in); });
+    const double weight_part = time_ms([&] { f.backward_weight(0, in, grad_out, weight_grad); });
+    if (!timed) continue;
+    fw.push_back(f1);
+    fw.push_back(f2);
+    b.push_back(full);
+    bi.push_back(input_part);
+    bw.push_back(weight_part);
+  }
+  return {spread(fw), spread(b), spread(bi), spread(bw)};
+}
+
+// TorchProfile::call_overhead from the children's times alone ([child][size]) and the whole
+// chain's ([size]), and every child's times with it taken off.
+inline TorchProfile::CallOverhead take_off_call_overhead(std::vector<TorchLayerProfile>& children,
+                                                         const std::vector<StageTimes>& whole) {
+  const auto one = [&](TorchTiming TorchLayerSample::* kind, TorchTiming StageTimes::* whole_kind) {
+    std::vector<double> per_size;
+    double least = std::numeric_limits<double>::infinity();
+    for (std::size_t k = 0; k < whole.size(); ++k) {
+      double sum = 0.0;
+      for (const TorchLayerProfile& c : children) {
+        sum += (c.samples[k].*kind).median;
+        least = std::min(least, (c.samples[k].*kind).median);
+      }
+      per_size.push_back((sum - (whole[k].*whole_kind).median) / static_cast<double>(children.size() - 1));
+    }
+    const double per_call = std::clamp(spread(per_size).median, 0.0, least);
+    for (TorchLayerProfile& c : children) {
+      for (TorchLayerSample& sample : c.samples) {
+        TorchTiming& t = sample.*kind;
+        t = {t.median - per_call, std::max(0.0, t.min - per_call), std::max(0.0, t.max - per_call)};
+      }
+    }
+    return per_call;
+  };
+  TorchProfile::CallOverhead o;
+  o.forward = one(&TorchLayerSample::forward, &StageTimes::forward);
+  o.backward = one(&TorchLayerSample::backward, &StageTimes::backward);
+  o.backward_input = one(&TorchLayerSample::backward_input, &StageTimes::backward_input);
+  o.backward_weight = one(&TorchLayerSample::backward_weight, &StageTimes::backward_weight);
+  return o;
+}
+
 }  // namespace detail::torch_adapter
 
 // Measures every child of `model` (see above). The model is left as it was: its parameters,
@@ -1349,6 +1440,7 @@ struct HeldBytes {
   TorchProfile out;
   out.rows = options.rows;
   std::vector<const void*> seen;  // parameters already counted
+  std::vector<detail::torch_adapter::StageTimes> whole;  // [size]: every child as one stage
   for (std::size_t c = 0; c < model->size(); ++c) {
     TorchLayerProfile layer;
     layer.name = detail::concat(c, ":", detail::torch_adapter::short_name(model->ptr(c)->name()));
@@ -1384,7 +1476,6 @@ struct HeldBytes {
     std::vector<detail::torch_adapter::HeldBytes> held(n + 1);
     for (std::size_t c = 0; c < n; ++c) held[c] = detail::torch_adapter::held_by_stage(model, chain, c, n);
     for (std::size_t c = 0; c < n; ++c) {
-      const torch::Tensor& x = chain[c];
       const torch::Tensor& y = chain[c + 1];
       TorchLayerSample sample;
       sample.rows = rows;
@@ -1401,45 +1492,18 @@ struct HeldBytes {
       }
       sample.output_bytes = static_cast<double>(y.numel() * static_cast<std::int64_t>(y.element_size()));
       // Timed as the adapter runs the child: a one-child stage over typed boundaries.
-      TorchStageOptions so;
-      so.input_tensors = {detail::torch_adapter::spec_of(x)};
-      so.output_tensors = {detail::torch_adapter::spec_of(y)};
-      torch::nn::Sequential one;
-      one->push_back(*(model->begin() + static_cast<std::ptrdiff_t>(c)));
-      TorchStage stage(one, so);
-      const StageFunctions f = stage.functions();
-      const std::vector<float> in = torch_payloads(so.input_tensors[0], {x});
-      torch::manual_seed(static_cast<std::uint64_t>(c));
-      const std::vector<float> grad_out = torch_payloads(so.output_tensors[0], {torch::randn_like(y)});
-      std::vector<float> output(grad_out.size());
-      std::vector<float> grad_in(in.size());
-      std::vector<float> weight_grad(f.weight_grad_size);
-      std::vector<double> fw, b, bi, bw;
-      const TorchMemoryCounter::Tag tag(TorchMemoryCounter::profiling);
-      for (int rep = 0; rep < options.warmup + options.repetitions; ++rep) {
-        const bool timed = rep >= options.warmup;
-        std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
-        const double f1 = detail::torch_adapter::time_ms([&] { f.forward(0, in, output); });
-        const double full = detail::torch_adapter::time_ms([&] { f.backward(0, in, grad_out, grad_in, weight_grad); });
-        std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
-        const double f2 = detail::torch_adapter::time_ms([&] { f.forward(0, in, output); });
-        const double input_part = detail::torch_adapter::time_ms([&] { f.backward_input(0, in, grad_out, grad_in); });
-        const double weight_part =
-            detail::torch_adapter::time_ms([&] { f.backward_weight(0, in, grad_out, weight_grad); });
-        if (!timed) continue;
-        fw.push_back(f1);
-        fw.push_back(f2);
-        b.push_back(full);
-        bi.push_back(input_part);
-        bw.push_back(weight_part);
-      }
-      sample.forward = detail::torch_adapter::spread(fw);
-      sample.backward = detail::torch_adapter::spread(b);
-      sample.backward_input = detail::torch_adapter::spread(bi);
-      sample.backward_weight = detail::torch_adapter::spread(bw);
+      const detail::torch_adapter::StageTimes t =
+          detail::torch_adapter::time_stage(model, chain, c, c + 1, options.warmup, options.repetitions);
+      sample.forward = t.forward;
+      sample.backward = t.backward;
+      sample.backward_input = t.backward_input;
+      sample.backward_weight = t.backward_weight;
       out.layers[c].samples.push_back(sample);
     }
+    // The whole model as one stage: what n one-child stages paid n times, it pays once.
+    if (n > 1) whole.push_back(detail::torch_adapter::time_stage(model, chain, 0, n, options.warmup, options.repetitions));
   }
+  if (!whole.empty()) out.call_overhead = detail::torch_adapter::take_off_call_overhead(out.layers, whole);
   {
     const torch::NoGradGuard no_grad;
     const std::vector<torch::Tensor> now = model->buffers();

@@ -41,6 +41,12 @@ struct Profile {
   // (CostModel::concurrent_slowdown; measure_concurrent_slowdown in runtime/profile.hpp); empty
   // when not measured or when ranks do not share cores.
   std::vector<double> concurrent_slowdown{};
+  // The first stage's input takes no gradient. Where the stages' BI computes only what the input
+  // gradient needs (the libtorch adapter's does), the first stage's BI does nothing and its BW
+  // runs the whole backward: true prices that stage's BI at 0 and its BW at its layers' B
+  // (BI + BW where a layer has no B), as the run does. false (the default): the first stage is
+  // priced as every other, right for stage functions whose BW computes only the weight gradients.
+  bool first_stage_backward_in_bw = false;
 
   friend bool operator==(const Profile&, const Profile&) = default;
 };

@@ -53,6 +53,7 @@ namespace ppsched::inline PPSCHED_MODE {
   if (p.transfer_overhead != 0.0) doc["transfer_overhead"] = p.transfer_overhead;
   if (p.step_overhead != 0.0) doc["step_overhead"] = p.step_overhead;
   if (!p.concurrent_slowdown.empty()) doc["concurrent_slowdown"] = p.concurrent_slowdown;
+  if (p.first_stage_backward_in_bw) doc["first_stage_backward_in_bw"] = true;
   nlohmann::json layers = nlohmann::json::array();
   for (const Layer& l : p.graph.layers()) {
     nlohmann::json layer = {{"name", l.name},

@@ -38,6 +38,8 @@ struct PlanCostOptions {
   double step_overhead = 0.0;
   // Ranks sharing the host's cores (CostModel::concurrent_slowdown); a factor, not a time.
   std::vector<double> concurrent_slowdown{};
+  // The first stage's BI priced at 0 and its BW at its whole backward (Profile::first_stage_backward_in_bw).
+  bool first_stage_backward_in_bw = false;
 };
 
 // The options every planner call prices a cut of `model` with.
@@ -49,6 +51,7 @@ struct PlanCostOptions {
   o.transfer_overhead = model.transfer_overhead;
   o.step_overhead = model.step_overhead;
   o.concurrent_slowdown = model.concurrent_slowdown;
+  o.first_stage_backward_in_bw = model.first_stage_backward_in_bw;
   return o;
 }
 
@@ -103,6 +106,10 @@ struct PlanCostOptions {
   cost.stages.reserve(partition.stages.size());
   for (const PartitionStage& s : partition.stages) {
     StageCost c = stage_cost_of(s, cost.stages.empty());
+    if (options.first_stage_backward_in_bw && cost.stages.empty()) {
+      c.backward_weight = c.backward.value_or(c.backward_input + c.backward_weight);
+      c.backward_input = 0.0;
+    }
     c.forward *= k;
     c.backward_input *= k;
     c.backward_weight *= k;

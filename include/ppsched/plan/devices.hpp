@@ -106,6 +106,7 @@ struct DevicePlan {
   o.action_overhead = profile.action_overhead;
   o.transfer_overhead = profile.transfer_overhead;
   o.concurrent_slowdown = detail::replicated_slowdown(profile.concurrent_slowdown, split.pipeline, split.replicas);
+  o.first_stage_backward_in_bw = profile.first_stage_backward_in_bw;
   return cost_model_of(split.partition, o);
 }
 

@@ -118,6 +118,7 @@ struct PlanModel {
   double transfer_overhead = 0.0;
   double step_overhead = 0.0;  // once per step (CostModel::step_overhead)
   std::vector<double> concurrent_slowdown{};  // ranks sharing the host's cores (CostModel::concurrent_slowdown)
+  bool first_stage_backward_in_bw = false;    // Profile::first_stage_backward_in_bw
   std::function<PartitionPlan(const CutRequest& cut)> partition;
   // Per position of the layer order the partition cuts (PartitionStage::begin..end),
   // from the profile's layers (graph_model); empty without layers.
@@ -275,6 +276,7 @@ struct GraphModelOptions {
   model.transfer_overhead = profile.transfer_overhead;
   model.step_overhead = profile.step_overhead;
   model.concurrent_slowdown = profile.concurrent_slowdown;
+  model.first_stage_backward_in_bw = profile.first_stage_backward_in_bw;
   if (std::any_of(devices.begin(), devices.end(),
                   [](const Device& d) { return d.memory_bytes != std::numeric_limits<double>::infinity(); })) {
     for (const Device& d : devices) model.rank_memory_cap.push_back(d.memory_bytes);

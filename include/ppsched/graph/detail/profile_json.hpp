@@ -38,7 +38,7 @@ class ProfileReader {
   [[nodiscard]] Profile read(std::string_view text) const {
     const nlohmann::json doc = parse(text);
     expect_type(doc, nlohmann::json::value_t::object, "the document", "an object with a \"layers\" array");
-    check_keys(doc, "", {"unit", "rows", "action_overhead", "transfer_overhead", "step_overhead", "concurrent_slowdown", "layers", "edges", "devices", "link"});
+    check_keys(doc, "", {"unit", "rows", "action_overhead", "transfer_overhead", "step_overhead", "concurrent_slowdown", "first_stage_backward_in_bw", "layers", "edges", "devices", "link"});
     Profile p;
     if (const auto* unit = member(doc, "unit")) {
       expect_type(*unit, nlohmann::json::value_t::string, "unit", "a string such as \"ms\"");
@@ -60,6 +60,10 @@ class ProfileReader {
         }
         p.concurrent_slowdown.push_back(x.get<double>());
       }
+    }
+    if (const auto* whole = member(doc, "first_stage_backward_in_bw")) {
+      expect_type(*whole, nlohmann::json::value_t::boolean, "first_stage_backward_in_bw", "true or false");
+      p.first_stage_backward_in_bw = whole->get<bool>();
     }
     const nlohmann::json* layers = member(doc, "layers");
     if (layers == nullptr) {

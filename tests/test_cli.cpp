@@ -1028,6 +1028,34 @@ TEST_CASE("--devices with a profile whose device memory p = 1 cannot meet plans 
   CHECK(r.err.empty());
 }
 
+TEST_CASE("a measured profile's runtime costs are named on the model's line; a hand-written one reads as before",
+          "[cli][plan][calibrate]") {
+  ScratchDir dir;
+  const std::string plain = write_profile(dir, "plain.json", 4, 1.0);
+  json measured = json::parse(std::ifstream(plain));
+  measured["action_overhead"] = 0.25;
+  measured["step_overhead"] = 0.5;
+  measured["concurrent_slowdown"] = {1.0, 1.75};
+  measured["first_stage_backward_in_bw"] = true;
+  const std::string path = dir.file("measured.json");
+  std::ofstream(path) << measured.dump();
+  for (const std::vector<std::string>& flags : {std::vector<std::string>{"--stages", "2", "--microbatches", "4"},
+                                                std::vector<std::string>{"--devices", "2", "--global-batch", "8"}}) {
+    std::vector<std::string> args = flags;
+    args.insert(args.end(), {"--profile", path});
+    const Run r = plan(args);
+    INFO("stderr: " << r.err);
+    REQUIRE(r.status == 0);
+    CHECK_THAT(r.out, Catch::Contains("; measured runtime: 0.25 ms per action, 0.5 ms per step, 2 ranks computing at once "
+                                      "1.75x slower, the first stage's whole backward in BW"));
+    args = flags;
+    args.insert(args.end(), {"--profile", plain});
+    const Run before = plan(args);
+    REQUIRE(before.status == 0);
+    CHECK_THAT(before.out, !Catch::Contains("measured runtime"));
+  }
+}
+
 TEST_CASE("a step time beyond a double is refused; all-zero costs explain without nan", "[cli][plan][issue24]") {
   const Run slow = plan({"--devices", "8", "--all-reduce-bandwidth", "1e-300"});
   INFO("stderr: " << slow.err);

@@ -36,7 +36,8 @@ namespace ppsched::cli {
       break;
     case ModelSource::profile:
       out.first = load_profile(options.profile_path);
-      out.second = concat("profile '", options.profile_path, "': ", out.first.graph.size(), " layers");
+      out.second = concat("profile '", options.profile_path, "': ", out.first.graph.size(), " layers",
+                          runtime_text(out.first));
       break;
     case ModelSource::embedded_gpt: out = {gpt_profile(), std::string(gpt_description)}; break;
     case ModelSource::stage_cost:

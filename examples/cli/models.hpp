@@ -38,6 +38,24 @@ namespace ppsched::cli {
   return model;
 }
 
+// What a measured profile says of the runtime besides its layers, for the model's line: the
+// fixed costs, how ranks sharing the cores slow each other, where the first stage runs its
+// backward. Empty when the profile says none of it, so a hand-written profile reads as before.
+[[nodiscard]] inline std::string runtime_text(const Profile& p) {
+  using ppsched::concat;
+  std::string out;
+  const auto add = [&](const std::string& part) { out += concat(out.empty() ? "; measured runtime: " : ", ", part); };
+  const std::string unit = p.time_unit.empty() ? "" : concat(" ", p.time_unit);
+  if (p.action_overhead > 0.0) add(concat(p.action_overhead, unit, " per action"));
+  if (p.transfer_overhead > 0.0) add(concat(p.transfer_overhead, unit, " per transfer"));
+  if (p.step_overhead > 0.0) add(concat(p.step_overhead, unit, " per step"));
+  for (std::size_t k = 1; k < p.concurrent_slowdown.size(); ++k) {
+    add(concat(k + 1, " ranks computing at once ", p.concurrent_slowdown[k], "x slower"));
+  }
+  if (p.first_stage_backward_in_bw) add("the first stage's whole backward in BW");
+  return out;
+}
+
 // A profile on its machine, cut by the partitioner the flags name; --comm and --bandwidth
 // replace the profile's link.
 [[nodiscard]] inline PlanModel graph_model(Profile profile, std::string description, const PlanOptions& options) {
@@ -105,6 +123,7 @@ inline constexpr std::string_view gpt_description =
   std::string description = concat("profile '", options.profile_path, "': ", profile.graph.size(), " layers");
   if (!profile.graph.is_chain()) description += concat(", ", profile.graph.edges().size(), " edges");
   if (!profile.devices.empty()) description += concat(", ", profile.devices.size(), " devices");
+  description += runtime_text(profile);
   return graph_model(std::move(profile), std::move(description), options);
 }
 

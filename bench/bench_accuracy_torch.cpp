@@ -16,9 +16,8 @@
 // passes' medians' difference over the median) and the error; per model and overall: mean and
 // maximum |error|, Kendall's tau, and whether the configuration predicted fastest measures within
 // 5% of the measured fastest (the pick holds), and the same figures predicted without the
-// slowdown, with the first stage's backward split as the others', and as run 6 priced them (the
-// adapter's cost per call paid by every child), to show what each changes. Not a test: a report
-// (docs/accuracy.md).
+// slowdown and with each of run 7's changes undone (variants()), to show what each changes. Not
+// a test: a report (docs/accuracy.md).
 //
 //   bench_accuracy_torch [repetitions per pass] [passes] [model] [plot.svg]
 //   bench_accuracy_torch memory [model]          peak memory per rank, predicted and counted
@@ -71,8 +70,7 @@ struct Config {
   double predicted = 0.0;
   double alone = 0.0;                       // predicted without the ranks' concurrent slowdown
   double calibrated = 0.0;                  // predicted from the profile recalibrated by two runs
-  double per_child = 0.0;                   // predicted as run 6 did (below)
-  double first_split = 0.0;                 // predicted with the first stage's backward split as the others'
+  std::vector<double> undone;               // predicted with each of run 7's changes undone (variants())
   std::vector<std::vector<double>> passes;  // ms per step, per pass
   std::vector<ppsched::Timeline> last_pass; // every step's timeline, last pass
 };
@@ -90,9 +88,22 @@ double predict(const ppsched::Profile& profile, const Config& c) {
 
 using accuracy::kendall_tau;
 
+// `p` without the loss's time in the last child's B and BI.
+ppsched::TorchProfile without_loss(ppsched::TorchProfile p) {
+  for (std::size_t k = 0; k < p.loss.size(); ++k) {
+    ppsched::TorchLayerSample& last = p.layers.back().samples[k];
+    for (ppsched::TorchTiming* t : {&last.backward, &last.backward_input}) {
+      t->median -= p.loss[k].median;
+      t->min -= p.loss[k].min;
+      t->max -= p.loss[k].max;
+    }
+  }
+  p.loss.clear();
+  return p;
+}
+
 // `p` as profiled before the call overhead was taken off each child: every child at its
-// one-child stage's times, nothing per action from the adapter (how runs 1-6 priced a stage;
-// they also split the first stage's backward as the others', first_stage_backward_in_bw off).
+// one-child stage's times, nothing per action from the adapter.
 ppsched::TorchProfile with_overhead_per_child(ppsched::TorchProfile p) {
   const ppsched::TorchProfile::CallOverhead o = p.call_overhead;
   for (ppsched::TorchLayerProfile& l : p.layers) {
@@ -107,6 +118,28 @@ ppsched::TorchProfile with_overhead_per_child(ppsched::TorchProfile p) {
   }
   p.call_overhead = {};
   return p;
+}
+
+// The profile with each of run 7's changes undone (docs/accuracy.md), named, at 32 rows with
+// the backend's fixed costs and the measured slowdown of `priced`: without the loss's time; the
+// first stage's backward split as the others'; and as runs 1-6 priced a stage (all three undone:
+// no loss, the call overhead paid by every child, the first stage split).
+std::vector<std::pair<std::string, ppsched::Profile>> variants(const ppsched::TorchProfile& measured,
+                                                               const ppsched::Profile& priced,
+                                                               const ppsched::BackendOverheads& overheads) {
+  const auto at32 = [&](const ppsched::TorchProfile& t, bool adapter_overhead, bool first_in_bw) {
+    ppsched::Profile p = t.at(32);
+    p.action_overhead = (adapter_overhead ? p.action_overhead : 0.0) + overheads.action_overhead;
+    p.transfer_overhead = overheads.transfer_overhead;
+    p.step_overhead = overheads.step_overhead;
+    p.concurrent_slowdown = priced.concurrent_slowdown;
+    p.first_stage_backward_in_bw = first_in_bw;
+    return p;
+  };
+  return {{"without the loss's time", at32(without_loss(measured), true, true)},
+          {"with the first stage's backward split as the others'", at32(measured, true, false)},
+          {"as run 6 priced it (no loss, the call overhead paid by every child, the first stage split)",
+           at32(with_overhead_per_child(without_loss(measured)), false, false)}};
 }
 
 // The model's own compute of one 8-row micro-batch (forward and backward of the whole Sequential)
@@ -460,23 +493,15 @@ int main(int argc, char** argv) try {
     const bench_torch::Model model = bench_torch::make_model(name);
     const ppsched::TorchProfile measured_profile = bench_torch::profile_of(model, {2, 8, 32}, 3, 10);
     ppsched::Profile profile = measured_profile.at(32);
-    const double adapter_overhead = profile.action_overhead;
     profile.action_overhead += overheads.action_overhead;  // beside the adapter's own (TorchProfile::at)
     profile.transfer_overhead = overheads.transfer_overhead;
     profile.step_overhead = overheads.step_overhead;
     profile.concurrent_slowdown = concurrent_slowdown(model);
-    ppsched::Profile per_child = with_overhead_per_child(measured_profile).at(32);
-    per_child.action_overhead = overheads.action_overhead;
-    per_child.transfer_overhead = overheads.transfer_overhead;
-    per_child.step_overhead = overheads.step_overhead;
-    per_child.concurrent_slowdown = profile.concurrent_slowdown;
-    per_child.first_stage_backward_in_bw = false;
-    ppsched::Profile first_split = profile;
-    first_split.first_stage_backward_in_bw = false;
+    const std::vector<std::pair<std::string, ppsched::Profile>> undone = variants(measured_profile, profile, overheads);
     std::printf("%s: concurrent slowdown with 2 ranks computing %.2fx\n", name.c_str(), profile.concurrent_slowdown.back());
     std::vector<Config> configs;
     for (const bench_torch::ConfigKey& k : bench_torch::configurations(global_batch)) {
-      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, 0.0, 0.0, 0.0, {}, {}});
+      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, 0.0, {}, {}, {}});
     }
     measure(model, profile, configs, repetitions, passes);
     // Recalibrated from every step of the last pass of two runs of different shapes (one rank
@@ -490,11 +515,12 @@ int main(int argc, char** argv) try {
     const ppsched::Recalibration fit = ppsched::recalibrate_plan(profile, runs, 2, global_batch, std::nullopt, {});
     for (Config& c : configs) {
       c.calibrated = predict(fit.profile, c);
-      c.per_child = predict(per_child, c);
-      c.first_split = predict(first_split, c);
+      for (const auto& v : undone) c.undone.push_back(predict(v.second, c));
     }
-    std::vector<double> predicted, measured, calibrated, alone, children, split;
-    accuracy::Errors profiled, recalibrated, unshared, each_child, split_first;
+    std::vector<double> predicted, measured, calibrated, alone;
+    std::vector<std::vector<double>> undone_predicted(undone.size());
+    accuracy::Errors profiled, recalibrated, unshared;
+    std::vector<accuracy::Errors> undone_errors(undone.size());
     double sum_noise = 0.0;
     for (const Config& c : configs) {
       const accuracy::Spread m = accuracy::spread_of(c.passes);
@@ -502,11 +528,11 @@ int main(int argc, char** argv) try {
       const double error = profiled.add(c.predicted, m.median);
       const double error_calibrated = recalibrated.add(c.calibrated, m.median);
       (void)unshared.add(c.alone, m.median);
-      (void)each_child.add(c.per_child, m.median);
-      (void)split_first.add(c.first_split, m.median);
+      for (std::size_t v = 0; v < undone.size(); ++v) {
+        (void)undone_errors[v].add(c.undone[v], m.median);
+        undone_predicted[v].push_back(c.undone[v]);
+      }
       alone.push_back(c.alone);
-      children.push_back(c.per_child);
-      split.push_back(c.first_split);
       predicted.push_back(c.predicted);
       measured.push_back(m.median);
       calibrated.push_back(c.calibrated);
@@ -545,10 +571,7 @@ int main(int argc, char** argv) try {
                     100.0 * (measured[at] - measured[best]) / measured[best]);
       summaries.emplace_back(line);
     };
-    other("with the first stage's backward split as the others'", split, split_first);
-    const std::string run6 = "as run 6 priced it (the call overhead, " + std::to_string(adapter_overhead) +
-                             " ms per action, paid by every child; the first stage split)";
-    other(run6.c_str(), children, each_child);
+    for (std::size_t v = 0; v < undone.size(); ++v) other(undone[v].first.c_str(), undone_predicted[v], undone_errors[v]);
     const auto pick_after =
         static_cast<std::size_t>(std::min_element(calibrated.begin(), calibrated.end()) - calibrated.begin());
     std::snprintf(line, sizeof line,

@@ -10,6 +10,7 @@
 //   ppsched-plan --profile measured.json --devices 2 --global-batch 64
 //
 // Built only where libtorch and nlohmann-json are found; see docs/torch.md.
+#include <torch/nn/functional/loss.h>
 #include <torch/nn/modules/activation.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/conv.h>
@@ -84,6 +85,9 @@ int main(int argc, char** argv) try {
   options.input = [](std::int64_t r) { return torch::randn({r, 3, side, side}); };
   options.warmup = 2;
   options.repetitions = 7;
+  // The last stage's backward starts with the loss: timed into the last child's B and BI.
+  options.target = [](std::int64_t r) { return torch::randint(10, {r}); };  // class labels
+  options.loss = [](const torch::Tensor& y, const torch::Tensor& t) { return torch::nn::functional::cross_entropy(y, t); };
   const ppsched::TorchProfile measured = ppsched::profile_sequential(make_model(), options);
   ppsched::Profile profile = measured.at(rows.front());  // what ppsched-plan reads
   // Ranks on CPU threads share the cores: how much slower one micro-batch of the whole model

@@ -1305,6 +1305,37 @@ CATCH_TEST_CASE("profile_sequential measures every child at every size and leave
               (once.forward + once.backward + once.backward_input + once.backward_weight) / 4.0);
 }
 
+CATCH_TEST_CASE("profile_sequential times the loss into the last child's backward", "[torch]") {
+  torch::manual_seed(3);
+  torch::nn::Sequential model(torch::nn::Linear(4, 4), torch::nn::Linear(4, 2));
+  ppsched::TorchProfileOptions o;
+  o.rows = {2, 3};
+  o.warmup = 0;
+  o.repetitions = 2;
+  o.input = [](std::int64_t r) { return torch::randn({r, 4}); };
+  CATCH_CHECK(ppsched::profile_sequential(model, o).loss.empty());  // no loss given, none timed
+  o.loss = [](const torch::Tensor& y, const torch::Tensor& t) { return torch::mse_loss(y, t); };
+  const ppsched::TorchProfile p = ppsched::profile_sequential(model, o);
+  CATCH_REQUIRE(p.loss.size() == 2);
+  for (std::size_t k = 0; k < 2; ++k) {
+    CATCH_CHECK(p.loss[k].min > 0.0);
+    CATCH_CHECK(p.loss[k].min <= p.loss[k].median);
+    // In the last child's B and BI (after the call overhead came off): at least the loss itself.
+    CATCH_CHECK(p.layers[1].samples[k].backward.median >= p.loss[k].median);
+    CATCH_CHECK(p.layers[1].samples[k].backward_input.median >= p.loss[k].median);
+  }
+  // A target of the caller's, and a loss that is not one scalar.
+  o.target = [](std::int64_t r) { return torch::ones({r, 2}); };
+  CATCH_CHECK(ppsched::profile_sequential(model, o).loss.size() == 2);
+  o.loss = [](const torch::Tensor& y, const torch::Tensor& t) { return y - t; };
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("TorchProfileOptions::loss") !=
+              std::string::npos);
+  o.loss = [](const torch::Tensor& y, const torch::Tensor& t) { return torch::mse_loss(y, t); };
+  o.target = [](std::int64_t) { return torch::Tensor(); };
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("TorchProfileOptions::target") !=
+              std::string::npos);
+}
+
 CATCH_TEST_CASE("profile_sequential takes the call overhead off the children once", "[torch]") {
   // Three children timed alone at two sizes, and the whole chain as one stage.
   const auto child = [](double at2, double at8) {

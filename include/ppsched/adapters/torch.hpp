@@ -1126,6 +1126,12 @@ struct TorchProfileOptions {
   std::function<torch::Tensor(std::int64_t rows)> input;
   int warmup = 2;       // runs per child and size before timing
   int repetitions = 5;  // timed runs per child and size; the median is the profile's figure
+  // The last stage's loss, as TorchStageOptions::loss takes it, and its target for a size
+  // (empty: zeros shaped as the model's output). The last stage's backward starts with this
+  // call (the adapter runs it as TorchStage::functions' loss does: the output as a leaf, the
+  // loss, its gradient), so its time is added to the last child's B and BI. Empty: not timed.
+  std::function<torch::Tensor(const torch::Tensor& output, const torch::Tensor& target)> loss;
+  std::function<torch::Tensor(std::int64_t rows)> target;
 };
 
 // One measured time: the median of the repetitions and their spread, in ms.
@@ -1184,6 +1190,9 @@ struct TorchProfile {
     double forward = 0.0, backward = 0.0, backward_input = 0.0, backward_weight = 0.0;
   };
   CallOverhead call_overhead;
+  // [size]: the loss's call (TorchProfileOptions::loss), already in the last child's B and BI;
+  // empty when no loss was given.
+  std::vector<TorchTiming> loss;
 
   // The Profile at one measured size: a chain of the children with the medians (ms) and
   // bytes at that size, the full backward beside the split halves, `rows` set to that size,
@@ -1373,6 +1382,33 @@ struct StageTimes {
   return {spread(fw), spread(b), spread(bi), spread(bw)};
 }
 
+// The loss's call at one size, as TorchStage's loss runs it: the model's output `y` as a leaf
+// that takes a gradient, the loss against the target, the gradient, copied out as floats.
+[[nodiscard]] inline TorchTiming time_loss(const TorchProfileOptions& options, const torch::Tensor& y, std::int64_t rows) {
+  const torch::Tensor target = options.target ? options.target(rows) : torch::zeros_like(y);
+  if (!target.defined()) {
+    fail({"torch profile", concat("the target for ", rows, " rows is undefined"), "TorchProfileOptions::target",
+          "Return one micro-batch's target tensor, or leave target empty for zeros shaped as the output"});
+  }
+  std::vector<float> grad(static_cast<std::size_t>(y.numel()));
+  const torch::Tensor grad_out = torch::from_blob(grad.data(), y.sizes(), torch::kFloat32);
+  std::vector<double> ms;
+  for (int rep = 0; rep < options.warmup + options.repetitions; ++rep) {
+    const double t = time_ms([&] {
+      const torch::AutoGradMode grad_mode(true);
+      const torch::Tensor output = y.detach().requires_grad_(true);
+      const torch::Tensor value = options.loss(output, target);
+      if (!value.defined() || value.numel() != 1 || !value.requires_grad()) {
+        fail({"torch profile", "the loss is not one scalar computed from the output", "TorchProfileOptions::loss",
+              "Return one scalar computed from the output (e.g. torch::mse_loss(output, target))"});
+      }
+      grad_out.copy_(torch::autograd::grad({value}, {output})[0]);
+    });
+    if (rep >= options.warmup) ms.push_back(t);
+  }
+  return spread(std::move(ms));
+}
+
 // TorchProfile::call_overhead from the children's times alone ([child][size]) and the whole
 // chain's ([size]), and every child's times with it taken off.
 inline TorchProfile::CallOverhead take_off_call_overhead(std::vector<TorchLayerProfile>& children,
@@ -1502,8 +1538,19 @@ inline TorchProfile::CallOverhead take_off_call_overhead(std::vector<TorchLayerP
     }
     // The whole model as one stage: what n one-child stages paid n times, it pays once.
     if (n > 1) whole.push_back(detail::torch_adapter::time_stage(model, chain, 0, n, options.warmup, options.repetitions));
+    if (options.loss) {
+      out.loss.push_back(detail::torch_adapter::time_loss(options, chain.back(), rows));
+    }
   }
   if (!whole.empty()) out.call_overhead = detail::torch_adapter::take_off_call_overhead(out.layers, whole);
+  for (std::size_t k = 0; k < out.loss.size(); ++k) {
+    TorchLayerSample& last = out.layers.back().samples[k];
+    for (TorchTiming* t : {&last.backward, &last.backward_input}) {
+      t->median += out.loss[k].median;
+      t->min += out.loss[k].min;
+      t->max += out.loss[k].max;
+    }
+  }
   {
     const torch::NoGradGuard no_grad;
     const std::vector<torch::Tensor> now = model->buffers();

@@ -1314,30 +1314,53 @@ struct HeldBytes {
 // there (its input is then the executor's buffer); boundary_weight_bytes likewise after
 // backward_input. Counting a whole chain's forward instead
 // charged each child its output, held or not (docs/accuracy.md).
+// A TorchStage of `model`'s children first..last - 1 over typed boundaries (child k's input
+// inputs[k], the model's output inputs[size]), its functions, and the buffers of one
+// micro-batch's calls, `grad` as the output's gradient. Built in place: `f` calls `stage`.
+struct PartStage {
+  PartStage(const torch::nn::Sequential& model, const std::vector<torch::Tensor>& inputs, std::size_t first,
+            std::size_t last, const torch::Tensor& grad)
+      : stage(part_of(model, first, last), options_of(inputs[first], inputs[last])),
+        f(stage.functions()),
+        in(torch_payloads(spec_of(inputs[first]), {inputs[first]})),
+        grad_out(torch_payloads(spec_of(inputs[last]), {grad})),
+        output(grad_out.size()),
+        grad_in(in.size()),
+        weight_grad(f.weight_grad_size) {}
+  PartStage(const PartStage&) = delete;
+  PartStage& operator=(const PartStage&) = delete;
+
+  TorchStage stage;
+  StageFunctions f;
+  std::vector<float> in, grad_out, output, grad_in, weight_grad;
+
+ private:
+  static torch::nn::Sequential part_of(const torch::nn::Sequential& model, std::size_t first, std::size_t last) {
+    torch::nn::Sequential part;
+    for (std::size_t k = first; k < last; ++k) part->push_back(*(model->begin() + static_cast<std::ptrdiff_t>(k)));
+    return part;
+  }
+  static TorchStageOptions options_of(const torch::Tensor& input, const torch::Tensor& output) {
+    TorchStageOptions so;
+    so.input_tensors = {spec_of(input)};
+    so.output_tensors = {spec_of(output)};
+    return so;
+  }
+};
+
 [[nodiscard]] inline HeldBytes held_by_stage(const torch::nn::Sequential& model, const std::vector<torch::Tensor>& inputs,
                                              std::size_t first, std::size_t last) {
   TorchMemoryCounter& counter = TorchMemoryCounter::install();
-  TorchStageOptions so;
-  so.input_tensors = {spec_of(inputs[first])};
-  so.output_tensors = {spec_of(inputs[last])};
-  torch::nn::Sequential part;
-  for (std::size_t k = first; k < last; ++k) part->push_back(*(model->begin() + static_cast<std::ptrdiff_t>(k)));
-  TorchStage stage(part, so);
-  const StageFunctions f = stage.functions();
-  const std::vector<float> in = torch_payloads(so.input_tensors[0], {inputs[first]});
   // Any gradient of the right shape: bytes do not depend on its values.
-  const std::vector<float> grad_out = torch_payloads(so.output_tensors[0], {torch::ones_like(inputs[last])});
-  std::vector<float> output(grad_out.size());
-  std::vector<float> grad_in(in.size());
-  std::vector<float> weight_grad(f.weight_grad_size);
+  PartStage p(model, inputs, first, last, torch::ones_like(inputs[last]));
   const TorchMemoryCounter::Tag tag(TorchMemoryCounter::profiling);
   const std::int64_t before = counter.current(TorchMemoryCounter::profiling);
   HeldBytes out;
-  f.forward(0, in, output);
+  p.f.forward(0, p.in, p.output);
   out.forward = static_cast<double>(counter.current(TorchMemoryCounter::profiling) - before);
-  f.backward_input(0, in, grad_out, grad_in);
+  p.f.backward_input(0, p.in, p.grad_out, p.grad_in);
   out.input_backward = static_cast<double>(counter.current(TorchMemoryCounter::profiling) - before);
-  f.backward_weight(0, in, grad_out, weight_grad);
+  p.f.backward_weight(0, p.in, p.grad_out, p.weight_grad);
   return out;
 }
 
@@ -1348,30 +1371,20 @@ struct StageTimes {
 };
 [[nodiscard]] inline StageTimes time_stage(const torch::nn::Sequential& model, const std::vector<torch::Tensor>& inputs,
                                            std::size_t first, std::size_t last, int warmup, int repetitions) {
-  TorchStageOptions so;
-  so.input_tensors = {spec_of(inputs[first])};
-  so.output_tensors = {spec_of(inputs[last])};
-  torch::nn::Sequential part;
-  for (std::size_t k = first; k < last; ++k) part->push_back(*(model->begin() + static_cast<std::ptrdiff_t>(k)));
-  TorchStage stage(part, so);
-  const StageFunctions f = stage.functions();
-  const std::vector<float> in = torch_payloads(so.input_tensors[0], {inputs[first]});
   torch::manual_seed(static_cast<std::uint64_t>(first));
-  const std::vector<float> grad_out = torch_payloads(so.output_tensors[0], {torch::randn_like(inputs[last])});
-  std::vector<float> output(grad_out.size());
-  std::vector<float> grad_in(in.size());
-  std::vector<float> weight_grad(f.weight_grad_size);
+  PartStage p(model, inputs, first, last, torch::randn_like(inputs[last]));
+  const StageFunctions& f = p.f;
   std::vector<double> fw, b, bi, bw;
   const TorchMemoryCounter::Tag tag(TorchMemoryCounter::profiling);
   for (int rep = 0; rep < warmup + repetitions; ++rep) {
     const bool timed = rep >= warmup;
-    std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
-    const double f1 = time_ms([&] { f.forward(0, in, output); });
-    const double full = time_ms([&] { f.backward(0, in, grad_out, grad_in, weight_grad); });
-    std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
-    const double f2 = time_ms([&] { f.forward(0, in, output); });
-    const double input_part = time_ms([&] { f.backward_input(0, in, grad_out, grad_in); });
-    const double weight_part = time_ms([&] { f.backward_weight(0, in, grad_out, weight_grad); });
+    std::fill(p.weight_grad.begin(), p.weight_grad.end(), 0.0f);
+    const double f1 = time_ms([&] { f.forward(0, p.in, p.output); });
+    const double full = time_ms([&] { f.backward(0, p.in, p.grad_out, p.grad_in, p.weight_grad); });
+    std::fill(p.weight_grad.begin(), p.weight_grad.end(), 0.0f);
+    const double f2 = time_ms([&] { f.forward(0, p.in, p.output); });
+    const double input_part = time_ms([&] { f.backward_input(0, p.in, p.grad_out, p.grad_in); });
+    const double weight_part = time_ms([&] { f.backward_weight(0, p.in, p.grad_out, p.weight_grad); });
     if (!timed) continue;
     fw.push_back(f1);
     fw.push_back(f2);

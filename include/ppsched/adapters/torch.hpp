@@ -1297,23 +1297,6 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
 
 namespace detail::torch_adapter {
 
-// Bytes a stage holds for one micro-batch, counted: after its forward, and after its
-// backward_input (the graph and the gradients kept for BW).
-struct HeldBytes {
-  double forward = 0.0;
-  double input_backward = 0.0;
-};
-
-// What a TorchStage of `model`'s children first..last - 1 holds for one micro-batch, child k's
-// input being inputs[k] and the model's output inputs[size], counted after its forward and
-// after its backward_input. profile_sequential counts it on every tail (first..end) and on every
-// child alone: a child's share is its tail's less the next tail's, so a stage that runs to the
-// model's end is predicted to the byte; and its boundary_bytes is its share less what it holds
-// alone, the one term a sum of shares cannot see: its output, where only the next child saves
-// it, is held when that child runs in the same stage and let go where the next stage starts
-// there (its input is then the executor's buffer); boundary_weight_bytes likewise after
-// backward_input. Counting a whole chain's forward instead
-// charged each child its output, held or not (docs/accuracy.md).
 // A TorchStage of `model`'s children first..last - 1 over typed boundaries (child k's input
 // inputs[k], the model's output inputs[size]), its functions, and the buffers of one
 // micro-batch's calls, `grad` as the output's gradient. Built in place: `f` calls `stage`.
@@ -1348,6 +1331,23 @@ struct PartStage {
   }
 };
 
+// Bytes a stage holds for one micro-batch, counted: after its forward, and after its
+// backward_input (the graph and the gradients kept for BW).
+struct HeldBytes {
+  double forward = 0.0;
+  double input_backward = 0.0;
+};
+
+// What a TorchStage of `model`'s children first..last - 1 holds for one micro-batch, child k's
+// input being inputs[k] and the model's output inputs[size], counted after its forward and
+// after its backward_input. profile_sequential counts it on every tail (first..end) and on every
+// child alone: a child's share is its tail's less the next tail's, so a stage that runs to the
+// model's end is predicted to the byte; and its boundary_bytes is its share less what it holds
+// alone, the one term a sum of shares cannot see: its output, where only the next child saves
+// it, is held when that child runs in the same stage and let go where the next stage starts
+// there (its input is then the executor's buffer); boundary_weight_bytes likewise after
+// backward_input. Counting a whole chain's forward instead
+// charged each child its output, held or not (docs/accuracy.md).
 [[nodiscard]] inline HeldBytes held_by_stage(const torch::nn::Sequential& model, const std::vector<torch::Tensor>& inputs,
                                              std::size_t first, std::size_t last) {
   TorchMemoryCounter& counter = TorchMemoryCounter::install();

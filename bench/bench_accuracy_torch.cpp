@@ -16,8 +16,12 @@
 // passes' medians' difference over the median) and the error; per model and overall: mean and
 // maximum |error|, Kendall's tau, and whether the configuration predicted fastest measures within
 // 5% of the measured fastest (the pick holds), and the same figures predicted without the
-// slowdown and with each of run 7's changes undone (variants()), to show what each changes. Not
-// a test: a report (docs/accuracy.md).
+// slowdown and with each of run 7's changes undone (variants()), to show what each changes.
+// Every step is bracketed by a probe of each core's speed (machine_probe.hpp): the columns
+// "steady" and its "error" (and a summary line per model) count only the steps taken while
+// every core ran within 1.15x of its usual speed, which is how this machine's noise is told
+// apart from the model's error (docs/accuracy.md, "What the noise floor is made of"). Not a
+// test: a report (docs/accuracy.md).
 //
 //   bench_accuracy_torch [repetitions per pass] [passes] [model] [plot.svg]
 //   bench_accuracy_torch memory [model]          peak memory per rank, predicted and counted
@@ -56,6 +60,7 @@
 
 #include "accuracy_stats.hpp"
 #include "bench_accuracy_torch.hpp"
+#include "machine_probe.hpp"
 
 namespace {
 
@@ -73,7 +78,25 @@ struct Config {
   std::vector<double> undone;               // predicted with each of run 7's changes undone (variants())
   std::vector<std::vector<double>> passes;  // ms per step, per pass
   std::vector<ppsched::Timeline> last_pass; // every step's timeline, last pass
+  // Per pass, per step, per core: the slower of the core's probes before and after the step.
+  std::vector<std::vector<std::vector<double>>> probes;
 };
+
+// A core's probe within this factor of its usual speed counts as steady (machine_probe.hpp).
+constexpr double steady_tolerance = 1.15;
+
+// The passes of `c`'s steps that every core's probes found steady, passes left empty dropped.
+std::vector<std::vector<double>> steady_steps(const Config& c, const machine::CoreProbes& probes) {
+  std::vector<std::vector<double>> out;
+  for (std::size_t pass = 0; pass < c.passes.size(); ++pass) {
+    std::vector<double> kept;
+    for (std::size_t step = 0; step < c.passes[pass].size(); ++step) {
+      if (probes.steady(c.probes[pass][step], steady_tolerance)) kept.push_back(c.passes[pass][step]);
+    }
+    if (!kept.empty()) out.push_back(std::move(kept));
+  }
+  return out;
+}
 
 // The step predicted for `c` from `profile`, as plan_devices prices it.
 double predict(const ppsched::Profile& profile, const Config& c) {
@@ -167,7 +190,7 @@ std::span<const float> floats(const torch::Tensor& t) { return {t.data_ptr<float
 
 // One model's configurations measured: a pass runs each once, `repetitions` timed steps.
 void measure(const bench_torch::Model& model, const ppsched::Profile& profile, std::vector<Config>& configs, int repetitions,
-             int passes) {
+             int passes, machine::CoreProbes& probes) {
   const ppsched::CpuOptions cpu{.checking = false};
   for (int pass = 0; pass < passes; ++pass) {
     for (Config& c : configs) {
@@ -193,17 +216,23 @@ void measure(const bench_torch::Model& model, const ppsched::Profile& profile, s
       const torch::Tensor inputs = model.input(global_batch).contiguous();
       const torch::Tensor targets = torch::zeros(model.output_shape(model.net->size() - 1, global_batch)).contiguous();
       std::vector<double> steps;
+      std::vector<std::vector<double>> around;
       c.last_pass.clear();
       for (int r = -2; r < repetitions; ++r) {
+        std::vector<double> probe = probes.run();
         const auto t0 = std::chrono::steady_clock::now();
         (void)world.run_step({floats(inputs), floats(targets)});
         const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const std::vector<double> after = probes.run();
+        for (std::size_t k = 0; k < probe.size(); ++k) probe[k] = std::max(probe[k], after[k]);
         if (r >= 0) {
           steps.push_back(ms);
+          around.push_back(std::move(probe));
           c.last_pass.push_back(world.last_step().timeline);
         }
       }
       c.passes.push_back(steps);
+      c.probes.push_back(std::move(around));
     }
   }
 }
@@ -484,14 +513,32 @@ int main(int argc, char** argv) try {
 
   if (mode == "policies") return policies_report(argc > 2 ? std::atoi(argv[2]) : 10, overheads);
 
+  // Each core's speed, probed before and after every step (machine_probe.hpp).
+  machine::CoreProbes probes;
+  for (int k = 0; k < 100; ++k) (void)probes.run();
+  const auto ratios_text = [&](const std::vector<double>& ms) {
+    std::string text;
+    const std::vector<double> fastest = probes.fastest();
+    for (std::size_t k = 0; k < ms.size(); ++k) {
+      char one[16];
+      std::snprintf(one, sizeof one, "%s%.2fx", text.empty() ? "" : "/", ms[k] / fastest[k]);
+      text += one;
+    }
+    return text;
+  };
+
   std::vector<Config> all;
-  std::printf("%-5s %-17s %2s %3s %4s  %9s  %9s %8s %8s  %7s  %7s  %9s  %7s\n", "model", "family", "p", "m", "rows",
-              "predicted", "measured", "min", "max", "noise", "error", "calibr.", "error");
+  std::printf("%-5s %-17s %2s %3s %4s  %9s  %9s %8s %8s  %7s  %7s  %9s  %7s  %6s  %7s\n", "model", "family", "p", "m", "rows",
+              "predicted", "measured", "min", "max", "noise", "error", "calibr.", "error", "steady", "error");
   std::vector<std::string> summaries;
   for (const std::string& name : bench_torch::model_names()) {
     if (which != "all" && which != name) continue;
     const bench_torch::Model model = bench_torch::make_model(name);
+    const std::vector<double> before_profile = probes.run();
     const ppsched::TorchProfile measured_profile = bench_torch::profile_of(model, {2, 8, 32}, 3, 10);
+    const std::vector<double> after_profile = probes.run();
+    std::printf("%s: profiled with the cores' probes at %s their fastest before and %s after\n", name.c_str(),
+                ratios_text(before_profile).c_str(), ratios_text(after_profile).c_str());
     ppsched::Profile profile = measured_profile.at(32);
     profile.action_overhead += overheads.action_overhead;  // beside the adapter's own (TorchProfile::at)
     profile.transfer_overhead = overheads.transfer_overhead;
@@ -501,9 +548,9 @@ int main(int argc, char** argv) try {
     std::printf("%s: concurrent slowdown with 2 ranks computing %.2fx\n", name.c_str(), profile.concurrent_slowdown.back());
     std::vector<Config> configs;
     for (const bench_torch::ConfigKey& k : bench_torch::configurations(global_batch)) {
-      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, 0.0, {}, {}, {}});
+      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, 0.0, {}, {}, {}, {}});
     }
-    measure(model, profile, configs, repetitions, passes);
+    measure(model, profile, configs, repetitions, passes, probes);
     // Recalibrated from every step of the last pass of two runs of different shapes (one rank
     // with 2 micro-batches, two ranks with 32) and their step times (docs/plan.md).
     std::vector<ppsched::MeasuredRun> runs;
@@ -522,8 +569,27 @@ int main(int argc, char** argv) try {
     accuracy::Errors profiled, recalibrated, unshared;
     std::vector<accuracy::Errors> undone_errors(undone.size());
     double sum_noise = 0.0;
+    // The same figures over the steps every core's probes found at its usual speed, for the
+    // configurations with at least three such steps.
+    accuracy::Errors steady_errors;
+    std::vector<double> steady_predicted, steady_measured;
+    double steady_noise = 0.0;
+    std::size_t steady_count = 0, step_count = 0;
     for (const Config& c : configs) {
       const accuracy::Spread m = accuracy::spread_of(c.passes);
+      const std::vector<std::vector<double>> steady = steady_steps(c, probes);
+      std::size_t kept = 0;
+      for (const auto& q : steady) kept += q.size();
+      steady_count += kept;
+      for (const auto& p : c.passes) step_count += p.size();
+      char steady_error[16] = "      -";
+      if (kept >= 3) {
+        const accuracy::Spread q = accuracy::spread_of(steady);
+        std::snprintf(steady_error, sizeof steady_error, "%+6.1f%%", 100.0 * steady_errors.add(c.predicted, q.median));
+        steady_predicted.push_back(c.predicted);
+        steady_measured.push_back(q.median);
+        steady_noise += q.noise;
+      }
       sum_noise += m.noise;
       const double error = profiled.add(c.predicted, m.median);
       const double error_calibrated = recalibrated.add(c.calibrated, m.median);
@@ -536,9 +602,9 @@ int main(int argc, char** argv) try {
       predicted.push_back(c.predicted);
       measured.push_back(m.median);
       calibrated.push_back(c.calibrated);
-      std::printf("%-5s %-17s %2d %3d %4d  %9.3f  %9.3f %8.3f %8.3f  %6.1f%%  %+6.1f%%  %9.3f  %+6.1f%%\n", name.c_str(),
-                  c.family.c_str(), c.ranks, c.microbatches, c.rows, c.predicted, m.median, m.min, m.max,
-                  100.0 * m.noise, 100.0 * error, c.calibrated, 100.0 * error_calibrated);
+      std::printf("%-5s %-17s %2d %3d %4d  %9.3f  %9.3f %8.3f %8.3f  %6.1f%%  %+6.1f%%  %9.3f  %+6.1f%%  %6zu  %s\n",
+                  name.c_str(), c.family.c_str(), c.ranks, c.microbatches, c.rows, c.predicted, m.median, m.min, m.max,
+                  100.0 * m.noise, 100.0 * error, c.calibrated, 100.0 * error_calibrated, kept, steady_error);
       all.push_back(c);
     }
     const auto pick = static_cast<std::size_t>(std::min_element(predicted.begin(), predicted.end()) - predicted.begin());
@@ -553,6 +619,23 @@ int main(int argc, char** argv) try {
                   kendall_tau(predicted, measured), configs[pick].family.c_str(), configs[pick].ranks,
                   configs[pick].microbatches, 100.0 * loss, configs[best].family.c_str(), configs[best].ranks,
                   configs[best].microbatches, loss <= 0.05 ? "the pick holds" : "the pick does NOT hold");
+    summaries.emplace_back(line);
+    if (steady_errors.count == 0) {
+      std::snprintf(line, sizeof line, "%s on steady steps: %zu of %zu steps steady, no configuration with three", name.c_str(),
+                    steady_count, step_count);
+    } else {
+      const auto qpick = static_cast<std::size_t>(std::min_element(steady_predicted.begin(), steady_predicted.end()) -
+                                                  steady_predicted.begin());
+      const double qbest = *std::min_element(steady_measured.begin(), steady_measured.end());
+      std::snprintf(line, sizeof line,
+                    "%s on steady steps (every core's probe within %.2fx of its median before and after): %zu of %zu steps, "
+                    "%zu configurations with three or more: mean noise floor %.1f%%, mean |error| %.1f%%, max %.1f%%, "
+                    "tau %.2f; the pick among them measures %.1f%% over their fastest",
+                    name.c_str(), steady_tolerance, steady_count, step_count, steady_errors.count,
+                    100.0 * steady_noise / static_cast<double>(steady_errors.count), 100.0 * steady_errors.mean(),
+                    100.0 * steady_errors.max, kendall_tau(steady_predicted, steady_measured),
+                    100.0 * (steady_measured[qpick] - qbest) / qbest);
+    }
     summaries.emplace_back(line);
     const auto pick_alone = static_cast<std::size_t>(std::min_element(alone.begin(), alone.end()) - alone.begin());
     std::snprintf(line, sizeof line,
@@ -585,6 +668,12 @@ int main(int argc, char** argv) try {
   }
   for (const std::string& s : summaries) std::printf("%s\n", s.c_str());
   std::printf("%zu configurations in all\n", all.size());
+  for (std::size_t k = 0; k < probes.cores().size(); ++k) {
+    const std::vector<double>& h = probes.history()[k];
+    const machine::Phases p = machine::phases_of(h, 0.0, steady_tolerance);
+    std::printf("core %d: %zu throughput probes, over %.2fx its fastest (%.3f ms) in %.0f%% of them, the slowest %.2fx\n",
+                probes.cores()[k], h.size(), steady_tolerance, probes.fastest()[k], 100.0 * p.slow_fraction, p.worst);
+  }
   if (!plot.empty()) {
     write_plot(plot, all, summaries);
     std::printf("plot written to %s\n", plot.c_str());

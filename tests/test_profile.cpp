@@ -4,6 +4,7 @@
 // the fits reproduce the steps they were given.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -17,6 +18,7 @@
 #include "ppsched/graph/profile_json.hpp"
 #include "ppsched/runtime/profile.hpp"
 #include "ppsched/schedule/generators.hpp"
+#include "../bench/machine_probe.hpp"
 
 using namespace ppsched;
 
@@ -275,4 +277,51 @@ TEST_CASE("measure_concurrent_slowdown: one factor per rank count, from the work
   o.calls = 3;
   o.min_seconds = -1.0;
   CHECK_THROWS_WITH(measure_concurrent_slowdown([](std::int32_t) {}, o), Catch::Contains("min_seconds"));
+}
+
+// bench/machine_probe.hpp, which the accuracy reports use to keep apart the steps taken while
+// a core ran at another speed than usual: its arithmetic, and that the probes report each core
+// once and judge it against its own median (no timing asserted).
+TEST_CASE("machine probes: the phases of a core's probes, and each core judged against its usual speed") {
+  SECTION("phases_of") {
+    const machine::Phases p = machine::phases_of({1.0, 1.0, 2.0, 2.0, 2.0, 1.0, 1.1, 3.0}, 10.0, 1.15);
+    CHECK(p.slow_fraction == Approx(0.5));
+    CHECK(p.worst == Approx(3.0));
+    CHECK(p.longest_slow_ms == Approx(30.0));
+    const machine::Phases none = machine::phases_of({}, 10.0, 1.15);
+    CHECK(none.slow_fraction == 0.0);
+    CHECK(none.worst == 1.0);
+    const machine::Phases steady = machine::phases_of({2.0, 2.1, 2.2}, 5.0, 1.15);
+    CHECK(steady.slow_fraction == 0.0);
+    CHECK(steady.longest_slow_ms == 0.0);
+  }
+  SECTION("CoreProbes") {
+    machine::CoreProbes probes;
+    const std::size_t n = probes.cores().size();
+    REQUIRE(n >= 1);
+    CHECK(probes.usual() == std::vector<double>(n, 0.0));  // nothing run yet
+    std::vector<std::vector<double>> runs;
+    for (int k = 0; k < 5; ++k) runs.push_back(probes.run());
+    for (const auto& ms : runs) {
+      REQUIRE(ms.size() == n);
+      for (const double t : ms) CHECK(t > 0.0);
+    }
+    const std::vector<double> usual = probes.usual(), fastest = probes.fastest();
+    for (std::size_t k = 0; k < n; ++k) {
+      std::vector<double> core;
+      for (const auto& ms : runs) core.push_back(ms[k]);
+      std::sort(core.begin(), core.end());
+      CHECK(usual[k] == core[2]);  // the median of the five
+      CHECK(fastest[k] == core[0]);
+    }
+    CHECK(probes.steady(usual, 1.15));
+    std::vector<double> slow = usual, fast = usual;
+    slow[0] *= 1.2;
+    fast[n - 1] /= 1.2;
+    CHECK_FALSE(probes.steady(slow, 1.15));  // either way from the usual speed
+    CHECK_FALSE(probes.steady(fast, 1.15));
+    // Other work is timed but not kept: the usual speed stays the throughput probe's.
+    REQUIRE(probes.run(machine::latency_probe_ms).size() == n);
+    CHECK(probes.usual() == usual);
+  }
 }

@@ -16,12 +16,12 @@
 // passes' medians' difference over the median) and the error; per model and overall: mean and
 // maximum |error|, Kendall's tau, and whether the configuration predicted fastest measures within
 // 5% of the measured fastest (the pick holds), and the same figures predicted without the
-// slowdown and with each of run 7's changes undone (variants()), to show what each changes.
+// slowdown, with each of run 7's changes undone (variants()) and from every call's fastest
+// repetition against each configuration's fastest step, to show what each changes.
 // Every step is bracketed by a probe of each core's speed (machine_probe.hpp): the columns
 // "steady" and its "error" (and a summary line per model) count only the steps taken while
 // every core ran within 1.15x of its usual speed, which is how this machine's noise is told
-// apart from the model's error (docs/accuracy.md, "What the noise floor is made of"). Not a
-// test: a report (docs/accuracy.md).
+// apart from the model's error (docs/accuracy.md, run 8). Not a test: a report.
 //
 //   bench_accuracy_torch [repetitions per pass] [passes] [model] [plot.svg]
 //   bench_accuracy_torch memory [model]          peak memory per rank, predicted and counted
@@ -76,6 +76,7 @@ struct Config {
   double alone = 0.0;                       // predicted without the ranks' concurrent slowdown
   double calibrated = 0.0;                  // predicted from the profile recalibrated by two runs
   std::vector<double> undone;               // predicted with each of run 7's changes undone (variants())
+  double from_fastest = 0.0;                // predicted from every call's fastest repetition
   std::vector<std::vector<double>> passes;  // ms per step, per pass
   std::vector<ppsched::Timeline> last_pass; // every step's timeline, last pass
   // Per pass, per step, per core: the slower of the core's probes before and after the step.
@@ -163,6 +164,20 @@ std::vector<std::pair<std::string, ppsched::Profile>> variants(const ppsched::To
           {"with the first stage's backward split as the others'", at32(measured, true, false)},
           {"as run 6 priced it (no loss, the call overhead paid by every child, the first stage split)",
            at32(with_overhead_per_child(without_loss(measured)), false, false)}};
+}
+
+// `p` with every time at its fastest repetition: on a machine whose cores change speed
+// (machine_probe.hpp), the fastest repetition of a call and the fastest of a configuration's
+// steps are both taken at the cores' full speed, where the medians may each be a different mix.
+ppsched::TorchProfile at_fastest(ppsched::TorchProfile p) {
+  const auto fastest = [](ppsched::TorchTiming& t) { t.median = t.min; };
+  for (ppsched::TorchLayerProfile& l : p.layers) {
+    for (ppsched::TorchLayerSample& s : l.samples) {
+      for (ppsched::TorchTiming* t : {&s.forward, &s.backward, &s.backward_input, &s.backward_weight}) fastest(*t);
+    }
+  }
+  for (ppsched::TorchTiming& t : p.loss) fastest(t);
+  return p;
 }
 
 // The model's own compute of one 8-row micro-batch (forward and backward of the whole Sequential)
@@ -548,7 +563,7 @@ int main(int argc, char** argv) try {
     std::printf("%s: concurrent slowdown with 2 ranks computing %.2fx\n", name.c_str(), profile.concurrent_slowdown.back());
     std::vector<Config> configs;
     for (const bench_torch::ConfigKey& k : bench_torch::configurations(global_batch)) {
-      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, 0.0, {}, {}, {}, {}});
+      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, 0.0, {}, 0.0, {}, {}, {}});
     }
     measure(model, profile, configs, repetitions, passes, probes);
     // Recalibrated from every step of the last pass of two runs of different shapes (one rank
@@ -560,7 +575,13 @@ int main(int argc, char** argv) try {
       }
     }
     const ppsched::Recalibration fit = ppsched::recalibrate_plan(profile, runs, 2, global_batch, std::nullopt, {});
+    ppsched::Profile fastest_profile = at_fastest(measured_profile).at(32);
+    fastest_profile.action_overhead += overheads.action_overhead;
+    fastest_profile.transfer_overhead = overheads.transfer_overhead;
+    fastest_profile.step_overhead = overheads.step_overhead;
+    fastest_profile.concurrent_slowdown = profile.concurrent_slowdown;
     for (Config& c : configs) {
+      c.from_fastest = predict(fastest_profile, c);
       c.calibrated = predict(fit.profile, c);
       for (const auto& v : undone) c.undone.push_back(predict(v.second, c));
     }
@@ -569,6 +590,8 @@ int main(int argc, char** argv) try {
     accuracy::Errors profiled, recalibrated, unshared;
     std::vector<accuracy::Errors> undone_errors(undone.size());
     double sum_noise = 0.0;
+    accuracy::Errors fastest_errors;
+    std::vector<double> fastest_predicted, fastest_measured;
     // The same figures over the steps every core's probes found at its usual speed, for the
     // configurations with at least three such steps.
     accuracy::Errors steady_errors;
@@ -591,6 +614,9 @@ int main(int argc, char** argv) try {
         steady_noise += q.noise;
       }
       sum_noise += m.noise;
+      (void)fastest_errors.add(c.from_fastest, m.min);
+      fastest_predicted.push_back(c.from_fastest);
+      fastest_measured.push_back(m.min);
       const double error = profiled.add(c.predicted, m.median);
       const double error_calibrated = recalibrated.add(c.calibrated, m.median);
       (void)unshared.add(c.alone, m.median);
@@ -637,6 +663,19 @@ int main(int argc, char** argv) try {
                     100.0 * (steady_measured[qpick] - qbest) / qbest);
     }
     summaries.emplace_back(line);
+    {
+      const auto fpick = static_cast<std::size_t>(std::min_element(fastest_predicted.begin(), fastest_predicted.end()) -
+                                                  fastest_predicted.begin());
+      const double fbest = *std::min_element(fastest_measured.begin(), fastest_measured.end());
+      std::snprintf(line, sizeof line,
+                    "%s fastest against fastest (predicted from every call's fastest repetition, against each "
+                    "configuration's fastest step): mean |error| %.1f%%, max %.1f%%, tau %.2f; pick %s p=%d m=%d's fastest "
+                    "step is %.1f%% over the fastest",
+                    name.c_str(), 100.0 * fastest_errors.mean(), 100.0 * fastest_errors.max,
+                    kendall_tau(fastest_predicted, fastest_measured), configs[fpick].family.c_str(), configs[fpick].ranks,
+                    configs[fpick].microbatches, 100.0 * (fastest_measured[fpick] - fbest) / fbest);
+      summaries.emplace_back(line);
+    }
     const auto pick_alone = static_cast<std::size_t>(std::min_element(alone.begin(), alone.end()) - alone.begin());
     std::snprintf(line, sizeof line,
                   "%s without the concurrent slowdown (%.2fx): mean |error| %.1f%%, max %.1f%%, tau %.2f; pick %s p=%d m=%d "

@@ -1,6 +1,7 @@
-// Whether this machine can time a pipeline step to a few percent (docs/accuracy.md, run 8): for `seconds`, every core at once runs the throughput-bound probe
-// and then the latency-bound one (machine_probe.hpp), and each core's probes are printed every
-// tenth of a second as ratios to that core's fastest, then summarised. A throughput probe that
+// Whether this machine can time a pipeline step to a few percent (docs/accuracy.md, run 8): for
+// `seconds`, every core at once runs the throughput-bound probe and then the latency-bound one
+// (machine_probe.hpp), and each core's probes are printed every tenth of a second as ratios to
+// that core's fastest, then summarised. A throughput probe that
 // swings while the latency probe holds is a core shared with another tenant; both swinging is
 // a clock that changes. Not a test: a report.
 //

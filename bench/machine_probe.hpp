@@ -1,10 +1,10 @@
 // How fast each core of this machine is right now, for the accuracy reports (docs/accuracy.md,
 // run 8). On the shared 2-core VM the reports run on, a core's throughput drops by up to 2x in
-// phases of 50-900 ms, each core on its own, while a latency-bound loop on the same core keeps its speed: another tenant shares the physical
-// core. A step measured in another phase than its profile says little about the cost model,
-// so the reports run this probe on every core before and after each step and give their
-// figures over the steps that every probe found at its core's usual speed beside those over
-// all steps.
+// phases of 50-900 ms, each core on its own, while a latency-bound loop on the same core keeps
+// its speed: another tenant shares the physical core. A step measured in another phase than
+// its profile says little about the cost model, so the reports run this probe on every core
+// before and after each step and give their figures over the steps that every probe found at
+// its core's usual speed beside those over all steps.
 #pragma once
 
 #include <algorithm>

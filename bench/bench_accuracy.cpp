@@ -7,7 +7,10 @@
 // interleaved, so a change of load hits every configuration alike; per configuration it prints
 // the predicted and the measured median with the spread of the repetitions and the two passes'
 // difference (the noise floor); then the mean and maximum error and Kendall's tau between the
-// predicted and measured orderings. Not a Google Benchmark program and not a test: a report.
+// predicted and measured orderings. Every step runs between two probes of each core's speed
+// (machine_probe.hpp): the same figures over the steps taken while every core ran at its usual
+// speed, and each core's share of slow probes, close the report (docs/accuracy.md, run 8). Not
+// a Google Benchmark program and not a test: a report.
 //
 //   bench_accuracy [repetitions per pass] [passes]      docs/accuracy.md has the figures
 #include <algorithm>
@@ -30,6 +33,7 @@
 
 #include "../examples/mlp/mlp.hpp"
 #include "accuracy_stats.hpp"
+#include "machine_probe.hpp"
 #include "../examples/mlp/mlp_stage.hpp"
 
 namespace {
@@ -46,7 +50,12 @@ struct Config {
   std::vector<std::vector<double>> passes;  // ms per step, per pass
   ppsched::Timeline timeline;               // the last step's, measured
   std::vector<ppsched::Timeline> last_pass; // every step of the last pass
+  // Per pass, per step, per core: the slower of the core's probes before and after the step.
+  std::vector<std::vector<std::vector<double>>> probes;
 };
+
+// A core's probe within this factor of its usual speed counts as steady (machine_probe.hpp).
+constexpr double steady_tolerance = 1.15;
 
 }  // namespace
 
@@ -112,10 +121,12 @@ int main(int argc, char** argv) try {
   for (const std::int32_t p : {1, 2}) {
     for (const char* family : {"gpipe", "1f1b", "zb-h1", "interleaved-1f1b"}) {
       if (p == 1 && std::string(family) == "interleaved-1f1b") continue;
-      for (const std::int32_t m : {2, 8, 32}) configs.push_back({family, p, m, 64 / m, 0.0, 0.0, 0.0, 0.0, {}, {}, {}});
+      for (const std::int32_t m : {2, 8, 32}) configs.push_back({family, p, m, 64 / m, 0.0, 0.0, 0.0, 0.0, {}, {}, {}, {}});
     }
   }
-  // 3. Interleaved passes.
+  // 3. Interleaved passes, every step between two probes of each core's speed.
+  machine::CoreProbes probes;
+  for (int k = 0; k < 100; ++k) (void)probes.run();
   for (int pass = 0; pass < passes; ++pass) {
     for (Config& c : configs) {
       ppsched::ScheduleRequest request{c.ranks, c.microbatches, c.family == "interleaved-1f1b" ? 2 : 1};
@@ -143,17 +154,23 @@ int main(int argc, char** argv) try {
       ppsched::World<ppsched::CpuBackend> world(ranks, schedule, cost, functions);
       const std::vector<float> inputs(64 * widths.front(), 0.25f), targets(64 * widths.back(), 0.0f);
       std::vector<double> steps;
+      std::vector<std::vector<double>> around;
       c.last_pass.clear();
       for (int r = -2; r < repetitions; ++r) {
-        const auto t0 = std::chrono::steady_clock::now();
-        (void)world.run_step({inputs, targets});
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        double ms = 0.0;
+        std::vector<double> probe = machine::probe_around(probes, [&] {
+          const auto t0 = std::chrono::steady_clock::now();
+          (void)world.run_step({inputs, targets});
+          ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        });
         if (r >= 0) {
           steps.push_back(ms);
+          around.push_back(std::move(probe));
           c.last_pass.push_back(world.last_step().timeline);
         }
       }
       c.passes.push_back(steps);
+      c.probes.push_back(std::move(around));
       c.timeline = world.last_step().timeline;
     }
   }
@@ -227,6 +244,28 @@ int main(int argc, char** argv) try {
   std::printf("  profiled without the concurrent slowdown (%.2fx): mean |error| %.1f%%, max %.1f%%, Kendall's tau %.2f\n",
               profile.concurrent_slowdown.back(), 100.0 * unshared.mean(), 100.0 * unshared.max,
               accuracy::kendall_tau(alone, measured));
+  // The same over the steps every core's probes found at its usual speed (docs/accuracy.md,
+  // run 8), for the configurations with at least three.
+  accuracy::Errors steady;
+  std::vector<double> steady_predicted, steady_measured;
+  std::size_t steady_steps = 0, all_steps = 0;
+  for (const Config& c : configs) {
+    const std::vector<std::vector<double>> kept = machine::steady_passes(c.passes, c.probes, probes, steady_tolerance);
+    std::size_t count = 0;
+    for (const auto& p : kept) count += p.size();
+    for (const auto& p : c.passes) all_steps += p.size();
+    steady_steps += count;
+    if (count < 3) continue;
+    const double median = accuracy::spread_of(kept).median;
+    (void)steady.add(c.predicted, median);
+    steady_predicted.push_back(c.predicted);
+    steady_measured.push_back(median);
+  }
+  std::printf("  profiled, on steady steps (every core's probe within %.2fx of its median before and after): %zu of %zu "
+              "steps, %zu configurations with three or more: mean |error| %.1f%%, max %.1f%%, Kendall's tau %.2f\n",
+              steady_tolerance, steady_steps, all_steps, steady.count, 100.0 * steady.mean(), 100.0 * steady.max,
+              accuracy::kendall_tau(steady_predicted, steady_measured));
+  machine::print_cores(probes, steady_tolerance);
   return 0;
 } catch (const std::exception& e) {
   std::cerr << "bench_accuracy: " << e.what() << '\n';

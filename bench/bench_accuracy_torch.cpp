@@ -86,19 +86,6 @@ struct Config {
 // A core's probe within this factor of its usual speed counts as steady (machine_probe.hpp).
 constexpr double steady_tolerance = 1.15;
 
-// The passes of `c`'s steps that every core's probes found steady, passes left empty dropped.
-std::vector<std::vector<double>> steady_steps(const Config& c, const machine::CoreProbes& probes) {
-  std::vector<std::vector<double>> out;
-  for (std::size_t pass = 0; pass < c.passes.size(); ++pass) {
-    std::vector<double> kept;
-    for (std::size_t step = 0; step < c.passes[pass].size(); ++step) {
-      if (probes.steady(c.probes[pass][step], steady_tolerance)) kept.push_back(c.passes[pass][step]);
-    }
-    if (!kept.empty()) out.push_back(std::move(kept));
-  }
-  return out;
-}
-
 // The step predicted for `c` from `profile`, as plan_devices prices it.
 double predict(const ppsched::Profile& profile, const Config& c) {
   const ppsched::Schedule schedule = bench_torch::schedule_of(c.family, c.ranks, c.microbatches);
@@ -234,12 +221,12 @@ void measure(const bench_torch::Model& model, const ppsched::Profile& profile, s
       std::vector<std::vector<double>> around;
       c.last_pass.clear();
       for (int r = -2; r < repetitions; ++r) {
-        std::vector<double> probe = probes.run();
-        const auto t0 = std::chrono::steady_clock::now();
-        (void)world.run_step({floats(inputs), floats(targets)});
-        const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-        const std::vector<double> after = probes.run();
-        for (std::size_t k = 0; k < probe.size(); ++k) probe[k] = std::max(probe[k], after[k]);
+        double ms = 0.0;
+        std::vector<double> probe = machine::probe_around(probes, [&] {
+          const auto t0 = std::chrono::steady_clock::now();
+          (void)world.run_step({floats(inputs), floats(targets)});
+          ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        });
         if (r >= 0) {
           steps.push_back(ms);
           around.push_back(std::move(probe));
@@ -600,7 +587,7 @@ int main(int argc, char** argv) try {
     std::size_t steady_count = 0, step_count = 0;
     for (const Config& c : configs) {
       const accuracy::Spread m = accuracy::spread_of(c.passes);
-      const std::vector<std::vector<double>> steady = steady_steps(c, probes);
+      const std::vector<std::vector<double>> steady = machine::steady_passes(c.passes, c.probes, probes, steady_tolerance);
       std::size_t kept = 0;
       for (const auto& q : steady) kept += q.size();
       steady_count += kept;
@@ -707,12 +694,7 @@ int main(int argc, char** argv) try {
   }
   for (const std::string& s : summaries) std::printf("%s\n", s.c_str());
   std::printf("%zu configurations in all\n", all.size());
-  for (std::size_t k = 0; k < probes.cores().size(); ++k) {
-    const std::vector<double>& h = probes.history()[k];
-    const machine::Phases p = machine::phases_of(h, 0.0, steady_tolerance);
-    std::printf("core %d: %zu throughput probes, over %.2fx its fastest (%.3f ms) in %.0f%% of them, the slowest %.2fx\n",
-                probes.cores()[k], h.size(), steady_tolerance, probes.fastest()[k], 100.0 * p.slow_fraction, p.worst);
-  }
+  machine::print_cores(probes, steady_tolerance);
   if (!plot.empty()) {
     write_plot(plot, all, summaries);
     std::printf("plot written to %s\n", plot.c_str());

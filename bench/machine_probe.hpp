@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdio>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -174,6 +175,33 @@ class CoreProbes {
   std::vector<std::thread> threads_;
 };
 
+// Runs `step` between two probes of every core; returns, per core, the slower of the two.
+template <class Step>
+std::vector<double> probe_around(CoreProbes& probes, Step&& step) {
+  std::vector<double> around = probes.run();
+  step();
+  const std::vector<double> after = probes.run();
+  for (std::size_t k = 0; k < around.size(); ++k) around[k] = std::max(around[k], after[k]);
+  return around;
+}
+
+// The steps of `passes` (per pass, ms per step) whose probes (per pass, per step, per core, as
+// probe_around returns them) every core found within `tolerance` of its usual speed; passes
+// left empty are dropped.
+inline std::vector<std::vector<double>> steady_passes(const std::vector<std::vector<double>>& passes,
+                                                      const std::vector<std::vector<std::vector<double>>>& around,
+                                                      const CoreProbes& probes, double tolerance) {
+  std::vector<std::vector<double>> out;
+  for (std::size_t pass = 0; pass < passes.size() && pass < around.size(); ++pass) {
+    std::vector<double> kept;
+    for (std::size_t step = 0; step < passes[pass].size() && step < around[pass].size(); ++step) {
+      if (probes.steady(around[pass][step], tolerance)) kept.push_back(passes[pass][step]);
+    }
+    if (!kept.empty()) out.push_back(std::move(kept));
+  }
+  return out;
+}
+
 // A run of probes of one core taken every `period_ms`, summarised against its fastest.
 struct Phases {
   double slow_fraction = 0.0;    // of the probes over `tolerance` x the fastest
@@ -198,6 +226,16 @@ inline Phases phases_of(const std::vector<double>& probes_ms, double period_ms, 
   p.slow_fraction = static_cast<double>(slow) / static_cast<double>(probes_ms.size());
   p.longest_slow_ms = static_cast<double>(longest) * period_ms;
   return p;
+}
+
+// One line per core: how many throughput probes it ran and how often it was slow.
+inline void print_cores(const CoreProbes& probes, double tolerance) {
+  for (std::size_t k = 0; k < probes.cores().size(); ++k) {
+    const std::vector<double>& h = probes.history()[k];
+    const Phases p = phases_of(h, 0.0, tolerance);
+    std::printf("core %d: %zu throughput probes, over %.2fx its fastest (%.3f ms) in %.0f%% of them, the slowest %.2fx\n",
+                probes.cores()[k], h.size(), tolerance, probes.fastest()[k], 100.0 * p.slow_fraction, p.worst);
+  }
 }
 
 }  // namespace machine

@@ -131,6 +131,18 @@ ppsched::TorchProfile with_overhead_per_child(ppsched::TorchProfile p) {
   return p;
 }
 
+// `t` at 32 rows with the backend's fixed costs and `priced`'s concurrent slowdown, as main
+// prices the measured profile.
+ppsched::Profile priced_at32(const ppsched::TorchProfile& t, const ppsched::Profile& priced,
+                             const ppsched::BackendOverheads& overheads) {
+  ppsched::Profile p = t.at(32);
+  p.action_overhead += overheads.action_overhead;  // beside the adapter's own (TorchProfile::at)
+  p.transfer_overhead = overheads.transfer_overhead;
+  p.step_overhead = overheads.step_overhead;
+  p.concurrent_slowdown = priced.concurrent_slowdown;
+  return p;
+}
+
 // The profile with each of run 7's changes undone (docs/accuracy.md), named, at 32 rows with
 // the backend's fixed costs and the measured slowdown of `priced`: without the loss's time; the
 // first stage's backward split as the others'; and as runs 1-6 priced a stage (all three undone:
@@ -139,11 +151,8 @@ std::vector<std::pair<std::string, ppsched::Profile>> variants(const ppsched::To
                                                                const ppsched::Profile& priced,
                                                                const ppsched::BackendOverheads& overheads) {
   const auto at32 = [&](const ppsched::TorchProfile& t, bool adapter_overhead, bool first_in_bw) {
-    ppsched::Profile p = t.at(32);
-    p.action_overhead = (adapter_overhead ? p.action_overhead : 0.0) + overheads.action_overhead;
-    p.transfer_overhead = overheads.transfer_overhead;
-    p.step_overhead = overheads.step_overhead;
-    p.concurrent_slowdown = priced.concurrent_slowdown;
+    ppsched::Profile p = priced_at32(t, priced, overheads);
+    if (!adapter_overhead) p.action_overhead = overheads.action_overhead;
     p.first_stage_backward_in_bw = first_in_bw;
     return p;
   };
@@ -562,11 +571,7 @@ int main(int argc, char** argv) try {
       }
     }
     const ppsched::Recalibration fit = ppsched::recalibrate_plan(profile, runs, 2, global_batch, std::nullopt, {});
-    ppsched::Profile fastest_profile = at_fastest(measured_profile).at(32);
-    fastest_profile.action_overhead += overheads.action_overhead;
-    fastest_profile.transfer_overhead = overheads.transfer_overhead;
-    fastest_profile.step_overhead = overheads.step_overhead;
-    fastest_profile.concurrent_slowdown = profile.concurrent_slowdown;
+    const ppsched::Profile fastest_profile = priced_at32(at_fastest(measured_profile), profile, overheads);
     for (Config& c : configs) {
       c.from_fastest = predict(fastest_profile, c);
       c.calibrated = predict(fit.profile, c);
@@ -650,19 +655,6 @@ int main(int argc, char** argv) try {
                     100.0 * (steady_measured[qpick] - qbest) / qbest);
     }
     summaries.emplace_back(line);
-    {
-      const auto fpick = static_cast<std::size_t>(std::min_element(fastest_predicted.begin(), fastest_predicted.end()) -
-                                                  fastest_predicted.begin());
-      const double fbest = *std::min_element(fastest_measured.begin(), fastest_measured.end());
-      std::snprintf(line, sizeof line,
-                    "%s fastest against fastest (predicted from every call's fastest repetition, against each "
-                    "configuration's fastest step): mean |error| %.1f%%, max %.1f%%, tau %.2f; pick %s p=%d m=%d's fastest "
-                    "step is %.1f%% over the fastest",
-                    name.c_str(), 100.0 * fastest_errors.mean(), 100.0 * fastest_errors.max,
-                    kendall_tau(fastest_predicted, fastest_measured), configs[fpick].family.c_str(), configs[fpick].ranks,
-                    configs[fpick].microbatches, 100.0 * (fastest_measured[fpick] - fbest) / fbest);
-      summaries.emplace_back(line);
-    }
     const auto pick_alone = static_cast<std::size_t>(std::min_element(alone.begin(), alone.end()) - alone.begin());
     std::snprintf(line, sizeof line,
                   "%s without the concurrent slowdown (%.2fx): mean |error| %.1f%%, max %.1f%%, tau %.2f; pick %s p=%d m=%d "
@@ -671,16 +663,21 @@ int main(int argc, char** argv) try {
                   kendall_tau(alone, measured), configs[pick_alone].family.c_str(), configs[pick_alone].ranks,
                   configs[pick_alone].microbatches, 100.0 * (measured[pick_alone] - measured[best]) / measured[best]);
     summaries.emplace_back(line);
-    const auto other = [&](const char* what, const std::vector<double>& p, const accuracy::Errors& e) {
+    // `p` against `ms` (each configuration's measured median, or another column of it).
+    const auto against = [&](const char* what, const std::vector<double>& p, const accuracy::Errors& e,
+                             const std::vector<double>& ms) {
       const auto at = static_cast<std::size_t>(std::min_element(p.begin(), p.end()) - p.begin());
+      const double fastest = *std::min_element(ms.begin(), ms.end());
       std::snprintf(line, sizeof line,
                     "%s %s: mean |error| %.1f%%, max %.1f%%, tau %.2f; pick %s p=%d m=%d measures %.1f%% over the fastest",
-                    name.c_str(), what, 100.0 * e.mean(), 100.0 * e.max, kendall_tau(p, measured),
-                    configs[at].family.c_str(), configs[at].ranks, configs[at].microbatches,
-                    100.0 * (measured[at] - measured[best]) / measured[best]);
+                    name.c_str(), what, 100.0 * e.mean(), 100.0 * e.max, kendall_tau(p, ms), configs[at].family.c_str(),
+                    configs[at].ranks, configs[at].microbatches, 100.0 * (ms[at] - fastest) / fastest);
       summaries.emplace_back(line);
     };
-    for (std::size_t v = 0; v < undone.size(); ++v) other(undone[v].first.c_str(), undone_predicted[v], undone_errors[v]);
+    against("fastest against fastest (predicted from every call's fastest repetition, against each configuration's "
+            "fastest step)",
+            fastest_predicted, fastest_errors, fastest_measured);
+    for (std::size_t v = 0; v < undone.size(); ++v) against(undone[v].first.c_str(), undone_predicted[v], undone_errors[v], measured);
     const auto pick_after =
         static_cast<std::size_t>(std::min_element(calibrated.begin(), calibrated.end()) - calibrated.begin());
     std::snprintf(line, sizeof line,

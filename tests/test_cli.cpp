@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "run_tool.hpp"
+#include "skip.hpp"
 
 namespace {
 
@@ -68,13 +69,14 @@ Run bubbles(const std::vector<std::string>& args) {
 }
 
 // Run by hand outside Meson, the test may find no ppsched-bubbles next to it; its cases then
-// say so and do nothing. Under Meson PPSCHED_BUBBLES is set, and a missing binary fails them.
+// skip (tests/skip.hpp), saying so. They are tagged [may_skip][needs_bubbles] and run as the
+// test cli_bubbles (tests/meson.build). Under Meson PPSCHED_BUBBLES is set, and a missing
+// binary fails them.
 bool bubbles_available() {
   if (std::getenv("PPSCHED_BUBBLES") != nullptr) return true;
-  if (fs::exists(tool_path("PPSCHED_BUBBLES", "ppsched-bubbles"))) return true;
-  WARN("ppsched-bubbles is not built next to this test and PPSCHED_BUBBLES is not set: skipping");
-  return false;
+  return fs::exists(tool_path("PPSCHED_BUBBLES", "ppsched-bubbles"));
 }
+constexpr const char* no_bubbles = "ppsched-bubbles is not built next to this test and PPSCHED_BUBBLES is not set";
 
 std::string profile(const std::string& name) { return (source_root() / "examples" / "profiles" / name).string(); }
 
@@ -812,8 +814,9 @@ TEST_CASE("--help lists every flag and exits 0", "[cli][plan]") {
 
 // ------------------------------------------------------------------ ppsched-bubbles
 
-TEST_CASE("ppsched-bubbles sets each rank's measured bubble beside the simulator's", "[cli][bubbles]") {
-  if (!bubbles_available()) return;
+TEST_CASE("ppsched-bubbles sets each rank's measured bubble beside the simulator's",
+          "[cli][bubbles][may_skip][needs_bubbles]") {
+  if (!bubbles_available()) PPSCHED_SKIP(no_bubbles);
   ScratchDir dir;
   const std::string trace = dir.file("measured.json");
   const Run r = bubbles({"--stage-cost", "1,2,1", "--stages", "2", "--microbatches", "4", "--ms-per-unit", "0.5",
@@ -859,8 +862,8 @@ TEST_CASE("ppsched-bubbles sets each rank's measured bubble beside the simulator
   CHECK(compute == 2u * 4u * 3u);  // F, BI and BW per stage and micro-batch
 }
 
-TEST_CASE("ppsched-bubbles rejects bad input with exit 2", "[cli][bubbles]") {
-  if (!bubbles_available()) return;
+TEST_CASE("ppsched-bubbles rejects bad input with exit 2", "[cli][bubbles][may_skip][needs_bubbles]") {
+  if (!bubbles_available()) PPSCHED_SKIP(no_bubbles);
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases{
       {{"--backend", "tpu"}, "valid backends: cpu, cuda"},
       {{"--trace", "t.json"}, "one schedule"},
@@ -884,7 +887,9 @@ TEST_CASE("ppsched-bubbles rejects bad input with exit 2", "[cli][bubbles]") {
 // ------------------------------------------------------------------ backends and versions
 
 // The ppsched-bubbles built with the CUDA backend, when this build has one (Meson sets
-// PPSCHED_BUBBLES_CUDA then; by hand, it is examples/cli/ppsched-bubbles).
+// PPSCHED_BUBBLES_CUDA then; by hand, it is examples/cli/ppsched-bubbles). The case that runs
+// it skips without it: tagged [may_skip][needs_bubbles_cuda], it runs as the test
+// cli_bubbles_cuda (tests/meson.build), which a build without CUDA reports as skipped.
 std::optional<fs::path> cuda_bubbles_tool() {
   const fs::path path = tool_path("PPSCHED_BUBBLES_CUDA", "cli/ppsched-bubbles");
   if (std::getenv("PPSCHED_BUBBLES_CUDA") != nullptr || fs::exists(path)) return path;
@@ -904,27 +909,33 @@ std::string project_version() {
   return text.substr(open + 1, close - open - 1);
 }
 
-TEST_CASE("the tools print meson.build's project version", "[cli][plan][bubbles]") {
+// A ppsched-bubbles (CPU or CUDA build) prints the project's version, with --version and in its JSON.
+void check_bubbles_version(const fs::path& tool, const std::string& version) {
+  INFO(tool);
+  const Run r = run_tool(tool, {"--version"});
+  CHECK(r.status == 0);
+  CHECK(r.out == "ppsched-bubbles " + version + "\n");
+  const Run j = run_tool(tool, {"--stages", "2", "--microbatches", "2", "--schedule", "1f1b", "--ms-per-unit", "0.1",
+                                "--steps", "1", "--warmup", "0", "--json"});
+  REQUIRE(j.status == 0);
+  CHECK(json::parse(j.out).at("version") == version);
+}
+
+TEST_CASE("ppsched-plan prints meson.build's project version", "[cli][plan]") {
   const std::string version = project_version();
   CHECK(plan({"--version"}).out == "ppsched-plan " + version + "\n");
   CHECK(plan_json({"--stage-cost", "1,1,1", "--stages", "2", "--microbatches", "2"}).at("version") == version);
-  std::vector<fs::path> bubbles_tools;
-  if (bubbles_available()) bubbles_tools.push_back(tool_path("PPSCHED_BUBBLES", "ppsched-bubbles"));
-  if (const auto cuda = cuda_bubbles_tool()) bubbles_tools.push_back(*cuda);
-  for (const fs::path& tool : bubbles_tools) {
-    INFO(tool);
-    const Run r = run_tool(tool, {"--version"});
-    CHECK(r.status == 0);
-    CHECK(r.out == "ppsched-bubbles " + version + "\n");
-    const Run j = run_tool(tool, {"--stages", "2", "--microbatches", "2", "--schedule", "1f1b", "--ms-per-unit", "0.1",
-                                  "--steps", "1", "--warmup", "0", "--json"});
-    REQUIRE(j.status == 0);
-    CHECK(json::parse(j.out).at("version") == version);
-  }
 }
 
-TEST_CASE("the CPU-only ppsched-bubbles refuses --backend cuda as bad input, naming the build", "[cli][bubbles]") {
-  if (!bubbles_available()) return;
+// The CUDA build's version is checked by the CUDA build's case below.
+TEST_CASE("ppsched-bubbles prints meson.build's project version", "[cli][bubbles][may_skip][needs_bubbles]") {
+  if (!bubbles_available()) PPSCHED_SKIP(no_bubbles);
+  check_bubbles_version(tool_path("PPSCHED_BUBBLES", "ppsched-bubbles"), project_version());
+}
+
+TEST_CASE("the CPU-only ppsched-bubbles refuses --backend cuda as bad input, naming the build",
+          "[cli][bubbles][may_skip][needs_bubbles]") {
+  if (!bubbles_available()) PPSCHED_SKIP(no_bubbles);
   const Run r = bubbles({"--backend", "cuda", "--schedule", "1f1b", "--json"});
   CHECK(r.status == 2);
   CHECK(r.out.empty());
@@ -935,14 +946,14 @@ TEST_CASE("the CPU-only ppsched-bubbles refuses --backend cuda as bad input, nam
 }
 
 // No GPU here (the usual case on a build machine): the CUDA build says so with exit 3 and
-// cudaGetDeviceCount's answer, and prints no partial output. With a GPU it runs.
+// cudaGetDeviceCount's answer, and prints no partial output. With a GPU it runs. Its CPU
+// backend is compared with the CPU-only build, which is built wherever the CUDA one is.
 TEST_CASE("the CUDA build of ppsched-bubbles reports a missing GPU with exit 3, or runs on the GPU",
-          "[cli][bubbles][cuda]") {
+          "[cli][bubbles][cuda][may_skip][needs_bubbles_cuda]") {
   const auto tool = cuda_bubbles_tool();
-  if (!tool) {
-    WARN("this build has no CUDA ppsched-bubbles (PPSCHED_BUBBLES_CUDA unset): nothing to check");
-    return;
-  }
+  if (!tool) PPSCHED_SKIP("this build has no CUDA ppsched-bubbles (PPSCHED_BUBBLES_CUDA unset)");
+  if (!bubbles_available()) PPSCHED_SKIP(no_bubbles << ": the CUDA build's CPU backend has nothing to match");
+  check_bubbles_version(*tool, project_version());
   const Run help = run_tool(*tool, {"--help"});
   CHECK(help.out.find("backends in this build: cpu, cuda\n") != std::string::npos);
 
@@ -976,15 +987,13 @@ TEST_CASE("the CUDA build of ppsched-bubbles reports a missing GPU with exit 3, 
   CHECK(c.at("backend") == "cpu");
   const json& s = c.at("schedules").at(0);
   CHECK(s.at("actions").get<int>() > 0);
-  if (bubbles_available()) {
-    const Run reference = bubbles({"--backend", "cpu", "--schedule", "zb-h1", "--stages", "2", "--microbatches", "4",
-                                   "--ms-per-unit", "0.2", "--steps", "1", "--warmup", "0", "--json"});
-    REQUIRE(reference.status == 0);
-    const json parsed = json::parse(reference.out);
-    const json& ref = parsed.at("schedules").at(0);
-    CHECK(s.at("actions") == ref.at("actions"));
-    CHECK(s.at("predicted") == ref.at("predicted"));
-  }
+  const Run reference = bubbles({"--backend", "cpu", "--schedule", "zb-h1", "--stages", "2", "--microbatches", "4",
+                                 "--ms-per-unit", "0.2", "--steps", "1", "--warmup", "0", "--json"});
+  REQUIRE(reference.status == 0);
+  const json parsed = json::parse(reference.out);
+  const json& ref = parsed.at("schedules").at(0);
+  CHECK(s.at("actions") == ref.at("actions"));
+  CHECK(s.at("predicted") == ref.at("predicted"));
 }
 
 // ------------------------------------------------------------------ issue 24: the planner's edges

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../examples/cli/output_file.hpp"
+#include "skip.hpp"
 
 namespace fs = std::filesystem;
 using ppsched::cli::OutputFile;
@@ -165,12 +166,10 @@ TEST_CASE("\"-\" is standard output", "[output_file]") {
 
 // /dev/stdout with standard output on a pipe: the links end in /proc/self/fd/N, whose target
 // ("pipe:[N]") names no file; the tool printed "cannot create a file in '/proc/self/fd'".
+// Tagged [may_skip][needs_proc_fd]: it runs as the test output_file_proc_fd (tests/meson.build).
 TEST_CASE("a link to a pipe through /proc/self/fd (/dev/stdout under a pipe) is written straight through",
-          "[output_file]") {
-  if (!fs::exists("/proc/self/fd")) {
-    WARN("no /proc/self/fd on this system: the case is not run");
-    return;
-  }
+          "[output_file][may_skip][needs_proc_fd]") {
+  if (!fs::exists("/proc/self/fd")) PPSCHED_SKIP("no /proc/self/fd on this system");
   Scratch s;
   int fds[2];
   REQUIRE(::pipe(fds) == 0);
@@ -190,25 +189,30 @@ TEST_CASE("a link to a pipe through /proc/self/fd (/dev/stdout under a pipe) is 
   CHECK(s.entries() == std::vector<std::string>{"stdout-like"});
 }
 
-TEST_CASE("a character device is written straight through and stays a device; a failing one is an error",
-          "[output_file]") {
+// /dev/null and /dev/full are character devices 1:3 and 1:7 on Linux. A node made here keeps the
+// tests off the system's own; the writable device is a node made here or nothing (the case
+// skips where mknod is not allowed: it runs as the test output_file_mknod, tests/meson.build).
+TEST_CASE("a character device is written straight through and stays a device",
+          "[output_file][may_skip][needs_mknod]") {
   Scratch s;
-  // /dev/null and /dev/full are character devices 1:3 and 1:7 on Linux. A node made here
-  // keeps the test off the system's own; where mknod is not allowed, /dev/full stands in for
-  // the failing device (only opened and written, never replaced, by the code under test).
   const std::string null_node = s / "null";
-  const std::string full_node = s / "full";
-  const bool nodes = ::mknod(null_node.c_str(), S_IFCHR | 0666, makedev(1, 3)) == 0 &&
-                     ::mknod(full_node.c_str(), S_IFCHR | 0666, makedev(1, 7)) == 0;
-  if (nodes) {
-    write_file_atomically(null_node, "discarded");
-    struct ::stat st {};
-    REQUIRE(::lstat(null_node.c_str(), &st) == 0);
-    CHECK(S_ISCHR(st.st_mode));
-  } else {
-    WARN("mknod is not allowed here: the writable-device case is not run");
+  if (::mknod(null_node.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) {
+    const int error = errno;
+    PPSCHED_SKIP("mknod is not allowed here (" << std::strerror(error) << "): no device node to write to");
   }
-  const std::string full = nodes ? full_node : std::string("/dev/full");
+  write_file_atomically(null_node, "discarded");
+  struct ::stat st {};
+  REQUIRE(::lstat(null_node.c_str(), &st) == 0);
+  CHECK(S_ISCHR(st.st_mode));
+}
+
+// Where mknod is not allowed, /dev/full stands in for the failing device (only opened and
+// written, never replaced, by the code under test).
+TEST_CASE("a failing character device is an error that replaces nothing", "[output_file]") {
+  Scratch s;
+  const std::string full_node = s / "full";
+  const bool node = ::mknod(full_node.c_str(), S_IFCHR | 0666, makedev(1, 7)) == 0;
+  const std::string full = node ? full_node : std::string("/dev/full");
   struct ::stat before {};
   REQUIRE(::lstat(full.c_str(), &before) == 0);
   REQUIRE(S_ISCHR(before.st_mode));

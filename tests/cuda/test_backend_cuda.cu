@@ -2,9 +2,14 @@
 // sharing, bounded waits, placement) and always run; tests tagged [gpu] need a device. Without
 // one, the [host] tests run, and the program then prints "SKIPPED: <reason>" and exits 77,
 // Meson's skip code, so a machine without a GPU never reports the GPU tests as passed.
+// The [nccl] cases need two GPUs: with fewer they skip (tests/skip.hpp), so they run apart from
+// the others (Meson: backend_cuda runs '~[nccl]', backend_cuda_nccl '[nccl]'); a run where one
+// skips beside cases that ran exits 1 rather than pass.
 // Catch2 runs with our own main (at the end), which decides between running and skipping.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+#define PPSCHED_SKIP_MAIN
+#include "../skip.hpp"
 // clang-format off
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -611,12 +616,9 @@ TEST_CASE("Device-copy exchange: a missing partner times out, a mismatch is name
   }
 }
 
-TEST_CASE("Ranks on their own GPUs exchange through NCCL", "[gpu][nccl]") {
+TEST_CASE("Ranks on their own GPUs exchange through NCCL", "[gpu][nccl][may_skip]") {
   const int gpus = gpu_count();
-  if (gpus < 2) {
-    WARN("only " << gpus << " GPU: the NCCL exchange needs two (device copies cover one GPU)");
-    return;
-  }
+  if (gpus < 2) PPSCHED_SKIP("only " << gpus << " GPU: the NCCL exchange needs two (device copies cover one GPU)");
   const int ranks = std::min(gpus, 4);
   ppsched::CudaBackendOptions options;
   options.timeout = 10s;  // the waits inside operations, e.g. a group with a silent peer
@@ -649,12 +651,9 @@ TEST_CASE("Ranks on their own GPUs exchange through NCCL", "[gpu][nccl]") {
   ring_exchange(backends, true, 1000);
 }
 
-TEST_CASE("One process per GPU: ranks join through a unique id file", "[gpu][nccl]") {
+TEST_CASE("One process per GPU: ranks join through a unique id file", "[gpu][nccl][may_skip]") {
   const int gpus = gpu_count();
-  if (gpus < 2) {
-    WARN("only " << gpus << " GPU: joining through a file needs two");
-    return;
-  }
+  if (gpus < 2) PPSCHED_SKIP("only " << gpus << " GPU: joining through a file needs two");
   const auto dir = scratch_dir("join");
   std::vector<ppsched::CudaBackend> backends;
   std::vector<std::optional<ppsched::CudaBackend>> joined(2);
@@ -823,14 +822,34 @@ TEST_CASE("Synthetic GPU stages give one measured span per action, set beside th
 
 // ---------------------------------------------------------------- main
 
+// With a GPU: the cases selected on the command line, with tests/skip.hpp's exit status (77
+// when every case that ran skipped, 1 when one skipped beside others). Without one: the
+// selected [host] cases run, or every [host] case where the selection also has GPU cases (as
+// with no selection), and the GPU cases are reported skipped (77); a selection of GPU cases
+// only (as '[nccl]') runs nothing and exits 77.
 int main(int argc, char** argv) {
   Catch::Session session;
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
   const ppsched::DeviceProbe probe = ppsched::probe_devices();
-  if (probe.usable()) return session.run();
+  if (probe.usable()) return ppsched::test_support::exit_status(session.run());
+  std::size_t selected = 0;
+  std::size_t selected_host = 0;
+  {
+    const Catch::Config& config = session.config();
+    for (const Catch::TestCase& t : Catch::filterTests(Catch::getAllTestCasesSorted(config), config.testSpec(), config)) {
+      ++selected;
+      if (std::find(t.lcaseTags.begin(), t.lcaseTags.end(), "host") != t.lcaseTags.end()) ++selected_host;
+    }
+  }
+  const auto skip_gpu = [&] {
+    std::printf("SKIPPED: the [gpu] tests need a usable CUDA device: %s\n", probe.reason.c_str());
+    return 77;
+  };
+  if (selected > 0 && selected_host == 0) return skip_gpu();
+  if (selected_host == selected) return ppsched::test_support::exit_status(session.run());
   // No GPU: run what needs none, then report the GPU tests as skipped with the reason.
   session.configData().testsOrTags = {"[host]"};
+  session.useConfigData(session.configData());  // drops the Config made above for the old selection
   if (session.run() != 0) return 1;
-  std::printf("SKIPPED: the [gpu] tests need a usable CUDA device: %s\n", probe.reason.c_str());
-  return 77;
+  return skip_gpu();
 }

@@ -150,11 +150,7 @@ def self_test():
     import tempfile
     failures = []
 
-    def write(root, rel, text):
-        path = os.path.join(root, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+    from scratch_tree import write  # the same tree writer as the other checkers' self-tests
 
     with tempfile.TemporaryDirectory() as root:
         write(root, "include/ppsched/config.hpp", "#pragma once\n")

@@ -28,7 +28,7 @@
 #include "ppsched/graph/profile.hpp"
 #include "ppsched/plan/memory_choice.hpp"
 #include "ppsched/plan/plan.hpp"
-#include "ppsched/plan/search.hpp"
+#include "ppsched/plan/plan_search.hpp"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include <new>
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/runtime/executor.hpp>
-#include <ppsched/runtime/plan.hpp>
+#include <ppsched/runtime/step_plan.hpp>
 #include <ppsched/runtime/synthetic.hpp>
 #include <ppsched/runtime/threads.hpp>
 #include <ppsched/runtime/world.hpp>

@@ -1,5 +1,5 @@
 // --schedule auto: instead of comparing the fixed families, ask the library's planner to run
-// the schedule search (ppsched/plan/search.hpp): the fastest schedule that keeps to the caps,
+// the schedule search (ppsched/plan/plan_search.hpp): the fastest schedule that keeps to the caps,
 // evaluated exactly like a family, so the report and the JSON read the same.
 #pragma once
 
@@ -7,7 +7,7 @@
 
 #include "plan.hpp"
 #include "plan_options.hpp"
-#include "ppsched/plan/search.hpp"
+#include "ppsched/plan/plan_search.hpp"
 
 namespace ppsched::cli {
 

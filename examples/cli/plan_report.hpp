@@ -19,7 +19,7 @@
 #include "plan.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/plan/compare.hpp"
-#include "ppsched/plan/search.hpp"
+#include "ppsched/plan/plan_search.hpp"
 #include "ppsched/plan/search/search.hpp"
 #include "ppsched/trace/stats.hpp"
 

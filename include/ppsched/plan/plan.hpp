@@ -24,4 +24,4 @@
 #include "ppsched/plan/memory_policy.hpp"
 #include "ppsched/plan/model.hpp"
 #include "ppsched/plan/objective.hpp"
-#include "ppsched/plan/search.hpp"
+#include "ppsched/plan/plan_search.hpp"

@@ -3,7 +3,7 @@
 // comm stream as one group_start/group_end — and expresses every order between the two
 // streams with one event wait, so communication overlaps compute exactly as far as the
 // schedule allows (docs/execution-model.md). It never blocks while issuing: every buffer
-// comes from pools sized by the plan (runtime/plan.hpp), allocated once, so a step
+// comes from pools sized by the plan (runtime/step_plan.hpp), allocated once, so a step
 // allocates nothing. At the end of the step it waits for both streams under a watchdog.
 //
 // Faults. A user callable that throws becomes a ppsched::error naming the rank, stage,

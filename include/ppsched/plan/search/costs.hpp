@@ -2,7 +2,7 @@
 // stage per rank, a V, v looped chunks per rank) the model is cut into a different number of
 // virtual stages, so the search asks a `PlacementCosts` callable for the CostModel of each
 // placement instead of taking one fixed CostModel. A caller with its own partitioner answers
-// with that partitioner's cut for the placement (the planner's search_plan, plan/search.hpp,
+// with that partitioner's cut for the placement (the planner's search_plan, plan/plan_search.hpp,
 // answers with cost_model_of of its PlanModel's cut); a caller with one cost per rank uses
 // `evenly_split`, which cuts each rank's share of the model into equal consecutive chunks.
 #pragma once

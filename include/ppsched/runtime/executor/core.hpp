@@ -22,7 +22,7 @@
 
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/backend.hpp"
-#include "ppsched/runtime/plan.hpp"
+#include "ppsched/runtime/step_plan.hpp"
 #include "ppsched/runtime/stage.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/lower/lower.hpp"

@@ -1,5 +1,5 @@
 // Part of <ppsched/runtime/executor.hpp> (include that): the buffer pools, allocated once from the
-// rank's plan (runtime/plan.hpp), and the weight-gradient slots.
+// rank's plan (runtime/step_plan.hpp), and the weight-gradient slots.
 #pragma once
 
 #include "ppsched/config.hpp"

@@ -1,4 +1,4 @@
-// Internals of <ppsched/plan/search.hpp>, which includes this file: the interleaving depths
+// Internals of <ppsched/plan/plan_search.hpp>, which includes this file: the interleaving depths
 // search_plan tries, the caps in the search's terms, and the search again with memory policies
 // over a byte cap. They are in ppsched::detail and not part of the API: no example or page uses
 // them, and they may change in any release (docs/architecture.md).

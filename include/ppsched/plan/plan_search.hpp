@@ -25,7 +25,7 @@
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/plan/search/memory.hpp"
 #include "ppsched/plan/search/search.hpp"
-#include "ppsched/plan/detail/search.hpp"
+#include "ppsched/plan/detail/plan_search.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 
@@ -61,5 +61,5 @@ struct SearchedPlan {
 
 // The bodies of the functions above that compiled mode compiles once (config.hpp).
 #if PPSCHED_OUTLINE_BODY
-#include "ppsched/plan/impl/search.ipp"
+#include "ppsched/plan/impl/plan_search.ipp"
 #endif

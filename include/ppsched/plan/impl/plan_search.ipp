@@ -1,11 +1,11 @@
-// The bodies of <ppsched/plan/search.hpp>'s functions that compiled mode compiles once
+// The bodies of <ppsched/plan/plan_search.hpp>'s functions that compiled mode compiles once
 // (<ppsched/config.hpp>): that header includes this file at its end where PPSCHED_OUTLINE_BODY
 // is 1 (header-only, or the library's own file), and only there.
 #pragma once
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/plan/search.hpp"
+#include "ppsched/plan/plan_search.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 

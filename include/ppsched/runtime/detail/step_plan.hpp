@@ -1,12 +1,12 @@
-// Internals of <ppsched/runtime/plan.hpp>: turning one rank's lowered program into planned steps,
+// Internals of <ppsched/runtime/step_plan.hpp>: turning one rank's lowered program into planned steps,
 // transfers and buffer sizes. They are in ppsched::detail and not part of the API: no example or
 // page uses them, and they may change in any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/runtime/plan.hpp>, which includes this file after
+// They build on public types of <ppsched/runtime/step_plan.hpp>, which includes this file after
 // declaring them. So that this file also compiles alone, it includes that header first, and its
 // guard opens only below that include: included alone, the header's own include of this file
 // emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/runtime/plan.hpp"
+#include "ppsched/runtime/step_plan.hpp"
 
 #ifndef PPSCHED_RUNTIME_DETAIL_PLAN_HPP
 #define PPSCHED_RUNTIME_DETAIL_PLAN_HPP

@@ -117,7 +117,7 @@ struct RankPlan {
 
 }  // namespace ppsched
 
-#include "ppsched/runtime/detail/plan.hpp"  // the internals below build on the types above
+#include "ppsched/runtime/detail/step_plan.hpp"  // the internals below build on the types above
 
 namespace ppsched::inline PPSCHED_MODE {
 

@@ -16,7 +16,7 @@
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/plan/devices.hpp>
 #include <ppsched/runtime/data_parallel.hpp>
-#include <ppsched/schedule/generators.hpp>
+#include <ppsched/schedule/one_f_one_b.hpp>
 #include <string>
 #include <vector>
 
@@ -46,7 +46,7 @@ int main(int argc, char** argv) try {
   // example-begin data-parallel-training
   // 2. Train d replicas of a p-stage pipeline. Each replica: its own model copy, stages, ranks.
   const int m = 2 * p;  // micro-batches per replica
-  const ppsched::Schedule schedule = ppsched::make_schedule("1f1b", {p, m, 1});
+  const ppsched::Schedule schedule = ppsched::make_1f1b({p, m, 1});
   const std::vector<std::size_t> widths{8, 16, 16, 16, 16, 4};
   const std::size_t rows = 4;
   const float loss_scale = 1.0f / static_cast<float>(rows * static_cast<std::size_t>(m * d));  // mean over the global batch

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ppsched/plan/memory_policy.hpp"
-#include "ppsched/schedule/generators.hpp"
+#include "ppsched/schedule/one_f_one_b.hpp"
 #include "ppsched/sim/simulate.hpp"
 #include "ppsched/trace/ascii.hpp"
 #include "ppsched/validate/validate.hpp"
@@ -24,7 +24,7 @@ int main() {
   costs.stages.assign(4, StageCost{10.0, 10.0, 10.0, 1e9, 1e7});
   costs.link = Interconnect{0.01, 1e7};
   costs.host_link = Interconnect{0.01, 5e7};
-  const Schedule plain = make_schedule("1f1b", {4, 16, 1});
+  const Schedule plain = make_1f1b({4, 16, 1});
 
   struct Case {
     const char* name;

@@ -22,7 +22,7 @@
 #include <ppsched/graph/profile_json.hpp>
 #include <ppsched/runtime/profile.hpp>
 #include <ppsched/runtime/world.hpp>
-#include <ppsched/schedule/generators.hpp>
+#include <ppsched/schedule/one_f_one_b.hpp>
 #include <ppsched/trace/csv.hpp>
 #include <string>
 #include <vector>
@@ -89,7 +89,7 @@ int main(int argc, char** argv) try {
   // A real run whose timeline calibrates the profile: 1F1B, 2 ranks, 8 micro-batches of 8 rows.
   const std::int32_t m = 8;
   const std::size_t rows = 8;
-  const ppsched::Schedule schedule = ppsched::make_schedule("1f1b", ppsched::ScheduleRequest{2, m, 1});
+  const ppsched::Schedule schedule = ppsched::make_1f1b(ppsched::ScheduleRequest{2, m, 1});
   std::vector<std::unique_ptr<mlp::MlpStage>> halves;
   std::vector<ppsched::StageFunctions> functions;
   for (std::size_t s = 0; s < 2; ++s) {

@@ -1,5 +1,7 @@
-// Quickstart: the smallest complete use of ppsched — your stages as callables, a schedule by
-// name, a pipelined training step on CPU threads, and what the step did, drawn as text.
+// Quickstart: the smallest complete use of ppsched — your stages as callables, a schedule from
+// its family's generator, a pipelined training step on CPU threads, and what the step did,
+// drawn as text. (make_1f1b compiles one generator; make_schedule("1f1b", ...), which picks a
+// family by name at run time, compiles all twelve: use it where the name comes from input.)
 // The model is a toy (stage s computes y = w_s * x); the shape of the code is what carries
 // over to real model code (see docs/guide.md and examples/mlp_training.cpp).
 #include <ppsched/ppsched.hpp>
@@ -37,7 +39,7 @@ int main() {
     return 0.5f * d * d;
   };
 
-  const ppsched::Schedule schedule = ppsched::make_schedule("1f1b", {.ranks = ranks, .microbatches = microbatches});
+  const ppsched::Schedule schedule = ppsched::make_1f1b({.ranks = ranks, .microbatches = microbatches});
   ppsched::CpuCluster cluster(ranks);
   std::vector<ppsched::CpuBackend*> backends;
   for (int r = 0; r < ranks; ++r) backends.push_back(&cluster.rank(r));

@@ -98,7 +98,7 @@ int main() {
   std::vector<ppsched::CpuBackend*> backends;
   for (int r = 0; r < ranks; ++r) backends.push_back(&cluster.rank(r));
   ppsched::World<ppsched::CpuBackend> world(
-      backends, ppsched::make_schedule("1f1b", {.ranks = ranks, .microbatches = microbatches}), stages);
+      backends, ppsched::make_1f1b({.ranks = ranks, .microbatches = microbatches}), stages);
   for (int step = 0; step < 5; ++step) {
     const ppsched::StepResult& r = world.run_step({inputs, {}, side});
     std::printf("step %d: loss %.6f\n", step, r.mean_loss());
@@ -108,7 +108,7 @@ int main() {
   ppsched::ExecutorOptions eval_options;
   eval_options.keep_outputs = true;
   ppsched::World<ppsched::CpuBackend> eval(
-      backends, ppsched::make_schedule("forward-only", {.ranks = ranks, .microbatches = microbatches}), stages,
+      backends, ppsched::make_forward_only({.ranks = ranks, .microbatches = microbatches}), stages,
       eval_options);
   const ppsched::StepResult& r = eval.run_step({inputs, {}, side});
   const std::size_t out_floats = ppsched::payload_floats(states);

@@ -38,7 +38,8 @@
 #include "ppsched/graph/rows.hpp"
 #include "ppsched/runtime/stage.hpp"
 #include "ppsched/runtime/world.hpp"
-#include "ppsched/schedule/generators.hpp"
+#include "ppsched/schedule/fill_drain.hpp"
+#include "ppsched/schedule/one_f_one_b.hpp"
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/trace/stats.hpp"
 #include "ppsched/sim/simulate.hpp"
@@ -383,14 +384,14 @@ template <class B>
   std::vector<std::int32_t> counts{options.microbatches};
   if (options.few_microbatches > 0 && options.few_microbatches < options.microbatches) counts.push_back(options.few_microbatches);
   for (const std::int32_t m : counts) {
-    one_worlds.push_back(std::make_unique<World<B>>(one_rank, make_schedule("gpipe", ScheduleRequest{1, m, 1}),
+    one_worlds.push_back(std::make_unique<World<B>>(one_rank, make_gpipe(ScheduleRequest{1, m, 1}),
                                                     detail::empty_stages(1), options.executor));
     one.push_back({one_worlds.back()->schedule(), {}});
   }
   measure(one_worlds, one);
   one_worlds.clear();
   std::vector<std::unique_ptr<World<B>>> two_worlds;
-  two_worlds.push_back(std::make_unique<World<B>>(two_ranks, make_schedule("1f1b", ScheduleRequest{2, options.microbatches, 1}),
+  two_worlds.push_back(std::make_unique<World<B>>(two_ranks, make_1f1b(ScheduleRequest{2, options.microbatches, 1}),
                                                   detail::empty_stages(2), options.executor));
   std::vector<MeasuredSteps> two{{two_worlds.back()->schedule(), {}}};
   measure(two_worlds, two);

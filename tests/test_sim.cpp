@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "ppsched/error.hpp"
@@ -22,6 +23,7 @@
 #include "ppsched/sim/calibrate.hpp"
 #include "ppsched/costs/cost_model.hpp"
 #include "ppsched/sim/simulate.hpp"
+#include "ppsched/trace/compare.hpp"
 #include "ppsched/validate/validate.hpp"
 
 using namespace ppsched;
@@ -726,6 +728,47 @@ TEST_CASE("calibrate: a run slower than predicted refits each stage's kinds and 
   CHECK(c.scale[1][2] == Approx(c.scale[1][1]));       // BI and BW, not run, take B's ratio
   CHECK(c.after.action_overhead == Approx(0.0).margin(1e-6));
   CHECK(c.error_after() == Approx(0.0).margin(1e-9));
+}
+
+TEST_CASE("calibrate converts every time unit compare() knows, in both directions", "[sim][calibrate][units]") {
+  // The same run written in each unit, refitted against a model in each unit: calibrate and
+  // compare (trace/stats.hpp) share one converter, so a timeline one accepts the other does.
+  const Schedule s = make_schedule("1f1b", ScheduleRequest{2, 4, 1});
+  const std::vector<std::pair<std::string, double>> units = {
+      {"s", 1.0}, {"ms", 1e-3}, {"us", 1e-6}, {"\xC2\xB5s", 1e-6}, {"ns", 1e-9}};
+  const CostModel truth_s = [] {
+    CostModel c = uniform_costs(2e-3, 3e-3, 3e-3, "s");
+    c.stages = {StageCost{2e-3, 3e-3, 3e-3, 0, 0}, StageCost{3e-3, 4.5e-3, 4.5e-3, 0, 0}};
+    return c;
+  }();
+  const double makespan_s = simulate(s, truth_s).makespan;
+  for (const auto& [measured_unit, measured_seconds] : units) {
+    Timeline measured = simulate(s, truth_s).timeline;
+    measured.unit = measured_unit;
+    for (Span& sp : measured.spans) {
+      sp.start /= measured_seconds;
+      sp.end /= measured_seconds;
+    }
+    for (const auto& [model_unit, model_seconds] : units) {
+      INFO("measured in " << measured_unit << ", model in " << model_unit);
+      const double per_ms = 1e-3 / model_seconds;  // model units in one millisecond
+      const Calibration c = calibrate(measured, uniform_costs(2.0 * per_ms, 3.0 * per_ms, 3.0 * per_ms, model_unit));
+      CHECK(c.measured_makespan == Approx(makespan_s / model_seconds).epsilon(1e-9));
+      CHECK(c.predicted_after == Approx(c.measured_makespan).epsilon(1e-9));
+      CHECK(c.scale[0][0] == Approx(1.0).epsilon(1e-9));
+      CHECK(c.scale[1][0] == Approx(1.5).epsilon(1e-9));
+      const TimelineComparison cmp = compare(measured, simulate(s, c.after).timeline);
+      REQUIRE(cmp.scale.has_value());
+      CHECK(*cmp.scale == Approx(measured_seconds / model_seconds));
+      REQUIRE(cmp.makespan_ratio.has_value());
+      CHECK(*cmp.makespan_ratio == Approx(1.0).epsilon(1e-9));
+    }
+  }
+  Timeline measured = simulate(s, truth_s).timeline;
+  measured.unit = "minutes";
+  CHECK_THROWS_WITH(calibrate(measured, uniform_costs(1, 1, 1, "ms")), Catch::Contains("cannot convert the timeline's \"minutes\""));
+  measured.unit = "ms";
+  CHECK_THROWS_WITH(calibrate(measured, uniform_costs(1, 1, 1, "minutes")), Catch::Contains("to the model's \"minutes\""));
 }
 
 TEST_CASE("calibrate: the fixed cost per action absorbs what the spans do not hold", "[sim][calibrate]") {

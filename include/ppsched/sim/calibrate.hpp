@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -38,20 +39,13 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/sim/simulate.hpp"
+#include "ppsched/trace/stats.hpp"
 #include "ppsched/sim/detail/shared_host.hpp"
 #include "ppsched/trace/timeline.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {
-
-// Seconds in one unit of a time written "s", "ms" or "us"; 0 for a unit it does not know.
-[[nodiscard]] inline double seconds_in_unit(const std::string& unit) noexcept {
-  if (unit == "s") return 1.0;
-  if (unit == "ms") return 1e-3;
-  if (unit == "us") return 1e-6;
-  return 0.0;
-}
 
 [[nodiscard]] inline double median_of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -153,14 +147,15 @@ struct CalibrationOptions {
   const Timeline& measured = steps.front();
   double k = options.model_units_per_measured_unit;
   if (k == 0.0) {
-    const double m = detail::seconds_in_unit(measured.unit), u = detail::seconds_in_unit(model.unit);
+    // The one converter compare() uses too (trace/stats.hpp), so both accept the same units.
+    const std::optional<double> m = seconds_per_unit(measured.unit), u = seconds_per_unit(model.unit);
     if (measured.unit == model.unit) {
       k = 1.0;
-    } else if (m > 0.0 && u > 0.0) {
-      k = m / u;
+    } else if (m && u) {
+      k = *m / *u;
     } else {
       fail({who, concat("cannot convert the timeline's \"", measured.unit, "\" to the model's \"", model.unit, "\""),
-            "CalibrationOptions::model_units_per_measured_unit", "give the factor, or name both units s, ms or us"});
+            "CalibrationOptions::model_units_per_measured_unit", "give the factor, or name both units s, ms, us (µs) or ns"});
     }
   }
   if (!(k > 0.0)) fail({who, concat("model_units_per_measured_unit = ", k), "CalibrationOptions", "give a factor > 0"});

@@ -40,7 +40,8 @@ int main(int argc, char** argv) try {
     request.ranks = p;
     request.microbatches = m;
     // The looped families take two chunks here; the V-shaped ones accept nothing else.
-    request.chunks = family == "interleaved-1f1b" || family == "looped-bfs" || !ppsched::accepts(family, request) ? 2 : 1;
+    const ppsched::FamilyInfo& info = ppsched::family_info(family);
+    request.chunks = info.chunks_for(2);
     const ppsched::Schedule compute_only = ppsched::make_schedule(family, request);
     // Lower with the same costs the simulator uses, so both run the same programs.
     const ppsched::Schedule schedule =
@@ -66,9 +67,7 @@ int main(int argc, char** argv) try {
     std::cout << "== " << family << ": p = " << p << ", m = " << m << ", v = " << request.chunks
               << ", 1 unit = " << ms_per_unit << " ms\n";
     std::cout << ppsched::compare(measured, predicted);
-    const bool closed_form = family == "gpipe" || family == "1f1b" || family == "interleaved-1f1b" ||
-                             family == "looped-bfs" || family == "zb-h1" || family == "zb-h2";
-    if (closed_form) {
+    if (info.bubble != nullptr) {  // the family has a closed form
       const double per_rank_chunks = static_cast<double>(request.chunks);
       const auto formula =
           ppsched::analytic_bubble(family, p, m, request.chunks, per_rank_chunks, per_rank_chunks, per_rank_chunks);

@@ -71,8 +71,7 @@ int main(int argc, char** argv) try {
   ppsched::ScheduleRequest request;
   request.ranks = ranks;
   request.microbatches = 2 * ranks;
-  const bool two_chunks = family == "interleaved-1f1b" || family == "looped-bfs" || !ppsched::accepts(family, request);
-  request.chunks = two_chunks ? 2 : 1;
+  request.chunks = ppsched::family_info(family).chunks_for(2);  // looped: two here; V-shaped: two
   const ppsched::Schedule schedule = with_memory_actions(ppsched::make_schedule(family, request), offload);
   const int stages = schedule.stages();
   const int microbatches = schedule.microbatches;

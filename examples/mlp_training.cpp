@@ -47,13 +47,12 @@ int main(int argc, char** argv) try {
   const int steps = argc > 3 ? std::atoi(argv[3]) : 20;
 
   // example-begin mlp-training
-  // 1. The schedule: any family by name. Interleaved, looped and V-shaped schedules put two
-  //    model chunks on each rank.
+  // 1. The schedule: any family by name. Its record says how many model chunks it puts on each
+  //    rank: the looped families take any number (two here), the V-shaped ones two.
   ppsched::ScheduleRequest request;
   request.ranks = ranks;
   request.microbatches = 2 * ranks;
-  const bool two_chunks = family == "interleaved-1f1b" || family == "looped-bfs" || !ppsched::accepts(family, request);
-  request.chunks = two_chunks ? 2 : 1;
+  request.chunks = ppsched::family_info(family).chunks_for(2);
   const ppsched::Schedule schedule = ppsched::make_schedule(family, request);
   const int stages = schedule.stages();
   const int microbatches = schedule.microbatches;

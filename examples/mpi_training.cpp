@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
     ppsched::ScheduleRequest request;
     request.ranks = ranks;
     request.microbatches = 2 * ranks;
-    request.chunks = family == "interleaved-1f1b" || family == "looped-bfs" || !ppsched::accepts(family, request) ? 2 : 1;
+    request.chunks = ppsched::family_info(family).chunks_for(2);  // looped: two here; V-shaped: two
     const ppsched::Schedule schedule = ppsched::make_schedule(family, request);
     const int stages = schedule.stages();
     const int microbatches = schedule.microbatches;

@@ -74,11 +74,10 @@ int main(int argc, char** argv) try {
 
   // example-begin mlp-training-cuda
   // 1. The schedule, by name, exactly as on the CPU.
-  const bool two_chunks = family == "interleaved-1f1b" || family == "looped-bfs" || family == "zb-v";
   ppsched::ScheduleRequest request;
   request.ranks = ranks;
   request.microbatches = 2 * ranks;
-  request.chunks = two_chunks ? 2 : 1;
+  request.chunks = ppsched::family_info(family).chunks_for(2);  // looped: two here; V-shaped: two
   const ppsched::Schedule schedule = ppsched::make_schedule(family, request);
   const int stages = schedule.stages();
   const int microbatches = schedule.microbatches;

@@ -122,7 +122,7 @@ class IssueTimed {
 
 using TimedCuda = IssueTimed<ppsched::CudaBackend>;
 
-ppsched::SpinCalibration calibration;  // measured once in main
+ppsched::cuda::SpinCalibration calibration;  // measured once in main
 
 // p ranks over the visible GPUs, each wrapped to time its issuing.
 struct Ranks {
@@ -131,7 +131,7 @@ struct Ranks {
   std::vector<TimedCuda*> pointers;
 
   explicit Ranks(int p)
-      : backends(ppsched::make_cuda_backends(ppsched::spread_ranks_over_devices(p, ppsched::device_count()))) {
+      : backends(ppsched::cuda::make_cuda_backends(ppsched::cuda::spread_ranks_over_devices(p, ppsched::cuda::device_count()))) {
     for (auto& b : backends) timed.emplace_back(b);
     for (auto& t : timed) pointers.push_back(&t);
   }
@@ -150,14 +150,14 @@ struct DeviceBatch {
     target_device = ranks.backends[static_cast<std::size_t>(s.rank_of(s.stages() - 1))].device();
     const std::vector<float> ones(count, 1.0f);
     for (auto [data, device] : {std::pair{&inputs, input_device}, std::pair{&targets, target_device}}) {
-      const ppsched::ScopedDevice on(device);
+      const ppsched::cuda::ScopedDevice on(device);
       PPSCHED_CUDA_CHECK(cudaMalloc(data, count * sizeof(float)));
       PPSCHED_CUDA_CHECK(cudaMemcpy(*data, ones.data(), count * sizeof(float), cudaMemcpyHostToDevice));
     }
   }
   ~DeviceBatch() {
     for (auto [data, device] : {std::pair{inputs, input_device}, std::pair{targets, target_device}}) {
-      const ppsched::ScopedDevice on(device);
+      const ppsched::cuda::ScopedDevice on(device);
       PPSCHED_CUDA_LOG(cudaFree(data));
     }
   }
@@ -201,7 +201,7 @@ void BM_Bubble(benchmark::State& state, const std::string& family, int chunks) {
   const ppsched::CostModel cost = ppsched::uniform_costs(1.0, 1.0, 1.0, "ms");
   Ranks ranks(p);
   const auto stages =
-      ppsched::synthetic_gpu_stages(cost, schedule.stages(), m, std::chrono::milliseconds(1), calibration);
+      ppsched::cuda::synthetic_gpu_stages(cost, schedule.stages(), m, std::chrono::milliseconds(1), calibration);
   ppsched::World<TimedCuda> world(ranks.pointers, schedule, stages);
   const DeviceBatch batch(schedule, ranks);
   const ppsched::SimResult predicted = ppsched::simulate(schedule, cost);
@@ -236,7 +236,7 @@ void BM_HostOverhead(benchmark::State& state) {
   const int m = 16;
   const ppsched::Schedule schedule = make_lowered("1f1b", p, m, 1);
   Ranks ranks(p);
-  const auto stages = ppsched::synthetic_gpu_stages(ppsched::uniform_costs(0, 0, 0), schedule.stages(), m,
+  const auto stages = ppsched::cuda::synthetic_gpu_stages(ppsched::uniform_costs(0, 0, 0), schedule.stages(), m,
                                                     std::chrono::milliseconds(1), calibration);
   ppsched::World<TimedCuda> world(ranks.pointers, schedule, stages);
   const DeviceBatch batch(schedule, ranks);
@@ -287,13 +287,13 @@ void register_benchmarks() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const ppsched::DeviceProbe probe = ppsched::probe_devices();
+  const ppsched::cuda::DeviceProbe probe = ppsched::cuda::probe_devices();
   if (!probe.usable()) {
     std::printf("SKIPPED: bench_cuda needs a usable CUDA device: %s\n", probe.reason.c_str());
     return 77;
   }
   try {
-    calibration = ppsched::calibrate_spin(0);
+    calibration = ppsched::cuda::calibrate_spin(0);
     std::printf("spin kernel: %.1f cycles per microsecond on device 0; %d GPU(s)\n", calibration.cycles_per_microsecond,
                 probe.count);
     register_benchmarks();

@@ -24,6 +24,7 @@
 #include "ppsched/runtime/world.hpp"
 
 namespace ppsched::cli {
+using namespace ppsched::cuda;  // streams, devices, spin kernels
 
 namespace {
 

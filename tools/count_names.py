@@ -218,8 +218,8 @@ def classify(stmt, has_body):
             else:
                 name_at = -1
         if name_at >= 0 and re.match(r"[A-Za-z_]", top[name_at]) and top[name_at] not in SKIP_WORDS:
-            if name_at > 0 and top[name_at - 1] == "::":
-                return None  # a qualified definition: the name was declared elsewhere
+            if name_at > 0 and top[name_at - 1] in ("::", "~"):
+                return None  # a qualified definition (or a destructor's): declared elsewhere
             return ("function", top[name_at])
         if name_at >= 0:
             return None
@@ -293,9 +293,9 @@ def scan(text, found, where):
             i = skip_group(tokens, i, "{", "}")
             # A function body ends the statement; a class, enum or braced initialiser
             # runs on to its `;` (which may declare a variable of the type: none here).
-            # An operator's body ends its statement too (it declares no name): kept, it would
-            # swallow what follows, up to the namespace's end.
-            if (kind is not None and kind[0] == "function") or (kind is None and "operator" in stmt):
+            # An operator's body, and a qualified definition's (`void A::f() {}`), end their
+            # statement too (they declare no name): kept, it would swallow the next declaration.
+            if (kind is not None and kind[0] == "function") or (kind is None and ("operator" in stmt or "(" in stmt)):
                 stmt = []
             elif kind is not None and kind[0] in ("type", "variable"):
                 while i < len(tokens) and tokens[i] != ";":

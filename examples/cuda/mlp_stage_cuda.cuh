@@ -5,7 +5,7 @@
 // parameters, the activations each micro-batch's backward needs, and the pre-activation
 // gradients kept between backward_input and backward_weight, all in device memory on the
 // stage's GPU. ppsched hands the callables device spans and runs them with the rank's device
-// current; each enqueues its kernels on ppsched::launch_stream().
+// current; each enqueues its kernels on ppsched::cuda::launch_stream().
 //
 // Results are the CPU model's bit for bit: every product and sum is written with __fmul_rn /
 // __fadd_rn, which nvcc never contracts into a fused multiply-add (it would otherwise, and
@@ -109,12 +109,12 @@ class DeviceFloats {
   DeviceFloats() = default;
   DeviceFloats(int device, std::size_t count) : device_(device), count_(count) {
     if (count_ == 0) return;
-    const ppsched::ScopedDevice on(device_);
+    const ppsched::cuda::ScopedDevice on(device_);
     PPSCHED_CUDA_CHECK(cudaMalloc(&data_, count_ * sizeof(float)));
   }
   ~DeviceFloats() {
     if (data_ == nullptr) return;
-    const ppsched::ScopedDevice on(device_);
+    const ppsched::cuda::ScopedDevice on(device_);
     PPSCHED_CUDA_LOG(cudaFree(data_));
   }
   DeviceFloats(DeviceFloats&& other) noexcept
@@ -133,13 +133,13 @@ class DeviceFloats {
   [[nodiscard]] std::span<float> span() const noexcept { return {data_, count_}; }
 
   void upload(std::span<const float> from) {
-    const ppsched::ScopedDevice on(device_);
+    const ppsched::cuda::ScopedDevice on(device_);
     PPSCHED_CUDA_CHECK(
         cudaMemcpy(data_, from.data(), std::min(from.size(), count_) * sizeof(float), cudaMemcpyHostToDevice));
   }
   [[nodiscard]] std::vector<float> download() const {
     std::vector<float> host(count_);
-    const ppsched::ScopedDevice on(device_);
+    const ppsched::cuda::ScopedDevice on(device_);
     if (count_ != 0) PPSCHED_CUDA_CHECK(cudaMemcpy(host.data(), data_, count_ * sizeof(float), cudaMemcpyDeviceToHost));
     return host;
   }
@@ -210,12 +210,12 @@ class CudaMlpStage {
   void add_memory_actions(ppsched::StageFunctions& f) {
     f.offload_size = per_microbatch_;
     f.offload = [this](std::int32_t mb, std::span<float> host) {
-      const cudaStream_t stream = ppsched::launch_stream().handle();
+      const cudaStream_t stream = ppsched::cuda::launch_stream().handle();
       PPSCHED_CUDA_CHECK(cudaMemcpyAsync(host.data(), output(mb, 0), host.size_bytes(), cudaMemcpyDeviceToHost, stream));
       PPSCHED_CUDA_CHECK(cudaMemsetAsync(output(mb, 0), 0xFF, host.size_bytes(), stream));  // NaN
     };
     f.reload = [this](std::int32_t mb, std::span<const float> host) {
-      const cudaStream_t stream = ppsched::launch_stream().handle();
+      const cudaStream_t stream = ppsched::cuda::launch_stream().handle();
       PPSCHED_CUDA_CHECK(cudaMemcpyAsync(output(mb, 0), host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream));
     };
   }
@@ -256,7 +256,7 @@ class CudaMlpStage {
   [[nodiscard]] const float* layer_params(std::size_t l) const { return params_.data() + parameter_offsets_[l]; }
 
   void forward(std::int32_t mb, std::span<const float> in, std::span<float> out) {
-    const cudaStream_t stream = ppsched::launch_stream().handle();
+    const cudaStream_t stream = ppsched::cuda::launch_stream().handle();
     const float* x = in.data();
     for (std::size_t l = 0; l < shapes_.size(); ++l) {
       const Shape s = shapes_[l];
@@ -270,7 +270,7 @@ class CudaMlpStage {
   }
 
   void backward_input(std::int32_t mb, std::span<const float> grad_out, std::span<float> grad_in) {
-    const cudaStream_t stream = ppsched::launch_stream().handle();
+    const cudaStream_t stream = ppsched::cuda::launch_stream().handle();
     const float* g = grad_out.data();
     for (std::size_t l = shapes_.size(); l-- > 0;) {
       const Shape s = shapes_[l];
@@ -286,7 +286,7 @@ class CudaMlpStage {
   }
 
   void backward_weight(std::int32_t mb, std::span<const float> in, std::span<float> weight_grad) {
-    const cudaStream_t stream = ppsched::launch_stream().handle();
+    const cudaStream_t stream = ppsched::cuda::launch_stream().handle();
     for (std::size_t l = 0; l < shapes_.size(); ++l) {
       const Shape s = shapes_[l];
       const float* x = l == 0 ? in.data() : output(mb, l - 1);
@@ -299,7 +299,7 @@ class CudaMlpStage {
   // The loss value is needed on the host, so this waits for the stream to reach it.
   float loss(std::int32_t mb, std::span<const float> out, std::span<const float> target, float scale,
              std::span<float> grad_out) {
-    const ppsched::CudaStreamRef stream = ppsched::launch_stream();
+    const ppsched::cuda::CudaStreamRef stream = ppsched::cuda::launch_stream();
     float* value = losses_.data() + mb;
     mean_squared_error<<<1, 1, 0, stream.handle()>>>(out.data(), target.data(), scale, grad_out.data(), value,
                                                      static_cast<int>(out.size()));
@@ -310,7 +310,7 @@ class CudaMlpStage {
   }
 
   void optimizer_step(std::span<const float> total, float learning_rate) {
-    const cudaStream_t stream = ppsched::launch_stream().handle();
+    const cudaStream_t stream = ppsched::cuda::launch_stream().handle();
     PPSCHED_CUDA_CHECK(
         cudaMemcpyAsync(last_gradient_.data(), total.data(), total.size_bytes(), cudaMemcpyDeviceToDevice, stream));
     sgd<<<blocks_for(params_.size()), 128, 0, stream>>>(params_.data(), total.data(), learning_rate,

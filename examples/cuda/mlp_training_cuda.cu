@@ -63,7 +63,7 @@ bool same_bits(std::span<const float> a, std::span<const float> b) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  const ppsched::DeviceProbe probe = ppsched::probe_devices();
+  const ppsched::cuda::DeviceProbe probe = ppsched::cuda::probe_devices();
   if (!probe.usable()) {
     std::printf("SKIPPED: mlp_training_cuda needs a usable CUDA device: %s\n", probe.reason.c_str());
     return 77;
@@ -84,8 +84,8 @@ int main(int argc, char** argv) try {
 
   // 2. The ranks: rank r on GPU r % GPUs. One GPU per rank talks through NCCL; ranks that
   //    share a GPU talk through device-to-device copies.
-  const std::vector<int> device_of_rank = ppsched::spread_ranks_over_devices(ranks, probe.count);
-  std::vector<ppsched::CudaBackend> backends = ppsched::make_cuda_backends(device_of_rank);
+  const std::vector<int> device_of_rank = ppsched::cuda::spread_ranks_over_devices(ranks, probe.count);
+  std::vector<ppsched::CudaBackend> backends = ppsched::cuda::make_cuda_backends(device_of_rank);
 
   // 3. The model, and its layers [first, last) as stage s on the GPU of the stage's rank.
   const std::vector<std::size_t> widths{8, 16, 16, 16, 16, 16, 16, 16, 4};

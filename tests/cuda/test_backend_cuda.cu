@@ -94,7 +94,7 @@ __global__ void fill_kernel(float* data, std::size_t n, float value) {
   if (i < n) data[i] = value;
 }
 
-void fill(ppsched::CudaStreamRef stream, float* data, std::size_t n, float value) {
+void fill(ppsched::cuda::CudaStreamRef stream, float* data, std::size_t n, float value) {
   if (n == 0) return;
   fill_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream.handle()>>>(data, n, value);
   PPSCHED_CUDA_CHECK_LAUNCH();
@@ -106,8 +106,8 @@ void expect(bool ok, const std::string& what) {
   if (!ok) throw std::runtime_error("expectation failed: " + what);
 }
 
-std::vector<float> read_back(ppsched::CudaBackend& b, const ppsched::CudaRankBuffer& buffer,
-                             ppsched::CudaRankStream& stream) {
+std::vector<float> read_back(ppsched::CudaBackend& b, const ppsched::cuda::CudaRankBuffer& buffer,
+                             ppsched::cuda::CudaRankStream& stream) {
   std::vector<float> host(buffer.size());
   if (!host.empty()) {
     PPSCHED_CUDA_CHECK(
@@ -278,7 +278,7 @@ TEST_CASE("PPSCHED_CUDA_CHECK evaluates the call once and names call, place and 
   try {
     PPSCHED_CUDA_CHECK(fake_cuda_call(calls, cudaErrorInvalidValue));
     FAIL("no exception");
-  } catch (const ppsched::cuda_error& e) {
+  } catch (const ppsched::cuda::cuda_error& e) {
     CHECK(calls == 2);
     CHECK(e.code() == cudaErrorInvalidValue);
     const std::string message = e.what();
@@ -301,8 +301,8 @@ TEST_CASE("CUDA errors carry advice, and faults that poison the context are name
   CHECK_THROWS_WITH(PPSCHED_CUDA_CHECK(fake_cuda_call(calls, cudaErrorNoDevice)), Contains("CUDA_VISIBLE_DEVICES"));
   CHECK_THROWS_WITH(PPSCHED_CUDA_CHECK(fake_cuda_call(calls, cudaErrorIllegalAddress)),
                     Contains("restart the process"));
-  CHECK(ppsched::is_sticky_cuda_error(cudaErrorIllegalAddress));
-  CHECK_FALSE(ppsched::is_sticky_cuda_error(cudaErrorMemoryAllocation));
+  CHECK(ppsched::cuda::is_sticky_cuda_error(cudaErrorIllegalAddress));
+  CHECK_FALSE(ppsched::cuda::is_sticky_cuda_error(cudaErrorMemoryAllocation));
   CHECK(calls == 3);
 }
 
@@ -312,7 +312,7 @@ TEST_CASE("PPSCHED_NCCL_CHECK evaluates the call once and names call, place and 
   try {
     PPSCHED_NCCL_CHECK(fake_nccl_call(calls, ncclInvalidUsage));
     FAIL("no exception");
-  } catch (const ppsched::nccl_error& e) {
+  } catch (const ppsched::cuda::nccl_error& e) {
     CHECK(calls == 2);
     CHECK(e.code() == ncclInvalidUsage);
     const std::string message = e.what();
@@ -327,21 +327,21 @@ TEST_CASE("PPSCHED_NCCL_CHECK evaluates the call once and names call, place and 
 
 TEST_CASE("An NCCL unique id survives hex text, and bad text is rejected with its place", "[host]") {
   const ncclUniqueId id = patterned_id();
-  const std::string text = ppsched::to_hex(id);
+  const std::string text = ppsched::cuda::to_hex(id);
   CHECK(text.size() == 2 * sizeof(id.internal));
   CHECK(text.find_first_not_of("0123456789abcdef") == std::string::npos);
-  CHECK(same_id(ppsched::unique_id_from_hex(text, "test"), id));
-  CHECK(same_id(ppsched::unique_id_from_hex(text + "\n", "test"), id));  // as a file holds it
+  CHECK(same_id(ppsched::cuda::unique_id_from_hex(text, "test"), id));
+  CHECK(same_id(ppsched::cuda::unique_id_from_hex(text + "\n", "test"), id));  // as a file holds it
 
   std::string upper = text;
   std::transform(upper.begin(), upper.end(), upper.begin(), [](char c) { return static_cast<char>(std::toupper(c)); });
-  CHECK(same_id(ppsched::unique_id_from_hex(upper, "test"), id));
+  CHECK(same_id(ppsched::cuda::unique_id_from_hex(upper, "test"), id));
 
-  CHECK_THROWS_WITH(ppsched::unique_id_from_hex(text.substr(1), "id file 'x'"),
+  CHECK_THROWS_WITH(ppsched::cuda::unique_id_from_hex(text.substr(1), "id file 'x'"),
                     Contains("id file 'x'") && Contains("255 characters"));
   std::string bad = text;
   bad[10] = 'g';
-  CHECK_THROWS_WITH(ppsched::unique_id_from_hex(bad, "id file 'x'"), Contains("'g'") && Contains("character 11"));
+  CHECK_THROWS_WITH(ppsched::cuda::unique_id_from_hex(bad, "id file 'x'"), Contains("'g'") && Contains("character 11"));
 }
 
 TEST_CASE("A unique id shared through a file: written whole, read by waiting ranks", "[host]") {
@@ -351,92 +351,92 @@ TEST_CASE("A unique id shared through a file: written whole, read by waiting ran
 
   std::atomic<bool> read_ok{false};
   std::thread reader([&] {
-    const ncclUniqueId got = ppsched::await_unique_id(path, ppsched::HostWait::within(30s));
+    const ncclUniqueId got = ppsched::cuda::await_unique_id(path, ppsched::HostWait::within(30s));
     read_ok = same_id(got, id);
   });
-  ppsched::publish_unique_id(id, path);
+  ppsched::cuda::publish_unique_id(id, path);
   reader.join();
   CHECK(read_ok);
   CHECK_FALSE(std::filesystem::exists(dir / "nccl.id.partial"));  // renamed into place, not left behind
 
   // A rank whose peer never publishes gives up at its deadline, or when asked to stop.
-  CHECK_THROWS_WITH(ppsched::await_unique_id(dir / "never", ppsched::HostWait::within(20ms)),
+  CHECK_THROWS_WITH(ppsched::cuda::await_unique_id(dir / "never", ppsched::HostWait::within(20ms)),
                     Contains("never") && Contains("timed out"));
   std::stop_source stop;
   stop.request_stop();
-  CHECK_THROWS_WITH(ppsched::await_unique_id(dir / "never", ppsched::HostWait::within(1h, stop.get_token())),
+  CHECK_THROWS_WITH(ppsched::cuda::await_unique_id(dir / "never", ppsched::HostWait::within(1h, stop.get_token())),
                     Contains("stopped"));
   // A file that is not an id is named in the error.
   { std::ofstream(dir / "garbage") << "hello\n"; }
-  CHECK_THROWS_WITH(ppsched::await_unique_id(dir / "garbage", ppsched::HostWait::within(1s)), Contains("garbage"));
+  CHECK_THROWS_WITH(ppsched::cuda::await_unique_id(dir / "garbage", ppsched::HostWait::within(1s)), Contains("garbage"));
   std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("A unique id from an environment variable", "[host]") {
   const ncclUniqueId id = patterned_id();
-  REQUIRE(::setenv("PPSCHED_TEST_NCCL_ID", ppsched::to_hex(id).c_str(), 1) == 0);
-  CHECK(same_id(ppsched::unique_id_from_env("PPSCHED_TEST_NCCL_ID"), id));
+  REQUIRE(::setenv("PPSCHED_TEST_NCCL_ID", ppsched::cuda::to_hex(id).c_str(), 1) == 0);
+  CHECK(same_id(ppsched::cuda::unique_id_from_env("PPSCHED_TEST_NCCL_ID"), id));
   REQUIRE(::unsetenv("PPSCHED_TEST_NCCL_ID") == 0);
-  CHECK_THROWS_WITH(ppsched::unique_id_from_env("PPSCHED_TEST_NCCL_ID"),
+  CHECK_THROWS_WITH(ppsched::cuda::unique_id_from_env("PPSCHED_TEST_NCCL_ID"),
                     Contains("PPSCHED_TEST_NCCL_ID") && Contains("not set"));
 }
 
 TEST_CASE("poll_until ends done, timed out or stopped", "[host]") {
   int polls = 0;
-  CHECK(ppsched::poll_until([&] { return ++polls == 3; }, ppsched::HostWait::within(1h)) == ppsched::WaitResult::done);
+  CHECK(ppsched::cuda::poll_until([&] { return ++polls == 3; }, ppsched::HostWait::within(1h)) == ppsched::WaitResult::done);
   CHECK(polls == 3);
-  CHECK(ppsched::poll_until([] { return false; }, ppsched::HostWait::within(0ms)) == ppsched::WaitResult::timed_out);
+  CHECK(ppsched::cuda::poll_until([] { return false; }, ppsched::HostWait::within(0ms)) == ppsched::WaitResult::timed_out);
   std::stop_source stop;
   stop.request_stop();
-  CHECK(ppsched::poll_until([] { return false; }, ppsched::HostWait::within(1h, stop.get_token())) ==
+  CHECK(ppsched::cuda::poll_until([] { return false; }, ppsched::HostWait::within(1h, stop.get_token())) ==
         ppsched::WaitResult::stopped);
   // Done wins over an expired limit: work that finished is never reported as timed out.
-  CHECK(ppsched::poll_until([] { return true; }, ppsched::HostWait::within(0ms, stop.get_token())) ==
+  CHECK(ppsched::cuda::poll_until([] { return true; }, ppsched::HostWait::within(0ms, stop.get_token())) ==
         ppsched::WaitResult::done);
 }
 
 TEST_CASE("Ranks spread over devices round-robin; nonsense is rejected", "[host]") {
-  CHECK(ppsched::spread_ranks_over_devices(5, 2) == std::vector<int>{0, 1, 0, 1, 0});
-  CHECK(ppsched::spread_ranks_over_devices(4, 1) == std::vector<int>{0, 0, 0, 0});
-  CHECK(ppsched::spread_ranks_over_devices(2, 8) == std::vector<int>{0, 1});
-  CHECK_THROWS_AS(ppsched::spread_ranks_over_devices(0, 1), ppsched::error);
-  CHECK_THROWS_AS(ppsched::spread_ranks_over_devices(3, 0), ppsched::error);
+  CHECK(ppsched::cuda::spread_ranks_over_devices(5, 2) == std::vector<int>{0, 1, 0, 1, 0});
+  CHECK(ppsched::cuda::spread_ranks_over_devices(4, 1) == std::vector<int>{0, 0, 0, 0});
+  CHECK(ppsched::cuda::spread_ranks_over_devices(2, 8) == std::vector<int>{0, 1});
+  CHECK_THROWS_AS(ppsched::cuda::spread_ranks_over_devices(0, 1), ppsched::error);
+  CHECK_THROWS_AS(ppsched::cuda::spread_ranks_over_devices(3, 0), ppsched::error);
 }
 
 TEST_CASE("The device-copy exchange rejects bad ranks before touching the GPU", "[host]") {
-  CHECK_THROWS_WITH(ppsched::LocalExchange(0), Contains("0 ranks"));
-  ppsched::LocalExchange exchange(2);
+  CHECK_THROWS_WITH(ppsched::cuda::LocalExchange(0), Contains("0 ranks"));
+  ppsched::cuda::LocalExchange exchange(2);
   const ppsched::HostWait wait = ppsched::HostWait::within(1s);
-  const ppsched::LocalExchange::Recv to_self{0, nullptr, 0, 0, ppsched::CudaStreamRef(cudaStreamPerThread), {}};
+  const ppsched::cuda::LocalExchange::Recv to_self{0, nullptr, 0, 0, ppsched::cuda::CudaStreamRef(cudaStreamPerThread), {}};
   CHECK_THROWS_WITH(exchange.post_group(0, 0, {}, std::span(&to_self, 1), wait), Contains("with itself"));
-  const ppsched::LocalExchange::Recv from_nowhere{5, nullptr, 0, 0, ppsched::CudaStreamRef(cudaStreamPerThread), {}};
+  const ppsched::cuda::LocalExchange::Recv from_nowhere{5, nullptr, 0, 0, ppsched::cuda::CudaStreamRef(cudaStreamPerThread), {}};
   CHECK_THROWS_WITH(exchange.post_group(0, 0, {}, std::span(&from_nowhere, 1), wait), Contains("peer 5"));
   CHECK_THROWS_WITH(exchange.post_group(3, 0, {}, {}, wait), Contains("rank 3"));
 }
 
 TEST_CASE("The spin kernel refuses durations it cannot honour", "[host]") {
-  const ppsched::SpinCalibration calibrated{1000.0};
+  const ppsched::cuda::SpinCalibration calibrated{1000.0};
   CHECK(calibrated.cycles_for(2.5) == 2500);
-  const ppsched::CudaStreamRef stream(cudaStreamPerThread);
-  CHECK_THROWS_WITH(ppsched::launch_spin(stream, -1.0, calibrated), Contains("non-negative"));
-  CHECK_THROWS_WITH(ppsched::launch_spin(stream, 5.0, ppsched::SpinCalibration{}), Contains("not calibrated"));
-  CHECK_NOTHROW(ppsched::launch_spin(stream, 0.0, calibrated));  // empty stage: nothing enqueued
+  const ppsched::cuda::CudaStreamRef stream(cudaStreamPerThread);
+  CHECK_THROWS_WITH(ppsched::cuda::launch_spin(stream, -1.0, calibrated), Contains("non-negative"));
+  CHECK_THROWS_WITH(ppsched::cuda::launch_spin(stream, 5.0, ppsched::cuda::SpinCalibration{}), Contains("not calibrated"));
+  CHECK_NOTHROW(ppsched::cuda::launch_spin(stream, 0.0, calibrated));  // empty stage: nothing enqueued
 }
 
 // ---------------------------------------------------------------- [gpu]
 
 TEST_CASE("A failed CUDA call leaves no error behind for the next check", "[gpu]") {
-  const int count = ppsched::device_count();
+  const int count = ppsched::cuda::device_count();
   CHECK_THROWS_WITH(PPSCHED_CUDA_CHECK(cudaSetDevice(count + 3)),
                     Contains("cudaSetDevice(count + 3)") && Contains("cudaErrorInvalidDevice"));
   CHECK(cudaGetLastError() == cudaSuccess);
-  CHECK_THROWS_WITH(ppsched::require_device(count, "placement"), Contains("placement") && Contains("does not exist"));
+  CHECK_THROWS_WITH(ppsched::cuda::require_device(count, "placement"), Contains("placement") && Contains("does not exist"));
 }
 
 TEST_CASE("Stream and event owners are move-only and their refs order work", "[gpu]") {
-  ppsched::CudaStream a(0);
-  ppsched::CudaStream b(0, ppsched::StreamPriority::high);
-  ppsched::CudaEvent done(0);
+  ppsched::cuda::CudaStream a(0);
+  ppsched::cuda::CudaStream b(0, ppsched::cuda::StreamPriority::high);
+  ppsched::cuda::CudaEvent done(0);
   CHECK(a.ref().device() == 0);
 
   // b waits for a: the value a writes is what b copies.
@@ -454,63 +454,63 @@ TEST_CASE("Stream and event owners are move-only and their refs order work", "[g
   CHECK(done.ref().ready());
   PPSCHED_CUDA_CHECK(cudaFree(data));
 
-  ppsched::CudaStream moved = std::move(a);
+  ppsched::cuda::CudaStream moved = std::move(a);
   CHECK(moved.owns());
   CHECK_FALSE(a.owns());  // the moved-from state is the point
   CHECK_THROWS_WITH(a.ref(), Contains("moved from"));
-  ppsched::CudaEvent moved_event = std::move(done);
+  ppsched::cuda::CudaEvent moved_event = std::move(done);
   CHECK_THROWS_WITH(done.ref(), Contains("moved from"));
   CHECK(moved_event.owns());
 
   // Timing events measure; the default kind does not, and says so through CUDA's error.
-  ppsched::CudaEvent t0(0, ppsched::EventTiming::enabled);
-  ppsched::CudaEvent t1(0, ppsched::EventTiming::enabled);
+  ppsched::cuda::CudaEvent t0(0, ppsched::cuda::EventTiming::enabled);
+  ppsched::cuda::CudaEvent t1(0, ppsched::cuda::EventTiming::enabled);
   t0.ref().record(moved.ref());
   fill(moved.ref(), nullptr, 0, 0.0f);
   t1.ref().record(moved.ref());
   t1.ref().synchronize();
-  CHECK(ppsched::elapsed_ms(t0.ref(), t1.ref()) >= 0.0f);
+  CHECK(ppsched::cuda::elapsed_ms(t0.ref(), t1.ref()) >= 0.0f);
   moved_event.ref().record(moved.ref());
   moved_event.ref().synchronize();
-  CHECK_THROWS_AS(ppsched::elapsed_ms(t0.ref(), moved_event.ref()), ppsched::cuda_error);
+  CHECK_THROWS_AS(ppsched::cuda::elapsed_ms(t0.ref(), moved_event.ref()), ppsched::cuda::cuda_error);
 }
 
 TEST_CASE("Device buffers round-trip data, and the pool keeps the reserved peak", "[gpu]") {
-  ppsched::CudaStream stream(0);
+  ppsched::cuda::CudaStream stream(0);
   std::vector<float> values(1000);
   std::iota(values.begin(), values.end(), 0.5f);
-  ppsched::DeviceBuffer buffer(values.size() * sizeof(float), stream.ref());
+  ppsched::cuda::DeviceBuffer buffer(values.size() * sizeof(float), stream.ref());
   CHECK(buffer.as<float>().size() == values.size());
-  const ppsched::DeviceBuffer odd(6, stream.ref());
+  const ppsched::cuda::DeviceBuffer odd(6, stream.ref());
   CHECK_THROWS_WITH(odd.as<float>().size(), Contains("whole number"));
-  ppsched::copy_to_device(buffer, std::span<const float>(values), stream.ref());
+  ppsched::cuda::copy_to_device(buffer, std::span<const float>(values), stream.ref());
   std::vector<float> back(values.size());
-  ppsched::copy_to_host(std::span<float>(back), buffer, stream.ref());
+  ppsched::cuda::copy_to_host(std::span<float>(back), buffer, stream.ref());
   stream.ref().synchronize();
   CHECK(back == values);
   std::vector<float> too_big(values.size() + 1);
-  CHECK_THROWS_WITH(ppsched::copy_to_device(buffer, std::span<const float>(too_big), stream.ref()),
+  CHECK_THROWS_WITH(ppsched::cuda::copy_to_device(buffer, std::span<const float>(too_big), stream.ref()),
                     Contains("do not fit"));
 
   constexpr std::size_t peak = std::size_t{64} << 20;
-  ppsched::reserve_pool(0, peak);
-  CHECK(ppsched::pool_reserved_bytes(0) >= peak);
-  const ppsched::DeviceBuffer empty(0, stream.ref());
+  ppsched::cuda::reserve_pool(0, peak);
+  CHECK(ppsched::cuda::pool_reserved_bytes(0) >= peak);
+  const ppsched::cuda::DeviceBuffer empty(0, stream.ref());
   CHECK(empty.data() == nullptr);
 }
 
 TEST_CASE("The spin kernel is calibrated against timing events", "[gpu]") {
-  const ppsched::SpinCalibration calibration = ppsched::calibrate_spin(0, 2'000'000);
+  const ppsched::cuda::SpinCalibration calibration = ppsched::cuda::calibrate_spin(0, 2'000'000);
   // Any real GPU counts between 100 MHz and 10 GHz.
   CHECK(calibration.cycles_per_microsecond > 100.0);
   CHECK(calibration.cycles_per_microsecond < 10'000.0);
-  ppsched::CudaStream stream(0);
-  ppsched::launch_spin(stream.ref(), 50.0, calibration);
+  ppsched::cuda::CudaStream stream(0);
+  ppsched::cuda::launch_spin(stream.ref(), 50.0, calibration);
   stream.ref().synchronize();
 }
 
 TEST_CASE("CudaBackend: buffers, zero, accumulate and a task's kernels on launch_stream()", "[gpu]") {
-  auto backends = ppsched::make_cuda_backends(std::vector<int>{0});
+  auto backends = ppsched::cuda::make_cuda_backends(std::vector<int>{0});
   ppsched::CudaBackend& b = backends[0];
   CHECK(b.rank() == 0);
   CHECK(b.ranks() == 1);
@@ -518,9 +518,9 @@ TEST_CASE("CudaBackend: buffers, zero, accumulate and a task's kernels on launch
   auto x = b.allocate(1000);
   auto y = b.allocate(1000);
   CHECK(b.span(x).size() == 1000);
-  CHECK_THROWS_WITH(ppsched::launch_stream(), Contains("outside a task"));
+  CHECK_THROWS_WITH(ppsched::cuda::launch_stream(), Contains("outside a task"));
 
-  auto fill_y = [&] { fill(ppsched::launch_stream(), y.data(), y.size(), 2.0f); };
+  auto fill_y = [&] { fill(ppsched::cuda::launch_stream(), y.data(), y.size(), 2.0f); };
   b.zero(s, x);
   b.launch(s, ppsched::host_task(fill_y, "fill y"), {});
   b.accumulate(s, x, y);
@@ -547,7 +547,7 @@ TEST_CASE("CudaBackend: buffers, zero, accumulate and a task's kernels on launch
 }
 
 TEST_CASE("CudaBackend: a task that throws makes the rank's failure sticky until recover()", "[gpu]") {
-  auto backends = ppsched::make_cuda_backends(std::vector<int>{0});
+  auto backends = ppsched::cuda::make_cuda_backends(std::vector<int>{0});
   ppsched::CudaBackend& b = backends[0];
   auto s = b.create_stream();
   auto thrower = [] { throw std::runtime_error("stage 3 exploded"); };
@@ -565,7 +565,7 @@ TEST_CASE("Ranks sharing one GPU exchange through device copies, in both directi
   const int ranks = GENERATE(2, 3, 4);
   const std::size_t count = GENERATE(std::size_t{1}, std::size_t{4097});
   const std::vector<int> devices(static_cast<std::size_t>(ranks), 0);
-  auto backends = ppsched::make_cuda_backends(devices, {}, ppsched::CudaTransport::device_copy);
+  auto backends = ppsched::cuda::make_cuda_backends(devices, {}, ppsched::cuda::CudaTransport::device_copy);
   REQUIRE_FALSE(backends[0].uses_nccl());
   ring_exchange(backends, false, count);
   ring_exchange(backends, true, count);
@@ -574,7 +574,7 @@ TEST_CASE("Ranks sharing one GPU exchange through device copies, in both directi
 TEST_CASE("Device-copy exchange: a missing partner times out, a mismatch is named, abort stops peers", "[gpu]") {
   ppsched::CudaBackendOptions options;
   options.timeout = 200ms;
-  auto backends = ppsched::make_cuda_backends(std::vector<int>{0, 0}, options, ppsched::CudaTransport::device_copy);
+  auto backends = ppsched::cuda::make_cuda_backends(std::vector<int>{0, 0}, options, ppsched::cuda::CudaTransport::device_copy);
 
   SECTION("a receive whose sender never posts") {
     ppsched::CudaBackend& b = backends[0];
@@ -622,7 +622,7 @@ TEST_CASE("Ranks on their own GPUs exchange through NCCL", "[gpu][nccl][may_skip
   const int ranks = std::min(gpus, 4);
   ppsched::CudaBackendOptions options;
   options.timeout = 10s;  // the waits inside operations, e.g. a group with a silent peer
-  auto backends = ppsched::make_cuda_backends(ppsched::spread_ranks_over_devices(ranks, gpus), options);
+  auto backends = ppsched::cuda::make_cuda_backends(ppsched::cuda::spread_ranks_over_devices(ranks, gpus), options);
   REQUIRE(backends[0].uses_nccl());
   ring_exchange(backends, false, 1000);
   ring_exchange(backends, true, 1000);
@@ -683,8 +683,8 @@ TEST_CASE("Every training schedule runs the GPU MLP as the CPU trains it, on 2 a
   for (const Family& family : training_families) {
     for (const int p : {2, 4}) {
       const ppsched::Schedule schedule = make_lowered(family, p, 2 * p);
-      const std::vector<int> devices = ppsched::spread_ranks_over_devices(p, gpus);
-      auto backends = ppsched::make_cuda_backends(devices);
+      const std::vector<int> devices = ppsched::cuda::spread_ranks_over_devices(p, gpus);
+      auto backends = ppsched::cuda::make_cuda_backends(devices);
       GpuMlpRun run(schedule, devices);
       ppsched::World<ppsched::CudaBackend> world(in_rank_order(backends), schedule, run.functions);
       for (int step = 0; step < 3; ++step) {
@@ -738,8 +738,8 @@ TEST_CASE("Recompute and offload on the GPU give the CPU's bits (copy stream, pi
       request.chunks = family.chunks;
       const ppsched::LoweredSchedule schedule =
           ppsched::lower(with_memory_actions(ppsched::make_schedule(family.name, request), offload));
-      const std::vector<int> devices = ppsched::spread_ranks_over_devices(p, gpus);
-      auto backends = ppsched::make_cuda_backends(devices);
+      const std::vector<int> devices = ppsched::cuda::spread_ranks_over_devices(p, gpus);
+      auto backends = ppsched::cuda::make_cuda_backends(devices);
       GpuMlpRun run(schedule.schedule(), devices);
       if (offload) {
         for (std::size_t s = 0; s < run.stages.size(); ++s) run.stages[s]->add_memory_actions(run.functions[s]);
@@ -756,8 +756,8 @@ TEST_CASE("Recompute and offload on the GPU give the CPU's bits (copy stream, pi
 TEST_CASE("A stage that throws on a GPU rank ends the step with its name; the next step runs", "[gpu][world]") {
   const int gpus = gpu_count();
   const ppsched::Schedule schedule = make_lowered({"1f1b", 1}, 2, 4);
-  const std::vector<int> devices = ppsched::spread_ranks_over_devices(2, gpus);
-  auto backends = ppsched::make_cuda_backends(devices);
+  const std::vector<int> devices = ppsched::cuda::spread_ranks_over_devices(2, gpus);
+  auto backends = ppsched::cuda::make_cuda_backends(devices);
   GpuMlpRun run(schedule, devices);
   std::atomic<bool> armed{true};
   auto forward = run.functions[1].forward;
@@ -787,15 +787,15 @@ TEST_CASE("A stage that throws on a GPU rank ends the step with its name; the ne
 
 TEST_CASE("Synthetic GPU stages give one measured span per action, set beside the simulator", "[gpu][world]") {
   const int gpus = gpu_count();
-  const ppsched::SpinCalibration calibration = ppsched::calibrate_spin(0, 2'000'000);
+  const ppsched::cuda::SpinCalibration calibration = ppsched::cuda::calibrate_spin(0, 2'000'000);
   const ppsched::CostModel cost = ppsched::uniform_costs(1.0, 1.0, 1.0, "ms");
   for (const Family family : {Family{"1f1b", 1}, Family{"zb-h1", 1}, Family{"interleaved-1f1b", 2}}) {
     const int p = 2;
     const int m = 4;
     const ppsched::Schedule schedule = make_lowered(family, p, m);
-    auto backends = ppsched::make_cuda_backends(ppsched::spread_ranks_over_devices(p, gpus));
+    auto backends = ppsched::cuda::make_cuda_backends(ppsched::cuda::spread_ranks_over_devices(p, gpus));
     const auto stages =
-        ppsched::synthetic_gpu_stages(cost, schedule.stages(), m, std::chrono::microseconds(200), calibration);
+        ppsched::cuda::synthetic_gpu_stages(cost, schedule.stages(), m, std::chrono::microseconds(200), calibration);
     ppsched::World<ppsched::CudaBackend> world(in_rank_order(backends), schedule, stages);
     std::vector<float> host(static_cast<std::size_t>(m), 1.0f);
     mlp_cuda::DeviceFloats inputs(backends[0].device(), host.size());
@@ -830,7 +830,7 @@ TEST_CASE("Synthetic GPU stages give one measured span per action, set beside th
 int main(int argc, char** argv) {
   Catch::Session session;
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
-  const ppsched::DeviceProbe probe = ppsched::probe_devices();
+  const ppsched::cuda::DeviceProbe probe = ppsched::cuda::probe_devices();
   if (probe.usable()) return ppsched::test_support::exit_status(session.run());
   std::size_t selected = 0;
   std::size_t selected_host = 0;

@@ -62,7 +62,7 @@ json run_json(const std::vector<std::string>& args) {
 }  // namespace
 
 TEST_CASE("without a GPU, --backend cuda exits 3 with the runtime's reason and prints nothing", "[nogpu]") {
-  const ppsched::DeviceProbe probe = ppsched::probe_devices();
+  const ppsched::cuda::DeviceProbe probe = ppsched::cuda::probe_devices();
   REQUIRE_FALSE(probe.usable());
   const Run r = bubbles(request("cuda", "1f1b", 2, 4));
   INFO("stderr: " << r.err);
@@ -130,7 +130,7 @@ TEST_CASE("on the GPU, --trace writes the measured step with one event per compu
 int main(int argc, char** argv) {
   Catch::Session session;
   if (const int rc = session.applyCommandLine(argc, argv); rc != 0) return rc;
-  const ppsched::DeviceProbe probe = ppsched::probe_devices();
+  const ppsched::cuda::DeviceProbe probe = ppsched::cuda::probe_devices();
   if (probe.usable()) {
     session.configData().testsOrTags = {"[gpu]"};
     return session.run();

@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   const ppsched::ProcessRank place = ppsched::process_rank_from_env();
   const int local = place.local_rank >= 0 ? place.local_rank : rank;
-  const ppsched::DeviceProbe probe = ppsched::probe_devices();
+  const ppsched::cuda::DeviceProbe probe = ppsched::cuda::probe_devices();
   // Every process decides alone, and alike: the processes of one node see the same devices.
   if (!probe.usable() || probe.count <= local) {
     std::printf("SKIPPED: rank %d needs its own CUDA device (local rank %d): %s\n", rank, local,
@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   try {
-    ppsched::CudaBackend backend = ppsched::cuda_backend_through_mpi(MPI_COMM_WORLD, local);
+    ppsched::CudaBackend backend = ppsched::cuda::cuda_backend_through_mpi(MPI_COMM_WORLD, local);
     ppsched::ScheduleRequest req;
     req.ranks = ranks;
     req.microbatches = 2 * ranks;

@@ -19,6 +19,7 @@
 #include "ppsched/runtime/data_parallel.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace cuda {
 
 class NcclAllReduce {
  public:
@@ -41,4 +42,5 @@ class NcclAllReduce {
   NcclCommunicator* group_;
 };
 
+}  // namespace cuda
 }  // namespace ppsched

@@ -54,6 +54,7 @@
 #include "ppsched/backend/cuda/detail/backend.cuh"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace cuda {
 
 // Where each generation of a rank's NCCL communicator gets its unique id: generation 0 is the
 // first communicator, each recover() after a failure builds the next one.
@@ -263,7 +264,7 @@ class CudaBackend {
       fail({"CudaBackend::elapsed_ms", "events were created without timing", detail::concat("rank ", rank_),
             "Set CudaBackendOptions::timing_events to measure a timeline"});
     }
-    return guarded([&] { return static_cast<double>(ppsched::elapsed_ms(start.ref(), end.ref())); });
+    return guarded([&] { return static_cast<double>(cuda::elapsed_ms(start.ref(), end.ref())); });
   }
 
   // ---------------------------------------------------------------- memory
@@ -631,4 +632,10 @@ enum class CudaTransport : std::uint8_t {
   return backends;
 }
 
+}  // namespace cuda
+
+// The backend a World or Executor is instantiated with, beside CpuBackend at the top; the
+// rest of the CUDA layer (streams, events, NCCL, devices, ids) is spelled ppsched::cuda::.
+using cuda::CudaBackend;
+using cuda::CudaBackendOptions;
 }  // namespace ppsched

@@ -1,5 +1,5 @@
 // Checked CUDA runtime calls. Every CUDA call in the backend goes through one of these
-// macros so that a failure becomes a `ppsched::cuda_error` naming the call as written, the
+// macros so that a failure becomes a `ppsched::cuda::cuda_error` naming the call as written, the
 // file and line, and CUDA's error name and string — never an ignored status code. Each macro
 // evaluates its argument exactly once (the call is passed to a function, not repeated in the
 // message). Before throwing, the runtime's last-error slot is cleared with
@@ -20,6 +20,7 @@
 #include "ppsched/error.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace cuda {
 
 // A failed CUDA runtime call. `code()` is the status the call returned, so a caller can
 // tell an out-of-memory (recoverable) from a sticky device fault (not recoverable).
@@ -51,6 +52,7 @@ class cuda_error : public error {
   }
 }
 
+}  // namespace cuda
 namespace detail {
 
 // What a user can do about the common failures; empty when there is no general advice.
@@ -71,7 +73,7 @@ namespace detail {
     default:
       break;
   }
-  if (is_sticky_cuda_error(code)) {
+  if (cuda::is_sticky_cuda_error(code)) {
     return "The CUDA context is now unusable; restart the process (run under compute-sanitizer to find the faulting "
            "kernel)";
   }
@@ -87,7 +89,7 @@ namespace detail {
 [[noreturn]] inline void throw_cuda_failure(cudaError_t code, const char* call, const char* file, int line) {
   // Clear the last-error slot; for a sticky error this is harmless and the next call fails too.
   (void)cudaGetLastError();
-  throw cuda_error(code, describe_cuda_failure(code, call, file, line));
+  throw cuda::cuda_error(code, describe_cuda_failure(code, call, file, line));
 }
 
 inline void check_cuda(cudaError_t code, const char* call, const char* file, int line) {
@@ -106,7 +108,7 @@ inline bool log_cuda(cudaError_t code, const char* call, const char* file, int l
 }  // namespace detail
 }  // namespace ppsched
 
-// Throws ppsched::cuda_error when the call does not return cudaSuccess.
+// Throws ppsched::cuda::cuda_error when the call does not return cudaSuccess.
 #define PPSCHED_CUDA_CHECK(call) ::ppsched::detail::check_cuda((call), #call, __FILE__, __LINE__)
 // Logs to stderr instead of throwing; evaluates to true on success. For destructors.
 #define PPSCHED_CUDA_LOG(call) ::ppsched::detail::log_cuda((call), #call, __FILE__, __LINE__)

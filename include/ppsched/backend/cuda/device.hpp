@@ -17,6 +17,7 @@
 #include "ppsched/error.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace cuda {
 
 // The answer to "can this process use a GPU?", without throwing.
 struct DeviceProbe {
@@ -81,4 +82,5 @@ class ScopedDevice {
   int previous_;
 };
 
+}  // namespace cuda
 }  // namespace ppsched

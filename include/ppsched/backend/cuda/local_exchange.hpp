@@ -46,6 +46,7 @@
 #include "ppsched/runtime/backend.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace cuda {
 
 class LocalExchange {
  public:
@@ -300,4 +301,5 @@ class LocalExchange {
   std::string reason_;
 };
 
+}  // namespace cuda
 }  // namespace ppsched

@@ -31,6 +31,7 @@
 #include "ppsched/error.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace cuda {
 
 class DeviceBuffer {
  public:
@@ -128,4 +129,5 @@ void copy_to_host(std::span<T> to, const DeviceBuffer& from, CudaStreamRef strea
   PPSCHED_CUDA_CHECK(cudaMemcpyAsync(to.data(), from.data(), to.size_bytes(), cudaMemcpyDeviceToHost, stream.handle()));
 }
 
+}  // namespace cuda
 }  // namespace ppsched

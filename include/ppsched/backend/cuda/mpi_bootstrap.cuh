@@ -19,6 +19,7 @@
 #include "ppsched/runtime/backend.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace cuda {
 
 // Ids through MPI: each call is collective over `comm` (every process asks for the same
 // generation at the same point, as recover() does on every rank), rank 0 makes the id. Give
@@ -59,4 +60,5 @@ namespace ppsched::inline PPSCHED_MODE {
                      options);
 }
 
+}  // namespace cuda
 }  // namespace ppsched

@@ -49,6 +49,7 @@
 #include "ppsched/error.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace cuda {
 
 // A failed NCCL call, or an asynchronous NCCL error found while waiting.
 class nccl_error : public error {
@@ -60,6 +61,7 @@ class nccl_error : public error {
   ncclResult_t code_;
 };
 
+}  // namespace cuda
 namespace detail {
 
 [[nodiscard]] inline std::string nccl_error_fix(ncclResult_t code) {
@@ -93,7 +95,7 @@ namespace detail {
                                             ncclComm_t comm = nullptr) {
   // NCCL reports failed CUDA calls as ncclUnhandledCudaError; clear CUDA's last-error slot too.
   (void)cudaGetLastError();
-  throw nccl_error(code, describe_nccl_failure(code, call, file, line, comm));
+  throw cuda::nccl_error(code, describe_nccl_failure(code, call, file, line, comm));
 }
 
 inline void check_nccl(ncclResult_t code, const char* call, const char* file, int line) {
@@ -118,7 +120,7 @@ inline bool log_nccl(ncclResult_t code, const char* call, const char* file, int 
 }  // namespace detail
 }  // namespace ppsched
 
-// Throws ppsched::nccl_error when the call does not return ncclSuccess.
+// Throws ppsched::cuda::nccl_error when the call does not return ncclSuccess.
 #define PPSCHED_NCCL_CHECK(call) ::ppsched::detail::check_nccl((call), #call, __FILE__, __LINE__)
 // Logs to stderr instead of throwing; evaluates to true on success. For destructors.
 #define PPSCHED_NCCL_LOG(call) ::ppsched::detail::log_nccl((call), #call, __FILE__, __LINE__)
@@ -152,6 +154,7 @@ inline void end_communicator(ncclComm_t handle, bool destroy) noexcept {
 }
 
 }  // namespace detail
+namespace cuda {
 
 // ---------------------------------------------------------------- unique id
 
@@ -182,7 +185,7 @@ inline void end_communicator(ncclComm_t handle, bool destroy) noexcept {
   if (text.size() != expected) {
     fail({origin,
           detail::concat("an NCCL unique id must be ", expected, " hex digits, found ", text.size(), " characters"), "",
-          "Pass the text written by ppsched::to_hex(ncclUniqueId) unchanged"});
+          "Pass the text written by ppsched::cuda::to_hex(ncclUniqueId) unchanged"});
   }
   auto nibble = [&](std::size_t at) {
     const char c = text[at];
@@ -190,7 +193,7 @@ inline void end_communicator(ncclComm_t handle, bool destroy) noexcept {
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     fail({origin, detail::concat("'", c, "' is not a hex digit"), detail::concat("character ", at + 1),
-          "Pass the text written by ppsched::to_hex(ncclUniqueId) unchanged"});
+          "Pass the text written by ppsched::cuda::to_hex(ncclUniqueId) unchanged"});
   };
   for (std::size_t i = 0; i < sizeof(id.internal); ++i) {
     id.internal[i] = static_cast<char>((nibble(2 * i) << 4) | nibble(2 * i + 1));
@@ -203,7 +206,7 @@ inline void end_communicator(ncclComm_t handle, bool destroy) noexcept {
   const char* value = std::getenv(variable);
   if (value == nullptr) {
     fail({detail::concat("environment variable ", variable), "is not set", "",
-          "Have rank 0 print ppsched::to_hex(ppsched::new_unique_id()) and export it to every rank"});
+          "Have rank 0 print ppsched::cuda::to_hex(ppsched::cuda::new_unique_id()) and export it to every rank"});
   }
   return unique_id_from_hex(value, detail::concat("environment variable ", variable));
 }
@@ -590,4 +593,5 @@ class NcclGroup {
   bool open_ = true;
 };
 
+}  // namespace cuda
 }  // namespace ppsched

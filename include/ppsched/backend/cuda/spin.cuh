@@ -23,7 +23,6 @@
 #include "ppsched/error.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
-
 namespace detail {
 
 // A template so that every translation unit may include this header (one definition per
@@ -36,6 +35,7 @@ __global__ void spin_kernel(long long cycles) {
 }
 
 }  // namespace detail
+namespace cuda {
 
 struct SpinCalibration {
   double cycles_per_microsecond = 0.0;
@@ -92,4 +92,5 @@ inline void launch_spin(CudaStreamRef stream, double microseconds, const SpinCal
   return {ratios[runs / 2]};
 }
 
+}  // namespace cuda
 }  // namespace ppsched

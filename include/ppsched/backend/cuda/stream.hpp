@@ -25,6 +25,7 @@
 #include "ppsched/error.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace cuda {
 
 class CudaEventRef;
 
@@ -181,4 +182,5 @@ class CudaEvent {
   int device_ = 0;
 };
 
+}  // namespace cuda
 }  // namespace ppsched

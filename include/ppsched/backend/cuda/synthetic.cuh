@@ -35,17 +35,17 @@
 #include "ppsched/costs/cost_model.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
-
 namespace detail {
 
 inline void copy_on_launch_stream(std::span<float> to, std::span<const float> from) {
   const std::size_t n = std::min(to.size(), from.size());
   if (n == 0) return;
   PPSCHED_CUDA_CHECK(
-      cudaMemcpyAsync(to.data(), from.data(), n * sizeof(float), cudaMemcpyDeviceToDevice, launch_stream().handle()));
+      cudaMemcpyAsync(to.data(), from.data(), n * sizeof(float), cudaMemcpyDeviceToDevice, cuda::launch_stream().handle()));
 }
 
 }  // namespace detail
+namespace cuda {
 
 // One StageFunctions per stage whose F, B, BI and BW spin for the model's time of that
 // (stage, micro-batch), `per_unit` being one unit of the model's time (e.g. 1 ms).
@@ -107,4 +107,5 @@ inline void copy_on_launch_stream(std::span<float> to, std::span<const float> fr
   return out;
 }
 
+}  // namespace cuda
 }  // namespace ppsched

@@ -17,6 +17,7 @@
 #include "ppsched/runtime/backend.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace cuda {
 
 // Calls `done()` until it returns true or the wait's limit is reached. Yields the core for the
 // first polls (the common case: the work is about to finish) and then sleeps briefly, so that
@@ -37,4 +38,5 @@ template <class Done>
   }
 }
 
+}  // namespace cuda
 }  // namespace ppsched

@@ -72,7 +72,7 @@ class RankStreams {
     const std::scoped_lock lock(mutex_);
     for (cudaStream_t s : live_) fence(s);
   }
-  [[nodiscard]] CudaStreamRef memory_stream() const { return memory_.ref(); }
+  [[nodiscard]] cuda::CudaStreamRef memory_stream() const { return memory_.ref(); }
 
  private:
   void fence(cudaStream_t stream) noexcept {
@@ -83,8 +83,8 @@ class RankStreams {
 
   std::mutex mutex_;
   std::vector<cudaStream_t> live_;
-  CudaStream memory_;
-  CudaEvent fence_;
+  cuda::CudaStream memory_;
+  cuda::CudaEvent fence_;
 };
 
 }  // namespace detail

@@ -96,7 +96,7 @@ class Silent : public benchmark::BenchmarkReporter {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ppsched::MpiSession mpi(&argc, &argv);
+  ppsched::mpi::MpiSession mpi(&argc, &argv);
   ppsched::MpiBackend backend;
   const int p = backend.ranks();
   benchmark::Initialize(&argc, argv);

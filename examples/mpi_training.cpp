@@ -45,7 +45,7 @@ std::vector<float> teacher_outputs(const mlp::Mlp& teacher, const std::vector<fl
 }  // namespace
 
 int main(int argc, char** argv) {
-  ppsched::MpiSession mpi(&argc, &argv);
+  ppsched::mpi::MpiSession mpi(&argc, &argv);
   try {
     std::vector<std::string> args(argv + 1, argv + argc);
     ppsched::MpiOptions options;
@@ -111,7 +111,7 @@ int main(int argc, char** argv) {
       for (float& x : inputs) x = random.next();
       const std::vector<float> targets = teacher_outputs(teacher, inputs, global_rows);
       const ppsched::Batch global{inputs, targets};
-      const ppsched::RankStep& result = executor.run_step(ppsched::replica_share(global, backend));
+      const ppsched::RankStep& result = executor.run_step(ppsched::mpi::replica_share(global, backend));
       // Unpipelined: each replica's share's gradient, summed in replica order from zero, as the
       // replicas sum theirs (with one replica, plain training on the batch).
       std::vector<float> expected;
@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
       } else {
         std::vector<float> total;
         for (int r = 0; r < replicas; ++r) {
-          const ppsched::Batch share = ppsched::replica_share(global, replicas, r);
+          const ppsched::Batch share = ppsched::mpi::replica_share(global, replicas, r);
           std::vector<float> g;
           const auto l =
               mlp::train_step_unpipelined(reference, share.inputs, share.targets, rows, microbatches, loss_scale, 0.0f, &g);

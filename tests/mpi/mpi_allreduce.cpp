@@ -30,7 +30,7 @@ int check(MPI_Comm comm, const std::vector<int>& members, int me, const char* wh
   const std::size_t n = 4096;
   std::vector<float> values = vector_of(members[static_cast<std::size_t>(me)], n);
   std::vector<float> scratch;
-  ppsched::allreduce_sum_in_rank_order(values, comm, scratch,
+  ppsched::mpi::allreduce_sum_in_rank_order(values, comm, scratch,
                                        ppsched::HostWait::within(std::chrono::seconds(60)));
   std::vector<std::vector<float>> inputs;
   for (int m : members) inputs.push_back(vector_of(m, n));
@@ -59,7 +59,7 @@ int check(MPI_Comm comm, const std::vector<int>& members, int me, const char* wh
 }  // namespace
 
 int main(int argc, char** argv) {
-  ppsched::MpiSession session(&argc, &argv);
+  ppsched::mpi::MpiSession session(&argc, &argv);
   int rank = 0;
   int size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -14,12 +14,12 @@
 #include <vector>
 
 int main(int argc, char** argv) {
-  ppsched::MpiSession session(&argc, &argv);
+  ppsched::mpi::MpiSession session(&argc, &argv);
   int rank = 0;
   int ranks = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  const ppsched::ProcessRank place = ppsched::process_rank_from_env();
+  const ppsched::mpi::ProcessRank place = ppsched::mpi::process_rank_from_env();
   const int local = place.local_rank >= 0 ? place.local_rank : rank;
   const ppsched::cuda::DeviceProbe probe = ppsched::cuda::probe_devices();
   // Every process decides alone, and alike: the processes of one node see the same devices.

@@ -109,7 +109,7 @@ int train_and_compare(const Setup& setup, bool& orders_differ) {
     const auto inputs = data(in_floats * static_cast<std::size_t>(d), 100u + static_cast<std::uint32_t>(step), 1.0f);
     const auto targets = data(out_floats * static_cast<std::size_t>(d), 200u + static_cast<std::uint32_t>(step), 0.8f);
     const ppsched::Batch global{inputs, targets};
-    const ppsched::RankStep& result = executor.run_step(ppsched::replica_share(global, backend));
+    const ppsched::RankStep& result = executor.run_step(ppsched::mpi::replica_share(global, backend));
 
     // The reference (tests/test_data_parallel.cpp): each share's gradient alone (a learning
     // rate of 0 leaves the weights), summed in replica order from zero, then one SGD step.
@@ -118,7 +118,7 @@ int train_and_compare(const Setup& setup, bool& orders_differ) {
     std::vector<std::vector<float>> shares;
     std::vector<float> my_losses;
     for (int r = 0; r < d; ++r) {
-      const ppsched::Batch share = ppsched::replica_share(global, d, r);
+      const ppsched::Batch share = ppsched::mpi::replica_share(global, d, r);
       std::vector<float> g;
       const auto l = mlp::train_step_unpipelined(reference, share.inputs, share.targets, rows, m, loss_scale, 0.0f, &g);
       if (r == backend.replica()) my_losses = l;
@@ -215,7 +215,7 @@ int bad_input() {
   });
   const std::vector<float> five(5, 0.0f);
   expect_error("a batch of 5 floats in 2 shares", "5 input and 5 target floats for 2 replicas",
-               [&] { (void)ppsched::replica_share({five, five}, 2, 0); });
+               [&] { (void)ppsched::mpi::replica_share({five, five}, 2, 0); });
   ppsched::MpiOptions options;
   options.replicas = 2;
   ppsched::MpiBackend backend(MPI_COMM_WORLD, options);
@@ -273,7 +273,7 @@ int fault() {
   for (step = 0; step < 5; ++step) {
     std::string message;
     try {
-      (void)executor.run_step(ppsched::replica_share(global, backend));
+      (void)executor.run_step(ppsched::mpi::replica_share(global, backend));
     } catch (const ppsched::error& e) {
       message = e.what();
     }
@@ -302,7 +302,7 @@ int fault() {
 
 int main(int argc, char** argv) {
   const bool fault_mode = argc > 1 && std::strcmp(argv[1], "fault") == 0;
-  ppsched::MpiSession session(&argc, &argv);
+  ppsched::mpi::MpiSession session(&argc, &argv);
   int world_rank = 0;
   int world_size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);

@@ -358,7 +358,7 @@ int matrix_mode(const std::string& fault, const std::string& phase, int hang_sec
 int main(int argc, char** argv) {
   const bool exit_mode = argc > 1 && std::strcmp(argv[1], "exit") == 0;
   const bool order_mode = argc > 1 && std::strcmp(argv[1], "order") == 0;
-  ppsched::MpiSession session(&argc, &argv);
+  ppsched::mpi::MpiSession session(&argc, &argv);
   if (argc > 2 && std::strcmp(argv[1], "setup") == 0) return setup_mode(argv[2]);
   if (argc > 2 && std::strcmp(argv[1], "compare") == 0) return compare_mode(argv[2]);
   if (argc > 3 && std::strcmp(argv[1], "matrix") == 0) return matrix_mode(argv[2], argv[3], argc > 4 ? std::atoi(argv[4]) : 6);

@@ -114,7 +114,7 @@ int train_and_compare(MPI_Comm comm, const Family& family, const char* layout,
 }  // namespace
 
 int main(int argc, char** argv) {
-  ppsched::MpiSession session(&argc, &argv);
+  ppsched::mpi::MpiSession session(&argc, &argv);
   int world_rank = 0;
   int world_size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);

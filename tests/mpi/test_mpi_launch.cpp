@@ -10,8 +10,8 @@ namespace {
 
 using Env = std::map<std::string, std::string>;
 
-ppsched::ProcessRank read(const Env& env) {
-  return ppsched::process_rank_from_env([&env](const char* name) -> const char* {
+ppsched::mpi::ProcessRank read(const Env& env) {
+  return ppsched::mpi::process_rank_from_env([&env](const char* name) -> const char* {
     const auto it = env.find(name);
     return it == env.end() ? nullptr : it->second.c_str();
   });

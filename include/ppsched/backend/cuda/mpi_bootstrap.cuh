@@ -33,7 +33,7 @@ namespace cuda {
     }
     ncclUniqueId id{};
     if (rank == 0) id = new_unique_id();
-    broadcast_from(0, id, comm, wait);
+    mpi::broadcast_from(0, id, comm, wait);
     return id;
   };
 }

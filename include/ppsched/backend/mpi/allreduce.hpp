@@ -23,6 +23,7 @@
 #include "ppsched/runtime/backend.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace mpi {
 
 // Collective over `comm`: every process passes a vector of the same length and gets, in it,
 // the sum over all processes in rank order. `scratch` is resized to (processes x n) floats
@@ -76,4 +77,5 @@ inline void allreduce_sum_in_rank_order(std::span<float> values, MPI_Comm comm, 
   }
 }
 
+}  // namespace mpi
 }  // namespace ppsched

@@ -52,6 +52,7 @@
 #include "ppsched/runtime/backend.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace mpi {
 
 struct MpiOptions {
   // The rank's own streams: threaded or deterministic, with or without the race checker
@@ -72,6 +73,7 @@ class MpiBackend;
 class MpiExecutor;
 class MpiAllReduce;
 
+}  // namespace mpi
 namespace detail::mpi {
 
 inline constexpr int header_tag = 1;
@@ -100,7 +102,7 @@ struct Transfer {
 
 // One posted group: what its task needs, alive until the task has run (or the rank recovered).
 struct Group {
-  MpiBackend* owner = nullptr;
+  ppsched::mpi::MpiBackend* owner = nullptr;
   std::vector<Transfer> ops;
   std::vector<MPI_Request> requests;
   std::vector<MPI_Status> statuses;
@@ -108,6 +110,7 @@ struct Group {
 };
 
 }  // namespace detail::mpi
+namespace mpi {
 
 class MpiBackend {
  public:
@@ -642,4 +645,9 @@ class MpiBackend {
   MPI_Request control_request_ = MPI_REQUEST_NULL;
 };
 
+}  // namespace mpi
+
+// Spelled at the top beside CpuBackend and CudaBackend; the rest of the MPI layer is ppsched::mpi::.
+using mpi::MpiBackend;
+using mpi::MpiOptions;
 }  // namespace ppsched

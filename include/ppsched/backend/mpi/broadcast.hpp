@@ -17,6 +17,7 @@
 #include "ppsched/runtime/backend.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace mpi {
 
 // Collective over `comm`: on return every process holds `root`'s `value`. Throws
 // ppsched::error when the wait's deadline passes or its stop is requested first.
@@ -49,4 +50,5 @@ void broadcast_from(int root, T& value, MPI_Comm comm, const HostWait& wait = Ho
   }
 }
 
+}  // namespace mpi
 }  // namespace ppsched

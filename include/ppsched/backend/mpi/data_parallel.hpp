@@ -33,6 +33,7 @@
 #include "ppsched/runtime/stage.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace mpi {
 
 class MpiAllReduce {
  public:
@@ -199,4 +200,5 @@ class MpiAllReduce {
   return replica_share(global, backend.replicas(), backend.replica());
 }
 
+}  // namespace mpi
 }  // namespace ppsched

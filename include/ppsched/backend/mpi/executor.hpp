@@ -46,6 +46,7 @@
 #include "ppsched/schedule/schedule.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace mpi {
 
 class MpiExecutor {
  public:
@@ -372,4 +373,7 @@ class MpiExecutor {
   std::string broken_;
 };
 
+}  // namespace mpi
+
+using mpi::MpiExecutor;
 }  // namespace ppsched

@@ -26,6 +26,7 @@
 #include "ppsched/backend/mpi/detail/launch.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace mpi {
 
 struct ProcessRank {
   int rank = 0;
@@ -116,4 +117,5 @@ struct ProcessRank {
   return read_level(true).value_or(ProcessRank{});
 }
 
+}  // namespace mpi
 }  // namespace ppsched

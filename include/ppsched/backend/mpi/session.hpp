@@ -11,6 +11,7 @@
 #include "ppsched/error.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace mpi {
 
 // MPI_Init_thread on construction (unless MPI is already initialised: then it is the
 // caller's, and left to the caller to finalise), MPI_Finalize on destruction.
@@ -63,4 +64,5 @@ class MpiSession {
   bool owned_ = false;
 };
 
+}  // namespace mpi
 }  // namespace ppsched

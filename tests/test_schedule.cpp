@@ -186,12 +186,12 @@ struct DataflowRun {
 
 [[nodiscard]] std::vector<std::int32_t> expected_placement(std::string_view family,
                                                            const ScheduleRequest& r) {
-  if (family == looped_bfs_name || family == interleaved_1f1b_name || family == interleaved_zero_bubble_name) {
+  if (family == "looped-bfs" || family == "interleaved-1f1b" || family == "interleaved-zb") {
     std::vector<std::int32_t> p;
     for (std::int32_t s = 0; s < r.ranks * r.chunks; ++s) p.push_back(s % r.ranks);
     return p;
   }
-  if (family == zb_v_name || family == dualpipev_name || family == "v-half" || family == "v-min") {
+  if (family == "zb-v" || family == "dualpipev" || family == "v-half" || family == "v-min") {
     std::vector<std::int32_t> p;
     for (std::int32_t s = 0; s < 2 * r.ranks; ++s) p.push_back(s < r.ranks ? s : 2 * r.ranks - 1 - s);
     return p;
@@ -211,9 +211,9 @@ struct DataflowRun {
   if (s.placement != expected_placement(family, r)) return "placement";
   // Every backward split (the zero-bubble and controllable-memory families); DualPipeV splits
   // some (its cool-down) and runs full B in its F&B pairs.
-  const bool zero_bubble = family == zb_h1_name || family == zb_h2_name || family == zb_v_name ||
-                           family == "v-half" || family == "v-min" || family == interleaved_zero_bubble_name;
-  if (s.split_backward != (zero_bubble || family == dualpipev_name)) return "split_backward";
+  const bool zero_bubble = family == "zb-h1" || family == "zb-h2" || family == "zb-v" ||
+                           family == "v-half" || family == "v-min" || family == "interleaved-zb";
+  if (s.split_backward != (zero_bubble || family == "dualpipev")) return "split_backward";
   const std::size_t m = static_cast<std::size_t>(r.microbatches);
   const std::size_t cells = static_cast<std::size_t>(s.stages()) * m;
   // Position of each (stage, mb) action of each kind in its rank's program; -1 = absent.
@@ -226,7 +226,7 @@ struct DataflowRun {
       if (a.group != 0) {  // only DualPipeV's F&B pairs: an F then a B of another micro-batch
         const bool first = k + 1 < program.size() && program[k + 1].group == a.group;
         const Action& b = first ? program[k + 1] : program[k - 1];
-        if (family != dualpipev_name || (k == 0 && !first) || b.group != a.group ||
+        if (family != "dualpipev" || (k == 0 && !first) || b.group != a.group ||
             (first ? a.op != Op::F || b.op != Op::B : b.op != Op::F || a.op != Op::B) || a.microbatch == b.microbatch)
           return say("rank ", rank, ": a group on ", to_string(a), " that is not one of DualPipeV's F&B pairs");
       }
@@ -234,9 +234,9 @@ struct DataflowRun {
         return say("rank ", rank, ": out of range ", to_string(a));
       if (s.placement[static_cast<std::size_t>(a.stage)] != static_cast<std::int32_t>(rank))
         return say("rank ", rank, ": holds ", to_string(a), " of another rank's stage");
-      if (family == forward_only_name && a.op != Op::F) return say("forward-only has ", to_string(a));
+      if (family == "forward-only" && a.op != Op::F) return say("forward-only has ", to_string(a));
       if (zero_bubble && a.op == Op::B) return say("zero-bubble family emits B: ", to_string(a));
-      if (!zero_bubble && family != dualpipev_name && (a.op == Op::BI || a.op == Op::BW))
+      if (!zero_bubble && family != "dualpipev" && (a.op == Op::BI || a.op == Op::BW))
         return say("emits split backward ", to_string(a));
       auto& slot = a.op == Op::F ? pos_f : a.op == Op::BW ? pos_w : pos_back;
       const std::size_t i = static_cast<std::size_t>(a.stage) * m + static_cast<std::size_t>(a.microbatch);
@@ -247,11 +247,11 @@ struct DataflowRun {
   for (std::size_t i = 0; i < cells; ++i) {
     const auto where = say("stage ", i / m, " micro-batch ", i % m);
     if (pos_f[i] < 0) return where + ": no F";
-    if (family == forward_only_name) continue;
+    if (family == "forward-only") continue;
     if (pos_back[i] < 0) return where + ": no backward";
     if (pos_back[i] < pos_f[i]) return where + ": backward before F";
     if (zero_bubble && pos_w[i] < 0) return where + ": no BW";
-    if (family == dualpipev_name && pos_w[i] >= 0 && s.programs[static_cast<std::size_t>(s.placement[i / m])][static_cast<std::size_t>(pos_back[i])].op != Op::BI)
+    if (family == "dualpipev" && pos_w[i] >= 0 && s.programs[static_cast<std::size_t>(s.placement[i / m])][static_cast<std::size_t>(pos_back[i])].op != Op::BI)
       return where + ": BW after a full B";
     if (zero_bubble && pos_w[i] < pos_back[i]) return where + ": BW before BI";
   }
@@ -279,11 +279,11 @@ TEST_CASE(
       for (std::int32_t m = 1; m <= 64; ++m) {
         for (std::int32_t v = 1; v <= 4; ++v) {
           const ScheduleRequest r = req(p, m, v);
-          const bool rule = family == looped_bfs_name                                    ? true
-                            : family == zb_v_name || family == "v-half" || family == "v-min" ? v == 2
-                            : family == dualpipev_name                                   ? (v == 2 && m >= 2 * p)
-                            : family == interleaved_1f1b_name                            ? (v == 1 || m % p == 0)
-                            : family == interleaved_zero_bubble_name ? (v == 1 || pytorch_accepts_interleaved_zb(p, m))
+          const bool rule = family == "looped-bfs"                                    ? true
+                            : family == "zb-v" || family == "v-half" || family == "v-min" ? v == 2
+                            : family == "dualpipev"                                   ? (v == 2 && m >= 2 * p)
+                            : family == "interleaved-1f1b"                            ? (v == 1 || m % p == 0)
+                            : family == "interleaved-zb" ? (v == 1 || pytorch_accepts_interleaved_zb(p, m))
                                                                                          : v == 1;
           if (accepts(family, r) != rule) FAIL(family << " accepts() wrong for " << to_string(r));
           if (!rule) {
@@ -310,27 +310,27 @@ TEST_CASE(
           for (std::int32_t rank = 0; rank < p; ++rank) {
             const std::int32_t got = in_flight[static_cast<std::size_t>(rank)];
             std::int32_t want = -1;  // -1: no exact bound stated for this family
-            if (family == gpipe_name) want = m;
-            if (family == one_f_one_b_name || family == zb_h1_name) want = std::min(p - rank, m);
-            if (family == zb_h2_name) want = std::min(2 * (p - rank) - 1, m);
-            if (family == looped_bfs_name) want = m * v;
-            if (family == interleaved_1f1b_name)
+            if (family == "gpipe") want = m;
+            if (family == "1f1b" || family == "zb-h1") want = std::min(p - rank, m);
+            if (family == "zb-h2") want = std::min(2 * (p - rank) - 1, m);
+            if (family == "looped-bfs") want = m * v;
+            if (family == "interleaved-1f1b")
               want = v == 1 ? std::min(p - rank, m) : std::min(2 * (p - rank - 1) + (v - 1) * p + 1, m * v);
             // One warm-up forward per rank to go instead of interleaved 1F1B's two, rounds of
             // m / rounds micro-batches instead of p, plus the forward before the first BI.
-            if (family == interleaved_zero_bubble_name)
+            if (family == "interleaved-zb")
               want = v == 1 ? std::min(p - rank, m) : std::min((v - 1) * (m / pytorch_rounds(p, m)) + p - rank, m * v);
-            if (family == zb_v_name) {
+            if (family == "zb-v") {
               // Two half-size chunks: at most 2p chunk activations, 1F1B's p stages' worth.
               if (got > 2 * p || (m >= 2 * p - 1 && got != 2 * p))
                 FAIL("zb-v " << to_string(r) << " rank " << rank << " holds " << got << " activations");
             }
-            if (family == forward_only_name) want = m;  // F only: nothing is ever released
+            if (family == "forward-only") want = m;  // F only: nothing is ever released
             if (want >= 0 && got != want)
               FAIL(family << ' ' << to_string(r) << " rank " << rank << " holds " << got
                           << " activations, expected " << want);
             // ZB-H1 keeps 1F1B's peak memory p*M_B even with M_W = 0.5 pending after BI.
-            if (family == zb_h1_name && memory2[static_cast<std::size_t>(rank)] > 2 * std::min(p, m))
+            if (family == "zb-h1" && memory2[static_cast<std::size_t>(rank)] > 2 * std::min(p, m))
               FAIL("zb-h1 " << to_string(r) << " rank " << rank << " peak memory "
                             << memory2[static_cast<std::size_t>(rank)] / 2.0);
           }
@@ -359,7 +359,7 @@ TEST_CASE("the bubbles agree exactly with the analytic formulas under uniform co
       for (std::int64_t bw = 1; bw <= 3; ++bw) costs.push_back({f, bi, bw});
 
   SECTION("GPipe and 1F1B: (p-1)(T_F+T_B) idle on every rank, for any m") {
-    for (const std::string_view family : {gpipe_name, one_f_one_b_name})
+    for (const std::string_view family : {"gpipe", "1f1b"})
       for (std::int32_t p = 1; p <= 8; ++p)
         for (std::int32_t m = 1; m <= 24; ++m) {
           const Schedule s = make_schedule(family, req(p, m));
@@ -495,7 +495,7 @@ TEST_CASE(
             FAIL(family << ' ' << to_string(r) << " lowered:\n" << report);
           const auto in_flight = peak_in_flight(s);
           for (std::size_t rank = 0; rank < in_flight.size(); ++rank)
-            if (family != forward_only_name && report.memory[rank].peak_in_flight != in_flight[rank])
+            if (family != "forward-only" && report.memory[rank].peak_in_flight != in_flight[rank])
               FAIL(family << ' ' << to_string(r) << " rank " << rank << ": validator counts "
                           << report.memory[rank].peak_in_flight << " in flight, this test "
                           << in_flight[rank]);
@@ -521,12 +521,12 @@ TEST_CASE("the simulator's idle time equals the analytic bubble of sim/analytic.
   SimOptions options;
   options.record_timeline = false;
   for (const std::string_view family :
-       {gpipe_name, one_f_one_b_name, interleaved_1f1b_name, zb_h1_name, zb_h2_name, interleaved_zero_bubble_name,
-        forward_only_name})
+       {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-h2", "interleaved-zb",
+        "forward-only"})
     for (std::int32_t p = 1; p <= 6; ++p)
       for (std::int32_t m = p; m <= 3 * p; m += p)
         for (const Costs& c : {Costs{1, 1, 1}, Costs{2, 3, 1}, Costs{2, 2, 1}, Costs{3, 4, 2}}) {
-          const std::int32_t v = family == interleaved_1f1b_name || family == interleaved_zero_bubble_name ? 2 : 1;
+          const std::int32_t v = family == "interleaved-1f1b" || family == "interleaved-zb" ? 2 : 1;
           const Schedule s = make_schedule(family, req(p, m, v));
           // A chunk costs T/v of a rank's T.
           const SimResult sim = simulate(
@@ -748,12 +748,12 @@ TEST_CASE(
     const double chunk = 1.0 / v;
     return simulate(make_schedule(family, req(p, m, v)), uniform_costs(chunk, chunk, chunk), options).makespan;
   };
-  const double zb_h1 = makespan(zb_h1_name, 1);
+  const double zb_h1 = makespan("zb-h1", 1);
   CHECK(zb_h1 == Approx(3 * m + (p - 1)));
   for (std::int32_t v = 2; v <= 4; ++v) {
     INFO("v=" << v);
-    const double interleaved_zb = makespan(interleaved_zero_bubble_name, v);
-    const double interleaved_1f1b = makespan(interleaved_1f1b_name, v);
+    const double interleaved_zb = makespan("interleaved-zb", v);
+    const double interleaved_1f1b = makespan("interleaved-1f1b", v);
     CHECK(interleaved_zb == Approx(3 * m + (p - 1) / static_cast<double>(v)));
     CHECK(interleaved_zb < zb_h1);
     CHECK(interleaved_zb < interleaved_1f1b);
@@ -762,7 +762,7 @@ TEST_CASE(
 
 TEST_CASE("small cases: m < p and a single rank", "[generators]") {
   // One micro-batch through four stages: a chain, nothing to overlap.
-  for (const std::string_view family : {gpipe_name, one_f_one_b_name, zb_h1_name, zb_h2_name}) {
+  for (const std::string_view family : {"gpipe", "1f1b", "zb-h1", "zb-h2"}) {
     const Schedule s = make_schedule(family, req(4, 1));
     for (std::int32_t r = 0; r < 4; ++r) {
       const auto& program = s.programs[static_cast<std::size_t>(r)];

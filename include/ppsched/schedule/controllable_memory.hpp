@@ -46,8 +46,10 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
+namespace detail {  // the canonical names; users read them from family_info(name).name
 inline constexpr std::string_view v_half_name = "v-half";
 inline constexpr std::string_view v_min_name = "v-min";
+}  // namespace detail
 
 // One rank's row of a V building block: the slot of each input-critical pass of micro-batch 0.
 // Chunk 0 is stage r (reached on the way down the V), chunk 1 is stage 2p-1-r (on the way back).

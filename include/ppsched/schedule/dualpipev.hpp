@@ -37,7 +37,9 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
+namespace detail {  // the canonical names; users read them from family_info(name).name
 inline constexpr std::string_view dualpipev_name = "dualpipev";
+}  // namespace detail
 
 // Whether make_dualpipev(r) would succeed: v = 2 and m >= 2p (the sizes every family checks
 // included).

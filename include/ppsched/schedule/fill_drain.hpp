@@ -17,19 +17,21 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
+namespace detail {  // the canonical names; users read them from family_info(name).name
 inline constexpr std::string_view gpipe_name = "gpipe";
 inline constexpr std::string_view forward_only_name = "forward-only";
 inline constexpr std::string_view looped_bfs_name = "looped-bfs";
+}  // namespace detail
 
 namespace detail {
 
 // What each generator below refuses in a request (FamilyInfo::problem), or nothing.
 [[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> gpipe_problem(const ScheduleRequest& r);
 [[nodiscard]] inline std::optional<error_context> forward_only_problem(const ScheduleRequest& r) {
-  return sizes_and_chunks_problem(forward_only_name, r, 1, "forward-only places one stage per rank", "");
+  return sizes_and_chunks_problem(detail::forward_only_name, r, 1, "forward-only places one stage per rank", "");
 }
 [[nodiscard]] inline std::optional<error_context> looped_bfs_problem(const ScheduleRequest& r) {
-  return request_size_problem(looped_bfs_name, r);
+  return request_size_problem(detail::looped_bfs_name, r);
 }
 
 }  // namespace detail

@@ -25,7 +25,9 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
+namespace detail {  // the canonical names; users read them from family_info(name).name
 inline constexpr std::string_view interleaved_zero_bubble_name = "interleaved-zb";
+}  // namespace detail
 
 namespace detail {
 

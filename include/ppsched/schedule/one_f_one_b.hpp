@@ -20,8 +20,10 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
+namespace detail {  // the canonical names; users read them from family_info(name).name
 inline constexpr std::string_view one_f_one_b_name = "1f1b";
 inline constexpr std::string_view interleaved_1f1b_name = "interleaved-1f1b";
+}  // namespace detail
 
 namespace detail {
 

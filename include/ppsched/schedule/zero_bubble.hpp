@@ -30,18 +30,20 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
+namespace detail {  // the canonical names; users read them from family_info(name).name
 inline constexpr std::string_view zb_h1_name = "zb-h1";
 inline constexpr std::string_view zb_h2_name = "zb-h2";
 inline constexpr std::string_view zb_v_name = "zb-v";
+}  // namespace detail
 
 namespace detail {
 
 // What each generator below refuses in a request (FamilyInfo::problem), or nothing.
 [[nodiscard]] inline std::optional<error_context> zb_h1_problem(const ScheduleRequest& r) {
-  return sizes_and_chunks_problem(zb_h1_name, r, 1, "zb-h1 places one stage per rank", "for two chunks per rank use zb-v");
+  return sizes_and_chunks_problem(detail::zb_h1_name, r, 1, "zb-h1 places one stage per rank", "for two chunks per rank use zb-v");
 }
 [[nodiscard]] inline std::optional<error_context> zb_h2_problem(const ScheduleRequest& r) {
-  return sizes_and_chunks_problem(zb_h2_name, r, 1, "zb-h2 places one stage per rank", "for two chunks per rank use zb-v");
+  return sizes_and_chunks_problem(detail::zb_h2_name, r, 1, "zb-h2 places one stage per rank", "for two chunks per rank use zb-v");
 }
 [[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> zb_v_problem(const ScheduleRequest& r);
 

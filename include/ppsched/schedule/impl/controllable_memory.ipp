@@ -231,11 +231,11 @@ namespace detail {
 }
 
 [[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> v_min_problem(const ScheduleRequest& r) {
-  return v_family_problem(v_min_name, r);
+  return v_family_problem(detail::v_min_name, r);
 }
 
 [[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> v_half_problem(const ScheduleRequest& r) {
-  return v_family_problem(v_half_name, r);
+  return v_family_problem(detail::v_half_name, r);
 }
 
 }  // namespace detail
@@ -245,12 +245,12 @@ namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_v_min(const ScheduleRequest& r) {
   if (auto problem = detail::v_min_problem(r)) fail(*problem);
-  return detail::v_family_schedule(v_min_name, r, v_min_block(r.ranks));
+  return detail::v_family_schedule(detail::v_min_name, r, v_min_block(r.ranks));
 }
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_v_half(const ScheduleRequest& r) {
   if (auto problem = detail::v_half_problem(r)) fail(*problem);
-  return detail::v_family_schedule(v_half_name, r, v_half_block(r.ranks));
+  return detail::v_family_schedule(detail::v_half_name, r, v_half_block(r.ranks));
 }
 
 }  // namespace ppsched

@@ -23,13 +23,13 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 [[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> dualpipev_problem(const ScheduleRequest& r) {
-  if (auto problem = sizes_and_chunks_problem(dualpipev_name, r, 2, "dualpipev places two chunks per rank in a V shape",
+  if (auto problem = sizes_and_chunks_problem(detail::dualpipev_name, r, 2, "dualpipev places two chunks per rank in a V shape",
                                               "for one stage per rank use zb-h1 or zb-h2")) {
     return problem;
   }
   const std::int32_t p = r.ranks, m = r.microbatches;
   if (m >= 2 * p) return std::nullopt;
-  return error_context{family_subject(dualpipev_name),
+  return error_context{family_subject(detail::dualpipev_name),
                        concat("needs at least 2p = ", 2 * p, " micro-batches to fill its V (got m=", m, ")"),
                        concat("request ", to_string(r)), concat("nearest valid: m=", 2 * p, ", or use zb-v")};
 }
@@ -42,7 +42,7 @@ namespace ppsched::inline PPSCHED_MODE {
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_dualpipev(const ScheduleRequest& r) {
   if (auto problem = detail::dualpipev_problem(r)) fail(*problem);
   const std::int32_t p = r.ranks, m = r.microbatches;
-  Schedule out = detail::empty_schedule(dualpipev_name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(m));
+  Schedule out = detail::empty_schedule(detail::dualpipev_name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(m));
   for (std::int32_t rank = 0; rank < p; ++rank) {
     auto& program = out.programs[static_cast<std::size_t>(rank)];
     std::uint32_t next_group = 1;

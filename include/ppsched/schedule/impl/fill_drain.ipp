@@ -12,7 +12,7 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 [[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> gpipe_problem(const ScheduleRequest& r) {
-  return sizes_and_chunks_problem(gpipe_name, r, 1, "gpipe places one stage per rank",
+  return sizes_and_chunks_problem(detail::gpipe_name, r, 1, "gpipe places one stage per rank",
                                   "for several chunks per rank use looped-bfs (fill-drain) or interleaved-1f1b");
 }
 
@@ -23,7 +23,7 @@ namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_gpipe(const ScheduleRequest& r) {
   if (auto problem = detail::gpipe_problem(r)) fail(*problem);
-  Schedule s = detail::empty_schedule(gpipe_name, r, one_stage_per_rank_placement(r.ranks), false,
+  Schedule s = detail::empty_schedule(detail::gpipe_name, r, one_stage_per_rank_placement(r.ranks), false,
                                       2 * static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank) {
     auto& program = s.programs[static_cast<std::size_t>(rank)];
@@ -37,7 +37,7 @@ namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_forward_only(const ScheduleRequest& r) {
   if (auto problem = detail::forward_only_problem(r)) fail(*problem);
-  Schedule s = detail::empty_schedule(forward_only_name, r, one_stage_per_rank_placement(r.ranks), false,
+  Schedule s = detail::empty_schedule(detail::forward_only_name, r, one_stage_per_rank_placement(r.ranks), false,
                                       static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank) {
     auto& program = s.programs[static_cast<std::size_t>(rank)];
@@ -50,7 +50,7 @@ namespace ppsched::inline PPSCHED_MODE {
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_looped_bfs(const ScheduleRequest& r) {
   if (auto problem = detail::looped_bfs_problem(r)) fail(*problem);
   Schedule s = detail::empty_schedule(
-      looped_bfs_name, r, looped_placement(r.ranks, r.chunks), false,
+      detail::looped_bfs_name, r, looped_placement(r.ranks, r.chunks), false,
       2 * static_cast<std::size_t>(r.microbatches) * static_cast<std::size_t>(r.chunks));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank) {
     auto& program = s.programs[static_cast<std::size_t>(rank)];

@@ -11,8 +11,8 @@ namespace ppsched::inline PPSCHED_MODE::detail {
 
 [[nodiscard]] PPSCHED_OUTLINE const FamilyInfo* find_family(std::string_view name) {
   std::string key = normalised_family(name);
-  if (key == "zbvzerobubble") key = normalised_family(zb_v_name);  // PyTorch's ScheduleZBVZeroBubble
-  if (key == "interleavedzerobubble") key = normalised_family(interleaved_zero_bubble_name);
+  if (key == "zbvzerobubble") key = normalised_family(detail::zb_v_name);  // PyTorch's ScheduleZBVZeroBubble
+  if (key == "interleavedzerobubble") key = normalised_family(detail::interleaved_zero_bubble_name);
   for (const FamilyInfo& f : schedule_families)
     if (normalised_family(f.name) == key) return &f;
   return nullptr;

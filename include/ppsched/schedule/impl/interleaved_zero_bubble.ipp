@@ -12,13 +12,13 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 [[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> interleaved_zero_bubble_problem(const ScheduleRequest& r) {
-  if (auto problem = request_size_problem(interleaved_zero_bubble_name, r)) return problem;
+  if (auto problem = request_size_problem(detail::interleaved_zero_bubble_name, r)) return problem;
   if (interleaved_zero_bubble_accepts(r)) return std::nullopt;
   const std::int32_t p = r.ranks, m = r.microbatches;
   std::int32_t below = m - 1, above = m + 1;
   while (!interleaved_zb_rounds_even(p, below)) --below;  // every m < 2p is even
   while (!interleaved_zb_rounds_even(p, above)) ++above;  // so is every multiple of p
-  return error_context{family_subject(interleaved_zero_bubble_name),
+  return error_context{family_subject(detail::interleaved_zero_bubble_name),
                        concat("with v > 1 chunks per rank, m must split into max(1, m/p) = ", m / p,
                               " equal rounds (got m=", m, "), because PyTorch runs the micro-batches through each "
                               "chunk in rounds of m/rounds"),
@@ -34,7 +34,7 @@ namespace ppsched::inline PPSCHED_MODE {
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_interleaved_zero_bubble(const ScheduleRequest& r) {
   if (auto problem = detail::interleaved_zero_bubble_problem(r)) fail(*problem);
   const std::int32_t p = r.ranks, m = r.microbatches, v = r.chunks;
-  Schedule s = detail::empty_schedule(interleaved_zero_bubble_name, r, looped_placement(p, v), true,
+  Schedule s = detail::empty_schedule(detail::interleaved_zero_bubble_name, r, looped_placement(p, v), true,
                                       3 * static_cast<std::size_t>(m) * static_cast<std::size_t>(v));
   const std::int32_t k = detail::interleaved_zb_round_size(p, m);
   const std::int32_t total = m * v;

@@ -24,7 +24,7 @@ PPSCHED_OUTLINE void append_1f1b_program(std::vector<Action>& program, std::int3
 }
 
 [[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> one_f_one_b_problem(const ScheduleRequest& r) {
-  return sizes_and_chunks_problem(one_f_one_b_name, r, 1, "1f1b places one stage per rank",
+  return sizes_and_chunks_problem(detail::one_f_one_b_name, r, 1, "1f1b places one stage per rank",
                                   "for several chunks per rank use interleaved-1f1b");
 }
 
@@ -35,7 +35,7 @@ namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_1f1b(const ScheduleRequest& r) {
   if (auto problem = detail::one_f_one_b_problem(r)) fail(*problem);
-  Schedule s = detail::empty_schedule(one_f_one_b_name, r, one_stage_per_rank_placement(r.ranks), false,
+  Schedule s = detail::empty_schedule(detail::one_f_one_b_name, r, one_stage_per_rank_placement(r.ranks), false,
                                       2 * static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank)
     detail::append_1f1b_program(s.programs[static_cast<std::size_t>(rank)], rank, r.ranks, r.microbatches);
@@ -49,12 +49,12 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 [[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> interleaved_1f1b_problem(const ScheduleRequest& r) {
-  if (auto problem = request_size_problem(interleaved_1f1b_name, r)) return problem;
+  if (auto problem = request_size_problem(detail::interleaved_1f1b_name, r)) return problem;
   if (interleaved_1f1b_accepts(r)) return std::nullopt;
   const std::int32_t below = (r.microbatches / r.ranks) * r.ranks;
   const std::int32_t above = below + r.ranks;
   return error_context{
-      family_subject(interleaved_1f1b_name),
+      family_subject(detail::interleaved_1f1b_name),
       concat("with v > 1 chunks per rank, m must be a multiple of p=", r.ranks, " (got m=", r.microbatches,
              "), because Megatron's interleaving runs micro-batches through each chunk in groups of p"),
       concat("request ", to_string(r)),
@@ -70,7 +70,7 @@ namespace ppsched::inline PPSCHED_MODE {
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_interleaved_1f1b(const ScheduleRequest& r) {
   if (auto problem = detail::interleaved_1f1b_problem(r)) fail(*problem);
   Schedule s = detail::empty_schedule(
-      interleaved_1f1b_name, r, looped_placement(r.ranks, r.chunks), false,
+      detail::interleaved_1f1b_name, r, looped_placement(r.ranks, r.chunks), false,
       2 * static_cast<std::size_t>(r.microbatches) * static_cast<std::size_t>(r.chunks));
   if (r.chunks == 1) {
     for (std::int32_t rank = 0; rank < r.ranks; ++rank)

@@ -12,7 +12,7 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 [[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> zb_v_problem(const ScheduleRequest& r) {
-  return sizes_and_chunks_problem(zb_v_name, r, 2, "zb-v places two chunks per rank in a V shape",
+  return sizes_and_chunks_problem(detail::zb_v_name, r, 2, "zb-v places two chunks per rank in a V shape",
                                   "for one stage per rank use zb-h1 or zb-h2");
 }
 
@@ -23,7 +23,7 @@ namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_zb_h1(const ScheduleRequest& r) {
   if (auto problem = detail::zb_h1_problem(r)) fail(*problem);
-  Schedule s = detail::empty_schedule(zb_h1_name, r, one_stage_per_rank_placement(r.ranks), true,
+  Schedule s = detail::empty_schedule(detail::zb_h1_name, r, one_stage_per_rank_placement(r.ranks), true,
                                       3 * static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank)
     detail::append_zero_bubble_program(s.programs[static_cast<std::size_t>(rank)], rank, r.microbatches,
@@ -33,7 +33,7 @@ namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_zb_h2(const ScheduleRequest& r) {
   if (auto problem = detail::zb_h2_problem(r)) fail(*problem);
-  Schedule s = detail::empty_schedule(zb_h2_name, r, one_stage_per_rank_placement(r.ranks), true,
+  Schedule s = detail::empty_schedule(detail::zb_h2_name, r, one_stage_per_rank_placement(r.ranks), true,
                                       3 * static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank)
     detail::append_zero_bubble_program(s.programs[static_cast<std::size_t>(rank)], rank, r.microbatches,
@@ -47,7 +47,7 @@ namespace ppsched::inline PPSCHED_MODE {
   const std::int32_t m = r.microbatches;
   const std::int32_t n = std::max(m, 2 * p - 1);
   Schedule s =
-      detail::empty_schedule(zb_v_name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(m));
+      detail::empty_schedule(detail::zb_v_name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(m));
   for (std::int32_t rank = 0; rank < p; ++rank) {
     auto& program = s.programs[static_cast<std::size_t>(rank)];
     const std::int32_t stage0 = rank;

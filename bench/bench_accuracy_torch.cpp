@@ -100,10 +100,10 @@ double predict(const ppsched::Profile& profile, const Config& c) {
 using accuracy::kendall_tau;
 
 // `p` without the loss's time in the last child's B and BI.
-ppsched::TorchProfile without_loss(ppsched::TorchProfile p) {
+ppsched::libtorch::TorchProfile without_loss(ppsched::libtorch::TorchProfile p) {
   for (std::size_t k = 0; k < p.loss.size(); ++k) {
-    ppsched::TorchLayerSample& last = p.layers.back().samples[k];
-    for (ppsched::TorchTiming* t : {&last.backward, &last.backward_input}) {
+    ppsched::libtorch::TorchLayerSample& last = p.layers.back().samples[k];
+    for (ppsched::libtorch::TorchTiming* t : {&last.backward, &last.backward_input}) {
       t->median -= p.loss[k].median;
       t->min -= p.loss[k].min;
       t->max -= p.loss[k].max;
@@ -115,10 +115,10 @@ ppsched::TorchProfile without_loss(ppsched::TorchProfile p) {
 
 // `p` as profiled before the call overhead was taken off each child: every child at its
 // one-child stage's times, nothing per action from the adapter.
-ppsched::TorchProfile with_overhead_per_child(ppsched::TorchProfile p) {
-  const ppsched::TorchProfile::CallOverhead o = p.call_overhead;
-  for (ppsched::TorchLayerProfile& l : p.layers) {
-    for (ppsched::TorchLayerSample& s : l.samples) {
+ppsched::libtorch::TorchProfile with_overhead_per_child(ppsched::libtorch::TorchProfile p) {
+  const ppsched::libtorch::TorchProfile::CallOverhead o = p.call_overhead;
+  for (ppsched::libtorch::TorchLayerProfile& l : p.layers) {
+    for (ppsched::libtorch::TorchLayerSample& s : l.samples) {
       for (auto [t, d] : {std::pair{&s.forward, o.forward}, std::pair{&s.backward, o.backward},
                           std::pair{&s.backward_input, o.backward_input}, std::pair{&s.backward_weight, o.backward_weight}}) {
         t->median += d;
@@ -133,7 +133,7 @@ ppsched::TorchProfile with_overhead_per_child(ppsched::TorchProfile p) {
 
 // `t` at 32 rows with the backend's fixed costs and `priced`'s concurrent slowdown, as main
 // prices the measured profile.
-ppsched::Profile priced_at32(const ppsched::TorchProfile& t, const ppsched::Profile& priced,
+ppsched::Profile priced_at32(const ppsched::libtorch::TorchProfile& t, const ppsched::Profile& priced,
                              const ppsched::BackendOverheads& overheads) {
   ppsched::Profile p = t.at(32);
   p.action_overhead += overheads.action_overhead;  // beside the adapter's own (TorchProfile::at)
@@ -147,10 +147,10 @@ ppsched::Profile priced_at32(const ppsched::TorchProfile& t, const ppsched::Prof
 // the backend's fixed costs and the measured slowdown of `priced`: without the loss's time; the
 // first stage's backward split as the others'; and as runs 1-6 priced a stage (all three undone:
 // no loss, the call overhead paid by every child, the first stage split).
-std::vector<std::pair<std::string, ppsched::Profile>> variants(const ppsched::TorchProfile& measured,
+std::vector<std::pair<std::string, ppsched::Profile>> variants(const ppsched::libtorch::TorchProfile& measured,
                                                                const ppsched::Profile& priced,
                                                                const ppsched::BackendOverheads& overheads) {
-  const auto at32 = [&](const ppsched::TorchProfile& t, bool adapter_overhead, bool first_in_bw) {
+  const auto at32 = [&](const ppsched::libtorch::TorchProfile& t, bool adapter_overhead, bool first_in_bw) {
     ppsched::Profile p = priced_at32(t, priced, overheads);
     if (!adapter_overhead) p.action_overhead = overheads.action_overhead;
     p.first_stage_backward_in_bw = first_in_bw;
@@ -165,14 +165,14 @@ std::vector<std::pair<std::string, ppsched::Profile>> variants(const ppsched::To
 // `p` with every time at its fastest repetition: on a machine whose cores change speed
 // (machine_probe.hpp), the fastest repetition of a call and the fastest of a configuration's
 // steps are both taken at the cores' full speed, where the medians may each be a different mix.
-ppsched::TorchProfile at_fastest(ppsched::TorchProfile p) {
-  const auto fastest = [](ppsched::TorchTiming& t) { t.median = t.min; };
-  for (ppsched::TorchLayerProfile& l : p.layers) {
-    for (ppsched::TorchLayerSample& s : l.samples) {
-      for (ppsched::TorchTiming* t : {&s.forward, &s.backward, &s.backward_input, &s.backward_weight}) fastest(*t);
+ppsched::libtorch::TorchProfile at_fastest(ppsched::libtorch::TorchProfile p) {
+  const auto fastest = [](ppsched::libtorch::TorchTiming& t) { t.median = t.min; };
+  for (ppsched::libtorch::TorchLayerProfile& l : p.layers) {
+    for (ppsched::libtorch::TorchLayerSample& s : l.samples) {
+      for (ppsched::libtorch::TorchTiming* t : {&s.forward, &s.backward, &s.backward_input, &s.backward_weight}) fastest(*t);
     }
   }
-  for (ppsched::TorchTiming& t : p.loss) fastest(t);
+  for (ppsched::libtorch::TorchTiming& t : p.loss) fastest(t);
   return p;
 }
 
@@ -325,7 +325,7 @@ int memory_report(const std::string& which) {
   for (const std::string& name : bench_torch::model_names()) {
     if (which != "all" && which != name) continue;
     const bench_torch::Model model = bench_torch::make_model(name);
-    const ppsched::TorchProfile measured_profile = bench_torch::profile_of(model, {2, 8, 32}, 1, 3);
+    const ppsched::libtorch::TorchProfile measured_profile = bench_torch::profile_of(model, {2, 8, 32}, 1, 3);
     const ppsched::Profile profile = measured_profile.at(32);
     double sum = 0.0, max = 0.0, total_sum = 0.0, total_max = 0.0;
     std::size_t n = 0, within = 0;
@@ -392,7 +392,7 @@ int memory_report(const std::string& which) {
 int policies_report(int repetitions, const ppsched::BackendOverheads& overheads) {
   const bench_torch::Model model = bench_torch::make_model("gpt");
   const std::int32_t ranks = 2, microbatches = 8, rows = static_cast<std::int32_t>(global_batch / microbatches);
-  const ppsched::TorchProfile measured_profile = bench_torch::profile_of(model, {rows}, 3, 10);
+  const ppsched::libtorch::TorchProfile measured_profile = bench_torch::profile_of(model, {rows}, 3, 10);
   ppsched::Profile profile = measured_profile.at(rows);
   profile.action_overhead += overheads.action_overhead;  // beside the adapter's own (TorchProfile::at)
   profile.transfer_overhead = overheads.transfer_overhead;
@@ -546,7 +546,7 @@ int main(int argc, char** argv) try {
     if (which != "all" && which != name) continue;
     const bench_torch::Model model = bench_torch::make_model(name);
     const std::vector<double> before_profile = probes.run();
-    const ppsched::TorchProfile measured_profile = bench_torch::profile_of(model, {2, 8, 32}, 3, 10);
+    const ppsched::libtorch::TorchProfile measured_profile = bench_torch::profile_of(model, {2, 8, 32}, 3, 10);
     const std::vector<double> after_profile = probes.run();
     std::printf("%s: profiled with the cores' probes at %s their fastest before and %s after\n", name.c_str(),
                 ratios_text(before_profile).c_str(), ratios_text(after_profile).c_str());

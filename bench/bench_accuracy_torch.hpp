@@ -132,16 +132,16 @@ struct Model {
   return m;
 }
 
-[[nodiscard]] inline ppsched::TorchProfile profile_of(const Model& m, std::vector<std::int64_t> rows, int warmup,
+[[nodiscard]] inline ppsched::libtorch::TorchProfile profile_of(const Model& m, std::vector<std::int64_t> rows, int warmup,
                                                       int repetitions) {
-  ppsched::TorchProfileOptions o;
+  ppsched::libtorch::TorchProfileOptions o;
   o.rows = std::move(rows);
   o.input = m.input;
   o.warmup = warmup;
   o.repetitions = repetitions;
   // make_pipeline's loss (its scale does not change its time), started by the last stage's backward.
   o.loss = [](const torch::Tensor& y, const torch::Tensor& t) { return torch::mse_loss(y, t, torch::Reduction::Sum) / 64.0; };
-  return ppsched::profile_sequential(m.net, o);
+  return ppsched::libtorch::profile_sequential(m.net, o);
 }
 
 struct ConfigKey {
@@ -171,7 +171,7 @@ struct ConfigKey {
 
 // The TorchStages of one configuration: the cut's children, each stage's float boundaries for
 // `rows` rows, the last stage's loss summed and scaled by 1 / global_batch. With `counted`,
-// every call is charged to its rank (ppsched::count_torch_memory).
+// every call is charged to its rank (ppsched::libtorch::count_torch_memory).
 struct Pipeline {
   std::vector<std::unique_ptr<ppsched::TorchStage>> stages;
   std::vector<ppsched::StageFunctions> functions;
@@ -196,7 +196,7 @@ struct Pipeline {
       };
     }
     p.stages.push_back(std::make_unique<ppsched::TorchStage>(part, o));
-    p.functions.push_back(counted ? ppsched::count_torch_memory(p.stages.back()->functions())
+    p.functions.push_back(counted ? ppsched::libtorch::count_torch_memory(p.stages.back()->functions())
                                   : p.stages.back()->functions());
   }
   return p;
@@ -206,10 +206,10 @@ struct Pipeline {
 // over activation_bytes, summed over the children), at `rows`; 0.5 (the planner's default)
 // where nothing was counted. Above 1 where BI holds more than F left (see weight_bytes): the
 // cost model's weight_memory_fraction, which may exceed 1 for that reason.
-[[nodiscard]] inline double weight_memory_fraction(const ppsched::TorchProfile& p, std::int64_t rows) {
+[[nodiscard]] inline double weight_memory_fraction(const ppsched::libtorch::TorchProfile& p, std::int64_t rows) {
   const auto k = static_cast<std::size_t>(std::find(p.rows.begin(), p.rows.end(), rows) - p.rows.begin());
   double kept = 0.0, weight = 0.0;
-  for (const ppsched::TorchLayerProfile& l : p.layers) {
+  for (const ppsched::libtorch::TorchLayerProfile& l : p.layers) {
     if (k >= l.samples.size()) continue;
     kept += l.samples[k].activation_bytes;
     weight += l.samples[k].weight_bytes;
@@ -231,7 +231,7 @@ struct StepMemory {
 
 // Runs one step of `world` (its stages counted) and reads the counter.
 [[nodiscard]] inline StepMemory counted_step(ppsched::World<ppsched::CpuBackend>& world, const ppsched::Batch& batch) {
-  ppsched::TorchMemoryCounter& counter = ppsched::TorchMemoryCounter::install();
+  ppsched::libtorch::TorchMemoryCounter& counter = ppsched::libtorch::TorchMemoryCounter::install();
   const int ranks = world.ranks();
   StepMemory m;
   for (int r = 0; r < ranks; ++r) {
@@ -240,11 +240,11 @@ struct StepMemory {
     const ppsched::Executor<ppsched::CpuBackend>& e = world.executor(r);
     m.backend.push_back(4.0 * static_cast<double>(e.plan().total_floats() + e.gradient_floats() + e.host_floats()));
   }
-  const auto untagged = static_cast<double>(counter.current(ppsched::TorchMemoryCounter::untagged));
+  const auto untagged = static_cast<double>(counter.current(ppsched::libtorch::TorchMemoryCounter::untagged));
   const auto t0 = std::chrono::steady_clock::now();
   (void)world.run_step(batch);
   m.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  m.untagged = static_cast<double>(counter.current(ppsched::TorchMemoryCounter::untagged)) - untagged;
+  m.untagged = static_cast<double>(counter.current(ppsched::libtorch::TorchMemoryCounter::untagged)) - untagged;
   for (int r = 0; r < ranks; ++r) {
     const auto k = static_cast<std::size_t>(r);
     m.settled.push_back(static_cast<double>(counter.settled_peak(r)) - m.held[k]);

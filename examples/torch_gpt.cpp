@@ -116,9 +116,9 @@ int main(int argc, char** argv) try {
   // readme-begin
   // Token ids enter stage 0, hidden states cross every boundary, logits leave the last
   // stage: one tensor each, its first dimension (the tokens) varying per micro-batch.
-  const ppsched::TorchTensorSpec ids{torch::kInt64, {max_tokens}, /*variable_dim=*/0};
-  const ppsched::TorchTensorSpec states{torch::kFloat32, {max_tokens, hidden}, 0};
-  const ppsched::TorchTensorSpec logits{torch::kFloat32, {max_tokens, vocabulary}, 0};
+  const ppsched::libtorch::TorchTensorSpec ids{torch::kInt64, {max_tokens}, /*variable_dim=*/0};
+  const ppsched::libtorch::TorchTensorSpec states{torch::kFloat32, {max_tokens, hidden}, 0};
+  const ppsched::libtorch::TorchTensorSpec logits{torch::kFloat32, {max_tokens, vocabulary}, 0};
 
   std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
   std::vector<std::unique_ptr<ppsched::TorchStage>> torch_stages;
@@ -143,7 +143,7 @@ int main(int argc, char** argv) try {
   // The embedding's weight on stage 0 and its copy in the last stage's output layer.
   ppsched::ExecutorOptions executor_options;
   executor_options.tied_weights = {
-      ppsched::tie_parameters({{0, torch_stages.front().get(), model.embedding->weight},
+      ppsched::libtorch::tie_parameters({{0, torch_stages.front().get(), model.embedding->weight},
                                {stages - 1, torch_stages.back().get(), model.output->weight}})};
 
   ppsched::CpuCluster cluster(ranks);
@@ -171,7 +171,7 @@ int main(int argc, char** argv) try {
       std::copy_n(labels.back().data_ptr<std::int64_t>(), length, padded_labels.begin() + k * max_tokens);
       tokens += length;
     }
-    const std::vector<float> payloads = ppsched::torch_payloads(ids, inputs);
+    const std::vector<float> payloads = ppsched::libtorch::torch_payloads(ids, inputs);
     const ppsched::SideInput side_inputs[] = {ppsched::SideInput::of<std::int64_t>(padded_labels, max_tokens)};
 
     const ppsched::StepResult& result = world.run_step({payloads, {}, side_inputs});

@@ -2,7 +2,7 @@
 // convolutional net with batch norms and residual blocks) is timed as the adapter runs it
 // (forward, full backward, and the split BI / BW) at several micro-batch sizes, with warm-up
 // and repetitions, and its parameter, activation and output bytes are measured
-// (ppsched::profile_sequential, include/ppsched/adapters/torch.hpp). It prints the medians
+// (ppsched::libtorch::profile_sequential, include/ppsched/adapters/torch.hpp). It prints the medians
 // and spreads, and writes the Profile at one size as JSON for the planner:
 //
 //   torch_profile [out.json] [rows of the profile] [more sizes...]
@@ -64,7 +64,7 @@ torch::nn::Sequential make_model() {
   return model;
 }
 
-std::string timing(const ppsched::TorchTiming& t) {
+std::string timing(const ppsched::libtorch::TorchTiming& t) {
   std::ostringstream s;
   s << std::fixed << std::setprecision(3) << t.median << " [" << t.min << ", " << t.max << "]";
   return s.str();
@@ -80,7 +80,7 @@ int main(int argc, char** argv) try {
   torch::set_num_threads(1);  // as each rank of a CPU pipeline runs
 
   // readme-begin
-  ppsched::TorchProfileOptions options;
+  ppsched::libtorch::TorchProfileOptions options;
   options.rows = rows;  // micro-batch sizes
   options.input = [](std::int64_t r) { return torch::randn({r, 3, side, side}); };
   options.warmup = 2;
@@ -88,7 +88,7 @@ int main(int argc, char** argv) try {
   // The last stage's backward starts with the loss: timed into the last child's B and BI.
   options.target = [](std::int64_t r) { return torch::randint(10, {r}); };  // class labels
   options.loss = [](const torch::Tensor& y, const torch::Tensor& t) { return torch::nn::functional::cross_entropy(y, t); };
-  const ppsched::TorchProfile measured = ppsched::profile_sequential(make_model(), options);
+  const ppsched::libtorch::TorchProfile measured = ppsched::libtorch::profile_sequential(make_model(), options);
   ppsched::Profile profile = measured.at(rows.front());  // what ppsched-plan reads
   // Ranks on CPU threads share the cores: how much slower one micro-batch of the whole model
   // runs while two run at once, each thread on its own instance.
@@ -106,8 +106,8 @@ int main(int argc, char** argv) try {
 
   std::cout << "child            rows  forward (ms)            B                       BI                      BW"
                "                      activation B  output B\n";
-  for (const ppsched::TorchLayerProfile& l : measured.layers) {
-    for (const ppsched::TorchLayerSample& s : l.samples) {
+  for (const ppsched::libtorch::TorchLayerProfile& l : measured.layers) {
+    for (const ppsched::libtorch::TorchLayerSample& s : l.samples) {
       std::cout << std::left << std::setw(16) << l.name << std::right << std::setw(5) << s.rows << "  " << std::left
                 << std::setw(24) << timing(s.forward) << std::setw(24) << timing(s.backward) << std::setw(24)
                 << timing(s.backward_input) << std::setw(24) << timing(s.backward_weight) << std::right

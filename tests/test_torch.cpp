@@ -599,7 +599,7 @@ GptStep gpt_data(std::int32_t m, int step) {
     for (std::int64_t t = 0; t < length; ++t)
       d.padded[static_cast<std::size_t>(k * max_tokens + t)] = d.labels.back()[t].item<std::int64_t>();
   }
-  d.inputs = ppsched::torch_payloads({torch::kInt64, {max_tokens}, 0}, d.ids);
+  d.inputs = ppsched::libtorch::torch_payloads({torch::kInt64, {max_tokens}, 0}, d.ids);
   return d;
 }
 
@@ -657,9 +657,9 @@ GptOutcome train_gpt(const ppsched_test::Family& family, int ranks, ppsched::Cpu
   torch::optim::SGD reference_sgd(reference.parameters(), torch::optim::SGDOptions(gpt_learning_rate));
   torch::optim::SGD shared_sgd(shared.parameters(), torch::optim::SGDOptions(gpt_learning_rate));
 
-  const ppsched::TorchTensorSpec ids{torch::kInt64, {max_tokens}, 0};
-  const ppsched::TorchTensorSpec states{torch::kFloat32, {max_tokens, hidden}, 0};
-  const ppsched::TorchTensorSpec logits{torch::kFloat32, {max_tokens, vocabulary}, 0};
+  const ppsched::libtorch::TorchTensorSpec ids{torch::kInt64, {max_tokens}, 0};
+  const ppsched::libtorch::TorchTensorSpec states{torch::kFloat32, {max_tokens, hidden}, 0};
+  const ppsched::libtorch::TorchTensorSpec logits{torch::kFloat32, {max_tokens, vocabulary}, 0};
   std::vector<std::unique_ptr<torch::optim::SGD>> optimizers;
   std::vector<std::unique_ptr<ppsched::TorchStage>> adapters;
   std::vector<ppsched::StageFunctions> functions;
@@ -685,7 +685,7 @@ GptOutcome train_gpt(const ppsched_test::Family& family, int ranks, ppsched::Cpu
   co.mode = mode;
   ppsched::CpuCluster cluster(schedule.ranks, co);
   ppsched::ExecutorOptions eo;
-  eo.tied_weights = {ppsched::tie_parameters({{0, adapters.front().get(), pipelined.embedding->weight},
+  eo.tied_weights = {ppsched::libtorch::tie_parameters({{0, adapters.front().get(), pipelined.embedding->weight},
                                               {stages - 1, adapters.back().get(), pipelined.output->weight}})};
   ppsched::World<ppsched::CpuBackend> world(ppsched_test::backends(cluster), schedule, functions, eo);
 
@@ -772,9 +772,9 @@ CATCH_TEST_CASE("typed boundaries carry counts, dtypes and gradients", "[torch]"
 
   const torch::Tensor x = torch::randn({3, 4});
   const torch::Tensor g = torch::randn({3, 4}).to(torch::kBFloat16);
-  std::vector<float> in = ppsched::torch_payloads(o.input_tensors[0], {x});
+  std::vector<float> in = ppsched::libtorch::torch_payloads(o.input_tensors[0], {x});
   std::vector<float> out(ppsched::payload_floats(f.output_tensors));
-  std::vector<float> grad_out = ppsched::torch_payloads(o.output_tensors[0], {g});
+  std::vector<float> grad_out = ppsched::libtorch::torch_payloads(o.output_tensors[0], {g});
   std::vector<float> grad_in(ppsched::payload_floats(f.input_tensors));
   std::vector<float> wg(f.weight_grad_size, 0.0f);
   f.forward(0, in, out);
@@ -803,7 +803,7 @@ CATCH_TEST_CASE("token ids take no gradient: their count is 0", "[torch]") {
   o.output_tensors = {{torch::kFloat32, {max_tokens, hidden}, 0}};
   ppsched::TorchStage stage(torch::nn::Sequential(torch::nn::Embedding(vocabulary, hidden)), o);
   const ppsched::StageFunctions f = stage.functions();
-  const std::vector<float> in = ppsched::torch_payloads(o.input_tensors[0], {torch::tensor({3, 1, 4}, torch::dtype(torch::kInt64))});
+  const std::vector<float> in = ppsched::libtorch::torch_payloads(o.input_tensors[0], {torch::tensor({3, 1, 4}, torch::dtype(torch::kInt64))});
   std::vector<float> out(ppsched::payload_floats(f.output_tensors));
   std::vector<float> grad_in(ppsched::payload_floats(f.input_tensors), 1.0f);  // a count to overwrite
   std::vector<float> wg(f.weight_grad_size, 0.0f);
@@ -811,7 +811,7 @@ CATCH_TEST_CASE("token ids take no gradient: their count is 0", "[torch]") {
     CATCH_INFO((split ? "split" : "full") << " backward");
     f.forward(0, in, out);
     CATCH_REQUIRE(ppsched::ConstPayload(out, f.output_tensors).count(0) == 3 * hidden);
-    const std::vector<float> grad_out = ppsched::torch_payloads(o.output_tensors[0], {torch::ones({3, hidden})});
+    const std::vector<float> grad_out = ppsched::libtorch::torch_payloads(o.output_tensors[0], {torch::ones({3, hidden})});
     std::fill(grad_in.begin(), grad_in.end(), 1.0f);
     if (split) {
       f.backward_input(0, in, grad_out, grad_in);
@@ -827,7 +827,7 @@ CATCH_TEST_CASE("the adapter rejects typed boundaries that do not fit", "[torch]
   torch::set_num_threads(1);
   torch::manual_seed(5);
   torch::nn::Sequential linear(torch::nn::Linear(3, 3));
-  const ppsched::TorchTensorSpec rows_of_3{torch::kFloat32, {4, 3}, 0};
+  const ppsched::libtorch::TorchTensorSpec rows_of_3{torch::kFloat32, {4, 3}, 0};
 
   CATCH_SECTION("an output of another dtype than declared") {
     ppsched::TorchStageOptions o;
@@ -835,7 +835,7 @@ CATCH_TEST_CASE("the adapter rejects typed boundaries that do not fit", "[torch]
     o.output_tensors = {{torch::kBFloat16, {4, 3}, 0}};
     ppsched::TorchStage stage(linear, o);
     const ppsched::StageFunctions f = stage.functions();
-    const std::vector<float> in = ppsched::torch_payloads(rows_of_3, {torch::ones({2, 3})});
+    const std::vector<float> in = ppsched::libtorch::torch_payloads(rows_of_3, {torch::ones({2, 3})});
     std::vector<float> out(ppsched::payload_floats(f.output_tensors));
     CATCH_CHECK_THAT(ppsched_error_of([&] { f.forward(0, in, out); }),
                      Catch::Matchers::Contains("the module's output is Float") &&
@@ -849,12 +849,12 @@ CATCH_TEST_CASE("the adapter rejects typed boundaries that do not fit", "[torch]
     o.output_tensors = {{torch::kFloat32, {2, 3}, 0}};
     ppsched::TorchStage stage(linear, o);
     const ppsched::StageFunctions f = stage.functions();
-    const std::vector<float> in = ppsched::torch_payloads(rows_of_3, {torch::ones({4, 3})});
+    const std::vector<float> in = ppsched::libtorch::torch_payloads(rows_of_3, {torch::ones({4, 3})});
     std::vector<float> out(ppsched::payload_floats(f.output_tensors));
     CATCH_CHECK_THAT(ppsched_error_of([&] { f.forward(0, in, out); }),
                      Catch::Matchers::Contains("the module's output has shape [4, 3]") &&
                          Catch::Matchers::Contains("[2, 3] with dimension 0 at most that size"));
-    CATCH_CHECK_THAT(ppsched_error_of([&] { (void)ppsched::torch_payloads(rows_of_3, {torch::ones({5, 3})}); }),
+    CATCH_CHECK_THAT(ppsched_error_of([&] { (void)ppsched::libtorch::torch_payloads(rows_of_3, {torch::ones({5, 3})}); }),
                      Catch::Matchers::Contains("micro-batch 0's tensor has shape [5, 3]"));
   }
 
@@ -942,7 +942,7 @@ CATCH_TEST_CASE("the adapter rejects typed boundaries that do not fit", "[torch]
     const ppsched::StageFunctions f = stage.functions();
     CATCH_CHECK(f.side_inputs == std::vector<std::size_t>{0});
     CATCH_CHECK(f.target_size == 0);
-    const std::vector<float> out = ppsched::torch_payloads(rows_of_3, {torch::ones({2, 3})});
+    const std::vector<float> out = ppsched::libtorch::torch_payloads(rows_of_3, {torch::ones({2, 3})});
     std::vector<float> grad(out.size());
     const std::vector<std::int32_t> labels(4, 1);
     const ppsched::SideInput side[] = {ppsched::SideInput::of<std::int32_t>(labels, 4)};
@@ -995,7 +995,7 @@ CATCH_TEST_CASE("labels with a variable dimension in any position are the labels
     for (std::int64_t length = 1; length < max_shape[static_cast<std::size_t>(d)]; ++length) {
       std::vector<std::int64_t> shape = max_shape;
       shape[static_cast<std::size_t>(d)] = length;
-      const std::vector<float> out = ppsched::torch_payloads(o.output_tensors[0], {torch::zeros(shape)});
+      const std::vector<float> out = ppsched::libtorch::torch_payloads(o.output_tensors[0], {torch::zeros(shape)});
       std::vector<float> grad(out.size());
       ppsched::StageContext c;
       c.microbatch = 1;
@@ -1232,7 +1232,7 @@ CATCH_TEST_CASE("profile_sequential measures every child at every size and leave
   torch::nn::Sequential model(torch::nn::Conv2d(torch::nn::Conv2dOptions(3, 4, 3).padding(1)),
                               torch::nn::BatchNorm2d(4), Residual(4), torch::nn::Flatten(),
                               torch::nn::Linear(4 * 5 * 5, 6));
-  ppsched::TorchProfileOptions o;
+  ppsched::libtorch::TorchProfileOptions o;
   o.rows = {2, 4};
   o.warmup = 1;
   o.repetitions = 3;
@@ -1242,7 +1242,7 @@ CATCH_TEST_CASE("profile_sequential measures every child at every size and leave
     for (const torch::Tensor& t : model->buffers()) b.push_back(t.clone());
     return b;
   }();
-  const ppsched::TorchProfile p = ppsched::profile_sequential(model, o);
+  const ppsched::libtorch::TorchProfile p = ppsched::libtorch::profile_sequential(model, o);
 
   CATCH_REQUIRE(p.layers.size() == 5);
   CATCH_CHECK(p.layers[0].name == "0:Conv2d");
@@ -1251,13 +1251,13 @@ CATCH_TEST_CASE("profile_sequential measures every child at every size and leave
   CATCH_CHECK(p.layers[1].param_bytes == 2 * 4 * 4);
   CATCH_CHECK(p.layers[3].param_bytes == 0);
   CATCH_CHECK(p.layers[4].param_bytes == (6 * 100 + 6) * 4);
-  for (const ppsched::TorchLayerProfile& l : p.layers) {
+  for (const ppsched::libtorch::TorchLayerProfile& l : p.layers) {
     CATCH_INFO(l.name);
     CATCH_REQUIRE(l.samples.size() == 2);
     for (std::size_t k = 0; k < 2; ++k) {
-      const ppsched::TorchLayerSample& s = l.samples[k];
+      const ppsched::libtorch::TorchLayerSample& s = l.samples[k];
       CATCH_CHECK(s.rows == o.rows[k]);
-      for (const ppsched::TorchTiming& t : {s.forward, s.backward, s.backward_input, s.backward_weight}) {
+      for (const ppsched::libtorch::TorchTiming& t : {s.forward, s.backward, s.backward_input, s.backward_weight}) {
         CATCH_CHECK(t.min >= 0.0);  // a parameterless child's BW does next to nothing
         CATCH_CHECK(t.min <= t.median);
         CATCH_CHECK(t.median <= t.max);
@@ -1298,7 +1298,7 @@ CATCH_TEST_CASE("profile_sequential measures every child at every size and leave
   const ppsched::Profile at8 = ppsched::profile_at_rows(at4, 8.0);  // beyond the points: their slope
   CATCH_CHECK(at8.graph.layer(0).output_bytes == 2.0 * at4.graph.layer(0).output_bytes);
   // What a stage pays once per call, off the children and onto every action.
-  const ppsched::TorchProfile::CallOverhead& once = p.call_overhead;
+  const ppsched::libtorch::TorchProfile::CallOverhead& once = p.call_overhead;
   for (double v : {once.forward, once.backward, once.backward_input, once.backward_weight}) CATCH_CHECK(v >= 0.0);
   CATCH_CHECK(at4.first_stage_backward_in_bw);  // the adapter's first stage: its BW runs the whole backward
   CATCH_CHECK(at4.action_overhead ==
@@ -1308,14 +1308,14 @@ CATCH_TEST_CASE("profile_sequential measures every child at every size and leave
 CATCH_TEST_CASE("profile_sequential times the loss into the last child's backward", "[torch]") {
   torch::manual_seed(3);
   torch::nn::Sequential model(torch::nn::Linear(4, 4), torch::nn::Linear(4, 2));
-  ppsched::TorchProfileOptions o;
+  ppsched::libtorch::TorchProfileOptions o;
   o.rows = {2, 3};
   o.warmup = 0;
   o.repetitions = 2;
   o.input = [](std::int64_t r) { return torch::randn({r, 4}); };
-  CATCH_CHECK(ppsched::profile_sequential(model, o).loss.empty());  // no loss given, none timed
+  CATCH_CHECK(ppsched::libtorch::profile_sequential(model, o).loss.empty());  // no loss given, none timed
   o.loss = [](const torch::Tensor& y, const torch::Tensor& t) { return torch::mse_loss(y, t); };
-  const ppsched::TorchProfile p = ppsched::profile_sequential(model, o);
+  const ppsched::libtorch::TorchProfile p = ppsched::libtorch::profile_sequential(model, o);
   CATCH_REQUIRE(p.loss.size() == 2);
   for (std::size_t k = 0; k < 2; ++k) {
     CATCH_CHECK(p.loss[k].min > 0.0);
@@ -1326,22 +1326,22 @@ CATCH_TEST_CASE("profile_sequential times the loss into the last child's backwar
   }
   // A target of the caller's, and a loss that is not one scalar.
   o.target = [](std::int64_t r) { return torch::ones({r, 2}); };
-  CATCH_CHECK(ppsched::profile_sequential(model, o).loss.size() == 2);
+  CATCH_CHECK(ppsched::libtorch::profile_sequential(model, o).loss.size() == 2);
   o.loss = [](const torch::Tensor& y, const torch::Tensor& t) { return y - t; };
-  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("TorchProfileOptions::loss") !=
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::libtorch::profile_sequential(model, o); }).find("TorchProfileOptions::loss") !=
               std::string::npos);
   o.loss = [](const torch::Tensor& y, const torch::Tensor& t) { return torch::mse_loss(y, t); };
   o.target = [](std::int64_t) { return torch::Tensor(); };
-  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("TorchProfileOptions::target") !=
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::libtorch::profile_sequential(model, o); }).find("TorchProfileOptions::target") !=
               std::string::npos);
 }
 
 CATCH_TEST_CASE("profile_sequential takes the call overhead off the children once", "[torch]") {
   // Three children timed alone at two sizes, and the whole chain as one stage.
   const auto child = [](double at2, double at8) {
-    ppsched::TorchLayerProfile l;
+    ppsched::libtorch::TorchLayerProfile l;
     for (auto [rows, ms] : {std::pair{2, at2}, std::pair{8, at8}}) {
-      ppsched::TorchLayerSample s;
+      ppsched::libtorch::TorchLayerSample s;
       s.rows = rows;
       s.forward = {ms, ms - 0.1, ms + 0.1};
       s.backward = s.backward_input = s.backward_weight = {ms, ms, ms};
@@ -1349,7 +1349,7 @@ CATCH_TEST_CASE("profile_sequential takes the call overhead off the children onc
     }
     return l;
   };
-  std::vector<ppsched::TorchLayerProfile> children{child(1.0, 4.0), child(2.0, 5.0), child(3.0, 6.0)};
+  std::vector<ppsched::libtorch::TorchLayerProfile> children{child(1.0, 4.0), child(2.0, 5.0), child(3.0, 6.0)};
   const auto whole = [](double forward, double backward) {
     ppsched::detail::torch_adapter::StageTimes t;
     t.forward = {forward, forward, forward};
@@ -1359,7 +1359,7 @@ CATCH_TEST_CASE("profile_sequential takes the call overhead off the children onc
   };
   // F: (6 - 5) / 2 = 0.5 at 2 rows, (15 - 13) / 2 = 1 at 8: the median 0.75. B: 3 and 4.5, the
   // median 3.75, more than the least child's 1 ms: 1.
-  const ppsched::TorchProfile::CallOverhead o =
+  const ppsched::libtorch::TorchProfile::CallOverhead o =
       ppsched::detail::torch_adapter::take_off_call_overhead(children, {whole(5.0, 0.0), whole(13.0, 6.0)});
   CATCH_CHECK(o.forward == Approx(0.75));
   CATCH_CHECK(o.backward == Approx(1.0));
@@ -1373,12 +1373,12 @@ CATCH_TEST_CASE("profile_sequential takes the call overhead off the children onc
 
   // One child: nothing to compare it with, so nothing is taken off.
   torch::nn::Sequential one(torch::nn::Linear(4, 4));
-  ppsched::TorchProfileOptions opts;
+  ppsched::libtorch::TorchProfileOptions opts;
   opts.rows = {2};
   opts.warmup = 0;
   opts.repetitions = 1;
   opts.input = [](std::int64_t r) { return torch::randn({r, 4}); };
-  const ppsched::TorchProfile alone = ppsched::profile_sequential(one, opts);
+  const ppsched::libtorch::TorchProfile alone = ppsched::libtorch::profile_sequential(one, opts);
   CATCH_CHECK(alone.call_overhead.forward == 0.0);
   CATCH_CHECK(alone.call_overhead.backward_input == 0.0);
   CATCH_CHECK(alone.at(2).action_overhead == 0.0);
@@ -1386,23 +1386,23 @@ CATCH_TEST_CASE("profile_sequential takes the call overhead off the children onc
 
 CATCH_TEST_CASE("profile_sequential rejects options it cannot measure with", "[torch]") {
   torch::nn::Sequential model(torch::nn::Linear(3, 3));
-  ppsched::TorchProfileOptions o;
+  ppsched::libtorch::TorchProfileOptions o;
   o.input = [](std::int64_t r) { return torch::randn({r, 3}); };
   o.rows = {};
-  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("TorchProfileOptions::rows") !=
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::libtorch::profile_sequential(model, o); }).find("TorchProfileOptions::rows") !=
               std::string::npos);
   o.rows = {0};
-  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("size of 0") !=
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::libtorch::profile_sequential(model, o); }).find("size of 0") !=
               std::string::npos);
   o.rows = {2, 4, 2};
-  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("measured twice") !=
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::libtorch::profile_sequential(model, o); }).find("measured twice") !=
               std::string::npos);
   o.rows = {2};
   o.repetitions = 0;
-  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("repetitions 0") !=
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::libtorch::profile_sequential(model, o); }).find("repetitions 0") !=
               std::string::npos);
   o.repetitions = 1;
   o.input = nullptr;
-  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::profile_sequential(model, o); }).find("no input") !=
+  CATCH_CHECK(ppsched_error_of([&] { (void)ppsched::libtorch::profile_sequential(model, o); }).find("no input") !=
               std::string::npos);
 }

@@ -72,13 +72,13 @@ TEST_CASE("bench_accuracy_torch: every model's boundaries, profile and cut", "[t
 
 TEST_CASE("TorchMemoryCounter: an allocation is charged to its thread's tag and credited back on any thread",
           "[torch][accuracy][memory]") {
-  ppsched::TorchMemoryCounter& counter = ppsched::TorchMemoryCounter::install();
-  CHECK(&counter == &ppsched::TorchMemoryCounter::install());  // once per process
+  ppsched::libtorch::TorchMemoryCounter& counter = ppsched::libtorch::TorchMemoryCounter::install();
+  CHECK(&counter == &ppsched::libtorch::TorchMemoryCounter::install());  // once per process
   const int tag = 63;
   const std::int64_t start = counter.current(tag);
   torch::Tensor t;
   {
-    const ppsched::TorchMemoryCounter::Tag scope(tag);
+    const ppsched::libtorch::TorchMemoryCounter::Tag scope(tag);
     t = torch::empty({1000}, torch::kFloat32);
   }
   CHECK(counter.current(tag) == start + 4000);
@@ -87,7 +87,7 @@ TEST_CASE("TorchMemoryCounter: an allocation is charged to its thread's tag and 
   CHECK(counter.current(tag) == start + 4000);
   std::thread([moved = std::move(t)]() mutable { moved = torch::Tensor(); }).join();
   CHECK(counter.current(tag) == start);
-  CHECK_THROWS_WITH(ppsched::TorchMemoryCounter::Tag(66), Catch::Contains("outside [0, 66)"));
+  CHECK_THROWS_WITH(ppsched::libtorch::TorchMemoryCounter::Tag(66), Catch::Contains("outside [0, 66)"));
 }
 
 namespace {
@@ -102,7 +102,7 @@ struct GptMemory {
 GptMemory gpt_memory(const ppsched::MemoryPolicy& policy, const char* family = "1f1b") {
   torch::set_num_threads(1);
   const bench_torch::Model m = bench_torch::make_model("gpt");
-  const ppsched::TorchProfile measured = bench_torch::profile_of(m, {8}, 0, 1);
+  const ppsched::libtorch::TorchProfile measured = bench_torch::profile_of(m, {8}, 0, 1);
   const ppsched::Schedule plain = bench_torch::schedule_of(family, 2, 8);
   ppsched::GraphModelOptions g;
   g.ranks = 2;
@@ -180,8 +180,8 @@ namespace {
 // Bytes TorchMemoryCounter charges to `tag` while `f` runs and still holds after it.
 template <class F>
 std::int64_t kept_by(int tag, F&& f) {
-  ppsched::TorchMemoryCounter& counter = ppsched::TorchMemoryCounter::install();
-  const ppsched::TorchMemoryCounter::Tag scope(tag);
+  ppsched::libtorch::TorchMemoryCounter& counter = ppsched::libtorch::TorchMemoryCounter::install();
+  const ppsched::libtorch::TorchMemoryCounter::Tag scope(tag);
   const std::int64_t before = counter.current(tag);
   f();
   return counter.current(tag) - before;

@@ -61,6 +61,7 @@
 #include "ppsched/runtime/stage.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace libtorch {
 
 // The typed form of one tensor at a stage boundary (or of the last stage's target): its
 // dtype, its largest shape for one micro-batch, and which dimension, if any, varies from one
@@ -127,6 +128,7 @@ struct TorchStageOptions {
   torch::optim::Optimizer* optimizer = nullptr;
 };
 
+}  // namespace libtorch
 namespace detail::torch_adapter {
 
 [[nodiscard]] inline std::int64_t element_count(const std::vector<std::int64_t>& shape) {
@@ -166,20 +168,20 @@ inline void copy_into(std::span<float> out, const torch::Tensor& value, const ch
 
 // One side of a stage (its input or its output) in either form, as the calls need it.
 struct Side {
-  TorchTensorSpec spec;                // the float form: float32 of its shape, nothing varies
+  libtorch::TorchTensorSpec spec;                // the float form: float32 of its shape, nothing varies
   std::vector<TensorSpec> payload;     // the typed form's one tensor; empty for the float form
   std::string name;                    // the option that declares it, for messages
 
   [[nodiscard]] bool typed() const noexcept { return !payload.empty(); }
 };
 
-[[nodiscard]] inline std::size_t max_count(const TorchTensorSpec& spec) {
+[[nodiscard]] inline std::size_t max_count(const libtorch::TorchTensorSpec& spec) {
   return static_cast<std::size_t>(element_count(spec.max_shape));
 }
 
 // The shape of a tensor of `count` elements: the maximum shape, its variable dimension
 // (if any) sized to fit.
-[[nodiscard]] inline std::vector<std::int64_t> shape_of(const TorchTensorSpec& spec, std::size_t count,
+[[nodiscard]] inline std::vector<std::int64_t> shape_of(const libtorch::TorchTensorSpec& spec, std::size_t count,
                                                         const std::string& name, const char* what) {
   std::vector<std::int64_t> shape = spec.max_shape;
   if (spec.variable_dim < 0) {
@@ -207,7 +209,7 @@ struct Side {
 
 // Throws unless `t` fits the typed spec: its dtype, its number of dimensions, the fixed
 // dimensions exactly and the variable one up to its maximum.
-inline void check_fits(const TorchTensorSpec& spec, const torch::Tensor& t, const std::string& name,
+inline void check_fits(const libtorch::TorchTensorSpec& spec, const torch::Tensor& t, const std::string& name,
                        const char* what, const char* fix) {
   if (!t.defined()) fail({"torch stage", detail::concat(what, " is undefined"), name, fix});
   if (t.scalar_type() != spec.dtype) {
@@ -424,6 +426,7 @@ struct GraphCut {
 }
 
 }  // namespace detail::torch_adapter
+namespace libtorch {
 
 // Stage 0's typed batch (Batch::inputs): one payload of `spec` per micro-batch tensor, one
 // after the other. Each tensor must fit the spec (dtype, fixed dimensions, the variable one
@@ -1026,6 +1029,7 @@ class TorchMemoryCounter {
   }
 };
 
+}  // namespace libtorch
 namespace detail::torch_adapter {
 
 // libtorch's own CPU allocation (c10::alloc_cpu, aligned as its default allocator aligns) with
@@ -1034,11 +1038,11 @@ namespace detail::torch_adapter {
 // (which some kernels use: gelu's) requires.
 class CountingCpuAllocator final : public c10::Allocator {
  public:
-  explicit CountingCpuAllocator(TorchMemoryCounter* counter) { counter_() = counter; }
+  explicit CountingCpuAllocator(libtorch::TorchMemoryCounter* counter) { counter_() = counter; }
 
   c10::DataPtr allocate(std::size_t n) const override {
     auto* base = static_cast<std::byte*>(c10::alloc_cpu(header + n));
-    const int owner = TorchMemoryCounter::thread_tag();
+    const int owner = libtorch::TorchMemoryCounter::thread_tag();
     new (base) Header{static_cast<std::int64_t>(n), owner};
     counter_()->add(owner, static_cast<std::int64_t>(n));
     void* data = base + header;
@@ -1053,8 +1057,8 @@ class CountingCpuAllocator final : public c10::Allocator {
   };
   // A multiple of the alignment, so that the data after it is aligned as the block is.
   static constexpr std::size_t header = (sizeof(Header) + c10::gAlignment - 1) / c10::gAlignment * c10::gAlignment;
-  static TorchMemoryCounter*& counter_() {
-    static TorchMemoryCounter* counter = nullptr;
+  static libtorch::TorchMemoryCounter*& counter_() {
+    static libtorch::TorchMemoryCounter* counter = nullptr;
     return counter;
   }
   static void release(void* data) {
@@ -1067,6 +1071,7 @@ class CountingCpuAllocator final : public c10::Allocator {
 };
 
 }  // namespace detail::torch_adapter
+namespace libtorch {
 
 inline TorchMemoryCounter& TorchMemoryCounter::install() {
   // Never freed: libtorch keeps the allocator for the process's life, and blocks freed at exit
@@ -1204,9 +1209,10 @@ struct TorchProfile {
   [[nodiscard]] Profile at(std::int64_t micro_batch_rows) const;
 };
 
+}  // namespace libtorch
 namespace detail::torch_adapter {
 
-[[nodiscard]] inline TorchTiming spread(std::vector<double> ms) {
+[[nodiscard]] inline libtorch::TorchTiming spread(std::vector<double> ms) {
   std::sort(ms.begin(), ms.end());
   const std::size_t n = ms.size();
   const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
@@ -1227,11 +1233,12 @@ template <class F>
   return name;
 }
 
-[[nodiscard]] inline TorchTensorSpec spec_of(const torch::Tensor& t) {
+[[nodiscard]] inline libtorch::TorchTensorSpec spec_of(const torch::Tensor& t) {
   return {t.scalar_type(), std::vector<std::int64_t>(t.sizes().begin(), t.sizes().end()), -1};
 }
 
 }  // namespace detail::torch_adapter
+namespace libtorch {
 
 inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
   const auto k = static_cast<std::size_t>(std::find(rows.begin(), rows.end(), micro_batch_rows) - rows.begin());
@@ -1295,6 +1302,7 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
   return p;
 }
 
+}  // namespace libtorch
 namespace detail::torch_adapter {
 
 // A TorchStage of `model`'s children first..last - 1 over typed boundaries (child k's input
@@ -1305,15 +1313,15 @@ struct PartStage {
             std::size_t last, const torch::Tensor& grad)
       : stage(part_of(model, first, last), options_of(inputs[first], inputs[last])),
         f(stage.functions()),
-        in(torch_payloads(spec_of(inputs[first]), {inputs[first]})),
-        grad_out(torch_payloads(spec_of(inputs[last]), {grad})),
+        in(libtorch::torch_payloads(spec_of(inputs[first]), {inputs[first]})),
+        grad_out(libtorch::torch_payloads(spec_of(inputs[last]), {grad})),
         output(grad_out.size()),
         grad_in(in.size()),
         weight_grad(f.weight_grad_size) {}
   PartStage(const PartStage&) = delete;
   PartStage& operator=(const PartStage&) = delete;
 
-  TorchStage stage;
+  libtorch::TorchStage stage;
   StageFunctions f;
   std::vector<float> in, grad_out, output, grad_in, weight_grad;
 
@@ -1323,8 +1331,8 @@ struct PartStage {
     for (std::size_t k = first; k < last; ++k) part->push_back(*(model->begin() + static_cast<std::ptrdiff_t>(k)));
     return part;
   }
-  static TorchStageOptions options_of(const torch::Tensor& input, const torch::Tensor& output) {
-    TorchStageOptions so;
+  static libtorch::TorchStageOptions options_of(const torch::Tensor& input, const torch::Tensor& output) {
+    libtorch::TorchStageOptions so;
     so.input_tensors = {spec_of(input)};
     so.output_tensors = {spec_of(output)};
     return so;
@@ -1350,16 +1358,16 @@ struct HeldBytes {
 // charged each child its output, held or not (docs/accuracy.md).
 [[nodiscard]] inline HeldBytes held_by_stage(const torch::nn::Sequential& model, const std::vector<torch::Tensor>& inputs,
                                              std::size_t first, std::size_t last) {
-  TorchMemoryCounter& counter = TorchMemoryCounter::install();
+  libtorch::TorchMemoryCounter& counter = libtorch::TorchMemoryCounter::install();
   // Any gradient of the right shape: bytes do not depend on its values.
   PartStage p(model, inputs, first, last, torch::ones_like(inputs[last]));
-  const TorchMemoryCounter::Tag tag(TorchMemoryCounter::profiling);
-  const std::int64_t before = counter.current(TorchMemoryCounter::profiling);
+  const libtorch::TorchMemoryCounter::Tag tag(libtorch::TorchMemoryCounter::profiling);
+  const std::int64_t before = counter.current(libtorch::TorchMemoryCounter::profiling);
   HeldBytes out;
   p.f.forward(0, p.in, p.output);
-  out.forward = static_cast<double>(counter.current(TorchMemoryCounter::profiling) - before);
+  out.forward = static_cast<double>(counter.current(libtorch::TorchMemoryCounter::profiling) - before);
   p.f.backward_input(0, p.in, p.grad_out, p.grad_in);
-  out.input_backward = static_cast<double>(counter.current(TorchMemoryCounter::profiling) - before);
+  out.input_backward = static_cast<double>(counter.current(libtorch::TorchMemoryCounter::profiling) - before);
   p.f.backward_weight(0, p.in, p.grad_out, p.weight_grad);
   return out;
 }
@@ -1367,7 +1375,7 @@ struct HeldBytes {
 // The four calls of a TorchStage of `model`'s children first..last - 1, child k's input being
 // inputs[k], timed as the adapter runs them: F, B, then F, BI, BW, after `warmup` rounds.
 struct StageTimes {
-  TorchTiming forward, backward, backward_input, backward_weight;
+  libtorch::TorchTiming forward, backward, backward_input, backward_weight;
 };
 [[nodiscard]] inline StageTimes time_stage(const torch::nn::Sequential& model, const std::vector<torch::Tensor>& inputs,
                                            std::size_t first, std::size_t last, int warmup, int repetitions) {
@@ -1375,7 +1383,7 @@ struct StageTimes {
   PartStage p(model, inputs, first, last, torch::randn_like(inputs[last]));
   const StageFunctions& f = p.f;
   std::vector<double> fw, b, bi, bw;
-  const TorchMemoryCounter::Tag tag(TorchMemoryCounter::profiling);
+  const libtorch::TorchMemoryCounter::Tag tag(libtorch::TorchMemoryCounter::profiling);
   for (int rep = 0; rep < warmup + repetitions; ++rep) {
     const bool timed = rep >= warmup;
     std::fill(p.weight_grad.begin(), p.weight_grad.end(), 0.0f);
@@ -1397,10 +1405,10 @@ struct StageTimes {
 
 // The loss's call at one size, as TorchStage's loss runs it: the model's output `y` as a leaf
 // that takes a gradient, the loss against the target, the gradient, copied out as floats.
-[[nodiscard]] inline TorchTiming time_loss(const TorchProfileOptions& options, const torch::Tensor& y, std::int64_t rows) {
+[[nodiscard]] inline libtorch::TorchTiming time_loss(const libtorch::TorchProfileOptions& options, const torch::Tensor& y, std::int64_t rows) {
   const torch::Tensor target = options.target ? options.target(rows) : torch::zeros_like(y);
   if (!target.defined()) {
-    fail({"torch profile", concat("the target for ", rows, " rows is undefined"), "TorchProfileOptions::target",
+    fail({"torch profile", concat("the target for ", rows, " rows is undefined"), "libtorch::TorchProfileOptions::target",
           "Return one micro-batch's target tensor, or leave target empty for zeros shaped as the output"});
   }
   std::vector<float> grad(static_cast<std::size_t>(y.numel()));
@@ -1412,7 +1420,7 @@ struct StageTimes {
       const torch::Tensor output = y.detach().requires_grad_(true);
       const torch::Tensor value = options.loss(output, target);
       if (!value.defined() || value.numel() != 1 || !value.requires_grad()) {
-        fail({"torch profile", "the loss is not one scalar computed from the output", "TorchProfileOptions::loss",
+        fail({"torch profile", "the loss is not one scalar computed from the output", "libtorch::TorchProfileOptions::loss",
               "Return one scalar computed from the output (e.g. torch::mse_loss(output, target))"});
       }
       grad_out.copy_(torch::autograd::grad({value}, {output})[0]);
@@ -1424,37 +1432,38 @@ struct StageTimes {
 
 // TorchProfile::call_overhead from the children's times alone ([child][size]) and the whole
 // chain's ([size]), and every child's times with it taken off.
-inline TorchProfile::CallOverhead take_off_call_overhead(std::vector<TorchLayerProfile>& children,
+inline libtorch::TorchProfile::CallOverhead take_off_call_overhead(std::vector<libtorch::TorchLayerProfile>& children,
                                                          const std::vector<StageTimes>& whole) {
-  const auto one = [&](TorchTiming TorchLayerSample::* kind, TorchTiming StageTimes::* whole_kind) {
+  const auto one = [&](libtorch::TorchTiming libtorch::TorchLayerSample::* kind, libtorch::TorchTiming StageTimes::* whole_kind) {
     std::vector<double> per_size;
     double least = std::numeric_limits<double>::infinity();
     for (std::size_t k = 0; k < whole.size(); ++k) {
       double sum = 0.0;
-      for (const TorchLayerProfile& c : children) {
+      for (const libtorch::TorchLayerProfile& c : children) {
         sum += (c.samples[k].*kind).median;
         least = std::min(least, (c.samples[k].*kind).median);
       }
       per_size.push_back((sum - (whole[k].*whole_kind).median) / static_cast<double>(children.size() - 1));
     }
     const double per_call = std::clamp(spread(per_size).median, 0.0, least);
-    for (TorchLayerProfile& c : children) {
-      for (TorchLayerSample& sample : c.samples) {
-        TorchTiming& t = sample.*kind;
+    for (libtorch::TorchLayerProfile& c : children) {
+      for (libtorch::TorchLayerSample& sample : c.samples) {
+        libtorch::TorchTiming& t = sample.*kind;
         t = {t.median - per_call, std::max(0.0, t.min - per_call), std::max(0.0, t.max - per_call)};
       }
     }
     return per_call;
   };
-  TorchProfile::CallOverhead o;
-  o.forward = one(&TorchLayerSample::forward, &StageTimes::forward);
-  o.backward = one(&TorchLayerSample::backward, &StageTimes::backward);
-  o.backward_input = one(&TorchLayerSample::backward_input, &StageTimes::backward_input);
-  o.backward_weight = one(&TorchLayerSample::backward_weight, &StageTimes::backward_weight);
+  libtorch::TorchProfile::CallOverhead o;
+  o.forward = one(&libtorch::TorchLayerSample::forward, &StageTimes::forward);
+  o.backward = one(&libtorch::TorchLayerSample::backward, &StageTimes::backward);
+  o.backward_input = one(&libtorch::TorchLayerSample::backward_input, &StageTimes::backward_input);
+  o.backward_weight = one(&libtorch::TorchLayerSample::backward_weight, &StageTimes::backward_weight);
   return o;
 }
 
 }  // namespace detail::torch_adapter
+namespace libtorch {
 
 // Measures every child of `model` (see above). The model is left as it was: its parameters,
 // their .grad, and its buffers (a batch norm's running statistics) are restored.
@@ -1611,4 +1620,11 @@ struct TorchParameterCopy {
   return t;
 }
 
+}  // namespace libtorch
+
+// The stage type a program builds, spelled at the top; profiling, memory counting, tied
+// parameters and the rest of the adapter are ppsched::libtorch:: (not ppsched::torch, which
+// would hide libtorch's own ::torch inside namespace ppsched).
+using libtorch::TorchStage;
+using libtorch::TorchStageOptions;
 }  // namespace ppsched

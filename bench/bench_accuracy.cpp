@@ -131,12 +131,12 @@ int main(int argc, char** argv) try {
     for (Config& c : configs) {
       ppsched::ScheduleRequest request{c.ranks, c.microbatches, c.family == "interleaved-1f1b" ? 2 : 1};
       const ppsched::Schedule schedule = ppsched::make_schedule(c.family, request);
-      ppsched::GraphModelOptions g;
+      ppsched::plan::GraphModelOptions g;
       g.ranks = c.ranks;
       g.microbatches = c.microbatches;
-      const ppsched::PlanModel plan_model = ppsched::graph_model(ppsched::profile_at_rows(profile, c.rows), "mlp", g);
-      const ppsched::PartitionPlan cut = plan_model.partition(schedule.placement);
-      const ppsched::CostModel cost = ppsched::cost_model_of(cut, ppsched::plan_cost_options(plan_model, 0.5));
+      const ppsched::plan::PlanModel plan_model = ppsched::plan::graph_model(ppsched::profile_at_rows(profile, c.rows), "mlp", g);
+      const ppsched::plan::PartitionPlan cut = plan_model.partition(schedule.placement);
+      const ppsched::CostModel cost = ppsched::plan::cost_model_of(cut, ppsched::plan::plan_cost_options(plan_model, 0.5));
       c.predicted = ppsched::simulate(schedule, cost).makespan;
       ppsched::CostModel alone = cost;
       alone.concurrent_slowdown.clear();
@@ -179,33 +179,33 @@ int main(int argc, char** argv) try {
   const auto calibrating = std::find_if(configs.begin(), configs.end(), [](const Config& c) {
     return c.family == "1f1b" && c.ranks == 2 && c.microbatches == 8;
   });
-  const ppsched::Recalibration fit =
-      ppsched::recalibrate_plan(profile, calibrating->timeline, calibrating->rows, 2, 64, std::nullopt, {});
+  const ppsched::plan::Recalibration fit =
+      ppsched::plan::recalibrate_plan(profile, calibrating->timeline, calibrating->rows, 2, 64, std::nullopt, {});
   std::printf("calibrated from 1f1b p=2 m=8 (one step): fixed cost per action %.4f ms\n", fit.profile.action_overhead);
   // The same from every step of the last pass of two runs of different shapes (one rank, 2
   // micro-batches; two ranks, 32), with the step times measured around run_step.
-  std::vector<ppsched::MeasuredRun> runs;
+  std::vector<ppsched::plan::MeasuredRun> runs;
   for (const Config& c : configs) {
     if ((c.family == "gpipe" && c.ranks == 1 && c.microbatches == 2) || (c.family == "1f1b" && c.ranks == 2 && c.microbatches == 32)) {
       runs.push_back({c.last_pass, static_cast<double>(c.rows), c.passes.back()});
     }
   }
-  const ppsched::Recalibration fit_runs = ppsched::recalibrate_plan(profile, runs, 2, 64, std::nullopt, {});
+  const ppsched::plan::Recalibration fit_runs = ppsched::plan::recalibrate_plan(profile, runs, 2, 64, std::nullopt, {});
   std::printf("calibrated from gpipe p=1 m=2 and 1f1b p=2 m=32 (%d steps each): fixed cost per step %.4f ms, per action %.4f ms\n",
               repetitions, fit_runs.profile.step_overhead, fit_runs.profile.action_overhead);
   for (Config& c : configs) {
     ppsched::ScheduleRequest request{c.ranks, c.microbatches, c.family == "interleaved-1f1b" ? 2 : 1};
     const ppsched::Schedule schedule = ppsched::make_schedule(c.family, request);
-    ppsched::GraphModelOptions g;
+    ppsched::plan::GraphModelOptions g;
     g.ranks = c.ranks;
     g.microbatches = c.microbatches;
-    const ppsched::PlanModel m = ppsched::graph_model(ppsched::profile_at_rows(fit.profile, c.rows), "mlp", g);
+    const ppsched::plan::PlanModel m = ppsched::plan::graph_model(ppsched::profile_at_rows(fit.profile, c.rows), "mlp", g);
     c.recalibrated =
-        ppsched::simulate(schedule, ppsched::cost_model_of(m.partition(schedule.placement), ppsched::plan_cost_options(m, 0.5)))
+        ppsched::simulate(schedule, ppsched::plan::cost_model_of(m.partition(schedule.placement), ppsched::plan::plan_cost_options(m, 0.5)))
             .makespan;
-    const ppsched::PlanModel m2 = ppsched::graph_model(ppsched::profile_at_rows(fit_runs.profile, c.rows), "mlp", g);
+    const ppsched::plan::PlanModel m2 = ppsched::plan::graph_model(ppsched::profile_at_rows(fit_runs.profile, c.rows), "mlp", g);
     c.recalibrated_runs =
-        ppsched::simulate(schedule, ppsched::cost_model_of(m2.partition(schedule.placement), ppsched::plan_cost_options(m2, 0.5)))
+        ppsched::simulate(schedule, ppsched::plan::cost_model_of(m2.partition(schedule.placement), ppsched::plan::plan_cost_options(m2, 0.5)))
             .makespan;
   }
   // 5. The report.

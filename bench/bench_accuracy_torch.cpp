@@ -89,11 +89,11 @@ constexpr double steady_tolerance = 1.15;
 // The step predicted for `c` from `profile`, as plan_devices prices it.
 double predict(const ppsched::Profile& profile, const Config& c) {
   const ppsched::Schedule schedule = bench_torch::schedule_of(c.family, c.ranks, c.microbatches);
-  ppsched::GraphModelOptions g;
+  ppsched::plan::GraphModelOptions g;
   g.ranks = c.ranks;
   g.microbatches = c.microbatches;
-  const ppsched::PlanModel m = ppsched::graph_model(ppsched::profile_at_rows(profile, c.rows), c.model, g);
-  return ppsched::simulate(schedule, ppsched::cost_model_of(m.partition(schedule.placement), ppsched::plan_cost_options(m, 0.5)))
+  const ppsched::plan::PlanModel m = ppsched::plan::graph_model(ppsched::profile_at_rows(profile, c.rows), c.model, g);
+  return ppsched::simulate(schedule, ppsched::plan::cost_model_of(m.partition(schedule.placement), ppsched::plan::plan_cost_options(m, 0.5)))
       .makespan;
 }
 
@@ -206,12 +206,12 @@ void measure(const bench_torch::Model& model, const ppsched::Profile& profile, s
   for (int pass = 0; pass < passes; ++pass) {
     for (Config& c : configs) {
       const ppsched::Schedule schedule = bench_torch::schedule_of(c.family, c.ranks, c.microbatches);
-      ppsched::GraphModelOptions g;
+      ppsched::plan::GraphModelOptions g;
       g.ranks = c.ranks;
       g.microbatches = c.microbatches;
-      const ppsched::PlanModel plan_model = ppsched::graph_model(ppsched::profile_at_rows(profile, c.rows), c.model, g);
-      const ppsched::PartitionPlan cut = plan_model.partition(schedule.placement);
-      const ppsched::CostModel cost = ppsched::cost_model_of(cut, ppsched::plan_cost_options(plan_model, 0.5));
+      const ppsched::plan::PlanModel plan_model = ppsched::plan::graph_model(ppsched::profile_at_rows(profile, c.rows), c.model, g);
+      const ppsched::plan::PartitionPlan cut = plan_model.partition(schedule.placement);
+      const ppsched::CostModel cost = ppsched::plan::cost_model_of(cut, ppsched::plan::plan_cost_options(plan_model, 0.5));
       c.predicted = ppsched::simulate(schedule, cost).makespan;
       ppsched::CostModel alone = cost;
       alone.concurrent_slowdown.clear();
@@ -275,7 +275,7 @@ struct CountedRun {
   double untagged = 0.0;
 };
 
-CountedRun counted_run(const bench_torch::Model& model, const ppsched::PartitionPlan& cut, const ppsched::Schedule& schedule,
+CountedRun counted_run(const bench_torch::Model& model, const ppsched::plan::PartitionPlan& cut, const ppsched::Schedule& schedule,
                        const ppsched::CostModel& cost, std::int32_t rows, int steps) {
   const ppsched::SimResult sim = ppsched::simulate(schedule, cost);
   // param.grad is allocated by the first step that needs it, on the rank thread of that run:
@@ -331,13 +331,13 @@ int memory_report(const std::string& which) {
     std::size_t n = 0, within = 0;
     for (const bench_torch::ConfigKey& k : bench_torch::configurations(global_batch)) {
       const ppsched::Schedule schedule = bench_torch::schedule_of(k.family, k.ranks, k.microbatches);
-      ppsched::GraphModelOptions g;
+      ppsched::plan::GraphModelOptions g;
       g.ranks = k.ranks;
       g.microbatches = k.microbatches;
-      const ppsched::PlanModel plan_model = ppsched::graph_model(ppsched::profile_at_rows(profile, k.rows), name, g);
-      const ppsched::PartitionPlan cut = plan_model.partition(schedule.placement);
-      const ppsched::CostModel cost = ppsched::cost_model_of(
-          cut, ppsched::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, k.rows)));
+      const ppsched::plan::PlanModel plan_model = ppsched::plan::graph_model(ppsched::profile_at_rows(profile, k.rows), name, g);
+      const ppsched::plan::PartitionPlan cut = plan_model.partition(schedule.placement);
+      const ppsched::CostModel cost = ppsched::plan::cost_model_of(
+          cut, ppsched::plan::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, k.rows)));
       const CountedRun run = counted_run(model, cut, schedule, cost, k.rows, 2);
       leak = std::max(leak, run.leak);
       untagged = std::max(untagged, run.untagged);
@@ -397,24 +397,24 @@ int policies_report(int repetitions, const ppsched::BackendOverheads& overheads)
   profile.action_overhead += overheads.action_overhead;  // beside the adapter's own (TorchProfile::at)
   profile.transfer_overhead = overheads.transfer_overhead;
   profile.step_overhead = overheads.step_overhead;
-  const std::vector<std::pair<std::string, std::vector<ppsched::MemoryPolicy>>> policies{
-      {"none", {ppsched::MemoryPolicy::none(), ppsched::MemoryPolicy::none()}},
-      {"full recompute", {ppsched::MemoryPolicy::full_recompute(), ppsched::MemoryPolicy::full_recompute()}},
-      {"full on stage 0", {ppsched::MemoryPolicy::full_recompute(), ppsched::MemoryPolicy::none()}}};
+  const std::vector<std::pair<std::string, std::vector<ppsched::plan::MemoryPolicy>>> policies{
+      {"none", {ppsched::plan::MemoryPolicy::none(), ppsched::plan::MemoryPolicy::none()}},
+      {"full recompute", {ppsched::plan::MemoryPolicy::full_recompute(), ppsched::plan::MemoryPolicy::full_recompute()}},
+      {"full on stage 0", {ppsched::plan::MemoryPolicy::full_recompute(), ppsched::plan::MemoryPolicy::none()}}};
   std::printf("%-6s %-16s %9s %9s %7s   %-29s %-29s\n", "family", "policy", "predicted", "measured", "error",
               "rank 0 bytes: pred. / meas.", "rank 1 bytes: pred. / meas.");
   accuracy::Errors time_errors, byte_errors;
   for (const char* family : {"gpipe", "1f1b", "zb-h1"}) {
     const ppsched::Schedule plain = bench_torch::schedule_of(family, ranks, microbatches);
-    ppsched::GraphModelOptions g;
+    ppsched::plan::GraphModelOptions g;
     g.ranks = ranks;
     g.microbatches = microbatches;
-    const ppsched::PlanModel plan_model = ppsched::graph_model(ppsched::profile_at_rows(profile, rows), "gpt", g);
-    const ppsched::PartitionPlan cut = plan_model.partition(plain.placement);
-    const ppsched::CostModel cost = ppsched::cost_model_of(
-        cut, ppsched::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, rows)));
+    const ppsched::plan::PlanModel plan_model = ppsched::plan::graph_model(ppsched::profile_at_rows(profile, rows), "gpt", g);
+    const ppsched::plan::PartitionPlan cut = plan_model.partition(plain.placement);
+    const ppsched::CostModel cost = ppsched::plan::cost_model_of(
+        cut, ppsched::plan::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, rows)));
     for (const auto& [label, per_stage] : policies) {
-      const ppsched::MemoryPlan mp = ppsched::apply_memory_policies(plain, cost, per_stage);
+      const ppsched::plan::MemoryPlan mp = ppsched::plan::apply_memory_policies(plain, cost, per_stage);
       const double predicted = ppsched::simulate(mp.schedule, mp.costs).makespan;
       const CountedRun run = counted_run(model, cut, mp.schedule, mp.costs, rows, repetitions);
       std::vector<double> ms = run.ms;
@@ -564,13 +564,13 @@ int main(int argc, char** argv) try {
     measure(model, profile, configs, repetitions, passes, probes);
     // Recalibrated from every step of the last pass of two runs of different shapes (one rank
     // with 2 micro-batches, two ranks with 32) and their step times (docs/plan.md).
-    std::vector<ppsched::MeasuredRun> runs;
+    std::vector<ppsched::plan::MeasuredRun> runs;
     for (const Config& c : configs) {
       if ((c.family == "gpipe" && c.ranks == 1 && c.microbatches == 2) || (c.family == "1f1b" && c.ranks == 2 && c.microbatches == 32)) {
         runs.push_back({c.last_pass, static_cast<double>(c.rows), c.passes.back()});
       }
     }
-    const ppsched::Recalibration fit = ppsched::recalibrate_plan(profile, runs, 2, global_batch, std::nullopt, {});
+    const ppsched::plan::Recalibration fit = ppsched::plan::recalibrate_plan(profile, runs, 2, global_batch, std::nullopt, {});
     const ppsched::Profile fastest_profile = priced_at32(at_fastest(measured_profile), profile, overheads);
     for (Config& c : configs) {
       c.from_fastest = predict(fastest_profile, c);

@@ -32,6 +32,7 @@
 namespace {
 
 using namespace ppsched;
+using namespace ppsched::plan;
 
 constexpr std::int32_t bench_ranks = 32;
 constexpr std::int32_t bench_microbatches = 256;

@@ -33,6 +33,7 @@
 namespace {
 
 using namespace ppsched;
+using namespace ppsched::plan;
 constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 
 struct MemoryBest {

@@ -37,9 +37,9 @@ int main(int argc, char** argv) try {
   profile.graph = ppsched::LayerGraph(std::move(layers));
   profile.time_unit = "ms";
   profile.link = ppsched::Interconnect{0.01, 25e6};  // 25 GB/s in bytes per ms
-  ppsched::DevicePlanOptions options;
+  ppsched::plan::DevicePlanOptions options;
   options.all_reduce_link = ppsched::Interconnect{0.02, 12.5e6};
-  const ppsched::DevicePlan plan = ppsched::plan_devices(profile, 8, 64, 40.0 * (1 << 30), options);
+  const ppsched::plan::DevicePlan plan = ppsched::plan::plan_devices(profile, 8, 64, 40.0 * (1 << 30), options);
   std::cout << plan << '\n';
   // example-end plan-devices
 

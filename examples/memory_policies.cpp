@@ -16,6 +16,7 @@
 
 int main() {
   using namespace ppsched;
+  using namespace ppsched::plan;  // the planner library
   // Four stages of 10 ms forward, 10 + 10 ms backward, 1 GB of stored activation per
   // micro-batch; neighbours 10 GB/s apart, each device 50 GB/s from its host (times in ms):
 // offloading all of it needs 40 ms of copies per 30 ms of compute, half of it hides.

@@ -15,6 +15,7 @@
 
 int main() {
   using namespace ppsched;
+  using namespace ppsched::plan;  // the planner library
   // example-begin plan
   // The model: an embedding, 14 blocks and a head; times in ms, sizes in bytes.
   GraphBuilder layers;

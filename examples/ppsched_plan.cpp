@@ -49,7 +49,7 @@ std::string usage() {
 }
 
 // Renders every requested file, then writes them all or none (output_file.hpp).
-void write_outputs(const ppsched::ScheduleResult& r, const cli::OutputPaths& outputs) {
+void write_outputs(const ppsched::plan::ScheduleResult& r, const cli::OutputPaths& outputs) {
   if (!r.valid) {
     ppsched::fail({"ppsched-plan", ppsched::concat("schedule '", r.name, "' is not valid, so it has no timeline"),
                    "", "fix the problems listed in the report"});
@@ -80,12 +80,12 @@ int run(std::span<const char* const> argv) {
     return 0;
   }
   if (!options.calibrate_paths.empty()) {
-    const ppsched::Recalibration r = cli::make_recalibration(options);
+    const ppsched::plan::Recalibration r = cli::make_recalibration(options);
     std::cout << cli::recalibration_report(r);
     return r.after.chosen ? 0 : 2;
   }
   if (options.devices > 0) {
-    const ppsched::DevicePlan plan = cli::make_device_plan(options);
+    const ppsched::plan::DevicePlan plan = cli::make_device_plan(options);
     if (options.json) {
       std::cout << cli::device_plan_json(plan, cli::version_text).dump(2) << '\n';
     } else {
@@ -98,7 +98,7 @@ int run(std::span<const char* const> argv) {
     }
     return 0;
   }
-  const ppsched::PlanModel model = cli::make_model(options);
+  const ppsched::plan::PlanModel model = cli::make_model(options);
   const cli::OutputPaths outputs{options.trace_path, options.svg_path, options.csv_path};
 
   if (!options.validate_path.empty()) {
@@ -114,10 +114,10 @@ int run(std::span<const char* const> argv) {
 
   cli::check_plan_memory(cli::plan_request(options), options.schedule_auto,
                          ppsched::concat("--stages ", options.stages, " --microbatches ", options.microbatches));
-  ppsched::SearchSummary search;
-  const ppsched::PlanResult plan =
+  ppsched::plan::SearchSummary search;
+  const ppsched::plan::PlanResult plan =
       options.schedule_auto ? cli::make_auto_plan(options, model, search) : cli::make_plan(options, model);
-  const ppsched::SearchSummary* searched = options.schedule_auto ? &search : nullptr;
+  const ppsched::plan::SearchSummary* searched = options.schedule_auto ? &search : nullptr;
   if (!outputs.trace.empty() || !outputs.svg.empty() || !outputs.csv.empty()) {
     // The files describe one schedule: the only one asked for, or the recommended one.
     const std::optional<std::size_t> chosen =

@@ -47,13 +47,13 @@ TEST_CASE("compiled mode: 1F1B's makespan is (m + p - 1)(F + B), as in the heade
 }
 
 TEST_CASE("compiled mode: the planner, the search, the device planner, CSV and the writers") {
-  const ppsched::PlanModel model = ppsched::per_rank_cost_model({1.0, 1.0, 1.0, 0.0, 0.0});
-  ppsched::PlanRequest request;
+  const ppsched::plan::PlanModel model = ppsched::plan::per_rank_cost_model({1.0, 1.0, 1.0, 0.0, 0.0});
+  ppsched::plan::PlanRequest request;
   request.ranks = 4;
   request.microbatches = 8;
-  const ppsched::PlanResult plan = ppsched::compare_families(model, request);
+  const ppsched::plan::PlanResult plan = ppsched::plan::compare_families(model, request);
   REQUIRE(plan.recommended_schedule() != nullptr);
-  const ppsched::SearchedPlan searched = ppsched::search_plan(model, request);
+  const ppsched::plan::SearchedPlan searched = ppsched::plan::search_plan(model, request);
   REQUIRE(searched.plan.recommended_schedule() != nullptr);
   // The search is never slower than the family recommended without it.
   CHECK(searched.plan.recommended_schedule()->makespan <= plan.recommended_schedule()->makespan + 1e-9);
@@ -62,7 +62,7 @@ TEST_CASE("compiled mode: the planner, the search, the device planner, CSV and t
   for (int i = 0; i < 8; ++i) layers.then({"layer " + std::to_string(i), 1.0, 1.0, 1.0, 1e6, 1e6, 1e5});
   ppsched::Profile profile;
   profile.graph = layers.build();
-  const ppsched::DevicePlan devices = ppsched::plan_devices(profile, 4, 16, std::nullopt);
+  const ppsched::plan::DevicePlan devices = ppsched::plan::plan_devices(profile, 4, 16, std::nullopt);
   REQUIRE(devices.chosen.has_value());
   CHECK(devices.chosen->pipeline * devices.chosen->replicas == 4);
 

@@ -35,6 +35,7 @@
 #include "run_tool.hpp"
 
 using namespace ppsched;
+using namespace ppsched::plan;
 
 namespace {
 

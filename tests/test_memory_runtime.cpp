@@ -387,14 +387,14 @@ TEST_CASE("the planner's memory policies run bit-identically for every training 
     const ppsched::Schedule plain = ppsched_test::make(fam, 4, 8);
     ppsched::CostModel model = costs;
     model.stages.assign(static_cast<std::size_t>(plain.stages()), costs.stages.front());
-    for (const ppsched::MemoryPolicy policy :
-         {ppsched::MemoryPolicy::full_recompute(), ppsched::MemoryPolicy::selective(0.5), ppsched::MemoryPolicy::offload(),
-          ppsched::MemoryPolicy::layerwise_offload(0.5, 0.25, 0.5)}) {
-      const ppsched::MemoryPlan plan = ppsched::apply_memory_policies(plain, model, {policy});
-      const Policy p = policy.kind == ppsched::MemoryPolicyKind::offload             ? Policy::offload
-                       : policy.kind == ppsched::MemoryPolicyKind::layerwise_offload ? Policy::layerwise_offload
+    for (const ppsched::plan::MemoryPolicy policy :
+         {ppsched::plan::MemoryPolicy::full_recompute(), ppsched::plan::MemoryPolicy::selective(0.5), ppsched::plan::MemoryPolicy::offload(),
+          ppsched::plan::MemoryPolicy::layerwise_offload(0.5, 0.25, 0.5)}) {
+      const ppsched::plan::MemoryPlan plan = ppsched::plan::apply_memory_policies(plain, model, {policy});
+      const Policy p = policy.kind == ppsched::plan::MemoryPolicyKind::offload             ? Policy::offload
+                       : policy.kind == ppsched::plan::MemoryPolicyKind::layerwise_offload ? Policy::layerwise_offload
                                                                                      : Policy::recompute_default;
-      INFO(fam.name << ", " << ppsched::to_string(policy));
+      INFO(fam.name << ", " << ppsched::plan::to_string(policy));
       CHECK(trains_exactly(plan.schedule, p, ppsched::CpuMode::threaded, 2));
     }
   }

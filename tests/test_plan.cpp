@@ -21,6 +21,7 @@
 #include "ppsched/sim/analytic.hpp"
 
 using namespace ppsched;
+using namespace ppsched::plan;
 
 namespace {
 

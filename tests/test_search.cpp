@@ -29,6 +29,7 @@
 #include "ppsched/sim/simulate.hpp"
 
 using namespace ppsched;
+using namespace ppsched::plan;
 
 namespace {
 

@@ -58,11 +58,11 @@ TEST_CASE("bench_accuracy_torch: every model's boundaries, profile and cut", "[t
     CHECK(p.graph.layer(0).points.size() == 2);
     for (std::size_t l = 0; l < p.graph.size(); ++l) CHECK(p.graph.layer(l).forward >= 0.0);
     // The planner's cut for 2 ranks covers every child once, in order.
-    ppsched::GraphModelOptions g;
+    ppsched::plan::GraphModelOptions g;
     g.ranks = 2;
     g.microbatches = 8;
-    const ppsched::PlanModel model = ppsched::graph_model(ppsched::profile_at_rows(p, 8), name, g);
-    const ppsched::PartitionPlan cut = model.partition(bench_torch::schedule_of("1f1b", 2, 8).placement);
+    const ppsched::plan::PlanModel model = ppsched::plan::graph_model(ppsched::profile_at_rows(p, 8), name, g);
+    const ppsched::plan::PartitionPlan cut = model.partition(bench_torch::schedule_of("1f1b", 2, 8).placement);
     REQUIRE(cut.stages.size() == 2);
     CHECK(cut.stages[0].begin == 0);
     CHECK(cut.stages[1].begin == cut.stages[0].end);
@@ -99,19 +99,19 @@ struct GptMemory {
   std::vector<double> predicted, measured, after;
 };
 
-GptMemory gpt_memory(const ppsched::MemoryPolicy& policy, const char* family = "1f1b") {
+GptMemory gpt_memory(const ppsched::plan::MemoryPolicy& policy, const char* family = "1f1b") {
   torch::set_num_threads(1);
   const bench_torch::Model m = bench_torch::make_model("gpt");
   const ppsched::libtorch::TorchProfile measured = bench_torch::profile_of(m, {8}, 0, 1);
   const ppsched::Schedule plain = bench_torch::schedule_of(family, 2, 8);
-  ppsched::GraphModelOptions g;
+  ppsched::plan::GraphModelOptions g;
   g.ranks = 2;
   g.microbatches = 8;
-  const ppsched::PlanModel model = ppsched::graph_model(measured.at(8), "gpt", g);
-  const ppsched::PartitionPlan cut = model.partition(plain.placement);
+  const ppsched::plan::PlanModel model = ppsched::plan::graph_model(measured.at(8), "gpt", g);
+  const ppsched::plan::PartitionPlan cut = model.partition(plain.placement);
   const ppsched::CostModel cost =
-      ppsched::cost_model_of(cut, ppsched::plan_cost_options(model, bench_torch::weight_memory_fraction(measured, 8)));
-  const ppsched::MemoryPlan plan = ppsched::apply_memory_policies(plain, cost, {policy, policy});
+      ppsched::plan::cost_model_of(cut, ppsched::plan::plan_cost_options(model, bench_torch::weight_memory_fraction(measured, 8)));
+  const ppsched::plan::MemoryPlan plan = ppsched::plan::apply_memory_policies(plain, cost, {policy, policy});
   const ppsched::SimResult sim = ppsched::simulate(plan.schedule, plan.costs);
   const bench_torch::Pipeline pipeline = bench_torch::make_pipeline(m, cut, 8, 64, true);
   ppsched::CpuCluster cluster(2, ppsched::CpuOptions{.checking = false});
@@ -136,8 +136,8 @@ GptMemory gpt_memory(const ppsched::MemoryPolicy& policy, const char* family = "
 
 TEST_CASE("counted memory of a libtorch pipeline: full recompute keeps less, as predicted, and a step leaks nothing",
           "[torch][accuracy][memory]") {
-  const GptMemory plain = gpt_memory(ppsched::MemoryPolicy::none());
-  const GptMemory recomputed = gpt_memory(ppsched::MemoryPolicy::full_recompute());
+  const GptMemory plain = gpt_memory(ppsched::plan::MemoryPolicy::none());
+  const GptMemory recomputed = gpt_memory(ppsched::plan::MemoryPolicy::full_recompute());
   for (std::size_t r = 0; r < 2; ++r) {
     INFO("rank " << r << ": predicted " << plain.predicted[r] << " -> " << recomputed.predicted[r] << " B, measured "
                  << plain.measured[r] << " -> " << recomputed.measured[r] << " B");
@@ -167,7 +167,7 @@ TEST_CASE("counted memory of a libtorch pipeline: a split backward's BI..BW hold
   // 1.7x what F left, for this model); zb-h1's last rank sets its peak there. The profile's
   // measured weight_bytes give each stage's weight_memory_fraction (cost_model_of), above 1
   // but on the first stage.
-  const GptMemory zb = gpt_memory(ppsched::MemoryPolicy::none(), "zb-h1");
+  const GptMemory zb = gpt_memory(ppsched::plan::MemoryPolicy::none(), "zb-h1");
   for (std::size_t r = 0; r < 2; ++r) {
     INFO("rank " << r << ": predicted " << zb.predicted[r] << " B, measured " << zb.measured[r] << " B");
     CHECK(zb.after[r] == 0.0);

@@ -28,6 +28,7 @@
 #include "ppsched/sim/simulate.hpp"
 
 using namespace ppsched;
+using namespace ppsched::plan;
 
 namespace {
 

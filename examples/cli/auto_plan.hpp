@@ -10,6 +10,7 @@
 #include "ppsched/plan/plan_search.hpp"
 
 namespace ppsched::cli {
+using namespace ppsched::plan;  // the planner library, which these tools only parse for and print
 
 // Plans with the schedule search: PlanResult::schedules holds the winner alone, and `summary`
 // every candidate. When nothing keeps to the cap, nothing is recommended and the reason says

@@ -52,6 +52,7 @@
 #include "ppsched/trace/stats.hpp"
 
 namespace ppsched::cli {
+using namespace ppsched::plan;  // the planner library, which these tools only parse for and print
 
 // A step failed while a backend ran it (a CUDA error, a stage that threw): the request was
 // fine, so this is not exit status 2.

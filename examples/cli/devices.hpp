@@ -25,6 +25,7 @@
 #include "ppsched/graph/text_input.hpp"
 
 namespace ppsched::cli {
+using namespace ppsched::plan;  // the planner library, which these tools only parse for and print
 
 // The model's profile and its one-line description, --comm and --bandwidth applied.
 [[nodiscard]] inline std::pair<Profile, std::string> device_profile(const PlanOptions& options) {

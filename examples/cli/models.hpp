@@ -22,6 +22,7 @@
 #include "ppsched/costs/cost_model.hpp"
 
 namespace ppsched::cli {
+using namespace ppsched::plan;  // the planner library, which these tools only parse for and print
 
 // --stage-cost F,B,W: each rank's share of the model costs F, BI, BW per micro-batch
 // (per_rank_cost_model), a transfer --comm (no bytes to move, so latency alone).
@@ -66,7 +67,7 @@ namespace ppsched::cli {
   o.microbatches = options.microbatches;
   o.optimizer_state_factor = options.optimizer_state_factor;
   o.method = options.partition;
-  return ppsched::graph_model(std::move(profile), std::move(description), o);
+  return ppsched::plan::graph_model(std::move(profile), std::move(description), o);
 }
 
 // --layers N: a chain of identical layers, each F = BI = BW = 1 unit, holding 1 MiB of

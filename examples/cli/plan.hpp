@@ -30,6 +30,7 @@
 #include "ppsched/validate/validate.hpp"
 
 namespace ppsched::cli {
+using namespace ppsched::plan;  // the planner library, which these tools only parse for and print
 
 // The library's request for what the flags ask.
 [[nodiscard]] inline PlanRequest plan_request(const PlanOptions& options) {

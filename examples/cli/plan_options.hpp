@@ -25,6 +25,7 @@
 #include "ppsched/sim/data_parallel.hpp"
 
 namespace ppsched::cli {
+using namespace ppsched::plan;  // the planner library, which these tools only parse for and print
 
 // Where the model comes from. Exactly one, or the embedded GPT-style default.
 enum class ModelSource : std::uint8_t { embedded_gpt, profile, uniform_layers, stage_cost };

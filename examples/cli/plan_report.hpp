@@ -24,6 +24,7 @@
 #include "ppsched/trace/stats.hpp"
 
 namespace ppsched::cli {
+using namespace ppsched::plan;  // the planner library, which these tools only parse for and print
 
 // The project's version as meson.build's project() states it: examples/meson.build passes it
 // to every tool, so `--version` and the JSON's "version" cannot drift from the release.

@@ -25,6 +25,7 @@
 #include "ppsched/plan/detail/calibrate.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 // The profile with every layer's times multiplied by the measured-over-predicted ratio of the
 // stage of `cut` it ran in, per kind (F, B, BI, BW), and the fixed costs per action and per
@@ -134,4 +135,5 @@ struct MeasuredRun {
                           memory_cap_bytes, options);
 }
 
+}  // namespace plan
 }  // namespace ppsched

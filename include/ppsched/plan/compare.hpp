@@ -48,6 +48,7 @@
 #include "ppsched/trace/timeline.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 // Per-rank memory caps a schedule must keep to; absent: no cap. A PlanModel's device caps
 // (PlanModel::rank_memory_cap) apply besides these.
@@ -245,11 +246,13 @@ struct PlanResult {
 inline std::ostream& operator<<(std::ostream& os, const ScheduleResult& r) { return os << to_string(r); }
 inline std::ostream& operator<<(std::ostream& os, const PlanResult& p) { return os << to_string(p); }
 
+}  // namespace plan
 }  // namespace ppsched
 
 #include "ppsched/plan/detail/compare.hpp"  // the internals below build on the types above
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 // Proves and simulates one schedule (compute-only or lowered, generated or read from a file)
 // on `partition` (the model cut for the schedule's placement), and measures it against the
@@ -329,10 +332,11 @@ namespace ppsched::inline PPSCHED_MODE {
   return family_info(family).why_not(request);
 }
 
+}  // namespace plan
 namespace detail {
 // The records of the families `request` names, looked up once, where the names enter (an
 // unknown name throws); the records are carried from here on.
-[[nodiscard]] inline std::vector<const FamilyInfo*> named_families(const PlanRequest& request) {
+[[nodiscard]] inline std::vector<const FamilyInfo*> named_families(const plan::PlanRequest& request) {
   std::vector<const FamilyInfo*> families;
   families.reserve(request.families.size());
   for (const std::string& name : request.families) families.push_back(&family_info(name));
@@ -343,8 +347,8 @@ namespace detail {
 // rule and cut (one cut per placement, from `partition_for`): `use(family, chunks, schedule,
 // partition)` for each one built, the rest in `skipped`. See family_schedules.
 template <class Use>
-void for_each_family(const PlanRequest& request, std::span<const FamilyInfo* const> named_records,
-                     PartitionCache& partition_for, std::vector<SkippedSchedule>& skipped, Use&& use) {
+void for_each_family(const plan::PlanRequest& request, std::span<const FamilyInfo* const> named_records,
+                     PartitionCache& partition_for, std::vector<plan::SkippedSchedule>& skipped, Use&& use) {
   const bool named = !named_records.empty();
   std::vector<const FamilyInfo*> families(named_records.begin(), named_records.end());
   if (!named) {
@@ -357,8 +361,8 @@ void for_each_family(const PlanRequest& request, std::span<const FamilyInfo* con
       continue;
     }
     Schedule schedule = family->make(r);  // a named family's rule speaks for itself
-    const PartitionPlan* partition = nullptr;
-    const std::vector<double> in_flight = family_in_flight(*family, request.ranks, request.microbatches);
+    const plan::PartitionPlan* partition = nullptr;
+    const std::vector<double> in_flight = plan::family_in_flight(*family, request.ranks, request.microbatches);
     try {
       try {
         partition = &partition_for({schedule.placement, in_flight});
@@ -379,6 +383,7 @@ void for_each_family(const PlanRequest& request, std::span<const FamilyInfo* con
   }
 }
 }  // namespace detail
+namespace plan {
 
 // One family's schedule for a request, with the model cut for its placement.
 struct FamilySchedule {
@@ -455,6 +460,7 @@ struct FamilySchedules {
 // family whose rule the request breaks.
 [[nodiscard]] PPSCHED_OUTLINE PlanResult compare_families(const PlanModel& model, const PlanRequest& request);
 
+}  // namespace plan
 }  // namespace ppsched
 
 // The bodies of the functions above that compiled mode compiles once (config.hpp).

@@ -23,6 +23,7 @@
 #include "ppsched/costs/cost_model.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 struct PlanCostOptions {
   std::string unit = "unit";    // CostModel::unit (PlanModel::unit, or the unit after time_scale)
@@ -160,4 +161,5 @@ struct PlanCostOptions {
   return stage_weights(s.placement, s.ranks);  // the search's count (plan/search/memory.hpp)
 }
 
+}  // namespace plan
 }  // namespace ppsched

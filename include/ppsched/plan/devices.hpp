@@ -34,6 +34,7 @@
 #include "ppsched/sim/data_parallel.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 struct DevicePlanOptions {
   std::string description;  // the model, one line for the report; empty: its layer count
@@ -139,6 +140,7 @@ struct DevicePlan {
 
 inline std::ostream& operator<<(std::ostream& os, const DevicePlan& p) { return os << to_string(p); }
 
+}  // namespace plan
 namespace detail {
 
 [[nodiscard]] inline std::vector<std::int32_t> divisors(std::int64_t n, std::int64_t most) {
@@ -151,7 +153,7 @@ namespace detail {
 
 // Fastest first; ties (sums of the same costs in another order) to the smaller memory, then
 // fewer chunks, then the shallower pipeline.
-[[nodiscard]] inline bool faster_split(const DeviceSplit& x, const DeviceSplit& y) {
+[[nodiscard]] inline bool faster_split(const plan::DeviceSplit& x, const plan::DeviceSplit& y) {
   if (std::abs(x.step_time - y.step_time) > 1e-9 * std::max(x.step_time, y.step_time)) return x.step_time < y.step_time;
   if (x.peak_memory_bytes != y.peak_memory_bytes) return x.peak_memory_bytes < y.peak_memory_bytes;
   if (x.chunks != y.chunks) return x.chunks < y.chunks;
@@ -159,20 +161,21 @@ namespace detail {
 }
 
 // Which of two splits explains the other's loss: memory, the bubble, or the all-reduce.
-[[nodiscard]] inline std::string why_faster(const DeviceSplit& win, const DeviceSplit& lose) {
+[[nodiscard]] inline std::string why_faster(const plan::DeviceSplit& win, const plan::DeviceSplit& lose) {
   const double pipeline = lose.pipeline_time - win.pipeline_time;
   const double all_reduce = lose.all_reduce_exposed - win.all_reduce_exposed;
-  const std::string by = concat(percent_of(relative_gain(win.step_time, lose.step_time)), " faster");
+  const std::string by = concat(plan::percent_of(relative_gain(win.step_time, lose.step_time)), " faster");
   if (all_reduce >= pipeline) {
     return concat(by, " than p=", lose.pipeline, " x d=", lose.replicas, ", whose all-reduce adds ",
                   short_number(lose.all_reduce_exposed), " to its step (", short_number(win.all_reduce_exposed), " here)");
   }
   return concat(by, " than p=", lose.pipeline, " x d=", lose.replicas, ", whose pipeline takes ",
-                short_number(lose.pipeline_time), " (bubble ", percent_of(lose.bubble_fraction), ") against ",
-                short_number(win.pipeline_time), " (bubble ", percent_of(win.bubble_fraction), ")");
+                short_number(lose.pipeline_time), " (bubble ", plan::percent_of(lose.bubble_fraction), ") against ",
+                short_number(win.pipeline_time), " (bubble ", plan::percent_of(win.bubble_fraction), ")");
 }
 
 }  // namespace detail
+namespace plan {
 
 // Plans `devices` devices for `global_batch` samples per step of the model in `profile`, each
 // device holding at most `memory_cap_bytes` and the profile's device memory (either absent: no
@@ -184,6 +187,7 @@ namespace detail {
 [[nodiscard]] PPSCHED_OUTLINE DevicePlan plan_devices(const Profile& profile, std::int32_t devices, std::int64_t global_batch,
                                              std::optional<double> memory_cap_bytes, const DevicePlanOptions& options = {});
 
+}  // namespace plan
 }  // namespace ppsched
 
 // The bodies of the functions above that compiled mode compiles once (config.hpp).

@@ -34,6 +34,7 @@
 #include "ppsched/sim/simulate.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 // The activation bytes rank `rank` of a simulated schedule holds at its peak, as a memory cap
 // judges it — one definition for choose_memory_policies, compare_families (check_fit) and
@@ -223,4 +224,5 @@ struct MemoryChoice {
   return out;
 }
 
+}  // namespace plan
 }  // namespace ppsched

@@ -53,6 +53,7 @@
 #include "ppsched/validate/validate.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 enum class MemoryPolicyKind : std::uint8_t {
   none,                 // keep every activation until its backward
@@ -174,11 +175,13 @@ struct MemoryPolicyOptions {
   bool offload_only_where_hidden = true;
 };
 
+}  // namespace plan
 }  // namespace ppsched
 
 #include "ppsched/plan/detail/memory_policy.hpp"  // the internals below build on the types above
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 // Inserts the memory actions of `policies` into the compute-only `schedule` (see the header
 // comment) and returns it with the costs that price them. Throws ppsched::error for a schedule
@@ -318,4 +321,5 @@ namespace ppsched::inline PPSCHED_MODE {
   return apply_memory_policies(schedule, costs, std::span<const MemoryPolicy>(policies.begin(), policies.size()), options);
 }
 
+}  // namespace plan
 }  // namespace ppsched

@@ -33,6 +33,7 @@
 #include "ppsched/schedule/generators.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 // A model cut into stages for one placement; stages in model order, each a PartitionStage
 // (partition/partition.hpp) whose rank is the placement's.
@@ -155,12 +156,13 @@ enum class PartitionMethod : std::uint8_t {
   return "?";
 }
 
+}  // namespace plan
 namespace detail {
 
 // Sets bottleneck_time and bottleneck_stage from the stages, counting the time to receive a
 // stage's input (the previous stage's send_time, which also becomes its recv_time) and send
 // its output, as the partitioner counts it; each stage's time is set to that sum.
-inline void set_bottleneck(PartitionPlan& p) {
+inline void set_bottleneck(plan::PartitionPlan& p) {
   p.bottleneck_time = 0.0;
   p.bottleneck_stage = 0;
   for (std::size_t s = 0; s < p.stages.size(); ++s) {
@@ -175,6 +177,7 @@ inline void set_bottleneck(PartitionPlan& p) {
 }
 
 }  // namespace detail
+namespace plan {
 
 // A model without layers: every rank's share costs `per_rank.forward`, `backward_input` and
 // `backward_weight` per micro-batch, and a rank holding v chunks runs each in 1/v of that, so
@@ -340,4 +343,5 @@ struct GraphModelOptions {
   return model;
 }
 
+}  // namespace plan
 }  // namespace ppsched

@@ -18,6 +18,7 @@
 #include "ppsched/error.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 enum class ObjectiveKind : std::uint8_t {
   makespan,  // the step's wall time (the default)
@@ -52,6 +53,7 @@ struct Objective {
   return out;
 }
 
+}  // namespace plan
 namespace detail {
 
 // How much less `faster` takes than `slower`, as a share of `slower`: 0 when `slower` takes no
@@ -60,8 +62,8 @@ namespace detail {
   return slower > 0.0 ? (slower - faster) / slower : 0.0;
 }
 
-inline void check_objective(const Objective& o, const std::string& where) {
-  if (o.kind != ObjectiveKind::makespan && o.kind != ObjectiveKind::span && o.kind != ObjectiveKind::memory) {
+inline void check_objective(const plan::Objective& o, const std::string& where) {
+  if (o.kind != plan::ObjectiveKind::makespan && o.kind != plan::ObjectiveKind::span && o.kind != plan::ObjectiveKind::memory) {
     fail({"objective", concat("kind ", static_cast<int>(o.kind), " is not an ObjectiveKind"), where,
           "use ObjectiveKind::makespan, span or memory"});
   }

@@ -28,6 +28,7 @@
 #include "ppsched/plan/detail/plan_search.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 // What the search considered: every candidate, and its one-line reason for the winner.
 struct SearchSummary {
@@ -57,6 +58,7 @@ struct SearchedPlan {
 [[nodiscard]] PPSCHED_OUTLINE SearchedPlan search_plan(const PlanModel& model, const PlanRequest& request,
                                               SearchOptions options = {});
 
+}  // namespace plan
 }  // namespace ppsched
 
 // The bodies of the functions above that compiled mode compiles once (config.hpp).

@@ -48,14 +48,13 @@
 #include "ppsched/validate/validate.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
-
 namespace detail {
 
 [[nodiscard]] inline std::size_t argmax(const std::vector<double>& v) {
   return static_cast<std::size_t>(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
-inline void check_plan_request(const PlanRequest& r) {
+inline void check_plan_request(const plan::PlanRequest& r) {
   const std::string subject = "plan request";
   if (r.ranks < 1 || r.microbatches < 1 || r.chunks < 1) {
     fail({subject, concat("ranks = ", r.ranks, ", microbatches = ", r.microbatches, ", chunks = ", r.chunks),
@@ -76,7 +75,7 @@ inline void check_plan_request(const PlanRequest& r) {
 
 // What compare_families and search_plan both start with: the request checked, the model
 // able to cut, and the result's header copied from them.
-[[nodiscard]] inline PlanResult start_plan(const char* who, const PlanModel& model, const PlanRequest& request) {
+[[nodiscard]] inline plan::PlanResult start_plan(const char* who, const plan::PlanModel& model, const plan::PlanRequest& request) {
   check_plan_request(request);
   if (!model.partition) {
     fail({who, "the model has no partition function", "PlanModel::partition",
@@ -92,7 +91,7 @@ inline void check_plan_request(const PlanRequest& r) {
             concat("PlanRequest::", field), concat("give the model's ", built, ", or build the model with ", asked)});
     }
   }
-  PlanResult plan;
+  plan::PlanResult plan;
   plan.model = model.description;
   plan.unit = model.unit;
   plan.ranks = request.ranks;
@@ -107,8 +106,8 @@ inline void check_plan_request(const PlanRequest& r) {
 // placement and in-flight counts share its partition.
 class PartitionCache {
  public:
-  explicit PartitionCache(const PlanModel& model) : model_(&model) {}
-  [[nodiscard]] const PartitionPlan& operator()(const CutRequest& cut) {
+  explicit PartitionCache(const plan::PlanModel& model) : model_(&model) {}
+  [[nodiscard]] const plan::PartitionPlan& operator()(const plan::CutRequest& cut) {
     Key key{{cut.placement.begin(), cut.placement.end()}, {cut.in_flight.begin(), cut.in_flight.end()}};
     auto it = cut_.find(key);
     if (it == cut_.end()) it = cut_.emplace(key, model_->partition({key.first, key.second})).first;
@@ -117,12 +116,12 @@ class PartitionCache {
 
  private:
   using Key = std::pair<std::vector<std::int32_t>, std::vector<double>>;
-  const PlanModel* model_;
-  std::map<Key, PartitionPlan> cut_;
+  const plan::PlanModel* model_;
+  std::map<Key, plan::PartitionPlan> cut_;
 };
 
 // Sets `fits` and `fit_problem` from the caps: M_B, bytes, and the devices' own memory.
-inline void check_fit(ScheduleResult& r, const MemoryCaps& cap, const std::vector<double>& rank_memory_cap) {
+inline void check_fit(plan::ScheduleResult& r, const plan::MemoryCaps& cap, const std::vector<double>& rank_memory_cap) {
   constexpr double slack = 1e-9;  // peaks are sums of halves; compare without rounding noise
   if (cap.microbatches) {
     const std::size_t worst = argmax(r.peak_activations);
@@ -154,7 +153,7 @@ inline void check_fit(ScheduleResult& r, const MemoryCaps& cap, const std::vecto
 
 // Per-rank T_F, T_BI, T_BW for the closed forms (the sum over the rank's chunks), when every
 // rank has the same; nothing otherwise, since the formulas assume identical ranks.
-[[nodiscard]] inline std::optional<std::array<double, 3>> uniform_rank_costs(const PartitionPlan& partition,
+[[nodiscard]] inline std::optional<std::array<double, 3>> uniform_rank_costs(const plan::PartitionPlan& partition,
                                                                              std::int32_t ranks) {
   std::vector<std::array<double, 3>> per_rank(static_cast<std::size_t>(ranks), std::array<double, 3>{});
   for (const PartitionStage& s : partition.stages) {
@@ -171,7 +170,7 @@ inline void check_fit(ScheduleResult& r, const MemoryCaps& cap, const std::vecto
   return per_rank.front();
 }
 
-inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const PartitionPlan& partition,
+inline void add_analytic(plan::ScheduleResult& r, const FamilyInfo& family, const plan::PartitionPlan& partition,
                          std::int32_t ranks) {
   if (family.bubble == nullptr) return;
   const auto t = uniform_rank_costs(partition, ranks);
@@ -185,12 +184,11 @@ inline void add_analytic(ScheduleResult& r, const FamilyInfo& family, const Part
 }
 
 }  // namespace detail
-
 namespace detail {
 
 // evaluate_schedule with the costs given: the cut's, or the cut's with memory policies.
-[[nodiscard]] inline ScheduleResult evaluate_priced(Schedule schedule, const PlanModel& model,
-                                                    const PartitionPlan& partition, const PlanRequest& request,
+[[nodiscard]] inline plan::ScheduleResult evaluate_priced(Schedule schedule, const plan::PlanModel& model,
+                                                    const plan::PartitionPlan& partition, const plan::PlanRequest& request,
                                                     Workspace& ws, const CostModel& cost)
 {
   if (partition.stages.size() != static_cast<std::size_t>(std::max(schedule.stages(), 0))) {
@@ -198,9 +196,9 @@ namespace detail {
                                       schedule.name, "' of ", schedule.stages()),
           "", "cut the model for the schedule's placement: model.partition(schedule.placement)"});
   }
-  ScheduleResult r;
+  plan::ScheduleResult r;
   r.name = schedule.name;
-  for (const std::int32_t v : chunks_per_rank(schedule)) r.chunks = std::max(r.chunks, v);
+  for (const std::int32_t v : plan::chunks_per_rank(schedule)) r.chunks = std::max(r.chunks, v);
   r.virtual_stages = schedule.stages();
   r.training = std::any_of(schedule.programs.begin(), schedule.programs.end(), [](const std::vector<Action>& p) {
     return std::any_of(p.begin(), p.end(), [](const Action& a) { return is_compute(a.op) && a.op != Op::F; });
@@ -233,9 +231,9 @@ namespace detail {
     r.fit_problem = "is not valid";
     return r;
   }
-  r.static_bytes = static_bytes_per_rank(partition, r.schedule.ranks);
+  r.static_bytes = plan::static_bytes_per_rank(partition, r.schedule.ranks);
   SimResult sim = lowered ? simulate(*lowered, cost, {}, ws) : simulate(r.schedule, cost, {}, ws);
-  const bool copies = has_copies(r.schedule);  // then the memory over time counts too
+  const bool copies = plan::has_copies(r.schedule);  // then the memory over time counts too
   r.makespan = sim.makespan;
   r.bubble_fraction = sim.bubble_fraction;
   r.ideal_time = sim.ideal_time;
@@ -244,7 +242,7 @@ namespace detail {
     r.span.push_back(sim.ranks[k].span);
     r.max_rank_span = std::max(r.max_rank_span, sim.ranks[k].span);
     r.peak_activations.push_back(report.memory[k].peak_microbatches);
-    r.peak_activation_bytes.push_back(capped_activation_bytes(sim, k, copies));
+    r.peak_activation_bytes.push_back(plan::capped_activation_bytes(sim, k, copies));
     r.peak_memory_bytes.push_back(r.static_bytes[k] + r.peak_activation_bytes.back());
   }
   r.throughput = r.makespan > 0.0 ? r.schedule.microbatches / r.makespan : 0.0;
@@ -254,7 +252,6 @@ namespace detail {
 }
 
 }  // namespace detail
-
 namespace detail {
 
 [[nodiscard]] inline double largest_of(const std::vector<double>& v) {
@@ -265,25 +262,25 @@ namespace detail {
 // schedules that fit), ranked by the longest rank span, or by the largest per-rank peak of
 // stored activations among those within the makespan bound; ties go to the faster, then (span)
 // to the one storing less, then to the one listed first.
-[[nodiscard]] inline Recommendation recommend_by(std::span<const ScheduleResult> schedules, bool capped,
-                                                 const Objective& objective) {
-  Recommendation rec;
-  const bool by_span = objective.kind == ObjectiveKind::span;
+[[nodiscard]] inline plan::Recommendation recommend_by(std::span<const plan::ScheduleResult> schedules, bool capped,
+                                                 const plan::Objective& objective) {
+  plan::Recommendation rec;
+  const bool by_span = objective.kind == plan::ObjectiveKind::span;
   const double bound = objective.makespan_bound;
   const auto close = [](double x, double y) { return std::abs(x - y) <= 1e-9 * std::max({1.0, std::abs(x), std::abs(y)}); };
-  const auto score = [&](const ScheduleResult& r) { return by_span ? r.max_rank_span : largest_of(r.peak_activations); };
+  const auto score = [&](const plan::ScheduleResult& r) { return by_span ? r.max_rank_span : largest_of(r.peak_activations); };
   const auto better = [&](std::size_t a, std::size_t b) {
-    const ScheduleResult& x = schedules[a];
-    const ScheduleResult& y = schedules[b];
+    const plan::ScheduleResult& x = schedules[a];
+    const plan::ScheduleResult& y = schedules[b];
     if (!close(score(x), score(y))) return score(x) < score(y);
     if (!close(x.makespan, y.makespan)) return x.makespan < y.makespan;
     return by_span && largest_of(x.peak_activations) < largest_of(y.peak_activations) - 1e-9;
   };
-  const auto in_time = [&](const ScheduleResult& r) { return by_span || r.makespan <= bound * (1.0 + 1e-9); };
+  const auto in_time = [&](const plan::ScheduleResult& r) { return by_span || r.makespan <= bound * (1.0 + 1e-9); };
   std::optional<std::size_t> best, best_any, fastest;  // best_any: in time, fitting or not
   std::size_t candidates = 0, within = 0;
   for (std::size_t i = 0; i < schedules.size(); ++i) {
-    const ScheduleResult& r = schedules[i];
+    const plan::ScheduleResult& r = schedules[i];
     if (!r.training || !r.valid) continue;
     ++candidates;
     if (!fastest || r.makespan < schedules[*fastest].makespan) fastest = i;
@@ -298,25 +295,25 @@ namespace detail {
   }
   const std::string time_limit = std::isinf(bound) ? "" : concat(" within the makespan bound ", short_number(bound));
   if (within == 0) {
-    const ScheduleResult& f = schedules[*fastest];
+    const plan::ScheduleResult& f = schedules[*fastest];
     rec.reason = concat("no schedule finishes", time_limit, "; the fastest, ", f.name, ", takes ", short_number(f.makespan));
     return rec;
   }
   const std::string measure = by_span ? "the shortest longest rank span" : "the least peak activation memory";
   if (!best) {
-    const ScheduleResult& a = schedules[*best_any];
+    const plan::ScheduleResult& a = schedules[*best_any];
     rec.reason = concat("no schedule", time_limit, " fits the memory cap; the one with ", measure, ", ", a.name, ", ",
                         a.fit_problem);
     return rec;
   }
   rec.index = best;
-  const ScheduleResult& b = schedules[*best];
-  const auto figures = [&](const ScheduleResult& r) {
+  const plan::ScheduleResult& b = schedules[*best];
+  const auto figures = [&](const plan::ScheduleResult& r) {
     return by_span ? concat("span ", short_number(r.max_rank_span), ", makespan ", short_number(r.makespan))
                    : concat(short_number(largest_of(r.peak_activations)), " M_B, makespan ", short_number(r.makespan));
   };
   if (better(*best_any, *best)) {
-    const ScheduleResult& a = schedules[*best_any];
+    const plan::ScheduleResult& a = schedules[*best_any];
     rec.reason = concat(a.name, " has ", by_span ? "a shorter longest rank span" : "less memory", " (", figures(a),
                         ") but ", a.fit_problem);
     return rec;
@@ -325,7 +322,7 @@ namespace detail {
                       capped ? " that fit the memory cap" : "", ": ", figures(b));
   std::optional<std::size_t> second;
   for (std::size_t i = 0; i < schedules.size(); ++i) {
-    const ScheduleResult& r = schedules[i];
+    const plan::ScheduleResult& r = schedules[i];
     if (i == *best || !r.training || !r.valid || !in_time(r)) continue;
     if (!second || better(i, *second)) second = i;
   }
@@ -334,11 +331,10 @@ namespace detail {
 }
 
 }  // namespace detail
-
 namespace detail {
 
 // The device-host link offload copies take: the request's, or PCIe 4 x16 in the model's unit.
-[[nodiscard]] inline Interconnect host_link_for(const PlanRequest& request, const PlanModel& model) {
+[[nodiscard]] inline Interconnect host_link_for(const plan::PlanRequest& request, const plan::PlanModel& model) {
   if (request.memory_policy.host_link) return *request.memory_policy.host_link;
   const std::optional<double> s = seconds_per_unit(model.unit);
   if (!s) {
@@ -351,46 +347,46 @@ namespace detail {
 }
 
 // The smallest byte cap of any rank, the request's and the devices'; none without one.
-[[nodiscard]] inline std::optional<double> smallest_byte_cap(const PlanRequest& request, const PlanModel& model) {
+[[nodiscard]] inline std::optional<double> smallest_byte_cap(const plan::PlanRequest& request, const plan::PlanModel& model) {
   std::optional<double> cap = request.cap.total_bytes;
   for (const double c : model.rank_memory_cap) cap = cap ? std::min(*cap, c) : c;
   return cap;
 }
 
 // `plain` priced again with one policy per stage of its (compute-only) schedule.
-[[nodiscard]] inline ScheduleResult with_memory_policies(const ScheduleResult& plain, std::span<const MemoryPolicy> policies,
-                                                         bool chosen, const PlanModel& model, const PartitionPlan& partition,
-                                                         const PlanRequest& request, Workspace& ws) {
-  CostModel cost = cost_model_of(partition, plan_cost_options(model, request.weight_memory_fraction));
+[[nodiscard]] inline plan::ScheduleResult with_memory_policies(const plan::ScheduleResult& plain, std::span<const plan::MemoryPolicy> policies,
+                                                         bool chosen, const plan::PlanModel& model, const plan::PartitionPlan& partition,
+                                                         const plan::PlanRequest& request, Workspace& ws) {
+  CostModel cost = plan::cost_model_of(partition, plan::plan_cost_options(model, request.weight_memory_fraction));
   // Only copies use the link: recomputation alone needs none, whatever the model's unit.
-  if (std::any_of(policies.begin(), policies.end(), [](const MemoryPolicy& p) { return p.offloads(); })) {
+  if (std::any_of(policies.begin(), policies.end(), [](const plan::MemoryPolicy& p) { return p.offloads(); })) {
     cost.host_link = host_link_for(request, model);
   }
-  MemoryPlan mp = apply_memory_policies(plain.schedule, cost, policies, request.memory_policy.choice.placement);
-  ScheduleResult r = evaluate_priced(std::move(mp.schedule), model, partition, request, ws, mp.costs);
+  plan::MemoryPlan mp = plan::apply_memory_policies(plain.schedule, cost, policies, request.memory_policy.choice.placement);
+  plan::ScheduleResult r = evaluate_priced(std::move(mp.schedule), model, partition, request, ws, mp.costs);
   r.name = plain.name;
   r.family = plain.family;
-  MemoryPolicyUse use;
+  plan::MemoryPolicyUse use;
   use.chosen = chosen;
   use.plain_makespan = plain.makespan;
   use.plain_peak_bytes = largest_of(plain.peak_memory_bytes);
   use.plain_fit_problem = plain.fits ? "" : plain.fit_problem;
   const std::int32_t M = r.schedule.microbatches;
   for (std::size_t s = 0; s < mp.policies.size(); ++s) {
-    StageMemoryCost c;
+    plan::StageMemoryCost c;
     c.policy = mp.policies[s];
     const StageCost& sc = !mp.costs.per_microbatch.empty() ? mp.costs.per_microbatch[s * static_cast<std::size_t>(M)]
                           : mp.costs.stages.size() == 1    ? mp.costs.stages.front()
                                                            : mp.costs.stages[s];
     if (c.policy.recomputes()) c.saved_bytes = recompute_saved_bytes(sc);
-    if (c.policy.kind == MemoryPolicyKind::offload) c.saved_bytes = offload_bytes(sc);
+    if (c.policy.kind == plan::MemoryPolicyKind::offload) c.saved_bytes = offload_bytes(sc);
     use.stages.push_back(c);
   }
   std::vector<std::int32_t> offloads(use.stages.size(), 0);
   for (const std::vector<Action>& program : r.schedule.programs) {
     for (const Action& a : program) {
       if (!is_memory(a.op)) continue;
-      StageMemoryCost& c = use.stages[static_cast<std::size_t>(a.stage)];
+      plan::StageMemoryCost& c = use.stages[static_cast<std::size_t>(a.stage)];
       const double t = compute_time(mp.costs, a, M, c.policy.recomputes());
       if (a.op == Op::R) {
         ++c.microbatches;
@@ -406,8 +402,8 @@ namespace detail {
   // Layer-wise with offloaded checkpoints: the recomputed part, and the checkpoints of the
   // micro-batches whose copies were placed (the others keep theirs), per micro-batch on average.
   for (std::size_t s = 0; s < use.stages.size(); ++s) {
-    StageMemoryCost& c = use.stages[s];
-    if (c.policy.kind != MemoryPolicyKind::layerwise_offload || c.microbatches == 0) continue;
+    plan::StageMemoryCost& c = use.stages[s];
+    if (c.policy.kind != plan::MemoryPolicyKind::layerwise_offload || c.microbatches == 0) continue;
     const StageCost& sc = !mp.costs.per_microbatch.empty() ? mp.costs.per_microbatch[s * static_cast<std::size_t>(M)]
                           : mp.costs.stages.size() == 1    ? mp.costs.stages.front()
                                                            : mp.costs.stages[s];
@@ -420,31 +416,31 @@ namespace detail {
 // A family's evaluated schedule under PlanRequest::memory_policy: as it is (none; automatic when
 // it fits, or no byte cap applies), with the given policies, or with those
 // choose_memory_policies picks under the smallest byte cap when they make it fit.
-[[nodiscard]] inline ScheduleResult priced_with_memory_policy(ScheduleResult plain, const PlanModel& model,
-                                                              const PartitionPlan& partition, const PlanRequest& request,
+[[nodiscard]] inline plan::ScheduleResult priced_with_memory_policy(plan::ScheduleResult plain, const plan::PlanModel& model,
+                                                              const plan::PartitionPlan& partition, const plan::PlanRequest& request,
                                                               Workspace& ws) {
-  const PlanMemoryPolicy& want = request.memory_policy;
-  if (want.mode == MemoryPolicyMode::none || !plain.valid || !plain.training) return plain;
+  const plan::PlanMemoryPolicy& want = request.memory_policy;
+  if (want.mode == plan::MemoryPolicyMode::none || !plain.valid || !plain.training) return plain;
   const std::int32_t S = plain.schedule.stages();
-  if (want.mode == MemoryPolicyMode::given) {
-    std::vector<MemoryPolicy> policies(static_cast<std::size_t>(S), MemoryPolicy::none());
+  if (want.mode == plan::MemoryPolicyMode::given) {
+    std::vector<plan::MemoryPolicy> policies(static_cast<std::size_t>(S), plan::MemoryPolicy::none());
     for (const auto& [stage, policy] : want.stages) {
       if (stage < 0 || stage >= S) {
         fail({"plan request", concat("a memory policy for stage ", stage, ", and schedule '", plain.name, "' has ", S, " stages"),
               "PlanRequest::memory_policy.stages", concat("name stages 0 to ", S - 1, ", or compare only families with more stages")});
       }
-      MemoryPolicy& p = policies[static_cast<std::size_t>(stage)];
+      plan::MemoryPolicy& p = policies[static_cast<std::size_t>(stage)];
       p = policy;
       if (p.layerwise() && !p.saved_bytes) {
-        const std::optional<MemoryPolicy> lw =
-            static_cast<std::size_t>(stage) < partition.stages.size() ? layerwise_recompute_policy(model, partition.stages[static_cast<std::size_t>(stage)])
+        const std::optional<plan::MemoryPolicy> lw =
+            static_cast<std::size_t>(stage) < partition.stages.size() ? plan::layerwise_recompute_policy(model, partition.stages[static_cast<std::size_t>(stage)])
                                                                       : std::nullopt;
         if (!lw) {
-          fail({"plan request", concat("a ", memory_policy_kind_name(p.kind), " policy for stage ", stage, " of schedule '", plain.name,
+          fail({"plan request", concat("a ", plan::memory_policy_kind_name(p.kind), " policy for stage ", stage, " of schedule '", plain.name,
                                        "', whose layers on that cut give it nothing to save (or the model has no layers)"),
                 "PlanRequest::memory_policy.stages", "give that stage recompute or offload, or a model with per-layer sizes"});
         }
-        p = policy.kind == MemoryPolicyKind::layerwise_offload ? lw->with_offloaded_checkpoints() : *lw;
+        p = policy.kind == plan::MemoryPolicyKind::layerwise_offload ? lw->with_offloaded_checkpoints() : *lw;
       }
     }
     return with_memory_policies(plain, policies, false, model, partition, request, ws);
@@ -453,18 +449,18 @@ namespace detail {
   const std::optional<double> cap = smallest_byte_cap(request, model);
   if (!cap) return plain;
   // Each stage's ladder ends with layer-wise recomputation where the model's layers price it.
-  const auto choose_on = [&](const PartitionPlan& cut, std::span<const double> static_bytes) {
-    MemoryChoiceOptions options = want.choice;
-    if (options.stage_ladders.empty()) options.stage_ladders = stage_ladders(model, cut, options.ladder);
-    CostModel cost = cost_model_of(cut, plan_cost_options(model, request.weight_memory_fraction));
+  const auto choose_on = [&](const plan::PartitionPlan& cut, std::span<const double> static_bytes) {
+    plan::MemoryChoiceOptions options = want.choice;
+    if (options.stage_ladders.empty()) options.stage_ladders = plan::stage_ladders(model, cut, options.ladder);
+    CostModel cost = plan::cost_model_of(cut, plan::plan_cost_options(model, request.weight_memory_fraction));
     cost.host_link = host_link_for(request, model);
-    return choose_memory_policies(plain.schedule, cost, static_bytes, *cap, options);
+    return plan::choose_memory_policies(plain.schedule, cost, static_bytes, *cap, options);
   };
-  const MemoryChoice choice = choose_on(partition, plain.static_bytes);
+  const plan::MemoryChoice choice = choose_on(partition, plain.static_bytes);
   // Offloading layer-wise checkpoints is the last rung: a cut made again under the cap (below)
   // may fit with cheaper policies, so where the family's cut needs that rung both are tried.
   const bool last_rung = std::any_of(choice.plan.policies.begin(), choice.plan.policies.end(),
-                                     [](const MemoryPolicy& p) { return p.kind == MemoryPolicyKind::layerwise_offload; });
+                                     [](const plan::MemoryPolicy& p) { return p.kind == plan::MemoryPolicyKind::layerwise_offload; });
   if (choice.fits && !last_rung) return with_memory_policies(plain, choice.plan.policies, true, model, partition, request, ws);
   // Jointly with the partition: the family's cut balances time with every micro-batch's whole
   // activation in flight; with recomputation a rank holds little more than one, so cut again
@@ -475,18 +471,18 @@ namespace detail {
   const bool one_per_rank = static_cast<std::int32_t>(placement.size()) == plain.schedule.ranks;
   if (one_per_rank && !model.layer_memory.empty()) {
     const std::vector<double> one(placement.size(), 1.0);
-    CutRequest request_cut(placement, one);
+    plan::CutRequest request_cut(placement, one);
     request_cut.memory_cap_bytes = *cap;
-    std::optional<PartitionPlan> cut;
+    std::optional<plan::PartitionPlan> cut;
     try {
       cut = model.partition(request_cut);
     } catch (const error&) {
       // no cut fits even one micro-batch in flight: the plain result says what it needs
     }
     if (cut && *cut != partition) {
-      const MemoryChoice again = choose_on(*cut, static_bytes_per_rank(*cut, plain.schedule.ranks));
+      const plan::MemoryChoice again = choose_on(*cut, plan::static_bytes_per_rank(*cut, plain.schedule.ranks));
       if (again.fits && !(choice.fits && choice.makespan <= again.makespan)) {
-        ScheduleResult r = with_memory_policies(plain, again.plan.policies, true, model, *cut, request, ws);
+        plan::ScheduleResult r = with_memory_policies(plain, again.plan.policies, true, model, *cut, request, ws);
         r.memory->partition = std::move(cut);
         return r;
       }
@@ -498,7 +494,6 @@ namespace detail {
 }
 
 }  // namespace detail
-
 }  // namespace ppsched
 
 #endif  // PPSCHED_PLAN_DETAIL_COMPARE_HPP

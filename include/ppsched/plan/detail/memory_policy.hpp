@@ -33,10 +33,9 @@
 #include "ppsched/validate/validate.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
-
 namespace detail {
 
-inline void check_memory_policy(const MemoryPolicy& p, std::size_t stage, const StageCost& cost) {
+inline void check_memory_policy(const plan::MemoryPolicy& p, std::size_t stage, const StageCost& cost) {
   const std::string where = concat("policies[", stage, "]");
   if (!(p.fraction >= 0.0 && p.fraction <= 1.0)) {
     fail({"memory policy", concat("fraction ", p.fraction, " is outside [0, 1]"), where,
@@ -53,7 +52,7 @@ inline void check_memory_policy(const MemoryPolicy& p, std::size_t stage, const 
   }
   if (p.layerwise()) {
     if (!p.saved_bytes || !p.recompute_time || !p.peak_bytes) {
-      fail({"memory policy", concat(memory_policy_kind_name(p.kind), " lacks saved_bytes, peak_bytes or recompute_time"), where,
+      fail({"memory policy", concat(plan::memory_policy_kind_name(p.kind), " lacks saved_bytes, peak_bytes or recompute_time"), where,
             "build it with MemoryPolicy::layerwise(saved, peak, time) (or layerwise_offload) or "
             "layerwise_recompute_policy(graph, ...)"});
     }
@@ -64,25 +63,25 @@ inline void check_memory_policy(const MemoryPolicy& p, std::size_t stage, const 
     return;
   }
   if (p.peak_bytes) {
-    fail({"memory policy", concat("peak_bytes is set on a ", memory_policy_kind_name(p.kind), " policy"), where,
+    fail({"memory policy", concat("peak_bytes is set on a ", plan::memory_policy_kind_name(p.kind), " policy"), where,
           "peak_bytes belongs to layer-wise recompute (MemoryPolicy::layerwise)"});
   }
-  if ((p.saved_bytes || p.recompute_time) && p.kind != MemoryPolicyKind::selective_recompute) {
-    fail({"memory policy", concat("saved_bytes or recompute_time is set on a ", memory_policy_kind_name(p.kind), " policy"),
+  if ((p.saved_bytes || p.recompute_time) && p.kind != plan::MemoryPolicyKind::selective_recompute) {
+    fail({"memory policy", concat("saved_bytes or recompute_time is set on a ", plan::memory_policy_kind_name(p.kind), " policy"),
           where, "use MemoryPolicy::selective_part(bytes, time) for a part of the stage"});
   }
 }
 
 // The stage's costs under its policy.
-inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
+inline void apply_policy(const plan::MemoryPolicy& p, StageCost& c) {
   c.recompute_saved_bytes.reset();
   c.recompute.reset();
   c.recompute_peak_bytes.reset();
   c.offload_bytes.reset();
   switch (p.kind) {
-    case MemoryPolicyKind::none:
-    case MemoryPolicyKind::full_recompute: break;  // the defaults: all of it, at the forward's time
-    case MemoryPolicyKind::selective_recompute:
+    case plan::MemoryPolicyKind::none:
+    case plan::MemoryPolicyKind::full_recompute: break;  // the defaults: all of it, at the forward's time
+    case plan::MemoryPolicyKind::selective_recompute:
       c.recompute_saved_bytes = p.saved_bytes.value_or(p.fraction * c.activation_bytes);
       if (p.recompute_time) {
         c.recompute = *p.recompute_time;
@@ -90,14 +89,14 @@ inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
         c.recompute = p.fraction * c.forward;  // (no bytes to take the share from)
       }
       break;
-    case MemoryPolicyKind::offload: c.offload_bytes = p.fraction * c.activation_bytes; break;
-    case MemoryPolicyKind::layerwise_recompute:
-    case MemoryPolicyKind::layerwise_offload:
+    case plan::MemoryPolicyKind::offload: c.offload_bytes = p.fraction * c.activation_bytes; break;
+    case plan::MemoryPolicyKind::layerwise_recompute:
+    case plan::MemoryPolicyKind::layerwise_offload:
       c.recompute_saved_bytes = *p.saved_bytes;
       c.recompute_peak_bytes = std::min(*p.peak_bytes, *p.saved_bytes);
       c.recompute = *p.recompute_time;
       // The checkpoints: what F keeps for R.
-      if (p.kind == MemoryPolicyKind::layerwise_offload) c.offload_bytes = c.activation_bytes - *p.saved_bytes;
+      if (p.kind == plan::MemoryPolicyKind::layerwise_offload) c.offload_bytes = c.activation_bytes - *p.saved_bytes;
       break;
   }
 }
@@ -105,7 +104,7 @@ inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
 // The cost model with each stage's policy written into its StageCost (a single StageCost for
 // every stage is expanded to one per stage when the policies differ). `policies`: one per
 // stage, or one for every stage.
-[[nodiscard]] inline CostModel costs_with_policies(const CostModel& costs, std::span<const MemoryPolicy> policies,
+[[nodiscard]] inline CostModel costs_with_policies(const CostModel& costs, std::span<const plan::MemoryPolicy> policies,
                                                    std::int32_t stages, std::int32_t microbatches) {
   check_cost_model(costs, stages, microbatches);
   const auto S = static_cast<std::size_t>(stages);
@@ -113,7 +112,7 @@ inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
     fail({"memory policies", concat("has ", policies.size(), " policies for a schedule of ", stages, " stages"), "",
           "give one MemoryPolicy per stage, or one for every stage"});
   }
-  const auto policy_of = [&](std::size_t s) -> const MemoryPolicy& { return policies[policies.size() == 1 ? 0 : s]; };
+  const auto policy_of = [&](std::size_t s) -> const plan::MemoryPolicy& { return policies[policies.size() == 1 ? 0 : s]; };
   CostModel out = costs;
   if (!out.per_microbatch.empty()) {
     const std::size_t M = static_cast<std::size_t>(microbatches);
@@ -135,7 +134,6 @@ inline void apply_policy(const MemoryPolicy& p, StageCost& c) {
 }
 
 }  // namespace detail
-
 }  // namespace ppsched
 
 #endif  // PPSCHED_PLAN_DETAIL_MEMORY_POLICY_HPP

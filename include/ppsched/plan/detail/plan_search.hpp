@@ -25,12 +25,11 @@
 #include "ppsched/schedule/request.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
-
 namespace detail {
 
 // Interleaving depths worth trying: 2 (the V and two looped chunks), 4, and the request's,
 // each only when the model has a layer for every virtual stage.
-[[nodiscard]] inline std::vector<std::int32_t> search_depths(const PlanRequest& request, const PlanModel& model) {
+[[nodiscard]] inline std::vector<std::int32_t> search_depths(const plan::PlanRequest& request, const plan::PlanModel& model) {
   std::vector<std::int32_t> depths{1};
   for (const std::int32_t v : {2, 4, request.chunks}) {
     const bool fills =
@@ -43,7 +42,7 @@ namespace detail {
 // The caps in the search's terms: M_B as given; per rank, a total limit (static plus activation
 // bytes): the byte cap and the device's, whichever is lower (infinity where neither applies).
 // search_plan gives the search each placement's static bytes, which it takes off these.
-[[nodiscard]] inline MemoryCap search_cap(const PlanRequest& request, const PlanModel& model) {
+[[nodiscard]] inline MemoryCap search_cap(const plan::PlanRequest& request, const plan::PlanModel& model) {
   MemoryCap cap;
   if (request.cap.microbatches) cap.microbatches = *request.cap.microbatches;
   if (request.cap.total_bytes || !model.rank_memory_cap.empty()) {
@@ -57,7 +56,6 @@ namespace detail {
 }
 
 }  // namespace detail
-
 namespace detail {
 
 // search_plan's memory policies (PlanMemoryPolicy automatic, makespan objective): the search's
@@ -68,8 +66,8 @@ namespace detail {
 // while its bound is below the fastest makespan found (a policy only adds work, so the plain
 // bound bounds it too), at most PlanMemoryPolicy::search_candidates of them. Each one tried has
 // its note say what the policies gave. The fastest that fits, or nothing.
-[[nodiscard]] inline std::optional<ScheduleResult> search_memory_policies(SearchWork& work, const PlanModel& model,
-                                                                          const PlanRequest& request, PartitionCache& partition_for,
+[[nodiscard]] inline std::optional<plan::ScheduleResult> search_memory_policies(SearchWork& work, const plan::PlanModel& model,
+                                                                          const plan::PlanRequest& request, PartitionCache& partition_for,
                                                                           double plain_makespan, std::int32_t& tried) {
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < work.entries.size(); ++i) {
@@ -83,7 +81,7 @@ namespace detail {
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return work.entries[a].candidate.bound < work.entries[b].candidate.bound; });
-  std::optional<ScheduleResult> best;
+  std::optional<plan::ScheduleResult> best;
   double best_makespan = plain_makespan;
   Workspace ws;
   tried = 0;
@@ -92,11 +90,11 @@ namespace detail {
     if (tried >= request.memory_policy.search_candidates) break;
     if (!(e.candidate.bound < best_makespan * (1.0 - 1e-9))) break;  // neither it nor any after it is faster
     ++tried;
-    const PartitionPlan& cut = partition_for(work.placements[e.placement].placement);
-    ScheduleResult plain = evaluate_schedule(e.schedule, model, cut, request, ws);
+    const plan::PartitionPlan& cut = partition_for(work.placements[e.placement].placement);
+    plan::ScheduleResult plain = plan::evaluate_schedule(e.schedule, model, cut, request, ws);
     plain.family = e.candidate.family;
     if (!plain.valid || !plain.training) continue;
-    ScheduleResult r = priced_with_memory_policy(std::move(plain), model, cut, request, ws);
+    plan::ScheduleResult r = priced_with_memory_policy(std::move(plain), model, cut, request, ws);
     if (!r.memory) {
       e.candidate.note += "; no memory policy makes it fit";
       continue;
@@ -111,5 +109,4 @@ namespace detail {
 }
 
 }  // namespace detail
-
 }  // namespace ppsched

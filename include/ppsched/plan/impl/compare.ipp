@@ -8,6 +8,7 @@
 #include "ppsched/plan/compare.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 [[nodiscard]] PPSCHED_OUTLINE ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
                                                       const PartitionPlan& partition, const PlanRequest& request,
@@ -43,4 +44,5 @@ namespace ppsched::inline PPSCHED_MODE {
   return plan;
 }
 
+}  // namespace plan
 }  // namespace ppsched

@@ -8,6 +8,7 @@
 #include "ppsched/plan/devices.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 [[nodiscard]] PPSCHED_OUTLINE DevicePlan plan_devices(const Profile& profile, std::int32_t devices, std::int64_t global_batch,
                                              std::optional<double> memory_cap_bytes, const DevicePlanOptions& options) {
@@ -224,4 +225,5 @@ namespace ppsched::inline PPSCHED_MODE {
   return plan;
 }
 
+}  // namespace plan
 }  // namespace ppsched

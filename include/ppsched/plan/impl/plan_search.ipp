@@ -8,6 +8,7 @@
 #include "ppsched/plan/plan_search.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 [[nodiscard]] PPSCHED_OUTLINE SearchedPlan search_plan(const PlanModel& model, const PlanRequest& request,
                                               SearchOptions options) {
@@ -117,4 +118,5 @@ namespace ppsched::inline PPSCHED_MODE {
   return out;
 }
 
+}  // namespace plan
 }  // namespace ppsched

@@ -20,6 +20,7 @@
 #include "ppsched/costs/cost_model.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 // The costs of the model cut for `placement` (placement[s] = rank of virtual stage s, stages in
 // model order): one StageCost per virtual stage, or per (stage, micro-batch).
@@ -85,4 +86,5 @@ using PlacementCosts = std::function<CostModel(std::span<const std::int32_t> pla
   };
 }
 
+}  // namespace plan
 }  // namespace ppsched

@@ -35,6 +35,7 @@
 #include "ppsched/costs/cost_model.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 struct DependencyRun {
   double makespan = 0.0;
@@ -42,6 +43,7 @@ struct DependencyRun {
   double bubble_fraction = 0.0;  // 1 - total busy / (ranks x makespan)
 };
 
+}  // namespace plan
 namespace detail {
 
 [[noreturn]] inline void fail_dependency_run(const Schedule& s, const std::string& problem) {
@@ -50,6 +52,7 @@ namespace detail {
 }
 
 }  // namespace detail
+namespace plan {
 
 // Runs `s` (communication actions, if any, are skipped) under `costs`, its overlapped pairs
 // with costs.fb_overlap. Throws ppsched::error for a cost model that does not fit, or a
@@ -151,4 +154,5 @@ namespace detail {
   return run_dependencies(s, costs, ws);
 }
 
+}  // namespace plan
 }  // namespace ppsched

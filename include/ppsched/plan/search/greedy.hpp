@@ -50,6 +50,7 @@
 #include "ppsched/costs/cost_model.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 // When the weight gradients run.
 enum class WeightPolicy : std::uint8_t {
@@ -98,11 +99,13 @@ struct GreedyOutcome {
   std::string problem;
 };
 
+}  // namespace plan
 }  // namespace ppsched
 
 #include "ppsched/plan/search/detail/greedy.hpp"  // the internals below build on the types above
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 // Builds the greedy schedule for `placement` (stage s on rank placement[s], any placement whose
 // ranks are 0..ranks-1) under `costs`, or says why the memory limit cannot be met. Throws
@@ -188,12 +191,13 @@ struct ZbHeuristicParams {
   bool no_bubble_greedy = true;
 };
 
+}  // namespace plan
 namespace detail {
 
 class ZbHeuristicBuilder {
  public:
   ZbHeuristicBuilder(std::int32_t stages, std::int32_t microbatches, const CostModel& costs,
-                     const ZbHeuristicParams& params)
+                     const plan::ZbHeuristicParams& params)
       : S_(stages), M_(microbatches), params_(params) {
     const std::size_t cells = static_cast<std::size_t>(S_) * static_cast<std::size_t>(M_);
     for (auto* v : {&tf_, &tb_, &tw_, &bytes_, &xf_, &xb_}) v->assign(cells, 0.0);
@@ -437,7 +441,7 @@ class ZbHeuristicBuilder {
   }
 
   std::int32_t S_, M_;
-  ZbHeuristicParams params_;
+  plan::ZbHeuristicParams params_;
   std::vector<double> kept_;  // per stage: what its BI keeps for BW (M_W / M_B)
   std::vector<double> tf_, tb_, tw_, bytes_, xf_, xb_, end_f_, end_b_;
   std::vector<std::int32_t> f_, b_, w_;
@@ -446,6 +450,7 @@ class ZbHeuristicBuilder {
 };
 
 }  // namespace detail
+namespace plan {
 
 // Builds the zero-bubble heuristic's schedule (see above) for `ranks` stages, one per rank,
 // under `costs`, or says why it cannot (the limit, or an order the heuristic cannot complete).
@@ -475,4 +480,5 @@ class ZbHeuristicBuilder {
   return out;
 }
 
+}  // namespace plan
 }  // namespace ppsched

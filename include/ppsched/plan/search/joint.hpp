@@ -25,6 +25,7 @@
 #include "ppsched/plan/search/run.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 // The model's costs on a placement when the global batch is cut into `microbatches`.
 using BatchPlacementCosts =
@@ -82,20 +83,22 @@ struct JointSearchResult {
   return out;
 }
 
+}  // namespace plan
 namespace detail {
 
 // Whether one (partition, m)'s winner beats another's by the objective: the makespan, the
 // longest rank span, or (memory) the peak activation bytes — M_B are micro-batches of each m's
 // own size, so they do not compare across counts — then the makespan.
-[[nodiscard]] inline bool joint_before(const Objective& objective, const SearchResult& a, const SearchResult& b) {
-  const Candidate& x = a.best();
-  const Candidate& y = b.best();
-  if (objective.kind == ObjectiveKind::span && x.span != y.span) return x.span < y.span;
-  if (objective.kind == ObjectiveKind::memory && x.peak_bytes != y.peak_bytes) return x.peak_bytes < y.peak_bytes;
+[[nodiscard]] inline bool joint_before(const plan::Objective& objective, const plan::SearchResult& a, const plan::SearchResult& b) {
+  const plan::Candidate& x = a.best();
+  const plan::Candidate& y = b.best();
+  if (objective.kind == plan::ObjectiveKind::span && x.span != y.span) return x.span < y.span;
+  if (objective.kind == plan::ObjectiveKind::memory && x.peak_bytes != y.peak_bytes) return x.peak_bytes < y.peak_bytes;
   return x.makespan < y.makespan;
 }
 
 }  // namespace detail
+namespace plan {
 
 // Runs search_schedule for each partition and micro-batch count and keeps the fastest step
 // (schedule, chunks and placement chosen by each search), or the best by
@@ -164,4 +167,5 @@ namespace detail {
   return out;
 }
 
+}  // namespace plan
 }  // namespace ppsched

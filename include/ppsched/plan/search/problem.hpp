@@ -28,6 +28,7 @@
 #include "ppsched/plan/search/memory.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 // Bytes each rank holds whatever the schedule (parameters, gradients, optimizer state) when the
 // model is cut for a placement: one entry per rank.
@@ -154,4 +155,5 @@ struct SearchResult {
   }
 };
 
+}  // namespace plan
 }  // namespace ppsched

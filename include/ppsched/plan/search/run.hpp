@@ -37,6 +37,7 @@
 #include "ppsched/plan/search/detail/run.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 // Searches schedules for `problem` (see the header comment) and returns the fastest one that
 // keeps to the cap (or the best by SearchOptions::objective). Throws ppsched::error for unusable
@@ -50,4 +51,5 @@ namespace ppsched::inline PPSCHED_MODE {
   return result;
 }
 
+}  // namespace plan
 }  // namespace ppsched

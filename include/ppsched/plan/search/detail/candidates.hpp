@@ -35,7 +35,6 @@
 #include "ppsched/plan/search/problem.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
-
 namespace detail {
 
 struct SearchPlacement {
@@ -50,7 +49,7 @@ struct SearchPlacement {
 
 // A built schedule waiting to be measured.
 struct SearchEntry {
-  Candidate candidate;
+  plan::Candidate candidate;
   Schedule schedule;
   std::size_t placement = 0;
 };
@@ -72,7 +71,7 @@ struct SearchEntry {
   return out + included;
 }
 
-inline void check_search_problem(const SearchProblem& problem, const SearchOptions& options) {
+inline void check_search_problem(const plan::SearchProblem& problem, const plan::SearchOptions& options) {
   const std::string subject = "schedule search";
   if (problem.ranks < 1 || problem.microbatches < 1) {
     fail({subject, concat("p = ", problem.ranks, " ranks and m = ", problem.microbatches, " micro-batches"),
@@ -105,7 +104,7 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
 }
 
 // The model's costs on a placement, checked, with the caller's mistake named in context.
-[[nodiscard]] inline CostModel placement_costs(const SearchProblem& problem, const SearchPlacement& p) {
+[[nodiscard]] inline CostModel placement_costs(const plan::SearchProblem& problem, const SearchPlacement& p) {
   CostModel c = problem.costs(p.placement);
   try {
     check_cost_model(c, static_cast<std::int32_t>(p.placement.size()), problem.microbatches);
@@ -119,8 +118,8 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
   return c;
 }
 
-[[nodiscard]] inline std::vector<SearchPlacement> search_placements(const SearchProblem& problem,
-                                                                    const SearchOptions& options) {
+[[nodiscard]] inline std::vector<SearchPlacement> search_placements(const plan::SearchProblem& problem,
+                                                                    const plan::SearchOptions& options) {
   const std::int32_t p = problem.ranks, m = problem.microbatches;
   std::vector<std::int32_t> depths{1};
   for (const std::int32_t v : options.chunks) depths.push_back(v);
@@ -190,10 +189,10 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
 // on one stage per rank also with 1F1B's and ZB-H2's warm-up depths. Below the cap (one stage
 // per rank and the V, where the levels make V-Half and V-Min) the two variants that win most
 // often. Looped placements add a breadth-first variant.
-[[nodiscard]] inline std::vector<GreedyParams> greedy_variants(const SearchProblem& problem,
-                                                               const SearchOptions& options,
+[[nodiscard]] inline std::vector<plan::GreedyParams> greedy_variants(const plan::SearchProblem& problem,
+                                                               const plan::SearchOptions& options,
                                                                const SearchPlacement& placement) {
-  std::vector<GreedyParams> out;
+  std::vector<plan::GreedyParams> out;
   const std::int32_t p = problem.ranks;
   const bool one_per_rank = placement.kind == PlacementKind::one_per_rank, looped = placement.kind == PlacementKind::looped;
   std::vector<double> levels = greedy_memory_levels(p, placement.cap);
@@ -208,64 +207,64 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
     depths.push_back(std::move(one_f_one_b));
     depths.push_back(std::move(zb_h2));
   }
-  const auto add = [&](double level, WeightPolicy w, bool forward_first, bool overshoot, ForwardOrder order,
+  const auto add = [&](double level, plan::WeightPolicy w, bool forward_first, bool overshoot, plan::ForwardOrder order,
                        const std::vector<std::int32_t>& depth) {
-    GreedyParams g;
+    plan::GreedyParams g;
     g.limit = placement.cap;
     g.limit.microbatches = level;
-    g.weights = options.split_backward ? w : WeightPolicy::with_input;
+    g.weights = options.split_backward ? w : plan::WeightPolicy::with_input;
     g.forward_first = forward_first;
     g.forward_may_delay_backward = overshoot;
     g.forward_order = order;
     g.warmup = depth;
     out.push_back(std::move(g));
   };
-  const std::vector<WeightPolicy> policies =
-      options.split_backward ? std::vector<WeightPolicy>{WeightPolicy::fill_eagerly, WeightPolicy::fill_gaps}
-                             : std::vector<WeightPolicy>{WeightPolicy::with_input};
+  const std::vector<plan::WeightPolicy> policies =
+      options.split_backward ? std::vector<plan::WeightPolicy>{plan::WeightPolicy::fill_eagerly, plan::WeightPolicy::fill_gaps}
+                             : std::vector<plan::WeightPolicy>{plan::WeightPolicy::with_input};
   for (std::size_t k = 0; k < levels.size(); ++k) {
     if (k == 0) {
       for (const auto& depth : depths) {
         for (const bool forward_first : {false, true}) {
           for (const bool overshoot : {true, false}) {
-            for (const WeightPolicy w : policies) {
+            for (const plan::WeightPolicy w : policies) {
               if (looped && forward_first && (!overshoot || w != policies.front())) continue;
-              add(levels[k], w, forward_first, overshoot, ForwardOrder::deepest_first, depth);
+              add(levels[k], w, forward_first, overshoot, plan::ForwardOrder::deepest_first, depth);
             }
           }
         }
       }
-      if (looped) add(levels[k], policies.front(), false, true, ForwardOrder::shallowest_first, {});
+      if (looped) add(levels[k], policies.front(), false, true, plan::ForwardOrder::shallowest_first, {});
     } else {
-      add(levels[k], policies.front(), false, true, ForwardOrder::deepest_first, {});
+      add(levels[k], policies.front(), false, true, plan::ForwardOrder::deepest_first, {});
       if (options.split_backward)
-        add(levels[k], WeightPolicy::fill_gaps, false, false, ForwardOrder::deepest_first, {});
+        add(levels[k], plan::WeightPolicy::fill_gaps, false, false, plan::ForwardOrder::deepest_first, {});
     }
   }
   return out;
 }
 
-[[nodiscard]] inline std::string greedy_name(const SearchPlacement& placement, const GreedyParams& g) {
+[[nodiscard]] inline std::string greedy_name(const SearchPlacement& placement, const plan::GreedyParams& g) {
   std::string name = concat("greedy-", placement.tag, " mem<=", short_number(g.limit.microbatches),
-                            " bw=", weight_policy_name(g.weights));
+                            " bw=", plan::weight_policy_name(g.weights));
   if (g.forward_first) name += " f-first";
   if (g.forward_may_delay_backward) name += " f-eager";
-  if (g.forward_order == ForwardOrder::shallowest_first) name += " bfs";
+  if (g.forward_order == plan::ForwardOrder::shallowest_first) name += " bfs";
   if (!g.warmup.empty())
     name += concat(" warmup=", g.warmup.front() == static_cast<std::int32_t>(g.warmup.size()) ? "1f1b" : "zb-h2");
   return name;
 }
 
 // The zero-bubble heuristic's eight settings (greedy.hpp) under `cap`, the repository's order.
-[[nodiscard]] inline std::vector<ZbHeuristicParams> zb_heuristic_variants(const MemoryCap& cap) {
-  std::vector<ZbHeuristicParams> out;
+[[nodiscard]] inline std::vector<plan::ZbHeuristicParams> zb_heuristic_variants(const MemoryCap& cap) {
+  std::vector<plan::ZbHeuristicParams> out;
   for (const bool bubble : {true, false})
     for (const bool prioritize : {true, false})
       for (const bool greedy : {true, false}) out.push_back({cap, bubble, prioritize, greedy});
   return out;
 }
 
-[[nodiscard]] inline std::string zb_heuristic_name(const ZbHeuristicParams& z) {
+[[nodiscard]] inline std::string zb_heuristic_name(const plan::ZbHeuristicParams& z) {
   std::string name = "zb-heuristic";
   if (z.bubble_before_first_backward) name += " warmup-bubble";
   if (z.prioritize_backward) name += " bi-first";
@@ -273,12 +272,11 @@ inline void check_search_problem(const SearchProblem& problem, const SearchOptio
   return name;
 }
 
-[[nodiscard]] inline bool family_accepts(const FamilyInfo& f, const ScheduleRequest& r, const SearchOptions& options) {
+[[nodiscard]] inline bool family_accepts(const FamilyInfo& f, const ScheduleRequest& r, const plan::SearchOptions& options) {
   if (!f.training) return false;
   if (!options.split_backward && f.split_backward) return false;
   return f.accepts(r);
 }
 
 }  // namespace detail
-
 }  // namespace ppsched

@@ -33,7 +33,6 @@
 #include "ppsched/schedule/schedule.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
-
 namespace detail {
 
 // Per stage, what its BI keeps for its BW (StageCost::weight_memory_fraction, else the model's).
@@ -49,13 +48,13 @@ namespace detail {
 class GreedyBuilder {
  public:
   GreedyBuilder(std::int32_t ranks, std::int32_t microbatches, const std::vector<std::int32_t>& placement,
-                const CostModel& costs, const GreedyParams& params)
+                const CostModel& costs, const plan::GreedyParams& params)
       : P_(ranks),
         M_(microbatches),
         S_(static_cast<std::int32_t>(placement.size())),
         placement_(placement),
         params_(params) {
-    split_ = params.weights != WeightPolicy::with_input;
+    split_ = params.weights != plan::WeightPolicy::with_input;
     kept_ = kept_for_bw(costs, S_, M_);
     const std::size_t cells = static_cast<std::size_t>(S_) * static_cast<std::size_t>(M_);
     tf_.resize(cells);
@@ -367,7 +366,7 @@ class GreedyBuilder {
     force_forward_[ri] = 0;
     deferred_forward_[ri] = 0;
     // The rank idled since free_: deferred BWs that fit in that gap go there.
-    if (params_.weights == WeightPolicy::fill_gaps) {
+    if (params_.weights == plan::WeightPolicy::fill_gaps) {
       while (!pending_[ri].empty() && free_[ri] + front_weight_time(r) <= now_ + eps) emit(r, Op::BW, 0, free_[ri]);
     }
     const double d = std::max(now_, free_[ri]);
@@ -406,7 +405,7 @@ class GreedyBuilder {
         forward_blocked_by_memory = true;
         continue;
       }
-      if (chosen < 0 || (params_.forward_order == ForwardOrder::deepest_first ? s > chosen : s < chosen)) chosen = s;
+      if (chosen < 0 || (params_.forward_order == plan::ForwardOrder::deepest_first ? s > chosen : s < chosen)) chosen = s;
     }
     if (chosen < 0 && forward_blocked_by_memory && !pending_[ri].empty()) {
       emit(r, Op::BW, 0, d);  // frees what the forward needs
@@ -438,8 +437,8 @@ class GreedyBuilder {
 
     // 3. Nothing to start now: a deferred BW, by policy.
     if (split_ && !pending_[ri].empty()) {
-      bool run_weight = left_[ri] == 0 || params_.weights == WeightPolicy::fill_eagerly;
-      if (!run_weight && params_.weights == WeightPolicy::fill_gaps)
+      bool run_weight = left_[ri] == 0 || params_.weights == plan::WeightPolicy::fill_eagerly;
+      if (!run_weight && params_.weights == plan::WeightPolicy::fill_gaps)
         run_weight = quiet_until(r, d + front_weight_time(r), true);
       if (run_weight) {
         emit(r, Op::BW, 0, d);
@@ -472,7 +471,7 @@ class GreedyBuilder {
 
   std::int32_t P_, M_, S_;
   std::vector<std::int32_t> placement_;
-  GreedyParams params_;
+  plan::GreedyParams params_;
   bool split_ = true;
   std::vector<double> kept_;  // per stage: what its BI keeps for BW (M_W / M_B)
   std::vector<double> tf_, tb_, tw_, bytes_, xf_, xb_, end_f_, end_b_;
@@ -495,7 +494,6 @@ class GreedyBuilder {
 };
 
 }  // namespace detail
-
 }  // namespace ppsched
 
 #endif  // PPSCHED_PLAN_SEARCH_DETAIL_GREEDY_HPP

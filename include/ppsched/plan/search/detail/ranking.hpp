@@ -36,7 +36,6 @@
 #include "ppsched/plan/search/problem.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
-
 namespace detail {
 
 // Fills the candidate's memory figures and whether it keeps to the cap.
@@ -56,7 +55,7 @@ inline void measure_memory_of(SearchEntry& e, const CostModel& costs, const Memo
 }
 
 // Simulates a candidate (its bound is already known).
-inline void simulate_entry(SearchEntry& e, const CostModel& costs, const SearchOptions& options, Workspace& ws) {
+inline void simulate_entry(SearchEntry& e, const CostModel& costs, const plan::SearchOptions& options, Workspace& ws) {
   SimOptions o;
   o.record_timeline = false;
   o.comm_on_compute_stream = options.comm_on_compute_stream;
@@ -64,22 +63,22 @@ inline void simulate_entry(SearchEntry& e, const CostModel& costs, const SearchO
   e.candidate.makespan = sim.makespan;
   e.candidate.bubble_fraction = sim.bubble_fraction;
   e.candidate.span = longest_span(sim);
-  e.candidate.timing = Timing::simulated;
+  e.candidate.timing = plan::Timing::simulated;
 }
 
 // The dependency-only run of a candidate (its overlapped pairs included): its bound, and its
 // makespan when that is exact (free communication).
 inline void bound_entry(SearchEntry& e, const CostModel& costs, bool exact, Workspace& ws) {
-  const DependencyRun run = run_dependencies(e.schedule, costs, ws);
+  const plan::DependencyRun run = plan::run_dependencies(e.schedule, costs, ws);
   e.candidate.bound = run.makespan;
   e.candidate.makespan = run.makespan;
   e.candidate.bubble_fraction = run.bubble_fraction;
-  e.candidate.timing = exact ? Timing::exact : Timing::bound;
+  e.candidate.timing = exact ? plan::Timing::exact : plan::Timing::bound;
 }
 
 // Free communication on its own stream: lowering adds no wait, so the dependency-only run is
 // the simulation (docs/execution-model.md; lower.hpp).
-[[nodiscard]] inline bool communication_is_free(const CostModel& c, const SearchOptions& options) {
+[[nodiscard]] inline bool communication_is_free(const CostModel& c, const plan::SearchOptions& options) {
   if (options.comm_on_compute_stream || c.link.latency != 0.0) return false;
   if (std::isinf(c.link.bandwidth)) return true;
   const auto no_bytes = [](const StageCost& s) { return s.output_bytes == 0.0; };
@@ -87,7 +86,7 @@ inline void bound_entry(SearchEntry& e, const CostModel& costs, bool exact, Work
          std::all_of(c.per_microbatch.begin(), c.per_microbatch.end(), no_bytes);
 }
 
-[[nodiscard]] inline bool ranks_before(const Candidate& a, const Candidate& b) {
+[[nodiscard]] inline bool ranks_before(const plan::Candidate& a, const plan::Candidate& b) {
   constexpr double tie = 1e-9;
   const double scale = std::max({1.0, std::abs(a.makespan), std::abs(b.makespan)});
   if (a.makespan < b.makespan - tie * scale) return true;
@@ -98,18 +97,18 @@ inline void bound_entry(SearchEntry& e, const CostModel& costs, bool exact, Work
 }
 
 // Within the memory objective's makespan bound (a candidate known only by its bound may not be).
-[[nodiscard]] inline bool within_bound(const Candidate& c, const Objective& objective) {
-  return objective.kind != ObjectiveKind::memory || c.makespan <= objective.makespan_bound * (1.0 + 1e-9);
+[[nodiscard]] inline bool within_bound(const plan::Candidate& c, const plan::Objective& objective) {
+  return objective.kind != plan::ObjectiveKind::memory || c.makespan <= objective.makespan_bound * (1.0 + 1e-9);
 }
 
 // The order of the span and memory objectives: by the longest rank span, or, among the
 // candidates within the makespan bound, by peak M_B then bytes; then as ranks_before.
-[[nodiscard]] inline bool ranks_before_by(const Objective& objective, const Candidate& a, const Candidate& b) {
-  if (objective.kind == ObjectiveKind::span) {
+[[nodiscard]] inline bool ranks_before_by(const plan::Objective& objective, const plan::Candidate& a, const plan::Candidate& b) {
+  if (objective.kind == plan::ObjectiveKind::span) {
     const double scale = std::max({1.0, std::isinf(a.span) ? 0.0 : a.span, std::isinf(b.span) ? 0.0 : b.span});
     if (a.span < b.span - 1e-9 * scale) return true;
     if (b.span < a.span - 1e-9 * scale) return false;
-  } else if (objective.kind == ObjectiveKind::memory) {
+  } else if (objective.kind == plan::ObjectiveKind::memory) {
     const bool in_a = within_bound(a, objective), in_b = within_bound(b, objective);
     if (in_a != in_b) return in_a;
     if (a.peak_microbatches < b.peak_microbatches - memory_slack) return true;
@@ -124,41 +123,41 @@ inline void bound_entry(SearchEntry& e, const CostModel& costs, bool exact, Work
 // every candidate that fits for the span; for memory, the least hungry first until one is
 // within the bound, and those that need as little as it.
 inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vector<std::size_t>& order,
-                               const std::vector<SearchPlacement>& placements, const SearchOptions& options,
+                               const std::vector<SearchPlacement>& placements, const plan::SearchOptions& options,
                                Workspace& ws, std::int32_t& simulations) {
-  const Objective& objective = options.objective;
+  const plan::Objective& objective = options.objective;
   std::vector<std::size_t> by_memory = order;
   std::stable_sort(by_memory.begin(), by_memory.end(), [&](std::size_t a, std::size_t b) {
     return entries[a].candidate.peak_microbatches < entries[b].candidate.peak_microbatches - memory_slack;
   });
   double found_memory = std::numeric_limits<double>::infinity();
-  for (const std::size_t i : objective.kind == ObjectiveKind::memory ? by_memory : order) {
-    Candidate& c = entries[i].candidate;
-    if (objective.kind == ObjectiveKind::memory) {
+  for (const std::size_t i : objective.kind == plan::ObjectiveKind::memory ? by_memory : order) {
+    plan::Candidate& c = entries[i].candidate;
+    if (objective.kind == plan::ObjectiveKind::memory) {
       if (c.peak_microbatches > found_memory + memory_slack) break;
       if (c.bound > objective.makespan_bound * (1.0 + 1e-9)) continue;  // its makespan is at least its bound
     }
     // The span needs a simulation even where the makespan is exact (free communication).
-    if (objective.kind == ObjectiveKind::span ? c.timing != Timing::simulated : c.timing == Timing::bound) {
+    if (objective.kind == plan::ObjectiveKind::span ? c.timing != plan::Timing::simulated : c.timing == plan::Timing::bound) {
       if (options.max_simulations > 0 && simulations >= options.max_simulations) break;
       simulate_entry(entries[i], placements[entries[i].placement].costs, options, ws);
       ++simulations;
     }
-    if (objective.kind == ObjectiveKind::memory && within_bound(c, objective)) {
+    if (objective.kind == plan::ObjectiveKind::memory && within_bound(c, objective)) {
       found_memory = std::min(found_memory, c.peak_microbatches);
     }
   }
 }
 
-[[nodiscard]] inline std::string why_it_won(const SearchResult& r, const MemoryCap& cap, const Objective& objective) {
-  const Candidate& w = r.best();
-  if (objective.kind != ObjectiveKind::makespan) {
+[[nodiscard]] inline std::string why_it_won(const plan::SearchResult& r, const MemoryCap& cap, const plan::Objective& objective) {
+  const plan::Candidate& w = r.best();
+  if (objective.kind != plan::ObjectiveKind::makespan) {
     std::size_t fitting = 0, simulated = 0;
-    for (const Candidate& c : r.candidates) {
+    for (const plan::Candidate& c : r.candidates) {
       fitting += c.built && c.fits ? 1 : 0;
-      simulated += c.timing == Timing::simulated ? 1 : 0;
+      simulated += c.timing == plan::Timing::simulated ? 1 : 0;
     }
-    const bool by_span = objective.kind == ObjectiveKind::span;
+    const bool by_span = objective.kind == plan::ObjectiveKind::span;
     std::string line = concat(w.name, ": ", by_span ? "the shortest longest rank span" : "the least peak memory");
     if (!by_span && !std::isinf(objective.makespan_bound)) {
       line += concat(" within makespan ", short_number(objective.makespan_bound));
@@ -170,9 +169,9 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
     return line;
   }
   std::size_t fitting = 0, simulated = 0;
-  for (const Candidate& c : r.candidates) {
+  for (const plan::Candidate& c : r.candidates) {
     fitting += c.built && c.fits ? 1 : 0;
-    simulated += c.timing == Timing::simulated ? 1 : 0;
+    simulated += c.timing == plan::Timing::simulated ? 1 : 0;
   }
   std::string line =
       concat(w.name, ": the fastest of ", fitting, " candidates that keep to the cap (", r.candidates.size(),
@@ -185,16 +184,16 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
   if (paired && r.costs.fb_overlap > 0.0) {
     line += concat(" with its F&B pairs overlapped (fb_overlap ", short_number(r.costs.fb_overlap), ")");
   }
-  const Candidate* family = r.best_family();
+  const plan::Candidate* family = r.best_family();
   if (family == nullptr) {
     line += "; no fixed family keeps to the cap";
   } else if (family != &w) {
     line += concat("; ", short_number(detail::relative_gain(w.makespan, family->makespan) * 100.0),
                    "% faster than the best fixed family ", family->name, " (", short_number(family->makespan),
-                   family->timing == Timing::bound ? " or more" : "", ")");
+                   family->timing == plan::Timing::bound ? " or more" : "", ")");
   } else {
-    const Candidate* runner_up = nullptr;
-    for (const Candidate& c : r.candidates) {
+    const plan::Candidate* runner_up = nullptr;
+    for (const plan::Candidate& c : r.candidates) {
       if (&c != &w && c.built && c.fits && (runner_up == nullptr || c.makespan < runner_up->makespan)) runner_up = &c;
     }
     if (runner_up != nullptr)
@@ -206,5 +205,4 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
 }
 
 }  // namespace detail
-
 }  // namespace ppsched

@@ -37,7 +37,6 @@
 #include "ppsched/validate/validate.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
-
 namespace detail {
 
 // What the search built, for a caller that goes on from its candidates (search_plan prices
@@ -46,26 +45,25 @@ namespace detail {
 struct SearchWork {
   std::vector<SearchPlacement> placements;
   std::vector<SearchEntry> entries;
-  std::vector<Candidate> rejected;  // never built, with the reason
+  std::vector<plan::Candidate> rejected;  // never built, with the reason
 };
 
 // The search; false with `no_fit` set when no candidate keeps to the cap. `work`, when given,
 // gets what was built, whether a candidate fits or not.
-PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOptions& options, SearchResult& result,
+PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::SearchOptions& options, plan::SearchResult& result,
                        std::string& no_fit, SearchWork* work = nullptr);
 
 // The error search_schedule throws when run_search finds no candidate within the cap.
-[[noreturn]] inline void fail_no_fit(const SearchProblem& problem, const SearchOptions& options, const std::string& no_fit) {
+[[noreturn]] inline void fail_no_fit(const plan::SearchProblem& problem, const plan::SearchOptions& options, const std::string& no_fit) {
   fail({"schedule search",
         concat("no schedule keeps to the memory cap (", cap_text(problem.cap, static_cast<bool>(problem.static_bytes)), ")",
-               options.objective.kind == ObjectiveKind::memory && !std::isinf(options.objective.makespan_bound)
+               options.objective.kind == plan::ObjectiveKind::memory && !std::isinf(options.objective.makespan_bound)
                    ? concat(" and finishes within makespan ", short_number(options.objective.makespan_bound))
                    : std::string()),
         concat("p=", problem.ranks, ", m=", problem.microbatches), no_fit});
 }
 
 }  // namespace detail
-
 }  // namespace ppsched
 
 // The bodies of the functions above that compiled mode compiles once (config.hpp).

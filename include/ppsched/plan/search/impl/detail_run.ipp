@@ -8,10 +8,9 @@
 #include "ppsched/plan/search/detail/run.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
-
 namespace detail {
 
-PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOptions& options, SearchResult& result,
+PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::SearchOptions& options, plan::SearchResult& result,
                        std::string& no_fit, SearchWork* work) {
   check_search_problem(problem, options);
   const std::int32_t p = problem.ranks, m = problem.microbatches;
@@ -25,8 +24,8 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
   };
 
   std::vector<SearchEntry> entries;
-  std::vector<Candidate> rejected;  // never built: listed with the reason
-  const auto add_built = [&](Candidate c, Schedule s, std::size_t placement) {
+  std::vector<plan::Candidate> rejected;  // never built: listed with the reason
+  const auto add_built = [&](plan::Candidate c, Schedule s, std::size_t placement) {
     c.built = true;
     SearchEntry e{std::move(c), std::move(s), placement};
     measure_memory_of(e, placements[placement].costs, placements[placement].cap);
@@ -51,9 +50,9 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
       for (const std::int32_t v : depths) {
         // A looped family at v = 1 is placed one stage per rank.
         const PlacementKind kind = looped && v == 1 ? PlacementKind::one_per_rank : f.placement;
-        Candidate c;
+        plan::Candidate c;
         c.name = looped ? concat(f.name, " v=", v) : std::string(f.name);
-        c.kind = CandidateKind::family;
+        c.kind = plan::CandidateKind::family;
         c.family = &f;
         c.placement = kind;
         c.chunks = v;
@@ -79,9 +78,9 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
     // The family whose F&B pairs overlap (DualPipeV), found by that property
     const FamilyInfo& dv = *std::find_if(schedule_families.begin(), schedule_families.end(),
                                          [](const FamilyInfo& f) { return f.overlapped_pairs; });
-    Candidate c;
+    plan::Candidate c;
     c.name = std::string(dv.name);
-    c.kind = CandidateKind::dualpipev;
+    c.kind = plan::CandidateKind::dualpipev;
     c.family = &dv;
     c.placement = PlacementKind::v_shape;
     c.chunks = 2;
@@ -104,7 +103,7 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
       for (auto& program : sequential.programs) {
         for (Action& a : program) a.group = 0;
       }
-      Candidate in_sequence = c;
+      plan::Candidate in_sequence = c;
       in_sequence.name = concat(dv.name, " sequential");
       sequential.name = in_sequence.name;
       add_built(std::move(c), std::move(d), static_cast<std::size_t>(at));
@@ -119,9 +118,9 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
     const std::ptrdiff_t at = placement_index(PlacementKind::v_shape, 2);
     const ScheduleRequest r{p, m, 2};
     const auto reject = [&](std::string name, std::string note) {
-      Candidate c;
+      plan::Candidate c;
       c.name = std::move(name);
-      c.kind = CandidateKind::v_block;
+      c.kind = plan::CandidateKind::v_block;
       c.placement = PlacementKind::v_shape;
       c.chunks = 2;
       c.note = std::move(note);
@@ -148,9 +147,9 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
             reject(std::move(name), concat("the same schedule as ", twin->candidate.name));
             continue;
           }
-          Candidate c;
+          plan::Candidate c;
           c.name = std::move(name);
-          c.kind = CandidateKind::v_block;
+          c.kind = plan::CandidateKind::v_block;
           c.placement = PlacementKind::v_shape;
           c.chunks = 2;
           add_built(std::move(c), std::move(s), static_cast<std::size_t>(at));
@@ -164,22 +163,22 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
     for (std::size_t pi = 0; pi < placements.size(); ++pi) {
       const SearchPlacement& sp = placements[pi];
       if (!sp.unusable.empty()) {
-        Candidate c;
+        plan::Candidate c;
         c.name = concat("greedy-", sp.tag);
-        c.kind = CandidateKind::greedy;
+        c.kind = plan::CandidateKind::greedy;
         c.placement = sp.kind;
         c.chunks = sp.chunks;
         c.note = sp.unusable;
         rejected.push_back(std::move(c));
         continue;
       }
-      for (const GreedyParams& g : greedy_variants(problem, options, sp)) {
-        Candidate c;
+      for (const plan::GreedyParams& g : greedy_variants(problem, options, sp)) {
+        plan::Candidate c;
         c.name = greedy_name(sp, g);
-        c.kind = CandidateKind::greedy;
+        c.kind = plan::CandidateKind::greedy;
         c.placement = sp.kind;
         c.chunks = sp.chunks;
-        GreedyOutcome out = try_greedy_schedule(c.name, p, m, sp.placement, sp.costs, g);
+        plan::GreedyOutcome out = plan::try_greedy_schedule(c.name, p, m, sp.placement, sp.costs, g);
         if (!out.built) {
           c.note = out.problem;
           rejected.push_back(std::move(c));
@@ -197,12 +196,12 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
     if (at >= 0 && placements[static_cast<std::size_t>(at)].unusable.empty()) {
       const SearchPlacement& sp = placements[static_cast<std::size_t>(at)];
       const std::size_t first = entries.size();
-      for (const ZbHeuristicParams& z : zb_heuristic_variants(sp.cap)) {
-        Candidate c;
+      for (const plan::ZbHeuristicParams& z : zb_heuristic_variants(sp.cap)) {
+        plan::Candidate c;
         c.name = zb_heuristic_name(z);
-        c.kind = CandidateKind::greedy;
+        c.kind = plan::CandidateKind::greedy;
         c.placement = sp.kind;
-        GreedyOutcome out = try_zb_heuristic_schedule(c.name, p, m, sp.costs, z);
+        plan::GreedyOutcome out = plan::try_zb_heuristic_schedule(c.name, p, m, sp.costs, z);
         if (out.built) {
           for (std::size_t i = first; i < entries.size() && out.built; ++i) {
             if (entries[i].schedule.programs != out.schedule.programs) continue;
@@ -233,24 +232,24 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
     if (entries[i].candidate.fits) order.push_back(i);
   }
   const auto by_bound = [&](std::size_t a, std::size_t b) {
-    Candidate x = entries[a].candidate, y = entries[b].candidate;
+    plan::Candidate x = entries[a].candidate, y = entries[b].candidate;
     x.makespan = x.bound;
     y.makespan = y.bound;
     return ranks_before(x, y);
   };
   std::int32_t simulations = 0;
   bool found = false;
-  const Objective& objective = options.objective;
-  const bool by_makespan = objective.kind == ObjectiveKind::makespan;
+  const plan::Objective& objective = options.objective;
+  const bool by_makespan = objective.kind == plan::ObjectiveKind::makespan;
   while (!found) {
     std::stable_sort(order.begin(), order.end(), by_bound);
     double best = std::numeric_limits<double>::infinity();
     for (const std::size_t i : order) {
       if (!by_makespan) break;  // the other objectives time their candidates below
-      Candidate& c = entries[i].candidate;
+      plan::Candidate& c = entries[i].candidate;
       const double tie = 1e-9 * std::max(1.0, std::abs(best));
       if (c.bound > best + tie) break;  // neither it nor any after it can be faster
-      if (c.timing == Timing::bound) {
+      if (c.timing == plan::Timing::bound) {
         if (options.max_simulations > 0 && simulations >= options.max_simulations) break;
         simulate_entry(entries[i], placements[entries[i].placement].costs, options, ws);
         ++simulations;
@@ -287,19 +286,19 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
       o.comm_on_compute_stream = options.comm_on_compute_stream;
       SimResult sim = simulate(lowered, costs, o, ws);
       const bool agrees = std::abs(sim.makespan - e.candidate.makespan) <= 1e-9 * std::max(1.0, sim.makespan);
-      if (e.candidate.timing == Timing::exact && !agrees) {
+      if (e.candidate.timing == plan::Timing::exact && !agrees) {
         // The free-communication shortcut did not hold (zero-time actions are lowered with
         // tiny times, which can reorder communication): simulate as with costly communication.
         for (SearchEntry& other : entries) {
-          if (other.candidate.timing == Timing::exact) other.candidate.timing = Timing::bound;
+          if (other.candidate.timing == plan::Timing::exact) other.candidate.timing = plan::Timing::bound;
         }
         recheck = true;
         break;
       }
-      if (e.candidate.timing == Timing::bound || e.candidate.timing == Timing::exact) {
+      if (e.candidate.timing == plan::Timing::bound || e.candidate.timing == plan::Timing::exact) {
         e.candidate.makespan = sim.makespan;
         e.candidate.bubble_fraction = sim.bubble_fraction;
-        e.candidate.timing = Timing::simulated;
+        e.candidate.timing = plan::Timing::simulated;
         if (!within_bound(e.candidate, objective)) continue;  // its bound was within, its makespan is not
       }
       e.candidate.span = longest_span(sim);
@@ -320,15 +319,15 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
     work->rejected = rejected;
   }
 
-  if (!found && objective.kind == ObjectiveKind::memory) {
-    const Candidate* fastest = nullptr;
+  if (!found && objective.kind == plan::ObjectiveKind::memory) {
+    const plan::Candidate* fastest = nullptr;
     for (const SearchEntry& e : entries) {
       if (e.candidate.fits && (fastest == nullptr || e.candidate.makespan < fastest->makespan)) fastest = &e.candidate;
     }
     if (fastest != nullptr) {
       no_fit = concat("no candidate that keeps to the cap finishes within makespan ", short_number(objective.makespan_bound),
                       "; the fastest, ", fastest->name, ", takes ", short_number(fastest->makespan),
-                      fastest->timing == Timing::bound ? " or more" : "", ": raise the bound");
+                      fastest->timing == plan::Timing::bound ? " or more" : "", ": raise the bound");
       return false;
     }
   }
@@ -368,7 +367,7 @@ PPSCHED_OUTLINE bool run_search(const SearchProblem& problem, const SearchOption
 
   result.candidates.reserve(entries.size() + rejected.size());
   for (SearchEntry& e : entries) result.candidates.push_back(std::move(e.candidate));
-  for (Candidate& c : rejected) result.candidates.push_back(std::move(c));
+  for (plan::Candidate& c : rejected) result.candidates.push_back(std::move(c));
   result.why = why_it_won(result, problem.cap, options.objective);
   return true;
 }

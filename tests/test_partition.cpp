@@ -23,6 +23,7 @@
 #include "ppsched/partition/static_partition.hpp"
 
 using namespace ppsched;
+using namespace ppsched::compile_time;
 
 namespace {
 

@@ -6,10 +6,11 @@
 //
 //   struct Embed { static constexpr double cost = 4.0; };
 //   struct Block { static constexpr double forward = 1.0, backward_input = 1.0, backward_weight = 1.0; };
-//   using S = ppsched::static_partition<2, ppsched::layer_list<Embed, Block, Block, Block>>;
-//   static_assert(std::is_same_v<S::stages, ppsched::stage_list<ppsched::layer_list<Embed, Block>,
-//                                                              ppsched::layer_list<Block, Block>>>);
-//   using Stage0 = ppsched::rebind_t<std::tuple, ppsched::stage_t<S, 0>>;  // std::tuple<Embed, Block>
+//   namespace ct = ppsched::compile_time;
+//   using S = ct::static_partition<2, ct::layer_list<Embed, Block, Block, Block>>;
+//   static_assert(std::is_same_v<S::stages, ct::stage_list<ct::layer_list<Embed, Block>,
+//                                                          ct::layer_list<Block, Block>>>);
+//   using Stage0 = ct::rebind_t<std::tuple, ct::stage_t<S, 0>>;  // std::tuple<Embed, Block>
 #pragma once
 
 #include "ppsched/config.hpp"
@@ -23,6 +24,7 @@
 #include "ppsched/partition/chain.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace compile_time {
 
 template <class... Layers>
 struct layer_list {
@@ -59,17 +61,19 @@ template <StaticLayer L>
 template <StaticLayer L>
 inline constexpr double static_layer_cost_v = static_layer_cost<L>();
 
+}  // namespace compile_time
 namespace detail {
 
 template <class List, std::size_t Begin, class Offsets>
 struct layer_slice;
 
 template <class... Layers, std::size_t Begin, std::size_t... Offsets>
-struct layer_slice<layer_list<Layers...>, Begin, std::index_sequence<Offsets...>> {
-  using type = layer_list<std::tuple_element_t<Begin + Offsets, std::tuple<Layers...>>...>;
+struct layer_slice<compile_time::layer_list<Layers...>, Begin, std::index_sequence<Offsets...>> {
+  using type = compile_time::layer_list<std::tuple_element_t<Begin + Offsets, std::tuple<Layers...>>...>;
 };
 
 }  // namespace detail
+namespace compile_time {
 
 // Layers Begin .. End-1 of a layer_list.
 template <class List, std::size_t Begin, std::size_t End>
@@ -98,13 +102,14 @@ struct static_partition<Stages, layer_list<Layers...>> {
   using stages = decltype(make_stages(std::make_index_sequence<Stages>{}));
 };
 
+}  // namespace compile_time
 namespace detail {
 
 template <std::size_t I, class Stages>
 struct stage_at;
 
 template <std::size_t I, class... Stages>
-struct stage_at<I, stage_list<Stages...>> {
+struct stage_at<I, compile_time::stage_list<Stages...>> {
   using type = std::tuple_element_t<I, std::tuple<Stages...>>;
 };
 
@@ -117,6 +122,7 @@ struct rebind_types<To, From<Ts...>> {
 };
 
 }  // namespace detail
+namespace compile_time {
 
 // Stage I (a layer_list) of a static_partition.
 template <class StaticPartition, std::size_t I>
@@ -127,4 +133,5 @@ using stage_t = typename detail::stage_at<I, typename StaticPartition::stages>::
 template <template <class...> class To, class List>
 using rebind_t = typename detail::rebind_types<To, List>::type;
 
+}  // namespace compile_time
 }  // namespace ppsched

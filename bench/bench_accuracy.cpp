@@ -68,7 +68,7 @@ int main(int argc, char** argv) try {
 
   // 1. The measured profile.
   auto keep = std::make_shared<std::vector<std::unique_ptr<mlp::MlpStage>>>();
-  const ppsched::StageFactory per_layer = [&model, layers, keep](std::int32_t rows) {
+  const ppsched::profiling::StageFactory per_layer = [&model, layers, keep](std::int32_t rows) {
     std::vector<ppsched::StageFunctions> f;
     for (std::size_t l = 0; l < layers; ++l) {
       keep->push_back(std::make_unique<mlp::MlpStage>(model, l, l + 1, static_cast<std::size_t>(rows), 1));
@@ -76,16 +76,16 @@ int main(int argc, char** argv) try {
     }
     return f;
   };
-  ppsched::ProfileOptions po;
+  ppsched::profiling::ProfileOptions po;
   po.rows = {2, 8, 32};
   po.repetitions = 20;
   po.warmup = 3;
   ppsched::CpuOptions cpu;
   cpu.checking = false;
   ppsched::CpuCluster single(1, cpu), pair(2, cpu);
-  const ppsched::BackendOverheads overheads =
-      ppsched::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)});
-  ppsched::Profile profile = ppsched::measured_profile(ppsched::profile_stages(per_layer, po), "ms", 32, overheads);
+  const ppsched::profiling::BackendOverheads overheads =
+      ppsched::profiling::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)});
+  ppsched::Profile profile = ppsched::profiling::measured_profile(ppsched::profiling::profile_stages(per_layer, po), "ms", 32, overheads);
   // Two ranks computing at once on this host: the whole MLP's F, BI and BW of one 8-row
   // micro-batch, each thread on its own copy of the model.
   std::vector<std::unique_ptr<mlp::Mlp>> copies;
@@ -101,7 +101,7 @@ int main(int argc, char** argv) try {
       buffers.emplace_back(n, 0.5f);
     }
   }
-  profile.concurrent_slowdown = ppsched::measure_concurrent_slowdown(
+  profile.concurrent_slowdown = ppsched::profiling::measure_concurrent_slowdown(
       [&](std::int32_t thread) {
         const auto t = static_cast<std::size_t>(thread);
         const ppsched::StageFunctions& f = whole_f[t];

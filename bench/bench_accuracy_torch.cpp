@@ -134,7 +134,7 @@ ppsched::libtorch::TorchProfile with_overhead_per_child(ppsched::libtorch::Torch
 // `t` at 32 rows with the backend's fixed costs and `priced`'s concurrent slowdown, as main
 // prices the measured profile.
 ppsched::Profile priced_at32(const ppsched::libtorch::TorchProfile& t, const ppsched::Profile& priced,
-                             const ppsched::BackendOverheads& overheads) {
+                             const ppsched::profiling::BackendOverheads& overheads) {
   ppsched::Profile p = t.at(32);
   p.action_overhead += overheads.action_overhead;  // beside the adapter's own (TorchProfile::at)
   p.transfer_overhead = overheads.transfer_overhead;
@@ -149,7 +149,7 @@ ppsched::Profile priced_at32(const ppsched::libtorch::TorchProfile& t, const pps
 // no loss, the call overhead paid by every child, the first stage split).
 std::vector<std::pair<std::string, ppsched::Profile>> variants(const ppsched::libtorch::TorchProfile& measured,
                                                                const ppsched::Profile& priced,
-                                                               const ppsched::BackendOverheads& overheads) {
+                                                               const ppsched::profiling::BackendOverheads& overheads) {
   const auto at32 = [&](const ppsched::libtorch::TorchProfile& t, bool adapter_overhead, bool first_in_bw) {
     ppsched::Profile p = priced_at32(t, priced, overheads);
     if (!adapter_overhead) p.action_overhead = overheads.action_overhead;
@@ -186,9 +186,9 @@ std::vector<double> concurrent_slowdown(const bench_torch::Model& model) {
     copies.push_back(bench_torch::make_model(model.name).net);
     inputs.push_back(model.input(8));
   }
-  ppsched::SlowdownOptions o;
+  ppsched::profiling::SlowdownOptions o;
   o.ranks = 2;
-  return ppsched::measure_concurrent_slowdown(
+  return ppsched::profiling::measure_concurrent_slowdown(
       [&](std::int32_t t) {
         const auto i = static_cast<std::size_t>(t);
         copies[i]->zero_grad();
@@ -389,7 +389,7 @@ int memory_report(const std::string& which) {
 // (median of `repetitions` steps) and activation bytes per rank, predicted (simulate) against
 // measured (wall time; TorchMemoryCounter). Offload is not run: the adapter cannot move autograd's
 // saved tensors (docs/accuracy.md says why).
-int policies_report(int repetitions, const ppsched::BackendOverheads& overheads) {
+int policies_report(int repetitions, const ppsched::profiling::BackendOverheads& overheads) {
   const bench_torch::Model model = bench_torch::make_model("gpt");
   const std::int32_t ranks = 2, microbatches = 8, rows = static_cast<std::int32_t>(global_batch / microbatches);
   const ppsched::libtorch::TorchProfile measured_profile = bench_torch::profile_of(model, {rows}, 3, 10);
@@ -517,8 +517,8 @@ int main(int argc, char** argv) try {
 
   const ppsched::CpuOptions cpu{.checking = false};
   ppsched::CpuCluster single(1, cpu), pair(2, cpu);
-  const ppsched::BackendOverheads overheads =
-      ppsched::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)});
+  const ppsched::profiling::BackendOverheads overheads =
+      ppsched::profiling::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)});
   std::printf("fixed cost per step %.4f ms, per action %.4f ms, per transfer %.4f ms\n", overheads.step_overhead,
               overheads.action_overhead, overheads.transfer_overhead);
 

@@ -43,7 +43,7 @@ int main(int argc, char** argv) try {
   // The stage functions of every layer, built for micro-batches of `rows` rows; the adapters
   // live as long as the functions that point into them.
   auto adapters = std::make_shared<std::vector<std::unique_ptr<mlp::MlpStage>>>();
-  const ppsched::StageFactory one_stage_per_layer = [&model, layers, adapters](std::int32_t rows) {
+  const ppsched::profiling::StageFactory one_stage_per_layer = [&model, layers, adapters](std::int32_t rows) {
     std::vector<ppsched::StageFunctions> functions;
     for (std::size_t l = 0; l < layers; ++l) {
       adapters->push_back(std::make_unique<mlp::MlpStage>(model, l, l + 1, static_cast<std::size_t>(rows), 1));
@@ -51,27 +51,27 @@ int main(int argc, char** argv) try {
     }
     return functions;
   };
-  ppsched::ProfileOptions options;
+  ppsched::profiling::ProfileOptions options;
   options.rows = {2, 8, 32};
   options.repetitions = repetitions;
   options.warmup = 3;
   for (std::size_t l = 0; l < layers; ++l) options.names.push_back("linear" + std::to_string(l));
-  const std::vector<ppsched::StageProfile> stages = ppsched::profile_stages(one_stage_per_layer, options);
+  const std::vector<ppsched::profiling::StageProfile> stages = ppsched::profiling::profile_stages(one_stage_per_layer, options);
 
   // The backend's own cost per action and per transfer: empty stages through the executor.
   ppsched::CpuOptions cpu;
   cpu.checking = false;  // as a measured run uses it
   ppsched::CpuCluster single(1, cpu), pair(2, cpu);
-  const ppsched::BackendOverheads overheads = ppsched::measure_backend_overheads<ppsched::CpuBackend>(
+  const ppsched::profiling::BackendOverheads overheads = ppsched::profiling::measure_backend_overheads<ppsched::CpuBackend>(
       {&single.rank(0)}, {&pair.rank(0), &pair.rank(1)});
 
-  const ppsched::Profile profile = ppsched::measured_profile(stages, "ms", 32, overheads);
+  const ppsched::Profile profile = ppsched::profiling::measured_profile(stages, "ms", 32, overheads);
   std::ofstream(path) << ppsched::profile_to_json(profile) << '\n';
   // example-end profile-stages
 
   std::cout << std::fixed << std::setprecision(4) << "layer      rows  F (ms)   BI (ms)  BW (ms)  spread\n";
-  for (const ppsched::StageProfile& s : stages) {
-    for (const ppsched::StageTiming& t : s.sizes) {
+  for (const ppsched::profiling::StageProfile& s : stages) {
+    for (const ppsched::profiling::StageTiming& t : s.sizes) {
       std::cout << std::left << std::setw(10) << s.name << std::right << std::setw(5) << t.rows << "  " << t.forward.median
                 << "   " << t.backward_input.median << "   " << t.backward_weight.median << "   "
                 << std::max({t.forward.relative_spread(), t.backward_input.relative_spread(),

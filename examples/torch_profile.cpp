@@ -94,7 +94,7 @@ int main(int argc, char** argv) try {
   // runs while two run at once, each thread on its own instance.
   std::vector<torch::nn::Sequential> copies{make_model(), make_model()};
   const torch::Tensor input = options.input(rows.front());
-  profile.concurrent_slowdown = ppsched::measure_concurrent_slowdown(
+  profile.concurrent_slowdown = ppsched::profiling::measure_concurrent_slowdown(
       [&](std::int32_t thread) { copies[static_cast<std::size_t>(thread)]->forward(input).sum().backward(); }, {.ranks = 2});
   std::ofstream(path) << ppsched::profile_to_json(profile) << '\n';
   // readme-end

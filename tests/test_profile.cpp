@@ -21,6 +21,7 @@
 #include "../bench/machine_probe.hpp"
 
 using namespace ppsched;
+using namespace ppsched::profiling;
 
 namespace {
 

@@ -46,6 +46,7 @@
 #include "ppsched/runtime/detail/profile.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace profiling {
 
 // The repetitions of one measured time: median, quartiles and extremes, in the unit asked for.
 struct TimeSpread {
@@ -89,6 +90,7 @@ struct ProfileOptions {
 // their spans by the micro-batch, so each size needs its own).
 using StageFactory = std::function<std::vector<StageFunctions>(std::int32_t rows)>;
 
+}  // namespace profiling
 namespace detail {
 
 // The public seconds_per_unit, for a unit a measurement must have: the profiler times with a
@@ -100,7 +102,7 @@ namespace detail {
 }
 
 // Quartiles by linear interpolation between order statistics (the usual "type 7").
-[[nodiscard]] inline TimeSpread spread_of(std::vector<double> samples) {
+[[nodiscard]] inline profiling::TimeSpread spread_of(std::vector<double> samples) {
   std::sort(samples.begin(), samples.end());
   const auto quantile = [&](double q) {
     const double at = q * static_cast<double>(samples.size() - 1);
@@ -112,6 +114,7 @@ namespace detail {
 }
 
 }  // namespace detail
+namespace profiling {
 
 // Times every stage that `make` builds, at every size in options.rows: per repetition, a
 // forward of micro-batch 0, then its backward_input and backward_weight (when the stage has
@@ -309,6 +312,7 @@ struct MeasuredSteps {
                                std::move(unit));
 }
 
+}  // namespace profiling
 namespace detail {
 
 // Stages that do nothing: what a step of them costs is the runtime's own work.
@@ -328,6 +332,7 @@ namespace detail {
 }
 
 }  // namespace detail
+namespace profiling {
 
 struct OverheadOptions {
   std::int32_t microbatches = 32;  // per step; more actions per step average the clock's cost away
@@ -539,4 +544,5 @@ struct SlowdownOptions {
   return p;
 }
 
+}  // namespace profiling
 }  // namespace ppsched

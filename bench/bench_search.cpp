@@ -11,7 +11,7 @@
 // and without a cap, with free communication; the same with a link that costs latency and
 // bandwidth, where the bound no longer equals the simulation and more candidates are simulated.
 // Each also reports issue 16's baselines: the reference order of V-Half's and V-Min's blocks
-// (reorder_v_block) and the best zero-bubble heuristic setting under the cap. BM_versus_reference
+// (vblock::reorder) and the best zero-bubble heuristic setting under the cap. BM_versus_reference
 // sets the search beside those baselines at p = 8, m = 32 with uneven costs, under each one's
 // own memory.
 #include <benchmark/benchmark.h>
@@ -71,20 +71,20 @@ void BM_search(benchmark::State& state, CostModel model, double cap) {
   state.counters["candidates"] = static_cast<double>(result.candidates.size());
   state.counters["simulated"] = static_cast<double>(simulated);
   state.SetLabel(result.best().name);
-  // The fastest V building block (v_block_candidates) that fits: a bound when it was not timed.
+  // The fastest V building block (vblock::candidates) that fits: a bound when it was not timed.
   double best_block = std::numeric_limits<double>::infinity();
   for (const Candidate& c : result.candidates)
     if (c.kind == CandidateKind::v_block && c.built && c.fits) best_block = std::min(best_block, c.makespan);
   state.counters["v-block-best"] = best_block;
   // The baselines of issue 16, simulated here: the paper's reference reordering of V-Half's and
-  // V-Min's blocks (reorder_v_block) and the best setting of the zero-bubble heuristic on one
+  // V-Min's blocks (vblock::reorder) and the best setting of the zero-bubble heuristic on one
   // stage per rank under the cap (try_zb_heuristic_schedule).
   {
     SimOptions o;
     o.record_timeline = false;
     const ScheduleRequest r{bench_ranks, bench_microbatches, 2};
     for (const bool half : {true, false}) {
-      const Schedule s = reorder_v_block("reference", r, half ? v_half_block(bench_ranks) : v_min_block(bench_ranks));
+      const Schedule s = vblock::reorder("reference", r, half ? vblock::v_half(bench_ranks) : vblock::v_min(bench_ranks));
       const CostModel c = problem.costs(s.placement);
       const bool fits = peak_memory(s, c).max_microbatches() <= cap + memory_slack;
       state.counters[std::string(half ? "v-half-reference" : "v-min-reference") + (fits ? "" : "(over-cap)")] =
@@ -163,7 +163,7 @@ void BM_versus_reference(benchmark::State& state, int kind) {
   } else {
     const bool half = kind == 1;
     const ScheduleRequest r{p, m, 2};
-    const Schedule reference = reorder_v_block("reference", r, half ? v_half_block(p) : v_min_block(p));
+    const Schedule reference = vblock::reorder("reference", r, half ? vblock::v_half(p) : vblock::v_min(p));
     const CostModel c = problem.costs(reference.placement);
     problem.cap.microbatches = peak_memory(reference, c).max_microbatches();
     options.chunks = {2};

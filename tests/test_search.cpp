@@ -930,7 +930,7 @@ TEST_CASE("dualpipev lowered, validated and simulated with its pairs: each pair'
 
 TEST_CASE("search: V building-block candidates beat V-Min and V-Half under a cap between their peaks",
           "[search][blocks]") {
-  // Uneven per-rank costs (F, BI, BW) where some block of v_block_candidates is faster than
+  // Uneven per-rank costs (F, BI, BW) where some block of vblock::candidates is faster than
   // both fixed V families while holding less than V-Half; found by sweeping random cost sets,
   // the costs are input, every makespan below is computed here.
   constexpr std::int32_t p = 8, m = 32;
@@ -964,8 +964,8 @@ TEST_CASE("search: V building-block candidates beat V-Min and V-Half under a cap
   // The fastest block under the cap, by simulation here.
   double block_time = inf;
   std::string block_name;
-  for (const VBlockCandidate& b : v_block_candidates(p)) {
-    const Schedule s = repeat_v_block(b.name, {p, m, 2}, b.block);
+  for (const vblock::Candidate& b : vblock::candidates(p)) {
+    const Schedule s = vblock::repeat(b.name, {p, m, 2}, b.block);
     if (peak_memory(s, costs).max_microbatches() > problem.cap.microbatches + memory_slack) continue;
     const double t = simulate(s, costs, o).makespan;
     if (t < block_time) {
@@ -1022,7 +1022,7 @@ TEST_CASE("search: block candidates are listed with the reason when not built or
   };
   SECTION("by default every generated block is a candidate; V-Min's and V-Half's are their families' twins") {
     const std::vector<Candidate> blocks = blocks_of(search_schedule(problem));
-    REQUIRE(blocks.size() == 2 * v_block_candidates(4).size());  // each block compacted and reordered
+    REQUIRE(blocks.size() == 2 * vblock::candidates(4).size());  // each block compacted and reordered
     std::size_t twins = 0;
     for (const Candidate& c : blocks) {
       INFO(c.name << ": " << c.note);
@@ -1039,8 +1039,8 @@ TEST_CASE("search: block candidates are listed with the reason when not built or
     };
     // The family is one of the block's two orders (the shorter with unit passes), so one of the
     // two is its twin.
-    for (const VBlockCandidate& v : v_block_candidates(4)) {
-      for (const auto& [block, family] : {std::pair{v_min_block(4), "v-min"}, std::pair{v_half_block(4), "v-half"}}) {
+    for (const vblock::Candidate& v : vblock::candidates(4)) {
+      for (const auto& [block, family] : {std::pair{vblock::v_min(4), "v-min"}, std::pair{vblock::v_half(4), "v-half"}}) {
         if (v.block != block) continue;
         const std::string twin = std::string("the same schedule as ") + family;
         CHECK((note_of(v.name) == twin || note_of(v.name + " reordered") == twin));

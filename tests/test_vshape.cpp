@@ -150,18 +150,18 @@ TEST_CASE("bad requests name the rule and the nearest valid values", "[vshape][e
   CHECK_FALSE(accepts("v-min", req(4, 0)));
 
   // The core checks the block it is given.
-  CHECK_THROWS_WITH(repeat_v_block("mine", req(3, 4), v_min_block(4)),
+  CHECK_THROWS_WITH(vblock::repeat("mine", req(3, 4), vblock::v_min(4)),
                     Contains("4 rows for p=3") && Contains("one row per rank"));
   // V-Min's block without its gap when 3 divides p: rank 0's BI of chunk 1 lands 6 slots after
   // its F of chunk 0.
-  std::vector<VBlockRow> colliding;
+  std::vector<vblock::Row> colliding;
   for (std::int32_t r = 0; r < 3; ++r) colliding.push_back({r, 5 - r, 6 + r, 11 - r});
-  CHECK_THROWS_WITH(repeat_v_block("mine", req(3, 4), colliding),
+  CHECK_THROWS_WITH(vblock::repeat("mine", req(3, 4), colliding),
                     Contains("rank 0") && Contains("share slot 0 of the 6-slot cycle"));
-  CHECK_NOTHROW(repeat_v_block("mine", req(3, 4), v_min_block(3)));
-  std::vector<VBlockRow> too_early = v_half_block(3);
+  CHECK_NOTHROW(vblock::repeat("mine", req(3, 4), vblock::v_min(3)));
+  std::vector<vblock::Row> too_early = vblock::v_half(3);
   too_early[2].forward0 = too_early[1].forward0;
-  CHECK_THROWS_WITH(repeat_v_block("mine", req(3, 4), too_early),
+  CHECK_THROWS_WITH(vblock::repeat("mine", req(3, 4), too_early),
                     Contains("rank 2") && Contains("F of chunk 0 does not come after"));
 }
 
@@ -185,16 +185,16 @@ TEST_CASE("the block-repetition core: a wider block holds more, at most 1F1B's m
   const CostModel costs = held_until_weight_costs();
   for (std::int32_t p = 1; p <= 8; ++p) {
     const auto block_with_gap = [p](std::int32_t gap) {
-      std::vector<VBlockRow> block;
+      std::vector<vblock::Row> block;
       const std::int32_t turn = 3 * (p - 1) + p;  // slot of F of chunk 1 on rank 0
       for (std::int32_t r = 0; r < p; ++r)
         block.push_back({3 * r, turn - r, turn + 1 + gap + 3 * r, turn + 1 + gap + 3 * (p - 1) + 1 + (p - 1 - r)});
       return block;
     };
-    std::vector<VBlockRow> block;
+    std::vector<vblock::Row> block;
     for (std::int32_t gap = 0; gap < 6 && block.empty(); gap += 2) {
       try {
-        (void)repeat_v_block("wide", req(p, 1), block_with_gap(gap));
+        (void)vblock::repeat("wide", req(p, 1), block_with_gap(gap));
         block = block_with_gap(gap);
       } catch (const error&) {
       }
@@ -203,7 +203,7 @@ TEST_CASE("the block-repetition core: a wider block holds more, at most 1F1B's m
     const double v_half = peak_memory(make_v_half(req(p, 3 * p)), costs).max_microbatches();
     for (const std::int32_t m : {1, p, 3 * p}) {
       INFO("p=" << p << " m=" << m);
-      const Schedule s = repeat_v_block("wide", req(p, m), block);
+      const Schedule s = vblock::repeat("wide", req(p, m), block);
       const ValidationReport report = validate(lower(s));
       if (!report.ok()) FAIL(report);
       const double peak = peak_memory(s, costs).max_microbatches();
@@ -264,21 +264,21 @@ TEST_CASE("candidate building blocks: each valid, distinct, named by its shape, 
           "[vshape][blocks]") {
   std::size_t checked = 0;
   for (std::int32_t p = 1; p <= 8; ++p) {
-    const std::vector<VBlockCandidate> candidates = v_block_candidates(p);
+    const std::vector<vblock::Candidate> candidates = vblock::candidates(p);
     REQUIRE_FALSE(candidates.empty());
     for (std::size_t i = 0; i < candidates.size(); ++i) {
-      const VBlockCandidate& c = candidates[i];
+      const vblock::Candidate& c = candidates[i];
       INFO(c.name << " p=" << p);
       REQUIRE(c.block.size() == static_cast<std::size_t>(p));
       REQUIRE_NOTHROW(detail::check_v_block(c.name, c.block));
-      CHECK(c.name == v_block_name(c.shape));
-      CHECK(c.block == v_block_of_shape(p, c.shape));
+      CHECK(c.name == vblock::name_of(c.shape));
+      CHECK(c.block == vblock::of_shape(p, c.shape));
       CHECK(c.shape.forward_spacing >= 1);
-      CHECK(c.shape.forward_spacing <= v_block_max_spacing);
+      CHECK(c.shape.forward_spacing <= vblock::max_spacing);
       CHECK(c.shape.backward_spacing >= 1);
-      CHECK(c.shape.backward_spacing <= v_block_max_spacing);
+      CHECK(c.shape.backward_spacing <= vblock::max_spacing);
       CHECK(c.shape.turn_gap >= 0);
-      CHECK(c.shape.turn_gap <= v_block_max_turn_gap);
+      CHECK(c.shape.turn_gap <= vblock::max_turn_gap);
       // The shape's parameters are where the block puts the passes.
       CHECK(c.block.front().forward0 == 0);
       for (std::size_t r = 1; r < c.block.size(); ++r) {
@@ -289,7 +289,7 @@ TEST_CASE("candidate building blocks: each valid, distinct, named by its shape, 
       for (std::size_t j = 0; j < i; ++j) CHECK(candidates[j].block != c.block);
       for (const std::int32_t m : {1, p, 2 * p + 1, 3 * p}) {
         INFO("m=" << m);
-        const Schedule s = repeat_v_block(c.name, req(p, m), c.block);
+        const Schedule s = vblock::repeat(c.name, req(p, m), c.block);
         REQUIRE(s.name == c.name);
         REQUIRE(s.placement == v_shape_placement(p));
         for (const auto& program : s.programs) {
@@ -312,33 +312,33 @@ TEST_CASE("candidate building blocks include V-Min's and V-Half's, and none hold
   const CostModel costs = held_until_weight_costs();
   for (std::int32_t p = 1; p <= 12; ++p) {
     INFO("p=" << p);
-    const std::vector<VBlockCandidate> candidates = v_block_candidates(p);
-    const auto has = [&](const std::vector<VBlockRow>& block) {
-      return std::any_of(candidates.begin(), candidates.end(), [&](const VBlockCandidate& c) { return c.block == block; });
+    const std::vector<vblock::Candidate> candidates = vblock::candidates(p);
+    const auto has = [&](const std::vector<vblock::Row>& block) {
+      return std::any_of(candidates.begin(), candidates.end(), [&](const vblock::Candidate& c) { return c.block == block; });
     };
-    CHECK(has(v_min_block(p)));
+    CHECK(has(vblock::v_min(p)));
     // At p = 1 V-Half's block leaves a free slot at the last rank's turn that no dependency
     // needs; the generator takes the tightest turn, which there is V-Min's block.
-    if (p > 1) CHECK(has(v_half_block(p)));
+    if (p > 1) CHECK(has(vblock::v_half(p)));
     // V-Min's spacings and gap are the tightest the cycle allows, so any other shape makes some
     // lifespan longer and holds at least as much. (Not at most 1F1B's p: at small p a gap of a
     // few slots is long against the block.)
     const Schedule v_min = make_v_min(req(p, 3 * p));
     const double v_min_peak = peak_memory(v_min, costs).max_microbatches();
-    for (const VBlockCandidate& c : candidates) {
+    for (const vblock::Candidate& c : candidates) {
       INFO(c.name);
-      const double peak = peak_memory(repeat_v_block(c.name, req(p, 3 * p), c.block), costs).max_microbatches();
+      const double peak = peak_memory(vblock::repeat(c.name, req(p, 3 * p), c.block), costs).max_microbatches();
       CHECK(peak >= v_min_peak - 1e-9);
     }
   }
-  CHECK(v_block_candidates(0).empty());
-  CHECK(v_block_of_shape(0, VBlockShape{}).empty());
-  CHECK_THROWS_WITH(v_block_of_shape(4, VBlockShape{0, 1, 0}), Catch::Contains("VBlockShape"));
-  CHECK_THROWS_WITH(v_block_of_shape(4, VBlockShape{1, 1, -1}), Catch::Contains("at least 0"));
+  CHECK(vblock::candidates(0).empty());
+  CHECK(vblock::of_shape(0, vblock::Shape{}).empty());
+  CHECK_THROWS_WITH(vblock::of_shape(4, vblock::Shape{0, 1, 0}), Catch::Contains("vblock::Shape"));
+  CHECK_THROWS_WITH(vblock::of_shape(4, vblock::Shape{1, 1, -1}), Catch::Contains("at least 0"));
 }
 
 // The reference implementation of the controllable-memory paper (sail-sg/zero-bubble-pipeline-
-// parallelism, zbv_greedy.py) reorders the same repeated blocks its own way; reorder_v_block is
+// parallelism, zbv_greedy.py) reorders the same repeated blocks its own way; vblock::reorder is
 // ppsched's implementation of that reordering, and the baseline here. The families keep the
 // faster of it and the block compaction with unit passes, so where every pass costs the same —
 // and wherever the costs are uniform per kind with BW no dearer than BI — they are never slower
@@ -354,9 +354,9 @@ TEST_CASE("v-half and v-min at or past the reference reordering at no more memor
   for (std::int32_t p = 2; p <= 8; ++p) {
     for (const std::int32_t m : {p, 2 * p, 3 * p, 4 * p}) {
       for (const bool half : {true, false}) {
-        const std::vector<VBlockRow> block = half ? v_half_block(p) : v_min_block(p);
+        const std::vector<vblock::Row> block = half ? vblock::v_half(p) : vblock::v_min(p);
         const Schedule family = half ? make_v_half(req(p, m)) : make_v_min(req(p, m));
-        const Schedule reference = reorder_v_block("reference", req(p, m), block);
+        const Schedule reference = vblock::reorder("reference", req(p, m), block);
         INFO(family.name << " p=" << p << " m=" << m);
         const ValidationReport family_report = validate(lower(family));
         if (!family_report.ok()) FAIL(family_report);
@@ -384,7 +384,7 @@ TEST_CASE("the reference reordering: complete, valid, within the paper's peak; a
   for (std::int32_t p = 1; p <= 9; ++p) {
     for (std::int32_t m = 1; m <= 3 * p + 2; ++m) {
       for (const bool half : {true, false}) {
-        const Schedule s = reorder_v_block("reference", req(p, m), half ? v_half_block(p) : v_min_block(p));
+        const Schedule s = vblock::reorder("reference", req(p, m), half ? vblock::v_half(p) : vblock::v_min(p));
         INFO((half ? "v-half" : "v-min") << " p=" << p << " m=" << m);
         for (const auto& program : s.programs) REQUIRE(program.size() == 6 * static_cast<std::size_t>(m));
         const ValidationReport report = validate(lower(s));
@@ -396,29 +396,29 @@ TEST_CASE("the reference reordering: complete, valid, within the paper's peak; a
   // Every candidate block in the reference's order (the search builds them all): valid, and
   // within the peak of the same block compacted.
   for (std::int32_t p = 1; p <= 8; ++p) {
-    for (const VBlockCandidate& b : v_block_candidates(p)) {
+    for (const vblock::Candidate& b : vblock::candidates(p)) {
       for (const std::int32_t m : {1, p, 2 * p + 1}) {
         INFO(b.name << " p=" << p << " m=" << m);
-        const Schedule s = reorder_v_block(b.name, req(p, m), b.block);
+        const Schedule s = vblock::reorder(b.name, req(p, m), b.block);
         const ValidationReport report = validate(s);
         if (!report.ok()) FAIL(report);
         CHECK(peak_memory(s, costs).max_microbatches() <=
-              peak_memory(repeat_v_block(b.name, req(p, m), b.block), costs).max_microbatches() + 1e-9);
+              peak_memory(vblock::repeat(b.name, req(p, m), b.block), costs).max_microbatches() + 1e-9);
       }
     }
   }
-  // Bad requests and blocks are refused as repeat_v_block refuses them.
-  CHECK_THROWS_AS(reorder_v_block("reference", req(4, 8, 1), v_half_block(4)), error);
-  CHECK_THROWS_AS(reorder_v_block("reference", req(4, 8), v_half_block(3)), error);
-  std::vector<VBlockRow> colliding = v_half_block(4);
+  // Bad requests and blocks are refused as vblock::repeat refuses them.
+  CHECK_THROWS_AS(vblock::reorder("reference", req(4, 8, 1), vblock::v_half(4)), error);
+  CHECK_THROWS_AS(vblock::reorder("reference", req(4, 8), vblock::v_half(3)), error);
+  std::vector<vblock::Row> colliding = vblock::v_half(4);
   colliding[1].forward0 = colliding[0].forward0;
-  CHECK_THROWS_AS(reorder_v_block("reference", req(4, 8), colliding), error);
+  CHECK_THROWS_AS(vblock::reorder("reference", req(4, 8), colliding), error);
   // The case the issue named: the block compaction alone took 57 units where 48 is the compute
   // of a rank (6 passes x 8 micro-batches); the reference's order takes less, and the family
   // is now that order.
   const CostModel unit = uniform_costs(1.0, 1.0, 1.0);
-  const Schedule compacted = repeat_v_block("v-half", req(4, 8), v_half_block(4));
-  const Schedule reordered = reorder_v_block("v-half", req(4, 8), v_half_block(4));
+  const Schedule compacted = vblock::repeat("v-half", req(4, 8), vblock::v_half(4));
+  const Schedule reordered = vblock::reorder("v-half", req(4, 8), vblock::v_half(4));
   CHECK(simulate(reordered, unit).makespan < simulate(compacted, unit).makespan);
   CHECK(make_v_half(req(4, 8)).programs == reordered.programs);
 }
@@ -439,7 +439,7 @@ TEST_CASE("search on the V: never slower than the reference V-Half and V-Min und
         problem.ranks = p;
         problem.microbatches = m;
         problem.costs = evenly_split(per_rank, p, m);
-        const Schedule reference = reorder_v_block("reference", req(p, m), half ? v_half_block(p) : v_min_block(p));
+        const Schedule reference = vblock::reorder("reference", req(p, m), half ? vblock::v_half(p) : vblock::v_min(p));
         const CostModel costs = problem.costs(reference.placement);
         problem.cap.microbatches = peak_memory(reference, costs).max_microbatches();
         INFO((half ? "v-half" : "v-min") << " p=" << p << " m=" << m << " cap " << problem.cap.microbatches);

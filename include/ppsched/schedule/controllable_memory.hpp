@@ -18,7 +18,7 @@
 // program is then its passes in slot order; the executor and the simulator remove the slack the
 // grid leaves (the paper's "squeezing"), and the warm-up and cool-down are compacted — passes
 // moved into earlier free slots — without raising the peak memory of the block. The paper's
-// reference implementation orders the same block differently (reorder_v_block, below); the
+// reference implementation orders the same block differently (vblock::reorder, below); the
 // families take whichever of the two orders is shorter with unit passes.
 //
 // Any p, m >= 1 with v = 2; a compute-only Schedule with split backward (BI, BW).
@@ -50,30 +50,32 @@ namespace detail {  // the canonical names; users read them from family_info(nam
 inline constexpr std::string_view v_half_name = "v-half";
 inline constexpr std::string_view v_min_name = "v-min";
 }  // namespace detail
+namespace vblock {
 
 // One rank's row of a V building block: the slot of each input-critical pass of micro-batch 0.
 // Chunk 0 is stage r (reached on the way down the V), chunk 1 is stage 2p-1-r (on the way back).
-struct VBlockRow {
+struct Row {
   std::int32_t forward0 = 0;   // F of chunk 0
   std::int32_t forward1 = 0;   // F of chunk 1
   std::int32_t backward1 = 0;  // BI of chunk 1
   std::int32_t backward0 = 0;  // BI of chunk 0
 
-  friend constexpr bool operator==(const VBlockRow&, const VBlockRow&) = default;
+  friend constexpr bool operator==(const Row&, const Row&) = default;
 };
 
 // The slots of one rank's cycle: six passes per micro-batch, one micro-batch per cycle.
-inline constexpr std::int32_t v_block_period = 6;
+inline constexpr std::int32_t period = 6;
 
 // V-Min's block: F of chunk 0 one slot after the rank before, everything else as tight as the
 // dependencies allow; two more slots at the turn of the backward when 3 divides p (otherwise
 // BI of chunk 1 on a rank would share its slot of the cycle with that rank's F of chunk 0).
-[[nodiscard]] PPSCHED_OUTLINE std::vector<VBlockRow> v_min_block(std::int32_t ranks);
+[[nodiscard]] PPSCHED_OUTLINE std::vector<Row> v_min(std::int32_t ranks);
 
 // V-Half's block: F of chunk 0 and BI of chunk 1 two slots after the rank before, the rest
 // tight; three more slots at the turn of the backward when p is even.
-[[nodiscard]] PPSCHED_OUTLINE std::vector<VBlockRow> v_half_block(std::int32_t ranks);
+[[nodiscard]] PPSCHED_OUTLINE std::vector<Row> v_half(std::int32_t ranks);
 
+}  // namespace vblock
 }  // namespace ppsched
 
 #include "ppsched/schedule/detail/controllable_memory.hpp"  // the internals below build on the types above
@@ -82,17 +84,18 @@ namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {
 
-// The request and block checks repeat_v_block and reorder_v_block share.
-PPSCHED_OUTLINE void check_v_block_request(std::string_view name, const ScheduleRequest& r, std::span<const VBlockRow> block);
+// The request and block checks vblock::repeat and vblock::reorder share.
+PPSCHED_OUTLINE void check_v_block_request(std::string_view name, const ScheduleRequest& r, std::span<const vblock::Row> block);
 
 }  // namespace detail
+namespace vblock {
 
 // The block-repetition core: the schedule that repeats `block` (one row per rank, p =
 // block.size() ranks on the V placement) for r.microbatches micro-batches, with the BWs in the
 // free slots of each rank's cycle, oldest BI first. Throws ppsched::error for a request other
 // than p = block.size() and v = 2, or a block that is not one (check_v_block's rules).
-[[nodiscard]] PPSCHED_OUTLINE Schedule repeat_v_block(std::string_view name, const ScheduleRequest& r,
-                                             std::span<const VBlockRow> block);
+[[nodiscard]] PPSCHED_OUTLINE Schedule repeat(std::string_view name, const ScheduleRequest& r,
+                                             std::span<const Row> block);
 
 // ------------------------------------------------------------- the reference reordering
 //
@@ -113,9 +116,9 @@ PPSCHED_OUTLINE void check_v_block_request(std::string_view name, const Schedule
 // p, m and cost; the families keep the faster (make_v_half, make_v_min).
 
 // The schedule the paper's reference implementation makes of `block` (see above) for
-// r.microbatches micro-batches; same requests and errors as repeat_v_block.
-[[nodiscard]] PPSCHED_OUTLINE Schedule reorder_v_block(std::string_view name, const ScheduleRequest& r,
-                                              std::span<const VBlockRow> block);
+// r.microbatches micro-batches; same requests and errors as repeat.
+[[nodiscard]] PPSCHED_OUTLINE Schedule reorder(std::string_view name, const ScheduleRequest& r,
+                                              std::span<const Row> block);
 
 // ------------------------------------------------------------- candidate building blocks
 //
@@ -133,37 +136,38 @@ PPSCHED_OUTLINE void check_v_block_request(std::string_view name, const Schedule
 // (a longer turn only holds the chunk-0 activations longer). V-Min is (1, 1, g) and V-Half
 // (2, 2, g) with their own gaps; larger f and b hold more and idle less, towards ZB-V.
 
-struct VBlockShape {
+struct Shape {
   std::int32_t forward_spacing = 1;   // f, slots between consecutive ranks' F of chunk 0
   std::int32_t backward_spacing = 1;  // b, slots between consecutive ranks' BI of chunk 1
   std::int32_t turn_gap = 0;          // g, free slots at rank 0 between F and BI of chunk 1
 
-  friend constexpr bool operator==(const VBlockShape&, const VBlockShape&) = default;
+  friend constexpr bool operator==(const Shape&, const Shape&) = default;
 };
 
-// The ranges v_block_candidates spans: f and b 1..3 (spacings past 3 hold about as much as ZB-V,
+// The ranges candidates spans: f and b 1..3 (spacings past 3 hold about as much as ZB-V,
 // which the search has as a family), g 0..5 (the cycle has 6 slots: a gap of 6 repeats one of 0).
-inline constexpr std::int32_t v_block_max_spacing = 3;
-inline constexpr std::int32_t v_block_max_turn_gap = v_block_period - 1;
+inline constexpr std::int32_t max_spacing = 3;
+inline constexpr std::int32_t max_turn_gap = period - 1;
 
 // "v-block(f=2,b=1,gap=3)": the name a block candidate carries in the search.
-[[nodiscard]] PPSCHED_OUTLINE std::string v_block_name(const VBlockShape& shape);
+[[nodiscard]] PPSCHED_OUTLINE std::string name_of(const Shape& shape);
 
 // The block of `shape` for p ranks (see above), or an empty block when no turn on the last rank
 // makes it valid or p < 1. Throws ppsched::error for a spacing below 1 or a negative gap.
-[[nodiscard]] PPSCHED_OUTLINE std::vector<VBlockRow> v_block_of_shape(std::int32_t ranks, const VBlockShape& shape);
+[[nodiscard]] PPSCHED_OUTLINE std::vector<Row> of_shape(std::int32_t ranks, const Shape& shape);
 
 // One candidate block: its parameters, its name and its rows.
-struct VBlockCandidate {
-  VBlockShape shape;
-  std::string name;  // v_block_name(shape)
-  std::vector<VBlockRow> block;
+struct Candidate {
+  Shape shape;
+  std::string name;  // name_of(shape)
+  std::vector<Row> block;
 };
 
-// The valid blocks of the shapes f, b in 1..v_block_max_spacing and g in 0..v_block_max_turn_gap
+// The valid blocks of the shapes f, b in 1..max_spacing and g in 0..max_turn_gap
 // for p ranks, each block once (the first shape that makes it; at p = 1 every f and b make the
 // same block), in the order f, b, g. Includes V-Min's and V-Half's blocks. Empty for p < 1.
-[[nodiscard]] PPSCHED_OUTLINE std::vector<VBlockCandidate> v_block_candidates(std::int32_t ranks);
+[[nodiscard]] PPSCHED_OUTLINE std::vector<Candidate> candidates(std::int32_t ranks);
+}  // namespace vblock
 
 namespace detail {
 
@@ -172,12 +176,12 @@ namespace detail {
 // done. Infinity when the order cannot run.
 [[nodiscard]] PPSCHED_OUTLINE double v_unit_step(const Schedule& s);
 
-// The family's schedule of `block`: compact_v_grid's order or the reference's (reorder_v_block),
+// The family's schedule of `block`: compact_v_grid's order or the reference's (vblock::reorder),
 // whichever is shorter with one unit a pass (the paper's setting); compact_v_grid's on a tie.
 // Both keep to the block's peak. Neither is shorter for every cost: the search (plan/search)
 // builds both and times them with the model's costs.
 [[nodiscard]] PPSCHED_OUTLINE Schedule v_family_schedule(std::string_view name, const ScheduleRequest& r,
-                                                std::span<const VBlockRow> block);
+                                                std::span<const vblock::Row> block);
 
 }  // namespace detail
 

@@ -52,7 +52,7 @@ struct SearchOptions {
   bool fixed_families = true;
   bool greedy = true;
   bool dualpipev = true;
-  // The V building blocks of v_block_candidates (schedule/controllable_memory.hpp) besides
+  // The V building blocks of vblock::candidates (schedule/controllable_memory.hpp) besides
   // V-Half and V-Min: other offsets between consecutive ranks' passes and other gaps at the
   // backward's turn, each repeated for m micro-batches. Needs 2 in `chunks` and a split backward.
   bool v_blocks = true;

@@ -4,7 +4,7 @@
 //   - every fixed family (gpipe, 1f1b, zb-h1, zb-h2, zb-v, the controllable-memory v-half and
 //     v-min on the V, and the looped interleaved-1f1b, interleaved-zb and looped-bfs at v = 1 and
 //     at each interleaving depth asked for),
-//   - the V building blocks of v_block_candidates (schedule/controllable_memory.hpp), named
+//   - the V building blocks of vblock::candidates (schedule/controllable_memory.hpp), named
 //     "v-block(f=..,b=..,gap=..)": other offsets between consecutive ranks' passes than V-Min's
 //     and V-Half's, and other gaps at the backward's turn, trading memory for bubble; each also
 //     in the order of the paper's reference implementation ("... reordered"), V-Min's and

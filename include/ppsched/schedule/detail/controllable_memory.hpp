@@ -37,7 +37,7 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 [[nodiscard]] constexpr std::int32_t cycle_slot(std::int32_t slot) noexcept {
-  return ((slot % v_block_period) + v_block_period) % v_block_period;
+  return ((slot % vblock::period) + vblock::period) % vblock::period;
 }
 
 // What makes `block` not a building block of the V for p = block.size() ranks, or an empty
@@ -45,10 +45,10 @@ namespace detail {
 // passes of a rank on the same slot of the cycle (they would collide once the block repeats).
 // `rank` is set to the row at fault. The candidate generator asks this of many blocks, most of
 // them fine, so a valid block costs no string.
-[[nodiscard]] PPSCHED_OUTLINE std::string v_block_problem(std::span<const VBlockRow> block, std::int32_t& rank);
+[[nodiscard]] PPSCHED_OUTLINE std::string v_block_problem(std::span<const vblock::Row> block, std::int32_t& rank);
 
 // Throws unless `block` is a building block of the V (v_block_problem's rules).
-PPSCHED_OUTLINE void check_v_block(std::string_view family, std::span<const VBlockRow> block);
+PPSCHED_OUTLINE void check_v_block(std::string_view family, std::span<const vblock::Row> block);
 
 // The slot grid of a repeated block, one lane of slots per rank: pass[rank * lane + slot] is the
 // pass the rank runs at that slot, coded microbatch * 8 + kind (kind: 0 F of chunk 0, 1 F of
@@ -80,7 +80,7 @@ inline constexpr std::int32_t v_free_slot = -1;
 // Each rank's passes on the grid: the four input-critical passes of every micro-batch at the
 // block's slots plus 6 per micro-batch, and the BWs in the slots left free, oldest BI first
 // (after the last critical pass they follow one per slot).
-[[nodiscard]] PPSCHED_OUTLINE VSlotGrid v_block_grid(std::span<const VBlockRow> block, std::int32_t microbatches);
+[[nodiscard]] PPSCHED_OUTLINE VSlotGrid v_block_grid(std::span<const vblock::Row> block, std::int32_t microbatches);
 
 // The first slot in [from, to) whose bit is clear in `taken` (one bit per slot), or `to`.
 [[nodiscard]] PPSCHED_OUTLINE std::int32_t first_free_slot(const std::uint64_t* taken, std::int32_t from,

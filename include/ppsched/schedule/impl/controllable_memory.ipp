@@ -8,9 +8,10 @@
 #include "ppsched/schedule/controllable_memory.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace vblock {
 
-[[nodiscard]] PPSCHED_OUTLINE std::vector<VBlockRow> v_min_block(std::int32_t ranks) {
-  std::vector<VBlockRow> block;
+[[nodiscard]] PPSCHED_OUTLINE std::vector<Row> v_min(std::int32_t ranks) {
+  std::vector<Row> block;
   if (ranks < 1) return block;
   const std::int32_t p = ranks, gap = p % 3 == 0 ? 2 : 0;
   block.reserve(static_cast<std::size_t>(p));
@@ -18,8 +19,8 @@ namespace ppsched::inline PPSCHED_MODE {
   return block;
 }
 
-[[nodiscard]] PPSCHED_OUTLINE std::vector<VBlockRow> v_half_block(std::int32_t ranks) {
-  std::vector<VBlockRow> block;
+[[nodiscard]] PPSCHED_OUTLINE std::vector<Row> v_half(std::int32_t ranks) {
+  std::vector<Row> block;
   if (ranks < 1) return block;
   const std::int32_t p = ranks, gap = p % 2 == 0 ? 3 : 0;
   block.reserve(static_cast<std::size_t>(p));
@@ -28,13 +29,14 @@ namespace ppsched::inline PPSCHED_MODE {
   return block;
 }
 
+}  // namespace vblock
 }  // namespace ppsched
 
 namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {
 
-PPSCHED_OUTLINE void check_v_block_request(std::string_view name, const ScheduleRequest& r, std::span<const VBlockRow> block) {
+PPSCHED_OUTLINE void check_v_block_request(std::string_view name, const ScheduleRequest& r, std::span<const vblock::Row> block) {
   check_request_sizes(name, r);
   require_chunks(name, r, 2, concat(name, " places two chunks per rank in a V shape"),
                          "for one stage per rank use zb-h1 or zb-h2");
@@ -47,7 +49,7 @@ PPSCHED_OUTLINE void check_v_block_request(std::string_view name, const Schedule
   // Every slot up to the last BW is a 32-bit slot of the grid: the block's latest slot, 6 more
   // per micro-batch and the 2m BWs that may follow must stay in range.
   std::int64_t latest = 0;
-  for (const VBlockRow& row : block) latest = std::max<std::int64_t>({latest, row.forward0, row.forward1, row.backward1, row.backward0});
+  for (const vblock::Row& row : block) latest = std::max<std::int64_t>({latest, row.forward0, row.forward1, row.backward1, row.backward0});
   if (latest + 8 * std::int64_t{r.microbatches} > std::numeric_limits<std::int32_t>::max()) {
     fail({family_subject(name),
           concat("the building block's latest slot ", latest, " leaves no room for m=", r.microbatches,
@@ -60,9 +62,10 @@ PPSCHED_OUTLINE void check_v_block_request(std::string_view name, const Schedule
 }  // namespace ppsched
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace vblock {
 
-[[nodiscard]] PPSCHED_OUTLINE Schedule repeat_v_block(std::string_view name, const ScheduleRequest& r,
-                                             std::span<const VBlockRow> block) {
+[[nodiscard]] PPSCHED_OUTLINE Schedule repeat(std::string_view name, const ScheduleRequest& r,
+                                             std::span<const Row> block) {
   detail::check_v_block_request(name, r, block);
   const std::int32_t p = r.ranks;
   Schedule s = detail::empty_schedule(name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(r.microbatches));
@@ -83,18 +86,18 @@ namespace ppsched::inline PPSCHED_MODE {
   return s;
 }
 
-[[nodiscard]] PPSCHED_OUTLINE Schedule reorder_v_block(std::string_view name, const ScheduleRequest& r,
-                                              std::span<const VBlockRow> block) {
+[[nodiscard]] PPSCHED_OUTLINE Schedule reorder(std::string_view name, const ScheduleRequest& r,
+                                              std::span<const Row> block) {
   detail::check_v_block_request(name, r, block);
   const std::int32_t p = r.ranks, m = r.microbatches;
   Schedule s = detail::empty_schedule(name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(m));
   std::vector<detail::VKindSlots> ranks(static_cast<std::size_t>(p));
   for (std::size_t rank = 0; rank < ranks.size(); ++rank) {
-    const VBlockRow& row = block[rank];
+    const Row& row = block[rank];
     ranks[rank].resize(4);
     const std::array<std::int32_t, 4> first{row.forward0, row.forward1, row.backward1, row.backward0};
     for (std::size_t k = 0; k < 4; ++k)
-      for (std::int32_t mb = 0; mb < m; ++mb) ranks[rank][k].push_back(first[k] + v_block_period * mb);
+      for (std::int32_t mb = 0; mb < m; ++mb) ranks[rank][k].push_back(first[k] + period * mb);
   }
   detail::reorder_v_round_with_weights(ranks, m);
   detail::reorder_v_round_implied_weights(ranks, m);
@@ -118,36 +121,36 @@ namespace ppsched::inline PPSCHED_MODE {
   return s;
 }
 
-[[nodiscard]] PPSCHED_OUTLINE std::string v_block_name(const VBlockShape& shape) {
+[[nodiscard]] PPSCHED_OUTLINE std::string name_of(const Shape& shape) {
   return detail::concat("v-block(f=", shape.forward_spacing, ",b=", shape.backward_spacing, ",gap=", shape.turn_gap,
                         ")");
 }
 
-[[nodiscard]] PPSCHED_OUTLINE std::vector<VBlockRow> v_block_of_shape(std::int32_t ranks, const VBlockShape& shape) {
+[[nodiscard]] PPSCHED_OUTLINE std::vector<Row> of_shape(std::int32_t ranks, const Shape& shape) {
   if (shape.forward_spacing < 1 || shape.backward_spacing < 1 || shape.turn_gap < 0) {
     fail({"V building block", detail::concat("spacings f=", shape.forward_spacing, ", b=", shape.backward_spacing,
                                              " and turn gap ", shape.turn_gap),
-          "VBlockShape", "give spacings of at least 1 slot and a gap of at least 0"});
+          "Shape", "give spacings of at least 1 slot and a gap of at least 0"});
   }
-  std::vector<VBlockRow> block;
+  std::vector<Row> block;
   if (ranks < 1) return block;
   const std::int64_t p = ranks, f = shape.forward_spacing, b = shape.backward_spacing, g = shape.turn_gap;
   // The last slot the block can reach (turn of 6 included) must be a 32-bit slot.
   const std::int64_t forward1_first = f * (p - 1) + 1 + (p - 1);
   const std::int64_t backward1_first = forward1_first + 1 + g;
-  if (backward1_first + b * (p - 1) + v_block_period + (p - 1) > std::numeric_limits<std::int32_t>::max()) {
+  if (backward1_first + b * (p - 1) + period + (p - 1) > std::numeric_limits<std::int32_t>::max()) {
     fail({"V building block", detail::concat("p=", ranks, " ranks with f=", f, ", b=", b, ", gap=", g),
-          "VBlockShape", "the block's slots exceed 32 bits: use fewer ranks or smaller spacings"});
+          "Shape", "the block's slots exceed 32 bits: use fewer ranks or smaller spacings"});
   }
   block.resize(static_cast<std::size_t>(ranks));
   for (std::int64_t r = 0; r < p; ++r) {
-    VBlockRow& row = block[static_cast<std::size_t>(r)];
+    Row& row = block[static_cast<std::size_t>(r)];
     row.forward0 = static_cast<std::int32_t>(f * r);
     row.forward1 = static_cast<std::int32_t>(forward1_first - r);
     row.backward1 = static_cast<std::int32_t>(backward1_first + b * r);
   }
   const std::int32_t last_backward1 = block.back().backward1;
-  for (std::int32_t turn = 1; turn <= v_block_period; ++turn) {
+  for (std::int32_t turn = 1; turn <= period; ++turn) {
     for (std::int32_t r = 0; r < ranks; ++r) block[static_cast<std::size_t>(r)].backward0 = last_backward1 + turn + (ranks - 1 - r);
     std::int32_t at = 0;
     if (detail::v_block_problem(block, at).empty()) return block;
@@ -156,23 +159,24 @@ namespace ppsched::inline PPSCHED_MODE {
   return block;
 }
 
-[[nodiscard]] PPSCHED_OUTLINE std::vector<VBlockCandidate> v_block_candidates(std::int32_t ranks) {
-  std::vector<VBlockCandidate> out;
+[[nodiscard]] PPSCHED_OUTLINE std::vector<Candidate> candidates(std::int32_t ranks) {
+  std::vector<Candidate> out;
   if (ranks < 1) return out;
-  for (std::int32_t f = 1; f <= v_block_max_spacing; ++f) {
-    for (std::int32_t b = 1; b <= v_block_max_spacing; ++b) {
-      for (std::int32_t g = 0; g <= v_block_max_turn_gap; ++g) {
-        const VBlockShape shape{f, b, g};
-        std::vector<VBlockRow> block = v_block_of_shape(ranks, shape);
+  for (std::int32_t f = 1; f <= max_spacing; ++f) {
+    for (std::int32_t b = 1; b <= max_spacing; ++b) {
+      for (std::int32_t g = 0; g <= max_turn_gap; ++g) {
+        const Shape shape{f, b, g};
+        std::vector<Row> block = of_shape(ranks, shape);
         if (block.empty()) continue;
-        const bool seen = std::any_of(out.begin(), out.end(), [&](const VBlockCandidate& c) { return c.block == block; });
-        if (!seen) out.push_back({shape, v_block_name(shape), std::move(block)});
+        const bool seen = std::any_of(out.begin(), out.end(), [&](const Candidate& c) { return c.block == block; });
+        if (!seen) out.push_back({shape, name_of(shape), std::move(block)});
       }
     }
   }
   return out;
 }
 
+}  // namespace vblock
 }  // namespace ppsched
 
 namespace ppsched::inline PPSCHED_MODE {
@@ -219,9 +223,9 @@ namespace detail {
 }
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule v_family_schedule(std::string_view name, const ScheduleRequest& r,
-                                                std::span<const VBlockRow> block) {
-  Schedule compacted = repeat_v_block(name, r, block);
-  Schedule reordered = reorder_v_block(name, r, block);
+                                                std::span<const vblock::Row> block) {
+  Schedule compacted = vblock::repeat(name, r, block);
+  Schedule reordered = vblock::reorder(name, r, block);
   return v_unit_step(reordered) < v_unit_step(compacted) ? reordered : compacted;
 }
 
@@ -245,12 +249,12 @@ namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_v_min(const ScheduleRequest& r) {
   if (auto problem = detail::v_min_problem(r)) fail(*problem);
-  return detail::v_family_schedule(detail::v_min_name, r, v_min_block(r.ranks));
+  return detail::v_family_schedule(detail::v_min_name, r, vblock::v_min(r.ranks));
 }
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_v_half(const ScheduleRequest& r) {
   if (auto problem = detail::v_half_problem(r)) fail(*problem);
-  return detail::v_family_schedule(detail::v_half_name, r, v_half_block(r.ranks));
+  return detail::v_family_schedule(detail::v_half_name, r, vblock::v_half(r.ranks));
 }
 
 }  // namespace ppsched
@@ -259,11 +263,11 @@ namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {
 
-[[nodiscard]] PPSCHED_OUTLINE std::string v_block_problem(std::span<const VBlockRow> block, std::int32_t& rank) {
+[[nodiscard]] PPSCHED_OUTLINE std::string v_block_problem(std::span<const vblock::Row> block, std::int32_t& rank) {
   const auto p = static_cast<std::int32_t>(block.size());
   for (std::int32_t r = 0; r < p; ++r) {
     rank = r;
-    const VBlockRow& row = block[static_cast<std::size_t>(r)];
+    const vblock::Row& row = block[static_cast<std::size_t>(r)];
     if (std::min({row.forward0, row.forward1, row.backward1, row.backward0}) < 0) return "a slot is negative";
     if (r > 0 && row.forward0 <= block[static_cast<std::size_t>(r) - 1].forward0)
       return "F of chunk 0 does not come after the previous rank's";
@@ -285,7 +289,7 @@ namespace detail {
   return {};
 }
 
-PPSCHED_OUTLINE void check_v_block(std::string_view family, std::span<const VBlockRow> block) {
+PPSCHED_OUTLINE void check_v_block(std::string_view family, std::span<const vblock::Row> block) {
   std::int32_t rank = 0;
   std::string problem = v_block_problem(block, rank);
   if (!problem.empty()) {
@@ -294,28 +298,28 @@ PPSCHED_OUTLINE void check_v_block(std::string_view family, std::span<const VBlo
   }
 }
 
-[[nodiscard]] PPSCHED_OUTLINE VSlotGrid v_block_grid(std::span<const VBlockRow> block, std::int32_t microbatches) {
+[[nodiscard]] PPSCHED_OUTLINE VSlotGrid v_block_grid(std::span<const vblock::Row> block, std::int32_t microbatches) {
   VSlotGrid g;
   g.ranks = block.size();
   g.microbatches = static_cast<std::size_t>(microbatches);
   const std::size_t p = g.ranks, m = g.microbatches;
-  const auto last_critical = [&](const VBlockRow& row) {
+  const auto last_critical = [&](const vblock::Row& row) {
     return static_cast<std::size_t>(std::max({row.forward0, row.forward1, row.backward1, row.backward0})) +
-           static_cast<std::size_t>(v_block_period) * (m - 1);
+           static_cast<std::size_t>(vblock::period) * (m - 1);
   };
   // After its last critical pass a rank runs at most its 2m BWs, one per slot.
-  for (const VBlockRow& row : block) g.lane = std::max(g.lane, last_critical(row) + 1 + 2 * m);
+  for (const vblock::Row& row : block) g.lane = std::max(g.lane, last_critical(row) + 1 + 2 * m);
   g.pass.assign(p * g.lane, v_free_slot);
   g.slot_of.resize(p * 6 * m);
   std::vector<std::int32_t> owed;  // a rank's BIs whose BW is not placed yet, oldest first
   owed.reserve(2 * m);
   for (std::size_t r = 0; r < p; ++r) {
-    const VBlockRow& row = block[r];
+    const vblock::Row& row = block[r];
     std::int32_t* lane = g.pass.data() + r * g.lane;
     const std::array<std::int32_t, 4> first_slot{row.forward0, row.forward1, row.backward1, row.backward0};
     for (std::int32_t kind = 0; kind < 4; ++kind)
       for (std::size_t mb = 0; mb < m; ++mb)
-        lane[static_cast<std::size_t>(first_slot[static_cast<std::size_t>(kind)]) + v_block_period * mb] =
+        lane[static_cast<std::size_t>(first_slot[static_cast<std::size_t>(kind)]) + vblock::period * mb] =
             v_pass_code(kind, static_cast<std::int32_t>(mb));
     const std::size_t last = last_critical(row);
     owed.clear();

@@ -131,13 +131,13 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
     } else if (at < 0) {
       reject("v-block", "the v-shape placement was not searched (add 2 to SearchOptions::chunks)");
     } else {
-      // Each block in both orders: compacted (repeat_v_block) and as the paper's reference
-      // reorders it (reorder_v_block, " reordered"); V-Half and V-Min keep the one shorter with
+      // Each block in both orders: compacted (vblock::repeat) and as the paper's reference
+      // reorders it (vblock::reorder, " reordered"); V-Half and V-Min keep the one shorter with
       // unit passes, so the other is here.
-      for (const VBlockCandidate& b : v_block_candidates(p)) {
+      for (const vblock::Candidate& b : vblock::candidates(p)) {
         for (const bool reordered : {false, true}) {
           std::string name = reordered ? concat(b.name, " reordered") : b.name;
-          Schedule s = reordered ? reorder_v_block(name, r, b.block) : repeat_v_block(name, r, b.block);
+          Schedule s = reordered ? vblock::reorder(name, r, b.block) : vblock::repeat(name, r, b.block);
           const SearchEntry* twin = nullptr;
           for (std::size_t i = 0; i < entries.size() && twin == nullptr; ++i) {
             const SearchEntry& e = entries[i];

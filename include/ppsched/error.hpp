@@ -9,10 +9,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <memory>
+#include <ostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,13 +27,144 @@ class error : public std::runtime_error {
   explicit error(const char* message) : std::runtime_error(message) {}
 };
 
+namespace detail {
+
+// concat's arguments, held without their types, so that one non-template function
+// (`concat_args`) does all the streaming. Every call of concat with its own list of argument
+// types used to instantiate the ostringstream code again (issue 38); now a call only stores,
+// per argument, a FormatArg and the FormatKind its type gives (and a FormatPrinter for the
+// kind `custom`). Each kind is streamed as the argument itself was, so the text is the same
+// byte for byte, stream state included (a manipulator affects the arguments after it).
+
+// An argument's value, or its address: it lives only within the full expression of the call.
+union FormatArg {
+  const void* object;  // std::string, std::string_view, void*, and the `custom` kind's objects
+  const char* c_string;
+  long long signed_integer;  // also a char (as char) and a bool (as 0 or 1): no padding to fill
+  unsigned long long unsigned_integer;
+  double floating;
+  void (*function)();  // a function given (a manipulator such as std::hex or std::fixed)
+};
+
+// What is known of an argument from its type alone.
+enum class FormatKind : unsigned char {
+  string,            // std::string
+  string_view,       // std::string_view
+  c_string,          // const char*, char*, a char array (streamed as const char*: up to its NUL)
+  character,         // char, signed char, unsigned char (the stream writes all three as a char)
+  boolean,           // bool (1/0, or true/false after std::boolalpha)
+  // The signed integers, each as its own type: in hex and oct a negative short or int prints
+  // in its own width.
+  short_,
+  int_,
+  long_,
+  long_long,
+  unsigned_integer,  // unsigned short .. unsigned long long (all print alike)
+  floating,          // double, float (the stream widens a float to double)
+  pointer,           // void*, const void*
+  custom,            // anything else the stream takes, functions included: a FormatPrinter streams it
+};
+
+// Streams an argument of the kind `custom`: one instantiation per type, not per call.
+using FormatPrinter = void (*)(std::ostream&, FormatArg);
+
+template <class T, class... U>
+inline constexpr bool is_one_of = (std::is_same_v<T, U> || ...);
+
+template <class T>
+constexpr FormatKind format_kind() {
+  using K = FormatKind;
+  using U = std::remove_cv_t<T>;
+  if constexpr (std::is_same_v<U, std::string>) return K::string;
+  else if constexpr (std::is_same_v<U, std::string_view>) return K::string_view;
+  else if constexpr (is_one_of<U, const char*, char*> ||
+                     (std::is_array_v<U> && std::is_same_v<std::remove_cv_t<std::remove_extent_t<U>>, char>))
+    return K::c_string;
+  else if constexpr (is_one_of<U, char, signed char, unsigned char>) return K::character;
+  else if constexpr (std::is_same_v<U, bool>) return K::boolean;
+  else if constexpr (std::is_same_v<U, short>) return K::short_;
+  else if constexpr (std::is_same_v<U, int>) return K::int_;
+  else if constexpr (std::is_same_v<U, long>) return K::long_;
+  else if constexpr (std::is_same_v<U, long long>) return K::long_long;
+  else if constexpr (is_one_of<U, unsigned short, unsigned, unsigned long, unsigned long long>)
+    return K::unsigned_integer;
+  else if constexpr (is_one_of<U, double, float>) return K::floating;
+  else if constexpr (is_one_of<U, void*, const void*>) return K::pointer;
+  else return K::custom;
+}
+
+template <class T>
+void print_custom(std::ostream& out, FormatArg a) {
+  if constexpr (std::is_function_v<T>) {
+    out << reinterpret_cast<T*>(a.function);
+  } else {
+    out << *static_cast<const T*>(a.object);
+  }
+}
+
+template <class T>
+constexpr FormatPrinter format_printer() {
+  if constexpr (format_kind<T>() == FormatKind::custom) {
+    return &print_custom<std::remove_cv_t<T>>;
+  } else {
+    return nullptr;
+  }
+}
+
+template <class T>
+[[nodiscard]] FormatArg format_arg(const T& v) noexcept {
+  using K = FormatKind;
+  constexpr K kind = format_kind<T>();
+  if constexpr (kind == K::string || kind == K::string_view) {
+    return {.object = std::addressof(v)};
+  } else if constexpr (kind == K::c_string) {
+    return {.c_string = v};
+  } else if constexpr (kind == K::character) {
+    return {.signed_integer = static_cast<char>(v)};
+  } else if constexpr (kind == K::boolean) {
+    return {.signed_integer = v ? 1 : 0};
+  } else if constexpr (kind == K::short_ || kind == K::int_ || kind == K::long_ || kind == K::long_long) {
+    return {.signed_integer = v};
+  } else if constexpr (kind == K::unsigned_integer) {
+    return {.unsigned_integer = v};
+  } else if constexpr (kind == K::floating) {
+    return {.floating = v};
+  } else if constexpr (kind == K::pointer) {
+    return {.object = v};
+  } else if constexpr (std::is_function_v<T>) {
+    return {.function = reinterpret_cast<void (*)()>(&v)};
+  } else {
+    return {.object = std::addressof(v)};
+  }
+}
+
+// Streams args[0 .. count), of the kinds kinds[0 .. count), in order into one
+// std::ostringstream and returns its text. `printers` (null where no argument is `custom`)
+// holds the printer of each `custom` argument at its index.
+[[nodiscard]] PPSCHED_OUTLINE std::string concat_args(const FormatKind* kinds, const FormatArg* args,
+                                                      const FormatPrinter* printers, std::size_t count);
+
+}  // namespace detail
+
 // Streams every argument into one string: the library builds its messages with it, and a
-// user building a message for `fail` (or an error of their own) can use the same.
+// user building a message for `fail` (or an error of their own) can use the same. Any
+// argument an std::ostream takes will do, manipulators included; the text is what one
+// std::ostringstream given the arguments in order holds.
 template <class... Args>
 [[nodiscard]] std::string concat(Args&&... args) {
-  std::ostringstream out;
-  (out << ... << std::forward<Args>(args));
-  return out.str();
+  if constexpr (sizeof...(Args) == 0) {
+    return std::string();
+  } else {
+    // Constants, in automatic arrays: a static one would be a symbol per list of types.
+    const detail::FormatKind kinds[] = {detail::format_kind<std::remove_reference_t<Args>>()...};
+    const detail::FormatArg values[] = {detail::format_arg<std::remove_reference_t<Args>>(args)...};
+    if constexpr (((detail::format_kind<std::remove_reference_t<Args>>() == detail::FormatKind::custom) || ...)) {
+      const detail::FormatPrinter printers[] = {detail::format_printer<std::remove_reference_t<Args>>()...};
+      return detail::concat_args(kinds, values, printers, sizeof...(Args));
+    } else {
+      return detail::concat_args(kinds, values, nullptr, sizeof...(Args));
+    }
+  }
 }
 
 namespace detail {

@@ -7,7 +7,41 @@
 
 #include "ppsched/error.hpp"
 
+#include <cstddef>
+#include <sstream>
+#include <string>
+#include <string_view>
+
 namespace ppsched::inline PPSCHED_MODE {
+
+namespace detail {
+
+[[nodiscard]] PPSCHED_OUTLINE std::string concat_args(const FormatKind* kinds, const FormatArg* args,
+                                                      const FormatPrinter* printers, std::size_t count) {
+  using K = FormatKind;
+  std::ostringstream out;
+  for (std::size_t i = 0; i < count; ++i) {
+    const FormatArg a = args[i];
+    switch (kinds[i]) {
+      case K::string: out << *static_cast<const std::string*>(a.object); break;
+      case K::string_view: out << *static_cast<const std::string_view*>(a.object); break;
+      case K::c_string: out << a.c_string; break;
+      case K::character: out << static_cast<char>(a.signed_integer); break;
+      case K::boolean: out << (a.signed_integer != 0); break;
+      case K::short_: out << static_cast<short>(a.signed_integer); break;
+      case K::int_: out << static_cast<int>(a.signed_integer); break;
+      case K::long_: out << static_cast<long>(a.signed_integer); break;
+      case K::long_long: out << a.signed_integer; break;
+      case K::unsigned_integer: out << a.unsigned_integer; break;
+      case K::floating: out << a.floating; break;
+      case K::pointer: out << a.object; break;
+      case K::custom: printers[i](out, a); break;
+    }
+  }
+  return out.str();
+}
+
+}  // namespace detail
 
 [[nodiscard]] PPSCHED_OUTLINE std::string bytes_text(double bytes) {
   if (!std::isfinite(bytes)) return concat(bytes, " B");

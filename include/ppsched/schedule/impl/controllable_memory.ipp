@@ -130,7 +130,7 @@ namespace vblock {
   if (shape.forward_spacing < 1 || shape.backward_spacing < 1 || shape.turn_gap < 0) {
     fail({"V building block", detail::concat("spacings f=", shape.forward_spacing, ", b=", shape.backward_spacing,
                                              " and turn gap ", shape.turn_gap),
-          "Shape", "give spacings of at least 1 slot and a gap of at least 0"});
+          "vblock::Shape", "give spacings of at least 1 slot and a gap of at least 0"});
   }
   std::vector<Row> block;
   if (ranks < 1) return block;
@@ -140,7 +140,7 @@ namespace vblock {
   const std::int64_t backward1_first = forward1_first + 1 + g;
   if (backward1_first + b * (p - 1) + period + (p - 1) > std::numeric_limits<std::int32_t>::max()) {
     fail({"V building block", detail::concat("p=", ranks, " ranks with f=", f, ", b=", b, ", gap=", g),
-          "Shape", "the block's slots exceed 32 bits: use fewer ranks or smaller spacings"});
+          "vblock::Shape", "the block's slots exceed 32 bits: use fewer ranks or smaller spacings"});
   }
   block.resize(static_cast<std::size_t>(ranks));
   for (std::int64_t r = 0; r < p; ++r) {

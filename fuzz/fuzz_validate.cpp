@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <ppsched/error.hpp>
-#include <ppsched/runtime/plan.hpp>
+#include <ppsched/runtime/step_plan.hpp>
 #include <ppsched/schedule/schedule.hpp>
 #include <ppsched/costs/cost_model.hpp>
 #include <ppsched/sim/simulate.hpp>

@@ -9,6 +9,7 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -370,6 +371,56 @@ TEST_CASE("one stream per rank only adds waits: no action ends earlier than with
     ++families;
   }
   CHECK(families == schedule_families.size());
+}
+
+TEST_CASE("durations given per action, by (stage, op) or by a callable give the same run", "[engine]") {
+  // The engine is compiled once whatever prices the actions: a caller fills an array, gives a
+  // table by (stage, op), or has a callable asked once per action. Every time must agree, bit
+  // for bit, and unit times must be validation's own.
+  for (const FamilyInfo& info : schedule_families) {
+    const ScheduleRequest r{3, 6, info.chunks_for(2)};
+    INFO(info.name << ' ' << to_string(r));
+    const Schedule compute_only = make_schedule(info.name, r);
+    const LoweredSchedule lowered = lower(compute_only);
+    for (const Schedule* s : {&compute_only, &lowered.schedule()}) {
+      const auto c = check(*s);
+      REQUIRE(c->problems.empty());
+      const detail::FlatSchedule& flat = c->flat;
+      const std::size_t n = flat.size();
+      std::vector<double> table(static_cast<std::size_t>(flat.stages) * op_count);
+      for (std::size_t k = 0; k < table.size(); ++k) table[k] = 0.25 + 0.375 * static_cast<double>(k % 7) + 0.0625 * static_cast<double>(k / op_count);
+      const auto by_table = [&](const Action& a) { return table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)]; };
+      std::vector<double> per_action(n);
+      for (std::size_t i = 0; i < n; ++i) per_action[i] = by_table(flat.at(static_cast<std::int32_t>(i)));
+      std::vector<double> delay(n, 0.0);
+      for (std::size_t i = 0; i < n; ++i) delay[i] = 0.5 * static_cast<double>(i % 3);
+      const std::vector<double>* input_delay = flat.lowered ? nullptr : &delay;
+      for (const StreamMode mode : {StreamMode::separate_comm_stream, StreamMode::comm_on_compute_stream}) {
+        detail::AbstractExecution callable(flat, mode, by_table, input_delay, 0.5);
+        detail::AbstractExecution array(flat, mode, std::span<const double>(per_action), input_delay, 0.5);
+        detail::AbstractExecution keyed(flat, mode, detail::DurationTable{table.data(), op_count}, input_delay, 0.5);
+        REQUIRE(callable.run());
+        REQUIRE(array.run());
+        REQUIRE(keyed.run());
+        const auto unit_of = [](const Action& a) { return is_compute(a.op) || a.op == Op::R ? 1.0 : 0.0; };
+        detail::AbstractExecution unit(flat, mode);
+        detail::AbstractExecution unit_callable(flat, mode, unit_of);
+        REQUIRE(unit.run());
+        REQUIRE(unit_callable.run());
+        for (std::size_t i = 0; i < n; ++i) {
+          INFO(to_string(flat.at(static_cast<std::int32_t>(i))));
+          CHECK(array.start(i) == callable.start(i));
+          CHECK(array.end(i) == callable.end(i));
+          CHECK(keyed.start(i) == callable.start(i));
+          CHECK(keyed.end(i) == callable.end(i));
+          CHECK(unit.start(i) == unit_callable.start(i));
+          CHECK(unit.end(i) == unit_callable.end(i));
+        }
+        CHECK(keyed.latest_end() == callable.latest_end());
+        CHECK(unit.latest_end() == unit_callable.latest_end());
+      }
+    }
+  }
 }
 
 TEST_CASE("a Workspace's arrays give the same runs as fresh ones", "[engine]") {

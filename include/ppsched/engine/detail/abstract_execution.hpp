@@ -13,8 +13,10 @@
 #define PPSCHED_ENGINE_DETAIL_ABSTRACT_EXECUTION_HPP
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -28,6 +30,15 @@
 namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {
+
+// Durations that depend on an action's stage and operation alone: action a lasts
+// table[a.stage * stage_stride + a.op] (stage_stride op_count: one row per stage; 0: one row
+// for every stage). No per-action array to fill and read back: a simulation of per-stage costs
+// runs straight from its table.
+struct DurationTable {
+  const double* table = nullptr;
+  std::size_t stage_stride = 0;
+};
 
 // The abstract execution of docs/execution-model.md. Each rank has a compute stream
 // (L r) and a comm stream (L r + 1; unused when communication is on the compute stream or the
@@ -62,19 +73,37 @@ class AbstractExecution {
   // Unit compute time and instant transfers: what validation runs with (any durations
   // decide the same).
   AbstractExecution(const FlatSchedule& flat, StreamMode mode, Buffers* buffers = nullptr);
-  // duration_of(a): the compute time of action a, or for communication its transfer time
-  // (the same on both sides). input_delay (optional, dependency-only runs): added to action
-  // i's remote input; it must outlive the execution.
+  // durations[i] (one per action of `flat`, by its index): the compute time of action i, or for
+  // communication its transfer time (the same on both sides); the caller fills the array once,
+  // so that the engine is compiled once whatever prices the actions. input_delay (optional,
+  // dependency-only runs): added to action i's remote input; it must outlive the execution.
   // fb_overlap in [0, 1] (checked by the callers): the share of the shorter action of each
   // overlapped pair hidden under the longer.
+  AbstractExecution(const FlatSchedule& flat, StreamMode mode, std::span<const double> durations,
+                    const std::vector<double>* input_delay = nullptr, double fb_overlap = 0.0,
+                    Buffers* buffers = nullptr);
+  // The same with durations by (stage, operation).
+  AbstractExecution(const FlatSchedule& flat, StreamMode mode, DurationTable durations,
+                    const std::vector<double>* input_delay = nullptr, double fb_overlap = 0.0,
+                    Buffers* buffers = nullptr);
+  // The same with duration_of(a) asked once per action, in index order, into the buffers'
+  // `durations` (for callers that price actions one by one: only this loop is instantiated per
+  // callable).
   template <class DurationOf>
+    requires std::invocable<const DurationOf&, const Action&>
   AbstractExecution(const FlatSchedule& flat, StreamMode mode, const DurationOf& duration_of,
                     const std::vector<double>* input_delay = nullptr, double fb_overlap = 0.0,
                     Buffers* buffers = nullptr)
-      : flat_(flat), mode_(mode), lanes_(lanes_for(flat, mode)), input_delay_(input_delay), fb_overlap_(fb_overlap), buffers_(buffers != nullptr ? *buffers : own_), stream_begin_(buffers_.stream_begin), items_(buffers_.items),
-        ops_(buffers_.ops), pair_deps_(buffers_.pair_deps), starts_(buffers_.starts), ends_(buffers_.ends),
-        streams_(buffers_.streams), worklist_(buffers_.worklist) {
-    build_items(duration_of);
+      : AbstractExecution(flat, mode, input_delay, fb_overlap, buffers, Unbuilt{}) {
+    scratch_vector<double>& durations = buffers_.durations;
+    durations.resize(flat.size());
+    for (std::int32_t r = 0; r < flat.ranks; ++r) {
+      const std::int32_t b = flat.rank_begin[static_cast<std::size_t>(r)];
+      const std::int32_t e = flat.rank_begin[static_cast<std::size_t>(r) + 1];
+      const Action* prog = flat.rank_actions[static_cast<std::size_t>(r)];
+      for (std::int32_t i = b; i < e; ++i) durations[static_cast<std::size_t>(i)] = duration_of(prog[i - b]);
+    }
+    build_items(durations.data(), DurationTable{});
   }
 
   // Runs to completion or to a deadlock; true when every action completed.
@@ -177,122 +206,21 @@ class AbstractExecution {
     return cr != r ? static_cast<std::int32_t>(lanes_) * cr : -1;
   }
 
-  template <class DurationOf>
-  void build_items(const DurationOf& duration) {
-    if (flat_.has_pairs) {
-      build_items_of<true>(duration);
-    } else {
-      build_items_of<false>(duration);
-    }
-  }
+  struct Unbuilt {};
+  // Everything but the items: the constructors above build them.
+  AbstractExecution(const FlatSchedule& flat, StreamMode mode, const std::vector<double>* input_delay, double fb_overlap,
+                    Buffers* buffers, Unbuilt) noexcept
+      : flat_(flat), mode_(mode), lanes_(lanes_for(flat, mode)), input_delay_(input_delay), fb_overlap_(fb_overlap),
+        buffers_(buffers != nullptr ? *buffers : own_), stream_begin_(buffers_.stream_begin), items_(buffers_.items),
+        ops_(buffers_.ops), pair_deps_(buffers_.pair_deps), starts_(buffers_.starts), ends_(buffers_.ends),
+        streams_(buffers_.streams), worklist_(buffers_.worklist) {}
 
-  // (Pairs: the schedule has overlapped pairs; a separate instance keeps the common build lean.)
-  template <bool Pairs, class DurationOf>
-  void build_items_of(const DurationOf& duration) {
-    const std::size_t L = lanes_;
-    const std::size_t streams = L * static_cast<std::size_t>(flat_.ranks);
-    const bool separate = mode_ == StreamMode::separate_comm_stream;
-    std::vector<std::int32_t> counts(streams + 1, 0);
-    // Rank r's items go to stream L r, L r + 1 for communication on its own stream, L r + 2 for
-    // copies on their own stream.
-    for (std::int32_t r = 0; r < flat_.ranks; ++r) {
-      const std::int32_t b = flat_.rank_begin[static_cast<std::size_t>(r)];
-      const std::int32_t e = flat_.rank_begin[static_cast<std::size_t>(r) + 1];
-      // The same item boundaries as the fill below: a pair's second action and a group's
-      // further communication join the open item.
-      std::uint32_t open_group = 0;
-      [[maybe_unused]] std::uint32_t open_pair = 0;
-      const Action* prog = flat_.rank_actions[static_cast<std::size_t>(r)];
-      for (std::int32_t i = b; i < e; ++i) {
-        const Action& a = prog[i - b];
-        const bool comm = is_comm(a.op);
-        if constexpr (Pairs) {
-          if (!comm && a.group != 0 && a.group == open_pair) {
-            open_pair = 0;
-            continue;
-          }
-          open_pair = comm ? 0 : a.group;
-        }
-        if (!comm || a.group == 0 || a.group != open_group) {
-          const std::size_t lane = comm && separate ? 1 : (L == 3 && is_copy(a.op) ? 2 : 0);
-          ++counts[L * static_cast<std::size_t>(r) + lane + 1];
-        }
-        open_group = comm ? a.group : 0;
-      }
-    }
-    for (std::size_t st = 0; st < streams; ++st) counts[st + 1] += counts[st];
-    stream_begin_ = counts;
-    // Every entry is written once below: no need to clear the memory first.
-    item_total_ = static_cast<std::size_t>(counts[streams]);
-    items_.resize(item_total_);
-    ops_.resize(flat_.size() - flat_.compute_count);
-    pair_deps_.clear();
-    std::size_t next_op = 0;
-    const bool lowered = flat_.lowered;
-    for (std::int32_t r = 0; r < flat_.ranks; ++r) {
-      const std::int32_t b = flat_.rank_begin[static_cast<std::size_t>(r)];
-      const std::int32_t e = flat_.rank_begin[static_cast<std::size_t>(r) + 1];
-      // Where this rank's next compute item and next group go (one stream when they share it).
-      std::int32_t fills[3] = {counts[L * static_cast<std::size_t>(r)], counts[L * static_cast<std::size_t>(r) + 1],
-                               L == 3 ? counts[L * static_cast<std::size_t>(r) + 2] : 0};
-      std::int32_t& compute_fill = fills[0];
-      std::int32_t& comm_fill = fills[separate ? 1 : 0];
-      std::int32_t& copy_fill = fills[L == 3 ? 2 : 0];
-      // In a lowered schedule a compute's waiter is always its rank's comm stream (its send).
-      const std::int32_t lowered_waiter = separate ? static_cast<std::int32_t>(L) * r + 1 : -1;
-      Item* open = nullptr;  // the group being extended
-      std::uint32_t open_group = 0;
-      [[maybe_unused]] std::uint32_t open_pair = 0;
-      std::int32_t last_compute = no_action;  // the latest compute-stream action issued
-      const Action* prog = flat_.rank_actions[static_cast<std::size_t>(r)];
-      for (std::int32_t i = b; i < e; ++i) {
-        const Action& a = prog[i - b];
-        const Links l = flat_.links(a);
-        if (is_memory(a.op)) {  // never grouped (the static checks): an item of its own
-          const bool copy_lane = L == 3 && is_copy(a.op);
-          const std::int32_t issued_after = copy_lane && last_compute != l.same_stage ? last_compute : no_action;
-          items_[static_cast<std::size_t>(copy_lane ? copy_fill++ : compute_fill++)] =
-              Item{i, 0, l.same_stage, issued_after, copy_lane || !lowered ? -1 : lowered_waiter, duration(a)};
-          if (!copy_lane) last_compute = i;
-          if constexpr (Pairs) open_pair = 0;
-          open_group = 0;
-          continue;
-        }
-        if (is_compute(a.op)) last_compute = i;
-        if (is_compute(a.op)) {
-          if constexpr (Pairs) {
-            if (a.group != 0 && a.group == open_pair) {  // the second action of a pair
-              Item& pair = items_[static_cast<std::size_t>(compute_fill - 1)];
-              const double first = pair.duration, second = duration(a);
-              pair.count = pair_item;
-              pair.duration = first + second - fb_overlap_ * std::min(first, second);
-              const auto deps = static_cast<std::int32_t>(pair_deps_.size());
-              pair_deps_.insert(pair_deps_.end(), {pair.dep_a, pair.dep_b, l.same_stage, l.input});
-              pair.dep_a = deps;
-              open_pair = 0;
-              continue;
-            }
-            open_pair = a.group;
-          }
-          items_[static_cast<std::size_t>(compute_fill++)] =
-              Item{i, 0, l.same_stage, l.input, lowered ? lowered_waiter : dependency_waiter(r, a), duration(a)};
-          open_group = 0;
-          continue;
-        }
-        if constexpr (Pairs) open_pair = 0;
-        if (a.group == 0 || a.group != open_group) {
-          open = &items_[static_cast<std::size_t>(comm_fill++)];
-          *open = Item{i, 0, static_cast<std::int32_t>(next_op), no_action, -1, 0.0};
-        }
-        open_group = a.group;
-        ++open->count;
-        const std::int32_t peer_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage + 1 : a.stage - 1;
-        const auto peer_stream =
-            static_cast<std::int32_t>(L * static_cast<std::size_t>(flat_.rank_of(peer_stage)) + (separate ? 1 : 0));
-        ops_[next_op++] = CommOp{i, l.peer, is_send(a.op) ? l.same_stage : no_action, peer_stream, duration(a)};
-      }
-    }
-  }
+  // Builds each stream's items, action i lasting what `keyed` gives its stage and operation, or
+  // without a keyed table, per_action[i], or without either, unit compute time.
+  void build_items(const double* per_action, DurationTable keyed);
+  enum class Durations : std::uint8_t { unit, keyed, per_action };
+  template <bool Pairs, Durations Mode>
+  void build_items_of(const double* per_action, DurationTable keyed);
 
   void wake(std::size_t st) {
     if (streams_[st].queued) return;
@@ -396,6 +324,8 @@ class AbstractExecution {
     std::vector<double> ends;
     std::vector<StreamState> streams;
     std::vector<std::int32_t> worklist;
+    // Per action: its duration, for a caller that prices actions one by one (above).
+    scratch_vector<double> durations;
   };
 
  private:

@@ -11,10 +11,155 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 PPSCHED_OUTLINE AbstractExecution::AbstractExecution(const FlatSchedule& flat, StreamMode mode, Buffers* buffers)
-    : flat_(flat), mode_(mode), lanes_(lanes_for(flat, mode)), input_delay_(nullptr), buffers_(buffers != nullptr ? *buffers : own_), stream_begin_(buffers_.stream_begin), items_(buffers_.items),
-        ops_(buffers_.ops), pair_deps_(buffers_.pair_deps), starts_(buffers_.starts), ends_(buffers_.ends),
-        streams_(buffers_.streams), worklist_(buffers_.worklist) {
-  build_items([](const Action& a) { return is_compute(a.op) || a.op == Op::R ? 1.0 : 0.0; });
+    : AbstractExecution(flat, mode, nullptr, 0.0, buffers, Unbuilt{}) {
+  build_items(nullptr, DurationTable{});
+}
+
+PPSCHED_OUTLINE AbstractExecution::AbstractExecution(const FlatSchedule& flat, StreamMode mode,
+                                                     std::span<const double> durations,
+                                                     const std::vector<double>* input_delay, double fb_overlap,
+                                                     Buffers* buffers)
+    : AbstractExecution(flat, mode, input_delay, fb_overlap, buffers, Unbuilt{}) {
+  build_items(durations.data(), DurationTable{});
+}
+
+PPSCHED_OUTLINE AbstractExecution::AbstractExecution(const FlatSchedule& flat, StreamMode mode, DurationTable durations,
+                                                     const std::vector<double>* input_delay, double fb_overlap,
+                                                     Buffers* buffers)
+    : AbstractExecution(flat, mode, input_delay, fb_overlap, buffers, Unbuilt{}) {
+  build_items(nullptr, durations);
+}
+
+PPSCHED_OUTLINE void AbstractExecution::build_items(const double* per_action, DurationTable keyed) {
+  const bool pairs = flat_.has_pairs;
+  if (keyed.table != nullptr) {
+    pairs ? build_items_of<true, Durations::keyed>(nullptr, keyed) : build_items_of<false, Durations::keyed>(nullptr, keyed);
+  } else if (per_action != nullptr) {
+    pairs ? build_items_of<true, Durations::per_action>(per_action, keyed)
+          : build_items_of<false, Durations::per_action>(per_action, keyed);
+  } else {
+    pairs ? build_items_of<true, Durations::unit>(nullptr, keyed) : build_items_of<false, Durations::unit>(nullptr, keyed);
+  }
+}
+
+// Pairs: the schedule has overlapped pairs. Six instances, whatever prices the actions, keep each
+// build lean: with run-time flags instead, the build did 11% more work per action and validate()
+// took 4% longer (1F1B at p = 64, m = 1024), and unit times read from a table rather than known
+// here cost validate() 2%.
+template <bool Pairs, AbstractExecution::Durations Mode>
+void AbstractExecution::build_items_of(const double* per_action, DurationTable keyed) {
+  const std::size_t L = lanes_;
+  const std::size_t streams = L * static_cast<std::size_t>(flat_.ranks);
+  const bool separate = mode_ == StreamMode::separate_comm_stream;
+  const auto duration = [per_action, keyed](std::int32_t i, const Action& a) {
+    if constexpr (Mode == Durations::unit) {
+      return is_compute(a.op) || a.op == Op::R ? 1.0 : 0.0;
+    } else if constexpr (Mode == Durations::keyed) {
+      return keyed.table[static_cast<std::size_t>(a.stage) * keyed.stage_stride + static_cast<std::size_t>(a.op)];
+    } else {
+      return per_action[i];
+    }
+  };
+  std::vector<std::int32_t> counts(streams + 1, 0);
+  // Rank r's items go to stream L r, L r + 1 for communication on its own stream, L r + 2 for
+  // copies on their own stream.
+  for (std::int32_t r = 0; r < flat_.ranks; ++r) {
+    const std::int32_t b = flat_.rank_begin[static_cast<std::size_t>(r)];
+    const std::int32_t e = flat_.rank_begin[static_cast<std::size_t>(r) + 1];
+    // The same item boundaries as the fill below: a pair's second action and a group's
+    // further communication join the open item.
+    std::uint32_t open_group = 0;
+    [[maybe_unused]] std::uint32_t open_pair = 0;
+    const Action* prog = flat_.rank_actions[static_cast<std::size_t>(r)];
+    for (std::int32_t i = b; i < e; ++i) {
+      const Action& a = prog[i - b];
+      const bool comm = is_comm(a.op);
+      if constexpr (Pairs) {
+        if (!comm && a.group != 0 && a.group == open_pair) {
+          open_pair = 0;
+          continue;
+        }
+        open_pair = comm ? 0 : a.group;
+      }
+      if (!comm || a.group == 0 || a.group != open_group) {
+        const std::size_t lane = comm && separate ? 1 : (L == 3 && is_copy(a.op) ? 2 : 0);
+        ++counts[L * static_cast<std::size_t>(r) + lane + 1];
+      }
+      open_group = comm ? a.group : 0;
+    }
+  }
+  for (std::size_t st = 0; st < streams; ++st) counts[st + 1] += counts[st];
+  stream_begin_ = counts;
+  // Every entry is written once below: no need to clear the memory first.
+  item_total_ = static_cast<std::size_t>(counts[streams]);
+  items_.resize(item_total_);
+  ops_.resize(flat_.size() - flat_.compute_count);
+  pair_deps_.clear();
+  std::size_t next_op = 0;
+  const bool lowered = flat_.lowered;
+  for (std::int32_t r = 0; r < flat_.ranks; ++r) {
+    const std::int32_t b = flat_.rank_begin[static_cast<std::size_t>(r)];
+    const std::int32_t e = flat_.rank_begin[static_cast<std::size_t>(r) + 1];
+    // Where this rank's next compute item and next group go (one stream when they share it).
+    std::int32_t fills[3] = {counts[L * static_cast<std::size_t>(r)], counts[L * static_cast<std::size_t>(r) + 1],
+                             L == 3 ? counts[L * static_cast<std::size_t>(r) + 2] : 0};
+    std::int32_t& compute_fill = fills[0];
+    std::int32_t& comm_fill = fills[separate ? 1 : 0];
+    std::int32_t& copy_fill = fills[L == 3 ? 2 : 0];
+    // In a lowered schedule a compute's waiter is always its rank's comm stream (its send).
+    const std::int32_t lowered_waiter = separate ? static_cast<std::int32_t>(L) * r + 1 : -1;
+    Item* open = nullptr;  // the group being extended
+    std::uint32_t open_group = 0;
+    [[maybe_unused]] std::uint32_t open_pair = 0;
+    std::int32_t last_compute = no_action;  // the latest compute-stream action issued
+    const Action* prog = flat_.rank_actions[static_cast<std::size_t>(r)];
+    for (std::int32_t i = b; i < e; ++i) {
+      const Action& a = prog[i - b];
+      const Links l = flat_.links(a);
+      if (is_memory(a.op)) {  // never grouped (the static checks): an item of its own
+        const bool copy_lane = L == 3 && is_copy(a.op);
+        const std::int32_t issued_after = copy_lane && last_compute != l.same_stage ? last_compute : no_action;
+        items_[static_cast<std::size_t>(copy_lane ? copy_fill++ : compute_fill++)] =
+            Item{i, 0, l.same_stage, issued_after, copy_lane || !lowered ? -1 : lowered_waiter, duration(i, a)};
+        if (!copy_lane) last_compute = i;
+        if constexpr (Pairs) open_pair = 0;
+        open_group = 0;
+        continue;
+      }
+      if (is_compute(a.op)) last_compute = i;
+      if (is_compute(a.op)) {
+        if constexpr (Pairs) {
+          if (a.group != 0 && a.group == open_pair) {  // the second action of a pair
+            Item& pair = items_[static_cast<std::size_t>(compute_fill - 1)];
+            const double first = pair.duration, second = duration(i, a);
+            pair.count = pair_item;
+            pair.duration = first + second - fb_overlap_ * std::min(first, second);
+            const auto deps = static_cast<std::int32_t>(pair_deps_.size());
+            pair_deps_.insert(pair_deps_.end(), {pair.dep_a, pair.dep_b, l.same_stage, l.input});
+            pair.dep_a = deps;
+            open_pair = 0;
+            continue;
+          }
+          open_pair = a.group;
+        }
+        items_[static_cast<std::size_t>(compute_fill++)] =
+            Item{i, 0, l.same_stage, l.input, lowered ? lowered_waiter : dependency_waiter(r, a), duration(i, a)};
+        open_group = 0;
+        continue;
+      }
+      if constexpr (Pairs) open_pair = 0;
+      if (a.group == 0 || a.group != open_group) {
+        open = &items_[static_cast<std::size_t>(comm_fill++)];
+        *open = Item{i, 0, static_cast<std::int32_t>(next_op), no_action, -1, 0.0};
+      }
+      open_group = a.group;
+      ++open->count;
+      const std::int32_t peer_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage + 1 : a.stage - 1;
+      const auto peer_stream =
+          static_cast<std::int32_t>(L * static_cast<std::size_t>(flat_.rank_of(peer_stage)) + (separate ? 1 : 0));
+      ops_[next_op++] = CommOp{i, l.peer, is_send(a.op) ? l.same_stage : no_action, peer_stream, duration(i, a)};
+    }
+  }
 }
 
 PPSCHED_OUTLINE bool AbstractExecution::run() {

@@ -35,6 +35,8 @@ struct LoweringBuffers {
   scratch_vector<CommEntry> comm;
   scratch_vector<CommEntry> merged;
   scratch_vector<CommEntry> scratch;
+  // Each action's compute time in the compute-only schedule, asked once and read by every run.
+  scratch_vector<double> durations;
   // The index of a lowered candidate that lowering runs to compare it with another (lower.hpp),
   // kept apart from the compute-only schedule's, which the next candidate is lowered from.
   FlatSchedule candidate;

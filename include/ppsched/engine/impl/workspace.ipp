@@ -15,7 +15,7 @@ namespace ppsched::inline PPSCHED_MODE {
          bytes(flat_.rank_actions) + bytes(execution_.stream_begin) + bytes(execution_.items) +
          bytes(execution_.ops) + bytes(execution_.pair_deps) + bytes(execution_.starts) + bytes(execution_.ends) +
          bytes(execution_.streams) + bytes(execution_.worklist) + bytes(execution_.durations) +
-         bytes(lowering_.receivers) +
+         bytes(lowering_.receivers) + bytes(lowering_.durations) +
          bytes(lowering_.comm) + bytes(lowering_.merged) + bytes(lowering_.scratch) +
          bytes(lowering_.candidate.owner) + bytes(lowering_.candidate.slots) +
          bytes(lowering_.candidate.placement) + bytes(lowering_.candidate.rank_begin) +

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +42,22 @@ struct LoweringCandidate {
   bool communicates = false;
   double ideal_makespan = 0.0;  // of the idealised run: no lowering of this order runs faster
 };
+
+// One lowering of the compute-only schedule indexed in `flat` (see the header comment): its
+// communication ordered by the idealised run with durations[i] for action i and, when `delay`
+// is not empty, each remote input delayed by its transfer time.
+[[nodiscard]] PPSCHED_OUTLINE LoweringCandidate lower_by(const Schedule& schedule, const FlatSchedule& flat,
+                                                         std::span<const double> durations,
+                                                         const std::vector<double>& delay, const LowerOptions& options,
+                                                         Workspace& ws);
+
+// The makespan of a candidate lowering run with the options' times, communication on its own
+// stream (what simulate() does): each group in order on the rank's comm stream, a transfer
+// taking its send's transfer time once both sides are posted, and each compute action its
+// time in `durations`, indexed as `compute_flat`, the compute-only schedule it was lowered from.
+[[nodiscard]] PPSCHED_OUTLINE double lowered_makespan(const Schedule& lowered, const FlatSchedule& compute_flat,
+                                                      std::span<const double> durations, const LowerOptions& options,
+                                                      Workspace& ws);
 
 // The send whose transfer a communication action is one side of.
 [[nodiscard]] inline Action send_of(const Action& a) noexcept {

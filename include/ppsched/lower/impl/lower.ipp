@@ -9,14 +9,12 @@
 
 namespace ppsched::inline PPSCHED_MODE::detail {
 
-// One lowering of the compute-only schedule indexed in `flat` (see the header comment): its
-// communication ordered by the idealised run with `duration` and, when `delay` is not empty,
-// each remote input delayed by its transfer time.
-template <class Duration>
-[[nodiscard]] LoweringCandidate lower_by(const Schedule& schedule, const FlatSchedule& flat, const Duration& duration,
-                                         const std::vector<double>& delay, const LowerOptions& options, Workspace& ws) {
+[[nodiscard]] PPSCHED_OUTLINE LoweringCandidate lower_by(const Schedule& schedule, const FlatSchedule& flat,
+                                                         std::span<const double> durations,
+                                                         const std::vector<double>& delay, const LowerOptions& options,
+                                                         Workspace& ws) {
   const std::size_t n = flat.size();
-  AbstractExecution ideal(flat, StreamMode::separate_comm_stream, duration, delay.empty() ? nullptr : &delay,
+  AbstractExecution ideal(flat, StreamMode::separate_comm_stream, durations, delay.empty() ? nullptr : &delay,
                           options.fb_overlap, &ws.execution());
   if (!ideal.run()) fail_lowering(schedule, "\n  - deadlock: " + ideal.describe_stuck());
 
@@ -64,7 +62,7 @@ template <class Duration>
     if (!(key > ideal.start(static_cast<std::size_t>(i)))) {
       const Action& a = flat.at(i);
       fail({"lower options",
-            concat("compute_time(", to_string(a), ") = ", duration(a), " vanishes against its start time ",
+            concat("compute_time(", to_string(a), ") = ", durations[static_cast<std::size_t>(i)], " vanishes against its start time ",
                    ideal.start(static_cast<std::size_t>(i)), " in the idealised run"),
             "", "give compute times within a factor of about 1e12 of each other (a free action may be 0 in a CostModel)"});
     }
@@ -138,20 +136,27 @@ template <class Duration>
   return result;
 }
 
-// The makespan of a candidate lowering run with the options' times, communication on its own
-// stream (what simulate() does): each group in order on the rank's comm stream, a transfer
-// taking its send's transfer time once both sides are posted.
-template <class Duration>
-[[nodiscard]] double lowered_makespan(const Schedule& lowered, const Duration& duration, const LowerOptions& options,
-                                      Workspace& ws) {
+[[nodiscard]] PPSCHED_OUTLINE double lowered_makespan(const Schedule& lowered, const FlatSchedule& compute_flat,
+                                                      std::span<const double> durations, const LowerOptions& options,
+                                                      Workspace& ws) {
   FlatSchedule& flat = ws.lowering().candidate;
   std::vector<Problem> problems;
   std::size_t unlisted = 0;
   ProblemSink sink(problems, unlisted, 1);
   static_checks(lowered, flat, sink, false, true);  // a lowering: only indexed
-  const auto time_of = [&](const Action& a) {
-    return is_comm(a.op) ? options.transfer_time(send_of(a)) : duration(a);
-  };
+  // A transfer takes its send's transfer time; a compute action its time in the compute-only
+  // schedule, whose actions each rank of a lowering runs in the same order.
+  scratch_vector<double>& time_of = ws.execution().durations;
+  time_of.resize(flat.size());
+  for (std::int32_t r = 0; r < flat.ranks; ++r) {
+    const auto ri = static_cast<std::size_t>(r);
+    const Action* prog = flat.rank_actions[ri];
+    std::size_t compute = static_cast<std::size_t>(compute_flat.rank_begin[ri]);
+    for (std::int32_t i = flat.rank_begin[ri]; i < flat.rank_begin[ri + 1]; ++i) {
+      const Action& a = prog[i - flat.rank_begin[ri]];
+      time_of[static_cast<std::size_t>(i)] = is_comm(a.op) ? options.transfer_time(send_of(a)) : durations[compute++];
+    }
+  }
   AbstractExecution run(flat, StreamMode::separate_comm_stream, time_of, nullptr, options.fb_overlap, &ws.execution());
   if (!run.run()) return std::numeric_limits<double>::infinity();  // (a lowering cannot deadlock)
   return run.latest_end() - run.earliest_start();
@@ -214,31 +219,39 @@ namespace ppsched::inline PPSCHED_MODE {
       transfers_take_time = transfers_take_time || t > 0.0;
     }
   }
-  detail::LoweringCandidate best = detail::lower_by(schedule, flat, duration, delay, options, ws);
+  // Each action's compute time, asked once (after the transfer times, whose errors come first).
+  detail::scratch_vector<double>& durations = ws.lowering().durations;
+  durations.resize(n);
+  for (std::size_t i = 0; i < n; ++i) durations[i] = duration(flat.at(static_cast<std::int32_t>(i)));
+  detail::LoweringCandidate best = detail::lower_by(schedule, flat, durations, delay, options, ws);
   constexpr double tie = 1e-9;  // relative: sums of the same times in another order
   double fastest = 0.0;
-  if (transfers_take_time) fastest = detail::lowered_makespan(best.schedule, duration, options, ws);
+  if (transfers_take_time) fastest = detail::lowered_makespan(best.schedule, flat, durations, options, ws);
   if (transfers_take_time && fastest > best.ideal_makespan * (1.0 + tie)) {
     // The plainer orders, each run only when it differs from those already run. The order by
     // the compute times alone is the default one when they are proportional to the default's.
     const std::vector<double> free_transfers;
     bool proportional = !options.compute_time;
     if (options.compute_time) {
-      const double k = duration(flat.at(0)) / detail::default_lower_time(flat.at(0));
+      const double k = durations[0] / detail::default_lower_time(flat.at(0));
       proportional = true;
       for (std::size_t i = 1; i < n && proportional; ++i) {
         const Action& a = flat.at(static_cast<std::int32_t>(i));
-        proportional = duration(a) == k * detail::default_lower_time(a);
+        proportional = durations[i] == k * detail::default_lower_time(a);
       }
     }
     std::vector<Schedule> tried;
     for (const bool by_default : {false, true}) {
       if (!by_default && proportional) continue;
+      if (by_default) {  // (the execution's own array: lowered_makespan fills it only after this run)
+        detail::scratch_vector<double>& defaults = ws.execution().durations;
+        defaults.resize(n);
+        for (std::size_t i = 0; i < n; ++i) defaults[i] = detail::default_lower_time(flat.at(static_cast<std::int32_t>(i)));
+      }
       detail::LoweringCandidate c =
-          by_default ? detail::lower_by(schedule, flat, detail::default_lower_time, free_transfers, options, ws)
-                     : detail::lower_by(schedule, flat, duration, free_transfers, options, ws);
+          detail::lower_by(schedule, flat, by_default ? ws.execution().durations : durations, free_transfers, options, ws);
       if (c.schedule == best.schedule || std::find(tried.begin(), tried.end(), c.schedule) != tried.end()) continue;
-      const double t = detail::lowered_makespan(c.schedule, duration, options, ws);
+      const double t = detail::lowered_makespan(c.schedule, flat, durations, options, ws);
       if (t < fastest * (1.0 - tie)) {
         fastest = t;
         tried.push_back(std::move(best.schedule));

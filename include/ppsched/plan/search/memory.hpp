@@ -141,13 +141,29 @@ inline constexpr double memory_slack = 1e-9;
   // Inference (no backward anywhere) keeps nothing for a backward, as validate() counts it.
   if (!flat.has_backward) return peak;
   const MemoryModel shares = memory_model_for(costs, s.stages());
-  const auto fractions = detail::stage_fractions(shares);
   const std::int32_t M = s.microbatches;
-  const auto bytes_of = [&costs, M](std::int32_t stage, std::int32_t mb) { return stage_cost(costs, stage, mb, M).activation_bytes; };
+  // One stored activation of each (stage, micro-batch) the walk may meet, asked of the model once
+  // each: per stage where the model has no per-micro-batch costs or scales (every micro-batch
+  // then weighs the same), else per (stage, micro-batch).
+  const bool per_stage = costs.per_microbatch.empty() && costs.microbatch_scale.empty();
+  std::vector<double> table;
+  detail::ActivationSizes sizes;
+  if (flat.stages > 0 && M > 0) {
+    const auto stages = static_cast<std::size_t>(flat.stages);
+    const std::size_t per = per_stage ? 1 : static_cast<std::size_t>(M);
+    table.resize(stages * per);
+    for (std::size_t st = 0; st < stages; ++st) {
+      for (std::size_t mb = 0; mb < per; ++mb) {
+        table[st * per + mb] =
+            stage_cost(costs, static_cast<std::int32_t>(st), static_cast<std::int32_t>(mb), M).activation_bytes;
+      }
+    }
+    sizes = detail::ActivationSizes{table.data(), per, per_stage ? std::size_t{0} : std::size_t{1}};
+  }
   ValidationReport report;
   report.memory.assign(s.programs.size(), RankMemory{});
   report.stage_peak_in_flight.assign(static_cast<std::size_t>(std::max(flat.stages, 0)), 0);
-  detail::measure_memory_walk<false>(flat, bytes_of, fractions, report);
+  detail::measure_memory_walk(flat, sizes, detail::stage_fractions(shares), report, /*pairs=*/false);
   for (std::size_t r = 0; r < s.programs.size(); ++r) {
     peak.microbatches[r] = report.memory[r].peak_microbatches;
     peak.bytes[r] = report.memory[r].peak_bytes;

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,14 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 [[noreturn]] PPSCHED_OUTLINE void fail_simulation(const Schedule& s, const ValidationReport& report);
+
+// SimResult::memory_over_time from the run's times (the walk of validate/memory.hpp, in time).
+// `bytes(stage, mb)`: one stored activation (the walk's own table, so the fast path of
+// per-stage bytes is shared). Events are pushed in program order, which on a rank without
+// copies or zero-length actions is already time order: the sort is skipped then, as it was
+// a quarter of simulate()'s time at p = 64, m = 1024 (docs/performance.md).
+PPSCHED_OUTLINE void memory_over_time(const FlatSchedule& flat, const AbstractExecution& run, const ActivationSizes& bytes,
+                                      const StageFractions& fractions, SimResult& result);
 
 // The run of `input` (lowered, or compute-only for an ideal_communication run), whose static
 // checks `proven` says lowering proved; `schedule` is what the caller passed (for messages).

@@ -57,14 +57,8 @@ PPSCHED_OUTLINE double update_shared_factors(const FlatSchedule& flat, const Abs
 }
 
 
-// SimResult::memory_over_time from the run's times (the walk of validate/memory.hpp, in time).
-// `bytes(stage, mb)`: one stored activation (the walk's own count, so the fast path of
-// per-stage bytes is shared). Events are pushed in program order, which on a rank without
-// copies or zero-length actions is already time order: the sort is skipped then, as it was
-// a quarter of simulate()'s time at p = 64, m = 1024 (docs/performance.md).
-template <class Bytes, class Fractions>
-void memory_over_time(const FlatSchedule& flat, const AbstractExecution& run, const Bytes& bytes,
-                      const Fractions& fractions, SimResult& result) {
+PPSCHED_OUTLINE void memory_over_time(const FlatSchedule& flat, const AbstractExecution& run, const ActivationSizes& bytes,
+                                      const StageFractions& fractions, SimResult& result) {
   const auto ranks = static_cast<std::size_t>(flat.ranks);
   result.memory_over_time.assign(ranks, {});
   result.timed_peak.assign(ranks, MemorySample{});
@@ -285,17 +279,24 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
   result.bubble_vs_ideal = result.ideal_time > 0.0 ? (result.makespan - result.ideal_time) / result.ideal_time : 0.0;
 
   const MemoryModel shares = memory_model_for(cost, flat.stages);
-  const auto fractions = detail::stage_fractions(shares);
-  const auto walks = [&](const auto& bytes) {
-    detail::measure_memory(flat, bytes, fractions, report);
-    detail::memory_over_time(flat, run, bytes, fractions, result);
-  };
-  if (cost.per_microbatch.empty() && cost.microbatch_scale.empty()) {
-    const std::vector<double>& bytes = shares.activation_bytes;
-    walks([&bytes](std::int32_t stage, std::int32_t) { return bytes[static_cast<std::size_t>(stage)]; });
-  } else {
-    walks([&cost, M](std::int32_t stage, std::int32_t mb) { return stage_cost(cost, stage, mb, M).activation_bytes; });
+  const StageFractions fractions = detail::stage_fractions(shares);
+  // One stored activation of each stage, or of each (stage, micro-batch) when the model has
+  // per-micro-batch costs or scales, asked of the model once each.
+  ActivationSizes bytes{shares.activation_bytes.data(), 1, 0};
+  std::vector<double> bytes_table;
+  if (!(cost.per_microbatch.empty() && cost.microbatch_scale.empty()) && flat.has_backward) {
+    const auto stages = static_cast<std::size_t>(flat.stages), per = static_cast<std::size_t>(M);
+    bytes_table.resize(stages * per);
+    for (std::size_t st = 0; st < stages; ++st) {
+      for (std::size_t mb = 0; mb < per; ++mb) {
+        bytes_table[st * per + mb] =
+            stage_cost(cost, static_cast<std::int32_t>(st), static_cast<std::int32_t>(mb), M).activation_bytes;
+      }
+    }
+    bytes = ActivationSizes{bytes_table.data(), per, 1};
   }
+  detail::measure_memory(flat, bytes, fractions, report);
+  detail::memory_over_time(flat, run, bytes, fractions, result);
   result.memory = std::move(report.memory);
   result.stage_peak_in_flight = std::move(report.stage_peak_in_flight);
 

@@ -50,156 +50,62 @@ struct MemoryFractions {
   }
 };
 
-// Peak activation memory per rank. Memory on a rank changes only at its compute actions,
-// which run in program order on one stream, so the peak is a property of the order alone.
-// An overlapped pair holds its forward's new activation while its backward still holds the
-// one it frees, so the pair's forward counts first whatever the order of the two.
-// A forward-only schedule stores nothing for a backward.
-// `bytes_of(stage, mb)` is the size of one stored activation; `fractions(stage)` what share of
-// it R restores and OFFLOAD moves (MemoryFractions). The memory actions count where they stand
-// in the program, as if each copy ended where it is issued: simulate() times the copy lane.
-// (Pairs: the schedule has overlapped pairs; a separate instance keeps the common walk lean.)
-template <bool Pairs, class BytesOf, class Fractions>
-void measure_memory_walk(const FlatSchedule& flat, const BytesOf& bytes_of, const Fractions& fractions,
-                         ValidationReport& report) {
-  std::vector<std::int32_t> stage_now(static_cast<std::size_t>(flat.stages), 0);
-  // M_B (validate/report.hpp): a stored activation of a stage weighs 1 / (stages on its rank).
-  std::vector<double> weight(static_cast<std::size_t>(flat.stages), 1.0);
-  if (flat.placement.size() == static_cast<std::size_t>(flat.stages)) {
-    std::vector<std::int32_t> per_rank(static_cast<std::size_t>(flat.ranks), 0);
-    for (const std::int32_t home : flat.placement) ++per_rank[static_cast<std::size_t>(home)];
-    for (std::size_t st = 0; st < weight.size(); ++st) {
-      weight[st] = 1.0 / per_rank[static_cast<std::size_t>(flat.placement[st])];
-    }
-  }
-  // (stage, micro-batch) pairs with an R: their F keeps only what R does not restore; and
-  // those with a BI (what layer-wise recomputation counts differently). Read from the programs
-  // alone: the walk runs on a FlatSchedule whose identity table may not be built.
-  std::vector<bool> recomputed, split;
-  const auto cell = [&flat](const Action& a) {
-    return static_cast<std::size_t>(a.stage) * static_cast<std::size_t>(flat.microbatches) + static_cast<std::size_t>(a.microbatch);
-  };
-  for (std::int32_t r = 0; r < flat.ranks; ++r) {
-    const Action* const prog = flat.rank_actions[static_cast<std::size_t>(r)];
-    const std::int32_t count = flat.rank_begin[static_cast<std::size_t>(r) + 1] - flat.rank_begin[static_cast<std::size_t>(r)];
-    for (std::int32_t k = 0; k < count; ++k) {
-      const Action& a = prog[k];
-      if (a.op != Op::R || a.stage < 0 || a.stage >= flat.stages || a.microbatch < 0 || a.microbatch >= flat.microbatches)
-        continue;
-      if (recomputed.empty()) recomputed.assign(static_cast<std::size_t>(flat.stages) * static_cast<std::size_t>(flat.microbatches), false);
-      recomputed[cell(a)] = true;
-    }
-  }
-  if (!recomputed.empty()) {
-    split.assign(recomputed.size(), false);
-    for (std::int32_t r = 0; r < flat.ranks; ++r) {
-      const Action* const prog = flat.rank_actions[static_cast<std::size_t>(r)];
-      const std::int32_t count = flat.rank_begin[static_cast<std::size_t>(r) + 1] - flat.rank_begin[static_cast<std::size_t>(r)];
-      for (std::int32_t k = 0; k < count; ++k) {
-        const Action& a = prog[k];
-        if (a.op == Op::BI && a.stage >= 0 && a.stage < flat.stages && a.microbatch >= 0 && a.microbatch < flat.microbatches)
-          split[cell(a)] = true;
-      }
-    }
-  }
-  const auto is_recomputed = [&](const Action& a) { return !recomputed.empty() && recomputed[cell(a)]; };
-  // Once per stage rather than per action: the walk is a fifth of validate() at p = 64.
-  std::vector<MemoryFractions> stage_fraction;
-  stage_fraction.reserve(static_cast<std::size_t>(flat.stages));
-  for (std::int32_t s = 0; s < flat.stages; ++s) stage_fraction.push_back(fractions(s));
-  for (std::int32_t r = 0; r < flat.ranks; ++r) {
-    double units = 0.0, peak_units = 0.0, b = 0.0, peak_b = 0.0, mb = 0.0, peak_mb = 0.0;
-    std::int32_t in_flight = 0, peak_in_flight = 0;
-    const Action* const prog = flat.rank_actions[static_cast<std::size_t>(r)];
-    const std::int32_t count = flat.rank_begin[static_cast<std::size_t>(r) + 1] - flat.rank_begin[static_cast<std::size_t>(r)];
-    // Adds share x (one activation) to the three counts.
-    const auto add = [&](double share, std::size_t st, double size) {
-      units += share;
-      b += share * size;
-      mb += share * weight[st];
-    };
-    for (std::int32_t k = 0; k < count; ++k) {
-      std::int32_t at = k;
-      if constexpr (Pairs) {
-        if (prog[k].group != 0 && is_compute(prog[k].op)) {
-          // In a pair written backward first, visit its forward first (and the backward next).
-          const bool first_of_pair = k + 1 < count && prog[k + 1].group == prog[k].group && is_compute(prog[k + 1].op);
-          const bool second_of_pair = k > 0 && prog[k - 1].group == prog[k].group && is_compute(prog[k - 1].op);
-          if (first_of_pair && prog[k].op != Op::F && prog[k + 1].op == Op::F) at = k + 1;
-          if (second_of_pair && prog[k].op == Op::F && prog[k - 1].op != Op::F) at = k - 1;
-        }
-      }
-      const Action& a = prog[at];
-      if (is_comm(a.op) || a.stage < 0 || a.stage >= flat.stages) continue;
-      const auto st = static_cast<std::size_t>(a.stage);
-      if (a.microbatch < 0 || a.microbatch >= flat.microbatches) continue;
-      const double size = bytes_of(a.stage, a.microbatch);
-      const MemoryFractions& f = stage_fraction[st];
-      // Layer-wise recomputation depends on whether the backward is split (MemoryFractions).
-      const bool split_here = !split.empty() && split[cell(a)];
-      switch (a.op) {
-        case Op::F:
-          add(is_recomputed(a) ? 1.0 - f.recompute : 1.0, st, size);
-          ++in_flight;
-          report.stage_peak_in_flight[st] = std::max(report.stage_peak_in_flight[st], ++stage_now[st]);
-          break;
-        case Op::B:
-          add(-f.held(is_recomputed(a), false), st, size);
-          --in_flight;
-          --stage_now[st];
-          break;
-        case Op::BI:
-          add(-(f.held(is_recomputed(a), split_here) - f.weight), st, size);
-          --in_flight;
-          --stage_now[st];
-          break;
-        case Op::BW: add(-f.weight, st, size); break;
-        case Op::R: add(f.restored(split_here), st, size); break;
-        case Op::OFFLOAD: add(-f.moved(is_recomputed(a)), st, size); break;
-        case Op::RELOAD: add(f.moved(is_recomputed(a)), st, size); break;
-        case Op::SEND_F:
-        case Op::RECV_F:
-        case Op::SEND_B:
-        case Op::RECV_B: break;
-      }
-      peak_units = std::max(peak_units, units);
-      peak_b = std::max(peak_b, b);
-      peak_mb = std::max(peak_mb, mb);
-      peak_in_flight = std::max(peak_in_flight, in_flight);
-    }
-    report.memory[static_cast<std::size_t>(r)] = RankMemory{peak_units, peak_b, peak_in_flight, peak_mb};
-  }
-}
+// The size of one stored activation of (stage, micro-batch), read from a table the caller fills
+// once: entry stage x stage_stride + micro-batch x microbatch_stride (per stage: strides 1 and 0;
+// per (stage, micro-batch), stage-major: M and 1; none: every size 0). A table rather than a
+// callable, so that the walks below are compiled once whatever prices the activations.
+inline constexpr double no_activation_bytes = 0.0;
+struct ActivationSizes {
+  const double* table = &no_activation_bytes;
+  std::size_t stage_stride = 0;
+  std::size_t microbatch_stride = 0;
 
-template <class BytesOf, class Fractions>
-void measure_memory(const FlatSchedule& flat, const BytesOf& bytes_of, const Fractions& fractions, ValidationReport& report) {
-  report.memory.assign(static_cast<std::size_t>(flat.ranks), RankMemory{});
-  report.stage_peak_in_flight.assign(static_cast<std::size_t>(flat.stages), 0);
-  if (!flat.has_backward) return;
-  if (flat.has_pairs) {
-    measure_memory_walk<true>(flat, bytes_of, fractions, report);
-  } else {
-    measure_memory_walk<false>(flat, bytes_of, fractions, report);
+  [[nodiscard]] double operator()(std::int32_t stage, std::int32_t mb) const noexcept {
+    return table[static_cast<std::size_t>(stage) * stage_stride + static_cast<std::size_t>(mb) * microbatch_stride];
   }
-}
+};
 
-// Each stage's MemoryFractions under `m` (which the caller keeps alive while the walk runs).
-[[nodiscard]] inline auto stage_fractions(const MemoryModel& m) {
-  return [&m](std::int32_t stage) {
+// Each stage's MemoryFractions under a memory model (which the caller keeps alive while the walk
+// runs).
+struct StageFractions {
+  const MemoryModel* model;
+
+  [[nodiscard]] MemoryFractions operator()(std::int32_t stage) const noexcept {
+    const MemoryModel& m = *model;
     const auto st = static_cast<std::size_t>(stage);
     const double rf = m.recompute_fraction.empty() ? 1.0 : m.recompute_fraction[st];
     return MemoryFractions{rf, m.offload_fraction.empty() ? 1.0 : m.offload_fraction[st],
                            m.recompute_peak_fraction.empty() ? rf : m.recompute_peak_fraction[st],
                            m.stage_weight_fraction.empty() ? m.weight_fraction : m.stage_weight_fraction[st]};
-  };
-}
+  }
+};
+
+// Peak activation memory per rank. Memory on a rank changes only at its compute actions,
+// which run in program order on one stream, so the peak is a property of the order alone.
+// An overlapped pair holds its forward's new activation while its backward still holds the
+// one it frees, so the pair's forward counts first whatever the order of the two (`pairs`;
+// false: every action counts in its written order).
+// A forward-only schedule stores nothing for a backward.
+// `sizes(stage, mb)` is the size of one stored activation; `fractions(stage)` what share of
+// it R restores and OFFLOAD moves (MemoryFractions). The memory actions count where they stand
+// in the program, as if each copy ended where it is issued: simulate() times the copy lane.
+PPSCHED_OUTLINE void measure_memory_walk(const FlatSchedule& flat, const ActivationSizes& sizes,
+                                         const StageFractions& fractions, ValidationReport& report, bool pairs);
+
+// The walk into `report` (memory and stage_peak_in_flight, sized here), pairs counted
+// forward first.
+PPSCHED_OUTLINE void measure_memory(const FlatSchedule& flat, const ActivationSizes& sizes,
+                                    const StageFractions& fractions, ValidationReport& report);
+
+// Each stage's MemoryFractions under `m` (which the caller keeps alive while the walk runs).
+[[nodiscard]] inline StageFractions stage_fractions(const MemoryModel& m) noexcept { return StageFractions{&m}; }
 
 PPSCHED_OUTLINE void check_memory_options(const ValidateOptions& options, std::int32_t stages);
 
-[[nodiscard]] inline auto stage_sizes(const ValidateOptions& options) {
-  return [&sizes = options.memory.activation_bytes](std::int32_t stage, std::int32_t) {
-    return sizes.empty() ? 0.0 : sizes[static_cast<std::size_t>(stage)];
-  };
+// The per-stage sizes of `options` (which the caller keeps alive while the walk runs); none: 0.
+[[nodiscard]] inline ActivationSizes stage_sizes(const ValidateOptions& options) noexcept {
+  const std::vector<double>& sizes = options.memory.activation_bytes;
+  return sizes.empty() ? ActivationSizes{} : ActivationSizes{sizes.data(), 1, 0};
 }
 
 }  // namespace detail

@@ -694,10 +694,10 @@ TEST_CASE("memory in M_B: one unit for validate, simulate and the search", "[val
       o.memory.weight_fraction = costs.weight_memory_fraction;
       const ValidationReport r = validate(s, o);
       REQUIRE(r.ok());
-      const PeakMemory peak = peak_memory(s, costs);
+      const plan::PeakMemory peak = plan::peak_memory(s, costs);
       // Sizes equal to the stages' M_B weights: the byte count of the one walk then equals its M_B.
       ValidateOptions sized = o;
-      sized.memory.activation_bytes = stage_weights(s.placement, s.ranks);
+      sized.memory.activation_bytes = plan::stage_weights(s.placement, s.ranks);
       const ValidationReport weighted = validate(s, sized);
       const std::int32_t per_rank = s.stages() / s.ranks;
       std::string printed = "peak activations per rank (M_B):";

@@ -9,7 +9,7 @@
 //
 // RankMemory::peak_microbatches is in M_B (each stored activation of a stage weighs 1/v);
 // peak_activations counts stored stage activations (each 1), which equals it with one stage
-// per rank; peak_bytes is bytes. (plan/plan/search/memory.hpp's peak_memory gives the same M_B.)
+// per rank; peak_bytes is bytes. (plan/search/memory.hpp's peak_memory gives the same M_B.)
 #pragma once
 
 #include "ppsched/config.hpp"

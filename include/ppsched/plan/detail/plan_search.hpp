@@ -42,8 +42,8 @@ namespace detail {
 // The caps in the search's terms: M_B as given; per rank, a total limit (static plus activation
 // bytes): the byte cap and the device's, whichever is lower (infinity where neither applies).
 // search_plan gives the search each placement's static bytes, which it takes off these.
-[[nodiscard]] inline MemoryCap search_cap(const plan::PlanRequest& request, const plan::PlanModel& model) {
-  MemoryCap cap;
+[[nodiscard]] inline plan::MemoryCap search_cap(const plan::PlanRequest& request, const plan::PlanModel& model) {
+  plan::MemoryCap cap;
   if (request.cap.microbatches) cap.microbatches = *request.cap.microbatches;
   if (request.cap.total_bytes || !model.rank_memory_cap.empty()) {
     for (std::size_t r = 0; r < static_cast<std::size_t>(request.ranks); ++r) {
@@ -72,7 +72,7 @@ namespace detail {
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < work.entries.size(); ++i) {
     const SearchEntry& e = work.entries[i];
-    const bool units_fit = !request.cap.microbatches || e.candidate.peak_microbatches <= *request.cap.microbatches + memory_slack;
+    const bool units_fit = !request.cap.microbatches || e.candidate.peak_microbatches <= *request.cap.microbatches + plan::memory_slack;
     // A placement whose static bytes alone break the cap is tried on one stage per rank only,
     // where the model may be cut again under the cap (priced_with_memory_policy).
     const SearchPlacement& at = work.placements[e.placement];

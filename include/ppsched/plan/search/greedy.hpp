@@ -260,8 +260,8 @@ class ZbHeuristicBuilder {
   }
   [[nodiscard]] bool fits(std::int32_t j, double units, double bytes) const noexcept {
     const auto ji = static_cast<std::size_t>(j);
-    return units_[ji] + units <= params_.limit.microbatches + memory_slack &&
-           used_bytes_[ji] + bytes <= params_.limit.activation_bytes_of(j) * (1.0 + memory_slack);
+    return units_[ji] + units <= params_.limit.microbatches + plan::memory_slack &&
+           used_bytes_[ji] + bytes <= params_.limit.activation_bytes_of(j) * (1.0 + plan::memory_slack);
   }
   [[nodiscard]] double max_bubble() const noexcept { return *std::max_element(bubble_.begin(), bubble_.end()); }
   // When the input of stage j's next forward (or of backward i) is there; -1 when it is not
@@ -337,8 +337,8 @@ class ZbHeuristicBuilder {
       double units = units_[ji], bytes = used_bytes_[ji], busy = free_[ji];
       for (std::int32_t k = f_[ji]; k < M_; ++k) {
         const std::size_t c = cell(j, k);
-        if (units + 1.0 > params_.limit.microbatches + memory_slack ||
-            bytes + bytes_[c] > params_.limit.activation_bytes_of(j) * (1.0 + memory_slack))
+        if (units + 1.0 > params_.limit.microbatches + plan::memory_slack ||
+            bytes + bytes_[c] > params_.limit.activation_bytes_of(j) * (1.0 + plan::memory_slack))
           break;
         if (params_.bubble_before_first_backward ? busy + tf_[c] > arrival + comm : busy >= arrival + comm) break;
         units += 1.0;
@@ -394,8 +394,8 @@ class ZbHeuristicBuilder {
         const std::size_t c = cell(j, f_[ji]);
         double units = units_[ji] + 1.0, bytes = used_bytes_[ji] + bytes_[c], weights = 0.0;
         for (std::int32_t k = w_[ji]; k < b_[ji]; ++k) {
-          if (units <= params_.limit.microbatches + memory_slack &&
-              bytes <= params_.limit.activation_bytes_of(j) * (1.0 + memory_slack))
+          if (units <= params_.limit.microbatches + plan::memory_slack &&
+              bytes <= params_.limit.activation_bytes_of(j) * (1.0 + plan::memory_slack))
             break;
           weights += tw_[cell(j, k)];
           units -= kept_[ji];

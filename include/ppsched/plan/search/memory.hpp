@@ -33,6 +33,7 @@
 #include "ppsched/validate/report.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
+namespace plan {
 
 // Per-rank memory limits, all applied; infinity means none. Two kinds of byte limit, named by
 // what they count: `activation_bytes` bounds the stored activations alone, `total_bytes` the
@@ -189,9 +190,10 @@ inline constexpr double memory_slack = 1e-9;
   return {};
 }
 
+}  // namespace plan
 namespace detail {
 
-inline void check_memory_cap(const MemoryCap& cap, std::int32_t ranks) {
+inline void check_memory_cap(const plan::MemoryCap& cap, std::int32_t ranks) {
   const auto bad = [](double x) { return std::isnan(x) || x <= 0.0; };
   if (bad(cap.microbatches)) {
     fail({"memory cap", concat("microbatches = ", cap.microbatches, " is not a positive number"),

@@ -173,6 +173,23 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
     if (per_stage) return table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)];
     return is_comm(a.op) ? transfer_time(cost, a, M) : compute_time(cost, a, M);
   };
+  // Each action's own time: from the table when it depends on (op, stage) alone (no copies, which
+  // may move less), otherwise asked once per action into an array. The runs read it, and the
+  // statistics split pairs by it.
+  const bool keyed = per_stage && !flat.has_copies;
+  scratch_vector<double>& durations = ws.execution().durations;
+  if (!keyed) {
+    durations.resize(n);
+    for (std::int32_t r = 0; r < flat.ranks; ++r) {
+      const std::int32_t b = flat.rank_begin[static_cast<std::size_t>(r)];
+      const std::int32_t e = flat.rank_begin[static_cast<std::size_t>(r) + 1];
+      const Action* prog = flat.rank_actions[static_cast<std::size_t>(r)];
+      for (std::int32_t i = b; i < e; ++i) durations[static_cast<std::size_t>(i)] = duration(prog[i - b]);
+    }
+  }
+  const auto own_time = [&](std::size_t i, const Action& a) {
+    return keyed ? table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)] : durations[i];
+  };
   if (!flat.lowered) {
     input_delay.assign(n, 0.0);
     for (std::size_t i = 0; i < n; ++i) {
@@ -189,13 +206,24 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
   // Ranks sharing a host's cores (CostModel::concurrent_slowdown): each compute time times its
   // action's factor, found by a fixed point over whole runs (sim/detail/shared_host.hpp).
   std::vector<double> shared;
-  const auto shared_duration = [&](const Action& a) {
-    const double d = duration(a);
-    if (shared.empty() || is_comm(a.op) || is_copy(a.op)) return d;
-    return d * shared[static_cast<std::size_t>(flat.find(a.op, a.stage, a.microbatch))];
+  std::vector<double> shared_durations;  // each action's time times its factor
+  const auto shared_duration = [&]() {
+    shared_durations.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const Action& a = flat.at(static_cast<std::int32_t>(i));
+      const double d = own_time(i, a);
+      shared_durations[i] = is_comm(a.op) || is_copy(a.op) ? d : d * shared[static_cast<std::size_t>(flat.find(a.op, a.stage, a.microbatch))];
+    }
+    return std::span<const double>(shared_durations);
   };
   std::optional<AbstractExecution> execution;
-  execution.emplace(flat, mode, shared_duration, flat.lowered ? nullptr : &input_delay, cost.fb_overlap, &ws.execution());
+  if (keyed) {
+    execution.emplace(flat, mode, DurationTable{table.data(), op_count}, flat.lowered ? nullptr : &input_delay,
+                      cost.fb_overlap, &ws.execution());
+  } else {
+    execution.emplace(flat, mode, std::span<const double>(durations), flat.lowered ? nullptr : &input_delay,
+                      cost.fb_overlap, &ws.execution());
+  }
   if (!execution->run()) {
     fail({"simulate: schedule '" + schedule.name + "'",
           detail::concat("deadlocks under rendezvous with ", stream_mode_name(mode), ": ", execution->describe_stuck()), "",
@@ -205,7 +233,7 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
     detail::SharedHostLoad load;
     for (int step = 0; step < 12; ++step) {  // converges in a few steps; the damping bounds the rest
       const double moved = detail::update_shared_factors(flat, *execution, cost.concurrent_slowdown, shared, step == 0, load);
-      execution.emplace(flat, mode, shared_duration, flat.lowered ? nullptr : &input_delay, cost.fb_overlap, &ws.execution());
+      execution.emplace(flat, mode, shared_duration(), flat.lowered ? nullptr : &input_delay, cost.fb_overlap, &ws.execution());
       execution->run();  // the same orders with longer times: what completed completes
       if (moved < 1e-3) break;
     }
@@ -254,7 +282,7 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
         if (ready >= 0.0 && run.start(ii) > std::max(previous_end, ready)) {
           st.input_wait += run.start(ii) - std::max(previous_end, ready);
         }
-        const double own_a = duration(a), own_b = duration(b);
+        const double own_a = own_time(ii, a), own_b = own_time(ii + 1, b);
         const double share = own_a + own_b > 0.0 ? own_a / (own_a + own_b) : 0.5;
         pair_splits.emplace_back(ii, run.start(ii) + (run.end(ii) - run.start(ii)) * share);
         previous_end = run.end(ii);

@@ -43,7 +43,7 @@ struct SearchPlacement {
   std::int32_t chunks = 1;
   std::vector<std::int32_t> placement;
   CostModel costs;
-  MemoryCap cap;         // what activations may use on this placement
+  plan::MemoryCap cap;         // what activations may use on this placement
   std::string unusable;  // why nothing fits on it at all (static bytes over the limit), or empty
 };
 
@@ -57,7 +57,7 @@ struct SearchEntry {
 // The cap as the messages state it: the M_B and byte caps, and the per-rank byte limits when
 // they say more (each rank's activation limit with no static bytes taken off: the lowest of
 // its limits; with static bytes, parameters included).
-[[nodiscard]] inline std::string cap_text(const MemoryCap& cap, bool with_static_bytes) {
+[[nodiscard]] inline std::string cap_text(const plan::MemoryCap& cap, bool with_static_bytes) {
   std::string out = concat(short_number(cap.microbatches), " M_B, ",
                            bytes_text(std::min(cap.activation_bytes, cap.total_bytes)), " per rank");
   const auto p = static_cast<std::int32_t>(std::max(cap.rank_activation_bytes.size(), cap.rank_total_bytes.size()));
@@ -171,12 +171,12 @@ inline void check_search_problem(const plan::SearchProblem& problem, const plan:
 
 // Memory levels of the greedy, largest first: the cap (or none), and 2, 1, 1/2, 1/3 times
 // 1F1B's p M_B where they are below the cap and at least the 1 M_B a micro-batch needs.
-[[nodiscard]] inline std::vector<double> greedy_memory_levels(std::int32_t ranks, const MemoryCap& cap) {
+[[nodiscard]] inline std::vector<double> greedy_memory_levels(std::int32_t ranks, const plan::MemoryCap& cap) {
   const double q = ranks;
   std::vector<double> levels{cap.microbatches};
   for (const double f : {2.0, 1.0, 0.5, 1.0 / 3.0}) {
     const double level = std::ceil(f * q * 2.0 - 1e-9) / 2.0;  // whole or half M_B
-    if (level >= 1.0 && level < cap.microbatches - memory_slack) levels.push_back(level);
+    if (level >= 1.0 && level < cap.microbatches - plan::memory_slack) levels.push_back(level);
   }
   std::sort(levels.begin(), levels.end(), std::greater<>());
   levels.erase(std::unique(levels.begin(), levels.end(), [](double a, double b) { return std::abs(a - b) < 1e-9; }),
@@ -256,7 +256,7 @@ inline void check_search_problem(const plan::SearchProblem& problem, const plan:
 }
 
 // The zero-bubble heuristic's eight settings (greedy.hpp) under `cap`, the repository's order.
-[[nodiscard]] inline std::vector<plan::ZbHeuristicParams> zb_heuristic_variants(const MemoryCap& cap) {
+[[nodiscard]] inline std::vector<plan::ZbHeuristicParams> zb_heuristic_variants(const plan::MemoryCap& cap) {
   std::vector<plan::ZbHeuristicParams> out;
   for (const bool bubble : {true, false})
     for (const bool prioritize : {true, false})

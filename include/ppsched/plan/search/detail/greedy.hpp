@@ -77,7 +77,7 @@ class GreedyBuilder {
         if (s > 0 && rank_of(s - 1) != rank_of(s)) xb_[i] = transfer_time(costs, Action{Op::SEND_B, s, mb, 0}, M_);
       }
     }
-    weight_ = stage_weights(placement_, P_);
+    weight_ = plan::stage_weights(placement_, P_);
     stages_of_.assign(static_cast<std::size_t>(P_), {});
     for (std::int32_t s = 0; s < S_; ++s) stages_of_[static_cast<std::size_t>(rank_of(s))].push_back(s);
     const auto R = static_cast<std::size_t>(P_);
@@ -166,7 +166,7 @@ class GreedyBuilder {
       double units = 0.0;
       for (const std::int32_t s : stages_of_[static_cast<std::size_t>(r)])
         units += weight_[static_cast<std::size_t>(s)];
-      if (units > params_.limit.microbatches + memory_slack) {
+      if (units > params_.limit.microbatches + plan::memory_slack) {
         problem = concat("the memory limit of ", params_.limit.microbatches, " M_B is below the ", units,
                          " M_B one micro-batch needs on rank ", r);
         return false;
@@ -175,7 +175,7 @@ class GreedyBuilder {
       for (std::int32_t mb = 0; mb < M_; ++mb) {
         double bytes = 0.0;
         for (const std::int32_t s : stages_of_[static_cast<std::size_t>(r)]) bytes += bytes_[cell(s, mb)];
-        if (bytes > limit * (1.0 + memory_slack)) {
+        if (bytes > limit * (1.0 + plan::memory_slack)) {
           problem = concat("the memory limit of ", bytes_text(limit), " is below the ", bytes_text(bytes), " micro-batch ", mb,
                            " needs on rank ", r);
           return false;
@@ -267,8 +267,8 @@ class GreedyBuilder {
       units += weight_[static_cast<std::size_t>(d)];
       bytes += bytes_[cell(d, k)];
     }
-    return units <= params_.limit.microbatches + memory_slack &&
-           bytes <= params_.limit.activation_bytes_of(r) * (1.0 + memory_slack);
+    return units <= params_.limit.microbatches + plan::memory_slack &&
+           bytes <= params_.limit.activation_bytes_of(r) * (1.0 + plan::memory_slack);
   }
 
   // Emits the action on rank r starting at `start` and tells the rank that consumes it.

@@ -39,11 +39,11 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 // Fills the candidate's memory figures and whether it keeps to the cap.
-inline void measure_memory_of(SearchEntry& e, const CostModel& costs, const MemoryCap& cap) {
-  const PeakMemory peak = peak_memory(e.schedule, costs);
+inline void measure_memory_of(SearchEntry& e, const CostModel& costs, const plan::MemoryCap& cap) {
+  const plan::PeakMemory peak = plan::peak_memory(e.schedule, costs);
   e.candidate.peak_microbatches = peak.max_microbatches();
   e.candidate.peak_bytes = peak.max_bytes();
-  const std::string excess = cap_excess(peak, cap);
+  const std::string excess = plan::cap_excess(peak, cap);
   e.candidate.fits = excess.empty();
   if (!e.candidate.fits) e.candidate.note = excess;
 }
@@ -91,8 +91,8 @@ inline void bound_entry(SearchEntry& e, const CostModel& costs, bool exact, Work
   const double scale = std::max({1.0, std::abs(a.makespan), std::abs(b.makespan)});
   if (a.makespan < b.makespan - tie * scale) return true;
   if (b.makespan < a.makespan - tie * scale) return false;
-  if (a.peak_microbatches < b.peak_microbatches - memory_slack) return true;
-  if (b.peak_microbatches < a.peak_microbatches - memory_slack) return false;
+  if (a.peak_microbatches < b.peak_microbatches - plan::memory_slack) return true;
+  if (b.peak_microbatches < a.peak_microbatches - plan::memory_slack) return false;
   return static_cast<int>(a.kind) < static_cast<int>(b.kind);  // a named family over a constructed one
 }
 
@@ -111,8 +111,8 @@ inline void bound_entry(SearchEntry& e, const CostModel& costs, bool exact, Work
   } else if (objective.kind == plan::ObjectiveKind::memory) {
     const bool in_a = within_bound(a, objective), in_b = within_bound(b, objective);
     if (in_a != in_b) return in_a;
-    if (a.peak_microbatches < b.peak_microbatches - memory_slack) return true;
-    if (b.peak_microbatches < a.peak_microbatches - memory_slack) return false;
+    if (a.peak_microbatches < b.peak_microbatches - plan::memory_slack) return true;
+    if (b.peak_microbatches < a.peak_microbatches - plan::memory_slack) return false;
     if (a.peak_bytes < b.peak_bytes * (1.0 - 1e-9)) return true;
     if (b.peak_bytes < a.peak_bytes * (1.0 - 1e-9)) return false;
   }
@@ -128,13 +128,13 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
   const plan::Objective& objective = options.objective;
   std::vector<std::size_t> by_memory = order;
   std::stable_sort(by_memory.begin(), by_memory.end(), [&](std::size_t a, std::size_t b) {
-    return entries[a].candidate.peak_microbatches < entries[b].candidate.peak_microbatches - memory_slack;
+    return entries[a].candidate.peak_microbatches < entries[b].candidate.peak_microbatches - plan::memory_slack;
   });
   double found_memory = std::numeric_limits<double>::infinity();
   for (const std::size_t i : objective.kind == plan::ObjectiveKind::memory ? by_memory : order) {
     plan::Candidate& c = entries[i].candidate;
     if (objective.kind == plan::ObjectiveKind::memory) {
-      if (c.peak_microbatches > found_memory + memory_slack) break;
+      if (c.peak_microbatches > found_memory + plan::memory_slack) break;
       if (c.bound > objective.makespan_bound * (1.0 + 1e-9)) continue;  // its makespan is at least its bound
     }
     // The span needs a simulation even where the makespan is exact (free communication).
@@ -149,7 +149,7 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
   }
 }
 
-[[nodiscard]] inline std::string why_it_won(const plan::SearchResult& r, const MemoryCap& cap, const plan::Objective& objective) {
+[[nodiscard]] inline std::string why_it_won(const plan::SearchResult& r, const plan::MemoryCap& cap, const plan::Objective& objective) {
   const plan::Candidate& w = r.best();
   if (objective.kind != plan::ObjectiveKind::makespan) {
     std::size_t fitting = 0, simulated = 0;

@@ -220,6 +220,9 @@ class AbstractExecution {
   void build_items(const double* per_action, DurationTable keyed);
   enum class Durations : std::uint8_t { unit, keyed, per_action };
   template <bool Pairs, Durations Mode>
+#if defined(__GNUC__)
+  [[gnu::noinline]]  // one copy of each build, not one more inlined into a caller
+#endif
   void build_items_of(const double* per_action, DurationTable keyed);
 
   void wake(std::size_t st) {

@@ -60,6 +60,14 @@ void measure_memory_walk_of(const FlatSchedule& flat, const ActivationSizes& siz
   std::vector<MemoryFractions> stage_fraction;
   stage_fraction.reserve(static_cast<std::size_t>(flat.stages));
   for (std::int32_t s = 0; s < flat.stages; ++s) stage_fraction.push_back(fractions(s));
+  // Sizes that do not depend on the micro-batch, once per stage: the walk then reads them as it
+  // reads the fractions.
+  std::vector<double> stage_size;
+  if (sizes.microbatch_stride == 0) {
+    stage_size.reserve(static_cast<std::size_t>(flat.stages));
+    for (std::int32_t s = 0; s < flat.stages; ++s) stage_size.push_back(sizes(s, 0));
+  }
+  const bool per_stage = sizes.microbatch_stride == 0;
   for (std::int32_t r = 0; r < flat.ranks; ++r) {
     double units = 0.0, peak_units = 0.0, b = 0.0, peak_b = 0.0, mb = 0.0, peak_mb = 0.0;
     std::int32_t in_flight = 0, peak_in_flight = 0;
@@ -86,7 +94,7 @@ void measure_memory_walk_of(const FlatSchedule& flat, const ActivationSizes& siz
       if (is_comm(a.op) || a.stage < 0 || a.stage >= flat.stages) continue;
       const auto st = static_cast<std::size_t>(a.stage);
       if (a.microbatch < 0 || a.microbatch >= flat.microbatches) continue;
-      const double size = sizes(a.stage, a.microbatch);
+      const double size = per_stage ? stage_size[st] : sizes(a.stage, a.microbatch);
       const MemoryFractions& f = stage_fraction[st];
       // Layer-wise recomputation depends on whether the backward is split (MemoryFractions).
       const bool split_here = !split.empty() && split[cell(a)];

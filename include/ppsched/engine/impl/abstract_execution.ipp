@@ -51,7 +51,7 @@ void AbstractExecution::build_items_of(const double* per_action, DurationTable k
   const std::size_t L = lanes_;
   const std::size_t streams = L * static_cast<std::size_t>(flat_.ranks);
   const bool separate = mode_ == StreamMode::separate_comm_stream;
-  const auto duration = [per_action, keyed](std::int32_t i, const Action& a) {
+  const auto duration = [&](std::int32_t i, const Action& a) {  // [&]: a mode reads one of the two
     if constexpr (Mode == Durations::unit) {
       return is_compute(a.op) || a.op == Op::R ? 1.0 : 0.0;
     } else if constexpr (Mode == Durations::keyed) {

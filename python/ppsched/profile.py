@@ -401,6 +401,7 @@ class _Memory:
     forward: int = 0          # held after F, less the input, parameters and buffers
     saves_input: bool = False
     saves_output: bool = False
+    output_views_input: bool = False  # the output shares the input's storage (Flatten, a reshape)
     after_bi: int = 0         # held after BI, with the gradients captured for BW
     input_after_bi: bool = False
     output_after_bi: bool = False
@@ -428,13 +429,14 @@ def _count_memory(mod: Any, x0: "torch.Tensor", grad: "torch.Tensor", split: tup
     with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(pack, unpack):
         y = mod(x)
     ys = _storage(y)
+    m.output_views_input = xs is not None and ys is not None and xs[0] == ys[0]
     if not y.requires_grad:
         return m
     excl = exclude | ({xs[0]} if xs else set())
     m.forward, seen = _held(packed, excl)
     m.saves_input = xs is not None and xs[0] in seen
     m.saves_output = ys is not None and ys[0] in seen
-    if x.requires_grad and split is not None:
+    if x.requires_grad and split is not None and not y._is_view():
         _, backward_input, backward_weight = split
         _, groups = backward_input([y], [grad], [x], iter(params))
         captured = [g for group in groups for gs in (group.get("grads") or []) for g in (gs or ()) if g is not None]
@@ -510,7 +512,7 @@ def _time_stage(
             # PyTorch's first stage: I does nothing, W runs the whole backward.
             bi = 0.0
             bw, _ = timed(lambda: full(y))
-        elif split is not None:
+        elif split is not None and not y._is_view():
             bi, groups = timed(lambda: split[1]([y], [grad], [x], iter(params))[1])
             bw, _ = timed(lambda: split[2](iter(params), groups))
             del groups
@@ -554,7 +556,8 @@ def profile_module(
     (``torch.distributed.pipelining._backward``) where that module imports, so BW resumes from
     the gradients BI captured and nothing runs twice; elsewhere plain ``torch.autograd.grad``
     towards the input (keeping the graph), then towards the parameters (which runs the path to
-    the weights again inside a child). The output's gradient is a fixed random tensor. Times are
+    the weights again inside a child); also for a child whose output is a view (``Flatten``, a
+    reshape), which ``stage_backward_input`` cannot detach in place. The output's gradient is a fixed random tensor. Times are
     wall-clock (``time.perf_counter``), with ``torch.cuda.synchronize`` around each call where the
     input is on a CUDA device. Set ``torch.set_num_threads`` as the run will before profiling.
 
@@ -662,9 +665,9 @@ def profile_module(
     loss_times: list[tuple[Timing, Timing]] = []
     devices: list[int] = []
     try:
-        probe = make(sizes[0])
-        if isinstance(probe, torch.Tensor) and probe.is_cuda:
-            devices = [probe.device.index if probe.device.index is not None else torch.cuda.current_device()]
+        # The RNG state is restored afterwards (dropout, random inputs); CUDA's on the input's device.
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            devices = list(range(torch.cuda.device_count()))
         with torch.random.fork_rng(devices=devices):
             gen = torch.Generator().manual_seed(0)
             for rows in sizes:
@@ -703,13 +706,20 @@ def profile_module(
                     )
                 if loss is not None:
                     loss_times.append(_time_loss(loss, target, chain[-1], rows, warmup, repeats, per_unit, sync))
+                # Whether the children from c on keep child c's input (after F; after BI): it saves
+                # it, or hands it on as a view (Flatten) to children that keep theirs.
+                keeps_in, keeps_in_w = [False] * (n + 1), [False] * (n + 1)
+                for c in reversed(range(n)):
+                    keeps_in[c] = memory[c].saves_input or (memory[c].output_views_input and keeps_in[c + 1])
+                    keeps_in_w[c] = memory[c].input_after_bi or (memory[c].output_views_input and keeps_in_w[c + 1])
                 for c in range(n):
                     out_bytes = float(chain[c + 1].numel() * chain[c + 1].element_size())
-                    mem, nxt = memory[c], (memory[c + 1] if c + 1 < n else None)
-                    boundary = out_bytes if nxt is not None and nxt.saves_input and not mem.saves_output else 0.0
-                    boundary_w = (
-                        out_bytes if nxt is not None and nxt.input_after_bi and not mem.output_after_bi else 0.0
-                    )
+                    mem = memory[c]
+                    # The output where a later child keeps it and this one does not: a cut right
+                    # after this child lets it go. A view of the input is the input's bytes.
+                    own = not mem.output_views_input
+                    boundary = out_bytes if own and keeps_in[c + 1] and not mem.saves_output else 0.0
+                    boundary_w = out_bytes if own and keeps_in_w[c + 1] and not mem.output_after_bi else 0.0
                     counted_w = count_memory and split_backward
                     samples[c].append(
                         LayerSample(

@@ -306,3 +306,26 @@ def test_bad_options_and_outputs():
 
     with pytest.raises(ERROR, match="returns torch.int64"):
         prof.profile_module([lin, Argmax()], torch.randn(2, 4), repeats=1)
+
+
+def test_token_input_a_view_and_the_plain_autograd_split(threads, monkeypatch):
+    # Token ids take no gradient: the first child's BI is 0 and its BW the whole backward (as
+    # PyTorch's first stage runs it). Flatten's output is a view of its input: the Embedding's
+    # output is what the Linear after it keeps.
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 4), torch.nn.Flatten(), torch.nn.Linear(12, 2))
+    tokens = torch.randint(0, 50, (1, 3))
+    state = torch.random.get_rng_state()
+    first = "pipelining" if prof._pipelining_backward() is not None else "autograd"
+    for split in (first, "autograd"):
+        if split == "autograd":
+            monkeypatch.setattr(prof, "_pipelining_backward", lambda: None)
+        p = prof.profile_module(model, tokens, microbatch_sizes=(2, 4), warmup=0, repeats=2, call_overhead=False)
+        assert p.split_backward == split
+        check_format(p.to_dict())
+        embed, flatten, linear = p.layers
+        for k, rows in enumerate((2, 4)):
+            assert embed.samples[k].backward_input.median == 0 and embed.samples[k].backward_weight.median > 0
+            assert embed.samples[k].activation_bytes == embed.samples[k].boundary_bytes == rows * 12 * 4
+            assert flatten.samples[k].activation_bytes == 0 and flatten.samples[k].boundary_bytes == 0
+            assert linear.samples[k].backward_input.median > 0 and linear.samples[k].backward_weight.median > 0
+    assert torch.equal(state, torch.random.get_rng_state())

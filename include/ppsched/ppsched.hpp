@@ -6,6 +6,7 @@
 //   <ppsched/plan/plan.hpp>         the planner and the schedule search
 //   <ppsched/trace/chrome_trace.hpp>, svg.hpp, csv.hpp   the timeline writers
 //   <ppsched/schedule/csv.hpp>      schedules as PyTorch-format CSV
+//   <ppsched/partition/frameworks.hpp>   a cut as Megatron's layout string, torchtitan's module lists
 //   <ppsched/all.hpp>               all of the above in one include
 // Two parts need more than a C++20 compiler and stay outside even all.hpp:
 // <ppsched/graph/profile_json.hpp> (nlohmann-json) and <ppsched/backend/cuda.hpp> (CUDA, NCCL).

@@ -5,10 +5,13 @@
 // partition to a layout and back; torchtitan's module lists both ways.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <random>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -54,6 +57,39 @@ std::string message_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// Megatron's own reading (parse_str_to_list): drop the commas, expand (...)*n then x*n with its two
+// regular expressions, split at '|'; nullopt where it would fail (a character left that is not a
+// letter). Counts past 4 digits are left out of the comparison (they would only take memory).
+std::optional<std::vector<std::string>> megatron_reference(std::string s) {
+  s.erase(std::remove(s.begin(), s.end(), ','), s.end());
+  for (const char* pattern : {R"(\(([^)]+)\)\*(\d+))", R"((.)\*(\d+))"}) {
+    const std::regex re(pattern);
+    std::string out;
+    auto begin = s.cbegin();
+    std::smatch m;
+    while (std::regex_search(begin, s.cend(), m, re)) {
+      out.append(begin, m[0].first);
+      if (m[2].length() > 4) return std::nullopt;
+      const int n = std::stoi(m[2].str());
+      for (int k = 0; k < n; ++k) out += m[1].str();
+      begin = m[0].second;
+    }
+    out.append(begin, s.cend());
+    s = out;
+  }
+  std::vector<std::string> stages(1);
+  for (char c : s) {
+    if (c == '|') {
+      stages.emplace_back();
+    } else if (c == 'E' || c == 't' || c == 'm' || c == 'L') {
+      stages.back() += c;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return stages;
 }
 
 LayerGraph llm_graph(std::size_t blocks) {
@@ -383,4 +419,34 @@ TEST_CASE("torchtitan's module lists: rejections", "[frameworks][torchtitan]") {
             .find("the next transformer layer is 'layers.0'") != std::string::npos);
   CHECK(message_of([] { (void)fw::torchtitan_llm_fqns(fw::parse_megatron_layout("Et|mL")); })
             .find("no MTP module") != std::string::npos);
+}
+
+TEST_CASE("random strings: what ppsched reads, Megatron reads the same way", "[frameworks][megatron]") {
+  // Every string ppsched accepts is one Megatron's regular expressions accept, with the same
+  // stages; every string either parses or throws ppsched::error; a parsed one round-trips.
+  std::mt19937 rng(40);
+  const std::string alphabet = "EtmLt|||()**,0123";
+  std::uniform_int_distribution<std::size_t> length(0, 14), pick(0, alphabet.size() - 1);
+  std::size_t accepted = 0;
+  for (int i = 0; i < 4000; ++i) {
+    std::string text;
+    for (std::size_t n = length(rng); n > 0; --n) text += alphabet[pick(rng)];
+    INFO("layout \"" << text << "\"");
+    std::optional<fw::StageLayout> ours;
+    try {
+      ours = fw::parse_megatron_layout(text);
+    } catch (const ppsched::error&) {
+      continue;
+    }
+    ++accepted;
+    const auto theirs = megatron_reference(text);
+    REQUIRE(theirs.has_value());
+    std::vector<std::string> got;
+    for (const auto& st : ours->stages) got.push_back(letters(st));
+    CHECK(got == *theirs);
+    if (!(ours->stages.size() == 1 && ours->stages[0].empty())) {
+      CHECK(fw::parse_megatron_layout(fw::to_megatron_layout(*ours)) == *ours);
+    }
+  }
+  CHECK(accepted > 100);
 }

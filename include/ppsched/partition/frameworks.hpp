@@ -17,7 +17,7 @@
 //   const auto kinds = fw::layer_kinds(graph);                    // E, t.., L from the names
 //   const fw::StageLayout layout = fw::stage_layout(part, kinds, 4);  // 8 stages on 4 ranks
 //   fw::check_megatron_layout(layout);                            // Megatron's own rules
-//   std::string arg = fw::to_megatron_layout(layout);             // "Et*3|(tt|)*6,t|tL"
+//   std::string arg = fw::to_megatron_layout(layout);             // "Et*3|(tt|)*5,t|tL"
 //   auto back = fw::megatron_boundaries(fw::parse_megatron_layout(arg, 4), kinds);
 //
 // torchtitan: the module names (fully qualified: "tok_embeddings", "layers.3", "norm") each

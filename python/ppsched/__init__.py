@@ -7,20 +7,19 @@ its own: every function calls the C++ library.
 
     >>> import ppsched
     >>> s = ppsched.make_schedule("1f1b", ranks=4, microbatches=8)
-    >>> csv = ppsched.to_pytorch_csv(s, comms=True)
+    >>> csv = ppsched.to_pytorch_csv(s, comms=True)   # PyTorch's compute_comms format
+    >>> ppsched.simulate(s).makespan
+    33.0
 """
 
 from ._ppsched import *  # noqa: F401,F403
-from ._ppsched import Error, __doc__ as _native_doc  # noqa: F401
+from ._ppsched import Error  # noqa: F401
 
 __version__ = "0.1.0"
 
-
-def __getattr__(name):
-    # The profiler imports torch, which `import ppsched` must not need: ppsched.profile_module
-    # loads ppsched.profile on first use.
-    if name == "profile_module":
-        from .profile import profile_module
-
-        return profile_module
-    raise AttributeError(f"module 'ppsched' has no attribute {name!r}")
+# Profiling an nn.Module (ppsched/profile.py) imports torch only when called, so `import ppsched`
+# works without torch; the guard keeps the bindings importable should that module be absent.
+try:
+    from .profile import profile_module  # noqa: F401
+except ImportError:  # pragma: no cover - a tree without the profiler
+    pass

@@ -394,6 +394,14 @@ def test_garbage_is_rejected_never_crashes():
     compute_only = ppsched.Schedule(programs=[[A(99, "F", -3), A(0, "B", 5)]], placement=[5, -2], microbatches=-1)
     expect_rejection(ppsched.lower, compute_only)
     expect_rejection(nonsense.rank_of, 7)
+    # Sizes that tables indexed by them could not hold: checked before anything is allocated.
+    two = [[A(0, "F", 0), A(0, "B", 0)]]
+    for fields in (dict(placement=[0], microbatches=2**31 - 1), dict(placement=[0] * 10**6, microbatches=1),
+                   dict(placement=[2**31 - 1], microbatches=1), dict(placement=[0], microbatches=1, ranks=2**31 - 1)):
+        huge = ppsched.Schedule(programs=two, **fields)
+        assert not ppsched.validate(huge).ok
+        expect_rejection(ppsched.simulate, huge)
+        expect_rejection(ppsched.lower, huge)
     # NaN, infinite and negative costs.
     s = ppsched.make_schedule("1f1b", ranks=2, microbatches=2)
     for bad in (nan, inf, -1.0):

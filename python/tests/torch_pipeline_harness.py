@@ -140,7 +140,17 @@ class _Worker:
 
         blocks = self.layers(case["stages"])
         mods = {s: copy.deepcopy(blocks[s]) for s in local}
-        stages = [PipelineStage(mods[s], s, case["stages"], self.torch.device("cpu")) for s in local]
+        group = None
+        if case.get("timeout_s"):
+            # A case of its own timeout (a deadlock probe): a group of every rank, made by all.
+            import datetime
+
+            group = self.dist.new_group(
+                list(range(self.world)), timeout=datetime.timedelta(seconds=case["timeout_s"])
+            )
+        stages = [
+            PipelineStage(mods[s], s, case["stages"], self.torch.device("cpu"), group=group) for s in local
+        ]
         return stages, mods
 
     def _build(self, case, stages):

@@ -106,7 +106,7 @@ def _searched_schedules(p: int):
         try:
             res = search(ranks=p, microbatches=m, stage_costs=[(2.0, 2.2, 0.7) if r == p - 1 else (1.0, 1.1, 0.7) for r in range(p)])
         except (TypeError, AttributeError, ppsched.Error) as e:
-            return [], f"ppsched.search_schedule has another signature than this test expects: {e}"
+            return [], f"ppsched.search_schedule could not be called as this test expects (adapt the test): {e}"
         sched = getattr(res, "schedule", res)
         out.append(
             dict(
@@ -199,6 +199,11 @@ def _print_report(out: Runs) -> None:
     print("\nPyTorch's runtime running ppsched's schedules ('ok=': bit-identical to unpipelined)")
     for (fam, fmt), marks in sorted(rows.items()):
         print(f"  {fam:18s} {fmt:20s} {' '.join(marks)}")
+    for tag, what in (("unpipelined", "the unpipelined model"), ("torch", "PyTorch's own class")):
+        compared = [r for r in out.results.values() if f"grad_err_{tag}" in r and r["case"]["format"] != "class"]
+        same = [r for r in compared if r[f"grad_identical_{tag}"] and r.get(f"loss_identical_{tag}", True)]
+        worst = max((r[f"grad_err_{tag}"] for r in compared), default=0.0)
+        print(f"  CSV runs compared with {what}: {len(compared)}, bit-identical {len(same)}, largest difference {worst:.2g}")
     print("  wall seconds (p=2 and p=4 run at once): "
           + ", ".join(f"{k}: {s:.1f}" for k, s in out.seconds.items()))
     if out.search_skip:

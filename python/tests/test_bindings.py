@@ -454,3 +454,20 @@ def test_random_text_never_crashes():
                 call(text)
             except (ppsched.Error, TypeError):
                 pass
+
+
+def test_stub_matches_the_module():
+    """_ppsched.pyi names every class and function the extension has, and each class's members."""
+    import ast
+
+    import ppsched._ppsched as native
+
+    stub_path = os.path.join(os.path.dirname(native.__file__), "_ppsched.pyi")
+    tree = ast.parse(open(stub_path).read())
+    stubbed = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert stubbed == {name for name in dir(native) if not name.startswith("_")}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            members = {b.name for b in node.body if isinstance(b, ast.FunctionDef)}
+            members |= {b.target.id for b in node.body if isinstance(b, ast.AnnAssign)}
+            assert all(hasattr(getattr(native, node.name), m) for m in members), node.name

@@ -831,6 +831,11 @@ TEST_CASE("invalid requests are errors that state the rule and the nearest valid
   CHECK_THROWS_WITH(make_looped_bfs(req(2, 4, 0)), Contains("v must be at least 1 (got v=0)"));
   CHECK_THROWS_WITH(make_looped_bfs(req(4096, 4096, 4096)), Contains("more than the") && Contains("fewer"));
   CHECK_FALSE(accepts("looped-bfs", req(4096, 4096, 4096)));
+  // 3pvm past int64 at the int32 limits: refused, not wrapped to a small count and allocated.
+  constexpr std::int32_t most = 2147483647;
+  CHECK_THROWS_WITH(make_looped_bfs(req(most, most, most)), Contains("more than the"));
+  CHECK_THROWS_WITH(make_1f1b(req(most, most)), Contains("more than the"));
+  CHECK_FALSE(accepts("looped-bfs", req(most, most, most)));
   CHECK_FALSE(accepts("no-such-family", req(2, 2)));
   CHECK_THROWS_AS(family_info(""), error);
 }
@@ -877,11 +882,23 @@ TEST_CASE("CSV with communication and groups round trips exactly", "[csv]") {
   s.placement = {0, 1};
   s.programs = {{act(Op::F, 0, 0), act(Op::SEND_F, 0, 0, 1), act(Op::RECV_B, 0, 0, 2), act(Op::B, 0, 0)},
                 {act(Op::RECV_F, 1, 0, 1), act(Op::F, 1, 0), act(Op::B, 1, 0), act(Op::SEND_B, 1, 0, 2)}};
+  // With PyTorch's bookkeeping (the default for a schedule with communication): the forward
+  // send's wait after that micro-batch's backward, the backward send's at the end of the row,
+  // and each stage's REDUCE_GRAD and its wait after its last backward (m = 1).
   const std::string text = to_pytorch_csv(s);
-  CHECK(text == "0F0,0SEND_F0#1,0RECV_B0#2,0B0\r\n1RECV_F0#1,1F0,1B0,1SEND_B0#2\r\n");
+  CHECK(text ==
+        "0F0,0SEND_F0#1,0RECV_B0#2,0B0,0WAIT_SEND_F0,0REDUCE_GRAD,0WAIT_REDUCE_GRAD\r\n"
+        "1RECV_F0#1,1F0,1B0,1REDUCE_GRAD,1WAIT_REDUCE_GRAD,1SEND_B0#2,1WAIT_SEND_B0\r\n");
   CsvReadOptions options;
   options.name = "hand";
   CHECK(from_pytorch_csv(text, options) == s);
+  CsvWriteOptions bare;
+  bare.pytorch_bookkeeping = false;
+  CHECK(to_pytorch_csv(s, bare) == "0F0,0SEND_F0#1,0RECV_B0#2,0B0\r\n1RECV_F0#1,1F0,1B0,1SEND_B0#2\r\n");
+  CHECK(from_pytorch_csv(to_pytorch_csv(s, bare), options) == s);
+  options.skip_pytorch_only_actions = false;
+  CHECK_THROWS_WITH(from_pytorch_csv(text, options), Catch::Matchers::Contains("'0WAIT_SEND_F0' is PyTorch's WAIT_SEND_F"));
+  options.skip_pytorch_only_actions = true;
   // Without groups the cells are plain PyTorch; reading gives the same actions, ungrouped.
   CsvWriteOptions plain;
   plain.write_groups = false;
@@ -927,7 +944,7 @@ TEST_CASE("CSV reads what PyTorch writes", "[csv]") {
     const Schedule t = from_pytorch_csv("(0F1;1B0)OVERLAP_F_B,0SEND_F1#1,(0F2;0SEND_F2)OVERLAP_F_B\r\n", options);
     CHECK(t.programs[0] == std::vector<Action>{Action{Op::F, 0, 1, 2}, Action{Op::B, 1, 0, 2},
                                                Action{Op::SEND_F, 0, 1, 1}, act(Op::F, 0, 2), act(Op::SEND_F, 0, 2)});
-    CHECK(to_pytorch_csv(t) == "(0F1;1B0)OVERLAP_F_B#2,0SEND_F1#1,0F2,0SEND_F2\r\n");
+    CHECK(to_pytorch_csv(t) == "(0F1;1B0)OVERLAP_F_B#2,0SEND_F1#1,0F2,0SEND_F2,0WAIT_SEND_F1,0WAIT_SEND_F2\r\n");
   }
   SECTION("a pair id that counting would not give is written after OVERLAP_F_B and read back exactly") {
     // The fuzzer's case: two forwards sharing id 2 (a malformed pair validate() names); then a

@@ -36,9 +36,12 @@
 // and read back exactly; PyTorch's _load_csv rejects such a file, so strip them
 // (strip_memory_actions in schedule/schedule.hpp) before handing a schedule to PyTorch.
 //
-// Actions PyTorch has and ppsched does not: UNSHARD, RESHARD and REDUCE_GRAD (FSDP and
-// gradient-reduction bookkeeping with no micro-batch and no data between stages) are
-// skipped on reading, or rejected with CsvReadOptions::skip_pytorch_only_actions = false.
+// Actions PyTorch has and ppsched does not: UNSHARD, RESHARD, REDUCE_GRAD, WAIT_REDUCE_GRAD,
+// WAIT_SEND_F and WAIT_SEND_B (FSDP, gradient-reduction and send-completion bookkeeping, with
+// no data between stages) are skipped on reading, or rejected with
+// CsvReadOptions::skip_pytorch_only_actions = false. A schedule with communication is written
+// with the WAIT_SEND and REDUCE_GRAD cells PyTorch's runtime requires of a compute_comms file
+// (CsvWriteOptions::pytorch_bookkeeping), so that it runs there as written.
 #pragma once
 
 #include <algorithm>
@@ -70,6 +73,15 @@ namespace ppsched::inline PPSCHED_MODE {
 struct CsvWriteOptions {
   bool write_groups = true;            // append "#group" to grouped communication cells
   std::string_view line_end = "\r\n";  // Python's csv.writer writes \r\n
+  // For a schedule with communication (PyTorch's compute_comms format): the bookkeeping cells
+  // PyTorch's runtime requires of such a file (torch 2.15, tested), which its own lowering adds
+  // to compute-only input. One WAIT_SEND_F / WAIT_SEND_B per send — a forward send's wait after
+  // the same stage's backward (B or I) of that micro-batch, the rest at the end of the row — and
+  // per stage REDUCE_GRAD then WAIT_REDUCE_GRAD right after its last B or W: that is where
+  // PyTorch divides the gradients by the micro-batch count, so a file without it runs and gives
+  // gradients m times too large. ppsched's reader skips these cells. False: for a PyTorch whose
+  // parser lacks these actions. Compute-only schedules never get them.
+  bool pytorch_bookkeeping = true;
 };
 
 struct CsvReadOptions {
@@ -113,12 +125,45 @@ namespace detail {
 // could take back.
 inline void write_pytorch_csv(std::ostream& out, const Schedule& s, const CsvWriteOptions& options = {}) {
   std::unordered_map<std::uint32_t, std::size_t> actions_in_group;
+  const bool bookkeeping =
+      options.pytorch_bookkeeping &&
+      std::any_of(s.programs.begin(), s.programs.end(),
+                  [](const auto& p) { return std::any_of(p.begin(), p.end(), [](const Action& a) { return is_comm(a.op); }); });
+  std::vector<Action> pending_sends;                             // this row's sends without a wait, in send order
+  std::unordered_map<std::int32_t, std::int32_t> grads_of_stage;  // B and W cells so far, per stage
   for (std::size_t r = 0; r < s.programs.size(); ++r) {
     const auto& program = s.programs[r];
     actions_in_group.clear();
+    pending_sends.clear();
+    grads_of_stage.clear();
     if (options.write_groups)
       for (const Action& a : program)
         if (a.group != 0) ++actions_in_group[a.group];
+    bool first_cell = true;
+    const auto start_cell = [&] {
+      if (!first_cell) out << ',';
+      first_cell = false;
+    };
+    // What PyTorch's runtime wants after a cell's action (CsvWriteOptions::pytorch_bookkeeping).
+    const auto bookkeeping_after = [&](const Action& a) {
+      if (is_send(a.op)) pending_sends.push_back(a);
+      if (a.op == Op::B || a.op == Op::BI) {
+        const auto sent = std::find_if(pending_sends.begin(), pending_sends.end(), [&](const Action& p) {
+          return p.op == Op::SEND_F && p.stage == a.stage && p.microbatch == a.microbatch;
+        });
+        if (sent != pending_sends.end()) {
+          start_cell();
+          out << a.stage << "WAIT_SEND_F" << a.microbatch;
+          pending_sends.erase(sent);
+        }
+      }
+      if ((a.op == Op::B || a.op == Op::BW) && ++grads_of_stage[a.stage] == s.microbatches) {
+        start_cell();
+        out << a.stage << "REDUCE_GRAD";
+        start_cell();
+        out << a.stage << "WAIT_REDUCE_GRAD";
+      }
+    };
     std::uint32_t pairs = 0;
     for (std::size_t i = 0; i < program.size(); ++i) {
       for (std::size_t k = i; k < std::min(i + 2, program.size()); ++k) {
@@ -127,7 +172,7 @@ inline void write_pytorch_csv(std::ostream& out, const Schedule& s, const CsvWri
                 detail::concat("action ", to_string(program[k]), " has a negative stage or micro-batch"),
                 detail::concat("rank ", r, ", action ", k), "stages and micro-batches count from 0"});
       }
-      if (i != 0) out << ',';
+      start_cell();
       const Action& a = program[i];
       if (is_compute(a.op) && a.group != 0 && i + 1 < program.size() && is_compute(program[i + 1].op) &&
           program[i + 1].group == a.group) {
@@ -136,9 +181,18 @@ inline void write_pytorch_csv(std::ostream& out, const Schedule& s, const CsvWri
         // A reader numbers the row's pairs 1, 2, ...; an id it would not give is written out.
         if (options.write_groups && (a.group != pairs || actions_in_group[a.group] > 2)) out << '#' << a.group;
         ++i;
+        if (bookkeeping) {
+          bookkeeping_after(a);
+          bookkeeping_after(program[i]);
+        }
         continue;
       }
       out << csv_cell(a, options.write_groups);
+      if (bookkeeping) bookkeeping_after(a);
+    }
+    for (const Action& p : pending_sends) {
+      start_cell();
+      out << p.stage << (p.op == Op::SEND_F ? "WAIT_SEND_F" : "WAIT_SEND_B") << p.microbatch;
     }
     out << options.line_end;
   }

@@ -93,7 +93,9 @@ struct FamilyInfo {
   // Whether make(r) builds a schedule: the sizes every family checks, then its own rule.
   [[nodiscard]] constexpr bool accepts(const ScheduleRequest& r) const noexcept {
     if (r.ranks < 1 || r.microbatches < 1 || r.chunks < 1) return false;
-    if (3 * std::int64_t{r.ranks} * r.chunks * r.microbatches > detail::max_generated_actions) return false;
+    // In double, as request_size_problem: 3pvm overflows int64 near the int32 limits.
+    if (3.0 * static_cast<double>(r.ranks) * r.chunks * r.microbatches > static_cast<double>(detail::max_generated_actions))
+      return false;
     return rule_allows(r);
   }
   // Why the family rejects `r`, in its generator's words (the rule and the nearest valid

@@ -164,6 +164,9 @@ struct ParsedCell {
     std::optional<Op> op;  // nullopt: a PyTorch-only action
   };
   static constexpr Spelling spellings[] = {
+      {"WAIT_REDUCE_GRAD", std::nullopt},  // before W, which starts them
+      {"WAIT_SEND_F", std::nullopt},
+      {"WAIT_SEND_B", std::nullopt},
       {"REDUCE_GRAD", std::nullopt},
       {"UNSHARD", std::nullopt},
       {"RESHARD", std::nullopt},

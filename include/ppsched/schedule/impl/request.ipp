@@ -48,9 +48,10 @@ namespace detail {
                            concat("request ", to_string(r)), concat("ask for ", letter, "=1 or more")};
     }
   }
-  const std::int64_t actions =
-      3 * std::int64_t{r.ranks} * std::int64_t{r.chunks} * std::int64_t{r.microbatches};
-  if (actions > max_generated_actions) {
+  // In double: three factors up to 2^31 overflow int64 (the check would then pass and the
+  // generator try to allocate); the limit is far below where double loses integers.
+  const double actions = 3.0 * static_cast<double>(r.ranks) * r.chunks * r.microbatches;
+  if (actions > static_cast<double>(max_generated_actions)) {
     return error_context{family_subject(family),
                          concat("the schedule would hold about ", actions, " actions, more than the ",
                                 max_generated_actions, " a generator will build"),

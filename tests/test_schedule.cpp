@@ -908,6 +908,40 @@ TEST_CASE("CSV with communication and groups round trips exactly", "[csv]") {
   CHECK(from_pytorch_csv(to_pytorch_csv(s, plain), options) == ungrouped);
 }
 
+TEST_CASE("parse_pytorch_action reads one action string as the CSV reader reads its cell", "[csv]") {
+  using Catch::Matchers::Contains;
+  CHECK(parse_pytorch_action("0F3") == std::vector<Action>{{Op::F, 0, 3}});
+  CHECK(parse_pytorch_action(" 1I2 ") == std::vector<Action>{{Op::BI, 1, 2}});
+  CHECK(parse_pytorch_action("1BW2") == std::vector<Action>{{Op::BW, 1, 2}});
+  CHECK(parse_pytorch_action("2SEND_F3#7") == std::vector<Action>{{Op::SEND_F, 2, 3, 7}});
+  CHECK(parse_pytorch_action("1R0") == std::vector<Action>{{Op::R, 1, 0}});
+  // An overlapped pair: its two compute actions share group 1, or the group written after it.
+  CHECK(parse_pytorch_action("(0F7;7B3)OVERLAP_F_B") == std::vector<Action>{{Op::F, 0, 7, 1}, {Op::B, 7, 3, 1}});
+  CHECK(parse_pytorch_action("(0F7;7B3)OVERLAP_F_B#5") == std::vector<Action>{{Op::F, 0, 7, 5}, {Op::B, 7, 3, 5}});
+  // The same as the reader gives for the cell alone in its row, for every cell a writer makes.
+  for (const std::string_view family : family_names()) {
+    if (!accepts(family, req(2, 4, 2))) continue;
+    const Schedule s = lower(make_schedule(family, req(2, 4, 2))).release();
+    for (const auto& program : s.programs) {
+      for (const Action& a : program) {
+        if (is_compute(a.op) && a.group != 0) continue;  // pairs: above
+        CHECK(parse_pytorch_action(csv_cell(a)) == std::vector<Action>{a});
+      }
+    }
+  }
+  // What it refuses, naming the string: PyTorch's bookkeeping, typos, a group on a non-pair;
+  // a large stage number allocates nothing.
+  CHECK_THROWS_WITH(parse_pytorch_action("0WAIT_SEND_F1"), Contains("action string '0WAIT_SEND_F1'") && Contains("WAIT_SEND_F"));
+  CHECK_THROWS_WITH(parse_pytorch_action("3REDUCE_GRAD"), Contains("REDUCE_GRAD"));
+  CHECK_THROWS_WITH(parse_pytorch_action(""), Contains("is empty"));
+  CHECK_THROWS_WITH(parse_pytorch_action("0F1,1F1"), Contains("comma"));
+  CHECK_THROWS_WITH(parse_pytorch_action("(0F1;0SEND_F1)OVERLAP_F_B#2"), Contains("not a pair"));
+  CHECK_THROWS_WITH(parse_pytorch_action("(0F1;1B1)OVERLAP"), Contains("OVERLAP_F_B"));
+  CHECK_THROWS_WITH(parse_pytorch_action("()OVERLAP_F_B"), Contains("holds no action"));
+  CHECK_THROWS_AS(parse_pytorch_action("0X1"), ppsched::error);
+  CHECK(parse_pytorch_action("(2147483647F0;0B0)OVERLAP_F_B").front().stage == 2147483647);
+}
+
 TEST_CASE("CSV reads what PyTorch writes", "[csv]") {
   CsvReadOptions options;
   SECTION("ScheduleLoopedBFS(p=2, two stages per rank, m=2), compute-only with idle steps") {

@@ -217,6 +217,57 @@ inline void save_pytorch_csv(const std::filesystem::path& path, const Schedule& 
           "check the free space and permissions of the directory"});
 }
 
+// One PyTorch action string, as PyTorch's _Action.from_str reads one: "0F3", "1I2", "2SEND_F3"
+// (with ppsched's "#group" allowed) give one action; "(0F7;7B3)OVERLAP_F_B" gives its sub-actions
+// in order, a pair of compute actions sharing group 1 or the "#group" written after it, as the
+// CSV reader reads the cell alone in its row. Throws ppsched::error naming the string for anything
+// else, PyTorch's bookkeeping and FSDP actions (WAIT_SEND_F, REDUCE_GRAD, UNSHARD, ...) included:
+// they have no ppsched action. Reads the text alone, so it allocates nothing for large numbers.
+[[nodiscard]] inline std::vector<Action> parse_pytorch_action(std::string_view text) {
+  const std::string subject = detail::concat("action string '", text, "'");
+  const std::string_view cell = detail::trimmed(text);
+  if (cell.empty()) fail({subject, "is empty", "", "write an action such as 0F3"});
+  if (cell.find_first_of(",\"\r\n") != std::string_view::npos)
+    fail({subject, "holds a comma, a quote or a line break", "",
+          "give one action string, as PyTorch's _Action prints it, e.g. 0F3 or (0F7;7B3)OVERLAP_F_B"});
+  const auto one = [&subject](std::string_view part) {
+    const detail::ParsedCell parsed = detail::parse_simple_cell(part, subject, "");
+    if (parsed.kind != detail::CellOp::action)
+      fail({subject, detail::concat("is PyTorch's ", parsed.pytorch_name, ", which ppsched does not model"), "",
+            "PyTorch's bookkeeping and FSDP actions have no ppsched action; leave them out"});
+    return parsed.action;
+  };
+  if (!cell.starts_with('(')) return {one(cell)};
+  constexpr std::string_view overlap = "OVERLAP_F_B";
+  const std::size_t close = cell.find(')');
+  if (close == std::string_view::npos || !cell.substr(close + 1).starts_with(overlap))
+    fail({subject, "cannot be read", "", "a parenthesised action must be PyTorch's (<action>;<action>...)OVERLAP_F_B"});
+  std::optional<std::uint32_t> explicit_group;
+  if (const std::string_view suffix = cell.substr(close + 1 + overlap.size()); !suffix.empty()) {
+    std::int64_t group = 0;
+    const auto digits =
+        suffix.starts_with('#') ? detail::leading_number(suffix.substr(1), 4294967295, group, subject, "", "group")
+                                : std::nullopt;
+    if (!digits || *digits + 1 != suffix.size() || group == 0)
+      fail({subject, "cannot be read", "", "after OVERLAP_F_B only #<group> may follow, with a group number of 1 or more"});
+    explicit_group = static_cast<std::uint32_t>(group);
+  }
+  std::vector<Action> out;
+  for (std::string_view inner = cell.substr(1, close - 1); !inner.empty();) {
+    const std::size_t semi = inner.find(';');
+    const std::string_view part = detail::trimmed(inner.substr(0, semi));
+    if (!part.empty()) out.push_back(one(part));
+    if (semi == std::string_view::npos) break;
+    inner.remove_prefix(semi + 1);
+  }
+  if (out.empty()) fail({subject, "holds no action", "", "write its sub-actions, as in (0F7;7B3)OVERLAP_F_B"});
+  const bool pair = out.size() == 2 && is_compute(out[0].op) && is_compute(out[1].op);
+  if (explicit_group && !pair)
+    fail({subject, "gives a group to what is not a pair", "", "#<group> after OVERLAP_F_B needs exactly two compute sub-actions"});
+  if (pair) out[0].group = out[1].group = explicit_group.value_or(1);
+  return out;
+}
+
 // Parses PyTorch-format CSV text into a Schedule (see the top of this header for the rules).
 [[nodiscard]] PPSCHED_OUTLINE Schedule from_pytorch_csv(std::string_view text, const CsvReadOptions& options = {});
 

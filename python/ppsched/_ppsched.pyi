@@ -90,11 +90,16 @@ def families() -> list[Family]: ...
 def family(name: str) -> Family: ...
 def family_names() -> list[str]: ...
 def make_schedule(family: str, *, ranks: int, microbatches: int, chunks: Optional[int] = None) -> Schedule: ...
+def one_stage_per_rank_placement(ranks: int) -> list[int]: ...
+def looped_placement(ranks: int, chunks: int) -> list[int]: ...
+def v_shape_placement(ranks: int) -> list[int]: ...
 
 # ---------------------------------------------------------------- PyTorch's formats
 
-def to_pytorch_csv(schedule: Schedule, *, comms: bool = False, groups: bool = True) -> str: ...
-def to_pytorch_actions(schedule: Schedule, *, comms: bool = False, groups: bool = True) -> dict[int, list[str]]: ...
+def to_pytorch_csv(schedule: Schedule, *, comms: bool = False, groups: bool = True, bookkeeping: bool = True) -> str: ...
+def to_pytorch_actions(
+    schedule: Schedule, *, comms: bool = False, groups: bool = True, bookkeeping: bool = True
+) -> dict[int, list[str]]: ...
 def from_pytorch_csv(
     text: str,
     *,
@@ -110,7 +115,9 @@ def from_pytorch_actions(
     microbatches: int = 0,
     name: str = "actions",
 ) -> Schedule: ...
-def save_pytorch_csv(schedule: Schedule, path: str, *, comms: bool = False, groups: bool = True) -> None: ...
+def save_pytorch_csv(
+    schedule: Schedule, path: str, *, comms: bool = False, groups: bool = True, bookkeeping: bool = True
+) -> None: ...
 def load_pytorch_csv(path: str, *, placement: Optional[Sequence[int]] = None, microbatches: int = 0) -> Schedule: ...
 def strip_memory_actions(schedule: Schedule) -> Schedule: ...
 def strip_communication(schedule: Schedule) -> Schedule: ...
@@ -690,6 +697,103 @@ def plan(
     description: str = "",
 ) -> PlanResult: ...
 
+# ---------------------------------------------------------------- the schedule search
+
+class Candidate:
+    name: str
+    chunks: int
+    built: bool
+    bound: float
+    makespan: float
+    bubble_fraction: float
+    span: float
+    peak_microbatches: float
+    peak_bytes: float
+    fits: bool
+    note: str
+    @property
+    def kind(self) -> str: ...
+    @property
+    def family(self) -> Optional[str]: ...
+    @property
+    def placement(self) -> str: ...
+    @property
+    def timing(self) -> str: ...
+    @property
+    def timed(self) -> bool: ...
+
+class SearchResult:
+    schedule: Schedule
+    lowered: Schedule
+    costs: CostModel
+    simulation: Simulation
+    validation: Validation
+    candidates: list[Candidate]
+    winner: int
+    why: str
+    @property
+    def makespan(self) -> float: ...
+    @property
+    def best(self) -> Candidate: ...
+    @property
+    def best_family(self) -> Optional[Candidate]: ...
+
+def search_schedule(
+    *,
+    ranks: int,
+    microbatches: int,
+    costs: CostModel,
+    memory_cap_microbatches: float = ...,
+    activation_bytes_cap: float = ...,
+    rank_activation_bytes: Sequence[float] = ...,
+    chunks: Optional[Sequence[int]] = None,
+    fixed_families: Optional[bool] = None,
+    greedy: Optional[bool] = None,
+    dualpipev: Optional[bool] = None,
+    v_blocks: Optional[bool] = None,
+    split_backward: Optional[bool] = None,
+    fb_overlap: Optional[float] = None,
+    max_simulations: Optional[int] = None,
+    comm_on_compute_stream: Optional[bool] = None,
+    objective: str = "makespan",
+    makespan_bound: float = ...,
+) -> SearchResult: ...
+
+class SearchedPlan:
+    plan: PlanResult
+    @property
+    def candidates(self) -> list[Candidate]: ...
+    @property
+    def why(self) -> str: ...
+    @property
+    def recommended(self) -> Optional[ScheduleResult]: ...
+
+def search_plan(
+    profile: Profile,
+    *,
+    ranks: int,
+    microbatches: int,
+    chunks: int = 2,
+    memory_cap: Optional[float] = None,
+    memory_cap_microbatches: Optional[float] = None,
+    memory_policy: Union[str, dict[int, MemoryPolicy], None] = "none",
+    host_link: Optional[Interconnect] = None,
+    objective: str = "makespan",
+    makespan_bound: float = ...,
+    optimizer_state_factor: float = 8.0,
+    weight_memory_fraction: float = 0.5,
+    method: str = "optimal",
+    description: str = "",
+    fixed_families: Optional[bool] = None,
+    greedy: Optional[bool] = None,
+    dualpipev: Optional[bool] = None,
+    v_blocks: Optional[bool] = None,
+    split_backward: Optional[bool] = None,
+    fb_overlap: Optional[float] = None,
+    max_simulations: Optional[int] = None,
+    comm_on_compute_stream: Optional[bool] = None,
+) -> SearchedPlan: ...
+
 class DeviceSplit:
     pipeline: int
     replicas: int
@@ -740,3 +844,166 @@ def plan_devices(
     alternatives: int = 5,
     description: str = "",
 ) -> DevicePlan: ...
+
+# ---------------------------------------------------------------- Megatron and torchtitan layouts
+
+class LayerKind:
+    embedding: LayerKind
+    transformer: LayerKind
+    mtp: LayerKind
+    loss: LayerKind
+    @property
+    def letter(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> int: ...
+    def __init__(self, value: int) -> None: ...
+    def __int__(self) -> int: ...
+
+_Kind = Union[LayerKind, str]
+
+class StageLayout:
+    def __init__(self, stages: Sequence[Union[str, Sequence[_Kind]]], *, ranks: int = 0) -> None: ...
+    ranks: int
+    @property
+    def stages(self) -> list[list[LayerKind]]: ...
+    @property
+    def letters(self) -> list[str]: ...
+    @property
+    def stage_count(self) -> int: ...
+    @property
+    def virtual_stages(self) -> int: ...
+    def rank_of(self, stage: int) -> int: ...
+    def virtual_stage_of(self, stage: int) -> int: ...
+    def stage_at(self, rank: int, virtual_stage: int) -> int: ...
+    def count(self, kind: _Kind, stage: Optional[int] = None) -> int: ...
+    def offset(self, stage: int, kind: _Kind) -> int: ...
+    def __len__(self) -> int: ...
+
+def to_megatron_layout(layout: StageLayout) -> str: ...
+def parse_megatron_layout(text: str, *, ranks: int = 0) -> StageLayout: ...
+def check_megatron_layout(
+    layout: StageLayout, *, transformer_layers: Optional[int] = None, mtp_layers: Optional[int] = None
+) -> None: ...
+def layer_kind(name: str) -> LayerKind: ...
+def layer_kinds(graph: Union[LayerGraph, Profile, Sequence[Layer]], overrides: dict[str, _Kind] = ...) -> list[LayerKind]: ...
+def stage_layout(
+    cut: Union[Partition, Sequence[int]], kinds: Union[str, Sequence[_Kind]], *, ranks: int
+) -> StageLayout: ...
+def megatron_boundaries(layout: StageLayout, kinds_in_order: Union[str, Sequence[_Kind]]) -> list[int]: ...
+def torchtitan_module_fqns(
+    partition: Partition,
+    graph: Union[LayerGraph, Profile, Sequence[Layer]],
+    *,
+    fqns_by_layer: Optional[Sequence[Sequence[str]]] = None,
+) -> list[list[str]]: ...
+def torchtitan_boundaries(
+    fqns_per_stage: Sequence[Sequence[str]],
+    graph: Union[LayerGraph, Profile, Sequence[Layer]],
+    *,
+    fqns_by_layer: Optional[Sequence[Sequence[str]]] = None,
+    order: Sequence[int] = ...,
+) -> list[int]: ...
+def torchtitan_llm_fqns(layout: StageLayout) -> list[list[str]]: ...
+def layout_of_torchtitan_llm_fqns(fqns_per_stage: Sequence[Sequence[str]], *, ranks: int = 0) -> StageLayout: ...
+
+# ---------------------------------------------------------------- variable-length batches
+
+class MicrobatchShape:
+    def __init__(self, *, tokens: float = 0.0, squares: float = 0.0) -> None: ...
+    tokens: float
+    squares: float
+
+def shape_of(lengths: Sequence[int], *, padded_length: int = 0) -> MicrobatchShape: ...
+
+class LengthSample:
+    def __init__(self, lengths: Sequence[int], stages: Sequence[StageCost]) -> None: ...
+    lengths: list[int]
+    stages: list[StageCost]
+
+class TermFit:
+    fixed: float
+    per_token: float
+    per_square: float
+    max_residual: float
+    max_relative_residual: float
+    def at(self, shape: MicrobatchShape) -> float: ...
+
+class StageLengthFit:
+    forward: TermFit
+    backward_input: TermFit
+    backward_weight: TermFit
+    backward: Optional[TermFit]
+    activation_bytes: TermFit
+    output_bytes: TermFit
+    def cost_at(self, shape: MicrobatchShape) -> StageCost: ...
+
+class LengthCosts:
+    stages: list[StageLengthFit]
+    samples: int
+    @property
+    def max_relative_residual(self) -> float: ...
+
+def fit_length_costs(samples: Sequence[LengthSample]) -> LengthCosts: ...
+def length_samples(profile: Profile, sequence_length: int) -> list[LengthSample]: ...
+
+class SplitMethod:
+    padded: SplitMethod
+    packed: SplitMethod
+    bucketed: SplitMethod
+    balanced: SplitMethod
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> int: ...
+    def __init__(self, value: int) -> None: ...
+    def __int__(self) -> int: ...
+
+class Microbatch:
+    sequences: list[int]
+    tokens: int
+    padded_length: int
+    shape: MicrobatchShape
+
+class Split:
+    method: SplitMethod
+    microbatches: list[Microbatch]
+    token_limit: int
+    tokens: float
+    computed_tokens: float
+    @property
+    def padding_fraction(self) -> float: ...
+    def __len__(self) -> int: ...
+
+def token_limit(costs: LengthCosts, *, token_budget: Optional[int] = None, memory_cap_bytes: float = ...) -> int: ...
+def split_batch(
+    lengths: Sequence[int],
+    costs: LengthCosts,
+    method: Union[str, SplitMethod] = "balanced",
+    *,
+    token_budget: Optional[int] = None,
+    memory_cap_bytes: float = ...,
+    microbatches: int = 0,
+) -> Split: ...
+def length_cost_model(
+    costs: LengthCosts, microbatches: Union[Split, Sequence[Microbatch]], *, base: Optional[CostModel] = None
+) -> CostModel: ...
+def plan_microbatches(
+    costs: LengthCosts,
+    microbatches: Union[Split, Sequence[Microbatch]],
+    *,
+    base: Optional[CostModel] = None,
+    memory_cap_bytes: float = ...,
+    chunks: Optional[Sequence[int]] = None,
+    fixed_families: Optional[bool] = None,
+    greedy: Optional[bool] = None,
+    dualpipev: Optional[bool] = None,
+    v_blocks: Optional[bool] = None,
+    split_backward: Optional[bool] = None,
+    fb_overlap: Optional[float] = None,
+    max_simulations: Optional[int] = None,
+    comm_on_compute_stream: Optional[bool] = None,
+    objective: str = "makespan",
+    makespan_bound: float = ...,
+) -> SearchResult: ...

@@ -3,6 +3,7 @@
 // (recomputation, offload) placed into a schedule or chosen under a cap; N devices split into
 // data x pipeline parallelism.
 #include "common.hpp"
+#include "plan_options.hpp"
 
 #include <limits>
 #include <map>
@@ -26,21 +27,6 @@ pl::PartitionMethod method_of(const std::string& name) {
   if (name == "uniform") return pl::PartitionMethod::uniform;
   if (name == "by-params" || name == "by_params") return pl::PartitionMethod::by_params;
   pp::fail({"plan", concat("unknown partition method '", name, "'"), "method", "use 'optimal', 'uniform' or 'by-params'"});
-}
-
-pl::Objective objective_of(const std::string& name, double makespan_bound) {
-  pl::Objective o;
-  o.makespan_bound = makespan_bound;
-  if (name == "makespan") {
-    o.kind = pl::ObjectiveKind::makespan;
-  } else if (name == "span") {
-    o.kind = pl::ObjectiveKind::span;
-  } else if (name == "memory") {
-    o.kind = pl::ObjectiveKind::memory;
-  } else {
-    pp::fail({"plan", concat("unknown objective '", name, "'"), "objective", "use 'makespan', 'span' or 'memory'"});
-  }
-  return o;
 }
 
 // "none", "auto", or {stage: MemoryPolicy} (the same policies for every family's stages).
@@ -282,6 +268,77 @@ void bind_plan(py::module_& m) {
       "over the byte cap is priced again with recomputation/offload chosen for it), or {stage: MemoryPolicy}.\n"
       "host_link: device-host link for offload (None: PCIe 4). objective: 'makespan', 'span' or 'memory'\n"
       "(the smallest peak within makespan_bound).");
+
+  // ------------------------------------------------------------------ the planner's search
+  py::class_<pl::SearchedPlan>(m, "SearchedPlan",
+                               "A plan made by the schedule search: `plan` holds the winner alone (its recommended),\n"
+                               "or nothing when no candidate keeps to the caps (plan.reason says what the least hungry\n"
+                               "one needed); `candidates` are every schedule the search considered, `why` the winner's\n"
+                               "one line.")
+      .def_readonly("plan", &pl::SearchedPlan::plan)
+      .def_property_readonly("candidates", [](const pl::SearchedPlan& p) { return p.search.candidates; })
+      .def_property_readonly("why", [](const pl::SearchedPlan& p) { return p.search.why; })
+      .def_property_readonly(
+          "recommended",
+          [](const pl::SearchedPlan& p) -> std::optional<pl::ScheduleResult> {
+            if (const pl::ScheduleResult* r = p.plan.recommended_schedule()) return *r;
+            return std::nullopt;
+          },
+          "the winner, evaluated as plan() evaluates a family; None when nothing fits")
+      .def("__str__", [](const pl::SearchedPlan& p) { return pl::to_string(p.plan); })
+      .def("__repr__", [](const pl::SearchedPlan& p) {
+        const pl::ScheduleResult* r = p.plan.recommended_schedule();
+        return concat("SearchedPlan(recommended=", r != nullptr ? py::repr(py::str(r->name)).cast<std::string>() : "None",
+                      r != nullptr ? concat(", makespan=", float_repr(r->makespan)) : std::string(),
+                      ", candidates=", p.search.candidates.size(), ")");
+      });
+
+  m.def(
+      "search_plan",
+      [](const pp::Profile& profile, std::int32_t ranks, std::int32_t microbatches, std::int32_t chunks,
+         std::optional<double> memory_cap, std::optional<double> memory_cap_microbatches, const py::object& memory_policy,
+         std::optional<pp::Interconnect> host_link, const std::string& objective, double makespan_bound,
+         double optimizer_state_factor, double weight_memory_fraction, const std::string& method, std::string description,
+         std::optional<bool> fixed_families, std::optional<bool> greedy, std::optional<bool> dualpipev,
+         std::optional<bool> v_blocks, std::optional<bool> split_backward, std::optional<double> fb_overlap,
+         std::optional<std::int32_t> max_simulations, std::optional<bool> comm_on_compute_stream) {
+        pl::GraphModelOptions model_options;
+        model_options.ranks = ranks;
+        model_options.microbatches = microbatches;
+        model_options.optimizer_state_factor = optimizer_state_factor;
+        model_options.method = method_of(method);
+        pl::PlanRequest request;
+        request.ranks = ranks;
+        request.microbatches = microbatches;
+        request.chunks = chunks;
+        request.weight_memory_fraction = weight_memory_fraction;
+        request.cap.total_bytes = memory_cap;
+        request.cap.microbatches = memory_cap_microbatches;
+        request.objective = objective_of(objective, makespan_bound);
+        request.memory_policy = memory_policy_of(memory_policy, host_link);
+        // search_plan sets the depths (1, 2, 4 and `chunks`) and the objective from the request.
+        const pl::SearchOptions options =
+            SearchKnobs{std::nullopt, fixed_families, greedy, dualpipev, v_blocks, split_backward,
+                        comm_on_compute_stream, fb_overlap, max_simulations}
+                .applied_to({});
+        if (description.empty()) description = concat(profile.graph.size(), " layers");
+        py::gil_scoped_release release;
+        const pl::PlanModel model = pl::graph_model(profile, std::move(description), model_options);
+        return pl::search_plan(model, request, options);
+      },
+      py::arg("profile"), py::kw_only(), py::arg("ranks"), py::arg("microbatches"), py::arg("chunks") = 2,
+      py::arg("memory_cap") = py::none(), py::arg("memory_cap_microbatches") = py::none(),
+      py::arg("memory_policy") = "none", py::arg("host_link") = py::none(), py::arg("objective") = "makespan",
+      py::arg("makespan_bound") = std::numeric_limits<double>::infinity(),
+      py::arg("optimizer_state_factor") = pp::default_optimizer_state_factor, py::arg("weight_memory_fraction") = 0.5,
+      py::arg("method") = "optimal", py::arg("description") = "", py::arg("fixed_families") = py::none(),
+      py::arg("greedy") = py::none(), py::arg("dualpipev") = py::none(), py::arg("v_blocks") = py::none(),
+      py::arg("split_backward") = py::none(), py::arg("fb_overlap") = py::none(), py::arg("max_simulations") = py::none(),
+      py::arg("comm_on_compute_stream") = py::none(),
+      "plan() with the schedule search instead of the fixed families: the model is cut for every\n"
+      "placement the search tries (depths 1, 2, 4 and `chunks`), and the fastest schedule that keeps to\n"
+      "the caps wins, evaluated as plan() evaluates a family. The keywords shared with plan() mean the\n"
+      "same; the search's knobs keep the C++ defaults when None (see search_schedule).");
 
   // ------------------------------------------------------------------ N devices
   py::class_<pl::DeviceSplit>(m, "DeviceSplit", "One way to run the step on the devices: p x d, m, the family, the cut.")

@@ -50,10 +50,11 @@ pp::Schedule in_csv_form(const pp::Schedule& s, bool comms) {
   return pp::is_lowered(s) ? pp::strip_communication(s) : s;
 }
 
-pp::CsvWriteOptions csv_options(bool groups, std::string_view line_end) {
+pp::CsvWriteOptions csv_options(bool groups, std::string_view line_end, bool bookkeeping) {
   pp::CsvWriteOptions o;
   o.write_groups = groups;
   o.line_end = line_end;
+  o.pytorch_bookkeeping = bookkeeping;
   return o;
 }
 
@@ -116,46 +117,8 @@ void bind_schedule(py::module_& m) {
   m.def(
       "parse_action",
       [](const std::string& text) -> py::object {
-        const std::string subject = concat("action string '", text, "'");
-        check_action_text(text, subject);
-        // One row of one cell: the CSV reader's grammar, OVERLAP_F_B included. The placement
-        // puts every stage the cell can name on rank 0, so nothing is inferred.
-        const std::string_view cell = pp::detail::trimmed(text);
-        if (cell.empty()) pp::fail({subject, "is empty", "", "write an action such as 0F3"});
-        pp::CsvReadOptions o;
-        o.source = text;
-        o.skip_pytorch_only_actions = false;
-        std::vector<pp::Action> actions;
-        if (cell.front() == '(') {
-          // Stage numbers of the sub-actions bound the placement the reader needs.
-          std::size_t stages = 1;
-          const std::size_t close = cell.find(')');
-          if (close != std::string_view::npos) {
-            std::string_view inner = cell.substr(1, close - 1);
-            while (!inner.empty()) {
-              const std::size_t semi = inner.find(';');
-              const std::string_view part = pp::detail::trimmed(inner.substr(0, semi));
-              if (!part.empty()) {
-                const pp::detail::ParsedCell parsed = pp::detail::parse_simple_cell(part, subject, "");
-                if (parsed.kind == pp::detail::CellOp::action)
-                  stages = std::max(stages, static_cast<std::size_t>(parsed.action.stage) + 1);
-              }
-              if (semi == std::string_view::npos) break;
-              inner.remove_prefix(semi + 1);
-            }
-          }
-          if (stages > 4096)
-            pp::fail({subject, "names a stage above 4095 in an OVERLAP_F_B pair", "", "check the stage numbers"});
-          o.placement.assign(stages, 0);
-          actions = pp::from_pytorch_csv(cell, o).programs.at(0);
-        } else {
-          const pp::detail::ParsedCell parsed = pp::detail::parse_simple_cell(cell, subject, "");
-          if (parsed.kind != pp::detail::CellOp::action)
-            pp::fail({subject, concat("is PyTorch's ", parsed.pytorch_name, ", which ppsched does not model"), "",
-                      "FSDP's UNSHARD, RESHARD and REDUCE_GRAD have no ppsched action; leave them out"});
-          return py::cast(parsed.action);
-        }
-        if (actions.empty()) pp::fail({subject, "holds no action", "", "write an action such as 0F3"});
+        const std::vector<pp::Action> actions = pp::parse_pytorch_action(text);
+        if (actions.size() == 1 && !pp::detail::trimmed(text).starts_with('(')) return py::cast(actions.front());
         py::tuple out(actions.size());
         for (std::size_t i = 0; i < actions.size(); ++i) out[i] = py::cast(actions[i]);
         return out;
@@ -312,25 +275,56 @@ void bind_schedule(py::module_& m) {
       "chunks: virtual stages per rank; None: the family's own (two for the looped families that\n"
       "take any number). Raises ppsched.Error stating the family's rule when it refuses the request.");
 
+  // The placements, with the size check of a schedule request first: the C++ helpers allocate
+  // p*v entries unchecked, and Python may pass sizes up to 2**31 - 1 (the check keeps them within
+  // what a generator builds, a placement of at most 2**26 / 3 stages).
+  m.def(
+      "one_stage_per_rank_placement",
+      [](std::int32_t ranks) {
+        pp::detail::check_request_sizes("one_stage_per_rank_placement", pp::ScheduleRequest{ranks, 1, 1});
+        return pp::one_stage_per_rank_placement(ranks);
+      },
+      py::arg("ranks"), "Stage s on rank s (GPipe, 1F1B, ZB-H1, ZB-H2).");
+  m.def(
+      "looped_placement",
+      [](std::int32_t ranks, std::int32_t chunks) {
+        pp::detail::check_request_sizes("looped_placement", pp::ScheduleRequest{ranks, 1, chunks});
+        return pp::looped_placement(ranks, chunks);
+      },
+      py::arg("ranks"), py::arg("chunks"),
+      "Stage c*ranks + r on rank r: Megatron's virtual pipeline (interleaved 1F1B, looped BFS).");
+  m.def(
+      "v_shape_placement",
+      [](std::int32_t ranks) {
+        pp::detail::check_request_sizes("v_shape_placement", pp::ScheduleRequest{ranks, 1, 2});
+        return pp::v_shape_placement(ranks);
+      },
+      py::arg("ranks"), "Two stages per rank in a V: stage s on rank s for s < p, on 2p-1-s after (ZB-V, V-Half, V-Min, DualPipeV).");
+
   // ------------------------------------------------------------------ PyTorch's CSV and actions
   m.def(
       "to_pytorch_csv",
-      [](const pp::Schedule& s, bool comms, bool groups) {
-        return pp::to_pytorch_csv(in_csv_form(s, comms), csv_options(groups, "\r\n"));
+      [](const pp::Schedule& s, bool comms, bool groups, bool bookkeeping) {
+        return pp::to_pytorch_csv(in_csv_form(s, comms), csv_options(groups, "\r\n", bookkeeping));
       },
       py::arg("schedule"), py::kw_only(), py::arg("comms") = false, py::arg("groups") = true,
+      py::arg("bookkeeping") = true,
       "The schedule as PyTorch's pipelining CSV (one row per rank, \\r\\n line ends as Python's csv\n"
       "writes). comms=False: the compute_only format (communication left out); comms=True: the\n"
       "compute_comms format, the schedule lowered with SEND/RECV (unless it already is).\n"
       "groups: append ppsched's '#group' to grouped communication cells (PyTorch ignores it).\n"
+      "bookkeeping (compute_comms only): add the cells PyTorch's runtime requires of such a file, one\n"
+      "WAIT_SEND_F / WAIT_SEND_B per send and REDUCE_GRAD, WAIT_REDUCE_GRAD per stage after its last\n"
+      "backward (where PyTorch scales the gradients by 1/m), so that torch 2.15 runs it as written;\n"
+      "False for a PyTorch whose parser lacks them. from_pytorch_csv skips these cells.\n"
       "Memory actions (R, OFFLOAD, RELOAD) are written as they are; PyTorch refuses them, so\n"
       "strip_memory_actions() a schedule first.");
   m.def(
       "to_pytorch_actions",
-      [](const pp::Schedule& s, bool comms, bool groups) {
+      [](const pp::Schedule& s, bool comms, bool groups, bool bookkeeping) {
         const pp::Schedule form = in_csv_form(s, comms);
         // The CSV's cells are the action strings: no cell the writer makes holds a comma.
-        const std::string text = pp::to_pytorch_csv(form, csv_options(groups, "\n"));
+        const std::string text = pp::to_pytorch_csv(form, csv_options(groups, "\n", bookkeeping));
         py::dict out;
         std::size_t begin = 0;
         for (std::int32_t r = 0; r < static_cast<std::int32_t>(form.programs.size()); ++r) {
@@ -349,7 +343,8 @@ void bind_schedule(py::module_& m) {
         return out;
       },
       py::arg("schedule"), py::kw_only(), py::arg("comms") = false, py::arg("groups") = true,
-      "rank -> the rank's PyTorch action strings, as to_pytorch_csv writes them.");
+      py::arg("bookkeeping") = true,
+      "rank -> the rank's PyTorch action strings, as to_pytorch_csv writes them (bookkeeping cells included).");
   m.def(
       "from_pytorch_csv",
       [](const std::string& text, std::optional<std::vector<std::int32_t>> placement, std::int32_t microbatches,
@@ -399,10 +394,11 @@ void bind_schedule(py::module_& m) {
       "from_pytorch_csv reads the same cells.");
   m.def(
       "save_pytorch_csv",
-      [](const pp::Schedule& s, const std::string& path, bool comms, bool groups) {
-        pp::save_pytorch_csv(path, in_csv_form(s, comms), csv_options(groups, "\r\n"));
+      [](const pp::Schedule& s, const std::string& path, bool comms, bool groups, bool bookkeeping) {
+        pp::save_pytorch_csv(path, in_csv_form(s, comms), csv_options(groups, "\r\n", bookkeeping));
       },
       py::arg("schedule"), py::arg("path"), py::kw_only(), py::arg("comms") = false, py::arg("groups") = true,
+      py::arg("bookkeeping") = true,
       "Writes to_pytorch_csv's text to a file.");
   m.def(
       "load_pytorch_csv",

@@ -24,6 +24,9 @@ void bind_trace(py::module_& m);
 void bind_partition(py::module_& m);
 void bind_plan(py::module_& m);
 void bind_profile(py::module_& m);
+void bind_search(py::module_& m);
+void bind_frameworks(py::module_& m);
+void bind_varlen(py::module_& m);
 
 // PyTorch's spelling, as Action.op shows it: "I" and "W" for BI and BW, the C++ names otherwise.
 inline std::string op_text(ppsched::Op op) { return std::string(ppsched::detail::pytorch_op_name(op)); }

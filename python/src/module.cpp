@@ -9,7 +9,8 @@ PYBIND11_MODULE(_ppsched, m) {
   namespace py = pybind11;
   m.doc() =
       "ppsched's C++ library, bound: schedule families, PyTorch's CSV and action strings, lowering, "
-      "validation, simulation, timelines and their writers, partitioning and the planner.";
+      "validation, simulation, timelines and their writers, partitioning, Megatron and torchtitan layouts, "
+      "the planner, the schedule search and variable-length batches.";
 
   // ValueError's subclass: bad input is a value error in Python's terms, and code that catches
   // ValueError around a call keeps working. Every ppsched::error keeps its message.
@@ -22,6 +23,11 @@ PYBIND11_MODULE(_ppsched, m) {
   ppsched_py::bind_sim(m);
   ppsched_py::bind_trace(m);
   ppsched_py::bind_partition(m);
+  // The search's result types first: search_plan (bind_plan) and plan_microbatches (bind_varlen)
+  // return them, and pybind11 names a type in a docstring only once it is registered.
+  ppsched_py::bind_search(m);
   ppsched_py::bind_plan(m);
   ppsched_py::bind_profile(m);
+  ppsched_py::bind_frameworks(m);
+  ppsched_py::bind_varlen(m);
 }

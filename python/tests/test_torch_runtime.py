@@ -6,10 +6,11 @@ m in {p, 2p, 4p} is written with ``ppsched.to_pytorch_csv`` and loaded into
 rank), in both of PyTorch's formats:
 
 - ``compute_only``: PyTorch's runtime inserts the communication itself;
-- ``compute_comms``: our lowered schedule with its SEND/RECV, as we wrote it;
-- ``compute_comms+waits``: the same, with what PyTorch 2.15's own lowering adds after SEND/RECV
-  (one WAIT_SEND_F / WAIT_SEND_B per send, REDUCE_GRAD / WAIT_REDUCE_GRAD per stage), added by
-  PyTorch's own passes (``_add_reduce_grad``, ``_add_wait_send``); our SEND/RECV order is kept.
+- ``compute_comms``: our lowered schedule with its SEND/RECV, as we wrote it: ppsched's writer
+  adds the bookkeeping PyTorch 2.15's runtime requires of such a file (one WAIT_SEND_F /
+  WAIT_SEND_B per send, REDUCE_GRAD / WAIT_REDUCE_GRAD per stage: ``bookkeeping=True``, the
+  default), so PyTorch's own passes are not needed. One file written with ``bookkeeping=False``
+  must still be refused by PyTorch, so that a PyTorch that stops requiring these cells shows up.
 
 Each run is compared with the model run whole on one process (unpipelined training: loss = mean
 over micro-batches, as PyTorch's pipelining computes it with ``scale_grads=True``) and, for the
@@ -55,9 +56,9 @@ import torch_pipeline_harness as harness  # noqa: E402
 P_VALUES = (2, 4)
 V_VALUES = (1, 2)
 TOL = 1e-12
-VARIANTS = ("compute_only", "compute_comms", "compute_comms+waits")
+VARIANTS = ("compute_only", "compute_comms")
 # PyTorch 2.15 wants one WAIT_SEND_F / WAIT_SEND_B cell after each send of a compute_comms file
-# (_validate_send_waits); ppsched's lowering writes none, so PyTorch refuses the file as written.
+# (_validate_send_waits): a file written with bookkeeping=False is refused with this.
 NO_WAIT_REFUSAL = "have no matching wait"
 # A schedule with no backward is not a training step: _validate_schedule counts m backwards.
 NO_BACKWARD_REFUSAL = "Invalid backward microbatches"
@@ -96,32 +97,35 @@ def _our_schedules(p: int):
 
 
 def _searched_schedules(p: int):
-    """The planner's search, where the bindings expose it: (schedules, reason when not)."""
-    search = getattr(ppsched, "search_schedule", None)
-    if search is None:
-        return [], "ppsched does not expose the planner's search (search_schedule)"
+    """The schedule search's winners for p ranks and m in {p, 2p, 4p}, as the harness takes them."""
     out = []
     for m in (p, 2 * p, 4 * p):
         # An uneven model: the last rank (an LM head) costs twice the others; W cheaper than B.
-        try:
-            res = search(ranks=p, microbatches=m, stage_costs=[(2.0, 2.2, 0.7) if r == p - 1 else (1.0, 1.1, 0.7) for r in range(p)])
-        except (TypeError, AttributeError, ppsched.Error) as e:
-            return [], f"ppsched.search_schedule could not be called as this test expects (adapt the test): {e}"
-        sched = getattr(res, "schedule", res)
+        costs = ppsched.CostModel(
+            stages=[
+                ppsched.StageCost(forward=2.0, backward_input=2.2, backward_weight=0.7)
+                if r == p - 1
+                else ppsched.StageCost(forward=1.0, backward_input=1.1, backward_weight=0.7)
+                for r in range(p)
+            ]
+        )
+        res = ppsched.search_schedule(ranks=p, microbatches=m, costs=costs)
+        sched = res.schedule
         out.append(
             dict(
                 family="searched",
                 training=True,
-                winner=getattr(sched, "name", "?"),
+                winner=sched.name,
                 p=p,
                 v=len(sched.placement) // p,
                 m=m,
                 placement=list(sched.placement),
                 compute_only=ppsched.to_pytorch_csv(sched),
-                compute_comms=ppsched.to_pytorch_csv(getattr(res, "lowered", sched), comms=True),
+                # The search's own lowering (its order of SEND/RECV, priced by its costs).
+                compute_comms=ppsched.to_pytorch_csv(res.lowered, comms=True),
             )
         )
-    return out, None
+    return out
 
 
 class Runs:
@@ -129,8 +133,24 @@ class Runs:
         self.results: dict[str, dict] = {}
         self.schedules: dict[str, dict] = {}  # case id -> the schedule it came from
         self.refused_requests: list[str] = []
-        self.search_skip: str | None = None
         self.seconds: dict[str, float] = {}
+
+
+# A compute_comms file written without PyTorch's bookkeeping cells (bookkeeping=False): PyTorch
+# 2.15 refuses it before any communication. Run in the p = 2 processes.
+NO_BOOKKEEPING_ID = "1f1b p=2 m=4 compute_comms bookkeeping=False"
+
+
+def _no_bookkeeping_case() -> dict:
+    s = ppsched.make_schedule("1f1b", ranks=2, microbatches=4)
+    text = ppsched.to_pytorch_csv(s, comms=True, bookkeeping=False)
+    assert "WAIT_SEND" not in text and "REDUCE_GRAD" not in text
+    return dict(
+        id=NO_BOOKKEEPING_ID,
+        family="no-bookkeeping", p=2, v=1, m=4, format="compute_comms",
+        stages=2, placement=[0, 1],
+        run=dict(kind="csv", csv=text, format="compute_comms"),
+    )
 
 
 # A compute_comms file that deadlocks: rank 0 waits for micro-batch 0's gradient before it sends
@@ -152,7 +172,7 @@ def runs() -> Runs:
     batches = {}
     for p in P_VALUES:
         built, refused = _our_schedules(p)
-        searched, out.search_skip = _searched_schedules(p)
+        searched = _searched_schedules(p)
         out.refused_requests += refused
         cases = harness.build_cases(built + searched)
         for case in cases:
@@ -160,6 +180,7 @@ def runs() -> Runs:
                 if (sc["family"], sc["p"], sc["v"], sc["m"]) == (case["family"], p, case["v"], case["m"]):
                     out.schedules[case["id"]] = sc
         batches[p] = cases
+    batches[2].append(_no_bookkeeping_case())
     batches[2].append(
         dict(
             id=DEADLOCK_ID,
@@ -188,7 +209,7 @@ def _print_report(out: Runs) -> None:
     rows: dict[tuple[str, str], list[str]] = {}
     for r in out.results.values():
         c = r["case"]
-        if r["id"] == DEADLOCK_ID:
+        if r["id"] in (DEADLOCK_ID, NO_BOOKKEEPING_ID):
             continue
         key = (c["family"], c["format"])
         mark = r["status"]
@@ -206,8 +227,8 @@ def _print_report(out: Runs) -> None:
         print(f"  CSV runs compared with {what}: {len(compared)}, bit-identical {len(same)}, largest difference {worst:.2g}")
     print("  wall seconds (p=2 and p=4 run at once): "
           + ", ".join(f"{k}: {s:.1f}" for k, s in out.seconds.items()))
-    if out.search_skip:
-        print(f"  searched: {out.search_skip}")
+    winners = sorted({f"p{sc['p']}m{sc['m']}: {sc['winner']}" for sc in out.schedules.values() if sc["family"] == "searched"})
+    print("  searched winners: " + ", ".join(winners))
 
 
 def _problems(runs: Runs, family: str, variant: str) -> tuple[list[str], int]:
@@ -223,12 +244,8 @@ def _problems(runs: Runs, family: str, variant: str) -> tuple[list[str], int]:
             if r["status"] != "refused" or NO_BACKWARD_REFUSAL not in errors:
                 problems.append(f"{cid}: expected PyTorch to refuse a schedule without backward, got {r['status']} {errors}")
             continue
-        if variant == "compute_comms" and "WAIT_SEND" not in sc["compute_comms"]:
-            if r["status"] != "refused" or NO_WAIT_REFUSAL not in errors:
-                problems.append(
-                    f"{cid}: PyTorch no longer refuses a compute_comms file without WAIT_SEND cells "
-                    f"({r['status']} {errors}); update docs/python.md and this test"
-                )
+        if variant == "compute_comms" and "REDUCE_GRAD" not in sc["compute_comms"]:
+            problems.append(f"{cid}: our compute_comms file lacks PyTorch's bookkeeping cells")
             continue
         if r["status"] != "ok":
             problems.append(f"{cid}: {r['status']}: {errors}")
@@ -260,8 +277,6 @@ def test_family_runs_in_pytorch(runs, family, variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_searched_schedule_runs_in_pytorch(runs, variant):
-    if runs.search_skip:
-        pytest.skip(runs.search_skip)
     problems, count = _problems(runs, "searched", variant)
     assert count > 0
     assert not problems, "\n".join(problems)
@@ -290,6 +305,16 @@ def test_matrix_is_covered(runs):
                 for m in (p, 2 * p, 4 * p):
                     if fam.accepts(ranks=p, microbatches=m, chunks=v) and fam.chunks_for(v) == v:
                         assert (fam.name, p, v, m) in ran, f"{fam.name} p={p} v={v} m={m} was not run"
+
+
+def test_pytorch_refuses_compute_comms_without_bookkeeping(runs):
+    """bookkeeping=False writes no WAIT_SEND / REDUCE_GRAD cells, which PyTorch 2.15 requires."""
+    r = runs.results[NO_BOOKKEEPING_ID]
+    errors = "; ".join(r["errors"])
+    assert r["status"] == "refused" and NO_WAIT_REFUSAL in errors, (
+        f"PyTorch no longer refuses a compute_comms file without WAIT_SEND cells ({r['status']} {errors[:500]}); "
+        "bookkeeping=False may now be the better default: update docs/python.md and this test"
+    )
 
 
 # --------------------------------------------------------------------------- PyTorch's parser

@@ -1284,6 +1284,94 @@ TEST_CASE("search_plan with memory policies: a candidate over the byte cap climb
   }
 }
 
+TEST_CASE("each result carries the cut it was priced on, and that cut prices it again to its makespan",
+          "[plan][compare][cut]") {
+  // Uneven layers, a link that costs, a fixed cost per action: a cut other than the priced one
+  // (PlanResult::partition for a V, an even split) would give another makespan.
+  Profile profile = chain(16);
+  profile.link = Interconnect{0.05, 1e3};
+  profile.action_overhead = 0.01;
+  const PlanModel model = graph_model(profile, "uneven chain", {.ranks = 4, .microbatches = 8});
+  PlanRequest request;
+  request.ranks = 4;
+  request.microbatches = 8;
+  const PlanResult plan = compare_families(model, request);
+  INFO(to_string(plan));
+  const auto reprice = [&](const ScheduleResult& r) {
+    const CostModel costs = cost_model_of(r.partition, plan_cost_options(model, request.weight_memory_fraction));
+    const LoweredSchedule lowered = lower(r.schedule, lower_options_for(costs, r.schedule.stages(), r.schedule.microbatches));
+    return simulate(lowered, costs).makespan;
+  };
+  const auto check_cut = [&](const ScheduleResult& r) {
+    INFO(r.name);
+    REQUIRE(static_cast<std::int32_t>(r.partition.stages.size()) == r.virtual_stages);
+    std::size_t next = 0;
+    for (std::size_t s = 0; s < r.partition.stages.size(); ++s) {
+      CHECK(r.partition.stages[s].begin == next);  // contiguous, in model order, none empty
+      CHECK(r.partition.stages[s].end > next);
+      next = r.partition.stages[s].end;
+      CHECK(r.partition.stages[s].rank == r.schedule.placement[s]);
+    }
+    CHECK(next == model.layers);
+    CHECK(reprice(r) == Approx(r.makespan).epsilon(1e-12));
+  };
+  std::int32_t several_per_rank = 0;
+  for (const ScheduleResult& r : plan.schedules) {
+    if (!r.valid || !r.training) continue;
+    REQUIRE_FALSE(r.memory);
+    check_cut(r);
+    if (r.chunks > 1) {
+      ++several_per_rank;
+      CHECK(r.partition != plan.partition);
+    } else {
+      CHECK(r.partition.stages.size() == plan.partition.stages.size());
+    }
+  }
+  CHECK(several_per_rank >= 5);  // zb-v, v-half, v-min, dualpipev, interleaved-1f1b, ...
+  // The V: rank 0 holds the first and the last stage.
+  const ScheduleResult& zbv = named(plan, "zb-v");
+  CHECK(zbv.partition.stages.front().rank == 0);
+  CHECK(zbv.partition.stages.back().rank == 0);
+  CHECK(zbv.partition.stages.back().end == model.layers);
+
+  SECTION("the search's winner, whatever its placement") {
+    const SearchedPlan searched = search_plan(model, request);
+    REQUIRE(searched.plan.recommended_schedule() != nullptr);
+    check_cut(*searched.plan.recommended_schedule());
+  }
+  SECTION("evaluate_schedule: the partition given") {
+    const Schedule s = make_schedule("interleaved-1f1b", {4, 8, 2});
+    const PartitionPlan cut = model.partition(s.placement);
+    CHECK(evaluate_schedule(s, model, cut, request).partition == cut);
+  }
+}
+
+TEST_CASE("a result priced on a cut made again under the cap carries that cut", "[plan][compare][cut][memory]") {
+  // As in test_memory: a heavy first layer leaves no policy room on the family's cut.
+  std::vector<Layer> layers(8);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    layers[i] = Layer{"layer " + std::to_string(i), 1.0, 1.0, 1.0, i == 0 ? 500.0 : 100.0, 100.0, 10.0};
+  }
+  Profile profile;
+  profile.graph = LayerGraph(layers);
+  profile.time_unit = "ms";
+  const PlanModel model = graph_model(profile, "heavy first layer", {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 1.0});
+  PlanRequest request;
+  request.ranks = 4;
+  request.microbatches = 8;
+  request.families = {"1f1b"};
+  request.cap.total_bytes = 650.0;
+  request.memory_policy.mode = MemoryPolicyMode::automatic;
+  const PlanResult plan = compare_families(model, request);
+  INFO(to_string(plan));
+  const ScheduleResult& r = plan.schedules.front();
+  REQUIRE(r.memory);
+  REQUIRE(r.memory->partition);
+  CHECK(r.partition == *r.memory->partition);
+  CHECK(r.partition.stages[0].end == 1);
+  CHECK(plan.partition.stages[0].end == 2);
+}
+
 TEST_CASE("a first stage that runs its whole backward in BW is priced so, and only the first", "[plan][devices]") {
   Profile p = chain(4);
   p.rows = 1;

@@ -127,7 +127,8 @@ struct MemoryPolicyUse {
   double plain_peak_bytes = 0.0;  // the fullest rank's, static + activations
   std::string plain_fit_problem;  // why the plain schedule did not fit; empty when it did
   // The cut the policies were priced on when the planner cut the model again under the cap
-  // (no policy fit the family's own cut); empty: the family's cut.
+  // (no policy fit the family's own cut); empty: the family's cut. Either way
+  // ScheduleResult::partition holds the cut priced.
   std::optional<PartitionPlan> partition;
 
   friend bool operator==(const MemoryPolicyUse&, const MemoryPolicyUse&) = default;
@@ -165,6 +166,14 @@ struct ScheduleResult {
   Timeline timeline;        // simulated
   // Set when the schedule was priced with memory policies (PlanRequest::memory_policy).
   std::optional<MemoryPolicyUse> memory;
+  // The cut these figures were priced on, as priced: stage s of `schedule` holds the layers
+  // partition.stages[s].begin .. end - 1 (positions of the model's layer order) and runs on
+  // rank partition.stages[s].rank, which is schedule.placement[s]. It is what a user builds
+  // the stages from: for a family of several stages per rank it is not PlanResult::partition
+  // (one stage per rank), and under memory policies it may be a cut made again under the cap
+  // (MemoryPolicyUse::partition). Priced plainly (no memory policies), cost_model_of(partition,
+  // plan_cost_options(model, weight_memory_fraction)) simulates `schedule` to `makespan`.
+  PartitionPlan partition;
 
   friend bool operator==(const ScheduleResult&, const ScheduleResult&) = default;
 };
@@ -195,7 +204,7 @@ struct PlanResult {
   std::int32_t ranks = 0;
   std::int32_t microbatches = 0;
   std::int32_t chunks = 0;
-  PartitionPlan partition;  // the one-stage-per-rank cut
+  PartitionPlan partition;  // the one-stage-per-rank cut; each schedule's own is ScheduleResult::partition
   std::vector<ScheduleResult> schedules;
   std::vector<SkippedSchedule> skipped;
   Recommendation recommended;

@@ -198,6 +198,7 @@ namespace detail {
   }
   plan::ScheduleResult r;
   r.name = schedule.name;
+  r.partition = partition;  // the very cut priced below, so a user builds what was priced
   for (const std::int32_t v : plan::chunks_per_rank(schedule)) r.chunks = std::max(r.chunks, v);
   r.virtual_stages = schedule.stages();
   r.training = std::any_of(schedule.programs.begin(), schedule.programs.end(), [](const std::vector<Action>& p) {

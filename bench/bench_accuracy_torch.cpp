@@ -103,7 +103,7 @@ using accuracy::kendall_tau;
 ppsched::libtorch::TorchProfile without_loss(ppsched::libtorch::TorchProfile p) {
   for (std::size_t k = 0; k < p.loss.size(); ++k) {
     ppsched::libtorch::TorchLayerSample& last = p.layers.back().samples[k];
-    for (ppsched::libtorch::TorchTiming* t : {&last.backward, &last.backward_input}) {
+    for (ppsched::profiling::TimeSpread* t : {&last.backward, &last.backward_input}) {
       t->median -= p.loss[k].median;
       t->min -= p.loss[k].min;
       t->max -= p.loss[k].max;
@@ -166,13 +166,13 @@ std::vector<std::pair<std::string, ppsched::Profile>> variants(const ppsched::li
 // (machine_probe.hpp), the fastest repetition of a call and the fastest of a configuration's
 // steps are both taken at the cores' full speed, where the medians may each be a different mix.
 ppsched::libtorch::TorchProfile at_fastest(ppsched::libtorch::TorchProfile p) {
-  const auto fastest = [](ppsched::libtorch::TorchTiming& t) { t.median = t.min; };
+  const auto fastest = [](ppsched::profiling::TimeSpread& t) { t.median = t.min; };
   for (ppsched::libtorch::TorchLayerProfile& l : p.layers) {
     for (ppsched::libtorch::TorchLayerSample& s : l.samples) {
-      for (ppsched::libtorch::TorchTiming* t : {&s.forward, &s.backward, &s.backward_input, &s.backward_weight}) fastest(*t);
+      for (ppsched::profiling::TimeSpread* t : {&s.forward, &s.backward, &s.backward_input, &s.backward_weight}) fastest(*t);
     }
   }
-  for (ppsched::libtorch::TorchTiming& t : p.loss) fastest(t);
+  for (ppsched::profiling::TimeSpread& t : p.loss) fastest(t);
   return p;
 }
 

@@ -64,7 +64,7 @@ torch::nn::Sequential make_model() {
   return model;
 }
 
-std::string timing(const ppsched::libtorch::TorchTiming& t) {
+std::string timing(const ppsched::profiling::TimeSpread& t) {
   std::ostringstream s;
   s << std::fixed << std::setprecision(3) << t.median << " [" << t.min << ", " << t.max << "]";
   return s.str();

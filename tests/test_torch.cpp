@@ -1257,7 +1257,7 @@ CATCH_TEST_CASE("profile_sequential measures every child at every size and leave
     for (std::size_t k = 0; k < 2; ++k) {
       const ppsched::libtorch::TorchLayerSample& s = l.samples[k];
       CATCH_CHECK(s.rows == o.rows[k]);
-      for (const ppsched::libtorch::TorchTiming& t : {s.forward, s.backward, s.backward_input, s.backward_weight}) {
+      for (const ppsched::profiling::TimeSpread& t : {s.forward, s.backward, s.backward_input, s.backward_weight}) {
         CATCH_CHECK(t.min >= 0.0);  // a parameterless child's BW does next to nothing
         CATCH_CHECK(t.min <= t.median);
         CATCH_CHECK(t.median <= t.max);
@@ -1343,8 +1343,8 @@ CATCH_TEST_CASE("profile_sequential takes the call overhead off the children onc
     for (auto [rows, ms] : {std::pair{2, at2}, std::pair{8, at8}}) {
       ppsched::libtorch::TorchLayerSample s;
       s.rows = rows;
-      s.forward = {ms, ms - 0.1, ms + 0.1};
-      s.backward = s.backward_input = s.backward_weight = {ms, ms, ms};
+      s.forward = {.median = ms, .q1 = ms - 0.05, .q3 = ms + 0.05, .min = ms - 0.1, .max = ms + 0.1};
+      s.backward = s.backward_input = s.backward_weight = {.median = ms, .q1 = ms, .q3 = ms, .min = ms, .max = ms};
       l.samples.push_back(s);
     }
     return l;
@@ -1352,9 +1352,10 @@ CATCH_TEST_CASE("profile_sequential takes the call overhead off the children onc
   std::vector<ppsched::libtorch::TorchLayerProfile> children{child(1.0, 4.0), child(2.0, 5.0), child(3.0, 6.0)};
   const auto whole = [](double forward, double backward) {
     ppsched::detail::torch_adapter::StageTimes t;
-    t.forward = {forward, forward, forward};
-    t.backward = t.backward_input = {backward, backward, backward};
-    t.backward_weight = {20.0, 20.0, 20.0};  // slower as one stage than alone: nothing to take off
+    const auto at = [](double ms) { return ppsched::profiling::TimeSpread{.median = ms, .q1 = ms, .q3 = ms, .min = ms, .max = ms}; };
+    t.forward = at(forward);
+    t.backward = t.backward_input = at(backward);
+    t.backward_weight = at(20.0);  // slower as one stage than alone: nothing to take off
     return t;
   };
   // F: (6 - 5) / 2 = 0.5 at 2 rows, (15 - 13) / 2 = 1 at 8: the median 0.75. B: 3 and 4.5, the
@@ -1367,6 +1368,8 @@ CATCH_TEST_CASE("profile_sequential takes the call overhead off the children onc
   CATCH_CHECK(o.backward_weight == 0.0);
   CATCH_CHECK(children[0].samples[0].forward.median == Approx(0.25));
   CATCH_CHECK(children[0].samples[0].forward.min == Approx(0.15));
+  CATCH_CHECK(children[0].samples[0].forward.q1 == Approx(0.2));  // the quartiles move with the median
+  CATCH_CHECK(children[0].samples[0].forward.q3 == Approx(0.3));
   CATCH_CHECK(children[2].samples[1].forward.median == Approx(5.25));
   CATCH_CHECK(children[0].samples[0].backward.median == Approx(0.0));  // never below 0
   CATCH_CHECK(children[1].samples[1].backward_weight.median == 5.0);

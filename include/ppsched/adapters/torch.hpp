@@ -58,6 +58,7 @@
 #include "ppsched/graph/profile.hpp"
 #include "ppsched/graph/tensor.hpp"
 #include "ppsched/runtime/payload.hpp"
+#include "ppsched/runtime/time_spread.hpp"
 #include "ppsched/runtime/stage.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
@@ -1140,16 +1141,10 @@ struct TorchProfileOptions {
 };
 
 // One measured time: the median of the repetitions and their spread, in ms.
-struct TorchTiming {
-  double median = 0.0;
-  double min = 0.0;
-  double max = 0.0;
-};
-
 // One child at one micro-batch size.
 struct TorchLayerSample {
   std::int64_t rows = 0;
-  TorchTiming forward, backward, backward_input, backward_weight;  // B; then BI and BW of the split
+  profiling::TimeSpread forward, backward, backward_input, backward_weight;  // B; then BI and BW of the split
   // Counted by TorchMemoryCounter on TorchStages of the model's tail (detail::torch_adapter::
   // held_by_stage): what a stage starting at this child holds per micro-batch after its
   // forward, less what a stage starting at the next child holds. A stage's children then sum to
@@ -1197,7 +1192,7 @@ struct TorchProfile {
   CallOverhead call_overhead;
   // [size]: the loss's call (TorchProfileOptions::loss), already in the last child's B and BI;
   // empty when no loss was given.
-  std::vector<TorchTiming> loss;
+  std::vector<profiling::TimeSpread> loss;
 
   // The Profile at one measured size: a chain of the children with the medians (ms) and
   // bytes at that size, the full backward beside the split halves, `rows` set to that size,
@@ -1211,13 +1206,6 @@ struct TorchProfile {
 
 }  // namespace libtorch
 namespace detail::torch_adapter {
-
-[[nodiscard]] inline libtorch::TorchTiming spread(std::vector<double> ms) {
-  std::sort(ms.begin(), ms.end());
-  const std::size_t n = ms.size();
-  const double median = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
-  return {median, ms.front(), ms.back()};
-}
 
 template <class F>
 [[nodiscard]] double time_ms(F&& f) {
@@ -1270,7 +1258,7 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
     if (counted) layer.boundary_weight_bytes = s.boundary_weight_bytes;
     if (l.samples.size() > 1) {
       for (const TorchLayerSample& m : l.samples) {
-        const auto relative = [](const TorchTiming& t) { return t.median > 0.0 ? (t.max - t.min) / t.median : 0.0; };
+        const auto relative = [](const profiling::TimeSpread& t) { return t.relative_spread(); };
         CostPoint point;
         point.rows = static_cast<double>(m.rows);
         point.forward = m.forward.median;
@@ -1375,7 +1363,7 @@ struct HeldBytes {
 // The four calls of a TorchStage of `model`'s children first..last - 1, child k's input being
 // inputs[k], timed as the adapter runs them: F, B, then F, BI, BW, after `warmup` rounds.
 struct StageTimes {
-  libtorch::TorchTiming forward, backward, backward_input, backward_weight;
+  profiling::TimeSpread forward, backward, backward_input, backward_weight;
 };
 [[nodiscard]] inline StageTimes time_stage(const torch::nn::Sequential& model, const std::vector<torch::Tensor>& inputs,
                                            std::size_t first, std::size_t last, int warmup, int repetitions) {
@@ -1400,12 +1388,12 @@ struct StageTimes {
     bi.push_back(input_part);
     bw.push_back(weight_part);
   }
-  return {spread(fw), spread(b), spread(bi), spread(bw)};
+  return {spread_of(fw), spread_of(b), spread_of(bi), spread_of(bw)};
 }
 
 // The loss's call at one size, as TorchStage's loss runs it: the model's output `y` as a leaf
 // that takes a gradient, the loss against the target, the gradient, copied out as floats.
-[[nodiscard]] inline libtorch::TorchTiming time_loss(const libtorch::TorchProfileOptions& options, const torch::Tensor& y, std::int64_t rows) {
+[[nodiscard]] inline profiling::TimeSpread time_loss(const libtorch::TorchProfileOptions& options, const torch::Tensor& y, std::int64_t rows) {
   const torch::Tensor target = options.target ? options.target(rows) : torch::zeros_like(y);
   if (!target.defined()) {
     fail({"torch profile", concat("the target for ", rows, " rows is undefined"), "libtorch::TorchProfileOptions::target",
@@ -1427,14 +1415,14 @@ struct StageTimes {
     });
     if (rep >= options.warmup) ms.push_back(t);
   }
-  return spread(std::move(ms));
+  return spread_of(std::move(ms));
 }
 
 // TorchProfile::call_overhead from the children's times alone ([child][size]) and the whole
 // chain's ([size]), and every child's times with it taken off.
 inline libtorch::TorchProfile::CallOverhead take_off_call_overhead(std::vector<libtorch::TorchLayerProfile>& children,
                                                          const std::vector<StageTimes>& whole) {
-  const auto one = [&](libtorch::TorchTiming libtorch::TorchLayerSample::* kind, libtorch::TorchTiming StageTimes::* whole_kind) {
+  const auto one = [&](profiling::TimeSpread libtorch::TorchLayerSample::* kind, profiling::TimeSpread StageTimes::* whole_kind) {
     std::vector<double> per_size;
     double least = std::numeric_limits<double>::infinity();
     for (std::size_t k = 0; k < whole.size(); ++k) {
@@ -1445,11 +1433,12 @@ inline libtorch::TorchProfile::CallOverhead take_off_call_overhead(std::vector<l
       }
       per_size.push_back((sum - (whole[k].*whole_kind).median) / static_cast<double>(children.size() - 1));
     }
-    const double per_call = std::clamp(spread(per_size).median, 0.0, least);
+    const double per_call = std::clamp(spread_of(per_size).median, 0.0, least);
     for (libtorch::TorchLayerProfile& c : children) {
       for (libtorch::TorchLayerSample& sample : c.samples) {
-        libtorch::TorchTiming& t = sample.*kind;
-        t = {t.median - per_call, std::max(0.0, t.min - per_call), std::max(0.0, t.max - per_call)};
+        profiling::TimeSpread& t = sample.*kind;
+        t.median -= per_call;  // per_call is at most the least median
+        for (double* v : {&t.q1, &t.q3, &t.min, &t.max}) *v = std::max(0.0, *v - per_call);
       }
     }
     return per_call;
@@ -1567,7 +1556,7 @@ namespace libtorch {
   if (!whole.empty()) out.call_overhead = detail::torch_adapter::take_off_call_overhead(out.layers, whole);
   for (std::size_t k = 0; k < out.loss.size(); ++k) {
     TorchLayerSample& last = out.layers.back().samples[k];
-    for (TorchTiming* t : {&last.backward, &last.backward_input}) {
+    for (profiling::TimeSpread* t : {&last.backward, &last.backward_input}) {
       t->median += out.loss[k].median;
       t->min += out.loss[k].min;
       t->max += out.loss[k].max;

@@ -37,6 +37,7 @@
 #include "ppsched/graph/profile.hpp"
 #include "ppsched/graph/rows.hpp"
 #include "ppsched/runtime/stage.hpp"
+#include "ppsched/runtime/time_spread.hpp"
 #include "ppsched/runtime/world.hpp"
 #include "ppsched/schedule/fill_drain.hpp"
 #include "ppsched/schedule/one_f_one_b.hpp"
@@ -47,19 +48,6 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 namespace profiling {
-
-// The repetitions of one measured time: median, quartiles and extremes, in the unit asked for.
-struct TimeSpread {
-  double median = 0.0;
-  double q1 = 0.0;
-  double q3 = 0.0;
-  double min = 0.0;
-  double max = 0.0;
-
-  // (max - min) / median: how far one repetition may be from another; 0 for a zero median.
-  [[nodiscard]] double relative_spread() const noexcept { return median > 0.0 ? (max - min) / median : 0.0; }
-  friend bool operator==(const TimeSpread&, const TimeSpread&) = default;
-};
 
 // One stage function at one micro-batch size.
 struct StageTiming {
@@ -99,18 +87,6 @@ namespace detail {
 [[nodiscard]] inline double seconds_per_unit_or_fail(const std::string& unit, const char* who) {
   if (const std::optional<double> seconds = ppsched::seconds_per_unit(unit)) return *seconds;
   fail({who, concat("unit \"", unit, "\""), "unit", "give \"s\", \"ms\", \"us\" or \"ns\""});
-}
-
-// Quartiles by linear interpolation between order statistics (the usual "type 7").
-[[nodiscard]] inline profiling::TimeSpread spread_of(std::vector<double> samples) {
-  std::sort(samples.begin(), samples.end());
-  const auto quantile = [&](double q) {
-    const double at = q * static_cast<double>(samples.size() - 1);
-    const auto lo = static_cast<std::size_t>(at);
-    const std::size_t hi = std::min(lo + 1, samples.size() - 1);
-    return samples[lo] + (samples[hi] - samples[lo]) * (at - static_cast<double>(lo));
-  };
-  return {quantile(0.5), quantile(0.25), quantile(0.75), samples.front(), samples.back()};
 }
 
 }  // namespace detail

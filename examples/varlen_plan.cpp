@@ -52,8 +52,8 @@ std::vector<std::int64_t> lognormal_lengths(std::size_t n, std::mt19937_64& rng)
 
 struct Row {
   double microbatches = 0, padding = 0, tokens = 0;
-  double t_1f1b = 0, t_static = 0, t_planned = 0;  // summed simulated steps, ms
-  double plan_ms = 0;                              // wall time of plan_microbatches
+  double t_1f1b = 0, t_static = 0, t_planned = 0, t_ordered = 0;  // summed simulated steps, ms
+  double plan_ms = 0, order_ms = 0;  // wall time of plan_microbatches, of plan_step
 };
 
 double simulated(const Schedule& schedule, const CostModel& costs) {
@@ -135,6 +135,10 @@ int main(int argc, char** argv) {
       const SearchResult planned = plan_microbatches(fit, s.microbatches, plan_options);
       r.plan_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       r.t_planned += planned.simulation.makespan;
+      const auto t1 = std::chrono::steady_clock::now();
+      const StepPlan ordered = plan_step(fit, s.microbatches, plan_options);
+      r.order_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count();
+      r.t_ordered += ordered.search.simulation.makespan;
     }
     if (!from_file.empty()) break;
   }
@@ -142,15 +146,16 @@ int main(int argc, char** argv) {
   std::printf("\n%d batches of %zu sequences, lognormal(5.49, 1.10) clipped to [16, 4096]; %d ranks, "
               "8192 tokens per micro-batch at most\n",
               n, from_file.empty() ? batch : from_file.size(), ranks);
-  std::printf("%-9s %6s %8s | %11s %11s %11s | %9s %9s | %7s\n", "split", "m", "padding", "1F1B tok/ms", "static", "planned",
-              "vs padded", "vs static", "plan ms");
+  std::printf("%-9s %6s %8s | %11s %11s %11s %11s | %9s %9s %9s | %7s %8s\n", "split", "m", "padding", "1F1B tok/ms", "static",
+              "planned", "ordered", "vs padded", "vs static", "ordered", "plan ms", "order ms");
   const double padded_planned = rows[0].tokens / rows[0].t_planned;
   for (int mi = 0; mi < 4; ++mi) {
     const Row& r = rows[mi];
-    const double planned = r.tokens / r.t_planned, fixed = r.tokens / r.t_static;
-    std::printf("%-9s %6.1f %7.1f%% | %11.1f %11.1f %11.1f | %8.2fx %8.1f%% | %7.2f\n",
+    const double planned = r.tokens / r.t_planned, fixed = r.tokens / r.t_static, ordered = r.tokens / r.t_ordered;
+    std::printf("%-9s %6.1f %7.1f%% | %11.1f %11.1f %11.1f %11.1f | %8.2fx %8.1f%% %8.1f%% | %7.2f %8.2f\n",
                 std::string(split_method_name(methods[mi])).c_str(), r.microbatches / n, 100.0 * r.padding / n,
-                r.tokens / r.t_1f1b, fixed, planned, planned / padded_planned, 100.0 * (planned / fixed - 1.0), r.plan_ms / n);
+                r.tokens / r.t_1f1b, fixed, planned, ordered, planned / padded_planned, 100.0 * (planned / fixed - 1.0),
+                100.0 * (ordered / fixed - 1.0), r.plan_ms / n, r.order_ms / n);
   }
   const double padded_static = rows[0].tokens / rows[0].t_static;
   std::printf("\nbalanced, planned every step: %.2fx the throughput of padding (its static plan), "

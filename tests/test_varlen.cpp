@@ -275,3 +275,43 @@ TEST_CASE("per-micro-batch costs and the per-step plan", "[varlen]") {
   CHECK_THROWS_AS(plan_microbatches(fit, packed.microbatches, tight), ppsched::error);
   CHECK_THAT(message_of([&] { (void)length_cost_model(fit, std::vector<Microbatch>{}); }), Catch::Contains("no micro-batches"));
 }
+
+TEST_CASE("plan_step orders the micro-batches and is never slower than their given order", "[varlen]") {
+  const LengthCosts fit = fit_length_costs(samples_of(Truth{}, 4, {128, 512, 2048}));
+  SplitOptions o;
+  o.token_budget = 8192;
+  const Split packed = split_batch(long_tailed(400, 11), fit, SplitMethod::packed, o);
+  // First-fit decreasing's order: its fullest bins first and its emptiest last; and the same
+  // micro-batches costliest last, where the drain crosses every stage on the longest one.
+  std::vector<Microbatch> worst = packed.microbatches;
+  std::stable_sort(worst.begin(), worst.end(), [](const Microbatch& a, const Microbatch& b) { return a.shape.tokens < b.shape.tokens; });
+  for (const std::vector<Microbatch>* given : std::vector<const std::vector<Microbatch>*>{&packed.microbatches, &worst}) {
+    const std::size_t m = given->size();
+    const StepPlan plan = plan_step(fit, *given);
+    REQUIRE(plan.order.size() == m);
+    std::vector<std::size_t> sorted = plan.order;
+    std::sort(sorted.begin(), sorted.end());
+    for (std::size_t k = 0; k < m; ++k) CHECK(sorted[k] == k);  // a permutation
+    REQUIRE(plan.microbatches.size() == m);
+    for (std::size_t k = 0; k < m; ++k) CHECK(plan.microbatches[k] == (*given)[plan.order[k]]);
+    // Its step is the given order's plan or shorter, and is what the simulator gives its
+    // schedule under the reordered micro-batches' own costs.
+    CHECK(plan.given_order_makespan == Approx(plan_microbatches(fit, *given).simulation.makespan));
+    CHECK(plan.search.simulation.makespan <= plan.given_order_makespan * (1.0 + 1e-12));
+    const CostModel costs = evenly_split(length_cost_model(fit, plan.microbatches), 4, static_cast<std::int32_t>(m))(plan.search.schedule.placement);
+    SimOptions so;
+    so.record_timeline = false;
+    CHECK(simulate(plan.search.schedule, costs, so).makespan == Approx(plan.search.simulation.makespan));
+    CHECK(plan.orders_tried >= 1);
+  }
+  // The costliest micro-batch last lengthens the drain: reordering shortens that step.
+  const StepPlan fixed = plan_step(fit, worst);
+  CHECK(fixed.search.simulation.makespan < fixed.given_order_makespan);
+
+  // Under a cap, the reordered plan keeps to it.
+  StepPlanOptions capped;
+  capped.memory_cap_bytes = 4.0 * plan_microbatches(fit, worst).best().peak_bytes / 3.0;
+  const StepPlan under = plan_step(fit, worst, capped);
+  CHECK(under.search.best().peak_bytes <= capped.memory_cap_bytes);
+  CHECK(under.search.simulation.makespan <= under.given_order_makespan * (1.0 + 1e-12));
+}

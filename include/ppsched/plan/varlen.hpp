@@ -671,5 +671,133 @@ struct StepPlanOptions {
   return search_schedule(problem, options.search);
 }
 
+
+// ---------------------------------------------------------------------------------------
+// 4. The order of the micro-batches
+
+// A plan that chose the micro-batches' order as well as the schedule.
+struct StepPlan {
+  std::vector<std::size_t> order;      // slot k runs the given micro-batch order[k]: a permutation
+  std::vector<Microbatch> microbatches;  // the given ones in that order
+  SearchResult search;                 // the schedule for them in that order (its costs, simulation, ...)
+  double given_order_makespan = 0.0;   // the search's winner on the given order, simulated
+  std::size_t orders_tried = 0;        // orders timed on the given order's winner
+};
+
+struct OrderOptions {
+  // Orders timed by a dependency-only run of the given order's winner (each about as long as
+  // one candidate's bound): the fixed arrangements below, then swaps that improve, until this many.
+  std::size_t evaluations = 8;
+};
+
+}  // namespace plan
+namespace detail {
+
+// Orders worth timing, from each micro-batch's predicted time t: as given; ascending; descending;
+// and, for k of 1, 2, p/2 and p - 1, the k cheapest first (ascending: the pipeline fills on
+// them), the next k cheapest last (descending: it drains on them) and the rest costliest first.
+// The fill and the drain cross every stage on one micro-batch each; the steady state hides the
+// rest.
+inline std::vector<std::vector<std::size_t>> order_candidates(const std::vector<double>& t, std::size_t p) {
+  const std::size_t m = t.size();
+  std::vector<std::size_t> asc(m);
+  std::iota(asc.begin(), asc.end(), std::size_t{0});
+  std::stable_sort(asc.begin(), asc.end(), [&](std::size_t a, std::size_t b) { return t[a] < t[b]; });
+  std::vector<std::vector<std::size_t>> out;
+  std::vector<std::size_t> given(m);
+  std::iota(given.begin(), given.end(), std::size_t{0});
+  out.push_back(given);
+  out.push_back(asc);
+  out.emplace_back(asc.rbegin(), asc.rend());
+  for (const std::size_t k : {std::size_t{1}, std::size_t{2}, p / 2, p - 1}) {
+    if (k == 0 || 2 * k > m) continue;
+    std::vector<std::size_t> o(asc.begin(), asc.begin() + static_cast<std::ptrdiff_t>(k));
+    for (std::size_t i = m; i-- > 2 * k;) o.push_back(asc[i]);
+    for (std::size_t i = 2 * k; i-- > k;) o.push_back(asc[i]);
+    if (std::find(out.begin(), out.end(), o) == out.end()) out.push_back(std::move(o));
+  }
+  return out;
+}
+
+}  // namespace detail
+namespace plan {
+
+// The schedule and the order of the micro-batches for one step. The search first picks the
+// schedule for the given order (plan_microbatches); its winner is then timed with the
+// micro-batches in other orders (detail::order_candidates, then swaps of two slots that shorten
+// it, as OrderOptions::evaluations allows), each by the dependency-only run on its own costs and
+// kept only where its peak memory keeps to the cap; where an order beats the given one, the
+// search runs again on it, so the schedule may change with the order. The result is never slower
+// than the given order's plan: that plan is returned when nothing beats it. Throws as
+// plan_microbatches does.
+[[nodiscard]] inline StepPlan plan_step(const LengthCosts& costs, std::span<const Microbatch> microbatches,
+                                        const StepPlanOptions& options = {}, const OrderOptions& order_options = {}) {
+  StepPlan out;
+  out.search = plan_microbatches(costs, microbatches, options);
+  out.given_order_makespan = out.search.simulation.makespan;
+  const std::size_t m = microbatches.size();
+  out.order.resize(m);
+  std::iota(out.order.begin(), out.order.end(), std::size_t{0});
+  out.microbatches.assign(microbatches.begin(), microbatches.end());
+  if (m < 2) return out;
+
+  const Schedule& winner = out.search.schedule;
+  const auto p = static_cast<std::int32_t>(costs.stages.size());
+  MemoryCap cap;
+  cap.activation_bytes = options.memory_cap_bytes;
+  std::vector<double> t(m);
+  for (std::size_t k = 0; k < m; ++k) t[k] = detail::bottleneck_time(costs, microbatches[k].shape);
+  Workspace ws;
+  std::vector<Microbatch> permuted(m);
+  // The winner's makespan with the micro-batches in order `o`; infinity where it breaks the cap.
+  const auto time_order = [&](const std::vector<std::size_t>& o) {
+    ++out.orders_tried;
+    for (std::size_t k = 0; k < m; ++k) permuted[k] = microbatches[o[k]];
+    const CostModel c = evenly_split(length_cost_model(costs, permuted, options.base), p, static_cast<std::int32_t>(m))(winner.placement);
+    if (!cap.unlimited() && !cap_excess(peak_memory(winner, c), cap).empty()) return std::numeric_limits<double>::infinity();
+    return run_dependencies(winner, c, ws).makespan;
+  };
+  std::vector<std::size_t> best_order = out.order;
+  double best = std::numeric_limits<double>::infinity();
+  for (const std::vector<std::size_t>& o : detail::order_candidates(t, static_cast<std::size_t>(p))) {
+    if (out.orders_tried >= order_options.evaluations) break;
+    const double ms = time_order(o);
+    if (ms < best) {
+      best = ms;
+      best_order = o;
+    }
+  }
+  // Swaps of a slot in the fill or the drain (the first and last p) with any other slot whose
+  // micro-batch is cheaper there, first improvement kept, while evaluations remain.
+  for (bool improved = true; improved && out.orders_tried < order_options.evaluations;) {
+    improved = false;
+    for (std::size_t i = 0; i < m && !improved && out.orders_tried < order_options.evaluations; ++i) {
+      if (i >= static_cast<std::size_t>(p) && i + static_cast<std::size_t>(p) < m) continue;
+      for (std::size_t j = 0; j < m && out.orders_tried < order_options.evaluations; ++j) {
+        if (j == i || t[best_order[j]] >= t[best_order[i]]) continue;
+        std::vector<std::size_t> o = best_order;
+        std::swap(o[i], o[j]);
+        const double ms = time_order(o);
+        if (ms < best) {
+          best = ms;
+          best_order = std::move(o);
+          improved = true;
+          break;
+        }
+      }
+    }
+  }
+  std::vector<std::size_t> given(m);
+  std::iota(given.begin(), given.end(), std::size_t{0});
+  if (best_order == given) return out;
+  for (std::size_t k = 0; k < m; ++k) permuted[k] = microbatches[best_order[k]];
+  SearchResult again = plan_microbatches(costs, permuted, options);
+  if (!(again.simulation.makespan < out.given_order_makespan)) return out;
+  out.search = std::move(again);
+  out.order = std::move(best_order);
+  out.microbatches = std::move(permuted);
+  return out;
+}
+
 }  // namespace plan
 }  // namespace ppsched

@@ -1,14 +1,15 @@
 """From a PyTorch model to PyTorch's own pipelining runtime running a ppsched schedule.
 
-Profiles an nn.Sequential's children, plans a pipeline of RANKS ranks with ppsched's planner,
-writes the chosen schedule as PyTorch's CSV, then runs one training step on RANKS CPU processes
-(gloo) with torch.distributed.pipelining's _PipelineScheduleRuntime loading that CSV, and checks
-the gradients against the same model trained unpipelined.
+Profiles an nn.Sequential's children, plans a pipeline of RANKS ranks with ppsched's planner over
+every training family, writes the chosen schedule as PyTorch's CSV, then runs one training step on
+RANKS CPU processes (gloo) with torch.distributed.pipelining's _PipelineScheduleRuntime loading
+that CSV: each rank builds one PipelineStage per (virtual) stage the schedule places on it, from
+the cut the planner priced. Checks the gradients against the same model trained unpipelined.
 
-    python plan_and_run.py            # 2 ranks, 4 micro-batches
+    python plan_and_run.py            # 2 ranks, 4 micro-batches, whatever the planner recommends
+    python plan_and_run.py zb-v       # the families named only (here a V: two stages per rank)
 """
 
-import copy
 import os
 import sys
 import tempfile
@@ -33,39 +34,43 @@ def loss_fn(output, target):
     return torch.nn.functional.mse_loss(output, target)
 
 
-def plan(workdir):
+def plan(workdir, families):
     model = make_model()
     profile = ppsched.profile_module(model, lambda rows: torch.randn(rows, WIDTH), microbatch_sizes=(ROWS, 2 * ROWS),
                                      repeats=3)
     profile.write(os.path.join(workdir, "model.json"))
-    # Families of one stage per rank, so that plan.partition is the split each rank builds.
+    # families empty: every family the request allows; forward-only ones are never recommended.
     result = ppsched.plan(ppsched.load_profile(os.path.join(workdir, "model.json")), ranks=RANKS,
-                          microbatches=MICROBATCHES, families=["gpipe", "1f1b", "zb-h1", "zb-h2"])
+                          microbatches=MICROBATCHES, families=families)
     best = result.recommended
     ppsched.save_pytorch_csv(best.schedule, os.path.join(workdir, "schedule.csv"))
-    return best.name, list(result.partition.boundaries)
+    # The cut this schedule was priced on: stage s holds children boundaries[s]:boundaries[s+1]
+    # and runs on rank placement[s].
+    return best.name, list(best.partition.boundaries), list(best.schedule.placement)
 
 
-def rank_main(rank, workdir, boundaries, inputs, targets):
+def rank_main(rank, workdir, boundaries, placement, inputs, targets):
     dist.init_process_group("gloo", init_method=f"file://{workdir}/rendezvous", rank=rank, world_size=RANKS)
-    model = make_model()
-    layers = list(model.children())[boundaries[rank]:boundaries[rank + 1]]
-    stage = PipelineStage(torch.nn.Sequential(*layers), rank, RANKS, torch.device("cpu"))
-    runtime = _PipelineScheduleRuntime([stage], n_microbatches=MICROBATCHES, loss_fn=loss_fn)
+    children = list(make_model().children())
+    num_stages = len(placement)
+    mine = [s for s in range(num_stages) if placement[s] == rank]
+    stages = [PipelineStage(torch.nn.Sequential(*children[boundaries[s]:boundaries[s + 1]]), s, num_stages,
+                            torch.device("cpu")) for s in mine]
+    runtime = _PipelineScheduleRuntime(stages, n_microbatches=MICROBATCHES, loss_fn=loss_fn)
     runtime._load_csv(os.path.join(workdir, "schedule.csv"), format="compute_only")
-    runtime.step(*([inputs] if rank == 0 else []), target=targets if rank == RANKS - 1 else None)
-    grads = {name: p.grad for name, p in stage.submod.named_parameters()}
-    torch.save(grads, os.path.join(workdir, f"grads{rank}.pt"))
+    runtime.step(*([inputs] if 0 in mine else []), target=targets if num_stages - 1 in mine else None)
+    for s, stage in zip(mine, stages):
+        torch.save({name: p.grad for name, p in stage.submod.named_parameters()}, os.path.join(workdir, f"grads{s}.pt"))
     dist.destroy_process_group()
 
 
-def main():
+def main(families):
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as workdir:
-        family, boundaries = plan(workdir)
-        print(f"planned: {family}, layers per rank {boundaries}")
+        family, boundaries, placement = plan(workdir, families)
+        print(f"planned: {family}, {len(placement)} stages on ranks {placement}, layers {boundaries}")
         inputs, targets = torch.randn(MICROBATCHES * ROWS, WIDTH), torch.randn(MICROBATCHES * ROWS, WIDTH)
-        mp.spawn(rank_main, args=(workdir, boundaries, inputs, targets), nprocs=RANKS, join=True)
+        mp.spawn(rank_main, args=(workdir, boundaries, placement, inputs, targets), nprocs=RANKS, join=True)
 
         # The same step unpipelined: the mean of the micro-batches' losses, as the runtime takes it.
         whole = make_model()
@@ -73,9 +78,9 @@ def main():
         (loss / MICROBATCHES).backward()
         reference = list(whole.children())
         worst = 0.0
-        for rank in range(RANKS):
-            grads = torch.load(os.path.join(workdir, f"grads{rank}.pt"))
-            ours = torch.nn.Sequential(*reference[boundaries[rank]:boundaries[rank + 1]])
+        for s in range(len(placement)):
+            grads = torch.load(os.path.join(workdir, f"grads{s}.pt"))
+            ours = torch.nn.Sequential(*reference[boundaries[s]:boundaries[s + 1]])
             for name, p in ours.named_parameters():
                 worst = max(worst, (grads[name] - p.grad).abs().max().item())
         print(f"largest gradient difference against unpipelined training: {worst:.3g}")
@@ -83,4 +88,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

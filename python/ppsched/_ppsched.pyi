@@ -652,6 +652,7 @@ class ScheduleResult:
     fit_problem: str
     schedule: Schedule
     timeline: Timeline
+    partition: PartitionPlan
     @property
     def family(self) -> Optional[str]: ...
     @property

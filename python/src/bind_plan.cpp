@@ -178,6 +178,9 @@ void bind_plan(py::module_& m) {
       .def_readonly("fit_problem", &pl::ScheduleResult::fit_problem)
       .def_readonly("schedule", &pl::ScheduleResult::schedule)
       .def_readonly("timeline", &pl::ScheduleResult::timeline)
+      .def_readonly("partition", &pl::ScheduleResult::partition,
+                    "the cut it was priced on: stage s holds layers partition.boundaries[s]:boundaries[s+1]\n"
+                    "and runs on rank partition.stages[s].rank (schedule.placement[s]); one PipelineStage each")
       .def_property_readonly(
           "memory_policies",
           [](const pl::ScheduleResult& r) -> std::optional<std::vector<pl::MemoryPolicy>> {
@@ -207,7 +210,8 @@ void bind_plan(py::module_& m) {
       .def_readonly("ranks", &pl::PlanResult::ranks)
       .def_readonly("microbatches", &pl::PlanResult::microbatches)
       .def_readonly("chunks", &pl::PlanResult::chunks)
-      .def_readonly("partition", &pl::PlanResult::partition, "the one-stage-per-rank cut")
+      .def_readonly("partition", &pl::PlanResult::partition,
+                    "the one-stage-per-rank cut; each schedule's own cut is ScheduleResult.partition")
       .def_readonly("schedules", &pl::PlanResult::schedules)
       .def_readonly("skipped", &pl::PlanResult::skipped)
       .def_readonly("rank_memory_cap", &pl::PlanResult::rank_memory_cap)

@@ -329,6 +329,26 @@ def test_plan_a_profile():
     assert tiny.recommended is None and tiny.reason
 
 
+def test_each_schedule_carries_its_cut():
+    profile = gpt()
+    result = ppsched.plan(profile, ranks=4, microbatches=8)
+    several = 0
+    for r in result.schedules:
+        if not (r.valid and r.training):
+            continue
+        cut = r.partition
+        assert len(cut.boundaries) == r.virtual_stages + 1, r.name
+        assert cut.boundaries[0] == 0 and cut.boundaries[-1] == len(profile.graph)
+        assert [s.rank for s in cut.stages] == r.schedule.placement
+        # The profile has no fixed costs, so the cut's default costs are the plan's prices.
+        assert ppsched.simulate(r.schedule, cut.cost_model()).makespan == pytest.approx(r.makespan, rel=1e-12), r.name
+        several += r.chunks > 1
+    assert several >= 5
+    zbv = next(r for r in result.schedules if r.name == "zb-v")
+    assert zbv.partition.stages[0].rank == zbv.partition.stages[-1].rank == 0
+    assert result.partition.boundaries != zbv.partition.boundaries
+
+
 def test_plan_with_memory_policies():
     profile = gpt()
     plain = ppsched.plan(profile, ranks=4, microbatches=8, families=["1f1b"])

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -147,6 +148,21 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
   return s;
 }
 
+namespace detail {
+
+// The (stage, micro-batch) entry of a per-micro-batch table in place, or null where the model
+// has no table or no such entry (stage_cost then computes the costs, or throws). The pricing
+// below reads one or two fields per action: copying the whole StageCost, six optionals
+// included, for each action was a sixth of a step plan's time (issue 42).
+[[nodiscard]] inline const StageCost* table_entry(const CostModel& c, std::int32_t stage, std::int32_t mb,
+                                                  std::int32_t microbatches) noexcept {
+  if (c.per_microbatch.empty() || stage < 0 || mb < 0 || mb >= microbatches) return nullptr;
+  const std::size_t i = static_cast<std::size_t>(stage) * static_cast<std::size_t>(microbatches) + static_cast<std::size_t>(mb);
+  return i < c.per_microbatch.size() ? &c.per_microbatch[i] : nullptr;
+}
+
+}  // namespace detail
+
 // What R of this stage restores (and F of a recomputed micro-batch does not keep), and what
 // OFFLOAD moves: the stage's values, or their defaults (docs/execution-model.md).
 [[nodiscard]] constexpr double recompute_saved_bytes(const StageCost& s) noexcept {
@@ -163,6 +179,16 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
 [[nodiscard]] constexpr double offload_bytes(const StageCost& s) noexcept {
   return s.offload_bytes.value_or(s.activation_bytes);
 }
+namespace detail {
+
+// One stored activation's bytes of (stage, micro-batch), from the table in place where it has them.
+[[nodiscard]] inline double activation_bytes_at(const CostModel& c, std::int32_t stage, std::int32_t mb, std::int32_t microbatches) {
+  if (const StageCost* e = table_entry(c, stage, mb, microbatches)) return e->activation_bytes;
+  return stage_cost(c, stage, mb, microbatches).activation_bytes;
+}
+
+}  // namespace detail
+
 // What one OFFLOAD (and its RELOAD) of a micro-batch moves: offload_bytes, or, where R also
 // recomputes that micro-batch, at most what F kept for R — the memory walk's count
 // (validate/memory.hpp, MemoryFractions::moved), so a copy is priced from the bytes it moves.
@@ -172,12 +198,10 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
   return std::min(offload_bytes(s), kept > 0.0 ? kept : 0.0);
 }
 
-// `recomputed`: the action's micro-batch has an R on its stage (read only for OFFLOAD and
-// RELOAD, which move less then: moved_bytes).
-[[nodiscard]] inline double compute_time(const CostModel& c, const Action& a, std::int32_t microbatches,
-                                         bool recomputed = false) {
-  const StageCost s = stage_cost(c, a.stage, a.microbatch, microbatches);
-  switch (a.op) {
+namespace detail {
+
+[[nodiscard]] inline double compute_time_of(const CostModel& c, const StageCost& s, Op op, bool recomputed) {
+  switch (op) {
     case Op::F: return s.forward + c.action_overhead;
     case Op::B: return s.backward.value_or(s.backward_input + s.backward_weight) + c.action_overhead;
     case Op::BI: return s.backward_input + c.action_overhead;
@@ -194,10 +218,23 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
   return 0.0;
 }
 
+}  // namespace detail
+
+// `recomputed`: the action's micro-batch has an R on its stage (read only for OFFLOAD and
+// RELOAD, which move less then: moved_bytes).
+[[nodiscard]] inline double compute_time(const CostModel& c, const Action& a, std::int32_t microbatches,
+                                         bool recomputed = false) {
+  if (const StageCost* e = detail::table_entry(c, a.stage, a.microbatch, microbatches)) {
+    return detail::compute_time_of(c, *e, a.op, recomputed);
+  }
+  return detail::compute_time_of(c, stage_cost(c, a.stage, a.microbatch, microbatches), a.op, recomputed);
+}
+
 // Bytes moved by a communication action: the output of the lower stage of its boundary
 // (an activation going up, or the gradient of that activation coming down).
 [[nodiscard]] inline double transfer_bytes(const CostModel& c, const Action& a, std::int32_t microbatches) {
   const std::int32_t lower_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage : a.stage - 1;
+  if (const StageCost* e = detail::table_entry(c, lower_stage, a.microbatch, microbatches)) return e->output_bytes;
   return stage_cost(c, lower_stage, a.microbatch, microbatches).output_bytes;
 }
 

@@ -156,7 +156,7 @@ inline constexpr double memory_slack = 1e-9;
     for (std::size_t st = 0; st < stages; ++st) {
       for (std::size_t mb = 0; mb < per; ++mb) {
         table[st * per + mb] =
-            stage_cost(costs, static_cast<std::int32_t>(st), static_cast<std::int32_t>(mb), M).activation_bytes;
+            detail::activation_bytes_at(costs, static_cast<std::int32_t>(st), static_cast<std::int32_t>(mb), M);
       }
     }
     sizes = detail::ActivationSizes{table.data(), per, per_stage ? std::size_t{0} : std::size_t{1}};

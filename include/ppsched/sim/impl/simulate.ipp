@@ -318,7 +318,7 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
     for (std::size_t st = 0; st < stages; ++st) {
       for (std::size_t mb = 0; mb < per; ++mb) {
         bytes_table[st * per + mb] =
-            stage_cost(cost, static_cast<std::int32_t>(st), static_cast<std::int32_t>(mb), M).activation_bytes;
+            detail::activation_bytes_at(cost, static_cast<std::int32_t>(st), static_cast<std::int32_t>(mb), M);
       }
     }
     bytes = ActivationSizes{bytes_table.data(), per, 1};

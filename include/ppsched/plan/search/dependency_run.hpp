@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -107,19 +108,24 @@ namespace plan {
     if (per_stage) return table[static_cast<std::size_t>(a.stage) * op_count + static_cast<std::size_t>(a.op)];
     return is_comm(a.op) ? transfer_time(costs, a, M) : compute_time(costs, a, M);
   };
-  const auto duration = [&](const Action& a) { return time_of(a); };
+  // Each action priced once, by its flat index: the run and the busy times below both read it.
   // Each remote input arrives its transfer time after it is produced.
   const std::size_t n = flat.size();
-  std::vector<double> delay(n, 0.0);
-  for (std::size_t i = 0; i < n; ++i) {
-    const Action& a = flat.at(static_cast<std::int32_t>(i));
-    const std::int32_t d = flat.links(a).input;
-    if (d == detail::no_action || flat.owner[static_cast<std::size_t>(d)] == flat.owner[i]) continue;
-    delay[i] = a.op == Op::F ? time_of(Action{Op::SEND_F, a.stage - 1, a.microbatch, 0})
-                             : time_of(Action{Op::SEND_B, a.stage + 1, a.microbatch, 0});
+  std::vector<double> duration(n), delay(n, 0.0);
+  for (std::size_t r = 0; r < static_cast<std::size_t>(flat.ranks); ++r) {
+    const Action* prog = flat.rank_actions[r];
+    for (std::int32_t i = flat.rank_begin[r]; i < flat.rank_begin[r + 1]; ++i) {
+      const Action& a = prog[i - flat.rank_begin[r]];
+      const auto at = static_cast<std::size_t>(i);
+      duration[at] = time_of(a);
+      const std::int32_t d = flat.links(a).input;
+      if (d == detail::no_action || flat.owner[static_cast<std::size_t>(d)] == flat.owner[at]) continue;
+      delay[at] = a.op == Op::F ? time_of(Action{Op::SEND_F, a.stage - 1, a.microbatch, 0})
+                                : time_of(Action{Op::SEND_B, a.stage + 1, a.microbatch, 0});
+    }
   }
-  detail::AbstractExecution run(flat, StreamMode::separate_comm_stream, duration, &delay, costs.fb_overlap,
-                                &ws.execution());
+  detail::AbstractExecution run(flat, StreamMode::separate_comm_stream, std::span<const double>(duration), &delay,
+                                costs.fb_overlap, &ws.execution());
   if (!run.run()) detail::fail_dependency_run(s, "the order cannot run: " + run.describe_stuck());
 
   // Busy time in program order, a pair once for its two actions (as the run times it).
@@ -128,17 +134,18 @@ namespace plan {
   result.busy.assign(ranks, 0.0);
   for (std::size_t r = 0; r < ranks; ++r) {
     const Action* prog = flat.rank_actions[r];
+    const double* time = duration.data() + flat.rank_begin[r];
     const std::int32_t count = flat.rank_begin[r + 1] - flat.rank_begin[r];
     for (std::int32_t k = 0; k < count; ++k) {
       const Action& a = prog[k];
       if (flat.has_pairs && a.group != 0 && k + 1 < count && prog[k + 1].group == a.group) {
-        const double ta = duration(a), tb = duration(prog[k + 1]);
+        const double ta = time[k], tb = time[k + 1];
         result.busy[r] += ta + tb - costs.fb_overlap * std::min(ta, tb);
         ++k;
         continue;
       }
       if (is_copy(a.op)) continue;  // on the copy lane, beside the compute
-      result.busy[r] += duration(a);
+      result.busy[r] += time[k];
     }
   }
   result.makespan = run.latest_end() + costs.step_overhead;  // as simulate's, so exact timings agree

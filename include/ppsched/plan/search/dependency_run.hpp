@@ -52,21 +52,17 @@ namespace detail {
         "validate() lists every problem of a schedule with its fix"});
 }
 
-}  // namespace detail
-namespace plan {
-
-// Runs `s` (communication actions, if any, are skipped) under `costs`, its overlapped pairs
-// with costs.fb_overlap. Throws ppsched::error for a cost model that does not fit, or a
-// schedule that fails the static checks (validate() names each problem: a compute group that is
-// not an adjacent F and B or BI, an action out of range or missing, an order within a rank
-// that cannot run) or whose order cannot run across ranks. `ws` (optional) lends its arrays.
-[[nodiscard]] inline DependencyRun run_dependencies(const Schedule& s, const CostModel& costs, Workspace& ws) {
-  using detail::concat;
+// plan::run_dependencies; `check_costs` false where the caller has checked `costs` against the
+// schedule's stages and micro-batches already: the search checks each placement's costs once
+// rather than once per candidate (the check reads every entry of a per-micro-batch table).
+[[nodiscard]] inline plan::DependencyRun dependency_run(const Schedule& s, const CostModel& costs, Workspace& ws,
+                                                        bool check_costs) {
+  using plan::DependencyRun;
   if (s.ranks < 1 || s.microbatches < 1 || s.placement.empty() ||
       s.programs.size() != static_cast<std::size_t>(s.ranks)) {
     detail::fail_dependency_run(s, "its shape is unusable (ranks, micro-batches, placement or program count)");
   }
-  check_cost_model(costs, s.stages(), s.microbatches);
+  if (check_costs) check_cost_model(costs, s.stages(), s.microbatches);
   detail::FlatSchedule& flat = ws.flat();
   {
     std::vector<Problem> problems;
@@ -154,6 +150,18 @@ namespace plan {
   result.bubble_fraction =
       result.makespan > 0.0 ? 1.0 - total_busy / (static_cast<double>(ranks) * result.makespan) : 0.0;
   return result;
+}
+
+}  // namespace detail
+namespace plan {
+
+// Runs `s` (communication actions, if any, are skipped) under `costs`, its overlapped pairs
+// with costs.fb_overlap. Throws ppsched::error for a cost model that does not fit, or a
+// schedule that fails the static checks (validate() names each problem: a compute group that is
+// not an adjacent F and B or BI, an action out of range or missing, an order within a rank
+// that cannot run) or whose order cannot run across ranks. `ws` (optional) lends its arrays.
+[[nodiscard]] inline DependencyRun run_dependencies(const Schedule& s, const CostModel& costs, Workspace& ws) {
+  return detail::dependency_run(s, costs, ws, /*check_costs=*/true);
 }
 
 [[nodiscard]] inline DependencyRun run_dependencies(const Schedule& s, const CostModel& costs) {

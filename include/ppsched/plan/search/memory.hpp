@@ -118,10 +118,17 @@ inline constexpr double memory_slack = 1e-9;
 // own walk (validate/memory.hpp, one function for both), memory actions and layer-wise
 // recomputation included, except that an overlapped pair counts in its written order: the
 // search ranks candidates by it, and its figures stay what they were.
-[[nodiscard]] inline PeakMemory peak_memory(const Schedule& s, const CostModel& costs) {
-  check_cost_model(costs, s.stages(), s.microbatches);
-  (void)stage_weights(s.placement, s.ranks);  // a placement outside the ranks is an error here too
-  PeakMemory peak;
+[[nodiscard]] inline PeakMemory peak_memory(const Schedule& s, const CostModel& costs);
+
+}  // namespace plan
+namespace detail {
+
+// plan::peak_memory; `check_costs` false where the caller has checked `costs` against the
+// schedule's stages and micro-batches already (the search, once per placement).
+[[nodiscard]] inline plan::PeakMemory peak_memory_of(const Schedule& s, const CostModel& costs, bool check_costs) {
+  if (check_costs) check_cost_model(costs, s.stages(), s.microbatches);
+  (void)plan::stage_weights(s.placement, s.ranks);  // a placement outside the ranks is an error here too
+  plan::PeakMemory peak;
   peak.microbatches.assign(s.programs.size(), 0.0);
   peak.bytes.assign(s.programs.size(), 0.0);
   detail::FlatSchedule flat;
@@ -170,6 +177,13 @@ inline constexpr double memory_slack = 1e-9;
     peak.bytes[r] = report.memory[r].peak_bytes;
   }
   return peak;
+}
+
+}  // namespace detail
+namespace plan {
+
+[[nodiscard]] inline PeakMemory peak_memory(const Schedule& s, const CostModel& costs) {
+  return detail::peak_memory_of(s, costs, /*check_costs=*/true);
 }
 
 // Empty when `peak` keeps to `cap`; otherwise the first excess, in words ("needs 9 M_B on rank

@@ -38,9 +38,17 @@
 namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
-// Fills the candidate's memory figures and whether it keeps to the cap.
-inline void measure_memory_of(SearchEntry& e, const CostModel& costs, const plan::MemoryCap& cap) {
-  const plan::PeakMemory peak = plan::peak_memory(e.schedule, costs);
+// Whether the candidate has the shape its placement's costs were checked for (placement_costs:
+// the placement's stages, m micro-batches), so that its runs need not check them again: the
+// check reads every entry of a per-micro-batch table, and ran once per run and per candidate.
+[[nodiscard]] inline bool costs_checked_for(const SearchEntry& e, const SearchPlacement& placement, std::int32_t microbatches) {
+  return e.schedule.placement.size() == placement.placement.size() && e.schedule.microbatches == microbatches;
+}
+
+// Fills the candidate's memory figures and whether it keeps to the cap. `checked`:
+// costs_checked_for.
+inline void measure_memory_of(SearchEntry& e, const CostModel& costs, const plan::MemoryCap& cap, bool checked = false) {
+  const plan::PeakMemory peak = peak_memory_of(e.schedule, costs, /*check_costs=*/!checked);
   e.candidate.peak_microbatches = peak.max_microbatches();
   e.candidate.peak_bytes = peak.max_bytes();
   const std::string excess = plan::cap_excess(peak, cap);
@@ -67,9 +75,9 @@ inline void simulate_entry(SearchEntry& e, const CostModel& costs, const plan::S
 }
 
 // The dependency-only run of a candidate (its overlapped pairs included): its bound, and its
-// makespan when that is exact (free communication).
-inline void bound_entry(SearchEntry& e, const CostModel& costs, bool exact, Workspace& ws) {
-  const plan::DependencyRun run = plan::run_dependencies(e.schedule, costs, ws);
+// makespan when that is exact (free communication). `checked`: costs_checked_for.
+inline void bound_entry(SearchEntry& e, const CostModel& costs, bool exact, Workspace& ws, bool checked = false) {
+  const plan::DependencyRun run = dependency_run(e.schedule, costs, ws, /*check_costs=*/!checked);
   e.candidate.bound = run.makespan;
   e.candidate.makespan = run.makespan;
   e.candidate.bubble_fraction = run.bubble_fraction;

@@ -15,7 +15,9 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
   check_search_problem(problem, options);
   const std::int32_t p = problem.ranks, m = problem.microbatches;
   std::vector<SearchPlacement> placements = search_placements(problem, options);
-  for (SearchPlacement& sp : placements) sp.costs.fb_overlap = options.fb_overlap;  // only pairs read it
+  // Only pairs read it; check_search_problem holds it to [0, 1] as check_cost_model would, so the
+  // placements' costs need no check again (placement_costs checked the rest).
+  for (SearchPlacement& sp : placements) sp.costs.fb_overlap = options.fb_overlap;
   const auto placement_index = [&](PlacementKind kind, std::int32_t v) -> std::ptrdiff_t {
     for (std::size_t i = 0; i < placements.size(); ++i) {
       if (placements[i].kind == kind && placements[i].chunks == v) return static_cast<std::ptrdiff_t>(i);
@@ -28,7 +30,8 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
   const auto add_built = [&](plan::Candidate c, Schedule s, std::size_t placement) {
     c.built = true;
     SearchEntry e{std::move(c), std::move(s), placement};
-    measure_memory_of(e, placements[placement].costs, placements[placement].cap);
+    measure_memory_of(e, placements[placement].costs, placements[placement].cap,
+                      costs_checked_for(e, placements[placement], m));
     if (!placements[placement].unusable.empty()) {
       e.candidate.fits = false;
       e.candidate.note = placements[placement].unusable;
@@ -225,7 +228,8 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
   for (SearchEntry& e : entries) {
     const CostModel& costs = placements[e.placement].costs;
     // Ranks that share a host (concurrent_slowdown) run slower than the dependency-only run: a bound only.
-    bound_entry(e, costs, communication_is_free(costs, options) && costs.concurrent_slowdown.empty(), ws);
+    bound_entry(e, costs, communication_is_free(costs, options) && costs.concurrent_slowdown.empty(), ws,
+                costs_checked_for(e, placements[e.placement], m));
   }
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < entries.size(); ++i) {

@@ -1227,3 +1227,57 @@ TEST_CASE("the zero-bubble heuristic: uniform costs give ZB-H1's step under p M_
   CHECK_THAT(h.problem, Catch::Contains("memory limit"));
   CHECK_THROWS_AS(try_zb_heuristic_schedule("zb", 0, 8, uniform_costs(1.0, 1.0, 1.0)), error);
 }
+
+TEST_CASE("search: a looped family at v = 1 that builds an earlier family's programs is listed with its figures, not run again",
+          "[search]") {
+  const std::int32_t p = 4, m = 8;
+  CostModel costs;
+  for (std::int32_t st = 0; st < p; ++st) {
+    for (std::int32_t mb = 0; mb < m; ++mb) {
+      const double f = 1.0 + 0.3 * st + 0.1 * ((mb * 7) % 5);
+      costs.per_microbatch.push_back(StageCost{f, 1.1 * f, 0.9 * f, 100.0 + 10.0 * mb, 5.0});
+    }
+  }
+  SECTION("with costly communication, by makespan and by span") {
+    costs.link.latency = 0.05;
+    costs.link.bandwidth = 20.0;
+  }
+  SECTION("with free communication") {}
+  SearchProblem problem;
+  problem.ranks = p;
+  problem.microbatches = m;
+  problem.costs = evenly_split(costs, p, m);
+  SearchOptions options;
+  options.chunks = {1};
+  options.greedy = false;
+  for (const ObjectiveKind kind : {ObjectiveKind::makespan, ObjectiveKind::span}) {
+    options.objective.kind = kind;
+    const SearchResult r = search_schedule(problem, options);
+    const auto find = [&](std::string_view name) -> const Candidate& {
+      const auto it = std::find_if(r.candidates.begin(), r.candidates.end(), [&](const Candidate& c) { return c.name == name; });
+      REQUIRE(it != r.candidates.end());
+      return *it;
+    };
+    for (const auto& [looped, family] : {std::pair{"interleaved-1f1b", "1f1b"}, std::pair{"interleaved-zb", "zb-h1"}}) {
+      const Candidate& twin = find(std::string(looped) + " v=1");
+      const Candidate& original = find(family);
+      INFO(twin.name << ": " << twin.note);
+      const bool same = make_schedule(looped, {p, m, 1}).programs == make_schedule(family, {p, m, 1}).programs;
+      CHECK(same == (twin.note == std::string("the same schedule as ") + family + ", not measured again"));
+      if (!same) continue;
+      CHECK(twin.built);
+      CHECK(twin.fits == original.fits);
+      CHECK(twin.bound == original.bound);
+      CHECK(twin.peak_microbatches == original.peak_microbatches);
+      CHECK(twin.peak_bytes == original.peak_bytes);
+      // Its figures as its own run would give them: the original's, before the winner's final simulation.
+      if (&original != &r.best()) {
+        CHECK(twin.timing == original.timing);
+        CHECK(twin.makespan == original.makespan);
+        CHECK(twin.bubble_fraction == original.bubble_fraction);
+        CHECK(twin.span == original.span);
+      }
+      CHECK(&twin != &r.best());
+    }
+  }
+}

@@ -52,6 +52,9 @@ struct SearchEntry {
   plan::Candidate candidate;
   Schedule schedule;
   std::size_t placement = 0;
+  // An earlier entry with the same programs on the same placement, or -1: this one is listed
+  // with that one's figures rather than measured again (run_search).
+  std::ptrdiff_t same_as = -1;
 };
 
 // The cap as the messages state it: the M_B and byte caps, and the per-rank byte limits when

@@ -71,6 +71,28 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
         }
         Schedule s = f.make(r);
         if (looped) s.name = c.name;
+        // A looped family at v = 1 may build the very programs of a family before it
+        // (interleaved-1f1b v=1 is 1f1b's order, interleaved-zb v=1 zb-h1's): it stays in the list
+        // with its twin's figures, named as the same schedule, and is not measured again.
+        std::ptrdiff_t twin = -1;
+        for (std::size_t i = 0; i < entries.size() && twin < 0; ++i) {
+          const SearchEntry& e = entries[i];
+          if (e.same_as < 0 && e.placement == static_cast<std::size_t>(at) && e.schedule.microbatches == s.microbatches &&
+              e.schedule.placement == s.placement && e.schedule.programs == s.programs) {
+            twin = static_cast<std::ptrdiff_t>(i);
+          }
+        }
+        if (twin >= 0) {
+          const plan::Candidate& t = entries[static_cast<std::size_t>(twin)].candidate;
+          c.built = true;
+          c.peak_microbatches = t.peak_microbatches;
+          c.peak_bytes = t.peak_bytes;
+          c.fits = t.fits;
+          c.note = concat(t.note, t.note.empty() ? "" : "; ", "the same schedule as ", t.name, ", not measured again");
+          SearchEntry e{std::move(c), std::move(s), static_cast<std::size_t>(at), twin};
+          entries.push_back(std::move(e));
+          continue;
+        }
         add_built(std::move(c), std::move(s), static_cast<std::size_t>(at));
       }
     }
@@ -226,14 +248,30 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
   // Workspace lends every run its arrays (engine/workspace.hpp), freed when the search ends.
   Workspace ws;
   for (SearchEntry& e : entries) {
+    if (e.same_as >= 0) continue;
     const CostModel& costs = placements[e.placement].costs;
     // Ranks that share a host (concurrent_slowdown) run slower than the dependency-only run: a bound only.
     bound_entry(e, costs, communication_is_free(costs, options) && costs.concurrent_slowdown.empty(), ws,
                 costs_checked_for(e, placements[e.placement], m));
   }
+  // A twin (SearchEntry::same_as) takes its timing from the entry it repeats, as its own run
+  // would have given it: never ranked itself, it ranks after that entry at equal figures
+  // (stable sorts, later index), so it could not have won.
+  const auto copy_timing = [&entries] {
+    for (SearchEntry& e : entries) {
+      if (e.same_as < 0) continue;
+      const plan::Candidate& t = entries[static_cast<std::size_t>(e.same_as)].candidate;
+      e.candidate.timing = t.timing;
+      e.candidate.bound = t.bound;
+      e.candidate.makespan = t.makespan;
+      e.candidate.bubble_fraction = t.bubble_fraction;
+      e.candidate.span = t.span;
+    }
+  };
+  copy_timing();
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < entries.size(); ++i) {
-    if (entries[i].candidate.fits) order.push_back(i);
+    if (entries[i].candidate.fits && entries[i].same_as < 0) order.push_back(i);
   }
   const auto by_bound = [&](std::size_t a, std::size_t b) {
     plan::Candidate x = entries[a].candidate, y = entries[b].candidate;
@@ -261,6 +299,7 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
       best = std::min(best, c.makespan);
     }
     if (!by_makespan) time_for_objective(entries, order, placements, options, ws, simulations);
+    copy_timing();  // before the winner's own simulation, which its twin would not have had
 
     // The winner: the fastest timed candidate that fits and passes validation. Candidates with
     // only a bound rank by it (they are not faster than the best timed one, unless a
@@ -284,6 +323,11 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
         e.candidate.fits = false;
         e.candidate.note = concat("failed validation: ", report.problems.empty() ? std::string("see validate()")
                                                                                  : report.problems.front().message);
+        for (SearchEntry& twin : entries) {
+          if (twin.same_as != static_cast<std::ptrdiff_t>(i)) continue;
+          twin.candidate.fits = false;
+          twin.candidate.note = concat(e.candidate.note, "; the same schedule as ", e.candidate.name, ", not measured again");
+        }
         continue;
       }
       SimOptions o;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <ppsched/backend/cpu.hpp>
 #include <ppsched/runtime/payload.hpp>
@@ -304,6 +305,99 @@ TEST_CASE("a typed step allocates nothing for any length up to the maximum", "[t
   CHECK(model.bad == 0);
 }
 
+
+// Issue 42 asks for each micro-batch's exact size on the wire. What the executor does today
+// is pinned here so that a change to it is seen: every transfer's count comes from the rank's
+// plan (PlannedTransfer::count, the declared payload_floats), fixed when the executor is
+// built, so a short micro-batch still moves its whole payload. The proof on the wire: the
+// sender leaves a mark of its micro-batch in the region past the count, and the receiver
+// finds it there.
+TEST_CASE("a typed transfer moves the declared maximum, whatever the micro-batch's count", "[typed][issue42]") {
+  constexpr std::size_t cap = 64;
+  const std::vector<TensorSpec> specs{{DType::f32, cap}};
+  const std::size_t floats = ppsched::payload_floats(specs);
+  const std::size_t first = ppsched::payload_offset(specs, 0) / sizeof(float);  // the tensor's first float
+  const auto len = [](int mb) { return static_cast<std::size_t>(mb) + 1; };      // all below cap
+  const auto mark = [](int mb) { return 500.0f + static_cast<float>(mb); };
+  // Fills the whole region with the mark, then declares only `n` of it.
+  const auto write = [&](std::span<float> raw, int mb) {
+    const Payload p(raw, specs);
+    for (float& x : p.resize<float>(0, cap)) x = mark(mb);
+    p.set_count(0, len(mb));
+  };
+  std::atomic<int> tails{0};
+  std::atomic<int> bad{0};
+  // Counts a received payload whose region past the count holds the sender's mark.
+  const auto received = [&](std::span<const float> raw, int mb) {
+    bad += ConstPayload(raw, specs).count(0) != len(mb);
+    const auto tail = raw.subspan(first + len(mb), cap - len(mb));
+    if (std::all_of(tail.begin(), tail.end(), [&](float x) { return x == mark(mb); })) ++tails;
+  };
+  std::vector<StageFunctions> fns(2);
+  for (StageFunctions& f : fns) {
+    f.input_tensors = specs;
+    f.output_tensors = specs;
+    f.backward_weight = [](const StageContext&, std::span<const float>, std::span<const float>, std::span<float>) {};
+  }
+  fns[0].forward = [&](const StageContext& c, std::span<const float>, std::span<float> o) { write(o, c.microbatch); };
+  fns[0].backward_input = [&](const StageContext& c, std::span<const float>, std::span<const float> g, std::span<float>) {
+    received(g, c.microbatch);
+  };
+  fns[1].forward = [&](const StageContext& c, std::span<const float> in, std::span<float> o) {
+    received(in, c.microbatch);
+    write(o, c.microbatch);
+  };
+  fns[1].loss = [&](const StageContext& c, std::span<const float>, std::span<const float>, std::span<float> g) {
+    write(g, c.microbatch);
+    return 0.0f;
+  };
+  fns[1].backward_input = [&](const StageContext& c, std::span<const float>, std::span<const float>,
+                              std::span<float> gi) { write(gi, c.microbatch); };
+
+  const ppsched::Schedule s = make({"1f1b", 1}, 2, 4);
+  const auto mode = GENERATE(ppsched::CpuMode::threaded, ppsched::CpuMode::deterministic);
+  ppsched::CpuOptions co;
+  co.mode = mode;
+  CpuCluster cluster(2, co);
+  World<CpuBackend> world(backends(cluster), s, fns);
+  // The plan: every send and receive, and every pooled buffer, is the declared payload.
+  for (int r = 0; r < 2; ++r) {
+    const ppsched::RankPlan& plan = world.executor(r).plan();
+    int transfers = 0;
+    for (const auto& st : plan.steps) {
+      for (const auto& t : st.transfers) {
+        CHECK(t.count == floats);
+        ++transfers;
+      }
+    }
+    CHECK(transfers == 2 * s.microbatches);  // a forward and a gradient per micro-batch
+    for (const ppsched::BufferPool& pool : plan.pools) CHECK(pool.floats == floats);
+  }
+  std::vector<float> inputs(static_cast<std::size_t>(s.microbatches) * floats);
+  for (int mb = 0; mb < s.microbatches; ++mb) {
+    write(std::span<float>(inputs).subspan(static_cast<std::size_t>(mb) * floats, floats), mb);
+  }
+  (void)world.run_step({inputs, {}, {}});
+  CHECK(bad == 0);
+  // Stage 1's input and stage 0's gradient, per micro-batch: the marks past the count arrived.
+  CHECK(tails == 2 * s.microbatches);
+}
+
+// Issue 42 (c): a count above the declared maximum is refused, never reallocated for. The
+// writer's case is in "bad boundaries..."; this is a batch whose header says more than the
+// maximum, which stage 0 finds on reading it.
+TEST_CASE("a batch payload counting past the declared maximum fails naming stage and micro-batch",
+          "[typed][issue42]") {
+  const ppsched::Schedule s = make({"1f1b", 1}, 2, 2);
+  CpuCluster cluster(2);
+  TypedModel model;
+  World<CpuBackend> world(backends(cluster), s, model.functions(2));
+  TypedBatch batch(2);
+  const std::uint64_t too_many = max_len + 1;
+  std::memcpy(batch.inputs.data() + ppsched::payload_floats(boundary), &too_many, sizeof too_many);  // mb 1, tensor 0
+  require_error([&] { (void)world.run_step(batch.view()); },
+                {"stage 0", "micro-batch 1", "tensor 0 says it holds 9 elements, above its maximum 8"});
+}
 TEST_CASE("the simulator charges a typed boundary its whole payload, whatever the length", "[typed]") {
   const std::vector<std::vector<TensorSpec>> outputs(4, boundary);
   ppsched::CostModel c = ppsched::uniform_costs(1, 1, 1);

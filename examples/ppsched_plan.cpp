@@ -28,6 +28,7 @@
 #include "cli/plan.hpp"
 #include "cli/plan_options.hpp"
 #include "cli/plan_report.hpp"
+#include "cli/varlen.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/csv.hpp"
 #include "ppsched/trace/chrome_trace.hpp"
@@ -42,6 +43,8 @@ std::string usage() {
          "                    [--schedule all|auto|NAME[,NAME...]] [--json] [--trace FILE] [--svg FILE] [--csv FILE]\n"
          "                    [--validate FILE.csv] [more flags below]\n"
          "       ppsched-plan --devices N [--global-batch B] [--memory-cap-bytes BYTES] [model flags]\n"
+         "       ppsched-plan --lengths FILE --profile A.json,B.json --profile-lengths LA,LB [--token-budget N]\n"
+         "                    [--split balanced|packed|bucketed|padded|all] [--json]\n"
          "With no flags: a GPT-style model (embedding, 32 transformer blocks, LM head) on 8 ranks, 32 micro-batches.\n\n" +
          cli::flag_help(cli::plan_flags) +
          "\nschedules: " + cli::schedule_choices() +
@@ -77,6 +80,15 @@ int run(std::span<const char* const> argv) {
   }
   if (options.version) {
     std::cout << "ppsched-plan " << cli::version_text << '\n';
+    return 0;
+  }
+  if (!options.lengths_path.empty()) {
+    const cli::LengthsPlan plan = cli::make_lengths_plan(options);
+    if (options.json) {
+      std::cout << cli::lengths_plan_json(plan).dump(2) << '\n';
+    } else {
+      std::cout << cli::render_lengths_plan(plan);
+    }
     return 0;
   }
   if (!options.calibrate_paths.empty()) {

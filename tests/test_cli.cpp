@@ -20,6 +20,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <optional>
@@ -31,6 +32,8 @@
 #include <thread>
 #include <vector>
 
+#include "ppsched/graph/profile_json.hpp"
+#include "ppsched/plan/varlen.hpp"
 #include "run_tool.hpp"
 #include "skip.hpp"
 
@@ -1400,4 +1403,142 @@ TEST_CASE("--memory-policy per stage runs the stages named; bad tokens are named
     for (const std::string& text : c.expected) CHECK(r.err.find(text) != std::string::npos);
   }
   CHECK(plan({"--help"}).out.find("--memory-policy") != std::string::npos);
+}
+
+// --lengths: profiles of a 4-layer model measured at 1, 2, 4 and 8 sequences, at 256 and at 1024
+// tokens each; every time fixed + per token + per squared length, so the fit is exact.
+namespace {
+std::string varlen_profile(std::int64_t length) {
+  json layers = json::array();
+  for (int l = 0; l < 4; ++l) {
+    json points = json::array();
+    const double k = l == 3 ? 1.5 : 1.0;  // a heavier last stage
+    for (const int rows : {1, 2, 4, 8}) {
+      const double tokens = rows * static_cast<double>(length), squares = tokens * static_cast<double>(length);
+      const double f = k * (0.05 + 2e-4 * tokens + 3e-8 * squares);
+      points.push_back({{"rows", rows}, {"forward", f}, {"backward_input", 1.1 * f}, {"backward_weight", 0.9 * f},
+                        {"activation_bytes", 1024.0 * tokens}, {"output_bytes", 64.0 * tokens}});
+    }
+    layers.push_back({{"name", ppsched::concat("block", l)}, {"forward", points[0]["forward"]}, {"points", points}});
+  }
+  return json{{"unit", "ms"}, {"layers", layers}}.dump();
+}
+std::vector<std::int64_t> varlen_lengths() {
+  std::vector<std::int64_t> out;
+  for (int i = 0; i < 60; ++i) out.push_back(16 + (i * 7919 % 97) * (i % 5 == 0 ? 40 : 4));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("--lengths splits and plans one step; the table matches split_batch", "[cli][plan][lengths]") {
+  ScratchDir dir;
+  const std::string a = dir.file("at256.json"), b = dir.file("at1024.json"), lengths_file = dir.file("lengths.txt");
+  std::ofstream(a) << varlen_profile(256);
+  std::ofstream(b) << varlen_profile(1024);
+  const std::vector<std::int64_t> lengths = varlen_lengths();
+  {
+    std::ofstream out(lengths_file);
+    for (std::size_t i = 0; i < lengths.size(); ++i) out << lengths[i] << (i % 3 == 2 ? "\n" : i % 3 == 1 ? ", " : " ");
+  }
+  using namespace ppsched::plan;
+  std::vector<LengthSample> samples = length_samples(ppsched::parse_profile(read_file(a)), 256);
+  for (LengthSample& s : length_samples(ppsched::parse_profile(read_file(b)), 1024)) samples.push_back(s);
+  const LengthCosts fit = fit_length_costs(samples);
+  SplitOptions split;
+  split.token_budget = 4096;
+  const std::vector<std::string> args{"--lengths", lengths_file, "--profile", a + "," + b, "--profile-lengths", "256,1024",
+                                      "--token-budget", "4096", "--split", "all"};
+  const Run r = plan(args);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("60 sequences") != std::string::npos);
+  std::map<std::string, std::vector<std::string>> rows;
+  std::istringstream table(r.out);
+  for (std::string line; std::getline(table, line);) {
+    std::istringstream words(line);
+    std::vector<std::string> cells{std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+    if (cells.size() == 8 && (cells[0] == "padded" || cells[0] == "packed" || cells[0] == "bucketed" || cells[0] == "balanced")) {
+      rows[cells[0]] = cells;
+    }
+  }
+  REQUIRE(rows.size() == 4);
+  std::map<std::string, double> padding;
+  for (const SplitMethod m : {SplitMethod::padded, SplitMethod::packed, SplitMethod::bucketed, SplitMethod::balanced}) {
+    const std::string name(split_method_name(m));
+    const Split expected = split_batch(lengths, fit, m, split);
+    CHECK(rows[name][1] == std::to_string(expected.microbatches.size()));
+    padding[name] = std::stod(rows[name][4]);
+    CHECK(padding[name] == Approx(100.0 * expected.padding_fraction()).margin(0.1));
+  }
+  CHECK(padding["packed"] == 0.0);
+  CHECK(padding["balanced"] == 0.0);
+  CHECK(padding["bucketed"] < padding["padded"]);
+
+  std::vector<std::string> json_args = args;
+  json_args.push_back("--json");
+  const Run jr = plan(json_args);
+  REQUIRE(jr.status == 0);
+  const json j = json::parse(jr.out);
+  REQUIRE(j.at("splits").size() == 4);
+  for (const json& s : j.at("splits")) {
+    CHECK(s.at("step_time").get<double>() > 0.0);
+    CHECK(s.at("step_time").get<double>() <= s.at("given_order_step_time").get<double>());
+    CHECK(s.at("tokens_per_unit").get<double>() == Approx(s.at("tokens").get<double>() / s.at("step_time").get<double>()));
+  }
+  // One method: one row, balanced by default.
+  const Run one = plan({"--lengths", lengths_file, "--profile", a + "," + b, "--profile-lengths", "256,1024"});
+  REQUIRE(one.status == 0);
+  CHECK(one.out.find("balanced") != std::string::npos);
+  CHECK(one.out.find("padded") == std::string::npos);
+}
+
+TEST_CASE("--lengths: bad lengths, profiles and flags name the file, line, value or flag", "[cli][plan][lengths]") {
+  ScratchDir dir;
+  const std::string a = dir.file("at256.json"), b = dir.file("at1024.json"), one_point = dir.file("one.json");
+  std::ofstream(a) << varlen_profile(256);
+  std::ofstream(b) << varlen_profile(1024);
+  std::ofstream(one_point) << R"({"layers": [{"name": "x", "forward": 1, "points": [{"rows": 1, "forward": 1}]}]})";
+  const auto lengths = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir.file(name);
+    std::ofstream(path) << text;
+    return path;
+  };
+  const std::string good = lengths("good.txt", "100\n200\n300\n");
+  const std::string profiles = a + "," + b;
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases{
+      {{"--lengths", lengths("neg.txt", "10\n20, -5\n"), "--profile", profiles, "--profile-lengths", "256,1024"},
+       {"neg.txt", "line 2", "length -5 is negative"}},
+      {{"--lengths", lengths("zero.txt", "10 0\n"), "--profile", profiles, "--profile-lengths", "256,1024"},
+       {"zero.txt", "line 1", "length 0"}},
+      {{"--lengths", lengths("nan.txt", "10\n\n12x\n"), "--profile", profiles, "--profile-lengths", "256,1024"},
+       {"nan.txt", "line 3", "'12x' is not a whole number"}},
+      {{"--lengths", lengths("empty.txt", "\n \n"), "--profile", profiles, "--profile-lengths", "256,1024"},
+       {"empty.txt", "holds no lengths"}},
+      {{"--lengths", dir.file("missing.txt"), "--profile", profiles, "--profile-lengths", "256,1024"},
+       {"missing.txt", "cannot be read"}},
+      {{"--lengths", lengths("long.txt", "10\n9000\n"), "--profile", profiles, "--profile-lengths", "256,1024"},
+       {"long.txt", "line 2", "9000 tokens", "--token-budget 8192"}},
+      {{"--lengths", good, "--profile", a, "--profile-lengths", "256"}, {"one sequence length", "--profile-lengths 1024,4096"}},
+      {{"--lengths", good, "--profile", one_point + "," + b, "--profile-lengths", "256,1024"},
+       {"one.json", "1 measured point(s)", "two micro-batch sizes or more"}},
+      {{"--lengths", good, "--profile", profiles, "--profile-lengths", "256"}, {"--profile-lengths", "2 profile file(s) and 1"}},
+      {{"--lengths", good, "--profile", profiles}, {"--lengths", "--profile-lengths"}},
+      {{"--lengths", good, "--layers", "4"}, {"--layers", "does not apply to --lengths"}},
+      {{"--lengths", good, "--profile", profiles, "--profile-lengths", "256,1024", "--devices", "8"},
+       {"--devices", "does not apply to --lengths"}},
+      {{"--lengths", good, "--profile", profiles, "--profile-lengths", "256,1024", "--split", "sorted"},
+       {"--split", "unknown method 'sorted'", "balanced, packed, bucketed, padded, all"}},
+      {{"--token-budget", "100"}, {"--token-budget", "applies to --lengths only"}},
+      {{"--split", "all"}, {"--split", "applies to --lengths only"}},
+  };
+  for (const Case& c : cases) {
+    const Run r = plan(c.args);
+    INFO(r.err);
+    CHECK(r.status == 2);
+    for (const std::string& e : c.expected) CHECK(r.err.find(e) != std::string::npos);
+  }
 }

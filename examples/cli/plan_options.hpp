@@ -72,11 +72,17 @@ struct PlanOptions {
   // --calibrate-rows R[,R...]: rows per micro-batch of each run (one value: all of them);
   // empty: the profile's "rows".
   std::vector<double> calibrate_rows;
+  // --lengths FILE: plan one step of variable-length sequences (cli/varlen.hpp) from profiles
+  // measured at several micro-batch sizes and sequence lengths (--profile A,B --profile-lengths LA,LB).
+  std::string lengths_path;
+  std::vector<std::int64_t> profile_lengths;   // --profile-lengths: each profile's tokens per sequence
+  std::int64_t token_budget = 8192;            // --token-budget: tokens per micro-batch, padding included
+  std::string split = "balanced";              // --split: a SplitMethod's name, or "all"
   bool help = false;
   bool version = false;
 };
 
-inline constexpr std::array<FlagSpec, 30> plan_flags{{
+inline constexpr std::array<FlagSpec, 34> plan_flags{{
     {"--profile", "FILE", "model profile (JSON, see docs/profile-format.md)"},
     {"--layers", "N", "a chain of N identical layers (forward 1, backward-for-input 1, backward-for-weights 1)"},
     {"--stage-cost", "F,B,W", "every rank's stage costs F, BI, BW (pure schedule study; no partitioning)"},
@@ -105,6 +111,10 @@ inline constexpr std::array<FlagSpec, 30> plan_flags{{
     {"--all-reduce-bandwidth", "BYTES", "bytes per time unit between replicas (default: --bandwidth's link)"},
     {"--calibrate", "FILE[,FILE...]", "measured steps' timelines (CSV) refit the profile; shows the --devices plan before and after"},
     {"--calibrate-rows", "R[,R...]", "rows per micro-batch of each measured step, or one for all (default: the profile's \"rows\")"},
+    {"--lengths", "FILE", "plan one step of sequences of these lengths (integers separated by newlines, commas or spaces); needs --profile and --profile-lengths"},
+    {"--profile-lengths", "L[,L...]", "with --lengths: tokens per sequence each --profile file (comma-separated, two or more) was measured at"},
+    {"--token-budget", "N", "with --lengths: tokens a micro-batch may compute, padding included (default 8192)"},
+    {"--split", "METHOD", "with --lengths: balanced (default), packed, bucketed, padded, or all (compared in one table)"},
     {"--help", "", "print this help"},
     {"--version", "", "print the version"},
 }};
@@ -359,6 +369,24 @@ inline constexpr std::string_view memory_policy_forms =
       for (const std::string& rows : comma_items(flag)) {
         options.calibrate_rows.push_back(parse_real_text(rows, "flag --calibrate-rows", flag.position, 0.0, true));
       }
+    } else if (n == "--lengths") {
+      if (flag.value.empty()) fail({"flag --lengths", "the file name is empty", argument_place(flag.position), "give a path"});
+      options.lengths_path = flag.value;
+    } else if (n == "--profile-lengths") {
+      for (const std::string& item : comma_items(flag)) {
+        GivenFlag one = flag;
+        one.value = item;
+        options.profile_lengths.push_back(parse_integer(one, 1, 1'000'000'000));
+      }
+    } else if (n == "--token-budget") {
+      options.token_budget = parse_integer(flag, 1, 1'000'000'000'000);
+    } else if (n == "--split") {
+      if (flag.value != "balanced" && flag.value != "packed" && flag.value != "bucketed" && flag.value != "padded" &&
+          flag.value != "all") {
+        fail({"flag --split", concat("unknown method '", flag.value, "'"), argument_place(flag.position),
+              "valid methods: balanced, packed, bucketed, padded, all"});
+      }
+      options.split = flag.value;
     } else if (n == "--help") {
       options.help = true;
     } else if (n == "--version") {
@@ -370,6 +398,35 @@ inline constexpr std::string_view memory_policy_forms =
     const auto it = std::find_if(given.begin(), given.end(), [&](const GivenFlag& f) { return f.name == name; });
     return it == given.end() ? nullptr : &*it;
   };
+  // --lengths plans with its own model (the fit from the profiles: one layer per stage) and its
+  // own search, so every other planning flag would be silently ignored: each is refused by name.
+  if (const GivenFlag* l = find("--lengths")) {
+    for (const GivenFlag& f : given) {
+      const std::string_view n = f.name;
+      if (n == "--lengths" || n == "--profile" || n == "--profile-lengths" || n == "--token-budget" || n == "--split" ||
+          n == "--json" || n == "--help" || n == "--version") {
+        continue;
+      }
+      fail({concat("flag ", n), concat("does not apply to --lengths (given at ", argument_place(l->position), ")"),
+            argument_place(f.position),
+            concat("drop ", n, "; --lengths takes --profile, --profile-lengths, --token-budget, --split and --json")});
+    }
+    if (options.source != ModelSource::profile) {
+      fail({"flag --lengths", "needs profiles measured at several micro-batch sizes to fit the costs from",
+            argument_place(l->position),
+            "add --profile A.json,B.json --profile-lengths LA,LB (each measured at two sizes or more, see docs/cli.md)"});
+    }
+    if (options.profile_lengths.empty()) {
+      fail({"flag --lengths", "needs the sequence length each --profile file was measured at", argument_place(l->position),
+            "add --profile-lengths LA,LB, one per --profile file"});
+    }
+  } else {
+    for (const char* name : {"--profile-lengths", "--token-budget", "--split"}) {
+      if (const GivenFlag* f = find(name)) {
+        fail({concat("flag ", name), "applies to --lengths only", argument_place(f->position), "add --lengths FILE, or drop it"});
+      }
+    }
+  }
   if (const GivenFlag* f = find("--bandwidth"); f != nullptr && options.source == ModelSource::stage_cost) {
     fail({"flag --bandwidth", "--stage-cost has no tensor sizes for a bandwidth to apply to",
           argument_place(f->position), "use --comm for the per-transfer time, or --profile for tensor sizes"});

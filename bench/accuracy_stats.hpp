@@ -1,7 +1,8 @@
 // The figures both accuracy reports (bench_accuracy, bench_accuracy_torch) compute from their
 // measurements, in one place so that their tables mean the same thing: the median over every
 // repetition of every pass, the noise floor (how far the passes' own medians differ, relative
-// to that median), the error of a prediction, and Kendall's tau between two orderings.
+// to that median), the error of a prediction, Kendall's tau between two orderings, and the
+// quartiles of the paired errors (each step against a profile taken right before it, paired.hpp).
 #pragma once
 
 #include <algorithm>
@@ -67,6 +68,54 @@ struct Errors {
     return e;
   }
   [[nodiscard]] double mean() const { return count == 0 ? 0.0 : sum / static_cast<double>(count); }
+};
+
+// A sample's extremes and quartiles (linear between the order statistics).
+struct Quartiles {
+  double min = 0.0, q1 = 0.0, median = 0.0, q3 = 0.0, max = 0.0;
+  std::size_t count = 0;
+};
+
+inline Quartiles quartiles_of(std::vector<double> v) {
+  Quartiles q;
+  q.count = v.size();
+  if (v.empty()) return q;
+  std::sort(v.begin(), v.end());
+  const auto at = [&](double f) {
+    const double x = f * static_cast<double>(v.size() - 1);
+    const auto i = static_cast<std::size_t>(x);
+    return i + 1 < v.size() ? v[i] + (x - static_cast<double>(i)) * (v[i + 1] - v[i]) : v[i];
+  };
+  q.min = v.front();
+  q.q1 = at(0.25);
+  q.median = at(0.5);
+  q.q3 = at(0.75);
+  q.max = v.back();
+  return q;
+}
+
+// One configuration's pairs: per measured step, the prediction from the profile taken right
+// before it and the step. Its error is the median of the pairs' signed errors, its prediction
+// the median of the pairs' predictions.
+struct Pairs {
+  std::vector<double> predicted, measured;
+  void add(double p, double m) {
+    predicted.push_back(p);
+    measured.push_back(m);
+  }
+  [[nodiscard]] std::vector<double> errors() const {
+    std::vector<double> e;
+    for (std::size_t i = 0; i < predicted.size(); ++i) e.push_back((predicted[i] - measured[i]) / measured[i]);
+    return e;
+  }
+  [[nodiscard]] double error() const { return predicted.empty() ? 0.0 : median(errors()); }
+  [[nodiscard]] double prediction() const { return predicted.empty() ? 0.0 : median(predicted); }
+  // How far the fresh profiles moved the prediction: (largest - smallest) / median.
+  [[nodiscard]] double drift() const {
+    if (predicted.empty()) return 0.0;
+    const auto [lo, hi] = std::minmax_element(predicted.begin(), predicted.end());
+    return (*hi - *lo) / median(predicted);
+  }
 };
 
 }  // namespace accuracy

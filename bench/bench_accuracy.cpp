@@ -12,7 +12,10 @@
 // speed, and each core's share of slow probes, close the report (docs/accuracy.md, run 8). Not
 // a Google Benchmark program and not a test: a report.
 //
-//   bench_accuracy [repetitions per pass] [passes]      docs/accuracy.md has the figures
+//   bench_accuracy [repetitions per pass] [passes] [--paired]      docs/accuracy.md has the figures
+// --paired: every step right after a profile of the layers at its micro-batch size (the same
+// profiler, 1 warm-up and 3 repetitions), the running cut predicted from it (paired.hpp); the
+// paired table and summary follow, with (one rank) where a step's time goes.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -34,6 +37,7 @@
 #include "../examples/mlp/mlp.hpp"
 #include "accuracy_stats.hpp"
 #include "machine_probe.hpp"
+#include "paired.hpp"
 #include "../examples/mlp/mlp_stage.hpp"
 
 namespace {
@@ -52,6 +56,11 @@ struct Config {
   std::vector<ppsched::Timeline> last_pass; // every step of the last pass
   // Per pass, per step, per core: the slower of the core's probes before and after the step.
   std::vector<std::vector<std::vector<double>>> probes;
+  // --paired (paired.hpp): every step against the prediction from a profile taken right before
+  // it, and per step the time per kind of action in the step, in that prediction and (one rank)
+  // in the running stages' own calls timed alone.
+  accuracy::Pairs pairs;
+  std::vector<paired::Parts> in_step, in_prediction, calls_alone;
 };
 
 // A core's probe within this factor of its usual speed counts as steady (machine_probe.hpp).
@@ -60,6 +69,9 @@ constexpr double steady_tolerance = 1.15;
 }  // namespace
 
 int main(int argc, char** argv) try {
+  // --paired, anywhere: every step after a profile at its size (paired.hpp); the rest positional.
+  const bool paired = std::find_if(argv + 1, argv + argc, [](const char* a) { return std::string(a) == "--paired"; }) != argv + argc;
+  if (paired) argc = static_cast<int>(std::remove_if(argv + 1, argv + argc, [](const char* a) { return std::string(a) == "--paired"; }) - argv);
   const int repetitions = argc > 1 ? std::atoi(argv[1]) : 10;
   const int passes = argc > 2 ? std::atoi(argv[2]) : 2;
   const std::vector<std::size_t> widths(9, 64);
@@ -121,7 +133,7 @@ int main(int argc, char** argv) try {
   for (const std::int32_t p : {1, 2}) {
     for (const char* family : {"gpipe", "1f1b", "zb-h1", "interleaved-1f1b"}) {
       if (p == 1 && std::string(family) == "interleaved-1f1b") continue;
-      for (const std::int32_t m : {2, 8, 32}) configs.push_back({family, p, m, 64 / m, 0.0, 0.0, 0.0, 0.0, {}, {}, {}, {}});
+      for (const std::int32_t m : {2, 8, 32}) configs.push_back({family, p, m, 64 / m, 0.0, 0.0, 0.0, 0.0, {}, {}, {}, {}, {}, {}, {}, {}});
     }
   }
   // 3. Interleaved passes, every step between two probes of each core's speed.
@@ -157,6 +169,30 @@ int main(int argc, char** argv) try {
       std::vector<std::vector<double>> around;
       c.last_pass.clear();
       for (int r = -2; r < repetitions; ++r) {
+        ppsched::SimResult fresh;
+        paired::Parts calls_alone;
+        if (paired) {
+          ppsched::profiling::ProfileOptions fresh_options = po;
+          fresh_options.rows = {c.rows};
+          fresh_options.warmup = 1;
+          fresh_options.repetitions = 3;
+          ppsched::Profile p = ppsched::profiling::measured_profile(ppsched::profiling::profile_stages(per_layer, fresh_options), "ms",
+                                                                    c.rows, overheads);
+          p.concurrent_slowdown = profile.concurrent_slowdown;
+          fresh = paired::predict_cut(p, c.rows, cut, schedule);
+          if (c.ranks == 1) {
+            const ppsched::profiling::StageFactory running = [&](std::int32_t rows) {
+              std::vector<ppsched::StageFunctions> f;
+              for (std::size_t s = 0; s < cut.stages.size(); ++s) {
+                keep->push_back(std::make_unique<mlp::MlpStage>(model, cut.stages[s].begin, cut.stages[s].end,
+                                                                static_cast<std::size_t>(rows), 1));
+                f.push_back(keep->back()->functions(s + 1 == cut.stages.size(), 1.0f, 0.0f));
+              }
+              return f;
+            };
+            calls_alone = paired::stages_alone(running, schedule, c.rows, 1, 3, 0.0);
+          }
+        }
         double ms = 0.0;
         std::vector<double> probe = machine::probe_around(probes, [&] {
           const auto t0 = std::chrono::steady_clock::now();
@@ -167,6 +203,12 @@ int main(int argc, char** argv) try {
           steps.push_back(ms);
           around.push_back(std::move(probe));
           c.last_pass.push_back(world.last_step().timeline);
+          if (paired) {
+            c.pairs.add(fresh.makespan, ms);
+            c.in_step.push_back(paired::parts_of(world.last_step().timeline, ms));
+            c.in_prediction.push_back(paired::parts_of(fresh.timeline, fresh.makespan));
+            if (c.ranks == 1) c.calls_alone.push_back(calls_alone);
+          }
         }
       }
       c.passes.push_back(steps);
@@ -265,6 +307,14 @@ int main(int argc, char** argv) try {
               "steps, %zu configurations with three or more: mean |error| %.1f%%, max %.1f%%, Kendall's tau %.2f\n",
               steady_tolerance, steady_steps, all_steps, steady.count, 100.0 * steady.mean(), 100.0 * steady.max,
               accuracy::kendall_tau(steady_predicted, steady_measured));
+  if (paired) {
+    std::vector<paired::Row> rows;
+    for (const Config& c : configs) {
+      rows.push_back({c.family + " p=" + std::to_string(c.ranks) + " m=" + std::to_string(c.microbatches), c.ranks, c.predicted,
+                      accuracy::spread_of(c.passes).median, &c.pairs, &c.in_step, &c.in_prediction, &c.calls_alone});
+    }
+    for (const std::string& l : paired::report("mlp", rows)) std::printf("%s\n", l.c_str());
+  }
   machine::print_cores(probes, steady_tolerance);
   return 0;
 } catch (const std::exception& e) {

@@ -23,7 +23,10 @@
 // every core ran within 1.15x of its usual speed, which is how this machine's noise is told
 // apart from the model's error (docs/accuracy.md, run 8). Not a test: a report.
 //
-//   bench_accuracy_torch [repetitions per pass] [passes] [model] [plot.svg]
+//   bench_accuracy_torch [repetitions per pass] [passes] [model] [plot.svg] [--paired]
+// --paired: every step right after a profile of the model at its micro-batch size (the same
+// profiler, 1 warm-up and 3 repetitions), the running cut predicted from it (paired.hpp); the
+// paired table and summary follow the unpaired ones, with (one rank) where a step's time goes.
 //   bench_accuracy_torch memory [model]          peak memory per rank, predicted and counted
 //   bench_accuracy_torch policies [repetitions]  gpt with each memory policy: time and bytes
 // model: mlp, gpt, conv or all; plot.svg: where to write the predicted-vs-measured plot.
@@ -61,6 +64,7 @@
 #include "accuracy_stats.hpp"
 #include "bench_accuracy_torch.hpp"
 #include "machine_probe.hpp"
+#include "paired.hpp"
 
 namespace {
 
@@ -81,6 +85,11 @@ struct Config {
   std::vector<ppsched::Timeline> last_pass; // every step's timeline, last pass
   // Per pass, per step, per core: the slower of the core's probes before and after the step.
   std::vector<std::vector<std::vector<double>>> probes;
+  // --paired: every step against the prediction from a profile taken right before it
+  // (paired.hpp), and per step the time per kind of action: in the step (its timeline), in the
+  // paired prediction, and (one rank) the running stage's own calls timed alone just before.
+  accuracy::Pairs pairs;
+  std::vector<paired::Parts> in_step, in_prediction, calls_alone;
 };
 
 // A core's probe within this factor of its usual speed counts as steady (machine_probe.hpp).
@@ -131,16 +140,20 @@ ppsched::libtorch::TorchProfile with_overhead_per_child(ppsched::libtorch::Torch
   return p;
 }
 
-// `t` at 32 rows with the backend's fixed costs and `priced`'s concurrent slowdown, as main
-// prices the measured profile.
-ppsched::Profile priced_at32(const ppsched::libtorch::TorchProfile& t, const ppsched::Profile& priced,
-                             const ppsched::profiling::BackendOverheads& overheads) {
-  ppsched::Profile p = t.at(32);
+// `t` at `rows` (32: the measured profile's reference) with the backend's fixed costs and
+// `priced`'s concurrent slowdown, as main prices the measured profile.
+ppsched::Profile priced_at(const ppsched::libtorch::TorchProfile& t, std::int64_t rows, const ppsched::Profile& priced,
+                           const ppsched::profiling::BackendOverheads& overheads) {
+  ppsched::Profile p = t.at(rows);
   p.action_overhead += overheads.action_overhead;  // beside the adapter's own (TorchProfile::at)
   p.transfer_overhead = overheads.transfer_overhead;
   p.step_overhead = overheads.step_overhead;
   p.concurrent_slowdown = priced.concurrent_slowdown;
   return p;
+}
+ppsched::Profile priced_at32(const ppsched::libtorch::TorchProfile& t, const ppsched::Profile& priced,
+                             const ppsched::profiling::BackendOverheads& overheads) {
+  return priced_at(t, 32, priced, overheads);
 }
 
 // The profile with each of run 7's changes undone (docs/accuracy.md), named, at 32 rows with
@@ -199,9 +212,26 @@ std::vector<double> concurrent_slowdown(const bench_torch::Model& model) {
 
 std::span<const float> floats(const torch::Tensor& t) { return {t.data_ptr<float>(), static_cast<std::size_t>(t.numel())}; }
 
-// One model's configurations measured: a pass runs each once, `repetitions` timed steps.
+// The paired profile: the same profiler at the step's one size, few repetitions (--paired).
+constexpr int paired_warmup = 1, paired_repetitions = 3;
+
+// The running stages' own calls at `rows`, timed alone (paired::stages_alone), the loss's
+// time added to the last stage's B and BI.
+paired::Parts stages_alone(const bench_torch::Model& model, const ppsched::plan::PartitionPlan& cut, const ppsched::Schedule& s,
+                           std::int32_t rows, double loss_ms) {
+  auto keep = std::make_shared<std::vector<bench_torch::Pipeline>>();
+  return paired::stages_alone(
+      [&model, &cut, keep](std::int32_t r) {
+        keep->push_back(bench_torch::make_pipeline(model, cut, r, global_batch, false));
+        return keep->back().functions;
+      },
+      s, rows, paired_warmup, paired_repetitions, loss_ms);
+}
+
+// One model's configurations measured: a pass runs each once, `repetitions` timed steps; with
+// `paired`, each step right after a profile at its size (paired.hpp).
 void measure(const bench_torch::Model& model, const ppsched::Profile& profile, std::vector<Config>& configs, int repetitions,
-             int passes, machine::CoreProbes& probes) {
+             int passes, machine::CoreProbes& probes, bool paired, const ppsched::profiling::BackendOverheads& overheads) {
   const ppsched::CpuOptions cpu{.checking = false};
   for (int pass = 0; pass < passes; ++pass) {
     for (Config& c : configs) {
@@ -230,6 +260,13 @@ void measure(const bench_torch::Model& model, const ppsched::Profile& profile, s
       std::vector<std::vector<double>> around;
       c.last_pass.clear();
       for (int r = -2; r < repetitions; ++r) {
+        ppsched::SimResult fresh;
+        paired::Parts calls_alone;
+        if (paired) {
+          const ppsched::libtorch::TorchProfile t = bench_torch::profile_of(model, {c.rows}, paired_warmup, paired_repetitions);
+          fresh = paired::predict_cut(priced_at(t, c.rows, profile, overheads), c.rows, cut, schedule);
+          if (c.ranks == 1) calls_alone = stages_alone(model, cut, schedule, c.rows, t.loss.front().median);
+        }
         double ms = 0.0;
         std::vector<double> probe = machine::probe_around(probes, [&] {
           const auto t0 = std::chrono::steady_clock::now();
@@ -240,6 +277,12 @@ void measure(const bench_torch::Model& model, const ppsched::Profile& profile, s
           steps.push_back(ms);
           around.push_back(std::move(probe));
           c.last_pass.push_back(world.last_step().timeline);
+          if (paired) {
+            c.pairs.add(fresh.makespan, ms);
+            c.in_step.push_back(paired::parts_of(world.last_step().timeline, ms));
+            c.in_prediction.push_back(paired::parts_of(fresh.timeline, fresh.makespan));
+            if (c.ranks == 1) c.calls_alone.push_back(calls_alone);
+          }
         }
       }
       c.passes.push_back(steps);
@@ -504,6 +547,9 @@ void write_plot(const std::string& path, const std::vector<Config>& configs, con
 }  // namespace
 
 int main(int argc, char** argv) try {
+  // --paired, anywhere: every step after a profile at its size (paired.hpp); the rest positional.
+  const bool paired = std::find_if(argv + 1, argv + argc, [](const char* a) { return std::string(a) == "--paired"; }) != argv + argc;
+  if (paired) argc = static_cast<int>(std::remove_if(argv + 1, argv + argc, [](const char* a) { return std::string(a) == "--paired"; }) - argv);
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "memory") {
     torch::set_num_threads(1);
@@ -559,9 +605,9 @@ int main(int argc, char** argv) try {
     std::printf("%s: concurrent slowdown with 2 ranks computing %.2fx\n", name.c_str(), profile.concurrent_slowdown.back());
     std::vector<Config> configs;
     for (const bench_torch::ConfigKey& k : bench_torch::configurations(global_batch)) {
-      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, 0.0, {}, 0.0, {}, {}, {}});
+      configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, 0.0, {}, 0.0, {}, {}, {}, {}, {}, {}, {}});
     }
-    measure(model, profile, configs, repetitions, passes, probes);
+    measure(model, profile, configs, repetitions, passes, probes, paired, overheads);
     // Recalibrated from every step of the last pass of two runs of different shapes (one rank
     // with 2 micro-batches, two ranks with 32) and their step times (docs/plan.md).
     std::vector<ppsched::plan::MeasuredRun> runs;
@@ -688,6 +734,15 @@ int main(int argc, char** argv) try {
                   configs[pick_after].ranks, configs[pick_after].microbatches,
                   100.0 * (measured[pick_after] - measured[best]) / measured[best]);
     summaries.emplace_back(line);
+    if (paired) {
+      std::vector<paired::Row> rows;
+      for (std::size_t i = 0; i < configs.size(); ++i) {
+        const Config& c = configs[i];
+        rows.push_back({c.family + " p=" + std::to_string(c.ranks) + " m=" + std::to_string(c.microbatches), c.ranks, c.predicted,
+                        measured[i], &c.pairs, &c.in_step, &c.in_prediction, &c.calls_alone});
+      }
+      for (std::string& l : paired::report(name, rows)) summaries.push_back(std::move(l));
+    }
   }
   for (const std::string& s : summaries) std::printf("%s\n", s.c_str());
   std::printf("%zu configurations in all\n", all.size());

@@ -5,7 +5,11 @@
    only libnccl.so.2, as the nvidia-nccl-cu13 wheel has it), against the CUDA 13 wheels'
    nvidia/cu13 layout, and its refusal, naming every place tried, when nothing is there.
 2. `run --no-gpu --skip-build` writes summary.json, summary.md and logs.tar.gz, every GPU
-   check "skipped" with the reason, and exits 0; a bad --deps folder exits 2 with its fix.
+   check "skipped" with the reason (the accuracy stage among them), and exits 0; a bad --deps
+   folder exits 2 with its fix.
+3. cuBLAS discovery (the toolkit's, the CUDA 13 wheels' nvidia/cu13, none: the places tried),
+   and the accuracy stage's reading of bench_accuracy_cuda's JSON: every goal met passes, a
+   missed goal fails naming it and its figure, no JSON fails.
 
 The build itself, with the flags the GPU machine uses and warnings as errors, is rehearsed
 by .ci/gpu-rehearsal (minutes of nvcc), not here.
@@ -103,8 +107,11 @@ with tempfile.TemporaryDirectory() as tmp:
     check(summary["gpu"]["present"] is False and "no GPU" in summary["gpu"]["reason"], "summary says no GPU")
     names = [c["name"] for c in summary["checks"]]
     for expected in ("discovery", "cuda_smoke", "test_backend_cuda", "test_bubbles_cuda", "bench_cuda",
-                     "mlp_training_cuda 1f1b 4"):
+                     "mlp_training_cuda 1f1b 4", "accuracy (bench_accuracy_cuda)"):
         check(expected in names, f"summary lists {expected!r}")
+    accuracy = [c for c in summary["checks"] if c["name"] == "accuracy (bench_accuracy_cuda)"]
+    check(accuracy and accuracy[0]["status"] == "skipped" and accuracy[0]["reason"] == "no GPU (--no-gpu given)"
+          and "--json" in accuracy[0]["command"], f"accuracy stage skipped with the reason: {accuracy}")
     gpu_checks = [c for c in summary["checks"] if c["name"] not in ("discovery", "build")]
     check(gpu_checks and all(c["status"] == "skipped" and "no GPU" in c["reason"] for c in gpu_checks),
           "every GPU check skipped with the reason")
@@ -112,6 +119,7 @@ with tempfile.TemporaryDirectory() as tmp:
     check(summary["toolchain"]["nccl"]["version"] != "", "toolchain recorded")
     md = (out / "summary.md").read_text()
     check("| test_backend_cuda | skipped |" in md and "no GPU (--no-gpu given)" in md, "markdown table")
+    check("| accuracy (bench_accuracy_cuda) | skipped |" in md, "markdown table lists the accuracy stage")
     with tarfile.open(out / "logs.tar.gz") as tar:
         tar.getmembers()  # readable, even when empty
 
@@ -119,6 +127,59 @@ with tempfile.TemporaryDirectory() as tmp:
     p = subprocess.run([sys.executable, str(tool), "run", str(out), "--no-gpu", "--skip-build", "--deps", str(tmp)],
                        capture_output=True, text=True, timeout=60)
     check(p.returncode == 2 and "tools/gpu-check deps" in p.stderr, f"bad --deps: {p.returncode} {p.stderr}")
+
+    # 3a. cuBLAS: the toolkit's first, then the wheels'; none: the places tried.
+    (cuda / "include" / "cublas_v2.h").write_text("")
+    (cuda / "lib64" / "libcublas.so.13").write_bytes(b"\x7fELF")
+    found = gc.find_cublas(cuda, cuda / "lib64", [site2])
+    check(found == (cuda / "include", cuda / "lib64", "libcublas.so.13"), f"toolkit cuBLAS: {found}")
+    (cuda / "include" / "cublas_v2.h").unlink()
+    (site2 / "nvidia" / "cu13" / "include" / "cublas_v2.h").write_text("")
+    (site2 / "nvidia" / "cu13" / "lib" / "libcublas.so.13").write_bytes(b"\x7fELF")
+    found = gc.find_cublas(cuda, cuda / "lib64", [site2])
+    check(found == (site2 / "nvidia/cu13/include", site2 / "nvidia/cu13/lib", "libcublas.so.13"), f"wheel cuBLAS: {found}")
+    found = gc.find_cublas(cuda, cuda / "lib64", [])
+    check(isinstance(found, str) and str(cuda / "include") in found, f"no cuBLAS names the places tried: {found}")
+
+    # 3b. The accuracy stage's figures and goals, from a result shaped as bench_accuracy_cuda writes it.
+    def result(time_max=0.08, tau=0.95, slower=0.01):
+        rows = []
+        for i, family in enumerate(["gpipe", "1f1b", "zb-h1"]):
+            rows.append({"model": "mlp-1024", "family": family, "ranks": 2, "microbatches": 8, "rows": 16,
+                         "predicted_ms": 10.0 + i, "measured_ms": 10.2 + i, "min_ms": 10.1, "max_ms": 10.4, "noise": 0.01,
+                         "error": -0.02, "predicted_peak_bytes": [4194304.0, 2097152.0],
+                         "measured_peak_bytes": [4194304.0, 2097152.0], "counted_peak_bytes": [4194304.0, 2097152.0]})
+        return {"program": "bench_accuracy_cuda", "gpu": "NVIDIA H100 80GB HBM3", "repetitions": 7, "passes": 2,
+                "seconds": 55.0, "unit": "ms", "overheads_ms": {"step": 0.05, "action": 0.006, "transfer": 0.01},
+                "timing_cost_ms": {"forward": 0.01, "backward_input": 0.01, "backward_weight": 0.01, "backward": 0.01},
+                "models": [{"name": "mlp-1024", "kind": "mlp", "width": 1024, "layers": 8, "batch": 128,
+                            "link_bytes_per_ms": 1e9, "concurrent_slowdown": {"16": [1, 1.05, 1.1, 1.2]}}],
+                "configurations": rows,
+                "picks": [{"model": "mlp-1024", "ranks": 2, "picked": "gpipe m=8", "picked_measured_ms": 10.2,
+                           "fastest": "gpipe m=8", "fastest_measured_ms": 10.2, "slower": slower, "holds": slower <= 0.05}],
+                "time": {"mean_abs_error": 0.02, "max_abs_error": time_max, "kendall_tau": tau,
+                         "kendall_tau_per_model": [tau], "mean_noise": 0.01},
+                "memory": {"mean_abs_error": 0.0, "max_abs_error": 0.0, "counted_mean_abs_error": 0.0,
+                           "counted_max_abs_error": 0.0},
+                "pick_holds": slower <= 0.05,
+                "goals": {"mean_abs_error": 0.05, "max_abs_error": 0.1, "kendall_tau": 0.9, "pick_within": 0.05}}
+
+    res = tmp / "accuracy.json"
+    res.write_text(json.dumps(result()))
+    c = gc.Check("accuracy (bench_accuracy_cuda)", "passed")
+    gc.parse_accuracy(c, res)
+    check(c.status == "passed" and c.figures["kendall_tau"] == 0.95 and c.figures["time_max_abs_error_pct"] == 8.0
+          and all(g["met"] for g in c.figures["goals"].values()) and c.figures["configurations"] == 3,
+          f"accuracy goals met: {c.status} {c.reason} {c.figures.get('goals')}")
+    res.write_text(json.dumps(result(time_max=0.14, tau=0.8, slower=0.09)))
+    c = gc.Check("accuracy (bench_accuracy_cuda)", "passed")
+    gc.parse_accuracy(c, res)
+    check(c.status == "failed" and "step time max |error| 14.0" in c.reason and "Kendall's tau 0.8" in c.reason
+          and "pick vs fastest measured 9.0" in c.reason and "step time mean" not in c.reason,
+          f"accuracy goals missed are named: {c.status} {c.reason}")
+    c = gc.Check("accuracy (bench_accuracy_cuda)", "passed")
+    gc.parse_accuracy(c, tmp / "none.json")
+    check(c.status == "failed" and "wrote no" in c.reason, f"no JSON: {c.status} {c.reason}")
 
 if failures:
     print(f"{len(failures)} check(s) failed")

@@ -19,6 +19,7 @@
 
 #include "cli/bubbles_backend.hpp"
 #include "cli/bubbles_cuda.hpp"
+#include "cli/text.hpp"
 #include "ppsched/backend/cuda.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/runtime/world.hpp"
@@ -68,7 +69,7 @@ struct CudaBubblesState {
 
 std::string describe(const CudaBubblesState& state) {
   const bool nccl = !state.backends.empty() && state.backends.front().uses_nccl();
-  return ppsched::concat("CUDA backend (", state.gpus, " GPU", state.gpus == 1 ? "" : "s", ", ",
+  return concat("CUDA backend (", state.gpus, " GPU", state.gpus == 1 ? "" : "s", ", ",
                                  nccl ? "NCCL" : "device-to-device copies", ", spin kernels at ",
                                  static_cast<long long>(state.calibration.cycles_per_microsecond + 0.5),
                                  " cycles/us)");
@@ -84,7 +85,7 @@ BubblesBackend cuda_bubbles_backend() {
     const DeviceProbe probe = probe_devices();
     if (!probe.usable()) {
       throw BackendUnavailable(
-          ppsched::concat("--backend cuda found no usable GPU: ", probe.reason,
+          concat("--backend cuda found no usable GPU: ", probe.reason,
                                   ". Run on a machine with a CUDA GPU and its driver, or use --backend cpu"));
     }
     try {
@@ -95,7 +96,7 @@ BubblesBackend cuda_bubbles_backend() {
       state->backends = make_cuda_backends(spread_ranks_over_devices(ranks, probe.count));
     } catch (const error& e) {
       throw BackendUnavailable(
-          ppsched::concat("the CUDA backend could not start on ", probe.count, " GPU(s): ", e.what()));
+          concat("the CUDA backend could not start on ", probe.count, " GPU(s): ", e.what()));
     }
     return describe(*state);
   };

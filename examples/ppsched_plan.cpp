@@ -28,6 +28,7 @@
 #include "cli/plan.hpp"
 #include "cli/plan_options.hpp"
 #include "cli/plan_report.hpp"
+#include "cli/text.hpp"
 #include "cli/varlen.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/csv.hpp"
@@ -54,7 +55,7 @@ std::string usage() {
 // Renders every requested file, then writes them all or none (output_file.hpp).
 void write_outputs(const ppsched::plan::ScheduleResult& r, const cli::OutputPaths& outputs) {
   if (!r.valid) {
-    ppsched::fail({"ppsched-plan", ppsched::concat("schedule '", r.name, "' is not valid, so it has no timeline"),
+    cli::fail({"ppsched-plan", cli::concat("schedule '", r.name, "' is not valid, so it has no timeline"),
                    "", "fix the problems listed in the report"});
   }
   std::vector<cli::OutputFile> files;
@@ -125,7 +126,7 @@ int run(std::span<const char* const> argv) {
   }
 
   cli::check_plan_memory(cli::plan_request(options), options.schedule_auto,
-                         ppsched::concat("--stages ", options.stages, " --microbatches ", options.microbatches));
+                         cli::concat("--stages ", options.stages, " --microbatches ", options.microbatches));
   ppsched::plan::SearchSummary search;
   const ppsched::plan::PlanResult plan =
       options.schedule_auto ? cli::make_auto_plan(options, model, search) : cli::make_plan(options, model);
@@ -135,7 +136,7 @@ int run(std::span<const char* const> argv) {
     const std::optional<std::size_t> chosen =
         plan.schedules.size() == 1 ? std::optional<std::size_t>(0) : plan.recommended.index;
     if (!chosen) {
-      ppsched::fail({"ppsched-plan", "no schedule was recommended, so there is nothing to write to --trace, --svg or --csv",
+      cli::fail({"ppsched-plan", "no schedule was recommended, so there is nothing to write to --trace, --svg or --csv",
                      "", "name one schedule with --schedule, or relax the memory cap"});
     }
     write_outputs(plan.schedules[*chosen], outputs);

@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """A header-only and a compiled-mode file in one program (include/ppsched/config.hpp): the two
-modes are disjoint libraries, ppsched::header_only and ppsched::compiled, so mixing them is
+modes are disjoint libraries, ppsched::v0_1_header_only and ppsched::v0_1_compiled, so mixing them is
 either well-defined or a link error, never a silent mix of two definitions of one function.
 
 1. Well-defined: header_only_part.cpp and compiled_part.cpp (+ the ppsched_compiled library)
    do the same work (make_schedule, lower, simulate, a World's steps) and pass only plain
    values across; the program links, each file's calls reach its own mode's definitions (the
-   program holds both ppsched::header_only::lower and ppsched::compiled::lower), and the two
+   program holds both ppsched::v0_1_header_only::lower and ppsched::v0_1_compiled::lower), and the two
    results agree.
 2. Link error: exchange_header_only.cpp defines a function taking a ppsched::Schedule,
    exchange_compiled.cpp calls it from compiled mode; the link must fail, naming
-   ppsched::compiled::Schedule.
+   ppsched::v0_1_compiled::Schedule.
 
 usage: check_mixed_modes.py SOURCE_ROOT COMPILED_LIBRARY WORK_DIR COMPILER [COMPILER ARGS...]
 """
@@ -52,7 +52,7 @@ def main():
         if p.returncode != 0:
             failures.append(f'the mixed program exits {p.returncode}: {p.stderr[:2000]}')
         symbols = run(['nm', '-C', exe]).stdout
-        for mode in ('header_only', 'compiled'):
+        for mode in ('v0_1_header_only', 'v0_1_compiled'):
             if f'ppsched::{mode}::lower(' not in symbols:
                 failures.append(f'the mixed program holds no ppsched::{mode}::lower: '
                                 'one mode\'s calls reached the other\'s code')
@@ -63,8 +63,8 @@ def main():
     if p.returncode == 0:
         failures.append('a compiled-mode file linked against a header-only function taking '
                         'ppsched::Schedule: the modes share a type undiagnosed')
-    elif 'ppsched::compiled::Schedule' not in p.stderr:
-        failures.append(f'the link failed without naming ppsched::compiled::Schedule:\n{p.stderr[:4000]}')
+    elif 'ppsched::v0_1_compiled::Schedule' not in p.stderr:
+        failures.append(f'the link failed without naming ppsched::v0_1_compiled::Schedule:\n{p.stderr[:4000]}')
     else:
         print('a ppsched type passed between the modes: link error, as designed')
 

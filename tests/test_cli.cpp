@@ -1419,7 +1419,7 @@ std::string varlen_profile(std::int64_t length) {
       points.push_back({{"rows", rows}, {"forward", f}, {"backward_input", 1.1 * f}, {"backward_weight", 0.9 * f},
                         {"activation_bytes", 1024.0 * tokens}, {"output_bytes", 64.0 * tokens}});
     }
-    layers.push_back({{"name", ppsched::concat("block", l)}, {"forward", points[0]["forward"]}, {"points", points}});
+    layers.push_back({{"name", "block" + std::to_string(l)}, {"forward", points[0]["forward"]}, {"points", points}});
   }
   return json{{"unit", "ms"}, {"layers", layers}}.dump();
 }

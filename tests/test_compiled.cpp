@@ -4,6 +4,9 @@
 // that behaves differently fails here (and test compiled_mode compares whole programs).
 #include <catch2/catch.hpp>
 
+#define TEST_STRINGIFY_TEXT(x) #x
+#define TEST_STRINGIFY(x) TEST_STRINGIFY_TEXT(x)
+
 #include <ppsched/all.hpp>
 
 #include <sstream>
@@ -12,6 +15,15 @@
 #include <vector>
 
 static_assert(PPSCHED_OUTLINE_BODY == 0, "test_compiled must be built in compiled mode (ppsched_compiled_dep)");
+
+TEST_CASE("the version of config.hpp is meson.build's, and names the inline namespace") {
+  const std::string version = std::to_string(PPSCHED_VERSION_MAJOR) + "." + std::to_string(PPSCHED_VERSION_MINOR) +
+                              "." + std::to_string(PPSCHED_VERSION_PATCH);
+  CHECK(version == PPSCHED_MESON_VERSION);
+  // The tag is the version's major and minor: a bump of one without the other fails here.
+  CHECK(std::string(TEST_STRINGIFY(PPSCHED_MODE)) ==
+        "v" + std::to_string(PPSCHED_VERSION_MAJOR) + "_" + std::to_string(PPSCHED_VERSION_MINOR) + "_compiled");
+}
 
 TEST_CASE("compiled mode: every family builds, lowers, validates and simulates") {
   const ppsched::CostModel costs = ppsched::uniform_costs(1.0, 1.0, 1.0);

@@ -27,6 +27,7 @@
 #include "ppsched/validate/validate.hpp"
 
 using namespace ppsched;
+using detail::concat;
 
 namespace {
 

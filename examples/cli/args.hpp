@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "ppsched/error.hpp"
+#include "text.hpp"
 
 namespace ppsched::cli {
 
@@ -50,7 +51,7 @@ struct GivenFlag {
 }
 
 [[nodiscard]] inline std::string argument_place(int position) {
-  return ppsched::concat("argument ", position);
+  return concat("argument ", position);
 }
 
 // Lists the valid choices in one line: "gpipe, 1f1b, zb-h1".
@@ -68,7 +69,6 @@ struct GivenFlag {
 // value, a value given to a switch, and a flag given twice.
 [[nodiscard]] inline std::vector<GivenFlag> split_flags(std::span<const char* const> argv,
                                                         std::span<const FlagSpec> specs) {
-  using ppsched::concat;
   std::vector<GivenFlag> given;
   for (std::size_t i = 1; i < argv.size(); ++i) {
     const int position = static_cast<int>(i);
@@ -117,7 +117,6 @@ struct GivenFlag {
 
 // Parses a whole number in [min, max]; the full text must be the number.
 [[nodiscard]] inline std::int64_t parse_integer(const GivenFlag& flag, std::int64_t min, std::int64_t max) {
-  using ppsched::concat;
   std::int64_t value = 0;
   const std::string& text = flag.value;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -136,7 +135,6 @@ struct GivenFlag {
 // Parses one finite number at or above `min` (strictly above when `min_excluded`).
 [[nodiscard]] inline double parse_real_text(std::string_view text, std::string_view subject, int position,
                                             double min, bool min_excluded) {
-  using ppsched::concat;
   const std::string bound = concat(min_excluded ? "greater than " : "at least ", min);
   double value = 0.0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -152,12 +150,11 @@ struct GivenFlag {
 }
 
 [[nodiscard]] inline double parse_real(const GivenFlag& flag, double min, bool min_excluded = false) {
-  return parse_real_text(flag.value, ppsched::concat("flag ", flag.name), flag.position, min, min_excluded);
+  return parse_real_text(flag.value, concat("flag ", flag.name), flag.position, min, min_excluded);
 }
 
 // Parses "F,B,W": three finite non-negative numbers separated by commas, F and B+W positive.
 [[nodiscard]] inline std::array<double, 3> parse_cost_triple(const GivenFlag& flag) {
-  using ppsched::concat;
   std::array<double, 3> costs{};
   std::string_view rest = flag.value;
   for (std::size_t k = 0; k < costs.size(); ++k) {
@@ -185,7 +182,6 @@ struct GivenFlag {
 // amount is read exactly (no rounding through a double) and must come to whole bytes:
 // "1.5KiB" is 1536, "0.5B" is an error.
 [[nodiscard]] inline std::uint64_t parse_bytes(const GivenFlag& flag) {
-  using ppsched::concat;
   const std::string& text = flag.value;
   const std::string fix = "give a positive number of bytes with an optional unit: 80GiB, 21.5GiB, 16GB, 1048576";
   const auto refuse = [&](const std::string& problem) {

@@ -50,6 +50,7 @@
 #include "ppsched/trace/chrome_trace.hpp"
 #include "ppsched/trace/compare.hpp"
 #include "ppsched/trace/stats.hpp"
+#include "text.hpp"
 
 namespace ppsched::cli {
 using namespace ppsched::plan;  // the planner library, which these tools only parse for and print

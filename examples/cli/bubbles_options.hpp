@@ -13,6 +13,7 @@
 #include "args.hpp"
 #include "plan_options.hpp"
 #include "ppsched/error.hpp"
+#include "text.hpp"
 
 namespace ppsched::cli {
 
@@ -47,7 +48,6 @@ inline constexpr std::array<FlagSpec, 15> bubbles_flags{{
 }};
 
 [[nodiscard]] inline BubblesOptions parse_bubbles_options(std::span<const char* const> argv) {
-  using ppsched::concat;
   BubblesOptions options;
   const std::vector<GivenFlag> given = split_flags(argv, bubbles_flags);
   // The model flags mean what they mean for ppsched-plan: its parser reads them.

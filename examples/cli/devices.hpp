@@ -23,13 +23,13 @@
 #include "ppsched/plan/devices.hpp"
 #include "ppsched/trace/csv.hpp"
 #include "ppsched/graph/text_input.hpp"
+#include "text.hpp"
 
 namespace ppsched::cli {
 using namespace ppsched::plan;  // the planner library, which these tools only parse for and print
 
 // The model's profile and its one-line description, --comm and --bandwidth applied.
 [[nodiscard]] inline std::pair<Profile, std::string> device_profile(const PlanOptions& options) {
-  using ppsched::concat;
   std::pair<Profile, std::string> out;
   switch (options.source) {
     case ModelSource::uniform_layers:
@@ -69,7 +69,7 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
     largest.chunks = options.chunks;
     largest.families = options.schedules;
     check_plan_memory(largest, false,
-                      ppsched::concat("--devices ", options.devices, " (pipelines up to ", largest.ranks, " stages, ",
+                      concat("--devices ", options.devices, " (pipelines up to ", largest.ranks, " stages, ",
                                               largest.microbatches, " micro-batches)"));
   }
   return plan_devices(profile, options.devices, options.global_batch, options.memory_cap_bytes,
@@ -95,7 +95,6 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
 // --calibrate: the measured timelines refit the profile, and the plan is made before and after.
 // Each file is one run (one step) at its own micro-batch size.
 [[nodiscard]] inline Recalibration make_recalibration(const PlanOptions& options) {
-  using ppsched::concat;
   auto [profile, description] = device_profile(options);
   std::vector<MeasuredRun> runs;
   for (std::size_t i = 0; i < options.calibrate_paths.size(); ++i) {
@@ -111,7 +110,6 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
 
 // What the calibration changed, for a person: each run's fit, then the plans.
 [[nodiscard]] inline std::string recalibration_report(const Recalibration& r) {
-  using ppsched::concat;
   std::string out;
   for (std::size_t i = 0; i < r.fits.size(); ++i) {
     const Calibration& c = r.fits[i];

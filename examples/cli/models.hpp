@@ -20,6 +20,7 @@
 #include "ppsched/graph/profile_json.hpp"
 #include "ppsched/plan/model.hpp"
 #include "ppsched/costs/cost_model.hpp"
+#include "text.hpp"
 
 namespace ppsched::cli {
 using namespace ppsched::plan;  // the planner library, which these tools only parse for and print
@@ -43,7 +44,6 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
 // fixed costs, how ranks sharing the cores slow each other, where the first stage runs its
 // backward. Empty when the profile says none of it, so a hand-written profile reads as before.
 [[nodiscard]] inline std::string runtime_text(const Profile& p) {
-  using ppsched::concat;
   std::string out;
   const auto add = [&](const std::string& part) { out += concat(out.empty() ? "; measured runtime: " : ", ", part); };
   const std::string unit = p.time_unit.empty() ? "" : concat(" ", p.time_unit);
@@ -75,14 +75,14 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
 [[nodiscard]] inline Profile uniform_layers_profile(const PlanOptions& options) {
   std::vector<Layer> layers;
   for (std::int32_t i = 0; i < options.layers; ++i) {
-    layers.push_back(Layer{ppsched::concat("layer ", i), 1.0, 1.0, 1.0, 1048576.0, 1048576.0, 1048576.0});
+    layers.push_back(Layer{concat("layer ", i), 1.0, 1.0, 1.0, 1048576.0, 1048576.0, 1048576.0});
   }
   Profile profile;
   profile.graph = LayerGraph(std::move(layers));
   return profile;
 }
 [[nodiscard]] inline PlanModel uniform_layers_model(const PlanOptions& options) {
-  return graph_model(uniform_layers_profile(options), ppsched::concat(options.layers, " identical layers (F = BI = BW = 1)"),
+  return graph_model(uniform_layers_profile(options), concat(options.layers, " identical layers (F = BI = BW = 1)"),
                      options);
 }
 
@@ -103,7 +103,6 @@ inline constexpr std::string_view gpt_description =
 // The model the options describe. A profile that lists its devices sets the rank count when
 // --stages is not given.
 [[nodiscard]] inline PlanModel make_model(PlanOptions& options) {
-  using ppsched::concat;
   switch (options.source) {
     case ModelSource::stage_cost: return stage_cost_model(options);
     case ModelSource::uniform_layers: return uniform_layers_model(options);

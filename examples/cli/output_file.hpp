@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "ppsched/error.hpp"
+#include "text.hpp"
 
 namespace ppsched::cli {
 
@@ -38,13 +39,12 @@ struct StagedFile {
 };
 
 [[noreturn]] inline void fail_output(const std::string& path, const std::string& problem, const char* fix) {
-  fail({ppsched::concat("output file '", path, "'"), problem, "", fix});
+  fail({concat("output file '", path, "'"), problem, "", fix});
 }
 
 // Writes `content` to a new temporary file beside `path`, flushed to disk; throws (leaving
 // nothing behind) when the directory is missing or unwritable or a write fails.
 [[nodiscard]] inline StagedFile stage_file(const std::string& path, std::string_view content) {
-  using ppsched::concat;
   namespace fs = std::filesystem;
   const fs::path target(path);
   if (path.empty() || !target.has_filename()) {
@@ -118,7 +118,7 @@ struct ResolvedOutput {
     if (ec || !fs::is_symlink(st)) return p.string();
     const fs::path target = fs::read_symlink(p, ec);
     if (ec) {
-      fail_output(path, ppsched::concat("cannot read the symbolic link '", p.string(), "': ", ec.message()),
+      fail_output(path, concat("cannot read the symbolic link '", p.string(), "': ", ec.message()),
                   "point the path at a file you can write");
     }
     p = target.is_absolute() ? target : p.parent_path() / target;
@@ -127,7 +127,6 @@ struct ResolvedOutput {
 }
 
 [[nodiscard]] inline ResolvedOutput resolve_output(const std::string& path) {
-  using ppsched::concat;
   if (path == "-") return {"-", OutputKind::stream};
   if (path.empty()) fail_output(path, "is not a file name", "give a path such as out/trace.json, or - for stdout");
   // A stream is opened by its own path, the links left to the kernel: /dev/stdout leads to
@@ -157,7 +156,6 @@ struct ResolvedOutput {
 // Writes `content` straight to a FIFO, a character device or standard output ("-"). Opening
 // a FIFO waits for a reader, as a shell redirection does.
 inline void write_stream(const std::string& shown, const std::string& target, std::string_view content) {
-  using ppsched::concat;
   int fd = STDOUT_FILENO;
   if (target == "-") {
     std::fflush(stdout);  // what the tool printed before comes first
@@ -226,7 +224,7 @@ inline void write_files_atomically(const std::vector<OutputFile>& files) {
       const int saved = errno;
       for (std::size_t j = i; j < staged.size(); ++j) ::unlink(staged[j].temporary.c_str());
       fail_output(staged[i].destination,
-                  ppsched::concat("renaming into place failed: ", std::strerror(saved)),
+                  concat("renaming into place failed: ", std::strerror(saved)),
                   "make sure the path is not a directory and its directory is writable");
     }
   }

@@ -28,6 +28,7 @@
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/validate/validate.hpp"
+#include "text.hpp"
 
 namespace ppsched::cli {
 using namespace ppsched::plan;  // the planner library, which these tools only parse for and print
@@ -55,7 +56,7 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
     const std::string_view text(given);
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), bytes);
     if (ec != std::errc{} || end != text.data() + text.size() || bytes == 0) {
-      fail({"environment variable PPSCHED_PLAN_MEMORY_BYTES", ppsched::concat("value '", text, "' is not a byte count"),
+      fail({"environment variable PPSCHED_PLAN_MEMORY_BYTES", concat("value '", text, "' is not a byte count"),
             "", "give a positive whole number of bytes, or unset it to use the machine's memory"});
     }
     return static_cast<double>(bytes);
@@ -74,7 +75,6 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
 // --stages 1024 --microbatches 21845 are each in range but together need tens of GiB, and
 // ended in "internal error: std::bad_alloc" (issue 24).
 inline void check_plan_memory(const PlanRequest& request, bool search, std::string_view sizes) {
-  using ppsched::concat;
   const double usable = usable_memory_bytes();
   if (usable <= 0.0) return;
   const double need = estimate_plan_bytes(request) * (search ? 2.0 : 1.0);
@@ -97,10 +97,10 @@ inline void check_chunks_used(const PlanOptions& options) {
   }
   std::string names;
   for (std::size_t i = 0; i < takers.size(); ++i) {
-    names += ppsched::concat(i == 0 ? "" : i + 1 == takers.size() ? " and " : ", ", takers[i]);
+    names += concat(i == 0 ? "" : i + 1 == takers.size() ? " and " : ", ", takers[i]);
   }
   fail({"flag --chunks",
-        ppsched::concat("applies to ", names, ", and ", takers.size() == 2 ? "neither" : "none", " is selected"),
+        concat("applies to ", names, ", and ", takers.size() == 2 ? "neither" : "none", " is selected"),
         "", "drop --chunks, or add one of them to --schedule (the V-shaped families always have 2 chunks, the others 1)"});
 }
 
@@ -110,7 +110,7 @@ inline void refuse_named_uncut(const PlanOptions& options, const std::vector<Ski
   if (options.schedules.empty()) return;
   for (const SkippedSchedule& s : skipped) {
     if (!s.cannot_cut) continue;
-    fail({ppsched::concat("schedule '", s.name, "'"), s.reason, "",
+    fail({concat("schedule '", s.name, "'"), s.reason, "",
           s.chunks > 1 ? "use fewer --chunks or --stages, or a model with more layers" : "use fewer --stages"});
   }
 }
@@ -135,7 +135,6 @@ struct FileCheck {
 // or parsed, or contradicts --stages / --microbatches; problems in the schedule itself are
 // results (FileCheck::result.problems), not errors.
 [[nodiscard]] inline FileCheck check_schedule_file(const PlanOptions& options, const PlanModel& model) {
-  using ppsched::concat;
   FileCheck check;
   check.path = options.validate_path;
   const std::string subject = concat("schedule CSV '", options.validate_path, "'");

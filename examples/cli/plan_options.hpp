@@ -23,6 +23,7 @@
 #include "ppsched/plan/objective.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/sim/data_parallel.hpp"
+#include "text.hpp"
 
 namespace ppsched::cli {
 using namespace ppsched::plan;  // the planner library, which these tools only parse for and print
@@ -143,7 +144,6 @@ inline constexpr std::array<FlagSpec, 34> plan_flags{{
 // Parses "--schedule" values: all, auto, or a comma-separated list of family names (any
 // spelling family_info accepts), stored canonically and without repeats.
 inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
-  using ppsched::concat;
   const std::string& text = flag.value;
   if (text == "all") return;
   if (text == "auto") {
@@ -187,7 +187,7 @@ inline void parse_schedule_list(const GivenFlag& flag, PlanOptions& options) {
     o.makespan_bound = parse_real_text(text.substr(memory_with.size()), "flag --objective", flag.position, 0.0, true);
     return o;
   }
-  fail({"flag --objective", ppsched::concat("unknown objective '", text, "'"),
+  fail({"flag --objective", concat("unknown objective '", text, "'"),
         argument_place(flag.position),
         "give makespan, span, memory, or memory:BOUND (the least memory among schedules whose makespan is at most BOUND)"});
 }
@@ -200,7 +200,6 @@ inline constexpr std::string_view memory_policy_forms =
 // Parses "--memory-policy": none, auto, or STAGE=POLICY[,STAGE=POLICY...]; an error names the
 // token it cannot read.
 [[nodiscard]] inline PlanMemoryPolicy parse_memory_policy(const GivenFlag& flag) {
-  using ppsched::concat;
   PlanMemoryPolicy out;
   const std::string_view text = flag.value;
   if (text == "none") return out;
@@ -256,7 +255,6 @@ inline constexpr std::string_view memory_policy_forms =
 // Turns split flags (plan_flags, or a subset of them) into PlanOptions; throws
 // ppsched::error for anything it cannot use.
 [[nodiscard]] inline PlanOptions parse_plan_flags(const std::vector<GivenFlag>& given) {
-  using ppsched::concat;
   PlanOptions options;
   const GivenFlag* source_flag = nullptr;
   auto set_source = [&](const GivenFlag& flag, ModelSource source) {

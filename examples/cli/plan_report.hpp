@@ -22,6 +22,7 @@
 #include "ppsched/plan/plan_search.hpp"
 #include "ppsched/plan/search/search.hpp"
 #include "ppsched/trace/stats.hpp"
+#include "text.hpp"
 
 namespace ppsched::cli {
 using namespace ppsched::plan;  // the planner library, which these tools only parse for and print
@@ -116,7 +117,7 @@ class TextTable {
                                                                   : st.first_layer_name + " .. " + st.last_layer_name;
     std::vector<std::string> row{std::to_string(s),
                                  std::to_string(st.rank),
-                                 ppsched::concat(st.begin, "-", st.end - 1),
+                                 concat(st.begin, "-", st.end - 1),
                                  names,
                                  number_text(st.forward),
                                  number_text(st.backward_input),
@@ -129,7 +130,7 @@ class TextTable {
     }
     table.add(std::move(row));
   }
-  return ppsched::concat("Partition (", p.method, "): bottleneck ", number_text(p.bottleneck_time), ' ', unit,
+  return concat("Partition (", p.method, "): bottleneck ", number_text(p.bottleneck_time), ' ', unit,
                                  " on stage ", p.bottleneck_stage, " (times in ", unit, ", per micro-batch)\n",
                                  table.str());
 }
@@ -159,7 +160,7 @@ class TextTable {
                number_text(c.makespan) + (c.timing == Timing::bound ? "+" : ""), std::string(timing_name(c.timing)),
                number_text(c.peak_microbatches)});
   }
-  return ppsched::concat("\nSearch: ", search.candidates.size(), " candidates considered, ", ranked.size(),
+  return concat("\nSearch: ", search.candidates.size(), " candidates considered, ", ranked.size(),
                                  " keep to the cap; the fastest (times in ", unit, "; + marks a lower bound):\n",
                                  table.str());
 }
@@ -188,7 +189,6 @@ class TextTable {
 // step time and the fullest rank's memory beside the plain schedule's, then one row per stage
 // with a policy. Empty when no schedule has any (--memory-policy none).
 [[nodiscard]] inline std::string memory_policy_report(const PlanResult& plan) {
-  using ppsched::concat;
   std::string out;
   for (const ScheduleResult& r : plan.schedules) {
     if (!r.memory) continue;
@@ -256,7 +256,6 @@ class TextTable {
 
 [[nodiscard]] inline std::string render_report(const PlanResult& plan, bool has_bytes,
                                                const SearchSummary* search = nullptr) {
-  using ppsched::concat;
   std::string out = concat("ppsched-plan: ", plan.model, "\n", plan.ranks, " ranks, ", plan.microbatches,
                            " micro-batches per step, times in ", plan.unit, "\n\n");
   out += partition_table(plan.partition, plan.unit, has_bytes);
@@ -405,7 +404,6 @@ struct OutputPaths {
 
 // --validate's report: "OK" with the simulated figures, or each problem.
 [[nodiscard]] inline std::string render_file_check(const FileCheck& c, bool has_bytes) {
-  using ppsched::concat;
   const ScheduleResult& r = c.result;
   const auto count = [](std::int64_t n, std::string_view one, std::string_view many) {
     return concat(n, ' ', n == 1 ? one : many);

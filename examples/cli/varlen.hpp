@@ -20,6 +20,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/graph/profile_json.hpp"
 #include "ppsched/plan/varlen.hpp"
+#include "text.hpp"
 
 namespace ppsched::cli {
 using namespace ppsched::plan;  // the planner library, which these tools only parse for and print
@@ -32,7 +33,6 @@ struct LengthsFile {
 
 // Integers separated by newlines, commas or spaces (tabs too); blank lines are fine.
 [[nodiscard]] inline LengthsFile read_lengths(const std::string& path) {
-  using ppsched::concat;
   LengthsFile out;
   out.path = path;
   const std::string subject = concat("lengths file '", path, "'");
@@ -68,7 +68,6 @@ struct LengthsFile {
 
 // The length costs from --profile A,B,... measured at --profile-lengths LA,LB,...
 [[nodiscard]] inline LengthCosts fit_profiles(const PlanOptions& options) {
-  using ppsched::concat;
   std::vector<std::string> paths;
   for (std::string_view rest = options.profile_path;;) {
     const std::size_t comma = rest.find(',');
@@ -119,7 +118,6 @@ struct LengthsPlan {
 };
 
 [[nodiscard]] inline LengthsPlan make_lengths_plan(const PlanOptions& options) {
-  using ppsched::concat;
   LengthsPlan out;
   out.file = read_lengths(options.lengths_path);
   out.token_budget = options.token_budget;
@@ -156,7 +154,6 @@ struct LengthsPlan {
 [[nodiscard]] inline double step_time(const SplitRun& r) { return r.plan.search.simulation.makespan; }
 
 [[nodiscard]] inline std::string render_lengths_plan(const LengthsPlan& p) {
-  using ppsched::concat;
   std::int64_t longest = 0;
   double tokens = 0.0;
   for (const std::int64_t l : p.file.lengths) {

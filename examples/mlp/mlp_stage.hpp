@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <ppsched/runtime/stage.hpp>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "mlp.hpp"
@@ -220,20 +221,23 @@ class MlpStage {
     for (auto& y : outputs_[static_cast<std::size_t>(mb)]) std::fill(y.begin(), y.end(), std::nanf(""));
     kept_[static_cast<std::size_t>(mb)] = 0;
   }
+  [[nodiscard]] std::string layer_range() const {
+    return "layers " + std::to_string(first_) + ".." + std::to_string(last_ - 1);
+  }
   void require_kept(std::int32_t mb, const char* reader) const {
     if (kept_.empty() || kept_[static_cast<std::size_t>(mb)] != 0) return;
-    ppsched::fail({"MlpStage", ppsched::concat(reader, " reads micro-batch ", mb,
-                                                       "'s saved activations, which its forward did not keep"),
-                   ppsched::concat("layers ", first_, "..", last_ - 1),
-                   "Recompute (R) or reload (RELOAD) the micro-batch before its backward"});
+    throw ppsched::error({"MlpStage",
+                          std::string(reader) + " reads micro-batch " + std::to_string(mb) +
+                              "'s saved activations, which its forward did not keep",
+                          layer_range(), "Recompute (R) or reload (RELOAD) the micro-batch before its backward"});
   }
 
   void require_checkpoints(std::int32_t mb, const char* reader) const {
     if (away_.empty() || away_[static_cast<std::size_t>(mb)] == 0) return;
-    ppsched::fail({"MlpStage", ppsched::concat(reader, " reads micro-batch ", mb,
-                                                       "'s checkpoints, which OFFLOAD moved to host"),
-                   ppsched::concat("layers ", first_, "..", last_ - 1),
-                   "Reload (RELOAD) the micro-batch before its recompute and backward"});
+    throw ppsched::error({"MlpStage",
+                          std::string(reader) + " reads micro-batch " + std::to_string(mb) +
+                              "'s checkpoints, which OFFLOAD moved to host",
+                          layer_range(), "Reload (RELOAD) the micro-batch before its recompute and backward"});
   }
 
   [[nodiscard]] std::span<float> scratch(std::size_t floats) { return std::span<float>(scratch_).first(floats); }

@@ -38,8 +38,8 @@
 #define PPSCHED_OUTLINE_BODY 1
 #endif
 
-// Every ppsched name lives in an inline namespace named after the mode, ppsched::header_only
-// or ppsched::compiled, opened by each header as `namespace ppsched::inline PPSCHED_MODE`
+// Every ppsched name lives in an inline namespace named after the mode, ppsched::v0_1_header_only
+// or ppsched::v0_1_compiled, opened by each header as `namespace ppsched::inline PPSCHED_MODE`
 // (as CUB tags its configuration). User code still writes ppsched::lower. Without the tag a
 // header-only and a compiled-mode file of one program would hold an inline and a non-inline
 // definition of the same function, and inline callers (lower's two-argument form, World)
@@ -48,11 +48,19 @@
 // their boundary each run their own mode's code (well-defined); a function of one file whose
 // signature names a ppsched type, called from a file of the other mode, names another symbol
 // and fails to link. tests/check_mixed_modes.py checks both.
+//
+// The tag carries the version as well (ppsched::v0_1_header_only): two versions whose types
+// may differ in layout are two libraries too, so a program whose files were built against
+// different versions fails to link where they exchange a ppsched type instead of misreading
+// it. Within 0.x the minor version breaks; from 1.0 only the major will.
+#define PPSCHED_VERSION_MAJOR 0
+#define PPSCHED_VERSION_MINOR 1
+#define PPSCHED_VERSION_PATCH 0
 #if defined(PPSCHED_MODE)
 #error "PPSCHED_MODE is set by <ppsched/config.hpp> from PPSCHED_COMPILED; do not define it"
 #endif
 #if defined(PPSCHED_COMPILED)
-#define PPSCHED_MODE compiled
+#define PPSCHED_MODE v0_1_compiled
 #else
-#define PPSCHED_MODE header_only
+#define PPSCHED_MODE v0_1_header_only
 #endif

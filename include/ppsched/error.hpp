@@ -21,10 +21,26 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
+// The message parts of an error. `subject` names the input ("profile 'gpt.json'",
+// "partition", "schedule '1f1b'"), `problem` says what is wrong, `where` points into the
+// input ("layer 3 'attn' field 'forward'", "line 4, column 7"), `fix` says what would work.
+struct error_context {
+  std::string subject;
+  std::string problem;
+  std::string where{};
+  std::string fix{};
+};
+
+// Formats as "subject: problem (at where). fix" with the empty parts left out.
+[[nodiscard]] PPSCHED_OUTLINE std::string format_error(const error_context& c);
+
 class error : public std::runtime_error {
  public:
   explicit error(const std::string& message) : std::runtime_error(message) {}
   explicit error(const char* message) : std::runtime_error(message) {}
+  // The library's own shape of message: `throw ppsched::error({.subject = "profile 'a.json'",
+  // .problem = "...", .where = "...", .fix = "..."})` reads like every error ppsched throws.
+  explicit error(const error_context& c) : std::runtime_error(format_error(c)) {}
 };
 
 namespace detail {
@@ -144,10 +160,7 @@ template <class T>
 [[nodiscard]] PPSCHED_OUTLINE std::string concat_args(const FormatKind* kinds, const FormatArg* args,
                                                       const FormatPrinter* printers, std::size_t count);
 
-}  // namespace detail
-
-// Streams every argument into one string: the library builds its messages with it, and a
-// user building a message for `fail` (or an error of their own) can use the same. Any
+// Streams every argument into one string: the library builds its messages with it. Any
 // argument an std::ostream takes will do, manipulators included; the text is what one
 // std::ostringstream given the arguments in order holds.
 template <class... Args>
@@ -167,9 +180,6 @@ template <class... Args>
   }
 }
 
-namespace detail {
-using ppsched::concat;  // the library's own throw sites say detail::concat
-
 // A number in a one-line message or reason: at most 3 decimals, no trailing zeros, "inf" for
 // infinity. Past 1e15 there are no decimals to drop, and x * 1000 could overflow to "inf" for
 // a finite x (issue 24).
@@ -187,22 +197,12 @@ using ppsched::concat;  // the library's own throw sites say detail::concat
 // every "did you mean" of the library and its tools.
 [[nodiscard]] PPSCHED_OUTLINE std::size_t edit_distance(std::string_view a, std::string_view b);
 
-// The message parts of an error. `subject` names the input ("profile 'gpt.json'",
-// "partition", "schedule '1f1b'"), `problem` says what is wrong, `where` points into the
-// input ("layer 3 'attn' field 'forward'", "line 4, column 7"), `fix` says what would work.
-struct error_context {
-  std::string subject;
-  std::string problem;
-  std::string where{};
-  std::string fix{};
-};
+namespace detail {
+[[nodiscard]] inline error make_error(const error_context& c) { return error(c); }
 
-// Formats as "subject: problem (at where). fix" with the empty parts left out.
-[[nodiscard]] PPSCHED_OUTLINE std::string format_error(const error_context& c);
-
-[[nodiscard]] inline error make_error(const error_context& c) { return error(format_error(c)); }
-
-[[noreturn]] inline void fail(const error_context& c) { throw make_error(c); }
+// The library's throw sites: one out-of-line call each instead of a constructed exception.
+[[noreturn]] inline void fail(const error_context& c) { throw error(c); }
+}  // namespace detail
 
 }  // namespace ppsched
 

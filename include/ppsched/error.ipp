@@ -44,7 +44,7 @@ namespace detail {
 }  // namespace detail
 
 [[nodiscard]] PPSCHED_OUTLINE std::string bytes_text(double bytes) {
-  if (!std::isfinite(bytes)) return concat(bytes, " B");
+  if (!std::isfinite(bytes)) return detail::concat(bytes, " B");
   static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   std::size_t u = 0;
   while (bytes >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) {
@@ -52,7 +52,7 @@ namespace detail {
     ++u;
   }
   const double rounded = bytes >= 100.0 ? std::round(bytes) : std::round(bytes * 10.0) / 10.0;
-  return concat(rounded, ' ', units[u]);
+  return detail::concat(rounded, ' ', units[u]);
 }
 
 [[nodiscard]] PPSCHED_OUTLINE std::size_t edit_distance(std::string_view a, std::string_view b) {

@@ -32,7 +32,7 @@ LayerKind kind_of(const py::handle& h) {
     for (const LayerKind k : {LayerKind::embedding, LayerKind::transformer, LayerKind::mtp, LayerKind::loss}) {
       if (text.size() == 1 && text[0] == fw::megatron_letter(k)) return k;
     }
-    pp::fail({"layer kind", concat("'", text, "' is not a kind"), "",
+    pp::detail::fail({"layer kind", concat("'", text, "' is not a kind"), "",
               "use a LayerKind or its letter: E (embedding), t (transformer), m (MTP), L (loss); case-sensitive"});
   }
   throw py::type_error("a layer kind is a LayerKind or one of the letters 'E', 't', 'm', 'L'");
@@ -129,7 +129,7 @@ void bind_frameworks(py::module_& m) {
             const LayerKind k = kind_of(kind);
             if (!stage) return l.count(k);
             if (*stage < 0 || *stage >= l.stage_count())
-              pp::fail({"StageLayout.count", concat("stage ", *stage, " is outside 0..", l.stage_count() - 1), "stage",
+              pp::detail::fail({"StageLayout.count", concat("stage ", *stage, " is outside 0..", l.stage_count() - 1), "stage",
                         "give a stage of the layout"});
             return l.count(*stage, k);
           },
@@ -139,7 +139,7 @@ void bind_frameworks(py::module_& m) {
           "offset",
           [](const fw::StageLayout& l, std::int32_t stage, const py::object& kind) {
             if (stage < 0 || stage > l.stage_count())
-              pp::fail({"StageLayout.offset", concat("stage ", stage, " is outside 0..", l.stage_count()), "stage",
+              pp::detail::fail({"StageLayout.offset", concat("stage ", stage, " is outside 0..", l.stage_count()), "stage",
                         "give a stage of the layout"});
             return l.offset(stage, kind_of(kind));
           },

@@ -207,7 +207,7 @@ void bind_partition(py::module_& m) {
         py::gil_scoped_release release;
         if (boundaries || method == "given") {
           if (!boundaries)
-            pp::fail({"partition", "method 'given' needs the boundaries", "boundaries",
+            pp::detail::fail({"partition", "method 'given' needs the boundaries", "boundaries",
                       "pass boundaries=[0, ..., len(layers)]"});
           return pp::evaluate_partition(graph, *boundaries, cost, order);
         }
@@ -215,7 +215,7 @@ void bind_partition(py::module_& m) {
         if (method == "uniform") return pp::partition_uniform(graph, stages, cost, order);
         if (method == "by-params" || method == "by_params" || method == "params")
           return pp::partition_by_params(graph, stages, cost, order);
-        pp::fail({"partition", concat("unknown method '", method, "'"), "method",
+        pp::detail::fail({"partition", concat("unknown method '", method, "'"), "method",
                   "use 'optimal', 'uniform', 'by-params' or 'given' (with boundaries)"});
       },
       py::arg("model"), py::kw_only(), py::arg("stages") = 0, py::arg("method") = "optimal",

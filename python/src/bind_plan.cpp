@@ -26,7 +26,7 @@ pl::PartitionMethod method_of(const std::string& name) {
   if (name == "optimal") return pl::PartitionMethod::optimal;
   if (name == "uniform") return pl::PartitionMethod::uniform;
   if (name == "by-params" || name == "by_params") return pl::PartitionMethod::by_params;
-  pp::fail({"plan", concat("unknown partition method '", name, "'"), "method", "use 'optimal', 'uniform' or 'by-params'"});
+  pp::detail::fail({"plan", concat("unknown partition method '", name, "'"), "method", "use 'optimal', 'uniform' or 'by-params'"});
 }
 
 // "none", "auto", or {stage: MemoryPolicy} (the same policies for every family's stages).
@@ -41,7 +41,7 @@ pl::PlanMemoryPolicy memory_policy_of(const py::object& policy, std::optional<pp
       p.mode = pl::MemoryPolicyMode::automatic;
       return p;
     }
-    pp::fail({"plan", concat("unknown memory policy '", name, "'"), "memory_policy",
+    pp::detail::fail({"plan", concat("unknown memory policy '", name, "'"), "memory_policy",
               "use 'none', 'auto', or a dict {stage: MemoryPolicy}"});
   }
   if (!py::isinstance<py::dict>(policy))
@@ -83,7 +83,7 @@ void bind_plan(py::module_& m) {
              if (kind == "layerwise_recompute") p.kind = pl::MemoryPolicyKind::layerwise_recompute, known = true;
              if (kind == "layerwise_offload") p.kind = pl::MemoryPolicyKind::layerwise_offload, known = true;
              if (!known)
-               pp::fail({"MemoryPolicy", concat("unknown kind '", kind, "'"), "kind",
+               pp::detail::fail({"MemoryPolicy", concat("unknown kind '", kind, "'"), "kind",
                          "use 'none', 'full_recompute', 'selective_recompute', 'offload', 'layerwise_recompute' or "
                          "'layerwise_offload'"});
              p.fraction = fraction;

@@ -17,7 +17,7 @@ namespace pp = ppsched;
 
 #if !PPSCHED_PY_JSON
 [[noreturn]] void no_json(const char* function) {
-  pp::fail({function, "this build of ppsched has no JSON reader (nlohmann-json was not found when it was built)", "",
+  pp::detail::fail({function, "this build of ppsched has no JSON reader (nlohmann-json was not found when it was built)", "",
             "install nlohmann-json (Debian: nlohmann-json3-dev) and reinstall ppsched"});
 }
 #endif

@@ -61,7 +61,7 @@ pp::CsvWriteOptions csv_options(bool groups, std::string_view line_end, bool boo
 // Cells cannot hold what the CSV would read as a separator: a PyTorch action string never does.
 void check_action_text(const std::string& text, const std::string& subject) {
   if (text.find_first_of(",\"\r\n") != std::string::npos)
-    pp::fail({subject, concat("'", text, "' holds a comma, a quote or a line break"), "",
+    pp::detail::fail({subject, concat("'", text, "' holds a comma, a quote or a line break"), "",
               "give one action string per item, as PyTorch's _Action prints it, e.g. 0F3 or (0F7;7B3)OVERLAP_F_B"});
 }
 
@@ -366,7 +366,7 @@ void bind_schedule(py::module_& m) {
           for (const auto& [rank, cells] : actions.cast<py::dict>()) {
             const auto r = rank.cast<std::int64_t>();
             if (r < 0 || r > 1'000'000)
-              pp::fail({"from_pytorch_actions", concat("rank ", r, " is out of range"), "", "ranks count from 0"});
+              pp::detail::fail({"from_pytorch_actions", concat("rank ", r, " is out of range"), "", "ranks count from 0"});
             rows[r] = cells.cast<std::vector<std::string>>();
           }
         } else {

@@ -42,7 +42,7 @@ std::string span_repr(const pp::Span& s) {
 pp::Lane lane_from_text(const std::string& text) {
   for (const pp::Lane lane : {pp::Lane::compute, pp::Lane::comm, pp::Lane::copy})
     if (pp::lane_name(lane) == text) return lane;
-  pp::fail({"Span", concat("unknown lane '", text, "'"), "lane", "use 'compute', 'comm' or 'copy'"});
+  pp::detail::fail({"Span", concat("unknown lane '", text, "'"), "lane", "use 'compute', 'comm' or 'copy'"});
 }
 
 }  // namespace

@@ -25,12 +25,12 @@ using pp::detail::concat;
 void write_text(const std::string& path, const std::string& text, std::string_view what) {
   std::ofstream out(path, std::ios::binary);
   if (!out)
-    pp::fail({concat(what, " '", path, "'"), "cannot open the file for writing", "",
+    pp::detail::fail({concat(what, " '", path, "'"), "cannot open the file for writing", "",
               "check that the directory exists and is writable"});
   out << text;
   out.flush();
   if (!out)
-    pp::fail({concat(what, " '", path, "'"), "writing the file failed", "",
+    pp::detail::fail({concat(what, " '", path, "'"), "writing the file failed", "",
               "check the free space and permissions of the directory"});
 }
 

@@ -31,7 +31,7 @@ pl::SplitMethod split_method_of(const py::handle& h) {
   const auto name = h.cast<std::string>();
   for (const pl::SplitMethod s : split_methods)
     if (pl::split_method_name(s) == name) return s;
-  pp::fail({"split_batch", concat("unknown method '", name, "'"), "method",
+  pp::detail::fail({"split_batch", concat("unknown method '", name, "'"), "method",
             "use 'padded', 'packed', 'bucketed' or 'balanced' (or a SplitMethod)"});
 }
 

@@ -41,7 +41,7 @@ inline ppsched::Op op_from_text(std::string_view text) {
     const auto op = static_cast<Op>(i);
     if (ppsched::op_name(op) == text) return op;
   }
-  ppsched::fail({"Action", ppsched::detail::concat("unknown operation '", text, "'"), "op",
+  ppsched::detail::fail({"Action", ppsched::detail::concat("unknown operation '", text, "'"), "op",
                  "use one of F, B, I (or BI), W (or BW), SEND_F, RECV_F, SEND_B, RECV_B, R, OFFLOAD, RELOAD"});
 }
 

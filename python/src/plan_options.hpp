@@ -29,7 +29,7 @@ inline ppsched::plan::Objective objective_of(const std::string& name, double mak
   } else if (name == "memory") {
     o.kind = pl::ObjectiveKind::memory;
   } else {
-    ppsched::fail({"plan", ppsched::detail::concat("unknown objective '", name, "'"), "objective",
+    ppsched::detail::fail({"plan", ppsched::detail::concat("unknown objective '", name, "'"), "objective",
                    "use 'makespan', 'span' or 'memory'"});
   }
   return o;

@@ -1,5 +1,5 @@
 // Compiled-mode caller of exchange_header_only.cpp's count_actions (see there): it asks for
-// count_actions(ppsched::compiled::Schedule const&), which no file defines.
+// count_actions(ppsched::v0_1_compiled::Schedule const&), which no file defines.
 #define PPSCHED_COMPILED
 #include <ppsched/schedule/schedule.hpp>
 

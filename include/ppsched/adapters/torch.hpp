@@ -94,7 +94,7 @@ struct TorchTensorSpec {
     default:
       break;
   }
-  fail({"torch stage", detail::concat("the dtype ", c10::toString(t), " has no ppsched DType"), "",
+  detail::fail({"torch stage", detail::concat("the dtype ", c10::toString(t), " has no ppsched DType"), "",
         "Use float32, float64, bfloat16, float16, int32, int64 or uint8 at a stage boundary"});
 }
 
@@ -156,7 +156,7 @@ namespace detail::torch_adapter {
 inline void copy_into(std::span<float> out, const torch::Tensor& value, const char* what, const char* fix) {
   if (!value.defined() || value.scalar_type() != torch::kFloat32 ||
       static_cast<std::size_t>(value.numel()) != out.size()) {
-    fail({"torch stage",
+    detail::fail({"torch stage",
           value.defined()
               ? detail::concat(what, " has ", value.numel(), " elements of ", c10::toString(value.scalar_type()),
                                " (shape ", shape_text(value.sizes()), "); the stage declares ", out.size(), " float32")
@@ -187,7 +187,7 @@ struct Side {
   std::vector<std::int64_t> shape = spec.max_shape;
   if (spec.variable_dim < 0) {
     if (count != max_count(spec)) {
-      fail({"torch stage",
+      detail::fail({"torch stage",
             detail::concat(what, " holds ", count, " elements, but ", shape_text(spec.max_shape), " has ",
                            max_count(spec), " and no dimension varies"),
             name, detail::concat("Set ", name, ".variable_dim to the dimension that varies, or give full tensors")});
@@ -198,7 +198,7 @@ struct Side {
   shape[d] = 1;
   const auto others = static_cast<std::size_t>(element_count(shape));
   if (count % others != 0) {
-    fail({"torch stage",
+    detail::fail({"torch stage",
           detail::concat(what, " holds ", count, " elements, not a multiple of ", others,
                          " (the maximum shape ", shape_text(spec.max_shape), " without its variable dimension ", d,
                          ")"),
@@ -212,9 +212,9 @@ struct Side {
 // dimensions exactly and the variable one up to its maximum.
 inline void check_fits(const libtorch::TorchTensorSpec& spec, const torch::Tensor& t, const std::string& name,
                        const char* what, const char* fix) {
-  if (!t.defined()) fail({"torch stage", detail::concat(what, " is undefined"), name, fix});
+  if (!t.defined()) detail::fail({"torch stage", detail::concat(what, " is undefined"), name, fix});
   if (t.scalar_type() != spec.dtype) {
-    fail({"torch stage",
+    detail::fail({"torch stage",
           detail::concat(what, " is ", c10::toString(t.scalar_type()), " (shape ", shape_text(t.sizes()),
                          "); the stage declares ", c10::toString(spec.dtype)),
           name, fix});
@@ -226,7 +226,7 @@ inline void check_fits(const libtorch::TorchTensorSpec& spec, const torch::Tenso
                     : t.size(static_cast<std::int64_t>(d)) == spec.max_shape[d];
   }
   if (!fits) {
-    fail({"torch stage",
+    detail::fail({"torch stage",
           detail::concat(what, " has shape ", shape_text(t.sizes()), "; the stage declares ",
                          shape_text(spec.max_shape),
                          spec.variable_dim < 0 ? std::string(", every dimension fixed")
@@ -258,7 +258,7 @@ inline void check_fits(const libtorch::TorchTensorSpec& spec, const torch::Tenso
   const std::size_t count = ConstPayload(raw, side.payload).count(0);
   const auto numel = static_cast<std::size_t>(c10::multiply_integers(sizes));
   if (count != numel) {
-    fail({"torch stage",
+    detail::fail({"torch stage",
           detail::concat(what, " holds ", count, " elements, but the tensor it belongs to (shape ", shape_text(sizes),
                          ") has ", numel),
           side.name, "Give each gradient the count of its tensor (the neighbouring stage or the loss writes it)"});
@@ -454,19 +454,19 @@ class TorchStage {
   TorchStage(torch::nn::Sequential module, TorchStageOptions options)
       : module_(std::move(module)), options_(std::move(options)) {
     if (module_->size() == 0) {
-      fail({"torch stage", "the Sequential has no modules", "", "Give the stage at least one module"});
+      detail::fail({"torch stage", "the Sequential has no modules", "", "Give the stage at least one module"});
     }
     input_ = side(options_.input_shape, options_.input_tensors, "input");
     output_ = side(options_.output_shape, options_.output_tensors, "output");
     if (output_.typed() && !torch::isFloatingType(output_.spec.dtype)) {
-      fail({"torch stage",
+      detail::fail({"torch stage",
             detail::concat("the output is ", c10::toString(output_.spec.dtype), ", which carries no gradient"),
             output_.name, "Give the stage a floating-point output (integer ids go into stage 0 only)"});
     }
     if (options_.loss && options_.target_side_input) {
       check_spec(options_.target_tensor, "target_tensor");
       if (options_.target_tensor.variable_dim >= 0 && output_.spec.variable_dim < 0) {
-        fail({"torch stage", "target_tensor has a variable dimension but the output has none to take its size from",
+        detail::fail({"torch stage", "target_tensor has a variable dimension but the output has none to take its size from",
               "TorchStageOptions::target_tensor",
               "Declare the output typed with a variable_dim (output_tensors), or give the target a fixed shape"});
       }
@@ -476,7 +476,7 @@ class TorchStage {
     for (const torch::Tensor& p : module_->parameters()) {
       if (!p.requires_grad() || owns(p)) continue;
       if (p.scalar_type() != torch::kFloat32 || !p.device().is_cpu()) {
-        fail({"torch stage",
+        detail::fail({"torch stage",
               detail::concat("a parameter of shape ", detail::torch_adapter::shape_text(p.sizes()), " is ",
                              c10::toString(p.scalar_type()), " on ", p.device().str(),
                              "; the stage's spans carry float32 on the CPU"),
@@ -544,7 +544,7 @@ class TorchStage {
   [[nodiscard]] std::size_t parameter_offset(const torch::Tensor& parameter) const {
     const std::size_t i = index_of(parameter);
     if (i == parameters_.size()) {
-      fail({"torch stage",
+      detail::fail({"torch stage",
             parameter.defined()
                 ? detail::concat("a tensor of shape ", detail::torch_adapter::shape_text(parameter.sizes()),
                                  " is not one of the stage's ", parameters_.size(), " trainable parameters")
@@ -588,13 +588,13 @@ class TorchStage {
   static void check_shape(const std::vector<std::int64_t>& shape, const std::string& name) {
     for (std::int64_t d : shape) {
       if (d > 0) continue;
-      fail({"torch stage",
+      detail::fail({"torch stage",
             detail::concat(name, " ", detail::torch_adapter::shape_text(shape), " has a dimension of ", d),
             detail::concat("TorchStageOptions::", name),
             "Give every dimension of one micro-batch's tensor, each >= 1"});
     }
     if (shape.empty()) {
-      fail({"torch stage", detail::concat(name, " is empty"), detail::concat("TorchStageOptions::", name),
+      detail::fail({"torch stage", detail::concat(name, " is empty"), detail::concat("TorchStageOptions::", name),
             "Give the shape of one micro-batch's tensor, e.g. {rows, features}"});
     }
   }
@@ -603,7 +603,7 @@ class TorchStage {
     (void)dtype_of_scalar_type(spec.dtype);
     check_shape(spec.max_shape, name + ".max_shape");
     if (spec.variable_dim < -1 || spec.variable_dim >= static_cast<std::int64_t>(spec.max_shape.size())) {
-      fail({"torch stage",
+      detail::fail({"torch stage",
             detail::concat(name, ".variable_dim is ", spec.variable_dim, " but max_shape ",
                            detail::torch_adapter::shape_text(spec.max_shape), " has ", spec.max_shape.size(),
                            " dimensions"),
@@ -621,13 +621,13 @@ class TorchStage {
       return {TorchTensorSpec{torch::kFloat32, shape, -1}, {}, "TorchStageOptions::" + shape_name};
     }
     if (!shape.empty()) {
-      fail({"torch stage", detail::concat("both ", shape_name, " and ", tensors_name, " are given"),
+      detail::fail({"torch stage", detail::concat("both ", shape_name, " and ", tensors_name, " are given"),
             detail::concat("TorchStageOptions::", tensors_name),
             detail::concat("Give one: ", shape_name, " for float32 of a fixed shape, ", tensors_name,
                            " for any dtype or a variable dimension")});
     }
     if (tensors.size() != 1) {
-      fail({"torch stage",
+      detail::fail({"torch stage",
             detail::concat(tensors_name, " lists ", tensors.size(),
                            " tensors; a Sequential's forward takes one tensor and returns one"),
             detail::concat("TorchStageOptions::", tensors_name),
@@ -658,13 +658,13 @@ class TorchStage {
   [[nodiscard]] Saved& saved_for_backward(std::int32_t mb) {
     Saved& s = saved(mb);
     if (!s.graph && s.dropped) {
-      fail({"torch stage",
+      detail::fail({"torch stage",
             detail::concat("backward of micro-batch ", mb,
                            ", whose forward kept no graph (keep_activation false) and which nothing recomputed"),
             "", "Put R(s, m) between F(s, m) and B/BI(s, m) in the schedule"});
     }
     if (!s.graph) {
-      fail({"torch stage", detail::concat("backward of micro-batch ", mb, " without its forward"), "",
+      detail::fail({"torch stage", detail::concat("backward of micro-batch ", mb, " without its forward"), "",
             "Run the forward of a micro-batch before its backward (a hand-written schedule may have them swapped)"});
     }
     return s;
@@ -868,7 +868,7 @@ class TorchStage {
     const std::size_t k = *options_.target_side_input;
     const TorchTensorSpec& spec = options_.target_tensor;
     if (k >= context.side_inputs.size() || context.microbatch < 0) {
-      fail({"torch stage",
+      detail::fail({"torch stage",
             detail::concat("the loss reads its target from side input ", k, ", but the call has ",
                            context.side_inputs.size(), context.microbatch < 0 ? " and no micro-batch" : ""),
             "TorchStageOptions::target_side_input",
@@ -879,7 +879,7 @@ class TorchStage {
     const DType dtype = dtype_of_scalar_type(spec.dtype);
     const std::size_t count = detail::torch_adapter::max_count(spec);
     if (in.dtype != dtype || in.count != count) {
-      fail({"torch stage",
+      detail::fail({"torch stage",
             detail::concat("side input ", k, " holds ", in.count, " ", to_string(in.dtype),
                            " per micro-batch; target_tensor declares ", count, " ", to_string(dtype), " (max_shape ",
                            detail::torch_adapter::shape_text(spec.max_shape), ")"),
@@ -896,7 +896,7 @@ class TorchStage {
     const std::int64_t length = output.size(output_.spec.variable_dim);
     const auto d = static_cast<std::size_t>(spec.variable_dim);
     if (length > spec.max_shape[d]) {
-      fail({"torch stage",
+      detail::fail({"torch stage",
             detail::concat("the output's variable dimension is ", length, " long, above target_tensor's maximum ",
                            spec.max_shape[d], " in dimension ", d),
             "TorchStageOptions::target_tensor", "Declare the target's maximum as large as the output's"});
@@ -910,7 +910,7 @@ class TorchStage {
     const torch::Tensor output = detail::torch_adapter::view(output_, out, "the loss's output").requires_grad_(true);
     const torch::Tensor value = options_.loss(output, target_of(context, target, output));
     if (!value.defined() || value.numel() != 1 || !value.requires_grad()) {
-      fail({"torch stage",
+      detail::fail({"torch stage",
             value.defined() ? detail::concat("the loss has ", value.numel(), " elements",
                                              value.requires_grad() ? "" : " and does not depend on the output")
                             : "the loss is undefined",
@@ -1018,7 +1018,7 @@ class TorchMemoryCounter {
   [[nodiscard]] Slot& slot(int tag) { return slots_.at(checked(tag)); }
   [[nodiscard]] static std::size_t checked(int tag) {
     if (tag < 0 || tag >= tags) {
-      fail({"torch memory counter", detail::concat("tag ", tag, " is outside [0, ", tags, ")"), "TorchMemoryCounter",
+      detail::fail({"torch memory counter", detail::concat("tag ", tag, " is outside [0, ", tags, ")"), "TorchMemoryCounter",
             "Tag ranks 0..63 (more ranks than that in one process are not counted)"});
     }
     return static_cast<std::size_t>(tag);
@@ -1084,7 +1084,7 @@ inline TorchMemoryCounter& TorchMemoryCounter::install() {
     // later SetCPUAllocator of lower priority cannot drop the counting unnoticed.
     c10::SetCPUAllocator(a, std::numeric_limits<std::uint8_t>::max());
     if (c10::GetCPUAllocator() != a) {
-      fail({"torch memory counter", "libtorch kept its CPU allocator (another was set with the highest priority)",
+      detail::fail({"torch memory counter", "libtorch kept its CPU allocator (another was set with the highest priority)",
             "TorchMemoryCounter::install", "Do not set a CPU allocator of priority 255 when counting memory"});
     }
     return c;
@@ -1233,7 +1233,7 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
   if (k == rows.size()) {
     std::string measured;
     for (std::int64_t r : rows) measured += detail::concat(measured.empty() ? "" : ", ", r);
-    fail({"torch profile", detail::concat("no measurement at ", micro_batch_rows, " rows"), "TorchProfile::at",
+    detail::fail({"torch profile", detail::concat("no measurement at ", micro_batch_rows, " rows"), "TorchProfile::at",
           detail::concat("Ask for a measured size (", measured, "), or add it to TorchProfileOptions::rows")});
   }
   // Bytes were counted (TorchMemoryCounter installed) when any child's were: then every child
@@ -1396,7 +1396,7 @@ struct StageTimes {
 [[nodiscard]] inline profiling::TimeSpread time_loss(const libtorch::TorchProfileOptions& options, const torch::Tensor& y, std::int64_t rows) {
   const torch::Tensor target = options.target ? options.target(rows) : torch::zeros_like(y);
   if (!target.defined()) {
-    fail({"torch profile", concat("the target for ", rows, " rows is undefined"), "libtorch::TorchProfileOptions::target",
+    detail::fail({"torch profile", detail::concat("the target for ", rows, " rows is undefined"), "libtorch::TorchProfileOptions::target",
           "Return one micro-batch's target tensor, or leave target empty for zeros shaped as the output"});
   }
   std::vector<float> grad(static_cast<std::size_t>(y.numel()));
@@ -1408,7 +1408,7 @@ struct StageTimes {
       const torch::Tensor output = y.detach().requires_grad_(true);
       const torch::Tensor value = options.loss(output, target);
       if (!value.defined() || value.numel() != 1 || !value.requires_grad()) {
-        fail({"torch profile", "the loss is not one scalar computed from the output", "libtorch::TorchProfileOptions::loss",
+        detail::fail({"torch profile", "the loss is not one scalar computed from the output", "libtorch::TorchProfileOptions::loss",
               "Return one scalar computed from the output (e.g. torch::mse_loss(output, target))"});
       }
       grad_out.copy_(torch::autograd::grad({value}, {output})[0]);
@@ -1459,7 +1459,7 @@ namespace libtorch {
 [[nodiscard]] inline TorchProfile profile_sequential(torch::nn::Sequential model,
                                                      const TorchProfileOptions& options) {
   const auto bad = [](const std::string& problem, const char* where, const char* fix) {
-    fail({"torch profile", problem, where, fix});
+    detail::fail({"torch profile", problem, where, fix});
   };
   if (model->size() == 0) bad("the Sequential has no children", "profile_sequential", "Give a model with children");
   if (options.rows.empty()) bad("no micro-batch sizes", "TorchProfileOptions::rows", "List at least one size");
@@ -1589,11 +1589,11 @@ struct TorchParameterCopy {
     const TorchParameterCopy& c = copies[i];
     const std::string where = detail::concat("tie_parameters, copy ", i);
     if (c.torch_stage == nullptr) {
-      fail({"torch stage", "a copy without its TorchStage", where, "Give each copy the TorchStage that owns it"});
+      detail::fail({"torch stage", "a copy without its TorchStage", where, "Give each copy the TorchStage that owns it"});
     }
     if (i > 0 && (!c.parameter.defined() || !copies[0].parameter.defined() ||
                   c.parameter.sizes() != copies[0].parameter.sizes())) {
-      fail({"torch stage",
+      detail::fail({"torch stage",
             detail::concat("copy ", i, " has shape ",
                            c.parameter.defined() ? detail::torch_adapter::shape_text(c.parameter.sizes()) : "(none)",
                            ", copy 0 ",

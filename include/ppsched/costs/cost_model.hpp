@@ -127,7 +127,7 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
                          ? (c.stages.size() == 1 || st < c.stages.size()) && (c.microbatch_scale.empty() || m < c.microbatch_scale.size())
                          : st * static_cast<std::size_t>(microbatches) + m < c.per_microbatch.size());
   if (!fits) {
-    fail({"cost model", detail::concat("has no costs for stage ", stage, ", micro-batch ", mb), "",
+    detail::fail({"cost model", detail::concat("has no costs for stage ", stage, ", micro-batch ", mb), "",
           "check_cost_model(model, stages, micro-batches) says what the model is missing"});
   }
   if (!c.per_microbatch.empty()) return c.per_microbatch[st * static_cast<std::size_t>(microbatches) + m];

@@ -119,7 +119,7 @@ class ProblemSink {
 };
 
 [[nodiscard]] inline std::string at_rank(std::int32_t rank, std::int32_t position) {
-  return concat("rank ", rank, " position ", position);
+  return detail::concat("rank ", rank, " position ", position);
 }
 
 }  // namespace detail

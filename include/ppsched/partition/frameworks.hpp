@@ -100,8 +100,8 @@ namespace detail {
 [[nodiscard]] inline std::string quoted_layout(std::string_view text) {
   // A message quotes the layout; a huge one is cut so that the message stays one line to read.
   constexpr std::size_t shown = 80;
-  if (text.size() <= shown) return ppsched::concat("Megatron layout \"", text, "\"");
-  return ppsched::concat("Megatron layout \"", text.substr(0, shown), "...\" (", text.size(), " characters)");
+  if (text.size() <= shown) return ppsched::detail::concat("Megatron layout \"", text, "\"");
+  return ppsched::detail::concat("Megatron layout \"", text.substr(0, shown), "...\" (", text.size(), " characters)");
 }
 
 // The most layers and separators a parsed layout may expand to: a count such as t*99999999 is
@@ -118,7 +118,7 @@ class LayoutParser {
 
   [[nodiscard]] std::vector<char> parse() {
     if (text_.empty()) {
-      ppsched::fail({quoted_layout(text_), "the layout is empty", "the whole text",
+      ppsched::detail::fail({quoted_layout(text_), "the layout is empty", "the whole text",
                      "write at least one stage, such as \"Et|tL\""});
     }
     std::vector<char> out = sequence(false, 0);
@@ -127,9 +127,9 @@ class LayoutParser {
 
  private:
   [[noreturn]] void fail_at(std::size_t at, const std::string& problem, const std::string& fix) const {
-    std::string where = at < text_.size() ? ppsched::concat("character ", at + 1, " '", text_[at], "'")
-                                          : ppsched::concat("the end of the text (after character ", text_.size(), ")");
-    ppsched::fail({quoted_layout(text_), problem, where, fix});
+    std::string where = at < text_.size() ? ppsched::detail::concat("character ", at + 1, " '", text_[at], "'")
+                                          : ppsched::detail::concat("the end of the text (after character ", text_.size(), ")");
+    ppsched::detail::fail({quoted_layout(text_), problem, where, fix});
   }
 
   void skip_commas() {
@@ -151,7 +151,7 @@ class LayoutParser {
     while (pos_ < text_.size() && is_digit(text_[pos_])) {
       n = n * 10 + static_cast<std::size_t>(text_[pos_] - '0');
       if (n > max_layout_tokens) {
-        fail_at(first, ppsched::concat("the count is larger than ", max_layout_tokens),
+        fail_at(first, ppsched::detail::concat("the count is larger than ", max_layout_tokens),
                 "give the layers per stage and the stages actually meant");
       }
       ++pos_;
@@ -162,7 +162,7 @@ class LayoutParser {
 
   void check_size(std::size_t size, std::size_t at) const {
     if (size > max_layout_tokens) {
-      fail_at(at, ppsched::concat("the layout expands to more than ", max_layout_tokens, " layers and '|'"),
+      fail_at(at, ppsched::detail::concat("the layout expands to more than ", max_layout_tokens, " layers and '|'"),
               "check the counts after '*'");
     }
   }
@@ -230,7 +230,7 @@ class LayoutParser {
       } else if (std::isspace(static_cast<unsigned char>(c))) {
         fail_at(at, "the layout has a space (Megatron refuses spaces)", "remove the spaces; commas may separate for reading");
       } else {
-        fail_at(at, ppsched::concat("'", c, "' is not a letter of the layout"),
+        fail_at(at, ppsched::detail::concat("'", c, "' is not a letter of the layout"),
                 "use E (embedding), t (transformer layer), m (MTP layer), L (loss), '|' between stages, "
                 "x*n and (...)*n to repeat, ',' to separate for reading; the letters are case-sensitive");
       }
@@ -243,17 +243,17 @@ class LayoutParser {
 
 inline void check_layout_shape(const StageLayout& layout, std::string_view subject) {
   if (layout.ranks <= 0) {
-    ppsched::fail({std::string(subject), ppsched::concat("ranks is ", layout.ranks), "ranks",
+    ppsched::detail::fail({std::string(subject), ppsched::detail::concat("ranks is ", layout.ranks), "ranks",
                    "give the pipeline ranks (Megatron's --pipeline-model-parallel-size), at least 1"});
   }
   if (layout.stages.empty()) {
-    ppsched::fail({std::string(subject), "the layout has no stage", "stages", "give at least one stage"});
+    ppsched::detail::fail({std::string(subject), "the layout has no stage", "stages", "give at least one stage"});
   }
   if (layout.stages.size() % static_cast<std::size_t>(layout.ranks) != 0) {
-    ppsched::fail({std::string(subject),
-                   ppsched::concat(layout.stages.size(), " stages do not divide among ", layout.ranks, " ranks"),
+    ppsched::detail::fail({std::string(subject),
+                   ppsched::detail::concat(layout.stages.size(), " stages do not divide among ", layout.ranks, " ranks"),
                    "ranks",
-                   ppsched::concat("give a multiple of ", layout.ranks,
+                   ppsched::detail::concat("give a multiple of ", layout.ranks,
                                    " stages (v per rank, stage s on rank s % ranks), or a rank count that divides ",
                                    layout.stages.size())});
   }
@@ -297,7 +297,7 @@ inline bool valid_fqn(std::string_view name) {
 [[nodiscard]] inline std::string to_megatron_layout(const StageLayout& layout) {
   detail::check_layout_shape(layout, "Megatron layout");
   if (layout.stages.size() == 1 && layout.stages.front().empty()) {
-    fail({"Megatron layout", "its one stage is empty: the text would be empty, which Megatron cannot read", "stages",
+    ppsched::detail::fail({"Megatron layout", "its one stage is empty: the text would be empty, which Megatron cannot read", "stages",
           "give the stage its layers"});
   }
   std::vector<std::string> texts;
@@ -346,7 +346,7 @@ inline bool valid_fqn(std::string_view name) {
 // where E, t, m and L may go are check_megatron_layout's.
 [[nodiscard]] inline StageLayout parse_megatron_layout(std::string_view text, std::int32_t ranks = 0) {
   if (ranks < 0) {
-    fail({detail::quoted_layout(text), concat("ranks is ", ranks), "ranks",
+    ppsched::detail::fail({detail::quoted_layout(text), ppsched::detail::concat("ranks is ", ranks), "ranks",
           "give Megatron's --pipeline-model-parallel-size, or 0 for one stage per rank"});
   }
   const std::vector<char> tokens = detail::LayoutParser(text).parse();
@@ -361,9 +361,9 @@ inline bool valid_fqn(std::string_view name) {
   }
   layout.ranks = ranks == 0 ? layout.stage_count() : ranks;
   if (layout.stages.size() % static_cast<std::size_t>(layout.ranks) != 0) {
-    fail({detail::quoted_layout(text),
-          concat("its ", layout.stages.size(), " stages do not divide among ", layout.ranks, " pipeline ranks"), "ranks",
-          concat("Megatron needs a multiple of --pipeline-model-parallel-size stages (", layout.ranks,
+    ppsched::detail::fail({detail::quoted_layout(text),
+          ppsched::detail::concat("its ", layout.stages.size(), " stages do not divide among ", layout.ranks, " pipeline ranks"), "ranks",
+          ppsched::detail::concat("Megatron needs a multiple of --pipeline-model-parallel-size stages (", layout.ranks,
                  " x the virtual stages per rank): add or remove stages, or change the rank count")});
   }
   return layout;
@@ -384,55 +384,55 @@ inline void check_megatron_layout(const StageLayout& layout, std::optional<std::
     for (LayerKind k : layout.stages[static_cast<std::size_t>(s)]) flat.emplace_back(k, s);
   }
   if (flat.empty()) {
-    fail({concat("Megatron layout of ", layout.stage_count(), " empty stages"), "the layout has no layer", "",
+    ppsched::detail::fail({ppsched::detail::concat("Megatron layout of ", layout.stage_count(), " empty stages"), "the layout has no layer", "",
           "give at least E and L"});
   }
-  const std::string subject = concat("Megatron layout \"", to_megatron_layout(layout), "\" on ", layout.ranks,
+  const std::string subject = ppsched::detail::concat("Megatron layout \"", to_megatron_layout(layout), "\" on ", layout.ranks,
                                      " ranks");
   if (flat.front().first != LayerKind::embedding) {
-    fail({subject, concat("the first layer is '", megatron_letter(flat.front().first), "', not the embedding E"),
-          concat("stage ", flat.front().second), "start the first non-empty stage with E"});
+    ppsched::detail::fail({subject, ppsched::detail::concat("the first layer is '", megatron_letter(flat.front().first), "', not the embedding E"),
+          ppsched::detail::concat("stage ", flat.front().second), "start the first non-empty stage with E"});
   }
   if (flat.back().first != LayerKind::loss) {
-    fail({subject, concat("the last layer is '", megatron_letter(flat.back().first), "', not the loss L"),
-          concat("stage ", flat.back().second), "end the last non-empty stage with L"});
+    ppsched::detail::fail({subject, ppsched::detail::concat("the last layer is '", megatron_letter(flat.back().first), "', not the loss L"),
+          ppsched::detail::concat("stage ", flat.back().second), "end the last non-empty stage with L"});
   }
   const std::size_t embeddings = layout.count(LayerKind::embedding);
   if (embeddings != 1) {
-    fail({subject, concat("E appears ", embeddings, " times; Megatron builds one embedding"), "", "keep one E"});
+    ppsched::detail::fail({subject, ppsched::detail::concat("E appears ", embeddings, " times; Megatron builds one embedding"), "", "keep one E"});
   }
   const std::size_t mtps = layout.count(LayerKind::mtp);
   const std::size_t losses = layout.count(LayerKind::loss);
   if (losses != 1 && losses != 1 + mtps) {
-    fail({subject,
-          concat("L appears ", losses, " times; Megatron takes one, or 1 + the MTP layers (", 1 + mtps,
+    ppsched::detail::fail({subject,
+          ppsched::detail::concat("L appears ", losses, " times; Megatron takes one, or 1 + the MTP layers (", 1 + mtps,
                  ") when the loss is split over stages"),
           "", "keep one L"});
   }
   if (transformer_layers && layout.count(LayerKind::transformer) != *transformer_layers) {
-    fail({subject,
-          concat("it has ", layout.count(LayerKind::transformer), " transformer layers t, but --num-layers is ",
+    ppsched::detail::fail({subject,
+          ppsched::detail::concat("it has ", layout.count(LayerKind::transformer), " transformer layers t, but --num-layers is ",
                  *transformer_layers),
           "", "make the count of t equal --num-layers"});
   }
   if (mtp_layers && mtps != *mtp_layers) {
-    fail({subject, concat("it has ", mtps, " MTP layers m, but --mtp-num-layers is ", *mtp_layers), "",
+    ppsched::detail::fail({subject, ppsched::detail::concat("it has ", mtps, " MTP layers m, but --mtp-num-layers is ", *mtp_layers), "",
           "make the count of m equal --mtp-num-layers"});
   }
   const auto first_mtp = std::find_if(flat.begin(), flat.end(), [](const auto& x) { return x.first == LayerKind::mtp; });
   const auto late_t = std::find_if(first_mtp, flat.end(), [](const auto& x) { return x.first == LayerKind::transformer; });
   if (late_t != flat.end()) {
-    fail({subject, "a transformer layer t comes after an MTP layer m", concat("stage ", late_t->second),
+    ppsched::detail::fail({subject, "a transformer layer t comes after an MTP layer m", ppsched::detail::concat("stage ", late_t->second),
           "put every t before the first m"});
   }
   const std::int32_t last_virtual = layout.virtual_stages() - 1;
   for (std::int32_t s = 0; s < layout.stage_count(); ++s) {
     if (layout.count(s, LayerKind::mtp) > 0 && layout.virtual_stage_of(s) != last_virtual) {
-      fail({subject,
-            concat("MTP layers sit in virtual stage ", layout.virtual_stage_of(s), " of rank ", layout.rank_of(s),
+      ppsched::detail::fail({subject,
+            ppsched::detail::concat("MTP layers sit in virtual stage ", layout.virtual_stage_of(s), " of rank ", layout.rank_of(s),
                    "; Megatron builds them only in a rank's last virtual stage (", last_virtual, ")"),
-            concat("stage ", s),
-            concat("move the m layers into stages ", last_virtual * layout.ranks, " .. ", layout.stage_count() - 1,
+            ppsched::detail::concat("stage ", s),
+            ppsched::detail::concat("move the m layers into stages ", last_virtual * layout.ranks, " .. ", layout.stage_count() - 1,
                    " (each rank's last virtual stage)")});
     }
   }
@@ -490,7 +490,7 @@ inline void check_megatron_layout(const StageLayout& layout, std::optional<std::
       }
     }
     if (!found) {
-      fail({"layer kinds", concat("no layer is named '", name, "'"), "overrides",
+      ppsched::detail::fail({"layer kinds", ppsched::detail::concat("no layer is named '", name, "'"), "overrides",
             "give the exact name of a layer of the graph"});
     }
   }
@@ -506,15 +506,15 @@ inline void check_megatron_layout(const StageLayout& layout, std::optional<std::
                                               std::int32_t ranks) {
   const std::string subject = "stage layout";
   if (boundaries.size() < 2 || boundaries.front() != 0 || boundaries.back() != kinds.size()) {
-    fail({subject,
-          concat("the boundaries do not run from 0 to the ", kinds.size(), " layers the kinds describe"),
+    ppsched::detail::fail({subject,
+          ppsched::detail::concat("the boundaries do not run from 0 to the ", kinds.size(), " layers the kinds describe"),
           "boundaries", "give stages + 1 boundaries, the first 0 and the last the layer count"});
   }
   for (std::size_t j = 0; j + 1 < boundaries.size(); ++j) {
     if (boundaries[j] > boundaries[j + 1]) {
-      fail({subject, concat("boundary ", j + 1, " (", boundaries[j + 1], ") is before boundary ", j, " (",
+      ppsched::detail::fail({subject, ppsched::detail::concat("boundary ", j + 1, " (", boundaries[j + 1], ") is before boundary ", j, " (",
                             boundaries[j], ")"),
-            concat("boundaries[", j + 1, "]"), "give non-decreasing boundaries"});
+            ppsched::detail::concat("boundaries[", j + 1, "]"), "give non-decreasing boundaries"});
     }
   }
   StageLayout layout;
@@ -529,11 +529,11 @@ inline void check_megatron_layout(const StageLayout& layout, std::optional<std::
         if (kinds[p - 1] == k) continue;  // the same E or L as the layer before
       }
       if (merges && p == boundaries[j] && p > 0 && kinds[p - 1] == k) {
-        fail({subject,
-              concat("positions ", p - 1, " and ", p, " are both ", k == LayerKind::embedding ? "embedding" : "loss",
+        ppsched::detail::fail({subject,
+              ppsched::detail::concat("positions ", p - 1, " and ", p, " are both ", k == LayerKind::embedding ? "embedding" : "loss",
                      " layers, but the cut before stage ", j, " splits them; Megatron's ", megatron_letter(k),
                      " is one layer"),
-              concat("boundaries[", j, "]"),
+              ppsched::detail::concat("boundaries[", j, "]"),
               "move the cut so that the run stays in one stage, or give one of the layers another kind"});
       }
       st.push_back(k);
@@ -550,7 +550,7 @@ inline void check_megatron_layout(const StageLayout& layout, std::optional<std::
 [[nodiscard]] inline StageLayout stage_layout(const Partition& partition, std::span<const LayerKind> kinds,
                                               std::int32_t ranks) {
   if (kinds.size() != partition.order.size()) {
-    fail({"stage layout", concat("got ", kinds.size(), " kinds for a partition of ", partition.order.size(), " layers"),
+    ppsched::detail::fail({"stage layout", ppsched::detail::concat("got ", kinds.size(), " kinds for a partition of ", partition.order.size(), " layers"),
           "kinds", "give one kind per layer of the graph, by layer index (layer_kinds(graph))"});
   }
   std::vector<LayerKind> in_order;
@@ -576,20 +576,20 @@ inline void check_megatron_layout(const StageLayout& layout, std::optional<std::
     }
     return "?";
   };
-  const std::string subject = concat("Megatron layout \"", to_megatron_layout(layout), "\"");
+  const std::string subject = ppsched::detail::concat("Megatron layout \"", to_megatron_layout(layout), "\"");
   std::vector<std::size_t> boundaries{0};
   std::size_t p = 0;
   for (std::size_t s = 0; s < layout.stages.size(); ++s) {
     for (std::size_t i = 0; i < layout.stages[s].size(); ++i) {
       const LayerKind k = layout.stages[s][i];
-      const std::string where = concat("stage ", s, ", letter ", i + 1, " '", megatron_letter(k), "'");
+      const std::string where = ppsched::detail::concat("stage ", s, ", letter ", i + 1, " '", megatron_letter(k), "'");
       if (p >= kinds_in_order.size()) {
-        fail({subject, concat("it has more layers than the model's ", kinds_in_order.size()), where,
+        ppsched::detail::fail({subject, ppsched::detail::concat("it has more layers than the model's ", kinds_in_order.size()), where,
               "give the layout of this model (its layer kinds in order)"});
       }
       if (kinds_in_order[p] != k) {
-        fail({subject,
-              concat("the letter is '", megatron_letter(k), "' but the model's layer at position ", p, " is a ",
+        ppsched::detail::fail({subject,
+              ppsched::detail::concat("the letter is '", megatron_letter(k), "' but the model's layer at position ", p, " is a ",
                      name(kinds_in_order[p]), " layer ('", megatron_letter(kinds_in_order[p]), "')"),
               where, "check the layer kinds, or the layout's letters"});
       }
@@ -601,8 +601,8 @@ inline void check_megatron_layout(const StageLayout& layout, std::optional<std::
     boundaries.push_back(p);
   }
   if (p != kinds_in_order.size()) {
-    fail({subject,
-          concat("it places ", p, " of the model's ", kinds_in_order.size(), " layers; the next, at position ", p,
+    ppsched::detail::fail({subject,
+          ppsched::detail::concat("it places ", p, " of the model's ", kinds_in_order.size(), " layers; the next, at position ", p,
                  ", is a ", name(kinds_in_order[p]), " layer"),
           "", "give the layout of this model: one letter per layer (E and L per run)"});
   }
@@ -633,11 +633,11 @@ inline std::ostream& operator<<(std::ostream& out, const StageLayout& layout) {
     std::span<const std::vector<std::string>> fqns_by_layer = {}) {
   const std::string subject = "torchtitan module names";
   if (partition.order.size() != graph.size()) {
-    fail({subject, concat("the partition has ", partition.order.size(), " layers, the graph ", graph.size()), "",
+    ppsched::detail::fail({subject, ppsched::detail::concat("the partition has ", partition.order.size(), " layers, the graph ", graph.size()), "",
           "give the graph the partition was cut from"});
   }
   if (!fqns_by_layer.empty() && fqns_by_layer.size() != graph.size()) {
-    fail({subject, concat("got module names for ", fqns_by_layer.size(), " layers, the graph has ", graph.size()),
+    ppsched::detail::fail({subject, ppsched::detail::concat("got module names for ", fqns_by_layer.size(), " layers, the graph has ", graph.size()),
           "fqns_by_layer", "give one list per layer, by layer index, or none"});
   }
   std::unordered_map<std::string, std::size_t> seen;  // name -> layer
@@ -649,16 +649,16 @@ inline std::ostream& operator<<(std::ostream& out, const StageLayout& layout) {
       const std::vector<std::string> own{graph.layer(layer).name};
       for (const std::string& fqn : fqns_by_layer.empty() ? own : fqns_by_layer[layer]) {
         if (!detail::valid_fqn(fqn)) {
-          fail({subject,
-                concat("'", fqn, "' is not a name torchtitan's pipeline_module_split can keep"),
-                concat("layer ", layer, " '", graph.layer(layer).name, "'"),
+          ppsched::detail::fail({subject,
+                ppsched::detail::concat("'", fqn, "' is not a name torchtitan's pipeline_module_split can keep"),
+                ppsched::detail::concat("layer ", layer, " '", graph.layer(layer).name, "'"),
                 "name a top-level module (\"norm\") or one entry of a ModuleList/ModuleDict child (\"layers.3\"); "
                 "give the layer its module names in fqns_by_layer"});
         }
         const auto [it, fresh] = seen.emplace(fqn, layer);
         if (!fresh) {
-          fail({subject, concat("'", fqn, "' is named by layer ", it->second, " and again by layer ", layer),
-                concat("layer ", layer, " '", graph.layer(layer).name, "'"),
+          ppsched::detail::fail({subject, ppsched::detail::concat("'", fqn, "' is named by layer ", it->second, " and again by layer ", layer),
+                ppsched::detail::concat("layer ", layer, " '", graph.layer(layer).name, "'"),
                 "give each module to one layer, so that one stage keeps it"});
         }
         names.push_back(fqn);
@@ -680,10 +680,10 @@ inline std::ostream& operator<<(std::ostream& out, const StageLayout& layout) {
     std::span<const std::vector<std::string>> fqns_by_layer = {}, std::span<const std::size_t> order = {}) {
   const std::string subject = "torchtitan module lists";
   if (!fqns_by_layer.empty() && fqns_by_layer.size() != graph.size()) {
-    fail({subject, concat("got module names for ", fqns_by_layer.size(), " layers, the graph has ", graph.size()),
+    ppsched::detail::fail({subject, ppsched::detail::concat("got module names for ", fqns_by_layer.size(), " layers, the graph has ", graph.size()),
           "fqns_by_layer", "give one list per layer, by layer index, or none"});
   }
-  if (fqns_per_stage.empty()) fail({subject, "there is no stage", "", "give one list of module names per stage"});
+  if (fqns_per_stage.empty()) ppsched::detail::fail({subject, "there is no stage", "", "give one list of module names per stage"});
   if (order.empty()) {
     order = graph.topological_order();
   } else {
@@ -695,7 +695,7 @@ inline std::ostream& operator<<(std::ostream& out, const StageLayout& layout) {
     for (const std::string& fqn : fqns_by_layer.empty() ? own : fqns_by_layer[i]) {
       const auto [it, fresh] = layer_of.emplace(fqn, i);
       if (!fresh) {
-        fail({subject, concat("layers ", it->second, " and ", i, " both stand for the module '", fqn, "'"),
+        ppsched::detail::fail({subject, ppsched::detail::concat("layers ", it->second, " and ", i, " both stand for the module '", fqn, "'"),
               fqns_by_layer.empty() ? "the graph's layer names" : "fqns_by_layer",
               "give each module to one layer (layer names must differ)"});
       }
@@ -717,21 +717,21 @@ inline std::ostream& operator<<(std::ostream& out, const StageLayout& layout) {
             hint = known;
           }
         }
-        fail({subject, concat("no layer stands for the module '", fqn, "'"), concat("stage ", s),
+        ppsched::detail::fail({subject, ppsched::detail::concat("no layer stands for the module '", fqn, "'"), ppsched::detail::concat("stage ", s),
               hint.empty() ? std::string("name the modules the graph's layers stand for")
-                           : concat("did you mean '", hint, "'?")});
+                           : ppsched::detail::concat("did you mean '", hint, "'?")});
       }
       const auto [it, fresh] = listed.emplace(fqn, s);
       if (!fresh) {
-        fail({subject, concat("'", fqn, "' is listed in stage ", it->second, " and again in stage ", s),
-              concat("stage ", s), "list each module once"});
+        ppsched::detail::fail({subject, ppsched::detail::concat("'", fqn, "' is listed in stage ", it->second, " and again in stage ", s),
+              ppsched::detail::concat("stage ", s), "list each module once"});
       }
       const std::size_t layer = found->second;
       if (stage_of[layer] != none && stage_of[layer] != s) {
-        fail({subject,
-              concat("layer ", layer, " '", graph.layer(layer).name, "' has modules in stages ", stage_of[layer],
+        ppsched::detail::fail({subject,
+              ppsched::detail::concat("layer ", layer, " '", graph.layer(layer).name, "' has modules in stages ", stage_of[layer],
                      " and ", s),
-              concat("stage ", s), "keep every module of one layer in one stage"});
+              ppsched::detail::concat("stage ", s), "keep every module of one layer in one stage"});
       }
       stage_of[layer] = s;
     }
@@ -742,8 +742,8 @@ inline std::ostream& operator<<(std::ostream& out, const StageLayout& layout) {
     const auto& fqns = fqns_by_layer.empty() ? own : fqns_by_layer[i];
     for (const std::string& fqn : fqns) {
       if (!listed.contains(fqn)) {
-        fail({subject, concat("no stage keeps the module '", fqn, "'"),
-              concat("layer ", i, " '", graph.layer(i).name, "'"), "list every module in exactly one stage"});
+        ppsched::detail::fail({subject, ppsched::detail::concat("no stage keeps the module '", fqn, "'"),
+              ppsched::detail::concat("layer ", i, " '", graph.layer(i).name, "'"), "list every module in exactly one stage"});
       }
     }
   }
@@ -755,10 +755,10 @@ inline std::ostream& operator<<(std::ostream& out, const StageLayout& layout) {
     std::size_t s = stage_of[layer];
     if (s == none) s = current;  // a layer without modules stays with the one before
     if (s < current) {
-      fail({subject,
-            concat("stage ", s, " keeps layer ", layer, " '", graph.layer(layer).name, "', which comes after layer ",
+      ppsched::detail::fail({subject,
+            ppsched::detail::concat("stage ", s, " keeps layer ", layer, " '", graph.layer(layer).name, "', which comes after layer ",
                    order[previous_position], " '", graph.layer(order[previous_position]).name, "' of stage ", current),
-            concat("stage ", s), "give each stage a contiguous run of the layers, in order"});
+            ppsched::detail::concat("stage ", s), "give each stage a contiguous run of the layers, in order"});
     }
     for (std::size_t j = current + 1; j <= s; ++j) boundaries[j] = p;
     current = s;
@@ -775,7 +775,7 @@ inline std::ostream& operator<<(std::ostream& out, const StageLayout& layout) {
 [[nodiscard]] inline std::vector<std::vector<std::string>> torchtitan_llm_fqns(const StageLayout& layout) {
   detail::check_layout_shape(layout, "torchtitan module names");
   if (layout.count(LayerKind::loss) > 1 || layout.count(LayerKind::embedding) > 1) {
-    fail({"torchtitan module names", "the layout has more than one E or L; torchtitan's model has one of each", "",
+    ppsched::detail::fail({"torchtitan module names", "the layout has more than one E or L; torchtitan's model has one of each", "",
           "keep one E and one L"});
   }
   std::vector<std::vector<std::string>> out;
@@ -785,13 +785,13 @@ inline std::ostream& operator<<(std::ostream& out, const StageLayout& layout) {
     for (LayerKind k : layout.stages[s]) {
       switch (k) {
         case LayerKind::embedding: names.emplace_back("tok_embeddings"); break;
-        case LayerKind::transformer: names.push_back(concat("layers.", next_layer++)); break;
+        case LayerKind::transformer: names.push_back(ppsched::detail::concat("layers.", next_layer++)); break;
         case LayerKind::loss:
           names.emplace_back("norm");
           names.emplace_back("output");
           break;
         case LayerKind::mtp:
-          fail({"torchtitan module names", "torchtitan's pipeline split has no MTP module", concat("stage ", s),
+          ppsched::detail::fail({"torchtitan module names", "torchtitan's pipeline split has no MTP module", ppsched::detail::concat("stage ", s),
                 "leave the m layers out, or name the modules yourself (torchtitan_module_fqns)"});
       }
     }
@@ -806,7 +806,7 @@ inline std::ostream& operator<<(std::ostream& out, const StageLayout& layout) {
 [[nodiscard]] inline StageLayout layout_of_torchtitan_llm_fqns(std::span<const std::vector<std::string>> fqns_per_stage,
                                                                std::int32_t ranks = 0) {
   const std::string subject = "torchtitan module lists";
-  if (ranks < 0) fail({subject, concat("ranks is ", ranks), "ranks", "give the pipeline ranks, or 0 for one stage per rank"});
+  if (ranks < 0) ppsched::detail::fail({subject, ppsched::detail::concat("ranks is ", ranks), "ranks", "give the pipeline ranks, or 0 for one stage per rank"});
   StageLayout layout;
   std::size_t next_layer = 0;
   for (std::size_t s = 0; s < fqns_per_stage.size(); ++s) {
@@ -814,13 +814,13 @@ inline std::ostream& operator<<(std::ostream& out, const StageLayout& layout) {
     const auto& names = fqns_per_stage[s];
     for (std::size_t i = 0; i < names.size(); ++i) {
       const std::string& n = names[i];
-      const std::string where = concat("stage ", s, ", name ", i + 1, " '", n, "'");
+      const std::string where = ppsched::detail::concat("stage ", s, ", name ", i + 1, " '", n, "'");
       if (n == "tok_embeddings") {
         st.push_back(LayerKind::embedding);
       } else if (n.starts_with("layers.")) {
-        const std::string expected = concat("layers.", next_layer);
+        const std::string expected = ppsched::detail::concat("layers.", next_layer);
         if (n != expected) {
-          fail({subject, concat("the next transformer layer is '", expected, "'"), where,
+          ppsched::detail::fail({subject, ppsched::detail::concat("the next transformer layer is '", expected, "'"), where,
                 "list layers.0, layers.1, ... in order, each once"});
         }
         ++next_layer;
@@ -829,10 +829,10 @@ inline std::ostream& operator<<(std::ostream& out, const StageLayout& layout) {
         st.push_back(LayerKind::loss);
         ++i;
       } else if (n == "norm" || n == "output") {
-        fail({subject, "\"norm\" and \"output\" go together, in that order, in one stage", where,
+        ppsched::detail::fail({subject, "\"norm\" and \"output\" go together, in that order, in one stage", where,
               "list them side by side, as torchtitan does"});
       } else {
-        fail({subject, "not a module of torchtitan's LLM split (tok_embeddings, layers.<i>, norm, output)", where,
+        ppsched::detail::fail({subject, "not a module of torchtitan's LLM split (tok_embeddings, layers.<i>, norm, output)", where,
               "use torchtitan_boundaries with the graph's own names for other models"});
       }
     }

@@ -71,7 +71,7 @@ struct MeasuredRun {
                                                     std::optional<double> memory_cap_bytes,
                                                     const DevicePlanOptions& options = {}) {
   using detail::concat;
-  if (runs.empty()) fail({"recalibrate_plan", "no measured run", "runs", "give at least one run's timelines"});
+  if (runs.empty()) detail::fail({"recalibrate_plan", "no measured run", "runs", "give at least one run's timelines"});
   Recalibration r;
   std::vector<std::vector<KindScales>> scales;
   std::vector<double> action, step;
@@ -79,13 +79,13 @@ struct MeasuredRun {
     const MeasuredRun& m = runs[i];
     const double size = m.rows > 0.0 ? m.rows : profile.rows;
     if (!(size > 0.0)) {
-      fail({"recalibrate_plan", concat("run ", i, ": its micro-batch size is not known"), "rows",
+      detail::fail({"recalibrate_plan", detail::concat("run ", i, ": its micro-batch size is not known"), "rows",
             "give the rows per micro-batch the run used, or a profile with \"rows\""});
     }
-    if (m.steps.empty()) fail({"recalibrate_plan", concat("run ", i, " has no step"), "MeasuredRun::steps", "give its timelines"});
+    if (m.steps.empty()) detail::fail({"recalibrate_plan", detail::concat("run ", i, " has no step"), "MeasuredRun::steps", "give its timelines"});
     const Schedule run = schedule_of_timeline(m.steps.front());
     if (static_cast<std::size_t>(run.stages()) > profile.graph.size()) {
-      fail({"recalibrate_plan", concat("run ", i, " has ", run.stages(), " stages, the profile ", profile.graph.size(), " layers"),
+      detail::fail({"recalibrate_plan", detail::concat("run ", i, " has ", run.stages(), " stages, the profile ", profile.graph.size(), " layers"),
             "the measured timeline", "give the timeline of a run of this profile's model"});
     }
     GraphModelOptions g;

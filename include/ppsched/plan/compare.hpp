@@ -230,10 +230,10 @@ struct PlanResult {
 // peak over the ranks), or why it is invalid or does not fit.
 [[nodiscard]] inline std::string to_string(const ScheduleResult& r) {
   using detail::concat;
-  std::string out = concat(r.name, " v=", r.chunks, r.training ? "" : " (inference)", ": ");
-  if (!r.valid) return out + concat("invalid, ", r.problems.size(), r.problems.size() == 1 ? " problem" : " problems");
+  std::string out = detail::concat(r.name, " v=", r.chunks, r.training ? "" : " (inference)", ": ");
+  if (!r.valid) return out + detail::concat("invalid, ", r.problems.size(), r.problems.size() == 1 ? " problem" : " problems");
   const auto max_of = [](const std::vector<double>& v) { return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end()); };
-  out += concat("makespan ", r.makespan, ", bubble ", percent_of(r.bubble_fraction), ", peak ",
+  out += detail::concat("makespan ", r.makespan, ", bubble ", percent_of(r.bubble_fraction), ", peak ",
                 max_of(r.peak_activations), " M_B, ", bytes_text(max_of(r.peak_memory_bytes)), ", ");
   return out + (r.fits ? std::string("fits") : "does not fit: " + r.fit_problem);
 }
@@ -241,13 +241,13 @@ struct PlanResult {
 // The model and size, one line per schedule, the skipped families and the recommendation.
 [[nodiscard]] inline std::string to_string(const PlanResult& p) {
   using detail::concat;
-  std::string out = concat(p.model, ": ", p.ranks, " ranks, ", p.microbatches, " micro-batches, times in ", p.unit, "\n");
-  for (const ScheduleResult& r : p.schedules) out += concat("  ", to_string(r), "\n");
-  for (const SkippedSchedule& s : p.skipped) out += concat("  skipped ", s.name, ": ", s.reason, "\n");
+  std::string out = detail::concat(p.model, ": ", p.ranks, " ranks, ", p.microbatches, " micro-batches, times in ", p.unit, "\n");
+  for (const ScheduleResult& r : p.schedules) out += detail::concat("  ", to_string(r), "\n");
+  for (const SkippedSchedule& s : p.skipped) out += detail::concat("  skipped ", s.name, ": ", s.reason, "\n");
   if (const ScheduleResult* best = p.recommended_schedule()) {
-    out += concat("recommended: ", best->name, " (", p.recommended.reason, ")\n");
+    out += detail::concat("recommended: ", best->name, " (", p.recommended.reason, ")\n");
   } else {
-    out += concat("recommended: none (", p.recommended.reason, ")\n");
+    out += detail::concat("recommended: none (", p.recommended.reason, ")\n");
   }
   return out;
 }
@@ -310,14 +310,14 @@ namespace plan {
   }
   if (!best) {
     const ScheduleResult& f = schedules[*fastest];
-    rec.reason = concat("no schedule fits the memory cap; the fastest, ", f.name, ", ", f.fit_problem);
+    rec.reason = detail::concat("no schedule fits the memory cap; the fastest, ", f.name, ", ", f.fit_problem);
     return rec;
   }
   rec.index = best;
   const ScheduleResult& b = schedules[*best];
   const ScheduleResult& f = schedules[*fastest];
   if (better(*fastest, *best)) {
-    rec.reason = concat(f.name, " is ", percent_of(detail::relative_gain(f.makespan, b.makespan)), " faster but ", f.fit_problem);
+    rec.reason = detail::concat(f.name, " is ", percent_of(detail::relative_gain(f.makespan, b.makespan)), " faster but ", f.fit_problem);
     return rec;
   }
   std::optional<std::size_t> second;
@@ -326,10 +326,10 @@ namespace plan {
     if (i == *best || !r.training || !r.valid) continue;
     if (!second || better(i, *second)) second = i;
   }
-  rec.reason = concat("fastest of the ", candidates, " training schedules", capped ? ", and it fits the memory cap" : "");
+  rec.reason = detail::concat("fastest of the ", candidates, " training schedules", capped ? ", and it fits the memory cap" : "");
   if (second) {
     const ScheduleResult& s = schedules[*second];
-    rec.reason += concat("; next is ", s.name, ", ", percent_of(detail::relative_gain(b.makespan, s.makespan)), " slower");
+    rec.reason += detail::concat("; next is ", s.name, ", ", percent_of(detail::relative_gain(b.makespan, s.makespan)), " slower");
   }
   return rec;
 }
@@ -383,7 +383,7 @@ void for_each_family(const plan::PlanRequest& request, std::span<const FamilyInf
       }
     } catch (const error& e) {
       skipped.push_back({std::string(family->name),
-                         concat("its ", schedule.stages(), " stages (", request.ranks, " ranks x ", r.chunks,
+                         detail::concat("its ", schedule.stages(), " stages (", request.ranks, " ranks x ", r.chunks,
                                 " chunks) cannot be cut from this model: ", e.what()),
                          true, r.chunks, family});
       continue;

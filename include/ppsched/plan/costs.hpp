@@ -77,11 +77,11 @@ struct PlanCostOptions {
 [[nodiscard]] inline CostModel cost_model_of(const PartitionPlan& partition, const PlanCostOptions& options = {}) {
   using detail::concat;
   if (!(options.time_scale > 0.0 && options.time_scale <= std::numeric_limits<double>::max())) {
-    fail({"cost_model_of", concat("time_scale is ", options.time_scale), "PlanCostOptions::time_scale",
+    detail::fail({"cost_model_of", detail::concat("time_scale is ", options.time_scale), "PlanCostOptions::time_scale",
           "give a finite factor > 0 (1 keeps the model's unit)"});
   }
   if (!(options.weight_memory_fraction >= 0.0 && options.weight_memory_fraction <= std::numeric_limits<double>::max())) {
-    fail({"cost_model_of", concat("weight_memory_fraction is ", options.weight_memory_fraction), "PlanCostOptions::weight_memory_fraction",
+    detail::fail({"cost_model_of", detail::concat("weight_memory_fraction is ", options.weight_memory_fraction), "PlanCostOptions::weight_memory_fraction",
           detail::weight_memory_fraction_hint});
   }
   const double k = options.time_scale;
@@ -95,7 +95,7 @@ struct PlanCostOptions {
                                      std::pair{options.transfer_overhead, "transfer_overhead"},
                                      std::pair{options.step_overhead, "step_overhead"}}) {
     if (!(value >= 0.0 && value <= std::numeric_limits<double>::max())) {
-      fail({"cost_model_of", concat(field, " is ", value), concat("PlanCostOptions::", field),
+      detail::fail({"cost_model_of", detail::concat(field, " is ", value), detail::concat("PlanCostOptions::", field),
             "give a finite fixed time >= 0 (0: none)"});
     }
   }
@@ -125,13 +125,13 @@ struct PlanCostOptions {
 // with their gradients and optimizer state (PartitionStage::static_bytes), summed over its stages.
 [[nodiscard]] inline std::vector<double> static_bytes_per_rank(const PartitionPlan& partition, std::int32_t ranks) {
   using detail::concat;
-  if (ranks < 1) fail({"static_bytes_per_rank", concat("ranks = ", ranks), "", "give at least one rank"});
+  if (ranks < 1) detail::fail({"static_bytes_per_rank", detail::concat("ranks = ", ranks), "", "give at least one rank"});
   std::vector<double> bytes(static_cast<std::size_t>(ranks), 0.0);
   for (std::size_t s = 0; s < partition.stages.size(); ++s) {
     const std::int32_t r = partition.stages[s].rank;
     if (r < 0 || r >= ranks) {
-      fail({"static_bytes_per_rank", concat("stage ", s, " is on rank ", r, " of ", ranks),
-            concat("stages[", s, "].rank"), "give the rank count the partition was cut for"});
+      detail::fail({"static_bytes_per_rank", detail::concat("stage ", s, " is on rank ", r, " of ", ranks),
+            detail::concat("stages[", s, "].rank"), "give the rank count the partition was cut for"});
     }
     bytes[static_cast<std::size_t>(r)] += partition.stages[s].static_bytes;
   }

@@ -115,10 +115,10 @@ struct DevicePlan {
 [[nodiscard]] inline std::string to_string(const DeviceSplit& s) {
   using detail::concat;
   using detail::short_number;
-  std::string out = concat("p=", s.pipeline, " x d=", s.replicas, ", ", s.microbatches, " micro-batches of ",
-                           short_number(s.microbatch_size), ", ", s.family != nullptr ? s.family->name : "?", s.chunks > 1 ? concat(" v=", s.chunks) : "",
+  std::string out = detail::concat("p=", s.pipeline, " x d=", s.replicas, ", ", s.microbatches, " micro-batches of ",
+                           short_number(s.microbatch_size), ", ", s.family != nullptr ? s.family->name : "?", s.chunks > 1 ? detail::concat(" v=", s.chunks) : "",
                            ": ");
-  out += concat("step ", short_number(s.step_time), " (pipeline ", short_number(s.pipeline_time), ", bubble ",
+  out += detail::concat("step ", short_number(s.step_time), " (pipeline ", short_number(s.pipeline_time), ", bubble ",
                 percent_of(s.bubble_fraction), ", all-reduce +", short_number(s.all_reduce_exposed), " of ",
                 short_number(s.all_reduce_longest), "), ", bytes_text(s.peak_memory_bytes));
   return s.fits ? out : out + ", does not fit: " + s.fit_problem;
@@ -126,15 +126,15 @@ struct DevicePlan {
 
 [[nodiscard]] inline std::string to_string(const DevicePlan& p) {
   using detail::concat;
-  std::string out = concat(p.model, ": ", p.devices, " devices, global batch ", p.global_batch,
-                           p.memory_cap_bytes ? concat(", cap ", bytes_text(*p.memory_cap_bytes), " per device") : "",
+  std::string out = detail::concat(p.model, ": ", p.devices, " devices, global batch ", p.global_batch,
+                           p.memory_cap_bytes ? detail::concat(", cap ", bytes_text(*p.memory_cap_bytes), " per device") : "",
                            ", times in ", p.unit, "\n");
   for (const std::string& line : p.per_pipeline) out += "  " + line + "\n";
   if (p.chosen) {
     out += "chosen: " + to_string(*p.chosen) + "\n";
     for (const DeviceSplit& a : p.alternatives) out += "  then: " + to_string(a) + "\n";
   }
-  out += concat(p.chosen ? "why: " : "chosen: none (", p.reason, p.chosen ? "\n" : ")\n");
+  out += detail::concat(p.chosen ? "why: " : "chosen: none (", p.reason, p.chosen ? "\n" : ")\n");
   return out;
 }
 
@@ -164,12 +164,12 @@ namespace detail {
 [[nodiscard]] inline std::string why_faster(const plan::DeviceSplit& win, const plan::DeviceSplit& lose) {
   const double pipeline = lose.pipeline_time - win.pipeline_time;
   const double all_reduce = lose.all_reduce_exposed - win.all_reduce_exposed;
-  const std::string by = concat(plan::percent_of(relative_gain(win.step_time, lose.step_time)), " faster");
+  const std::string by = detail::concat(plan::percent_of(relative_gain(win.step_time, lose.step_time)), " faster");
   if (all_reduce >= pipeline) {
-    return concat(by, " than p=", lose.pipeline, " x d=", lose.replicas, ", whose all-reduce adds ",
+    return detail::concat(by, " than p=", lose.pipeline, " x d=", lose.replicas, ", whose all-reduce adds ",
                   short_number(lose.all_reduce_exposed), " to its step (", short_number(win.all_reduce_exposed), " here)");
   }
-  return concat(by, " than p=", lose.pipeline, " x d=", lose.replicas, ", whose pipeline takes ",
+  return detail::concat(by, " than p=", lose.pipeline, " x d=", lose.replicas, ", whose pipeline takes ",
                 short_number(lose.pipeline_time), " (bubble ", plan::percent_of(lose.bubble_fraction), ") against ",
                 short_number(win.pipeline_time), " (bubble ", plan::percent_of(win.bubble_fraction), ")");
 }

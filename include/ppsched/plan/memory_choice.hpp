@@ -81,14 +81,14 @@ struct MemoryChoice {
   using detail::concat;
   const std::int32_t S = schedule.stages();
   if (!static_bytes.empty() && static_bytes.size() != static_cast<std::size_t>(schedule.ranks)) {
-    fail({"choose_memory_policies", concat("has ", static_bytes.size(), " static sizes for ", schedule.ranks, " ranks"), "",
+    detail::fail({"choose_memory_policies", detail::concat("has ", static_bytes.size(), " static sizes for ", schedule.ranks, " ranks"), "",
           "give one static byte count per rank (static_bytes_per_rank), or none"});
   }
   if (!(cap_bytes > 0.0)) {
-    fail({"choose_memory_policies", concat("cap ", cap_bytes, " bytes"), "", "give a positive memory cap per rank"});
+    detail::fail({"choose_memory_policies", detail::concat("cap ", cap_bytes, " bytes"), "", "give a positive memory cap per rank"});
   }
   if (!options.stage_ladders.empty() && options.stage_ladders.size() != static_cast<std::size_t>(S)) {
-    fail({"choose_memory_policies", concat("has ", options.stage_ladders.size(), " stage ladders for ", S, " stages"),
+    detail::fail({"choose_memory_policies", detail::concat("has ", options.stage_ladders.size(), " stage ladders for ", S, " stages"),
           "MemoryChoiceOptions::stage_ladders", "give one ladder per stage (an empty one takes `ladder`), or none"});
   }
   const auto ladder_of = [&options](std::int32_t s) -> const std::vector<MemoryPolicy>& {

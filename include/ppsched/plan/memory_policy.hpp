@@ -195,7 +195,7 @@ namespace plan {
   for (std::size_t r = 0; r < schedule.programs.size(); ++r) {
     for (const Action& a : schedule.programs[r]) {
       if (is_comm(a.op) || is_memory(a.op)) {
-        fail({subject, concat("has ", to_string(a), " on rank ", r), "",
+        detail::fail({subject, detail::concat("has ", to_string(a), " on rank ", r), "",
               "give the compute-only schedule (strip_communication, strip_memory_actions): the policies place "
               "the memory actions, and lower() the communication after them"});
       }
@@ -207,7 +207,7 @@ namespace plan {
     if (!report.ok()) {
       std::string list;
       for (const Problem& p : report.problems) list += "\n  - " + p.message;
-      fail({subject, "is not valid:" + list, "", "validate() lists every problem with its fix"});
+      detail::fail({subject, "is not valid:" + list, "", "validate() lists every problem with its fix"});
     }
   }
   MemoryPlan plan;
@@ -309,7 +309,7 @@ namespace plan {
   if (!report.ok()) {  // a bug here, not the caller's: say what was made
     std::string list;
     for (const Problem& p : report.problems) list += "\n  - " + p.message;
-    fail({subject, "the memory actions placed are not valid:" + list, "",
+    detail::fail({subject, "the memory actions placed are not valid:" + list, "",
           "report this with the schedule and the policies; place the actions by hand meanwhile"});
   }
   return plan;

@@ -193,16 +193,16 @@ namespace plan {
         std::pair{bw, "per_rank.backward_weight"}, std::pair{per_rank.output_bytes, "per_rank.output_bytes"},
         std::pair{link.latency, "link.latency"}}) {
     if (!(value >= 0.0 && value <= std::numeric_limits<double>::max())) {
-      fail({"per_rank_cost_model", concat(field, " is ", value), field, "times and sizes are finite and >= 0"});
+      detail::fail({"per_rank_cost_model", detail::concat(field, " is ", value), field, "times and sizes are finite and >= 0"});
     }
   }
   if (!(link.bandwidth > 0.0)) {
-    fail({"per_rank_cost_model", concat("link.bandwidth is ", link.bandwidth), "link.bandwidth",
+    detail::fail({"per_rank_cost_model", detail::concat("link.bandwidth is ", link.bandwidth), "link.bandwidth",
           "a bandwidth is bytes per time unit > 0, or infinity for free bytes"});
   }
   const double latency = link.transfer_time(per_rank.output_bytes);
   PlanModel model;
-  model.description = concat("uniform stages: F ", f, ", BI ", bi, ", BW ", bw, " per rank and micro-batch");
+  model.description = detail::concat("uniform stages: F ", f, ", BI ", bi, ", BW ", bw, " per rank and micro-batch");
   model.unit = "unit";
   model.link = link;
   model.partition = [f, bi, bw, latency](const CutRequest& cut) {
@@ -217,7 +217,7 @@ namespace plan {
       const double share = 1.0 / v[static_cast<std::size_t>(st.rank)];
       st.begin = s;
       st.end = s + 1;
-      st.first_layer_name = st.last_layer_name = concat("stage ", s);
+      st.first_layer_name = st.last_layer_name = detail::concat("stage ", s);
       st.forward = f * share;
       st.backward_input = bi * share;
       st.backward_weight = bw * share;
@@ -254,17 +254,17 @@ struct GraphModelOptions {
 [[nodiscard]] inline PlanModel graph_model(Profile profile, std::string description, const GraphModelOptions& options) {
   using detail::concat;
   if (options.ranks < 1 || options.microbatches < 1) {
-    fail({"graph_model", concat("ranks = ", options.ranks, ", microbatches = ", options.microbatches),
+    detail::fail({"graph_model", detail::concat("ranks = ", options.ranks, ", microbatches = ", options.microbatches),
           "GraphModelOptions", "give at least one rank and one micro-batch"});
   }
   if (!(options.optimizer_state_factor >= 0.0 && options.optimizer_state_factor <= std::numeric_limits<double>::max())) {
-    fail({"graph_model", concat("optimizer_state_factor is ", options.optimizer_state_factor),
+    detail::fail({"graph_model", detail::concat("optimizer_state_factor is ", options.optimizer_state_factor),
           "GraphModelOptions::optimizer_state_factor", "give the finite bytes held per parameter byte, >= 0"});
   }
   std::vector<Device> devices = profile.devices;
   if (devices.size() == 1) devices.assign(static_cast<std::size_t>(options.ranks), devices.front());
   if (!devices.empty() && devices.size() != static_cast<std::size_t>(options.ranks)) {
-    fail({"graph_model", concat("the profile lists ", devices.size(), " devices for ", options.ranks, " ranks"),
+    detail::fail({"graph_model", detail::concat("the profile lists ", devices.size(), " devices for ", options.ranks, " ranks"),
           "Profile::devices", "list one device per rank, one for all ranks, or none"});
   }
   PlanModel model;
@@ -302,14 +302,14 @@ struct GraphModelOptions {
     cost.optimizer_state_factor = options.optimizer_state_factor;
     for (const std::int32_t r : placement) {
       if (r < 0 || r >= options.ranks) {
-        fail({"placement", concat("names rank ", r, " of ", options.ranks), "",
+        detail::fail({"placement", detail::concat("names rank ", r, " of ", options.ranks), "",
               "map each stage to a rank in 0 .. GraphModelOptions::ranks - 1"});
       }
     }
     const std::int32_t used = placement.empty() ? 0 : *std::max_element(placement.begin(), placement.end()) + 1;
     if (used != options.ranks) {
-      fail({"placement", concat("uses ", used, " ranks, but GraphModelOptions::ranks is ", options.ranks), "",
-            concat("cut for a placement over all ", options.ranks,
+      detail::fail({"placement", detail::concat("uses ", used, " ranks, but GraphModelOptions::ranks is ", options.ranks), "",
+            detail::concat("cut for a placement over all ", options.ranks,
                    " ranks (PlanRequest::ranks equal to GraphModelOptions::ranks), or build the model for ", used,
                    " ranks")});
     }
@@ -320,7 +320,7 @@ struct GraphModelOptions {
       cost.devices.push_back(d);
     }
     if (!request.in_flight.empty() && request.in_flight.size() != placement.size()) {
-      fail({"cut request", concat("gives in-flight counts for ", request.in_flight.size(), " stages of ", stages), "",
+      detail::fail({"cut request", detail::concat("gives in-flight counts for ", request.in_flight.size(), " stages of ", stages), "",
             "give one count per stage (family_in_flight), or none for 1F1B's"});
     }
     cost.inflight = request.in_flight.empty()

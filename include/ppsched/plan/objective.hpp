@@ -64,11 +64,11 @@ namespace detail {
 
 inline void check_objective(const plan::Objective& o, const std::string& where) {
   if (o.kind != plan::ObjectiveKind::makespan && o.kind != plan::ObjectiveKind::span && o.kind != plan::ObjectiveKind::memory) {
-    fail({"objective", concat("kind ", static_cast<int>(o.kind), " is not an ObjectiveKind"), where,
+    detail::fail({"objective", detail::concat("kind ", static_cast<int>(o.kind), " is not an ObjectiveKind"), where,
           "use ObjectiveKind::makespan, span or memory"});
   }
   if (!(o.makespan_bound > 0.0)) {
-    fail({"objective", concat("makespan_bound = ", o.makespan_bound, " is not positive"), where + ".makespan_bound",
+    detail::fail({"objective", detail::concat("makespan_bound = ", o.makespan_bound, " is not positive"), where + ".makespan_bound",
           "give the longest makespan a schedule may take (> 0), or infinity for none"});
   }
 }

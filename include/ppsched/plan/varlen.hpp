@@ -197,27 +197,27 @@ namespace plan {
 [[nodiscard]] inline LengthCosts fit_length_costs(std::span<const LengthSample> samples) {
   using detail::concat;
   const char* who = "fit_length_costs";
-  if (samples.empty()) fail({who, "no samples", "samples", "measure micro-batches at several sizes and sequence lengths"});
+  if (samples.empty()) detail::fail({who, "no samples", "samples", "measure micro-batches at several sizes and sequence lengths"});
   const std::size_t stages = samples.front().stages.size();
-  if (stages == 0) fail({who, "sample 0 measures no stage", "samples[0].stages", "give one StageCost per stage"});
+  if (stages == 0) detail::fail({who, "sample 0 measures no stage", "samples[0].stages", "give one StageCost per stage"});
   std::vector<MicrobatchShape> x;
   for (std::size_t i = 0; i < samples.size(); ++i) {
     const LengthSample& s = samples[i];
-    if (s.lengths.empty()) fail({who, concat("sample ", i, " has no sequences"), concat("samples[", i, "].lengths"), "list the lengths of its sequences"});
+    if (s.lengths.empty()) detail::fail({who, detail::concat("sample ", i, " has no sequences"), detail::concat("samples[", i, "].lengths"), "list the lengths of its sequences"});
     for (std::size_t j = 0; j < s.lengths.size(); ++j) {
       if (s.lengths[j] < 1) {
-        fail({who, concat("sample ", i, " has a sequence of length ", s.lengths[j]), concat("samples[", i, "].lengths[", j, "]"),
+        detail::fail({who, detail::concat("sample ", i, " has a sequence of length ", s.lengths[j]), detail::concat("samples[", i, "].lengths[", j, "]"),
               "a sequence holds at least one token"});
       }
     }
     if (s.stages.size() != stages) {
-      fail({who, concat("sample ", i, " measures ", s.stages.size(), " stages, sample 0 ", stages), concat("samples[", i, "].stages"),
+      detail::fail({who, detail::concat("sample ", i, " measures ", s.stages.size(), " stages, sample 0 ", stages), detail::concat("samples[", i, "].stages"),
             "measure every stage in every sample"});
     }
     x.push_back(shape_of(s.lengths));
   }
   if (samples.size() < 3) {
-    fail({who, concat(samples.size(), " samples for 3 terms (fixed, per token, per squared length)"), "samples",
+    detail::fail({who, detail::concat(samples.size(), " samples for 3 terms (fixed, per token, per squared length)"), "samples",
           "measure at least three micro-batches: two sizes at one length and one at another length"});
   }
   const bool with_backward = std::all_of(samples.begin(), samples.end(), [](const LengthSample& s) {
@@ -231,17 +231,17 @@ namespace plan {
     for (std::size_t i = 0; i < samples.size(); ++i) {
       y[i] = get(samples[i].stages[stage]);
       if (!(y[i] >= 0.0 && y[i] <= std::numeric_limits<double>::max())) {
-        fail({who, concat("sample ", i, " stage ", stage, " measured ", field, " = ", y[i]), concat("samples[", i, "].stages[", stage, "].", field),
+        detail::fail({who, detail::concat("sample ", i, " stage ", stage, " measured ", field, " = ", y[i]), detail::concat("samples[", i, "].stages[", stage, "].", field),
               "measured times and bytes are finite and >= 0"});
       }
     }
     const detail::LeastSquares ls = detail::fit_terms(x, y, quadratic);
     if (ls.dependent == 1) {
-      fail({who, concat("every sample has ", x.front().tokens, " tokens: the per-token term is not determined"), "samples",
+      detail::fail({who, detail::concat("every sample has ", x.front().tokens, " tokens: the per-token term is not determined"), "samples",
             "measure micro-batches of at least two sizes"});
     }
     if (ls.dependent == 2) {
-      fail({who, "the samples' sum(len^2) is a linear function of their tokens (all at one sequence length, say): the attention term "
+      detail::fail({who, "the samples' sum(len^2) is a linear function of their tokens (all at one sequence length, say): the attention term "
                  "cannot be told from the per-token term",
             "samples", "measure micro-batches at two sequence lengths or more"});
     }
@@ -275,22 +275,22 @@ namespace plan {
 [[nodiscard]] inline std::vector<LengthSample> length_samples(const Profile& profile, std::int64_t sequence_length) {
   using detail::concat;
   const char* who = "length_samples";
-  if (sequence_length < 1) fail({who, concat("sequence_length = ", sequence_length), "sequence_length", "give the tokens per sequence the profile was measured at, >= 1"});
-  if (profile.graph.size() == 0) fail({who, "the profile has no layers", "profile.graph", "measure the stages first (profiling::measured_profile)"});
+  if (sequence_length < 1) detail::fail({who, detail::concat("sequence_length = ", sequence_length), "sequence_length", "give the tokens per sequence the profile was measured at, >= 1"});
+  if (profile.graph.size() == 0) detail::fail({who, "the profile has no layers", "profile.graph", "measure the stages first (profiling::measured_profile)"});
   const std::vector<CostPoint>& first = profile.graph.layer(0).points;
-  if (first.empty()) fail({who, "layer 0 has no measured points", "profile.graph.layer(0).points", "measure several micro-batch sizes (ProfileOptions::rows)"});
+  if (first.empty()) detail::fail({who, "layer 0 has no measured points", "profile.graph.layer(0).points", "measure several micro-batch sizes (ProfileOptions::rows)"});
   std::vector<LengthSample> out;
   for (std::size_t k = 0; k < first.size(); ++k) {
     const double rows = first[k].rows;
     if (!(rows >= 1.0 && rows == std::floor(rows) && rows < 1e9)) {
-      fail({who, concat("a point at ", rows, " rows"), concat("layer 0 points[", k, "]"), "measure whole numbers of sequences"});
+      detail::fail({who, detail::concat("a point at ", rows, " rows"), detail::concat("layer 0 points[", k, "]"), "measure whole numbers of sequences"});
     }
     LengthSample s;
     s.lengths.assign(static_cast<std::size_t>(rows), sequence_length);
     for (std::size_t l = 0; l < profile.graph.size(); ++l) {
       const std::vector<CostPoint>& pts = profile.graph.layer(l).points;
       if (pts.size() != first.size() || pts[k].rows != rows) {
-        fail({who, concat("layer ", l, " was not measured at the sizes of layer 0"), concat("layer ", l, " points"),
+        detail::fail({who, detail::concat("layer ", l, " was not measured at the sizes of layer 0"), detail::concat("layer ", l, " points"),
               "measure every layer at the same micro-batch sizes"});
       }
       const CostPoint& p = pts[k];
@@ -375,19 +375,19 @@ struct Split {
   std::int64_t limit = none;
   if (options.token_budget) {
     if (*options.token_budget < 1) {
-      fail({"split_batch", concat("token_budget = ", *options.token_budget), "SplitOptions::token_budget", "give >= 1 token, or none"});
+      detail::fail({"split_batch", detail::concat("token_budget = ", *options.token_budget), "SplitOptions::token_budget", "give >= 1 token, or none"});
     }
     limit = *options.token_budget;
   }
   const double cap = options.memory_cap_bytes;
-  if (!(cap > 0.0)) fail({"split_batch", concat("memory_cap_bytes = ", cap), "SplitOptions::memory_cap_bytes", "give bytes > 0, or infinity for none"});
+  if (!(cap > 0.0)) detail::fail({"split_batch", detail::concat("memory_cap_bytes = ", cap), "SplitOptions::memory_cap_bytes", "give bytes > 0, or infinity for none"});
   if (std::isinf(cap)) return limit;
   const std::size_t S = costs.stages.size();
   for (std::size_t s = 0; s < S; ++s) {
     const TermFit& b = costs.stages[s].activation_bytes;
     const double per_microbatch = cap / static_cast<double>(S - s);
     if (b.fixed > per_microbatch) {
-      fail({"split_batch", concat("stage ", s, " holds ", S - s, " micro-batches at 1F1B's peak and ", bytes_text(b.fixed),
+      detail::fail({"split_batch", detail::concat("stage ", s, " holds ", S - s, " micro-batches at 1F1B's peak and ", bytes_text(b.fixed),
                                   " each before any token: more than the cap of ", bytes_text(cap)),
             "SplitOptions::memory_cap_bytes", "raise the cap, or use fewer stages"});
     }
@@ -536,19 +536,19 @@ namespace plan {
                                        const SplitOptions& options = {}) {
   using detail::concat;
   const char* who = "split_batch";
-  if (lengths.empty()) fail({who, "the batch is empty", "lengths", "give the lengths of at least one sequence"});
-  if (costs.stages.empty()) fail({who, "the costs have no stages", "costs", "fit_length_costs first"});
-  if (options.microbatches < 0) fail({who, concat("microbatches = ", options.microbatches), "SplitOptions::microbatches", "give a count >= 0 (0: as the limit gives)"});
+  if (lengths.empty()) detail::fail({who, "the batch is empty", "lengths", "give the lengths of at least one sequence"});
+  if (costs.stages.empty()) detail::fail({who, "the costs have no stages", "costs", "fit_length_costs first"});
+  if (options.microbatches < 0) detail::fail({who, detail::concat("microbatches = ", options.microbatches), "SplitOptions::microbatches", "give a count >= 0 (0: as the limit gives)"});
   Split out;
   out.method = method;
   out.token_limit = token_limit(costs, options);
   std::int64_t longest = 0;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
-    if (lengths[i] < 1) fail({who, concat("sequence ", i, " has length ", lengths[i]), concat("lengths[", i, "]"), "a sequence holds at least one token"});
+    if (lengths[i] < 1) detail::fail({who, detail::concat("sequence ", i, " has length ", lengths[i]), detail::concat("lengths[", i, "]"), "a sequence holds at least one token"});
     if (lengths[i] > out.token_limit) {
-      fail({who, concat("sequence ", i, " has ", lengths[i], " tokens; a micro-batch may hold ", out.token_limit,
+      detail::fail({who, detail::concat("sequence ", i, " has ", lengths[i], " tokens; a micro-batch may hold ", out.token_limit,
                         " under the token budget and the memory cap"),
-            concat("lengths[", i, "]"), "truncate or split the sequence, or raise the budget or the cap"});
+            detail::concat("lengths[", i, "]"), "truncate or split the sequence, or raise the budget or the cap"});
     }
     longest = std::max(longest, lengths[i]);
     out.tokens += static_cast<double>(lengths[i]);
@@ -564,7 +564,7 @@ namespace plan {
   switch (method) {
     case SplitMethod::padded: {
       if (out.token_limit == none && m == 0) {
-        fail({who, "padding without a token budget, a memory cap or a micro-batch count", "SplitOptions", "give one of them"});
+        detail::fail({who, "padding without a token budget, a memory cap or a micro-batch count", "SplitOptions", "give one of them"});
       }
       std::vector<std::size_t> order(n);
       std::iota(order.begin(), order.end(), std::size_t{0});
@@ -573,7 +573,7 @@ namespace plan {
     }
     case SplitMethod::bucketed: {
       if (out.token_limit == none && m == 0) {
-        fail({who, "buckets without a token budget, a memory cap or a micro-batch count", "SplitOptions", "give one of them"});
+        detail::fail({who, "buckets without a token budget, a memory cap or a micro-batch count", "SplitOptions", "give one of them"});
       }
       std::vector<std::size_t> order(n);
       std::iota(order.begin(), order.end(), std::size_t{0});
@@ -584,7 +584,7 @@ namespace plan {
     case SplitMethod::packed:
     case SplitMethod::balanced: {
       if (capacity == none) {
-        fail({who, concat(split_method_name(method), " without a token budget, a memory cap or a micro-batch count"), "SplitOptions",
+        detail::fail({who, detail::concat(split_method_name(method), " without a token budget, a memory cap or a micro-batch count"), "SplitOptions",
               "give one of them: packing needs a token count to pack to"});
       }
       auto bins = detail::first_fit_decreasing(lengths, capacity);
@@ -623,8 +623,8 @@ namespace plan {
 // weight_memory_fraction, ...) with its per_microbatch table filled, stage-major, from the fit.
 [[nodiscard]] inline CostModel length_cost_model(const LengthCosts& costs, std::span<const Microbatch> microbatches,
                                                  CostModel base = {}) {
-  if (costs.stages.empty()) fail({"length_cost_model", "the costs have no stages", "costs", "fit_length_costs first"});
-  if (microbatches.empty()) fail({"length_cost_model", "no micro-batches", "microbatches", "split_batch first"});
+  if (costs.stages.empty()) detail::fail({"length_cost_model", "the costs have no stages", "costs", "fit_length_costs first"});
+  if (microbatches.empty()) detail::fail({"length_cost_model", "no micro-batches", "microbatches", "split_batch first"});
   base.stages.clear();
   base.microbatch_scale.clear();
   base.per_microbatch.clear();

@@ -69,7 +69,7 @@ class InProcessAllReduce {
  public:
   InProcessAllReduce(std::int32_t replicas, std::int32_t stages) : replicas_(replicas) {
     if (replicas < 1 || stages < 1) {
-      fail({"InProcessAllReduce", detail::concat(replicas, " replicas of ", stages, " stages"), "",
+      detail::fail({"InProcessAllReduce", detail::concat(replicas, " replicas of ", stages, " stages"), "",
             "give at least one replica and one stage"});
     }
     for (std::int32_t s = 0; s < stages; ++s) groups_.push_back(std::make_unique<Group>(replicas));
@@ -99,7 +99,7 @@ class InProcessAllReduce {
 
   [[nodiscard]] Replica replica(std::int32_t r) {
     if (r < 0 || r >= replicas_) {
-      fail({"InProcessAllReduce", detail::concat("replica ", r, " of ", replicas_), "", "give a replica in 0 .. d-1"});
+      detail::fail({"InProcessAllReduce", detail::concat("replica ", r, " of ", replicas_), "", "give a replica in 0 .. d-1"});
     }
     return Replica(this, r);
   }
@@ -153,7 +153,7 @@ class InProcessAllReduce {
 
   [[nodiscard]] Call& call(std::int32_t replica, std::int32_t stage) {
     if (stage < 0 || static_cast<std::size_t>(stage) >= groups_.size()) {
-      fail({"InProcessAllReduce", detail::concat("stage ", stage, " of ", groups_.size()), "",
+      detail::fail({"InProcessAllReduce", detail::concat("stage ", stage, " of ", groups_.size()), "",
             "make it with the schedule's stage count"});
     }
     return calls_[static_cast<std::size_t>(replica) * groups_.size() + static_cast<std::size_t>(stage)];
@@ -289,7 +289,7 @@ class AllOrNoneOptimizer {
       try {
         (*call.real)(call.context, call.gradient);
       } catch (const std::exception& e) {
-        fail({"AllOrNoneOptimizer",
+        detail::fail({"AllOrNoneOptimizer",
               detail::concat("stage ", call.context.stage, "'s optimizer_step threw during the commit: ", e.what()),
               detail::concat("rank ", call.context.rank, ", step ", call.context.step),
               detail::concat("The ", k, " optimizer steps before it in stage order were applied and cannot be undone; "
@@ -347,11 +347,11 @@ class DataParallelWorld {
                     std::vector<std::vector<StageFunctions>> stages, ExecutorOptions options = {})
       : all_reduce_(static_cast<std::int32_t>(backends.size()), std::max(schedule.stages(), 1)) {
     if (backends.empty() || backends.size() != stages.size()) {
-      fail({"DataParallelWorld", detail::concat(backends.size(), " replicas of backends and ", stages.size(), " of stages"), "",
+      detail::fail({"DataParallelWorld", detail::concat(backends.size(), " replicas of backends and ", stages.size(), " of stages"), "",
             "give one list of p backends and one list of StageFunctions per replica"});
     }
     if (options.accumulation != GradAccumulation::microbatch_order) {
-      fail({"DataParallelWorld", "schedule-order accumulation", "ExecutorOptions::accumulation",
+      detail::fail({"DataParallelWorld", "schedule-order accumulation", "ExecutorOptions::accumulation",
             "use GradAccumulation::microbatch_order: the replica sum's bit-identity rests on it"});
     }
     check_gradients(stages);
@@ -379,7 +379,7 @@ class DataParallelWorld {
   const DataParallelStepResult& run_step(std::span<const Batch> batches) {
     const std::lock_guard<std::mutex> one_step_at_a_time(step_mutex_);
     if (batches.size() != worlds_.size()) {
-      fail({"DataParallelWorld", detail::concat(batches.size(), " batches for ", worlds_.size(), " replicas"), "batches",
+      detail::fail({"DataParallelWorld", detail::concat(batches.size(), " batches for ", worlds_.size(), " replicas"), "batches",
             "give one batch per replica: its share of the global batch"});
     }
     batches_ = batches;
@@ -425,7 +425,7 @@ class DataParallelWorld {
       for (std::size_t s = 0; s < std::min(stages[r].size(), stages[0].size()); ++s) {
         const std::size_t here = stages[r][s].weight_grad_size, there = stages[0][s].weight_grad_size;
         if (here == there) continue;
-        fail({"DataParallelWorld",
+        detail::fail({"DataParallelWorld",
               detail::concat("stage ", s, "'s weight gradient is ", here, " floats on replica ", r, " but ", there,
                              " on replica 0", here == 0 || there == 0 ? ": a replica without one never reaches the sum" : ""),
               "StageFunctions::weight_grad_size", "Give every replica of a stage the same weight gradient size"});

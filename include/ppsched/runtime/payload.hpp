@@ -35,7 +35,7 @@ class BasicPayload {
   // `raw` must hold exactly payload_floats(specs); `specs` must outlive the view.
   BasicPayload(std::span<Float> raw, std::span<const TensorSpec> specs) : specs_(specs) {
     if (raw.size() != payload_floats(specs)) {
-      fail({"payload", detail::concat("has ", raw.size(), " floats but its ", specs.size(), " tensors take ",
+      detail::fail({"payload", detail::concat("has ", raw.size(), " floats but its ", specs.size(), " tensors take ",
                                       payload_floats(specs)),
             "", "View a stage's own input or output span with the stage's own tensor list"});
     }
@@ -50,7 +50,7 @@ class BasicPayload {
     std::uint64_t n = 0;
     std::memcpy(&n, bytes_.data() + checked(i) * sizeof(std::uint64_t), sizeof n);
     if (n > specs_[i].max_count) {
-      fail({"payload", detail::concat("tensor ", i, " says it holds ", n, " elements, above its maximum ",
+      detail::fail({"payload", detail::concat("tensor ", i, " says it holds ", n, " elements, above its maximum ",
                                       specs_[i].max_count, " (a count never set, or set by another layout)"),
             detail::concat("tensor ", i), "Set each output tensor's count (Payload::set_count) in the call that writes it"});
     }
@@ -75,7 +75,7 @@ class BasicPayload {
     requires writable
   {
     if (n > specs_[checked(i)].max_count) {
-      fail({"payload", detail::concat("tensor ", i, " is given ", n, " elements, above its declared maximum ",
+      detail::fail({"payload", detail::concat("tensor ", i, " is given ", n, " elements, above its declared maximum ",
                                       specs_[i].max_count),
             detail::concat("tensor ", i), "Raise the TensorSpec's max_count, or split the micro-batch"});
     }
@@ -89,7 +89,7 @@ class BasicPayload {
 
   [[nodiscard]] std::size_t checked(std::size_t i) const {
     if (i >= specs_.size()) {
-      fail({"payload", detail::concat("has no tensor ", i, "; it has ", specs_.size()), "",
+      detail::fail({"payload", detail::concat("has no tensor ", i, "; it has ", specs_.size()), "",
             "Use an index below the length of the stage's tensor list"});
     }
     return i;
@@ -99,7 +99,7 @@ class BasicPayload {
   [[nodiscard]] std::span<std::conditional_t<writable, T, const T>> typed(std::size_t i, std::size_t n) const {
     using E = std::conditional_t<writable, T, const T>;
     if (dtype_of<std::remove_const_t<T>> != specs_[checked(i)].dtype) {
-      fail({"payload", detail::concat("tensor ", i, " is ", to_string(specs_[i].dtype), ", read as ",
+      detail::fail({"payload", detail::concat("tensor ", i, " is ", to_string(specs_[i].dtype), ", read as ",
                                       to_string(dtype_of<std::remove_const_t<T>>)),
             detail::concat("tensor ", i), "Read each tensor as the C++ type of its dtype"});
     }

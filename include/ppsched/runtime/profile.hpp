@@ -86,7 +86,7 @@ namespace detail {
 // so this name must differ from the public one (a detail overload hid it from later headers).
 [[nodiscard]] inline double seconds_per_unit_or_fail(const std::string& unit, const char* who) {
   if (const std::optional<double> seconds = ppsched::seconds_per_unit(unit)) return *seconds;
-  fail({who, concat("unit \"", unit, "\""), "unit", "give \"s\", \"ms\", \"us\" or \"ns\""});
+  detail::fail({who, detail::concat("unit \"", unit, "\""), "unit", "give \"s\", \"ms\", \"us\" or \"ns\""});
 }
 
 }  // namespace detail
@@ -100,41 +100,41 @@ namespace profiling {
 [[nodiscard]] inline std::vector<StageProfile> profile_stages(const StageFactory& make, const ProfileOptions& options = {}) {
   using detail::concat;
   const char* who = "profile_stages";
-  if (!make) fail({who, "no stage factory", "make", "give a function from rows to the stages' StageFunctions"});
-  if (options.rows.empty()) fail({who, "no micro-batch sizes", "ProfileOptions::rows", "give at least one size"});
+  if (!make) detail::fail({who, "no stage factory", "make", "give a function from rows to the stages' StageFunctions"});
+  if (options.rows.empty()) detail::fail({who, "no micro-batch sizes", "ProfileOptions::rows", "give at least one size"});
   for (std::size_t i = 0; i < options.rows.size(); ++i) {
     if (options.rows[i] < 1 || (i > 0 && options.rows[i] <= options.rows[i - 1])) {
-      fail({who, concat("rows[", i, "] = ", options.rows[i]), "ProfileOptions::rows",
+      detail::fail({who, detail::concat("rows[", i, "] = ", options.rows[i]), "ProfileOptions::rows",
             "give distinct sizes >= 1 in increasing order"});
     }
   }
   if (options.repetitions < 1 || options.warmup < 0) {
-    fail({who, concat("repetitions = ", options.repetitions, ", warmup = ", options.warmup), "ProfileOptions",
+    detail::fail({who, detail::concat("repetitions = ", options.repetitions, ", warmup = ", options.warmup), "ProfileOptions",
           "give at least one repetition and no negative warm-up"});
   }
   const double per_second = 1.0 / detail::seconds_per_unit_or_fail(options.unit, who);
   std::vector<StageProfile> out;
   for (const std::int32_t rows : options.rows) {
     std::vector<StageFunctions> stages = make(rows);
-    if (stages.empty()) fail({who, concat("the factory built no stages for ", rows, " rows"), "make", "build one StageFunctions per stage"});
+    if (stages.empty()) detail::fail({who, detail::concat("the factory built no stages for ", rows, " rows"), "make", "build one StageFunctions per stage"});
     if (out.empty()) {
       if (!options.names.empty() && options.names.size() != stages.size()) {
-        fail({who, concat(options.names.size(), " names for ", stages.size(), " stages"), "ProfileOptions::names",
+        detail::fail({who, detail::concat(options.names.size(), " names for ", stages.size(), " stages"), "ProfileOptions::names",
               "give one name per stage, or none"});
       }
       for (std::size_t s = 0; s < stages.size(); ++s) {
         StageProfile p;
-        p.name = options.names.empty() ? concat("stage ", s) : options.names[s];
+        p.name = options.names.empty() ? detail::concat("stage ", s) : options.names[s];
         p.param_bytes = 4.0 * static_cast<double>(stages[s].weight_grad_size);
         out.push_back(std::move(p));
       }
     } else if (stages.size() != out.size()) {
-      fail({who, concat("the factory built ", stages.size(), " stages for ", rows, " rows and ", out.size(), " before"),
+      detail::fail({who, detail::concat("the factory built ", stages.size(), " stages for ", rows, " rows and ", out.size(), " before"),
             "make", "build the same stages for every size"});
     }
     for (std::size_t s = 0; s < stages.size(); ++s) {
       const StageFunctions& f = stages[s];
-      if (!f.forward) fail({who, concat("stage ", s, " has no forward"), "StageFunctions::forward", "set it"});
+      if (!f.forward) detail::fail({who, detail::concat("stage ", s, " has no forward"), "StageFunctions::forward", "set it"});
       const bool split = static_cast<bool>(f.backward_input) && static_cast<bool>(f.backward_weight);
       std::vector<float> input(f.input_size), output(f.output_size), grad_output(f.output_size, 1.0f),
           grad_input(s == 0 ? 0 : f.input_size), weight_grad(f.weight_grad_size);
@@ -222,21 +222,21 @@ struct MeasuredSteps {
                                                             const MeasuredSteps& two_rank, std::string unit = "ms") {
   using detail::concat;
   const char* who = "fit_backend_overheads";
-  if (one_rank.empty()) fail({who, "no one-rank schedule", "one_rank", "give at least one measured one-rank schedule"});
+  if (one_rank.empty()) detail::fail({who, "no one-rank schedule", "one_rank", "give at least one measured one-rank schedule"});
   std::vector<double> n, t;
   std::size_t longest = 0, shortest = 0;
   for (std::size_t i = 0; i < one_rank.size(); ++i) {
     if (one_rank[i].schedule.ranks != 1) {
-      fail({who, concat("one_rank[", i, "] runs on ", one_rank[i].schedule.ranks, " ranks"), "one_rank",
+      detail::fail({who, detail::concat("one_rank[", i, "] runs on ", one_rank[i].schedule.ranks, " ranks"), "one_rank",
             "give schedules of one rank here, the two-rank one apart"});
     }
-    if (one_rank[i].steps.empty()) fail({who, concat("one_rank[", i, "] has no steps"), "steps", "measure at least one step"});
+    if (one_rank[i].steps.empty()) detail::fail({who, detail::concat("one_rank[", i, "] has no steps"), "steps", "measure at least one step"});
     n.push_back(detail::fixed_cost_makespan(one_rank[i].schedule, 1.0, 0.0));  // its action count
     t.push_back(detail::spread_of(one_rank[i].steps).median);
     if (n[i] > n[longest]) longest = i;
     if (n[i] < n[shortest]) shortest = i;
   }
-  if (two_rank.steps.empty()) fail({who, "the two-rank schedule has no steps", "two_rank.steps", "measure at least one step"});
+  if (two_rank.steps.empty()) detail::fail({who, "the two-rank schedule has no steps", "two_rank.steps", "measure at least one step"});
   BackendOverheads o;
   o.unit = std::move(unit);
   o.one_rank_step = detail::spread_of(one_rank[longest].steps);
@@ -282,7 +282,7 @@ struct MeasuredSteps {
                                                             const Schedule& two_rank, const std::vector<double>& two_rank_steps,
                                                             std::string unit = "ms") {
   if (one_rank_steps.empty() || two_rank_steps.empty()) {
-    fail({"fit_backend_overheads", "no measured steps", "steps", "measure at least one step of each schedule"});
+    detail::fail({"fit_backend_overheads", "no measured steps", "steps", "measure at least one step of each schedule"});
   }
   return fit_backend_overheads({MeasuredSteps{one_rank, one_rank_steps}}, MeasuredSteps{two_rank, two_rank_steps},
                                std::move(unit));
@@ -335,15 +335,15 @@ template <class B>
   using detail::concat;
   const char* who = "measure_backend_overheads";
   if (one_rank.size() != 1 || two_ranks.size() != 2) {
-    fail({who, concat("got ", one_rank.size(), " and ", two_ranks.size(), " backends"), "one_rank, two_ranks",
+    detail::fail({who, detail::concat("got ", one_rank.size(), " and ", two_ranks.size(), " backends"), "one_rank, two_ranks",
           "give one backend for the one-rank run and two (of one cluster) for the two-rank run"});
   }
   if (options.microbatches < 2 || options.repetitions < 1 || options.warmup < 0) {
-    fail({who, concat("microbatches = ", options.microbatches, ", repetitions = ", options.repetitions), "OverheadOptions",
+    detail::fail({who, detail::concat("microbatches = ", options.microbatches, ", repetitions = ", options.repetitions), "OverheadOptions",
           "give at least 2 micro-batches and 1 repetition"});
   }
   if (options.few_microbatches < 0 || options.few_microbatches > options.microbatches) {
-    fail({who, concat("few_microbatches = ", options.few_microbatches, " with microbatches = ", options.microbatches),
+    detail::fail({who, detail::concat("few_microbatches = ", options.few_microbatches, " with microbatches = ", options.microbatches),
           "OverheadOptions::few_microbatches", "give 1 to microbatches - 1 (0: measure one shape only)"});
   }
   const double per_second = 1.0 / detail::seconds_per_unit_or_fail(options.unit, who);
@@ -400,13 +400,13 @@ struct SlowdownOptions {
                                                                      const SlowdownOptions& options = {}) {
   using detail::concat;
   const char* who = "measure_concurrent_slowdown";
-  if (!work) fail({who, "no work was given", "work", "give the model's compute of one micro-batch, work(thread)"});
+  if (!work) detail::fail({who, "no work was given", "work", "give the model's compute of one micro-batch, work(thread)"});
   if (options.ranks < 1 || options.calls < 2 || options.rounds < 1) {
-    fail({who, concat("ranks = ", options.ranks, ", calls = ", options.calls, ", rounds = ", options.rounds), "SlowdownOptions",
+    detail::fail({who, detail::concat("ranks = ", options.ranks, ", calls = ", options.calls, ", rounds = ", options.rounds), "SlowdownOptions",
           "give at least 1 rank, 2 calls (one is a warm-up) and 1 round"});
   }
   if (!(options.min_seconds >= 0.0 && options.min_seconds <= 3600.0)) {
-    fail({who, concat("min_seconds = ", options.min_seconds), "SlowdownOptions::min_seconds", "give 0 to 3600 seconds"});
+    detail::fail({who, detail::concat("min_seconds = ", options.min_seconds), "SlowdownOptions::min_seconds", "give 0 to 3600 seconds"});
   }
   const auto k_max = static_cast<std::size_t>(options.ranks);
   // One call alone, after one untimed, sets the calls per round.
@@ -447,7 +447,7 @@ struct SlowdownOptions {
     }
   }
   const double alone = detail::spread_of(per_call[0]).median;
-  if (!(alone > 0.0)) fail({who, "the work took no measurable time", "work", "give work of at least a few microseconds"});
+  if (!(alone > 0.0)) detail::fail({who, "the work took no measurable time", "work", "give work of at least a few microseconds"});
   std::vector<double> out;
   for (std::size_t k = 0; k < k_max; ++k) out.push_back(std::max(1.0, detail::spread_of(per_call[k]).median / alone));
   out[0] = 1.0;
@@ -463,9 +463,9 @@ struct SlowdownOptions {
                                               const std::optional<BackendOverheads>& overheads = std::nullopt) {
   using detail::concat;
   const char* who = "measured_profile";
-  if (stages.empty() || stages.front().sizes.empty()) fail({who, "no measured stages", "stages", "profile_stages first"});
+  if (stages.empty() || stages.front().sizes.empty()) detail::fail({who, "no measured stages", "stages", "profile_stages first"});
   if (overheads && overheads->unit != unit) {
-    fail({who, concat("overheads in \"", overheads->unit, "\", stages in \"", unit, "\""), "overheads",
+    detail::fail({who, detail::concat("overheads in \"", overheads->unit, "\", stages in \"", unit, "\""), "overheads",
           "measure both in one unit"});
   }
   const std::int32_t reference = reference_rows == 0 ? stages.front().sizes.back().rows : reference_rows;
@@ -504,7 +504,7 @@ struct SlowdownOptions {
       }
     }
     if (!found) {
-      fail({who, concat("no size of ", reference, " rows was measured"), "reference_rows", "give one of the sizes measured"});
+      detail::fail({who, detail::concat("no size of ", reference, " rows was measured"), "reference_rows", "give one of the sizes measured"});
     }
     layers.push_back(std::move(l));
   }

@@ -123,7 +123,7 @@ struct StageContext {
   template <class T>
   [[nodiscard]] std::span<const T> side_input(std::size_t k) const {
     if (k >= side_inputs.size()) {
-      fail({"side input", detail::concat("stage ", stage, " reads side input ", k, " but the batch has ",
+      detail::fail({"side input", detail::concat("stage ", stage, " reads side input ", k, " but the batch has ",
                                          side_inputs.size()),
             detail::concat("stage ", stage, ", micro-batch ", microbatch),
             "Give it in Batch::side_inputs, and list its index in StageFunctions::side_inputs so the batch is checked "
@@ -131,12 +131,12 @@ struct StageContext {
     }
     const SideInput& in = side_inputs[k];
     if (in.dtype != dtype_of<T>) {
-      fail({"side input", detail::concat("side input ", k, " is ", to_string(in.dtype), ", read as ",
+      detail::fail({"side input", detail::concat("side input ", k, " is ", to_string(in.dtype), ", read as ",
                                          to_string(dtype_of<T>)),
             detail::concat("stage ", stage), "Read it as the C++ type of its dtype"});
     }
     if (microbatch < 0) {
-      fail({"side input", detail::concat("read outside a micro-batch (", to_string(call), ")"),
+      detail::fail({"side input", detail::concat("read outside a micro-batch (", to_string(call), ")"),
             detail::concat("stage ", stage), "Read side inputs in the per-micro-batch callables"});
     }
     // The slice must lie inside the data: a side input no stage lists in
@@ -145,7 +145,7 @@ struct StageContext {
     const std::size_t elements = in.data.size() / sizeof(T);
     const auto mb = static_cast<std::size_t>(microbatch);
     if (in.count != 0 && (in.count > elements || mb >= elements / in.count)) {
-      fail({"side input",
+      detail::fail({"side input",
             detail::concat("side input ", k, " holds ", in.data.size(), " bytes, too few for micro-batch ", microbatch,
                            "'s slice (", mb + 1, " micro-batches of ", in.count, " ", to_string(in.dtype), ")"),
             detail::concat("stage ", stage, ", micro-batch ", microbatch),
@@ -238,7 +238,7 @@ class StageCallRef {
 
   void operator()() const {
     if (*ran_) {
-      fail({"around_call", "ran the stage call twice", "StageFunctions::around_call",
+      detail::fail({"around_call", "ran the stage call twice", "StageFunctions::around_call",
             "Call the StageCallRef exactly once"});
     }
     *ran_ = true;
@@ -365,8 +365,8 @@ void run_inside_around_call(const StageFunctions& f, const StageContext& c, Body
   bool ran = false;
   f.around_call(c, StageCallRef(body, ran));
   if (!ran) {
-    fail({concat("around_call of stage ", c.stage),
-          concat("returned without running ", to_string(c.call), caller.empty() ? "" : concat(" (in ", caller, ")")),
+    detail::fail({detail::concat("around_call of stage ", c.stage),
+          detail::concat("returned without running ", to_string(c.call), caller.empty() ? "" : detail::concat(" (in ", caller, ")")),
           "StageFunctions::around_call", "Call the StageCallRef it is given exactly once"});
   }
 }
@@ -415,14 +415,14 @@ struct Batch {
 // where the stage gives side_input_specs, of the dtype and count it reads.
 inline void check_side_inputs(const StageFunctions& f, std::int32_t stage, const Batch& batch, std::size_t m) {
   if (!f.side_input_specs.empty() && f.side_input_specs.size() != f.side_inputs.size()) {
-    fail({detail::concat("stage ", stage),
+    detail::fail({detail::concat("stage ", stage),
           detail::concat("lists ", f.side_inputs.size(), " side inputs but ", f.side_input_specs.size(), " specs for them"),
           "StageFunctions::side_input_specs", "Give one spec per entry of StageFunctions::side_inputs, or none"});
   }
   for (std::size_t i = 0; i < f.side_inputs.size(); ++i) {
     const std::size_t k = f.side_inputs[i];
     if (k >= batch.side_inputs.size()) {
-      fail({"batch",
+      detail::fail({"batch",
             detail::concat("has ", batch.side_inputs.size(), " side inputs, but stage ", stage, " reads side input ", k),
             "Batch::side_inputs", "Give every side input the stages list in StageFunctions::side_inputs"});
     }
@@ -432,13 +432,13 @@ inline void check_side_inputs(const StageFunctions& f, std::int32_t stage, const
     const std::size_t size = dtype_size(in.dtype);
     const std::size_t most = std::numeric_limits<std::size_t>::max();
     if (in.count != 0 && (m > most / in.count || m * in.count > most / size)) {
-      fail({"batch",
+      detail::fail({"batch",
             detail::concat("side input ", k, " declares ", in.count, " ", to_string(in.dtype), " per micro-batch; ", m,
                            " micro-batches of them do not fit in memory"),
             "Batch::side_inputs", "Give SideInput::count as the elements of one micro-batch"});
     }
     if (in.data.size() != m * in.count * size) {
-      fail({"batch",
+      detail::fail({"batch",
             detail::concat("side input ", k, " holds ", in.data.size(), " bytes; ", m, " micro-batches of ", in.count,
                            " ", to_string(in.dtype), " need ", m * in.count * dtype_size(in.dtype)),
             "Batch::side_inputs", "Give each side input microbatches x count elements of its dtype"});
@@ -446,7 +446,7 @@ inline void check_side_inputs(const StageFunctions& f, std::int32_t stage, const
     if (!f.side_input_specs.empty()) {
       const SideInputSpec& want = f.side_input_specs[i];
       if (in.dtype != want.dtype || in.count != want.count) {
-        fail({"batch",
+        detail::fail({"batch",
               detail::concat("side input ", k, " is ", to_string(in.dtype), " x ", in.count, " per micro-batch, but stage ",
                              stage, " reads it as ", to_string(want.dtype), " x ", want.count),
               "Batch::side_inputs",

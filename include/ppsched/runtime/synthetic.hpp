@@ -33,7 +33,7 @@ namespace ppsched::inline PPSCHED_MODE {
                                                                   std::size_t floats = 1) {
   check_cost_model(cost, stages, microbatches);
   if (per_unit.count() <= 0) {
-    fail({"synthetic_stages", detail::concat("per_unit is ", per_unit.count(), " ns"), "",
+    detail::fail({"synthetic_stages", detail::concat("per_unit is ", per_unit.count(), " ns"), "",
           "Give the duration of one unit of the cost model, e.g. 1 ms"});
   }
   auto model = std::make_shared<const CostModel>(cost);

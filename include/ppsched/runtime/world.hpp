@@ -155,19 +155,19 @@ class World {
 
   void init(ExecutorOptions options) {
     if (backends_.size() != static_cast<std::size_t>(schedule_.ranks)) {
-      fail({"World",
+      detail::fail({"World",
             detail::concat("got ", backends_.size(), " backends for schedule '", schedule_.name, "' with ",
                            schedule_.ranks, " ranks"),
             "", "Give one backend per rank of the schedule"});
     }
     for (std::size_t r = 0; r < backends_.size(); ++r) {
       if (backends_[r] == nullptr || backends_[r]->rank() != static_cast<int>(r)) {
-        fail({"World", detail::concat("backend ", r, " is ", backends_[r] == nullptr ? "null" : "another rank"), "",
+        detail::fail({"World", detail::concat("backend ", r, " is ", backends_[r] == nullptr ? "null" : "another rank"), "",
               "Pass the backends in rank order"});
       }
     }
     if (stages_.empty()) {
-      fail({"World", detail::concat("no StageFunctions for schedule '", schedule_.name, "'"), "",
+      detail::fail({"World", detail::concat("no StageFunctions for schedule '", schedule_.name, "'"), "",
             "Give one StageFunctions per stage of the schedule"});
     }
     if (options.validate && !proven_) (void)validate_or_throw(schedule_);
@@ -200,13 +200,13 @@ class World {
     const std::size_t inputs = m * input_floats(stages_.front());
     const std::size_t targets = m * stages_.back().target_size;
     if (batch.inputs.size() != inputs) {
-      fail({"batch",
+      detail::fail({"batch",
             detail::concat("has ", batch.inputs.size(), " input floats; ", m, " micro-batches of ",
                            input_floats(stages_.front()), " need ", inputs),
             "Batch::inputs", "Give exactly microbatches x stage 0's input_size floats"});
     }
     if ((has_backward_ || !batch.targets.empty()) && batch.targets.size() != targets) {
-      fail({"batch",
+      detail::fail({"batch",
             detail::concat("has ", batch.targets.size(), " target floats; ", m, " micro-batches of ",
                            stages_.back().target_size, " need ", targets),
             "Batch::targets",

@@ -168,7 +168,7 @@ inline void write_pytorch_csv(std::ostream& out, const Schedule& s, const CsvWri
     for (std::size_t i = 0; i < program.size(); ++i) {
       for (std::size_t k = i; k < std::min(i + 2, program.size()); ++k) {
         if (program[k].stage < 0 || program[k].microbatch < 0)
-          fail({detail::concat("schedule '", s.name, "'"),
+          detail::fail({detail::concat("schedule '", s.name, "'"),
                 detail::concat("action ", to_string(program[k]), " has a negative stage or micro-batch"),
                 detail::concat("rank ", r, ", action ", k), "stages and micro-batches count from 0"});
       }
@@ -208,12 +208,12 @@ inline void save_pytorch_csv(const std::filesystem::path& path, const Schedule& 
                              const CsvWriteOptions& options = {}) {
   std::ofstream out(path, std::ios::binary);
   if (!out)
-    fail({detail::concat("schedule CSV '", path.string(), "'"), "cannot open the file for writing", "",
+    detail::fail({detail::concat("schedule CSV '", path.string(), "'"), "cannot open the file for writing", "",
           "check that the directory exists and is writable"});
   write_pytorch_csv(out, s, options);
   out.flush();
   if (!out)
-    fail({detail::concat("schedule CSV '", path.string(), "'"), "writing the file failed", "",
+    detail::fail({detail::concat("schedule CSV '", path.string(), "'"), "writing the file failed", "",
           "check the free space and permissions of the directory"});
 }
 
@@ -226,14 +226,14 @@ inline void save_pytorch_csv(const std::filesystem::path& path, const Schedule& 
 [[nodiscard]] inline std::vector<Action> parse_pytorch_action(std::string_view text) {
   const std::string subject = detail::concat("action string '", text, "'");
   const std::string_view cell = detail::trimmed(text);
-  if (cell.empty()) fail({subject, "is empty", "", "write an action such as 0F3"});
+  if (cell.empty()) detail::fail({subject, "is empty", "", "write an action such as 0F3"});
   if (cell.find_first_of(",\"\r\n") != std::string_view::npos)
-    fail({subject, "holds a comma, a quote or a line break", "",
+    detail::fail({subject, "holds a comma, a quote or a line break", "",
           "give one action string, as PyTorch's _Action prints it, e.g. 0F3 or (0F7;7B3)OVERLAP_F_B"});
   const auto one = [&subject](std::string_view part) {
     const detail::ParsedCell parsed = detail::parse_simple_cell(part, subject, "");
     if (parsed.kind != detail::CellOp::action)
-      fail({subject, detail::concat("is PyTorch's ", parsed.pytorch_name, ", which ppsched does not model"), "",
+      detail::fail({subject, detail::concat("is PyTorch's ", parsed.pytorch_name, ", which ppsched does not model"), "",
             "PyTorch's bookkeeping and FSDP actions have no ppsched action; leave them out"});
     return parsed.action;
   };
@@ -241,7 +241,7 @@ inline void save_pytorch_csv(const std::filesystem::path& path, const Schedule& 
   constexpr std::string_view overlap = "OVERLAP_F_B";
   const std::size_t close = cell.find(')');
   if (close == std::string_view::npos || !cell.substr(close + 1).starts_with(overlap))
-    fail({subject, "cannot be read", "", "a parenthesised action must be PyTorch's (<action>;<action>...)OVERLAP_F_B"});
+    detail::fail({subject, "cannot be read", "", "a parenthesised action must be PyTorch's (<action>;<action>...)OVERLAP_F_B"});
   std::optional<std::uint32_t> explicit_group;
   if (const std::string_view suffix = cell.substr(close + 1 + overlap.size()); !suffix.empty()) {
     std::int64_t group = 0;
@@ -249,7 +249,7 @@ inline void save_pytorch_csv(const std::filesystem::path& path, const Schedule& 
         suffix.starts_with('#') ? detail::leading_number(suffix.substr(1), 4294967295, group, subject, "", "group")
                                 : std::nullopt;
     if (!digits || *digits + 1 != suffix.size() || group == 0)
-      fail({subject, "cannot be read", "", "after OVERLAP_F_B only #<group> may follow, with a group number of 1 or more"});
+      detail::fail({subject, "cannot be read", "", "after OVERLAP_F_B only #<group> may follow, with a group number of 1 or more"});
     explicit_group = static_cast<std::uint32_t>(group);
   }
   std::vector<Action> out;
@@ -260,10 +260,10 @@ inline void save_pytorch_csv(const std::filesystem::path& path, const Schedule& 
     if (semi == std::string_view::npos) break;
     inner.remove_prefix(semi + 1);
   }
-  if (out.empty()) fail({subject, "holds no action", "", "write its sub-actions, as in (0F7;7B3)OVERLAP_F_B"});
+  if (out.empty()) detail::fail({subject, "holds no action", "", "write its sub-actions, as in (0F7;7B3)OVERLAP_F_B"});
   const bool pair = out.size() == 2 && is_compute(out[0].op) && is_compute(out[1].op);
   if (explicit_group && !pair)
-    fail({subject, "gives a group to what is not a pair", "", "#<group> after OVERLAP_F_B needs exactly two compute sub-actions"});
+    detail::fail({subject, "gives a group to what is not a pair", "", "#<group> after OVERLAP_F_B needs exactly two compute sub-actions"});
   if (pair) out[0].group = out[1].group = explicit_group.value_or(1);
   return out;
 }
@@ -283,7 +283,7 @@ inline void save_pytorch_csv(const std::filesystem::path& path, const Schedule& 
                                                CsvReadOptions options = {}) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
-    fail({detail::concat("schedule CSV '", path.string(), "'"), "cannot open the file", "",
+    detail::fail({detail::concat("schedule CSV '", path.string(), "'"), "cannot open the file", "",
           "check the path and its permissions"});
   if (options.source == CsvReadOptions{}.source) options.source = path.string();
   if (options.name == CsvReadOptions{}.name) options.name = path.stem().string();

@@ -69,7 +69,7 @@ namespace detail {
     microbatches = std::max(microbatches, s.action.microbatch + 1);
   }
   if (compute.empty()) {
-    fail({"schedule_of_timeline", "the timeline has no compute spans", "Timeline::spans",
+    detail::fail({"schedule_of_timeline", "the timeline has no compute spans", "Timeline::spans",
           "give the measured timeline of a step (ExecutorOptions::record_timeline on)"});
   }
   Schedule s;
@@ -83,12 +83,12 @@ namespace detail {
   });
   for (const Span* sp : compute) {
     if (sp->rank < 0 || sp->rank >= measured.ranks) {
-      fail({"schedule_of_timeline", concat("a span on rank ", sp->rank, " of ", measured.ranks), "Timeline::spans",
+      detail::fail({"schedule_of_timeline", detail::concat("a span on rank ", sp->rank, " of ", measured.ranks), "Timeline::spans",
             "give the timeline as the run recorded it"});
     }
     std::int32_t& r = s.placement[static_cast<std::size_t>(sp->action.stage)];
     if (r != -1 && r != sp->rank) {
-      fail({"schedule_of_timeline", concat("stage ", sp->action.stage, " ran on ranks ", r, " and ", sp->rank),
+      detail::fail({"schedule_of_timeline", detail::concat("stage ", sp->action.stage, " ran on ranks ", r, " and ", sp->rank),
             "Timeline::spans", "give one step of one schedule"});
     }
     r = sp->rank;
@@ -98,7 +98,7 @@ namespace detail {
   }
   for (std::size_t st = 0; st < s.placement.size(); ++st) {
     if (s.placement[st] == -1) {
-      fail({"schedule_of_timeline", concat("stage ", st, " never ran"), "Timeline::spans", "give a whole step"});
+      detail::fail({"schedule_of_timeline", detail::concat("stage ", st, " never ran"), "Timeline::spans", "give a whole step"});
     }
   }
   return s;
@@ -143,7 +143,7 @@ struct CalibrationOptions {
                                            const CalibrationOptions& options = {}) {
   using detail::concat;
   const char* who = "calibrate";
-  if (steps.empty()) fail({who, "no measured step", "steps", "give the timeline of at least one step"});
+  if (steps.empty()) detail::fail({who, "no measured step", "steps", "give the timeline of at least one step"});
   const Timeline& measured = steps.front();
   double k = options.model_units_per_measured_unit;
   if (k == 0.0) {
@@ -154,13 +154,13 @@ struct CalibrationOptions {
     } else if (m && u) {
       k = *m / *u;
     } else {
-      fail({who, concat("cannot convert the timeline's \"", measured.unit, "\" to the model's \"", model.unit, "\""),
+      detail::fail({who, detail::concat("cannot convert the timeline's \"", measured.unit, "\" to the model's \"", model.unit, "\""),
             "CalibrationOptions::model_units_per_measured_unit", "give the factor, or name both units s, ms, us (µs) or ns"});
     }
   }
-  if (!(k > 0.0)) fail({who, concat("model_units_per_measured_unit = ", k), "CalibrationOptions", "give a factor > 0"});
+  if (!(k > 0.0)) detail::fail({who, detail::concat("model_units_per_measured_unit = ", k), "CalibrationOptions", "give a factor > 0"});
   if (!model.per_microbatch.empty() || !model.microbatch_scale.empty()) {
-    fail({who, "the model has per-micro-batch costs", "CostModel::per_microbatch, microbatch_scale",
+    detail::fail({who, "the model has per-micro-batch costs", "CostModel::per_microbatch, microbatch_scale",
           "calibrate a model with one StageCost per stage"});
   }
   Calibration c;
@@ -174,7 +174,7 @@ struct CalibrationOptions {
   detail::SharedHostLoad load;
   for (std::size_t i = 0; i < steps.size(); ++i) {
     if (i > 0 && (steps[i].unit != measured.unit || schedule_of_timeline(steps[i]).programs != c.schedule.programs)) {
-      fail({who, concat("step ", i, " ran another schedule or unit than step 0"), "steps",
+      detail::fail({who, detail::concat("step ", i, " ran another schedule or unit than step 0"), "steps",
             "give steps of one run (one schedule, one World)"});
     }
     double first = 0.0, last = 0.0;
@@ -204,10 +204,10 @@ struct CalibrationOptions {
     makespans.push_back((last - std::min(0.0, first)) * k);
   }
   const double in_timeline = detail::median_of(makespans);
-  if (!(in_timeline > 0.0)) fail({who, "the measured step takes no time", "Timeline::spans", "give a measured step"});
+  if (!(in_timeline > 0.0)) detail::fail({who, "the measured step takes no time", "Timeline::spans", "give a measured step"});
   for (const double t : options.step_times) {
     if (!(t >= 0.0 && t < std::numeric_limits<double>::infinity())) {
-      fail({who, concat("a step time of ", t), "CalibrationOptions::step_times", "give the measured times, finite and >= 0"});
+      detail::fail({who, detail::concat("a step time of ", t), "CalibrationOptions::step_times", "give the measured times, finite and >= 0"});
     }
   }
   const double step_overhead =

@@ -60,7 +60,7 @@ namespace detail {
 [[nodiscard]] inline double chrome_trace_microseconds_per_unit(const Timeline& timeline,
                                                                const ChromeTraceOptions& options) {
   if (!std::isfinite(options.microseconds_per_unit) || options.microseconds_per_unit < 0.0) {
-    fail({"chrome trace", detail::concat("microseconds per unit is ", options.microseconds_per_unit),
+    detail::fail({"chrome trace", detail::concat("microseconds per unit is ", options.microseconds_per_unit),
           "ChromeTraceOptions::microseconds_per_unit",
           "pass a positive factor, or 0 to derive it from the timeline's unit"});
   }

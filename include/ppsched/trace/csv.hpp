@@ -78,7 +78,7 @@ namespace detail {
 // and the column that cannot be read.
 [[nodiscard]] inline Timeline parse_timeline_csv(std::string_view text, std::string_view source = "<string>") {
   using detail::concat;
-  const std::string subject = concat("timeline '", source, "'");
+  const std::string subject = detail::concat("timeline '", source, "'");
   Timeline t;
   std::size_t line_no = 0, from = 0;
   bool header = false, columns = false;
@@ -90,14 +90,14 @@ namespace detail {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;
-    const std::string where = concat("line ", line_no);
+    const std::string where = detail::concat("line ", line_no);
     if (!header) {
       const std::string_view prefix = "# ppsched timeline: ranks ";
       const std::size_t unit_at = line.find(", unit ");
       std::int32_t ranks = 0;
       if (line.substr(0, prefix.size()) != prefix || unit_at == std::string_view::npos ||
           std::from_chars(line.data() + prefix.size(), line.data() + unit_at, ranks).ec != std::errc{} || ranks < 1) {
-        fail({subject, "does not start with \"# ppsched timeline: ranks N, unit U\"", where,
+        detail::fail({subject, "does not start with \"# ppsched timeline: ranks N, unit U\"", where,
               "give a file written by write_timeline_csv (ppsched's --timeline-csv, or a run's to_timeline_csv)"});
       }
       t.ranks = ranks;
@@ -107,7 +107,7 @@ namespace detail {
     }
     if (!columns) {
       if (line != "rank,lane,op,stage,microbatch,group,start,end") {
-        fail({subject, concat("expected the column names, got \"", line, "\""), where,
+        detail::fail({subject, detail::concat("expected the column names, got \"", line, "\""), where,
               "the second line is rank,lane,op,stage,microbatch,group,start,end"});
       }
       columns = true;
@@ -115,14 +115,14 @@ namespace detail {
     }
     const std::vector<std::string_view> cells = detail::split_csv_line(line);
     if (cells.size() != 8) {
-      fail({subject, concat("has ", cells.size(), " cells, not 8"), where, "one span per line: rank,lane,op,stage,microbatch,group,start,end"});
+      detail::fail({subject, detail::concat("has ", cells.size(), " cells, not 8"), where, "one span per line: rank,lane,op,stage,microbatch,group,start,end"});
     }
     const auto integer = [&](std::size_t k, const char* name) {
       std::int32_t v = 0;
       const auto r = std::from_chars(cells[k].data(), cells[k].data() + cells[k].size(), v);
       if (r.ec != std::errc{} || r.ptr != cells[k].data() + cells[k].size() || v < 0) {
-        fail({subject, concat(name, " \"", cells[k], "\" is not a whole number >= 0"), concat(where, ", column ", k + 1),
-              concat("write the ", name, " as a whole number")});
+        detail::fail({subject, detail::concat(name, " \"", cells[k], "\" is not a whole number >= 0"), detail::concat(where, ", column ", k + 1),
+              detail::concat("write the ", name, " as a whole number")});
       }
       return v;
     };
@@ -130,15 +130,15 @@ namespace detail {
       double v = 0.0;
       const auto r = std::from_chars(cells[k].data(), cells[k].data() + cells[k].size(), v);
       if (r.ec != std::errc{} || r.ptr != cells[k].data() + cells[k].size()) {
-        fail({subject, concat(name, " \"", cells[k], "\" is not a number"), concat(where, ", column ", k + 1),
-              concat("write the ", name, " time as a number")});
+        detail::fail({subject, detail::concat(name, " \"", cells[k], "\" is not a number"), detail::concat(where, ", column ", k + 1),
+              detail::concat("write the ", name, " time as a number")});
       }
       return v;
     };
     Span span;
     span.rank = integer(0, "rank");
     if (cells[1] != "compute" && cells[1] != "comm" && cells[1] != "copy") {
-      fail({subject, concat("lane \"", cells[1], "\""), concat(where, ", column 2"), "the lane is compute, comm or copy"});
+      detail::fail({subject, detail::concat("lane \"", cells[1], "\""), detail::concat(where, ", column 2"), "the lane is compute, comm or copy"});
     }
     span.lane = cells[1] == "compute" ? Lane::compute : (cells[1] == "comm" ? Lane::comm : Lane::copy);
     bool known = false;
@@ -149,7 +149,7 @@ namespace detail {
       }
     }
     if (!known) {
-      fail({subject, concat("operation \"", cells[2], "\""), concat(where, ", column 3"),
+      detail::fail({subject, detail::concat("operation \"", cells[2], "\""), detail::concat(where, ", column 3"),
             "the operations are F, B, BI, BW, SEND_F, RECV_F, SEND_B, RECV_B, R, OFFLOAD, RELOAD"});
     }
     span.action.stage = integer(3, "stage");
@@ -159,7 +159,7 @@ namespace detail {
     span.end = number(7, "end");
     t.spans.push_back(span);
   }
-  if (!columns) fail({subject, "has no spans", "the end of the file", "give a file written by write_timeline_csv"});
+  if (!columns) detail::fail({subject, "has no spans", "the end of the file", "give a file written by write_timeline_csv"});
   validate_timeline(t);
   return t;
 }

@@ -199,7 +199,7 @@ class CpuBackend {
     EventState& ev = own(e, "wait");
     if (!ev.recorded) {
       if (checking()) {
-        fail({"CPU backend (checking)",
+        detail::fail({"CPU backend (checking)",
               detail::concat("waiting on an event never recorded: event #", ev.id,
                              " has no record, so on CUDA this wait does nothing and stream ", s.state_->local,
                              " would run ahead of the work it meant to wait for"),
@@ -280,7 +280,7 @@ class CpuBackend {
     const auto& b = own(end, "elapsed_ms");
     for (const auto* ev : {&a, &b}) {
       if (!ev->recorded || ev->stream->completed < ev->seq || ev->time_seq != ev->seq) {
-        fail({"CPU backend", detail::concat("elapsed_ms: event #", ev->id, " has not completed its last record"),
+        detail::fail({"CPU backend", detail::concat("elapsed_ms: event #", ev->id, " has not completed its last record"),
               detail::concat("rank ", rank()), "Synchronize on both events before reading the time between them"});
       }
     }
@@ -294,7 +294,7 @@ class CpuBackend {
     const std::lock_guard<std::mutex> lock(rank_->mutex);
     const auto& ev = own(e, "event_time");
     if (!ev.recorded || ev.stream->completed < ev.seq || ev.time_seq != ev.seq) {
-      fail({"CPU backend", detail::concat("event_time: event #", ev.id, " has not completed its last record"),
+      detail::fail({"CPU backend", detail::concat("event_time: event #", ev.id, " has not completed its last record"),
             detail::concat("rank ", rank()), "Synchronize on the event first"});
     }
     return ev.time;
@@ -306,7 +306,7 @@ class CpuBackend {
     try {
       b.data_ = std::make_unique<float[]>(count);  // zero-filled
     } catch (const std::bad_alloc&) {  // bad_array_new_length too: a count past the address space
-      fail({"CPU backend", detail::concat("allocate: cannot allocate ", count, " floats"),
+      detail::fail({"CPU backend", detail::concat("allocate: cannot allocate ", count, " floats"),
             detail::concat("rank ", rank()), "Check the stage's sizes (StageFunctions input/output/weight_grad_size)"});
     }
     b.size_ = count;
@@ -356,7 +356,7 @@ class CpuBackend {
     own(to, "accumulate");
     own(from, "accumulate");
     if (to.size_ != from.size_) {
-      fail({"CPU backend",
+      detail::fail({"CPU backend",
             detail::concat("accumulate: buffer #", to.id(), " holds ", to.size_, " floats but buffer #", from.id(),
                            " holds ", from.size_),
             detail::concat("rank ", rank()), "Accumulate between buffers of equal size"});
@@ -380,7 +380,7 @@ class CpuBackend {
   void launch(CpuStream& s, HostTask task, std::span<const BufferUse<CpuBuffer>> uses = {}) {
     using namespace detail::cpu;
     if (task.run == nullptr) {
-      fail({"CPU backend", "launch: the task has no function", detail::concat("rank ", rank()),
+      detail::fail({"CPU backend", "launch: the task has no function", detail::concat("rank ", rank()),
             "Build the task with host_task(callable)"});
     }
     auto lock = issue(s, 0);
@@ -414,7 +414,7 @@ class CpuBackend {
     {
       const std::lock_guard<std::mutex> lock(rank_->mutex);
       if (rank_->group_depth == 0) {
-        fail({"CPU backend", "group_end without a matching group_start", detail::concat("rank ", rank()),
+        detail::fail({"CPU backend", "group_end without a matching group_start", detail::concat("rank ", rank()),
               "Call group_start() before posting the group's sends and receives"});
       }
       if (--rank_->group_depth > 0 || rank_->staged.empty()) return;
@@ -441,7 +441,7 @@ class CpuBackend {
       const std::lock_guard<std::mutex> lock(rank_->mutex);
       if (!rank_->failed) {
         detail::cpu::fail_rank_locked(
-            *rank_, std::make_exception_ptr(make_error({"CPU backend",
+            *rank_, std::make_exception_ptr(detail::make_error({"CPU backend",
                                                         detail::concat("the communicator was aborted (", reason, ")"),
                                                         detail::concat("rank ", rank()),
                                                         "See the first error of the step for the cause"})));
@@ -527,7 +527,7 @@ class CpuBackend {
   }
 
   [[noreturn]] void never_recorded(const detail::cpu::EventState& ev, std::string_view what) const {
-    fail({"CPU backend (checking)",
+    detail::fail({"CPU backend (checking)",
           detail::concat(what, " on an event never recorded: event #", ev.id,
                          " has no record, so on CUDA it reports complete before any work it meant to cover"),
           detail::concat("rank ", rank()), "Record the event before waiting on it"});
@@ -535,32 +535,32 @@ class CpuBackend {
 
   detail::cpu::EventState& own(const CpuEvent& e, std::string_view op) const {
     if (e.state_ == nullptr) {
-      fail({"CPU backend", detail::concat(op, ": the event is empty (default-constructed or moved from)"),
+      detail::fail({"CPU backend", detail::concat(op, ": the event is empty (default-constructed or moved from)"),
             detail::concat("rank ", rank()), "Create events with create_event()"});
     }
     if (e.state_->rank != rank_) {
-      fail({"CPU backend", detail::concat(op, ": event #", e.state_->id, " belongs to rank ", e.state_->rank->rank),
+      detail::fail({"CPU backend", detail::concat(op, ": event #", e.state_->id, " belongs to rank ", e.state_->rank->rank),
             detail::concat("rank ", rank()), "Use events created by this rank's backend"});
     }
     return *e.state_;
   }
   void own(const CpuBuffer& b, std::string_view op) const {
     if (b.state_ == nullptr) {
-      fail({"CPU backend", detail::concat(op, ": the buffer is empty (default-constructed or moved from)"),
+      detail::fail({"CPU backend", detail::concat(op, ": the buffer is empty (default-constructed or moved from)"),
             detail::concat("rank ", rank()), "Allocate buffers with allocate(count)"});
     }
     if (b.state_->rank != rank_) {
-      fail({"CPU backend", detail::concat(op, ": buffer #", b.state_->id, " belongs to rank ", b.state_->rank->rank),
+      detail::fail({"CPU backend", detail::concat(op, ": buffer #", b.state_->id, " belongs to rank ", b.state_->rank->rank),
             detail::concat("rank ", rank()), "Use buffers allocated by this rank's backend"});
     }
   }
   void own(const CpuStream& s) const {
     if (s.state_ == nullptr) {
-      fail({"CPU backend", "the stream is empty (default-constructed or moved from)", detail::concat("rank ", rank()),
+      detail::fail({"CPU backend", "the stream is empty (default-constructed or moved from)", detail::concat("rank ", rank()),
             "Create streams with create_stream()"});
     }
     if (s.state_->rank != rank_) {
-      fail({"CPU backend", detail::concat("stream ", s.state_->local, " belongs to rank ", s.state_->rank->rank),
+      detail::fail({"CPU backend", detail::concat("stream ", s.state_->local, " belongs to rank ", s.state_->rank->rank),
             detail::concat("rank ", rank()), "Issue work on this rank's own streams"});
     }
   }
@@ -589,11 +589,11 @@ class CpuBackend {
     std::unique_lock<std::mutex> lock(rank_->mutex);
     throw_if_failed();
     if (st.closing) {
-      fail({"CPU backend", detail::concat("stream ", st.local, " is being destroyed"), detail::concat("rank ", rank()),
+      detail::fail({"CPU backend", detail::concat("stream ", st.local, " is being destroyed"), detail::concat("rank ", rank()),
             "Issue work only on live streams"});
     }
     if (ops > st.op_capacity) {
-      fail(
+      detail::fail(
           {"CPU backend",
            detail::concat("a transfer group of ", ops, " operations exceeds the stream's capacity of ", st.op_capacity),
            detail::concat("rank ", rank()), "Raise CpuOptions::queue_capacity or split the group"});
@@ -606,7 +606,7 @@ class CpuBackend {
       lock.lock();
       if (r != WaitResult::done || !room()) {
         throw_if_failed();
-        fail({"CPU backend",
+        detail::fail({"CPU backend",
               detail::concat("the host waited longer than the watchdog (", cluster_->options.watchdog.count(),
                              " ms) for room in the queue of stream ", st.local),
               detail::concat("rank ", rank()),
@@ -646,18 +646,18 @@ class CpuBackend {
       own(b, is_send ? "send" : "recv");
       const char* what = is_send ? "send" : "recv";
       if (peer < 0 || peer >= cluster_->ranks) {
-        fail({"CPU backend",
+        detail::fail({"CPU backend",
               detail::concat(what, ": peer ", peer, " is not a rank of this ", cluster_->ranks, "-rank cluster"),
               detail::concat("rank ", rank(), tag.label.empty() ? "" : detail::concat(", '", tag.label, "'")),
               detail::concat("Use a peer in 0..", cluster_->ranks - 1)});
       }
       if (count > b.size_) {
-        fail({"CPU backend", detail::concat(what, ": ", count, " floats do not fit buffer #", b.id(), " of ", b.size_),
+        detail::fail({"CPU backend", detail::concat(what, ": ", count, " floats do not fit buffer #", b.id(), " of ", b.size_),
               detail::concat("rank ", rank(), tag.label.empty() ? "" : detail::concat(", '", tag.label, "'")),
               "Transfer at most the buffer's size"});
       }
       if (rank_->group_depth > 0 && rank_->group_stream != nullptr && rank_->group_stream != s.state_) {
-        fail({"CPU backend",
+        detail::fail({"CPU backend",
               detail::concat(what, ": a transfer group spans streams ", rank_->group_stream->local, " and ",
                              s.state_->local),
               detail::concat("rank ", rank()), "Post every operation of a group on one stream"});
@@ -682,7 +682,7 @@ class CpuBackend {
       for (std::size_t i = 0; i < staged.size(); ++i) {
         for (std::size_t j = i + 1; j < staged.size(); ++j) {
           if (staged[i].buffer == staged[j].buffer && (!staged[i].is_send || !staged[j].is_send)) {
-            fail({"CPU backend (checking)",
+            detail::fail({"CPU backend (checking)",
                   detail::concat(
                       "one transfer group both ",
                       !staged[i].is_send && !staged[j].is_send ? "receives twice into" : "sends from and receives into",
@@ -802,21 +802,21 @@ class CpuCluster {
  public:
   explicit CpuCluster(int ranks, CpuOptions options = {}) : state_(std::make_unique<detail::cpu::ClusterState>()) {
     if (ranks < 1) {
-      fail({"CpuCluster", detail::concat("needs at least 1 rank, got ", ranks), "", "Pass the pipeline's rank count"});
+      detail::fail({"CpuCluster", detail::concat("needs at least 1 rank, got ", ranks), "", "Pass the pipeline's rank count"});
     }
     // Bounds on counts that are legal to write but not to allocate: p^2 channels (p * p
     // overflowed an int past 46340 ranks) and a preallocated queue per stream.
     if (ranks > max_ranks) {
-      fail({"CpuCluster", detail::concat("asked for ", ranks, " ranks; it models at most ", max_ranks),
+      detail::fail({"CpuCluster", detail::concat("asked for ", ranks, " ranks; it models at most ", max_ranks),
             "", "One process holds a channel per pair of ranks; use fewer ranks"});
     }
     if (options.queue_capacity == 0 || options.queue_capacity > max_queue_capacity) {
-      fail({"CpuCluster", detail::concat("queue_capacity is ", options.queue_capacity), "CpuOptions::queue_capacity",
+      detail::fail({"CpuCluster", detail::concat("queue_capacity is ", options.queue_capacity), "CpuOptions::queue_capacity",
             detail::concat("Use 1 to ", max_queue_capacity,
                            " (default 4096; each slot is allocated up front, and a step may issue more)")});
     }
     if (options.watchdog.count() <= 0) {
-      fail({"CpuCluster", detail::concat("watchdog is ", options.watchdog.count(), " ms"), "CpuOptions::watchdog",
+      detail::fail({"CpuCluster", detail::concat("watchdog is ", options.watchdog.count(), " ms"), "CpuOptions::watchdog",
             "Give a positive timeout, or ppsched::no_timeout (milliseconds::max()) for none"});
     }
     state_->options = options;
@@ -870,7 +870,7 @@ class CpuCluster {
 
   [[nodiscard]] CpuBackend& rank(int r) {
     if (r < 0 || r >= state_->ranks) {
-      fail({"CpuCluster", detail::concat("rank ", r, " does not exist"), detail::concat(state_->ranks, " ranks"),
+      detail::fail({"CpuCluster", detail::concat("rank ", r, " does not exist"), detail::concat(state_->ranks, " ranks"),
             detail::concat("Use a rank in 0..", state_->ranks - 1)});
     }
     return *backends_[static_cast<std::size_t>(r)];

@@ -98,7 +98,7 @@ struct CudaBackendOptions {
 // The stream a HostTask launched by CudaBackend must enqueue its kernels on.
 [[nodiscard]] inline CudaStreamRef launch_stream() {
   if (detail::launch_stream_handle == nullptr) {
-    fail({"launch_stream()", "called outside a task launched by CudaBackend", "",
+    detail::fail({"launch_stream()", "called outside a task launched by CudaBackend", "",
           "Call it from a stage callable while the executor runs it"});
   }
   return CudaStreamRef(detail::launch_stream_handle);
@@ -209,9 +209,9 @@ class CudaBackend {
         streams_(make_registry(device)),
         exchange_(std::move(exchange)) {
     if (!exchange_)
-      fail({"CudaBackend", "built without an exchange", "", "Pass the LocalExchange shared by the ranks"});
+      detail::fail({"CudaBackend", "built without an exchange", "", "Pass the LocalExchange shared by the ranks"});
     if (rank < 0 || rank >= ranks_) {
-      fail({"CudaBackend", detail::concat("rank ", rank, " of ", ranks_, " ranks"), "", "Use a rank in [0, ranks)"});
+      detail::fail({"CudaBackend", detail::concat("rank ", rank, " of ", ranks_, " ranks"), "", "Use a rank in [0, ranks)"});
     }
     epoch_ = exchange_->epoch();
   }
@@ -261,7 +261,7 @@ class CudaBackend {
   }
   [[nodiscard]] double elapsed_ms(const event& start, const event& end) {
     if (!options_.timing_events) {
-      fail({"CudaBackend::elapsed_ms", "events were created without timing", detail::concat("rank ", rank_),
+      detail::fail({"CudaBackend::elapsed_ms", "events were created without timing", detail::concat("rank ", rank_),
             "Set CudaBackendOptions::timing_events to measure a timeline"});
     }
     return guarded([&] { return static_cast<double>(cuda::elapsed_ms(start.ref(), end.ref())); });
@@ -275,7 +275,7 @@ class CudaBackend {
       const CudaStreamRef memory = streams_->memory_stream();
       const WaitResult r = poll_until([&] { return memory.ready(); }, HostWait::within(options_.timeout));
       if (r != WaitResult::done) {
-        fail({detail::concat("CudaBackend rank ", rank_),
+        detail::fail({detail::concat("CudaBackend rank ", rank_),
               detail::concat("allocation of ", count, " floats ", to_string(r)), "cudaMallocAsync",
               "Raise CudaBackendOptions::timeout"});
       }
@@ -293,7 +293,7 @@ class CudaBackend {
   void copy_to_host(stream& s, const buffer& from, std::span<float> to) {
     guarded([&] {
       if (to.size() != from.size()) {
-        fail({"CudaBackend::copy_to_host", detail::concat("copies ", from.size(), " floats into ", to.size()),
+        detail::fail({"CudaBackend::copy_to_host", detail::concat("copies ", from.size(), " floats into ", to.size()),
               detail::concat("rank ", rank_), "Copy into a host span of the buffer's size"});
       }
       if (to.empty()) return;
@@ -307,7 +307,7 @@ class CudaBackend {
     guarded([&] {
       if (to_offset > to.size() || count > to.size() - to_offset || from_offset > from.size() ||
           count > from.size() - from_offset) {
-        fail({"CudaBackend::copy", detail::concat("copies ", count, " floats from offset ", from_offset, " of ",
+        detail::fail({"CudaBackend::copy", detail::concat("copies ", count, " floats from offset ", from_offset, " of ",
                                                   from.size(), " to offset ", to_offset, " of ", to.size()),
               detail::concat("rank ", rank_), "Copy within both buffers"});
       }
@@ -326,7 +326,7 @@ class CudaBackend {
   void accumulate(stream& s, buffer& to, const buffer& from) {
     guarded([&] {
       if (to.size() != from.size()) {
-        fail({"CudaBackend::accumulate", detail::concat("adds ", from.size(), " floats into ", to.size()),
+        detail::fail({"CudaBackend::accumulate", detail::concat("adds ", from.size(), " floats into ", to.size()),
               detail::concat("rank ", rank_), "Accumulate buffers of the same size"});
       }
       if (to.size() == 0) return;
@@ -348,7 +348,7 @@ class CudaBackend {
   void launch(stream& s, HostTask task, std::span<const BufferUse<buffer>> /*uses*/) {
     ensure_ok();
     if (task.run == nullptr) {
-      fail({"CudaBackend::launch", "task has no function", std::string(task.label), "Build tasks with host_task(f)"});
+      detail::fail({"CudaBackend::launch", "task has no function", std::string(task.label), "Build tasks with host_task(f)"});
     }
     const cudaStream_t previous = std::exchange(detail::launch_stream_handle, s.ref().handle());
     try {
@@ -380,7 +380,7 @@ class CudaBackend {
   void group_end() {
     guarded([&] {
       if (group_depth_ == 0) {
-        fail({"CudaBackend::group_end", "without group_start", detail::concat("rank ", rank_),
+        detail::fail({"CudaBackend::group_end", "without group_start", detail::concat("rank ", rank_),
               "Pair every group_end with a group_start"});
       }
       if (--group_depth_ != 0) return;
@@ -457,7 +457,7 @@ class CudaBackend {
     stop_ = {};
     if (nccl_) {
       if (!ids_) {
-        fail({detail::concat("CudaBackend rank ", rank_), "cannot rebuild its NCCL communicator", "",
+        detail::fail({detail::concat("CudaBackend rank ", rank_), "cannot rebuild its NCCL communicator", "",
               "Build the backend with a UniqueIdSource"});
       }
       nccl_->abort();
@@ -545,7 +545,7 @@ class CudaBackend {
 
   void require_count(const buffer& b, std::size_t count, const char* op) const {
     if (count > b.size()) {
-      fail({detail::concat("CudaBackend::", op), detail::concat(count, " floats from a buffer of ", b.size()),
+      detail::fail({detail::concat("CudaBackend::", op), detail::concat(count, " floats from a buffer of ", b.size()),
             detail::concat("rank ", rank_), "Transfer at most the buffer's size"});
     }
   }
@@ -593,7 +593,7 @@ enum class CudaTransport : std::uint8_t {
 // Rank r on device r % devices: several ranks share a GPU when ranks > devices.
 [[nodiscard]] inline std::vector<int> spread_ranks_over_devices(int ranks, int devices) {
   if (ranks <= 0 || devices <= 0) {
-    fail({"spread_ranks_over_devices", detail::concat(ranks, " ranks over ", devices, " devices"), "",
+    detail::fail({"spread_ranks_over_devices", detail::concat(ranks, " ranks over ", devices, " devices"), "",
           "Ask for at least one rank and one device"});
   }
   std::vector<int> device_of_rank(static_cast<std::size_t>(ranks));
@@ -607,13 +607,13 @@ enum class CudaTransport : std::uint8_t {
                                                                  CudaBackendOptions options = {},
                                                                  CudaTransport transport = CudaTransport::automatic) {
   const int ranks = static_cast<int>(device_of_rank.size());
-  if (ranks == 0) fail({"make_cuda_backends", "no ranks", "", "Place at least one rank"});
+  if (ranks == 0) detail::fail({"make_cuda_backends", "no ranks", "", "Place at least one rank"});
   for (const int d : device_of_rank) require_device(d, "make_cuda_backends");
   std::vector<int> sorted(device_of_rank.begin(), device_of_rank.end());
   std::sort(sorted.begin(), sorted.end());
   const bool shared_gpu = std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
   if (transport == CudaTransport::nccl && shared_gpu) {
-    fail({"make_cuda_backends", "NCCL needs a GPU per rank but ranks share one", "device_of_rank",
+    detail::fail({"make_cuda_backends", "NCCL needs a GPU per rank but ranks share one", "device_of_rank",
           "Use CudaTransport::device_copy (or automatic) to run several ranks on one GPU"});
   }
   const bool use_nccl = transport == CudaTransport::nccl || (transport == CudaTransport::automatic && !shared_gpu);

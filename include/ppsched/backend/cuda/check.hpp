@@ -81,9 +81,9 @@ namespace detail {
 }
 
 [[nodiscard]] inline std::string describe_cuda_failure(cudaError_t code, const char* call, const char* file, int line) {
-  return format_error({concat("CUDA call '", call, "'"),
-                       concat("returned ", cudaGetErrorName(code), " (", cudaGetErrorString(code), ")"),
-                       concat(file, ':', line), cuda_error_fix(code)});
+  return format_error({detail::concat("CUDA call '", call, "'"),
+                       detail::concat("returned ", cudaGetErrorName(code), " (", cudaGetErrorString(code), ")"),
+                       detail::concat(file, ':', line), cuda_error_fix(code)});
 }
 
 [[noreturn]] inline void throw_cuda_failure(cudaError_t code, const char* call, const char* file, int line) {

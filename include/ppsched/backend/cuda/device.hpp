@@ -56,7 +56,7 @@ struct DeviceProbe {
 inline void require_device(int device, const std::string& subject) {
   const int count = device_count();
   if (device < 0 || device >= count) {
-    fail({subject, detail::concat("device ", device, " does not exist"), detail::concat(count, " visible device(s)"),
+    detail::fail({subject, detail::concat("device ", device, " does not exist"), detail::concat(count, " visible device(s)"),
           "Use a device index in [0, cudaGetDeviceCount()) (mind CUDA_VISIBLE_DEVICES)"});
   }
 }

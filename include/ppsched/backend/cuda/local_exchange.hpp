@@ -69,7 +69,7 @@ class LocalExchange {
 
   explicit LocalExchange(int ranks) : ranks_(ranks) {
     if (ranks <= 0) {
-      fail({"LocalExchange", detail::concat(ranks, " ranks"), "", "Create the exchange for at least one rank"});
+      detail::fail({"LocalExchange", detail::concat(ranks, " ranks"), "", "Create the exchange for at least one rank"});
     }
     const auto pairs = static_cast<std::size_t>(ranks) * static_cast<std::size_t>(ranks);
     queues_.resize(pairs);
@@ -244,14 +244,14 @@ class LocalExchange {
 
   void require_rank(int rank, const char* what) const {
     if (rank < 0 || rank >= ranks_) {
-      fail({"LocalExchange", detail::concat(what, " ", rank, " is not in [0, ", ranks_, ")"), "",
+      detail::fail({"LocalExchange", detail::concat(what, " ", rank, " is not in [0, ", ranks_, ")"), "",
             "Use ranks of the exchange the backend was built with"});
     }
   }
   void require_peer(int rank, int peer) const {
     require_rank(peer, "peer");
     if (peer == rank) {
-      fail({"LocalExchange", detail::concat("rank ", rank, " exchanges with itself"), "",
+      detail::fail({"LocalExchange", detail::concat("rank ", rank, " exchanges with itself"), "",
             "Stages on one rank exchange nothing; lower the schedule with its placement"});
     }
   }
@@ -266,7 +266,7 @@ class LocalExchange {
 
   [[noreturn]] void give_up(const HostWait& wait, int rank, const std::string& what) const {
     const bool stopped = wait.stop.stop_requested();
-    fail({detail::concat("rank ", rank), stopped ? "stopped while waiting (another rank failed)" : "timed out waiting",
+    detail::fail({detail::concat("rank ", rank), stopped ? "stopped while waiting (another rank failed)" : "timed out waiting",
           what,
           stopped ? "See the error of the rank that failed first"
                   : "The peer never posted the matching transfer: check that every rank runs the same validated "

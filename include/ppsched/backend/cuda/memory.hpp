@@ -64,7 +64,7 @@ class DeviceBuffer {
   [[nodiscard]] std::span<T> as() const {
     static_assert(std::is_trivially_copyable_v<T>, "device buffers hold trivially copyable elements");
     if (bytes_ % sizeof(T) != 0) {
-      fail({"DeviceBuffer", detail::concat(bytes_, " bytes is not a whole number of ", sizeof(T), "-byte elements"), "",
+      detail::fail({"DeviceBuffer", detail::concat(bytes_, " bytes is not a whole number of ", sizeof(T), "-byte elements"), "",
             "Allocate a multiple of the element size"});
     }
     return {static_cast<T*>(data_), bytes_ / sizeof(T)};
@@ -111,7 +111,7 @@ inline void reserve_pool(int device, std::size_t peak_bytes) {
 template <class T>
 void copy_to_device(const DeviceBuffer& to, std::span<const T> from, CudaStreamRef stream) {
   if (from.size_bytes() > to.bytes()) {
-    fail({"copy_to_device", detail::concat(from.size_bytes(), " bytes do not fit a ", to.bytes(), "-byte buffer"), "",
+    detail::fail({"copy_to_device", detail::concat(from.size_bytes(), " bytes do not fit a ", to.bytes(), "-byte buffer"), "",
           "Allocate the device buffer at least as large as the host data"});
   }
   if (from.empty()) return;
@@ -122,7 +122,7 @@ void copy_to_device(const DeviceBuffer& to, std::span<const T> from, CudaStreamR
 template <class T>
 void copy_to_host(std::span<T> to, const DeviceBuffer& from, CudaStreamRef stream) {
   if (to.size_bytes() > from.bytes()) {
-    fail({"copy_to_host", detail::concat(to.size_bytes(), " bytes requested from a ", from.bytes(), "-byte buffer"), "",
+    detail::fail({"copy_to_host", detail::concat(to.size_bytes(), " bytes requested from a ", from.bytes(), "-byte buffer"), "",
           "Copy at most the device buffer's size"});
   }
   if (to.empty()) return;

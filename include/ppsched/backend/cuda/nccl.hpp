@@ -85,10 +85,10 @@ namespace detail {
 
 [[nodiscard]] inline std::string describe_nccl_failure(ncclResult_t code, const char* call, const char* file, int line,
                                                        ncclComm_t comm) {
-  std::string problem = concat("returned ", ncclGetErrorString(code));
+  std::string problem = detail::concat("returned ", ncclGetErrorString(code));
   const char* last = ncclGetLastError(comm);
-  if (last != nullptr && *last != '\0') problem += concat(": ", last);
-  return format_error({concat("NCCL call '", call, "'"), problem, concat(file, ':', line), nccl_error_fix(code)});
+  if (last != nullptr && *last != '\0') problem += detail::concat(": ", last);
+  return format_error({detail::concat("NCCL call '", call, "'"), problem, detail::concat(file, ':', line), nccl_error_fix(code)});
 }
 
 [[noreturn]] inline void throw_nccl_failure(ncclResult_t code, const char* call, const char* file, int line,
@@ -183,7 +183,7 @@ namespace cuda {
   const std::size_t expected = 2 * sizeof(id.internal);
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.remove_suffix(1);
   if (text.size() != expected) {
-    fail({origin,
+    detail::fail({origin,
           detail::concat("an NCCL unique id must be ", expected, " hex digits, found ", text.size(), " characters"), "",
           "Pass the text written by ppsched::cuda::to_hex(ncclUniqueId) unchanged"});
   }
@@ -192,7 +192,7 @@ namespace cuda {
     if (c >= '0' && c <= '9') return c - '0';
     if (c >= 'a' && c <= 'f') return c - 'a' + 10;
     if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    fail({origin, detail::concat("'", c, "' is not a hex digit"), detail::concat("character ", at + 1),
+    detail::fail({origin, detail::concat("'", c, "' is not a hex digit"), detail::concat("character ", at + 1),
           "Pass the text written by ppsched::cuda::to_hex(ncclUniqueId) unchanged"});
   };
   for (std::size_t i = 0; i < sizeof(id.internal); ++i) {
@@ -205,7 +205,7 @@ namespace cuda {
 [[nodiscard]] inline ncclUniqueId unique_id_from_env(const char* variable) {
   const char* value = std::getenv(variable);
   if (value == nullptr) {
-    fail({detail::concat("environment variable ", variable), "is not set", "",
+    detail::fail({detail::concat("environment variable ", variable), "is not set", "",
           "Have rank 0 print ppsched::cuda::to_hex(ppsched::cuda::new_unique_id()) and export it to every rank"});
   }
   return unique_id_from_hex(value, detail::concat("environment variable ", variable));
@@ -221,14 +221,14 @@ inline void publish_unique_id(const ncclUniqueId& id, const std::filesystem::pat
     out << to_hex(id) << '\n';
     out.close();
     if (!out) {
-      fail({detail::concat("NCCL unique id file '", temporary.string(), "'"), "cannot be written", "",
+      detail::fail({detail::concat("NCCL unique id file '", temporary.string(), "'"), "cannot be written", "",
             "Name a file in a directory every rank can write and read (a shared file system for several nodes)"});
     }
   }
   std::error_code ec;
   std::filesystem::rename(temporary, path, ec);
   if (ec) {
-    fail({detail::concat("NCCL unique id file '", path.string(), "'"), detail::concat("rename failed: ", ec.message()),
+    detail::fail({detail::concat("NCCL unique id file '", path.string(), "'"), detail::concat("rename failed: ", ec.message()),
           "", "Name a file in a directory every rank can write"});
   }
 }
@@ -239,12 +239,12 @@ inline void publish_unique_id(const ncclUniqueId& id, const std::filesystem::pat
   const WaitResult outcome = poll_until([&] { return std::filesystem::exists(path, ec); }, limit);
   const std::string subject = detail::concat("NCCL unique id file '", path.string(), "'");
   if (outcome != WaitResult::done) {
-    fail({subject, detail::concat("did not appear (", to_string(outcome), ")"), "",
+    detail::fail({subject, detail::concat("did not appear (", to_string(outcome), ")"), "",
           "Start rank 0 with the same path, or give the other ranks a longer timeout"});
   }
   std::ifstream in(path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) fail({subject, "cannot be read", "", "Check the file's permissions"});
+  if (!in.good() && !in.eof()) detail::fail({subject, "cannot be read", "", "Check the file's permissions"});
   return unique_id_from_hex(text, subject);
 }
 
@@ -324,7 +324,7 @@ class NcclCommunicator {
                                                   std::chrono::nanoseconds timeout, std::stop_token stop = {},
                                                   bool wait = true) {
     if (ranks <= 0 || rank < 0 || rank >= ranks) {
-      fail({"NCCL communicator", detail::concat("rank ", rank, " of ", ranks, " ranks is out of range"), "",
+      detail::fail({"NCCL communicator", detail::concat("rank ", rank, " of ", ranks, " ranks is out of range"), "",
             "Give each process a distinct rank in [0, ranks)"});
     }
     require_device(device, "NCCL communicator");
@@ -480,12 +480,12 @@ class NcclCommunicator {
   }
 
   static void require_distinct_devices(std::span<const int> devices) {
-    if (devices.empty()) fail({"NCCL communicator", "no devices", "", "Give one device per rank"});
+    if (devices.empty()) detail::fail({"NCCL communicator", "no devices", "", "Give one device per rank"});
     for (std::size_t i = 0; i < devices.size(); ++i) {
       require_device(devices[i], "NCCL communicator");
       for (std::size_t j = 0; j < i; ++j) {
         if (devices[i] == devices[j]) {
-          fail({"NCCL communicator", detail::concat("ranks ", j, " and ", i, " are both on device ", devices[i]),
+          detail::fail({"NCCL communicator", detail::concat("ranks ", j, " and ", i, " are both on device ", devices[i]),
                 "device list",
                 "Give each rank its own GPU, or run ranks that share a GPU in one process "
                 "with the in-process copy transport"});
@@ -496,7 +496,7 @@ class NcclCommunicator {
 
   [[nodiscard]] ncclComm_t live() const {
     if (handle_ == nullptr) {
-      fail({"NCCL communicator", detail::concat("rank ", rank_, " is used after it was aborted or moved from"), "",
+      detail::fail({"NCCL communicator", detail::concat("rank ", rank_, " is used after it was aborted or moved from"), "",
             "Build a new communicator after a failed step"});
     }
     return handle_;
@@ -504,7 +504,7 @@ class NcclCommunicator {
 
   void require_peer(int peer, const char* call) const {
     if (peer < 0 || peer >= size_) {
-      fail({"NCCL communicator", detail::concat(call, " to peer ", peer, " of a ", size_, "-rank communicator"),
+      detail::fail({"NCCL communicator", detail::concat(call, " to peer ", peer, " of a ", size_, "-rank communicator"),
             detail::concat("rank ", rank_), "Use a peer rank in [0, size)"});
     }
   }
@@ -538,7 +538,7 @@ class NcclCommunicator {
                                                            detail_text, "; communicator aborted"),
                                             std::string(what), detail::nccl_error_fix(async)}));
     }
-    fail({subject,
+    detail::fail({subject,
           detail::concat(to_string(outcome), " after ",
                          std::chrono::duration_cast<std::chrono::milliseconds>(timeout_).count(),
                          " ms; communicator aborted"),
@@ -583,7 +583,7 @@ class NcclGroup {
   NcclGroup& operator=(NcclGroup&&) = delete;
 
   void end() {
-    if (!open_) fail({"NcclGroup", "ended twice", "", "Call end() once per group"});
+    if (!open_) detail::fail({"NcclGroup", "ended twice", "", "Call end() once per group"});
     open_ = false;
     comm_->group_end();
   }

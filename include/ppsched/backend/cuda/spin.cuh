@@ -48,11 +48,11 @@ struct SpinCalibration {
 // Enqueues a spin of `microseconds` on `stream`. 0 enqueues nothing (an empty stage).
 inline void launch_spin(CudaStreamRef stream, double microseconds, const SpinCalibration& calibration) {
   if (!(microseconds >= 0.0) || !std::isfinite(microseconds)) {
-    fail({"spin kernel", detail::concat("duration ", microseconds, " us is not a finite, non-negative number"), "",
+    detail::fail({"spin kernel", detail::concat("duration ", microseconds, " us is not a finite, non-negative number"), "",
           "Give synthetic stages durations >= 0"});
   }
   if (!(calibration.cycles_per_microsecond > 0.0)) {
-    fail({"spin kernel", "is not calibrated", "", "Call calibrate_spin(device) once and pass its result"});
+    detail::fail({"spin kernel", "is not calibrated", "", "Call calibrate_spin(device) once and pass its result"});
   }
   if (microseconds == 0.0) return;
   detail::spin_kernel<<<1, 1, 0, stream.handle()>>>(calibration.cycles_for(microseconds));
@@ -64,7 +64,7 @@ inline void launch_spin(CudaStreamRef stream, double microseconds, const SpinCal
 // change or a preemption disturbed).
 [[nodiscard]] inline SpinCalibration calibrate_spin(int device, long long cycles_per_run = 20'000'000) {
   if (cycles_per_run <= 0) {
-    fail({"calibrate_spin", detail::concat("cycles per run ", cycles_per_run, " is not positive"), "",
+    detail::fail({"calibrate_spin", detail::concat("cycles per run ", cycles_per_run, " is not positive"), "",
           "Use a count worth a few milliseconds, e.g. 20'000'000"});
   }
   const ScopedDevice on(device);
@@ -83,7 +83,7 @@ inline void launch_spin(CudaStreamRef stream, double microseconds, const SpinCal
     stop.ref().synchronize();
     const double microseconds = 1000.0 * static_cast<double>(elapsed_ms(start.ref(), stop.ref()));
     if (!(microseconds > 0.0)) {
-      fail({"calibrate_spin", "a timed spin took no measurable time", detail::concat("device ", device),
+      detail::fail({"calibrate_spin", "a timed spin took no measurable time", detail::concat("device ", device),
             "Raise cycles_per_run"});
     }
     ratio = static_cast<double>(cycles_per_run) / microseconds;

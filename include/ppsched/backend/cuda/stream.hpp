@@ -123,7 +123,7 @@ class CudaStream {
 
   // A moved-from stream owns nothing; using it is an error rather than the legacy stream.
   [[nodiscard]] CudaStreamRef ref() const {
-    if (handle_ == nullptr) fail({"CudaStream", "used after being moved from", "", "Use the stream it was moved into"});
+    if (handle_ == nullptr) detail::fail({"CudaStream", "used after being moved from", "", "Use the stream it was moved into"});
     return CudaStreamRef(handle_);
   }
   [[nodiscard]] cudaStream_t handle() const noexcept { return handle_; }
@@ -166,7 +166,7 @@ class CudaEvent {
   CudaEvent& operator=(const CudaEvent&) = delete;
 
   [[nodiscard]] CudaEventRef ref() const {
-    if (handle_ == nullptr) fail({"CudaEvent", "used after being moved from", "", "Use the event it was moved into"});
+    if (handle_ == nullptr) detail::fail({"CudaEvent", "used after being moved from", "", "Use the event it was moved into"});
     return CudaEventRef(handle_);
   }
   [[nodiscard]] cudaEvent_t handle() const noexcept { return handle_; }

@@ -56,11 +56,11 @@ namespace cuda {
                                                                       std::size_t floats = 1) {
   check_cost_model(cost, stages, microbatches);
   if (per_unit.count() <= 0) {
-    fail({"synthetic_gpu_stages", detail::concat("per_unit is ", per_unit.count(), " ns"), "",
+    detail::fail({"synthetic_gpu_stages", detail::concat("per_unit is ", per_unit.count(), " ns"), "",
           "Give the duration of one unit of the cost model, e.g. 1 ms"});
   }
   if (!(calibration.cycles_per_microsecond > 0.0)) {
-    fail({"synthetic_gpu_stages", "the spin kernel is not calibrated", "",
+    detail::fail({"synthetic_gpu_stages", "the spin kernel is not calibrated", "",
           "Pass calibrate_spin(device) for the device the stages run on"});
   }
   auto model = std::make_shared<const CostModel>(cost);

@@ -43,7 +43,7 @@ inline void allreduce_sum_in_rank_order(std::span<float> values, MPI_Comm comm, 
   }
   const std::string where = detail::concat("rank ", rank, ", allreduce_sum_in_rank_order");
   if (values.size() > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
-    fail({"allreduce_sum_in_rank_order", detail::concat(values.size(), " floats exceed MPI's int count"), where,
+    detail::fail({"allreduce_sum_in_rank_order", detail::concat(values.size(), " floats exceed MPI's int count"), where,
           "Reduce the vector in parts"});
   }
   const int n = static_cast<int>(values.size());
@@ -64,7 +64,7 @@ inline void allreduce_sum_in_rank_order(std::span<float> values, MPI_Comm comm, 
     }
     const bool stopped = wait.stop.stop_requested();
     if (stopped || std::chrono::steady_clock::now() >= wait.deadline) {
-      fail({detail::concat("rank ", rank),
+      detail::fail({detail::concat("rank ", rank),
             detail::concat("the all-reduce over ", size, " processes ", stopped ? "was stopped" : "did not complete in time"),
             where, "Every process of the communicator must call it with a vector of the same length"});
     }

@@ -124,7 +124,7 @@ class MpiBackend {
   explicit MpiBackend(MPI_Comm comm = MPI_COMM_WORLD, MpiOptions options = {})
       : options_(options), cluster_(1, options.streams), local_(cluster_.rank(0)) {
     if (options_.watchdog.count() <= 0) {
-      fail({"MpiBackend", detail::concat("watchdog is ", options_.watchdog.count(), " ms"), "MpiOptions::watchdog",
+      detail::fail({"MpiBackend", detail::concat("watchdog is ", options_.watchdog.count(), " ms"), "MpiOptions::watchdog",
             "Give a positive timeout, or ppsched::no_timeout (milliseconds::max()) for none"});
     }
     // Held for every MPI call here but the exchanges of agree_on_setup, which take it
@@ -133,7 +133,7 @@ class MpiBackend {
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized == 0) {
-      fail({"MpiBackend", "MPI is not initialised", "", "Create an MpiSession (or call MPI_Init_thread) first"});
+      detail::fail({"MpiBackend", "MPI is not initialised", "", "Create an MpiSession (or call MPI_Init_thread) first"});
     }
     MPI_Comm_rank(comm, &job_rank_);
     MPI_Comm_size(comm, &job_ranks_);
@@ -163,7 +163,7 @@ class MpiBackend {
         if (done != 0) break;
         if (std::chrono::steady_clock::now() >= deadline) {
           detail::mpi::job_lost().store(true);
-          fail({"MpiBackend",
+          detail::fail({"MpiBackend",
                 detail::concat("not every process finished MPI_Comm_idup within ", options_.watchdog.count(),
                                " ms (MpiOptions::watchdog), although every one had reached the setup: a process "
                                "died in between"),
@@ -242,7 +242,7 @@ class MpiBackend {
 
   void group_end() {
     if (depth_ == 0) {
-      fail({"MPI backend", "group_end without a matching group_start", detail::concat("rank ", rank_),
+      detail::fail({"MPI backend", "group_end without a matching group_start", detail::concat("rank ", rank_),
             "Call group_start() before posting the group's sends and receives"});
     }
     if (--depth_ > 0 || staged_.empty()) return;
@@ -298,7 +298,7 @@ class MpiBackend {
   // job, or (on MPI_COMM_WORLD) a launcher environment that names another place. Local only.
   void check_own_setup(MPI_Comm comm) const {
     if (options_.replicas < 1 || job_ranks_ % options_.replicas != 0) {
-      fail({"MpiBackend", detail::concat(options_.replicas, " replicas of a ", job_ranks_, "-process job"),
+      detail::fail({"MpiBackend", detail::concat(options_.replicas, " replicas of a ", job_ranks_, "-process job"),
             "MpiOptions::replicas", "Give a replica count that divides the number of processes (mpirun -np d x p)"});
     }
     int same = MPI_UNEQUAL;
@@ -306,7 +306,7 @@ class MpiBackend {
     if (same == MPI_IDENT) {
       const ProcessRank env = process_rank_from_env();
       if (env.source != "none" && (env.rank != job_rank_ || env.world_size != job_ranks_)) {
-        fail({"MpiBackend",
+        detail::fail({"MpiBackend",
               detail::concat("the environment (", env.source, ") says rank ", env.rank, " of ", env.world_size,
                              " but MPI_COMM_WORLD says rank ", job_rank_, " of ", job_ranks_),
               "process_rank_from_env()", "Launch every process with one launcher (mpirun -np N, or srun)"});
@@ -336,7 +336,7 @@ class MpiBackend {
     lost_if_missing(detail::mpi::exchange(comm, text_tag, text.data(), max_text, text.data(), first, deadline, where),
                     "failed its setup but its message never arrived", where);
     if (!problem.empty()) throw error(problem);
-    fail({"MpiBackend", detail::concat("process ", first, " of the job failed its setup: ", text.data()),
+    detail::fail({"MpiBackend", detail::concat("process ", first, " of the job failed its setup: ", text.data()),
           detail::concat("process ", job_rank_),
           "Fix that process's setup (it prints the same message); every process of the job stops with it"});
   }
@@ -348,7 +348,7 @@ class MpiBackend {
     detail::mpi::job_lost().store(true);
     std::string names;
     for (const int q : missing) names += detail::concat(names.empty() ? "" : ", ", "process ", q);
-    fail({"MpiBackend",
+    detail::fail({"MpiBackend",
           detail::concat(names, missing.size() == 1 ? " " : " each ", what, " within ", options_.watchdog.count(),
                          " ms (MpiOptions::watchdog): it exited, was killed, or hangs"),
           where,
@@ -423,16 +423,16 @@ class MpiBackend {
     const std::string where =
         detail::concat("rank ", rank_, tag.label.empty() ? "" : detail::concat(", '", tag.label, "'"));
     if (peer < 0 || peer >= ranks_ || peer == rank_) {
-      fail({"MPI backend",
+      detail::fail({"MPI backend",
             detail::concat(what, ": peer ", peer, " is not another process of this ", ranks_, "-process communicator"),
             where, detail::concat("Use a peer in 0..", ranks_ - 1, " other than ", rank_)});
     }
     if (count > b.size()) {
-      fail({"MPI backend", detail::concat(what, ": ", count, " floats do not fit buffer #", b.id(), " of ", b.size()),
+      detail::fail({"MPI backend", detail::concat(what, ": ", count, " floats do not fit buffer #", b.id(), " of ", b.size()),
             where, "Transfer at most the buffer's size"});
     }
     if (group_stream_ != nullptr && group_stream_ != &s) {
-      fail({"MPI backend", "a transfer group spans two streams", where, "Post every operation of a group on one stream"});
+      detail::fail({"MPI backend", "a transfer group spans two streams", where, "Post every operation of a group on one stream"});
     }
     group_stream_ = &s;
     staged_.push_back({is_send, peer, b.span().data(), count, tag, {}});
@@ -544,7 +544,7 @@ class MpiBackend {
           cancel_pending_locked(g);
           std::string pending;
           for (const Transfer& op : g.ops) pending += detail::concat(pending.empty() ? "" : "; ", describe(op));
-          fail({detail::concat("rank ", rank_),
+          detail::fail({detail::concat("rank ", rank_),
                 peer ? detail::concat("the step was ended by ", process_name(peer_note_.rank), ", which failed")
                      : std::string("the step was aborted"),
                 where, detail::concat("See ", process_name(peer ? peer_note_.rank : job_rank_), "'s error (", pending, ")")});
@@ -553,7 +553,7 @@ class MpiBackend {
           cancel_pending_locked(g);
           std::string pending;
           for (const Transfer& op : g.ops) pending += detail::concat(pending.empty() ? "" : "; ", describe(op));
-          fail({detail::concat("rank ", rank_),
+          detail::fail({detail::concat("rank ", rank_),
                 detail::concat("a transfer stayed pending for ", options_.watchdog.count(), " ms (", pending,
                                "): the peer never posted its side, or its process died"),
                 where, "See the peer's output; raise MpiOptions::watchdog if transfers are this slow"});
@@ -576,7 +576,7 @@ class MpiBackend {
         const bool counts_differ = op.header[0] != op.count;
         const bool tags_differ = op.header[1] != 0 && op.tag.match != 0 && op.header[1] != op.tag.match;
         if (counts_differ || tags_differ) {
-          fail({"MPI backend",
+          detail::fail({"MPI backend",
                 detail::concat(describe(op), " was paired with rank ", op.peer, "'s send of ", op.header[0],
                                " floats", counts_differ ? ": the counts differ" : ": they belong to different transfers",
                                ". Sends and receives between two ranks pair in the order they are posted, as NCCL's do"),
@@ -588,7 +588,7 @@ class MpiBackend {
       int received = 0;
       MPI_Get_count(&data_status, MPI_FLOAT, &received);
       if (static_cast<std::size_t>(received) != op.count) {
-        fail({"MPI backend",
+        detail::fail({"MPI backend",
               detail::concat(describe(op), " received ", received, " floats: the sender's count differs"),
               detail::concat("ranks ", op.peer, " -> ", rank_),
               "Post the transfers between each pair of ranks in the same order on both sides, with equal counts"});

@@ -42,7 +42,7 @@ void broadcast_from(int root, T& value, MPI_Comm comm, const HostWait& wait = Ho
     }
     const bool stopped = wait.stop.stop_requested();
     if (stopped || std::chrono::steady_clock::now() >= wait.deadline) {
-      fail({detail::concat("rank ", rank),
+      detail::fail({detail::concat("rank ", rank),
             detail::concat("the broadcast from rank ", root, stopped ? " was stopped" : " did not complete in time"),
             "broadcast_from", "Every process of the communicator must call it; see the launcher's output"});
     }

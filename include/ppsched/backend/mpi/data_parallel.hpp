@@ -40,7 +40,7 @@ class MpiAllReduce {
   // `stages`: the schedule's stage count (one slot per stage: the steady state allocates
   // nothing once every stage has been summed once).
   explicit MpiAllReduce(std::int32_t stages) {
-    if (stages < 1) fail({"MpiAllReduce", detail::concat(stages, " stages"), "", "make it with the schedule's stage count"});
+    if (stages < 1) detail::fail({"MpiAllReduce", detail::concat(stages, " stages"), "", "make it with the schedule's stage count"});
     for (std::int32_t s = 0; s < stages; ++s) calls_.push_back(std::make_unique<Call>());
   }
 
@@ -50,7 +50,7 @@ class MpiAllReduce {
   void all_reduce(MpiBackend& backend, CpuStream& stream, std::int32_t stage, CpuBuffer& gradient,
                   std::stop_token stop) {
     if (stage < 0 || static_cast<std::size_t>(stage) >= calls_.size()) {
-      fail({"MpiAllReduce", detail::concat("stage ", stage, " of ", calls_.size()), "",
+      detail::fail({"MpiAllReduce", detail::concat("stage ", stage, " of ", calls_.size()), "",
             "make it with the schedule's stage count"});
     }
     Call& c = *calls_[static_cast<std::size_t>(stage)];
@@ -97,7 +97,7 @@ class MpiAllReduce {
       return detail::concat(b.process_name(b.job_rank()), ", stage ", c.stage, " all-reduce over ", d, " replicas");
     };
     if (n > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
-      fail({"MpiAllReduce", detail::concat(n, " floats exceed MPI's int count"), where(), "Split the stage"});
+      detail::fail({"MpiAllReduce", detail::concat(n, " floats exceed MPI's int count"), where(), "Split the stage"});
     }
     const int count = static_cast<int>(n);
     {
@@ -151,7 +151,7 @@ class MpiAllReduce {
             k += 2;
           }
           cancel_locked(c);
-          fail({b.process_name(b.job_rank()),
+          detail::fail({b.process_name(b.job_rank()),
                 peer      ? detail::concat("the step was ended by ", b.process_name(b.peer_note_.rank), ", which failed")
                 : stopped ? std::string("this rank's step failed before the gradient sum completed")
                           : detail::concat("the gradient sum stayed pending for ", b.options().watchdog.count(),
@@ -176,18 +176,18 @@ class MpiAllReduce {
 // into `global`, which must outlive the share.
 [[nodiscard]] inline Batch replica_share(const Batch& global, int replicas, int replica) {
   if (replicas < 1 || replica < 0 || replica >= replicas) {
-    fail({"replica_share", detail::concat("replica ", replica, " of ", replicas), "", "give a replica in 0 .. d-1"});
+    detail::fail({"replica_share", detail::concat("replica ", replica, " of ", replicas), "", "give a replica in 0 .. d-1"});
   }
   const auto d = static_cast<std::size_t>(replicas);
   const auto r = static_cast<std::size_t>(replica);
   if (global.inputs.size() % d != 0 || global.targets.size() % d != 0) {
-    fail({"replica_share",
+    detail::fail({"replica_share",
           detail::concat(global.inputs.size(), " input and ", global.targets.size(), " target floats for ", replicas,
                          " replicas"),
           "Batch", "give a global batch of d x m micro-batches (each replica gets m)"});
   }
   if (!global.side_inputs.empty()) {
-    fail({"replica_share", "a batch with side inputs", "Batch::side_inputs",
+    detail::fail({"replica_share", "a batch with side inputs", "Batch::side_inputs",
           "build each replica's Batch (and its side inputs) yourself"});
   }
   const std::size_t in = global.inputs.size() / d;

@@ -77,7 +77,7 @@ class MpiExecutor {
   // error, the same on every process.
   const RankStep& run_step(const Batch& batch) {
     if (!broken_.empty()) {
-      fail({detail::concat("rank ", backend_.rank()), "a process of the job stopped answering in an earlier step",
+      detail::fail({detail::concat("rank ", backend_.rank()), "a process of the job stopped answering in an earlier step",
             broken_, "End the job (MpiSession::abort_job) and start it again"});
     }
     std::exception_ptr local;
@@ -273,26 +273,26 @@ class MpiExecutor {
                                     deadline, where);
     if (!missing.empty()) lost(missing, "building its MpiExecutor", where);
     if (first == me) throw error(problem);
-    fail({"MpiExecutor", detail::concat(backend_.process_name(first), " failed to build its executor: ", text.data()),
+    detail::fail({"MpiExecutor", detail::concat(backend_.process_name(first), " failed to build its executor: ", text.data()),
           where, "Fix that process's stages or options (it prints the same message); every process stops with it"});
   }
 
   [[noreturn]] void lost(const std::vector<int>& missing, const char* what, const std::string& where) const {
     detail::mpi::job_lost().store(true);
-    fail({"MpiExecutor",
+    detail::fail({"MpiExecutor",
           detail::concat(names(missing), " never finished ", what, " within ", backend_.options().watchdog.count(),
                          " ms (MpiOptions::watchdog): it exited, was killed, or hangs"),
           where, "See the launcher's output for that process"});
   }
 
   [[noreturn]] static void mismatch(const std::string& problem, const char* where, const char* fix) {
-    fail({"MpiExecutor: the processes were given different setups", problem, where, fix});
+    detail::fail({"MpiExecutor: the processes were given different setups", problem, where, fix});
   }
 
   void reduce_over_replicas(const Schedule& schedule, const ExecutorOptions& options) {
     if (backend_.replicas() == 1) return;
     if (options.accumulation != GradAccumulation::microbatch_order) {
-      fail({"MpiExecutor", "schedule-order accumulation with data-parallel replicas", "ExecutorOptions::accumulation",
+      detail::fail({"MpiExecutor", "schedule-order accumulation with data-parallel replicas", "ExecutorOptions::accumulation",
             "use GradAccumulation::microbatch_order: the replica sum's bit-identity rests on it"});
     }
     all_reduce_ = std::make_unique<MpiAllReduce>(std::max(schedule.stages(), 1));
@@ -359,7 +359,7 @@ class MpiExecutor {
                              backend_.options().watchdog.count(), " ms (MpiOptions::watchdog): ", names(missing),
                              missing.size() == 1 ? " did not" : " did not each",
                              " (it exited, was killed, or hangs outside ppsched)");
-    fail({backend_.process_name(backend_.job_rank()), broken_,
+    detail::fail({backend_.process_name(backend_.job_rank()), broken_,
           local.empty() ? std::string("this rank finished its part of the step")
                         : detail::concat("this rank's error: ", local),
           "See the launcher's output for that process; end the job (MpiSession::abort_job, or return: MpiSession "

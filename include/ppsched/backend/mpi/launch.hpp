@@ -60,8 +60,8 @@ struct ProcessRank {
       const auto local = detail::launch::number(getenv, n.local_rank);
       if (!rank && !size) {
         if (local) {
-          fail({"launch environment", concat(n.local_rank, " is set but ", n.rank, " and ", n.size, " are not"),
-                std::string(n.source), concat("Set ", n.rank, " and ", n.size, " too, or unset ", n.local_rank)});
+          detail::fail({"launch environment", detail::concat(n.local_rank, " is set but ", n.rank, " and ", n.size, " are not"),
+                std::string(n.source), detail::concat("Set ", n.rank, " and ", n.size, " too, or unset ", n.local_rank)});
         }
         continue;
       }
@@ -69,15 +69,15 @@ struct ProcessRank {
       // world is described, and the script's process runs alone.
       if (outer && rank && !size) continue;
       if (!rank || !size) {
-        fail({"launch environment", concat(rank ? n.rank : n.size, " is set but ", rank ? n.size : n.rank, " is not"),
+        detail::fail({"launch environment", detail::concat(rank ? n.rank : n.size, " is set but ", rank ? n.size : n.rank, " is not"),
               std::string(n.source), "A launcher sets both the rank and the world size; set both or neither"});
       }
       if (*size < 1 || *rank >= *size) {
-        fail({"launch environment", concat(n.rank, "=", *rank, " is not a rank of a world of ", n.size, "=", *size),
-              std::string(n.source), concat("Use a rank in 0..", *size - 1)});
+        detail::fail({"launch environment", detail::concat(n.rank, "=", *rank, " is not a rank of a world of ", n.size, "=", *size),
+              std::string(n.source), detail::concat("Use a rank in 0..", *size - 1)});
       }
       if (local && *local >= *size) {
-        fail({"launch environment", concat(n.local_rank, "=", *local, " is not below ", n.size, "=", *size),
+        detail::fail({"launch environment", detail::concat(n.local_rank, "=", *local, " is not below ", n.size, "=", *size),
               std::string(n.source), "The local rank counts the processes of one node"});
       }
       ProcessRank here{*rank, *size, local ? *local : -1, std::string(n.source)};
@@ -87,11 +87,11 @@ struct ProcessRank {
       }
       if (found->rank != here.rank || found->world_size != here.world_size ||
           (found->local_rank >= 0 && here.local_rank >= 0 && found->local_rank != here.local_rank)) {
-        fail({"launch environment",
-              concat(found->source, " says rank ", found->rank, " of ", found->world_size, " (local ",
+        detail::fail({"launch environment",
+              detail::concat(found->source, " says rank ", found->rank, " of ", found->world_size, " (local ",
                      found->local_rank, ") but ", here.source, " says rank ", here.rank, " of ", here.world_size,
                      " (local ", here.local_rank, ")"),
-              concat(n.rank, ", ", n.size, ", ", n.local_rank),
+              detail::concat(n.rank, ", ", n.size, ", ", n.local_rank),
               "The job carries two launchers' variables that disagree (e.g. torchrun's RANK left over from "
               "another job); unset the stale ones"});
       }

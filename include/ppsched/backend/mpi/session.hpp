@@ -27,7 +27,7 @@ class MpiSession {
       MPI_Query_thread(&provided_);
     }
     if (provided_ < MPI_THREAD_SERIALIZED) {
-      fail({"MPI", detail::concat("the library gives thread level ", provided_, ", below MPI_THREAD_SERIALIZED"),
+      detail::fail({"MPI", detail::concat("the library gives thread level ", provided_, ", below MPI_THREAD_SERIALIZED"),
             "MPI_Init_thread", "Use an MPI built with thread support (Debian's Open MPI has it)"});
     }
     // Errors come back as codes that ppsched turns into its errors, instead of ending the job.

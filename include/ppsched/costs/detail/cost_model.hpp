@@ -43,7 +43,7 @@ PPSCHED_OUTLINE void check_stage_cost(const StageCost& c, const std::string& whe
 inline void check_concurrent_slowdown(const std::vector<double>& s, const char* what, const std::string& where) {
   for (std::size_t i = 0; i < s.size(); ++i) {
     if (!(s[i] >= 1.0 && s[i] <= std::numeric_limits<double>::max())) {
-      fail({what, concat("concurrent_slowdown[", i, "] is ", s[i]), concat(where, "[", i, "]"),
+      detail::fail({what, detail::concat("concurrent_slowdown[", i, "] is ", s[i]), detail::concat(where, "[", i, "]"),
             "give how many times longer a compute action takes while i + 1 ranks compute at once: a finite "
             "factor >= 1 (1: no slowdown)"});
     }

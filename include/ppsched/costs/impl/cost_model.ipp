@@ -25,7 +25,7 @@ namespace detail {
 
 PPSCHED_OUTLINE void check_cost_value(double v, const std::string& where, bool positive) {
   if (!std::isfinite(v) || v < 0.0 || (positive && v == 0.0)) {
-    fail({"cost model", concat("value ", v, " is not ", positive ? "a positive" : "a non-negative", " finite number"),
+    detail::fail({"cost model", detail::concat("value ", v, " is not ", positive ? "a positive" : "a non-negative", " finite number"),
           where, "times and sizes are finite and >= 0"});
   }
 }
@@ -42,23 +42,23 @@ PPSCHED_OUTLINE void check_stage_cost(const StageCost& c, const std::string& whe
   if (c.recompute_saved_bytes) {
     check_cost_value(*c.recompute_saved_bytes, where + ".recompute_saved_bytes");
     if (*c.recompute_saved_bytes > c.activation_bytes) {
-      fail({"cost model",
-            concat("recompute_saved_bytes ", *c.recompute_saved_bytes, " exceeds activation_bytes ", c.activation_bytes),
+      detail::fail({"cost model",
+            detail::concat("recompute_saved_bytes ", *c.recompute_saved_bytes, " exceeds activation_bytes ", c.activation_bytes),
             where + ".recompute_saved_bytes", "R restores part of the stored activation: give at most activation_bytes"});
     }
   }
   if (c.recompute_peak_bytes) {
     check_cost_value(*c.recompute_peak_bytes, where + ".recompute_peak_bytes");
     if (*c.recompute_peak_bytes > c.activation_bytes) {
-      fail({"cost model",
-            concat("recompute_peak_bytes ", *c.recompute_peak_bytes, " exceeds activation_bytes ", c.activation_bytes),
+      detail::fail({"cost model",
+            detail::concat("recompute_peak_bytes ", *c.recompute_peak_bytes, " exceeds activation_bytes ", c.activation_bytes),
             where + ".recompute_peak_bytes", "give the largest single layer's activation, at most the stage's activation_bytes"});
     }
   }
   if (c.offload_bytes) {
     check_cost_value(*c.offload_bytes, where + ".offload_bytes");
     if (*c.offload_bytes > c.activation_bytes) {
-      fail({"cost model", concat("offload_bytes ", *c.offload_bytes, " exceeds activation_bytes ", c.activation_bytes),
+      detail::fail({"cost model", detail::concat("offload_bytes ", *c.offload_bytes, " exceeds activation_bytes ", c.activation_bytes),
             where + ".offload_bytes", "OFFLOAD moves part of the stored activation: give at most activation_bytes"});
     }
   }
@@ -66,7 +66,7 @@ PPSCHED_OUTLINE void check_stage_cost(const StageCost& c, const std::string& whe
 
 PPSCHED_OUTLINE void check_fits(const Action& a, std::int32_t stages, std::int32_t microbatches) {
   if (a.stage < 0 || a.stage >= stages || a.microbatch < 0 || a.microbatch >= microbatches) {
-    fail({"lower options from lower_options_for", concat("asked for ", to_string(a), ", outside the ", stages,
+    detail::fail({"lower options from lower_options_for", detail::concat("asked for ", to_string(a), ", outside the ", stages,
                                                          " stages and ", microbatches, " micro-batches they were made for"),
           "", "make the options with the schedule's own stages() and microbatches"});
   }
@@ -101,7 +101,7 @@ PPSCHED_OUTLINE void check_cost_sums(const CostModel& c, std::int32_t stages, st
     for (std::size_t i = 0; i < c.stages.size(); ++i) {
       times += action_time(c.stages[i]);
       bytes += c.stages[i].activation_bytes;
-      note_largest(c.stages[i], concat("stages[", i, "]"), largest, largest_where);
+      note_largest(c.stages[i], detail::concat("stages[", i, "]"), largest, largest_where);
     }
     const double copies = c.stages.size() == 1 ? S : 1.0;
     double scale = c.microbatch_scale.empty() ? M : 0.0;
@@ -109,7 +109,7 @@ PPSCHED_OUTLINE void check_cost_sums(const CostModel& c, std::int32_t stages, st
       scale += c.microbatch_scale[i];
       if (c.microbatch_scale[i] > largest) {
         largest = c.microbatch_scale[i];
-        largest_where = concat("microbatch_scale[", i, "]");
+        largest_where = detail::concat("microbatch_scale[", i, "]");
       }
     }
     times *= copies * scale;
@@ -123,20 +123,20 @@ PPSCHED_OUTLINE void check_cost_sums(const CostModel& c, std::int32_t stages, st
     // stages x micro-batches entries, on every search candidate, was most of a step plan's time.
     if (!(std::isfinite(times * S) && std::isfinite(bytes))) {
       for (std::size_t i = 0; i < c.per_microbatch.size(); ++i) {
-        note_largest(c.per_microbatch[i], concat("per_microbatch[", i, "]"), largest, largest_where);
+        note_largest(c.per_microbatch[i], detail::concat("per_microbatch[", i, "]"), largest, largest_where);
       }
     }
   }
   times += c.step_overhead;
   if (std::isfinite(times * S) && std::isfinite(bytes)) return;
   const double bound = std::numeric_limits<double>::max() / (8.0 * S * S * M);
-  fail({"cost model",
-        concat("its ", std::isfinite(times * S) ? "activation bytes" : "times", " add up past the largest double: ",
+  detail::fail({"cost model",
+        detail::concat("its ", std::isfinite(times * S) ? "activation bytes" : "times", " add up past the largest double: ",
                stages, " stages x ", microbatches, " micro-batches sum to ", std::isfinite(times * S) ? bytes : times * S,
                " (times counted once per rank for the statistics); the largest value is ", largest_where, " = ", largest,
-               c.link.bandwidth < 1.0 ? concat(", with link.bandwidth = ", c.link.bandwidth) : std::string()),
+               c.link.bandwidth < 1.0 ? detail::concat(", with link.bandwidth = ", c.link.bandwidth) : std::string()),
         largest_where,
-        concat("keep the costs' sum finite: every time, size and scale well below ", bound,
+        detail::concat("keep the costs' sum finite: every time, size and scale well below ", bound,
                " (the largest double / (8 x stages^2 x micro-batches)), e.g. by choosing a larger unit")});
 }
 
@@ -166,40 +166,40 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
   const auto S = static_cast<std::size_t>(stages), M = static_cast<std::size_t>(microbatches);
   if (c.per_microbatch.empty()) {
     if (c.stages.size() != 1 && c.stages.size() != S) {
-      fail({"cost model", concat("has ", c.stages.size(), " stage costs for a schedule of ", stages, " stages"), "stages",
+      detail::fail({"cost model", detail::concat("has ", c.stages.size(), " stage costs for a schedule of ", stages, " stages"), "stages",
             "give one StageCost per stage, or a single one for all stages"});
     }
-    for (std::size_t i = 0; i < c.stages.size(); ++i) detail::check_stage_cost(c.stages[i], concat("stages[", i, "]"));
+    for (std::size_t i = 0; i < c.stages.size(); ++i) detail::check_stage_cost(c.stages[i], detail::concat("stages[", i, "]"));
     if (!c.microbatch_scale.empty() && c.microbatch_scale.size() != M) {
-      fail({"cost model", concat("has ", c.microbatch_scale.size(), " micro-batch scales for ", microbatches, " micro-batches"),
+      detail::fail({"cost model", detail::concat("has ", c.microbatch_scale.size(), " micro-batch scales for ", microbatches, " micro-batches"),
             "microbatch_scale", "give one factor per micro-batch, or none"});
     }
     for (std::size_t i = 0; i < c.microbatch_scale.size(); ++i) {
-      detail::check_cost_value(c.microbatch_scale[i], concat("microbatch_scale[", i, "]"));
+      detail::check_cost_value(c.microbatch_scale[i], detail::concat("microbatch_scale[", i, "]"));
     }
   } else {
     if (c.per_microbatch.size() != S * M) {
-      fail({"cost model", concat("has ", c.per_microbatch.size(), " per-micro-batch costs; a schedule of ", stages,
+      detail::fail({"cost model", detail::concat("has ", c.per_microbatch.size(), " per-micro-batch costs; a schedule of ", stages,
                                  " stages and ", microbatches, " micro-batches needs ", S * M),
             "per_microbatch", "give stages x micro-batches entries, stage-major (index stage * microbatches + mb)"});
     }
     for (std::size_t i = 0; i < c.per_microbatch.size(); ++i) {
       if (detail::stage_cost_fine(c.per_microbatch[i])) continue;
-      detail::check_stage_cost(c.per_microbatch[i], concat("per_microbatch[", i, "] (stage ", i / M, ", micro-batch ", i % M, ")"));
+      detail::check_stage_cost(c.per_microbatch[i], detail::concat("per_microbatch[", i, "] (stage ", i / M, ", micro-batch ", i % M, ")"));
     }
   }
   detail::check_cost_value(c.link.latency, "link.latency");
   if (!(c.link.bandwidth > 0.0)) {  // infinity allowed: free bandwidth
-    fail({"cost model", concat("link bandwidth ", c.link.bandwidth, " is not positive"), "link.bandwidth",
+    detail::fail({"cost model", detail::concat("link bandwidth ", c.link.bandwidth, " is not positive"), "link.bandwidth",
           "give bytes per time unit, or infinity for free transfers"});
   }
   if (!(c.weight_memory_fraction >= 0.0 && c.weight_memory_fraction <= std::numeric_limits<double>::max())) {
-    fail({"cost model", concat("weight_memory_fraction ", c.weight_memory_fraction, " is negative or not finite"),
+    detail::fail({"cost model", detail::concat("weight_memory_fraction ", c.weight_memory_fraction, " is negative or not finite"),
           "weight_memory_fraction", detail::weight_memory_fraction_hint});
   }
   detail::check_cost_value(c.host_link.latency, "host_link.latency");
   if (!(c.host_link.bandwidth > 0.0)) {
-    fail({"cost model", concat("host link bandwidth ", c.host_link.bandwidth, " is not positive"), "host_link.bandwidth",
+    detail::fail({"cost model", detail::concat("host link bandwidth ", c.host_link.bandwidth, " is not positive"), "host_link.bandwidth",
           "give bytes per time unit between a device and its host, or infinity for free copies"});
   }
   detail::check_cost_value(c.action_overhead, "action_overhead");
@@ -207,7 +207,7 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
   detail::check_cost_value(c.step_overhead, "step_overhead");
   detail::check_concurrent_slowdown(c.concurrent_slowdown, "cost model", "concurrent_slowdown");
   if (!(c.fb_overlap >= 0.0 && c.fb_overlap <= 1.0)) {
-    fail({"cost model", concat("fb_overlap ", c.fb_overlap, " is outside [0, 1]"), "fb_overlap",
+    detail::fail({"cost model", detail::concat("fb_overlap ", c.fb_overlap, " is outside [0, 1]"), "fb_overlap",
           "give the share of the shorter action of an F&B pair hidden under the longer: 0 (none) to 1 (max(T_F, T_B))"});
   }
   detail::check_cost_sums(c, stages, microbatches);

@@ -344,7 +344,7 @@ PPSCHED_OUTLINE void AbstractExecution::advance(std::size_t st) {
   const std::int32_t rank = flat_.owner[xi];
   const std::size_t st = stream_of(x);
   std::string s = to_string(flat_.at(x));
-  if (rank != from_rank) s += concat(" on rank ", rank);
+  if (rank != from_rank) s += detail::concat(" on rank ", rank);
   const std::int32_t it = item_of_[xi];
   const std::int32_t head = streams_[st].head;
   const char* stream_name = mode_ == StreamMode::comm_on_compute_stream ? "stream"
@@ -352,14 +352,14 @@ PPSCHED_OUTLINE void AbstractExecution::advance(std::size_t st) {
                             : (st % lanes_ == 2)                         ? "copy stream"
                                                                          : "compute stream";
   if (it > head) {
-    s += concat(", which is behind ", item_text(head), " on rank ", rank, "'s ", stream_name);
+    s += detail::concat(", which is behind ", item_text(head), " on rank ", rank, "'s ", stream_name);
   } else if (it == head) {
     if (!is_comm(flat_.at(x).op)) {
-      s += concat(", which is itself waiting (see rank ", rank, ")");
+      s += detail::concat(", which is itself waiting (see rank ", rank, ")");
     } else if (!streams_[st].posted) {
-      s += concat(", whose group is not posted yet (see rank ", rank, ")");
+      s += detail::concat(", whose group is not posted yet (see rank ", rank, ")");
     } else {
-      s += concat(", which is posted and waits for its own peer (see rank ", rank, ")");
+      s += detail::concat(", which is posted and waits for its own peer (see rank ", rank, ")");
     }
   }
   return s;

@@ -16,11 +16,11 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
   // ---- shape
   bool shape_ok = true;
   if (s.ranks < 1) {
-    sink.add(ProblemKind::shape, concat("the schedule has ", s.ranks, " ranks; it needs at least 1 (set Schedule::ranks)"));
+    sink.add(ProblemKind::shape, detail::concat("the schedule has ", s.ranks, " ranks; it needs at least 1 (set Schedule::ranks)"));
     shape_ok = false;
   }
   if (s.microbatches < 1) {
-    sink.add(ProblemKind::shape, concat("the schedule has ", s.microbatches,
+    sink.add(ProblemKind::shape, detail::concat("the schedule has ", s.microbatches,
                                         " micro-batches; it needs at least 1 (set Schedule::microbatches)"));
     shape_ok = false;
   }
@@ -29,7 +29,7 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
     shape_ok = false;
   }
   if (shape_ok && s.programs.size() != static_cast<std::size_t>(s.ranks)) {
-    sink.add(ProblemKind::shape, concat("the schedule has ", s.ranks, " ranks but ", s.programs.size(),
+    sink.add(ProblemKind::shape, detail::concat("the schedule has ", s.ranks, " ranks but ", s.programs.size(),
                                         " programs; give exactly one program per rank"));
     shape_ok = false;
   }
@@ -37,7 +37,7 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
     for (std::size_t st = 0; st < s.placement.size(); ++st) {
       const std::int32_t r = s.placement[st];
       if (r < 0 || r >= s.ranks) {
-        sink.add(ProblemKind::shape, concat("placement[", st, "] = ", r, " is not a rank of this schedule (0..",
+        sink.add(ProblemKind::shape, detail::concat("placement[", st, "] = ", r, " is not a rank of this schedule (0..",
                                             s.ranks - 1, "); place stage ", st, " on one of them"));
         shape_ok = false;
       }
@@ -74,13 +74,13 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
   std::size_t total = 0;
   for (const auto* prog : programs) total += prog->size();
   if (total > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max() / 2)) {
-    fail({"schedule '" + s.name + "'", concat("has ", total, " actions, more than ppsched indexes"), "",
+    detail::fail({"schedule '" + s.name + "'", detail::concat("has ", total, " actions, more than ppsched indexes"), "",
           "split the step into fewer micro-batches"});
   }
   // Every (stage, micro-batch) needs its F: fewer actions than that is a schedule of other
   // sizes than it declares (and indexing by the declared sizes could be unboundedly large).
   if (static_cast<std::int64_t>(S) * M > static_cast<std::int64_t>(total)) {
-    sink.add(ProblemKind::shape, concat("the schedule declares ", S, " stages and ", M, " micro-batches, which need ",
+    sink.add(ProblemKind::shape, detail::concat("the schedule declares ", S, " stages and ", M, " micro-batches, which need ",
                                         static_cast<std::int64_t>(S) * M, " forwards, but its programs hold ", total,
                                         " actions in all; set Schedule::microbatches and the placement to what the "
                                         "programs run"));
@@ -121,13 +121,13 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
       flat.owner[static_cast<std::size_t>(index)] = r;
       if (a.stage < 0 || a.stage >= S) {
         sink.add(ProblemKind::stage_out_of_range, r, position, a,
-                 concat(to_string(a), " at ", at_rank(r, pos), " names stage ", a.stage, ", but the schedule has stages 0..", last,
+                 detail::concat(to_string(a), " at ", at_rank(r, pos), " names stage ", a.stage, ", but the schedule has stages 0..", last,
                         "; use a stage in that range or extend the placement"));
         continue;
       }
       if (a.microbatch < 0 || a.microbatch >= M) {
         sink.add(ProblemKind::microbatch_out_of_range, r, position, a,
-                 concat(to_string(a), " at ", at_rank(r, pos), " names micro-batch ", a.microbatch,
+                 detail::concat(to_string(a), " at ", at_rank(r, pos), " names micro-batch ", a.microbatch,
                         ", but the schedule has micro-batches 0..", M - 1,
                         "; use one in that range or raise Schedule::microbatches"));
         continue;
@@ -140,13 +140,13 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
         if ((a.op == Op::BI || a.op == Op::BW) && !s.split_backward && !reported_split) {
           reported_split = true;
           sink.add(ProblemKind::split_flag, r, position, a,
-                   concat(to_string(a), " at ", at_rank(r, pos),
+                   detail::concat(to_string(a), " at ", at_rank(r, pos),
                           " splits the backward, but Schedule::split_backward is false; set it to true so the "
                           "executor asks for backward_input / backward_weight callables"));
         }
         if (home != r) {
           sink.add(ProblemKind::wrong_rank, r, position, a,
-                   concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", a.stage,
+                   detail::concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", a.stage,
                           " is placed on rank ", home, "; move it to rank ", home,
                           "'s program or change the placement"));
         }
@@ -156,13 +156,13 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
         ++flat.compute_count;
         if (home != r) {
           sink.add(ProblemKind::wrong_rank, r, position, a,
-                   concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", a.stage,
+                   detail::concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", a.stage,
                           " is placed on rank ", home, "; a memory action runs on the rank that holds the activation: move it to rank ", home,
                           "'s program"));
         }
         if (a.group != 0) {
           sink.add(ProblemKind::memory_grouped, r, position, a,
-                   concat(to_string(a), " at ", at_rank(r, pos), " has group ", a.group,
+                   detail::concat(to_string(a), " at ", at_rank(r, pos), " has group ", a.group,
                           "; groups are overlapped pairs of F and B or communication posted together, and a memory "
                           "action is neither: set its group to 0"));
         }
@@ -174,14 +174,14 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
         const std::int32_t peer_stage = (a.op == Op::SEND_F || a.op == Op::RECV_B) ? a.stage + 1 : a.stage - 1;
         if (peer_stage < 0 || peer_stage > last) {
           sink.add(ProblemKind::no_peer, r, position, a,
-                   concat(to_string(a), " at ", at_rank(r, pos), ": stage ", a.stage, " is the ", a.stage == 0 ? "first" : "last",
+                   detail::concat(to_string(a), " at ", at_rank(r, pos), ": stage ", a.stage, " is the ", a.stage == 0 ? "first" : "last",
                           " stage, so there is no stage ", peer_stage, " to ", send ? "send to" : "receive from",
                           "; remove it"));
           continue;
         }
         if (flat.rank_of(peer_stage) == home) {
           sink.add(ProblemKind::needless_comm, r, position, a,
-                   concat(to_string(a), " at ", at_rank(r, pos), " crosses the boundary between stages ", std::min(a.stage, peer_stage),
+                   detail::concat(to_string(a), " at ", at_rank(r, pos), " crosses the boundary between stages ", std::min(a.stage, peer_stage),
                           " and ", std::max(a.stage, peer_stage), ", which are both on rank ", home,
                           "; a local boundary needs no communication: remove it"));
           continue;
@@ -192,10 +192,10 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
           const Action other{send ? (forward ? Op::RECV_F : Op::RECV_B) : (forward ? Op::SEND_F : Op::SEND_B),
                              peer_stage, a.microbatch, 0};
           sink.add(ProblemKind::wrong_peer, r, position, a,
-                   send ? concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", a.stage,
+                   send ? detail::concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", a.stage,
                                  " that produces it is placed on rank ", home, "; its receive ", to_string(other),
                                  " expects it from rank ", home, ": move the send to rank ", home)
-                        : concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", receiver_stage,
+                        : detail::concat(to_string(a), " is on rank ", r, " (position ", pos, "), but stage ", receiver_stage,
                                  " is placed on rank ", home, ": ", to_string(other), " from rank ",
                                  flat.rank_of(sender_stage), " (stage ", sender_stage, ") goes to rank ", home,
                                  "; move the receive to rank ", home));
@@ -205,7 +205,7 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
       if (slot != no_action) {
         const std::int32_t first_rank = flat.owner[static_cast<std::size_t>(slot)];
         sink.add(ProblemKind::duplicate, r, position, a,
-                 concat(to_string(a), " appears twice: at ", at_rank(first_rank, flat.position(slot)), " and at ", at_rank(r, pos),
+                 detail::concat(to_string(a), " appears twice: at ", at_rank(first_rank, flat.position(slot)), " and at ", at_rank(r, pos),
                         "; each action runs exactly once per step: remove one"));
       } else {
         slot = index;
@@ -219,11 +219,11 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
     return x != no_action && y != no_action && flat.owner[static_cast<std::size_t>(x)] == flat.owner[static_cast<std::size_t>(y)];
   };
   auto describe = [&](std::int32_t x) {
-    return concat(to_string(flat.at(x)), " (", at_rank(flat.owner[static_cast<std::size_t>(x)], flat.position(x)), ")");
+    return detail::concat(to_string(flat.at(x)), " (", at_rank(flat.owner[static_cast<std::size_t>(x)], flat.position(x)), ")");
   };
   auto report_order = [&](ProblemKind kind, std::int32_t late, std::int32_t early, const char* why) {
     sink.add(kind, flat.owner[static_cast<std::size_t>(early)], flat.position(early), flat.at(early),
-             concat(describe(early), " comes before ", describe(late), ", but ", why, "; move ",
+             detail::concat(describe(early), " comes before ", describe(late), ", but ", why, "; move ",
                     to_string(flat.at(late)), " before ", to_string(flat.at(early))));
   };
   // The checks below name each problem they find, which makes them heavy; a schedule that
@@ -236,7 +236,7 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
       for (std::int32_t mb = 0; mb < M; ++mb) {
         if (flat.find(Op::F, st, mb) == no_action) {
           sink.add(ProblemKind::missing_compute, home, -1, Action{Op::F, st, mb, 0},
-                   concat(to_string(Action{Op::F, st, mb, 0}), " is missing: every (stage, micro-batch) runs its forward "
+                   detail::concat(to_string(Action{Op::F, st, mb, 0}), " is missing: every (stage, micro-batch) runs its forward "
                           "once; add it to rank ", home, "'s program"));
         }
         if (!flat.has_backward) continue;
@@ -245,17 +245,17 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
         const bool bw = flat.find(Op::BW, st, mb) != no_action;
         if (b && (bi || bw)) {
           sink.add(ProblemKind::mixed_backward, home, -1, Action{Op::B, st, mb, 0},
-                   concat("micro-batch ", mb, " on stage ", st, " has both B and ", bi ? "BI" : "BW",
+                   detail::concat("micro-batch ", mb, " on stage ", st, " has both B and ", bi ? "BI" : "BW",
                           ": its backward is either one B or a BI then a BW; remove one form"));
         } else if (!b && !bi && !bw) {
           sink.add(ProblemKind::missing_compute, home, -1, Action{Op::B, st, mb, 0},
-                   concat("the backward of micro-batch ", mb, " on stage ", st, " is missing (", to_string(Action{Op::B, st, mb, 0}),
+                   detail::concat("the backward of micro-batch ", mb, " on stage ", st, " is missing (", to_string(Action{Op::B, st, mb, 0}),
                           ", or ", to_string(Action{Op::BI, st, mb, 0}), " then ", to_string(Action{Op::BW, st, mb, 0}),
                           "); the schedule has backwards elsewhere, so add it to rank ", home, "'s program"));
         } else if (bi != bw) {
           const Action absent{bi ? Op::BW : Op::BI, st, mb, 0};
           sink.add(ProblemKind::missing_compute, home, -1, absent,
-                   concat(to_string(absent), " is missing: a split backward runs BI then BW; add it to rank ", home,
+                   detail::concat(to_string(absent), " is missing: a split backward runs BI then BW; add it to rank ", home,
                           "'s program"));
         }
       }
@@ -268,18 +268,18 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
         const std::int32_t rf = flat.rank_of(from), rt = flat.rank_of(to);
         if (snd == no_action && rcv == no_action) {
           sink.add(ProblemKind::missing_transfer, rf, -1, send_action,
-                   concat("the transfer ", to_string(send_action), " (rank ", rf, ") -> ", to_string(recv_action), " (rank ",
+                   detail::concat("the transfer ", to_string(send_action), " (rank ", rf, ") -> ", to_string(recv_action), " (rank ",
                           rt, ") has neither its send nor its receive, while the schedule communicates elsewhere; "
                           "a lowered schedule carries every transfer: add both, or lower() the compute-only schedule"));
         } else if (snd == no_action) {
           sink.add(ProblemKind::missing_send, rf, -1, send_action,
-                   concat(to_string(send_action), " is missing on rank ", rf, ": ", to_string(recv_action), " at ",
+                   detail::concat(to_string(send_action), " is missing on rank ", rf, ": ", to_string(recv_action), " at ",
                           at_rank(flat.owner[static_cast<std::size_t>(rcv)], flat.position(rcv)),
                           " waits for it; add it to rank ", rf, "'s program after ",
                           to_string(Action{send_op == Op::SEND_F ? Op::F : (s.split_backward ? Op::BI : Op::B), from, mb, 0})));
         } else if (rcv == no_action) {
           sink.add(ProblemKind::missing_recv, rt, -1, recv_action,
-                   concat(to_string(send_action), " at ", at_rank(flat.owner[static_cast<std::size_t>(snd)], flat.position(snd)),
+                   detail::concat(to_string(send_action), " at ", at_rank(flat.owner[static_cast<std::size_t>(snd)], flat.position(snd)),
                           " has no matching receive: ", to_string(recv_action), " is missing on rank ", rt,
                           "; add it to rank ", rt, "'s program before the compute that needs it"));
         }
@@ -368,7 +368,7 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
       if (runs[k].first != runs[k - 1].first || (k >= 2 && runs[k - 2].first == runs[k].first)) continue;
       const std::int32_t i = runs[k].second;
       sink.add(ProblemKind::group_not_contiguous, r, flat.position(i), flat.at(i),
-               concat("group ", runs[k].first, " on rank ", r, " is not contiguous: it starts at position ",
+               detail::concat("group ", runs[k].first, " on rank ", r, " is not contiguous: it starts at position ",
                       flat.position(runs[k - 1].second), " and again at position ", flat.position(i),
                       is_compute(flat.at(i).op)
                           ? "; an overlapped pair runs as one unit, so its two actions must be adjacent: renumber or "
@@ -408,7 +408,7 @@ PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, Proble
       reported.emplace_back(from, to);
       const std::int32_t previous_recv = flat.links(previous).peer;
       sink.add(ProblemKind::pair_order, to, flat.position(i), a,
-               concat("rank ", from, " and rank ", to, " post their messages in different orders: rank ", to,
+               detail::concat("rank ", from, " and rank ", to, " post their messages in different orders: rank ", to,
                       " receives ", describe(previous_recv), " before ", describe(i), ", but rank ", from, " sends ",
                       describe(q), " before ", describe(previous),
                       ". NCCL matches point-to-point messages between two ranks in posting order (it has no tags), "
@@ -550,7 +550,7 @@ PPSCHED_OUTLINE void check_pairs(const FlatSchedule& flat, ProblemSink& sink) {
         std::int32_t c = first;
         while (!is_compute(prog[c].op)) ++c;
         sink.add(ProblemKind::group_mixed, r, c, prog[c],
-                 concat(to_string(prog[c]), " at ", at_rank(r, c), " shares group ", g,
+                 detail::concat(to_string(prog[c]), " at ", at_rank(r, c), " shares group ", g,
                         " with communication actions next to it; a group is either an overlapped pair of two compute "
                         "actions or communication posted together: give the pair its own id"));
         continue;
@@ -562,7 +562,7 @@ PPSCHED_OUTLINE void check_pairs(const FlatSchedule& flat, ProblemSink& sink) {
           if (recurs) continue;
         }
         sink.add(ProblemKind::pair_size, r, first, a,
-                 concat("group ", g, " at ", at_rank(r, first), " holds ", size, " compute action",
+                 detail::concat("group ", g, " at ", at_rank(r, first), " holds ", size, " compute action",
                         size == 1 ? "" : "s", " (", to_string(a), size == 1 ? "" : ", ...",
                         "); a compute group is an overlapped pair of exactly two adjacent actions: ",
                         size == 1 ? "set its group to 0 or put its partner next to it" : "split it into pairs"));
@@ -572,14 +572,14 @@ PPSCHED_OUTLINE void check_pairs(const FlatSchedule& flat, ProblemSink& sink) {
       const auto backward = [](Op op) { return op == Op::B || op == Op::BI; };
       if (!((a.op == Op::F && backward(b.op)) || (backward(a.op) && b.op == Op::F))) {
         sink.add(ProblemKind::pair_ops, r, first, a,
-                 concat("the pair ", to_string(a), " and ", to_string(b), " at ", at_rank(r, first),
+                 detail::concat("the pair ", to_string(a), " and ", to_string(b), " at ", at_rank(r, first),
                         " is not one forward and one backward (B or BI); only an F and a backward overlap: set "
                         "their group to 0"));
         continue;
       }
       if (a.microbatch == b.microbatch) {
         sink.add(ProblemKind::pair_dependent, r, first, a,
-                 concat("the pair ", to_string(a), " and ", to_string(b), " at ", at_rank(r, first),
+                 detail::concat("the pair ", to_string(a), " and ", to_string(b), " at ", at_rank(r, first),
                         " is of one micro-batch, whose backward needs that forward's result (through the loss), "
                         "so the pair could never start; pair the forward with another micro-batch's backward"));
       }
@@ -589,7 +589,7 @@ PPSCHED_OUTLINE void check_pairs(const FlatSchedule& flat, ProblemSink& sink) {
 
 PPSCHED_OUTLINE void check_memory_actions(const FlatSchedule& flat, ProblemSink& sink) {
   const auto describe = [&](std::int32_t x) {
-    return concat(to_string(flat.at(x)), " (", at_rank(flat.owner[static_cast<std::size_t>(x)], flat.position(x)), ")");
+    return detail::concat(to_string(flat.at(x)), " (", at_rank(flat.owner[static_cast<std::size_t>(x)], flat.position(x)), ")");
   };
   const auto place = [&](std::int32_t x, ProblemKind kind, const std::string& message) {
     sink.add(kind, flat.owner[static_cast<std::size_t>(x)], flat.position(x), flat.at(x), message);
@@ -601,7 +601,7 @@ PPSCHED_OUTLINE void check_memory_actions(const FlatSchedule& flat, ProblemSink&
   const auto order = [&](std::int32_t early, std::int32_t late, const char* why) {
     if (!same_rank(early, late) || early < late) return;
     place(late, ProblemKind::memory_order,
-          concat(describe(late), " comes before ", describe(early), ", but ", why, "; move ", to_string(flat.at(late)),
+          detail::concat(describe(late), " comes before ", describe(early), ", but ", why, "; move ", to_string(flat.at(late)),
                  " after ", to_string(flat.at(early))));
   };
   for (std::int32_t st = 0; st < flat.stages; ++st) {
@@ -613,19 +613,19 @@ PPSCHED_OUTLINE void check_memory_actions(const FlatSchedule& flat, ProblemSink&
       const std::int32_t any = r != no_action ? r : (off != no_action ? off : rel);
       if (bin == no_action) {
         place(any, ProblemKind::memory_unmatched,
-              concat(describe(any), " keeps an activation for a backward, but micro-batch ", mb, " on stage ", st,
+              detail::concat(describe(any), " keeps an activation for a backward, but micro-batch ", mb, " on stage ", st,
                      " has no B or BI in this schedule; remove it (a forward-only step stores nothing)"));
         continue;
       }
       if (off != no_action && rel == no_action) {
         place(off, ProblemKind::memory_unmatched,
-              concat(describe(off), " moves the activation to host memory, but nothing brings it back: add ",
+              detail::concat(describe(off), " moves the activation to host memory, but nothing brings it back: add ",
                      to_string(Action{Op::RELOAD, st, mb, 0}), " before ", to_string(flat.at(bin))));
         continue;
       }
       if (rel != no_action && off == no_action) {
         place(rel, ProblemKind::memory_unmatched,
-              concat(describe(rel), " brings back an activation that was never offloaded: add ",
+              detail::concat(describe(rel), " brings back an activation that was never offloaded: add ",
                      to_string(Action{Op::OFFLOAD, st, mb, 0}), " after ", to_string(Action{Op::F, st, mb, 0}),
                      ", or remove it"));
         continue;

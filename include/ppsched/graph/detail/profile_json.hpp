@@ -33,7 +33,7 @@ namespace detail {
 // Reads one JSON document as a profile, naming `source` in every error.
 class ProfileReader {
  public:
-  explicit ProfileReader(std::string_view source) : subject_(concat("profile '", source, "'")) {}
+  explicit ProfileReader(std::string_view source) : subject_(detail::concat("profile '", source, "'")) {}
 
   [[nodiscard]] Profile read(std::string_view text) const {
     const nlohmann::json doc = parse(text);
@@ -53,9 +53,9 @@ class ProfileReader {
                   "an array of factors >= 1, one per count of ranks computing at once (1, 2, ...)");
       for (std::size_t i = 0; i < slowdown->size(); ++i) {
         const nlohmann::json& x = (*slowdown)[i];
-        const std::string where = concat("concurrent_slowdown[", i, "]");
+        const std::string where = detail::concat("concurrent_slowdown[", i, "]");
         if (!x.is_number() || !(x.get<double>() >= 1.0) || !std::isfinite(x.get<double>())) {
-          fail({subject_, concat(where, " is ", x.dump()), where,
+          detail::fail({subject_, detail::concat(where, " is ", x.dump()), where,
                 "give how many times longer a compute takes while that many ranks compute at once: a finite number >= 1"});
         }
         p.concurrent_slowdown.push_back(x.get<double>());
@@ -67,7 +67,7 @@ class ProfileReader {
     }
     const nlohmann::json* layers = member(doc, "layers");
     if (layers == nullptr) {
-      fail({subject_, "there is no \"layers\" array", "the document", "add \"layers\": [{\"name\": ..., \"forward\": ...}, ...]"});
+      detail::fail({subject_, "there is no \"layers\" array", "the document", "add \"layers\": [{\"name\": ..., \"forward\": ...}, ...]"});
     }
     std::vector<Layer> list = read_layers(*layers);
     const nlohmann::json* edges = member(doc, "edges");
@@ -76,7 +76,7 @@ class ProfileReader {
     try {
       p.graph = edges == nullptr ? LayerGraph(std::move(list)) : LayerGraph(std::move(list), std::move(edge_list));
     } catch (const error& e) {
-      throw error(concat(subject_, ": ", e.what()));
+      throw error(detail::concat(subject_, ": ", e.what()));
     }
     if (const auto* devices = member(doc, "devices")) p.devices = read_devices(*devices);
     if (const auto* link = member(doc, "link")) p.link = read_link(*link);
@@ -88,7 +88,7 @@ class ProfileReader {
     try {
       return nlohmann::json::parse(text.begin(), text.end());
     } catch (const nlohmann::json::parse_error& e) {
-      fail({subject_, concat("is not valid JSON: ", after_position(e.what())), position(text, e.byte),
+      detail::fail({subject_, detail::concat("is not valid JSON: ", after_position(e.what())), position(text, e.byte),
             "fix the JSON syntax there (a missing comma, quote or bracket is the usual cause)"});
     } catch (const nlohmann::json::exception& e) {
       // Number overflow and the like carry no position; find the offending literal instead.
@@ -99,7 +99,7 @@ class ProfileReader {
         const auto at = text.find(what.substr(open + 1, close - open - 1));
         if (at != std::string_view::npos) where = position(text, at + 1);
       }
-      fail({subject_, concat("cannot be read: ", strip_exception_id(what)), where,
+      detail::fail({subject_, detail::concat("cannot be read: ", strip_exception_id(what)), where,
             "numbers must fit in a double (at most about 1.8e308)"});
     }
   }
@@ -115,7 +115,7 @@ class ProfileReader {
         ++column;
       }
     }
-    return concat("line ", line, ", column ", column);
+    return detail::concat("line ", line, ", column ", column);
   }
   [[nodiscard]] static std::string strip_exception_id(const std::string& what) {
     const auto close = what.find("] ");
@@ -134,16 +134,16 @@ class ProfileReader {
   }
 
   [[nodiscard]] static std::string describe(const nlohmann::json& v) {
-    if (v.is_number()) return concat("the number ", v.dump());
-    if (v.is_string()) return concat("the string ", v.dump());
+    if (v.is_number()) return detail::concat("the number ", v.dump());
+    if (v.is_string()) return detail::concat("the string ", v.dump());
     const std::string type = v.type_name();
-    return concat(type.find_first_of("aeiou") == 0 ? "an " : "a ", type);
+    return detail::concat(type.find_first_of("aeiou") == 0 ? "an " : "a ", type);
   }
 
   void expect_type(const nlohmann::json& v, nlohmann::json::value_t type, const std::string& path,
                    const std::string& expected) const {
     if (v.type() == type) return;
-    fail({subject_, concat("expected ", expected, ", got ", describe(v)), path, concat("write ", expected, " there")});
+    detail::fail({subject_, detail::concat("expected ", expected, ", got ", describe(v)), path, detail::concat("write ", expected, " there")});
   }
 
   // Unknown keys are rejected, so a misspelt field is never silently left at its default.
@@ -161,12 +161,12 @@ class ProfileReader {
           closest_distance = d;
           closest = k;
         }
-        list += concat(list.empty() ? "" : ", ", '"', k, '"');
+        list += detail::concat(list.empty() ? "" : ", ", '"', k, '"');
       }
       if (ok) continue;
-      const std::string where = path.empty() ? key : concat(path, '.', key);
-      fail({subject_, concat("unknown field \"", key, "\""), where,
-            closest_distance <= 2 ? concat("did you mean \"", closest, "\"?") : concat("the fields here are ", list)});
+      const std::string where = path.empty() ? key : detail::concat(path, '.', key);
+      detail::fail({subject_, detail::concat("unknown field \"", key, "\""), where,
+            closest_distance <= 2 ? detail::concat("did you mean \"", closest, "\"?") : detail::concat("the fields here are ", list)});
     }
   }
 
@@ -176,17 +176,17 @@ class ProfileReader {
   [[nodiscard]] double number(const nlohmann::json& object, const char* key, const std::string& path,
                               std::optional<double> fallback, Ok ok, const char* expected) const {
     const nlohmann::json* v = member(object, key);
-    const std::string where = path.empty() ? std::string(key) : concat(path, '.', key);
+    const std::string where = path.empty() ? std::string(key) : detail::concat(path, '.', key);
     if (v == nullptr) {
       if (fallback) return *fallback;
-      fail({subject_, concat("the required field \"", key, "\" is missing"), where, concat("add \"", key, "\": ", expected)});
+      detail::fail({subject_, detail::concat("the required field \"", key, "\" is missing"), where, detail::concat("add \"", key, "\": ", expected)});
     }
     if (!v->is_number()) {
-      fail({subject_, concat("expected ", expected, ", got ", describe(*v)), where, concat("write ", expected, " there")});
+      detail::fail({subject_, detail::concat("expected ", expected, ", got ", describe(*v)), where, detail::concat("write ", expected, " there")});
     }
     const double x = v->get<double>();
     if (!std::isfinite(x) || !ok(x)) {
-      fail({subject_, concat("expected ", expected, ", got ", v->dump()), where, concat("write ", expected, " there")});
+      detail::fail({subject_, detail::concat("expected ", expected, ", got ", v->dump()), where, detail::concat("write ", expected, " there")});
     }
     return x;
   }
@@ -197,12 +197,12 @@ class ProfileReader {
 
   [[nodiscard]] std::vector<Layer> read_layers(const nlohmann::json& layers) const {
     expect_type(layers, nlohmann::json::value_t::array, "layers", "an array of layer objects");
-    if (layers.empty()) fail({subject_, "the \"layers\" array is empty", "layers", "list at least one layer"});
+    if (layers.empty()) detail::fail({subject_, "the \"layers\" array is empty", "layers", "list at least one layer"});
     std::vector<Layer> out;
     out.reserve(layers.size());
     for (std::size_t i = 0; i < layers.size(); ++i) {
       const nlohmann::json& l = layers[i];
-      const std::string path = concat("layers[", i, "]");
+      const std::string path = detail::concat("layers[", i, "]");
       expect_type(l, nlohmann::json::value_t::object, path, "a layer object");
       check_keys(l, path,
                  {"name", "forward", "backward_input", "backward_weight", "backward", "param_bytes", "activation_bytes",
@@ -211,7 +211,7 @@ class ProfileReader {
       Layer layer;
       const nlohmann::json* name = member(l, "name");
       if (name == nullptr) {
-        fail({subject_, "the required field \"name\" is missing", path + ".name", "add \"name\": \"...\""});
+        detail::fail({subject_, "the required field \"name\" is missing", path + ".name", "add \"name\": \"...\""});
       }
       expect_type(*name, nlohmann::json::value_t::string, path + ".name", "a string");
       layer.name = name->get<std::string>();
@@ -230,7 +230,7 @@ class ProfileReader {
       if (const auto* points = member(l, "points")) layer.points = read_points(*points, path + ".points");
       const bool saves = member(l, "recompute_saves_bytes") != nullptr, costs = member(l, "recompute_time") != nullptr;
       if (saves != costs) {
-        fail({subject_, concat("has \"", saves ? "recompute_saves_bytes" : "recompute_time", "\" without \"",
+        detail::fail({subject_, detail::concat("has \"", saves ? "recompute_saves_bytes" : "recompute_time", "\" without \"",
                                saves ? "recompute_time" : "recompute_saves_bytes", "\""),
               path, "give both: the bytes recomputing the part saves, and the time it takes"});
       }
@@ -238,7 +238,7 @@ class ProfileReader {
         layer.recompute_saves_bytes = non_negative(l, "recompute_saves_bytes", path, std::nullopt);
         layer.recompute_time = non_negative(l, "recompute_time", path, std::nullopt);
         if (*layer.recompute_saves_bytes > layer.activation_bytes) {
-          fail({subject_, concat("recompute_saves_bytes ", *layer.recompute_saves_bytes, " exceeds activation_bytes ",
+          detail::fail({subject_, detail::concat("recompute_saves_bytes ", *layer.recompute_saves_bytes, " exceeds activation_bytes ",
                                  layer.activation_bytes),
                 path + ".recompute_saves_bytes", "a part saves at most what the layer keeps: give at most activation_bytes"});
         }
@@ -253,7 +253,7 @@ class ProfileReader {
     std::vector<CostPoint> out;
     for (std::size_t k = 0; k < points.size(); ++k) {
       const nlohmann::json& v = points[k];
-      const std::string at = concat(path, '[', k, ']');
+      const std::string at = detail::concat(path, '[', k, ']');
       expect_type(v, nlohmann::json::value_t::object, at, "a point object with \"rows\" and the times measured there");
       check_keys(v, at,
                  {"rows", "forward", "backward_input", "backward_weight", "backward", "activation_bytes", "output_bytes",
@@ -282,24 +282,24 @@ class ProfileReader {
     std::vector<Edge> out;
     out.reserve(edges.size());
     for (std::size_t e = 0; e < edges.size(); ++e) {
-      const std::string path = concat("edges[", e, "]");
+      const std::string path = detail::concat("edges[", e, "]");
       const nlohmann::json& pair = edges[e];
       if (!pair.is_array() || pair.size() != 2) {
-        fail({subject_, concat("expected a [from, to] pair of layer indices, got ", pair.dump()), path,
+        detail::fail({subject_, detail::concat("expected a [from, to] pair of layer indices, got ", pair.dump()), path,
               "write the two layer indices, e.g. [0, 1]"});
       }
       std::size_t ends[2] = {0, 0};
       for (std::size_t side = 0; side < 2; ++side) {
         const nlohmann::json& v = pair[side];
-        const std::string where = concat(path, '[', side, ']');
+        const std::string where = detail::concat(path, '[', side, ']');
         if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<long long>() >= 0)) {
-          fail({subject_, concat("expected a layer index (an integer >= 0), got ", describe(v)), where,
-                concat("layer indices run from 0 to ", layers, " - 1")});
+          detail::fail({subject_, detail::concat("expected a layer index (an integer >= 0), got ", describe(v)), where,
+                detail::concat("layer indices run from 0 to ", layers, " - 1")});
         }
         const auto index = v.get<unsigned long long>();
         if (index >= layers) {
-          fail({subject_, concat("layer index ", index, " is out of range: there are ", layers, " layers"), where,
-                concat("layer indices run from 0 to ", layers, " - 1")});
+          detail::fail({subject_, detail::concat("layer index ", index, " is out of range: there are ", layers, " layers"), where,
+                detail::concat("layer indices run from 0 to ", layers, " - 1")});
         }
         ends[side] = static_cast<std::size_t>(index);
       }
@@ -312,7 +312,7 @@ class ProfileReader {
     expect_type(devices, nlohmann::json::value_t::array, "devices", "an array of device objects");
     std::vector<Device> out;
     for (std::size_t d = 0; d < devices.size(); ++d) {
-      const std::string path = concat("devices[", d, "]");
+      const std::string path = detail::concat("devices[", d, "]");
       const nlohmann::json& v = devices[d];
       expect_type(v, nlohmann::json::value_t::object, path, "a device object");
       check_keys(v, path, {"speed", "memory_bytes", "count"});

@@ -27,13 +27,13 @@ namespace detail {
   while (in.read(buffer, sizeof buffer), in.gcount() > 0) {
     const auto got = static_cast<std::size_t>(in.gcount());
     if (got > max_bytes - text.size()) {
-      fail({std::string(subject), concat("is larger than ", max_bytes, " bytes (the bound for this input)"),
+      detail::fail({std::string(subject), detail::concat("is larger than ", max_bytes, " bytes (the bound for this input)"),
             std::string(where),
             "give a file of this kind (a device such as /dev/zero never ends), or raise the bound the reader takes"});
     }
     text.append(buffer, got);
   }
-  if (in.bad()) fail({std::string(subject), "could not be read to the end", std::string(where), "check the file and the disk"});
+  if (in.bad()) detail::fail({std::string(subject), "could not be read to the end", std::string(where), "check the file and the disk"});
   return text;
 }
 
@@ -42,11 +42,11 @@ namespace detail {
                                                 std::string_view subject) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    fail({std::string(subject), "is a directory", path.string(), "give the path of a file"});
+    detail::fail({std::string(subject), "is a directory", path.string(), "give the path of a file"});
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    fail({std::string(subject), "cannot be opened", path.string(), "check that the file exists and is readable"});
+    detail::fail({std::string(subject), "cannot be opened", path.string(), "check that the file exists and is readable"});
   }
   return read_bounded(in, max_bytes, subject, path.string());
 }

@@ -15,7 +15,7 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 [[nodiscard]] PPSCHED_OUTLINE std::string layer_label(std::span<const Layer> layers, std::size_t i) {
-  return concat("layer ", i, " '", layers[i].name, "'");
+  return detail::concat("layer ", i, " '", layers[i].name, "'");
 }
 
 [[nodiscard]] PPSCHED_OUTLINE std::string bad_value_problem(double x) {
@@ -23,32 +23,32 @@ namespace detail {
   if (x == std::numeric_limits<double>::infinity() || x == -std::numeric_limits<double>::infinity()) {
     return "is infinite";
   }
-  return concat("is negative (", x, ")");
+  return detail::concat("is negative (", x, ")");
 }
 
 PPSCHED_OUTLINE void check_layer_field(std::span<const Layer> layers, std::size_t i, const char* field, double value,
                               const std::string& subject) {
   if (finite_nonnegative(value)) return;
-  fail({subject, concat("field '", field, "' of ", layer_label(layers, i), ' ', bad_value_problem(value)),
-        concat(layer_label(layers, i), " field '", field, "'"),
+  detail::fail({subject, detail::concat("field '", field, "' of ", layer_label(layers, i), ' ', bad_value_problem(value)),
+        detail::concat(layer_label(layers, i), " field '", field, "'"),
         "times and byte counts must be finite and >= 0 (use 0 for a cost a layer does not have)"});
 }
 
 PPSCHED_OUTLINE void check_boundary_bytes(std::span<const Layer> layers, std::size_t i, const std::string& at, const char* field,
                                  double boundary, const char* kept_field, double kept, const std::string& subject) {
   if (boundary <= kept) return;
-  fail({subject,
-        concat("field '", at, field, "' of ", layer_label(layers, i), " (", boundary, ") exceeds its ", kept_field, " (",
+  detail::fail({subject,
+        detail::concat("field '", at, field, "' of ", layer_label(layers, i), " (", boundary, ") exceeds its ", kept_field, " (",
                kept, ")"),
-        concat(layer_label(layers, i), " field '", at, field, "'"),
-        concat("a cut lets go of part of what the layer keeps: give at most ", kept_field)});
+        detail::concat(layer_label(layers, i), " field '", at, field, "'"),
+        detail::concat("a cut lets go of part of what the layer keeps: give at most ", kept_field)});
 }
 
 PPSCHED_OUTLINE void check_boundary_weight_bytes(std::span<const Layer> layers, std::size_t i, const std::string& at, double boundary,
                                         const std::optional<double>& weight, const std::string& subject) {
   if (!weight) {
-    fail({subject, concat(layer_label(layers, i), " has ", at, "boundary_weight_bytes without ", at, "weight_bytes"),
-          concat(layer_label(layers, i), " field '", at, "boundary_weight_bytes'"),
+    detail::fail({subject, detail::concat(layer_label(layers, i), " has ", at, "boundary_weight_bytes without ", at, "weight_bytes"),
+          detail::concat(layer_label(layers, i), " field '", at, "boundary_weight_bytes'"),
           "give weight_bytes too (what the layer keeps from BI to BW), or leave both out"});
   }
   check_boundary_bytes(layers, i, at, "boundary_weight_bytes", boundary, "weight_bytes", *weight, subject);
@@ -75,7 +75,7 @@ PPSCHED_OUTLINE void check_layers(std::span<const Layer> layers, const std::stri
     }
     for (std::size_t k = 0; k < l.points.size(); ++k) {
       const CostPoint& p = l.points[k];
-      const std::string at = concat("points[", k, "].");
+      const std::string at = detail::concat("points[", k, "].");
       for (const auto& [field, value] : {std::pair{"rows", p.rows}, std::pair{"forward", p.forward},
                                          std::pair{"backward_input", p.backward_input},
                                          std::pair{"backward_weight", p.backward_weight},
@@ -89,30 +89,30 @@ PPSCHED_OUTLINE void check_layers(std::span<const Layer> layers, const std::stri
         check_layer_field(layers, i, (at + field).c_str(), value, subject);
       }
       if (!(p.rows > 0.0) || (k > 0 && !(p.rows > l.points[k - 1].rows))) {
-        fail({subject, concat(layer_label(layers, i), " has a measured point at ", p.rows, " rows",
-                              k > 0 ? concat(" after one at ", l.points[k - 1].rows) : std::string()),
-              concat(layer_label(layers, i), " field '", at, "rows'"),
+        detail::fail({subject, detail::concat(layer_label(layers, i), " has a measured point at ", p.rows, " rows",
+                              k > 0 ? detail::concat(" after one at ", l.points[k - 1].rows) : std::string()),
+              detail::concat(layer_label(layers, i), " field '", at, "rows'"),
               "list the measured sizes in increasing order, each > 0 and measured once"});
       }
       if (p.backward.has_value() != l.points.front().backward.has_value()) {
-        fail({subject, concat(layer_label(layers, i), " has a full backward at some measured sizes and not at others"),
-              concat(layer_label(layers, i), " field '", at, "backward'"),
+        detail::fail({subject, detail::concat(layer_label(layers, i), " has a full backward at some measured sizes and not at others"),
+              detail::concat(layer_label(layers, i), " field '", at, "backward'"),
               "measure the full backward at every size, or at none"});
       }
       if (p.weight_bytes.has_value() != l.points.front().weight_bytes.has_value()) {
-        fail({subject, concat(layer_label(layers, i), " has weight_bytes at some measured sizes and not at others"),
-              concat(layer_label(layers, i), " field '", at, "weight_bytes'"), "measure them at every size, or at none"});
+        detail::fail({subject, detail::concat(layer_label(layers, i), " has weight_bytes at some measured sizes and not at others"),
+              detail::concat(layer_label(layers, i), " field '", at, "weight_bytes'"), "measure them at every size, or at none"});
       }
       if (p.boundary_bytes.has_value() != l.points.front().boundary_bytes.has_value()) {
-        fail({subject, concat(layer_label(layers, i), " has boundary_bytes at some measured sizes and not at others"),
-              concat(layer_label(layers, i), " field '", at, "boundary_bytes'"), "measure them at every size, or at none"});
+        detail::fail({subject, detail::concat(layer_label(layers, i), " has boundary_bytes at some measured sizes and not at others"),
+              detail::concat(layer_label(layers, i), " field '", at, "boundary_bytes'"), "measure them at every size, or at none"});
       }
       if (p.boundary_bytes) {
         check_boundary_bytes(layers, i, at, "boundary_bytes", *p.boundary_bytes, "activation_bytes", p.activation_bytes, subject);
       }
       if (p.boundary_weight_bytes.has_value() != l.points.front().boundary_weight_bytes.has_value()) {
-        fail({subject, concat(layer_label(layers, i), " has boundary_weight_bytes at some measured sizes and not at others"),
-              concat(layer_label(layers, i), " field '", at, "boundary_weight_bytes'"), "measure them at every size, or at none"});
+        detail::fail({subject, detail::concat(layer_label(layers, i), " has boundary_weight_bytes at some measured sizes and not at others"),
+              detail::concat(layer_label(layers, i), " field '", at, "boundary_weight_bytes'"), "measure them at every size, or at none"});
       }
       if (p.boundary_weight_bytes) check_boundary_weight_bytes(layers, i, at, *p.boundary_weight_bytes, p.weight_bytes, subject);
     }
@@ -174,7 +174,7 @@ PPSCHED_OUTLINE void check_layers(std::span<const Layer> layers, const std::stri
   std::vector<std::size_t> cycle(walk.begin() + static_cast<std::ptrdiff_t>(seen_at[cur]), walk.end());
   std::reverse(cycle.begin(), cycle.end());
   std::string text;
-  for (const std::size_t i : cycle) text += concat(layer_label(layers, i), " -> ");
+  for (const std::size_t i : cycle) text += detail::concat(layer_label(layers, i), " -> ");
   return text + layer_label(layers, cycle.front());
 }
 
@@ -189,17 +189,17 @@ PPSCHED_OUTLINE void check_topological_order(const LayerGraph& graph, std::span<
   const std::string subject = "topological order";
   const std::size_t n = graph.size();
   if (order.size() != n) {
-    fail({subject, detail::concat("lists ", order.size(), " layers, but the graph has ", n), "the order's length",
+    detail::fail({subject, detail::concat("lists ", order.size(), " layers, but the graph has ", n), "the order's length",
           "give every layer index exactly once"});
   }
   std::vector<std::size_t> position(n, n);
   for (std::size_t p = 0; p < n; ++p) {
     if (order[p] >= n) {
-      fail({subject, detail::concat("names layer ", order[p], ", but the graph has ", n, " layers"),
+      detail::fail({subject, detail::concat("names layer ", order[p], ", but the graph has ", n, " layers"),
             detail::concat("position ", p), detail::concat("layer indices run from 0 to ", n, " - 1")});
     }
     if (position[order[p]] != n) {
-      fail({subject,
+      detail::fail({subject,
             detail::concat("lists ", detail::layer_label(graph.layers(), order[p]), " twice (positions ",
                            position[order[p]], " and ", p, ")"),
             detail::concat("position ", p), "give every layer index exactly once"});
@@ -209,7 +209,7 @@ PPSCHED_OUTLINE void check_topological_order(const LayerGraph& graph, std::span<
   for (std::size_t e = 0; e < graph.edges().size(); ++e) {
     const Edge& edge = graph.edges()[e];
     if (position[edge.from] > position[edge.to]) {
-      fail({subject,
+      detail::fail({subject,
             detail::concat("puts ", detail::layer_label(graph.layers(), edge.to), " (position ", position[edge.to],
                            ") before its input ", detail::layer_label(graph.layers(), edge.from), " (position ",
                            position[edge.from], ")"),
@@ -229,20 +229,20 @@ PPSCHED_OUTLINE void LayerGraph::validate() {
   for (std::size_t e = 0; e < edges_.size(); ++e) {
     const Edge& edge = edges_[e];
     if (edge.from >= layers_.size() || edge.to >= layers_.size()) {
-      fail({subject,
+      detail::fail({subject,
             detail::concat("edge ", e, " (", edge.from, " -> ", edge.to, ") names layer ",
                            edge.from >= layers_.size() ? edge.from : edge.to, ", but there are only ",
                            layers_.size(), " layers"),
             detail::concat("edge ", e), detail::concat("layer indices run from 0 to ", layers_.size(), " - 1")});
     }
     if (edge.from == edge.to) {
-      fail({subject, detail::concat("edge ", e, " feeds ", detail::layer_label(layers_, edge.from), " into itself"),
+      detail::fail({subject, detail::concat("edge ", e, " feeds ", detail::layer_label(layers_, edge.from), " into itself"),
             detail::concat("edge ", e), "remove it: a layer cannot consume its own output"});
     }
   }
   order_ = detail::lowest_index_first_order(layers_.size(), edges_);
   if (order_.size() != layers_.size()) {
-    fail({subject, "the edges form a cycle: " + detail::describe_cycle(layers_, edges_, order_), "edges",
+    detail::fail({subject, "the edges form a cycle: " + detail::describe_cycle(layers_, edges_, order_), "edges",
           "a layer graph must be acyclic; remove or reverse one edge on the cycle"});
   }
 }

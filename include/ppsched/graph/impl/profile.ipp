@@ -12,12 +12,12 @@ namespace ppsched::inline PPSCHED_MODE {
 [[nodiscard]] PPSCHED_OUTLINE Layer layer_at_rows(const Layer& layer, double rows, double reference_rows) {
   using detail::concat;
   if (!(rows > 0.0 && rows <= std::numeric_limits<double>::max())) {
-    fail({"layer_at_rows", concat("rows = ", rows), "rows", "ask for a finite micro-batch of more than 0 rows"});
+    detail::fail({"layer_at_rows", detail::concat("rows = ", rows), "rows", "ask for a finite micro-batch of more than 0 rows"});
   }
   Layer out = layer;
   if (layer.points.empty()) {
     if (!(reference_rows > 0.0 && reference_rows <= std::numeric_limits<double>::max())) {
-      fail({"layer_at_rows", concat("reference_rows = ", reference_rows, " for layer '", layer.name, "', which has no measured points"),
+      detail::fail({"layer_at_rows", detail::concat("reference_rows = ", reference_rows, " for layer '", layer.name, "', which has no measured points"),
             "reference_rows", "give the micro-batch size the layer's costs were measured at (Profile::rows)"});
     }
     const double k = rows / reference_rows;

@@ -11,11 +11,11 @@ namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE double value_at_rows(std::span<const RowsValue> points, double rows) {
   using detail::concat;
-  if (points.empty()) fail({"value_at_rows", "no measured points", "points", "measure at least one micro-batch size"});
-  if (!(rows > 0.0)) fail({"value_at_rows", concat("rows = ", rows), "rows", "ask for a micro-batch of more than 0 rows"});
+  if (points.empty()) detail::fail({"value_at_rows", "no measured points", "points", "measure at least one micro-batch size"});
+  if (!(rows > 0.0)) detail::fail({"value_at_rows", detail::concat("rows = ", rows), "rows", "ask for a micro-batch of more than 0 rows"});
   for (std::size_t i = 0; i < points.size(); ++i) {
     if (!(points[i].rows > 0.0) || (i > 0 && !(points[i].rows > points[i - 1].rows))) {
-      fail({"value_at_rows", concat("point ", i, " is at ", points[i].rows, " rows"), concat("points[", i, "].rows"),
+      detail::fail({"value_at_rows", detail::concat("point ", i, " is at ", points[i].rows, " rows"), detail::concat("points[", i, "].rows"),
             "give points at distinct sizes > 0, in increasing order"});
     }
   }

@@ -16,7 +16,7 @@ PPSCHED_OUTLINE void check_tensor_specs(std::span<const TensorSpec> specs, std::
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const std::size_t limit = (std::numeric_limits<std::size_t>::max() - total) / 2 / dtype_size(specs[i].dtype);
     if (specs[i].max_count > limit) {
-      fail({std::string(where), detail::concat("tensor ", i, " declares ", specs[i].max_count, " elements of ",
+      detail::fail({std::string(where), detail::concat("tensor ", i, " declares ", specs[i].max_count, " elements of ",
                                                to_string(specs[i].dtype), ", more than memory holds"),
             detail::concat("tensor ", i), "Declare the largest count a micro-batch really carries"});
     }

@@ -61,8 +61,8 @@ namespace ppsched::inline PPSCHED_MODE::detail {
     // small that adding it to the clock changes nothing would put the send first.
     if (!(key > ideal.start(static_cast<std::size_t>(i)))) {
       const Action& a = flat.at(i);
-      fail({"lower options",
-            concat("compute_time(", to_string(a), ") = ", durations[static_cast<std::size_t>(i)], " vanishes against its start time ",
+      detail::fail({"lower options",
+            detail::concat("compute_time(", to_string(a), ") = ", durations[static_cast<std::size_t>(i)], " vanishes against its start time ",
                    ideal.start(static_cast<std::size_t>(i)), " in the idealised run"),
             "", "give compute times within a factor of about 1e12 of each other (a free action may be 0 in a CostModel)"});
     }
@@ -184,14 +184,14 @@ namespace ppsched::inline PPSCHED_MODE {
   }
 
   if (!(options.fb_overlap >= 0.0 && options.fb_overlap <= 1.0)) {
-    fail({"lower options", detail::concat("fb_overlap = ", options.fb_overlap, " is outside [0, 1]"), "fb_overlap",
+    detail::fail({"lower options", detail::concat("fb_overlap = ", options.fb_overlap, " is outside [0, 1]"), "fb_overlap",
           "give the share of the shorter action of an overlapped pair hidden under the longer: 0 (none) to 1"});
   }
   const std::size_t n = flat.size();
   auto duration = [&](const Action& a) {
     const double t = options.compute_time ? options.compute_time(a) : detail::default_lower_time(a);
     if (!(std::isfinite(t) && t > 0.0)) {
-      fail({"lower options", detail::concat("compute_time(", to_string(a), ") is ", t), "",
+      detail::fail({"lower options", detail::concat("compute_time(", to_string(a), ") is ", t), "",
             "give every compute action a positive, finite time: lowering orders communication by a timeline"});
     }
     return t;
@@ -212,7 +212,7 @@ namespace ppsched::inline PPSCHED_MODE {
       }
       const double t = options.transfer_time(send);
       if (!(std::isfinite(t) && t >= 0.0)) {
-        fail({"lower options", detail::concat("transfer_time(", to_string(send), ") is ", t), "",
+        detail::fail({"lower options", detail::concat("transfer_time(", to_string(send), ") is ", t), "",
               "give every transfer a finite time >= 0"});
       }
       delay[i] = t;
@@ -357,7 +357,7 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 [[noreturn]] PPSCHED_OUTLINE void fail_lowering(const Schedule& s, const std::string& problems) {
-  fail({"lower: schedule '" + s.name + "'", "is not a valid compute-only schedule:" + problems, "",
+  detail::fail({"lower: schedule '" + s.name + "'", "is not a valid compute-only schedule:" + problems, "",
         "fix these problems (validate() lists them all) before lowering"});
 }
 

@@ -586,7 +586,7 @@ template <class Probe>
       probe.split(candidate);
       const double got = bottleneck_of(m, candidate);
       if (!(got <= bound)) {  // a probe's split always meets its bound; never loop on a broken one
-        fail({"partition", "internal error: a feasibility probe returned a split above its bound", "",
+        detail::fail({"partition", "internal error: a feasibility probe returned a split above its bound", "",
               "please report this with the input that caused it"});
       }
       if (got < hi || (got == hi && !best_is_canonical)) {
@@ -677,11 +677,11 @@ template <class Probe>
     std::size_t i = 0;
     while (chain_value_ok(costs[i])) ++i;
     const double c = costs[i];
-    fail({"partition_chain", concat("cost ", i, " is ", c != c ? "NaN" : c < 0.0 ? "negative" : "infinite"),
-          concat("costs[", i, "]"), "layer costs must be finite and >= 0"});
+    detail::fail({"partition_chain", detail::concat("cost ", i, " is ", c != c ? "NaN" : c < 0.0 ? "negative" : "infinite"),
+          detail::concat("costs[", i, "]"), "layer costs must be finite and >= 0"});
   }
   if (!chain_value_ok(sum)) {
-    fail({"partition_chain", "the costs add up to more than the largest double", "costs",
+    detail::fail({"partition_chain", "the costs add up to more than the largest double", "costs",
           "rescale the costs (choose a larger time unit)"});
   }
   largest_layer = largest;
@@ -689,11 +689,11 @@ template <class Probe>
 }
 
 inline void check_chain_stages(std::size_t layers, std::int32_t stages) {
-  if (layers == 0) fail({"partition_chain", "there are no layers to split", "costs", "give at least one layer cost"});
-  if (stages <= 0) fail({"partition_chain", concat(stages, " stages requested"), "stages", "ask for at least one stage"});
+  if (layers == 0) detail::fail({"partition_chain", "there are no layers to split", "costs", "give at least one layer cost"});
+  if (stages <= 0) detail::fail({"partition_chain", detail::concat(stages, " stages requested"), "stages", "ask for at least one stage"});
   if (static_cast<std::size_t>(stages) > layers) {
-    fail({"partition_chain", concat(stages, " stages requested for ", layers, " layers; a stage cannot be empty"),
-          "stages", concat("ask for at most ", layers, " stages")});
+    detail::fail({"partition_chain", detail::concat(stages, " stages requested for ", layers, " layers; a stage cannot be empty"),
+          "stages", detail::concat("ask for at most ", layers, " stages")});
   }
 }
 

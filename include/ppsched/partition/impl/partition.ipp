@@ -49,18 +49,18 @@ namespace detail {
 
 PPSCHED_OUTLINE void check_partition_shape(const LayerGraph& graph, std::int32_t stages, std::string_view subject) {
   if (graph.empty()) {
-    fail({std::string(subject), "the layer graph has no layers", "graph", "give at least one layer"});
+    detail::fail({std::string(subject), "the layer graph has no layers", "graph", "give at least one layer"});
   }
-  if (stages <= 0) fail({std::string(subject), concat(stages, " stages requested"), "stages", "ask for at least one stage"});
+  if (stages <= 0) detail::fail({std::string(subject), detail::concat(stages, " stages requested"), "stages", "ask for at least one stage"});
   if (static_cast<std::size_t>(stages) > graph.size()) {
-    fail({std::string(subject), concat(stages, " stages requested for ", graph.size(), " layers; a stage cannot be empty"),
-          "stages", concat("ask for at most ", graph.size(), " stages, or split layers finer")});
+    detail::fail({std::string(subject), detail::concat(stages, " stages requested for ", graph.size(), " layers; a stage cannot be empty"),
+          "stages", detail::concat("ask for at most ", graph.size(), " stages, or split layers finer")});
   }
 }
 
 PPSCHED_OUTLINE void check_running_sum(double total, std::string_view subject, const char* what) {
   if (!chain_value_ok(total)) {
-    fail({std::string(subject), concat("the layers' ", what, " add up to more than the largest double"), what,
+    detail::fail({std::string(subject), detail::concat("the layers' ", what, " add up to more than the largest double"), what,
           "rescale the profile (a larger time unit, or fewer bytes per unit)"});
   }
 }
@@ -268,20 +268,20 @@ PPSCHED_OUTLINE void check_running_sum(double total, std::string_view subject, c
 
 PPSCHED_OUTLINE void check_boundaries(const LayerGraph& graph, std::span<const std::size_t> boundaries) {
   const std::string subject = "evaluate_partition";
-  const std::string fix = concat("boundaries run from 0 to ", graph.size(), " (the layer count), strictly increasing, "
+  const std::string fix = detail::concat("boundaries run from 0 to ", graph.size(), " (the layer count), strictly increasing, "
                                  "one more than the stage count");
   if (boundaries.size() < 2) {
-    fail({subject, concat("got ", boundaries.size(), " boundaries; at least one stage needs 2"), "boundaries", fix});
+    detail::fail({subject, detail::concat("got ", boundaries.size(), " boundaries; at least one stage needs 2"), "boundaries", fix});
   }
-  if (boundaries.front() != 0) fail({subject, concat("the first boundary is ", boundaries.front(), ", not 0"), "boundaries[0]", fix});
+  if (boundaries.front() != 0) detail::fail({subject, detail::concat("the first boundary is ", boundaries.front(), ", not 0"), "boundaries[0]", fix});
   if (boundaries.back() != graph.size()) {
-    fail({subject, concat("the last boundary is ", boundaries.back(), ", not the layer count ", graph.size()),
-          concat("boundaries[", boundaries.size() - 1, "]"), fix});
+    detail::fail({subject, detail::concat("the last boundary is ", boundaries.back(), ", not the layer count ", graph.size()),
+          detail::concat("boundaries[", boundaries.size() - 1, "]"), fix});
   }
   for (std::size_t j = 0; j + 1 < boundaries.size(); ++j) {
     if (boundaries[j] >= boundaries[j + 1]) {
-      fail({subject, concat("stage ", j, " would be empty or reversed (", boundaries[j], " .. ", boundaries[j + 1], ")"),
-            concat("boundaries[", j + 1, "]"), fix});
+      detail::fail({subject, detail::concat("stage ", j, " would be empty or reversed (", boundaries[j], " .. ", boundaries[j + 1], ")"),
+            detail::concat("boundaries[", j + 1, "]"), fix});
     }
   }
 }
@@ -343,12 +343,12 @@ namespace detail {
 [[noreturn]] PPSCHED_OUTLINE void fail_memory(const PartitionInput& in, std::string_view subject) {
   const SmallestCap need = smallest_uniform_cap(in);
   std::string caps;
-  for (std::size_t j = 0; j < in.cap.size(); ++j) caps += concat(j == 0 ? "" : ", ", bytes_text(in.cap[j]));
-  fail({std::string(subject),
-        concat("no split of ", in.layers, " layers into ", in.stages, " stages fits the devices' memory caps (",
+  for (std::size_t j = 0; j < in.cap.size(); ++j) caps += detail::concat(j == 0 ? "" : ", ", bytes_text(in.cap[j]));
+  detail::fail({std::string(subject),
+        detail::concat("no split of ", in.layers, " layers into ", in.stages, " stages fits the devices' memory caps (",
                caps, ")"),
         "devices[].memory_bytes",
-        concat("the split needing the least memory needs ", bytes_text(need.bytes), " on its fullest stage (stage ",
+        detail::concat("the split needing the least memory needs ", bytes_text(need.bytes), " on its fullest stage (stage ",
                need.stage, "): give every device at least that much, or lower optimizer_state_factor or the "
                "in-flight counts, or use more stages")});
 }

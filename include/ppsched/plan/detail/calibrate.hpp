@@ -30,7 +30,7 @@ namespace detail {
                                                           const Calibration& fit) {
   using detail::concat;
   if (cut.stages.size() != fit.scale.size()) {
-    fail({"calibrated_profile", concat("the cut has ", cut.stages.size(), " stages, the calibration ", fit.scale.size()),
+    detail::fail({"calibrated_profile", detail::concat("the cut has ", cut.stages.size(), " stages, the calibration ", fit.scale.size()),
           "cut", "give the cut the calibrated model was made from"});
   }
   std::vector<KindScales> out(profile.graph.size(), KindScales{1.0, 1.0, 1.0, 1.0});

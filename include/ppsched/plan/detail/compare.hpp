@@ -57,17 +57,17 @@ namespace detail {
 inline void check_plan_request(const plan::PlanRequest& r) {
   const std::string subject = "plan request";
   if (r.ranks < 1 || r.microbatches < 1 || r.chunks < 1) {
-    fail({subject, concat("ranks = ", r.ranks, ", microbatches = ", r.microbatches, ", chunks = ", r.chunks),
+    detail::fail({subject, detail::concat("ranks = ", r.ranks, ", microbatches = ", r.microbatches, ", chunks = ", r.chunks),
           "PlanRequest", "ranks, microbatches and chunks are at least 1"});
   }
   if (!(r.weight_memory_fraction >= 0.0 && r.weight_memory_fraction <= std::numeric_limits<double>::max())) {
-    fail({subject, concat("weight_memory_fraction is ", r.weight_memory_fraction), "PlanRequest::weight_memory_fraction",
+    detail::fail({subject, detail::concat("weight_memory_fraction is ", r.weight_memory_fraction), "PlanRequest::weight_memory_fraction",
           detail::weight_memory_fraction_hint});
   }
   for (const auto& [cap, field] : {std::pair{r.cap.microbatches, "PlanRequest::cap.microbatches"},
                                    std::pair{r.cap.total_bytes, "PlanRequest::cap.total_bytes"}}) {
     if (cap && !(*cap > 0.0 && *cap <= std::numeric_limits<double>::max())) {
-      fail({subject, concat("a memory cap of ", *cap), field, "give a finite cap > 0, or leave it empty for none"});
+      detail::fail({subject, detail::concat("a memory cap of ", *cap), field, "give a finite cap > 0, or leave it empty for none"});
     }
   }
   check_objective(r.objective, "PlanRequest::objective");
@@ -78,7 +78,7 @@ inline void check_plan_request(const plan::PlanRequest& r) {
 [[nodiscard]] inline plan::PlanResult start_plan(const char* who, const plan::PlanModel& model, const plan::PlanRequest& request) {
   check_plan_request(request);
   if (!model.partition) {
-    fail({who, "the model has no partition function", "PlanModel::partition",
+    detail::fail({who, "the model has no partition function", "PlanModel::partition",
           "use per_rank_cost_model or graph_model, or set PlanModel::partition"});
   }
   // The model was cut for one size (graph_model's options): planning another would cut a
@@ -86,9 +86,9 @@ inline void check_plan_request(const plan::PlanRequest& r) {
   for (const auto& [asked, built, field] : {std::tuple{request.ranks, model.ranks, "ranks"},
                                             std::tuple{request.microbatches, model.microbatches, "microbatches"}}) {
     if (built != 0 && asked != built) {
-      fail({who, concat("PlanRequest::", field, " is ", asked, " but the model was built with GraphModelOptions::", field,
+      detail::fail({who, detail::concat("PlanRequest::", field, " is ", asked, " but the model was built with GraphModelOptions::", field,
                         " = ", built, " (PlanModel::", field, ")"),
-            concat("PlanRequest::", field), concat("give the model's ", built, ", or build the model with ", asked)});
+            detail::concat("PlanRequest::", field), detail::concat("give the model's ", built, ", or build the model with ", asked)});
     }
   }
   plan::PlanResult plan;
@@ -127,7 +127,7 @@ inline void check_fit(plan::ScheduleResult& r, const plan::MemoryCaps& cap, cons
     const std::size_t worst = argmax(r.peak_activations);
     if (r.peak_activations[worst] > *cap.microbatches + slack) {
       r.fits = false;
-      r.fit_problem = concat("needs ", short_number(r.peak_activations[worst]), " M_B on rank ", worst, " > cap ",
+      r.fit_problem = detail::concat("needs ", short_number(r.peak_activations[worst]), " M_B on rank ", worst, " > cap ",
                              short_number(*cap.microbatches));
       return;
     }
@@ -136,7 +136,7 @@ inline void check_fit(plan::ScheduleResult& r, const plan::MemoryCaps& cap, cons
     const std::size_t worst = argmax(r.peak_memory_bytes);
     if (r.peak_memory_bytes[worst] > *cap.total_bytes * (1.0 + slack)) {
       r.fits = false;
-      r.fit_problem = concat("needs ", bytes_text(r.peak_memory_bytes[worst]), " on rank ", worst, " > cap ",
+      r.fit_problem = detail::concat("needs ", bytes_text(r.peak_memory_bytes[worst]), " on rank ", worst, " > cap ",
                              bytes_text(*cap.total_bytes));
       return;
     }
@@ -144,7 +144,7 @@ inline void check_fit(plan::ScheduleResult& r, const plan::MemoryCaps& cap, cons
   for (std::size_t rank = 0; rank < rank_memory_cap.size() && rank < r.peak_memory_bytes.size(); ++rank) {
     if (r.peak_memory_bytes[rank] > rank_memory_cap[rank] * (1.0 + slack)) {
       r.fits = false;
-      r.fit_problem = concat("needs ", bytes_text(r.peak_memory_bytes[rank]), " on rank ", rank, " > its device's ",
+      r.fit_problem = detail::concat("needs ", bytes_text(r.peak_memory_bytes[rank]), " on rank ", rank, " > its device's ",
                              bytes_text(rank_memory_cap[rank]));
       return;
     }
@@ -192,7 +192,7 @@ namespace detail {
                                                     Workspace& ws, const CostModel& cost)
 {
   if (partition.stages.size() != static_cast<std::size_t>(std::max(schedule.stages(), 0))) {
-    fail({"evaluate_schedule", concat("the partition has ", partition.stages.size(), " stages for schedule '",
+    detail::fail({"evaluate_schedule", detail::concat("the partition has ", partition.stages.size(), " stages for schedule '",
                                       schedule.name, "' of ", schedule.stages()),
           "", "cut the model for the schedule's placement: model.partition(schedule.placement)"});
   }
@@ -225,7 +225,7 @@ namespace detail {
   }
   r.valid = report.ok();
   for (const Problem& p : report.problems) r.problems.push_back(p.message);
-  if (report.unlisted_problems != 0) r.problems.push_back(concat("... and ", report.unlisted_problems, " more"));
+  if (report.unlisted_problems != 0) r.problems.push_back(detail::concat("... and ", report.unlisted_problems, " more"));
   r.schedule = std::move(schedule);
   if (!r.valid) {
     r.fits = false;
@@ -294,32 +294,32 @@ namespace detail {
     rec.reason = "no valid training schedule was evaluated (forward-only runs inference only)";
     return rec;
   }
-  const std::string time_limit = std::isinf(bound) ? "" : concat(" within the makespan bound ", short_number(bound));
+  const std::string time_limit = std::isinf(bound) ? "" : detail::concat(" within the makespan bound ", short_number(bound));
   if (within == 0) {
     const plan::ScheduleResult& f = schedules[*fastest];
-    rec.reason = concat("no schedule finishes", time_limit, "; the fastest, ", f.name, ", takes ", short_number(f.makespan));
+    rec.reason = detail::concat("no schedule finishes", time_limit, "; the fastest, ", f.name, ", takes ", short_number(f.makespan));
     return rec;
   }
   const std::string measure = by_span ? "the shortest longest rank span" : "the least peak activation memory";
   if (!best) {
     const plan::ScheduleResult& a = schedules[*best_any];
-    rec.reason = concat("no schedule", time_limit, " fits the memory cap; the one with ", measure, ", ", a.name, ", ",
+    rec.reason = detail::concat("no schedule", time_limit, " fits the memory cap; the one with ", measure, ", ", a.name, ", ",
                         a.fit_problem);
     return rec;
   }
   rec.index = best;
   const plan::ScheduleResult& b = schedules[*best];
   const auto figures = [&](const plan::ScheduleResult& r) {
-    return by_span ? concat("span ", short_number(r.max_rank_span), ", makespan ", short_number(r.makespan))
-                   : concat(short_number(largest_of(r.peak_activations)), " M_B, makespan ", short_number(r.makespan));
+    return by_span ? detail::concat("span ", short_number(r.max_rank_span), ", makespan ", short_number(r.makespan))
+                   : detail::concat(short_number(largest_of(r.peak_activations)), " M_B, makespan ", short_number(r.makespan));
   };
   if (better(*best_any, *best)) {
     const plan::ScheduleResult& a = schedules[*best_any];
-    rec.reason = concat(a.name, " has ", by_span ? "a shorter longest rank span" : "less memory", " (", figures(a),
+    rec.reason = detail::concat(a.name, " has ", by_span ? "a shorter longest rank span" : "less memory", " (", figures(a),
                         ") but ", a.fit_problem);
     return rec;
   }
-  rec.reason = concat(measure, " of the ", by_span ? candidates : within, " training schedules", time_limit,
+  rec.reason = detail::concat(measure, " of the ", by_span ? candidates : within, " training schedules", time_limit,
                       capped ? " that fit the memory cap" : "", ": ", figures(b));
   std::optional<std::size_t> second;
   for (std::size_t i = 0; i < schedules.size(); ++i) {
@@ -327,7 +327,7 @@ namespace detail {
     if (i == *best || !r.training || !r.valid || !in_time(r)) continue;
     if (!second || better(i, *second)) second = i;
   }
-  if (second) rec.reason += concat("; next is ", schedules[*second].name, ", ", figures(schedules[*second]));
+  if (second) rec.reason += detail::concat("; next is ", schedules[*second].name, ", ", figures(schedules[*second]));
   return rec;
 }
 
@@ -339,7 +339,7 @@ namespace detail {
   if (request.memory_policy.host_link) return *request.memory_policy.host_link;
   const std::optional<double> s = seconds_per_unit(model.unit);
   if (!s) {
-    fail({"plan request", concat("memory policies need the device-host link, and its default (10 us, 25 GB/s) cannot be given in the model's time unit '",
+    detail::fail({"plan request", detail::concat("memory policies need the device-host link, and its default (10 us, 25 GB/s) cannot be given in the model's time unit '",
                                  model.unit, "'"),
           "PlanRequest::memory_policy.host_link",
           "give the link in the model's unit (ppsched-plan: --host-link T,X), or a model timed in s, ms, us or ns"});
@@ -427,8 +427,8 @@ namespace detail {
     std::vector<plan::MemoryPolicy> policies(static_cast<std::size_t>(S), plan::MemoryPolicy::none());
     for (const auto& [stage, policy] : want.stages) {
       if (stage < 0 || stage >= S) {
-        fail({"plan request", concat("a memory policy for stage ", stage, ", and schedule '", plain.name, "' has ", S, " stages"),
-              "PlanRequest::memory_policy.stages", concat("name stages 0 to ", S - 1, ", or compare only families with more stages")});
+        detail::fail({"plan request", detail::concat("a memory policy for stage ", stage, ", and schedule '", plain.name, "' has ", S, " stages"),
+              "PlanRequest::memory_policy.stages", detail::concat("name stages 0 to ", S - 1, ", or compare only families with more stages")});
       }
       plan::MemoryPolicy& p = policies[static_cast<std::size_t>(stage)];
       p = policy;
@@ -437,7 +437,7 @@ namespace detail {
             static_cast<std::size_t>(stage) < partition.stages.size() ? plan::layerwise_recompute_policy(model, partition.stages[static_cast<std::size_t>(stage)])
                                                                       : std::nullopt;
         if (!lw) {
-          fail({"plan request", concat("a ", plan::memory_policy_kind_name(p.kind), " policy for stage ", stage, " of schedule '", plain.name,
+          detail::fail({"plan request", detail::concat("a ", plan::memory_policy_kind_name(p.kind), " policy for stage ", stage, " of schedule '", plain.name,
                                        "', whose layers on that cut give it nothing to save (or the model has no layers)"),
                 "PlanRequest::memory_policy.stages", "give that stage recompute or offload, or a model with per-layer sizes"});
         }
@@ -490,7 +490,7 @@ namespace detail {
     }
   }
   if (choice.fits) return with_memory_policies(plain, choice.plan.policies, true, model, partition, request, ws);
-  plain.fit_problem += concat("; with memory policies still ", bytes_text(largest_of(choice.peak_bytes)));
+  plain.fit_problem += detail::concat("; with memory policies still ", bytes_text(largest_of(choice.peak_bytes)));
   return plain;
 }
 

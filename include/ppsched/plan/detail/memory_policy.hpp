@@ -36,38 +36,38 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 
 inline void check_memory_policy(const plan::MemoryPolicy& p, std::size_t stage, const StageCost& cost) {
-  const std::string where = concat("policies[", stage, "]");
+  const std::string where = detail::concat("policies[", stage, "]");
   if (!(p.fraction >= 0.0 && p.fraction <= 1.0)) {
-    fail({"memory policy", concat("fraction ", p.fraction, " is outside [0, 1]"), where,
+    detail::fail({"memory policy", detail::concat("fraction ", p.fraction, " is outside [0, 1]"), where,
           "give the share of the stage's stored activation to recompute or offload, from 0 to 1"});
   }
   if (p.saved_bytes && !(*p.saved_bytes >= 0.0 && *p.saved_bytes <= cost.activation_bytes)) {
-    fail({"memory policy",
-          concat("saved_bytes ", *p.saved_bytes, " is not within the stage's activation_bytes ", cost.activation_bytes),
+    detail::fail({"memory policy",
+          detail::concat("saved_bytes ", *p.saved_bytes, " is not within the stage's activation_bytes ", cost.activation_bytes),
           where, "give the bytes the recomputed part stores, at most the stage's activation"});
   }
   if (p.recompute_time && !(std::isfinite(*p.recompute_time) && *p.recompute_time >= 0.0)) {
-    fail({"memory policy", concat("recompute_time ", *p.recompute_time, " is not a finite time >= 0"), where,
+    detail::fail({"memory policy", detail::concat("recompute_time ", *p.recompute_time, " is not a finite time >= 0"), where,
           "give the time of re-running the recomputed part, in the cost model's unit"});
   }
   if (p.layerwise()) {
     if (!p.saved_bytes || !p.recompute_time || !p.peak_bytes) {
-      fail({"memory policy", concat(plan::memory_policy_kind_name(p.kind), " lacks saved_bytes, peak_bytes or recompute_time"), where,
+      detail::fail({"memory policy", detail::concat(plan::memory_policy_kind_name(p.kind), " lacks saved_bytes, peak_bytes or recompute_time"), where,
             "build it with MemoryPolicy::layerwise(saved, peak, time) (or layerwise_offload) or "
             "layerwise_recompute_policy(graph, ...)"});
     }
     if (!(*p.peak_bytes >= 0.0 && *p.peak_bytes <= cost.activation_bytes)) {
-      fail({"memory policy", concat("peak_bytes ", *p.peak_bytes, " is not within the stage's activation_bytes ", cost.activation_bytes),
+      detail::fail({"memory policy", detail::concat("peak_bytes ", *p.peak_bytes, " is not within the stage's activation_bytes ", cost.activation_bytes),
             where, "give the stage's largest single layer's activation"});
     }
     return;
   }
   if (p.peak_bytes) {
-    fail({"memory policy", concat("peak_bytes is set on a ", plan::memory_policy_kind_name(p.kind), " policy"), where,
+    detail::fail({"memory policy", detail::concat("peak_bytes is set on a ", plan::memory_policy_kind_name(p.kind), " policy"), where,
           "peak_bytes belongs to layer-wise recompute (MemoryPolicy::layerwise)"});
   }
   if ((p.saved_bytes || p.recompute_time) && p.kind != plan::MemoryPolicyKind::selective_recompute) {
-    fail({"memory policy", concat("saved_bytes or recompute_time is set on a ", plan::memory_policy_kind_name(p.kind), " policy"),
+    detail::fail({"memory policy", detail::concat("saved_bytes or recompute_time is set on a ", plan::memory_policy_kind_name(p.kind), " policy"),
           where, "use MemoryPolicy::selective_part(bytes, time) for a part of the stage"});
   }
 }
@@ -109,7 +109,7 @@ inline void apply_policy(const plan::MemoryPolicy& p, StageCost& c) {
   check_cost_model(costs, stages, microbatches);
   const auto S = static_cast<std::size_t>(stages);
   if (policies.size() != 1 && policies.size() != S) {
-    fail({"memory policies", concat("has ", policies.size(), " policies for a schedule of ", stages, " stages"), "",
+    detail::fail({"memory policies", detail::concat("has ", policies.size(), " policies for a schedule of ", stages, " stages"), "",
           "give one MemoryPolicy per stage, or one for every stage"});
   }
   const auto policy_of = [&](std::size_t s) -> const plan::MemoryPolicy& { return policies[policies.size() == 1 ? 0 : s]; };

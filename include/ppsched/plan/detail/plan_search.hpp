@@ -99,7 +99,7 @@ namespace detail {
       e.candidate.note += "; no memory policy makes it fit";
       continue;
     }
-    e.candidate.note += concat("; with memory policies: makespan ", short_number(r.makespan), r.fits ? ", fits" : ", does not fit");
+    e.candidate.note += detail::concat("; with memory policies: makespan ", short_number(r.makespan), r.fits ? ", fits" : ", does not fit");
     if (r.fits && r.makespan < best_makespan) {
       best_makespan = r.makespan;
       best = std::move(r);

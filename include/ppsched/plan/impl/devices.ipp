@@ -14,27 +14,27 @@ namespace plan {
                                              std::optional<double> memory_cap_bytes, const DevicePlanOptions& options) {
   using detail::concat;
   const std::string who = "plan_devices";
-  if (devices < 1) fail({who, concat("devices = ", devices), "devices", "give at least one device"});
-  if (global_batch < 1) fail({who, concat("global batch = ", global_batch), "global_batch", "give at least one sample per step"});
+  if (devices < 1) detail::fail({who, detail::concat("devices = ", devices), "devices", "give at least one device"});
+  if (global_batch < 1) detail::fail({who, detail::concat("global batch = ", global_batch), "global_batch", "give at least one sample per step"});
   if (memory_cap_bytes && !(*memory_cap_bytes > 0.0 && *memory_cap_bytes <= std::numeric_limits<double>::max())) {
-    fail({who, concat("a memory cap of ", *memory_cap_bytes), "memory_cap_bytes", "give a finite cap > 0, or none"});
+    detail::fail({who, detail::concat("a memory cap of ", *memory_cap_bytes), "memory_cap_bytes", "give a finite cap > 0, or none"});
   }
   if (!(options.profile_microbatch_size > 0.0 && options.profile_microbatch_size <= std::numeric_limits<double>::max())) {
-    fail({who, concat("profile_microbatch_size is ", options.profile_microbatch_size),
+    detail::fail({who, detail::concat("profile_microbatch_size is ", options.profile_microbatch_size),
           "DevicePlanOptions::profile_microbatch_size", "give the samples the profile's micro-batch holds, > 0"});
   }
   if (!(options.optimizer_time_per_param_byte >= 0.0 &&
         options.optimizer_time_per_param_byte <= std::numeric_limits<double>::max())) {
-    fail({who, concat("optimizer_time_per_param_byte is ", options.optimizer_time_per_param_byte),
+    detail::fail({who, detail::concat("optimizer_time_per_param_byte is ", options.optimizer_time_per_param_byte),
           "DevicePlanOptions::optimizer_time_per_param_byte", "give a finite time >= 0"});
   }
   if (options.max_microbatches < 1) {
-    fail({who, concat("max_microbatches = ", options.max_microbatches), "DevicePlanOptions::max_microbatches",
+    detail::fail({who, detail::concat("max_microbatches = ", options.max_microbatches), "DevicePlanOptions::max_microbatches",
           "give at least 1"});
   }
   for (std::size_t i = 1; i < profile.devices.size(); ++i) {
     if (!(profile.devices[i] == profile.devices.front())) {
-      fail({who, concat("the profile's devices differ (device ", i, " is not like device 0)"), "Profile::devices",
+      detail::fail({who, detail::concat("the profile's devices differ (device ", i, " is not like device 0)"), "Profile::devices",
             "list one device for all, or alike devices: plan_devices places any stage on any device"});
     }
   }
@@ -63,18 +63,18 @@ namespace plan {
   } else {
     for (const std::int32_t p : sizes) {
       if (p < 1 || devices % p != 0) {
-        fail({who, concat("a pipeline of ", p, " stages does not divide ", devices, " devices"),
+        detail::fail({who, detail::concat("a pipeline of ", p, " stages does not divide ", devices, " devices"),
               "DevicePlanOptions::pipeline_sizes",
-              concat("give pipeline sizes that divide ", devices, " (", [&] {
+              detail::concat("give pipeline sizes that divide ", devices, " (", [&] {
                        std::string list;
-                       for (const std::int32_t k : detail::divisors(devices, devices)) list += concat(list.empty() ? "" : ", ", k);
+                       for (const std::int32_t k : detail::divisors(devices, devices)) list += detail::concat(list.empty() ? "" : ", ", k);
                        return list;
                      }(), ")")});
       }
     }
   }
   DevicePlan plan;
-  plan.model = options.description.empty() ? concat(profile.graph.size(), " layers") : options.description;
+  plan.model = options.description.empty() ? detail::concat(profile.graph.size(), " layers") : options.description;
   plan.unit = profile.time_unit.empty() ? "unit" : profile.time_unit;
   plan.devices = devices;
   plan.global_batch = global_batch;
@@ -89,14 +89,14 @@ namespace plan {
   for (const std::int32_t p : sizes) {
     const std::int32_t d = devices / p;
     if (global_batch % d != 0) {
-      plan.per_pipeline.push_back(concat("p=", p, " x d=", d, ": the global batch ", global_batch, " does not split into ", d,
+      plan.per_pipeline.push_back(detail::concat("p=", p, " x d=", d, ": the global batch ", global_batch, " does not split into ", d,
                                          " equal replica batches"));
       continue;
     }
     any_replica_count = true;
     const std::int64_t per_replica = global_batch / d;
     if (static_cast<std::size_t>(p) > profile.graph.size()) {
-      plan.per_pipeline.push_back(concat("p=", p, " x d=", d, ": more stages than the model's ", profile.graph.size(), " layers"));
+      plan.per_pipeline.push_back(detail::concat("p=", p, " x d=", d, ": more stages than the model's ", profile.graph.size(), " layers"));
       continue;
     }
     std::vector<std::int32_t> counts;
@@ -189,24 +189,24 @@ namespace plan {
     if (best_here) {
       plan.per_pipeline.push_back("best with " + to_string(*best_here));
     } else if (hungry_here) {
-      plan.per_pipeline.push_back(concat("p=", p, " x d=", d, ": nothing fits the memory cap; the least hungry ",
+      plan.per_pipeline.push_back(detail::concat("p=", p, " x d=", d, ": nothing fits the memory cap; the least hungry ",
                                          hungry_here->fit_problem));
       memory_bound.push_back(*hungry_here);
     } else {
-      plan.per_pipeline.push_back(concat("p=", p, " x d=", d, ": no schedule accepts these sizes"));
+      plan.per_pipeline.push_back(detail::concat("p=", p, " x d=", d, ": no schedule accepts these sizes"));
     }
   }
   if (!any_replica_count) {
-    fail({who, concat("the global batch ", global_batch, " splits evenly over none of the replica counts ", [&] {
+    detail::fail({who, detail::concat("the global batch ", global_batch, " splits evenly over none of the replica counts ", [&] {
                         std::string list;
-                        for (const std::int32_t p : sizes) list += concat(list.empty() ? "" : ", ", devices / p);
+                        for (const std::int32_t p : sizes) list += detail::concat(list.empty() ? "" : ", ", devices / p);
                         return list;
                       }()),
           "global_batch", "give a global batch that a replica count divides (a multiple of the device count always does)"});
   }
   std::stable_sort(fitting.begin(), fitting.end(), detail::faster_split);
   if (fitting.empty()) {
-    plan.reason = least_hungry ? concat("no split fits the memory cap; the least hungry, ", to_string(*least_hungry))
+    plan.reason = least_hungry ? detail::concat("no split fits the memory cap; the least hungry, ", to_string(*least_hungry))
                                : "no schedule accepts any split";
     return plan;
   }
@@ -219,9 +219,9 @@ namespace plan {
   // matters is d x p; a memory-bound size is named with its need.
   const auto other = std::find_if(fitting.begin() + 1, fitting.end(),
                                   [&](const DeviceSplit& s) { return s.pipeline != win.pipeline; });
-  plan.reason = concat("fastest of ", fitting.size(), " fitting candidates");
+  plan.reason = detail::concat("fastest of ", fitting.size(), " fitting candidates");
   if (other != fitting.end()) plan.reason += "; " + detail::why_faster(win, *other);
-  for (const DeviceSplit& s : memory_bound) plan.reason += concat("; p=", s.pipeline, " does not fit: ", s.fit_problem);
+  for (const DeviceSplit& s : memory_bound) plan.reason += detail::concat("; p=", s.pipeline, " does not fit: ", s.fit_problem);
   return plan;
 }
 

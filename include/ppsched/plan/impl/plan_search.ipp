@@ -18,18 +18,18 @@ namespace plan {
   if (request.memory_policy.mode == MemoryPolicyMode::given) {
     // The candidates have p, 2p or 4p stages: a stage index names a different part of the
     // model in each, so per-stage policies belong to one schedule.
-    fail({"search_plan", "PlanRequest::memory_policy gives policies per stage, and the search's candidates differ in their stages",
+    detail::fail({"search_plan", "PlanRequest::memory_policy gives policies per stage, and the search's candidates differ in their stages",
           "PlanRequest::memory_policy.mode",
           "use automatic (the search chooses per candidate), or compare_families with the families named"});
   }
   const bool policies = request.memory_policy.mode == MemoryPolicyMode::automatic &&
                         detail::smallest_byte_cap(request, model).has_value();
   if (policies && request.objective.kind != ObjectiveKind::makespan) {
-    fail({"search_plan", detail::concat("memory policies are chosen for the makespan, and the objective is ", to_string(request.objective)),
+    detail::fail({"search_plan", detail::concat("memory policies are chosen for the makespan, and the objective is ", to_string(request.objective)),
           "PlanRequest::objective", "use the makespan objective with memory policies, or compare_families"});
   }
   if (policies && request.memory_policy.search_candidates < 1) {
-    fail({"search_plan", detail::concat("PlanMemoryPolicy::search_candidates is ", request.memory_policy.search_candidates),
+    detail::fail({"search_plan", detail::concat("PlanMemoryPolicy::search_candidates is ", request.memory_policy.search_candidates),
           "PlanRequest::memory_policy.search_candidates", "give at least 1 candidate to price with memory policies"});
   }
   if (policies) (void)detail::host_link_for(request, model);  // a unit it cannot be given in is the request's error

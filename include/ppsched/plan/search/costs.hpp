@@ -37,15 +37,15 @@ using PlacementCosts = std::function<CostModel(std::span<const std::int32_t> pla
                                                  std::int32_t microbatches) {
   using detail::concat;
   if (base_stages < 1 || stages < 1 || microbatches < 1) {
-    fail({"split_stage_costs",
-          concat("base_stages = ", base_stages, ", stages = ", stages, ", microbatches = ", microbatches), "",
+    detail::fail({"split_stage_costs",
+          detail::concat("base_stages = ", base_stages, ", stages = ", stages, ", microbatches = ", microbatches), "",
           "give at least one stage and one micro-batch"});
   }
   if (stages % base_stages != 0) {
-    fail({"split_stage_costs",
-          concat("cannot cut ", base_stages, " stages into ", stages, ": ", stages, " is not a multiple of ",
+    detail::fail({"split_stage_costs",
+          detail::concat("cannot cut ", base_stages, " stages into ", stages, ": ", stages, " is not a multiple of ",
                  base_stages),
-          "stages", concat("ask for a multiple of ", base_stages, " stages")});
+          "stages", detail::concat("ask for a multiple of ", base_stages, " stages")});
   }
   check_cost_model(base, base_stages, microbatches);
   const std::int32_t parts = stages / base_stages;

@@ -48,7 +48,7 @@ struct DependencyRun {
 namespace detail {
 
 [[noreturn]] inline void fail_dependency_run(const Schedule& s, const std::string& problem) {
-  fail({"dependency run of schedule '" + s.name + "'", problem, "",
+  detail::fail({"dependency run of schedule '" + s.name + "'", problem, "",
         "validate() lists every problem of a schedule with its fix"});
 }
 
@@ -70,7 +70,7 @@ namespace detail {
     detail::ProblemSink sink(problems, unlisted, 1);
     if (!detail::static_checks(s, flat, sink, /*skip_comm=*/true) || sink.any()) {
       detail::fail_dependency_run(
-          s, concat("it cannot run as written: ",
+          s, detail::concat("it cannot run as written: ",
                     problems.empty() ? std::string("its shape is unusable") : problems.front().message));
     }
   }

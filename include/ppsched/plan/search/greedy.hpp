@@ -114,33 +114,33 @@ namespace plan {
                                                        const std::vector<std::int32_t>& placement,
                                                        const CostModel& costs, const GreedyParams& params = {}) {
   using detail::concat;
-  const std::string subject = concat("greedy schedule '", name, "'");
+  const std::string subject = detail::concat("greedy schedule '", name, "'");
   if (ranks < 1 || microbatches < 1 || placement.empty()) {
-    fail({subject, concat("p = ", ranks, ", m = ", microbatches, ", ", placement.size(), " stages"), "",
+    detail::fail({subject, detail::concat("p = ", ranks, ", m = ", microbatches, ", ", placement.size(), " stages"), "",
           "give at least one rank, one micro-batch and one stage"});
   }
   const std::int64_t actions = 3 * std::int64_t{microbatches} * static_cast<std::int64_t>(placement.size());
   if (actions > detail::max_generated_actions) {
-    fail({subject, concat("the schedule would hold about ", actions, " actions"), "",
+    detail::fail({subject, detail::concat("the schedule would hold about ", actions, " actions"), "",
           "ask for fewer stages or micro-batches"});
   }
   const std::vector<std::int32_t> per_rank = stages_per_rank(placement, ranks, subject);
   for (std::int32_t r = 0; r < ranks; ++r) {
     if (per_rank[static_cast<std::size_t>(r)] == 0) {
-      fail({subject, concat("rank ", r, " holds no stage"), "placement", "place at least one stage on every rank"});
+      detail::fail({subject, detail::concat("rank ", r, " holds no stage"), "placement", "place at least one stage on every rank"});
     }
   }
   check_cost_model(costs, static_cast<std::int32_t>(placement.size()), microbatches);
   detail::check_memory_cap(params.limit, ranks);
   if (!params.warmup.empty() && params.warmup.size() != placement.size()) {
-    fail({subject,
-          concat("GreedyParams::warmup has ", params.warmup.size(), " entries for ", placement.size(), " stages"),
+    detail::fail({subject,
+          detail::concat("GreedyParams::warmup has ", params.warmup.size(), " entries for ", placement.size(), " stages"),
           "GreedyParams::warmup", "give one depth per stage, or none"});
   }
   for (std::size_t s = 0; s < params.warmup.size(); ++s) {
     if (params.warmup[s] < 1) {
-      fail({subject, concat("warm-up depth ", params.warmup[s], " on stage ", s, " is below 1"),
-            concat("GreedyParams::warmup[", s, "]"), "let every stage hold at least one micro-batch"});
+      detail::fail({subject, detail::concat("warm-up depth ", params.warmup[s], " on stage ", s, " is below 1"),
+            detail::concat("GreedyParams::warmup[", s, "]"), "let every stage hold at least one micro-batch"});
     }
   }
   detail::GreedyBuilder builder(ranks, microbatches, placement, costs, params);
@@ -160,7 +160,7 @@ namespace plan {
                                                    const GreedyParams& params = {}) {
   const std::string subject = detail::concat("greedy schedule '", name, "'");
   GreedyOutcome out = try_greedy_schedule(std::move(name), ranks, microbatches, placement, costs, params);
-  if (!out.built) fail({subject, out.problem, "GreedyParams::limit", "raise the memory limit or use more ranks"});
+  if (!out.built) detail::fail({subject, out.problem, "GreedyParams::limit", "raise the memory limit or use more ranks"});
   return std::move(out.schedule);
 }
 
@@ -288,7 +288,7 @@ class ZbHeuristicBuilder {
       case Op::F: {
         const double input = forward_input(j);
         if (input < 0.0) {
-          problem = concat("stage ", j, " would run forward ", i, " before stage ", j - 1, " has");
+          problem = detail::concat("stage ", j, " would run forward ", i, " before stage ", j - 1, " has");
           return;
         }
         end = std::max(end, input) + tf_[c];
@@ -300,7 +300,7 @@ class ZbHeuristicBuilder {
       case Op::BI: {
         const double input = backward_input(j, i);
         if (input < 0.0 || end_f_[c] < 0.0) {
-          problem = concat("stage ", j, " would run backward ", i, " before its inputs exist");
+          problem = detail::concat("stage ", j, " would run backward ", i, " before its inputs exist");
           return;
         }
         end = std::max(end, input) + tb_[c];
@@ -373,7 +373,7 @@ class ZbHeuristicBuilder {
     const auto ji = static_cast<std::size_t>(j);
     while (!fits(j, units, bytes)) {
       if (w_[ji] >= b_[ji]) {
-        problem = concat("the memory limit of ", params_.limit.microbatches, " M_B leaves stage ", j,
+        problem = detail::concat("the memory limit of ", params_.limit.microbatches, " M_B leaves stage ", j,
                          " no room for its next pass and no weight pass to free it");
         return false;
       }
@@ -418,7 +418,7 @@ class ZbHeuristicBuilder {
       if (j > 0) {
         const double input = forward_input(j);
         if (input < 0.0) {
-          problem = concat("stage ", j, " would run forward ", f_[ji], " before stage ", j - 1, " has");
+          problem = detail::concat("stage ", j, " would run forward ", f_[ji], " before stage ", j - 1, " has");
           return;
         }
         weights_before(j, input);
@@ -430,7 +430,7 @@ class ZbHeuristicBuilder {
   void backward(std::int32_t j, std::int32_t i) {
     const auto ji = static_cast<std::size_t>(j);
     if (b_[ji] != i) {
-      problem = concat("stage ", j, " is at backward ", b_[ji], " where the heuristic expects ", i);
+      problem = detail::concat("stage ", j, " is at backward ", b_[ji], " where the heuristic expects ", i);
       return;
     }
     if (!make_room(j, -(1.0 - kept_[ji]), -(1.0 - kept_[ji]) * bytes_[cell(j, i)])) return;
@@ -460,11 +460,11 @@ namespace plan {
                                                              const ZbHeuristicParams& params = {}) {
   using detail::concat;
   if (ranks < 1 || microbatches < 1) {
-    fail({concat("zero-bubble heuristic '", name, "'"), concat("p = ", ranks, ", m = ", microbatches), "",
+    detail::fail({detail::concat("zero-bubble heuristic '", name, "'"), detail::concat("p = ", ranks, ", m = ", microbatches), "",
           "give at least one rank and one micro-batch"});
   }
   if (3 * std::int64_t{microbatches} * ranks > detail::max_generated_actions) {
-    fail({concat("zero-bubble heuristic '", name, "'"), concat("p = ", ranks, ", m = ", microbatches), "",
+    detail::fail({detail::concat("zero-bubble heuristic '", name, "'"), detail::concat("p = ", ranks, ", m = ", microbatches), "",
           "ask for fewer ranks or micro-batches"});
   }
   check_cost_model(costs, ranks, microbatches);

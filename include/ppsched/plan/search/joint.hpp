@@ -72,7 +72,7 @@ struct JointSearchResult {
 [[nodiscard]] inline std::vector<std::int32_t> microbatch_counts_for(std::int32_t global_batch, std::int32_t min_count,
                                                                      std::int32_t max_count) {
   if (global_batch < 1 || min_count < 1 || max_count < min_count) {
-    fail({"microbatch_counts_for",
+    detail::fail({"microbatch_counts_for",
           detail::concat("global batch ", global_batch, ", counts ", min_count, "..", max_count), "",
           "give a global batch of at least 1 and 1 <= min_count <= max_count"});
   }
@@ -109,17 +109,17 @@ namespace plan {
                                                     const SearchOptions& options = {}) {
   using detail::concat;
   if (problem.microbatch_counts.empty()) {
-    fail({"joint schedule search", "no micro-batch count to try", "JointSearchProblem::microbatch_counts",
+    detail::fail({"joint schedule search", "no micro-batch count to try", "JointSearchProblem::microbatch_counts",
           "list the counts, e.g. microbatch_counts_for(global_batch, p, 8 * p)"});
   }
   if (problem.partitions.empty()) {
-    fail({"joint schedule search", "no partition to try", "JointSearchProblem::partitions",
+    detail::fail({"joint schedule search", "no partition to try", "JointSearchProblem::partitions",
           "give at least one PartitionChoice with the model's costs per (placement, m)"});
   }
   for (std::size_t i = 0; i < problem.partitions.size(); ++i) {
     if (!problem.partitions[i].costs) {
-      fail({"joint schedule search", concat("partition '", problem.partitions[i].name, "' has no costs"),
-            concat("JointSearchProblem::partitions[", i, "].costs"), "give a BatchPlacementCosts callable"});
+      detail::fail({"joint schedule search", detail::concat("partition '", problem.partitions[i].name, "' has no costs"),
+            detail::concat("JointSearchProblem::partitions[", i, "].costs"), "give a BatchPlacementCosts callable"});
     }
   }
   JointSearchResult out;
@@ -152,18 +152,18 @@ namespace plan {
         }
         any = true;
       } else {
-        choice.note = concat("no schedule keeps to the cap: ", no_fit);
-        reasons += concat("\n  - partition '", partition.name, "', m=", m, ": ", no_fit);
+        choice.note = detail::concat("no schedule keeps to the cap: ", no_fit);
+        reasons += detail::concat("\n  - partition '", partition.name, "', m=", m, ": ", no_fit);
       }
       out.choices.push_back(std::move(choice));
     }
   }
   if (!any) {
-    fail({"joint schedule search",
-          concat("no partition and micro-batch count has a schedule that keeps to the cap:", reasons), "",
+    detail::fail({"joint schedule search",
+          detail::concat("no partition and micro-batch count has a schedule that keeps to the cap:", reasons), "",
           "raise the memory cap, use more ranks, or try more micro-batches (smaller ones)"});
   }
-  out.why = concat("partition '", out.partition, "', m=", out.microbatches, " with ", out.best.why);
+  out.why = detail::concat("partition '", out.partition, "', m=", out.microbatches, " with ", out.best.why);
   return out;
 }
 

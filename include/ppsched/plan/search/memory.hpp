@@ -93,7 +93,7 @@ inline constexpr double memory_slack = 1e-9;
   std::vector<std::int32_t> per_rank(static_cast<std::size_t>(std::max(ranks, 0)), 0);
   for (std::size_t s = 0; s < placement.size(); ++s) {
     if (placement[s] < 0 || placement[s] >= ranks) {
-      fail({std::string(subject),
+      detail::fail({std::string(subject),
             detail::concat("stage ", s, " is placed on rank ", placement[s], ", outside 0..", ranks - 1),
             detail::concat("placement[", s, "]"), "place every stage on a rank of the pipeline"});
     }
@@ -192,13 +192,13 @@ namespace plan {
   using detail::concat;
   for (std::size_t r = 0; r < peak.microbatches.size(); ++r) {
     if (peak.microbatches[r] > cap.microbatches + memory_slack) {
-      return concat("needs ", peak.microbatches[r], " M_B on rank ", r, ", over the cap of ", cap.microbatches, " M_B");
+      return detail::concat("needs ", peak.microbatches[r], " M_B on rank ", r, ", over the cap of ", cap.microbatches, " M_B");
     }
   }
   for (std::size_t r = 0; r < peak.bytes.size(); ++r) {
     const double limit = cap.activation_bytes_of(static_cast<std::int32_t>(r));
     if (peak.bytes[r] > limit * (1.0 + memory_slack)) {
-      return concat("needs ", bytes_text(peak.bytes[r]), " of activations on rank ", r, ", over the cap of ", bytes_text(limit));
+      return detail::concat("needs ", bytes_text(peak.bytes[r]), " of activations on rank ", r, ", over the cap of ", bytes_text(limit));
     }
   }
   return {};
@@ -210,7 +210,7 @@ namespace detail {
 inline void check_memory_cap(const plan::MemoryCap& cap, std::int32_t ranks) {
   const auto bad = [](double x) { return std::isnan(x) || x <= 0.0; };
   if (bad(cap.microbatches)) {
-    fail({"memory cap", concat("microbatches = ", cap.microbatches, " is not a positive number"),
+    detail::fail({"memory cap", detail::concat("microbatches = ", cap.microbatches, " is not a positive number"),
           "MemoryCap::microbatches",
           "give the M_B each rank may hold (at least 1: one micro-batch through the rank), or infinity for no cap"});
   }
@@ -218,17 +218,17 @@ inline void check_memory_cap(const plan::MemoryCap& cap, std::int32_t ranks) {
        {std::tuple{"activation_bytes", cap.activation_bytes, &cap.rank_activation_bytes, "activation bytes"},
         std::tuple{"total_bytes", cap.total_bytes, &cap.rank_total_bytes, "static plus activation bytes"}}) {
     if (bad(all)) {
-      fail({"memory cap", concat(name, " = ", all, " is not a positive number"), concat("MemoryCap::", name),
-            concat("give the ", what, " each rank may hold, or infinity for no cap")});
+      detail::fail({"memory cap", detail::concat(name, " = ", all, " is not a positive number"), detail::concat("MemoryCap::", name),
+            detail::concat("give the ", what, " each rank may hold, or infinity for no cap")});
     }
     if (!per_rank->empty() && per_rank->size() != static_cast<std::size_t>(ranks)) {
-      fail({"memory cap", concat("rank_", name, " has ", per_rank->size(), " entries for ", ranks, " ranks"),
-            concat("MemoryCap::rank_", name), "give one byte limit per rank, or none"});
+      detail::fail({"memory cap", detail::concat("rank_", name, " has ", per_rank->size(), " entries for ", ranks, " ranks"),
+            detail::concat("MemoryCap::rank_", name), "give one byte limit per rank, or none"});
     }
     for (std::size_t r = 0; r < per_rank->size(); ++r) {
       if (bad((*per_rank)[r])) {
-        fail({"memory cap", concat("rank_", name, "[", r, "] = ", (*per_rank)[r], " is not a positive number"),
-              concat("MemoryCap::rank_", name, "[", r, "]"), "give a positive byte limit, or infinity for none"});
+        detail::fail({"memory cap", detail::concat("rank_", name, "[", r, "] = ", (*per_rank)[r], " is not a positive number"),
+              detail::concat("MemoryCap::rank_", name, "[", r, "]"), "give a positive byte limit, or infinity for none"});
       }
     }
   }

@@ -98,7 +98,7 @@ class RankPlanner {
 
   [[nodiscard]] const std::vector<Action>& program() const { return s_.programs[static_cast<std::size_t>(rank_)]; }
   [[nodiscard]] std::string where(std::int32_t index) const {
-    return concat("rank ", rank_, ", action ", index, " (", to_string(program()[static_cast<std::size_t>(index)]), ")");
+    return detail::concat("rank ", rank_, ", action ", index, " (", to_string(program()[static_cast<std::size_t>(index)]), ")");
   }
   [[nodiscard]] const StageShape& shape(std::int32_t stage) const { return shapes_[static_cast<std::size_t>(stage)]; }
   [[nodiscard]] bool local(std::int32_t stage) const {
@@ -108,31 +108,31 @@ class RankPlanner {
   void check_inputs() const {
     if (s_.ranks < 1 || s_.microbatches < 1 || s_.stages() < 1 ||
         s_.programs.size() != static_cast<std::size_t>(s_.ranks)) {
-      fail({concat("schedule '", s_.name, "'"),
-            concat("has ", s_.ranks, " ranks, ", s_.microbatches, " micro-batches, ", s_.stages(), " stages and ",
+      detail::fail({detail::concat("schedule '", s_.name, "'"),
+            detail::concat("has ", s_.ranks, " ranks, ", s_.microbatches, " micro-batches, ", s_.stages(), " stages and ",
                    s_.programs.size(), " programs"),
             "", "Build it with make_schedule() or give one program per rank"});
     }
     if (rank_ < 0 || rank_ >= s_.ranks) {
-      fail({concat("schedule '", s_.name, "'"), concat("has no rank ", rank_), "",
-            concat("Use a rank in 0..", s_.ranks - 1)});
+      detail::fail({detail::concat("schedule '", s_.name, "'"), detail::concat("has no rank ", rank_), "",
+            detail::concat("Use a rank in 0..", s_.ranks - 1)});
     }
     if (shapes_.size() != static_cast<std::size_t>(s_.stages())) {
-      fail({concat("schedule '", s_.name, "'"),
-            concat("has ", s_.stages(), " stages but ", shapes_.size(), " stage definitions were given"), "",
+      detail::fail({detail::concat("schedule '", s_.name, "'"),
+            detail::concat("has ", s_.stages(), " stages but ", shapes_.size(), " stage definitions were given"), "",
             "Give one StageFunctions per stage of the schedule's placement"});
     }
     for (std::int32_t st = 0; st < s_.stages(); ++st) {
       const std::int32_t r = s_.placement[static_cast<std::size_t>(st)];
       if (r < 0 || r >= s_.ranks) {
-        fail({concat("schedule '", s_.name, "'"), concat("places stage ", st, " on rank ", r), "placement",
-              concat("Place every stage on a rank in 0..", s_.ranks - 1)});
+        detail::fail({detail::concat("schedule '", s_.name, "'"), detail::concat("places stage ", st, " on rank ", r), "placement",
+              detail::concat("Place every stage on a rank in 0..", s_.ranks - 1)});
       }
       if (st + 1 < s_.stages() && shape(st).output_size != shape(st + 1).input_size) {
-        fail({"stage definitions",
-              concat("stage ", st, " produces ", shape(st).output_size, " floats per micro-batch but stage ", st + 1,
+        detail::fail({"stage definitions",
+              detail::concat("stage ", st, " produces ", shape(st).output_size, " floats per micro-batch but stage ", st + 1,
                      " expects ", shape(st + 1).input_size),
-              concat("stages ", st, " and ", st + 1),
+              detail::concat("stages ", st, " and ", st + 1),
               "Make each stage's output_size equal the next stage's input_size"});
       }
     }
@@ -143,12 +143,12 @@ class RankPlanner {
     for (std::int32_t i = 0; i < static_cast<std::int32_t>(prog.size());) {
       const Action& a = prog[static_cast<std::size_t>(i)];
       if (a.stage < 0 || a.stage >= s_.stages() || a.microbatch < 0 || a.microbatch >= s_.microbatches) {
-        fail({concat("schedule '", s_.name, "'"), "has an action outside its stages or micro-batches", where(i),
-              concat("Use stages 0..", s_.stages() - 1, " and micro-batches 0..", s_.microbatches - 1)});
+        detail::fail({detail::concat("schedule '", s_.name, "'"), "has an action outside its stages or micro-batches", where(i),
+              detail::concat("Use stages 0..", s_.stages() - 1, " and micro-batches 0..", s_.microbatches - 1)});
       }
       if (!local(a.stage)) {
-        fail({concat("schedule '", s_.name, "'"),
-              concat("runs an action of stage ", a.stage, ", which is placed on rank ", s_.rank_of(a.stage)), where(i),
+        detail::fail({detail::concat("schedule '", s_.name, "'"),
+              detail::concat("runs an action of stage ", a.stage, ", which is placed on rank ", s_.rank_of(a.stage)), where(i),
               "Put each stage's actions in the program of the rank it is placed on"});
       }
       PlannedStep step;
@@ -171,7 +171,7 @@ class RankPlanner {
 
   std::int32_t produce(const RankPlan& plan, Key key, std::size_t floats, std::int32_t step, std::int32_t action) {
     if (value_of_.count(key) != 0) {
-      fail({concat("schedule '", s_.name, "'"), "produces the same tensor twice (a duplicated action)", where(action),
+      detail::fail({detail::concat("schedule '", s_.name, "'"), "produces the same tensor twice (a duplicated action)", where(action),
             "Run each action once per step; validate() lists duplicates"});
     }
     const auto id = static_cast<std::int32_t>(values_.size());
@@ -188,7 +188,7 @@ class RankPlanner {
   std::int32_t use(const RankPlan& plan, Key key, std::int32_t step, std::int32_t action, const char* needs) {
     const auto it = value_of_.find(key);
     if (it == value_of_.end()) {
-      fail({concat("schedule '", s_.name, "'"), concat("uses ", needs, " before the action that provides it"),
+      detail::fail({detail::concat("schedule '", s_.name, "'"), detail::concat("uses ", needs, " before the action that provides it"),
             where(action),
             "Order the rank's program by the dependencies of docs/execution-model.md; validate() names them"});
     }
@@ -227,28 +227,28 @@ class RankPlanner {
     const bool recompute = &steps == &recompute_step_;
     const char* what = recompute ? "recomputes" : "offloads";
     if (forward_step_.count(key) == 0) {
-      fail({concat("schedule '", s_.name, "'"), concat(what, " a micro-batch before its forward"), where(ai),
+      detail::fail({detail::concat("schedule '", s_.name, "'"), detail::concat(what, " a micro-batch before its forward"), where(ai),
             "Put R(s, m) or OFFLOAD(s, m) after F(s, m) on the stage's rank"});
     }
     if (backward_seen_.count(key) != 0) {
-      fail({concat("schedule '", s_.name, "'"),
-            concat(what, " a micro-batch after its backward, which then read state its forward ",
+      detail::fail({detail::concat("schedule '", s_.name, "'"),
+            detail::concat(what, " a micro-batch after its backward, which then read state its forward ",
                    recompute ? "did not keep" : "still held"),
             where(ai), "Put R(s, m) or OFFLOAD(s, m) / RELOAD(s, m) before B/BI(s, m)"});
     }
     if (steps.count(key) != 0) {
-      fail({concat("schedule '", s_.name, "'"), concat(what, " a micro-batch twice"), where(ai),
+      detail::fail({detail::concat("schedule '", s_.name, "'"), detail::concat(what, " a micro-batch twice"), where(ai),
             "Give each (stage, micro-batch) at most one R, and at most one OFFLOAD and RELOAD"});
     }
     if (!recompute && recompute_step_.count(key) != 0) {
-      fail({concat("schedule '", s_.name, "'"),
+      detail::fail({detail::concat("schedule '", s_.name, "'"),
             "offloads a micro-batch after its recompute (R), which needs the checkpoints OFFLOAD would move", where(ai),
             "Put OFFLOAD(s, m) and RELOAD(s, m) between F(s, m) and R(s, m)"});
     }
     if (recompute && offload_step_.count(key) != 0) {
       const auto reload = reload_step_.find(key);
       if (reload == reload_step_.end()) {
-        fail({concat("schedule '", s_.name, "'"),
+        detail::fail({detail::concat("schedule '", s_.name, "'"),
               "recomputes a micro-batch whose checkpoints OFFLOAD moved to host and no RELOAD brought back before it",
               where(ai), "Put RELOAD(s, m) between OFFLOAD(s, m) and R(s, m)"});
       }
@@ -264,7 +264,7 @@ class RankPlanner {
     if (offload_step_.count(key) == 0) return;
     const auto reload = reload_step_.find(key);
     if (reload == reload_step_.end()) {
-      fail({concat("schedule '", s_.name, "'"),
+      detail::fail({detail::concat("schedule '", s_.name, "'"),
             "runs a backward whose activation OFFLOAD moved to host and no RELOAD brought back before it", where(ai),
             "Put RELOAD(s, m) between OFFLOAD(s, m) and B/BI(s, m)"});
     }
@@ -304,7 +304,7 @@ class RankPlanner {
           break;
         case Op::RELOAD:
           if (offload_step_.count(key) == 0 || reload_step_.count(key) != 0) {
-            fail({concat("schedule '", s_.name, "'"),
+            detail::fail({detail::concat("schedule '", s_.name, "'"),
                   reload_step_.count(key) != 0 ? "reloads an activation twice" : "reloads an activation it never offloaded",
                   where(ai), "Give each OFFLOAD(s, m) exactly one RELOAD(s, m), after it and before B/BI(s, m)"});
           }
@@ -338,7 +338,7 @@ class RankPlanner {
           const bool fwd = a.op == Op::SEND_F;
           const std::int32_t peer_stage = fwd ? st + 1 : st - 1;
           if (peer_stage < 0 || peer_stage > last || local(peer_stage)) {
-            fail({concat("schedule '", s_.name, "'"),
+            detail::fail({detail::concat("schedule '", s_.name, "'"),
                   peer_stage < 0 || peer_stage > last
                       ? "sends to a stage that does not exist"
                       : "sends to a stage on its own rank (a local dependency needs no transfer)",
@@ -355,7 +355,7 @@ class RankPlanner {
           const bool fwd = a.op == Op::RECV_F;
           const std::int32_t peer_stage = fwd ? st - 1 : st + 1;
           if (peer_stage < 0 || peer_stage > last || local(peer_stage)) {
-            fail({concat("schedule '", s_.name, "'"),
+            detail::fail({detail::concat("schedule '", s_.name, "'"),
                   peer_stage < 0 || peer_stage > last
                       ? "receives from a stage that does not exist"
                       : "receives from a stage on its own rank (a local dependency needs no transfer)",

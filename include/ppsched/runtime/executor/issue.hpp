@@ -251,7 +251,7 @@ auto Executor<B>::compute(std::int32_t index) -> void {
         } else {
           call(StageCall::recompute, [&] { f.forward(c, in, buffer(st.output)); });
           if (check_recompute_ && forward_hash_[hash_slot(a)] != hash_of(buffer(st.output))) {
-            fail({detail::concat("stage ", a.stage),
+            detail::fail({detail::concat("stage ", a.stage),
                   detail::concat("recomputing micro-batch ", mb,
                                  " gave another output than its forward (checking mode): the forward reads state it "
                                  "did not keep, or draws randomness not seeded from StageContext::seed"),

@@ -32,7 +32,7 @@ auto Executor<B>::init(const Schedule& lowered, bool proven) -> void {
 template <class B>
 auto Executor<B>::check_watchdog(std::chrono::milliseconds watchdog) const -> void {
   if (watchdog.count() <= 0) {
-    fail({detail::concat("executor for rank ", rank_, " of schedule '", schedule_.name, "'"),
+    detail::fail({detail::concat("executor for rank ", rank_, " of schedule '", schedule_.name, "'"),
           detail::concat("the watchdog is ", watchdog.count(), " ms"), "ExecutorOptions::watchdog",
           "Give a positive timeout (default 10 s), or ppsched::no_timeout (milliseconds::max()) for none"});
   }
@@ -42,14 +42,14 @@ template <class B>
 auto Executor<B>::check_setup() -> void {
   const std::string subject = detail::concat("executor for rank ", rank_, " of schedule '", schedule_.name, "'");
   if (rank_ < 0 || rank_ >= schedule_.ranks || b_.ranks() != schedule_.ranks) {
-    fail({subject,
+    detail::fail({subject,
           detail::concat("the backend is rank ", rank_, " of ", b_.ranks(), " but the schedule has ", schedule_.ranks,
                          " ranks"),
           "", "Run the schedule on a communicator with as many ranks as the schedule"});
   }
   check_watchdog(options_.watchdog);
   if (stages_.size() != static_cast<std::size_t>(schedule_.stages())) {
-    fail({subject,
+    detail::fail({subject,
           detail::concat("the schedule has ", schedule_.stages(), " stages but ", stages_.size(),
                          " StageFunctions were given"),
           "", "Give one StageFunctions per stage"});
@@ -60,7 +60,7 @@ auto Executor<B>::check_setup() -> void {
   const auto m = static_cast<std::size_t>(std::max(schedule_.microbatches, 1));
   auto check_fold = [&](std::size_t stage, std::size_t floats, const char* what) {
     if (floats <= std::numeric_limits<std::size_t>::max() / m) return;
-    fail({subject,
+    detail::fail({subject,
           detail::concat("stage ", stage, " declares ", floats, " ", what, " floats per micro-batch; ", m,
                          " micro-batches of them do not fit in memory"),
           detail::concat("stage ", stage), "Check StageFunctions::input_size and target_size (floats per micro-batch)"});
@@ -80,7 +80,7 @@ auto Executor<B>::check_setup() -> void {
     if (!is_copy(a.op)) continue;
     const StageFunctions& f = stages_[static_cast<std::size_t>(a.stage)];
     if (f.offload && f.reload) continue;
-    fail({subject,
+    detail::fail({subject,
           detail::concat("the schedule offloads stage ", a.stage, "'s activations (", to_string(a),
                          "), but the stage gives no ", f.offload ? "reload" : "offload", " callable"),
           detail::concat("stage ", a.stage, " (rank ", rank_, ")"),
@@ -91,21 +91,21 @@ auto Executor<B>::check_setup() -> void {
     if (!holds(s)) continue;
     const StageFunctions& f = stages_[static_cast<std::size_t>(s)];
     const std::string where = detail::concat("stage ", s, " (rank ", rank_, ")");
-    if (!f.forward) fail({subject, "a stage has no forward", where, "Set StageFunctions::forward"});
+    if (!f.forward) detail::fail({subject, "a stage has no forward", where, "Set StageFunctions::forward"});
     if (!has_backward_) continue;
     const bool split = static_cast<bool>(f.backward_input) && static_cast<bool>(f.backward_weight);
     if (schedule_.split_backward && !split) {
-      fail({subject,
+      detail::fail({subject,
             detail::concat("schedule '", schedule_.name, "' splits backward into BI and BW, but the stage gives ",
                            f.backward ? "only a full backward" : "no backward"),
             where, "Set StageFunctions::backward_input and backward_weight"});
     }
     if (!f.backward && !split) {
-      fail({subject, "a stage has no backward", where,
+      detail::fail({subject, "a stage has no backward", where,
             "Set StageFunctions::backward, or backward_input and backward_weight"});
     }
     if (s == last_stage() && !f.loss) {
-      fail({subject, "the last stage has no loss", where, "Set StageFunctions::loss on the last stage"});
+      detail::fail({subject, "the last stage has no loss", where, "Set StageFunctions::loss on the last stage"});
     }
   }
 }
@@ -116,7 +116,7 @@ auto Executor<B>::check_tied(const std::string& subject) const -> void {
     const TiedWeights& t = options_.tied_weights[g];
     const std::string where = detail::concat("ExecutorOptions::tied_weights[", g, "]");
     if (t.stages.size() < 2 || t.offsets.size() != t.stages.size() || t.count == 0) {
-      fail({subject,
+      detail::fail({subject,
             detail::concat("a tied group has ", t.stages.size(), " stages, ", t.offsets.size(), " offsets and count ",
                            t.count),
             where, "Give at least two stages, one offset per stage and a nonzero count"});
@@ -124,15 +124,15 @@ auto Executor<B>::check_tied(const std::string& subject) const -> void {
     for (std::size_t i = 0; i < t.stages.size(); ++i) {
       const std::int32_t s = t.stages[i];
       if (s < 0 || s >= schedule_.stages()) {
-        fail({subject, detail::concat("a tied group names stage ", s, ", which does not exist"), where,
+        detail::fail({subject, detail::concat("a tied group names stage ", s, ", which does not exist"), where,
               detail::concat("Name stages in 0..", schedule_.stages() - 1)});
       }
       if (std::count(t.stages.begin(), t.stages.end(), s) > 1) {
-        fail({subject, detail::concat("a tied group names stage ", s, " twice"), where, "Name each stage once"});
+        detail::fail({subject, detail::concat("a tied group names stage ", s, " twice"), where, "Name each stage once"});
       }
       const std::size_t size = stages_[static_cast<std::size_t>(s)].weight_grad_size;
       if (t.offsets[i] > size || t.count > size - t.offsets[i]) {
-        fail({subject,
+        detail::fail({subject,
               detail::concat("the tied gradient of stage ", s, " (", t.count, " floats at ", t.offsets[i],
                              ") does not fit its weight_grad_size ", size),
               where, "Give each stage's offset of the shared parameter's gradient in its flattened weight gradient"});
@@ -151,7 +151,7 @@ auto Executor<B>::check_boundaries(const std::string& subject) const -> void {
       detail::check_tensor_specs(*list, detail::concat(subject, ", stage ", s, in ? " input_tensors" : " output_tensors"));
       const std::size_t declared = in ? f.input_size : f.output_size;
       if (!list->empty() && declared != 0 && declared != payload_floats(*list)) {
-        fail({subject,
+        detail::fail({subject,
               detail::concat("stage ", s, " declares ", in ? "input_size " : "output_size ", declared,
                              " beside typed tensors whose payload is ", payload_floats(*list), " floats"),
               detail::concat("stage ", s), "Leave input_size / output_size 0 with typed tensors"});
@@ -163,19 +163,19 @@ auto Executor<B>::check_boundaries(const std::string& subject) const -> void {
     if (out.empty() && next.empty()) continue;
     const std::string where = detail::concat("stages ", s, " and ", s + 1);
     if (out.empty() != next.empty()) {
-      fail({subject,
+      detail::fail({subject,
             detail::concat("stage ", s, out.empty() ? " gives floats" : " gives typed tensors", " but stage ", s + 1,
                            next.empty() ? " takes floats" : " takes typed tensors"),
             where, "Declare the boundary the same way on both sides (output_tensors and the next input_tensors)"});
     }
     if (out.size() != next.size()) {
-      fail({subject,
+      detail::fail({subject,
             detail::concat("stage ", s, " gives ", out.size(), " tensors but stage ", s + 1, " takes ", next.size()),
             where, "Give both sides of a boundary the same tensor list"});
     }
     for (std::size_t i = 0; i < out.size(); ++i) {
       if (out[i] == next[i]) continue;
-      fail({subject,
+      detail::fail({subject,
             detail::concat("tensor ", i, ": stage ", s, " gives ", to_string(out[i].dtype), " x ", out[i].max_count,
                            " but stage ", s + 1, " takes ", to_string(next[i].dtype), " x ", next[i].max_count),
             where, "Give both sides of a boundary the same dtype and max_count for each tensor"});
@@ -190,7 +190,7 @@ auto Executor<B>::check_batch(const Batch& batch) const -> void {
   if (holds(0)) {
     const std::size_t want = m * input_floats(stages_[0]);
     if (batch.inputs.size() != want) {
-      fail({"batch",
+      detail::fail({"batch",
             detail::concat("has ", batch.inputs.size(), " input floats; ", m, " micro-batches of ",
                            input_floats(stages_[0]), " need ", want),
             "Batch::inputs", "Give exactly microbatches x stage 0's input_size floats"});
@@ -200,7 +200,7 @@ auto Executor<B>::check_batch(const Batch& batch) const -> void {
   if ((has_backward_ || !batch.targets.empty()) && holds(last_stage())) {
     const std::size_t want = m * stages_[static_cast<std::size_t>(last_stage())].target_size;
     if (batch.targets.size() != want) {
-      fail({"batch",
+      detail::fail({"batch",
             detail::concat("has ", batch.targets.size(), " target floats; ", m, " micro-batches of ",
                            stages_[static_cast<std::size_t>(last_stage())].target_size, " need ", want),
             "Batch::targets", "Give exactly microbatches x the last stage's target_size floats"});

@@ -105,7 +105,7 @@ auto Executor<B>::watchdog_error() -> error {
                            "all-reduce)");
   }
   if (heads.empty()) heads = "every action completed, but the step's final work did not (the optimizer step?)";
-  return make_error(
+  return detail::make_error(
       {detail::concat("rank ", rank_),
        detail::concat("watchdog: no action completed for ", options_.watchdog.count(), " ms. ", heads),
        first_action.empty() ? "" : detail::concat("action ", first_action),
@@ -122,7 +122,7 @@ auto Executor<B>::fail_step(std::exception_ptr e, StepFaults* faults) -> void {
   } catch (...) {
   }
   if (stopped) {
-    e = std::make_exception_ptr(make_error(
+    e = std::make_exception_ptr(detail::make_error(
         {detail::concat("rank ", rank_), "stopped because another rank failed", "", "See the step's first error"}));
   } else if (faults != nullptr) {
     faults->report(e);  // before the abort, so that the cause is the first error

@@ -43,7 +43,7 @@ struct CsvPlace {
 };
 
 [[nodiscard]] inline std::string describe(const CsvPlace& at) {
-  return concat("row ", at.row, " (rank ", at.row - 1, "), column ", at.column);
+  return detail::concat("row ", at.row, " (rank ", at.row - 1, "), column ", at.column);
 }
 
 // Splits CSV text into rows of cells as Python's csv.reader does with the default dialect:
@@ -107,7 +107,7 @@ struct CsvCell {
     }
   }
   if (quoted)
-    fail({concat("schedule CSV '", source, "'"), "a quoted cell is never closed", describe({line, column}),
+    detail::fail({detail::concat("schedule CSV '", source, "'"), "a quoted cell is never closed", describe({line, column}),
           "close the cell with a '\"'"});
   if (cell_started || !row.empty()) end_row();
   return rows;
@@ -132,8 +132,8 @@ struct CsvCell {
   std::int64_t parsed = 0;
   const auto [ptr, ec] = std::from_chars(s.data(), s.data() + n, parsed);
   if (ec != std::errc{} || ptr != s.data() + n || parsed > limit)
-    fail({subject, concat("the ", what, " '", s.substr(0, n), "' is too large"), where,
-          concat("a ", what, " is at most ", limit)});
+    detail::fail({subject, detail::concat("the ", what, " '", s.substr(0, n), "' is too large"), where,
+          detail::concat("a ", what, " is at most ", limit)});
   value = parsed;
   return n;
 }
@@ -150,7 +150,7 @@ struct ParsedCell {
 [[nodiscard]] inline ParsedCell parse_simple_cell(std::string_view cell, const std::string& subject,
                                                   const std::string& where) {
   const auto bad = [&](std::string_view problem) -> ParsedCell {
-    fail({subject, concat("cannot read cell '", cell, "': ", problem), where, std::string(csv_cell_grammar)});
+    detail::fail({subject, detail::concat("cannot read cell '", cell, "': ", problem), where, std::string(csv_cell_grammar)});
   };
   constexpr std::int64_t index_limit = 2147483647;
   std::int64_t stage = 0;
@@ -190,7 +190,7 @@ struct ParsedCell {
       found = &sp;
       break;
     }
-  if (found == nullptr) return bad(concat("'", rest, "' does not start with an operation"));
+  if (found == nullptr) return bad(detail::concat("'", rest, "' does not start with an operation"));
   rest.remove_prefix(found->text.size());
 
   ParsedCell parsed;
@@ -200,7 +200,7 @@ struct ParsedCell {
     std::int64_t ignored = 0;
     if (const auto digits = leading_number(rest, index_limit, ignored, subject, where, "micro-batch"))
       rest.remove_prefix(*digits);
-    if (!rest.empty()) return bad(concat("unexpected '", rest, "' after the operation"));
+    if (!rest.empty()) return bad(detail::concat("unexpected '", rest, "' after the operation"));
     parsed.kind = CellOp::pytorch_only;
     parsed.pytorch_name = found->text;
     return parsed;
@@ -209,7 +209,7 @@ struct ParsedCell {
   std::int64_t microbatch = 0;
   // One below the int32 limit, so that the inferred count (largest + 1) still fits.
   const auto mb_digits = leading_number(rest, index_limit - 1, microbatch, subject, where, "micro-batch");
-  if (!mb_digits) return bad(concat("the operation ", found->text, " needs a micro-batch number after it"));
+  if (!mb_digits) return bad(detail::concat("the operation ", found->text, " needs a micro-batch number after it"));
   rest.remove_prefix(*mb_digits);
   parsed.action.microbatch = static_cast<std::int32_t>(microbatch);
   if (rest.starts_with('#')) {
@@ -220,7 +220,7 @@ struct ParsedCell {
     rest.remove_prefix(*group_digits);
     parsed.action.group = static_cast<std::uint32_t>(group);
   }
-  if (!rest.empty()) return bad(concat("unexpected '", rest, "' after the micro-batch"));
+  if (!rest.empty()) return bad(detail::concat("unexpected '", rest, "' after the micro-batch"));
   return parsed;
 }
 

@@ -33,7 +33,7 @@ namespace detail {
 inline constexpr std::int64_t max_generated_actions = std::int64_t{1} << 26;
 
 [[nodiscard]] inline std::string family_subject(std::string_view family) {
-  return concat("schedule '", family, "'");
+  return detail::concat("schedule '", family, "'");
 }
 
 // The checks every family makes first: p, m, v at least 1 and the schedule of bounded size.
@@ -43,7 +43,7 @@ inline constexpr std::int64_t max_generated_actions = std::int64_t{1} << 26;
                                                                        const ScheduleRequest& r);
 
 inline void check_request_sizes(std::string_view family, const ScheduleRequest& r) {
-  if (auto problem = request_size_problem(family, r)) fail(*problem);
+  if (auto problem = request_size_problem(family, r)) detail::fail(*problem);
 }
 
 // For families whose placement fixes v (one stage per rank: v=1; V-shape: v=2).
@@ -53,7 +53,7 @@ inline void check_request_sizes(std::string_view family, const ScheduleRequest& 
 
 inline void require_chunks(std::string_view family, const ScheduleRequest& r, std::int32_t required,
                            std::string_view reason, std::string_view alternative) {
-  if (auto problem = chunks_problem(family, r, required, reason, alternative)) fail(*problem);
+  if (auto problem = chunks_problem(family, r, required, reason, alternative)) detail::fail(*problem);
 }
 
 // The sizes every family checks, then the v its placement fixes: the whole check of most

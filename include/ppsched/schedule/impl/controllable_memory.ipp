@@ -38,12 +38,12 @@ namespace detail {
 
 PPSCHED_OUTLINE void check_v_block_request(std::string_view name, const ScheduleRequest& r, std::span<const vblock::Row> block) {
   check_request_sizes(name, r);
-  require_chunks(name, r, 2, concat(name, " places two chunks per rank in a V shape"),
+  require_chunks(name, r, 2, detail::concat(name, " places two chunks per rank in a V shape"),
                          "for one stage per rank use zb-h1 or zb-h2");
   if (static_cast<std::size_t>(r.ranks) != block.size()) {
-    fail({family_subject(name),
-          concat("the building block has ", block.size(), " rows for p=", r.ranks, " ranks"),
-          concat("request ", to_string(r)), "give one row per rank"});
+    detail::fail({family_subject(name),
+          detail::concat("the building block has ", block.size(), " rows for p=", r.ranks, " ranks"),
+          detail::concat("request ", to_string(r)), "give one row per rank"});
   }
   check_v_block(name, block);
   // Every slot up to the last BW is a 32-bit slot of the grid: the block's latest slot, 6 more
@@ -51,10 +51,10 @@ PPSCHED_OUTLINE void check_v_block_request(std::string_view name, const Schedule
   std::int64_t latest = 0;
   for (const vblock::Row& row : block) latest = std::max<std::int64_t>({latest, row.forward0, row.forward1, row.backward1, row.backward0});
   if (latest + 8 * std::int64_t{r.microbatches} > std::numeric_limits<std::int32_t>::max()) {
-    fail({family_subject(name),
-          concat("the building block's latest slot ", latest, " leaves no room for m=", r.microbatches,
+    detail::fail({family_subject(name),
+          detail::concat("the building block's latest slot ", latest, " leaves no room for m=", r.microbatches,
                          " micro-batches of 6 slots"),
-          concat("request ", to_string(r)), "start the block near slot 0, one slot per pass"});
+          detail::concat("request ", to_string(r)), "start the block near slot 0, one slot per pass"});
   }
 }
 
@@ -128,7 +128,7 @@ namespace vblock {
 
 [[nodiscard]] PPSCHED_OUTLINE std::vector<Row> of_shape(std::int32_t ranks, const Shape& shape) {
   if (shape.forward_spacing < 1 || shape.backward_spacing < 1 || shape.turn_gap < 0) {
-    fail({"V building block", detail::concat("spacings f=", shape.forward_spacing, ", b=", shape.backward_spacing,
+    detail::fail({"V building block", detail::concat("spacings f=", shape.forward_spacing, ", b=", shape.backward_spacing,
                                              " and turn gap ", shape.turn_gap),
           "vblock::Shape", "give spacings of at least 1 slot and a gap of at least 0"});
   }
@@ -139,7 +139,7 @@ namespace vblock {
   const std::int64_t forward1_first = f * (p - 1) + 1 + (p - 1);
   const std::int64_t backward1_first = forward1_first + 1 + g;
   if (backward1_first + b * (p - 1) + period + (p - 1) > std::numeric_limits<std::int32_t>::max()) {
-    fail({"V building block", detail::concat("p=", ranks, " ranks with f=", f, ", b=", b, ", gap=", g),
+    detail::fail({"V building block", detail::concat("p=", ranks, " ranks with f=", f, ", b=", b, ", gap=", g),
           "vblock::Shape", "the block's slots exceed 32 bits: use fewer ranks or smaller spacings"});
   }
   block.resize(static_cast<std::size_t>(ranks));
@@ -230,7 +230,7 @@ namespace detail {
 }
 
 [[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> v_family_problem(std::string_view name, const ScheduleRequest& r) {
-  return sizes_and_chunks_problem(name, r, 2, concat(name, " places two chunks per rank in a V shape"),
+  return sizes_and_chunks_problem(name, r, 2, detail::concat(name, " places two chunks per rank in a V shape"),
                                   "for one stage per rank use zb-h1 or zb-h2");
 }
 
@@ -248,12 +248,12 @@ namespace detail {
 namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_v_min(const ScheduleRequest& r) {
-  if (auto problem = detail::v_min_problem(r)) fail(*problem);
+  if (auto problem = detail::v_min_problem(r)) detail::fail(*problem);
   return detail::v_family_schedule(detail::v_min_name, r, vblock::v_min(r.ranks));
 }
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_v_half(const ScheduleRequest& r) {
-  if (auto problem = detail::v_half_problem(r)) fail(*problem);
+  if (auto problem = detail::v_half_problem(r)) detail::fail(*problem);
   return detail::v_family_schedule(detail::v_half_name, r, vblock::v_half(r.ranks));
 }
 
@@ -284,7 +284,7 @@ namespace detail {
                                             cycle_slot(row.backward1), cycle_slot(row.backward0)};
     for (std::size_t i = 0; i < cycle.size(); ++i)
       for (std::size_t j = i + 1; j < cycle.size(); ++j)
-        if (cycle[i] == cycle[j]) return concat("two passes share slot ", cycle[i], " of the 6-slot cycle");
+        if (cycle[i] == cycle[j]) return detail::concat("two passes share slot ", cycle[i], " of the 6-slot cycle");
   }
   return {};
 }
@@ -293,7 +293,7 @@ PPSCHED_OUTLINE void check_v_block(std::string_view family, std::span<const vblo
   std::int32_t rank = 0;
   std::string problem = v_block_problem(block, rank);
   if (!problem.empty()) {
-    fail({family_subject(family), std::move(problem), concat("building block, rank ", rank),
+    detail::fail({family_subject(family), std::move(problem), detail::concat("building block, rank ", rank),
           "give every rank its four slots with each pass after what it needs and distinct slots modulo 6"});
   }
 }

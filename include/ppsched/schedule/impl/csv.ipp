@@ -13,7 +13,7 @@ namespace ppsched::inline PPSCHED_MODE {
   const std::string subject = detail::concat("schedule CSV '", options.source, "'");
   const auto rows = detail::split_csv(text, options.source);
   if (rows.empty())
-    fail({subject, "the CSV has no rows", "", "write one row per rank, row i holding rank i's actions"});
+    detail::fail({subject, "the CSV has no rows", "", "write one row per rank, row i holding rank i's actions"});
   std::size_t cell_count = 0;  // actions the text can hold: an OVERLAP_F_B cell holds several
   for (const auto& row : rows)
     for (const auto& cell : row)
@@ -31,13 +31,13 @@ namespace ppsched::inline PPSCHED_MODE {
     const std::string where = detail::describe(at);
     if (!options.placement.empty()) {
       if (static_cast<std::size_t>(a.stage) >= options.placement.size())
-        fail({subject,
+        detail::fail({subject,
               detail::concat("action ", to_string(a), " names stage ", a.stage,
                              ", which the placement (stages 0..", options.placement.size() - 1,
                              ") does not cover"),
               where, "give a placement with an entry for every stage, or fix the stage number"});
       if (options.placement[static_cast<std::size_t>(a.stage)] != static_cast<std::int32_t>(rank))
-        fail({subject,
+        detail::fail({subject,
               detail::concat("action ", to_string(a), " is on rank ", rank, " but the placement puts stage ",
                              a.stage, " on rank ", options.placement[static_cast<std::size_t>(a.stage)]),
               where, "move the cell to its stage's row, or fix the placement"});
@@ -46,7 +46,7 @@ namespace ppsched::inline PPSCHED_MODE {
       // Every stage below this one must appear somewhere too, so a stage number above the
       // number of cells cannot be right; checking here also bounds the table below.
       if (stage >= cell_count)
-        fail({subject,
+        detail::fail({subject,
               detail::concat("action ", to_string(a), " names stage ", a.stage, ", but the file holds only ",
                              cell_count, " actions, so stages 0..", a.stage, " cannot all appear"),
               where, "fix the stage number, or pass CsvReadOptions::placement explicitly"});
@@ -58,7 +58,7 @@ namespace ppsched::inline PPSCHED_MODE {
         seen_on[stage] = static_cast<std::int32_t>(rank);
         first_seen[stage] = at;
       } else if (seen_on[stage] != static_cast<std::int32_t>(rank)) {
-        fail({subject,
+        detail::fail({subject,
               detail::concat("stage ", a.stage, " appears on rank ", seen_on[stage], " (",
                              detail::describe(first_seen[stage]), ") and on rank ", rank,
                              ", so its rank is ambiguous"),
@@ -81,7 +81,7 @@ namespace ppsched::inline PPSCHED_MODE {
       const auto take = [&](const detail::ParsedCell& parsed, std::string_view shown) {
         if (parsed.kind == detail::CellOp::pytorch_only) {
           if (!options.skip_pytorch_only_actions)
-            fail({subject,
+            detail::fail({subject,
                   detail::concat("cell '", shown, "' is PyTorch's ", parsed.pytorch_name,
                                  ", which ppsched does not model"),
                   where, "remove the cell, or read with CsvReadOptions::skip_pytorch_only_actions = true"});
@@ -96,7 +96,7 @@ namespace ppsched::inline PPSCHED_MODE {
         const std::size_t close = text_cell.find(')');
         constexpr std::string_view overlap = "OVERLAP_F_B";
         if (close == std::string_view::npos || !text_cell.substr(close + 1).starts_with(overlap))
-          fail({subject, detail::concat("cannot read cell '", text_cell, "'"), where,
+          detail::fail({subject, detail::concat("cannot read cell '", text_cell, "'"), where,
                 "a parenthesised cell must be PyTorch's (<action>;<action>...)OVERLAP_F_B"});
         // ppsched's "#<group>" after OVERLAP_F_B: the pair's id where it is not the row's count.
         std::optional<std::uint32_t> explicit_group;
@@ -106,7 +106,7 @@ namespace ppsched::inline PPSCHED_MODE {
                                                                                subject, where, "group")
                                                       : std::nullopt;
           if (!digits || *digits + 1 != suffix.size() || group == 0)
-            fail({subject, detail::concat("cannot read cell '", text_cell, "'"), where,
+            detail::fail({subject, detail::concat("cannot read cell '", text_cell, "'"), where,
                   "after OVERLAP_F_B only #<group> may follow, with a group number of 1 or more"});
           explicit_group = static_cast<std::uint32_t>(group);
         }
@@ -122,7 +122,7 @@ namespace ppsched::inline PPSCHED_MODE {
         const bool pair =
             program.size() == before + 2 && is_compute(program[before].op) && is_compute(program[before + 1].op);
         if (explicit_group && !pair)
-          fail({subject, detail::concat("cell '", text_cell, "' gives a group to what is not a pair"), where,
+          detail::fail({subject, detail::concat("cell '", text_cell, "' gives a group to what is not a pair"), where,
                 "#<group> after OVERLAP_F_B needs exactly two compute sub-actions"});
         if (pair) {
           ++pairs;
@@ -159,7 +159,7 @@ namespace ppsched::inline PPSCHED_MODE {
     s.placement = options.placement;
     for (std::size_t st = 0; st < s.placement.size(); ++st)
       if (s.placement[st] < 0)
-        fail({subject, detail::concat("the placement puts stage ", st, " on rank ", s.placement[st]),
+        detail::fail({subject, detail::concat("the placement puts stage ", st, " on rank ", s.placement[st]),
               "CsvReadOptions::placement", "ranks count from 0"});
     const std::int32_t highest = *std::max_element(s.placement.begin(), s.placement.end());
     if (highest >= s.ranks) {
@@ -169,7 +169,7 @@ namespace ppsched::inline PPSCHED_MODE {
   } else {
     for (std::size_t st = 0; st < seen_on.size(); ++st)
       if (seen_on[st] < 0)
-        fail({subject,
+        detail::fail({subject,
               detail::concat("stage ", st, " appears on no row, so its rank cannot be inferred (stages 0..",
                              seen_on.size() - 1, " are named)"),
               "", "pass CsvReadOptions::placement explicitly"});
@@ -177,18 +177,18 @@ namespace ppsched::inline PPSCHED_MODE {
   }
 
   if (options.microbatches < 0)
-    fail({subject, detail::concat("CsvReadOptions::microbatches is ", options.microbatches), "",
+    detail::fail({subject, detail::concat("CsvReadOptions::microbatches is ", options.microbatches), "",
           "give 0 to infer it, or the number of micro-batches"});
   if (options.microbatches > 0) {
     if (max_microbatch >= options.microbatches)
-      fail({subject,
+      detail::fail({subject,
             detail::concat("an action names micro-batch ", max_microbatch, " but the schedule has ",
                            options.microbatches, " micro-batches"),
             "", "fix the cell, or give the right CsvReadOptions::microbatches"});
     s.microbatches = options.microbatches;
   } else {
     if (max_microbatch < 0)
-      fail({subject, "no row holds an action, so the number of micro-batches cannot be inferred", "",
+      detail::fail({subject, "no row holds an action, so the number of micro-batches cannot be inferred", "",
             "write the schedule's actions, or give CsvReadOptions::microbatches and "
             "CsvReadOptions::placement"});
     s.microbatches = static_cast<std::int32_t>(max_microbatch + 1);

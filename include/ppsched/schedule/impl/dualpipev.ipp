@@ -30,8 +30,8 @@ namespace detail {
   const std::int32_t p = r.ranks, m = r.microbatches;
   if (m >= 2 * p) return std::nullopt;
   return error_context{family_subject(detail::dualpipev_name),
-                       concat("needs at least 2p = ", 2 * p, " micro-batches to fill its V (got m=", m, ")"),
-                       concat("request ", to_string(r)), concat("nearest valid: m=", 2 * p, ", or use zb-v")};
+                       detail::concat("needs at least 2p = ", 2 * p, " micro-batches to fill its V (got m=", m, ")"),
+                       detail::concat("request ", to_string(r)), detail::concat("nearest valid: m=", 2 * p, ", or use zb-v")};
 }
 
 }  // namespace detail
@@ -40,7 +40,7 @@ namespace detail {
 namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_dualpipev(const ScheduleRequest& r) {
-  if (auto problem = detail::dualpipev_problem(r)) fail(*problem);
+  if (auto problem = detail::dualpipev_problem(r)) detail::fail(*problem);
   const std::int32_t p = r.ranks, m = r.microbatches;
   Schedule out = detail::empty_schedule(detail::dualpipev_name, r, v_shape_placement(p), true, 6 * static_cast<std::size_t>(m));
   for (std::int32_t rank = 0; rank < p; ++rank) {

@@ -22,7 +22,7 @@ namespace detail {
 namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_gpipe(const ScheduleRequest& r) {
-  if (auto problem = detail::gpipe_problem(r)) fail(*problem);
+  if (auto problem = detail::gpipe_problem(r)) detail::fail(*problem);
   Schedule s = detail::empty_schedule(detail::gpipe_name, r, one_stage_per_rank_placement(r.ranks), false,
                                       2 * static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank) {
@@ -36,7 +36,7 @@ namespace ppsched::inline PPSCHED_MODE {
 }
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_forward_only(const ScheduleRequest& r) {
-  if (auto problem = detail::forward_only_problem(r)) fail(*problem);
+  if (auto problem = detail::forward_only_problem(r)) detail::fail(*problem);
   Schedule s = detail::empty_schedule(detail::forward_only_name, r, one_stage_per_rank_placement(r.ranks), false,
                                       static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank) {
@@ -48,7 +48,7 @@ namespace ppsched::inline PPSCHED_MODE {
 }
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_looped_bfs(const ScheduleRequest& r) {
-  if (auto problem = detail::looped_bfs_problem(r)) fail(*problem);
+  if (auto problem = detail::looped_bfs_problem(r)) detail::fail(*problem);
   Schedule s = detail::empty_schedule(
       detail::looped_bfs_name, r, looped_placement(r.ranks, r.chunks), false,
       2 * static_cast<std::size_t>(r.microbatches) * static_cast<std::size_t>(r.chunks));

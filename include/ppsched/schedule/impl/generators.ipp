@@ -24,7 +24,7 @@ namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE const FamilyInfo& family_info(std::string_view name) {
   if (const FamilyInfo* f = detail::find_family(name)) return *f;
-  fail({"schedule family", detail::concat("unknown family '", name, "'"), "",
+  detail::fail({"schedule family", detail::concat("unknown family '", name, "'"), "",
         detail::concat("use one of: ", detail::joined_family_names())});
 }
 

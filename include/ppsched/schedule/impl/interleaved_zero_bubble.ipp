@@ -19,11 +19,11 @@ namespace detail {
   while (!interleaved_zb_rounds_even(p, below)) --below;  // every m < 2p is even
   while (!interleaved_zb_rounds_even(p, above)) ++above;  // so is every multiple of p
   return error_context{family_subject(detail::interleaved_zero_bubble_name),
-                       concat("with v > 1 chunks per rank, m must split into max(1, m/p) = ", m / p,
+                       detail::concat("with v > 1 chunks per rank, m must split into max(1, m/p) = ", m / p,
                               " equal rounds (got m=", m, "), because PyTorch runs the micro-batches through each "
                               "chunk in rounds of m/rounds"),
-                       concat("request ", to_string(r)),
-                       concat("nearest valid: m=", below, " or m=", above, ", or v=1 (ZB-H1's order, any m)")};
+                       detail::concat("request ", to_string(r)),
+                       detail::concat("nearest valid: m=", below, " or m=", above, ", or v=1 (ZB-H1's order, any m)")};
 }
 
 }  // namespace detail
@@ -32,7 +32,7 @@ namespace detail {
 namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_interleaved_zero_bubble(const ScheduleRequest& r) {
-  if (auto problem = detail::interleaved_zero_bubble_problem(r)) fail(*problem);
+  if (auto problem = detail::interleaved_zero_bubble_problem(r)) detail::fail(*problem);
   const std::int32_t p = r.ranks, m = r.microbatches, v = r.chunks;
   Schedule s = detail::empty_schedule(detail::interleaved_zero_bubble_name, r, looped_placement(p, v), true,
                                       3 * static_cast<std::size_t>(m) * static_cast<std::size_t>(v));

@@ -34,7 +34,7 @@ PPSCHED_OUTLINE void append_1f1b_program(std::vector<Action>& program, std::int3
 namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_1f1b(const ScheduleRequest& r) {
-  if (auto problem = detail::one_f_one_b_problem(r)) fail(*problem);
+  if (auto problem = detail::one_f_one_b_problem(r)) detail::fail(*problem);
   Schedule s = detail::empty_schedule(detail::one_f_one_b_name, r, one_stage_per_rank_placement(r.ranks), false,
                                       2 * static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank)
@@ -55,11 +55,11 @@ namespace detail {
   const std::int32_t above = below + r.ranks;
   return error_context{
       family_subject(detail::interleaved_1f1b_name),
-      concat("with v > 1 chunks per rank, m must be a multiple of p=", r.ranks, " (got m=", r.microbatches,
+      detail::concat("with v > 1 chunks per rank, m must be a multiple of p=", r.ranks, " (got m=", r.microbatches,
              "), because Megatron's interleaving runs micro-batches through each chunk in groups of p"),
-      concat("request ", to_string(r)),
-      below >= r.ranks ? concat("nearest valid: m=", below, " or m=", above)
-                       : concat("nearest valid: m=", above, ", or v=1 (plain 1F1B accepts any m)")};
+      detail::concat("request ", to_string(r)),
+      below >= r.ranks ? detail::concat("nearest valid: m=", below, " or m=", above)
+                       : detail::concat("nearest valid: m=", above, ", or v=1 (plain 1F1B accepts any m)")};
 }
 
 }  // namespace detail
@@ -68,7 +68,7 @@ namespace detail {
 namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_interleaved_1f1b(const ScheduleRequest& r) {
-  if (auto problem = detail::interleaved_1f1b_problem(r)) fail(*problem);
+  if (auto problem = detail::interleaved_1f1b_problem(r)) detail::fail(*problem);
   Schedule s = detail::empty_schedule(
       detail::interleaved_1f1b_name, r, looped_placement(r.ranks, r.chunks), false,
       2 * static_cast<std::size_t>(r.microbatches) * static_cast<std::size_t>(r.chunks));

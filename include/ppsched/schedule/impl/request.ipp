@@ -44,8 +44,8 @@ namespace detail {
                                             std::tuple{r.chunks, "chunks per rank", "v"}}) {
     if (value < 1) {
       return error_context{family_subject(family),
-                           concat("the number of ", what, " ", letter, " must be at least 1 (got ", letter, "=", value, ")"),
-                           concat("request ", to_string(r)), concat("ask for ", letter, "=1 or more")};
+                           detail::concat("the number of ", what, " ", letter, " must be at least 1 (got ", letter, "=", value, ")"),
+                           detail::concat("request ", to_string(r)), detail::concat("ask for ", letter, "=1 or more")};
     }
   }
   // In double: three factors up to 2^31 overflow int64 (the check would then pass and the
@@ -53,9 +53,9 @@ namespace detail {
   const double actions = 3.0 * static_cast<double>(r.ranks) * r.chunks * r.microbatches;
   if (actions > static_cast<double>(max_generated_actions)) {
     return error_context{family_subject(family),
-                         concat("the schedule would hold about ", actions, " actions, more than the ",
+                         detail::concat("the schedule would hold about ", actions, " actions, more than the ",
                                 max_generated_actions, " a generator will build"),
-                         concat("request ", to_string(r)),
+                         detail::concat("request ", to_string(r)),
                          "ask for fewer ranks, micro-batches or chunks (p*v*m at most 22369621)"};
   }
   return std::nullopt;
@@ -65,9 +65,9 @@ namespace detail {
                                                                  std::int32_t required, std::string_view reason,
                                                                  std::string_view alternative) {
   if (r.chunks == required) return std::nullopt;
-  return error_context{family_subject(family), concat(reason, ", so v must be ", required, " (got v=", r.chunks, ")"),
-                       concat("request ", to_string(r)),
-                       concat("nearest valid: v=", required, alternative.empty() ? "" : "; ", alternative)};
+  return error_context{family_subject(family), detail::concat(reason, ", so v must be ", required, " (got v=", r.chunks, ")"),
+                       detail::concat("request ", to_string(r)),
+                       detail::concat("nearest valid: v=", required, alternative.empty() ? "" : "; ", alternative)};
 }
 
 [[nodiscard]] PPSCHED_OUTLINE std::optional<error_context> sizes_and_chunks_problem(std::string_view family,

@@ -22,7 +22,7 @@ namespace detail {
 namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_zb_h1(const ScheduleRequest& r) {
-  if (auto problem = detail::zb_h1_problem(r)) fail(*problem);
+  if (auto problem = detail::zb_h1_problem(r)) detail::fail(*problem);
   Schedule s = detail::empty_schedule(detail::zb_h1_name, r, one_stage_per_rank_placement(r.ranks), true,
                                       3 * static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank)
@@ -32,7 +32,7 @@ namespace ppsched::inline PPSCHED_MODE {
 }
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_zb_h2(const ScheduleRequest& r) {
-  if (auto problem = detail::zb_h2_problem(r)) fail(*problem);
+  if (auto problem = detail::zb_h2_problem(r)) detail::fail(*problem);
   Schedule s = detail::empty_schedule(detail::zb_h2_name, r, one_stage_per_rank_placement(r.ranks), true,
                                       3 * static_cast<std::size_t>(r.microbatches));
   for (std::int32_t rank = 0; rank < r.ranks; ++rank)
@@ -42,7 +42,7 @@ namespace ppsched::inline PPSCHED_MODE {
 }
 
 [[nodiscard]] PPSCHED_OUTLINE Schedule make_zb_v(const ScheduleRequest& r) {
-  if (auto problem = detail::zb_v_problem(r)) fail(*problem);
+  if (auto problem = detail::zb_v_problem(r)) detail::fail(*problem);
   const std::int32_t p = r.ranks;
   const std::int32_t m = r.microbatches;
   const std::int32_t n = std::max(m, 2 * p - 1);

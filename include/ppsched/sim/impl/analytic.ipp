@@ -12,7 +12,7 @@ namespace ppsched::inline PPSCHED_MODE {
 [[nodiscard]] PPSCHED_OUTLINE AnalyticBubble analytic_bubble(std::string_view family, std::int32_t p, std::int32_t m,
                                                     std::int32_t v, double t_f, double t_bi, double t_bw) {
   if (p < 1 || m < 1 || v < 1) {
-    fail({"analytic_bubble", detail::concat("p = ", p, ", m = ", m, ", v = ", v), "", "p, m and v are at least 1"});
+    detail::fail({"analytic_bubble", detail::concat("p = ", p, ", m = ", m, ", v = ", v), "", "p, m and v are at least 1"});
   }
   const FamilyInfo* f = detail::find_family(family);
   if (f == nullptr || f->bubble == nullptr) {
@@ -20,7 +20,7 @@ namespace ppsched::inline PPSCHED_MODE {
     for (const FamilyInfo& g : schedule_families) {
       if (g.bubble != nullptr) with += detail::concat(with.empty() ? "" : ", ", g.name);
     }
-    fail({"analytic_bubble", detail::concat("no closed form for family '", family, "'"), "",
+    detail::fail({"analytic_bubble", detail::concat("no closed form for family '", family, "'"), "",
           detail::concat("families with one: ", with, "; simulate() covers every family")});
   }
   const BubbleFormula& b = *f->bubble;

@@ -13,11 +13,11 @@ namespace ppsched::inline PPSCHED_MODE {
                                                    std::int32_t microbatches) {
   const std::size_t stages = outputs.size();
   if (stages == 0 || microbatches < 1) {
-    fail({"with_boundary_bytes", detail::concat("got ", stages, " boundaries and ", microbatches, " micro-batches"), "",
+    detail::fail({"with_boundary_bytes", detail::concat("got ", stages, " boundaries and ", microbatches, " micro-batches"), "",
           "Give one output tensor list per stage and at least one micro-batch"});
   }
   if (c.per_microbatch.empty() && c.stages.size() != 1 && c.stages.size() != stages) {
-    fail({"with_boundary_bytes", detail::concat("the cost model has ", c.stages.size(), " stages but ", stages,
+    detail::fail({"with_boundary_bytes", detail::concat("the cost model has ", c.stages.size(), " stages but ", stages,
                                                 " boundaries were given"),
           "CostModel::stages", "Give one output tensor list per stage of the model"});
   }
@@ -40,7 +40,7 @@ namespace ppsched::inline PPSCHED_MODE {
     c.microbatch_scale.clear();
   }
   if (c.per_microbatch.size() != stages * m) {
-    fail({"with_boundary_bytes", detail::concat("the cost model's per-micro-batch table has ", c.per_microbatch.size(),
+    detail::fail({"with_boundary_bytes", detail::concat("the cost model's per-micro-batch table has ", c.per_microbatch.size(),
                                                 " entries; ", stages, " stages x ", m, " micro-batches need ", stages * m),
           "CostModel::per_microbatch", "Give the table stage-major, stages x micro-batches"});
   }

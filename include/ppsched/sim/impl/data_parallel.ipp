@@ -13,14 +13,14 @@ namespace detail {
 
 PPSCHED_OUTLINE void check_all_reduce_model(const AllReduceModel& m) {
   if (m.replicas < 1) {
-    fail({"all-reduce model", concat("replicas = ", m.replicas), "AllReduceModel::replicas", "give at least 1 replica"});
+    detail::fail({"all-reduce model", detail::concat("replicas = ", m.replicas), "AllReduceModel::replicas", "give at least 1 replica"});
   }
   if (!(m.link.latency >= 0.0 && m.link.latency <= std::numeric_limits<double>::max())) {
-    fail({"all-reduce model", concat("link latency ", m.link.latency), "AllReduceModel::link.latency",
+    detail::fail({"all-reduce model", detail::concat("link latency ", m.link.latency), "AllReduceModel::link.latency",
           "give a finite latency >= 0 in the model's time unit"});
   }
   if (!(m.link.bandwidth > 0.0)) {
-    fail({"all-reduce model", concat("link bandwidth ", m.link.bandwidth), "AllReduceModel::link.bandwidth",
+    detail::fail({"all-reduce model", detail::concat("link bandwidth ", m.link.bandwidth), "AllReduceModel::link.bandwidth",
           "give bytes per time unit > 0, or infinity for free bytes"});
   }
 }
@@ -33,7 +33,7 @@ namespace ppsched::inline PPSCHED_MODE {
 [[nodiscard]] PPSCHED_OUTLINE double all_reduce_time(double bytes, const AllReduceModel& model) {
   detail::check_all_reduce_model(model);
   if (!(bytes >= 0.0 && bytes <= std::numeric_limits<double>::max())) {
-    fail({"all_reduce_time", detail::concat("size ", bytes, " bytes"), "bytes", "give a finite size >= 0"});
+    detail::fail({"all_reduce_time", detail::concat("size ", bytes, " bytes"), "bytes", "give a finite size >= 0"});
   }
   const double d = model.replicas;
   if (model.replicas == 1) return 0.0;
@@ -44,7 +44,7 @@ namespace ppsched::inline PPSCHED_MODE {
   // A bandwidth near zero (1e-300) or a latency near the top of the range make a time no
   // double holds; a plan priced with it would "win" or lose by infinity (issue 24).
   if (!(time <= std::numeric_limits<double>::max())) {
-    fail({"all-reduce model",
+    detail::fail({"all-reduce model",
           detail::concat("all-reducing ", bytes, " bytes over ", model.replicas, " replicas at bandwidth ",
                          model.link.bandwidth, " and latency ", model.link.latency,
                          " takes longer than a double holds (the time is not finite)"),
@@ -100,7 +100,7 @@ namespace ppsched::inline PPSCHED_MODE {
   DataParallelStep out;
   out.replicas = model.replicas;
   if (pipeline.spans.empty() || pipeline.ranks < 1) {
-    fail({"data_parallel_step", "the pipeline timeline is empty", "pipeline", "simulate the schedule with record_timeline on"});
+    detail::fail({"data_parallel_step", "the pipeline timeline is empty", "pipeline", "simulate the schedule with record_timeline on"});
   }
   double origin = std::numeric_limits<double>::infinity(), last = -origin;
   std::int32_t stages = 0;
@@ -111,18 +111,18 @@ namespace ppsched::inline PPSCHED_MODE {
   }
   const auto S = static_cast<std::size_t>(stages);
   if (gradient_bytes.size() != S) {
-    fail({"data_parallel_step", concat(gradient_bytes.size(), " gradient sizes for a pipeline of ", stages, " stages"),
+    detail::fail({"data_parallel_step", detail::concat(gradient_bytes.size(), " gradient sizes for a pipeline of ", stages, " stages"),
           "gradient_bytes", "give one size per (virtual) stage"});
   }
   if (!optimizer_time.empty() && optimizer_time.size() != S) {
-    fail({"data_parallel_step", concat(optimizer_time.size(), " optimizer times for a pipeline of ", stages, " stages"),
+    detail::fail({"data_parallel_step", detail::concat(optimizer_time.size(), " optimizer times for a pipeline of ", stages, " stages"),
           "optimizer_time", "give one time per (virtual) stage, or none"});
   }
   for (std::size_t s = 0; s < S; ++s) {
     for (const auto& [v, what] : {std::pair{gradient_bytes[s], "gradient_bytes"},
                                   std::pair{optimizer_time.empty() ? 0.0 : optimizer_time[s], "optimizer_time"}}) {
       if (!(v >= 0.0 && v <= std::numeric_limits<double>::max())) {
-        fail({"data_parallel_step", concat(what, "[", s, "] is ", v), concat(what, "[", s, "]"), "give a finite value >= 0"});
+        detail::fail({"data_parallel_step", detail::concat(what, "[", s, "] is ", v), detail::concat(what, "[", s, "]"), "give a finite value >= 0"});
       }
     }
   }
@@ -132,7 +132,7 @@ namespace ppsched::inline PPSCHED_MODE {
   std::vector<double> compute_end(static_cast<std::size_t>(pipeline.ranks), 0.0);
   for (const Span& sp : pipeline.spans) {
     if (sp.rank < 0 || sp.rank >= pipeline.ranks) {
-      fail({"data_parallel_step", concat("a span names rank ", sp.rank, " of ", pipeline.ranks), "pipeline.spans",
+      detail::fail({"data_parallel_step", detail::concat("a span names rank ", sp.rank, " of ", pipeline.ranks), "pipeline.spans",
             "give a timeline whose spans name its own ranks"});
     }
     compute_end[static_cast<std::size_t>(sp.rank)] = std::max(compute_end[static_cast<std::size_t>(sp.rank)], sp.end - origin);
@@ -145,7 +145,7 @@ namespace ppsched::inline PPSCHED_MODE {
   std::vector<double> duration(S, 0.0);
   for (std::size_t s = 0; s < S; ++s) {
     if (!has_weights[s]) {
-      fail({"data_parallel_step", concat("stage ", s, " has no weight-gradient action (B or BW) in the timeline"), "pipeline",
+      detail::fail({"data_parallel_step", detail::concat("stage ", s, " has no weight-gradient action (B or BW) in the timeline"), "pipeline",
             "data parallelism sums weight gradients: give a training schedule's timeline"});
     }
     out.stages[s].gradient_bytes = gradient_bytes[s];
@@ -160,8 +160,8 @@ namespace ppsched::inline PPSCHED_MODE {
                            detail::run_data_parallel(out.stages, duration, compute_end, optimizer_time, out.rank_end));
   out.all_reduce_exposed = out.step_time - std::max(out.pipeline_time, without);
   if (!(out.step_time <= std::numeric_limits<double>::max())) {
-    fail({"data_parallel_step",
-          concat("the step time is not finite: the pipeline's ", out.pipeline_time,
+    detail::fail({"data_parallel_step",
+          detail::concat("the step time is not finite: the pipeline's ", out.pipeline_time,
                  " plus the all-reduces and optimizer steps overflow a double"),
           "optimizer_time, model.link", "give finite times that sum within the range of a double"});
   }

@@ -225,7 +225,7 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
                       cost.fb_overlap, &ws.execution());
   }
   if (!execution->run()) {
-    fail({"simulate: schedule '" + schedule.name + "'",
+    detail::fail({"simulate: schedule '" + schedule.name + "'",
           detail::concat("deadlocks under rendezvous with ", stream_mode_name(mode), ": ", execution->describe_stuck()), "",
           "validate() proves a schedule deadlock-free; lower() writes communication that is"});
   }
@@ -379,8 +379,8 @@ namespace detail {
 [[noreturn]] PPSCHED_OUTLINE void fail_simulation(const Schedule& s, const ValidationReport& report) {
   std::string list;
   for (const Problem& p : report.problems) list += "\n  - " + p.message;
-  if (report.unlisted_problems != 0) list += concat("\n  - ... and ", report.unlisted_problems, " more");
-  fail({"simulate: schedule '" + s.name + "'", "is not valid:" + list, "", "validate() lists every problem with its fix"});
+  if (report.unlisted_problems != 0) list += detail::concat("\n  - ... and ", report.unlisted_problems, " more");
+  detail::fail({"simulate: schedule '" + s.name + "'", "is not valid:" + list, "", "validate() lists every problem with its fix"});
 }
 
 }  // namespace detail

@@ -12,7 +12,7 @@ namespace ppsched::inline PPSCHED_MODE {
 [[nodiscard]] PPSCHED_OUTLINE std::string to_ascii(const Timeline& timeline, const AsciiOptions& options) {
   const TimelineStats stats = summarize(timeline);
   if (options.columns < 0 || options.max_columns < 1) {
-    fail({"ascii timeline", "the column count is out of range",
+    detail::fail({"ascii timeline", "the column count is out of range",
           detail::concat("AsciiOptions columns ", options.columns, ", max_columns ", options.max_columns),
           "pass columns 0 (automatic) or more, and max_columns of at least 1"});
   }

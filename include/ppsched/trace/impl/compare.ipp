@@ -120,13 +120,13 @@ namespace ppsched::inline PPSCHED_MODE {
   c.measured = summarize(measured);
   c.predicted = summarize(predicted);
   if (measured.ranks != predicted.ranks) {
-    fail({"compare",
+    detail::fail({"compare",
           detail::concat("the measured timeline has ", measured.ranks, " ranks but the predicted one has ",
                          predicted.ranks),
           "Timeline::ranks", "compare a run with the prediction for the same schedule"});
   }
   if (!std::isfinite(options.measured_to_predicted) || options.measured_to_predicted < 0.0) {
-    fail({"compare",
+    detail::fail({"compare",
           detail::concat("the scale from measured to predicted units is ", options.measured_to_predicted),
           "CompareOptions::measured_to_predicted",
           "pass a positive factor, or 0 to derive it from the timelines' units"});

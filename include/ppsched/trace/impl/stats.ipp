@@ -11,49 +11,49 @@ namespace ppsched::inline PPSCHED_MODE {
 
 PPSCHED_OUTLINE void validate_timeline(const Timeline& timeline) {
   if (timeline.ranks < 0) {
-    fail({"timeline", detail::concat("the rank count is negative (", timeline.ranks, ")"), "Timeline::ranks",
+    detail::fail({"timeline", detail::concat("the rank count is negative (", timeline.ranks, ")"), "Timeline::ranks",
           "set ranks to the number of pipeline ranks"});
   }
   for (std::size_t index = 0; index < timeline.spans.size(); ++index) {
     const Span& span = timeline.spans[index];
     const auto op_code = static_cast<int>(span.action.op);
     if (op_code >= op_count) {
-      fail({"timeline", detail::concat("span ", index, " has an unknown operation code ", op_code),
+      detail::fail({"timeline", detail::concat("span ", index, " has an unknown operation code ", op_code),
             detail::concat("span ", index, " on rank ", span.rank), "use one of the ppsched::Op values"});
     }
     const std::string where = detail::describe_span(span, index);
     if (span.rank < 0 || span.rank >= timeline.ranks) {
-      fail({"timeline",
+      detail::fail({"timeline",
             detail::concat("rank ", span.rank, " is outside the timeline's ", timeline.ranks, " ranks [0, ",
                            timeline.ranks, ")"),
             where, "set Timeline::ranks to cover every rank, or correct the span's rank"});
     }
     if (!std::isfinite(span.start) || !std::isfinite(span.end)) {
-      fail({"timeline",
+      detail::fail({"timeline",
             detail::concat("a time is not a finite number (start ", span.start, ", end ", span.end, ")"),
             where, "record finite start and end times"});
     }
     if (span.end < span.start) {
-      fail({"timeline",
+      detail::fail({"timeline",
             detail::concat("the span ends before it starts (start ", span.start, ", end ", span.end, ")"),
             where, "record each span's end at or after its start"});
     }
     if (span.action.stage < 0 || span.action.microbatch < 0) {
-      fail({"timeline",
+      detail::fail({"timeline",
             detail::concat("the stage (", span.action.stage, ") or micro-batch (", span.action.microbatch,
                            ") is negative"),
             where, "number stages and micro-batches from 0"});
     }
     if (span.lane != Lane::compute && span.lane != Lane::comm && span.lane != Lane::copy) {
-      fail({"timeline", detail::concat("unknown lane code ", static_cast<int>(span.lane)), where,
+      detail::fail({"timeline", detail::concat("unknown lane code ", static_cast<int>(span.lane)), where,
             "use Lane::compute, Lane::comm or Lane::copy"});
     }
     if (span.lane != Lane::compute && (is_compute(span.action.op) || span.action.op == Op::R)) {
-      fail({"timeline", detail::concat("a compute action is on the ", lane_name(span.lane), " lane"), where,
+      detail::fail({"timeline", detail::concat("a compute action is on the ", lane_name(span.lane), " lane"), where,
             "put F, B, BI, BW and R spans on Lane::compute"});
     }
     if (span.lane == Lane::copy && !is_copy(span.action.op)) {
-      fail({"timeline", detail::concat(op_name(span.action.op), " is on the copy lane"), where,
+      detail::fail({"timeline", detail::concat(op_name(span.action.op), " is on the copy lane"), where,
             "only OFFLOAD and RELOAD run on Lane::copy"});
     }
   }

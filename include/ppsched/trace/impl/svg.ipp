@@ -14,7 +14,7 @@ PPSCHED_OUTLINE void write_svg(std::ostream& out, const Timeline& timeline, cons
   if (!(options.width >= 200.0 && options.width <= 1e6) ||
       !(options.row_height >= 4.0 && options.row_height <= 1e4) ||
       !(options.comm_row_height >= 2.0 && options.comm_row_height <= 1e4)) {
-    fail({"svg", "the picture size is out of range",
+    detail::fail({"svg", "the picture size is out of range",
           detail::concat("SvgOptions width ", options.width, ", row_height ", options.row_height,
                          ", comm_row_height ", options.comm_row_height),
           "use a width of 200 to 1e6 pixels and row heights of at least 4 (compute) and 2 (comm) pixels"});

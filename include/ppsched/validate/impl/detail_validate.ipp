@@ -16,9 +16,9 @@ namespace detail {
   const std::size_t shown = std::min<std::size_t>(report.problems.size(), 20);
   for (std::size_t i = 0; i < shown; ++i) list += "\n  - " + report.problems[i].message;
   const std::size_t hidden = report.problems.size() - shown + report.unlisted_problems;
-  if (hidden != 0) list += concat("\n  - ... and ", hidden, " more (see validate()'s report)");
-  fail({"schedule '" + schedule.name + "'",
-        concat("is not valid: ", report.problems.size() + report.unlisted_problems, " problem(s):", list), "",
+  if (hidden != 0) list += detail::concat("\n  - ... and ", hidden, " more (see validate()'s report)");
+  detail::fail({"schedule '" + schedule.name + "'",
+        detail::concat("is not valid: ", report.problems.size() + report.unlisted_problems, " problem(s):", list), "",
         "fix each problem as it says; lower() writes the communication of a compute-only schedule"});
 }
 

@@ -54,7 +54,7 @@ PPSCHED_OUTLINE ValidationReport validate_into(const Schedule& s, const Validate
   AbstractExecution single(flat, StreamMode::comm_on_compute_stream, &ws.execution());
   if (single.run()) return report;
   if (!flat.lowered) {
-    sink.add(ProblemKind::deadlock, concat("deadlock: the compute order is impossible: ", single.describe_stuck(),
+    sink.add(ProblemKind::deadlock, detail::concat("deadlock: the compute order is impossible: ", single.describe_stuck(),
                                            "\n  fix: order each rank's program so that every action's inputs can be "
                                            "computed first"));
     return report;
@@ -64,7 +64,7 @@ PPSCHED_OUTLINE ValidationReport validate_into(const Schedule& s, const Validate
   const bool separate_ok = separate.run();
   const AbstractExecution& stuck = separate_ok ? single : separate;
   sink.add(ProblemKind::deadlock,
-           concat("deadlock under rendezvous with ",
+           detail::concat("deadlock under rendezvous with ",
                   separate_ok ? "communication on the compute stream (with a separate comm stream it runs)"
                               : "communication on its own stream (and on the compute stream)",
                   ": ", stuck.describe_stuck(),

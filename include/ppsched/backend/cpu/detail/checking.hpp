@@ -57,8 +57,8 @@ inline void host_observed(RankState& r, const VectorClock& observed) {
   } else {
     what = std::string(task_kind_name(a.kind));
   }
-  if (!a.label.empty()) what += concat(" '", a.label, "'");
-  return concat(what, " on stream ", a.stream);
+  if (!a.label.empty()) what += detail::concat(" '", a.label, "'");
+  return detail::concat(what, " on stream ", a.stream);
 }
 
 [[nodiscard]] inline bool is_receive(const AccessRecord& a) noexcept { return a.kind == TaskKind::group && !a.is_send; }
@@ -68,24 +68,24 @@ inline void host_observed(RankState& r, const VectorClock& observed) {
 
 [[noreturn]] inline void report_race(const BufferState& b, const AccessRecord& current, const AccessRecord& earlier,
                                      bool current_writes, bool earlier_writes) {
-  const std::string buffer = concat("buffer #", b.id, " (", b.size, " floats)");
-  const std::string where = concat("rank ", b.rank->rank, ", ", buffer);
-  const std::string fix = concat("Record an event on stream ", earlier.stream, " after the ", describe_access(earlier),
+  const std::string buffer = detail::concat("buffer #", b.id, " (", b.size, " floats)");
+  const std::string where = detail::concat("rank ", b.rank->rank, ", ", buffer);
+  const std::string fix = detail::concat("Record an event on stream ", earlier.stream, " after the ", describe_access(earlier),
                                  " and make stream ", current.stream, " wait on it before this operation");
   if (is_receive(current)) {
-    fail({"CPU backend (checking)",
-          concat("receive into a buffer still in use: ", describe_access(current), " may overwrite ", buffer, " while ",
+    detail::fail({"CPU backend (checking)",
+          detail::concat("receive into a buffer still in use: ", describe_access(current), " may overwrite ", buffer, " while ",
                  describe_access(earlier), " still ", earlier_writes ? "writes" : "reads", " it; no event orders them"),
           where, fix});
   }
   if (current_writes && is_send_access(earlier)) {
-    fail({"CPU backend (checking)",
-          concat("reusing a buffer a pending send still reads: ", describe_access(current), " writes ", buffer,
+    detail::fail({"CPU backend (checking)",
+          detail::concat("reusing a buffer a pending send still reads: ", describe_access(current), " writes ", buffer,
                  " while ", describe_access(earlier), " may not have completed; no event orders them"),
           where, fix});
   }
-  fail({"CPU backend (checking)",
-        concat("data race on ", buffer, ": ", describe_access(current), (current_writes ? " writes" : " reads"),
+  detail::fail({"CPU backend (checking)",
+        detail::concat("data race on ", buffer, ": ", describe_access(current), (current_writes ? " writes" : " reads"),
                " it while ", describe_access(earlier), (earlier_writes ? " writes" : " reads"),
                " it, and no event orders them"),
         where, fix});

@@ -94,9 +94,9 @@ inline void complete_front(StreamState& s) {
 }
 
 [[nodiscard]] inline std::string describe_op(const P2POp& op) {
-  std::string what = concat(op.is_send ? "send" : "receive");
-  if (!op.tag.label.empty()) what += concat(" '", op.tag.label, "'");
-  what += concat(op.is_send ? " to rank " : " from rank ", op.peer, " (", op.count, " floats)");
+  std::string what = detail::concat(op.is_send ? "send" : "receive");
+  if (!op.tag.label.empty()) what += detail::concat(" '", op.tag.label, "'");
+  what += detail::concat(op.is_send ? " to rank " : " from rank ", op.peer, " (", op.count, " floats)");
   return what;
 }
 
@@ -106,24 +106,24 @@ inline void complete_front(StreamState& s) {
   Task& t = s.tasks.front();
   switch (t.kind) {
     case TaskKind::wait:
-      return concat("an event wait: event #", t.event->id, " recorded at task ", t.target_seq, " of stream ",
+      return detail::concat("an event wait: event #", t.event->id, " recorded at task ", t.target_seq, " of stream ",
                     t.target->local, ", which has completed ", t.target->completed, " tasks");
     case TaskKind::group: {
-      std::string out = concat("a transfer group of ", t.op_count, ":");
+      std::string out = detail::concat("a transfer group of ", t.op_count, ":");
       for (std::size_t i = 0; i < t.op_count; ++i) {
         const P2POp& op = s.op(t.first_op + i);
         const OpState st = op.state.load(std::memory_order_acquire);
-        out += concat(i == 0 ? " " : "; ", describe_op(op),
+        out += detail::concat(i == 0 ? " " : "; ", describe_op(op),
                       st == OpState::done     ? " done"
                       : !t.posted             ? " not posted yet"
                       : st == OpState::failed ? " failed"
-                                              : concat(" waits for rank ", op.peer, " to post the matching ",
+                                              : detail::concat(" waits for rank ", op.peer, " to post the matching ",
                                                        op.is_send ? "receive" : "send"));
       }
       return out;
     }
     default:
-      return concat("a ", task_kind_name(t.kind), t.host.label.empty() ? "" : concat(" '", t.host.label, "'"));
+      return detail::concat("a ", task_kind_name(t.kind), t.host.label.empty() ? "" : detail::concat(" '", t.host.label, "'"));
   }
 }
 
@@ -144,11 +144,11 @@ inline StreamState* match(ClusterState& c, P2POp& a, P2POp& b) {
       c.options.checking && send.tag.match != 0 && recv.tag.match != 0 && send.tag.match != recv.tag.match;
   if (size_mismatch || tag_mismatch) {
     const std::string problem =
-        concat(describe_op(send), " on rank ", sender.rank, " was paired with ", describe_op(recv), " on rank ",
+        detail::concat(describe_op(send), " on rank ", sender.rank, " was paired with ", describe_op(recv), " on rank ",
                receiver.rank, size_mismatch ? ": the counts differ" : ": they belong to different transfers",
                ". NCCL pairs the sends and receives between two ranks in the order they are posted");
-    const auto e = std::make_exception_ptr(make_error(
-        {"CPU backend", problem, concat("ranks ", sender.rank, " -> ", receiver.rank),
+    const auto e = std::make_exception_ptr(detail::make_error(
+        {"CPU backend", problem, detail::concat("ranks ", sender.rank, " -> ", receiver.rank),
          "Post the transfers between each pair of ranks in the same order on both sides, with equal counts"}));
     send.state.store(OpState::failed, std::memory_order_release);
     recv.state.store(OpState::failed, std::memory_order_release);
@@ -260,11 +260,11 @@ inline Step advance(ClusterState& c, StreamState& s, std::unique_lock<std::mutex
         failure = std::current_exception();
       } catch (const std::exception& e) {
         failure =
-            std::make_exception_ptr(error(concat("rank ", r.rank, " stream ", s.local, ": ", task_kind_name(t.kind),
+            std::make_exception_ptr(error(detail::concat("rank ", r.rank, " stream ", s.local, ": ", task_kind_name(t.kind),
                                                  " '", t.host.label, "' threw: ", e.what())));
       } catch (...) {
         failure = std::make_exception_ptr(
-            error(concat("rank ", r.rank, " stream ", s.local, ": ", task_kind_name(t.kind), " '", t.host.label,
+            error(detail::concat("rank ", r.rank, " stream ", s.local, ": ", task_kind_name(t.kind), " '", t.host.label,
                          "' threw an exception that is not a std::exception")));
       }
       lock.lock();
@@ -297,10 +297,10 @@ inline Step advance(ClusterState& c, StreamState& s, std::unique_lock<std::mutex
         const bool self = r.aborted.load(std::memory_order_acquire);
         const RankState& who = self ? r : *c.rank_states[static_cast<std::size_t>(op->peer)];
         fail_rank_locked(
-            r, std::make_exception_ptr(make_error(
+            r, std::make_exception_ptr(detail::make_error(
                    {"CPU backend",
-                    concat(describe_op(*op), " did not complete: rank ", who.rank, " aborted its communicator"),
-                    concat("rank ", r.rank, " stream ", s.local), "See the first error of the step for the cause"})));
+                    detail::concat(describe_op(*op), " did not complete: rank ", who.rank, " aborted its communicator"),
+                    detail::concat("rank ", r.rank, " stream ", s.local), "See the first error of the step for the cause"})));
         return Step::ran;
       }
       return Step::blocked;
@@ -400,9 +400,9 @@ inline void end_stalled_waits(ClusterState& c) {
   for (StreamState* s : c.all_streams) {
     const std::lock_guard<std::mutex> lock(s->rank->mutex);
     if (s->tasks.empty()) continue;
-    stuck += concat(stuck.empty() ? "" : "; ", stream_name(*s), " waits for ", describe_head(*s));
+    stuck += detail::concat(stuck.empty() ? "" : "; ", stream_name(*s), " waits for ", describe_head(*s));
   }
-  c.stall_report = concat("no stream of any rank can make progress (a deadlock): ", stuck);
+  c.stall_report = detail::concat("no stream of any rank can make progress (a deadlock): ", stuck);
   for (auto& r : c.rank_states) {
     if (r->host != HostState::waiting) continue;
     r->host = HostState::active;

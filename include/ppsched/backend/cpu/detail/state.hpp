@@ -281,7 +281,7 @@ struct ClusterState {
 };
 
 [[nodiscard]] inline std::string stream_name(const StreamState& s) {
-  return concat("rank ", s.rank->rank, " stream ", s.local);
+  return detail::concat("rank ", s.rank->rank, " stream ", s.local);
 }
 
 }  // namespace ppsched::detail::cpu

@@ -41,9 +41,9 @@ PPSCHED_OUTLINE void worker_loop(ClusterState& c, StreamState& s) {
     const auto deadline = saturating_deadline(s.blocked_since, c.options.watchdog);
     if (now >= deadline || s.closing) {
       fail_rank_locked(r, std::make_exception_ptr(
-                              make_error({"CPU backend",
-                                          s.closing ? concat("stream destroyed while it waits for ", describe_head(s))
-                                                    : concat("waited longer than the watchdog (",
+                              detail::make_error({"CPU backend",
+                                          s.closing ? detail::concat("stream destroyed while it waits for ", describe_head(s))
+                                                    : detail::concat("waited longer than the watchdog (",
                                                              c.options.watchdog.count(), " ms) for ", describe_head(s)),
                                           stream_name(s),
                                           "Check that every transfer has a matching peer and every event is "

@@ -44,7 +44,7 @@ inline constexpr std::array<Names, 4> launchers{{
   int value = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   if (s.empty() || ec != std::errc{} || end != s.data() + s.size() || value < 0) {
-    fail({"launch environment", concat(name, "='", s, "' is not a non-negative integer"), name,
+    detail::fail({"launch environment", detail::concat(name, "='", s, "' is not a non-negative integer"), name,
           "Check how the launcher (mpirun, srun, torchrun) sets it, or unset it"});
   }
   return value;

@@ -42,7 +42,7 @@ namespace detail::mpi {
 [[nodiscard]] inline std::string error_text(int code) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
-  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return concat("MPI error ", code);
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return detail::concat("MPI error ", code);
   return std::string(text, static_cast<std::size_t>(length));
 }
 
@@ -83,7 +83,7 @@ class Backoff {
 // ppsched uses return errors instead of aborting the job: MPI_ERRORS_RETURN).
 inline void check(int code, const char* call, const std::string& where) {
   if (code == MPI_SUCCESS) return;
-  fail({"MPI", concat(call, " failed: ", error_text(code)), where,
+  detail::fail({"MPI", detail::concat(call, " failed: ", error_text(code)), where,
         "A peer process may have exited; see the launcher's output (mpirun names the process)"});
 }
 
@@ -104,7 +104,7 @@ inline void check(int code, const char* call, const std::string& where) {
   MPI_Comm_size(comm, &n);
   const auto N = static_cast<std::size_t>(n);
   if (bytes > static_cast<std::size_t>(1 << 30)) {
-    fail({"MPI", concat(bytes, " bytes in one exchange"), where, "Exchange less (this is a bug in ppsched)"});
+    detail::fail({"MPI", detail::concat(bytes, " bytes in one exchange"), where, "Exchange less (this is a bug in ppsched)"});
   }
   const int count = static_cast<int>(bytes);
   struct Storage {

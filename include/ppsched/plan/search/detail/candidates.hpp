@@ -61,47 +61,47 @@ struct SearchEntry {
 // they say more (each rank's activation limit with no static bytes taken off: the lowest of
 // its limits; with static bytes, parameters included).
 [[nodiscard]] inline std::string cap_text(const plan::MemoryCap& cap, bool with_static_bytes) {
-  std::string out = concat(short_number(cap.microbatches), " M_B, ",
+  std::string out = detail::concat(short_number(cap.microbatches), " M_B, ",
                            bytes_text(std::min(cap.activation_bytes, cap.total_bytes)), " per rank");
   const auto p = static_cast<std::int32_t>(std::max(cap.rank_activation_bytes.size(), cap.rank_total_bytes.size()));
   if (p == 0) return out;
   const std::string included = with_static_bytes ? ", parameters included" : "";
   bool same = true;
   for (std::int32_t r = 1; r < p; ++r) same = same && cap.activation_bytes_of(r) == cap.activation_bytes_of(0);
-  if (same) return concat(out, "; ", bytes_text(cap.activation_bytes_of(0)), " on every rank", included);
+  if (same) return detail::concat(out, "; ", bytes_text(cap.activation_bytes_of(0)), " on every rank", included);
   out += "; byte limits by rank ";
-  for (std::int32_t r = 0; r < p; ++r) out += concat(r == 0 ? "" : ", ", bytes_text(cap.activation_bytes_of(r)));
+  for (std::int32_t r = 0; r < p; ++r) out += detail::concat(r == 0 ? "" : ", ", bytes_text(cap.activation_bytes_of(r)));
   return out + included;
 }
 
 inline void check_search_problem(const plan::SearchProblem& problem, const plan::SearchOptions& options) {
   const std::string subject = "schedule search";
   if (problem.ranks < 1 || problem.microbatches < 1) {
-    fail({subject, concat("p = ", problem.ranks, " ranks and m = ", problem.microbatches, " micro-batches"),
+    detail::fail({subject, detail::concat("p = ", problem.ranks, " ranks and m = ", problem.microbatches, " micro-batches"),
           "SearchProblem::ranks, microbatches", "give at least one rank and one micro-batch"});
   }
   if (!problem.costs) {
-    fail({subject, "no costs were given", "SearchProblem::costs",
+    detail::fail({subject, "no costs were given", "SearchProblem::costs",
           "give a PlacementCosts callable, e.g. evenly_split(cost_model, p, m) for one cost per rank"});
   }
   check_memory_cap(problem.cap, problem.ranks);
   for (std::size_t i = 0; i < options.chunks.size(); ++i) {
     if (options.chunks[i] < 1) {
-      fail({subject, concat("chunks per rank ", options.chunks[i], " is below 1"),
-            concat("SearchOptions::chunks[", i, "]"), "list interleaving depths of 1 or more"});
+      detail::fail({subject, detail::concat("chunks per rank ", options.chunks[i], " is below 1"),
+            detail::concat("SearchOptions::chunks[", i, "]"), "list interleaving depths of 1 or more"});
     }
   }
   if (!(options.fb_overlap >= 0.0 && options.fb_overlap <= 1.0)) {
-    fail({subject, concat("fb_overlap = ", options.fb_overlap, " is outside [0, 1]"), "SearchOptions::fb_overlap",
+    detail::fail({subject, detail::concat("fb_overlap = ", options.fb_overlap, " is outside [0, 1]"), "SearchOptions::fb_overlap",
           "give the share of the shorter of an F&B pair hidden under the longer, 0 to 1"});
   }
   if (options.max_simulations < 0) {
-    fail({subject, concat("max_simulations = ", options.max_simulations, " is negative"),
+    detail::fail({subject, detail::concat("max_simulations = ", options.max_simulations, " is negative"),
           "SearchOptions::max_simulations", "give 0 (no limit) or a positive number of simulations"});
   }
   check_objective(options.objective, "SearchOptions::objective");
   if (!options.fixed_families && !options.greedy && !options.dualpipev && !options.v_blocks) {
-    fail({subject, "every kind of candidate is switched off", "SearchOptions",
+    detail::fail({subject, "every kind of candidate is switched off", "SearchOptions",
           "enable fixed families, greedy, dualpipev or v_blocks"});
   }
 }
@@ -112,8 +112,8 @@ inline void check_search_problem(const plan::SearchProblem& problem, const plan:
   try {
     check_cost_model(c, static_cast<std::int32_t>(p.placement.size()), problem.microbatches);
   } catch (const error& e) {
-    fail(
-        {concat("schedule search: the costs for the ", placement_kind_name(p.kind), " placement with ", p.chunks, " chunks per rank (",
+    detail::fail(
+        {detail::concat("schedule search: the costs for the ", placement_kind_name(p.kind), " placement with ", p.chunks, " chunks per rank (",
                 p.placement.size(), " stages)"),
          e.what(), "SearchProblem::costs",
          "return one StageCost per virtual stage of the placement given (stages in model order), or use evenly_split"});
@@ -139,8 +139,8 @@ inline void check_search_problem(const plan::SearchProblem& problem, const plan:
     if (problem.static_bytes) {
       const std::vector<double> fixed = problem.static_bytes(sp.placement);
       if (fixed.size() != static_cast<std::size_t>(p)) {
-        fail({concat("schedule search: the static bytes for the ", placement_kind_name(sp.kind), " placement"),
-              concat("has ", fixed.size(), " entries for ", p, " ranks"), "SearchProblem::static_bytes",
+        detail::fail({detail::concat("schedule search: the static bytes for the ", placement_kind_name(sp.kind), " placement"),
+              detail::concat("has ", fixed.size(), " entries for ", p, " ranks"), "SearchProblem::static_bytes",
               "return one entry per rank"});
       }
       // The placement's cap counts activations alone: each rank's limits less its static bytes.
@@ -150,13 +150,13 @@ inline void check_search_problem(const plan::SearchProblem& problem, const plan:
       for (std::int32_t r = 0; r < p; ++r) {
         const double f = fixed[static_cast<std::size_t>(r)];
         if (!(f >= 0.0) || std::isinf(f)) {
-          fail({concat("schedule search: the static bytes for the ", placement_kind_name(sp.kind), " placement"),
-                concat("rank ", r, " has ", f), "SearchProblem::static_bytes",
+          detail::fail({detail::concat("schedule search: the static bytes for the ", placement_kind_name(sp.kind), " placement"),
+                detail::concat("rank ", r, " has ", f), "SearchProblem::static_bytes",
                 "give finite, non-negative byte counts"});
         }
         const double left = problem.cap.activation_bytes_of(r, f);
         if (!(left > 0.0) && sp.unusable.empty()) {
-          sp.unusable = concat("its static bytes on rank ", r, " (", bytes_text(f), ") leave nothing of the cap of ",
+          sp.unusable = detail::concat("its static bytes on rank ", r, " (", bytes_text(f), ") leave nothing of the cap of ",
                                bytes_text(problem.cap.total_bytes_of(r)), " for activations");
         }
         sp.cap.rank_activation_bytes[static_cast<std::size_t>(r)] = std::max(left, std::numeric_limits<double>::min());
@@ -167,7 +167,7 @@ inline void check_search_problem(const plan::SearchProblem& problem, const plan:
   for (const std::int32_t v : depths) {
     if (v == 1) add(PlacementKind::one_per_rank, "1", 1, one_stage_per_rank_placement(p));
     if (v == 2) add(PlacementKind::v_shape, "v", 2, v_shape_placement(p));
-    if (v >= 2) add(PlacementKind::looped, concat("looped", v), v, looped_placement(p, v));
+    if (v >= 2) add(PlacementKind::looped, detail::concat("looped", v), v, looped_placement(p, v));
   }
   return out;
 }
@@ -248,13 +248,13 @@ inline void check_search_problem(const plan::SearchProblem& problem, const plan:
 }
 
 [[nodiscard]] inline std::string greedy_name(const SearchPlacement& placement, const plan::GreedyParams& g) {
-  std::string name = concat("greedy-", placement.tag, " mem<=", short_number(g.limit.microbatches),
+  std::string name = detail::concat("greedy-", placement.tag, " mem<=", short_number(g.limit.microbatches),
                             " bw=", plan::weight_policy_name(g.weights));
   if (g.forward_first) name += " f-first";
   if (g.forward_may_delay_backward) name += " f-eager";
   if (g.forward_order == plan::ForwardOrder::shallowest_first) name += " bfs";
   if (!g.warmup.empty())
-    name += concat(" warmup=", g.warmup.front() == static_cast<std::int32_t>(g.warmup.size()) ? "1f1b" : "zb-h2");
+    name += detail::concat(" warmup=", g.warmup.front() == static_cast<std::int32_t>(g.warmup.size()) ? "1f1b" : "zb-h2");
   return name;
 }
 

@@ -167,7 +167,7 @@ class GreedyBuilder {
       for (const std::int32_t s : stages_of_[static_cast<std::size_t>(r)])
         units += weight_[static_cast<std::size_t>(s)];
       if (units > params_.limit.microbatches + plan::memory_slack) {
-        problem = concat("the memory limit of ", params_.limit.microbatches, " M_B is below the ", units,
+        problem = detail::concat("the memory limit of ", params_.limit.microbatches, " M_B is below the ", units,
                          " M_B one micro-batch needs on rank ", r);
         return false;
       }
@@ -176,7 +176,7 @@ class GreedyBuilder {
         double bytes = 0.0;
         for (const std::int32_t s : stages_of_[static_cast<std::size_t>(r)]) bytes += bytes_[cell(s, mb)];
         if (bytes > limit * (1.0 + plan::memory_slack)) {
-          problem = concat("the memory limit of ", bytes_text(limit), " is below the ", bytes_text(bytes), " micro-batch ", mb,
+          problem = detail::concat("the memory limit of ", bytes_text(limit), " is below the ", bytes_text(bytes), " micro-batch ", mb,
                            " needs on rank ", r);
           return false;
         }
@@ -464,7 +464,7 @@ class GreedyBuilder {
     for (std::int32_t r = 0; r < P_; ++r) {
       const auto ri = static_cast<std::size_t>(r);
       if (left_[ri] == 0 && pending_[ri].empty()) continue;
-      out += concat(" rank ", r, " holds ", units_[ri], " M_B with ", left_[ri], " forwards and BIs to go;");
+      out += detail::concat(" rank ", r, " holds ", units_[ri], " M_B with ", left_[ri], " forwards and BIs to go;");
     }
     return out;
   }

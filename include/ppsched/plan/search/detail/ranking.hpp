@@ -166,14 +166,14 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
       simulated += c.timing == plan::Timing::simulated ? 1 : 0;
     }
     const bool by_span = objective.kind == plan::ObjectiveKind::span;
-    std::string line = concat(w.name, ": ", by_span ? "the shortest longest rank span" : "the least peak memory");
+    std::string line = detail::concat(w.name, ": ", by_span ? "the shortest longest rank span" : "the least peak memory");
     if (!by_span && !std::isinf(objective.makespan_bound)) {
-      line += concat(" within makespan ", short_number(objective.makespan_bound));
+      line += detail::concat(" within makespan ", short_number(objective.makespan_bound));
     }
-    line += concat(" of ", fitting, " candidates that keep to the cap (", r.candidates.size(), " considered, ", simulated, " simulated), span ", short_number(w.span), " ",
+    line += detail::concat(" of ", fitting, " candidates that keep to the cap (", r.candidates.size(), " considered, ", simulated, " simulated), span ", short_number(w.span), " ",
                    r.costs.unit, ", makespan ", short_number(w.makespan), " ", r.costs.unit, ", peak ",
                    short_number(w.peak_microbatches), " M_B");
-    if (!std::isinf(cap.microbatches)) line += concat(" of the cap ", short_number(cap.microbatches));
+    if (!std::isinf(cap.microbatches)) line += detail::concat(" of the cap ", short_number(cap.microbatches));
     return line;
   }
   std::size_t fitting = 0, simulated = 0;
@@ -182,7 +182,7 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
     simulated += c.timing == plan::Timing::simulated ? 1 : 0;
   }
   std::string line =
-      concat(w.name, ": the fastest of ", fitting, " candidates that keep to the cap (", r.candidates.size(),
+      detail::concat(w.name, ": the fastest of ", fitting, " candidates that keep to the cap (", r.candidates.size(),
              " considered, ", simulated, " simulated), makespan ", short_number(w.makespan), " ", r.costs.unit,
              ", bubble ", short_number(w.bubble_fraction * 100.0), "%");
   // The winner's own pairs, not its name: "dualpipev sequential" runs the same actions ungrouped.
@@ -190,13 +190,13 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
     return std::any_of(program.begin(), program.end(), [](const Action& a) { return a.group != 0; });
   });
   if (paired && r.costs.fb_overlap > 0.0) {
-    line += concat(" with its F&B pairs overlapped (fb_overlap ", short_number(r.costs.fb_overlap), ")");
+    line += detail::concat(" with its F&B pairs overlapped (fb_overlap ", short_number(r.costs.fb_overlap), ")");
   }
   const plan::Candidate* family = r.best_family();
   if (family == nullptr) {
     line += "; no fixed family keeps to the cap";
   } else if (family != &w) {
-    line += concat("; ", short_number(detail::relative_gain(w.makespan, family->makespan) * 100.0),
+    line += detail::concat("; ", short_number(detail::relative_gain(w.makespan, family->makespan) * 100.0),
                    "% faster than the best fixed family ", family->name, " (", short_number(family->makespan),
                    family->timing == plan::Timing::bound ? " or more" : "", ")");
   } else {
@@ -205,10 +205,10 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
       if (&c != &w && c.built && c.fits && (runner_up == nullptr || c.makespan < runner_up->makespan)) runner_up = &c;
     }
     if (runner_up != nullptr)
-      line += concat("; next best ", runner_up->name, " (", short_number(runner_up->makespan), ")");
+      line += detail::concat("; next best ", runner_up->name, " (", short_number(runner_up->makespan), ")");
   }
-  line += concat("; peak ", short_number(w.peak_microbatches), " M_B");
-  if (!std::isinf(cap.microbatches)) line += concat(" of the cap ", short_number(cap.microbatches));
+  line += detail::concat("; peak ", short_number(w.peak_microbatches), " M_B");
+  if (!std::isinf(cap.microbatches)) line += detail::concat(" of the cap ", short_number(cap.microbatches));
   return line;
 }
 

@@ -55,12 +55,12 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
 
 // The error search_schedule throws when run_search finds no candidate within the cap.
 [[noreturn]] inline void fail_no_fit(const plan::SearchProblem& problem, const plan::SearchOptions& options, const std::string& no_fit) {
-  fail({"schedule search",
-        concat("no schedule keeps to the memory cap (", cap_text(problem.cap, static_cast<bool>(problem.static_bytes)), ")",
+  detail::fail({"schedule search",
+        detail::concat("no schedule keeps to the memory cap (", cap_text(problem.cap, static_cast<bool>(problem.static_bytes)), ")",
                options.objective.kind == plan::ObjectiveKind::memory && !std::isinf(options.objective.makespan_bound)
-                   ? concat(" and finishes within makespan ", short_number(options.objective.makespan_bound))
+                   ? detail::concat(" and finishes within makespan ", short_number(options.objective.makespan_bound))
                    : std::string()),
-        concat("p=", problem.ranks, ", m=", problem.microbatches), no_fit});
+        detail::concat("p=", problem.ranks, ", m=", problem.microbatches), no_fit});
 }
 
 }  // namespace detail

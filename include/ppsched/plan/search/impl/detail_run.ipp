@@ -54,7 +54,7 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
         // A looped family at v = 1 is placed one stage per rank.
         const PlacementKind kind = looped && v == 1 ? PlacementKind::one_per_rank : f.placement;
         plan::Candidate c;
-        c.name = looped ? concat(f.name, " v=", v) : std::string(f.name);
+        c.name = looped ? detail::concat(f.name, " v=", v) : std::string(f.name);
         c.kind = plan::CandidateKind::family;
         c.family = &f;
         c.placement = kind;
@@ -65,7 +65,7 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
           c.note = at < 0 ? "its placement was not searched (see SearchOptions::chunks)"
                           : (!options.split_backward && f.split_backward
                                  ? "splits the backward (SearchOptions::split_backward is off)"
-                                 : concat("does not accept ", to_string(r), " (", f.rule, ")"));
+                                 : detail::concat("does not accept ", to_string(r), " (", f.rule, ")"));
           rejected.push_back(std::move(c));
           continue;
         }
@@ -88,7 +88,7 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
           c.peak_microbatches = t.peak_microbatches;
           c.peak_bytes = t.peak_bytes;
           c.fits = t.fits;
-          c.note = concat(t.note, t.note.empty() ? "" : "; ", "the same schedule as ", t.name, ", not measured again");
+          c.note = detail::concat(t.note, t.note.empty() ? "" : "; ", "the same schedule as ", t.name, ", not measured again");
           SearchEntry e{std::move(c), std::move(s), static_cast<std::size_t>(at), twin};
           entries.push_back(std::move(e));
           continue;
@@ -118,7 +118,7 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
       c.note = "the v-shape placement was not searched (add 2 to SearchOptions::chunks)";
       rejected.push_back(std::move(c));
     } else if (!dv.accepts(r)) {
-      c.note = concat("needs m >= 2p = ", 2 * p, " micro-batches");
+      c.note = detail::concat("needs m >= 2p = ", 2 * p, " micro-batches");
       rejected.push_back(std::move(c));
     } else {
       // As the family builds it (its pairs overlapped by fb_overlap), and with the pairs run in
@@ -129,7 +129,7 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
         for (Action& a : program) a.group = 0;
       }
       plan::Candidate in_sequence = c;
-      in_sequence.name = concat(dv.name, " sequential");
+      in_sequence.name = detail::concat(dv.name, " sequential");
       sequential.name = in_sequence.name;
       add_built(std::move(c), std::move(d), static_cast<std::size_t>(at));
       add_built(std::move(in_sequence), std::move(sequential), static_cast<std::size_t>(at));
@@ -161,7 +161,7 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
       // unit passes, so the other is here.
       for (const vblock::Candidate& b : vblock::candidates(p)) {
         for (const bool reordered : {false, true}) {
-          std::string name = reordered ? concat(b.name, " reordered") : b.name;
+          std::string name = reordered ? detail::concat(b.name, " reordered") : b.name;
           Schedule s = reordered ? vblock::reorder(name, r, b.block) : vblock::repeat(name, r, b.block);
           const SearchEntry* twin = nullptr;
           for (std::size_t i = 0; i < entries.size() && twin == nullptr; ++i) {
@@ -169,7 +169,7 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
             if (e.placement == static_cast<std::size_t>(at) && e.schedule.programs == s.programs) twin = &e;
           }
           if (twin != nullptr) {
-            reject(std::move(name), concat("the same schedule as ", twin->candidate.name));
+            reject(std::move(name), detail::concat("the same schedule as ", twin->candidate.name));
             continue;
           }
           plan::Candidate c;
@@ -189,7 +189,7 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
       const SearchPlacement& sp = placements[pi];
       if (!sp.unusable.empty()) {
         plan::Candidate c;
-        c.name = concat("greedy-", sp.tag);
+        c.name = detail::concat("greedy-", sp.tag);
         c.kind = plan::CandidateKind::greedy;
         c.placement = sp.kind;
         c.chunks = sp.chunks;
@@ -231,7 +231,7 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
           for (std::size_t i = first; i < entries.size() && out.built; ++i) {
             if (entries[i].schedule.programs != out.schedule.programs) continue;
             out.built = false;
-            out.problem = concat("the same schedule as ", entries[i].candidate.name);
+            out.problem = detail::concat("the same schedule as ", entries[i].candidate.name);
           }
         }
         if (!out.built) {
@@ -321,12 +321,12 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
       ValidationReport report = validate(lowered, check, ws);
       if (!report.ok()) {
         e.candidate.fits = false;
-        e.candidate.note = concat("failed validation: ", report.problems.empty() ? std::string("see validate()")
+        e.candidate.note = detail::concat("failed validation: ", report.problems.empty() ? std::string("see validate()")
                                                                                  : report.problems.front().message);
         for (SearchEntry& twin : entries) {
           if (twin.same_as != static_cast<std::ptrdiff_t>(i)) continue;
           twin.candidate.fits = false;
-          twin.candidate.note = concat(e.candidate.note, "; the same schedule as ", e.candidate.name, ", not measured again");
+          twin.candidate.note = detail::concat(e.candidate.note, "; the same schedule as ", e.candidate.name, ", not measured again");
         }
         continue;
       }
@@ -373,7 +373,7 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
       if (e.candidate.fits && (fastest == nullptr || e.candidate.makespan < fastest->makespan)) fastest = &e.candidate;
     }
     if (fastest != nullptr) {
-      no_fit = concat("no candidate that keeps to the cap finishes within makespan ", short_number(objective.makespan_bound),
+      no_fit = detail::concat("no candidate that keeps to the cap finishes within makespan ", short_number(objective.makespan_bound),
                       "; the fastest, ", fastest->name, ", takes ", short_number(fastest->makespan),
                       fastest->timing == plan::Timing::bound ? " or more" : "", ": raise the bound");
       return false;
@@ -403,9 +403,9 @@ PPSCHED_OUTLINE bool run_search(const plan::SearchProblem& problem, const plan::
       floor_bytes = &sp == &placements.front() ? need : std::min(floor_bytes, need);
     }
     no_fit =
-        concat("one micro-batch alone needs 1 M_B and ", bytes_text(floor_bytes), " of activations on some rank");
+        detail::concat("one micro-batch alone needs 1 M_B and ", bytes_text(floor_bytes), " of activations on some rank");
     if (least_units != nullptr) {
-      no_fit += concat("; the least any candidate needs is ", short_number(least_units->candidate.peak_microbatches),
+      no_fit += detail::concat("; the least any candidate needs is ", short_number(least_units->candidate.peak_microbatches),
                        " M_B (", least_units->candidate.name, ") and ", bytes_text(least_bytes->candidate.peak_bytes),
                        " (", least_bytes->candidate.name, ")");
     }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <atomic>
+#include <cmath>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
@@ -306,81 +307,355 @@ TEST_CASE("a typed step allocates nothing for any length up to the maximum", "[t
 }
 
 
-// Issue 42 asks for each micro-batch's exact size on the wire. What the executor does today
-// is pinned here so that a change to it is seen: every transfer's count comes from the rank's
-// plan (PlannedTransfer::count, the declared payload_floats), fixed when the executor is
-// built, so a short micro-batch still moves its whole payload. The proof on the wire: the
-// sender leaves a mark of its micro-batch in the region past the count, and the receiver
-// finds it there.
-TEST_CASE("a typed transfer moves the declared maximum, whatever the micro-batch's count", "[typed][issue42]") {
-  constexpr std::size_t cap = 64;
-  const std::vector<TensorSpec> specs{{DType::f32, cap}};
-  const std::size_t floats = ppsched::payload_floats(specs);
-  const std::size_t first = ppsched::payload_offset(specs, 0) / sizeof(float);  // the tensor's first float
-  const auto len = [](int mb) { return static_cast<std::size_t>(mb) + 1; };      // all below cap
-  const auto mark = [](int mb) { return 500.0f + static_cast<float>(mb); };
-  // Fills the whole region with the mark, then declares only `n` of it.
-  const auto write = [&](std::span<float> raw, int mb) {
-    const Payload p(raw, specs);
-    for (float& x : p.resize<float>(0, cap)) x = mark(mb);
-    p.set_count(0, len(mb));
-  };
-  std::atomic<int> tails{0};
-  std::atomic<int> bad{0};
-  // Counts a received payload whose region past the count holds the sender's mark.
-  const auto received = [&](std::span<const float> raw, int mb) {
-    bad += ConstPayload(raw, specs).count(0) != len(mb);
-    const auto tail = raw.subspan(first + len(mb), cap - len(mb));
-    if (std::all_of(tail.begin(), tail.end(), [&](float x) { return x == mark(mb); })) ++tails;
-  };
-  std::vector<StageFunctions> fns(2);
-  for (StageFunctions& f : fns) {
-    f.input_tensors = specs;
-    f.output_tensors = specs;
-    f.backward_weight = [](const StageContext&, std::span<const float>, std::span<const float>, std::span<float>) {};
-  }
-  fns[0].forward = [&](const StageContext& c, std::span<const float>, std::span<float> o) { write(o, c.microbatch); };
-  fns[0].backward_input = [&](const StageContext& c, std::span<const float>, std::span<const float> g, std::span<float>) {
-    received(g, c.microbatch);
-  };
-  fns[1].forward = [&](const StageContext& c, std::span<const float> in, std::span<float> o) {
-    received(in, c.microbatch);
-    write(o, c.microbatch);
-  };
-  fns[1].loss = [&](const StageContext& c, std::span<const float>, std::span<const float>, std::span<float> g) {
-    write(g, c.microbatch);
-    return 0.0f;
-  };
-  fns[1].backward_input = [&](const StageContext& c, std::span<const float>, std::span<const float>,
-                              std::span<float> gi) { write(gi, c.microbatch); };
+// Issue 42: each micro-batch's exact size on the wire. Batch::sizes gives every stage's size of
+// every micro-batch; the plan keeps the declared maximum as each buffer's and transfer's
+// capacity (PlannedTransfer::count), and each send and receive moves the micro-batch's size.
+// The proof: the CPU backend's transfer accounting counts exactly the sizes, each callable sees
+// spans of exactly its micro-batch's size, and a run without sizes still moves the maximum.
+namespace {
 
+// A hidden state of `hidden` floats per token, up to `cap` tokens, crosses every boundary as
+// one f32 tensor: y = tanh(x * w) per element, w a weight of `hidden` floats per stage; the
+// last stage's loss is sum(y^2) / 2. Everything reads only the tokens its payload counts, so
+// padding (a run without Batch::sizes) is inert: both runs compute the same numbers.
+constexpr std::size_t hidden = 3;
+constexpr std::size_t cap_tokens = 20;
+const std::vector<TensorSpec> states{{DType::f32, cap_tokens * hidden}};
+std::size_t tokens_of(int mb, int step) { return 1 + static_cast<std::size_t>(7 * mb + 5 * step) % cap_tokens; }
+std::size_t state_floats(std::size_t tokens) {
+  const std::size_t counts[] = {tokens * hidden};
+  return ppsched::payload_floats(states, counts);
+}
+
+struct TokenModel {
+  int stages = 0;
+  std::vector<std::vector<float>> weights;         // per stage
+  std::vector<std::vector<float>> totals;          // per stage: the last optimizer_step's total
+  std::atomic<int> wrong_span{0};                  // a span not of the micro-batch's size
+  std::atomic<int> calls{0};
+  const std::vector<std::size_t>* expected = nullptr;  // per micro-batch: its payload floats; null: the maximum
+  int step = 0;
+
+  [[nodiscard]] std::size_t want(int mb) const {
+    return expected == nullptr ? ppsched::payload_floats(states) : (*expected)[static_cast<std::size_t>(mb)];
+  }
+  void check(std::span<const float> s, int mb) { wrong_span += s.size() != want(mb); }
+
+  std::vector<StageFunctions> functions(int n) {
+    stages = n;
+    weights.assign(static_cast<std::size_t>(n), {});
+    totals.assign(static_cast<std::size_t>(n), {});
+    for (int s = 0; s < n; ++s) {
+      for (std::size_t h = 0; h < hidden; ++h) weights[static_cast<std::size_t>(s)].push_back(0.5f + 0.1f * static_cast<float>(s + h));
+    }
+    std::vector<StageFunctions> out(static_cast<std::size_t>(n));
+    for (int s = 0; s < n; ++s) {
+      StageFunctions& f = out[static_cast<std::size_t>(s)];
+      const auto& w = weights[static_cast<std::size_t>(s)];
+      f.input_tensors = states;
+      f.output_tensors = states;
+      f.weight_grad_size = hidden;
+      f.forward = [this, &w](const StageContext& c, std::span<const float> in, std::span<float> o) {
+        ++calls;
+        check(in, c.microbatch);
+        check(o, c.microbatch);
+        const auto x = ConstPayload(in, states).tensor<float>(0);
+        const auto y = Payload(o, states).resize<float>(0, x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) y[i] = std::tanh(x[i] * w[i % hidden]);
+      };
+      f.backward_input = [this, &w, s](const StageContext& c, std::span<const float> in, std::span<const float> g,
+                                       std::span<float> gi) {
+        check(in, c.microbatch);
+        check(g, c.microbatch);
+        if (s == 0) return;  // stage 0's input takes no gradient
+        check(gi, c.microbatch);
+        const auto x = ConstPayload(in, states).tensor<float>(0);
+        const auto go = ConstPayload(g, states).tensor<float>(0);
+        const auto into = Payload(gi, states).resize<float>(0, x.size());
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          const float y = std::tanh(x[i] * w[i % hidden]);
+          into[i] = go[i] * (1.0f - y * y) * w[i % hidden];
+        }
+      };
+      f.backward_weight = [this, &w](const StageContext& c, std::span<const float> in, std::span<const float> g,
+                                     std::span<float> wg) {
+        check(in, c.microbatch);
+        check(g, c.microbatch);
+        const auto x = ConstPayload(in, states).tensor<float>(0);
+        const auto go = ConstPayload(g, states).tensor<float>(0);
+        for (std::size_t i = 0; i < x.size(); ++i) {
+          const float y = std::tanh(x[i] * w[i % hidden]);
+          wg[i % hidden] += go[i] * (1.0f - y * y) * x[i];
+        }
+      };
+      f.optimizer_step = [this, s](std::span<const float> total) {
+        totals[static_cast<std::size_t>(s)].assign(total.begin(), total.end());
+      };
+    }
+    out.back().loss = [this](const StageContext& c, std::span<const float> o, std::span<const float>, std::span<float> g) {
+      check(o, c.microbatch);
+      check(g, c.microbatch);
+      const auto y = ConstPayload(o, states).tensor<float>(0);
+      const auto dy = Payload(g, states).resize<float>(0, y.size());
+      float loss = 0.0f;
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        loss += 0.5f * y[i] * y[i];
+        dy[i] = y[i];
+      }
+      return loss;
+    };
+    return out;
+  }
+};
+
+// Stage 0's payloads, at the declared maximum each (Batch::inputs), and Batch::sizes.
+struct TokenBatch {
+  std::vector<float> inputs;
+  std::vector<std::size_t> floats;  // per micro-batch
+  std::vector<ppsched::MicrobatchSize> sizes;
+
+  TokenBatch(int stages, int m, int step) {
+    const std::size_t per = ppsched::payload_floats(states);
+    inputs.assign(static_cast<std::size_t>(m) * per, 0.0f);
+    for (int mb = 0; mb < m; ++mb) {
+      const std::size_t n = tokens_of(mb, step) * hidden;
+      const auto x = Payload(std::span<float>(inputs).subspan(static_cast<std::size_t>(mb) * per, per), states)
+                         .resize<float>(0, n);
+      for (std::size_t i = 0; i < n; ++i) x[i] = 0.01f * static_cast<float>((mb * 31 + static_cast<int>(i) * 7) % 97) - 0.4f;
+      floats.push_back(state_floats(tokens_of(mb, step)));
+    }
+    for (int s = 0; s < stages; ++s) {
+      for (int mb = 0; mb < m; ++mb) sizes.push_back({floats[static_cast<std::size_t>(mb)], floats[static_cast<std::size_t>(mb)]});
+    }
+  }
+  [[nodiscard]] ppsched::Batch exact() const { return {inputs, {}, {}, sizes}; }
+  [[nodiscard]] ppsched::Batch padded() const { return {inputs, {}, {}}; }
+};
+
+std::size_t sent(CpuCluster& c, int ranks) {
+  std::size_t n = 0;
+  for (int r = 0; r < ranks; ++r) n += c.rank(r).floats_sent();
+  return n;
+}
+std::size_t received(CpuCluster& c, int ranks) {
+  std::size_t n = 0;
+  for (int r = 0; r < ranks; ++r) n += c.rank(r).floats_received();
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a variable-length transfer moves the micro-batch's size, and callables see spans of it", "[typed][issue42]") {
+  const auto mode = GENERATE(ppsched::CpuMode::threaded, ppsched::CpuMode::deterministic);
+  for (const Family& fam : {Family{"1f1b", 1}, Family{"zb-h1", 1}, Family{"interleaved-1f1b", 2}}) {
+    const ppsched::Schedule s = make(fam, 2, 6);
+    const int stages = s.stages();
+    ppsched::CpuOptions co;
+    co.mode = mode;
+    CpuCluster cluster(2, co);
+    TokenModel model;
+    World<CpuBackend> world(backends(cluster), s, model.functions(stages));
+    const TokenBatch batch(stages, 6, 0);
+    // The plan keeps the capacity: every transfer's count is the declared payload.
+    for (int r = 0; r < 2; ++r) {
+      for (const auto& st : world.executor(r).plan().steps) {
+        for (const auto& t : st.transfers) CHECK(t.count == ppsched::payload_floats(states));
+      }
+    }
+    // Every boundary crossing two ranks moves each micro-batch's size twice (its activation
+    // forward and its gradient back), and nothing more.
+    std::size_t crossings = 0;
+    for (int st = 0; st + 1 < stages; ++st) crossings += s.rank_of(st) != s.rank_of(st + 1) ? 1 : 0;
+    std::size_t exact = 0;
+    for (std::size_t f : batch.floats) exact += 2 * crossings * f;
+    const std::size_t before = sent(cluster, 2);
+    model.expected = &batch.floats;
+    (void)world.run_step(batch.exact());
+    INFO(fam.name << " " << ppsched::to_string(mode));
+    CHECK(sent(cluster, 2) - before == exact);
+    CHECK(received(cluster, 2) - before == exact);
+    CHECK(model.wrong_span == 0);
+    CHECK(model.calls > 0);
+    // Without sizes, the declared maximum, as before.
+    model.expected = nullptr;
+    const std::size_t padded_before = sent(cluster, 2);
+    (void)world.run_step(batch.padded());
+    CHECK(sent(cluster, 2) - padded_before == 2 * crossings * 6 * ppsched::payload_floats(states));
+    CHECK(model.wrong_span == 0);
+  }
+}
+
+TEST_CASE("exact-size boundaries give the padded run's losses and gradients bit for bit", "[typed][issue42]") {
+  for (const Family& fam : {Family{"1f1b", 1}, Family{"zb-h1", 1}, Family{"gpipe", 1}}) {
+    const ppsched::Schedule s = make(fam, 3, 6);
+    CpuCluster exact_cluster(3);
+    CpuCluster padded_cluster(3);
+    TokenModel exact_model;
+    TokenModel padded_model;
+    World<CpuBackend> exact_world(backends(exact_cluster), s, exact_model.functions(3));
+    World<CpuBackend> padded_world(backends(padded_cluster), s, padded_model.functions(3));
+    for (int step = 0; step < 2; ++step) {
+      const TokenBatch batch(3, 6, step);
+      exact_model.expected = &batch.floats;
+      const std::vector<float> exact_losses = exact_world.run_step(batch.exact()).losses;
+      const std::vector<float> padded_losses = padded_world.run_step(batch.padded()).losses;
+      INFO(fam.name << " step " << step);
+      CHECK(exact_losses == padded_losses);
+      CHECK(exact_model.totals == padded_model.totals);
+      CHECK(exact_model.wrong_span == 0);
+    }
+    CHECK(exact_model.totals.front().size() == hidden);
+  }
+}
+
+TEST_CASE("Batch::sizes that do not fit fail before the step, naming the stage, micro-batch and sizes",
+          "[typed][issue42]") {
   const ppsched::Schedule s = make({"1f1b", 1}, 2, 4);
+  CpuCluster cluster(2);
+  TokenModel model;
+  World<CpuBackend> world(backends(cluster), s, model.functions(2));
+  const TokenBatch good(2, 4, 0);
+  const std::size_t cap = ppsched::payload_floats(states);
+  auto with = [&](auto change) {
+    std::vector<ppsched::MicrobatchSize> sizes = good.sizes;
+    change(sizes);
+    return sizes;
+  };
+  const auto above = with([&](auto& v) { v[4 + 2].input = v[2].output = cap + 4; });  // stage 1, micro-batch 2
+  require_error([&] { (void)world.run_step({good.inputs, {}, {}, above}); },
+                {"stage 0, micro-batch 2", std::to_string(cap + 4) + " floats, above the " + std::to_string(cap),
+                 "payload_floats(output_tensors)"});
+  const std::vector<ppsched::MicrobatchSize> missing(good.sizes.begin(), good.sizes.begin() + 5);
+  require_error([&] { (void)world.run_step({good.inputs, {}, {}, missing}); },
+                {"Batch::sizes has 5 entries; 2 stages x 4 micro-batches need 8", "stage 1, micro-batch 1 has none"});
+  const auto disagree = with([&](auto& v) { v[1].output = state_floats(2); v[4 + 1].input = state_floats(3); });
+  require_error([&] { (void)world.run_step({good.inputs, {}, {}, disagree}); },
+                {"stage 0 sends micro-batch 1 as " + std::to_string(state_floats(2)) + " floats but stage 1 receives " +
+                     std::to_string(state_floats(3)),
+                 "stages 0 and 1, micro-batch 1"});
+  const auto headless = with([&](auto& v) { v[3].input = 2; });
+  require_error([&] { (void)world.run_step({good.inputs, {}, {}, headless}); },
+                {"stage 0, micro-batch 3", "2 floats, below the 4 of its payload's header"});
+  CHECK(model.calls == 0);  // none of them started the step
+  // A size the data does not fit: stage 0's payload of micro-batch 0 counts more tokens than
+  // its size holds. Found when the stage reads it, naming the stage and the micro-batch.
+  const auto short_input = with([&](auto& v) { v[0].input = state_floats(0); });  // the header alone
+  require_error([&] { (void)world.run_step({good.inputs, {}, {}, short_input}); },
+                {"stage 0, micro-batch 0", "has room for 0"});
+  model.expected = &good.floats;
+  model.wrong_span = 0;
+  (void)world.run_step(good.exact());  // the World runs on
+  CHECK(model.wrong_span == 0);
+}
+
+TEST_CASE("the simulator charges each micro-batch's size as the runtime moves it", "[typed][issue42]") {
+  const ppsched::Schedule s = make({"1f1b", 1}, 3, 6);
+  CpuCluster cluster(3);
+  TokenModel model;
+  World<CpuBackend> world(backends(cluster), s, model.functions(3));
+  const TokenBatch batch(3, 6, 1);
+  std::vector<std::size_t> outputs;
+  for (const auto& size : batch.sizes) outputs.push_back(size.output);
+  ppsched::CostModel c = ppsched::uniform_costs(1, 1, 1);
+  c.link.latency = 0.0;
+  c.link.bandwidth = 1000.0;
+  const ppsched::CostModel costs = ppsched::with_boundary_floats(c, outputs, 6);
+  const ppsched::Schedule lowered = ppsched::lower(s);
+  double predicted = 0.0;
+  for (const auto& prog : lowered.programs) {
+    for (const auto& a : prog) {
+      if (a.op != ppsched::Op::SEND_F && a.op != ppsched::Op::SEND_B) continue;
+      const double bytes = ppsched::transfer_bytes(costs, a, 6);
+      CHECK(bytes == 4.0 * static_cast<double>(batch.floats[static_cast<std::size_t>(a.microbatch)]));
+      predicted += bytes;
+    }
+  }
+  const std::size_t before = sent(cluster, 3);
+  (void)world.run_step(batch.exact());
+  CHECK(predicted == 4.0 * static_cast<double>(sent(cluster, 3) - before));
+  // A longer micro-batch costs a longer transfer: the simulated step lengthens with the sizes.
+  std::vector<std::size_t> full(outputs.size(), ppsched::payload_floats(states));
+  CHECK(ppsched::simulate(s, ppsched::with_boundary_floats(c, full, 6)).makespan >
+        ppsched::simulate(s, costs).makespan);
+  CHECK_THROWS_WITH(ppsched::with_boundary_floats(c, std::vector<std::size_t>(7, 1), 6),
+                    Catch::Contains("7 output sizes for 6 micro-batches"));
+}
+
+TEST_CASE("a new schedule every step runs on the same World, allocating nothing when its pools fit",
+          "[typed][issue42]") {
   const auto mode = GENERATE(ppsched::CpuMode::threaded, ppsched::CpuMode::deterministic);
   ppsched::CpuOptions co;
   co.mode = mode;
   CpuCluster cluster(2, co);
-  World<CpuBackend> world(backends(cluster), s, fns);
-  // The plan: every send and receive, and every pooled buffer, is the declared payload.
-  for (int r = 0; r < 2; ++r) {
-    const ppsched::RankPlan& plan = world.executor(r).plan();
-    int transfers = 0;
-    for (const auto& st : plan.steps) {
-      for (const auto& t : st.transfers) {
-        CHECK(t.count == floats);
-        ++transfers;
+  TokenModel model;
+  // Built for GPipe over 8 micro-batches: every forward in flight at once.
+  World<CpuBackend> world(backends(cluster), make({"gpipe", 1}, 2, 8), model.functions(2));
+  const ppsched::ExecutorPools first = world.pools();
+  CHECK(first.growths == 0);
+  CHECK(first.buffers > 0);
+  struct Next {
+    Family family;
+    int m;
+  };
+  const std::vector<Next> plans{{{"1f1b", 1}, 4}, {{"zb-h1", 1}, 6}, {{"gpipe", 1}, 3}, {{"zb-h2", 1}, 8}};
+  auto run = [&](const Next& n, int step) {
+    const ppsched::Schedule s = make(n.family, 2, n.m);
+    const ppsched::PoolGrowth growth = world.set_schedule(s);
+    const TokenBatch batch(2, n.m, step);
+    model.expected = &batch.floats;
+    allocations = 0;
+    counting = true;
+    const ppsched::StepResult& r = world.run_step(batch.exact());
+    counting = false;
+    CHECK(r.losses.size() == static_cast<std::size_t>(n.m));
+    CHECK(world.schedule().microbatches == n.m);
+    return std::pair{growth, allocations.load()};
+  };
+  const TokenBatch warm(2, 8, 0);
+  model.expected = &warm.floats;
+  (void)world.run_step(warm.exact());  // first use of the channels
+  // Round 0 takes each schedule once (one may need a buffer GPipe did not); from then on,
+  // every step switches schedule and nothing is allocated, in set_schedule or the step.
+  std::size_t grown = 0;
+  for (int round = 0; round < 3; ++round) {
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      const auto [growth, allocated] = run(plans[i], static_cast<int>(i) + round);
+      INFO(plans[i].family.name << " m = " << plans[i].m << " round " << round << " " << ppsched::to_string(mode));
+      if (round == 0) {
+        grown += growth.grew() ? 1 : 0;  // 1F1B holds an output and a gradient on rank 0, GPipe one
+        continue;
       }
+      CHECK_FALSE(growth.grew());
+      CHECK(allocated == 0);
     }
-    CHECK(transfers == 2 * s.microbatches);  // a forward and a gradient per micro-batch
-    for (const ppsched::BufferPool& pool : plan.pools) CHECK(pool.floats == floats);
   }
-  std::vector<float> inputs(static_cast<std::size_t>(s.microbatches) * floats);
-  for (int mb = 0; mb < s.microbatches; ++mb) {
-    write(std::span<float>(inputs).subspan(static_cast<std::size_t>(mb) * floats, floats), mb);
-  }
-  (void)world.run_step({inputs, {}, {}});
-  CHECK(bad == 0);
-  // Stage 1's input and stage 0's gradient, per micro-batch: the marks past the count arrived.
-  CHECK(tails == 2 * s.microbatches);
+  CHECK(world.pools().growths == grown);
+  const ppsched::ExecutorPools held = world.pools();
+  CHECK(model.wrong_span == 0);
+
+  // Larger than ever: GPipe over 16 micro-batches holds 16 activations at once. The pools grow
+  // in set_schedule, before the step, by what it needs beyond them; counted and reported.
+  const auto [growth, allocated] = run({{"gpipe", 1}, 16}, 9);
+  CHECK(growth.grew());
+  CHECK(growth.buffers > 0);
+  CHECK(growth.events > 0);  // a longer program: more steps to time
+  CHECK(growth.floats == growth.buffers * ppsched::payload_floats(states));  // boundary buffers only
+  CHECK(world.pools().growths == grown + 1);
+  CHECK(world.pools().buffers == held.buffers + growth.buffers);
+  CHECK(world.pools().events == held.events + growth.events);
+  CHECK(allocated == 0);  // the step itself still allocates nothing
+  // ... and the smaller plans fit again.
+  CHECK_FALSE(run(plans[0], 11).first.grew());
+  CHECK(world.pools().growths == grown + 1);
+
+  // A schedule for another stage count is refused; the World keeps its schedule and runs.
+  require_error([&] { (void)world.set_schedule(make({"interleaved-1f1b", 2}, 2, 4)); },
+                {"4 stages", "the World runs 2 ranks and 2 stages"});
+  CHECK(world.schedule().microbatches == 4);
+  const TokenBatch again(2, 4, 3);
+  model.expected = &again.floats;
+  (void)world.run_step(again.exact());
+  CHECK(model.wrong_span == 0);
 }
 
 // Issue 42 (c): a count above the declared maximum is refused, never reallocated for. The

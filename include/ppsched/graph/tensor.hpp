@@ -12,6 +12,7 @@
 
 #include "ppsched/config.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -126,6 +127,30 @@ namespace detail {
 // The same in floats: the unit the backends allocate and move.
 [[nodiscard]] constexpr std::size_t payload_floats(std::span<const TensorSpec> specs) noexcept {
   return payload_bytes(specs) / sizeof(float);
+}
+
+// Floats of a payload whose tensor i holds counts[i] elements: the header and every tensor up
+// to the end of the last one's data, rounded up to 16 bytes. What a variable-length transfer
+// moves (Batch::sizes, docs/runtime.md): the tensors keep their declared offsets, so a short
+// tensor before a longer one still moves its whole region, and the last tensor with data moves
+// only its count. At most payload_floats(specs); the header alone when every count is 0.
+// Throws ppsched::error for a count above its tensor's maximum, or a count per tensor missing.
+[[nodiscard]] inline std::size_t payload_floats(std::span<const TensorSpec> specs, std::span<const std::size_t> counts) {
+  if (counts.size() != specs.size()) {
+    detail::fail({"payload_floats", detail::concat("got ", counts.size(), " counts for ", specs.size(), " tensors"), "",
+                  "Give one element count per tensor of the list"});
+  }
+  std::size_t end = detail::align_payload(specs.size() * sizeof(std::uint64_t));
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (counts[i] > specs[i].max_count) {
+      detail::fail({"payload_floats",
+                    detail::concat("tensor ", i, " is given ", counts[i], " elements, above its declared maximum ",
+                                   specs[i].max_count),
+                    detail::concat("tensor ", i), "Raise the TensorSpec's max_count, or split the micro-batch"});
+    }
+    if (counts[i] > 0) end = std::max(end, payload_offset(specs, i) + counts[i] * dtype_size(specs[i].dtype));
+  }
+  return detail::align_payload(end) / sizeof(float);
 }
 
 namespace detail {

@@ -15,6 +15,7 @@
 
 #include "ppsched/config.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -32,12 +33,17 @@ class BasicPayload {
   using Byte = std::conditional_t<writable, std::byte, const std::byte>;
 
  public:
-  // `raw` must hold exactly payload_floats(specs); `specs` must outlive the view.
+  // `raw` holds payload_floats(specs), or, for a micro-batch of a variable-length batch
+  // (Batch::sizes), fewer: at least the header, and then each tensor's count up to where the
+  // span ends. `specs` must outlive the view.
   BasicPayload(std::span<Float> raw, std::span<const TensorSpec> specs) : specs_(specs) {
-    if (raw.size() != payload_floats(specs)) {
-      detail::fail({"payload", detail::concat("has ", raw.size(), " floats but its ", specs.size(), " tensors take ",
-                                      payload_floats(specs)),
-            "", "View a stage's own input or output span with the stage's own tensor list"});
+    const std::size_t header = detail::align_payload(specs.size() * sizeof(std::uint64_t)) / sizeof(float);
+    if (raw.size() > payload_floats(specs) || raw.size() < header) {
+      detail::fail({"payload",
+                    detail::concat("has ", raw.size(), " floats but its ", specs.size(), " tensors take ",
+                                   raw.size() < header ? header : payload_floats(specs),
+                                   raw.size() < header ? " for their header" : " at most"),
+                    "", "View a stage's own input or output span with the stage's own tensor list"});
     }
     bytes_ = byte_view(raw);
   }
@@ -54,7 +60,22 @@ class BasicPayload {
                                       specs_[i].max_count, " (a count never set, or set by another layout)"),
             detail::concat("tensor ", i), "Set each output tensor's count (Payload::set_count) in the call that writes it"});
     }
+    if (n > room(i)) {
+      detail::fail({"payload",
+                    detail::concat("tensor ", i, " says it holds ", n, " elements, but this micro-batch's payload of ",
+                                   bytes_.size() / sizeof(float), " floats has room for ", room(i)),
+                    detail::concat("tensor ", i),
+                    "Give the micro-batch's size in Batch::sizes as payload_floats(specs, counts) of what it carries"});
+    }
     return static_cast<std::size_t>(n);
+  }
+
+  // The most elements tensor i can hold in this span: its maximum, or, in a shorter payload
+  // (a variable-length micro-batch, Batch::sizes), what fits before the span's end.
+  [[nodiscard]] std::size_t room(std::size_t i) const {
+    const std::size_t at = payload_offset(specs_, checked(i));
+    const std::size_t fit = bytes_.size() > at ? (bytes_.size() - at) / dtype_size(specs_[i].dtype) : 0;
+    return std::min(fit, specs_[i].max_count);
   }
 
   // Tensor i's elements, count(i) of them, as T (T must be the tensor's dtype).
@@ -78,6 +99,14 @@ class BasicPayload {
       detail::fail({"payload", detail::concat("tensor ", i, " is given ", n, " elements, above its declared maximum ",
                                       specs_[i].max_count),
             detail::concat("tensor ", i), "Raise the TensorSpec's max_count, or split the micro-batch"});
+    }
+    if (n > room(i)) {
+      detail::fail({"payload",
+                    detail::concat("tensor ", i, " is given ", n, " elements, but this micro-batch's payload of ",
+                                   bytes_.size() / sizeof(float), " floats has room for ", room(i),
+                                   " (its size in Batch::sizes)"),
+                    detail::concat("tensor ", i),
+                    "Give the micro-batch's size in Batch::sizes as payload_floats(specs, counts) of what it carries"});
     }
     const auto v = static_cast<std::uint64_t>(n);
     std::memcpy(bytes_.data() + i * sizeof(std::uint64_t), &v, sizeof v);
@@ -103,7 +132,9 @@ class BasicPayload {
                                       to_string(dtype_of<std::remove_const_t<T>>)),
             detail::concat("tensor ", i), "Read each tensor as the C++ type of its dtype"});
     }
-    // The payload is float storage at a 16-byte aligned offset; the region holds T's.
+    // The payload is float storage at a 16-byte aligned offset; the region holds T's (n of
+    // them fit: count and set_count checked; an empty tensor past a short span's end is empty).
+    if (n == 0) return {};
     return {reinterpret_cast<E*>(bytes_.data() + payload_offset(specs_, i)), n};
   }
 

@@ -25,12 +25,14 @@
 
 #include "ppsched/config.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <limits>
 #include <span>
 #include <stop_token>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -401,15 +403,90 @@ struct TiedWeights {
   return f.output_tensors.empty() ? f.output_size : payload_floats(f.output_tensors);
 }
 
+// One micro-batch's size at one stage of a variable-length batch (Batch::sizes), in floats:
+// what its forward reads and what it writes (and sends on). With typed boundaries, the payload
+// of what the micro-batch carries: payload_floats(tensors, counts).
+struct MicrobatchSize {
+  std::size_t input = 0;
+  std::size_t output = 0;
+
+  friend constexpr bool operator==(const MicrobatchSize&, const MicrobatchSize&) = default;
+};
+
 // A training batch: `inputs` holds m micro-batches of stage 0's input floats
 // (input_floats()), one after the other; `targets` m micro-batches of the last stage's
 // target_size floats; `side_inputs` per-micro-batch data any stage may read. The caller
 // keeps all of it alive during the step.
+//
+// `sizes` makes the micro-batches variable-length (docs/runtime.md): stage s's size of
+// micro-batch k at [s * m + k], at most the stage's declared input and output floats (the
+// capacity its buffers have). Every transfer then moves exactly its micro-batch's size, and
+// every span a callable gets (input, output, gradients, the loss's) is that long; stage 0's
+// slice of `inputs` is the first `sizes[k].input` floats of its micro-batch's
+// input_floats() slot. Empty: every micro-batch has the declared sizes.
 struct Batch {
   std::span<const float> inputs;
   std::span<const float> targets;
   std::span<const SideInput> side_inputs{};
+  std::span<const MicrobatchSize> sizes{};
 };
+
+// Throws unless `batch.sizes` is empty or gives every stage of `stages` a size per micro-batch
+// of the m, each within the stage's declared floats (and, with typed tensors, at least their
+// header), the output of stage s the input of stage s + 1. The error names the stage, the
+// micro-batch and both sizes. The World and the executor check it before a step starts.
+inline void check_sizes(std::span<const StageFunctions> stages, const Batch& batch, std::size_t m) {
+  if (batch.sizes.empty()) return;
+  const std::size_t want = stages.size() * m;
+  if (batch.sizes.size() != want) {
+    const std::size_t first = std::min(batch.sizes.size(), want);
+    detail::fail({"batch",
+                  detail::concat("Batch::sizes has ", batch.sizes.size(), " entries; ", stages.size(), " stages x ", m,
+                                 " micro-batches need ", want,
+                                 batch.sizes.size() < want
+                                     ? detail::concat(" (stage ", first / m, ", micro-batch ", first % m, " has none)")
+                                     : std::string(" (one per stage and micro-batch, stage-major)")),
+                  "Batch::sizes", "Give each stage's size of every micro-batch, stage s's micro-batch k at [s * m + k]"});
+  }
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const StageFunctions& f = stages[s];
+    for (std::size_t k = 0; k < m; ++k) {
+      const MicrobatchSize& size = batch.sizes[s * m + k];
+      const auto where = [&] { return detail::concat("stage ", s, ", micro-batch ", k); };  // only on failure
+      for (const bool in : {true, false}) {
+        const std::size_t n = in ? size.input : size.output;
+        const std::size_t capacity = in ? input_floats(f) : output_floats(f);
+        const auto& tensors = in ? f.input_tensors : f.output_tensors;
+        const char* side = in ? "input" : "output";
+        if (n > capacity) {
+          detail::fail({"batch",
+                        detail::concat("Batch::sizes gives stage ", s, "'s ", side, " of micro-batch ", k, " ", n,
+                                       " floats, above the ", capacity, " the stage declares (",
+                                       tensors.empty() ? (in ? "input_size" : "output_size")
+                                                       : (in ? "payload_floats(input_tensors)" : "payload_floats(output_tensors)"),
+                                       ")"),
+                        where(), "Split the micro-batch, or declare a larger maximum (the capacity of every buffer)"});
+        }
+        const std::size_t header = detail::align_payload(tensors.size() * sizeof(std::uint64_t)) / sizeof(float);
+        if (!tensors.empty() && n < header) {
+          detail::fail({"batch",
+                        detail::concat("Batch::sizes gives stage ", s, "'s ", side, " of micro-batch ", k, " ", n,
+                                       " floats, below the ", header, " of its payload's header"),
+                        where(), "Give the payload's size, payload_floats(tensors, counts)"});
+        }
+      }
+      if (s == 0) continue;
+      const std::size_t sent = batch.sizes[(s - 1) * m + k].output;
+      if (sent != size.input) {
+        detail::fail({"batch",
+                      detail::concat("Batch::sizes: stage ", s - 1, " sends micro-batch ", k, " as ", sent,
+                                     " floats but stage ", s, " receives ", size.input),
+                      detail::concat("stages ", s - 1, " and ", s, ", micro-batch ", k),
+                      "Give stage s's output the size of stage s + 1's input for every micro-batch"});
+      }
+    }
+  }
+}
 
 // Throws unless the batch has every side input stage `stage` lists, each m slices long and,
 // where the stage gives side_input_specs, of the dtype and count it reads.

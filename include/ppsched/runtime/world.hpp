@@ -116,6 +116,40 @@ class World {
     return result_;
   }
 
+  // A new schedule from the next step on the same ranks and stages (a plan every step,
+  // plan/varlen.hpp: another family, placement or micro-batch count), lowered and validated
+  // once here as the constructors do, then each rank's executor plans it and takes its buffers
+  // and events from those it holds (Executor::set_schedule). Returns what the ranks' pools
+  // grew by: nothing when every rank's new plan fits what earlier plans needed, else the
+  // buffers and events allocated here, before the step (counted in pools()). A schedule for
+  // another rank or stage count is refused, naming both, and the World keeps its schedule.
+  // Waits for a running step to end first.
+  PoolGrowth set_schedule(const Schedule& schedule) {
+    if (is_lowered(schedule)) return replan(schedule, false);
+    LoweredSchedule lowered = lower(schedule);
+    const bool proven = lowered.proven();
+    return replan(std::move(lowered).release(), proven);
+  }
+  PoolGrowth set_schedule(const LoweredSchedule& schedule) { return replan(schedule.schedule(), schedule.proven()); }
+  PoolGrowth set_schedule(const Schedule& schedule, const CostModel& costs) {
+    if (is_lowered(schedule)) return replan(schedule, false);
+    LoweredSchedule lowered = lower(schedule, lower_options_for(costs, schedule.stages(), schedule.microbatches));
+    const bool proven = lowered.proven();
+    return replan(std::move(lowered).release(), proven);
+  }
+  // Every rank's pools together (Executor::pools); `growths` counts the set_schedule calls
+  // that grew any rank's.
+  [[nodiscard]] ExecutorPools pools() const noexcept {
+    ExecutorPools all;
+    for (const auto& e : executors_) {
+      all.buffers += e->pools().buffers;
+      all.floats += e->pools().floats;
+      all.events += e->pools().events;
+    }
+    all.growths = growths_;
+    return all;
+  }
+
   // Every rank's watchdog from the next step (waits for a running step to end first).
   void set_watchdog(std::chrono::milliseconds watchdog) {
     const std::lock_guard<std::mutex> between_steps(step_mutex_);
@@ -138,6 +172,7 @@ class World {
   std::vector<B*> backends_;
   Schedule schedule_;
   bool proven_ = false;  // lower() wrote schedule_: validate()'s checks hold by construction
+  bool validate_ = true;  // ExecutorOptions::validate: set_schedule validates as the constructor did
   std::vector<StageFunctions> stages_;
   std::vector<std::unique_ptr<Executor<B>>> executors_;
   std::mutex step_mutex_;  // one run_step at a time
@@ -146,6 +181,7 @@ class World {
   bool has_backward_ = false;
   StepFaults faults_;
   StepResult result_;
+  std::size_t growths_ = 0;  // set_schedule calls that grew a rank's pools
   detail::StepThreads threads_;  // one per rank; last, so that it stops before the rest goes
 
   void adopt(LoweredSchedule lowered) {
@@ -170,6 +206,7 @@ class World {
       detail::fail({"World", detail::concat("no StageFunctions for schedule '", schedule_.name, "'"), "",
             "Give one StageFunctions per stage of the schedule"});
     }
+    validate_ = options.validate;
     if (options.validate && !proven_) (void)validate_or_throw(schedule_);
     options.validate = false;
     record_timeline_ = options.record_timeline;
@@ -182,13 +219,50 @@ class World {
       executors_.push_back(
           std::make_unique<Executor<B>>(*b, schedule_, std::span<const StageFunctions>(stages_), options));
     }
+    size_result();
+    threads_.start(0, backends_.size(), [this](std::size_t r) { run_rank(r); });
+  }
+
+  void size_result() {
     result_.losses.assign(static_cast<std::size_t>(schedule_.microbatches), 0.0f);
     result_.timeline.ranks = schedule_.ranks;
     result_.timeline.unit = "ms";
     std::size_t actions = 0;
     for (const auto& prog : schedule_.programs) actions += prog.size();
     result_.timeline.spans.reserve(actions);
-    threads_.start(0, backends_.size(), [this](std::size_t r) { run_rank(r); });
+  }
+
+  // set_schedule: checked against the World first (ranks, stages, validation), so that no
+  // executor takes a schedule another would refuse; each executor's own checks (its stages'
+  // callables, say, for a schedule that splits the backward) come before it changes anything,
+  // and a refusal there puts the ranks that took the new schedule back on the old one.
+  PoolGrowth replan(Schedule lowered, bool proven) {
+    const std::lock_guard<std::mutex> between_steps(step_mutex_);
+    if (lowered.ranks != schedule_.ranks || lowered.stages() != schedule_.stages()) {
+      detail::fail({"World::set_schedule",
+                    detail::concat("schedule '", lowered.name, "' has ", lowered.ranks, " ranks and ", lowered.stages(),
+                                   " stages; the World runs ", schedule_.ranks, " ranks and ", schedule_.stages(),
+                                   " stages (schedule '", schedule_.name, "')"),
+                    "", "Plan for the World's ranks and StageFunctions, or build another World"});
+    }
+    if (validate_ && !proven) (void)validate_or_throw(lowered);
+    PoolGrowth growth;
+    std::size_t done = 0;
+    try {
+      for (; done < executors_.size(); ++done) growth += executors_[done]->set_schedule(lowered);
+    } catch (...) {
+      for (std::size_t r = 0; r < done; ++r) (void)executors_[r]->set_schedule(schedule_);
+      throw;
+    }
+    schedule_ = std::move(lowered);
+    proven_ = proven;
+    has_backward_ = false;
+    for (const auto& prog : schedule_.programs) {
+      for (const Action& a : prog) has_backward_ = has_backward_ || is_backward(a.op);
+    }
+    size_result();
+    if (growth.grew()) ++growths_;
+    return growth;
   }
 
   void check_batch(const Batch& batch) const {
@@ -197,6 +271,8 @@ class World {
     for (std::size_t s = 0; s < stages_.size(); ++s) {
       check_side_inputs(stages_[s], static_cast<std::int32_t>(s), batch, m);
     }
+    // Variable-length micro-batches: every stage's size of each, before any rank starts.
+    check_sizes(stages_, batch, m);
     const std::size_t inputs = m * input_floats(stages_.front());
     const std::size_t targets = m * stages_.back().target_size;
     if (batch.inputs.size() != inputs) {

@@ -1,12 +1,14 @@
-// The simulator's transfer sizes from typed stage boundaries (graph/tensor.hpp). The runtime
-// moves a boundary's whole payload — the count header and every tensor at its declared
-// maximum — whatever a micro-batch actually carries, so that is what a transfer costs here:
-// a model with per-micro-batch scales (variable-length micro-batches) keeps its scaled
-// times, but not scaled transfer bytes.
+// The simulator's transfer sizes as the runtime moves them. Without Batch::sizes the runtime
+// moves a typed boundary's whole payload — the count header and every tensor at its declared
+// maximum — whatever a micro-batch carries: with_boundary_bytes charges that (a model with
+// per-micro-batch scales keeps its scaled times, not scaled transfer bytes). With
+// Batch::sizes every transfer moves its micro-batch's size: with_boundary_floats charges each
+// micro-batch its own.
 #pragma once
 
 #include "ppsched/config.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -23,6 +25,13 @@ namespace ppsched::inline PPSCHED_MODE {
 // A single-entry or scaled model becomes a per-(stage, micro-batch) table.
 [[nodiscard]] PPSCHED_OUTLINE CostModel with_boundary_bytes(CostModel c, std::span<const std::vector<TensorSpec>> outputs,
                                                    std::int32_t microbatches);
+
+// `c` with stage s's output_bytes of micro-batch k set to output_floats[s * m + k] floats (4
+// bytes each): what the runtime moves for a variable-length batch (each Batch::sizes entry's
+// `output`), so that the prediction charges every transfer the micro-batch's own size. The
+// stage count is output_floats.size() / m; the result is a per-(stage, micro-batch) table.
+[[nodiscard]] PPSCHED_OUTLINE CostModel with_boundary_floats(CostModel c, std::span<const std::size_t> output_floats,
+                                                            std::int32_t microbatches);
 
 }  // namespace ppsched
 

@@ -336,6 +336,11 @@ class CpuBackend {
   }
   // Floats allocated with allocate_host on this rank so far.
   [[nodiscard]] std::size_t host_floats() const noexcept { return host_floats_.load(std::memory_order_relaxed); }
+  // Floats this rank has posted to send, and to receive, so far (every send and recv): the
+  // transfer accounting a test reads to see what a step moved (a variable-length batch moves
+  // its micro-batches' sizes, Batch::sizes, not the buffers').
+  [[nodiscard]] std::size_t floats_sent() const noexcept { return floats_sent_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::size_t floats_received() const noexcept { return floats_received_.load(std::memory_order_relaxed); }
 
   void zero(CpuStream& s, CpuBuffer& b) {
     using namespace detail::cpu;
@@ -514,6 +519,8 @@ class CpuBackend {
   }
 
   std::atomic<std::size_t> host_floats_{0};
+  std::atomic<std::size_t> floats_sent_{0};
+  std::atomic<std::size_t> floats_received_{0};
 
   [[nodiscard]] bool checking() const noexcept { return cluster_->options.checking; }
 
@@ -664,6 +671,7 @@ class CpuBackend {
       }
       rank_->group_stream = s.state_;
       rank_->staged.push_back({is_send, peer, b.data_.get(), count, tag, b.state_.get()});
+      (is_send ? floats_sent_ : floats_received_).fetch_add(count, std::memory_order_relaxed);
       if (rank_->group_depth > 0) return;
     }
     post_group(*s.state_);  // outside a group: a group of its own

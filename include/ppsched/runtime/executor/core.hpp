@@ -15,9 +15,12 @@
 #include <functional>
 #include <limits>
 #include <mutex>
+#include <set>
 #include <span>
 #include <stop_token>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ppsched/error.hpp"
@@ -128,23 +131,40 @@ class Executor {
                                              Buffer& gradient, std::stop_token stop)>;
   void set_gradient_reducer(GradientReducer reducer) {
     const std::lock_guard<std::mutex> between_steps(step_mutex_);
-    if (reducer && reduced_.empty()) {
+    if (reducer && !reduce_stream_created_) {
       reduce_stream_ = b_.create_stream();
-      for (std::size_t k = 0; k < grads_.size(); ++k) reduced_.push_back(b_.create_event());
-      last_weight_step_.assign(grads_.size(), -1);
-      for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
-        const PlannedStep& st = plan_.steps[i];
-        if (st.lane != Lane::compute) continue;
-        for (std::int32_t k = 0; k < st.action_count; ++k) {
-          const Action& a = action(st.first_action + k);
-          if (a.op != Op::B && a.op != Op::BW) continue;
-          const std::int32_t gi = grads_of_stage_[static_cast<std::size_t>(a.stage)];
-          last_weight_step_[static_cast<std::size_t>(gi)] = static_cast<std::int32_t>(i);
-        }
-      }
+      reduce_stream_created_ = true;
     }
     reducer_ = std::move(reducer);
+    if (reduce_stream_created_) plan_reducer();
   }
+
+  // A new schedule from the next step, on the same backend, stages and options: another
+  // family, placement or micro-batch count (a plan every step, plan/varlen.hpp), with as
+  // many stages as the executor has StageFunctions. Lowered, validated and planned as the
+  // constructors do; the rank's plan then takes its buffers and events from those the
+  // executor holds (a buffer per plan buffer of the same size), so a schedule whose pools
+  // fit what earlier plans needed allocates nothing on the backend. One that needs more than
+  // any before (more micro-batches in flight, a longer program) grows the pools here, before
+  // its first step: the growth is returned and counted in pools(); nothing is ever freed
+  // until the executor is destroyed. Host-side tables (the program, its plan, labels) are
+  // rebuilt and may allocate; run_step never does. Waits for a running step to end. A
+  // schedule refused here leaves the executor with its previous one.
+  PoolGrowth set_schedule(const Schedule& schedule) {
+    if (is_lowered(schedule)) return replan(schedule, false);
+    const LoweredSchedule lowered = lower(schedule);
+    return replan(lowered.schedule(), lowered.proven());
+  }
+  PoolGrowth set_schedule(const LoweredSchedule& schedule) { return replan(schedule.schedule(), schedule.proven()); }
+  PoolGrowth set_schedule(const Schedule& schedule, const CostModel& costs) {
+    if (is_lowered(schedule)) return replan(schedule, false);
+    const LoweredSchedule lowered =
+        lower(schedule, lower_options_for(costs, schedule.stages(), schedule.microbatches));
+    return replan(lowered.schedule(), lowered.proven());
+  }
+  // What the executor holds of the backend for every plan it has run, and how often a new
+  // schedule made it grow.
+  [[nodiscard]] const ExecutorPools& pools() const noexcept { return pools_; }
 
   [[nodiscard]] const Schedule& schedule() const noexcept { return schedule_; }
   [[nodiscard]] const std::vector<Action>& program() const noexcept {
@@ -169,6 +189,7 @@ class Executor {
   };
   struct StageGradients {
     std::int32_t stage = 0;
+    bool owned = false;  // `total` and `parts` hold buffers of the pools (returned by release)
     Buffer total;
     std::vector<Buffer> parts;  // slots for micro-batch gradients not yet added (assign_weight_slots)
     std::vector<std::span<float>> part_spans;
@@ -229,10 +250,11 @@ class Executor {
     std::vector<std::size_t> offsets;         // per stage
     std::vector<Buffer> slices;               // per stage: on this rank, its slice; at the root, every
                                               // stage's (received for remote ones); elsewhere empty
+    std::vector<char> held;                   // per stage: slices[i] holds a buffer of the pools
     Buffer sum{};                             // at the root
     std::vector<SliceCopy> gather;            // local totals' slices into `slices`
     std::vector<SliceCopy> scatter;           // the sum (root) or the received sum back into the totals
-    std::vector<std::string> labels;          // per stage, for transfers
+    std::vector<std::string_view> labels;     // per stage, for transfers (interned: label())
     std::size_t count = 0;                    // floats of the shared gradient
     std::size_t index = 0;                    // in ExecutorOptions::tied_weights (the same on every rank)
     bool local = false;                       // every stage on this rank
@@ -244,7 +266,18 @@ class Executor {
   bool forward_loss_ = false;             // forward-only step on the last stage's rank: F computes the loss
   std::vector<OptimizerCall> optimizer_calls_;
   std::vector<std::vector<BufferUse<Buffer>>> uses_;
-  std::vector<std::string> labels_;          // per action
+  // Per action, interned in label_store_: the CPU backend keeps a task's label as a view (in
+  // its race checker's history too), so a label outlives the plan it was made for.
+  std::vector<std::string_view> labels_;
+  std::set<std::string, std::less<>> label_store_;
+  // The pools (set_schedule): buffers no plan uses now, by size, taken again by a later plan.
+  std::vector<std::pair<std::size_t, Buffer>> spare_;
+  std::vector<std::pair<std::size_t, HostBuffer>> spare_host_;
+  ExecutorPools pools_;
+  PoolGrowth growth_;         // of the plan being built
+  bool counting_growth_ = false;  // false while the constructor builds the first plan
+  bool copy_stream_created_ = false;
+  bool reduce_stream_created_ = false;
   std::vector<std::int32_t> lane_steps_[3];  // step indices per stream (compute, comm, copy), in order
   std::size_t gradient_floats_ = 0;
   Batch batch_{};
@@ -273,6 +306,9 @@ class Executor {
   // Defined in the files named, each one concern; <ppsched/runtime/executor.hpp> includes them all.
   // set-up checks (executor/setup.hpp)
   void init(const Schedule& lowered, bool proven);
+  void keep_view(const Schedule& lowered);
+  [[nodiscard]] std::vector<StageShape> shapes() const;
+  PoolGrowth replan(const Schedule& lowered, bool proven);
   void check_watchdog(std::chrono::milliseconds watchdog) const;
   void check_setup();
   void check_tied(const std::string& subject) const;
@@ -280,6 +316,12 @@ class Executor {
   void check_batch(const Batch& batch) const;
   // buffer pools (executor/pools.hpp)
   void allocate();
+  void build();
+  void release();
+  [[nodiscard]] Buffer take(std::size_t floats);
+  [[nodiscard]] HostBuffer take_host(std::size_t floats);
+  [[nodiscard]] std::string_view label(std::string text);
+  void plan_reducer();
   std::int32_t assign_weight_slots(std::int32_t s);
   [[nodiscard]] const Buffer* weight_part(std::size_t i) const;
   [[nodiscard]] std::span<float> weight_span(std::size_t i);
@@ -295,6 +337,10 @@ class Executor {
   void issue(std::size_t i);
   void reduce_after(std::int32_t i);
   void copy_output(std::size_t i);
+  [[nodiscard]] std::size_t size_of(std::int32_t stage, std::int32_t mb, bool output) const noexcept;
+  [[nodiscard]] std::size_t transfer_size(const PlannedTransfer& t) const noexcept;
+  template <class T>
+  [[nodiscard]] std::span<T> sized(std::span<T> s, std::int32_t stage, std::int32_t mb, bool output) const noexcept;
   static void run_copy_output(void* context);
   void flush();
   static void run_compute(void* context);

@@ -54,16 +54,48 @@ auto Executor<B>::issue(std::size_t i) -> void {
     for (const PlannedTransfer& t : st.transfers) {
       const PeerTag tag{t.match, labels_[static_cast<std::size_t>(t.action)]};
       Buffer& buf = buffers_[static_cast<std::size_t>(t.buffer)];
+      // The micro-batch's size (Batch::sizes), at most the buffer's: never the padding.
+      const std::size_t n = transfer_size(t);
       if (t.send) {
-        b_.send(buf, t.count, t.peer, stream, tag);
+        b_.send(buf, n, t.peer, stream, tag);
       } else {
-        b_.recv(buf, t.count, t.peer, stream, tag);
+        b_.recv(buf, n, t.peer, stream, tag);
       }
     }
     b_.group_end();
   }
   b_.record(end_events_[i], stream);
   if (reducer_ && st.lane == Lane::compute) reduce_after(static_cast<std::int32_t>(i));
+}
+
+// A micro-batch's floats at a stage's input or output: Batch::sizes, or the declared size
+// (checked against each other before the step: check_sizes).
+template <class B>
+auto Executor<B>::size_of(std::int32_t stage, std::int32_t mb, bool output) const noexcept -> std::size_t {
+  const StageFunctions& f = stages_[static_cast<std::size_t>(stage)];
+  if (batch_.sizes.empty()) return output ? output_floats(f) : input_floats(f);
+  const MicrobatchSize& size = batch_.sizes[static_cast<std::size_t>(stage) * static_cast<std::size_t>(schedule_.microbatches) +
+                                            static_cast<std::size_t>(mb)];
+  return output ? size.output : size.input;
+}
+
+// What a transfer moves: the activation a stage sends forward and the gradient it receives
+// for it are its output's size; the gradient it sends back and the activation it receives,
+// its input's. PlannedTransfer::count is the capacity (the declared size).
+template <class B>
+auto Executor<B>::transfer_size(const PlannedTransfer& t) const noexcept -> std::size_t {
+  if (batch_.sizes.empty()) return t.count;
+  const Action& a = action(t.action);
+  return size_of(a.stage, a.microbatch, a.op == Op::SEND_F || a.op == Op::RECV_B);
+}
+
+// A buffer's span cut to the micro-batch's size.
+template <class B>
+template <class T>
+auto Executor<B>::sized(std::span<T> s, std::int32_t stage, std::int32_t mb, bool output) const noexcept
+    -> std::span<T> {
+  if (batch_.sizes.empty() || s.empty()) return s;
+  return s.first(std::min(s.size(), size_of(stage, mb, output)));
 }
 
 // Data parallelism: once step i is a stage's last weight-gradient action, sum the stage's
@@ -88,8 +120,9 @@ template <class B>
 auto Executor<B>::copy_output(std::size_t i) -> void {
   const PlannedStep& st = plan_.steps[i];
   const std::size_t n = output_floats(stages_[static_cast<std::size_t>(last_stage())]);
-  const std::span<float> to =
-      std::span<float>(result_.outputs).subspan(static_cast<std::size_t>(action(st.first_action).microbatch) * n, n);
+  const Action& a = action(st.first_action);
+  const std::span<float> to = std::span<float>(result_.outputs)
+                                  .subspan(static_cast<std::size_t>(a.microbatch) * n, size_of(a.stage, a.microbatch, true));
   const Buffer& from = buffers_[static_cast<std::size_t>(st.output)];
   if constexpr (requires(B & b, typename B::stream& s) { b.copy_to_host(s, from, to); }) {
     b_.copy_to_host(compute_, from, to);
@@ -105,11 +138,14 @@ auto Executor<B>::run_copy_output(void* context) -> void {
   auto* call = static_cast<ComputeCall*>(context);
   Executor& self = *call->self;
   const PlannedStep& st = self.plan_.steps[static_cast<std::size_t>(call->step)];
-  const std::span<float> from = self.buffer(st.output);
-  std::copy(from.begin(), from.end(),
-            self.result_.outputs.begin() +
-                static_cast<std::ptrdiff_t>(static_cast<std::size_t>(self.action(st.first_action).microbatch) *
-                                            from.size()));
+  const Action& a = self.action(st.first_action);
+  // The micro-batch's slot of output_size floats: its output, then zeros past its size.
+  const std::span<float> slot = std::span<float>(self.result_.outputs)
+                                    .subspan(static_cast<std::size_t>(a.microbatch) * self.buffer(st.output).size(),
+                                             self.buffer(st.output).size());
+  const std::span<const float> from = self.sized(self.buffer(st.output), a.stage, a.microbatch, true);
+  std::copy(from.begin(), from.end(), slot.begin());
+  std::fill(slot.begin() + static_cast<std::ptrdiff_t>(from.size()), slot.end(), 0.0f);
 }
 
 // After every backward (the totals are complete: each gradient was added in micro-batch
@@ -190,9 +226,14 @@ auto Executor<B>::compute(std::int32_t index) -> void {
                           in_loss ? " (in the loss, StageFunctions::loss)" : "");
   };
   try {
+    // Every span at the micro-batch's size (Batch::sizes): the input and the gradient a
+    // backward writes for it at the input's, the output and its gradient at the output's.
     const std::span<const float> in =
-        st.input_from_batch ? batch_.inputs.subspan(static_cast<std::size_t>(mb) * input_floats(f), input_floats(f))
-                            : std::span<const float>(buffer(st.input));
+        st.input_from_batch
+            ? batch_.inputs.subspan(static_cast<std::size_t>(mb) * input_floats(f), size_of(a.stage, mb, false))
+            : std::span<const float>(sized(buffer(st.input), a.stage, mb, false));
+    const std::span<float> out = sized(buffer(st.output), a.stage, mb, a.op == Op::F || a.op == Op::R);
+    const std::span<float> grad_out = sized(buffer(st.grad_output), a.stage, mb, true);
     StageContext c = context(a.stage, mb, StageCall::loss);
     auto call = [&](StageCall kind, auto&& body) {
       c.call = kind;
@@ -204,15 +245,16 @@ auto Executor<B>::compute(std::int32_t index) -> void {
       const std::span<const float> target =
           batch_.targets.subspan(static_cast<std::size_t>(mb) * f.target_size, f.target_size);
       call(StageCall::loss, [&] {
-        result_.losses[static_cast<std::size_t>(mb)] = f.loss(c, buffer(st.loss_input), target, buffer(st.grad_output));
+        result_.losses[static_cast<std::size_t>(mb)] =
+            f.loss(c, sized(buffer(st.loss_input), a.stage, mb, true), target, grad_out);
       });
     }
     switch (a.op) {
       case Op::F:
         c.keep_activation = !st.drops_activation;
-        call(StageCall::forward, [&] { f.forward(c, in, buffer(st.output)); });
+        call(StageCall::forward, [&] { f.forward(c, in, out); });
         c.keep_activation = true;
-        if (check_recompute_ && st.drops_activation) forward_hash_[hash_slot(a)] = hash_of(buffer(st.output));
+        if (check_recompute_ && st.drops_activation) forward_hash_[hash_slot(a)] = hash_of(out);
         // A forward-only step's losses: the loss of the forward's output, its gradient
         // written to a scratch nobody reads.
         // Targets of the wrong size are refused before the step, so a size that does not
@@ -222,26 +264,26 @@ auto Executor<B>::compute(std::int32_t index) -> void {
           const std::span<const float> target =
               batch_.targets.subspan(static_cast<std::size_t>(mb) * f.target_size, f.target_size);
           call(StageCall::loss, [&] {
-            result_.losses[static_cast<std::size_t>(mb)] = f.loss(c, buffer(st.output), target, loss_scratch_span_);
+            result_.losses[static_cast<std::size_t>(mb)] =
+                f.loss(c, out, target, sized(loss_scratch_span_, a.stage, mb, true));
           });
         }
         break;
       case Op::B:
         if (f.backward) {
           call(StageCall::backward,
-               [&] { f.backward(c, in, buffer(st.grad_output), buffer(st.output), weight_span(static_cast<std::size_t>(index))); });
+               [&] { f.backward(c, in, grad_out, out, weight_span(static_cast<std::size_t>(index))); });
         } else {
-          call(StageCall::backward_input,
-               [&] { f.backward_input(c, in, buffer(st.grad_output), buffer(st.output)); });
+          call(StageCall::backward_input, [&] { f.backward_input(c, in, grad_out, out); });
           call(StageCall::backward_weight,
-               [&] { f.backward_weight(c, in, buffer(st.grad_output), weight_span(static_cast<std::size_t>(index))); });
+               [&] { f.backward_weight(c, in, grad_out, weight_span(static_cast<std::size_t>(index))); });
         }
         break;
       case Op::BI:
-        call(StageCall::backward_input, [&] { f.backward_input(c, in, buffer(st.grad_output), buffer(st.output)); });
+        call(StageCall::backward_input, [&] { f.backward_input(c, in, grad_out, out); });
         break;
       case Op::BW:
-        call(StageCall::backward_weight, [&] { f.backward_weight(c, in, buffer(st.grad_output), weight_span(static_cast<std::size_t>(index))); });
+        call(StageCall::backward_weight, [&] { f.backward_weight(c, in, grad_out, weight_span(static_cast<std::size_t>(index))); });
         break;
       case Op::R:
         // Without a recompute of its own, the stage's forward runs again, keeping this
@@ -249,8 +291,8 @@ auto Executor<B>::compute(std::int32_t index) -> void {
         if (f.recompute) {
           call(StageCall::recompute, [&] { f.recompute(c, in); });
         } else {
-          call(StageCall::recompute, [&] { f.forward(c, in, buffer(st.output)); });
-          if (check_recompute_ && forward_hash_[hash_slot(a)] != hash_of(buffer(st.output))) {
+          call(StageCall::recompute, [&] { f.forward(c, in, out); });
+          if (check_recompute_ && forward_hash_[hash_slot(a)] != hash_of(out)) {
             detail::fail({detail::concat("stage ", a.stage),
                   detail::concat("recomputing micro-batch ", mb,
                                  " gave another output than its forward (checking mode): the forward reads state it "

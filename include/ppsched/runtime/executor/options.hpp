@@ -45,6 +45,35 @@ struct ExecutorOptions {
   std::vector<TiedWeights> tied_weights;
 };
 
+// What Executor::set_schedule (World::set_schedule: every rank's) added to the pools: the
+// backend buffers and their floats, and the events, that the new plan needed beyond every
+// earlier one's. All zero when it fit.
+struct PoolGrowth {
+  std::size_t buffers = 0;
+  std::size_t floats = 0;
+  std::size_t events = 0;
+
+  [[nodiscard]] bool grew() const noexcept { return buffers != 0 || events != 0; }
+  PoolGrowth& operator+=(const PoolGrowth& o) noexcept {
+    buffers += o.buffers;
+    floats += o.floats;
+    events += o.events;
+    return *this;
+  }
+  friend bool operator==(const PoolGrowth&, const PoolGrowth&) = default;
+};
+
+// What an executor holds of its backend, for every plan it has run (Executor::pools): the
+// buffers (boundaries, weight gradients, tied slices, the host pool, scratch) and their
+// floats, the per-step events, and how many set_schedule calls grew them. A buffer or event
+// is never freed before the executor is.
+struct ExecutorPools {
+  std::size_t buffers = 0;
+  std::size_t floats = 0;
+  std::size_t events = 0;
+  std::size_t growths = 0;  // set_schedule calls that allocated (the constructor's plan not counted)
+};
+
 // The faults of one step, shared by its ranks: the first error reported is kept and every
 // rank is asked to stop through the token.
 class StepFaults {

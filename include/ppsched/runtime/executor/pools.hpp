@@ -1,5 +1,5 @@
-// Part of <ppsched/runtime/executor.hpp> (include that): the buffer pools, allocated once from the
-// rank's plan (runtime/step_plan.hpp), and the weight-gradient slots.
+// Part of <ppsched/runtime/executor.hpp> (include that): the buffer pools, sized by the rank's plan
+// (runtime/step_plan.hpp) and kept across plans (set_schedule), and the weight-gradient slots.
 #pragma once
 
 #include "ppsched/config.hpp"
@@ -8,6 +8,8 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
+// Once, from the constructor: the streams and the events every plan shares, then the first
+// plan's buffers.
 template <class B>
 auto Executor<B>::allocate() -> void {
   compute_ = b_.create_stream();
@@ -19,28 +21,134 @@ auto Executor<B>::allocate() -> void {
   } else {
     stream_identity_ = &compute_;
   }
-  for (std::size_t floats : plan_.buffer_floats) buffers_.push_back(b_.allocate(floats));
+  origin_ = b_.create_event();
+  for (auto& e : tied_events_) e = b_.create_event();
+  compute_done_ = b_.create_event();
+  comm_done_ = b_.create_event();
+  copy_done_ = b_.create_event();
+  build();
+}
+
+// A buffer of exactly `floats` from the pools, or a new one (counted as growth after the
+// constructor's plan).
+template <class B>
+auto Executor<B>::take(std::size_t floats) -> Buffer {
+  for (std::size_t i = spare_.size(); i-- > 0;) {
+    if (spare_[i].first != floats) continue;
+    Buffer b = std::move(spare_[i].second);
+    if (i + 1 != spare_.size()) spare_[i] = std::move(spare_.back());
+    spare_.pop_back();
+    return b;
+  }
+  Buffer b = b_.allocate(floats);
+  ++pools_.buffers;
+  pools_.floats += floats;
+  if (counting_growth_) {
+    ++growth_.buffers;
+    growth_.floats += floats;
+  }
+  return b;
+}
+
+// The same for the host pool of OFFLOAD / RELOAD (pinned memory on CUDA).
+template <class B>
+auto Executor<B>::take_host(std::size_t floats) -> HostBuffer {
+  for (std::size_t i = spare_host_.size(); i-- > 0;) {
+    if (spare_host_[i].first != floats) continue;
+    HostBuffer b = std::move(spare_host_[i].second);
+    if (i + 1 != spare_host_.size()) spare_host_[i] = std::move(spare_host_.back());
+    spare_host_.pop_back();
+    return b;
+  }
+  HostBuffer b = [&] {
+    if constexpr (std::same_as<HostBuffer, Buffer>) {
+      if constexpr (requires(B & bk, std::size_t f) { bk.allocate_host(f); }) {
+        return b_.allocate_host(floats);
+      } else {
+        return b_.allocate(floats);
+      }
+    } else {
+      return b_.allocate_host(floats);
+    }
+  }();
+  ++pools_.buffers;
+  pools_.floats += floats;
+  if (counting_growth_) {
+    ++growth_.buffers;
+    growth_.floats += floats;
+  }
+  return b;
+}
+
+template <class B>
+auto Executor<B>::label(std::string text) -> std::string_view {
+  return *label_store_.insert(std::move(text)).first;
+}
+
+// Every buffer of the current plan back to the pools, and the plan's tables emptied
+// (set_schedule, before the next plan is built).
+template <class B>
+auto Executor<B>::release() -> void {
+  for (std::size_t i = 0; i < buffers_.size(); ++i) spare_.emplace_back(plan_.buffer_floats[i], std::move(buffers_[i]));
+  for (std::size_t i = 0; i < host_buffers_.size(); ++i) {
+    spare_host_.emplace_back(plan_.host_floats[i], std::move(host_buffers_[i]));
+  }
+  for (StageGradients& g : grads_) {
+    if (!g.owned) continue;
+    const std::size_t size = stages_[static_cast<std::size_t>(g.stage)].weight_grad_size;
+    spare_.emplace_back(size, std::move(g.total));
+    for (Buffer& part : g.parts) spare_.emplace_back(size, std::move(part));
+  }
+  for (TiedGroup& g : tied_) {
+    for (std::size_t i = 0; i < g.slices.size(); ++i) {
+      if (g.held[i] != 0) spare_.emplace_back(g.count, std::move(g.slices[i]));
+    }
+    if (g.root == rank_) spare_.emplace_back(g.count, std::move(g.sum));
+  }
+  if (forward_loss_) {
+    spare_.emplace_back(loss_scratch_span_.size(), std::move(loss_scratch_));
+    loss_scratch_span_ = {};
+    forward_loss_ = false;
+  }
+  buffers_.clear();
+  spans_.clear();
+  host_buffers_.clear();
+  host_spans_.clear();
+  grads_.clear();
+  grads_of_stage_.clear();
+  tied_.clear();
+  calls_.clear();
+  weight_steps_.clear();
+  optimizer_calls_.clear();
+  uses_.clear();
+  labels_.clear();
+  for (auto& lane : lane_steps_) lane.clear();
+  forward_hash_.clear();
+  check_recompute_ = false;
+  gradient_floats_ = 0;
+  result_.outputs.clear();
+}
+
+// The plan's buffers, events and tables: from the pools where they hold a buffer of the size.
+template <class B>
+auto Executor<B>::build() -> void {
+  buffers_.reserve(plan_.buffer_floats.size());  // uses_ points into it
+  for (std::size_t floats : plan_.buffer_floats) buffers_.push_back(take(floats));
   for (const Buffer& buf : buffers_) spans_.push_back(b_.span(buf));
   if (plan_.has_copies) {
-    copy_ = b_.create_stream();
-    if constexpr (requires(B & b, const typename B::stream& st) {
-                    { b.native_handle(st) } -> std::convertible_to<const void*>;
-                  }) {
-      copy_identity_ = b_.native_handle(copy_);
-    } else {
-      copy_identity_ = &copy_;
-    }
-    for (std::size_t floats : plan_.host_floats) {
-      if constexpr (std::same_as<HostBuffer, Buffer>) {
-        if constexpr (requires(B & b, std::size_t f) { b.allocate_host(f); }) {
-          host_buffers_.push_back(b_.allocate_host(floats));
-        } else {
-          host_buffers_.push_back(b_.allocate(floats));
-        }
+    if (!copy_stream_created_) {
+      copy_ = b_.create_stream();
+      copy_stream_created_ = true;
+      if constexpr (requires(B & b, const typename B::stream& st) {
+                      { b.native_handle(st) } -> std::convertible_to<const void*>;
+                    }) {
+        copy_identity_ = b_.native_handle(copy_);
       } else {
-        host_buffers_.push_back(b_.allocate_host(floats));
+        copy_identity_ = &copy_;
       }
     }
+    host_buffers_.reserve(plan_.host_floats.size());
+    for (std::size_t floats : plan_.host_floats) host_buffers_.push_back(take_host(floats));
     for (const HostBuffer& h : host_buffers_) host_spans_.push_back(b_.span(h));
   }
   if constexpr (requires(B & b) {
@@ -52,29 +160,30 @@ auto Executor<B>::allocate() -> void {
       forward_hash_.assign(static_cast<std::size_t>(schedule_.stages()) * static_cast<std::size_t>(schedule_.microbatches), 0);
     }
   }
-  origin_ = b_.create_event();
-  for (auto& e : tied_events_) e = b_.create_event();
-  compute_done_ = b_.create_event();
-  comm_done_ = b_.create_event();
-  copy_done_ = b_.create_event();
+  // Events per step: as many as the longest plan so far needed.
   const std::size_t n = plan_.steps.size();
-  for (std::size_t i = 0; i < n; ++i) {
+  while (end_events_.size() < n) {
     end_events_.push_back(b_.create_event());
     if (options_.record_timeline) start_events_.push_back(b_.create_event());
+    const std::size_t made = options_.record_timeline ? 2 : 1;
+    pools_.events += made;
+    if (counting_growth_) growth_.events += made;
   }
   const auto m = static_cast<std::size_t>(schedule_.microbatches);
   grads_of_stage_.assign(static_cast<std::size_t>(schedule_.stages()), -1);
   weight_steps_.resize(n);
+  grads_.reserve(plan_.stages.size());  // the tied copies point into it
   for (std::int32_t s : plan_.stages) {
     const std::size_t size = stages_[static_cast<std::size_t>(s)].weight_grad_size;
     grads_of_stage_[static_cast<std::size_t>(s)] = static_cast<std::int32_t>(grads_.size());
     StageGradients g;
     g.stage = s;
     if (size > 0 && has_backward_) {
-      g.total = b_.allocate(size);
+      g.owned = true;
+      g.total = take(size);
       g.total_span = b_.span(g.total);
       const std::int32_t slots = assign_weight_slots(s);
-      for (std::int32_t k = 0; k < slots; ++k) g.parts.push_back(b_.allocate(size));
+      for (std::int32_t k = 0; k < slots; ++k) g.parts.push_back(take(size));
       for (const Buffer& p : g.parts) g.part_spans.push_back(b_.span(p));
       gradient_floats_ += size * (static_cast<std::size_t>(slots) + 1);
     }
@@ -83,8 +192,9 @@ auto Executor<B>::allocate() -> void {
   if (has_backward_) allocate_tied();
   if (!has_backward_ && holds(last_stage()) && stages_[static_cast<std::size_t>(last_stage())].loss) {
     forward_loss_ = true;
-    loss_scratch_ = b_.allocate(output_floats(stages_[static_cast<std::size_t>(last_stage())]));
-    loss_scratch_span_ = b_.span(loss_scratch_);
+    const std::size_t floats = output_floats(stages_[static_cast<std::size_t>(last_stage())]);
+    loss_scratch_ = take(floats);
+    loss_scratch_span_ = b_.span(loss_scratch_).first(floats);
   }
   if (options_.keep_outputs && holds(last_stage())) {
     result_.outputs.assign(m * output_floats(stages_[static_cast<std::size_t>(last_stage())]), 0.0f);
@@ -119,7 +229,7 @@ auto Executor<B>::allocate() -> void {
     }
   }
   const auto& prog = schedule_.programs[static_cast<std::size_t>(rank_)];
-  for (const Action& a : prog) labels_.push_back(to_string(a));
+  for (const Action& a : prog) labels_.push_back(label(to_string(a)));
   result_.losses.assign(m, std::numeric_limits<float>::quiet_NaN());
   result_.spans.resize(prog.size());
   for (const PlannedStep& st : plan_.steps) {
@@ -128,6 +238,29 @@ auto Executor<B>::allocate() -> void {
       span.rank = rank_;
       span.action = action(st.first_action + k);
       span.lane = st.lane;
+    }
+  }
+  if (reduce_stream_created_) plan_reducer();
+}
+
+// Data parallelism: each stage's step of its last weight-gradient action, where its total is
+// handed to the reducer (set_gradient_reducer; again for every new plan).
+template <class B>
+auto Executor<B>::plan_reducer() -> void {
+  while (reduced_.size() < grads_.size()) {
+    reduced_.push_back(b_.create_event());
+    ++pools_.events;
+    if (counting_growth_) ++growth_.events;
+  }
+  last_weight_step_.assign(grads_.size(), -1);
+  for (std::size_t i = 0; i < plan_.steps.size(); ++i) {
+    const PlannedStep& st = plan_.steps[i];
+    if (st.lane != Lane::compute) continue;
+    for (std::int32_t k = 0; k < st.action_count; ++k) {
+      const Action& a = action(st.first_action + k);
+      if (a.op != Op::B && a.op != Op::BW) continue;
+      const std::int32_t gi = grads_of_stage_[static_cast<std::size_t>(a.stage)];
+      last_weight_step_[static_cast<std::size_t>(gi)] = static_cast<std::int32_t>(i);
     }
   }
 }

@@ -12,21 +12,60 @@ namespace ppsched::inline PPSCHED_MODE {
 // executor made a World's memory grow as p^2 m), checks it, and plans and allocates.
 template <class B>
 auto Executor<B>::init(const Schedule& lowered, bool proven) -> void {
+  keep_view(lowered);
+  check_setup();
+  if (options_.validate && !proven) (void)validate_or_throw(lowered);  // lower()'s output is proven
+  plan_ = plan_rank(schedule_, rank_, shapes());
+  allocate();
+}
+
+template <class B>
+auto Executor<B>::keep_view(const Schedule& lowered) -> void {
   schedule_.name = lowered.name;
   schedule_.ranks = lowered.ranks;
   schedule_.microbatches = lowered.microbatches;
   schedule_.placement = lowered.placement;
   schedule_.split_backward = lowered.split_backward;
-  schedule_.programs.resize(lowered.programs.size());
+  schedule_.programs.assign(lowered.programs.size(), {});
   if (rank_ >= 0 && static_cast<std::size_t>(rank_) < lowered.programs.size()) {
     schedule_.programs[static_cast<std::size_t>(rank_)] = lowered.programs[static_cast<std::size_t>(rank_)];
   }
-  check_setup();
-  if (options_.validate && !proven) (void)validate_or_throw(lowered);  // lower()'s output is proven
-  std::vector<StageShape> shapes;
-  for (const StageFunctions& f : stages_) shapes.push_back({input_floats(f), output_floats(f), f.offload_size});
-  plan_ = plan_rank(schedule_, rank_, shapes);
-  allocate();
+}
+
+template <class B>
+auto Executor<B>::shapes() const -> std::vector<StageShape> {
+  std::vector<StageShape> out;
+  for (const StageFunctions& f : stages_) out.push_back({input_floats(f), output_floats(f), f.offload_size});
+  return out;
+}
+
+// set_schedule: the new schedule is checked and planned before anything of the old one is
+// given up, so a refused schedule leaves the executor as it was; then every buffer goes back
+// to the pools and the new plan takes what it needs from them.
+template <class B>
+auto Executor<B>::replan(const Schedule& lowered, bool proven) -> PoolGrowth {
+  const std::lock_guard<std::mutex> between_steps(step_mutex_);
+  Schedule previous = std::move(schedule_);
+  const bool had_backward = has_backward_;
+  RankPlan plan;
+  try {
+    keep_view(lowered);
+    has_backward_ = false;
+    check_setup();
+    if (options_.validate && !proven) (void)validate_or_throw(lowered);
+    plan = plan_rank(schedule_, rank_, shapes());
+  } catch (...) {
+    schedule_ = std::move(previous);
+    has_backward_ = had_backward;
+    throw;
+  }
+  release();
+  plan_ = std::move(plan);
+  growth_ = {};
+  counting_growth_ = true;
+  build();
+  if (growth_.grew()) ++pools_.growths;
+  return growth_;
 }
 
 template <class B>
@@ -187,6 +226,7 @@ template <class B>
 auto Executor<B>::check_batch(const Batch& batch) const -> void {
   const auto m = static_cast<std::size_t>(schedule_.microbatches);
   for (std::int32_t s : plan_.stages) check_side_inputs(stages_[static_cast<std::size_t>(s)], s, batch, m);
+  check_sizes(stages_, batch, m);
   if (holds(0)) {
     const std::size_t want = m * input_floats(stages_[0]);
     if (batch.inputs.size() != want) {

@@ -32,10 +32,12 @@ auto Executor<B>::allocate_tied() -> void {
     if (!takes_part) continue;
     const bool root = g.root == rank_;
     for (std::int32_t s : g.stages) {
-      g.slices.push_back(root || holds(s) ? b_.allocate(t.count) : Buffer{});
-      g.labels.push_back(detail::concat("tied gradient of stage ", s));
+      const bool held = root || holds(s);
+      g.slices.push_back(held ? take(t.count) : Buffer{});
+      g.held.push_back(held ? 1 : 0);
+      g.labels.push_back(label(detail::concat("tied gradient of stage ", s)));
     }
-    if (root) g.sum = b_.allocate(t.count);
+    if (root) g.sum = take(t.count);
     tied_.push_back(std::move(g));
   }
   // The copies point into tied_, whose elements no longer move.

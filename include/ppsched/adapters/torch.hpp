@@ -447,6 +447,26 @@ namespace libtorch {
   return out;
 }
 
+// The floats of one micro-batch's payload of `spec` whose variable dimension has size
+// `length` (a spec without one: its whole maximum shape): its entry in Batch::sizes, so that
+// a transfer moves that micro-batch's tokens and not the declared maximum. Throws for a length
+// below 0 or above the maximum shape's.
+[[nodiscard]] inline std::size_t torch_payload_floats(const TorchTensorSpec& spec, std::int64_t length) {
+  const std::vector<TensorSpec> payload{{dtype_of_scalar_type(spec.dtype), detail::torch_adapter::max_count(spec)}};
+  if (spec.variable_dim < 0) return payload_floats(payload);
+  const auto d = static_cast<std::size_t>(spec.variable_dim);
+  if (length < 0 || d >= spec.max_shape.size() || length > spec.max_shape[d]) {
+    detail::fail({"torch_payload_floats",
+                  detail::concat("a length of ", length, " for dimension ", spec.variable_dim, " of ",
+                                 detail::torch_adapter::shape_text(spec.max_shape)),
+                  "", "Give a length from 0 to the variable dimension's maximum"});
+  }
+  std::vector<std::int64_t> shape = spec.max_shape;
+  shape[d] = length;
+  const std::size_t counts[] = {static_cast<std::size_t>(detail::torch_adapter::element_count(shape))};
+  return payload_floats(payload, counts);
+}
+
 class TorchStage {
  public:
   // `module`'s parameters (float32, on the CPU) are the stage's weights, in the order of
@@ -538,6 +558,13 @@ class TorchStage {
   // The stage's trainable parameters, in the order of its flattened weight gradient.
   [[nodiscard]] const std::vector<torch::Tensor>& parameters() const noexcept { return parameters_; }
 
+  // The stage's entry of Batch::sizes for a micro-batch whose variable dimensions (the
+  // typed tensors' variable_dim) have size `length`: its input's and output's payload floats
+  // (torch_payload_floats), or the fixed sizes of a side without a variable dimension.
+  [[nodiscard]] MicrobatchSize size(std::int64_t length) const {
+    return {side_floats(input_, length), side_floats(output_, length)};
+  }
+
   // Where `parameter`'s gradient starts in the stage's flattened weight gradient, in floats
   // (it takes parameter.numel() floats): what TiedWeights::offsets wants for a weight tied
   // across stages.
@@ -609,6 +636,12 @@ class TorchStage {
                            " dimensions"),
             detail::concat("TorchStageOptions::", name), "Give a dimension index of max_shape, or -1 if none varies"});
     }
+  }
+
+  // One side's floats for a micro-batch of `length` (size()).
+  [[nodiscard]] static std::size_t side_floats(const detail::torch_adapter::Side& side, std::int64_t length) {
+    if (!side.typed()) return static_cast<std::size_t>(detail::torch_adapter::element_count(side.spec.max_shape));
+    return torch_payload_floats(side.spec, length);
   }
 
   // One side from its two possible declarations, exactly one of which must be given.

@@ -6,8 +6,9 @@
 // The layout of one micro-batch's payload, in bytes: a header of one 64-bit actual count per
 // tensor, then each tensor's region (its maximum, at a 16-byte aligned offset), the total
 // rounded up to 16 bytes. Actual counts travel in the header, with the data, so the receiver
-// learns them without a second message; the transfer moves the declared maximum, so a
-// boundary's buffers are sized once and reused for every length up to it.
+// learns them without a second message. A boundary's buffers are sized once, at the declared
+// maximum, and reused for every length up to it; a transfer moves that maximum, or, for a
+// variable-length batch (Batch::sizes), the micro-batch's own payload_floats(specs, counts).
 #pragma once
 
 #include "ppsched/config.hpp"

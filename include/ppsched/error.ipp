@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/error.hpp"
-
 #include <cstddef>
 #include <sstream>
 #include <string>

@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/costs/cost_model.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE CostModel uniform_costs(double forward, double backward_input, double backward_weight,

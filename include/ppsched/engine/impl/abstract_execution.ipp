@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/engine/abstract_execution.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 namespace detail {
 

@@ -7,8 +7,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/engine/detail/static_checks.hpp"
-
 namespace ppsched::inline PPSCHED_MODE::detail {
 
 PPSCHED_OUTLINE bool static_checks(const Schedule& s, FlatSchedule& flat, ProblemSink& sink, bool skip_comm,

@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/engine/workspace.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE std::size_t Workspace::capacity_bytes() const noexcept {

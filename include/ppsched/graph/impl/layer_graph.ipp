@@ -8,8 +8,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/graph/layer_graph.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {

@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/lower/lower.hpp"
-
 namespace ppsched::inline PPSCHED_MODE::detail {
 
 [[nodiscard]] PPSCHED_OUTLINE LoweringCandidate lower_by(const Schedule& schedule, const FlatSchedule& flat,

@@ -7,8 +7,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/partition/partition.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 PPSCHED_OUTLINE std::ostream& operator<<(std::ostream& out, const Partition& p) {

@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/schedule/controllable_memory.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 namespace vblock {
 

@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/schedule/detail/zero_bubble.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {

@@ -7,8 +7,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/schedule/dualpipev.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE bool dualpipev_accepts(const ScheduleRequest& r) noexcept {

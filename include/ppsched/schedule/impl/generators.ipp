@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/schedule/generators.hpp"
-
 namespace ppsched::inline PPSCHED_MODE::detail {
 
 [[nodiscard]] PPSCHED_OUTLINE const FamilyInfo* find_family(std::string_view name) {

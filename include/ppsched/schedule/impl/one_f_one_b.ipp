@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/schedule/one_f_one_b.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {

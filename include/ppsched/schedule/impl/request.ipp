@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/schedule/request.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE std::vector<std::int32_t> one_stage_per_rank_placement(std::int32_t ranks) {

@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/sim/analytic.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE AnalyticBubble analytic_bubble(std::string_view family, std::int32_t p, std::int32_t m,

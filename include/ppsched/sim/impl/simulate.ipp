@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/sim/simulate.hpp"
-
 namespace ppsched::inline PPSCHED_MODE::detail {
 
 // Ranks sharing a host (sim/detail/shared_host.hpp).

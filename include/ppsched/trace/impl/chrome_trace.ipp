@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/trace/chrome_trace.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 PPSCHED_OUTLINE void write_chrome_trace(std::ostream& out, const Timeline& timeline,

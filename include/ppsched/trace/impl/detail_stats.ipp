@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/trace/detail/stats.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {

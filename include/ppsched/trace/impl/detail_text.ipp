@@ -7,8 +7,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/trace/detail/text.hpp"
-
 namespace ppsched::inline PPSCHED_MODE::detail {
 
 [[nodiscard]] PPSCHED_OUTLINE std::string json_escape(std::string_view text) {

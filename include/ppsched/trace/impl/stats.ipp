@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/trace/stats.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 PPSCHED_OUTLINE void validate_timeline(const Timeline& timeline) {

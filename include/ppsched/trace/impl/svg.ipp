@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/trace/svg.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 PPSCHED_OUTLINE void write_svg(std::ostream& out, const Timeline& timeline, const SvgOptions& options) {

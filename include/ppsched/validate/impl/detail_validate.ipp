@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/validate/detail/validate.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 namespace detail {

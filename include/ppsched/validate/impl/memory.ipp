@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/validate/memory.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE MemoryModel memory_model_for(const CostModel& c, std::int32_t stages) {

@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/validate/report.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 
 PPSCHED_OUTLINE std::ostream& operator<<(std::ostream& out, const ValidationReport& r) {

@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/validate/validate.hpp"
-
 namespace ppsched::inline PPSCHED_MODE::detail {
 
 PPSCHED_OUTLINE ValidationReport validate_proven(const LoweredSchedule& lowered, const ValidateOptions& options,

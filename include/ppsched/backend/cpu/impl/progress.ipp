@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/backend/cpu/detail/progress.hpp"
-
 namespace ppsched::inline PPSCHED_MODE::detail::cpu {
 
 PPSCHED_OUTLINE void worker_loop(ClusterState& c, StreamState& s) {

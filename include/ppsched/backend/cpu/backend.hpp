@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "ppsched/backend/cpu/detail/checking.hpp"
+#include "ppsched/backend/cpu/graph.hpp"
 #include "ppsched/backend/cpu/options.hpp"
 #include "ppsched/backend/cpu/detail/progress.hpp"
 #include "ppsched/backend/cpu/detail/state.hpp"
@@ -182,6 +183,8 @@ class CpuBackend {
 
   void record(CpuEvent& e, CpuStream& s) {
     using namespace detail::cpu;
+    count_host_operation();
+    if (capture_record(e, s)) return;
     auto lock = issue(s, 0);
     EventState& ev = own(e, "record");
     Task& t = begin_task(*s.state_, TaskKind::record);
@@ -191,10 +194,13 @@ class CpuBackend {
     ev.stream = s.state_;
     ev.seq = t.seq;
     if (checking()) ev.clock = s.state_->clock;
+    if (!replaying_) set_captured(ev, false);  // a graph's records stay the graph's
   }
 
   void wait(CpuStream& s, const CpuEvent& e) {
     using namespace detail::cpu;
+    count_host_operation();
+    if (capture_wait(s, e)) return;
     auto lock = issue(s, 0);
     EventState& ev = own(e, "wait");
     if (!ev.recorded) {
@@ -217,9 +223,11 @@ class CpuBackend {
 
   [[nodiscard]] bool query(const CpuEvent& e) {
     using namespace detail::cpu;
+    count_host_operation();
     const std::lock_guard<std::mutex> lock(rank_->mutex);
     throw_if_failed();
     EventState& ev = own(e, "query");
+    if (is_captured(ev)) captured_event_read(ev, "query");
     if (!ev.recorded) {
       if (checking()) never_recorded(ev, "query");
       return true;
@@ -234,10 +242,12 @@ class CpuBackend {
     using namespace detail::cpu;
     StreamState* recorded_on = nullptr;
     std::uint64_t seq = 0;
+    count_host_operation();
     {
       const std::lock_guard<std::mutex> lock(rank_->mutex);
       throw_if_failed();
       EventState& ev = own(e, "synchronize");
+      if (is_captured(ev)) captured_event_read(ev, "synchronize");
       if (!ev.recorded) {
         if (checking()) never_recorded(ev, "synchronize");
         return WaitResult::done;
@@ -260,9 +270,16 @@ class CpuBackend {
   [[nodiscard]] WaitResult synchronize(CpuStream& s, const HostWait& w) {
     using namespace detail::cpu;
     std::uint64_t seq = 0;
+    count_host_operation();
     {
       const std::lock_guard<std::mutex> lock(rank_->mutex);
       own(s);
+      if (capturing(s)) {
+        capture_violation(detail::concat("synchronize: stream ", s.state_->local,
+                                         " is capturing, so its work has not run and never will until the graph is "
+                                         "replayed"),
+                          "Synchronise after end_capture and replay");
+      }
       seq = s.state_->issued;
     }
     const WaitResult r = host_wait(HostWaitKind::stream_done, s.state_, seq, false, w);
@@ -279,6 +296,7 @@ class CpuBackend {
     const auto& a = own(start, "elapsed_ms");
     const auto& b = own(end, "elapsed_ms");
     for (const auto* ev : {&a, &b}) {
+      if (is_captured(*ev)) captured_event_read(*ev, "elapsed_ms");
       if (!ev->recorded || ev->stream->completed < ev->seq || ev->time_seq != ev->seq) {
         detail::fail({"CPU backend", detail::concat("elapsed_ms: event #", ev->id, " has not completed its last record"),
               detail::concat("rank ", rank()), "Synchronize on both events before reading the time between them"});
@@ -293,6 +311,7 @@ class CpuBackend {
   [[nodiscard]] std::chrono::steady_clock::time_point event_time(const CpuEvent& e) {
     const std::lock_guard<std::mutex> lock(rank_->mutex);
     const auto& ev = own(e, "event_time");
+    if (is_captured(ev)) captured_event_read(ev, "event_time");
     if (!ev.recorded || ev.stream->completed < ev.seq || ev.time_seq != ev.seq) {
       detail::fail({"CPU backend", detail::concat("event_time: event #", ev.id, " has not completed its last record"),
             detail::concat("rank ", rank()), "Synchronize on the event first"});
@@ -302,6 +321,12 @@ class CpuBackend {
 
   // ------------------------------------------------------------------ buffers
   [[nodiscard]] CpuBuffer allocate(std::size_t count) {
+    if (capture_ && capture_thread_ == std::this_thread::get_id()) {
+      capture_violation(detail::concat("allocate: ", count,
+                                       " floats requested by the capturing thread (CUDA refuses cudaMalloc while the "
+                                       "thread captures: a replay would not allocate again)"),
+                        "Allocate before begin_capture");
+    }
     CpuBuffer b;
     try {
       b.data_ = std::make_unique<float[]>(count);  // zero-filled
@@ -344,6 +369,12 @@ class CpuBackend {
 
   void zero(CpuStream& s, CpuBuffer& b) {
     using namespace detail::cpu;
+    count_host_operation();
+    if (capturing(s)) {
+      own(b, "zero");
+      capture_node(s, CaptureNode::make(CaptureOp::zero, &s, nullptr, &b));
+      return;
+    }
     auto lock = issue(s, 0);
     own(b, "zero");
     const AccessRecord access = next_access(*s.state_, TaskKind::zero, {});
@@ -357,6 +388,13 @@ class CpuBackend {
 
   void accumulate(CpuStream& s, CpuBuffer& to, const CpuBuffer& from) {
     using namespace detail::cpu;
+    count_host_operation();
+    if (capturing(s)) {
+      own(to, "accumulate");
+      own(from, "accumulate");
+      capture_node(s, CaptureNode::make(CaptureOp::accumulate, &s, nullptr, &to, &from));
+      return;
+    }
     auto lock = issue(s, 0);
     own(to, "accumulate");
     own(from, "accumulate");
@@ -388,6 +426,15 @@ class CpuBackend {
       detail::fail({"CPU backend", "launch: the task has no function", detail::concat("rank ", rank()),
             "Build the task with host_task(callable)"});
     }
+    count_host_operation();
+    if (capturing(s)) {
+      for (const auto& u : uses) own(*u.buffer, "launch");
+      CaptureNode node = CaptureNode::make(CaptureOp::launch, &s);
+      node.task = task;
+      node.uses.assign(uses.begin(), uses.end());
+      capture_node(s, std::move(node));
+      return;
+    }
     auto lock = issue(s, 0);
     for (const auto& u : uses) own(*u.buffer, "launch");
     const AccessRecord access = next_access(*s.state_, TaskKind::launch, task.label);
@@ -405,6 +452,12 @@ class CpuBackend {
 
   // ------------------------------------------------------------------ communicator
   void group_start() {
+    count_host_operation();
+    if (capture_ && !replaying_) {
+      ++capture_->group_depth;
+      capture_->nodes.push_back(detail::cpu::CaptureNode::make(detail::cpu::CaptureOp::group_start));
+      return;
+    }
     const std::lock_guard<std::mutex> lock(rank_->mutex);
     throw_if_failed();
     if (rank_->group_depth++ == 0) {
@@ -415,6 +468,12 @@ class CpuBackend {
 
   void group_end() {
     using namespace detail::cpu;
+    count_host_operation();
+    if (capture_ && !replaying_ && capture_->group_depth > 0) {
+      --capture_->group_depth;
+      capture_->nodes.push_back(CaptureNode::make(CaptureOp::group_end));
+      return;
+    }
     StreamState* s = nullptr;
     {
       const std::lock_guard<std::mutex> lock(rank_->mutex);
@@ -429,9 +488,13 @@ class CpuBackend {
   }
 
   void send(const CpuBuffer& b, std::size_t count, int peer, CpuStream& s, PeerTag tag = {}) {
+    count_host_operation();
+    if (capture_transfer(true, const_cast<CpuBuffer&>(b), count, peer, s, tag)) return;
     stage(true, const_cast<CpuBuffer&>(b), count, peer, s, tag);
   }
   void recv(CpuBuffer& b, std::size_t count, int peer, CpuStream& s, PeerTag tag = {}) {
+    count_host_operation();
+    if (capture_transfer(false, b, count, peer, s, tag)) return;
     stage(false, b, count, peer, s, tag);
   }
 
@@ -464,6 +527,8 @@ class CpuBackend {
   // abort, as a fresh communicator would. Work still queued is discarded.
   void recover() {
     using namespace detail::cpu;
+    ++generation_;    // a new communicator: graphs captured before it are stale
+    capture_.reset();  // a capture open in the failed step ends with it
     for (int peer = 0; peer < cluster_->ranks; ++peer) {
       for (Channel* ch : {&cluster_->channel(rank(), peer), &cluster_->channel(peer, rank())}) {
         const std::lock_guard<std::mutex> lock(ch->mutex);
@@ -486,6 +551,153 @@ class CpuBackend {
     rank_->aborted.store(false, std::memory_order_release);
     rank_->group_depth = 0;
     rank_->staged.clear();
+  }
+
+  // ------------------------------------------------------------------ graphs (backend/cpu/graph.hpp)
+  using graph = CpuGraph;
+
+  // cudaStreamBeginCapture: from now on the work issued to `s`, and to every stream that waits
+  // on an event recorded in the capture, is recorded instead of run. One capture per rank.
+  void begin_capture(CpuStream& s) {
+    count_host_operation();
+    {
+      const std::lock_guard<std::mutex> lock(rank_->mutex);
+      throw_if_failed();
+      own(s);
+    }
+    if (capture_ || replaying_) {
+      detail::fail({"CPU backend (capture)",
+                    detail::concat("begin_capture on stream ", s.state_->local, " while a capture is open on stream ",
+                                   capture_ ? capture_->origin->local : -1),
+                    detail::concat("rank ", rank()), "End the open capture first (end_capture)"});
+    }
+    capture_ = std::make_unique<detail::cpu::CaptureState>();
+    capture_->origin = s.state_;
+    capture_thread_ = std::this_thread::get_id();
+    add_to_capture(s);
+  }
+
+  // cudaStreamEndCapture + cudaGraphInstantiate: the program recorded since begin_capture.
+  // Throws the first rule the capture broke, or a stream left unjoined.
+  [[nodiscard]] CpuGraph end_capture(CpuStream& s) {
+    count_host_operation();
+    own(s);
+    if (!capture_ || capture_->origin != s.state_) {
+      detail::fail({"CPU backend (capture)",
+                    detail::concat("end_capture on stream ", s.state_->local, ", which did not begin a capture"),
+                    detail::concat("rank ", rank()), "End a capture on the stream that began it"});
+    }
+    std::unique_ptr<detail::cpu::CaptureState> c = std::move(capture_);
+    const std::string where = detail::concat("rank ", rank(), ", capture on stream ", c->origin->local);
+    if (!c->invalid.empty()) {
+      detail::fail({"CPU backend (capture)", detail::concat("the capture was invalidated: ", c->invalid), where,
+                    "Issue only stream work inside a capture: no host synchronisation, query or allocation"});
+    }
+    if (c->group_depth != 0) {
+      detail::fail({"CPU backend (capture)", "a transfer group is still open", where, "Close it with group_end"});
+    }
+    for (std::size_t j = 1; j < c->streams.size(); ++j) {
+      if (c->joined[j] >= c->last_node[j]) continue;
+      detail::fail({"CPU backend (capture)",
+                    detail::concat("stream ", c->streams[j]->local,
+                                   " joined the capture but its last captured work was not joined back into stream ",
+                                   c->origin->local, " (CUDA: cudaErrorStreamCaptureUnjoined)"),
+                    where,
+                    "Record an event on it after its last work and make the capturing stream wait on it before "
+                    "end_capture"});
+    }
+    CpuGraph g;
+    g.rank_ = rank_;
+    g.generation_ = generation_;
+    g.nodes_ = std::move(c->nodes);
+    g.streams_ = std::move(c->handles);
+    for (std::size_t k = 0; k < g.streams_.size(); ++k) {
+      CpuEvent fork_or_join = create_event();
+      g.fork_join_.push_back(fork_or_join.state_);
+    }
+    return g;
+  }
+
+  // cudaGraphLaunch: issues the graph's program again onto its streams (those captured on the
+  // capture's stream onto `s`), after the work issued to `s` so far and before any issued
+  // later, with every check of issued work. One host operation however many nodes.
+  void replay(CpuGraph& g, CpuStream& s) {
+    count_host_operation();
+    own(s);
+    if (g.rank_ == nullptr) {
+      detail::fail({"CPU backend (capture)", "replay: the graph is empty (default-constructed or moved from)",
+                    detail::concat("rank ", rank()), "Replay a graph end_capture returned"});
+    }
+    if (g.rank_ != rank_) {
+      detail::fail({"CPU backend (capture)", detail::concat("replay: the graph was captured on rank ", g.rank_->rank),
+                    detail::concat("rank ", rank()), "Replay a graph on the rank that captured it"});
+    }
+    if (g.generation_ != generation_) {
+      detail::fail({"CPU backend (capture)",
+                    "replay: the graph was captured before recover(): its transfers used the aborted communicator",
+                    detail::concat("rank ", rank()), "Capture the step again after a failed step"});
+    }
+    if (capture_) {
+      detail::fail({"CPU backend (capture)", "replay inside an open capture", detail::concat("rank ", rank()),
+                    "Replay after end_capture"});
+    }
+    using detail::cpu::CaptureOp;
+    replaying_ = true;
+    struct Done {
+      bool& flag;
+      ~Done() { flag = false; }
+    } done{replaying_};
+    const auto on = [&](CpuStream* st) -> CpuStream& { return st == g.streams_.front() ? s : *st; };
+    CpuEvent fork(g.fork_join_.front());
+    record(fork, s);
+    for (std::size_t k = 1; k < g.streams_.size(); ++k) wait(*g.streams_[k], fork);
+    for (const detail::cpu::CaptureNode& n : g.nodes_) {
+      switch (n.op) {
+        case CaptureOp::record: {
+          CpuEvent e(n.event);
+          record(e, on(n.stream));
+          break;
+        }
+        case CaptureOp::wait: {
+          const CpuEvent e(n.event);
+          wait(on(n.stream), e);
+          break;
+        }
+        case CaptureOp::zero:
+          zero(on(n.stream), *n.to);
+          break;
+        case CaptureOp::accumulate:
+          accumulate(on(n.stream), *n.to, *n.from);
+          break;
+        case CaptureOp::launch:
+          launch(on(n.stream), n.task, n.uses);
+          break;
+        case CaptureOp::group_start:
+          group_start();
+          break;
+        case CaptureOp::group_end:
+          group_end();
+          break;
+        case CaptureOp::send:
+          send(*n.from, n.count, n.peer, on(n.stream), n.tag);
+          break;
+        case CaptureOp::recv:
+          recv(*n.to, n.count, n.peer, on(n.stream), n.tag);
+          break;
+      }
+    }
+    for (std::size_t k = 1; k < g.streams_.size(); ++k) {
+      CpuEvent join(g.fork_join_[k]);
+      record(join, *g.streams_[k]);
+      wait(s, join);
+    }
+  }
+
+  // Operations this rank's host issued (record, wait, query, synchronize, zero, accumulate,
+  // launch, transfers and groups, capture and replay), a replay counting as one: what a step
+  // costs the host, whatever the work.
+  [[nodiscard]] std::uint64_t host_operations() const noexcept {
+    return host_operations_.load(std::memory_order_relaxed);
   }
 
   // True once a task on this rank failed (the sticky error is set).
@@ -521,6 +733,118 @@ class CpuBackend {
   std::atomic<std::size_t> host_floats_{0};
   std::atomic<std::size_t> floats_sent_{0};
   std::atomic<std::size_t> floats_received_{0};
+
+  // Graph capture (backend/cpu/graph.hpp): the host thread's state.
+  std::unique_ptr<detail::cpu::CaptureState> capture_;
+  std::thread::id capture_thread_{};
+  bool replaying_ = false;               // replay() is issuing a graph's nodes
+  std::uint64_t generation_ = 0;         // recover() calls: a graph replays in its generation only
+  std::vector<bool> captured_events_;    // by event id: last recorded inside a capture
+  std::atomic<std::uint64_t> host_operations_{0};
+
+  void count_host_operation() noexcept {
+    if (!replaying_) host_operations_.fetch_add(1, std::memory_order_relaxed);
+  }
+  [[nodiscard]] bool capturing(const CpuStream& s) const noexcept {
+    return capture_ && !replaying_ && capture_->index_of(s.state_) >= 0;
+  }
+  [[nodiscard]] bool is_captured(const detail::cpu::EventState& ev) const noexcept {
+    return ev.id < captured_events_.size() && captured_events_[ev.id];
+  }
+  void set_captured(const detail::cpu::EventState& ev, bool captured) {
+    if (!captured && ev.id >= captured_events_.size()) return;
+    if (ev.id >= captured_events_.size()) captured_events_.resize(ev.id + 1, false);
+    captured_events_[ev.id] = captured;
+  }
+  void add_to_capture(CpuStream& s) {
+    capture_->streams.push_back(s.state_);
+    capture_->handles.push_back(&s);
+    capture_->last_node.push_back(0);
+    capture_->joined.push_back(0);
+  }
+  void capture_node(CpuStream& s, detail::cpu::CaptureNode node) {
+    const auto i = static_cast<std::size_t>(capture_->index_of(s.state_));
+    capture_->nodes.push_back(std::move(node));
+    capture_->last_node[i] = capture_->nodes.size();
+  }
+  // A rule of capture broken: the operation fails, and so will end_capture.
+  [[noreturn]] void capture_violation(std::string what, std::string_view fix) {
+    if (capture_ && capture_->invalid.empty()) capture_->invalid = what;
+    detail::fail({"CPU backend (capture)", std::move(what), detail::concat("rank ", rank()), std::string(fix)});
+  }
+  [[noreturn]] void captured_event_read(const detail::cpu::EventState& ev, std::string_view op) {
+    capture_violation(detail::concat(op, " on event #", ev.id,
+                                     ", last recorded in a capture: such a record orders the graph's work, and the "
+                                     "host cannot read it (CUDA: cudaErrorCapturedEvent)"),
+                      "Record another event outside the capture (after the replay) and wait on that");
+  }
+  bool capture_record(CpuEvent& e, CpuStream& s) {
+    if (!capturing(s)) return false;
+    detail::cpu::EventState& ev = own(e, "record");
+    capture_node(s, detail::cpu::CaptureNode::make(detail::cpu::CaptureOp::record, &s, &ev));
+    capture_->events.push_back(&ev);
+    capture_->event_stream.push_back(static_cast<std::size_t>(capture_->index_of(s.state_)));
+    capture_->event_node.push_back(capture_->nodes.size());
+    set_captured(ev, true);
+    return true;
+  }
+  // A wait inside the capture, or one that makes `s` join it (it waits on an event recorded
+  // in the capture, as CUDA's cross-stream capture has it).
+  bool capture_wait(CpuStream& s, const CpuEvent& e) {
+    if (!capture_ || replaying_) return false;
+    detail::cpu::EventState& ev = own(e, "wait");
+    const std::ptrdiff_t k = capture_->event_index(&ev);
+    std::ptrdiff_t i = capture_->index_of(s.state_);
+    if (i < 0) {
+      if (k < 0) return false;  // neither in the capture: an ordinary wait
+      own(s);
+      add_to_capture(s);
+      i = static_cast<std::ptrdiff_t>(capture_->streams.size()) - 1;
+    }
+    if (k < 0) {
+      capture_violation(detail::concat("wait: stream ", s.state_->local, " waits inside the capture on event #", ev.id,
+                                       ", which was recorded outside it: a graph cannot wait on work outside it"),
+                        "Record the event inside the capture, or make the stream wait before begin_capture");
+    }
+    capture_node(s, detail::cpu::CaptureNode::make(detail::cpu::CaptureOp::wait, &s, &ev));
+    if (i == 0) {
+      const std::size_t j = capture_->event_stream[static_cast<std::size_t>(k)];
+      capture_->joined[j] = std::max(capture_->joined[j], capture_->event_node[static_cast<std::size_t>(k)]);
+    }
+    return true;
+  }
+  // A transfer while a capture is open: recorded when its stream is captured; one on a stream
+  // outside the capture would be posted now, between captured group operations.
+  bool capture_transfer(bool is_send, CpuBuffer& b, std::size_t count, int peer, CpuStream& s, PeerTag tag) {
+    if (!capture_ || replaying_) return false;
+    own(s);
+    own(b, is_send ? "send" : "recv");
+    if (!capturing(s)) {
+      if (capture_->group_depth == 0) return false;
+      capture_violation(detail::concat(is_send ? "send" : "recv", ": a captured transfer group posts on stream ",
+                                       s.state_->local, ", which is outside the capture"),
+                        "Post a captured group's transfers on a captured stream");
+    }
+    if (peer < 0 || peer >= cluster_->ranks || count > b.size_) {
+      detail::fail({"CPU backend (capture)",
+                    detail::concat(is_send ? "send" : "recv", ": peer ", peer, ", ", count, " floats of buffer #",
+                                   b.id(), " (", b.size_, " floats) in a ", cluster_->ranks, "-rank cluster"),
+                    detail::concat("rank ", rank(), tag.label.empty() ? "" : detail::concat(", '", tag.label, "'")),
+                    "Use an existing peer and at most the buffer's size"});
+    }
+    detail::cpu::CaptureNode node =
+        detail::cpu::CaptureNode::make(is_send ? detail::cpu::CaptureOp::send : detail::cpu::CaptureOp::recv, &s);
+    node.count = count;
+    node.peer = peer;
+    node.tag = tag;
+    if (is_send) {
+      node.from = &b;
+    } else {
+      node.to = &b;
+    }
+    capture_node(s, std::move(node));
+    return true;
+  }
 
   [[nodiscard]] bool checking() const noexcept { return cluster_->options.checking; }
 

@@ -32,3 +32,4 @@
 #include "ppsched/runtime/executor/issue.hpp"
 #include "ppsched/runtime/executor/watchdog.hpp"
 #include "ppsched/runtime/executor/results.hpp"
+#include "ppsched/runtime/executor/graphs.hpp"

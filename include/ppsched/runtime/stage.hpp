@@ -291,8 +291,23 @@ struct StageFunctions {
   // Last stage: the micro-batch's loss, and its gradient with respect to `output`.
   StageCallable<float(std::span<const float> output, std::span<const float> target, std::span<float> grad_output)>
       loss;
+  // Last stage, instead of `loss`: the loss written into `loss`, one float of device memory
+  // (host memory on the CPU backend), so that the host never waits for the device inside the
+  // step; the executor copies the m losses back after it. Graph capture needs it
+  // (ExecutorOptions::graphs); any step may use it.
+  StageCallable<void(std::span<const float> output, std::span<const float> target, std::span<float> grad_output,
+                     std::span<float> loss)>
+      device_loss;
   // After the flush (every backward of the step done): apply the accumulated gradient.
   StageCallable<void(std::span<const float> weight_grad), false> optimizer_step;
+  // Graph capture (ExecutorOptions::graphs): the stage declares that its callables only
+  // enqueue work on StageContext::stream (launch_stream() on CUDA) and depend only on their
+  // spans and the micro-batch — no host read of device results, no synchronisation, no
+  // allocation, nothing that changes with the step — so that replaying what they enqueued at
+  // the capture repeats them. A replayed step does not call them (on the CPU backend, whose
+  // callables are the work itself, they run with the capture's StageContext: its step and
+  // seed).
+  bool capturable = false;
 
   // Memory actions (docs/runtime.md, "Recomputation and offload"). All optional.
   //

@@ -34,6 +34,7 @@
 #include "ppsched/validate/validate.hpp"
 #include "ppsched/trace/timeline.hpp"
 #include "ppsched/runtime/executor/options.hpp"
+#include "ppsched/runtime/graph_capture.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 
@@ -99,11 +100,30 @@ class Executor {
     batch_ = batch;
     ++step_index_;
     if (forward_loss_) std::fill(result_.losses.begin(), result_.losses.end(), std::numeric_limits<float>::quiet_NaN());
+    if (options_.graphs.enabled) {
+      try {
+        check_graph_batch(batch);
+      } catch (...) {
+        graph_failed();  // a World recovers every rank after a refused batch: the graph goes
+        throw;
+      }
+    }
     try {
-      issue_all();
-      wait_all(faults);
+      if (options_.graphs.enabled && eager_left_ <= 0) {
+        run_graph_step(faults);  // executor/graphs.hpp: capture once, then replay
+      } else {
+        issue_all();
+        wait_all(faults);
+        if (eager_left_ > 0) --eager_left_;
+      }
+      read_losses();
     } catch (...) {
-      fail_step(std::current_exception(), faults);
+      try {
+        fail_step(std::current_exception(), faults);
+      } catch (...) {
+        graph_failed();  // the streams are drained: the graph may go
+        throw;
+      }
     }
     collect();
     return result_;
@@ -131,6 +151,7 @@ class Executor {
                                              Buffer& gradient, std::stop_token stop)>;
   void set_gradient_reducer(GradientReducer reducer) {
     const std::lock_guard<std::mutex> between_steps(step_mutex_);
+    if (reducer) check_reducer_graphs();
     if (reducer && !reduce_stream_created_) {
       reduce_stream_ = b_.create_stream();
       reduce_stream_created_ = true;
@@ -173,6 +194,9 @@ class Executor {
   [[nodiscard]] const RankPlan& plan() const noexcept { return plan_; }
   [[nodiscard]] int rank() const noexcept { return rank_; }
   [[nodiscard]] const RankStep& last_step() const noexcept { return result_; }
+  // Graph mode (ExecutorOptions::graphs): whether a step has been captured, so that the
+  // next step replays it.
+  [[nodiscard]] bool graph_captured() const noexcept { return graph_ready_; }
   // Floats held for weight gradients (totals and per-micro-batch or scratch buffers).
   [[nodiscard]] std::size_t gradient_floats() const noexcept { return gradient_floats_; }
   // Floats of the host pool that OFFLOAD writes and RELOAD reads (plan().host_pools).
@@ -289,6 +313,20 @@ class Executor {
   std::stop_token step_stop_;      // the running step's; callables read it on the streams
   std::size_t lane_done_[3] = {};  // steps of each stream known complete in this step
   GradientReducer reducer_;        // data parallelism: see set_gradient_reducer
+  // Graph capture (executor/graphs.hpp) and device-side losses.
+  typename detail::graph_of<B>::type graph_{};
+  bool graph_ready_ = false;        // captured: each step replays graph_
+  std::int32_t eager_left_ = 0;     // eager steps before the capture
+  std::int64_t graph_step_ = -1;    // the capture's step: StageContext::step of every replayed call
+  Batch graph_batch_{};             // the batch the capture read (its memory and sizes)
+  std::vector<MicrobatchSize> graph_sizes_;  // its Batch::sizes, as they were at the capture
+  typename B::event graph_fork_{};  // the comm and copy streams join the capture on it
+  typename B::event graph_done_{};  // recorded after each replay; the host waits for it
+  bool graph_events_ = false;       // graph_fork_ and graph_done_ are created
+  bool device_loss_ = false;        // the last stage on this rank gives device_loss
+  Buffer losses_{};                 // its losses, one float per micro-batch
+  std::span<float> losses_span_;
+  HostBuffer losses_host_{};        // where they are copied to, on backends with copy_to_host
   std::vector<typename B::event> reduced_;      // per grads_ entry: its sum over replicas is done
   std::vector<std::int32_t> last_weight_step_;  // per grads_ entry: the step of its last B or BW
   // Declared last, so destroyed first: a stream's work uses every member above.
@@ -359,6 +397,18 @@ class Executor {
   [[noreturn]] void fail_step(std::exception_ptr e, StepFaults* faults);
   // results (executor/results.hpp)
   void collect();
+  // graph capture and device losses (executor/graphs.hpp)
+  void check_graphs();
+  void check_reducer_graphs() const;
+  void allocate_graphs();
+  void run_loss(const StageFunctions& f, const StageContext& c, std::span<const float> output,
+                std::span<const float> target, std::span<float> grad_output);
+  void issue_loss_copy();
+  void read_losses();
+  void check_graph_batch(const Batch& batch) const;
+  void run_graph_step(StepFaults* faults);
+  void capture();
+  void graph_failed() noexcept;
 };
 
 }  // namespace ppsched

@@ -19,6 +19,7 @@ auto Executor<B>::issue_all() -> void {
   }
   for (std::size_t i = 0; i < plan_.steps.size(); ++i) issue(i);
   if (has_backward_) flush();
+  issue_loss_copy();
   b_.record(compute_done_, compute_);
   b_.record(comm_done_, comm_);
   if (plan_.has_copies) b_.record(copy_done_, copy_);
@@ -196,14 +197,14 @@ auto Executor<B>::run_optimizer(void* context) -> void {
 template <class B>
 auto Executor<B>::context(std::int32_t stage, std::int32_t mb, StageCall call) const -> StageContext {
   StageContext c;
-  c.step = step_index_;
+  c.step = graph_step_ >= 0 ? graph_step_ : step_index_;  // a replay is the captured step
   c.microbatch = mb;
   c.stage = stage;
   c.rank = rank_;
   c.call = call;
   c.stream = stream_identity_;
   c.stop = step_stop_;
-  c.seed = stage_seed(options_.seed, step_index_, stage, mb);
+  c.seed = stage_seed(options_.seed, c.step, stage, mb);
   c.side_inputs = batch_.side_inputs;
   return c;
 }
@@ -244,10 +245,7 @@ auto Executor<B>::compute(std::int32_t index) -> void {
     if (st.computes_loss) {
       const std::span<const float> target =
           batch_.targets.subspan(static_cast<std::size_t>(mb) * f.target_size, f.target_size);
-      call(StageCall::loss, [&] {
-        result_.losses[static_cast<std::size_t>(mb)] =
-            f.loss(c, sized(buffer(st.loss_input), a.stage, mb, true), target, grad_out);
-      });
+      call(StageCall::loss, [&] { run_loss(f, c, sized(buffer(st.loss_input), a.stage, mb, true), target, grad_out); });
     }
     switch (a.op) {
       case Op::F:
@@ -263,10 +261,7 @@ auto Executor<B>::compute(std::int32_t index) -> void {
             batch_.targets.size() == static_cast<std::size_t>(schedule_.microbatches) * f.target_size) {
           const std::span<const float> target =
               batch_.targets.subspan(static_cast<std::size_t>(mb) * f.target_size, f.target_size);
-          call(StageCall::loss, [&] {
-            result_.losses[static_cast<std::size_t>(mb)] =
-                f.loss(c, out, target, sized(loss_scratch_span_, a.stage, mb, true));
-          });
+          call(StageCall::loss, [&] { run_loss(f, c, out, target, sized(loss_scratch_span_, a.stage, mb, true)); });
         }
         break;
       case Op::B:

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ppsched/error.hpp"
+#include "ppsched/runtime/graph_capture.hpp"
 #include "ppsched/runtime/stage.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
@@ -43,6 +44,9 @@ struct ExecutorOptions {
   // Parameters shared between stages: their gradients are summed across the owning ranks
   // after the flush, before optimizer_step (TiedWeights, runtime/stage.hpp).
   std::vector<TiedWeights> tied_weights;
+  // Capture the steady-state step once and replay it (CUDA Graphs; the CPU backend models
+  // them): runtime/graph_capture.hpp, docs/gpu.md ("CUDA Graphs").
+  GraphOptions graphs;
 };
 
 // What Executor::set_schedule (World::set_schedule: every rank's) added to the pools: the

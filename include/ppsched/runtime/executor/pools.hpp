@@ -190,7 +190,8 @@ auto Executor<B>::build() -> void {
     grads_.push_back(std::move(g));
   }
   if (has_backward_) allocate_tied();
-  if (!has_backward_ && holds(last_stage()) && stages_[static_cast<std::size_t>(last_stage())].loss) {
+  if (!has_backward_ && holds(last_stage()) &&
+      (stages_[static_cast<std::size_t>(last_stage())].loss || stages_[static_cast<std::size_t>(last_stage())].device_loss)) {
     forward_loss_ = true;
     const std::size_t floats = output_floats(stages_[static_cast<std::size_t>(last_stage())]);
     loss_scratch_ = take(floats);

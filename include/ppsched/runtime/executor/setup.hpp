@@ -14,9 +14,11 @@ template <class B>
 auto Executor<B>::init(const Schedule& lowered, bool proven) -> void {
   keep_view(lowered);
   check_setup();
+  check_graphs();
   if (options_.validate && !proven) (void)validate_or_throw(lowered);  // lower()'s output is proven
   plan_ = plan_rank(schedule_, rank_, shapes());
   allocate();
+  allocate_graphs();
 }
 
 template <class B>
@@ -52,6 +54,7 @@ auto Executor<B>::replan(const Schedule& lowered, bool proven) -> PoolGrowth {
     keep_view(lowered);
     has_backward_ = false;
     check_setup();
+    check_graphs();
     if (options_.validate && !proven) (void)validate_or_throw(lowered);
     plan = plan_rank(schedule_, rank_, shapes());
   } catch (...) {
@@ -64,6 +67,7 @@ auto Executor<B>::replan(const Schedule& lowered, bool proven) -> PoolGrowth {
   growth_ = {};
   counting_growth_ = true;
   build();
+  allocate_graphs();  // the new plan's device losses; a graph of the old plan goes
   if (growth_.grew()) ++pools_.growths;
   return growth_;
 }
@@ -143,8 +147,9 @@ auto Executor<B>::check_setup() -> void {
       detail::fail({subject, "a stage has no backward", where,
             "Set StageFunctions::backward, or backward_input and backward_weight"});
     }
-    if (s == last_stage() && !f.loss) {
-      detail::fail({subject, "the last stage has no loss", where, "Set StageFunctions::loss on the last stage"});
+    if (s == last_stage() && !f.loss && !f.device_loss) {
+      detail::fail({subject, "the last stage has no loss", where,
+                    "Set StageFunctions::loss (or device_loss) on the last stage"});
     }
   }
 }

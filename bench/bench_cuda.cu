@@ -17,6 +17,14 @@
 // sharing a GPU the window includes waiting for the peer at each rendezvous;
 // `step_us_per_action` divides the whole step's wall time by the busiest rank's actions.
 //
+// BM_GraphReplay/p:1/graphs:{0,1}: zero-time 1F1B on one rank (m = 16), eager against the step
+// captured once and replayed (ExecutorOptions::graphs). `host_us_per_action` as above (the
+// replayed step's window is one cudaGraphLaunch and one event record); `host_ratio` is this
+// run's host time per step over the eager run's, measured in the same process just before
+// (target with graphs: <= 0.10); `step_us_per_action` the step's wall time per action;
+// `device_mib` the device memory the World holds after its first steps (cudaMemGetInfo), and
+// `memory_ratio` the replayed run's over the eager run's (target: <= 1.05).
+//
 // Without a usable GPU the program prints why and exits 77.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
@@ -97,6 +105,18 @@ class IssueTimed {
   [[nodiscard]] int ranks() const { return b_->ranks(); }
   void abort(std::string_view reason) { b_->abort(reason); }
   void recover() { b_->recover(); }
+  // Graph capture (ExecutorOptions::graphs): a replayed step's issue window is its launch.
+  using graph = typename B::graph;
+  void begin_capture(stream& s) {
+    mark();
+    b_->begin_capture(s);
+  }
+  [[nodiscard]] graph end_capture(stream& s) { return b_->end_capture(s); }
+  void replay(graph& g, stream& s) {
+    mark();
+    b_->replay(g, s);
+  }
+  [[nodiscard]] std::string capture_unsupported() const { return ppsched::capture_unsupported(*b_); }
 
   [[nodiscard]] double issue_seconds() const noexcept { return issue_seconds_; }
 
@@ -255,6 +275,67 @@ void BM_HostOverhead(benchmark::State& state) {
   state.SetLabel(ranks.backends.front().uses_nccl() ? "nccl" : "device-copy");
 }
 
+// The eager run's host time per step and memory, for the replayed run's ratios (the eager
+// argument runs first: Google Benchmark runs a family's arguments in order).
+double eager_host_us_per_step = 0.0;
+double eager_device_mib = 0.0;
+
+double device_used_mib() {
+  std::size_t free = 0;
+  std::size_t total = 0;
+  PPSCHED_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return static_cast<double>(total - free) / (1024.0 * 1024.0);
+}
+
+void BM_GraphReplay(benchmark::State& state) {
+  const int p = static_cast<int>(state.range(0));
+  const bool graphs = state.range(1) != 0;
+  const int m = 16;
+  const ppsched::Schedule schedule = make_lowered("1f1b", p, m, 1);
+  const double before_mib = device_used_mib();
+  Ranks ranks(p);
+  auto stages = ppsched::cuda::synthetic_gpu_stages(ppsched::uniform_costs(0, 0, 0), schedule.stages(), m,
+                                                    std::chrono::milliseconds(1), calibration);
+  for (auto& f : stages) {
+    // The spin kernels only enqueue work; the synthetic loss is 0, written on the device.
+    f.capturable = true;
+    if (!f.loss) continue;
+    f.loss = nullptr;
+    f.device_loss = [](const ppsched::StageContext&, std::span<const float>, std::span<const float>,
+                       std::span<float>, std::span<float> loss) {
+      PPSCHED_CUDA_CHECK(cudaMemsetAsync(loss.data(), 0, loss.size_bytes(), ppsched::cuda::launch_stream().handle()));
+    };
+  }
+  ppsched::ExecutorOptions options;
+  options.record_timeline = false;
+  options.graphs.enabled = graphs;
+  ppsched::World<TimedCuda> world(ranks.pointers, schedule, stages, options);
+  const DeviceBatch batch(schedule, ranks);
+  for (int warm = 0; warm < 3; ++warm) (void)world.run_step(batch.view());  // eager, captured, replayed
+  const double mib = device_used_mib() - before_mib;
+  std::vector<double> host_us;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(world.run_step(batch.view()).losses.data());
+    host_us.push_back(slowest_issue_us_per_action(ranks, schedule));
+  }
+  std::size_t busiest = 0;
+  for (const auto& program : schedule.programs) busiest = std::max(busiest, program.size());
+  set_host_counters(state, host_us);
+  const double per_step = state.counters["host_us_per_action"] * static_cast<double>(busiest);
+  if (!graphs) {
+    eager_host_us_per_step = per_step;
+    eager_device_mib = mib;
+  } else if (eager_host_us_per_step > 0.0) {
+    state.counters["host_ratio"] = per_step / eager_host_us_per_step;
+    if (eager_device_mib > 0.0) state.counters["memory_ratio"] = mib / eager_device_mib;
+  }
+  state.counters["device_mib"] = mib;
+  state.counters["step_us_per_action"] =
+      benchmark::Counter(static_cast<double>(busiest) * static_cast<double>(state.iterations()) * 1e-6,
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.SetLabel(graphs ? "replayed" : "eager");
+}
+
 void register_benchmarks() {
   struct Family {
     const char* name;
@@ -282,6 +363,14 @@ void register_benchmarks() {
       ->Arg(8)
       ->Unit(benchmark::kMicrosecond)
       ->UseRealTime();
+  // One GPU: one rank (ranks sharing a GPU exchange through device copies, which a graph
+  // cannot hold); with two or more GPUs, two ranks over NCCL too.
+  auto* graph = benchmark::RegisterBenchmark("BM_GraphReplay", BM_GraphReplay)->ArgNames({"p", "graphs"});
+  for (const int p : {1, 2}) {
+    if (p > ppsched::cuda::device_count()) continue;
+    graph->Args({p, 0})->Args({p, 1});
+  }
+  graph->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
 
 }  // namespace

@@ -820,6 +820,74 @@ TEST_CASE("Synthetic GPU stages give one measured span per action, set beside th
   }
 }
 
+// ---------------------------------------------------------------- CUDA Graphs
+
+// The GPU MLP declared capturable (its callables only enqueue kernels and copies on
+// launch_stream()), its loss written on the device by mlp_stage_cuda.cuh's kernel instead of
+// read back on the host.
+void make_capturable(GpuMlpRun& run) {
+  for (ppsched::StageFunctions& f : run.functions) {
+    f.capturable = true;
+    if (!f.loss) continue;
+    f.loss = nullptr;
+    f.device_loss = [scale = run.loss_scale](const ppsched::StageContext&, std::span<const float> out,
+                                             std::span<const float> target, std::span<float> grad_out,
+                                             std::span<float> loss) {
+      mlp_cuda::mean_squared_error<<<1, 1, 0, ppsched::cuda::launch_stream().handle()>>>(
+          out.data(), target.data(), scale, grad_out.data(), loss.data(), static_cast<int>(out.size()));
+    };
+  }
+}
+
+ppsched::ExecutorOptions graph_options() {
+  ppsched::ExecutorOptions options;
+  options.record_timeline = false;
+  options.graphs.enabled = true;
+  return options;
+}
+
+TEST_CASE("CUDA Graphs: replayed steps train the GPU MLP as the CPU does, bit for bit, for 10 steps", "[gpu][world]") {
+  const int gpus = gpu_count();
+  // One GPU per rank (NCCL, its sends and receives captured); on one GPU, one rank holding
+  // every stage of the schedule (ranks sharing a GPU cannot capture: the next case).
+  const int p = gpus >= 2 ? 2 : 1;
+  for (const Family& family : {Family{"1f1b", 1}, Family{"zb-h1", 1}, Family{"interleaved-1f1b", 2}, Family{"zb-v", 2}}) {
+    const ppsched::Schedule schedule = make_lowered(family, p, 4);
+    const std::vector<int> devices = ppsched::cuda::spread_ranks_over_devices(p, gpus);
+    auto backends = ppsched::cuda::make_cuda_backends(devices);
+    GpuMlpRun run(schedule, devices);
+    make_capturable(run);
+    ppsched::World<ppsched::CudaBackend> world(in_rank_order(backends), schedule, run.functions, graph_options());
+    for (int step = 0; step < 10; ++step) {
+      INFO(family.name << " p=" << p << " step " << step << (step == 0 ? " (eager)" : step == 1 ? " (captured)" : " (replayed)"));
+      CHECK(run.step(world) == 0.0);  // losses and applied gradients: the CPU's bits
+    }
+    for (int r = 0; r < p; ++r) CHECK(world.executor(r).graph_captured());
+  }
+}
+
+TEST_CASE("CUDA Graphs: ranks sharing a GPU are refused before the first step, saying why", "[gpu]") {
+  const ppsched::Schedule schedule = make_lowered({"1f1b", 1}, 2, 4);
+  const std::vector<int> devices{0, 0};
+  auto backends = ppsched::cuda::make_cuda_backends(devices, {}, ppsched::cuda::CudaTransport::device_copy);
+  GpuMlpRun run(schedule, devices);
+  make_capturable(run);
+  REQUIRE_THROWS_WITH(ppsched::World<ppsched::CudaBackend>(in_rank_order(backends), schedule, run.functions,
+                                                           graph_options()),
+                      Contains("cannot capture a step") && Contains("share a GPU"));
+}
+
+TEST_CASE("CUDA Graphs: the CUDA MLP's host-reading loss is refused before the first step", "[gpu]") {
+  const ppsched::Schedule schedule = make_lowered({"1f1b", 1}, 1, 4);
+  const std::vector<int> devices{0};
+  auto backends = ppsched::cuda::make_cuda_backends(devices);
+  GpuMlpRun run(schedule, devices);
+  for (ppsched::StageFunctions& f : run.functions) f.capturable = true;  // but the loss still returns a float
+  REQUIRE_THROWS_WITH(ppsched::World<ppsched::CudaBackend>(in_rank_order(backends), schedule, run.functions,
+                                                           graph_options()),
+                      Contains("stage 0's loss returns its value to the host"));
+}
+
 // ---------------------------------------------------------------- main
 
 // With a GPU: the cases selected on the command line, with tests/skip.hpp's exit status (77

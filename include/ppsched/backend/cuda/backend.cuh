@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "ppsched/backend/cuda/check.hpp"
+#include "ppsched/backend/cuda/graph.hpp"
 #include "ppsched/backend/cuda/device.hpp"
 #include "ppsched/backend/cuda/local_exchange.hpp"
 #include "ppsched/backend/cuda/memory.hpp"
@@ -412,6 +413,37 @@ class CudaBackend {
       local_recvs_.push_back({peer, b.data(), count * sizeof(float), device_, s.ref(), tag});
       if (group_depth_ == 0) post_local_group();
     });
+  }
+
+  // ---------------------------------------------------------------- graphs (cuda/graph.hpp)
+  // ExecutorOptions::graphs: the step's work captured once (cudaStreamBeginCapture in
+  // thread-local mode, NCCL's sends and receives captured with it) and launched each step.
+  using graph = CudaGraph;
+  void begin_capture(stream& s) {
+    guarded([&] { CudaGraph::begin(s.ref()); });
+  }
+  // Ends the capture even on a failed rank (a stream left capturing refuses every later
+  // call), then throws the rank's error if it has one.
+  [[nodiscard]] graph end_capture(stream& s) {
+    try {
+      make_current();
+      graph g = CudaGraph::end(s.ref());
+      ensure_ok();
+      return g;
+    } catch (const std::exception& e) {
+      remember(e.what());
+      throw;
+    }
+  }
+  void replay(graph& g, stream& s) {
+    guarded([&] { g.launch(s.ref()); });
+  }
+  // Ranks that share a GPU exchange through device copies ordered by events between two
+  // ranks' streams: one rank's graph cannot hold that order.
+  [[nodiscard]] std::string capture_unsupported() const {
+    if (nccl_ || ranks_ <= 1) return {};
+    return "ranks that share a GPU exchange through device copies ordered by events between two ranks' streams, "
+           "which one rank's graph cannot hold (CudaTransport::device_copy); capture needs NCCL, one GPU per rank";
   }
 
   [[nodiscard]] int rank() const noexcept { return rank_; }

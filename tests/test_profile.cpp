@@ -177,6 +177,38 @@ TEST_CASE("measure_backend_overheads on the CPU backend: a fit that reproduces t
                     Catch::Contains("few_microbatches"));
 }
 
+TEST_CASE("measure_backend_overheads with weight_grad_floats: the empty stages carry the model's weight gradients", "[profile][overhead]") {
+  // The executor zeroes and sums a stage's weight-gradient parts only when the stage declares
+  // them; stages without weights measured none of that work (docs/accuracy.md, what remains at
+  // one rank).
+  for (const std::size_t floats : {std::size_t{0}, std::size_t{1000}}) {
+    const std::vector<StageFunctions> stages = detail::empty_stages(2, floats);
+    REQUIRE(stages.size() == 2);
+    for (const StageFunctions& f : stages) CHECK(f.weight_grad_size == floats);
+  }
+  CpuOptions co;
+  co.checking = true;  // the parts the executor writes and reads are declared uses
+  CpuCluster plain(1, co), carrying(1, co);
+  World<CpuBackend> bare({&plain.rank(0)}, make_gpipe(ScheduleRequest{1, 4, 1}), detail::empty_stages(1));
+  World<CpuBackend> weighted({&carrying.rank(0)}, make_gpipe(ScheduleRequest{1, 4, 1}), detail::empty_stages(1, 256));
+  const std::vector<float> data(4, 0.0f);
+  (void)bare.run_step({data, data});
+  (void)weighted.run_step({data, data});
+  CHECK(bare.executor(0).gradient_floats() == 0);
+  CHECK(weighted.executor(0).gradient_floats() >= 2 * 256);  // the total and at least one part
+  OverheadOptions o;
+  o.microbatches = 4;
+  o.warmup = 1;
+  o.repetitions = 3;
+  o.weight_grad_floats = 1000;
+  CpuCluster one(1, co), two(2, co);
+  const BackendOverheads m = measure_backend_overheads<CpuBackend>({&one.rank(0)}, {&two.rank(0), &two.rank(1)}, o);
+  CHECK(m.action_overhead >= 0.0);
+  CHECK(m.step_overhead >= 0.0);
+  CHECK(std::isfinite(m.transfer_overhead));
+  CHECK(m.one_rank_step.median > 0.0);
+}
+
 TEST_CASE("fit_backend_overheads separates the cost per step from the cost per action with two shapes", "[profile][overhead]") {
   const Schedule few = lower(make_schedule("gpipe", ScheduleRequest{1, 2, 1}));
   const Schedule mid = lower(make_schedule("gpipe", ScheduleRequest{1, 8, 1}));

@@ -291,12 +291,16 @@ struct MeasuredSteps {
 }  // namespace profiling
 namespace detail {
 
-// Stages that do nothing: what a step of them costs is the runtime's own work.
-[[nodiscard]] inline std::vector<StageFunctions> empty_stages(std::int32_t stages) {
+// Stages that do nothing: what a step of them costs is the runtime's own work. Each declares
+// `weight_floats` floats of weight gradient (StageFunctions::weight_grad_size), which it never
+// writes: the executor's own work on them (zeroing a micro-batch's part before each B or BW,
+// adding it into the stage's total after, zeroing the total each step) is then in that cost.
+[[nodiscard]] inline std::vector<StageFunctions> empty_stages(std::int32_t stages, std::size_t weight_floats = 0) {
   std::vector<StageFunctions> out(static_cast<std::size_t>(stages));
   for (std::size_t s = 0; s < out.size(); ++s) {
     StageFunctions& f = out[s];
     f.input_size = f.output_size = 1;
+    f.weight_grad_size = weight_floats;
     f.forward = [](std::int32_t, std::span<const float>, std::span<float>) {};
     f.backward = [](std::int32_t, std::span<const float>, std::span<const float>, std::span<float>, std::span<float>) {};
     if (s + 1 == out.size()) {
@@ -319,6 +323,11 @@ struct OverheadOptions {
   std::int32_t repetitions = 21;   // timed steps of each schedule
   std::string unit = "ms";
   ExecutorOptions executor{};      // as the real run will use them
+  // The model's weight-gradient floats (its parameters), split evenly over each measured
+  // schedule's stages: the empty stages then carry gradients of the model's size, and the
+  // executor's work on them (zeroing each micro-batch's part, adding it into the stage's total;
+  // docs/accuracy.md) is in the fixed costs. 0: stages without weights, whose steps miss it.
+  std::size_t weight_grad_floats = 0;
 };
 
 // Measures the fixed cost of a step, of a compute action and of a transfer on a backend: steps
@@ -327,8 +336,9 @@ struct OverheadOptions {
 // (`two_ranks`, two backends of one cluster), timed on the host around run_step (the time a
 // caller waits: waking the rank threads and gathering the results included) and fitted by
 // fit_backend_overheads. Stages with real weights cost more per action than empty ones (the
-// executor zeroes and sums their gradients): that part is in the measured actions' spans,
-// which calibration reads.
+// executor zeroes and sums their gradients): OverheadOptions::weight_grad_floats gives the
+// empty stages the model's gradient size so that this part is measured too; without it, only
+// calibration (which reads the measured actions' spans) sees it.
 template <class B>
 [[nodiscard]] BackendOverheads measure_backend_overheads(const std::vector<B*>& one_rank, const std::vector<B*>& two_ranks,
                                                          const OverheadOptions& options = {}) {
@@ -366,14 +376,15 @@ template <class B>
   if (options.few_microbatches > 0 && options.few_microbatches < options.microbatches) counts.push_back(options.few_microbatches);
   for (const std::int32_t m : counts) {
     one_worlds.push_back(std::make_unique<World<B>>(one_rank, make_gpipe(ScheduleRequest{1, m, 1}),
-                                                    detail::empty_stages(1), options.executor));
+                                                    detail::empty_stages(1, options.weight_grad_floats), options.executor));
     one.push_back({one_worlds.back()->schedule(), {}});
   }
   measure(one_worlds, one);
   one_worlds.clear();
   std::vector<std::unique_ptr<World<B>>> two_worlds;
   two_worlds.push_back(std::make_unique<World<B>>(two_ranks, make_1f1b(ScheduleRequest{2, options.microbatches, 1}),
-                                                  detail::empty_stages(2), options.executor));
+                                                  detail::empty_stages(2, (options.weight_grad_floats + 1) / 2),
+                                                  options.executor));
   std::vector<MeasuredSteps> two{{two_worlds.back()->schedule(), {}}};
   measure(two_worlds, two);
   return fit_backend_overheads(one, two.front(), options.unit);

@@ -95,8 +95,11 @@ int main(int argc, char** argv) try {
   ppsched::CpuOptions cpu;
   cpu.checking = false;
   ppsched::CpuCluster single(1, cpu), pair(2, cpu);
+  // The empty stages carry the model's weight-gradient floats (OverheadOptions::weight_grad_floats).
+  ppsched::profiling::OverheadOptions oo;
+  for (const mlp::Linear& l : model.layers) oo.weight_grad_floats += l.parameter_count();
   const ppsched::profiling::BackendOverheads overheads =
-      ppsched::profiling::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)});
+      ppsched::profiling::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)}, oo);
   ppsched::Profile profile = ppsched::profiling::measured_profile(ppsched::profiling::profile_stages(per_layer, po), "ms", 32, overheads);
   // Two ranks computing at once on this host: the whole MLP's F, BI and BW of one 8-row
   // micro-batch, each thread on its own copy of the model.

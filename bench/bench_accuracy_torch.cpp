@@ -591,23 +591,31 @@ int main(int argc, char** argv) try {
   for (const std::string& name : bench_torch::model_names()) {
     if (which != "all" && which != name) continue;
     const bench_torch::Model model = bench_torch::make_model(name);
+    // The fixed costs on empty stages that carry this model's weight-gradient floats
+    // (OverheadOptions::weight_grad_floats): the executor's work on a stage's gradients is in them.
+    ppsched::profiling::OverheadOptions oo;
+    for (const torch::Tensor& t : model.net->parameters()) oo.weight_grad_floats += static_cast<std::size_t>(t.numel());
+    const ppsched::profiling::BackendOverheads fixed =
+        ppsched::profiling::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)}, oo);
+    std::printf("%s: %zu weight-gradient floats: fixed cost per step %.4f ms, per action %.4f ms, per transfer %.4f ms\n",
+                name.c_str(), oo.weight_grad_floats, fixed.step_overhead, fixed.action_overhead, fixed.transfer_overhead);
     const std::vector<double> before_profile = probes.run();
     const ppsched::libtorch::TorchProfile measured_profile = bench_torch::profile_of(model, {2, 8, 32}, 3, 10);
     const std::vector<double> after_profile = probes.run();
     std::printf("%s: profiled with the cores' probes at %s their fastest before and %s after\n", name.c_str(),
                 ratios_text(before_profile).c_str(), ratios_text(after_profile).c_str());
     ppsched::Profile profile = measured_profile.at(32);
-    profile.action_overhead += overheads.action_overhead;  // beside the adapter's own (TorchProfile::at)
-    profile.transfer_overhead = overheads.transfer_overhead;
-    profile.step_overhead = overheads.step_overhead;
+    profile.action_overhead += fixed.action_overhead;  // beside the adapter's own (TorchProfile::at)
+    profile.transfer_overhead = fixed.transfer_overhead;
+    profile.step_overhead = fixed.step_overhead;
     profile.concurrent_slowdown = concurrent_slowdown(model);
-    const std::vector<std::pair<std::string, ppsched::Profile>> undone = variants(measured_profile, profile, overheads);
+    const std::vector<std::pair<std::string, ppsched::Profile>> undone = variants(measured_profile, profile, fixed);
     std::printf("%s: concurrent slowdown with 2 ranks computing %.2fx\n", name.c_str(), profile.concurrent_slowdown.back());
     std::vector<Config> configs;
     for (const bench_torch::ConfigKey& k : bench_torch::configurations(global_batch)) {
       configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, 0.0, {}, 0.0, {}, {}, {}, {}, {}, {}, {}});
     }
-    measure(model, profile, configs, repetitions, passes, probes, paired, overheads);
+    measure(model, profile, configs, repetitions, passes, probes, paired, fixed);
     // Recalibrated from every step of the last pass of two runs of different shapes (one rank
     // with 2 micro-batches, two ranks with 32) and their step times (docs/plan.md).
     std::vector<ppsched::plan::MeasuredRun> runs;
@@ -617,7 +625,7 @@ int main(int argc, char** argv) try {
       }
     }
     const ppsched::plan::Recalibration fit = ppsched::plan::recalibrate_plan(profile, runs, 2, global_batch, std::nullopt, {});
-    const ppsched::Profile fastest_profile = priced_at32(at_fastest(measured_profile), profile, overheads);
+    const ppsched::Profile fastest_profile = priced_at32(at_fastest(measured_profile), profile, fixed);
     for (Config& c : configs) {
       c.from_fastest = predict(fastest_profile, c);
       c.calibrated = predict(fit.profile, c);

@@ -225,7 +225,7 @@ int main(int argc, char** argv) try {
     return c.family == "1f1b" && c.ranks == 2 && c.microbatches == 8;
   });
   const ppsched::plan::Recalibration fit =
-      ppsched::plan::recalibrate_plan(profile, calibrating->timeline, calibrating->rows, 2, 64, std::nullopt, {});
+      ppsched::plan::recalibrate_plan(profile, calibrating->timeline, calibrating->rows, 2, 64, {}, {});
   std::printf("calibrated from 1f1b p=2 m=8 (one step): fixed cost per action %.4f ms\n", fit.profile.action_overhead);
   // The same from every step of the last pass of two runs of different shapes (one rank, 2
   // micro-batches; two ranks, 32), with the step times measured around run_step.
@@ -235,7 +235,7 @@ int main(int argc, char** argv) try {
       runs.push_back({c.last_pass, static_cast<double>(c.rows), c.passes.back()});
     }
   }
-  const ppsched::plan::Recalibration fit_runs = ppsched::plan::recalibrate_plan(profile, runs, 2, 64, std::nullopt, {});
+  const ppsched::plan::Recalibration fit_runs = ppsched::plan::recalibrate_plan(profile, runs, 2, 64, {}, {});
   std::printf("calibrated from gpipe p=1 m=2 and 1f1b p=2 m=32 (%d steps each): fixed cost per step %.4f ms, per action %.4f ms\n",
               repetitions, fit_runs.profile.step_overhead, fit_runs.profile.action_overhead);
   for (Config& c : configs) {

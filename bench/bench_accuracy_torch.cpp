@@ -624,7 +624,7 @@ int main(int argc, char** argv) try {
         runs.push_back({c.last_pass, static_cast<double>(c.rows), c.passes.back()});
       }
     }
-    const ppsched::plan::Recalibration fit = ppsched::plan::recalibrate_plan(profile, runs, 2, global_batch, std::nullopt, {});
+    const ppsched::plan::Recalibration fit = ppsched::plan::recalibrate_plan(profile, runs, 2, global_batch, {}, {});
     const ppsched::Profile fastest_profile = priced_at32(at_fastest(measured_profile), profile, fixed);
     for (Config& c : configs) {
       c.from_fastest = predict(fastest_profile, c);

@@ -39,7 +39,7 @@ int main(int argc, char** argv) try {
   profile.link = ppsched::Interconnect{0.01, 25e6};  // 25 GB/s in bytes per ms
   ppsched::plan::DevicePlanOptions options;
   options.all_reduce_link = ppsched::Interconnect{0.02, 12.5e6};
-  const ppsched::plan::DevicePlan plan = ppsched::plan::plan_devices(profile, 8, 64, 40.0 * (1 << 30), options);
+  const ppsched::plan::DevicePlan plan = ppsched::plan::plan_devices(profile, 8, 64, ppsched::plan::MemoryCap{.total_bytes = 40.0 * (1 << 30)}, options);
   std::cout << plan << '\n';
   // example-end plan-devices
 

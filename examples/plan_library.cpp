@@ -62,7 +62,7 @@ int main() {
   // at most 11 GB: the chosen split carries its schedule and cut, so it runs as it comes back.
   DevicePlanOptions options;
   options.profile_microbatch_size = 1.0;
-  const DevicePlan devices = plan_devices(profile, 8, 64, 11e9, options);
+  const DevicePlan devices = plan_devices(profile, 8, 64, MemoryCap{.total_bytes = 11e9}, options);
   if (devices.chosen) {
     const DeviceSplit& split = *devices.chosen;
     const CostModel split_costs = cost_model_of(split, profile, options);

@@ -100,8 +100,8 @@ int main(int argc, char** argv) {
   // 2-4. Splits and plans over `steps` batches.
   SplitOptions split;
   split.token_budget = 8192;
-  split.memory_cap_bytes = 6.0 * 1024 * 1024 * 1024;  // activations per rank
-  const StepPlanOptions plan_options{.memory_cap_bytes = split.memory_cap_bytes};
+  split.cap.activation_bytes = 6.0 * 1024 * 1024 * 1024;  // per rank
+  const StepPlanOptions plan_options{.cap = split.cap};
   const SplitMethod methods[] = {SplitMethod::padded, SplitMethod::packed, SplitMethod::bucketed, SplitMethod::balanced};
   Row rows[4];
   std::mt19937_64 rng(42);

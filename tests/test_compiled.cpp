@@ -74,7 +74,7 @@ TEST_CASE("compiled mode: the planner, the search, the device planner, CSV and t
   for (int i = 0; i < 8; ++i) layers.then({"layer " + std::to_string(i), 1.0, 1.0, 1.0, 1e6, 1e6, 1e5});
   ppsched::Profile profile;
   profile.graph = layers.build();
-  const ppsched::plan::DevicePlan devices = ppsched::plan::plan_devices(profile, 4, 16, std::nullopt);
+  const ppsched::plan::DevicePlan devices = ppsched::plan::plan_devices(profile, 4, 16, {});
   REQUIRE(devices.chosen.has_value());
   CHECK(devices.chosen->pipeline * devices.chosen->replicas == 4);
 

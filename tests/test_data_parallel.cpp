@@ -179,13 +179,13 @@ TEST_CASE("plan_devices: the memory cap forces a pipeline", "[data_parallel][pla
   DevicePlanOptions o;
   o.optimizer_state_factor = 1.0;
   o.all_reduce_link = Interconnect{};
-  const DevicePlan free_plan = plan_devices(model, 4, 16, std::nullopt, o);
+  const DevicePlan free_plan = plan_devices(model, 4, 16, {}, o);
   REQUIRE(free_plan.chosen);
   CHECK(free_plan.chosen->pipeline == 1);
   CHECK(free_plan.chosen->replicas == 4);
   CHECK(free_plan.chosen->step_time == Approx(8 * 3 * 16 / 4.0));
 
-  const DevicePlan capped = plan_devices(model, 4, 16, 5 * GiB, o);
+  const DevicePlan capped = plan_devices(model, 4, 16, MemoryCap{.total_bytes = 5 * GiB}, o);
   REQUIRE(capped.chosen);
   CHECK(capped.chosen->pipeline > 1);
   CHECK(capped.chosen->peak_memory_bytes <= 5 * GiB);
@@ -198,7 +198,7 @@ TEST_CASE("plan_devices: the memory cap forces a pipeline", "[data_parallel][pla
   }
   CHECK(capped.alternatives.size() == o.alternatives);
 
-  const DevicePlan impossible = plan_devices(model, 4, 16, 1 * GiB, o);
+  const DevicePlan impossible = plan_devices(model, 4, 16, MemoryCap{.total_bytes = 1 * GiB}, o);
   CHECK_FALSE(impossible.chosen);
   CHECK_THAT(impossible.reason, Catch::Contains("no split fits the memory cap"));
 }
@@ -213,7 +213,7 @@ TEST_CASE("plan_devices: a slow all-reduce makes the deeper pipeline win", "[dat
   // (p - 1)(F + B) = 3 x 6 = 18 over 96 of work. A ring over 4 replicas of the whole model
   // taking 100 puts p = 1 at 196.
   o.all_reduce_link = Interconnect{0.0, 2.0 * 3 / 4 * 8 * GiB / 100.0};
-  const DevicePlan plan = plan_devices(model, 4, 16, std::nullopt, o);
+  const DevicePlan plan = plan_devices(model, 4, 16, {}, o);
   REQUIRE(plan.chosen);
   CHECK(plan.chosen->pipeline == 4);
   CHECK(plan.chosen->step_time == Approx(96.0 + 18.0));
@@ -231,14 +231,14 @@ TEST_CASE("plan_devices: errors name what cannot split", "[data_parallel][plan]"
   const Profile model = chain(8, 1.0);
   DevicePlanOptions o;
   o.pipeline_sizes = {3};
-  CHECK_THROWS_WITH(plan_devices(model, 4, 16, std::nullopt, o), Catch::Contains("does not divide 4 devices"));
+  CHECK_THROWS_WITH(plan_devices(model, 4, 16, {}, o), Catch::Contains("does not divide 4 devices"));
   o.pipeline_sizes = {1, 2};  // 4 and 2 replicas: neither divides 3 samples
-  CHECK_THROWS_WITH(plan_devices(model, 4, 3, std::nullopt, o), Catch::Contains("splits evenly over none"));
-  CHECK_THROWS_AS(plan_devices(model, 0, 16, std::nullopt, {}), error);
-  CHECK_THROWS_AS(plan_devices(model, 4, 16, -1.0, {}), error);
+  CHECK_THROWS_WITH(plan_devices(model, 4, 3, {}, o), Catch::Contains("splits evenly over none"));
+  CHECK_THROWS_AS(plan_devices(model, 0, 16, {}, {}), error);
+  CHECK_THROWS_AS(plan_devices(model, 4, 16, MemoryCap{.total_bytes = -1.0}, {}), error);
   Profile mixed = model;
   mixed.devices = {Device{1.0}, Device{2.0}};
-  CHECK_THROWS_WITH(plan_devices(mixed, 4, 16, std::nullopt, {}), Catch::Contains("devices differ"));
+  CHECK_THROWS_WITH(plan_devices(mixed, 4, 16, {}, {}), Catch::Contains("devices differ"));
 }
 
 TEST_CASE("ppsched-plan --devices: the report, the JSON and the errors", "[data_parallel][cli]") {

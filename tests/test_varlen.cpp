@@ -209,7 +209,7 @@ TEST_CASE("the memory cap gives the tokens a micro-batch may hold", "[varlen]") 
   const LengthCosts fit = fit_length_costs(samples_of(Truth{}, 4, {128, 512, 2048}));
   SplitOptions o;
   // Stage 0 holds 4 micro-batches at 1F1B's peak: 4 x (1000 + 20000 T) <= cap.
-  o.memory_cap_bytes = 4.0 * (1000.0 + 20000.0 * 3000.5);
+  o.cap.activation_bytes = 4.0 * (1000.0 + 20000.0 * 3000.5);
   CHECK(token_limit(fit, o) == 3000);
   o.token_budget = 2000;
   CHECK(token_limit(fit, o) == 2000);
@@ -217,7 +217,7 @@ TEST_CASE("the memory cap gives the tokens a micro-batch may hold", "[varlen]") 
   const std::vector<std::int64_t> lengths{100, 2999, 3001, 5};
   CHECK_THAT(message_of([&] { (void)split_batch(lengths, fit, SplitMethod::packed, o); }),
              Catch::Contains("sequence 2 has 3001 tokens") && Catch::Contains("may hold 3000") && Catch::Contains("lengths[2]"));
-  o.memory_cap_bytes = 100.0;
+  o.cap.activation_bytes = 100.0;
   CHECK_THAT(message_of([&] { (void)split_batch(lengths, fit, SplitMethod::packed, o); }), Catch::Contains("before any token"));
 }
 
@@ -271,7 +271,7 @@ TEST_CASE("per-micro-batch costs and the per-step plan", "[varlen]") {
 
   // A cap the search holds the schedule to: no candidate fits one micro-batch's bytes.
   StepPlanOptions tight;
-  tight.memory_cap_bytes = 1.0;
+  tight.cap.activation_bytes = 1.0;
   CHECK_THROWS_AS(plan_microbatches(fit, packed.microbatches, tight), ppsched::error);
   CHECK_THAT(message_of([&] { (void)length_cost_model(fit, std::vector<Microbatch>{}); }), Catch::Contains("no micro-batches"));
 }
@@ -310,8 +310,8 @@ TEST_CASE("plan_step orders the micro-batches and is never slower than their giv
 
   // Under a cap, the reordered plan keeps to it.
   StepPlanOptions capped;
-  capped.memory_cap_bytes = 4.0 * plan_microbatches(fit, worst).best().peak_bytes / 3.0;
+  capped.cap.activation_bytes = 4.0 * plan_microbatches(fit, worst).best().peak_bytes / 3.0;
   const StepPlan under = plan_step(fit, worst, capped);
-  CHECK(under.search.best().peak_bytes <= capped.memory_cap_bytes);
+  CHECK(under.search.best().peak_bytes <= capped.cap.activation_bytes);
   CHECK(under.search.simulation.makespan <= under.given_order_makespan * (1.0 + 1e-12));
 }

@@ -16,6 +16,7 @@
 #include "models.hpp"
 #include "plan.hpp"
 #include "plan_options.hpp"
+#include "plan_report.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/graph/profile.hpp"
 #include "ppsched/graph/profile_json.hpp"
@@ -72,7 +73,7 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
                       concat("--devices ", options.devices, " (pipelines up to ", largest.ranks, " stages, ",
                                               largest.microbatches, " micro-batches)"));
   }
-  return plan_devices(profile, options.devices, options.global_batch, options.memory_cap_bytes,
+  return plan_devices(profile, options.devices, options.global_batch, memory_cap_of(options),
                       device_plan_options(options, profile, std::move(description)));
 }
 
@@ -104,7 +105,7 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
     if (!options.calibrate_rows.empty()) run.rows = options.calibrate_rows[options.calibrate_rows.size() == 1 ? 0 : i];
     runs.push_back(std::move(run));
   }
-  return recalibrate_plan(profile, runs, options.devices, options.global_batch, options.memory_cap_bytes,
+  return recalibrate_plan(profile, runs, options.devices, options.global_batch, memory_cap_of(options),
                           device_plan_options(options, profile, std::move(description)));
 }
 
@@ -162,7 +163,7 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
           {"unit", p.unit},
           {"devices", p.devices},
           {"global_batch", p.global_batch},
-          {"memory_cap_bytes", p.memory_cap_bytes ? nlohmann::ordered_json(*p.memory_cap_bytes) : nlohmann::ordered_json(nullptr)},
+          {"memory_cap_bytes", finite_or_null(p.cap.total_bytes)},
           {"chosen", p.chosen ? device_split_json(*p.chosen) : nlohmann::ordered_json(nullptr)},
           {"alternatives", alternatives},
           {"per_pipeline", p.per_pipeline},

@@ -41,7 +41,7 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
   r.chunks = options.chunks;
   r.families = options.schedules;
   r.weight_memory_fraction = options.w_memory_ratio;
-  r.cap = MemoryCaps{options.memory_cap_microbatches, options.memory_cap_bytes};
+  r.cap = memory_cap_of(options);
   r.objective = options.objective;
   r.memory_policy = options.memory_policy;
   return r;
@@ -173,8 +173,8 @@ struct FileCheck {
   plan.unit = model.unit;
   plan.ranks = schedule.ranks;
   plan.microbatches = schedule.microbatches;
-  plan.cap = MemoryCaps{options.memory_cap_microbatches, options.memory_cap_bytes};
-  plan.rank_memory_cap = model.rank_memory_cap;
+  plan.cap = memory_cap_of(options);
+  plan.device_cap = model.device_cap;
   // Problems found without costs are reported before the model is cut for a placement
   // that may not make sense.
   ValidateOptions shape_only;

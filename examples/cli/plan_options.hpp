@@ -83,6 +83,14 @@ struct PlanOptions {
   bool version = false;
 };
 
+// The caps the flags give (--memory-cap, --memory-cap-bytes), in the library's one cap type.
+[[nodiscard]] inline MemoryCap memory_cap_of(const PlanOptions& options) {
+  MemoryCap cap;
+  if (options.memory_cap_microbatches) cap.microbatches = *options.memory_cap_microbatches;
+  if (options.memory_cap_bytes) cap.total_bytes = *options.memory_cap_bytes;
+  return cap;
+}
+
 inline constexpr std::array<FlagSpec, 34> plan_flags{{
     {"--profile", "FILE", "model profile (JSON, see docs/profile-format.md)"},
     {"--layers", "N", "a chain of N identical layers (forward 1, backward-for-input 1, backward-for-weights 1)"},

@@ -135,10 +135,6 @@ class TextTable {
                                  table.str());
 }
 
-[[nodiscard]] inline nlohmann::ordered_json optional_number(const std::optional<double>& x) {
-  return x ? nlohmann::ordered_json(*x) : nlohmann::ordered_json(nullptr);
-}
-
 // JSON has no infinity: a free link's bandwidth is null.
 [[nodiscard]] inline nlohmann::ordered_json finite_or_null(double x) {
   return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(nullptr);
@@ -389,9 +385,10 @@ struct OutputPaths {
           {"objective", to_string(options.objective)},
           {"link", {{"latency", model.link.latency}, {"bandwidth", finite_or_null(model.link.bandwidth)}}},
           {"memory_cap",
-           {{"microbatches", optional_number(plan.cap.microbatches)},
-            {"bytes", optional_number(plan.cap.total_bytes)},
-            {"per_rank_bytes", plan.rank_memory_cap.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(plan.rank_memory_cap)}}},
+           {{"microbatches", finite_or_null(plan.cap.microbatches)},
+            {"bytes", finite_or_null(plan.cap.total_bytes)},
+            {"per_rank_bytes", plan.device_cap.rank_total_bytes.empty() ? nlohmann::ordered_json(nullptr)
+                                                                        : nlohmann::ordered_json(plan.device_cap.rank_total_bytes)}}},
           {"partition", partition_json(plan.partition)},
           {"schedules", std::move(schedules)},
           {"skipped", std::move(skipped)},

@@ -5,6 +5,7 @@
 #include "common.hpp"
 #include "plan_options.hpp"
 
+#include <cmath>
 #include <limits>
 #include <map>
 #include <span>
@@ -49,6 +50,13 @@ pl::PlanMemoryPolicy memory_policy_of(const py::object& policy, std::optional<pp
   p.mode = pl::MemoryPolicyMode::given;
   p.stages = policy.cast<std::map<std::int32_t, pl::MemoryPolicy>>();
   return p;
+}
+
+// Python's "no cap" is None; the library's is infinity.
+double cap_or_none(std::optional<double> cap) { return cap.value_or(std::numeric_limits<double>::infinity()); }
+std::optional<double> none_or_cap(double cap) {
+  if (std::isinf(cap)) return std::nullopt;
+  return cap;
 }
 
 std::string schedule_result_repr(const pl::ScheduleResult& r) {
@@ -214,7 +222,8 @@ void bind_plan(py::module_& m) {
                     "the one-stage-per-rank cut; each schedule's own cut is ScheduleResult.partition")
       .def_readonly("schedules", &pl::PlanResult::schedules)
       .def_readonly("skipped", &pl::PlanResult::skipped)
-      .def_readonly("rank_memory_cap", &pl::PlanResult::rank_memory_cap)
+      .def_property_readonly("rank_memory_cap", [](const pl::PlanResult& p) { return p.device_cap.rank_total_bytes; },
+                             "bytes per rank from the profile's devices (PlanModel::device_cap); empty: no cap")
       .def_property_readonly(
           "recommended",
           [](const pl::PlanResult& p) -> std::optional<pl::ScheduleResult> {
@@ -248,8 +257,8 @@ void bind_plan(py::module_& m) {
         request.chunks = chunks;
         request.families = std::move(families);
         request.weight_memory_fraction = weight_memory_fraction;
-        request.cap.total_bytes = memory_cap;
-        request.cap.microbatches = memory_cap_microbatches;
+        request.cap.total_bytes = cap_or_none(memory_cap);
+        request.cap.microbatches = cap_or_none(memory_cap_microbatches);
         request.objective = objective_of(objective, makespan_bound);
         request.memory_policy = memory_policy_of(memory_policy, host_link);
         if (description.empty()) description = concat(profile.graph.size(), " layers");
@@ -316,8 +325,8 @@ void bind_plan(py::module_& m) {
         request.microbatches = microbatches;
         request.chunks = chunks;
         request.weight_memory_fraction = weight_memory_fraction;
-        request.cap.total_bytes = memory_cap;
-        request.cap.microbatches = memory_cap_microbatches;
+        request.cap.total_bytes = cap_or_none(memory_cap);
+        request.cap.microbatches = cap_or_none(memory_cap_microbatches);
         request.objective = objective_of(objective, makespan_bound);
         request.memory_policy = memory_policy_of(memory_policy, host_link);
         // search_plan sets the depths (1, 2, 4 and `chunks`) and the objective from the request.
@@ -378,7 +387,7 @@ void bind_plan(py::module_& m) {
       .def_readonly("unit", &pl::DevicePlan::unit)
       .def_readonly("devices", &pl::DevicePlan::devices)
       .def_readonly("global_batch", &pl::DevicePlan::global_batch)
-      .def_readonly("memory_cap_bytes", &pl::DevicePlan::memory_cap_bytes)
+      .def_property_readonly("memory_cap_bytes", [](const pl::DevicePlan& p) { return none_or_cap(p.cap.total_bytes); })
       .def_readonly("chosen", &pl::DevicePlan::chosen)
       .def_readonly("alternatives", &pl::DevicePlan::alternatives)
       .def_readonly("per_pipeline", &pl::DevicePlan::per_pipeline)
@@ -411,7 +420,7 @@ void bind_plan(py::module_& m) {
         o.all_reduce_link = all_reduce_link;
         o.alternatives = alternatives;
         py::gil_scoped_release release;
-        return pl::plan_devices(profile, devices, global_batch, memory_cap, o);
+        return pl::plan_devices(profile, devices, global_batch, pl::MemoryCap{.total_bytes = cap_or_none(memory_cap)}, o);
       },
       py::arg("profile"), py::kw_only(), py::arg("devices"), py::arg("global_batch"), py::arg("memory_cap") = py::none(),
       py::arg("families") = std::vector<std::string>{}, py::arg("chunks") = 2,

@@ -46,7 +46,7 @@ std::vector<pl::Microbatch> microbatches_of(const py::handle& h) {
 pl::SplitOptions split_options(std::optional<std::int64_t> token_budget, double memory_cap_bytes, std::int32_t microbatches) {
   pl::SplitOptions o;
   o.token_budget = token_budget;
-  o.memory_cap_bytes = memory_cap_bytes;
+  o.cap.activation_bytes = memory_cap_bytes;
   o.microbatches = microbatches;
   return o;
 }
@@ -203,7 +203,7 @@ void bind_varlen(py::module_& m) {
          std::optional<bool> comm_on_compute_stream, const std::string& objective, double makespan_bound) {
         pl::StepPlanOptions o;
         if (base) o.base = std::move(*base);
-        o.memory_cap_bytes = memory_cap_bytes;
+        o.cap.activation_bytes = memory_cap_bytes;
         o.search = SearchKnobs{std::move(chunks), fixed_families, greedy, dualpipev, v_blocks, split_backward,
                                comm_on_compute_stream, fb_overlap, max_simulations}
                        .applied_to(o.search);

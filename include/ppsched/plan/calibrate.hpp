@@ -68,7 +68,7 @@ struct MeasuredRun {
 // the profile (more stages than layers, a unit that cannot be converted, no micro-batch size).
 [[nodiscard]] inline Recalibration recalibrate_plan(const Profile& profile, const std::vector<MeasuredRun>& runs,
                                                     std::int32_t devices, std::int64_t global_batch,
-                                                    std::optional<double> memory_cap_bytes,
+                                                    const MemoryCap& cap,
                                                     const DevicePlanOptions& options = {}) {
   using detail::concat;
   if (runs.empty()) detail::fail({"recalibrate_plan", "no measured run", "runs", "give at least one run's timelines"});
@@ -121,18 +121,18 @@ struct MeasuredRun {
   }
   r.profile = detail::scaled_profile(profile, combined, weights > 0.0 ? weighted / weights : detail::median_of(action),
                              detail::median_of(step));
-  r.before = plan_devices(profile, devices, global_batch, memory_cap_bytes, options);
-  r.after = plan_devices(r.profile, devices, global_batch, memory_cap_bytes, options);
+  r.before = plan_devices(profile, devices, global_batch, cap, options);
+  r.after = plan_devices(r.profile, devices, global_batch, cap, options);
   return r;
 }
 
 // The same from the timeline of one step of one run.
 [[nodiscard]] inline Recalibration recalibrate_plan(const Profile& profile, const Timeline& measured, double rows,
                                                     std::int32_t devices, std::int64_t global_batch,
-                                                    std::optional<double> memory_cap_bytes,
+                                                    const MemoryCap& cap,
                                                     const DevicePlanOptions& options = {}) {
   return recalibrate_plan(profile, std::vector<MeasuredRun>{MeasuredRun{{measured}, rows, {}}}, devices, global_batch,
-                          memory_cap_bytes, options);
+                          cap, options);
 }
 
 }  // namespace plan

@@ -37,6 +37,7 @@
 #include "ppsched/plan/memory_policy.hpp"
 #include "ppsched/plan/model.hpp"
 #include "ppsched/plan/objective.hpp"
+#include "ppsched/plan/search/memory.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/lower/lower.hpp"
 #include "ppsched/schedule/schedule.hpp"
@@ -49,15 +50,6 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 namespace plan {
-
-// Per-rank memory caps a schedule must keep to; absent: no cap. A PlanModel's device caps
-// (PlanModel::rank_memory_cap) apply besides these.
-struct MemoryCaps {
-  std::optional<double> microbatches;  // peak stored activations, in M_B
-  std::optional<double> total_bytes;   // static bytes plus peak activation bytes
-
-  friend bool operator==(const MemoryCaps&, const MemoryCaps&) = default;
-};
 
 // What compare_families does about activation memory (plan/memory_policy.hpp, issue 23).
 enum class MemoryPolicyMode : std::uint8_t {
@@ -96,7 +88,11 @@ struct PlanRequest {
   // the request breaks is an error instead.
   std::vector<std::string> families;
   double weight_memory_fraction = 0.5;  // M_W / M_B: what a BI keeps alive until its BW
-  MemoryCaps cap;
+  // Per-rank memory caps a schedule must keep to (plan/search/memory.hpp; infinity: none): peak
+  // stored activations in M_B (`microbatches`), static plus peak activation bytes
+  // (`total_bytes`, `rank_total_bytes`), activation bytes alone (`activation_bytes`,
+  // `rank_activation_bytes`). The model's device caps (PlanModel::device_cap) apply besides.
+  MemoryCap cap;
   // What the recommendation minimises among the schedules that fit (plan/objective.hpp):
   // the makespan by default.
   Objective objective;
@@ -208,8 +204,8 @@ struct PlanResult {
   std::vector<ScheduleResult> schedules;
   std::vector<SkippedSchedule> skipped;
   Recommendation recommended;
-  MemoryCaps cap;
-  std::vector<double> rank_memory_cap;  // the model's devices'
+  MemoryCap cap;         // the request's
+  MemoryCap device_cap;  // the model's devices' (PlanModel::device_cap)
 
   // The recommended schedule, or nullptr.
   [[nodiscard]] const ScheduleResult* recommended_schedule() const noexcept {

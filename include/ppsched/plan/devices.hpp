@@ -86,7 +86,7 @@ struct DevicePlan {
   std::string unit;
   std::int32_t devices = 0;
   std::int64_t global_batch = 0;
-  std::optional<double> memory_cap_bytes;
+  MemoryCap cap;  // per device, as plan_devices was given it
   std::optional<DeviceSplit> chosen;
   std::vector<DeviceSplit> alternatives;  // the next fastest that fit, fastest first
   std::vector<std::string> per_pipeline;  // one line per p: its best, or why none fits
@@ -127,7 +127,7 @@ struct DevicePlan {
 [[nodiscard]] inline std::string to_string(const DevicePlan& p) {
   using detail::concat;
   std::string out = detail::concat(p.model, ": ", p.devices, " devices, global batch ", p.global_batch,
-                           p.memory_cap_bytes ? detail::concat(", cap ", bytes_text(*p.memory_cap_bytes), " per device") : "",
+                           std::isinf(p.cap.total_bytes) ? "" : detail::concat(", cap ", bytes_text(p.cap.total_bytes), " per device"),
                            ", times in ", p.unit, "\n");
   for (const std::string& line : p.per_pipeline) out += "  " + line + "\n";
   if (p.chosen) {
@@ -178,14 +178,16 @@ namespace detail {
 namespace plan {
 
 // Plans `devices` devices for `global_batch` samples per step of the model in `profile`, each
-// device holding at most `memory_cap_bytes` and the profile's device memory (either absent: no
-// cap from it). The cap reaches the partitioner: a pipeline's cut is the fastest that fits.
+// device holding at most `cap.total_bytes` and the profile's device memory (either infinite or
+// absent: no cap from it); `cap`'s M_B and activation limits apply to every schedule as
+// compare_families applies them, and per-rank limits are refused (the pipelines differ in
+// size). The byte cap reaches the partitioner: a pipeline's cut is the fastest that fits.
 // The profile's devices, if it lists any, must be alike: every device runs one stage. Throws
 // ppsched::error when N, the batch or an option is not usable as asked (no p divides N, no d
 // divides the batch, p above N); a cap that nothing fits is a result (DevicePlan::chosen empty,
 // the reason naming the smallest need).
 [[nodiscard]] PPSCHED_OUTLINE DevicePlan plan_devices(const Profile& profile, std::int32_t devices, std::int64_t global_batch,
-                                             std::optional<double> memory_cap_bytes, const DevicePlanOptions& options = {});
+                                             const MemoryCap& cap, const DevicePlanOptions& options = {});
 
 }  // namespace plan
 }  // namespace ppsched

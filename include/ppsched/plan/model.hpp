@@ -72,10 +72,12 @@ inline std::ostream& operator<<(std::ostream& os, const PartitionPlan& p) { retu
 struct CutRequest {
   std::span<const std::int32_t> placement;
   std::span<const double> in_flight;  // per stage; empty: 1F1B's counts
-  // Bytes each rank may hold (static + in_flight x activations), on top of the devices' own
-  // caps; one stage per rank only (graph_model). The planner cuts again under its cap with
-  // this when memory policies alone do not fit (compare_families, MemoryPolicyMode::automatic).
-  double memory_cap_bytes = std::numeric_limits<double>::infinity();
+  // Bytes each rank may hold (static + in_flight x activations: `total_bytes`,
+  // `rank_total_bytes`; its other limits are a schedule's, and graph_model refuses them), on
+  // top of the devices' own caps; one stage per rank only (graph_model). The planner cuts again
+  // under its cap with this when memory policies alone do not fit (compare_families,
+  // MemoryPolicyMode::automatic).
+  MemoryCap cap{};
 
   template <class Placement>
     requires std::convertible_to<const Placement&, std::span<const std::int32_t>>
@@ -112,7 +114,9 @@ struct PlanModel {
   std::size_t layers = 0;     // 0 when the model has no layers (per_rank_cost_model)
   bool has_bytes = false;     // activation and parameter sizes are known
   Interconnect link{};
-  std::vector<double> rank_memory_cap;  // bytes per rank from the hardware; empty: no cap
+  // What the hardware holds per rank: graph_model sets `rank_total_bytes` from the profile's
+  // devices' memory; unlimited: no cap.
+  MemoryCap device_cap{};
   // The runtime's fixed cost per compute action and per transfer (CostModel::action_overhead,
   // transfer_overhead), in `unit`; graph_model takes them from the profile.
   double action_overhead = 0.0;
@@ -248,7 +252,7 @@ struct GraphModelOptions {
 // to every stage on its rank. Device memory caps constrain the one-stage-per-rank cut, with the
 // cut request's in-flight counts (the family's, family_in_flight; 1F1B's when it gives none);
 // with chunks the partitioner sees speeds only, and each schedule's peak is checked against the
-// caps afterwards (PlanModel::rank_memory_cap). A placement must use exactly `options.ranks`
+// caps afterwards (PlanModel::device_cap). A placement must use exactly `options.ranks`
 // ranks: a cut for fewer would drop the caps of the others. No transfer is charged between two
 // stages on one rank (the V's turn).
 [[nodiscard]] inline PlanModel graph_model(Profile profile, std::string description, const GraphModelOptions& options) {
@@ -282,7 +286,7 @@ struct GraphModelOptions {
   model.first_stage_backward_in_bw = profile.first_stage_backward_in_bw;
   if (std::any_of(devices.begin(), devices.end(),
                   [](const Device& d) { return d.memory_bytes != std::numeric_limits<double>::infinity(); })) {
-    for (const Device& d : devices) model.rank_memory_cap.push_back(d.memory_bytes);
+    for (const Device& d : devices) model.device_cap.rank_total_bytes.push_back(d.memory_bytes);
   }
   {
     std::vector<double> input(profile.graph.size(), 0.0);
@@ -313,10 +317,14 @@ struct GraphModelOptions {
                    " ranks (PlanRequest::ranks equal to GraphModelOptions::ranks), or build the model for ", used,
                    " ranks")});
     }
+    if (!request.cap.totals_only()) {
+      detail::fail({"cut request", "caps M_B or activation bytes, which a cut cannot keep to", "CutRequest::cap",
+            "give the bytes a rank may hold (total_bytes, rank_total_bytes); check the schedule against the other limits"});
+    }
     const bool one_per_rank = stages == options.ranks;
     for (const std::int32_t r : placement) {
       Device d = devices.empty() ? Device{} : devices[static_cast<std::size_t>(r)];
-      d.memory_bytes = one_per_rank ? std::min(d.memory_bytes, request.memory_cap_bytes) : std::numeric_limits<double>::infinity();
+      d.memory_bytes = one_per_rank ? std::min(d.memory_bytes, request.cap.total_bytes_of(r)) : std::numeric_limits<double>::infinity();
       cost.devices.push_back(d);
     }
     if (!request.in_flight.empty() && request.in_flight.size() != placement.size()) {

@@ -343,10 +343,12 @@ struct Microbatch {
 struct SplitOptions {
   // Tokens a micro-batch may compute, padding included; empty: no budget of its own.
   std::optional<std::int64_t> token_budget{};
-  // Stored activation bytes per rank. A rank holds, at 1F1B's peak, stage s's activations of
+  // Stored activation bytes per rank: stage s's rank s keeps to cap.activation_bytes_of(s)
+  // (`activation_bytes`, `rank_activation_bytes`, and a total limit, which counts activations
+  // alone here; an M_B cap is refused). A rank holds, at 1F1B's peak, stage s's activations of
   // (stages - s) micro-batches; the largest micro-batch is taken for each, so every micro-batch
   // may hold the tokens whose fitted activation_bytes x (stages - s) fits on every stage.
-  double memory_cap_bytes = std::numeric_limits<double>::infinity();
+  MemoryCap cap{};
   // padded and bucketed without a limit, and packed: at most this many micro-batches (ceil(n / m)
   // sequences, or ceil(tokens / m) tokens, each); 0: as the token limit gives. padded: exactly
   // ceil(n / m) sequences each where the limit allows.
@@ -367,8 +369,8 @@ struct Split {
 
 // The tokens a micro-batch may hold under the options: the budget and, per stage s of the
 // fit's S stages, the tokens whose activation_bytes x (S - s) keep to the cap. Throws
-// ppsched::error for a budget < 1, a cap that is NaN or <= 0, or a cap that not even the fixed
-// bytes of a micro-batch fit under.
+// ppsched::error for a budget < 1, a cap that is NaN or <= 0 (or in M_B), or a cap that not
+// even the fixed bytes of a micro-batch fit under.
 [[nodiscard]] inline std::int64_t token_limit(const LengthCosts& costs, const SplitOptions& options) {
   using detail::concat;
   constexpr std::int64_t none = std::numeric_limits<std::int64_t>::max();
@@ -379,17 +381,21 @@ struct Split {
     }
     limit = *options.token_budget;
   }
-  const double cap = options.memory_cap_bytes;
-  if (!(cap > 0.0)) detail::fail({"split_batch", detail::concat("memory_cap_bytes = ", cap), "SplitOptions::memory_cap_bytes", "give bytes > 0, or infinity for none"});
-  if (std::isinf(cap)) return limit;
   const std::size_t S = costs.stages.size();
+  detail::check_memory_cap(options.cap, static_cast<std::int32_t>(S));
+  if (!std::isinf(options.cap.microbatches)) {
+    detail::fail({"split_batch", detail::concat("a cap of ", options.cap.microbatches, " M_B, which gives no token count"), "SplitOptions::cap.microbatches",
+          "give the activation bytes per rank (cap.activation_bytes), or infinity for none"});
+  }
   for (std::size_t s = 0; s < S; ++s) {
+    const double cap = options.cap.activation_bytes_of(static_cast<std::int32_t>(s));
+    if (std::isinf(cap)) continue;
     const TermFit& b = costs.stages[s].activation_bytes;
     const double per_microbatch = cap / static_cast<double>(S - s);
     if (b.fixed > per_microbatch) {
       detail::fail({"split_batch", detail::concat("stage ", s, " holds ", S - s, " micro-batches at 1F1B's peak and ", bytes_text(b.fixed),
                                   " each before any token: more than the cap of ", bytes_text(cap)),
-            "SplitOptions::memory_cap_bytes", "raise the cap, or use fewer stages"});
+            "SplitOptions::cap", "raise the cap, or use fewer stages"});
     }
     if (b.per_token > 0.0) {
       const double t = std::floor((per_microbatch - std::max(b.fixed, 0.0)) / b.per_token);
@@ -637,8 +643,9 @@ namespace plan {
 
 struct StepPlanOptions {
   CostModel base{};  // what length_cost_model starts from
-  // Stored activation bytes per rank the schedule keeps to (MemoryCap::activation_bytes).
-  double memory_cap_bytes = std::numeric_limits<double>::infinity();
+  // Per rank, what the schedule keeps to (the search's SearchProblem::cap; the fit gives no
+  // static bytes, so a total limit bounds the activations alone).
+  MemoryCap cap{};
   // The search's settings. The defaults aim at a plan within about a millisecond at p = 8,
   // m = 64 (bench/bench_varlen.cpp, docs/performance.md): the fixed families on one stage per
   // rank (chunks {1}), no greedy construction, V placements, V building blocks or DualPipeV. The
@@ -667,7 +674,7 @@ struct StepPlanOptions {
   problem.ranks = p;
   problem.microbatches = m;
   problem.costs = evenly_split(length_cost_model(costs, microbatches, options.base), p, m);
-  problem.cap.activation_bytes = options.memory_cap_bytes;
+  problem.cap = options.cap;
   return search_schedule(problem, options.search);
 }
 
@@ -743,8 +750,7 @@ namespace plan {
 
   const Schedule& winner = out.search.schedule;
   const auto p = static_cast<std::int32_t>(costs.stages.size());
-  MemoryCap cap;
-  cap.activation_bytes = options.memory_cap_bytes;
+  const MemoryCap& cap = options.cap;
   std::vector<double> t(m);
   for (std::size_t k = 0; k < m; ++k) t[k] = detail::bottleneck_time(costs, microbatches[k].shape);
   Workspace ws;

@@ -65,9 +65,21 @@ inline void check_plan_request(const plan::PlanRequest& r) {
           detail::weight_memory_fraction_hint});
   }
   for (const auto& [cap, field] : {std::pair{r.cap.microbatches, "PlanRequest::cap.microbatches"},
-                                   std::pair{r.cap.total_bytes, "PlanRequest::cap.total_bytes"}}) {
-    if (cap && !(*cap > 0.0 && *cap <= std::numeric_limits<double>::max())) {
-      detail::fail({subject, detail::concat("a memory cap of ", *cap), field, "give a finite cap > 0, or leave it empty for none"});
+                                   std::pair{r.cap.total_bytes, "PlanRequest::cap.total_bytes"},
+                                   std::pair{r.cap.activation_bytes, "PlanRequest::cap.activation_bytes"}}) {
+    if (!(cap > 0.0)) detail::fail({subject, detail::concat("a memory cap of ", cap), field, "give a cap > 0, or infinity for none"});
+  }
+  for (const auto& [caps, field] : {std::pair{&r.cap.rank_total_bytes, "PlanRequest::cap.rank_total_bytes"},
+                                    std::pair{&r.cap.rank_activation_bytes, "PlanRequest::cap.rank_activation_bytes"}}) {
+    if (!caps->empty() && caps->size() != static_cast<std::size_t>(r.ranks)) {
+      detail::fail({subject, detail::concat(caps->size(), " per-rank caps for ", r.ranks, " ranks"), field,
+            "give one cap per rank, or none"});
+    }
+    for (std::size_t k = 0; k < caps->size(); ++k) {
+      if (!((*caps)[k] > 0.0)) {
+        detail::fail({subject, detail::concat("a memory cap of ", (*caps)[k]), detail::concat(field, "[", k, "]"),
+              "give a cap > 0, or infinity for none"});
+      }
     }
   }
   check_objective(r.objective, "PlanRequest::objective");
@@ -98,7 +110,7 @@ inline void check_plan_request(const plan::PlanRequest& r) {
   plan.microbatches = request.microbatches;
   plan.chunks = request.chunks;
   plan.cap = request.cap;
-  plan.rank_memory_cap = model.rank_memory_cap;
+  plan.device_cap = model.device_cap;
   return plan;
 }
 
@@ -120,32 +132,47 @@ class PartitionCache {
   std::map<Key, plan::PartitionPlan> cut_;
 };
 
-// Sets `fits` and `fit_problem` from the caps: M_B, bytes, and the devices' own memory.
-inline void check_fit(plan::ScheduleResult& r, const plan::MemoryCaps& cap, const std::vector<double>& rank_memory_cap) {
+// The first excess of `r` over `cap` in words ("needs 9 M_B on rank 0 > cap 8"; `limit` names
+// the cap: "cap", "its device's"); empty when it keeps to it.
+[[nodiscard]] inline std::string fit_excess(const plan::ScheduleResult& r, const plan::MemoryCap& cap, std::string_view limit) {
   constexpr double slack = 1e-9;  // peaks are sums of halves; compare without rounding noise
-  if (cap.microbatches) {
+  if (!std::isinf(cap.microbatches) && !r.peak_activations.empty()) {
     const std::size_t worst = argmax(r.peak_activations);
-    if (r.peak_activations[worst] > *cap.microbatches + slack) {
-      r.fits = false;
-      r.fit_problem = detail::concat("needs ", short_number(r.peak_activations[worst]), " M_B on rank ", worst, " > cap ",
-                             short_number(*cap.microbatches));
-      return;
+    if (r.peak_activations[worst] > cap.microbatches + slack) {
+      return detail::concat("needs ", short_number(r.peak_activations[worst]), " M_B on rank ", worst, " > ", limit, " ",
+                            short_number(cap.microbatches));
     }
   }
-  if (cap.total_bytes) {
+  if (!std::isinf(cap.total_bytes) && !r.peak_memory_bytes.empty()) {
     const std::size_t worst = argmax(r.peak_memory_bytes);
-    if (r.peak_memory_bytes[worst] > *cap.total_bytes * (1.0 + slack)) {
-      r.fits = false;
-      r.fit_problem = detail::concat("needs ", bytes_text(r.peak_memory_bytes[worst]), " on rank ", worst, " > cap ",
-                             bytes_text(*cap.total_bytes));
-      return;
+    if (r.peak_memory_bytes[worst] > cap.total_bytes * (1.0 + slack)) {
+      return detail::concat("needs ", bytes_text(r.peak_memory_bytes[worst]), " on rank ", worst, " > ", limit, " ",
+                            bytes_text(cap.total_bytes));
     }
   }
-  for (std::size_t rank = 0; rank < rank_memory_cap.size() && rank < r.peak_memory_bytes.size(); ++rank) {
-    if (r.peak_memory_bytes[rank] > rank_memory_cap[rank] * (1.0 + slack)) {
+  for (std::size_t rank = 0; rank < cap.rank_total_bytes.size() && rank < r.peak_memory_bytes.size(); ++rank) {
+    if (r.peak_memory_bytes[rank] > cap.rank_total_bytes[rank] * (1.0 + slack)) {
+      return detail::concat("needs ", bytes_text(r.peak_memory_bytes[rank]), " on rank ", rank, " > ", limit, " ",
+                            bytes_text(cap.rank_total_bytes[rank]));
+    }
+  }
+  for (std::size_t rank = 0; rank < r.peak_activation_bytes.size(); ++rank) {
+    const double most = cap.activation_bytes_of(static_cast<std::int32_t>(rank));
+    if (!std::isinf(most) && r.peak_activation_bytes[rank] > most * (1.0 + slack)) {
+      return detail::concat("needs ", bytes_text(r.peak_activation_bytes[rank]), " of activations on rank ", rank, " > ", limit, " ",
+                            bytes_text(most));
+    }
+  }
+  return {};
+}
+
+// Sets `fits` and `fit_problem` from the caps: the request's, then the devices' own memory.
+inline void check_fit(plan::ScheduleResult& r, const plan::MemoryCap& cap, const plan::MemoryCap& device_cap) {
+  for (const auto& [c, limit] : {std::pair{&cap, "cap"}, std::pair{&device_cap, "its device's"}}) {
+    std::string problem = fit_excess(r, *c, limit);
+    if (!problem.empty()) {
       r.fits = false;
-      r.fit_problem = detail::concat("needs ", bytes_text(r.peak_memory_bytes[rank]), " on rank ", rank, " > its device's ",
-                             bytes_text(rank_memory_cap[rank]));
+      r.fit_problem = std::move(problem);
       return;
     }
   }
@@ -248,7 +275,7 @@ namespace detail {
   }
   r.throughput = r.makespan > 0.0 ? r.schedule.microbatches / r.makespan : 0.0;
   r.timeline = std::move(sim.timeline);
-  check_fit(r, request.cap, model.rank_memory_cap);
+  check_fit(r, request.cap, model.device_cap);
   return r;
 }
 
@@ -347,10 +374,15 @@ namespace detail {
   return Interconnect{10e-6 / *s, 25e9 * *s};
 }
 
-// The smallest byte cap of any rank, the request's and the devices'; none without one.
+// The smallest byte cap (static plus activations) of any rank, the request's and the devices';
+// none without one.
 [[nodiscard]] inline std::optional<double> smallest_byte_cap(const plan::PlanRequest& request, const plan::PlanModel& model) {
-  std::optional<double> cap = request.cap.total_bytes;
-  for (const double c : model.rank_memory_cap) cap = cap ? std::min(*cap, c) : c;
+  double cap = std::numeric_limits<double>::infinity();
+  for (const plan::MemoryCap* c : {&request.cap, &model.device_cap}) {
+    cap = std::min(cap, c->total_bytes);
+    for (const double b : c->rank_total_bytes) cap = std::min(cap, b);
+  }
+  if (std::isinf(cap)) return std::nullopt;
   return cap;
 }
 
@@ -473,7 +505,7 @@ namespace detail {
   if (one_per_rank && !model.layer_memory.empty()) {
     const std::vector<double> one(placement.size(), 1.0);
     plan::CutRequest request_cut(placement, one);
-    request_cut.memory_cap_bytes = *cap;
+    request_cut.cap.total_bytes = *cap;
     std::optional<plan::PartitionPlan> cut;
     try {
       cut = model.partition(request_cut);

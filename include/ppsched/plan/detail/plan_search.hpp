@@ -39,17 +39,24 @@ namespace detail {
   return depths;
 }
 
-// The caps in the search's terms: M_B as given; per rank, a total limit (static plus activation
-// bytes): the byte cap and the device's, whichever is lower (infinity where neither applies).
-// search_plan gives the search each placement's static bytes, which it takes off these.
+// The caps in the search's terms: the request's and the devices', whichever is lower, per rank
+// where either gives a byte limit (infinity where neither applies). search_plan gives the
+// search each placement's static bytes, which it takes off the total limits.
 [[nodiscard]] inline plan::MemoryCap search_cap(const plan::PlanRequest& request, const plan::PlanModel& model) {
+  const plan::MemoryCap& a = request.cap;
+  const plan::MemoryCap& d = model.device_cap;
   plan::MemoryCap cap;
-  if (request.cap.microbatches) cap.microbatches = *request.cap.microbatches;
-  if (request.cap.total_bytes || !model.rank_memory_cap.empty()) {
-    for (std::size_t r = 0; r < static_cast<std::size_t>(request.ranks); ++r) {
-      double limit = request.cap.total_bytes.value_or(std::numeric_limits<double>::infinity());
-      if (r < model.rank_memory_cap.size()) limit = std::min(limit, model.rank_memory_cap[r]);
-      cap.rank_total_bytes.push_back(limit);
+  cap.microbatches = std::min(a.microbatches, d.microbatches);
+  cap.activation_bytes = std::min(a.activation_bytes, d.activation_bytes);
+  const auto ranks = static_cast<std::size_t>(request.ranks);
+  if (!a.rank_activation_bytes.empty() || !d.rank_activation_bytes.empty()) {
+    for (std::size_t r = 0; r < ranks; ++r) {
+      cap.rank_activation_bytes.push_back(std::min(a.activation_bytes_of(static_cast<std::int32_t>(r)), d.activation_bytes_of(static_cast<std::int32_t>(r))));
+    }
+  }
+  if (!std::isinf(a.total_bytes) || !std::isinf(d.total_bytes) || !a.rank_total_bytes.empty() || !d.rank_total_bytes.empty()) {
+    for (std::size_t r = 0; r < ranks; ++r) {
+      cap.rank_total_bytes.push_back(std::min(a.total_bytes_of(static_cast<std::int32_t>(r)), d.total_bytes_of(static_cast<std::int32_t>(r))));
     }
   }
   return cap;
@@ -72,7 +79,8 @@ namespace detail {
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < work.entries.size(); ++i) {
     const SearchEntry& e = work.entries[i];
-    const bool units_fit = !request.cap.microbatches || e.candidate.peak_microbatches <= *request.cap.microbatches + plan::memory_slack;
+    const bool units_fit =
+        e.candidate.peak_microbatches <= std::min(request.cap.microbatches, model.device_cap.microbatches) + plan::memory_slack;
     // A placement whose static bytes alone break the cap is tried on one stage per rank only,
     // where the model may be cut again under the cap (priced_with_memory_policy).
     const SearchPlacement& at = work.placements[e.placement];

@@ -39,7 +39,7 @@ namespace plan {
                             if (free_comm && !result.memory) detail::add_analytic(result, family, partition, request.ranks);
                             plan.schedules.push_back(std::move(result));
                           });
-  const bool capped = request.cap.microbatches || request.cap.total_bytes || !model.rank_memory_cap.empty();
+  const bool capped = !request.cap.unlimited() || !model.device_cap.unlimited();
   plan.recommended = recommend(plan.schedules, capped, request.objective);
   return plan;
 }

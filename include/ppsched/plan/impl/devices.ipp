@@ -11,13 +11,18 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace plan {
 
 [[nodiscard]] PPSCHED_OUTLINE DevicePlan plan_devices(const Profile& profile, std::int32_t devices, std::int64_t global_batch,
-                                             std::optional<double> memory_cap_bytes, const DevicePlanOptions& options) {
+                                             const MemoryCap& cap, const DevicePlanOptions& options) {
   using detail::concat;
   const std::string who = "plan_devices";
   if (devices < 1) detail::fail({who, detail::concat("devices = ", devices), "devices", "give at least one device"});
   if (global_batch < 1) detail::fail({who, detail::concat("global batch = ", global_batch), "global_batch", "give at least one sample per step"});
-  if (memory_cap_bytes && !(*memory_cap_bytes > 0.0 && *memory_cap_bytes <= std::numeric_limits<double>::max())) {
-    detail::fail({who, detail::concat("a memory cap of ", *memory_cap_bytes), "memory_cap_bytes", "give a finite cap > 0, or none"});
+  for (const auto& [c, field] : {std::pair{cap.total_bytes, "cap.total_bytes"}, std::pair{cap.microbatches, "cap.microbatches"},
+                                 std::pair{cap.activation_bytes, "cap.activation_bytes"}}) {
+    if (!(c > 0.0)) detail::fail({who, detail::concat("a memory cap of ", c), field, "give a cap > 0, or infinity for none"});
+  }
+  if (!cap.rank_total_bytes.empty() || !cap.rank_activation_bytes.empty()) {
+    detail::fail({who, "per-rank memory caps, for pipelines of any size", cap.rank_total_bytes.empty() ? "cap.rank_activation_bytes" : "cap.rank_total_bytes",
+          "give one cap for every device (total_bytes, activation_bytes)"});
   }
   if (!(options.profile_microbatch_size > 0.0 && options.profile_microbatch_size <= std::numeric_limits<double>::max())) {
     detail::fail({who, detail::concat("profile_microbatch_size is ", options.profile_microbatch_size),
@@ -46,7 +51,7 @@ namespace plan {
   // time-optimal cut is priced instead and found not to fit (a result, not an error).
   const double no_cap = std::numeric_limits<double>::infinity();
   const double device_cap =
-      std::min(machine.devices.empty() ? no_cap : machine.devices.front().memory_bytes, memory_cap_bytes.value_or(no_cap));
+      std::min(machine.devices.empty() ? no_cap : machine.devices.front().memory_bytes, cap.total_bytes);
   Profile any_memory = machine;  // the same machine without memory caps
   if (device_cap < no_cap) {
     if (machine.devices.empty()) machine.devices.push_back(Device{});
@@ -78,7 +83,7 @@ namespace plan {
   plan.unit = profile.time_unit.empty() ? "unit" : profile.time_unit;
   plan.devices = devices;
   plan.global_batch = global_batch;
-  plan.memory_cap_bytes = memory_cap_bytes;
+  plan.cap = cap;
 
   std::vector<const FamilyInfo*> asked;  // the families named, looked up once
   for (const std::string& f : options.families) asked.push_back(&family_info(f));
@@ -133,7 +138,7 @@ namespace plan {
       request.microbatches = m;
       request.chunks = options.chunks;
       request.weight_memory_fraction = options.weight_memory_fraction;
-      request.cap.total_bytes = memory_cap_bytes;
+      request.cap = cap;
       std::vector<const FamilyInfo*> accepting;  // of those asked, carried by record
       for (const FamilyInfo* f : asked) {
         if (f->accepts(ScheduleRequest{p, m, f->chunks_for(options.chunks)})) {

@@ -35,7 +35,10 @@
 namespace ppsched::inline PPSCHED_MODE {
 namespace plan {
 
-// Per-rank memory limits, all applied; infinity means none. Two kinds of byte limit, named by
+// Per-rank memory limits, all applied; infinity means none. The planner's one cap type: a
+// request's (PlanRequest::cap), the devices' (PlanModel::device_cap), a cut's
+// (CutRequest::cap), the search's (SearchProblem::cap), plan_devices' and the variable-length
+// planner's (StepPlanOptions::cap, SplitOptions::cap). Two kinds of byte limit, named by
 // what they count: `activation_bytes` bounds the stored activations alone, `total_bytes` the
 // static bytes (parameters, gradients, optimizer state: SearchProblem::static_bytes) plus the
 // activations. activation_bytes_of(rank, static_bytes) turns both into the one activation
@@ -43,9 +46,9 @@ namespace plan {
 struct MemoryCap {
   double microbatches = std::numeric_limits<double>::infinity();      // M_B per rank
   double activation_bytes = std::numeric_limits<double>::infinity();  // stored activations per rank
-  std::vector<double> rank_activation_bytes;  // optional: one per rank, on top of `activation_bytes`
+  std::vector<double> rank_activation_bytes{};  // optional: one per rank, on top of `activation_bytes`
   double total_bytes = std::numeric_limits<double>::infinity();  // static plus activation bytes per rank
-  std::vector<double> rank_total_bytes;  // optional: one per rank, on top of `total_bytes`
+  std::vector<double> rank_total_bytes{};  // optional: one per rank, on top of `total_bytes`
 
   // What rank `rank`'s activations may use when it holds `static_bytes` (0: none, so a total
   // limit bounds the activations alone).
@@ -55,12 +58,20 @@ struct MemoryCap {
   [[nodiscard]] double total_bytes_of(std::int32_t rank) const noexcept {
     return limit_of(total_bytes, rank_total_bytes, rank);
   }
+  // No limit on anything but static plus activation bytes (total_bytes, rank_total_bytes).
+  [[nodiscard]] bool totals_only() const noexcept {
+    const auto none = [](double b) { return std::isinf(b); };
+    return std::isinf(microbatches) && std::isinf(activation_bytes) &&
+           std::all_of(rank_activation_bytes.begin(), rank_activation_bytes.end(), none);
+  }
   [[nodiscard]] bool unlimited() const noexcept {
     const auto none = [](double b) { return std::isinf(b); };
     return std::isinf(microbatches) && std::isinf(activation_bytes) && std::isinf(total_bytes) &&
            std::all_of(rank_activation_bytes.begin(), rank_activation_bytes.end(), none) &&
            std::all_of(rank_total_bytes.begin(), rank_total_bytes.end(), none);
   }
+
+  friend bool operator==(const MemoryCap&, const MemoryCap&) = default;
 
  private:
   [[nodiscard]] static double limit_of(double all, const std::vector<double>& per_rank, std::int32_t rank) noexcept {

@@ -101,7 +101,7 @@ void BM_search(benchmark::State& state, CostModel model, double cap) {
   }
   // Every fixed family, simulated here (the search skips those its bound rules out).
   for (const std::string_view family : family_names()) {
-    if (family == "forward-only") continue;
+    if (!family_info(family).training) continue;  // the record says inference, not its name
     for (const std::int32_t v : {1, 2, 4}) {
       const ScheduleRequest r{bench_ranks, bench_microbatches, v};
       if (!accepts(family, r)) continue;

@@ -181,6 +181,34 @@ with tempfile.TemporaryDirectory() as tmp:
     gc.parse_accuracy(c, tmp / "none.json")
     check(c.status == "failed" and "wrote no" in c.reason, f"no JSON: {c.status} {c.reason}")
 
+    # 3c. CUDA Graphs' rows of bench_cuda: figures lifted into the summary, targets held.
+    def bench(host_ratio=0.04, memory_ratio=1.0, error=None):
+        rows = [{"name": "BM_HostOverhead/p:1", "host_us_per_action": 3.0, "host_us_per_action_max": 4.0,
+                 "step_us_per_action": 5.0, "label": "nccl"},
+                {"name": "BM_GraphReplay/p:1/graphs:0", "host_us_per_action": 3.0, "device_mib": 40.0}]
+        replay = {"name": "BM_GraphReplay/p:1/graphs:1", "host_us_per_action": 0.12, "host_ratio": host_ratio,
+                  "device_mib": 40.0 * memory_ratio, "memory_ratio": memory_ratio}
+        if error:
+            replay = {"name": "BM_GraphReplay/p:1/graphs:1", "error_occurred": True, "error_message": error}
+        return {"benchmarks": rows + [replay]}
+
+    bj = tmp / "bench.json"
+    bj.write_text(json.dumps(bench()))
+    c = gc.Check("bench_cuda", "passed")
+    gc.parse_bench(c, bj)
+    check(c.status == "passed" and c.figures["graph_replay"]["BM_GraphReplay/p:1/graphs:1"]["host_ratio"] == 0.04,
+          f"graph replay within targets: {c.status} {c.reason} {c.figures.get('graph_replay')}")
+    bj.write_text(json.dumps(bench(host_ratio=0.3, memory_ratio=1.2)))
+    c = gc.Check("bench_cuda", "passed")
+    gc.parse_bench(c, bj)
+    check(c.status == "failed" and "host_ratio 0.3" in c.reason and "memory_ratio 1.2" in c.reason,
+          f"graph replay targets missed are named: {c.status} {c.reason}")
+    bj.write_text(json.dumps(bench(error="capture refused: stage 0 is not capturable")))
+    c = gc.Check("bench_cuda", "passed")
+    gc.parse_bench(c, bj)
+    check(c.status == "failed" and "stage 0 is not capturable" in c.reason,
+          f"a failed replay fails the check with its message: {c.status} {c.reason}")
+
 if failures:
     print(f"{len(failures)} check(s) failed")
     sys.exit(1)

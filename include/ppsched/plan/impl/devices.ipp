@@ -5,8 +5,6 @@
 
 #include "ppsched/config.hpp"
 
-#include "ppsched/plan/devices.hpp"
-
 namespace ppsched::inline PPSCHED_MODE {
 namespace plan {
 

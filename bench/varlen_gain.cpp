@@ -129,6 +129,8 @@ int main(int argc, char** argv) {
   configs.push_back({Dist::sharegpt, 8, 64, 8192, false, false, 0});
   configs.push_back({Dist::sharegpt, 8, 64, 8192, true, false, 1});
   configs.push_back({Dist::sharegpt, 8, 32, 8192, true, false, 2});
+  configs.push_back({Dist::sharegpt, 8, 8, 8192, true, false, 2});
+  configs.push_back({Dist::heavy, 8, 8, 4096, false, false, 2});
   // Where the micro-batches differ most and the pipeline is shortest.
   configs.push_back({Dist::mixture, 8, 8, 4096, false, false, 0});
   configs.push_back({Dist::heavy, 8, 8, 4096, false, false, 0});

@@ -60,6 +60,7 @@ struct Config {
   // it, and per step the time per kind of action in the step, in that prediction and (one rank)
   // in the running stages' own calls timed alone.
   accuracy::Pairs pairs;
+  accuracy::Pairs pairs_without_optimizer;  // the same steps, predicted without the stages' optimizer_step
   std::vector<paired::Parts> in_step, in_prediction, calls_alone;
 };
 
@@ -101,6 +102,9 @@ int main(int argc, char** argv) try {
   const ppsched::profiling::BackendOverheads overheads =
       ppsched::profiling::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)}, oo);
   ppsched::Profile profile = ppsched::profiling::measured_profile(ppsched::profiling::profile_stages(per_layer, po), "ms", 32, overheads);
+  double optimizer_ms = 0.0;
+  for (const ppsched::Layer& l : profile.graph.layers()) optimizer_ms += l.optimizer_step;
+  std::printf("the stages' optimizer steps, summed: %.4f ms per step (profile_stages)\n", optimizer_ms);
   // Two ranks computing at once on this host: the whole MLP's F, BI and BW of one 8-row
   // micro-batch, each thread on its own copy of the model.
   std::vector<std::unique_ptr<mlp::Mlp>> copies;
@@ -136,7 +140,7 @@ int main(int argc, char** argv) try {
   for (const std::int32_t p : {1, 2}) {
     for (const char* family : {"gpipe", "1f1b", "zb-h1", "interleaved-1f1b"}) {
       if (p == 1 && std::string(family) == "interleaved-1f1b") continue;
-      for (const std::int32_t m : {2, 8, 32}) configs.push_back({family, p, m, 64 / m, 0.0, 0.0, 0.0, 0.0, {}, {}, {}, {}, {}, {}, {}, {}});
+      for (const std::int32_t m : {2, 8, 32}) configs.push_back({family, p, m, 64 / m, 0.0, 0.0, 0.0, 0.0, {}, {}, {}, {}, {}, {}, {}, {}, {}});
     }
   }
   // 3. Interleaved passes, every step between two probes of each core's speed.
@@ -173,6 +177,7 @@ int main(int argc, char** argv) try {
       c.last_pass.clear();
       for (int r = -2; r < repetitions; ++r) {
         ppsched::SimResult fresh;
+        double fresh_without_optimizer = 0.0;
         paired::Parts calls_alone;
         if (paired) {
           ppsched::profiling::ProfileOptions fresh_options = po;
@@ -183,6 +188,7 @@ int main(int argc, char** argv) try {
                                                                     c.rows, overheads);
           p.concurrent_slowdown = profile.concurrent_slowdown;
           fresh = paired::predict_cut(p, c.rows, cut, schedule);
+          fresh_without_optimizer = paired::predict_cut(paired::without_optimizer(p), c.rows, cut, schedule).makespan;
           if (c.ranks == 1) {
             const ppsched::profiling::StageFactory running = [&](std::int32_t rows) {
               std::vector<ppsched::StageFunctions> f;
@@ -208,6 +214,7 @@ int main(int argc, char** argv) try {
           c.last_pass.push_back(world.last_step().timeline);
           if (paired) {
             c.pairs.add(fresh.makespan, ms);
+            c.pairs_without_optimizer.add(fresh_without_optimizer, ms);
             c.in_step.push_back(paired::parts_of(world.last_step().timeline, ms));
             c.in_prediction.push_back(paired::parts_of(fresh.timeline, fresh.makespan));
             if (c.ranks == 1) c.calls_alone.push_back(calls_alone);
@@ -317,6 +324,26 @@ int main(int argc, char** argv) try {
                       accuracy::spread_of(c.passes).median, &c.pairs, &c.in_step, &c.in_prediction, &c.calls_alone});
     }
     for (const std::string& l : paired::report("mlp", rows)) std::printf("%s\n", l.c_str());
+    // The same steps against predictions without the stages' optimizer step (Layer::optimizer_step).
+    double with_sum = 0.0, with_max = 0.0, without_sum = 0.0, without_max = 0.0, one_with = 0.0, one_without = 0.0;
+    int one = 0;
+    for (const Config& c : configs) {
+      const double e = c.pairs.error(), e0 = c.pairs_without_optimizer.error();
+      with_sum += std::abs(e);
+      with_max = std::max(with_max, std::abs(e));
+      without_sum += std::abs(e0);
+      without_max = std::max(without_max, std::abs(e0));
+      if (c.ranks == 1) {
+        one_with += e;
+        one_without += e0;
+        ++one;
+      }
+    }
+    const double count = static_cast<double>(std::max<std::size_t>(configs.size(), 1));
+    std::printf("paired, with the optimizer step: mean |error| %.1f%%, max %.1f%%, one rank mean error %+.1f%%; "
+                "without: %.1f%%, %.1f%%, %+.1f%%\n",
+                100.0 * with_sum / count, 100.0 * with_max, 100.0 * one_with / std::max(one, 1), 100.0 * without_sum / count,
+                100.0 * without_max, 100.0 * one_without / std::max(one, 1));
   }
   machine::print_cores(probes, steady_tolerance);
   return 0;

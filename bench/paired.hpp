@@ -48,6 +48,15 @@ namespace paired {
   return out;
 }
 
+// `p` without its layers' optimizer steps (Layer::optimizer_step): the model before that term.
+[[nodiscard]] inline ppsched::Profile without_optimizer(const ppsched::Profile& p) {
+  std::vector<ppsched::Layer> layers = p.graph.layers();
+  for (ppsched::Layer& l : layers) l.optimizer_step = 0.0;
+  ppsched::Profile out = p;
+  out.graph = ppsched::LayerGraph(std::move(layers), p.graph.edges());
+  return out;
+}
+
 // The step of `schedule` over `cut`, predicted from `profile` at `rows` rows per micro-batch
 // as plan_devices prices a cut (graph_model's fixed costs and slowdown, cost_model_of, simulate).
 [[nodiscard]] inline ppsched::SimResult predict_cut(const ppsched::Profile& profile, std::int32_t rows,

@@ -516,6 +516,16 @@ TEST_CASE("the runtime's fixed costs read and write with the profile", "[graph][
              Catch::Contains("(at action_overhead)"));
 }
 
+TEST_CASE("a layer's optimizer step reads and writes with the profile; absent, it is 0", "[graph][profile][overhead]") {
+  const Profile p = parse_profile(R"({"layers": [{"name": "a", "forward": 1, "optimizer_step": 0.25}, {"name": "b", "forward": 1}]})");
+  CHECK(p.graph.layer(0).optimizer_step == 0.25);
+  CHECK(p.graph.layer(1).optimizer_step == 0.0);  // an old profile without the field loads as before
+  CHECK(parse_profile(profile_to_json(p)) == p);
+  CHECK(profile_to_json(parse_profile(R"({"layers": [{"name": "a", "forward": 1}]})")).find("optimizer") == std::string::npos);
+  CHECK_THAT(profile_error(R"({"layers": [{"name": "a", "forward": 1, "optimizer_step": -1}]})"),
+             Catch::Contains("(at layers[0].optimizer_step)"));
+}
+
 TEST_CASE("the ranks' concurrent slowdown reads and writes with the profile", "[graph][profile][shared]") {
   const Profile p = parse_profile(R"({"concurrent_slowdown": [1, 1.9], "layers": [{"name": "a", "forward": 1}]})");
   CHECK(p.concurrent_slowdown == std::vector<double>{1.0, 1.9});

@@ -49,6 +49,13 @@ StageFactory counting_stages(const std::shared_ptr<Calls>& calls) {
       CHECK(wg.size() == 10);
       ++calls->count["BW0"];
     };
+    out[0].optimizer_step = [calls](const StageContext& c, std::span<const float> wg) {
+      CHECK(c.microbatch == -1);  // as the executor calls it
+      CHECK(c.call == StageCall::optimizer_step);
+      CHECK(wg.size() == 10);
+      CHECK(std::all_of(wg.begin(), wg.end(), [](float x) { return x == 0.0f; }));  // a zero gradient: plain SGD keeps its weights
+      ++calls->count["OPT0"];
+    };
     out[1].backward = [calls](std::int32_t, std::span<const float>, std::span<const float> go, std::span<float> gi,
                               std::span<float>) {
       CHECK(gi.size() == go.size());
@@ -79,6 +86,7 @@ TEST_CASE("profile_stages runs every callable warm-up + repetitions times at eve
   CHECK(calls->count["BW0"] == runs);
   CHECK(calls->count["F1"] == runs);
   CHECK(calls->count["B1"] == runs);
+  CHECK(calls->count["OPT0"] == runs);  // once per repetition, where the stage has one
   CHECK(calls->count["around1"] == 2 * runs);  // every call of the stage, as the executor wraps it
   REQUIRE(p.size() == 2);
   CHECK(p[0].name == "front");
@@ -88,6 +96,8 @@ TEST_CASE("profile_stages runs every callable warm-up + repetitions times at eve
   CHECK(p[0].sizes[1].output_bytes == 8 * 4 * 4.0);
   CHECK_FALSE(p[0].sizes[0].backward.has_value());
   CHECK(p[1].sizes[0].backward.has_value());
+  CHECK(p[0].sizes[0].optimizer_step.has_value());
+  CHECK_FALSE(p[1].sizes[0].optimizer_step.has_value());
   for (const StageProfile& s : p) {
     for (const StageTiming& t : s.sizes) {
       for (const TimeSpread& x : {t.forward, t.backward_input, t.backward_weight}) {
@@ -252,6 +262,8 @@ TEST_CASE("measured_profile: one layer per stage, a point per size, the referenc
     s.sizes[0].forward.median = 1.0;
     s.sizes[1].forward.median = 4.0;
   }
+  stages[0].sizes[0].optimizer_step->median = 0.125;
+  stages[0].sizes[1].optimizer_step->median = 0.5;  // the reference size's is the layer's
   BackendOverheads overheads;
   overheads.action_overhead = 0.005;
   overheads.transfer_overhead = 0.01;
@@ -267,7 +279,10 @@ TEST_CASE("measured_profile: one layer per stage, a point per size, the referenc
   CHECK(p.graph.layer(0).points.size() == 2);
   CHECK_FALSE(p.graph.layer(0).backward.has_value());
   CHECK(p.graph.layer(1).backward.has_value());
+  CHECK(p.graph.layer(0).optimizer_step == 0.5);
+  CHECK(p.graph.layer(1).optimizer_step == 0.0);  // a stage without one
   CHECK(profile_at_rows(p, 4).graph.layer(0).forward == Approx(2.0));
+  CHECK(profile_at_rows(p, 4).graph.layer(0).optimizer_step == 0.5);  // once per step, whatever the rows
   CHECK(parse_profile(profile_to_json(p)) == p);  // what ppsched-plan --profile reads
   CHECK_THROWS_WITH(measured_profile(stages, "ms", 5), Catch::Contains("no size of 5 rows"));
   overheads.unit = "us";

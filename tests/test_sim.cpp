@@ -17,6 +17,8 @@
 
 #include "ppsched/error.hpp"
 #include "ppsched/lower/lower.hpp"
+#include "ppsched/partition/partition.hpp"
+#include "ppsched/plan/costs.hpp"
 #include "ppsched/plan/search/dependency_run.hpp"
 #include "ppsched/schedule/generators.hpp"
 #include "ppsched/sim/analytic.hpp"
@@ -704,6 +706,84 @@ TEST_CASE("the fixed cost per step is in the makespan once and in no span of the
   CHECK(with.ranks[0].span == without.ranks[0].span);
   // The search's dependency-only timing adds it too, so its exact makespans match simulate's.
   CHECK(run_dependencies(s, c).makespan == Approx(with.makespan));
+}
+
+TEST_CASE("each rank's optimizer step ends its step: zero changes nothing, a cost moves the makespan exactly", "[sim][overhead]") {
+  // 1F1B, free transfers, F 1, B 2 (BI 1.5 + BW 0.5): rank r's last B ends 2r before rank 0's.
+  for (const std::int32_t p : {2, 4}) {
+    CAPTURE(p);
+    const Schedule s = make_schedule("1f1b", ScheduleRequest{p, 2 * p, 1});
+    CostModel c = uniform_costs(1.0, 1.5, 0.5, "ms");
+    c.step_overhead = 0.125;
+    const SimResult before = simulate(s, c);
+    const double m = before.makespan;
+    // Zero optimizer time, per stage or one for all: bit-identical predictions.
+    for (const std::vector<double>& zero : {std::vector<double>{0.0}, std::vector<double>(static_cast<std::size_t>(p), 0.0)}) {
+      c.optimizer_step = zero;
+      const SimResult same = simulate(s, c);
+      CHECK(same.makespan == m);
+      CHECK(same.timeline.spans == before.timeline.spans);
+      CHECK(run_dependencies(s, c).makespan == m);
+    }
+    // Every stage 0.25: rank 0 ends last, 0.25 later.
+    c.optimizer_step = {0.25};
+    CHECK(simulate(s, c).makespan == m + 0.25);
+    CHECK(simulate(s, c).timeline.spans == before.timeline.spans);  // no action moves
+    // The last rank ends 2(p-1) earlier: a cost within that slack changes nothing, more shows.
+    std::vector<double> last(static_cast<std::size_t>(p), 0.0);
+    last.back() = 2.0 * (p - 1);
+    c.optimizer_step = last;
+    CHECK(simulate(s, c).makespan == m);
+    last.back() = 2.0 * (p - 1) + 1.5;
+    c.optimizer_step = last;
+    CHECK(simulate(s, c).makespan == m + 1.5);
+    CHECK(run_dependencies(s, c).makespan == simulate(s, c).makespan);  // the search's timing agrees
+  }
+  // Interleaved: a rank pays all of its stages' optimizer steps, one after the other.
+  const Schedule v = make_schedule("interleaved-1f1b", ScheduleRequest{2, 4, 2});
+  CostModel c = uniform_costs(1.0, 1.0, 1.0, "ms");
+  const double m = simulate(v, c).makespan;
+  c.optimizer_step = {0.5, 0.0, 0.25, 0.0};  // stages 0 and 2 are rank 0's
+  const SimResult r = simulate(v, c);
+  double rank0_end = 0.0;
+  for (const Span& sp : r.timeline.spans) {
+    if (sp.rank == 0) rank0_end = std::max(rank0_end, sp.end);
+  }
+  CHECK(r.makespan == std::max(m, rank0_end + 0.75));
+  // Wrong lengths and negative times are refused.
+  c.optimizer_step = {0.5, 0.5};
+  CHECK_THROWS_WITH(simulate(v, c), Catch::Contains("optimizer_step"));
+  c.optimizer_step = {0.5, -1.0, 0.0, 0.0};
+  CHECK_THROWS_WITH(simulate(v, c), Catch::Contains("optimizer_step[1]"));
+}
+
+TEST_CASE("a cut's stages sum their layers' optimizer steps, and cost_model_of prices them", "[sim][overhead]") {
+  std::vector<Layer> layers(4);
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    layers[i].name = std::to_string(i);
+    layers[i].forward = 1.0;
+  }
+  const LayerGraph plain = LayerGraph::chain(layers);
+  const std::vector<std::size_t> cuts{0, 2, 4};
+  PartitionCostModel cost;
+  cost.devices.assign(2, Device{});
+  const Partition none = evaluate_partition(plain, cuts, cost);
+  PartitionPlan plan;
+  plan.stages = none.stages;
+  CHECK(none.stages[0].optimizer_step == 0.0);
+  CHECK(cost_model_of(plan).optimizer_step.empty());  // no optimizer time: the model as before
+  layers[0].optimizer_step = 0.25;
+  layers[1].optimizer_step = 0.5;
+  layers[3].optimizer_step = 0.125;
+  cost.devices[1].speed = 2.0;
+  const Partition with = evaluate_partition(LayerGraph::chain(layers), cuts, cost);
+  CHECK(with.stages[0].optimizer_step == 0.75);
+  CHECK(with.stages[1].optimizer_step == 0.0625);  // / the device's speed
+  CHECK(with.stages[0].time == none.stages[0].time);  // not in the per-micro-batch time the cut balances
+  plan.stages = with.stages;
+  PlanCostOptions o;
+  o.time_scale = 2.0;
+  CHECK(cost_model_of(plan, o).optimizer_step == std::vector<double>{1.5, 0.125});
 }
 
 TEST_CASE("calibrate: a run slower than predicted refits each stage's kinds and the fixed cost per action", "[sim][calibrate]") {

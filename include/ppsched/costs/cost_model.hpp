@@ -9,7 +9,7 @@
 // its size (issue, launch, synchronisation; posting and matching a send and a receive), which
 // a time per layer and micro-batch cannot carry and which makes many small micro-batches
 // slower than their rows suggest. A step pays `step_overhead` once (in the makespan, not in
-// any action). An overlapped F&B pair (a compute group, docs/execution-model.md) takes
+// any action), and each rank its stages' `optimizer_step` after its last action. An overlapped F&B pair (a compute group, docs/execution-model.md) takes
 // T_F + T_B - fb_overlap x min(T_F, T_B).
 #pragma once
 
@@ -94,6 +94,11 @@ struct CostModel {
   // the results). The makespan includes it; no action does, so a predicted timeline stays
   // comparable with a measured one, which does not record it either.
   double step_overhead = 0.0;
+  // Each stage's optimizer step (StageFunctions::optimizer_step), once per step: a rank runs its
+  // stages' after its last action, and their end is the rank's end of the step, which the
+  // makespan includes (no span of the timeline holds it, as with step_overhead). Empty, the
+  // default: free; otherwise one entry per stage, or a single one for every stage.
+  std::vector<double> optimizer_step{};
   // Ranks that share one host's cores slow each other down: entry k-1 is how many times longer
   // a compute action takes while k ranks compute at once (entry 0 is 1 where the profile was
   // measured alone; each >= 1). Past the last entry the host is taken as saturated: entry K-1

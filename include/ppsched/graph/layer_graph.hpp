@@ -61,6 +61,11 @@ struct Layer {
   // gradient for BW, which the layer's BW may not need when the next layer runs with it (a
   // transformer block, whose output comes from a sum: 0). At most weight_bytes, which it needs.
   std::optional<double> boundary_weight_bytes{};
+  // The time of this layer's part of the optimizer step, once per step after the rank's last
+  // action (StageFunctions::optimizer_step; profile_stages measures it): a stage pays its
+  // layers' sum (PartitionStage::optimizer_step, CostModel::optimizer_step). It does not
+  // depend on the micro-batch size. 0: none.
+  double optimizer_step = 0.0;
 
   // The time of B as the families that do not split the backward pay it.
   [[nodiscard]] constexpr double full_backward() const noexcept {

@@ -69,6 +69,7 @@ namespace ppsched::inline PPSCHED_MODE {
     if (l.weight_bytes) layer["weight_bytes"] = *l.weight_bytes;
     if (l.boundary_bytes) layer["boundary_bytes"] = *l.boundary_bytes;
     if (l.boundary_weight_bytes) layer["boundary_weight_bytes"] = *l.boundary_weight_bytes;
+    if (l.optimizer_step != 0.0) layer["optimizer_step"] = l.optimizer_step;
     if (!l.points.empty()) {
       nlohmann::json points = nlohmann::json::array();
       for (const CostPoint& q : l.points) {

@@ -80,6 +80,9 @@ struct PartitionStage {
   // (Layer::weight_bytes, summed, less the last layer's boundary_weight_bytes where a stage follows);
   // cost_model_of makes it the stage's weight_memory_fraction.
   std::optional<double> weight_bytes{};
+  // Its layers' optimizer_step times, summed, / speed: paid once per step after the rank's
+  // last action (cost_model_of makes it CostModel::optimizer_step); not in `time`.
+  double optimizer_step = 0.0;
 
   [[nodiscard]] std::size_t size() const noexcept { return end - begin; }
   [[nodiscard]] double comm_time() const noexcept { return recv_time + send_time; }

@@ -118,6 +118,11 @@ struct PlanCostOptions {
     if (options.transfers) c.output_bytes = s.send_time * k;
     cost.stages.push_back(c);
   }
+  // Each stage's optimizer step (PartitionStage::optimizer_step), where any stage has one:
+  // without, the model stays as it was, and its predictions with it.
+  if (std::any_of(partition.stages.begin(), partition.stages.end(), [](const PartitionStage& s) { return s.optimizer_step != 0.0; })) {
+    for (const PartitionStage& s : partition.stages) cost.optimizer_step.push_back(s.optimizer_step * k);
+  }
   return cost;
 }
 

@@ -53,7 +53,7 @@ struct DevicePlanOptions {
   PartitionMethod method = PartitionMethod::optimal;
   std::optional<Interconnect> all_reduce_link;  // between replicas; absent: the profile's link
   AllReduceAlgorithm algorithm = AllReduceAlgorithm::ring;
-  double optimizer_time_per_param_byte = 0.0;  // optimizer step time per parameter byte, model unit
+  double optimizer_time_per_param_byte = 0.0;  // optimizer step time per parameter byte, model unit (added to the profile's Layer::optimizer_step)
   std::size_t alternatives = 5;                // runners-up kept in DevicePlan::alternatives
 };
 

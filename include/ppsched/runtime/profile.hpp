@@ -2,8 +2,8 @@
 // by the library on the machine that will run the model instead of written by hand.
 //
 // `profile_stages` times each stage's forward, input-gradient and weight-gradient callables
-// (and the full backward where the stage has one) at several micro-batch sizes, with warm-up
-// runs first and the spread of the repetitions kept; `measure_backend_overheads` measures the
+// (and the full backward and the optimizer step where the stage has them) at several
+// micro-batch sizes, with warm-up runs first and the spread of the repetitions kept; `measure_backend_overheads` measures the
 // runtime's own fixed cost per compute action and per transfer by running small schedules of
 // empty stages through the executor and fitting the simulator's one cost model to their step
 // times; `measured_profile` writes both as a Profile (graph/profile.hpp), one layer per stage
@@ -56,6 +56,11 @@ struct StageTiming {
   TimeSpread backward_input;   // zeros for a stage with a full backward only
   TimeSpread backward_weight;
   std::optional<TimeSpread> backward;  // the full backward, when the stage has one
+  // The stage's optimizer_step, when it has one: what the executor runs once per step after
+  // the rank's last action (Layer::optimizer_step in measured_profile). It is given a zero
+  // gradient of the stage's size: plain SGD then leaves the weights as they were, an
+  // optimizer with state (momentum, Adam) does not, so give such a model's profile its own stages.
+  std::optional<TimeSpread> optimizer_step;
   double input_bytes = 0.0;   // the boundary tensors per micro-batch (floats x 4)
   double output_bytes = 0.0;
 };
@@ -94,8 +99,8 @@ namespace profiling {
 
 // Times every stage that `make` builds, at every size in options.rows: per repetition, a
 // forward of micro-batch 0, then its backward_input and backward_weight (when the stage has
-// the split), then a forward and the full backward (when it has one). Inputs are a fixed
-// pattern, the output gradient ones. Throws ppsched::error for bad options, a factory whose
+// the split), then a forward and the full backward (when it has one), then optimizer_step
+// (when it has one) on a zero gradient. Inputs are a fixed pattern, the output gradient ones. Throws ppsched::error for bad options, a factory whose
 // stage count changes with the size, or a stage without a forward.
 [[nodiscard]] inline std::vector<StageProfile> profile_stages(const StageFactory& make, const ProfileOptions& options = {}) {
   using detail::concat;
@@ -151,7 +156,8 @@ namespace profiling {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * per_second;
       };
       const auto forward = [&] { f.forward(c, input, output); };
-      std::vector<double> tf, tbi, tbw, tb;
+      std::vector<double> tf, tbi, tbw, tb, topt;
+      const std::vector<float> zero_gradient(f.optimizer_step ? f.weight_grad_size : 0, 0.0f);
       for (std::int32_t r = -options.warmup; r < options.repetitions; ++r) {
         const bool keep = r >= 0;
         std::fill(weight_grad.begin(), weight_grad.end(), 0.0f);
@@ -175,6 +181,12 @@ namespace profiling {
             tb.push_back(tfull);
           }
         }
+        if (f.optimizer_step) {
+          c.microbatch = -1;  // as the executor calls it, once per step
+          const double t = timed(StageCall::optimizer_step, [&] { f.optimizer_step(c, zero_gradient); });
+          c.microbatch = 0;
+          if (keep) topt.push_back(t);
+        }
       }
       StageTiming timing;
       timing.rows = rows;
@@ -184,6 +196,7 @@ namespace profiling {
         timing.backward_weight = detail::spread_of(tbw);
       }
       if (f.backward) timing.backward = detail::spread_of(tb);
+      if (f.optimizer_step) timing.optimizer_step = detail::spread_of(topt);
       timing.input_bytes = 4.0 * static_cast<double>(f.input_size);
       timing.output_bytes = 4.0 * static_cast<double>(f.output_size);
       out[s].sizes.push_back(timing);
@@ -467,7 +480,7 @@ struct SlowdownOptions {
 
 // A Profile of the measured stages: one layer per stage function (so the partitioner cuts
 // between them), a CostPoint per size with the medians and the largest relative spread, the
-// plain fields at `reference_rows` (one of the sizes measured; 0: the largest), and the
+// plain fields and the optimizer step at `reference_rows` (one of the sizes measured; 0: the largest), and the
 // backend's fixed costs. Times are in the profile's unit, which must be the overheads' too.
 [[nodiscard]] inline Profile measured_profile(const std::vector<StageProfile>& stages, const std::string& unit,
                                               std::int32_t reference_rows = 0,
@@ -512,6 +525,7 @@ struct SlowdownOptions {
         l.backward = p.backward;
         l.activation_bytes = p.activation_bytes;
         l.output_bytes = p.output_bytes;
+        l.optimizer_step = t.optimizer_step ? t.optimizer_step->median : 0.0;
       }
     }
     if (!found) {

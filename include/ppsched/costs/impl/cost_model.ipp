@@ -126,6 +126,7 @@ PPSCHED_OUTLINE void check_cost_sums(const CostModel& c, std::int32_t stages, st
     }
   }
   times += c.step_overhead;
+  for (const double t : c.optimizer_step) times += t * (c.optimizer_step.size() == 1 ? static_cast<double>(stages) : 1.0);
   if (std::isfinite(times * S) && std::isfinite(bytes)) return;
   const double bound = std::numeric_limits<double>::max() / (8.0 * S * S * M);
   detail::fail({"cost model",
@@ -203,6 +204,13 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
   detail::check_cost_value(c.action_overhead, "action_overhead");
   detail::check_cost_value(c.transfer_overhead, "transfer_overhead");
   detail::check_cost_value(c.step_overhead, "step_overhead");
+  if (!c.optimizer_step.empty() && c.optimizer_step.size() != 1 && c.optimizer_step.size() != static_cast<std::size_t>(stages)) {
+    detail::fail({"cost model", detail::concat("optimizer_step has ", c.optimizer_step.size(), " entries for ", stages, " stages"),
+          "optimizer_step", "give one time per stage, a single one for every stage, or none"});
+  }
+  for (std::size_t s = 0; s < c.optimizer_step.size(); ++s) {
+    detail::check_cost_value(c.optimizer_step[s], detail::concat("optimizer_step[", s, "]"));
+  }
   detail::check_concurrent_slowdown(c.concurrent_slowdown, "cost model", "concurrent_slowdown");
   if (!(c.fb_overlap >= 0.0 && c.fb_overlap <= 1.0)) {
     detail::fail({"cost model", detail::concat("fb_overlap ", c.fb_overlap, " is outside [0, 1]"), "fb_overlap",

@@ -352,6 +352,29 @@ class AbstractExecution {
   static constexpr std::int32_t waiting_for_peers = -2;
 };
 
+// The step's end with each rank's optimizer steps (CostModel::optimizer_step: empty, one entry
+// for every stage, or one per stage): a rank runs its stages' after its last action ends, and
+// the step ends when the last rank is done. `latest` is run.latest_end(); with no optimizer
+// time it is returned as it is, so such a step prices exactly as without the term.
+[[nodiscard]] inline double end_with_optimizer(const FlatSchedule& flat, const AbstractExecution& run,
+                                               const std::vector<double>& optimizer, double latest) {
+  if (optimizer.empty()) return latest;
+  for (std::int32_t r = 0; r < flat.ranks; ++r) {
+    double own = 0.0;
+    for (std::int32_t s = 0; s < flat.stages; ++s) {
+      if (flat.rank_of(s) == r) own += optimizer[optimizer.size() == 1 ? 0 : static_cast<std::size_t>(s)];
+    }
+    if (!(own > 0.0)) continue;
+    const auto b = static_cast<std::size_t>(flat.rank_begin[static_cast<std::size_t>(r)]);
+    const auto e = static_cast<std::size_t>(flat.rank_begin[static_cast<std::size_t>(r) + 1]);
+    if (b == e) continue;  // a rank without actions holds no stage's weights to step
+    double last = run.end(b);
+    for (std::size_t i = b + 1; i < e; ++i) last = std::max(last, run.end(i));
+    latest = std::max(latest, last + own);
+  }
+  return latest;
+}
+
 }  // namespace detail
 
 }  // namespace ppsched

@@ -207,7 +207,7 @@ class ProfileReader {
       check_keys(l, path,
                  {"name", "forward", "backward_input", "backward_weight", "backward", "param_bytes", "activation_bytes",
                   "output_bytes", "points", "recompute_saves_bytes", "recompute_time", "weight_bytes",
-                  "boundary_bytes", "boundary_weight_bytes"});
+                  "boundary_bytes", "boundary_weight_bytes", "optimizer_step"});
       Layer layer;
       const nlohmann::json* name = member(l, "name");
       if (name == nullptr) {
@@ -222,6 +222,7 @@ class ProfileReader {
       layer.param_bytes = non_negative(l, "param_bytes", path, 0.0);
       layer.activation_bytes = non_negative(l, "activation_bytes", path, 0.0);
       layer.output_bytes = non_negative(l, "output_bytes", path, 0.0);
+      layer.optimizer_step = non_negative(l, "optimizer_step", path, 0.0);
       if (member(l, "weight_bytes") != nullptr) layer.weight_bytes = non_negative(l, "weight_bytes", path, std::nullopt);
       if (member(l, "boundary_bytes") != nullptr) layer.boundary_bytes = non_negative(l, "boundary_bytes", path, std::nullopt);
       if (member(l, "boundary_weight_bytes") != nullptr) {

@@ -178,7 +178,7 @@ PPSCHED_OUTLINE void check_running_sum(double total, std::string_view subject, c
     st.first_layer_name = graph.layers()[in.order[a]].name;
     st.last_layer_name = graph.layers()[in.order[b - 1]].name;
     st.speed = in.speed.empty() ? 1.0 : in.speed[j];
-    double forward = 0.0, backward_input = 0.0, backward_weight = 0.0, backward = 0.0, weight = 0.0;
+    double forward = 0.0, backward_input = 0.0, backward_weight = 0.0, backward = 0.0, weight = 0.0, optimizer = 0.0;
     bool measured_backward = false, measured_weight = true;
     const Layer* layers = graph.layers().data();
     for (std::size_t x = a; x < b; ++x) {
@@ -187,6 +187,7 @@ PPSCHED_OUTLINE void check_running_sum(double total, std::string_view subject, c
       backward_input += l.backward_input;
       backward_weight += l.backward_weight;
       backward += l.full_backward();
+      optimizer += l.optimizer_step;
       measured_backward = measured_backward || l.backward.has_value();
       weight += l.weight_bytes.value_or(0.0);
       measured_weight = measured_weight && l.weight_bytes.has_value();
@@ -203,6 +204,7 @@ PPSCHED_OUTLINE void check_running_sum(double total, std::string_view subject, c
     st.forward = forward / st.speed;
     st.backward_input = backward_input / st.speed;
     st.backward_weight = backward_weight / st.speed;
+    st.optimizer_step = optimizer / st.speed;
     st.compute_time = m.compute_time(j, a, b);
     st.recv_time = in.comm.empty() ? 0.0 : in.comm[a];
     st.send_time = in.comm.empty() ? 0.0 : in.comm[b];

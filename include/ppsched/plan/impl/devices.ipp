@@ -156,7 +156,8 @@ namespace plan {
         std::vector<double> grads, optimizer;
         for (const PartitionStage& st : cut.stages) {
           grads.push_back(st.param_bytes);
-          optimizer.push_back(st.param_bytes * options.optimizer_time_per_param_byte);
+          // The rate per parameter byte, and the stage's profiled optimizer step (Layer::optimizer_step).
+          optimizer.push_back(st.param_bytes * options.optimizer_time_per_param_byte + st.optimizer_step);
         }
         AllReduceModel ar = link_model;
         ar.replicas = d;

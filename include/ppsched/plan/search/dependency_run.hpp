@@ -144,7 +144,8 @@ namespace detail {
       result.busy[r] += time[k];
     }
   }
-  result.makespan = run.latest_end() + costs.step_overhead;  // as simulate's, so exact timings agree
+  // As simulate's, so exact timings agree (each rank's optimizer steps after its last action).
+  result.makespan = detail::end_with_optimizer(flat, run, costs.optimizer_step, run.latest_end()) + costs.step_overhead;
   double total_busy = 0.0;
   for (const double b : result.busy) total_busy += b;
   result.bubble_fraction =

@@ -241,7 +241,8 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
   // Statistics, rank by rank over the program order.
   const auto ranks = static_cast<std::size_t>(flat.ranks);
   result.ranks.assign(ranks, SimRankStats{});
-  const double first = run.earliest_start(), last = run.latest_end();
+  const double first = run.earliest_start();
+  const double last = detail::end_with_optimizer(flat, run, cost.optimizer_step, run.latest_end());
   result.step_overhead = cost.step_overhead;
   result.makespan = last - first + cost.step_overhead;
   // The compute on another rank whose output compute action a (on rank r) consumes, if any.

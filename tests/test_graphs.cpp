@@ -362,7 +362,7 @@ TEST_CASE("the CPU model records a capture once and replays it, running nothing 
   a.send(buf_a, 4, 1, comm_a, {7, "send"});
   a.record(done, comm_a);
   a.wait(sa, done);  // and is joined back
-  ppsched::CpuGraph g = a.end_capture(sa);
+  ppsched::CpuBackend::graph g = a.end_capture(sa);
   CHECK(runs == 0);
   CHECK(g.nodes() == 6);
   CHECK(g.count(ppsched::detail::cpu::CaptureOp::send) == 1);
@@ -419,7 +419,7 @@ TEST_CASE("the CPU model refuses inside a capture what CUDA refuses", "[graphs][
   SECTION("a replay after recover(): its transfers used the aborted communicator") {
     a.begin_capture(s);
     a.record(e, s);
-    ppsched::CpuGraph g = a.end_capture(s);
+    ppsched::CpuBackend::graph g = a.end_capture(s);
     a.abort("test");
     a.recover();
     REQUIRE_THROWS_WITH(a.replay(g, s), Contains("recover()"));
@@ -427,7 +427,7 @@ TEST_CASE("the CPU model refuses inside a capture what CUDA refuses", "[graphs][
   // After each refusal the rank captures again normally.
   a.begin_capture(s);
   a.record(e, s);
-  ppsched::CpuGraph g = a.end_capture(s);
+  ppsched::CpuBackend::graph g = a.end_capture(s);
   a.replay(g, s);
   CHECK(a.synchronize(s, wait) == ppsched::WaitResult::done);
   // An event recorded inside a graph orders the graph's work; the host cannot query it.

@@ -45,6 +45,7 @@ concept has_capture = requires(B& b, typename B::stream& s, typename B::graph& g
 
 }  // namespace backend_ops
 
+namespace detail {
 // Why `backend` cannot capture a step, or an empty string when it can.
 template <class B>
 [[nodiscard]] std::string capture_unsupported(const B& backend) {
@@ -58,7 +59,6 @@ template <class B>
   }
 }
 
-namespace detail {
 // The graph type of a backend that captures; an empty stand-in for one that does not.
 struct NoGraph {};
 template <class B>

@@ -446,6 +446,7 @@ struct Batch {
   std::span<const MicrobatchSize> sizes{};
 };
 
+namespace detail {
 // Throws unless `batch.sizes` is empty or gives every stage of `stages` a size per micro-batch
 // of the m, each within the stage's declared floats (and, with typed tensors, at least their
 // header), the output of stage s the input of stage s + 1. The error names the stage, the
@@ -502,6 +503,7 @@ inline void check_sizes(std::span<const StageFunctions> stages, const Batch& bat
     }
   }
 }
+}  // namespace detail
 
 // Throws unless the batch has every side input stage `stage` lists, each m slices long and,
 // where the stage gives side_input_specs, of the dtype and count it reads.

@@ -272,7 +272,7 @@ class World {
       check_side_inputs(stages_[s], static_cast<std::int32_t>(s), batch, m);
     }
     // Variable-length micro-batches: every stage's size of each, before any rank starts.
-    check_sizes(stages_, batch, m);
+    detail::check_sizes(stages_, batch, m);
     const std::size_t inputs = m * input_floats(stages_.front());
     const std::size_t targets = m * stages_.back().target_size;
     if (batch.inputs.size() != inputs) {

@@ -554,7 +554,7 @@ class CpuBackend {
   }
 
   // ------------------------------------------------------------------ graphs (backend/cpu/graph.hpp)
-  using graph = CpuGraph;
+  using graph = detail::cpu::CpuGraph;
 
   // cudaStreamBeginCapture: from now on the work issued to `s`, and to every stream that waits
   // on an event recorded in the capture, is recorded instead of run. One capture per rank.
@@ -579,7 +579,7 @@ class CpuBackend {
 
   // cudaStreamEndCapture + cudaGraphInstantiate: the program recorded since begin_capture.
   // Throws the first rule the capture broke, or a stream left unjoined.
-  [[nodiscard]] CpuGraph end_capture(CpuStream& s) {
+  [[nodiscard]] detail::cpu::CpuGraph end_capture(CpuStream& s) {
     count_host_operation();
     own(s);
     if (!capture_ || capture_->origin != s.state_) {
@@ -606,7 +606,7 @@ class CpuBackend {
                     "Record an event on it after its last work and make the capturing stream wait on it before "
                     "end_capture"});
     }
-    CpuGraph g;
+    detail::cpu::CpuGraph g;
     g.rank_ = rank_;
     g.generation_ = generation_;
     g.nodes_ = std::move(c->nodes);
@@ -621,7 +621,7 @@ class CpuBackend {
   // cudaGraphLaunch: issues the graph's program again onto its streams (those captured on the
   // capture's stream onto `s`), after the work issued to `s` so far and before any issued
   // later, with every check of issued work. One host operation however many nodes.
-  void replay(CpuGraph& g, CpuStream& s) {
+  void replay(detail::cpu::CpuGraph& g, CpuStream& s) {
     count_host_operation();
     own(s);
     if (g.rank_ == nullptr) {

@@ -86,10 +86,9 @@ struct CaptureState {
   }
 };
 
-}  // namespace detail::cpu
-
 // A captured program of one rank (CUDA: a cudaGraphExec_t). Move-only; made by
-// CpuBackend::end_capture, run by CpuBackend::replay on the same rank.
+// CpuBackend::end_capture, run by CpuBackend::replay on the same rank; users spell it
+// CpuBackend::graph.
 class CpuGraph {
  public:
   CpuGraph() = default;
@@ -110,12 +109,14 @@ class CpuGraph {
   }
 
  private:
-  friend class CpuBackend;
+  friend class ppsched::CpuBackend;
   detail::cpu::RankState* rank_ = nullptr;
   std::uint64_t generation_ = 0;  // the rank's recover() count when captured
   std::vector<detail::cpu::CaptureNode> nodes_;
   std::vector<CpuStream*> streams_;                   // captured, the origin first
   std::vector<detail::cpu::EventState*> fork_join_;  // per stream: fork (origin) and joins (others)
 };
+
+}  // namespace detail::cpu
 
 }  // namespace ppsched

@@ -24,7 +24,7 @@ auto Executor<B>::check_graphs() -> void {
   if (!options_.graphs.enabled) return;
   const std::string subject = detail::concat("executor for rank ", rank_, " of schedule '", schedule_.name, "'");
   const std::string no_graphs = "or set ExecutorOptions::graphs.enabled = false";
-  if (const std::string reason = capture_unsupported(b_); !reason.empty()) {
+  if (const std::string reason = detail::capture_unsupported(b_); !reason.empty()) {
     detail::fail({subject, detail::concat("cannot capture a step: ", reason), "ExecutorOptions::graphs",
                   detail::concat("Run on a backend that captures (CUDA with NCCL, one GPU per rank; the CPU backend), ",
                                  no_graphs)});

@@ -231,7 +231,7 @@ template <class B>
 auto Executor<B>::check_batch(const Batch& batch) const -> void {
   const auto m = static_cast<std::size_t>(schedule_.microbatches);
   for (std::int32_t s : plan_.stages) check_side_inputs(stages_[static_cast<std::size_t>(s)], s, batch, m);
-  check_sizes(stages_, batch, m);
+  detail::check_sizes(stages_, batch, m);
   if (holds(0)) {
     const std::size_t want = m * input_floats(stages_[0]);
     if (batch.inputs.size() != want) {

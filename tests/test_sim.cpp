@@ -909,6 +909,29 @@ TEST_CASE("calibrate from several steps: medians keep one stalled step out of th
   CHECK_THROWS_WITH(calibrate(std::vector<Timeline>{}, model), Catch::Contains("no measured step"));
 }
 
+TEST_CASE("calibrate keeps the model's optimizer step out of the fixed cost per step", "[sim][calibrate]") {
+  // 1F1B on 2 ranks: each rank's optimizer step (0.25 on rank 0, 0.5 on rank 1) runs after its
+  // last action, with no span in the timeline. The step took 0.7 more than the timeline with
+  // the optimizer steps in it: that 0.7 is the cost per step, not 0.7 plus the optimizer.
+  const Schedule s = make_schedule("1f1b", ScheduleRequest{2, 4, 1});
+  CostModel model = uniform_costs(1.0, 0.5, 0.5, "ms");
+  const Timeline measured = simulate(s, model).timeline;  // spans only: no optimizer in them
+  model.optimizer_step = {0.25, 0.5};
+  const SimResult with_optimizer = simulate(s, model);
+  REQUIRE(with_optimizer.makespan > measured.spans.back().end);  // the optimizer steps lengthen the step
+  CalibrationOptions o;
+  o.step_times = {with_optimizer.makespan + 0.7};
+  const Calibration c = calibrate(measured, model, o);
+  CHECK(c.after.step_overhead == Approx(0.7).epsilon(1e-9));
+  CHECK(c.after.optimizer_step == model.optimizer_step);
+  CHECK(c.measured_makespan == Approx(with_optimizer.makespan + 0.7).epsilon(1e-9));
+  CHECK(c.predicted_after == Approx(c.measured_makespan).epsilon(1e-9));
+  // Without step times the model's own cost per step is kept, the optimizer steps in the step.
+  const Calibration kept = calibrate(measured, model);
+  CHECK(kept.after.step_overhead == 0.0);
+  CHECK(kept.measured_makespan == Approx(with_optimizer.makespan).epsilon(1e-9));
+}
+
 TEST_CASE("ranks sharing a host: compute slows while others compute, by processor sharing", "[sim][shared]") {
   // GPipe on 2 ranks, 2 micro-batches, F = 1 and B = 2 (BI + BW). With a slowdown of 2 while
   // both ranks compute, by hand: rank 0's F0 alone [0, 1]; F1 on rank 0 and F0 on rank 1 share

@@ -179,6 +179,7 @@ struct CalibrationOptions {
     }
     double first = 0.0, last = 0.0;
     bool any = false;
+    std::vector<double> rank_last(static_cast<std::size_t>(c.schedule.ranks), -std::numeric_limits<double>::infinity());
     // Where ranks share the host (concurrent_slowdown), a span is its stage's time times the
     // slowdown the other ranks' spans put on it: divided out, or the model would count it twice.
     const bool shared = !model.concurrent_slowdown.empty();
@@ -193,10 +194,24 @@ struct CalibrationOptions {
       first = any ? std::min(first, sp.start) : sp.start;
       last = any ? std::max(last, sp.end) : sp.end;
       any = true;
+      if (sp.rank >= 0 && static_cast<std::size_t>(sp.rank) < rank_last.size()) {
+        rank_last[static_cast<std::size_t>(sp.rank)] = std::max(rank_last[static_cast<std::size_t>(sp.rank)], sp.end);
+      }
       if (is_compute(sp.action.op)) {
         const double factor = shared ? load.mean(sp.start, sp.end, 1.0) : 1.0;
         times[static_cast<std::size_t>(sp.action.stage)][static_cast<std::size_t>(sp.action.op)].push_back(
             (sp.end - sp.start) * k / factor);
+      }
+    }
+    // Each rank's optimizer steps, as the simulator places them (after the rank's last action):
+    // the timeline has no span for them, so without this the refit step_overhead would hold
+    // them a second time beside CostModel::optimizer_step.
+    if (!model.optimizer_step.empty()) {
+      for (std::int32_t s = 0; s < S; ++s) {
+        const std::size_t r = static_cast<std::size_t>(c.schedule.rank_of(s));
+        if (r >= rank_last.size() || !(rank_last[r] > -std::numeric_limits<double>::infinity())) continue;
+        rank_last[r] += model.optimizer_step[model.optimizer_step.size() == 1 ? 0 : static_cast<std::size_t>(s)] / k;
+        last = std::max(last, rank_last[r]);
       }
     }
     // From the step's origin, as the simulator's makespan is: the runtime's time to the first

@@ -907,6 +907,21 @@ TEST_CASE("calibrate from several steps: medians keep one stalled step out of th
   const Timeline other = simulate(make_schedule("gpipe", ScheduleRequest{1, 2, 1}), model).timeline;
   CHECK_THROWS_WITH(calibrate(std::vector<Timeline>{steps[0], other}, model), Catch::Contains("step 1"));
   CHECK_THROWS_WITH(calibrate(std::vector<Timeline>{}, model), Catch::Contains("no measured step"));
+  // "us" and "µs" are one unit: steps of one run may spell it either way; "ms" against "us" is not.
+  std::vector<Timeline> spelled{steps[0], steps[2]};
+  for (Timeline& t : spelled) {
+    for (Span& sp : t.spans) {
+      sp.start *= 1000.0;
+      sp.end *= 1000.0;
+    }
+  }
+  spelled[0].unit = "us";
+  spelled[1].unit = "\xC2\xB5s";
+  const Calibration in_us = calibrate(spelled, model);
+  CHECK(in_us.steps == 2);
+  CHECK(in_us.after.action_overhead == Approx(0.2).epsilon(1e-6));
+  spelled[1].unit = "ms";
+  CHECK_THROWS_WITH(calibrate(spelled, model), Catch::Contains("step 1"));
 }
 
 TEST_CASE("calibrate keeps the model's optimizer step out of the fixed cost per step", "[sim][calibrate]") {

@@ -173,7 +173,7 @@ struct CalibrationOptions {
   std::vector<double> makespans;
   detail::SharedHostLoad load;
   for (std::size_t i = 0; i < steps.size(); ++i) {
-    if (i > 0 && (steps[i].unit != measured.unit || schedule_of_timeline(steps[i]).programs != c.schedule.programs)) {
+    if (i > 0 && (!detail::same_time_unit(steps[i].unit, measured.unit) || schedule_of_timeline(steps[i]).programs != c.schedule.programs)) {
       detail::fail({who, detail::concat("step ", i, " ran another schedule or unit than step 0"), "steps",
             "give steps of one run (one schedule, one World)"});
     }

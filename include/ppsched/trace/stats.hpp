@@ -55,6 +55,16 @@ namespace ppsched::inline PPSCHED_MODE {
   return std::nullopt;
 }
 
+namespace detail {
+// Whether two unit names mean the same unit: the same text, or two spellings of one time unit
+// ("us" and "µs").
+[[nodiscard]] constexpr bool same_time_unit(std::string_view a, std::string_view b) noexcept {
+  if (a == b) return true;
+  const std::optional<double> x = seconds_per_unit(a), y = seconds_per_unit(b);
+  return x && y && *x == *y;
+}
+}  // namespace detail
+
 // What an operation does, in the words legends and reports use.
 [[nodiscard]] constexpr std::string_view op_description(Op op) noexcept {
   switch (op) {

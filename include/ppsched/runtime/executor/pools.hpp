@@ -4,6 +4,11 @@
 
 #include "ppsched/config.hpp"
 
+#include <cstddef>
+#include <optional>
+#include <utility>
+#include <vector>
+
 #include "ppsched/runtime/executor/core.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
@@ -29,37 +34,46 @@ auto Executor<B>::allocate() -> void {
   build();
 }
 
+namespace detail {
+// A spare of exactly `floats` out of `spare` (the last one kept, so the pools stay a stack),
+// or nothing.
+template <class T>
+[[nodiscard]] std::optional<T> take_spare(std::vector<std::pair<std::size_t, T>>& spare, std::size_t floats) {
+  for (std::size_t i = spare.size(); i-- > 0;) {
+    if (spare[i].first != floats) continue;
+    T b = std::move(spare[i].second);
+    if (i + 1 != spare.size()) spare[i] = std::move(spare.back());
+    spare.pop_back();
+    return b;
+  }
+  return std::nullopt;
+}
+
+// A new buffer of `floats` in the pools' count, and in the plan's growth after the first plan.
+inline void count_new_buffer(ExecutorPools& pools, PoolGrowth& growth, bool counting_growth, std::size_t floats) {
+  ++pools.buffers;
+  pools.floats += floats;
+  if (counting_growth) {
+    ++growth.buffers;
+    growth.floats += floats;
+  }
+}
+}  // namespace detail
+
 // A buffer of exactly `floats` from the pools, or a new one (counted as growth after the
 // constructor's plan).
 template <class B>
 auto Executor<B>::take(std::size_t floats) -> Buffer {
-  for (std::size_t i = spare_.size(); i-- > 0;) {
-    if (spare_[i].first != floats) continue;
-    Buffer b = std::move(spare_[i].second);
-    if (i + 1 != spare_.size()) spare_[i] = std::move(spare_.back());
-    spare_.pop_back();
-    return b;
-  }
+  if (std::optional<Buffer> b = detail::take_spare(spare_, floats)) return std::move(*b);
   Buffer b = b_.allocate(floats);
-  ++pools_.buffers;
-  pools_.floats += floats;
-  if (counting_growth_) {
-    ++growth_.buffers;
-    growth_.floats += floats;
-  }
+  detail::count_new_buffer(pools_, growth_, counting_growth_, floats);
   return b;
 }
 
 // The same for the host pool of OFFLOAD / RELOAD (pinned memory on CUDA).
 template <class B>
 auto Executor<B>::take_host(std::size_t floats) -> HostBuffer {
-  for (std::size_t i = spare_host_.size(); i-- > 0;) {
-    if (spare_host_[i].first != floats) continue;
-    HostBuffer b = std::move(spare_host_[i].second);
-    if (i + 1 != spare_host_.size()) spare_host_[i] = std::move(spare_host_.back());
-    spare_host_.pop_back();
-    return b;
-  }
+  if (std::optional<HostBuffer> b = detail::take_spare(spare_host_, floats)) return std::move(*b);
   HostBuffer b = [&] {
     if constexpr (std::same_as<HostBuffer, Buffer>) {
       if constexpr (requires(B & bk, std::size_t f) { bk.allocate_host(f); }) {
@@ -71,12 +85,7 @@ auto Executor<B>::take_host(std::size_t floats) -> HostBuffer {
       return b_.allocate_host(floats);
     }
   }();
-  ++pools_.buffers;
-  pools_.floats += floats;
-  if (counting_growth_) {
-    ++growth_.buffers;
-    growth_.floats += floats;
-  }
+  detail::count_new_buffer(pools_, growth_, counting_growth_, floats);
   return b;
 }
 

@@ -271,106 +271,130 @@ class RankPlanner {
     after_[static_cast<std::size_t>(index)].push_back(reload->second);
   }
 
+  // Each action of the step read and produced as values; until assign_buffers, the step's
+  // buffer fields hold value ids.
   void resolve_step(RankPlan& plan, std::int32_t index) {
     reads_.resize(plan.steps.size());
     after_.resize(plan.steps.size());
     PlannedStep& step = plan.steps[static_cast<std::size_t>(index)];
-    const std::int32_t last = s_.stages() - 1;
     for (std::int32_t k = 0; k < step.action_count; ++k) {
       const std::int32_t ai = step.first_action + k;
       const Action& a = program()[static_cast<std::size_t>(ai)];
-      const std::int32_t st = a.stage;
-      const std::int32_t mb = a.microbatch;
-      // Until assign_buffers, the buffer fields hold value ids.
-      const std::pair<std::int32_t, std::int32_t> key{st, mb};
       switch (a.op) {
-        case Op::F:
-          step.input = forward_input(plan, st, mb, index, ai);
-          step.input_from_batch = st == 0;
-          step.output = produce(plan, {ValueKind::forward_output, st, mb}, shape(st).output_size, index, ai);
-          forward_step_[key] = index;
-          break;
-        case Op::R:
-          memory_action(plan, recompute_step_, key, index, ai);
-          step.input = forward_input(plan, st, mb, index, ai);
-          step.input_from_batch = st == 0;
-          step.output = produce(plan, {ValueKind::recompute_scratch, st, mb}, shape(st).output_size, index, ai);
-          plan.steps[static_cast<std::size_t>(forward_step_[key])].drops_activation = true;
-          break;
-        case Op::OFFLOAD:
-          memory_action(plan, offload_step_, key, index, ai);
-          after_[static_cast<std::size_t>(index)].push_back(forward_step_[key]);
-          after_[static_cast<std::size_t>(index)].push_back(last_compute_);
-          break;
-        case Op::RELOAD:
-          if (offload_step_.count(key) == 0 || reload_step_.count(key) != 0) {
-            detail::fail({detail::concat("schedule '", s_.name, "'"),
-                  reload_step_.count(key) != 0 ? "reloads an activation twice" : "reloads an activation it never offloaded",
-                  where(ai), "Give each OFFLOAD(s, m) exactly one RELOAD(s, m), after it and before B/BI(s, m)"});
-          }
-          reload_step_[key] = index;
-          // A copy starts where the program issues it, not earlier: a RELOAD waits for the
-          // compute action before it, so the activation is back when it is needed and not
-          // as soon as it left (docs/execution-model.md; the simulator times it so).
-          after_[static_cast<std::size_t>(index)].push_back(last_compute_);
-          break;
+        case Op::F: resolve_forward(plan, step, index, ai, a); break;
+        case Op::R: resolve_recompute(plan, step, index, ai, a); break;
+        case Op::OFFLOAD: resolve_offload(plan, index, ai, a); break;
+        case Op::RELOAD: resolve_reload(index, ai, a); break;
         case Op::B:
-        case Op::BI:
-          before_backward(plan, key, index, ai);
-          step.input = forward_input(plan, st, mb, index, ai);
-          step.input_from_batch = st == 0;
-          if (st == last) {
-            step.computes_loss = true;
-            step.loss_input = use(plan, {ValueKind::forward_output, st, mb}, index, ai, "its own forward output (F)");
-            step.grad_output = produce(plan, {ValueKind::loss_grad, st, mb}, shape(st).output_size, index, ai);
-          } else {
-            step.grad_output = grad_output(plan, st, mb, index, ai);
-          }
-          if (st > 0) step.output = produce(plan, {ValueKind::grad_input, st, mb}, shape(st).input_size, index, ai);
-          break;
-        case Op::BW:
-          step.input = forward_input(plan, st, mb, index, ai);
-          step.input_from_batch = st == 0;
-          step.grad_output = grad_output(plan, st, mb, index, ai);
-          break;
+        case Op::BI: resolve_backward_input(plan, step, index, ai, a); break;
+        case Op::BW: resolve_backward_weight(plan, step, index, ai, a); break;
         case Op::SEND_F:
-        case Op::SEND_B: {
-          const bool fwd = a.op == Op::SEND_F;
-          const std::int32_t peer_stage = fwd ? st + 1 : st - 1;
-          if (peer_stage < 0 || peer_stage > last || local(peer_stage)) {
-            detail::fail({detail::concat("schedule '", s_.name, "'"),
-                  peer_stage < 0 || peer_stage > last
-                      ? "sends to a stage that does not exist"
-                      : "sends to a stage on its own rank (a local dependency needs no transfer)",
-                  where(ai), "Remove the action; lower() writes the communication"});
-          }
-          const std::int32_t v = fwd ? use(plan, {ValueKind::forward_output, st, mb}, index, ai, "the output of F")
-                                     : use(plan, {ValueKind::grad_input, st, mb}, index, ai, "the gradient of B or BI");
-          step.transfers.push_back({true, ai, v, s_.rank_of(peer_stage), values_[static_cast<std::size_t>(v)].floats,
-                                    transfer_match(!fwd, st, mb, s_.stages(), s_.microbatches)});
-          break;
-        }
+        case Op::SEND_B: resolve_send(plan, step, index, ai, a); break;
         case Op::RECV_F:
-        case Op::RECV_B: {
-          const bool fwd = a.op == Op::RECV_F;
-          const std::int32_t peer_stage = fwd ? st - 1 : st + 1;
-          if (peer_stage < 0 || peer_stage > last || local(peer_stage)) {
-            detail::fail({detail::concat("schedule '", s_.name, "'"),
-                  peer_stage < 0 || peer_stage > last
-                      ? "receives from a stage that does not exist"
-                      : "receives from a stage on its own rank (a local dependency needs no transfer)",
-                  where(ai), "Remove the action; lower() writes the communication"});
-          }
-          const std::size_t floats = fwd ? shape(st).input_size : shape(st).output_size;
-          const std::int32_t v =
-              produce(plan, {fwd ? ValueKind::forward_received : ValueKind::grad_received, st, mb}, floats, index, ai);
-          step.transfers.push_back({false, ai, v, s_.rank_of(peer_stage), floats,
-                                    transfer_match(!fwd, peer_stage, mb, s_.stages(), s_.microbatches)});
-          break;
-        }
+        case Op::RECV_B: resolve_recv(plan, step, index, ai, a); break;
       }
     }
     if (step.lane == Lane::compute && !step.copy) last_compute_ = index;
+  }
+
+  void resolve_forward(RankPlan& plan, PlannedStep& step, std::int32_t index, std::int32_t ai, const Action& a) {
+    const std::int32_t st = a.stage, mb = a.microbatch;
+    step.input = forward_input(plan, st, mb, index, ai);
+    step.input_from_batch = st == 0;
+    step.output = produce(plan, {ValueKind::forward_output, st, mb}, shape(st).output_size, index, ai);
+    forward_step_[{st, mb}] = index;
+  }
+
+  // R runs the forward again into a scratch output nobody reads; its F need not keep what the
+  // backward needs.
+  void resolve_recompute(RankPlan& plan, PlannedStep& step, std::int32_t index, std::int32_t ai, const Action& a) {
+    const std::int32_t st = a.stage, mb = a.microbatch;
+    const std::pair<std::int32_t, std::int32_t> key{st, mb};
+    memory_action(plan, recompute_step_, key, index, ai);
+    step.input = forward_input(plan, st, mb, index, ai);
+    step.input_from_batch = st == 0;
+    step.output = produce(plan, {ValueKind::recompute_scratch, st, mb}, shape(st).output_size, index, ai);
+    plan.steps[static_cast<std::size_t>(forward_step_[key])].drops_activation = true;
+  }
+
+  // OFFLOAD copies what its F stored, and starts no earlier than the compute issued before it.
+  void resolve_offload(const RankPlan& plan, std::int32_t index, std::int32_t ai, const Action& a) {
+    const std::pair<std::int32_t, std::int32_t> key{a.stage, a.microbatch};
+    memory_action(plan, offload_step_, key, index, ai);
+    after_[static_cast<std::size_t>(index)].push_back(forward_step_[key]);
+    after_[static_cast<std::size_t>(index)].push_back(last_compute_);
+  }
+
+  void resolve_reload(std::int32_t index, std::int32_t ai, const Action& a) {
+    const std::pair<std::int32_t, std::int32_t> key{a.stage, a.microbatch};
+    if (offload_step_.count(key) == 0 || reload_step_.count(key) != 0) {
+      detail::fail({detail::concat("schedule '", s_.name, "'"),
+            reload_step_.count(key) != 0 ? "reloads an activation twice" : "reloads an activation it never offloaded",
+            where(ai), "Give each OFFLOAD(s, m) exactly one RELOAD(s, m), after it and before B/BI(s, m)"});
+    }
+    reload_step_[key] = index;
+    // A copy starts where the program issues it, not earlier: a RELOAD waits for the
+    // compute action before it, so the activation is back when it is needed and not
+    // as soon as it left (docs/execution-model.md; the simulator times it so).
+    after_[static_cast<std::size_t>(index)].push_back(last_compute_);
+  }
+
+  // B or BI: on the last stage it computes the loss from its own forward's output first.
+  void resolve_backward_input(RankPlan& plan, PlannedStep& step, std::int32_t index, std::int32_t ai, const Action& a) {
+    const std::int32_t st = a.stage, mb = a.microbatch;
+    before_backward(plan, {st, mb}, index, ai);
+    step.input = forward_input(plan, st, mb, index, ai);
+    step.input_from_batch = st == 0;
+    if (st == s_.stages() - 1) {
+      step.computes_loss = true;
+      step.loss_input = use(plan, {ValueKind::forward_output, st, mb}, index, ai, "its own forward output (F)");
+      step.grad_output = produce(plan, {ValueKind::loss_grad, st, mb}, shape(st).output_size, index, ai);
+    } else {
+      step.grad_output = grad_output(plan, st, mb, index, ai);
+    }
+    if (st > 0) step.output = produce(plan, {ValueKind::grad_input, st, mb}, shape(st).input_size, index, ai);
+  }
+
+  void resolve_backward_weight(RankPlan& plan, PlannedStep& step, std::int32_t index, std::int32_t ai, const Action& a) {
+    const std::int32_t st = a.stage, mb = a.microbatch;
+    step.input = forward_input(plan, st, mb, index, ai);
+    step.input_from_batch = st == 0;
+    step.grad_output = grad_output(plan, st, mb, index, ai);
+  }
+
+  void resolve_send(RankPlan& plan, PlannedStep& step, std::int32_t index, std::int32_t ai, const Action& a) {
+    const std::int32_t st = a.stage, mb = a.microbatch, last = s_.stages() - 1;
+    const bool fwd = a.op == Op::SEND_F;
+    const std::int32_t peer_stage = fwd ? st + 1 : st - 1;
+    if (peer_stage < 0 || peer_stage > last || local(peer_stage)) {
+      detail::fail({detail::concat("schedule '", s_.name, "'"),
+            peer_stage < 0 || peer_stage > last
+                ? "sends to a stage that does not exist"
+                : "sends to a stage on its own rank (a local dependency needs no transfer)",
+            where(ai), "Remove the action; lower() writes the communication"});
+    }
+    const std::int32_t v = fwd ? use(plan, {ValueKind::forward_output, st, mb}, index, ai, "the output of F")
+                               : use(plan, {ValueKind::grad_input, st, mb}, index, ai, "the gradient of B or BI");
+    step.transfers.push_back({true, ai, v, s_.rank_of(peer_stage), values_[static_cast<std::size_t>(v)].floats,
+                              transfer_match(!fwd, st, mb, s_.stages(), s_.microbatches)});
+  }
+
+  void resolve_recv(RankPlan& plan, PlannedStep& step, std::int32_t index, std::int32_t ai, const Action& a) {
+    const std::int32_t st = a.stage, mb = a.microbatch, last = s_.stages() - 1;
+    const bool fwd = a.op == Op::RECV_F;
+    const std::int32_t peer_stage = fwd ? st - 1 : st + 1;
+    if (peer_stage < 0 || peer_stage > last || local(peer_stage)) {
+      detail::fail({detail::concat("schedule '", s_.name, "'"),
+            peer_stage < 0 || peer_stage > last
+                ? "receives from a stage that does not exist"
+                : "receives from a stage on its own rank (a local dependency needs no transfer)",
+            where(ai), "Remove the action; lower() writes the communication"});
+    }
+    const std::size_t floats = fwd ? shape(st).input_size : shape(st).output_size;
+    const std::int32_t v =
+        produce(plan, {fwd ? ValueKind::forward_received : ValueKind::grad_received, st, mb}, floats, index, ai);
+    step.transfers.push_back({false, ai, v, s_.rank_of(peer_stage), floats,
+                              transfer_match(!fwd, peer_stage, mb, s_.stages(), s_.microbatches)});
   }
 
   // Gives each OFFLOAD a host buffer of its stage's offload_size, held until its RELOAD.
@@ -402,80 +426,96 @@ class RankPlanner {
     for (const auto& [floats, count] : counts) plan.host_pools.push_back({floats, count});
   }
 
-  // Gives every value a physical buffer and every step its cross-stream waits.
-  void assign_buffers(RankPlan& plan) {
-    const auto n = plan.steps.size();
-    std::vector<std::vector<std::int32_t>> produced(n), released(n);
+  // One device buffer, reused by values of its size whose lifetimes do not overlap.
+  struct Physical {
+    std::size_t floats = 0;
+    std::int32_t last_on[2] = {-1, -1};  // the previous value's latest step on each lane
+  };
+  using FreeBuffers = std::map<std::size_t, std::vector<std::int32_t>>;  // by size
+
+  // The latest step of each other stream that one step must wait for.
+  struct StreamNeeds {
+    int stream = 0;
+    std::int32_t on[3] = {-1, -1, -1};
+
+    void add(const RankPlan& plan, std::int32_t other_step) {
+      if (other_step < 0) return;
+      const int other = stream_index(plan.steps[static_cast<std::size_t>(other_step)]);
+      if (other != stream) on[other] = std::max(on[other], other_step);
+    }
+  };
+
+  // Per step, the values it produces and those whose last use it is.
+  void values_by_step(std::size_t n, std::vector<std::vector<std::int32_t>>& produced,
+                      std::vector<std::vector<std::int32_t>>& released) const {
+    produced.resize(n);
+    released.resize(n);
     for (std::size_t v = 0; v < values_.size(); ++v) {
       produced[static_cast<std::size_t>(values_[v].producer)].push_back(static_cast<std::int32_t>(v));
       released[static_cast<std::size_t>(values_[v].last_use)].push_back(static_cast<std::int32_t>(v));
     }
-    struct Physical {
-      std::size_t floats = 0;
-      std::int32_t last_on[2] = {-1, -1};  // the previous value's latest step on each lane
-    };
-    std::vector<Physical> physical;
-    std::map<std::size_t, std::vector<std::int32_t>> free_by_size;
-    // Per stream: the latest step of each other stream already waited for.
-    std::int32_t waited[3][3] = {{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}};
-    for (std::size_t i = 0; i < n; ++i) {
-      PlannedStep& step = plan.steps[i];
-      const int lane = lane_index(step.lane);
-      const int stream = stream_index(step);
-      std::int32_t needed[3] = {-1, -1, -1};
-      auto need = [&](std::int32_t other_step) {
-        if (other_step < 0) return;
-        const int other = stream_index(plan.steps[static_cast<std::size_t>(other_step)]);
-        if (other != stream) needed[other] = std::max(needed[other], other_step);
-      };
-      for (std::int32_t v : reads_[i]) need(values_[static_cast<std::size_t>(v)].producer);
-      for (std::int32_t d : after_[i]) need(d);
-      for (std::int32_t v : produced[i]) {
-        PlanValue& value = values_[static_cast<std::size_t>(v)];
-        auto& list = free_by_size[value.floats];
-        if (list.empty()) {
-          value.physical = static_cast<std::int32_t>(physical.size());
-          physical.push_back({value.floats, {-1, -1}});
-        } else {
-          // Reusing a buffer orders this step after the buffer's last use on the other lane.
-          // Take the free buffer whose last use there is earliest, so that this order costs
-          // the least: the most recently freed one, taken before, tied a forward to the comm
-          // group that had just sent from it and delayed it past transfers it does not need
-          // (interleaved 1F1B on 2 ranks measured 27% slower than simulated, on the CPU
-          // backend and on an H100 alike). Which buffer is taken never changes how many exist.
-          const int other = 1 - lane;
-          std::size_t pick = list.size() - 1;
-          for (std::size_t k = list.size(); k-- > 0;) {
-            const auto& candidate = physical[static_cast<std::size_t>(list[k])];
-            if (candidate.last_on[other] < physical[static_cast<std::size_t>(list[pick])].last_on[other]) pick = k;
-          }
-          value.physical = list[pick];
-          list.erase(list.begin() + static_cast<std::ptrdiff_t>(pick));
-          const Physical& p = physical[static_cast<std::size_t>(value.physical)];
-          need(p.last_on[0]);
-          need(p.last_on[1]);
-        }
-      }
-      for (std::int32_t v : released[i]) {
-        const PlanValue& value = values_[static_cast<std::size_t>(v)];
-        Physical& p = physical[static_cast<std::size_t>(value.physical)];
-        p.last_on[0] = value.last_on[0];
-        p.last_on[1] = value.last_on[1];
-        free_by_size[value.floats].push_back(value.physical);
-      }
-      // A copy step touches no device value, so it waits on the compute stream only; the
-      // compute and comm streams wait on each other and on the copy stream.
-      const int main_other = stream == 2 ? 0 : 1 - stream;
-      if (needed[main_other] > waited[stream][main_other]) {
-        step.wait_on = needed[main_other];
-        waited[stream][main_other] = needed[main_other];
-      }
-      if (stream != 2 && needed[2] > waited[stream][2]) {
-        step.copy_wait = needed[2];
-        waited[stream][2] = needed[2];
-      }
+  }
+
+  // Reusing a buffer orders this step after the buffer's last use on the other lane. Take the
+  // free buffer whose last use there is earliest, so that this order costs the least: the most
+  // recently freed one, taken before, tied a forward to the comm group that had just sent from
+  // it and delayed it past transfers it does not need (interleaved 1F1B on 2 ranks measured 27%
+  // slower than simulated, on the CPU backend and on an H100 alike). Which buffer is taken never
+  // changes how many exist.
+  static std::size_t least_ordering_buffer(const std::vector<std::int32_t>& list, const std::vector<Physical>& physical,
+                                           int lane) {
+    const int other = 1 - lane;
+    std::size_t pick = list.size() - 1;
+    for (std::size_t k = list.size(); k-- > 0;) {
+      const auto& candidate = physical[static_cast<std::size_t>(list[k])];
+      if (candidate.last_on[other] < physical[static_cast<std::size_t>(list[pick])].last_on[other]) pick = k;
     }
-    assign_host(plan);
+    return pick;
+  }
+
+  // A new value's buffer: a free one of its size (waiting for its previous uses), or a new one.
+  static void place_value(const RankPlan& plan, PlanValue& value, int lane, std::vector<Physical>& physical,
+                          FreeBuffers& free_by_size, StreamNeeds& needs) {
+    auto& list = free_by_size[value.floats];
+    if (list.empty()) {
+      value.physical = static_cast<std::int32_t>(physical.size());
+      physical.push_back({value.floats, {-1, -1}});
+      return;
+    }
+    const std::size_t pick = least_ordering_buffer(list, physical, lane);
+    value.physical = list[pick];
+    list.erase(list.begin() + static_cast<std::ptrdiff_t>(pick));
+    const Physical& p = physical[static_cast<std::size_t>(value.physical)];
+    needs.add(plan, p.last_on[0]);
+    needs.add(plan, p.last_on[1]);
+  }
+
+  // A value past its last use frees its buffer, remembering where that use was.
+  static void release_value(const PlanValue& value, std::vector<Physical>& physical, FreeBuffers& free_by_size) {
+    Physical& p = physical[static_cast<std::size_t>(value.physical)];
+    p.last_on[0] = value.last_on[0];
+    p.last_on[1] = value.last_on[1];
+    free_by_size[value.floats].push_back(value.physical);
+  }
+
+  // The step's waits, each only when the stream has not already waited for that step or a later
+  // one. A copy step touches no device value, so it waits on the compute stream only; the
+  // compute and comm streams wait on each other and on the copy stream.
+  static void set_waits(PlannedStep& step, const StreamNeeds& needs, std::int32_t (&waited)[3][3]) {
+    const int stream = needs.stream;
+    const int main_other = stream == 2 ? 0 : 1 - stream;
+    if (needs.on[main_other] > waited[stream][main_other]) {
+      step.wait_on = needs.on[main_other];
+      waited[stream][main_other] = needs.on[main_other];
+    }
+    if (stream != 2 && needs.on[2] > waited[stream][2]) {
+      step.copy_wait = needs.on[2];
+      waited[stream][2] = needs.on[2];
+    }
+  }
+
+  // The steps' value ids replaced by their physical buffers.
+  void use_physical_ids(RankPlan& plan) const {
     auto physical_of = [&](std::int32_t v) { return v < 0 ? -1 : values_[static_cast<std::size_t>(v)].physical; };
     for (PlannedStep& step : plan.steps) {
       step.input = physical_of(step.input);
@@ -484,10 +524,39 @@ class RankPlanner {
       step.loss_input = physical_of(step.loss_input);
       for (PlannedTransfer& t : step.transfers) t.buffer = physical_of(t.buffer);
     }
+  }
+
+  static void list_buffers(const std::vector<Physical>& physical, RankPlan& plan) {
     for (const Physical& p : physical) plan.buffer_floats.push_back(p.floats);
     std::map<std::size_t, std::int32_t> counts;
     for (const Physical& p : physical) ++counts[p.floats];
     for (const auto& [floats, count] : counts) plan.pools.push_back({floats, count});
+  }
+
+  // Gives every value a physical buffer and every step its cross-stream waits.
+  void assign_buffers(RankPlan& plan) {
+    const auto n = plan.steps.size();
+    std::vector<std::vector<std::int32_t>> produced, released;
+    values_by_step(n, produced, released);
+    std::vector<Physical> physical;
+    FreeBuffers free_by_size;
+    // Per stream: the latest step of each other stream already waited for.
+    std::int32_t waited[3][3] = {{-1, -1, -1}, {-1, -1, -1}, {-1, -1, -1}};
+    for (std::size_t i = 0; i < n; ++i) {
+      PlannedStep& step = plan.steps[i];
+      StreamNeeds needs;
+      needs.stream = stream_index(step);
+      for (std::int32_t v : reads_[i]) needs.add(plan, values_[static_cast<std::size_t>(v)].producer);
+      for (std::int32_t d : after_[i]) needs.add(plan, d);
+      for (std::int32_t v : produced[i]) {
+        place_value(plan, values_[static_cast<std::size_t>(v)], lane_index(step.lane), physical, free_by_size, needs);
+      }
+      for (std::int32_t v : released[i]) release_value(values_[static_cast<std::size_t>(v)], physical, free_by_size);
+      set_waits(step, needs, waited);
+    }
+    assign_host(plan);
+    use_physical_ids(plan);
+    list_buffers(physical, plan);
   }
 };
 

@@ -120,7 +120,7 @@ int main(int argc, char** argv) try {
       buffers.emplace_back(n, 0.5f);
     }
   }
-  profile.concurrent_slowdown = ppsched::profiling::measure_concurrent_slowdown(
+  profile.fixed_costs.concurrent_slowdown = ppsched::profiling::measure_concurrent_slowdown(
       [&](std::int32_t thread) {
         const auto t = static_cast<std::size_t>(thread);
         const ppsched::StageFunctions& f = whole_f[t];
@@ -132,8 +132,8 @@ int main(int argc, char** argv) try {
       {.ranks = 2});
   std::printf("fixed cost per step %.4f ms, per action %.4f ms, per transfer %.4f ms; two ranks computing at once "
               "%.2fx slower\n",
-              overheads.step_overhead, overheads.action_overhead, overheads.transfer_overhead,
-              profile.concurrent_slowdown.back());
+              overheads.fixed_costs.step, overheads.fixed_costs.action, overheads.fixed_costs.transfer,
+              profile.fixed_costs.concurrent_slowdown.back());
 
   // 2. The configurations: global batch 64.
   std::vector<Config> configs;
@@ -186,7 +186,7 @@ int main(int argc, char** argv) try {
           fresh_options.repetitions = 3;
           ppsched::Profile p = ppsched::profiling::measured_profile(ppsched::profiling::profile_stages(per_layer, fresh_options), "ms",
                                                                     c.rows, overheads);
-          p.concurrent_slowdown = profile.concurrent_slowdown;
+          p.fixed_costs.concurrent_slowdown = profile.fixed_costs.concurrent_slowdown;
           fresh = paired::predict_cut(p, c.rows, cut, schedule);
           fresh_without_optimizer = paired::predict_cut(paired::without_optimizer(p), c.rows, cut, schedule).makespan;
           if (c.ranks == 1) {
@@ -233,7 +233,7 @@ int main(int argc, char** argv) try {
   });
   const ppsched::plan::Recalibration fit =
       ppsched::plan::recalibrate_plan(profile, calibrating->timeline, calibrating->rows, 2, 64, {}, {});
-  std::printf("calibrated from 1f1b p=2 m=8 (one step): fixed cost per action %.4f ms\n", fit.profile.action_overhead);
+  std::printf("calibrated from 1f1b p=2 m=8 (one step): fixed cost per action %.4f ms\n", fit.profile.fixed_costs.action);
   // The same from every step of the last pass of two runs of different shapes (one rank, 2
   // micro-batches; two ranks, 32), with the step times measured around run_step.
   std::vector<ppsched::plan::MeasuredRun> runs;
@@ -244,7 +244,7 @@ int main(int argc, char** argv) try {
   }
   const ppsched::plan::Recalibration fit_runs = ppsched::plan::recalibrate_plan(profile, runs, 2, 64, {}, {});
   std::printf("calibrated from gpipe p=1 m=2 and 1f1b p=2 m=32 (%d steps each): fixed cost per step %.4f ms, per action %.4f ms\n",
-              repetitions, fit_runs.profile.step_overhead, fit_runs.profile.action_overhead);
+              repetitions, fit_runs.profile.fixed_costs.step, fit_runs.profile.fixed_costs.action);
   for (Config& c : configs) {
     ppsched::ScheduleRequest request{c.ranks, c.microbatches, c.family == "interleaved-1f1b" ? 2 : 1};
     const ppsched::Schedule schedule = ppsched::make_schedule(c.family, request);
@@ -294,7 +294,7 @@ int main(int argc, char** argv) try {
   std::vector<double> alone;
   for (const Config& c : configs) alone.push_back(c.alone);
   std::printf("  profiled without the concurrent slowdown (%.2fx): mean |error| %.1f%%, max %.1f%%, Kendall's tau %.2f\n",
-              profile.concurrent_slowdown.back(), 100.0 * unshared.mean(), 100.0 * unshared.max,
+              profile.fixed_costs.concurrent_slowdown.back(), 100.0 * unshared.mean(), 100.0 * unshared.max,
               accuracy::kendall_tau(alone, measured));
   // The same over the steps every core's probes found at its usual speed (docs/accuracy.md,
   // run 8), for the configurations with at least three.

@@ -634,7 +634,7 @@ int main(int argc, char** argv) try {
   on_rank(four[0], streams[0], [&] { timing = measure_timing_cost(); });
   std::printf("GPU %s; fixed cost per step %.4f ms, per action %.4f ms, per transfer %.4f ms; timing a call costs "
               "F %.4f, BI %.4f, BW %.4f, B %.4f ms (taken off the profile)\n",
-              props.name, overheads.step_overhead, overheads.action_overhead, overheads.transfer_overhead, timing.forward,
+              props.name, overheads.fixed_costs.step, overheads.fixed_costs.action, overheads.fixed_costs.transfer, timing.forward,
               timing.backward_input, timing.backward_weight, timing.backward);
 
   // 3. Per model: the measured profile (every size), the link, the concurrent slowdown per size.
@@ -733,7 +733,7 @@ int main(int argc, char** argv) try {
   };
   const auto cost_of = [&](const Config& c, const ppsched::Schedule& schedule, ppsched::plan::PartitionPlan& cut) {
     ppsched::Profile p = ppsched::profile_at_rows(profiles[c.model_index], c.rows);
-    p.concurrent_slowdown = slowdowns[c.model_index].at(c.rows);
+    p.fixed_costs.concurrent_slowdown = slowdowns[c.model_index].at(c.rows);
     ppsched::plan::GraphModelOptions g;
     g.ranks = c.ranks;
     g.microbatches = c.microbatches;
@@ -910,8 +910,8 @@ int main(int argc, char** argv) try {
     o << "{\n  \"program\": \"bench_accuracy_cuda\",\n  \"gpu\": " << J::quote(props.name)
       << ",\n  \"repetitions\": " << repetitions << ",\n  \"passes\": " << passes_run
       << ",\n  \"seconds\": " << J::number(elapsed()) << ",\n  \"unit\": \"ms\",\n  \"overheads_ms\": {\"step\": "
-      << J::number(overheads.step_overhead) << ", \"action\": " << J::number(overheads.action_overhead)
-      << ", \"transfer\": " << J::number(overheads.transfer_overhead) << "},\n  \"timing_cost_ms\": {\"forward\": "
+      << J::number(overheads.fixed_costs.step) << ", \"action\": " << J::number(overheads.fixed_costs.action)
+      << ", \"transfer\": " << J::number(overheads.fixed_costs.transfer) << "},\n  \"timing_cost_ms\": {\"forward\": "
       << J::number(timing.forward) << ", \"backward_input\": " << J::number(timing.backward_input)
       << ", \"backward_weight\": " << J::number(timing.backward_weight) << ", \"backward\": " << J::number(timing.backward)
       << "},\n  \"models\": [";

@@ -145,10 +145,10 @@ ppsched::libtorch::TorchProfile with_overhead_per_child(ppsched::libtorch::Torch
 ppsched::Profile priced_at(const ppsched::libtorch::TorchProfile& t, std::int64_t rows, const ppsched::Profile& priced,
                            const ppsched::profiling::BackendOverheads& overheads) {
   ppsched::Profile p = t.at(rows);
-  p.action_overhead += overheads.action_overhead;  // beside the adapter's own (TorchProfile::at)
-  p.transfer_overhead = overheads.transfer_overhead;
-  p.step_overhead = overheads.step_overhead;
-  p.concurrent_slowdown = priced.concurrent_slowdown;
+  p.fixed_costs.action += overheads.fixed_costs.action;  // beside the adapter's own (TorchProfile::at)
+  p.fixed_costs.transfer = overheads.fixed_costs.transfer;
+  p.fixed_costs.step = overheads.fixed_costs.step;
+  p.fixed_costs.concurrent_slowdown = priced.fixed_costs.concurrent_slowdown;
   return p;
 }
 ppsched::Profile priced_at32(const ppsched::libtorch::TorchProfile& t, const ppsched::Profile& priced,
@@ -165,7 +165,7 @@ std::vector<std::pair<std::string, ppsched::Profile>> variants(const ppsched::li
                                                                const ppsched::profiling::BackendOverheads& overheads) {
   const auto at32 = [&](const ppsched::libtorch::TorchProfile& t, bool adapter_overhead, bool first_in_bw) {
     ppsched::Profile p = priced_at32(t, priced, overheads);
-    if (!adapter_overhead) p.action_overhead = overheads.action_overhead;
+    if (!adapter_overhead) p.fixed_costs.action = overheads.fixed_costs.action;
     p.first_stage_backward_in_bw = first_in_bw;
     return p;
   };
@@ -437,9 +437,9 @@ int policies_report(int repetitions, const ppsched::profiling::BackendOverheads&
   const std::int32_t ranks = 2, microbatches = 8, rows = static_cast<std::int32_t>(global_batch / microbatches);
   const ppsched::libtorch::TorchProfile measured_profile = bench_torch::profile_of(model, {rows}, 3, 10);
   ppsched::Profile profile = measured_profile.at(rows);
-  profile.action_overhead += overheads.action_overhead;  // beside the adapter's own (TorchProfile::at)
-  profile.transfer_overhead = overheads.transfer_overhead;
-  profile.step_overhead = overheads.step_overhead;
+  profile.fixed_costs.action += overheads.fixed_costs.action;  // beside the adapter's own (TorchProfile::at)
+  profile.fixed_costs.transfer = overheads.fixed_costs.transfer;
+  profile.fixed_costs.step = overheads.fixed_costs.step;
   const std::vector<std::pair<std::string, std::vector<ppsched::plan::MemoryPolicy>>> policies{
       {"none", {ppsched::plan::MemoryPolicy::none(), ppsched::plan::MemoryPolicy::none()}},
       {"full recompute", {ppsched::plan::MemoryPolicy::full_recompute(), ppsched::plan::MemoryPolicy::full_recompute()}},
@@ -565,8 +565,8 @@ int main(int argc, char** argv) try {
   ppsched::CpuCluster single(1, cpu), pair(2, cpu);
   const ppsched::profiling::BackendOverheads overheads =
       ppsched::profiling::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)});
-  std::printf("fixed cost per step %.4f ms, per action %.4f ms, per transfer %.4f ms\n", overheads.step_overhead,
-              overheads.action_overhead, overheads.transfer_overhead);
+  std::printf("fixed cost per step %.4f ms, per action %.4f ms, per transfer %.4f ms\n", overheads.fixed_costs.step,
+              overheads.fixed_costs.action, overheads.fixed_costs.transfer);
 
   if (mode == "policies") return policies_report(argc > 2 ? std::atoi(argv[2]) : 10, overheads);
 
@@ -598,19 +598,19 @@ int main(int argc, char** argv) try {
     const ppsched::profiling::BackendOverheads fixed =
         ppsched::profiling::measure_backend_overheads<ppsched::CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)}, oo);
     std::printf("%s: %zu weight-gradient floats: fixed cost per step %.4f ms, per action %.4f ms, per transfer %.4f ms\n",
-                name.c_str(), oo.weight_grad_floats, fixed.step_overhead, fixed.action_overhead, fixed.transfer_overhead);
+                name.c_str(), oo.weight_grad_floats, fixed.fixed_costs.step, fixed.fixed_costs.action, fixed.fixed_costs.transfer);
     const std::vector<double> before_profile = probes.run();
     const ppsched::libtorch::TorchProfile measured_profile = bench_torch::profile_of(model, {2, 8, 32}, 3, 10);
     const std::vector<double> after_profile = probes.run();
     std::printf("%s: profiled with the cores' probes at %s their fastest before and %s after\n", name.c_str(),
                 ratios_text(before_profile).c_str(), ratios_text(after_profile).c_str());
     ppsched::Profile profile = measured_profile.at(32);
-    profile.action_overhead += fixed.action_overhead;  // beside the adapter's own (TorchProfile::at)
-    profile.transfer_overhead = fixed.transfer_overhead;
-    profile.step_overhead = fixed.step_overhead;
-    profile.concurrent_slowdown = concurrent_slowdown(model);
+    profile.fixed_costs.action += fixed.fixed_costs.action;  // beside the adapter's own (TorchProfile::at)
+    profile.fixed_costs.transfer = fixed.fixed_costs.transfer;
+    profile.fixed_costs.step = fixed.fixed_costs.step;
+    profile.fixed_costs.concurrent_slowdown = concurrent_slowdown(model);
     const std::vector<std::pair<std::string, ppsched::Profile>> undone = variants(measured_profile, profile, fixed);
-    std::printf("%s: concurrent slowdown with 2 ranks computing %.2fx\n", name.c_str(), profile.concurrent_slowdown.back());
+    std::printf("%s: concurrent slowdown with 2 ranks computing %.2fx\n", name.c_str(), profile.fixed_costs.concurrent_slowdown.back());
     std::vector<Config> configs;
     for (const bench_torch::ConfigKey& k : bench_torch::configurations(global_batch)) {
       configs.push_back({name, k.family, k.ranks, k.microbatches, k.rows, 0.0, 0.0, 0.0, {}, 0.0, {}, {}, {}, {}, {}, {}, {}});
@@ -713,7 +713,7 @@ int main(int argc, char** argv) try {
     std::snprintf(line, sizeof line,
                   "%s without the concurrent slowdown (%.2fx): mean |error| %.1f%%, max %.1f%%, tau %.2f; pick %s p=%d m=%d "
                   "measures %.1f%% over the fastest",
-                  name.c_str(), profile.concurrent_slowdown.back(), 100.0 * unshared.mean(), 100.0 * unshared.max,
+                  name.c_str(), profile.fixed_costs.concurrent_slowdown.back(), 100.0 * unshared.mean(), 100.0 * unshared.max,
                   kendall_tau(alone, measured), configs[pick_alone].family.c_str(), configs[pick_alone].ranks,
                   configs[pick_alone].microbatches, 100.0 * (measured[pick_alone] - measured[best]) / measured[best]);
     summaries.emplace_back(line);
@@ -737,7 +737,7 @@ int main(int argc, char** argv) try {
     std::snprintf(line, sizeof line,
                   "%s recalibrated from 2 runs (%.4f ms per step, %.4f per action): mean |error| %.1f%%, max %.1f%%, "
                   "tau %.2f; pick %s p=%d m=%d measures %.1f%% over the fastest",
-                  name.c_str(), fit.profile.step_overhead, fit.profile.action_overhead, 100.0 * recalibrated.mean(),
+                  name.c_str(), fit.profile.fixed_costs.step, fit.profile.fixed_costs.action, 100.0 * recalibrated.mean(),
                   100.0 * recalibrated.max, kendall_tau(calibrated, measured), configs[pick_after].family.c_str(),
                   configs[pick_after].ranks, configs[pick_after].microbatches,
                   100.0 * (measured[pick_after] - measured[best]) / measured[best]);

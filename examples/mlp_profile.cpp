@@ -79,8 +79,8 @@ int main(int argc, char** argv) try {
                 << '\n';
     }
   }
-  std::cout << "fixed cost per step " << overheads.step_overhead << " ms, per action " << overheads.action_overhead
-            << " ms, per transfer " << overheads.transfer_overhead << " ms (steps of empty stages: one rank median "
+  std::cout << "fixed cost per step " << overheads.fixed_costs.step << " ms, per action " << overheads.fixed_costs.action
+            << " ms, per transfer " << overheads.fixed_costs.transfer << " ms (steps of empty stages: one rank median "
             << overheads.few_step.median << " ms with few micro-batches, " << overheads.one_rank_step.median
             << " ms with many, two ranks " << overheads.two_rank_step.median << " ms)\n"
             << "wrote " << path << '\n';

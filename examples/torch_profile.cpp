@@ -94,7 +94,7 @@ int main(int argc, char** argv) try {
   // runs while two run at once, each thread on its own instance.
   std::vector<torch::nn::Sequential> copies{make_model(), make_model()};
   const torch::Tensor input = options.input(rows.front());
-  profile.concurrent_slowdown = ppsched::profiling::measure_concurrent_slowdown(
+  profile.fixed_costs.concurrent_slowdown = ppsched::profiling::measure_concurrent_slowdown(
       [&](std::int32_t thread) { copies[static_cast<std::size_t>(thread)]->forward(input).sum().backward(); }, {.ranks = 2});
   std::ofstream(path) << ppsched::profile_to_json(profile) << '\n';
   // readme-end
@@ -114,7 +114,7 @@ int main(int argc, char** argv) try {
                 << std::setw(12) << s.activation_bytes << std::setw(10) << s.output_bytes << '\n';
     }
   }
-  std::cout << "two ranks computing at once: each " << profile.concurrent_slowdown.back() << "x slower than alone\n";
+  std::cout << "two ranks computing at once: each " << profile.fixed_costs.concurrent_slowdown.back() << "x slower than alone\n";
   std::cout << "median [min, max] of " << options.repetitions << " repetitions after " << options.warmup
             << " warm-up runs; wrote the profile at " << rows.front() << " rows to " << path << '\n';
   return EXIT_SUCCESS;

@@ -506,9 +506,9 @@ TEST_CASE("what a cut right after a layer lets go reads and writes with the prof
 TEST_CASE("the runtime's fixed costs read and write with the profile", "[graph][profile][overhead]") {
   const Profile p = parse_profile(R"({"action_overhead": 0.006, "transfer_overhead": 0.01, "step_overhead": 0.2,
                                       "layers": [{"name": "a", "forward": 1}]})");
-  CHECK(p.action_overhead == 0.006);
-  CHECK(p.transfer_overhead == 0.01);
-  CHECK(p.step_overhead == 0.2);
+  CHECK(p.fixed_costs.action == 0.006);
+  CHECK(p.fixed_costs.transfer == 0.01);
+  CHECK(p.fixed_costs.step == 0.2);
   CHECK_THAT(profile_error(R"({"step_overhead": -1, "layers": [{"name": "a", "forward": 1}]})"),
              Catch::Contains("(at step_overhead)"));
   CHECK(parse_profile(profile_to_json(p)) == p);
@@ -528,7 +528,7 @@ TEST_CASE("a layer's optimizer step reads and writes with the profile; absent, i
 
 TEST_CASE("the ranks' concurrent slowdown reads and writes with the profile", "[graph][profile][shared]") {
   const Profile p = parse_profile(R"({"concurrent_slowdown": [1, 1.9], "layers": [{"name": "a", "forward": 1}]})");
-  CHECK(p.concurrent_slowdown == std::vector<double>{1.0, 1.9});
+  CHECK(p.fixed_costs.concurrent_slowdown == std::vector<double>{1.0, 1.9});
   CHECK(parse_profile(profile_to_json(p)) == p);
   CHECK(profile_to_json(parse_profile(R"({"layers": [{"name": "a", "forward": 1}]})")).find("concurrent") == std::string::npos);
   CHECK_THAT(profile_error(R"({"concurrent_slowdown": [1, 0.5], "layers": [{"name": "a", "forward": 1}]})"),

@@ -824,10 +824,10 @@ TEST_CASE("plan_devices prices each micro-batch size from measured points, not a
 
 TEST_CASE("the profile's fixed costs per action and transfer reach the planner's prices", "[plan][devices][overhead]") {
   Profile p = chain(4);
-  p.action_overhead = 0.5;
-  p.transfer_overhead = 0.25;
+  p.fixed_costs.action = 0.5;
+  p.fixed_costs.transfer = 0.25;
   const PlanModel model = graph_model(p, "with overheads", {.ranks = 2, .optimizer_state_factor = 1.0});
-  CHECK(model.action_overhead == 0.5);
+  CHECK(model.fixed_costs.action == 0.5);
   const CostModel cost = cost_model_of(model.partition(one_stage_per_rank_placement(2)),
                                        plan_cost_options(model, 0.5));
   CHECK(cost.action_overhead == 0.5);
@@ -844,7 +844,7 @@ TEST_CASE("the profile's fixed costs per action and transfer reach the planner's
   o.pipeline_sizes = {2};
   o.families = {"1f1b"};
   const DevicePlan free_actions = plan_devices(tiny, 2, 16, {}, o);
-  tiny.action_overhead = 1.0;
+  tiny.fixed_costs.action = 1.0;
   const DevicePlan costly_actions = plan_devices(tiny, 2, 16, {}, o);
   REQUIRE(free_actions.chosen);
   REQUIRE(costly_actions.chosen);
@@ -859,9 +859,9 @@ TEST_CASE("the profile's fixed cost per step is paid once in every price the pla
   o.pipeline_sizes = {2};
   o.families = {"1f1b"};
   const DevicePlan without = plan_devices(p, 2, 8, {}, o);
-  p.step_overhead = 3.0;
+  p.fixed_costs.step = 3.0;
   const PlanModel model = graph_model(p, "with a step cost", {.ranks = 2});
-  CHECK(model.step_overhead == 3.0);
+  CHECK(model.fixed_costs.step == 3.0);
   CHECK(cost_model_of(model.partition(one_stage_per_rank_placement(2)), plan_cost_options(model, 0.5)).step_overhead == 3.0);
   const DevicePlan with = plan_devices(p, 2, 8, {}, o);
   REQUIRE(without.chosen);
@@ -885,7 +885,7 @@ TEST_CASE("recalibrate_plan: a measured run twice as slow as profiled re-plans f
     l.backward_weight *= 2;
   }
   truth.graph = LayerGraph(doubled);
-  truth.action_overhead = 0.5;
+  truth.fixed_costs.action = 0.5;
   const PlanModel real = graph_model(truth, "truth", {.ranks = 2, .microbatches = 8, .optimizer_state_factor = 1.0});
   const Schedule run = make_schedule("1f1b", ScheduleRequest{2, 8, 1});
   CostModel real_cost = cost_model_of(real.partition(run.placement), plan_cost_options(real, 0.5));
@@ -1104,7 +1104,7 @@ TEST_CASE("recalibrate_plan from runs of two shapes recovers the times and the f
     l.backward_weight *= 2;
   }
   truth.graph = LayerGraph(doubled);
-  truth.step_overhead = 1.5;
+  truth.fixed_costs.step = 1.5;
   const auto measure = [&](const Schedule& run) {
     const PlanModel real = graph_model(truth, "truth", {.ranks = run.ranks, .microbatches = run.microbatches});
     CostModel cost = cost_model_of(real.partition(run.placement), plan_cost_options(real, 0.5));
@@ -1119,8 +1119,8 @@ TEST_CASE("recalibrate_plan from runs of two shapes recovers the times and the f
       2, 32, {}, o);
   REQUIRE(r.fits.size() == 2);
   REQUIRE(r.cuts.size() == 2);
-  CHECK(r.profile.step_overhead == Approx(1.5).epsilon(1e-9));
-  CHECK(r.profile.action_overhead == Approx(0.0).margin(1e-6));
+  CHECK(r.profile.fixed_costs.step == Approx(1.5).epsilon(1e-9));
+  CHECK(r.profile.fixed_costs.action == Approx(0.0).margin(1e-6));
   for (std::size_t l = 0; l < 4; ++l) {
     CHECK(r.profile.graph.layer(l).forward == Approx(truth.graph.layer(l).forward));
     CHECK(r.profile.graph.layer(l).backward_input == Approx(truth.graph.layer(l).backward_input));
@@ -1149,7 +1149,7 @@ TEST_CASE("recalibrate_plan from runs of two shapes recovers the times and the f
   const Recalibration mixed =
       recalibrate_plan(profile, {stalled, measure(make_schedule("gpipe", ScheduleRequest{1, 32, 1}))}, 2, 32, {}, o);
   CHECK(mixed.fits[0].after.action_overhead > 0.4);  // the short run alone: 2 / its 3 later actions' share
-  CHECK(mixed.profile.action_overhead < 0.01);
+  CHECK(mixed.profile.fixed_costs.action < 0.01);
 }
 
 TEST_CASE("compare_families with memory policies: auto fits a cap no plain family meets, given runs the stages named",
@@ -1324,7 +1324,7 @@ TEST_CASE("each result carries the cut it was priced on, and that cut prices it 
   // (PlanResult::partition for a V, an even split) would give another makespan.
   Profile profile = chain(16);
   profile.link = Interconnect{0.05, 1e3};
-  profile.action_overhead = 0.01;
+  profile.fixed_costs.action = 0.01;
   const PlanModel model = graph_model(profile, "uneven chain", {.ranks = 4, .microbatches = 8});
   PlanRequest request;
   request.ranks = 4;
@@ -1444,11 +1444,11 @@ TEST_CASE("a first stage that runs its whole backward in BW is priced so, and on
 TEST_CASE("the profile's concurrent slowdown reaches every price, scaled by the replicas that share the host", "[plan][devices][shared]") {
   Profile p = chain(4);
   p.rows = 1;
-  p.concurrent_slowdown = {1.0, 1.5};
+  p.fixed_costs.concurrent_slowdown = {1.0, 1.5};
   const PlanModel model = graph_model(p, "shared", {.ranks = 2});
-  CHECK(model.concurrent_slowdown == p.concurrent_slowdown);
+  CHECK(model.fixed_costs.concurrent_slowdown == p.fixed_costs.concurrent_slowdown);
   const CostModel cost = cost_model_of(model.partition(one_stage_per_rank_placement(2)), plan_cost_options(model, 0.5));
-  CHECK(cost.concurrent_slowdown == p.concurrent_slowdown);
+  CHECK(cost.concurrent_slowdown == p.fixed_costs.concurrent_slowdown);
   DevicePlanOptions o;
   o.pipeline_sizes = {2};
   o.families = {"1f1b"};
@@ -1458,12 +1458,12 @@ TEST_CASE("the profile's concurrent slowdown reaches every price, scaled by the 
   // Two replicas in step: while k ranks of one compute, 2k of the host's do.
   CHECK(cost_model_of(*plan.chosen, p, o).concurrent_slowdown == std::vector<double>{1.5, 3.0});
   Profile unshared = p;
-  unshared.concurrent_slowdown.clear();
+  unshared.fixed_costs.concurrent_slowdown.clear();
   const DevicePlan free = plan_devices(unshared, 4, 8, {}, o);
   REQUIRE(free.chosen);
   CHECK(plan.chosen->step_time > free.chosen->step_time);
   PlanCostOptions bad = plan_cost_options(model, 0.5);
-  bad.concurrent_slowdown = {0.9};
+  bad.fixed_costs.concurrent_slowdown = {0.9};
   CHECK_THROWS_WITH(cost_model_of(model.partition(one_stage_per_rank_placement(2)), bad),
-                    Catch::Contains("PlanCostOptions::concurrent_slowdown[0]"));
+                    Catch::Contains("PlanCostOptions::fixed_costs.concurrent_slowdown[0]"));
 }

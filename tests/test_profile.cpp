@@ -153,11 +153,11 @@ TEST_CASE("fit_backend_overheads recovers the fixed costs a step was made of", "
   const double t2 = detail::fixed_cost_makespan(two, 0.006, 0.011);
   CHECK(t1 == Approx(16 * 0.006));  // 8 F and 8 B on one rank
   const BackendOverheads o = fit_backend_overheads(one, {t1, t1 * 1.5, t1 * 0.9}, two, {t2}, "ms");
-  CHECK(o.action_overhead == Approx(0.006).epsilon(1e-9));
-  CHECK(o.transfer_overhead == Approx(0.011).epsilon(1e-6));
+  CHECK(o.fixed_costs.action == Approx(0.006).epsilon(1e-9));
+  CHECK(o.fixed_costs.transfer == Approx(0.011).epsilon(1e-6));
   CHECK(o.one_rank_step.max == Approx(t1 * 1.5));
   // A step no longer than its actions' share leaves nothing for the transfers.
-  CHECK(fit_backend_overheads(one, {t1}, two, {t1}, "ms").transfer_overhead == 0.0);
+  CHECK(fit_backend_overheads(one, {t1}, two, {t1}, "ms").fixed_costs.transfer == 0.0);
 }
 
 TEST_CASE("measure_backend_overheads on the CPU backend: a fit that reproduces the measured steps", "[profile][overhead]") {
@@ -169,17 +169,17 @@ TEST_CASE("measure_backend_overheads on the CPU backend: a fit that reproduces t
   o.warmup = 1;
   o.repetitions = 5;
   const BackendOverheads m = measure_backend_overheads<CpuBackend>({&single.rank(0)}, {&pair.rank(0), &pair.rank(1)}, o);
-  CHECK(m.action_overhead + m.step_overhead > 0.0);  // a step of empty stages takes some time
-  CHECK(m.action_overhead >= 0.0);
-  CHECK(m.step_overhead >= 0.0);
-  CHECK(std::isfinite(m.transfer_overhead));
+  CHECK(m.fixed_costs.action + m.fixed_costs.step > 0.0);  // a step of empty stages takes some time
+  CHECK(m.fixed_costs.action >= 0.0);
+  CHECK(m.fixed_costs.step >= 0.0);
+  CHECK(std::isfinite(m.fixed_costs.transfer));
   CHECK(m.few_step.median > 0.0);  // 2 micro-batches as well as 8, to separate the two costs
   const Schedule one = lower(make_schedule("gpipe", ScheduleRequest{1, 8, 1}));
   const Schedule few = lower(make_schedule("gpipe", ScheduleRequest{1, 2, 1}));
-  if (m.action_overhead > 0.0 && m.step_overhead > 0.0) {  // not clamped: two points, two constants, an exact fit
-    CHECK(detail::fixed_cost_makespan(one, m.action_overhead, 0.0) + m.step_overhead ==
+  if (m.fixed_costs.action > 0.0 && m.fixed_costs.step > 0.0) {  // not clamped: two points, two constants, an exact fit
+    CHECK(detail::fixed_cost_makespan(one, m.fixed_costs.action, 0.0) + m.fixed_costs.step ==
           Approx(m.one_rank_step.median).epsilon(1e-6));
-    CHECK(detail::fixed_cost_makespan(few, m.action_overhead, 0.0) + m.step_overhead ==
+    CHECK(detail::fixed_cost_makespan(few, m.fixed_costs.action, 0.0) + m.fixed_costs.step ==
           Approx(m.few_step.median).epsilon(1e-6));
   }
   o.few_microbatches = 9;
@@ -213,9 +213,9 @@ TEST_CASE("measure_backend_overheads with weight_grad_floats: the empty stages c
   o.weight_grad_floats = 1000;
   CpuCluster one(1, co), two(2, co);
   const BackendOverheads m = measure_backend_overheads<CpuBackend>({&one.rank(0)}, {&two.rank(0), &two.rank(1)}, o);
-  CHECK(m.action_overhead >= 0.0);
-  CHECK(m.step_overhead >= 0.0);
-  CHECK(std::isfinite(m.transfer_overhead));
+  CHECK(m.fixed_costs.action >= 0.0);
+  CHECK(m.fixed_costs.step >= 0.0);
+  CHECK(std::isfinite(m.fixed_costs.transfer));
   CHECK(m.one_rank_step.median > 0.0);
 }
 
@@ -229,25 +229,25 @@ TEST_CASE("fit_backend_overheads separates the cost per step from the cost per a
   const double t_two = step(two, 0.004, 0.02);
   const BackendOverheads o = fit_backend_overheads(
       {{few, {step(few, 0.004, 0.0)}}, {many, {step(many, 0.004, 0.0), 5.0, 0.1}}}, {two, {t_two}}, "ms");
-  CHECK(o.step_overhead == Approx(0.3).epsilon(1e-9));
-  CHECK(o.action_overhead == Approx(0.004).epsilon(1e-9));
-  CHECK(o.transfer_overhead == Approx(0.02).epsilon(1e-6));
+  CHECK(o.fixed_costs.step == Approx(0.3).epsilon(1e-9));
+  CHECK(o.fixed_costs.action == Approx(0.004).epsilon(1e-9));
+  CHECK(o.fixed_costs.transfer == Approx(0.02).epsilon(1e-6));
   CHECK(o.few_step.median == Approx(step(few, 0.004, 0.0)));
   CHECK(o.one_rank_step.median == Approx(step(many, 0.004, 0.0)));
   // Three shapes with noise: the least-squares line through them.
   const BackendOverheads three = fit_backend_overheads(
       {{few, {step(few, 0.004, 0.0) + 0.01}}, {mid, {step(mid, 0.004, 0.0) - 0.02}}, {many, {step(many, 0.004, 0.0) + 0.01}}},
       {two, {t_two}}, "ms");
-  CHECK(three.step_overhead == Approx(0.3).margin(0.02));
-  CHECK(three.action_overhead == Approx(0.004).margin(0.0005));
+  CHECK(three.fixed_costs.step == Approx(0.3).margin(0.02));
+  CHECK(three.fixed_costs.action == Approx(0.004).margin(0.0005));
   // The old single-shape fit puts the whole step on the actions; the joint one does not.
   const BackendOverheads single = fit_backend_overheads(many, {step(many, 0.004, 0.0)}, two, {t_two}, "ms");
-  CHECK(single.step_overhead == 0.0);
-  CHECK(single.action_overhead == Approx((0.3 + 64 * 0.004) / 64).epsilon(1e-9));
+  CHECK(single.fixed_costs.step == 0.0);
+  CHECK(single.fixed_costs.action == Approx((0.3 + 64 * 0.004) / 64).epsilon(1e-9));
   // Noise that would make a cost negative: the better one-constant fit instead, never below 0.
   const BackendOverheads flat = fit_backend_overheads({{few, {1.0}}, {many, {0.9}}}, {two, {t_two}}, "ms");
-  CHECK(flat.action_overhead == 0.0);
-  CHECK(flat.step_overhead == Approx(0.95));
+  CHECK(flat.fixed_costs.action == 0.0);
+  CHECK(flat.fixed_costs.step == Approx(0.95));
   CHECK_THROWS_WITH(fit_backend_overheads({{two, {1.0}}}, {two, {t_two}}, "ms"), Catch::Contains("one_rank[0]"));
 }
 
@@ -265,15 +265,15 @@ TEST_CASE("measured_profile: one layer per stage, a point per size, the referenc
   stages[0].sizes[0].optimizer_step->median = 0.125;
   stages[0].sizes[1].optimizer_step->median = 0.5;  // the reference size's is the layer's
   BackendOverheads overheads;
-  overheads.action_overhead = 0.005;
-  overheads.transfer_overhead = 0.01;
-  overheads.step_overhead = 0.25;
+  overheads.fixed_costs.action = 0.005;
+  overheads.fixed_costs.transfer = 0.01;
+  overheads.fixed_costs.step = 0.25;
   const Profile p = measured_profile(stages, "ms", 8, overheads);
   CHECK(p.rows == 8);
   CHECK(p.time_unit == "ms");
-  CHECK(p.action_overhead == 0.005);
-  CHECK(p.transfer_overhead == 0.01);
-  CHECK(p.step_overhead == 0.25);
+  CHECK(p.fixed_costs.action == 0.005);
+  CHECK(p.fixed_costs.transfer == 0.01);
+  CHECK(p.fixed_costs.step == 0.25);
   REQUIRE(p.graph.size() == 2);
   CHECK(p.graph.layer(0).forward == 4.0);
   CHECK(p.graph.layer(0).points.size() == 2);

@@ -1472,7 +1472,7 @@ CATCH_TEST_CASE("profile_sequential measures every child at every size and leave
   const ppsched::libtorch::TorchProfile::CallOverhead& once = p.call_overhead;
   for (double v : {once.forward, once.backward, once.backward_input, once.backward_weight}) CATCH_CHECK(v >= 0.0);
   CATCH_CHECK(at4.first_stage_backward_in_bw);  // the adapter's first stage: its BW runs the whole backward
-  CATCH_CHECK(at4.action_overhead ==
+  CATCH_CHECK(at4.fixed_costs.action ==
               (once.forward + once.backward + once.backward_input + once.backward_weight) / 4.0);
 }
 
@@ -1555,7 +1555,7 @@ CATCH_TEST_CASE("profile_sequential takes the call overhead off the children onc
   const ppsched::libtorch::TorchProfile alone = ppsched::libtorch::profile_sequential(one, opts);
   CATCH_CHECK(alone.call_overhead.forward == 0.0);
   CATCH_CHECK(alone.call_overhead.backward_input == 0.0);
-  CATCH_CHECK(alone.at(2).action_overhead == 0.0);
+  CATCH_CHECK(alone.at(2).fixed_costs.action == 0.0);
 }
 
 CATCH_TEST_CASE("profile_sequential rejects options it cannot measure with", "[torch]") {

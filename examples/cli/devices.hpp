@@ -129,7 +129,7 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
   }
   if (r.fits.size() > 1) {
     out += concat("combined (per layer and kind the median of the runs' ratios): fixed cost per action ",
-                  r.profile.action_overhead, ", per step ", r.profile.step_overhead, "\n");
+                  r.profile.fixed_costs.action, ", per step ", r.profile.fixed_costs.step, "\n");
   }
   out += "before calibration:\n" + to_string(r.before) + "after calibration:\n" + to_string(r.after);
   const auto pick = [](const DevicePlan& p) { return p.chosen ? to_string(*p.chosen) : std::string("nothing fits"); };

@@ -47,11 +47,11 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
   std::string out;
   const auto add = [&](const std::string& part) { out += concat(out.empty() ? "; measured runtime: " : ", ", part); };
   const std::string unit = p.time_unit.empty() ? "" : concat(" ", p.time_unit);
-  if (p.action_overhead > 0.0) add(concat(p.action_overhead, unit, " per action"));
-  if (p.transfer_overhead > 0.0) add(concat(p.transfer_overhead, unit, " per transfer"));
-  if (p.step_overhead > 0.0) add(concat(p.step_overhead, unit, " per step"));
-  for (std::size_t k = 1; k < p.concurrent_slowdown.size(); ++k) {
-    add(concat(k + 1, " ranks computing at once ", p.concurrent_slowdown[k], "x slower"));
+  if (p.fixed_costs.action > 0.0) add(concat(p.fixed_costs.action, unit, " per action"));
+  if (p.fixed_costs.transfer > 0.0) add(concat(p.fixed_costs.transfer, unit, " per transfer"));
+  if (p.fixed_costs.step > 0.0) add(concat(p.fixed_costs.step, unit, " per step"));
+  for (std::size_t k = 1; k < p.fixed_costs.concurrent_slowdown.size(); ++k) {
+    add(concat(k + 1, " ranks computing at once ", p.fixed_costs.concurrent_slowdown[k], "x slower"));
   }
   if (p.first_stage_backward_in_bw) add("the first stage's whole backward in BW");
   return out;

@@ -125,10 +125,19 @@ void bind_partition(py::module_& m) {
       .def_readwrite("link", &pp::Profile::link)
       .def_readwrite("time_unit", &pp::Profile::time_unit)
       .def_readwrite("rows", &pp::Profile::rows)
-      .def_readwrite("action_overhead", &pp::Profile::action_overhead)
-      .def_readwrite("transfer_overhead", &pp::Profile::transfer_overhead)
-      .def_readwrite("step_overhead", &pp::Profile::step_overhead)
-      .def_readwrite("concurrent_slowdown", &pp::Profile::concurrent_slowdown)
+      // Profile::fixed_costs, under the profile JSON's names.
+      .def_property(
+          "action_overhead", [](const pp::Profile& p) { return p.fixed_costs.action; },
+          [](pp::Profile& p, double v) { p.fixed_costs.action = v; })
+      .def_property(
+          "transfer_overhead", [](const pp::Profile& p) { return p.fixed_costs.transfer; },
+          [](pp::Profile& p, double v) { p.fixed_costs.transfer = v; })
+      .def_property(
+          "step_overhead", [](const pp::Profile& p) { return p.fixed_costs.step; },
+          [](pp::Profile& p, double v) { p.fixed_costs.step = v; })
+      .def_property(
+          "concurrent_slowdown", [](const pp::Profile& p) { return p.fixed_costs.concurrent_slowdown; },
+          [](pp::Profile& p, std::vector<double> v) { p.fixed_costs.concurrent_slowdown = std::move(v); })
       .def_readwrite("first_stage_backward_in_bw", &pp::Profile::first_stage_backward_in_bw)
       .def_property_readonly("layers", [](const pp::Profile& p) { return p.graph.layers(); })
       .def("at_rows", &pp::profile_at_rows, py::arg("rows"), py::arg("reference_rows") = 0.0,

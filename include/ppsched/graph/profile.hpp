@@ -22,6 +22,23 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
+// What the runtime costs on top of the layers' own times, in the time unit of the value that
+// holds it (Profile, plan::PlanModel, plan::PlanCostOptions; CostModel prices actions with the
+// same four, in its own fields): every compute action pays `action`, every transfer
+// `transfer`, every step `step` once (in the makespan, not in any action's span), and while k
+// ranks compute at once on one host each compute runs `concurrent_slowdown[k-1]` times slower
+// (entry 0 is 1; empty: ranks never slow each other). Measured by
+// profiling::measure_backend_overheads and measure_concurrent_slowdown; a profile's JSON keeps
+// them as action_overhead, transfer_overhead, step_overhead and concurrent_slowdown.
+struct FixedCosts {
+  double action = 0.0;
+  double transfer = 0.0;
+  double step = 0.0;
+  std::vector<double> concurrent_slowdown{};
+
+  friend bool operator==(const FixedCosts&, const FixedCosts&) = default;
+};
+
 struct Profile {
   LayerGraph graph;
   std::vector<Device> devices;  // in pipeline order; empty when the profile names none
@@ -30,17 +47,11 @@ struct Profile {
   // Samples per micro-batch the layers' plain costs were measured at; 0 when the profile does
   // not say (the planner then takes DevicePlanOptions::profile_microbatch_size).
   double rows = 0.0;
-  // The runtime's fixed cost of every compute action and of every transfer, in the time unit,
-  // on top of the layers' times (CostModel::action_overhead, transfer_overhead); measured by
-  // measure_backend_overheads (runtime/profile.hpp), 0 when not measured.
-  double action_overhead = 0.0;
-  double transfer_overhead = 0.0;
-  // ... and of every step, once (CostModel::step_overhead).
-  double step_overhead = 0.0;
-  // How much slower each compute runs while k ranks compute at once on the host, entry k-1
-  // (CostModel::concurrent_slowdown; measure_concurrent_slowdown in runtime/profile.hpp); empty
-  // when not measured or when ranks do not share cores.
-  std::vector<double> concurrent_slowdown{};
+  // The runtime's fixed costs (per compute action, per transfer, per step, and the slowdown of
+  // ranks computing at once), in the time unit, on top of the layers' times; measured by
+  // measure_backend_overheads and measure_concurrent_slowdown (runtime/profile.hpp), zero and
+  // empty when not measured.
+  FixedCosts fixed_costs{};
   // The first stage's input takes no gradient. Where the stages' BI computes only what the input
   // gradient needs (the libtorch adapter's does), the first stage's BI does nothing and its BW
   // runs the whole backward: true prices that stage's BI at 0 and its BW at its layers' B

@@ -49,10 +49,10 @@ namespace ppsched::inline PPSCHED_MODE {
   nlohmann::json doc = nlohmann::json::object();
   if (!p.time_unit.empty()) doc["unit"] = p.time_unit;
   if (p.rows != 0.0) doc["rows"] = p.rows;
-  if (p.action_overhead != 0.0) doc["action_overhead"] = p.action_overhead;
-  if (p.transfer_overhead != 0.0) doc["transfer_overhead"] = p.transfer_overhead;
-  if (p.step_overhead != 0.0) doc["step_overhead"] = p.step_overhead;
-  if (!p.concurrent_slowdown.empty()) doc["concurrent_slowdown"] = p.concurrent_slowdown;
+  if (p.fixed_costs.action != 0.0) doc["action_overhead"] = p.fixed_costs.action;
+  if (p.fixed_costs.transfer != 0.0) doc["transfer_overhead"] = p.fixed_costs.transfer;
+  if (p.fixed_costs.step != 0.0) doc["step_overhead"] = p.fixed_costs.step;
+  if (!p.fixed_costs.concurrent_slowdown.empty()) doc["concurrent_slowdown"] = p.fixed_costs.concurrent_slowdown;
   if (p.first_stage_backward_in_bw) doc["first_stage_backward_in_bw"] = true;
   nlohmann::json layers = nlohmann::json::array();
   for (const Layer& l : p.graph.layers()) {

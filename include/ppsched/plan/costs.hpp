@@ -32,13 +32,10 @@ struct PlanCostOptions {
   // Whether transfers cost each stage's send_time. Off, the link is free: what a run of
   // synthetic stages that move no modelled bytes does (ppsched-bubbles).
   bool transfers = true;
-  // The runtime's fixed costs (CostModel::action_overhead, transfer_overhead), in the model's
-  // unit (multiplied by time_scale like every time).
-  double action_overhead = 0.0;
-  double transfer_overhead = 0.0;
-  double step_overhead = 0.0;
-  // Ranks sharing the host's cores (CostModel::concurrent_slowdown); a factor, not a time.
-  std::vector<double> concurrent_slowdown{};
+  // The runtime's fixed costs (CostModel::action_overhead, transfer_overhead, step_overhead),
+  // in the model's unit (multiplied by time_scale like every time), and the slowdown of ranks
+  // sharing the host's cores (CostModel::concurrent_slowdown; a factor, not a time).
+  FixedCosts fixed_costs{};
   // The first stage's BI priced at 0 and its BW at its whole backward (Profile::first_stage_backward_in_bw).
   bool first_stage_backward_in_bw = false;
 };
@@ -48,10 +45,7 @@ struct PlanCostOptions {
   PlanCostOptions o;
   o.unit = model.unit;
   o.weight_memory_fraction = weight_memory_fraction;
-  o.action_overhead = model.action_overhead;
-  o.transfer_overhead = model.transfer_overhead;
-  o.step_overhead = model.step_overhead;
-  o.concurrent_slowdown = model.concurrent_slowdown;
+  o.fixed_costs = model.fixed_costs;
   o.first_stage_backward_in_bw = model.first_stage_backward_in_bw;
   return o;
 }
@@ -91,19 +85,19 @@ struct PlanCostOptions {
                                                       [](const PartitionStage& s) { return s.send_time == 0.0; });
   cost.link = free ? Interconnect{} : Interconnect{0.0, 1.0};
   cost.weight_memory_fraction = options.weight_memory_fraction;
-  for (const auto& [value, field] : {std::pair{options.action_overhead, "action_overhead"},
-                                     std::pair{options.transfer_overhead, "transfer_overhead"},
-                                     std::pair{options.step_overhead, "step_overhead"}}) {
+  const FixedCosts& fixed = options.fixed_costs;
+  for (const auto& [value, field] : {std::pair{fixed.action, "action"}, std::pair{fixed.transfer, "transfer"},
+                                     std::pair{fixed.step, "step"}}) {
     if (!(value >= 0.0 && value <= std::numeric_limits<double>::max())) {
-      detail::fail({"cost_model_of", detail::concat(field, " is ", value), detail::concat("PlanCostOptions::", field),
-            "give a finite fixed time >= 0 (0: none)"});
+      detail::fail({"cost_model_of", detail::concat("fixed_costs.", field, " is ", value),
+                    detail::concat("PlanCostOptions::fixed_costs.", field), "give a finite fixed time >= 0 (0: none)"});
     }
   }
-  cost.action_overhead = options.action_overhead * k;
-  cost.transfer_overhead = options.transfer_overhead * k;
-  cost.step_overhead = options.step_overhead * k;
-  detail::check_concurrent_slowdown(options.concurrent_slowdown, "cost_model_of", "PlanCostOptions::concurrent_slowdown");
-  cost.concurrent_slowdown = options.concurrent_slowdown;
+  cost.action_overhead = fixed.action * k;
+  cost.transfer_overhead = fixed.transfer * k;
+  cost.step_overhead = fixed.step * k;
+  detail::check_concurrent_slowdown(fixed.concurrent_slowdown, "cost_model_of", "PlanCostOptions::fixed_costs.concurrent_slowdown");
+  cost.concurrent_slowdown = fixed.concurrent_slowdown;
   cost.stages.reserve(partition.stages.size());
   for (const PartitionStage& s : partition.stages) {
     StageCost c = stage_cost_of(s, cost.stages.empty());

@@ -104,9 +104,10 @@ struct DevicePlan {
   PlanCostOptions o;
   o.unit = profile.time_unit.empty() ? "unit" : profile.time_unit;
   o.weight_memory_fraction = options.weight_memory_fraction;
-  o.action_overhead = profile.action_overhead;
-  o.transfer_overhead = profile.transfer_overhead;
-  o.concurrent_slowdown = detail::replicated_slowdown(profile.concurrent_slowdown, split.pipeline, split.replicas);
+  o.fixed_costs = profile.fixed_costs;
+  o.fixed_costs.step = 0.0;  // as plan_devices: added to DeviceSplit::pipeline_time and step_time, not simulated
+  o.fixed_costs.concurrent_slowdown =
+      detail::replicated_slowdown(profile.fixed_costs.concurrent_slowdown, split.pipeline, split.replicas);
   o.first_stage_backward_in_bw = profile.first_stage_backward_in_bw;
   return cost_model_of(split.partition, o);
 }

@@ -117,12 +117,9 @@ struct PlanModel {
   // What the hardware holds per rank: graph_model sets `rank_total_bytes` from the profile's
   // devices' memory; unlimited: no cap.
   MemoryCap device_cap{};
-  // The runtime's fixed cost per compute action and per transfer (CostModel::action_overhead,
-  // transfer_overhead), in `unit`; graph_model takes them from the profile.
-  double action_overhead = 0.0;
-  double transfer_overhead = 0.0;
-  double step_overhead = 0.0;  // once per step (CostModel::step_overhead)
-  std::vector<double> concurrent_slowdown{};  // ranks sharing the host's cores (CostModel::concurrent_slowdown)
+  // The runtime's fixed costs per compute action, per transfer and per step, and the slowdown of
+  // ranks sharing the host's cores, in `unit`; graph_model takes them from the profile.
+  FixedCosts fixed_costs{};
   bool first_stage_backward_in_bw = false;    // Profile::first_stage_backward_in_bw
   std::function<PartitionPlan(const CutRequest& cut)> partition;
   // Per position of the layer order the partition cuts (PartitionStage::begin..end),
@@ -279,10 +276,7 @@ struct GraphModelOptions {
   model.ranks = options.ranks;
   model.microbatches = options.microbatches;
   model.link = profile.link;
-  model.action_overhead = profile.action_overhead;
-  model.transfer_overhead = profile.transfer_overhead;
-  model.step_overhead = profile.step_overhead;
-  model.concurrent_slowdown = profile.concurrent_slowdown;
+  model.fixed_costs = profile.fixed_costs;
   model.first_stage_backward_in_bw = profile.first_stage_backward_in_bw;
   if (std::any_of(devices.begin(), devices.end(),
                   [](const Device& d) { return d.memory_bytes != std::numeric_limits<double>::infinity(); })) {

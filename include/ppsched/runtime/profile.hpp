@@ -205,13 +205,12 @@ namespace profiling {
   return out;
 }
 
-// The runtime's fixed costs as CostModel::action_overhead, transfer_overhead and
-// step_overhead, in a unit.
+// The runtime's fixed costs per action, per transfer and per step as measured (FixedCosts;
+// concurrent_slowdown is measure_concurrent_slowdown's, left empty here), in a unit, with the
+// steps the fit used.
 struct BackendOverheads {
   std::string unit = "ms";
-  double action_overhead = 0.0;
-  double transfer_overhead = 0.0;
-  double step_overhead = 0.0;
+  FixedCosts fixed_costs{};
   TimeSpread one_rank_step;  // the measured steps the fit used, for the report (one rank: the longest schedule)
   TimeSpread two_rank_step;
   TimeSpread few_step;       // one rank, the shortest schedule (empty when only one was measured)
@@ -224,12 +223,12 @@ struct MeasuredSteps {
 };
 
 // Fits the fixed costs from measured steps of empty stages. `one_rank` holds schedules on one
-// rank (compute actions only), whose step is step_overhead + n x action_overhead for n actions
+// rank (compute actions only), whose step is step + n x action for n actions
 // as the simulator counts them: with two or more distinct n (few and many micro-batches) both
 // are fitted, by least squares on the medians, so that what a step pays once is not spread
 // over its actions; with one n the step overhead is 0 and the action overhead the whole step
 // over n. Neither goes below 0 (noise that would put one there: the better fit with one
-// constant). `two_rank` (on two ranks) then gives transfer_overhead, the other two held.
+// constant). `two_rank` (on two ranks) then gives the cost per transfer, the other two held.
 // Steps are in `unit`.
 [[nodiscard]] inline BackendOverheads fit_backend_overheads(const std::vector<MeasuredSteps>& one_rank,
                                                             const MeasuredSteps& two_rank, std::string unit = "ms") {
@@ -283,9 +282,9 @@ struct MeasuredSteps {
       s = std::max(0.0, mt);
     }
   }
-  o.action_overhead = a;
-  o.step_overhead = s;
-  o.transfer_overhead = detail::solve_increasing(
+  o.fixed_costs.action = a;
+  o.fixed_costs.step = s;
+  o.fixed_costs.transfer = detail::solve_increasing(
       [&](double x) { return detail::fixed_cost_makespan(two_rank.schedule, a, x) + s; }, o.two_rank_step.median);
   return o;
 }
@@ -537,11 +536,7 @@ struct SlowdownOptions {
   p.graph = LayerGraph(std::move(layers));
   p.time_unit = unit;
   p.rows = reference;
-  if (overheads) {
-    p.action_overhead = overheads->action_overhead;
-    p.transfer_overhead = overheads->transfer_overhead;
-    p.step_overhead = overheads->step_overhead;
-  }
+  if (overheads) p.fixed_costs = overheads->fixed_costs;
   return p;
 }
 

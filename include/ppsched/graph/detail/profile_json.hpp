@@ -45,9 +45,9 @@ class ProfileReader {
       p.time_unit = unit->get<std::string>();
     }
     p.rows = number(doc, "rows", "", 0.0, [](double x) { return x > 0.0; }, "the samples per micro-batch measured, > 0");
-    p.action_overhead = non_negative(doc, "action_overhead", "", 0.0);
-    p.transfer_overhead = non_negative(doc, "transfer_overhead", "", 0.0);
-    p.step_overhead = non_negative(doc, "step_overhead", "", 0.0);
+    p.fixed_costs.action = non_negative(doc, "action_overhead", "", 0.0);
+    p.fixed_costs.transfer = non_negative(doc, "transfer_overhead", "", 0.0);
+    p.fixed_costs.step = non_negative(doc, "step_overhead", "", 0.0);
     if (const auto* slowdown = member(doc, "concurrent_slowdown")) {
       expect_type(*slowdown, nlohmann::json::value_t::array, "concurrent_slowdown",
                   "an array of factors >= 1, one per count of ranks computing at once (1, 2, ...)");
@@ -58,7 +58,7 @@ class ProfileReader {
           detail::fail({subject_, detail::concat(where, " is ", x.dump()), where,
                 "give how many times longer a compute takes while that many ranks compute at once: a finite number >= 1"});
         }
-        p.concurrent_slowdown.push_back(x.get<double>());
+        p.fixed_costs.concurrent_slowdown.push_back(x.get<double>());
       }
     }
     if (const auto* whole = member(doc, "first_stage_backward_in_bw")) {

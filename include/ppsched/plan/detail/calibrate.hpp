@@ -64,8 +64,8 @@ namespace detail {
   }
   Profile out = profile;
   out.graph = LayerGraph(std::move(layers), profile.graph.edges());
-  out.action_overhead = action_overhead;
-  out.step_overhead = step_overhead;
+  out.fixed_costs.action = action_overhead;
+  out.fixed_costs.step = step_overhead;
   return out;
 }
 

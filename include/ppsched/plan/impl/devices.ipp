@@ -119,7 +119,7 @@ namespace plan {
       g.optimizer_state_factor = options.optimizer_state_factor;
       g.method = options.method;
       PlanModel model = graph_model(profile_at_rows(machine, b, options.profile_microbatch_size), plan.model, g);
-      model.concurrent_slowdown = detail::replicated_slowdown(profile.concurrent_slowdown, p, d);
+      model.fixed_costs.concurrent_slowdown = detail::replicated_slowdown(profile.fixed_costs.concurrent_slowdown, p, d);
       if (device_cap < no_cap) {
         model.partition = [fitting_cut = std::move(model.partition),
                            any_cut = graph_model(profile_at_rows(any_memory, b, options.profile_microbatch_size), plan.model, g).partition](
@@ -172,11 +172,11 @@ namespace plan {
         s.schedule = std::move(built.schedule);
         s.partition = std::move(built.partition);
         // The timeline holds the actions only; the step's fixed cost is paid once on top.
-        s.pipeline_time = step.pipeline_time + model.step_overhead;
+        s.pipeline_time = step.pipeline_time + model.fixed_costs.step;
         s.bubble_fraction = r.bubble_fraction;
         s.all_reduce_longest = step.all_reduce_longest;
         s.all_reduce_exposed = step.all_reduce_exposed;
-        s.step_time = step.step_time + model.step_overhead;
+        s.step_time = step.step_time + model.fixed_costs.step;
         s.peak_memory_bytes = *std::max_element(r.peak_memory_bytes.begin(), r.peak_memory_bytes.end());
         s.fits = r.fits;
         s.fit_problem = r.fit_problem;

@@ -444,8 +444,9 @@ PPSCHED_OUTLINE void check_posting_order(const FlatSchedule& flat, ProblemSink& 
   std::vector<std::pair<std::int32_t, std::int32_t>> reported;  // (from, to) pairs already reported
   for (std::int32_t to = 0; to < flat.ranks; ++to) {
     const std::int32_t begin = flat.rank_begin[static_cast<std::size_t>(to)];
+    const std::int32_t end = flat.rank_begin[static_cast<std::size_t>(to) + 1];
     const Action* prog = flat.rank_actions[static_cast<std::size_t>(to)];
-    for (std::int32_t i = begin; i < flat.rank_begin[static_cast<std::size_t>(to) + 1]; ++i) {
+    for (std::int32_t i = begin; i < end; ++i) {
       const Action& a = prog[i - begin];
       if (!is_recv(a.op)) continue;
       const std::int32_t peer_stage = a.op == Op::RECV_F ? a.stage - 1 : a.stage + 1;

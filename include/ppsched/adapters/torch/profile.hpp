@@ -107,7 +107,7 @@ struct TorchProfile {
   // The Profile at one measured size: a chain of the children with the medians (ms) and
   // bytes at that size, the full backward beside the split halves, `rows` set to that size,
   // and every measured size as the layer's points (graph/rows.hpp), so the planner prices any
-  // micro-batch size from measurement rather than by scaling this one. Its action_overhead is
+  // micro-batch size from measurement rather than by scaling this one. Its fixed_costs.action is
   // the mean of call_overhead's four: add the backend's own (measure_backend_overheads) to
   // it, do not overwrite it. first_stage_backward_in_bw is set: the adapter's first stage runs
   // its whole backward in BW.
@@ -194,7 +194,7 @@ inline Profile TorchProfile::at(std::int64_t micro_batch_rows) const {
   p.time_unit = "ms";
   p.rows = static_cast<double>(micro_batch_rows);
   const CallOverhead& o = call_overhead;
-  p.action_overhead = (o.forward + o.backward + o.backward_input + o.backward_weight) / 4.0;
+  p.fixed_costs.action = (o.forward + o.backward + o.backward_input + o.backward_weight) / 4.0;
   // A TorchStage whose input takes no gradient leaves the whole backward to BW (backward_input).
   p.first_stage_backward_in_bw = true;
   return p;

@@ -26,8 +26,9 @@ if not compiler or not shutil.which(compiler):
 flags = ["-std=c++20", "-fsyntax-only", "-Wall", "-Wextra", "-Werror",
          "-I" + os.path.join(root, "include"), "-I" + os.path.join(root, "tests"),
          "-I" + os.path.join(root, "examples"),
-         # The tools print the project version; Meson defines it for the real build.
-         '-DPPSCHED_VERSION="warnings-check"']
+         # The tools print the project version, test_compiled compares config.hpp's with it;
+         # Meson defines both for the real build.
+         '-DPPSCHED_VERSION="warnings-check"', '-DPPSCHED_MESON_VERSION="warnings-check"']
 
 # MPI's headers (backend/mpi, its tests, example and benchmark) are checked where the MPI
 # compiler wrapper says where they are, and left out elsewhere.
@@ -85,10 +86,11 @@ for order, listed in (("forward", headers), ("reverse", headers[::-1])):
     units.append(unit)
 
 
-# Units built in compiled mode (include/ppsched/config.hpp) in the real build: the parts'
-# tests and the MPI programs (tests/meson.build, tests/mpi/meson.build), the examples but the
-# quickstart and ppsched-plan (examples/meson.build), the benchmarks (bench/meson.build). The
-# bodies they no longer read are checked by the headers alone and src/compiled.cpp.
+# Units read here in compiled mode (include/ppsched/config.hpp): the parts' tests and the MPI
+# programs (compiled mode in .ci/reliability's builds and test_compiled always; the default
+# build has the parts header-only, option test_mode), the examples but the quickstart and
+# ppsched-plan (examples/meson.build), the benchmarks (bench/meson.build). The bodies they do not
+# read are checked by the headers alone, here too, and src/compiled.cpp.
 def compiled_mode(unit):
     folder, name = os.path.dirname(unit), os.path.basename(unit)
     if folder in (os.path.join(root, "tests"), os.path.join(root, "tests", "mpi")):

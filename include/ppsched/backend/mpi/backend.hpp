@@ -293,6 +293,13 @@ class MpiBackend {
     depth_ = 0;
   }
 
+  // Floats this rank's completed transfers moved to and from its peers (as CpuBackend's):
+  // with Batch::sizes, each micro-batch's own size.
+  [[nodiscard]] std::size_t floats_sent() const noexcept { return floats_sent_.load(std::memory_order_relaxed); }
+  [[nodiscard]] std::size_t floats_received() const noexcept {
+    return floats_received_.load(std::memory_order_relaxed);
+  }
+
  private:
   // Throws when this process's own setup is wrong: a replica count that does not divide the
   // job, or (on MPI_COMM_WORLD) a launcher environment that names another place. Local only.
@@ -594,6 +601,9 @@ class MpiBackend {
               "Post the transfers between each pair of ranks in the same order on both sides, with equal counts"});
       }
     }
+    for (const detail::mpi::Transfer& op : g.ops) {
+      (op.is_send ? floats_sent_ : floats_received_).fetch_add(op.count, std::memory_order_relaxed);
+    }
   }
 
   [[nodiscard]] std::string describe(const detail::mpi::Transfer& op) const {
@@ -637,6 +647,8 @@ class MpiBackend {
   std::size_t next_group_ = 0;
 
   // Faults. The notes and the control request are guarded by the MPI lock.
+  std::atomic<std::size_t> floats_sent_{0};
+  std::atomic<std::size_t> floats_received_{0};
   std::atomic<bool> aborted_{false};
   std::int64_t abort_time_ns_ = 0;
   detail::mpi::AbortNote peer_note_{};

@@ -17,6 +17,13 @@
 // included), and each stage's weight gradient is summed over the d replicas before the
 // optimizer (MpiAllReduce, installed here): run_step then takes this replica's share of the
 // global batch (replica_share).
+//
+// Before each step, and before each new schedule (set_schedule), the processes say what they
+// are about to do in one more exchange of the same kind: which call (a process in run_step
+// while another is in set_schedule is an error on both), whether their own checks passed,
+// and a fingerprint of what must match: the schedule, or each stage boundary's micro-batch
+// sizes (Batch::sizes). Every process runs the same comparison on the same data, so all
+// throw the same error before anything runs, or none does.
 #pragma once
 
 #include "ppsched/config.hpp"
@@ -25,6 +32,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -33,6 +41,7 @@
 #include <string_view>
 #include <utility>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "ppsched/backend/mpi/backend.hpp"
@@ -40,6 +49,7 @@
 #include "ppsched/backend/mpi/session.hpp"
 #include "ppsched/costs/cost_model.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/lower/lower.hpp"
 #include "ppsched/runtime/data_parallel.hpp"
 #include "ppsched/runtime/executor.hpp"
 #include "ppsched/runtime/stage.hpp"
@@ -57,17 +67,19 @@ class MpiExecutor {
   // replicas, the replica count) and all throw at once, naming the first difference.
   MpiExecutor(MpiBackend& backend, const Schedule& schedule, std::span<const StageFunctions> stages,
               ExecutorOptions options = {})
-      : backend_(backend), compared_(compare_setups(backend, schedule, stages)) {
+      : backend_(backend), stages_(stages), compared_(compare_setups(backend, schedule, stages)) {
     build([&] {
-      executor_.emplace(backend, schedule, stages, options);
+      current_ = lowered_of(schedule, nullptr);
+      make_executor(options);
       reduce_over_replicas(schedule, options);
     });
   }
   MpiExecutor(MpiBackend& backend, const Schedule& schedule, const CostModel& costs,
               std::span<const StageFunctions> stages, ExecutorOptions options = {})
-      : backend_(backend), compared_(compare_setups(backend, schedule, stages)) {
+      : backend_(backend), stages_(stages), compared_(compare_setups(backend, schedule, stages)) {
     build([&] {
-      executor_.emplace(backend, schedule, costs, stages, options);
+      current_ = lowered_of(schedule, &costs);
+      make_executor(options);
       reduce_over_replicas(schedule, options);
     });
   }
@@ -75,11 +87,13 @@ class MpiExecutor {
   // Collective: every process calls it with the same batch (with replicas, its replica's
   // share: replica_share). Returns this rank's losses and timeline; throws the step's first
   // error, the same on every process.
+  // Before the step the processes compare each boundary's micro-batch sizes between its two
+  // processes (Batch::sizes, or the declared sizes where it is empty) and whether each
+  // accepted its sizes (detail::check_sizes): a difference, or one process's refusal, throws
+  // on every process before anything is issued, naming stage and micro-batch.
   const RankStep& run_step(const Batch& batch) {
-    if (!broken_.empty()) {
-      detail::fail({detail::concat("rank ", backend_.rank()), "a process of the job stopped answering in an earlier step",
-            broken_, "End the job (MpiSession::abort_job) and start it again"});
-    }
+    check_usable();
+    announce_step(batch);
     std::exception_ptr local;
     const RankStep* result = nullptr;
     try {
@@ -93,6 +107,27 @@ class MpiExecutor {
     return *result;
   }
 
+  // Collective, as World::set_schedule: a new schedule from the next step (another family,
+  // placement or micro-batch count, as many stages), lowered as the constructors do, then
+  // planned by this rank's executor from its pools (Executor::set_schedule). Every process
+  // calls it with the same schedule: the processes first compare what they were given (name,
+  // sizes, a hash of placement and actions, and of what the lowering wrote), and a
+  // difference throws on every process, naming the processes and what differs. A schedule
+  // one process refuses (its lowering, or its executor's checks) throws on every process with
+  // that process's message, and every process keeps its previous schedule. Returns what this
+  // rank's pools grew by (nothing when its new plan fits what earlier plans needed).
+  PoolGrowth set_schedule(const Schedule& schedule) { return replan(schedule, [&] { return lowered_of(schedule, nullptr); }); }
+  PoolGrowth set_schedule(const LoweredSchedule& schedule) {
+    return replan(schedule.schedule(), [&] { return Lowered{schedule, {}}; });
+  }
+  PoolGrowth set_schedule(const Schedule& schedule, const CostModel& costs) {
+    return replan(schedule, [&] { return lowered_of(schedule, &costs); });
+  }
+  // This rank's pools (Executor::pools): `growths` counts the set_schedule calls that grew them.
+  [[nodiscard]] const ExecutorPools& pools() const noexcept { return executor_->pools(); }
+  // The whole pipeline's schedule, lowered, as every process runs it.
+  [[nodiscard]] const Schedule& schedule() const noexcept { return current_.stored(); }
+
   [[nodiscard]] Executor<MpiBackend>& executor() noexcept { return *executor_; }
   [[nodiscard]] int rank() const noexcept { return backend_.rank(); }
 
@@ -100,6 +135,32 @@ class MpiExecutor {
   static constexpr std::size_t max_message = 4096;
   // Tags of the exchanges on the backend's control communicator (its abort notes use 3).
   static constexpr int compare_tag = 6, outcome_tag = 7, message_tag = 8, build_tag = 9;
+  // Tags of the announcement before each call (build_tag + 1 is taken).
+  static constexpr int call_tag = 11, call_text_tag = 12, sizes_tag = 13, replan_tag = 14;
+
+  // A lowered schedule: with lower()'s proof where lower() wrote it, so that the executor
+  // does not validate it again.
+  struct Lowered {
+    std::optional<LoweredSchedule> proven;
+    Schedule plain;  // when lower() did not write it
+    [[nodiscard]] const Schedule& stored() const noexcept { return proven ? proven->schedule() : plain; }
+  };
+  [[nodiscard]] static Lowered lowered_of(const Schedule& schedule, const CostModel* costs) {
+    if (is_lowered(schedule)) return {std::nullopt, schedule};
+    return {costs == nullptr ? lower(schedule)
+                             : lower(schedule, lower_options_for(*costs, schedule.stages(), schedule.microbatches)),
+            {}};
+  }
+  void make_executor(const ExecutorOptions& options) {
+    if (current_.proven) {
+      executor_.emplace(backend_, *current_.proven, stages_, options);
+    } else {
+      executor_.emplace(backend_, current_.plain, stages_, options);
+    }
+  }
+  [[nodiscard]] PoolGrowth take(const Lowered& l) {
+    return l.proven ? executor_->set_schedule(*l.proven) : executor_->set_schedule(l.plain);
+  }
 
   // What one process says about the whole job: the schedule, its replica count.
   struct SetupHeader {
@@ -116,6 +177,46 @@ class MpiExecutor {
 
   static void mix(std::uint64_t& h, std::uint64_t v) noexcept {
     h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  }
+  // A hash of the placement and every rank's program.
+  [[nodiscard]] static std::uint64_t actions_hash(const Schedule& schedule) noexcept {
+    std::uint64_t h = 0;
+    for (const std::int32_t r : schedule.placement) mix(h, static_cast<std::uint64_t>(r));
+    for (const auto& program : schedule.programs) {
+      mix(h, program.size());
+      for (const Action& a : program) {
+        mix(h, static_cast<std::uint64_t>(a.op));
+        mix(h, static_cast<std::uint64_t>(a.stage));
+        mix(h, static_cast<std::uint64_t>(a.microbatch));
+        mix(h, a.group);
+      }
+    }
+    return h;
+  }
+  [[nodiscard]] static SetupHeader header_of(const Schedule& schedule, std::int64_t replicas) {
+    SetupHeader h;
+    copy_text(h.schedule, schedule.name);
+    h.ranks = schedule.ranks;
+    h.microbatches = schedule.microbatches;
+    h.stages = schedule.stages();
+    h.replicas = replicas;
+    h.actions = actions_hash(schedule);
+    return h;
+  }
+  [[nodiscard]] static bool same_schedule(const SetupHeader& a, const SetupHeader& b) noexcept {
+    return std::string_view(a.schedule) == std::string_view(b.schedule) && a.ranks == b.ranks &&
+           a.microbatches == b.microbatches && a.stages == b.stages && a.actions == b.actions;
+  }
+  // "'gpipe' (4 ranks, 8 micro-batches, 4 stages) and process 0's '1f1b' (...)".
+  [[nodiscard]] static std::string schedule_difference(const SetupHeader& h, const SetupHeader& first,
+                                                       const std::string& first_name) {
+    const auto text_of = [](const SetupHeader& x) {
+      return detail::concat("'", x.schedule, "' (", x.ranks, " ranks, ", x.microbatches, " micro-batches, ", x.stages,
+                            " stages)");
+    };
+    const bool same_shape = std::string_view(h.schedule) == std::string_view(first.schedule) && h.ranks == first.ranks &&
+                            h.microbatches == first.microbatches && h.stages == first.stages;
+    return detail::concat(text_of(h), " and ", first_name, "'s ", text_of(first), same_shape ? ", with other actions" : "");
   }
   template <std::size_t N>
   static void copy_text(char (&to)[N], const std::string& text) noexcept {
@@ -139,32 +240,198 @@ class MpiExecutor {
     return {text, h};
   }
 
+  // A job whose process stopped answering cannot run anything collective again.
+  void check_usable() const {
+    if (broken_.empty()) return;
+    detail::fail({detail::concat("rank ", backend_.rank()), "a process of the job stopped answering in an earlier step",
+                  broken_, "End the job (MpiSession::abort_job) and start it again"});
+  }
+
+  // What a process announces before a collective call: which call, whether its own checks of
+  // what it was given passed (`refused`: its message follows), and what must match: for
+  // set_schedule, the schedule given and a hash of what lower() wrote from it; for run_step,
+  // one hash per stage boundary of its micro-batch sizes (after the header, as words).
+  enum : std::int64_t { call_step = 1, call_schedule = 2 };
+  struct Announcement {
+    std::int64_t call = 0;
+    std::int64_t refused = 0;
+    SetupHeader schedule{};
+    std::uint64_t lowered = 0;
+  };
+  static_assert(sizeof(Announcement) % sizeof(std::uint64_t) == 0 && std::is_trivially_copyable_v<Announcement>);
+  static constexpr std::size_t header_words = sizeof(Announcement) / sizeof(std::uint64_t);
+
+  [[nodiscard]] std::size_t boundaries() const noexcept {
+    return stages_.empty() ? 0 : stages_.size() - 1;
+  }
+  [[nodiscard]] Announcement announced(int process) const noexcept {
+    Announcement a;
+    std::memcpy(static_cast<void*>(&a), announced_.data() + static_cast<std::size_t>(process) * (header_words + boundaries()), sizeof a);
+    return a;
+  }
+  [[nodiscard]] std::uint64_t announced_boundary(int process, std::size_t s) const noexcept {
+    return announced_[static_cast<std::size_t>(process) * (header_words + boundaries()) + header_words + s];
+  }
+  [[nodiscard]] static const char* call_name(std::int64_t call) noexcept {
+    return call == call_step ? "run_step" : call == call_schedule ? "set_schedule" : "something else";
+  }
+
+  // Sends this process's announcement (`mine`, then `boundary`: one word per stage boundary)
+  // to every process and checks what all share: the same call everywhere, then `compare` on
+  // the gathered announcements, then no refusal (the first refusing process's `problem` is
+  // thrown by it, and named by every other: "<it> <refused>: <its message>").
+  template <class Compare>
+  void announce(const Announcement& mine, std::span<const std::uint64_t> boundary, const std::string& problem,
+                const char* subject, const char* refused, const char* fix, Compare&& compare) {
+    const int n = backend_.job_ranks();
+    const int me = backend_.job_rank();
+    const std::size_t words = header_words + boundaries();
+    const std::string where = detail::concat(backend_.process_name(me), ", announcing ", call_name(mine.call));
+    announcing_.assign(words, 0);
+    std::memcpy(announcing_.data(), static_cast<const void*>(&mine), sizeof mine);
+    std::copy(boundary.begin(), boundary.end(), announcing_.begin() + static_cast<std::ptrdiff_t>(header_words));
+    announced_.assign(words * static_cast<std::size_t>(n), 0);
+    const auto deadline = detail::saturating_deadline(std::chrono::steady_clock::now(), backend_.options().watchdog);
+    const auto missing = detail::mpi::exchange(backend_.control(), call_tag, announcing_.data(), words * sizeof(std::uint64_t),
+                                               announced_.data(), -1, deadline, where);
+    if (!missing.empty()) lost(missing, detail::concat("announcing ", call_name(mine.call)).c_str(), where);
+    for (int q = 1; q < n; ++q) {
+      if (announced(q).call == announced(0).call) continue;
+      detail::fail({"MpiExecutor", detail::concat(backend_.process_name(q), " called ", call_name(announced(q).call), " while ",
+                                                  backend_.process_name(0), " called ", call_name(announced(0).call)),
+                    where, "Call run_step and set_schedule in the same order on every process: each is collective"});
+    }
+    compare(where);
+    for (int q = 0; q < n; ++q) {
+      if (announced(q).refused == 0) continue;
+      const std::string text = text_of(problem, q, call_text_tag, deadline, where, "announcing its call");
+      if (q == me) throw error(problem);
+      detail::fail({subject, detail::concat(backend_.process_name(q), " ", refused, ": ", text), where, fix});
+    }
+  }
+
+  // One stage boundary's size of micro-batch k as a process sees it: Batch::sizes (stage s's
+  // output, which check_sizes made stage s + 1's input), or the declared size.
+  [[nodiscard]] std::uint64_t boundary_size(const Batch& batch, std::size_t s, std::size_t k, std::size_t m) const {
+    return batch.sizes.empty() ? output_floats(stages_[s]) : batch.sizes[s * m + k].output;
+  }
+
+  // run_step's announcement: this process's sizes checked (detail::check_sizes), and each
+  // boundary's compared between its two processes, which throws on every process naming the
+  // first boundary and micro-batch that differ.
+  void announce_step(const Batch& batch) {
+    const Schedule& schedule = current_.stored();
+    const auto m = static_cast<std::size_t>(std::max(schedule.microbatches, 0));
+    const std::string problem = attempt([&] { detail::check_sizes(stages_, batch, m); }, "checking Batch::sizes");
+    boundary_hashes_.assign(boundaries(), 0);
+    // Of the sizes themselves: empty sizes and sizes at the declared capacity move the same.
+    for (std::size_t s = 0; problem.empty() && s < boundaries(); ++s) {
+      std::uint64_t h = m;
+      for (std::size_t k = 0; k < m; ++k) mix(h, boundary_size(batch, s, k, m));
+      boundary_hashes_[s] = h;
+    }
+    Announcement mine;
+    mine.call = call_step;
+    mine.refused = problem.empty() ? 0 : 1;
+    announce(mine, boundary_hashes_, problem, "MpiExecutor::run_step", "refused its batch",
+             "Fix that process's Batch::sizes (it prints the same message); no process ran the step",
+             [](const std::string&) {});
+    const int p = backend_.ranks();
+    for (int r = 0; r < backend_.replicas(); ++r) {
+      for (std::size_t s = 0; s < boundaries(); ++s) {
+        const int a = r * p + schedule.placement[s], b = r * p + schedule.placement[s + 1];
+        if (a == b || announced_boundary(a, s) == announced_boundary(b, s)) continue;
+        sizes_differ(batch, s, m, a, b);
+      }
+    }
+  }
+
+  // Boundary s's sizes differ between processes a (stage s) and b (stage s + 1): every
+  // process sends its m sizes of it, and all throw naming the first micro-batch that differs.
+  [[noreturn]] void sizes_differ(const Batch& batch, std::size_t s, std::size_t m, int a, int b) {
+    const int n = backend_.job_ranks();
+    const std::string where = detail::concat(backend_.process_name(backend_.job_rank()), ", comparing Batch::sizes");
+    std::vector<std::uint64_t> mine(m + 1), all((m + 1) * static_cast<std::size_t>(n));
+    mine[0] = batch.sizes.empty() ? 0 : 1;
+    for (std::size_t k = 0; k < m; ++k) mine[k + 1] = boundary_size(batch, s, k, m);
+    const auto deadline = detail::saturating_deadline(std::chrono::steady_clock::now(), backend_.options().watchdog);
+    const auto missing = detail::mpi::exchange(backend_.control(), sizes_tag, mine.data(), mine.size() * sizeof(std::uint64_t),
+                                               all.data(), -1, deadline, where);
+    if (!missing.empty()) lost(missing, "comparing Batch::sizes", where);
+    const auto view = [&](int q, std::size_t k) { return all[static_cast<std::size_t>(q) * (m + 1) + k]; };
+    std::size_t k = 0;
+    while (k < m && view(a, k + 1) == view(b, k + 1)) ++k;
+    const auto side = [&](int q) {
+      return view(q, 0) == 0 ? std::string(" (the declared size: its Batch::sizes is empty)") : std::string();
+    };
+    const std::string problem =
+        k == m ? detail::concat("stage ", s, "'s sizes on ", backend_.process_name(a), " and stage ", s + 1, "'s on ",
+                                backend_.process_name(b), " hash differently")
+               : detail::concat("stage ", s, " sends micro-batch ", k, " as ", view(a, k + 1), " floats on ",
+                                backend_.process_name(a), side(a), " but stage ", s + 1, " receives ", view(b, k + 1),
+                                " on ", backend_.process_name(b), side(b));
+    detail::fail({"MpiExecutor::run_step: the processes' Batch::sizes differ", problem,
+                  k == m ? detail::concat("stages ", s, " and ", s + 1)
+                         : detail::concat("stages ", s, " and ", s + 1, ", micro-batch ", k, " (Batch::sizes[", s * m + k,
+                                          "].output and [", (s + 1) * m + k, "].input)"),
+                  "Give the two processes of a boundary the same Batch::sizes (with replicas, the same within each replica)"});
+  }
+
+  // set_schedule: announced (the same schedule, lowered alike, accepted by every lowering),
+  // then taken by every executor, or by none: a process whose executor refuses it makes every
+  // other go back to the previous schedule.
+  template <class Lowering>
+  PoolGrowth replan(const Schedule& given, Lowering&& lowering) {
+    check_usable();
+    Lowered next;
+    std::string problem = attempt([&] { next = lowering(); }, "lowering the schedule");
+    Announcement mine;
+    mine.call = call_schedule;
+    mine.refused = problem.empty() ? 0 : 1;
+    mine.schedule = header_of(given, backend_.replicas());
+    mine.lowered = problem.empty() ? actions_hash(next.stored()) : 0;
+    const char* subject = "MpiExecutor::set_schedule: the processes were given different schedules";
+    const char* fix = "Give every process the same schedule (the same family, sizes and actions)";
+    announce(mine, {}, problem, "MpiExecutor::set_schedule", "could not lower the schedule",
+             "Fix the schedule (that process prints the same message); every process keeps its previous schedule",
+             [&](const std::string& where) {
+               for (int q = 1; q < backend_.job_ranks(); ++q) {
+                 if (same_schedule(announced(q).schedule, announced(0).schedule)) continue;
+                 detail::fail({subject,
+                               detail::concat(backend_.process_name(q), "'s schedule is ",
+                                              schedule_difference(announced(q).schedule, announced(0).schedule,
+                                                                  backend_.process_name(0))),
+                               where, fix});
+               }
+             });
+    for (int q = 1; q < backend_.job_ranks(); ++q) {
+      if (announced(q).lowered == announced(0).lowered) continue;
+      detail::fail({"MpiExecutor::set_schedule: the processes lowered the schedule differently",
+                    detail::concat("schedule '", given.name, "' was lowered to other transfers on ",
+                                   backend_.process_name(q), " than on ", backend_.process_name(0)),
+                    detail::concat(backend_.process_name(backend_.job_rank()), ", announcing set_schedule"),
+                    "Lower with the same CostModel on every process, or give every process the same LoweredSchedule"});
+    }
+    PoolGrowth growth;
+    problem = attempt([&] { growth = take(next); }, "planning the schedule");
+    settle(problem, replan_tag, "MpiExecutor::set_schedule", "taking a new schedule (MpiExecutor::set_schedule)",
+           "refused the new schedule",
+           "Fix that process's stages or the schedule (it prints the same message); every process keeps its previous "
+           "schedule",
+           [&] {
+             if (problem.empty()) (void)take(current_);
+           });
+    current_ = std::move(next);
+    return growth;
+  }
+
   // Every process sends its header, then (when the headers agree) its view of every stage;
   // each then runs the same comparison on the same data, so all throw together, or none.
   bool compare_setups(MpiBackend& backend, const Schedule& schedule, std::span<const StageFunctions> stages) {
     const int n = backend.job_ranks();
-    SetupHeader mine;
-    copy_text(mine.schedule, schedule.name);
-    mine.ranks = schedule.ranks;
-    mine.microbatches = schedule.microbatches;
-    mine.stages = schedule.stages();
-    mine.replicas = backend.replicas();
-    for (const std::int32_t r : schedule.placement) mix(mine.actions, static_cast<std::uint64_t>(r));
-    for (const auto& program : schedule.programs) {
-      mix(mine.actions, program.size());
-      for (const Action& a : program) {
-        mix(mine.actions, static_cast<std::uint64_t>(a.op));
-        mix(mine.actions, static_cast<std::uint64_t>(a.stage));
-        mix(mine.actions, static_cast<std::uint64_t>(a.microbatch));
-        mix(mine.actions, a.group);
-      }
-    }
+    const SetupHeader mine = header_of(schedule, backend.replicas());
     std::vector<SetupHeader> headers(static_cast<std::size_t>(n));
     gather(&mine, sizeof mine, headers.data(), "the schedules");
-    const auto text_of = [](const SetupHeader& h) {
-      return detail::concat("'", h.schedule, "' (", h.ranks, " ranks, ", h.microbatches, " micro-batches, ", h.stages,
-                            " stages)");
-    };
     const SetupHeader& first = headers.front();
     for (int q = 1; q < n; ++q) {
       const SetupHeader& h = headers[static_cast<std::size_t>(q)];
@@ -172,13 +439,8 @@ class MpiExecutor {
         mismatch(detail::concat("process ", q, " was given ", h.replicas, " replicas and process 0 ", first.replicas),
                  "MpiOptions::replicas", "Give every process the same replica count");
       }
-      if (std::string_view(h.schedule) != std::string_view(first.schedule) || h.ranks != first.ranks ||
-          h.microbatches != first.microbatches || h.stages != first.stages || h.actions != first.actions) {
-        const bool same_shape = std::string_view(h.schedule) == std::string_view(first.schedule) &&
-                                h.ranks == first.ranks && h.microbatches == first.microbatches &&
-                                h.stages == first.stages;
-        mismatch(detail::concat("process ", q, "'s schedule is ", text_of(h), " and process 0's ", text_of(first),
-                                same_shape ? ", with other actions" : ""),
+      if (!same_schedule(h, first)) {
+        mismatch(detail::concat("process ", q, "'s schedule is ", schedule_difference(h, first, "process 0")),
                  "the schedule", "Give every process the same schedule (the same family, sizes and actions)");
       }
     }
@@ -248,33 +510,57 @@ class MpiExecutor {
   // throw, the first failing process's message named on every one.
   template <class Build>
   void build(Build&& make) {
-    std::string problem;
+    settle(attempt(make, "building the executor"), build_tag, "MpiExecutor", "building its MpiExecutor",
+           "failed to build its executor",
+           "Fix that process's stages or options (it prints the same message); every process stops with it", [] {});
+  }
+
+  // What `work` threw, as text (empty: it returned).
+  template <class Work>
+  [[nodiscard]] static std::string attempt(Work&& work, const char* doing) {
     try {
-      make();
+      work();
     } catch (const std::exception& e) {
-      problem = e.what();
+      return e.what();
     } catch (...) {
-      problem = "building the executor threw an exception that is not a std::exception";
+      return detail::concat(doing, " threw an exception that is not a std::exception");
     }
+    return {};
+  }
+
+  // Agrees with every process on whether each did its part (`problem` empty) or not; when one
+  // did not, `undo` runs on every process, then the first failing process throws its own
+  // message and every other one names it ("<it> <failed_to>: <its message>"). Tags `tag` and
+  // `tag` + 1.
+  template <class Undo>
+  void settle(const std::string& problem, int tag, const char* subject, const char* doing, const char* failed_to,
+              const char* fix, Undo&& undo) {
     const int me = backend_.job_rank();
-    const std::string where = detail::concat(backend_.process_name(me), ", building its MpiExecutor");
+    const std::string where = detail::concat(backend_.process_name(me), ", ", doing);
     const auto deadline = detail::saturating_deadline(std::chrono::steady_clock::now(), backend_.options().watchdog);
     std::vector<std::int64_t> failing(static_cast<std::size_t>(backend_.job_ranks()), 0);
     const std::int64_t mine = problem.empty() ? 0 : 1;
-    auto missing = detail::mpi::exchange(backend_.control(), build_tag, &mine, sizeof mine, failing.data(), -1, deadline,
-                                         where);
-    if (!missing.empty()) lost(missing, "building its MpiExecutor", where);
+    auto missing = detail::mpi::exchange(backend_.control(), tag, &mine, sizeof mine, failing.data(), -1, deadline, where);
+    if (!missing.empty()) lost(missing, doing, where);
     const auto it = std::find(failing.begin(), failing.end(), 1);
     if (it == failing.end()) return;
     const auto first = static_cast<int>(it - failing.begin());
-    std::vector<char> text(max_message, '\0');
-    if (first == me) std::copy_n(problem.begin(), std::min(problem.size(), max_message - 1), text.begin());
-    missing = detail::mpi::exchange(backend_.control(), build_tag + 1, text.data(), max_message, text.data(), first,
-                                    deadline, where);
-    if (!missing.empty()) lost(missing, "building its MpiExecutor", where);
+    const std::string text = text_of(problem, first, tag + 1, deadline, where, doing);
+    undo();
     if (first == me) throw error(problem);
-    detail::fail({"MpiExecutor", detail::concat(backend_.process_name(first), " failed to build its executor: ", text.data()),
-          where, "Fix that process's stages or options (it prints the same message); every process stops with it"});
+    detail::fail({subject, detail::concat(backend_.process_name(first), " ", failed_to, ": ", text), where, fix});
+  }
+
+  // Process `first`'s text (its `mine`) on every process, bounded by `deadline`.
+  [[nodiscard]] std::string text_of(const std::string& mine, int first, int tag,
+                                    std::chrono::steady_clock::time_point deadline, const std::string& where,
+                                    const char* doing) {
+    std::vector<char> text(max_message, '\0');
+    if (first == backend_.job_rank()) std::copy_n(mine.begin(), std::min(mine.size(), max_message - 1), text.begin());
+    const auto missing =
+        detail::mpi::exchange(backend_.control(), tag, text.data(), max_message, text.data(), first, deadline, where);
+    if (!missing.empty()) lost(missing, doing, where);
+    return std::string(text.data());
   }
 
   [[noreturn]] void lost(const std::vector<int>& missing, const char* what, const std::string& where) const {
@@ -367,7 +653,10 @@ class MpiExecutor {
   }
 
   MpiBackend& backend_;
+  std::span<const StageFunctions> stages_;
   bool compared_ = false;  // compare_setups ran before executor_ was built
+  Lowered current_;  // the whole pipeline's schedule, for a set_schedule that must go back to it
+  std::vector<std::uint64_t> boundary_hashes_, announcing_, announced_;  // announce()'s, kept between calls
   std::unique_ptr<MpiAllReduce> all_reduce_;  // with replicas; before the executor, whose streams use it
   std::optional<Executor<MpiBackend>> executor_;  // built in the constructor's body: see build()
   std::string broken_;

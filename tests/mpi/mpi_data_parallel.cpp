@@ -216,6 +216,10 @@ int bad_input() {
   const std::vector<float> five(5, 0.0f);
   expect_error("a batch of 5 floats in 2 shares", "5 input and 5 target floats for 2 replicas",
                [&] { (void)ppsched::mpi::replica_share({five, five}, 2, 0); });
+  const std::vector<float> four(4, 0.0f);
+  const std::vector<ppsched::MicrobatchSize> sizes(4, {1, 1});
+  expect_error("a batch with sizes in 2 shares", "a batch with variable-length micro-batches (at Batch::sizes)",
+               [&] { (void)ppsched::mpi::replica_share({four, four, {}, sizes}, 2, 0); });
   ppsched::MpiOptions options;
   options.replicas = 2;
   ppsched::MpiBackend backend(MPI_COMM_WORLD, options);

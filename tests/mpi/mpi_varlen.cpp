@@ -16,7 +16,9 @@
 //                      process (or lowered with other times), run_step on one process while the
 //                      others call set_schedule,
 //                      and a schedule one process's executor refuses (every other goes back to
-//                      the previous one). Every process must throw, naming what differs.
+//                      the previous one). Every process must throw, naming what differs. Then
+//                      2 replicas of 2 ranks: each replica's own sizes are no difference, a
+//                      difference within one is.
 //
 // Each process prints its failed checks; the job passes only when every process agrees.
 #include <algorithm>
@@ -139,9 +141,9 @@ struct Data {
   [[nodiscard]] ppsched::Batch batch() const { return {inputs, targets, {}, sizes}; }
 };
 
-ppsched::Schedule make(const char* family, int chunks, int m) {
+ppsched::Schedule make(const char* family, int chunks, int m, int ranks = 4) {
   ppsched::ScheduleRequest req;
-  req.ranks = 4;
+  req.ranks = ranks;
   req.microbatches = m;
   req.chunks = chunks;
   return ppsched::make_schedule(family, req);
@@ -354,6 +356,44 @@ void faults() {
   works("a new schedule after the faults");
 }
 
+// 2 replicas of a 2-rank pipeline: each replica's micro-batches have their own sizes, which
+// is no difference; one within a replica is, named by its processes.
+void replicas() {
+  ppsched::MpiOptions mo;
+  mo.replicas = 2;
+  ppsched::MpiBackend backend(MPI_COMM_WORLD, mo);
+  Model model(2);
+  const auto functions = model.functions();
+  ppsched::MpiExecutor executor(backend, make("1f1b", 1, 4, 2), functions);
+  const int replica = backend.replica();
+  for (int step = 0; step < 2; ++step) {
+    const Data data(2, 4, 2 * step + replica);
+    std::string message;
+    try {
+      (void)executor.run_step(data.batch());
+    } catch (const ppsched::error& e) {
+      message = e.what();
+    }
+    check(message.empty(), "replicas with their own sizes: " + message);
+  }
+  Data data(2, 4, 7 + replica);
+  const Data replica1(2, 4, 8);  // what the message names, on every process
+  const std::string sent = std::to_string(replica1.floats[1]);
+  const std::size_t other = replica1.floats[1] == capacity ? hidden : replica1.floats[1] + hidden;
+  if (me == 3) data.sizes[1] = data.sizes[4 + 1] = {other, other};
+  expect_error("sizes that differ within replica 1", [&] { (void)executor.run_step(data.batch()); },
+               {"stage 0 sends micro-batch 1 as " + sent + " floats on pipeline rank 0 of replica 1 (process 2) but "
+                "stage 1 receives " + std::to_string(other) + " on pipeline rank 1 of replica 1 (process 3)"});
+  const Data again(2, 4, 9 + replica);
+  std::string message;
+  try {
+    (void)executor.run_step(again.batch());
+  } catch (const ppsched::error& e) {
+    message = e.what();
+  }
+  check(message.empty(), "the step after sizes that differ within a replica failed: " + message);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -374,6 +414,7 @@ int main(int argc, char** argv) {
             "8 stages");
     } else if (mode == "faults") {
       faults();
+      replicas();
     } else {
       check(false, "unknown mode " + mode);
     }

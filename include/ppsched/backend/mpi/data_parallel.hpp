@@ -190,6 +190,12 @@ class MpiAllReduce {
     detail::fail({"replica_share", "a batch with side inputs", "Batch::side_inputs",
           "build each replica's Batch (and its side inputs) yourself"});
   }
+  // Stage-major, [s * d m + k]: a share's sizes are not one slice, and a share without them
+  // would move every micro-batch at the declared size.
+  if (!global.sizes.empty()) {
+    detail::fail({"replica_share", "a batch with variable-length micro-batches", "Batch::sizes",
+                  "build each replica's Batch yourself, its sizes stage s's micro-batch k at [s * m + k] of its m"});
+  }
   const std::size_t in = global.inputs.size() / d;
   const std::size_t out = global.targets.size() / d;
   return {global.inputs.subspan(r * in, in), global.targets.subspan(r * out, out)};

@@ -128,6 +128,8 @@ class MpiExecutor {
   // The whole pipeline's schedule, lowered, as every process runs it.
   [[nodiscard]] const Schedule& schedule() const noexcept { return current_.stored(); }
 
+  // This rank's executor. Its own set_schedule is this process's alone, compared with no
+  // other: change schedules through MpiExecutor::set_schedule.
   [[nodiscard]] Executor<MpiBackend>& executor() noexcept { return *executor_; }
   [[nodiscard]] int rank() const noexcept { return backend_.rank(); }
 

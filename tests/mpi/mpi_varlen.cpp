@@ -308,7 +308,8 @@ void faults() {
     Data data(4, 4, step);
     if (me == 1) data.sizes[2].output = data.sizes[4 + 2].input = capacity + 1;
     expect_error("sizes one process refuses", [&] { (void)executor.run_step(data.batch()); },
-                 {me == 1 ? "above the 15 the stage declares" : "rank 1 refused its batch: batch: Batch::sizes gives stage 0's output of micro-batch 2 16 floats"});
+                 {me == 1 ? "above the 15 the stage declares"
+                          : "rank 1 refused its batch: batch: Batch::sizes gives stage 0's output of micro-batch 2 16 floats"});
     works("sizes one process refuses");
   }
   // Rank 1 is given another schedule.

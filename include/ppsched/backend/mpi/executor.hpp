@@ -116,7 +116,9 @@ class MpiExecutor {
   // one process refuses (its lowering, or its executor's checks) throws on every process with
   // that process's message, and every process keeps its previous schedule. Returns what this
   // rank's pools grew by (nothing when its new plan fits what earlier plans needed).
-  PoolGrowth set_schedule(const Schedule& schedule) { return replan(schedule, [&] { return lowered_of(schedule, nullptr); }); }
+  PoolGrowth set_schedule(const Schedule& schedule) {
+    return replan(schedule, [&] { return lowered_of(schedule, nullptr); });
+  }
   PoolGrowth set_schedule(const LoweredSchedule& schedule) {
     return replan(schedule.schedule(), [&] { return Lowered{schedule, {}}; });
   }
@@ -268,7 +270,8 @@ class MpiExecutor {
   }
   [[nodiscard]] Announcement announced(int process) const noexcept {
     Announcement a;
-    std::memcpy(static_cast<void*>(&a), announced_.data() + static_cast<std::size_t>(process) * (header_words + boundaries()), sizeof a);
+    const std::size_t at = static_cast<std::size_t>(process) * (header_words + boundaries());
+    std::memcpy(static_cast<void*>(&a), announced_.data() + at, sizeof a);
     return a;
   }
   [[nodiscard]] std::uint64_t announced_boundary(int process, std::size_t s) const noexcept {
@@ -294,13 +297,14 @@ class MpiExecutor {
     std::copy(boundary.begin(), boundary.end(), announcing_.begin() + static_cast<std::ptrdiff_t>(header_words));
     announced_.assign(words * static_cast<std::size_t>(n), 0);
     const auto deadline = detail::saturating_deadline(std::chrono::steady_clock::now(), backend_.options().watchdog);
-    const auto missing = detail::mpi::exchange(backend_.control(), call_tag, announcing_.data(), words * sizeof(std::uint64_t),
-                                               announced_.data(), -1, deadline, where);
+    const auto missing = detail::mpi::exchange(backend_.control(), call_tag, announcing_.data(),
+                                               words * sizeof(std::uint64_t), announced_.data(), -1, deadline, where);
     if (!missing.empty()) lost(missing, detail::concat("announcing ", call_name(mine.call)).c_str(), where);
     for (int q = 1; q < n; ++q) {
       if (announced(q).call == announced(0).call) continue;
-      detail::fail({"MpiExecutor", detail::concat(backend_.process_name(q), " called ", call_name(announced(q).call), " while ",
-                                                  backend_.process_name(0), " called ", call_name(announced(0).call)),
+      detail::fail({"MpiExecutor", detail::concat(backend_.process_name(q), " called ", call_name(announced(q).call),
+                                                  " while ", backend_.process_name(0), " called ",
+                                                  call_name(announced(0).call)),
                     where, "Call run_step and set_schedule in the same order on every process: each is collective"});
     }
     compare(where);
@@ -357,8 +361,8 @@ class MpiExecutor {
     mine[0] = batch.sizes.empty() ? 0 : 1;
     for (std::size_t k = 0; k < m; ++k) mine[k + 1] = boundary_size(batch, s, k, m);
     const auto deadline = detail::saturating_deadline(std::chrono::steady_clock::now(), backend_.options().watchdog);
-    const auto missing = detail::mpi::exchange(backend_.control(), sizes_tag, mine.data(), mine.size() * sizeof(std::uint64_t),
-                                               all.data(), -1, deadline, where);
+    const auto missing = detail::mpi::exchange(backend_.control(), sizes_tag, mine.data(),
+                                               mine.size() * sizeof(std::uint64_t), all.data(), -1, deadline, where);
     if (!missing.empty()) lost(missing, "comparing Batch::sizes", where);
     const auto view = [&](int q, std::size_t k) { return all[static_cast<std::size_t>(q) * (m + 1) + k]; };
     std::size_t k = 0;

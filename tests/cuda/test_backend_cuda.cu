@@ -531,6 +531,15 @@ TEST_CASE("CudaBackend: buffers, zero, accumulate and a task's kernels on launch
   CHECK_THROWS_WITH(b.accumulate(s, x, small), Contains("10 floats into 1000"));
   b.recover();  // the size mismatch made the rank's failure sticky; recovery clears it
 
+  // keep_outputs of a micro-batch smaller than its buffer (Batch::sizes) copies a prefix;
+  // more floats than the buffer holds are refused.
+  std::vector<float> prefix(600, -1.0f);
+  b.copy_to_host(s, x, prefix);
+  CHECK(all_equal(prefix, 4.0f));
+  std::vector<float> too_many(1001);
+  CHECK_THROWS_WITH(b.copy_to_host(s, x, too_many), Contains("copies 1001 floats out of a buffer of 1000"));
+  b.recover();
+
   // Events order two streams of the rank; elapsed_ms works on the backend's events.
   auto s2 = b.create_stream();
   auto e0 = b.create_event();

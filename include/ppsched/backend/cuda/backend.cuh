@@ -289,16 +289,17 @@ class CudaBackend {
     return guarded([&] { return host_buffer(count, streams_); });
   }
   [[nodiscard]] std::span<float> span(const host_buffer& b) const noexcept { return {b.data(), b.size()}; }
-  // ExecutorOptions::keep_outputs: `from` into host memory, in stream order. `to` is pageable,
+  // ExecutorOptions::keep_outputs: the first to.size() floats of `from` into host memory, in
+  // stream order (a micro-batch of Batch::sizes fills a prefix of its buffer). `to` is pageable,
   // so the call returns once the copy is done.
   void copy_to_host(stream& s, const buffer& from, std::span<float> to) {
     guarded([&] {
-      if (to.size() != from.size()) {
-        detail::fail({"CudaBackend::copy_to_host", detail::concat("copies ", from.size(), " floats into ", to.size()),
-              detail::concat("rank ", rank_), "Copy into a host span of the buffer's size"});
+      if (to.size() > from.size()) {
+        detail::fail({"CudaBackend::copy_to_host", detail::concat("copies ", to.size(), " floats out of a buffer of ", from.size()),
+              detail::concat("rank ", rank_), "Copy at most the buffer's size"});
       }
       if (to.empty()) return;
-      PPSCHED_CUDA_CHECK(cudaMemcpyAsync(to.data(), from.data(), from.bytes(), cudaMemcpyDeviceToHost, s.ref().handle()));
+      PPSCHED_CUDA_CHECK(cudaMemcpyAsync(to.data(), from.data(), to.size_bytes(), cudaMemcpyDeviceToHost, s.ref().handle()));
     });
   }
   // `count` floats from `from` at `from_offset` into `to` at `to_offset`, in stream order

@@ -122,11 +122,14 @@ auto Executor<B>::copy_output(std::size_t i) -> void {
   const PlannedStep& st = plan_.steps[i];
   const std::size_t n = output_floats(stages_[static_cast<std::size_t>(last_stage())]);
   const Action& a = action(st.first_action);
-  const std::span<float> to = std::span<float>(result_.outputs)
-                                  .subspan(static_cast<std::size_t>(a.microbatch) * n, size_of(a.stage, a.microbatch, true));
+  // The micro-batch's slot of output_size floats: its output, then zeros past its size (as
+  // run_copy_output writes it on host-memory backends).
+  const std::span<float> slot = std::span<float>(result_.outputs).subspan(static_cast<std::size_t>(a.microbatch) * n, n);
+  const std::span<float> to = slot.first(size_of(a.stage, a.microbatch, true));
   const Buffer& from = buffers_[static_cast<std::size_t>(st.output)];
   if constexpr (requires(B & b, typename B::stream& s) { b.copy_to_host(s, from, to); }) {
     b_.copy_to_host(compute_, from, to);
+    std::fill(slot.begin() + static_cast<std::ptrdiff_t>(to.size()), slot.end(), 0.0f);
   } else {
     const BufferUse<Buffer> use{&from, Access::read};
     b_.launch(compute_, HostTask{&Executor::run_copy_output, &calls_[i], "keep_outputs"},

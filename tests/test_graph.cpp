@@ -6,13 +6,16 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ppsched/graph/hardware.hpp"
 #include "ppsched/graph/layer_graph.hpp"
 #include "ppsched/graph/profile.hpp"
 #include "ppsched/graph/profile_json.hpp"
+#include "ppsched/graph/time_unit.hpp"
 
 using namespace ppsched;
 
@@ -545,4 +548,59 @@ TEST_CASE("where the first stage runs its backward reads and writes with the pro
   CHECK(profile_to_json(parse_profile(R"({"layers": [{"name": "a", "forward": 1}]})")).find("first_stage") == std::string::npos);
   CHECK_THAT(profile_error(R"({"first_stage_backward_in_bw": 1, "layers": [{"name": "a", "forward": 1}]})"),
              Catch::Contains("first_stage_backward_in_bw") && Catch::Contains("true or false"));
+}
+
+TEST_CASE("TimeUnit: scales convert to each other by the power of ten between them, both ways", "[graph][units]") {
+  const std::vector<std::pair<std::string, double>> scales = {
+      {"s", 1.0}, {"ms", 1e-3}, {"us", 1e-6}, {"\xC2\xB5s", 1e-6}, {"ns", 1e-9}};
+  for (const auto& [from, from_seconds] : scales) {
+    const TimeUnit u = from;  // implicit from text, as `timeline.unit = "ms"` has always read
+    CHECK(u.text() == from);  // kept as given: "µs" prints "µs"
+    REQUIRE(u.seconds().has_value());
+    CHECK(*u.seconds() == from_seconds);
+    for (const auto& [to, to_seconds] : scales) {
+      INFO(from << " to " << to);
+      CHECK(u.factor_to(to) == Approx(from_seconds / to_seconds).epsilon(1e-15));
+      CHECK(u.try_factor_to(to) == u.factor_to(to));
+      CHECK((u == TimeUnit(to)) == (from_seconds == to_seconds));
+    }
+  }
+  CHECK(TimeUnit("ms").factor_to("us") == 1000.0);  // exactly: not 1e-3 / 1e-6
+  CHECK(TimeUnit("us").factor_to("ms") == 1e-3);
+  CHECK(TimeUnit("\xC2\xB5s") == "us");
+  std::ostringstream out;
+  out << TimeUnit("\xC2\xB5s");
+  CHECK(out.str() == "\xC2\xB5s");
+}
+
+TEST_CASE("TimeUnit: a unit of the model's own converts only to itself, with an error naming both units", "[graph][units]") {
+  const TimeUnit cycles = "cycles";
+  CHECK_FALSE(cycles.seconds().has_value());
+  CHECK(cycles.factor_to("cycles") == 1.0);
+  CHECK(cycles == "cycles");
+  CHECK(cycles != "unit");
+  for (const char* scale : {"s", "ms", "us", "\xC2\xB5s", "ns"}) {
+    INFO(scale);
+    CHECK_FALSE(cycles.try_factor_to(scale).has_value());
+    CHECK_FALSE(TimeUnit(scale).try_factor_to(cycles).has_value());
+    CHECK(cycles != scale);
+    CHECK(error_of([&] { (void)cycles.factor_to(scale); }) ==
+          std::string("time unit: cannot convert \"cycles\" to \"") + scale +
+              "\": a unit of the model's own has no fixed relation to time. give both times in s, ms, us (\xC2\xB5s) or "
+              "ns, or both in one unit of the model's own");
+    CHECK(error_of([&] { (void)TimeUnit(scale).factor_to(cycles, "calibrate", "CostModel::unit", "give a factor"); }) ==
+          std::string("calibrate: cannot convert \"") + scale +
+              "\" to \"cycles\": a unit of the model's own has no fixed relation to time (at CostModel::unit). give a factor");
+  }
+  CHECK_THAT(error_of([&] { (void)cycles.factor_to("unit"); }),
+             Catch::Contains("cannot convert \"cycles\" to \"unit\": two different units of the model's own"));
+  // No unit named: equal to itself, convertible to nothing.
+  CHECK(TimeUnit{} == TimeUnit(""));
+  CHECK(TimeUnit{}.empty());
+  CHECK_FALSE(TimeUnit{}.try_factor_to(TimeUnit{}).has_value());
+  CHECK_THAT(error_of([&] { (void)TimeUnit{}.factor_to("ms"); }),
+             Catch::Contains("cannot convert times without a unit to \"ms\""));
+  // A name that looks like a scale but is not one of the spellings is a name.
+  CHECK_FALSE(TimeUnit("MS").seconds().has_value());
+  CHECK_FALSE(TimeUnit("ms ").seconds().has_value());
 }

@@ -139,7 +139,8 @@ TEST_CASE("bad profiling options are errors naming the option", "[profile]") {
   CHECK_THROWS_WITH(profile_stages(counting_stages(calls), o), Catch::Contains("ProfileOptions::rows"));
   o.rows = {4};
   o.unit = "minutes";
-  CHECK_THROWS_WITH(profile_stages(counting_stages(calls), o), Catch::Contains("unit"));
+  CHECK_THROWS_WITH(profile_stages(counting_stages(calls), o),
+                    Catch::Contains("cannot convert \"s\" to \"minutes\"") && Catch::Contains("ProfileOptions::unit"));
   o.unit = "ms";
   o.names = {"one"};
   CHECK_THROWS_WITH(profile_stages(counting_stages(calls), o), Catch::Contains("1 names for 2 stages"));
@@ -285,8 +286,34 @@ TEST_CASE("measured_profile: one layer per stage, a point per size, the referenc
   CHECK(profile_at_rows(p, 4).graph.layer(0).optimizer_step == 0.5);  // once per step, whatever the rows
   CHECK(parse_profile(profile_to_json(p)) == p);  // what ppsched-plan --profile reads
   CHECK_THROWS_WITH(measured_profile(stages, "ms", 5), Catch::Contains("no size of 5 rows"));
-  overheads.unit = "us";
-  CHECK_THROWS_WITH(measured_profile(stages, "ms", 8, overheads), Catch::Contains("one unit"));
+  // Overheads in another scale are converted into the profile's (TimeUnit's converter), each
+  // way and in every spelling; a unit of the model's own is refused, naming both units.
+  overheads.fixed_costs.concurrent_slowdown = {1.0, 1.5};  // a ratio: kept as it is
+  const std::vector<std::pair<std::string, double>> units = {
+      {"s", 1.0}, {"ms", 1e-3}, {"us", 1e-6}, {"\xC2\xB5s", 1e-6}, {"ns", 1e-9}};
+  for (const auto& [overheads_unit, overheads_seconds] : units) {
+    for (const auto& [profile_unit, profile_seconds] : units) {
+      INFO("overheads in " << overheads_unit << ", profile in " << profile_unit);
+      overheads.unit = overheads_unit;
+      const Profile q = measured_profile(stages, profile_unit, 8, overheads);
+      CHECK(q.time_unit.text() == profile_unit);
+      const double k = overheads_seconds / profile_seconds;
+      CHECK(q.fixed_costs.action == Approx(0.005 * k).epsilon(1e-12));
+      CHECK(q.fixed_costs.transfer == Approx(0.01 * k).epsilon(1e-12));
+      CHECK(q.fixed_costs.step == Approx(0.25 * k).epsilon(1e-12));
+      CHECK(q.fixed_costs.concurrent_slowdown == std::vector<double>{1.0, 1.5});
+      CHECK(q.graph.layer(0).forward == 4.0);  // the stages' times are in the profile's unit already
+    }
+    overheads.unit = "cycles";
+    CHECK_THROWS_WITH(measured_profile(stages, overheads_unit, 8, overheads),
+                      Catch::Contains("measured_profile: cannot convert \"cycles\" to \"" + overheads_unit + "\"") &&
+                          Catch::Contains("BackendOverheads::unit"));
+    overheads.unit = overheads_unit;
+    CHECK_THROWS_WITH(measured_profile(stages, "cycles", 8, overheads),
+                      Catch::Contains("cannot convert \"" + overheads_unit + "\" to \"cycles\""));
+  }
+  overheads.unit = "cycles";
+  CHECK(measured_profile(stages, "cycles", 8, overheads).fixed_costs.action == 0.005);  // one name: one unit
 }
 
 TEST_CASE("measure_concurrent_slowdown: one factor per rank count, from the work run on that many threads at once",

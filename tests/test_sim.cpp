@@ -845,11 +845,42 @@ TEST_CASE("calibrate converts every time unit compare() knows, in both direction
       CHECK(*cmp.makespan_ratio == Approx(1.0).epsilon(1e-9));
     }
   }
+  // A unit of the model's own converts only to itself: against any scale, either way, and
+  // against another name, calibrate refuses with both units named.
   Timeline measured = simulate(s, truth_s).timeline;
-  measured.unit = "minutes";
-  CHECK_THROWS_WITH(calibrate(measured, uniform_costs(1, 1, 1, "ms")), Catch::Contains("cannot convert the timeline's \"minutes\""));
+  for (const auto& [scale, seconds] : units) {
+    INFO("scale " << scale);
+    measured.unit = "minutes";
+    CHECK_THROWS_WITH(calibrate(measured, uniform_costs(1, 1, 1, scale)),
+                      Catch::Contains("cannot convert \"minutes\" to \"" + scale + "\"") &&
+                          Catch::Contains("a unit of the model's own has no fixed relation to time") &&
+                          Catch::Contains("measured Timeline::unit to CostModel::unit"));
+    measured.unit = scale;
+    CHECK_THROWS_WITH(calibrate(measured, uniform_costs(1, 1, 1, "minutes")),
+                      Catch::Contains("cannot convert \"" + scale + "\" to \"minutes\""));
+  }
+  measured.unit = "cycles";
+  CHECK_THROWS_WITH(calibrate(measured, uniform_costs(1, 1, 1, "unit")),
+                    Catch::Contains("cannot convert \"cycles\" to \"unit\": two different units of the model's own"));
+  // A timeline without a unit converts to nothing, not even a model without one.
+  measured.unit = TimeUnit{};
+  CostModel unnamed = uniform_costs(1, 1, 1);
+  unnamed.unit = TimeUnit{};
+  CHECK_THROWS_WITH(calibrate(measured, unnamed), Catch::Contains("cannot convert times without a unit to times without a unit"));
+  // The same name on both sides is one unit: the fit is the one of the model in ms, 1:1.
+  measured = simulate(s, truth_s).timeline;
+  for (Span& sp : measured.spans) {
+    sp.start *= 1e3;
+    sp.end *= 1e3;
+  }
+  measured.unit = "cycles";
+  const Calibration own = calibrate(measured, uniform_costs(2.0, 3.0, 3.0, "cycles"));
   measured.unit = "ms";
-  CHECK_THROWS_WITH(calibrate(measured, uniform_costs(1, 1, 1, "minutes")), Catch::Contains("to the model's \"minutes\""));
+  const Calibration in_ms = calibrate(measured, uniform_costs(2.0, 3.0, 3.0, "ms"));
+  CHECK(own.measured_makespan == in_ms.measured_makespan);
+  CHECK(own.scale == in_ms.scale);
+  CHECK(own.after.unit == "cycles");
+  CHECK(own.after.stages == in_ms.after.stages);
 }
 
 TEST_CASE("calibrate: the fixed cost per action absorbs what the spans do not hold", "[sim][calibrate]") {

@@ -827,6 +827,54 @@ TEST_CASE("compare: units that cannot be related compare shapes only", "[trace][
   CHECK(c.end.max_abs == Approx(0.0).margin(1e-9));
 }
 
+TEST_CASE("compare: every time unit against every other, both ways; a model's own unit only against itself",
+          "[trace][compare][units]") {
+  // One step written in each scale (the same one in seconds), compared with itself in every
+  // other: TimeUnit's converter gives the scale, so the makespans agree and no action deviates.
+  const std::vector<std::pair<std::string, double>> units = {
+      {"s", 1.0}, {"ms", 1e-3}, {"us", 1e-6}, {"\xC2\xB5s", 1e-6}, {"ns", 1e-9}};
+  const auto in = [](const std::string& unit, double seconds) {
+    Timeline t = hand_1f1b();
+    t.unit = unit;
+    for (Span& s : t.spans) {
+      s.start *= 1e-3 / seconds;  // one "step" of hand_1f1b is 1 ms
+      s.end *= 1e-3 / seconds;
+    }
+    return t;
+  };
+  for (const auto& [measured_unit, measured_seconds] : units) {
+    for (const auto& [predicted_unit, predicted_seconds] : units) {
+      INFO("measured in " << measured_unit << ", predicted in " << predicted_unit);
+      const TimelineComparison c = compare(in(measured_unit, measured_seconds), in(predicted_unit, predicted_seconds));
+      REQUIRE(c.scale.has_value());
+      CHECK(*c.scale == Approx(measured_seconds / predicted_seconds).epsilon(1e-12));
+      CHECK(c.deviation_unit == predicted_unit);
+      CHECK(c.deviation_unit.text() == predicted_unit);  // printed as the prediction spells it
+      REQUIRE(c.makespan_ratio.has_value());
+      CHECK(*c.makespan_ratio == Approx(1.0).epsilon(1e-12));
+      CHECK(c.end.max_abs == Approx(0.0).margin(1e-9 * c.predicted.makespan));
+    }
+    // A unit of the model's own against a scale, either way: shapes only.
+    Timeline own = hand_1f1b();
+    own.unit = "cycles";
+    for (const bool own_measured : {true, false}) {
+      const Timeline scaled = in(measured_unit, measured_seconds);
+      const TimelineComparison c = own_measured ? compare(own, scaled) : compare(scaled, own);
+      CHECK_FALSE(c.scale.has_value());
+      CHECK(c.deviation_unit == "makespan");
+      CHECK(c.start.max_abs == Approx(0.0).margin(1e-12));
+    }
+  }
+  // Two different model units, or two timelines without a unit: shapes only too; one name is one unit.
+  Timeline a = hand_1f1b(), b = hand_1f1b();
+  a.unit = "cycles";
+  CHECK_FALSE(compare(a, b).scale.has_value());  // "cycles" against "step"
+  a.unit = b.unit = TimeUnit{};
+  CHECK_FALSE(compare(a, b).scale.has_value());
+  a.unit = b.unit = "cycles";
+  CHECK(compare(a, b).scale == 1.0);
+}
+
 TEST_CASE("compare: actions present in only one timeline, repeated actions", "[trace][compare]") {
   Timeline predicted;
   predicted.ranks = 2;

@@ -114,7 +114,7 @@ struct BubblesMeasurement {
 // Milliseconds per model unit: given, or from the model's time unit, or 1 for a unit-less model.
 [[nodiscard]] inline double milliseconds_per_unit(const BubblesOptions& options, const PlanModel& model) {
   if (options.ms_per_unit > 0.0) return options.ms_per_unit;
-  if (const auto seconds = seconds_per_unit(model.unit)) return *seconds * 1e3;
+  if (const auto ms = model.unit.try_factor_to(TimeUnit("ms"))) return *ms;
   return 1.0;
 }
 
@@ -168,7 +168,7 @@ struct BubblesMeasurement {
                                                 const BubblesOptions& options, const PlanModel& model,
                                                 double ms_per_unit, const std::string& backend_detail) {
   std::string out = concat("ppsched-bubbles: ", model.description, "\n", options.model.stages, " ranks, ",
-                           options.model.microbatches, " micro-batches, ", backend_detail, ", 1 ", model.unit, " = ",
+                           options.model.microbatches, " micro-batches, ", backend_detail, ", 1 ", model.unit.text(), " = ",
                            number_text(ms_per_unit), " ms; median of ", options.steps, " steps after ",
                            options.warmup, " warm-up\n");
   for (const BubblesMeasurement& m : results) {
@@ -234,7 +234,7 @@ struct BubblesMeasurement {
           {"version", version_text},
           {"backend", options.backend},
           {"backend_detail", backend_detail},
-          {"model", {{"description", model.description}, {"unit", model.unit}, {"layers", model.layers}}},
+          {"model", {{"description", model.description}, {"unit", model.unit.text()}, {"layers", model.layers}}},
           {"ranks", options.model.stages},
           {"microbatches", options.model.microbatches},
           {"unit", "ms"},

@@ -116,7 +116,7 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
     const Calibration& c = r.fits[i];
     const std::string which = r.fits.size() == 1 ? std::string() : concat(" ", i + 1, " of ", r.fits.size());
     out += concat("calibration from the measured step", which, " (", c.schedule.stages(), " stages on ", c.schedule.ranks,
-                  " ranks, ", c.schedule.microbatches, " micro-batches), times in ", c.before.unit, ":\n");
+                  " ranks, ", c.schedule.microbatches, " micro-batches), times in ", c.before.unit.text(), ":\n");
     out += concat("  measured step ", c.measured_makespan, "; predicted before ", c.predicted_before, " (",
                   100.0 * c.error_before(), "%), re-predicted ", c.predicted_after, " (", 100.0 * c.error_after(), "%)\n");
     out += concat("  fixed cost per action ", c.before.action_overhead, " -> ", c.after.action_overhead,
@@ -160,7 +160,7 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
   return {{"tool", "ppsched-plan"},
           {"version", version},
           {"model", p.model},
-          {"unit", p.unit},
+          {"unit", p.unit.text()},
           {"devices", p.devices},
           {"global_batch", p.global_batch},
           {"memory_cap_bytes", finite_or_null(p.cap.total_bytes)},

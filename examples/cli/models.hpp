@@ -46,7 +46,7 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
 [[nodiscard]] inline std::string runtime_text(const Profile& p) {
   std::string out;
   const auto add = [&](const std::string& part) { out += concat(out.empty() ? "; measured runtime: " : ", ", part); };
-  const std::string unit = p.time_unit.empty() ? "" : concat(" ", p.time_unit);
+  const std::string unit = p.time_unit.empty() ? "" : concat(" ", p.time_unit.text());
   if (p.fixed_costs.action > 0.0) add(concat(p.fixed_costs.action, unit, " per action"));
   if (p.fixed_costs.transfer > 0.0) add(concat(p.fixed_costs.transfer, unit, " per transfer"));
   if (p.fixed_costs.step > 0.0) add(concat(p.fixed_costs.step, unit, " per step"));

@@ -98,9 +98,9 @@ class TextTable {
   return out;
 }
 
-[[nodiscard]] inline std::string throughput_text(double per_unit, const std::string& unit) {
-  if (const auto seconds = seconds_per_unit(unit)) return number_text(per_unit / *seconds) + " mb/s";
-  return number_text(per_unit) + " mb/" + unit;
+[[nodiscard]] inline std::string throughput_text(double per_unit, const TimeUnit& unit) {
+  if (const auto seconds = unit.seconds()) return number_text(per_unit / *seconds) + " mb/s";
+  return number_text(per_unit) + " mb/" + unit.text();
 }
 
 [[nodiscard]] inline std::string partition_table(const PartitionPlan& p, const std::string& unit, bool has_bytes) {
@@ -253,8 +253,8 @@ class TextTable {
 [[nodiscard]] inline std::string render_report(const PlanResult& plan, bool has_bytes,
                                                const SearchSummary* search = nullptr) {
   std::string out = concat("ppsched-plan: ", plan.model, "\n", plan.ranks, " ranks, ", plan.microbatches,
-                           " micro-batches per step, times in ", plan.unit, "\n\n");
-  out += partition_table(plan.partition, plan.unit, has_bytes);
+                           " micro-batches per step, times in ", plan.unit.text(), "\n\n");
+  out += partition_table(plan.partition, plan.unit.text(), has_bytes);
   out += '\n';
   std::vector<std::string> header{"schedule", "v", "makespan", "max span", "bubble", "throughput",
                                   "peak act/rank (M_B)"};
@@ -289,7 +289,7 @@ class TextTable {
     for (const std::string& p : r.problems) out += concat("  ", r.name, ": ", p, '\n');
   }
   out += memory_policy_report(plan);
-  if (search != nullptr) out += search_table(*search, plan.unit);
+  if (search != nullptr) out += search_table(*search, plan.unit.text());
   out += '\n';
   if (plan.recommended.index) {
     const ScheduleResult& best = plan.schedules[*plan.recommended.index];
@@ -329,7 +329,7 @@ class TextTable {
           {"bottleneck_stage", p.bottleneck_stage}};
 }
 
-[[nodiscard]] inline nlohmann::ordered_json schedule_json(const ScheduleResult& r, const std::string& unit) {
+[[nodiscard]] inline nlohmann::ordered_json schedule_json(const ScheduleResult& r, const TimeUnit& unit) {
   nlohmann::ordered_json j{{"name", r.name},
                    {"chunks", r.chunks},
                    {"virtual_stages", r.virtual_stages},
@@ -337,7 +337,7 @@ class TextTable {
                    {"valid", r.valid},
                    {"problems", r.problems}};
   if (!r.valid) return j;
-  const auto seconds = seconds_per_unit(unit);
+  const auto seconds = unit.seconds();
   j.update({{"makespan", r.makespan},
             {"max_rank_span", r.max_rank_span},
             {"bubble_fraction", r.bubble_fraction},
@@ -377,7 +377,7 @@ struct OutputPaths {
   const auto path_or_null = [](const std::string& p) { return p.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(p); };
   return {{"tool", "ppsched-plan"},
           {"version", version_text},
-          {"model", {{"description", plan.model}, {"unit", plan.unit}, {"layers", model.layers}}},
+          {"model", {{"description", plan.model}, {"unit", plan.unit.text()}, {"layers", model.layers}}},
           {"ranks", plan.ranks},
           {"microbatches", plan.microbatches},
           {"chunks", options.chunks},
@@ -413,11 +413,11 @@ struct OutputPaths {
     for (const std::string& p : r.problems) out += concat("  - ", p, '\n');
     return out;
   }
-  out += concat("model: ", c.context.model, ", times in ", c.context.unit, "\n\n");
-  out += partition_table(c.context.partition, c.context.unit, has_bytes);
+  out += concat("model: ", c.context.model, ", times in ", c.context.unit.text(), "\n\n");
+  out += partition_table(c.context.partition, c.context.unit.text(), has_bytes);
   out += concat("\nOK: valid, and deadlock-free under rendezvous with communication on its own stream and on the "
                 "compute stream\n",
-                "  makespan ", number_text(r.makespan), ' ', c.context.unit, ", max rank span ",
+                "  makespan ", number_text(r.makespan), ' ', c.context.unit.text(), ", max rank span ",
                 number_text(r.max_rank_span), ", bubble ", percent_of(r.bubble_fraction), ", throughput ",
                 throughput_text(r.throughput, c.context.unit), "\n  peak activations per rank (M_B): ",
                 per_rank_text(r.peak_activations), '\n');
@@ -438,7 +438,7 @@ struct OutputPaths {
   nlohmann::ordered_json j{{"tool", "ppsched-plan"},
                            {"version", version_text},
                            {"file", c.path},
-                           {"model", {{"description", c.context.model}, {"unit", c.context.unit}, {"layers", model.layers}}},
+                           {"model", {{"description", c.context.model}, {"unit", c.context.unit.text()}, {"layers", model.layers}}},
                            {"ranks", c.result.schedule.ranks},
                            {"microbatches", c.result.schedule.microbatches}};
   if (c.result.valid) j["partition"] = partition_json(c.context.partition);

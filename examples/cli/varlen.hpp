@@ -112,7 +112,7 @@ struct SplitRun {
 struct LengthsPlan {
   LengthsFile file;
   LengthCosts fit;
-  std::string unit;
+  TimeUnit unit;
   std::int64_t token_budget = 0;
   std::vector<SplitRun> runs;
 };
@@ -161,10 +161,10 @@ struct LengthsPlan {
     tokens += static_cast<double>(l);
   }
   std::string out = concat("ppsched-plan: ", p.file.lengths.size(), " sequences from '", p.file.path, "' (", tokens,
-                           " tokens, longest ", longest, "), ", p.fit.stages.size(), " stages, times in ", p.unit, "\n");
+                           " tokens, longest ", longest, "), ", p.fit.stages.size(), " stages, times in ", p.unit.text(), "\n");
   out += concat("costs fitted to ", p.fit.samples, " measured micro-batches (largest residual ",
                 percent_of(p.fit.max_relative_residual()), "); at most ", p.token_budget, " tokens per micro-batch\n\n");
-  TextTable table({"split", "micro-batches", "tokens", "computed", "padding", "schedule", "step", "tokens/" + p.unit},
+  TextTable table({"split", "micro-batches", "tokens", "computed", "padding", "schedule", "step", "tokens/" + p.unit.text()},
                   {false, true, true, true, true, false, true, true});
   for (const SplitRun& r : p.runs) {
     table.add({std::string(split_method_name(r.split.method)), std::to_string(r.split.microbatches.size()),
@@ -194,7 +194,7 @@ struct LengthsPlan {
           {"version", version_text},
           {"lengths", {{"file", p.file.path}, {"sequences", p.file.lengths.size()}}},
           {"fit", {{"samples", p.fit.samples}, {"stages", p.fit.stages.size()}, {"max_relative_residual", p.fit.max_relative_residual()}}},
-          {"unit", p.unit},
+          {"unit", p.unit.text()},
           {"token_budget", p.token_budget},
           {"splits", std::move(splits)}};
 }

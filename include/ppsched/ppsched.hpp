@@ -18,6 +18,7 @@
 #include "ppsched/graph/layer_graph.hpp"
 #include "ppsched/graph/profile.hpp"
 #include "ppsched/graph/tensor.hpp"
+#include "ppsched/graph/time_unit.hpp"
 
 #include "ppsched/partition/chain.hpp"
 #include "ppsched/partition/cost_model.hpp"

@@ -26,6 +26,7 @@
 #include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/graph/hardware.hpp"
+#include "ppsched/graph/time_unit.hpp"
 #include "ppsched/schedule/action.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
@@ -63,7 +64,10 @@ struct StageCost {
 };
 
 struct CostModel {
-  std::string unit = "unit";
+  // The user's cost unit, carried into the simulated Timeline: "unit" (a unit of the model's
+  // own) until named, since a model of made-up costs has no relation to time; "ms" etc. when
+  // the costs are measured times.
+  TimeUnit unit = "unit";
   std::vector<StageCost> stages;          // one per stage, or a single entry for every stage
   std::vector<double> microbatch_scale;   // empty, or one factor per micro-batch (times and bytes)
   std::vector<StageCost> per_microbatch;  // empty, or stages x micro-batches (stage-major); overrides the two above
@@ -110,7 +114,7 @@ struct CostModel {
 
 // Every stage alike: the analytic set-up (T_F, T_BI, T_BW per stage, free communication).
 [[nodiscard]] PPSCHED_OUTLINE CostModel uniform_costs(double forward, double backward_input, double backward_weight,
-                                             std::string unit = "unit");
+                                             TimeUnit unit = "unit");
 
 }  // namespace ppsched
 

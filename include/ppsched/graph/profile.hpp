@@ -19,6 +19,7 @@
 #include "ppsched/graph/hardware.hpp"
 #include "ppsched/graph/layer_graph.hpp"
 #include "ppsched/graph/rows.hpp"
+#include "ppsched/graph/time_unit.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 
@@ -43,7 +44,9 @@ struct Profile {
   LayerGraph graph;
   std::vector<Device> devices;  // in pipeline order; empty when the profile names none
   Interconnect link{};
-  std::string time_unit;        // the unit every time is in ("ms", "us", ...); informational
+  // The unit every time is in ("ms", "us", ...). None by default, as a profile that names
+  // none reads: the planner then prices in its model's own "unit".
+  TimeUnit time_unit;
   // Samples per micro-batch the layers' plain costs were measured at; 0 when the profile does
   // not say (the planner then takes DevicePlanOptions::profile_microbatch_size).
   double rows = 0.0;

@@ -47,7 +47,7 @@ namespace ppsched::inline PPSCHED_MODE {
 // edges, an absent cap or bandwidth) are left out.
 [[nodiscard]] inline std::string profile_to_json(const Profile& p, int indent = 2) {
   nlohmann::json doc = nlohmann::json::object();
-  if (!p.time_unit.empty()) doc["unit"] = p.time_unit;
+  if (!p.time_unit.empty()) doc["unit"] = p.time_unit.text();
   if (p.rows != 0.0) doc["rows"] = p.rows;
   if (p.fixed_costs.action != 0.0) doc["action_overhead"] = p.fixed_costs.action;
   if (p.fixed_costs.transfer != 0.0) doc["transfer_overhead"] = p.fixed_costs.transfer;

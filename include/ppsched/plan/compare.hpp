@@ -67,7 +67,7 @@ struct PlanMemoryPolicy {
   // family's cut (layerwise_recompute_policy).
   std::map<std::int32_t, MemoryPolicy> stages;
   // Between each device and its host, in the model's unit. Empty: PCIe 4 x16 (10 us, 25 GB/s),
-  // which needs a model unit seconds_per_unit knows.
+  // which needs a model unit that is a scale of time (TimeUnit::seconds).
   std::optional<Interconnect> host_link;
   MemoryChoiceOptions choice{};  // automatic: the ladder and the placement
   // automatic, in search_plan: at most this many of the search's candidates over the byte cap
@@ -196,7 +196,7 @@ struct Recommendation {
 
 struct PlanResult {
   std::string model;  // PlanModel::description
-  std::string unit;
+  TimeUnit unit;      // PlanModel::unit
   std::int32_t ranks = 0;
   std::int32_t microbatches = 0;
   std::int32_t chunks = 0;
@@ -237,7 +237,7 @@ struct PlanResult {
 // The model and size, one line per schedule, the skipped families and the recommendation.
 [[nodiscard]] inline std::string to_string(const PlanResult& p) {
   using detail::concat;
-  std::string out = detail::concat(p.model, ": ", p.ranks, " ranks, ", p.microbatches, " micro-batches, times in ", p.unit, "\n");
+  std::string out = detail::concat(p.model, ": ", p.ranks, " ranks, ", p.microbatches, " micro-batches, times in ", p.unit.text(), "\n");
   for (const ScheduleResult& r : p.schedules) out += detail::concat("  ", to_string(r), "\n");
   for (const SkippedSchedule& s : p.skipped) out += detail::concat("  skipped ", s.name, ": ", s.reason, "\n");
   if (const ScheduleResult* best = p.recommended_schedule()) {

@@ -26,7 +26,7 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace plan {
 
 struct PlanCostOptions {
-  std::string unit = "unit";    // CostModel::unit (PlanModel::unit, or the unit after time_scale)
+  TimeUnit unit = "unit";       // CostModel::unit (PlanModel::unit, or the unit after time_scale)
   double weight_memory_fraction = 0.5;  // M_W / M_B: what a BI keeps alive until its BW (CostModel::weight_memory_fraction)
   double time_scale = 1.0;      // every time is multiplied by it (e.g. milliseconds per model unit)
   // Whether transfers cost each stage's send_time. Off, the link is free: what a run of

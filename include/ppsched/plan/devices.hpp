@@ -83,7 +83,7 @@ struct DeviceSplit {
 
 struct DevicePlan {
   std::string model;
-  std::string unit;
+  TimeUnit unit;  // the profile's, "unit" when it names none (as graph_model)
   std::int32_t devices = 0;
   std::int64_t global_batch = 0;
   MemoryCap cap;  // per device, as plan_devices was given it
@@ -129,7 +129,7 @@ struct DevicePlan {
   using detail::concat;
   std::string out = detail::concat(p.model, ": ", p.devices, " devices, global batch ", p.global_batch,
                            std::isinf(p.cap.total_bytes) ? "" : detail::concat(", cap ", bytes_text(p.cap.total_bytes), " per device"),
-                           ", times in ", p.unit, "\n");
+                           ", times in ", p.unit.text(), "\n");
   for (const std::string& line : p.per_pipeline) out += "  " + line + "\n";
   if (p.chosen) {
     out += "chosen: " + to_string(*p.chosen) + "\n";

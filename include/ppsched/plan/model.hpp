@@ -105,7 +105,7 @@ struct LayerMemory {
 
 struct PlanModel {
   std::string description;  // one line for a report
-  std::string unit = "unit";  // time unit of every cost
+  TimeUnit unit = "unit";     // time unit of every cost: the profile's, "unit" (the model's own) when none is named
   // The pipeline's ranks and micro-batches the model was built for (graph_model: its
   // options'); 0: any (per_rank_cost_model). compare_families and search_plan refuse a
   // PlanRequest that disagrees, naming both fields, rather than cutting for another size.

@@ -75,7 +75,7 @@ struct ProfileOptions {
   std::vector<std::int32_t> rows{8};  // micro-batch sizes to measure (samples per micro-batch)
   std::int32_t warmup = 2;            // untimed runs of each callable before the timed ones
   std::int32_t repetitions = 10;      // timed runs; the median is the cost, the rest the spread
-  std::string unit = "ms";            // "s", "ms", "us" or "ns": the unit of every time reported
+  TimeUnit unit = "ms";               // "s", "ms", "us" or "ns" (measured: a scale) of every time reported
   std::vector<std::string> names;     // one per stage; empty: "stage 0", "stage 1", ...
 };
 
@@ -86,12 +86,10 @@ using StageFactory = std::function<std::vector<StageFunctions>(std::int32_t rows
 }  // namespace profiling
 namespace detail {
 
-// The public seconds_per_unit, for a unit a measurement must have: the profiler times with a
-// clock, so a cost unit with no fixed relation to time is an error here. One table of units,
-// so this name must differ from the public one (a detail overload hid it from later headers).
-[[nodiscard]] inline double seconds_per_unit_or_fail(const std::string& unit, const char* who) {
-  if (const std::optional<double> seconds = ppsched::seconds_per_unit(unit)) return *seconds;
-  detail::fail({who, detail::concat("unit \"", unit, "\""), "unit", "give \"s\", \"ms\", \"us\" or \"ns\""});
+// Units of `unit` per second of the clock: the profiler times with a clock, so a unit of the
+// model's own, with no fixed relation to time, is an error here.
+[[nodiscard]] inline double per_clock_second(const TimeUnit& unit, const char* who, const char* field) {
+  return TimeUnit("s").factor_to(unit, who, field, "give \"s\", \"ms\", \"us\" or \"ns\"");
 }
 
 }  // namespace detail
@@ -117,7 +115,7 @@ namespace profiling {
     detail::fail({who, detail::concat("repetitions = ", options.repetitions, ", warmup = ", options.warmup), "ProfileOptions",
           "give at least one repetition and no negative warm-up"});
   }
-  const double per_second = 1.0 / detail::seconds_per_unit_or_fail(options.unit, who);
+  const double per_second = detail::per_clock_second(options.unit, who, "ProfileOptions::unit");
   std::vector<StageProfile> out;
   for (const std::int32_t rows : options.rows) {
     std::vector<StageFunctions> stages = make(rows);
@@ -209,7 +207,7 @@ namespace profiling {
 // concurrent_slowdown is measure_concurrent_slowdown's, left empty here), in a unit, with the
 // steps the fit used.
 struct BackendOverheads {
-  std::string unit = "ms";
+  TimeUnit unit = "ms";  // measured, so a scale: ms unless OverheadOptions::unit asks another
   FixedCosts fixed_costs{};
   TimeSpread one_rank_step;  // the measured steps the fit used, for the report (one rank: the longest schedule)
   TimeSpread two_rank_step;
@@ -231,7 +229,7 @@ struct MeasuredSteps {
 // constant). `two_rank` (on two ranks) then gives the cost per transfer, the other two held.
 // Steps are in `unit`.
 [[nodiscard]] inline BackendOverheads fit_backend_overheads(const std::vector<MeasuredSteps>& one_rank,
-                                                            const MeasuredSteps& two_rank, std::string unit = "ms") {
+                                                            const MeasuredSteps& two_rank, TimeUnit unit = "ms") {
   using detail::concat;
   const char* who = "fit_backend_overheads";
   if (one_rank.empty()) detail::fail({who, "no one-rank schedule", "one_rank", "give at least one measured one-rank schedule"});
@@ -292,7 +290,7 @@ struct MeasuredSteps {
 // The same from one one-rank schedule: no step overhead, every cost per action.
 [[nodiscard]] inline BackendOverheads fit_backend_overheads(const Schedule& one_rank, const std::vector<double>& one_rank_steps,
                                                             const Schedule& two_rank, const std::vector<double>& two_rank_steps,
-                                                            std::string unit = "ms") {
+                                                            TimeUnit unit = "ms") {
   if (one_rank_steps.empty() || two_rank_steps.empty()) {
     detail::fail({"fit_backend_overheads", "no measured steps", "steps", "measure at least one step of each schedule"});
   }
@@ -333,7 +331,7 @@ struct OverheadOptions {
   std::int32_t few_microbatches = 2;
   std::int32_t warmup = 3;         // untimed steps first (threads, pools and caches settle)
   std::int32_t repetitions = 21;   // timed steps of each schedule
-  std::string unit = "ms";
+  TimeUnit unit = "ms";            // of every time measured: a scale (ms: a measured one's default)
   ExecutorOptions executor{};      // as the real run will use them
   // The model's weight-gradient floats (its parameters), split evenly over each measured
   // schedule's stages: the empty stages then carry gradients of the model's size, and the
@@ -368,7 +366,7 @@ template <class B>
     detail::fail({who, detail::concat("few_microbatches = ", options.few_microbatches, " with microbatches = ", options.microbatches),
           "OverheadOptions::few_microbatches", "give 1 to microbatches - 1 (0: measure one shape only)"});
   }
-  const double per_second = 1.0 / detail::seconds_per_unit_or_fail(options.unit, who);
+  const double per_second = detail::per_clock_second(options.unit, who, "OverheadOptions::unit");
   // Each run in its own World, all built before any is timed; their steps alternate.
   const auto measure = [&](std::vector<std::unique_ptr<World<B>>>& worlds, std::vector<MeasuredSteps>& out) {
     std::vector<std::vector<float>> data;
@@ -480,17 +478,19 @@ struct SlowdownOptions {
 // A Profile of the measured stages: one layer per stage function (so the partitioner cuts
 // between them), a CostPoint per size with the medians and the largest relative spread, the
 // plain fields and the optimizer step at `reference_rows` (one of the sizes measured; 0: the largest), and the
-// backend's fixed costs. Times are in the profile's unit, which must be the overheads' too.
-[[nodiscard]] inline Profile measured_profile(const std::vector<StageProfile>& stages, const std::string& unit,
+// backend's fixed costs, converted from the overheads' unit to the profile's (TimeUnit::factor_to:
+// "us" overheads into an "ms" profile are divided by 1000; a unit that does not convert is an
+// error).
+[[nodiscard]] inline Profile measured_profile(const std::vector<StageProfile>& stages, const TimeUnit& unit,
                                               std::int32_t reference_rows = 0,
                                               const std::optional<BackendOverheads>& overheads = std::nullopt) {
   using detail::concat;
   const char* who = "measured_profile";
   if (stages.empty() || stages.front().sizes.empty()) detail::fail({who, "no measured stages", "stages", "profile_stages first"});
-  if (overheads && overheads->unit != unit) {
-    detail::fail({who, detail::concat("overheads in \"", overheads->unit, "\", stages in \"", unit, "\""), "overheads",
-          "measure both in one unit"});
-  }
+  const double overheads_scale =
+      overheads ? overheads->unit.factor_to(unit, who, "BackendOverheads::unit to the stages' unit",
+                                            "measure both in one unit, or both in s, ms, us or ns")
+                : 1.0;
   const std::int32_t reference = reference_rows == 0 ? stages.front().sizes.back().rows : reference_rows;
   std::vector<Layer> layers;
   for (const StageProfile& s : stages) {
@@ -536,7 +536,12 @@ struct SlowdownOptions {
   p.graph = LayerGraph(std::move(layers));
   p.time_unit = unit;
   p.rows = reference;
-  if (overheads) p.fixed_costs = overheads->fixed_costs;
+  if (overheads) {
+    p.fixed_costs = overheads->fixed_costs;  // concurrent_slowdown is a ratio: no unit to convert
+    p.fixed_costs.action *= overheads_scale;
+    p.fixed_costs.transfer *= overheads_scale;
+    p.fixed_costs.step *= overheads_scale;
+  }
   return p;
 }
 

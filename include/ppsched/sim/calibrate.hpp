@@ -127,8 +127,9 @@ struct Calibration {
 };
 
 struct CalibrationOptions {
-  // Model units per unit of the measured timeline; 0: from the two units' names ("s", "ms",
-  // "us"), or 1 when they are the same name.
+  // Model units per unit of the measured timeline; 0: TimeUnit's converter, as compare() uses
+  // it: the factor between two scales ("s", "ms", "us" or "µs", "ns"), 1 between a unit of the
+  // model's own and itself, an error for any other pair.
   double model_units_per_measured_unit = 0.0;
   // The steps' times as the caller measured them around run_step, in the timeline's unit: they
   // hold the fixed cost per step, which the timelines do not. Empty: the model's is kept.
@@ -147,16 +148,8 @@ struct CalibrationOptions {
   const Timeline& measured = steps.front();
   double k = options.model_units_per_measured_unit;
   if (k == 0.0) {
-    // The one converter compare() uses too (trace/stats.hpp), so both accept the same units.
-    const std::optional<double> m = seconds_per_unit(measured.unit), u = seconds_per_unit(model.unit);
-    if (measured.unit == model.unit) {
-      k = 1.0;
-    } else if (m && u) {
-      k = *m / *u;
-    } else {
-      detail::fail({who, detail::concat("cannot convert the timeline's \"", measured.unit, "\" to the model's \"", model.unit, "\""),
-            "CalibrationOptions::model_units_per_measured_unit", "give the factor, or name both units s, ms, us (µs) or ns"});
-    }
+    k = measured.unit.factor_to(model.unit, who, "the measured Timeline::unit to CostModel::unit",
+                                "give CalibrationOptions::model_units_per_measured_unit, or name both units s, ms, us (µs) or ns");
   }
   if (!(k > 0.0)) detail::fail({who, detail::concat("model_units_per_measured_unit = ", k), "CalibrationOptions", "give a factor > 0"});
   if (!model.per_microbatch.empty() || !model.microbatch_scale.empty()) {
@@ -173,7 +166,7 @@ struct CalibrationOptions {
   std::vector<double> makespans;
   detail::SharedHostLoad load;
   for (std::size_t i = 0; i < steps.size(); ++i) {
-    if (i > 0 && (!detail::same_time_unit(steps[i].unit, measured.unit) || schedule_of_timeline(steps[i]).programs != c.schedule.programs)) {
+    if (i > 0 && (steps[i].unit != measured.unit || schedule_of_timeline(steps[i]).programs != c.schedule.programs)) {
       detail::fail({who, detail::concat("step ", i, " ran another schedule or unit than step 0"), "steps",
             "give steps of one run (one schedule, one World)"});
     }

@@ -65,7 +65,7 @@ namespace detail {
           "pass a positive factor, or 0 to derive it from the timeline's unit"});
   }
   if (options.microseconds_per_unit > 0.0) return options.microseconds_per_unit;
-  if (const auto seconds = seconds_per_unit(timeline.unit)) return *seconds * 1e6;
+  if (const auto factor = timeline.unit.try_factor_to(TimeUnit("us"))) return *factor;
   return 1.0;
 }
 

@@ -6,8 +6,10 @@
 // Units. A simulation is often in the user's own cost unit and a measurement in
 // microseconds, and nothing says how the two relate. Bubble fractions are ratios and are
 // always compared. Times are compared only when a scale from the measured unit to the
-// predicted unit is known: passed by the caller, 1 when both units are the same non-empty
-// string, or the factor between two known time units ("s", "ms", "us", "ns"). Without a
+// predicted unit is known: passed by the caller, or TimeUnit's converter (graph/time_unit.hpp):
+// the factor between two scales ("s", "ms", "us" or "µs", "ns"), 1 between a unit of the
+// model's own and itself, and none for a model's unit against a scale, two different model
+// units, or a timeline without a unit. Without a
 // scale the makespans are reported each in its own unit and action times are compared as
 // fractions of each timeline's own makespan, which still shows where the shape differs.
 //
@@ -70,7 +72,9 @@ struct TimelineComparison {
   TimelineStats measured;
   TimelineStats predicted;
   std::optional<double> scale;           // measured unit → predicted unit, when known
-  std::string deviation_unit;            // predicted.unit, or "makespan" (fractions of it)
+  // predicted.unit, or "makespan" when there is no scale: a unit of its own, fractions of
+  // each timeline's makespan.
+  TimeUnit deviation_unit;
   std::optional<double> makespan_ratio;  // measured × scale ÷ predicted, when both exist
   double bubble_difference_pp = 0.0;     // overall bubble_fraction, measured − predicted
   std::vector<RankComparison> per_rank;
@@ -102,11 +106,11 @@ namespace detail {
 // Percentage points with two decimals and a sign; rounding noise prints as "0.00".
 [[nodiscard]] PPSCHED_OUTLINE std::string signed_points(double pp);
 
-[[nodiscard]] inline std::string with_unit(double value, const std::string& unit) {
-  return unit.empty() ? format_readable(value, 6) : format_readable(value, 6) + " " + unit;
+[[nodiscard]] inline std::string with_unit(double value, const TimeUnit& unit) {
+  return unit.empty() ? format_readable(value, 6) : format_readable(value, 6) + " " + unit.text();
 }
 
-PPSCHED_OUTLINE void print_deviation(std::ostream& out, const char* what, const Deviation& d, const std::string& unit,
+PPSCHED_OUTLINE void print_deviation(std::ostream& out, const char* what, const Deviation& d, const TimeUnit& unit,
                             bool as_fraction);
 
 PPSCHED_OUTLINE void print_unmatched(std::ostream& out, const char* where, const std::vector<Span>& spans);

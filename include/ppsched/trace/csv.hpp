@@ -34,7 +34,7 @@ inline void write_timeline_csv(std::ostream& out, const Timeline& timeline) {
   // The unit sits in a comment line: anything that could end the line or the comment's
   // meaning (control characters, invalid UTF-8) is replaced.
   std::string unit;
-  detail::for_each_code_point(timeline.unit, [&unit](char32_t cp, std::string_view bytes) {
+  detail::for_each_code_point(timeline.unit.text(), [&unit](char32_t cp, std::string_view bytes) {
     unit += cp < 0x20 || cp == 0x7F ? detail::utf8_replacement : bytes;
   });
   out << "# ppsched timeline: ranks " << std::to_string(timeline.ranks) << ", unit " << unit << '\n'

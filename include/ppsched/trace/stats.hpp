@@ -44,27 +44,6 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
-// Seconds per one unit of a timeline whose unit is a known time unit ("s", "ms", "us",
-// "µs", "ns"); nothing for any other unit (a simulation's unit may be the user's own cost
-// unit, which has no fixed relation to time).
-[[nodiscard]] constexpr std::optional<double> seconds_per_unit(std::string_view unit) noexcept {
-  if (unit == "s") return 1.0;
-  if (unit == "ms") return 1e-3;
-  if (unit == "us" || unit == "\xC2\xB5s") return 1e-6;  // "µs" in UTF-8
-  if (unit == "ns") return 1e-9;
-  return std::nullopt;
-}
-
-namespace detail {
-// Whether two unit names mean the same unit: the same text, or two spellings of one time unit
-// ("us" and "µs").
-[[nodiscard]] constexpr bool same_time_unit(std::string_view a, std::string_view b) noexcept {
-  if (a == b) return true;
-  const std::optional<double> x = seconds_per_unit(a), y = seconds_per_unit(b);
-  return x && y && *x == *y;
-}
-}  // namespace detail
-
 // What an operation does, in the words legends and reports use.
 [[nodiscard]] constexpr std::string_view op_description(Op op) noexcept {
   switch (op) {
@@ -106,7 +85,7 @@ struct RankStats {
 
 struct TimelineStats {
   std::int32_t ranks = 0;
-  std::string unit;
+  TimeUnit unit;  // the timeline's
   std::size_t spans = 0;
   double origin = 0.0;    // earliest start (0 for an empty timeline)
   double finish = 0.0;    // latest end

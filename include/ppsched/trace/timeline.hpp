@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ppsched/graph/time_unit.hpp"
 #include "ppsched/schedule/action.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
@@ -40,7 +41,10 @@ struct Span {
 
 struct Timeline {
   std::int32_t ranks = 0;
-  std::string unit;         // the cost model's unit for a simulation ("ms", "us", or the user's)
+  // The simulation's cost-model unit, "ms" for a run World measured, as each sets it. No
+  // default unit: a timeline built by hand names none until the caller says, and one without
+  // a unit converts to no other (compare then compares shapes, calibrate refuses it).
+  TimeUnit unit;
   std::vector<Span> spans;  // any order; writers sort as they need
 
   friend bool operator==(const Timeline&, const Timeline&) = default;

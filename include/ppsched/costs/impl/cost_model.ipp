@@ -8,7 +8,7 @@
 namespace ppsched::inline PPSCHED_MODE {
 
 [[nodiscard]] PPSCHED_OUTLINE CostModel uniform_costs(double forward, double backward_input, double backward_weight,
-                                             std::string unit) {
+                                             TimeUnit unit) {
   CostModel c;
   c.unit = std::move(unit);
   c.stages.push_back(StageCost{forward, backward_input, backward_weight, 0.0, 0.0});

@@ -364,10 +364,10 @@ namespace detail {
 // The device-host link offload copies take: the request's, or PCIe 4 x16 in the model's unit.
 [[nodiscard]] inline Interconnect host_link_for(const plan::PlanRequest& request, const plan::PlanModel& model) {
   if (request.memory_policy.host_link) return *request.memory_policy.host_link;
-  const std::optional<double> s = seconds_per_unit(model.unit);
+  const std::optional<double> s = model.unit.try_factor_to(TimeUnit("s"));  // seconds per model unit
   if (!s) {
     detail::fail({"plan request", detail::concat("memory policies need the device-host link, and its default (10 us, 25 GB/s) cannot be given in the model's time unit '",
-                                 model.unit, "'"),
+                                 model.unit.text(), "'"),
           "PlanRequest::memory_policy.host_link",
           "give the link in the model's unit (ppsched-plan: --host-link T,X), or a model timed in s, ms, us or ns"});
   }

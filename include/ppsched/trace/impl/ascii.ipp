@@ -105,7 +105,7 @@ namespace ppsched::inline PPSCHED_MODE {
       legend += op_description(static_cast<Op>(op));
       legend += ", ";
     }
-    const std::string unit = timeline.unit.empty() ? std::string{"unit"} : timeline.unit;
+    const std::string unit = timeline.unit.empty() ? std::string{"unit"} : timeline.unit.text();
     legend += ". idle; 1 column = " + detail::format_readable(cell_time, 4) + " " + unit;
     out += legend + '\n';
   }

@@ -67,7 +67,7 @@ PPSCHED_OUTLINE void write_chrome_trace(std::ostream& out, const Timeline& timel
     out << "}}";
   }
   out << "\n],\n"
-      << R"("otherData":{"unit":)" << quoted(timeline.unit) << R"(,"microseconds_per_unit":)"
+      << R"("otherData":{"unit":)" << quoted(timeline.unit.text()) << R"(,"microseconds_per_unit":)"
       << detail::format_shortest(scale) << R"(,"origin":)" << detail::format_shortest(stats.origin)
       << R"(,"ranks":)" << std::to_string(timeline.ranks);
   if (!options.title.empty()) out << R"(,"title":)" << quoted(options.title);

@@ -15,12 +15,12 @@ namespace detail {
   return (pp > 0.0 ? "+" : "") + text + " pp";
 }
 
-PPSCHED_OUTLINE void print_deviation(std::ostream& out, const char* what, const Deviation& d, const std::string& unit,
+PPSCHED_OUTLINE void print_deviation(std::ostream& out, const char* what, const Deviation& d, const TimeUnit& unit,
                             bool as_fraction) {
   // Fractions of the makespan read better as percentages.
   const auto show = [&](double v, bool sign) {
     if (as_fraction) return (sign ? signed_readable(v * 100.0, 3) : format_readable(v * 100.0, 3)) + "%";
-    return (sign ? signed_readable(v) : format_readable(v)) + (unit.empty() ? "" : " " + unit);
+    return (sign ? signed_readable(v) : format_readable(v)) + (unit.empty() ? "" : " " + unit.text());
   };
   out << what << ": mean " << show(d.mean, true) << ", mean |d| " << show(d.mean_abs, false) << ", rms "
       << show(d.rms, false) << ", max |d| " << show(d.max_abs, false);
@@ -131,12 +131,10 @@ namespace ppsched::inline PPSCHED_MODE {
   }
   if (options.measured_to_predicted > 0.0) {
     c.scale = options.measured_to_predicted;
-  } else if (!measured.unit.empty() && measured.unit == predicted.unit) {
-    c.scale = 1.0;
-  } else if (const auto m = seconds_per_unit(measured.unit), p = seconds_per_unit(predicted.unit); m && p) {
-    c.scale = *m / *p;
+  } else {
+    c.scale = measured.unit.try_factor_to(predicted.unit);
   }
-  c.deviation_unit = c.scale ? predicted.unit : std::string{"makespan"};
+  c.deviation_unit = c.scale ? predicted.unit : TimeUnit("makespan");
   if (c.scale && c.predicted.makespan > 0.0) {
     c.makespan_ratio = c.measured.makespan * *c.scale / c.predicted.makespan;
   }

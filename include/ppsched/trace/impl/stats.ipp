@@ -136,7 +136,7 @@ namespace ppsched::inline PPSCHED_MODE {
 PPSCHED_OUTLINE std::ostream& operator<<(std::ostream& out, const TimelineStats& s) {
   using detail::cell;
   using detail::format_readable;
-  const std::string unit = s.unit.empty() ? std::string{} : " " + s.unit;
+  const std::string unit = s.unit.empty() ? std::string{} : " " + s.unit.text();
   out << "timeline: " << s.ranks << " ranks, " << s.spans << " spans\n"
       << "makespan " << format_readable(s.makespan, 6) << unit << " (from " << format_readable(s.origin, 6)
       << " to " << format_readable(s.finish, 6) << ")\n"

@@ -63,7 +63,7 @@ PPSCHED_OUTLINE void write_svg(std::ostream& out, const Timeline& timeline, cons
       << "</defs>\n"
       << R"(<rect width="100%" height="100%" fill="#ffffff"/>)" << '\n';
 
-  const std::string unit_suffix = timeline.unit.empty() ? std::string{} : " " + timeline.unit;
+  const std::string unit_suffix = timeline.unit.empty() ? std::string{} : " " + timeline.unit.text();
   out << R"(<text x=")" << px(left) << R"(" y="24" font-size="17" font-weight="bold">)"
       << esc(options.title.empty() ? std::string{"Pipeline timeline"} : options.title) << "</text>\n"
       << R"(<text x=")" << px(left) << R"(" y="44" font-size="12" fill="#333333">)"
@@ -114,7 +114,7 @@ PPSCHED_OUTLINE void write_svg(std::ostream& out, const Timeline& timeline, cons
       << R"(<text x=")" << px(left + plot_width / 2.0) << R"(" y=")" << px(axis_y + 34.0)
       << R"(" text-anchor="middle">)"
       << esc(timeline.unit.empty() ? std::string{"time from the first start"}
-                                   : "time from the first start (" + timeline.unit + ")")
+                                   : "time from the first start (" + timeline.unit.text() + ")")
       << "</text>\n</g>\n";
 
   // Boxes, one group per rank and lane.

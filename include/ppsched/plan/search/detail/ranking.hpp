@@ -171,7 +171,7 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
       line += detail::concat(" within makespan ", short_number(objective.makespan_bound));
     }
     line += detail::concat(" of ", fitting, " candidates that keep to the cap (", r.candidates.size(), " considered, ", simulated, " simulated), span ", short_number(w.span), " ",
-                   r.costs.unit, ", makespan ", short_number(w.makespan), " ", r.costs.unit, ", peak ",
+                   r.costs.unit.text(), ", makespan ", short_number(w.makespan), " ", r.costs.unit.text(), ", peak ",
                    short_number(w.peak_microbatches), " M_B");
     if (!std::isinf(cap.microbatches)) line += detail::concat(" of the cap ", short_number(cap.microbatches));
     return line;
@@ -183,7 +183,7 @@ inline void time_for_objective(std::vector<SearchEntry>& entries, const std::vec
   }
   std::string line =
       detail::concat(w.name, ": the fastest of ", fitting, " candidates that keep to the cap (", r.candidates.size(),
-             " considered, ", simulated, " simulated), makespan ", short_number(w.makespan), " ", r.costs.unit,
+             " considered, ", simulated, " simulated), makespan ", short_number(w.makespan), " ", r.costs.unit.text(),
              ", bubble ", short_number(w.bubble_fraction * 100.0), "%");
   // The winner's own pairs, not its name: "dualpipev sequential" runs the same actions ungrouped.
   const bool paired = std::any_of(r.schedule.programs.begin(), r.schedule.programs.end(), [](const auto& program) {

@@ -145,7 +145,7 @@ void bind_partition(py::module_& m) {
       .def("__eq__", [](const pp::Profile& a, const pp::Profile& b) { return a == b; }, py::is_operator())
       .def("__repr__", [](const pp::Profile& p) {
         return concat("Profile(layers=", p.graph.size(), ", devices=", p.devices.size(),
-                      ", time_unit=", py::repr(py::str(p.time_unit)).cast<std::string>(), ")");
+                      ", time_unit=", py::repr(py::str(p.time_unit.text())).cast<std::string>(), ")");
       });
 
   py::class_<pp::PartitionStage>(m, "PartitionStage",

@@ -156,7 +156,7 @@ void bind_sim(py::module_& m) {
            "Raises ppsched.Error, naming the field, unless the model fits a schedule of this size and\n"
            "holds only finite, non-negative values.")
       .def("__repr__", [](const pp::CostModel& c) {
-        return concat("CostModel(unit=", py::repr(py::str(c.unit)).cast<std::string>(), ", stages=",
+        return concat("CostModel(unit=", py::repr(py::str(c.unit.text())).cast<std::string>(), ", stages=",
                       py::repr(py::cast(c.stages)).cast<std::string>(), ")");
       });
 
@@ -228,7 +228,7 @@ void bind_sim(py::module_& m) {
           "The spans as plain dicts (rank, stage, op, microbatch, group, lane, start, end), e.g. for pandas.")
       .def("__repr__", [](const pp::Timeline& t) {
         return concat("Timeline(ranks=", t.ranks, ", spans=", t.spans.size(),
-                      ", unit=", py::repr(py::str(t.unit)).cast<std::string>(), ")");
+                      ", unit=", py::repr(py::str(t.unit.text())).cast<std::string>(), ")");
       });
 
   // ------------------------------------------------------------------ simulation

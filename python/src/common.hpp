@@ -11,8 +11,28 @@
 #include <string_view>
 
 #include "ppsched/error.hpp"
+#include "ppsched/graph/time_unit.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/csv.hpp"
+
+// A TimeUnit is a str in Python, both ways: read from a str (a scale such as "ms" or a unit of
+// the model's own), written back as the text it was given. Every field and argument that was a
+// str before TimeUnit stays one, so `timeline.unit = "ms"` and `costs.unit == "ms"` still read.
+namespace pybind11::detail {
+template <>
+struct type_caster<ppsched::TimeUnit> {
+  PYBIND11_TYPE_CASTER(ppsched::TimeUnit, const_name("str"));
+  bool load(handle src, bool convert) {
+    make_caster<std::string> text;
+    if (!text.load(src, convert)) return false;
+    value = ppsched::TimeUnit(cast_op<std::string&&>(std::move(text)));
+    return true;
+  }
+  static handle cast(const ppsched::TimeUnit& unit, return_value_policy policy, handle parent) {
+    return make_caster<std::string>::cast(unit.text(), policy, parent);
+  }
+};
+}  // namespace pybind11::detail
 
 namespace ppsched_py {
 

@@ -854,7 +854,7 @@ TEST_CASE("calibrate converts every time unit compare() knows, in both direction
     CHECK_THROWS_WITH(calibrate(measured, uniform_costs(1, 1, 1, scale)),
                       Catch::Contains("cannot convert \"minutes\" to \"" + scale + "\"") &&
                           Catch::Contains("a unit of the model's own has no fixed relation to time") &&
-                          Catch::Contains("measured Timeline::unit to CostModel::unit"));
+                          Catch::Contains("(at Timeline::unit to CostModel::unit)"));
     measured.unit = scale;
     CHECK_THROWS_WITH(calibrate(measured, uniform_costs(1, 1, 1, "minutes")),
                       Catch::Contains("cannot convert \"" + scale + "\" to \"minutes\""));

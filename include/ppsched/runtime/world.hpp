@@ -226,7 +226,7 @@ class World {
   void size_result() {
     result_.losses.assign(static_cast<std::size_t>(schedule_.microbatches), 0.0f);
     result_.timeline.ranks = schedule_.ranks;
-    result_.timeline.unit = "ms";
+    result_.timeline.unit = "ms";  // a measured timeline's unit: the clock's time, in ms as the profiler's
     std::size_t actions = 0;
     for (const auto& prog : schedule_.programs) actions += prog.size();
     result_.timeline.spans.reserve(actions);

@@ -148,7 +148,7 @@ struct CalibrationOptions {
   const Timeline& measured = steps.front();
   double k = options.model_units_per_measured_unit;
   if (k == 0.0) {
-    k = measured.unit.factor_to(model.unit, who, "the measured Timeline::unit to CostModel::unit",
+    k = measured.unit.factor_to(model.unit, who, "Timeline::unit to CostModel::unit",
                                 "give CalibrationOptions::model_units_per_measured_unit, or name both units s, ms, us (µs) or ns");
   }
   if (!(k > 0.0)) detail::fail({who, detail::concat("model_units_per_measured_unit = ", k), "CalibrationOptions", "give a factor > 0"});

@@ -9,9 +9,9 @@
 // predicted unit is known: passed by the caller, or TimeUnit's converter (graph/time_unit.hpp):
 // the factor between two scales ("s", "ms", "us" or "µs", "ns"), 1 between a unit of the
 // model's own and itself, and none for a model's unit against a scale, two different model
-// units, or a timeline without a unit. Without a
-// scale the makespans are reported each in its own unit and action times are compared as
-// fractions of each timeline's own makespan, which still shows where the shape differs.
+// units, or a timeline without a unit. Without a scale the makespans are reported each in its
+// own unit and action times are compared as fractions of each timeline's own makespan, which
+// still shows where the shape differs.
 //
 // Both timelines are measured from their own origin (earliest start), so a measured run
 // whose clock did not start at zero lines up with a prediction that does.

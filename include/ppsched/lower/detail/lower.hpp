@@ -2,14 +2,8 @@
 // are grouped. They are in ppsched::detail and not part of the API: no example or page uses them,
 // and they may change in any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/lower/lower.hpp>, which includes this file after
-// declaring them. So that this file also compiles alone, it includes that header first, and its
-// guard opens only below that include: included alone, the header's own include of this file
-// emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/lower/lower.hpp"
-
-#ifndef PPSCHED_LOWER_DETAIL_LOWER_HPP
-#define PPSCHED_LOWER_DETAIL_LOWER_HPP
+// They build on the part's types, which <ppsched/lower/lower_types.hpp> holds.
+#pragma once
 
 #include <algorithm>
 #include <cmath>
@@ -29,6 +23,7 @@
 #include "ppsched/engine/problems.hpp"
 #include "ppsched/engine/workspace.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/lower/lower_types.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
 
@@ -69,5 +64,3 @@ struct LoweringCandidate {
 }  // namespace detail
 
 }  // namespace ppsched
-
-#endif  // PPSCHED_LOWER_DETAIL_LOWER_HPP

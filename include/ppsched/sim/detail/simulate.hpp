@@ -2,14 +2,8 @@
 // are in ppsched::detail and not part of the API: no example or page uses them, and they may
 // change in any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/sim/simulate.hpp>, which includes this file after
-// declaring them. So that this file also compiles alone, it includes that header first, and its
-// guard opens only below that include: included alone, the header's own include of this file
-// emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/sim/simulate.hpp"
-
-#ifndef PPSCHED_SIM_DETAIL_SIMULATE_HPP
-#define PPSCHED_SIM_DETAIL_SIMULATE_HPP
+// They build on the part's types, which <ppsched/sim/simulate_types.hpp> holds.
+#pragma once
 
 #include <algorithm>
 #include <cstdint>
@@ -30,6 +24,7 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/sim/detail/shared_host.hpp"
 #include "ppsched/schedule/schedule.hpp"
+#include "ppsched/sim/simulate_types.hpp"
 #include "ppsched/trace/timeline.hpp"
 #include "ppsched/validate/memory.hpp"
 #include "ppsched/validate/report.hpp"
@@ -56,5 +51,3 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
 }  // namespace detail
 
 }  // namespace ppsched
-
-#endif  // PPSCHED_SIM_DETAIL_SIMULATE_HPP

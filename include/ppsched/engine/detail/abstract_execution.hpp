@@ -3,14 +3,8 @@
 // of the API: no example or page uses them, and they may change in any release
 // (docs/architecture.md).
 //
-// They build on public types of <ppsched/engine/abstract_execution.hpp>, which includes this file
-// after declaring them. So that this file also compiles alone, it includes that header first, and
-// its guard opens only below that include: included alone, the header's own include of this file
-// emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/engine/abstract_execution.hpp"
-
-#ifndef PPSCHED_ENGINE_DETAIL_ABSTRACT_EXECUTION_HPP
-#define PPSCHED_ENGINE_DETAIL_ABSTRACT_EXECUTION_HPP
+// They build on the part's types, which <ppsched/engine/stream_mode.hpp> holds.
+#pragma once
 
 #include <algorithm>
 #include <concepts>
@@ -24,6 +18,7 @@
 
 #include "ppsched/config.hpp"
 #include "ppsched/engine/detail/flat_schedule.hpp"
+#include "ppsched/engine/stream_mode.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 
@@ -378,5 +373,3 @@ class AbstractExecution {
 }  // namespace detail
 
 }  // namespace ppsched
-
-#endif  // PPSCHED_ENGINE_DETAIL_ABSTRACT_EXECUTION_HPP

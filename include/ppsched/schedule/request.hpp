@@ -19,20 +19,10 @@
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
+#include "ppsched/schedule/detail/request.hpp"
+#include "ppsched/schedule/schedule_request.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
-
-struct ScheduleRequest {
-  std::int32_t ranks = 1;         // p: pipeline ranks (devices)
-  std::int32_t microbatches = 1;  // m: micro-batches per step
-  std::int32_t chunks = 1;        // v: model chunks (virtual stages) per rank
-
-  friend constexpr bool operator==(const ScheduleRequest&, const ScheduleRequest&) = default;
-};
-
-[[nodiscard]] inline std::string to_string(const ScheduleRequest& r) {
-  return detail::concat("p=", r.ranks, ", m=", r.microbatches, ", v=", r.chunks);
-}
 
 // Stage s on rank s: GPipe, 1F1B, ZB-H1, ZB-H2, forward-only.
 [[nodiscard]] PPSCHED_OUTLINE std::vector<std::int32_t> one_stage_per_rank_placement(std::int32_t ranks);
@@ -45,12 +35,6 @@ struct ScheduleRequest {
 // Two stages per rank in a V: stage s on rank s for s < p and on rank 2p-1-s for s >= p, so
 // rank p-1 holds the two middle stages and rank 0 holds the first and the last (ZB-V).
 [[nodiscard]] PPSCHED_OUTLINE std::vector<std::int32_t> v_shape_placement(std::int32_t ranks);
-
-}  // namespace ppsched
-
-#include "ppsched/schedule/detail/request.hpp"  // the internals below build on the types above
-
-namespace ppsched::inline PPSCHED_MODE {
 
 }  // namespace ppsched
 

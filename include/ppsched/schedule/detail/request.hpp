@@ -2,14 +2,8 @@
 // placements' arithmetic. They are in ppsched::detail and not part of the API: no example or page
 // uses them, and they may change in any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/schedule/request.hpp>, which includes this file after
-// declaring them. So that this file also compiles alone, it includes that header first, and its
-// guard opens only below that include: included alone, the header's own include of this file
-// emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/schedule/request.hpp"
-
-#ifndef PPSCHED_SCHEDULE_DETAIL_REQUEST_HPP
-#define PPSCHED_SCHEDULE_DETAIL_REQUEST_HPP
+// They build on the part's types, which <ppsched/schedule/schedule_request.hpp> holds.
+#pragma once
 
 #include <cstdint>
 #include <optional>
@@ -23,6 +17,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
+#include "ppsched/schedule/schedule_request.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 
@@ -80,4 +75,7 @@ inline void require_chunks(std::string_view family, const ScheduleRequest& r, st
 
 }  // namespace ppsched
 
-#endif  // PPSCHED_SCHEDULE_DETAIL_REQUEST_HPP
+// The bodies of the functions above that compiled mode compiles once (config.hpp).
+#if PPSCHED_OUTLINE_BODY
+#include "ppsched/schedule/impl/detail_request.ipp"
+#endif

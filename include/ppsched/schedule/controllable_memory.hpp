@@ -43,6 +43,8 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/schedule/schedule.hpp"
+#include "ppsched/schedule/detail/controllable_memory.hpp"
+#include "ppsched/schedule/v_block.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 
@@ -51,20 +53,6 @@ inline constexpr std::string_view v_half_name = "v-half";
 inline constexpr std::string_view v_min_name = "v-min";
 }  // namespace detail
 namespace vblock {
-
-// One rank's row of a V building block: the slot of each input-critical pass of micro-batch 0.
-// Chunk 0 is stage r (reached on the way down the V), chunk 1 is stage 2p-1-r (on the way back).
-struct Row {
-  std::int32_t forward0 = 0;   // F of chunk 0
-  std::int32_t forward1 = 0;   // F of chunk 1
-  std::int32_t backward1 = 0;  // BI of chunk 1
-  std::int32_t backward0 = 0;  // BI of chunk 0
-
-  friend constexpr bool operator==(const Row&, const Row&) = default;
-};
-
-// The slots of one rank's cycle: six passes per micro-batch, one micro-batch per cycle.
-inline constexpr std::int32_t period = 6;
 
 // V-Min's block: F of chunk 0 one slot after the rank before, everything else as tight as the
 // dependencies allow; two more slots at the turn of the backward when 3 divides p (otherwise
@@ -76,12 +64,6 @@ inline constexpr std::int32_t period = 6;
 [[nodiscard]] PPSCHED_OUTLINE std::vector<Row> v_half(std::int32_t ranks);
 
 }  // namespace vblock
-}  // namespace ppsched
-
-#include "ppsched/schedule/detail/controllable_memory.hpp"  // the internals below build on the types above
-
-namespace ppsched::inline PPSCHED_MODE {
-
 namespace detail {
 
 // The request and block checks vblock::repeat and vblock::reorder share.

@@ -3,15 +3,8 @@
 // ppsched::detail and not part of the API: no example or page uses them, and they may change in
 // any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/schedule/controllable_memory.hpp>, which includes this
-// file after declaring them. So that this file also compiles alone, it includes that header
-// first, and its guard opens only below that include: included alone, the header's own include of
-// this file emits these internals where the header needs them, and this outer copy is then
-// skipped.
-#include "ppsched/schedule/controllable_memory.hpp"
-
-#ifndef PPSCHED_SCHEDULE_DETAIL_CONTROLLABLE_MEMORY_HPP
-#define PPSCHED_SCHEDULE_DETAIL_CONTROLLABLE_MEMORY_HPP
+// They build on the part's types, which <ppsched/schedule/v_block.hpp> holds.
+#pragma once
 
 #include <algorithm>
 #include <array>
@@ -31,6 +24,7 @@
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/request.hpp"
 #include "ppsched/schedule/schedule.hpp"
+#include "ppsched/schedule/v_block.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 
@@ -178,5 +172,3 @@ PPSCHED_OUTLINE void reorder_v_round_implied_weights(std::vector<VKindSlots>& ra
 }  // namespace detail
 
 }  // namespace ppsched
-
-#endif  // PPSCHED_SCHEDULE_DETAIL_CONTROLLABLE_MEMORY_HPP

@@ -2,14 +2,8 @@
 // formulas. They are in ppsched::detail and not part of the API: no example or page uses them,
 // and they may change in any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/schedule/generators.hpp>, which includes this file after
-// declaring them. So that this file also compiles alone, it includes that header first, and its
-// guard opens only below that include: included alone, the header's own include of this file
-// emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/schedule/generators.hpp"
-
-#ifndef PPSCHED_SCHEDULE_DETAIL_GENERATORS_HPP
-#define PPSCHED_SCHEDULE_DETAIL_GENERATORS_HPP
+// They build on the part's types, which <ppsched/schedule/family_info.hpp> holds.
+#pragma once
 
 #include <algorithm>
 #include <array>
@@ -23,6 +17,7 @@
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/controllable_memory.hpp"
 #include "ppsched/schedule/dualpipev.hpp"
+#include "ppsched/schedule/family_info.hpp"
 #include "ppsched/schedule/fill_drain.hpp"
 #include "ppsched/schedule/interleaved_zero_bubble.hpp"
 #include "ppsched/schedule/one_f_one_b.hpp"
@@ -100,5 +95,3 @@ inline constexpr BubbleFormula forward_only_bubble{
 }  // namespace detail
 
 }  // namespace ppsched
-
-#endif  // PPSCHED_SCHEDULE_DETAIL_GENERATORS_HPP

@@ -2,14 +2,8 @@
 // They are in ppsched::detail and not part of the API: no example or page uses them, and they may
 // change in any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/graph/layer_graph.hpp>, which includes this file after
-// declaring them. So that this file also compiles alone, it includes that header first, and its
-// guard opens only below that include: included alone, the header's own include of this file
-// emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/graph/layer_graph.hpp"
-
-#ifndef PPSCHED_GRAPH_DETAIL_LAYER_GRAPH_HPP
-#define PPSCHED_GRAPH_DETAIL_LAYER_GRAPH_HPP
+// They build on the part's types, which <ppsched/graph/layer.hpp> holds.
+#pragma once
 
 #include <algorithm>
 #include <cstddef>
@@ -22,6 +16,7 @@
 
 #include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/graph/layer.hpp"
 #include "ppsched/graph/rows.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
@@ -65,5 +60,3 @@ PPSCHED_OUTLINE void check_layers(std::span<const Layer> layers, const std::stri
 }  // namespace detail
 
 }  // namespace ppsched
-
-#endif  // PPSCHED_GRAPH_DETAIL_LAYER_GRAPH_HPP

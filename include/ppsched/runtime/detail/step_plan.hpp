@@ -2,14 +2,8 @@
 // transfers and buffer sizes. They are in ppsched::detail and not part of the API: no example or
 // page uses them, and they may change in any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/runtime/step_plan.hpp>, which includes this file after
-// declaring them. So that this file also compiles alone, it includes that header first, and its
-// guard opens only below that include: included alone, the header's own include of this file
-// emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/runtime/step_plan.hpp"
-
-#ifndef PPSCHED_RUNTIME_DETAIL_PLAN_HPP
-#define PPSCHED_RUNTIME_DETAIL_PLAN_HPP
+// They build on the part's types, which <ppsched/runtime/rank_plan.hpp> holds.
+#pragma once
 
 #include <algorithm>
 #include <cstddef>
@@ -24,6 +18,7 @@
 
 #include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/runtime/rank_plan.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/trace/timeline.hpp"
@@ -563,5 +558,3 @@ class RankPlanner {
 }  // namespace detail
 
 }  // namespace ppsched
-
-#endif  // PPSCHED_RUNTIME_DETAIL_PLAN_HPP

@@ -2,14 +2,8 @@
 // schedule. They are in ppsched::detail and not part of the API: no example or page uses them,
 // and they may change in any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/plan/memory_policy.hpp>, which includes this file after
-// declaring them. So that this file also compiles alone, it includes that header first, and its
-// guard opens only below that include: included alone, the header's own include of this file
-// emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/plan/memory_policy.hpp"
-
-#ifndef PPSCHED_PLAN_DETAIL_MEMORY_POLICY_HPP
-#define PPSCHED_PLAN_DETAIL_MEMORY_POLICY_HPP
+// They build on the part's types, which <ppsched/plan/memory_policy_types.hpp> holds.
+#pragma once
 
 #include <algorithm>
 #include <cmath>
@@ -27,6 +21,7 @@
 #include "ppsched/costs/cost_model.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/lower/lower.hpp"
+#include "ppsched/plan/memory_policy_types.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/schedule.hpp"
 #include "ppsched/sim/simulate.hpp"
@@ -135,5 +130,3 @@ inline void apply_policy(const plan::MemoryPolicy& p, StageCost& c) {
 
 }  // namespace detail
 }  // namespace ppsched
-
-#endif  // PPSCHED_PLAN_DETAIL_MEMORY_POLICY_HPP

@@ -2,14 +2,8 @@
 // zero-bubble heuristic's steps. They are in ppsched::detail and not part of the API: no example
 // or page uses them, and they may change in any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/plan/search/greedy.hpp>, which includes this file after
-// declaring them. So that this file also compiles alone, it includes that header first, and its
-// guard opens only below that include: included alone, the header's own include of this file
-// emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/plan/search/greedy.hpp"
-
-#ifndef PPSCHED_PLAN_SEARCH_DETAIL_GREEDY_HPP
-#define PPSCHED_PLAN_SEARCH_DETAIL_GREEDY_HPP
+// They build on the part's types, which <ppsched/plan/search/greedy_types.hpp> holds.
+#pragma once
 
 #include <algorithm>
 #include <cmath>
@@ -27,6 +21,7 @@
 #include "ppsched/config.hpp"
 #include "ppsched/costs/cost_model.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/plan/search/greedy_types.hpp"
 #include "ppsched/plan/search/memory.hpp"
 #include "ppsched/schedule/action.hpp"
 #include "ppsched/schedule/request.hpp"
@@ -495,5 +490,3 @@ class GreedyBuilder {
 
 }  // namespace detail
 }  // namespace ppsched
-
-#endif  // PPSCHED_PLAN_SEARCH_DETAIL_GREEDY_HPP

@@ -154,7 +154,7 @@ int main(int argc, char** argv) try {
       g.ranks = c.ranks;
       g.microbatches = c.microbatches;
       const ppsched::plan::PlanModel plan_model = ppsched::plan::graph_model(ppsched::profile_at_rows(profile, c.rows), "mlp", g);
-      const ppsched::plan::PartitionPlan cut = plan_model.partition(schedule.placement);
+      const ppsched::Partition cut = plan_model.partition(schedule.placement);
       const ppsched::CostModel cost = ppsched::plan::cost_model_of(cut, ppsched::plan::plan_cost_options(plan_model, 0.5));
       c.predicted = ppsched::simulate(schedule, cost).makespan;
       ppsched::CostModel alone = cost;

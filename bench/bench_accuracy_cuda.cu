@@ -731,7 +731,7 @@ int main(int argc, char** argv) try {
     request.chunks = ppsched::family_info(c.family).chunks_for(2);
     return ppsched::make_schedule(c.family, request);
   };
-  const auto cost_of = [&](const Config& c, const ppsched::Schedule& schedule, ppsched::plan::PartitionPlan& cut) {
+  const auto cost_of = [&](const Config& c, const ppsched::Schedule& schedule, ppsched::Partition& cut) {
     ppsched::Profile p = ppsched::profile_at_rows(profiles[c.model_index], c.rows);
     p.fixed_costs.concurrent_slowdown = slowdowns[c.model_index].at(c.rows);
     ppsched::plan::GraphModelOptions g;
@@ -744,7 +744,7 @@ int main(int argc, char** argv) try {
   };
   for (Config& c : configs) {
     const ppsched::Schedule schedule = schedule_of(c);
-    ppsched::plan::PartitionPlan cut;
+    ppsched::Partition cut;
     const ppsched::CostModel cost = cost_of(c, schedule, cut);
     const ppsched::SimResult sim = ppsched::simulate(schedule, cost);
     c.predicted = sim.makespan;
@@ -766,7 +766,7 @@ int main(int argc, char** argv) try {
     const double pass_start = elapsed();
     for (Config& c : configs) {
       const ppsched::Schedule schedule = schedule_of(c);
-      ppsched::plan::PartitionPlan cut;
+      ppsched::Partition cut;
       const ppsched::CostModel cost = cost_of(c, schedule, cut);
       std::vector<std::unique_ptr<GpuStage>> stages;
       std::vector<ppsched::StageFunctions> functions;

@@ -217,7 +217,7 @@ constexpr int paired_warmup = 1, paired_repetitions = 3;
 
 // The running stages' own calls at `rows`, timed alone (paired::stages_alone), the loss's
 // time added to the last stage's B and BI.
-paired::Parts stages_alone(const bench_torch::Model& model, const ppsched::plan::PartitionPlan& cut, const ppsched::Schedule& s,
+paired::Parts stages_alone(const bench_torch::Model& model, const ppsched::Partition& cut, const ppsched::Schedule& s,
                            std::int32_t rows, double loss_ms) {
   auto keep = std::make_shared<std::vector<bench_torch::Pipeline>>();
   return paired::stages_alone(
@@ -240,7 +240,7 @@ void measure(const bench_torch::Model& model, const ppsched::Profile& profile, s
       g.ranks = c.ranks;
       g.microbatches = c.microbatches;
       const ppsched::plan::PlanModel plan_model = ppsched::plan::graph_model(ppsched::profile_at_rows(profile, c.rows), c.model, g);
-      const ppsched::plan::PartitionPlan cut = plan_model.partition(schedule.placement);
+      const ppsched::Partition cut = plan_model.partition(schedule.placement);
       const ppsched::CostModel cost = ppsched::plan::cost_model_of(cut, ppsched::plan::plan_cost_options(plan_model, 0.5));
       c.predicted = ppsched::simulate(schedule, cost).makespan;
       ppsched::CostModel alone = cost;
@@ -318,7 +318,7 @@ struct CountedRun {
   double untagged = 0.0;
 };
 
-CountedRun counted_run(const bench_torch::Model& model, const ppsched::plan::PartitionPlan& cut, const ppsched::Schedule& schedule,
+CountedRun counted_run(const bench_torch::Model& model, const ppsched::Partition& cut, const ppsched::Schedule& schedule,
                        const ppsched::CostModel& cost, std::int32_t rows, int steps) {
   const ppsched::SimResult sim = ppsched::simulate(schedule, cost);
   // param.grad is allocated by the first step that needs it, on the rank thread of that run:
@@ -378,7 +378,7 @@ int memory_report(const std::string& which) {
       g.ranks = k.ranks;
       g.microbatches = k.microbatches;
       const ppsched::plan::PlanModel plan_model = ppsched::plan::graph_model(ppsched::profile_at_rows(profile, k.rows), name, g);
-      const ppsched::plan::PartitionPlan cut = plan_model.partition(schedule.placement);
+      const ppsched::Partition cut = plan_model.partition(schedule.placement);
       const ppsched::CostModel cost = ppsched::plan::cost_model_of(
           cut, ppsched::plan::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, k.rows)));
       const CountedRun run = counted_run(model, cut, schedule, cost, k.rows, 2);
@@ -453,7 +453,7 @@ int policies_report(int repetitions, const ppsched::profiling::BackendOverheads&
     g.ranks = ranks;
     g.microbatches = microbatches;
     const ppsched::plan::PlanModel plan_model = ppsched::plan::graph_model(ppsched::profile_at_rows(profile, rows), "gpt", g);
-    const ppsched::plan::PartitionPlan cut = plan_model.partition(plain.placement);
+    const ppsched::Partition cut = plan_model.partition(plain.placement);
     const ppsched::CostModel cost = ppsched::plan::cost_model_of(
         cut, ppsched::plan::plan_cost_options(plan_model, bench_torch::weight_memory_fraction(measured_profile, rows)));
     for (const auto& [label, per_stage] : policies) {

@@ -177,7 +177,7 @@ struct Pipeline {
   std::vector<ppsched::StageFunctions> functions;
 };
 
-[[nodiscard]] inline Pipeline make_pipeline(const Model& model, const ppsched::plan::PartitionPlan& cut, std::int64_t rows,
+[[nodiscard]] inline Pipeline make_pipeline(const Model& model, const ppsched::Partition& cut, std::int64_t rows,
                                             std::int64_t global_batch, bool counted) {
   const double loss_scale = 1.0 / static_cast<double>(global_batch);
   Pipeline p;

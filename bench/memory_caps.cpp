@@ -48,7 +48,7 @@ MemoryBest best_with_memory(const PlanModel& model, const PlanResult& all, doubl
   for (const ScheduleResult& r : all.schedules) {
     if (!r.valid || !r.training || r.static_bytes.empty()) continue;
     if (*std::max_element(r.static_bytes.begin(), r.static_bytes.end()) > cap) continue;
-    const PartitionPlan partition = model.partition(r.schedule.placement);
+    const Partition partition = model.partition(r.schedule.placement);
     CostModel costs = cost_model_of(partition, {.unit = "ms"});
     costs.host_link = Interconnect{0.01, 25e9 / 1e3};  // PCIe 4 x16, in bytes per ms
     MemoryChoiceOptions options;

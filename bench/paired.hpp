@@ -30,7 +30,7 @@ namespace paired {
 // `cut`'s stages (the layers the run holds) priced from `at_rows`, a profile at the run's
 // micro-batch size: the partitioner's own pricing of a given split (evaluate_partition), so a
 // fresh profile that would cut elsewhere still predicts the stages that run.
-[[nodiscard]] inline ppsched::plan::PartitionPlan same_cut(const ppsched::Profile& at_rows, const ppsched::plan::PartitionPlan& cut,
+[[nodiscard]] inline ppsched::Partition same_cut(const ppsched::Profile& at_rows, const ppsched::Partition& cut,
                                                            std::int32_t microbatches) {
   std::vector<std::size_t> boundaries;
   for (const ppsched::PartitionStage& s : cut.stages) boundaries.push_back(s.begin);
@@ -39,7 +39,7 @@ namespace paired {
   cost.link = at_rows.link;
   cost.devices.assign(cut.stages.size(), ppsched::Device{});
   cost.inflight = ppsched::inflight_1f1b(static_cast<std::int32_t>(cut.stages.size()), microbatches);
-  ppsched::plan::PartitionPlan out = cut;
+  ppsched::Partition out = cut;
   out.stages = ppsched::evaluate_partition(at_rows.graph, boundaries, cost).stages;
   for (std::size_t s = 0; s < out.stages.size(); ++s) {
     out.stages[s].rank = cut.stages[s].rank;
@@ -60,7 +60,7 @@ namespace paired {
 // The step of `schedule` over `cut`, predicted from `profile` at `rows` rows per micro-batch
 // as plan_devices prices a cut (graph_model's fixed costs and slowdown, cost_model_of, simulate).
 [[nodiscard]] inline ppsched::SimResult predict_cut(const ppsched::Profile& profile, std::int32_t rows,
-                                                    const ppsched::plan::PartitionPlan& cut, const ppsched::Schedule& schedule) {
+                                                    const ppsched::Partition& cut, const ppsched::Schedule& schedule) {
   const ppsched::Profile at = ppsched::profile_at_rows(profile, rows);
   ppsched::plan::GraphModelOptions g;
   g.ranks = schedule.ranks;

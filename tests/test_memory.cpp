@@ -763,7 +763,7 @@ TEST_CASE("the layer-wise policy is priced from the model's layers and placed ri
   REQUIRE(model.layer_memory.size() == 4);
   CHECK(model.layer_memory[0].input_bytes == 0.0);
   CHECK(model.layer_memory[1].input_bytes == 10.0);
-  const PartitionPlan partition = model.partition(std::vector<std::int32_t>{0, 1});
+  const Partition partition = model.partition(std::vector<std::int32_t>{0, 1});
   REQUIRE(partition.stages.size() == 2);
   REQUIRE(partition.stages[0].end == 2);
   const std::optional<MemoryPolicy> p = layerwise_recompute_policy(model, partition.stages[0]);
@@ -976,7 +976,7 @@ TEST_CASE("a profile's per-layer recompute parts load, write back, and join the 
                     Catch::Contains("recompute_saves_bytes 6 exceeds activation_bytes 5"));
   // Two stages of two layers: each stage's parts summed, before full recomputation.
   const PlanModel model = graph_model(p, "parts", {.ranks = 2, .microbatches = 4});
-  const PartitionPlan partition = model.partition(std::vector<std::int32_t>{0, 1});
+  const Partition partition = model.partition(std::vector<std::int32_t>{0, 1});
   REQUIRE(partition.stages[0].end == 2);
   const auto ladders = stage_ladders(model, partition);
   const std::vector<MemoryPolicy>& l0 = ladders[0];

@@ -135,7 +135,7 @@ TEST_CASE("per_rank_cost_model: v chunks share a rank's costs, no transfer at th
   CHECK_FALSE(model.has_bytes);
   CHECK(model.layers == 0);
   const std::vector<std::int32_t> v = v_shape_placement(3);  // 0 1 2 2 1 0
-  const PartitionPlan p = model.partition(v);
+  const Partition p = model.partition(v);
   REQUIRE(p.stages.size() == 6);
   for (std::size_t s = 0; s < 6; ++s) {
     CHECK(p.stages[s].rank == v[s]);
@@ -147,15 +147,52 @@ TEST_CASE("per_rank_cost_model: v chunks share a rank's costs, no transfer at th
     CHECK(p.stages[s].send_time == (turn_or_last ? 0.0 : 0.5));
   }
   // Bottleneck: comm in + compute + comm out, the first stage that has the largest.
-  CHECK(p.bottleneck_time == 0.5 + 6.0 + 0.5);
+  CHECK(p.bottleneck == 0.5 + 6.0 + 0.5);
   CHECK(p.bottleneck_stage == 1);
+  // The rest of the Partition, consistent with the stages: a stage's share is its position.
+  CHECK(p.order == std::vector<std::size_t>{0, 1, 2, 3, 4, 5});
+  CHECK(p.boundaries == std::vector<std::size_t>{0, 1, 2, 3, 4, 5, 6});
+  CHECK(p.layers_of(4) == std::vector<std::size_t>{4});
+  // Times 6.5, 7, 6.5, 6.5, 7, 6.5 (the turn at stage 2 sends nothing, stage 3 receives nothing).
+  CHECK(p.mean_time == Approx(40.0 / 6.0).epsilon(1e-15));
+  CHECK(p.imbalance == Approx(7.0 / (40.0 / 6.0)).epsilon(1e-15));
+  CHECK_THAT(cut_text(p), Catch::StartsWith("partition (uniform per-rank costs; a rank's v chunks cost 1/v each), 6 stages\n"
+                                            "  stage 0 rank 0 layers 0-0 (stage 0): F 2 BI 3 BW 1 comm 0.5 static 0 B\n"));
+  CHECK_THAT(cut_text(p), Catch::EndsWith("  bottleneck 7 on stage 1\n"));
+}
+
+TEST_CASE("graph_model's cut is the partitioner's, on the placement's ranks", "[plan][model]") {
+  Profile profile = chain(12);
+  profile.link = Interconnect{0.25, 20.0};
+  const PlanModel model = graph_model(profile, "chain", {.ranks = 3, .microbatches = 6});
+  const std::vector<std::int32_t> v = v_shape_placement(3);  // 0 1 2 2 1 0
+  const Partition p = model.partition(v);
+  REQUIRE(p.stages.size() == 6);
+  CHECK(p.method == "exact min-bottleneck");
+  CHECK(p.order.size() == 12);
+  REQUIRE(p.boundaries.size() == 7);
+  double total = 0.0;
+  for (std::size_t s = 0; s < 6; ++s) {
+    CHECK(p.stages[s].rank == v[s]);
+    CHECK(p.boundaries[s] == p.stages[s].begin);
+    CHECK(p.boundaries[s + 1] == p.stages[s].end);
+    CHECK(p.stages[s].time == (p.stages[s].compute_time + p.stages[s].recv_time) + p.stages[s].send_time);
+    total += p.stages[s].time;
+  }
+  // The V's turn: nothing crosses a link between stages 2 and 3.
+  CHECK(p.stages[2].send_time == 0.0);
+  CHECK(p.stages[3].recv_time == 0.0);
+  CHECK(p.stages[1].send_time > 0.0);
+  CHECK(p.mean_time == total / 6.0);
+  CHECK(p.imbalance == p.bottleneck / p.mean_time);
+  CHECK(p.bottleneck == p.stages[p.bottleneck_stage].time);
 }
 
 TEST_CASE("cost_model_of: the partition's cut time is every transfer's time", "[plan][costs]") {
   Profile profile = chain(8);
   profile.link = Interconnect{0.25, 20.0};  // a 10-byte output: 0.25 + 0.5 per cut
   const PlanModel model = graph_model(profile, "chain", {.ranks = 4, .microbatches = 8, .optimizer_state_factor = 1.0});
-  const PartitionPlan p = model.partition(one_stage_per_rank_placement(4));
+  const Partition p = model.partition(one_stage_per_rank_placement(4));
   const CostModel c = cost_model_of(p, {"ms", 0.25});
   CHECK(c.unit == "ms");
   CHECK(c.weight_memory_fraction == 0.25);
@@ -212,7 +249,7 @@ TEST_CASE("static and activation bytes per rank add up to the peak memory", "[pl
   CHECK(v.virtual_stages == 8);
   const std::vector<double> weights = chunk_weights(v.schedule);
   CHECK(std::all_of(weights.begin(), weights.end(), [](double w) { return w == 0.5; }));
-  const PartitionPlan cut = model.partition(v.schedule.placement);
+  const Partition cut = model.partition(v.schedule.placement);
   CHECK(static_bytes_per_rank(cut, 4) == v.static_bytes);
 }
 
@@ -255,7 +292,7 @@ TEST_CASE("compare_families: uniform stages give the textbook makespans, the fas
   const std::string text = to_string(plan);
   for (const ScheduleResult& r : plan.schedules) CHECK(text.find(to_string(r)) != std::string::npos);
   CHECK(text.find("recommended: " + best->name + " (" + plan.recommended.reason + ")") != std::string::npos);
-  CHECK(to_string(plan.partition).find("stage 3 rank 3") != std::string::npos);
+  CHECK(cut_text(plan.partition).find("stage 3 rank 3") != std::string::npos);
 
   // Under a cap of 2 M_B, only schedules whose peak is at most 2 are candidates.
   request.cap.microbatches = 2.0;
@@ -377,7 +414,7 @@ TEST_CASE("a profile's measured weight_bytes give each stage its share kept for 
   // Per stage: summed over the stage's layers, over its activation bytes; the first stage's
   // BI has no input gradient to compute and leaves F's whole activation to BW (1).
   const PlanModel model = graph_model(p, "weights", {.ranks = 2, .microbatches = 4});
-  PartitionPlan cut = model.partition(one_stage_per_rank_placement(2));
+  Partition cut = model.partition(one_stage_per_rank_placement(2));
   REQUIRE(cut.stages.size() == 2);
   for (const PartitionStage& s : cut.stages) REQUIRE(s.weight_bytes.has_value());
   const CostModel cost = cost_model_of(cut);
@@ -422,8 +459,8 @@ TEST_CASE("a profile's boundary_bytes come off a stage's stored activation only 
   without.graph = LayerGraph::chain(measured);
   const PlanModel model = graph_model(p, "boundary", {.ranks = 2, .microbatches = 4});
   const PlanModel plain_model = graph_model(without, "plain", {.ranks = 2, .microbatches = 4});
-  const PartitionPlan cut = model.partition(one_stage_per_rank_placement(2));
-  const PartitionPlan plain_cut = plain_model.partition(one_stage_per_rank_placement(2));
+  const Partition cut = model.partition(one_stage_per_rank_placement(2));
+  const Partition plain_cut = plain_model.partition(one_stage_per_rank_placement(2));
   REQUIRE(cut.stages.size() == 2);
   REQUIRE(cut.stages[0].end == plain_cut.stages[0].end);  // the term does not move the cut
   const CostModel cost = cost_model_of(cut), plain_cost = cost_model_of(plain_cut);
@@ -1018,7 +1055,7 @@ TEST_CASE("bytes print one way", "[plan][issue26]") {
   r.microbatches = 8;
   r.families = {"1f1b"};
   const PlanResult plan = compare_families(model, r);
-  for (const std::string& text : {to_string(plan), to_string(plan.partition)}) {
+  for (const std::string& text : {to_string(plan), cut_text(plan.partition)}) {
     INFO(text);
     CHECK_THAT(text, Catch::Contains("GiB") && !Catch::Contains("e+"));
   }
@@ -1084,7 +1121,7 @@ TEST_CASE("one count of stages per rank, one edit distance", "[plan][issue26]") 
   CHECK_THAT(error_of([] { (void)stages_per_rank(std::vector<std::int32_t>{0, 2}, 2, "my placement"); }),
              Catch::StartsWith("my placement: stage 1 is placed on rank 2, outside 0..1"));
   // per_rank_cost_model counts a rank's chunks the same way: v chunks cost 1/v each.
-  const PartitionPlan p = per_rank_cost_model(StageCost{6.0, 6.0, 6.0}).partition(looped.placement);
+  const Partition p = per_rank_cost_model(StageCost{6.0, 6.0, 6.0}).partition(looped.placement);
   for (const PartitionStage& s : p.stages) CHECK(s.forward == 2.0);
   CHECK(edit_distance("microbatches", "micro_batches") == 1);
   CHECK(edit_distance("", "abc") == 3);
@@ -1253,7 +1290,7 @@ TEST_CASE("search_plan with memory policies: a candidate over the byte cap climb
   PlanRequest request;
   request.ranks = 4;
   request.microbatches = 8;
-  const PartitionPlan cut = model.partition(one_stage_per_rank_placement(4));
+  const Partition cut = model.partition(one_stage_per_rank_placement(4));
   double act = 0.0;
   for (const PartitionStage& st : cut.stages) act = std::max(act, st.activation_bytes);
   const std::vector<double> fixed = static_bytes_per_rank(cut, 4);
@@ -1375,7 +1412,7 @@ TEST_CASE("each result carries the cut it was priced on, and that cut prices it 
   }
   SECTION("evaluate_schedule: the partition given") {
     const Schedule s = make_schedule("interleaved-1f1b", {4, 8, 2});
-    const PartitionPlan cut = model.partition(s.placement);
+    const Partition cut = model.partition(s.placement);
     CHECK(evaluate_schedule(s, model, cut, request).partition == cut);
   }
 }
@@ -1410,7 +1447,7 @@ TEST_CASE("a first stage that runs its whole backward in BW is priced so, and on
   Profile p = chain(4);
   p.rows = 1;
   const PlanModel split = graph_model(p, "split", {.ranks = 2});
-  const PartitionPlan cut = split.partition(one_stage_per_rank_placement(2));
+  const Partition cut = split.partition(one_stage_per_rank_placement(2));
   const CostModel as_others = cost_model_of(cut, plan_cost_options(split, 0.5));
   p.first_stage_backward_in_bw = true;
   const PlanModel whole = graph_model(p, "whole", {.ranks = 2});

@@ -768,7 +768,7 @@ TEST_CASE("a cut's stages sum their layers' optimizer steps, and cost_model_of p
   PartitionCostModel cost;
   cost.devices.assign(2, Device{});
   const Partition none = evaluate_partition(plain, cuts, cost);
-  PartitionPlan plan;
+  Partition plan;
   plan.stages = none.stages;
   CHECK(none.stages[0].optimizer_step == 0.0);
   CHECK(cost_model_of(plan).optimizer_step.empty());  // no optimizer time: the model as before

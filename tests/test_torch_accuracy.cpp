@@ -62,7 +62,7 @@ TEST_CASE("bench_accuracy_torch: every model's boundaries, profile and cut", "[t
     g.ranks = 2;
     g.microbatches = 8;
     const ppsched::plan::PlanModel model = ppsched::plan::graph_model(ppsched::profile_at_rows(p, 8), name, g);
-    const ppsched::plan::PartitionPlan cut = model.partition(bench_torch::schedule_of("1f1b", 2, 8).placement);
+    const ppsched::Partition cut = model.partition(bench_torch::schedule_of("1f1b", 2, 8).placement);
     REQUIRE(cut.stages.size() == 2);
     CHECK(cut.stages[0].begin == 0);
     CHECK(cut.stages[1].begin == cut.stages[0].end);
@@ -108,7 +108,7 @@ GptMemory gpt_memory(const ppsched::plan::MemoryPolicy& policy, const char* fami
   g.ranks = 2;
   g.microbatches = 8;
   const ppsched::plan::PlanModel model = ppsched::plan::graph_model(measured.at(8), "gpt", g);
-  const ppsched::plan::PartitionPlan cut = model.partition(plain.placement);
+  const ppsched::Partition cut = model.partition(plain.placement);
   const ppsched::CostModel cost =
       ppsched::plan::cost_model_of(cut, ppsched::plan::plan_cost_options(model, bench_torch::weight_memory_fraction(measured, 8)));
   const ppsched::plan::MemoryPlan plan = ppsched::plan::apply_memory_policies(plain, cost, {policy, policy});

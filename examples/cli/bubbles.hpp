@@ -119,7 +119,7 @@ struct BubblesMeasurement {
 }
 
 [[nodiscard]] inline BubblesMeasurement measure(const Schedule& schedule, std::int32_t chunks,
-                                                const PartitionPlan& partition, const BubblesOptions& options,
+                                                const Partition& partition, const BubblesOptions& options,
                                                 double ms_per_unit, const BubblesBackend& backend) {
   // The planner's bridge, in milliseconds so that the prediction and the measurement share a
   // unit. The synthetic stages move no modelled bytes, so transfers are free in the prediction

@@ -33,7 +33,7 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
       per_rank_cost_model(StageCost{f, bi, bw, 0.0, 0.0}, Interconnect{options.comm_latency.value_or(0.0)});
   // The report says where the costs came from, in the flag's name.
   model.partition = [cut = std::move(model.partition)](const CutRequest& request) {
-    PartitionPlan p = cut(request);
+    Partition p = cut(request);
     p.method = "uniform per-rank costs from --stage-cost; a rank's v chunks cost 1/v each";
     return p;
   };

@@ -103,7 +103,7 @@ class TextTable {
   return number_text(per_unit) + " mb/" + unit.text();
 }
 
-[[nodiscard]] inline std::string partition_table(const PartitionPlan& p, const std::string& unit, bool has_bytes) {
+[[nodiscard]] inline std::string partition_table(const Partition& p, const std::string& unit, bool has_bytes) {
   std::vector<std::string> header{"stage", "rank", "layers", "", "F", "BI", "BW", "compute", "comm"};
   std::vector<bool> right{true, true, true, false, true, true, true, true, true};
   if (has_bytes) {
@@ -130,7 +130,7 @@ class TextTable {
     }
     table.add(std::move(row));
   }
-  return concat("Partition (", p.method, "): bottleneck ", number_text(p.bottleneck_time), ' ', unit,
+  return concat("Partition (", p.method, "): bottleneck ", number_text(p.bottleneck), ' ', unit,
                                  " on stage ", p.bottleneck_stage, " (times in ", unit, ", per micro-batch)\n",
                                  table.str());
 }
@@ -302,7 +302,7 @@ class TextTable {
 }
 
 
-[[nodiscard]] inline nlohmann::ordered_json partition_json(const PartitionPlan& p) {
+[[nodiscard]] inline nlohmann::ordered_json partition_json(const Partition& p) {
   nlohmann::ordered_json stages = nlohmann::ordered_json::array();
   for (std::size_t s = 0; s < p.stages.size(); ++s) {
     const PartitionStage& st = p.stages[s];
@@ -325,7 +325,7 @@ class TextTable {
   }
   return {{"method", p.method},
           {"stages", std::move(stages)},
-          {"bottleneck_time", p.bottleneck_time},
+          {"bottleneck_time", p.bottleneck},
           {"bottleneck_stage", p.bottleneck_stage}};
 }
 

@@ -565,6 +565,11 @@ class Partition:
     def fits_memory(self) -> bool: ...
     def layers_of(self, stage: int) -> list[int]: ...
     def __len__(self) -> int: ...
+    # The planner's cuts are Partitions too (PartitionPlan is an alias):
+    @property
+    def bottleneck_time(self) -> float: ...
+    def cost_model(self) -> CostModel: ...
+    def cut_text(self) -> str: ...
 
 def partition(
     model: Union[LayerGraph, Profile, Sequence[Layer]],
@@ -619,14 +624,7 @@ class MemoryPlan:
 
 def apply_memory_policies(schedule: Schedule, costs: CostModel, policies: Sequence[MemoryPolicy]) -> MemoryPlan: ...
 
-class PartitionPlan:
-    method: str
-    stages: list[PartitionStage]
-    bottleneck_time: float
-    bottleneck_stage: int
-    @property
-    def boundaries(self) -> list[int]: ...
-    def cost_model(self) -> CostModel: ...
+PartitionPlan = Partition
 
 class ScheduleResult:
     name: str
@@ -652,7 +650,7 @@ class ScheduleResult:
     fit_problem: str
     schedule: Schedule
     timeline: Timeline
-    partition: PartitionPlan
+    partition: Partition
     @property
     def family(self) -> Optional[str]: ...
     @property
@@ -670,7 +668,7 @@ class PlanResult:
     ranks: int
     microbatches: int
     chunks: int
-    partition: PartitionPlan
+    partition: Partition
     schedules: list[ScheduleResult]
     skipped: list[SkippedSchedule]
     rank_memory_cap: list[float]
@@ -802,7 +800,7 @@ class DeviceSplit:
     microbatch_size: float
     chunks: int
     schedule: Schedule
-    partition: PartitionPlan
+    partition: Partition
     pipeline_time: float
     bubble_fraction: float
     all_reduce_longest: float

@@ -134,28 +134,15 @@ void bind_plan(py::module_& m) {
       "one MemoryPolicy per stage. Returns the schedule with the costs that price them.");
 
   // ------------------------------------------------------------------ the planner's results
-  py::class_<pl::PartitionPlan>(m, "PartitionPlan", "A model cut for one placement; stage s runs on rank stages[s].rank.")
-      .def_readonly("method", &pl::PartitionPlan::method)
-      .def_readonly("stages", &pl::PartitionPlan::stages)
-      .def_readonly("bottleneck_time", &pl::PartitionPlan::bottleneck_time)
-      .def_readonly("bottleneck_stage", &pl::PartitionPlan::bottleneck_stage)
-      .def_property_readonly("boundaries",
-                             [](const pl::PartitionPlan& p) {
-                               std::vector<std::size_t> out;
-                               for (const pp::PartitionStage& s : p.stages) {
-                                 if (out.empty()) out.push_back(s.begin);
-                                 out.push_back(s.end);
-                               }
-                               return out;
-                             },
-                             "positions where the stages begin, and the last one's end")
-      .def("cost_model", [](const pl::PartitionPlan& p) { return pl::cost_model_of(p); },
+  // A planner's cut is a Partition (bind_partition binds it, before this): what PartitionPlan
+  // offered on top stays, and the name stays an alias of the one class.
+  py::reinterpret_borrow<py::class_<pp::Partition>>(m.attr("Partition"))
+      .def_property_readonly("bottleneck_time", [](const pp::Partition& p) { return p.bottleneck; },
+                             "bottleneck, by the name PartitionPlan gave it")
+      .def("cost_model", [](const pp::Partition& p) { return pl::cost_model_of(p); },
            "The simulator's CostModel of this cut (default options).")
-      .def("__str__", [](const pl::PartitionPlan& p) { return pl::to_string(p); })
-      .def("__repr__", [](const pl::PartitionPlan& p) {
-        return concat("PartitionPlan(method='", p.method, "', stages=", p.stages.size(),
-                      ", bottleneck_time=", float_repr(p.bottleneck_time), ")");
-      });
+      .def("cut_text", &pl::cut_text, "One line per stage with its rank, as the planner lists a cut.");
+  m.attr("PartitionPlan") = m.attr("Partition");
 
   py::class_<pl::ScheduleResult>(m, "ScheduleResult", "One schedule of a plan: proven, simulated, measured against the caps.")
       .def_readonly("name", &pl::ScheduleResult::name)

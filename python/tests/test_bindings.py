@@ -347,6 +347,11 @@ def test_each_schedule_carries_its_cut():
     zbv = next(r for r in result.schedules if r.name == "zb-v")
     assert zbv.partition.stages[0].rank == zbv.partition.stages[-1].rank == 0
     assert result.partition.boundaries != zbv.partition.boundaries
+    # One type for the partitioner's result and the planner's cut; the planner's names stay.
+    assert ppsched.PartitionPlan is ppsched.Partition and isinstance(zbv.partition, ppsched.Partition)
+    assert zbv.partition.bottleneck_time == zbv.partition.bottleneck > 0
+    assert zbv.partition.layers_of(0) == zbv.partition.order[: zbv.partition.boundaries[1]]
+    assert zbv.partition.cut_text().startswith("partition (exact min-bottleneck), 8 stages\n  stage 0 rank 0 layers 0-")
 
 
 def test_plan_with_memory_policies():

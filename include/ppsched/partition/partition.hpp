@@ -40,11 +40,11 @@ namespace ppsched::inline PPSCHED_MODE {
 
 // One stage of a cut: the layers it holds, what one micro-batch costs on it, and the bytes it
 // keeps. The partitioner returns it (Partition::stages) and the planner cuts and prices with
-// it (PartitionPlan::stages): one type, so nothing is translated between the two. Times are in
+// it (a PlanModel's cut is a Partition too): one type, so nothing is translated. Times are in
 // the profile's unit and already divided by the stage's device speed; bytes are per device.
 struct PartitionStage {
-  // The rank the stage runs on: its index in a Partition (one stage per device), the
-  // placement's rank in a PartitionPlan.
+  // The rank the stage runs on: its index in the partitioner's Partition (one stage per
+  // device), the placement's rank in a planner's cut (plan::PlanModel::partition).
   std::int32_t rank = 0;
   std::size_t begin = 0;  // first position (in the layer order) of the stage
   std::size_t end = 0;    // one past its last position
@@ -58,7 +58,7 @@ struct PartitionStage {
   std::optional<double> backward{};
   double compute_time = 0.0;     // the cost model's compute term: (P[end] - P[begin]) / speed
   // Receiving the tensors that cross the stage's first cut, and sending those that cross its
-  // last. In a PartitionPlan both are 0 between two stages on one rank.
+  // last. In a planner's cut both are 0 between two stages on one rank.
   double recv_time = 0.0;
   double send_time = 0.0;
   double recv_bytes = 0.0;       // the bytes of those tensors, per micro-batch (kept between
@@ -91,8 +91,13 @@ struct PartitionStage {
   friend bool operator==(const PartitionStage&, const PartitionStage&) = default;
 };
 
+// A cut into contiguous stages: the partitioner's result, and the planner's cut for a placement
+// (plan::PlanModel::partition, which names its method in its own words and sets ranks and the
+// times of a V's turn; plan::cut_text prints it the planner's way).
 struct Partition {
-  std::string method;                    // "optimal", "uniform", "by-params" or "given"
+  // "optimal", "uniform", "by-params" or "given" from the partitioner; a planner's phrase
+  // (plan::partition_method_name) from a PlanModel.
+  std::string method;
   std::vector<std::size_t> order;        // order[position] = layer index
   std::vector<std::size_t> boundaries;   // stages + 1 positions, from 0 to the layer count
   std::vector<PartitionStage> stages;

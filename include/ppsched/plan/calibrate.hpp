@@ -32,7 +32,7 @@ namespace plan {
 // step refitted. The ratio was measured at one micro-batch size and is applied at every size.
 // `cut` is the one the calibrated model was made from, in the profile's time unit
 // (cost_model_of with time_scale 1).
-[[nodiscard]] inline Profile calibrated_profile(const Profile& profile, const PartitionPlan& cut, const Calibration& fit) {
+[[nodiscard]] inline Profile calibrated_profile(const Profile& profile, const Partition& cut, const Calibration& fit) {
   return detail::scaled_profile(profile, detail::layer_scales(profile, cut, fit), fit.after.action_overhead,
                                 fit.after.step_overhead);
 }
@@ -40,9 +40,9 @@ namespace plan {
 // What a measured run changed: the fit, the calibrated profile, and the plan before and after.
 struct Recalibration {
   Calibration fit;    // the first run's (all of them: fits)
-  PartitionPlan cut;  // the cut the first run's schedule was priced with (all: cuts)
+  Partition cut;  // the cut the first run's schedule was priced with (all: cuts)
   std::vector<Calibration> fits;    // one per run
-  std::vector<PartitionPlan> cuts;
+  std::vector<Partition> cuts;
   Profile profile;    // calibrated_profile
   DevicePlan before;  // plan_devices on the profile given
   DevicePlan after;   // plan_devices on the calibrated one

@@ -125,7 +125,7 @@ struct MemoryPolicyUse {
   // The cut the policies were priced on when the planner cut the model again under the cap
   // (no policy fit the family's own cut); empty: the family's cut. Either way
   // ScheduleResult::partition holds the cut priced.
-  std::optional<PartitionPlan> partition;
+  std::optional<Partition> partition;
 
   friend bool operator==(const MemoryPolicyUse&, const MemoryPolicyUse&) = default;
 };
@@ -169,7 +169,7 @@ struct ScheduleResult {
   // (one stage per rank), and under memory policies it may be a cut made again under the cap
   // (MemoryPolicyUse::partition). Priced plainly (no memory policies), cost_model_of(partition,
   // plan_cost_options(model, weight_memory_fraction)) simulates `schedule` to `makespan`.
-  PartitionPlan partition;
+  Partition partition;
 
   friend bool operator==(const ScheduleResult&, const ScheduleResult&) = default;
 };
@@ -200,7 +200,7 @@ struct PlanResult {
   std::int32_t ranks = 0;
   std::int32_t microbatches = 0;
   std::int32_t chunks = 0;
-  PartitionPlan partition;  // the one-stage-per-rank cut; each schedule's own is ScheduleResult::partition
+  Partition partition;  // the one-stage-per-rank cut; each schedule's own is ScheduleResult::partition
   std::vector<ScheduleResult> schedules;
   std::vector<SkippedSchedule> skipped;
   Recommendation recommended;
@@ -266,10 +266,10 @@ namespace plan {
 // not have one stage per stage of the schedule. `ws` lends the checks, the lowering and the
 // simulation their arrays (engine/workspace.hpp): keep one across many schedules.
 [[nodiscard]] PPSCHED_OUTLINE ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
-                                                      const PartitionPlan& partition, const PlanRequest& request,
+                                                      const Partition& partition, const PlanRequest& request,
                                                       Workspace& ws);
 [[nodiscard]] PPSCHED_OUTLINE ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
-                                                      const PartitionPlan& partition, const PlanRequest& request);
+                                                      const Partition& partition, const PlanRequest& request);
 
 // The valid training schedule that fits and is best by `objective` (plan/objective.hpp), and
 // one line saying why. By makespan (the default): the smallest makespan (ties, as sums of the
@@ -366,7 +366,7 @@ void for_each_family(const plan::PlanRequest& request, std::span<const FamilyInf
       continue;
     }
     Schedule schedule = family->make(r);  // a named family's rule speaks for itself
-    const plan::PartitionPlan* partition = nullptr;
+    const Partition* partition = nullptr;
     const std::vector<double> in_flight = plan::family_in_flight(*family, request.ranks, request.microbatches);
     try {
       try {
@@ -395,7 +395,7 @@ struct FamilySchedule {
   const FamilyInfo* family = nullptr;
   std::int32_t chunks = 1;  // per rank, by the family's rule (FamilyInfo::chunks_for)
   Schedule schedule;        // compute-only, as the family builds it
-  PartitionPlan partition;  // the model cut for schedule.placement
+  Partition partition;  // the model cut for schedule.placement
 };
 
 struct FamilySchedules {
@@ -418,7 +418,7 @@ struct FamilySchedules {
   detail::PartitionCache partition_for(model);
   detail::for_each_family(request, families, partition_for, out.skipped,
                           [&](const FamilyInfo& family, std::int32_t chunks, Schedule schedule,
-                              const PartitionPlan& partition) {
+                              const Partition& partition) {
                             out.built.push_back({&family, chunks, std::move(schedule), partition});
                           });
   return out;

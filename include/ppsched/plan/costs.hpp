@@ -68,7 +68,7 @@ struct PlanCostOptions {
 // is set to move one "byte" per time unit with no latency, and each stage's output_bytes is its
 // cut time. When no cut costs anything the link stays free, which the schedule search
 // recognises. With `transfers` off, output_bytes keeps the real bytes and the link is free.
-[[nodiscard]] inline CostModel cost_model_of(const PartitionPlan& partition, const PlanCostOptions& options = {}) {
+[[nodiscard]] inline CostModel cost_model_of(const Partition& partition, const PlanCostOptions& options = {}) {
   using detail::concat;
   if (!(options.time_scale > 0.0 && options.time_scale <= std::numeric_limits<double>::max())) {
     detail::fail({"cost_model_of", detail::concat("time_scale is ", options.time_scale), "PlanCostOptions::time_scale",
@@ -122,7 +122,7 @@ struct PlanCostOptions {
 
 // Memory that does not depend on the schedule, per rank 0 .. ranks-1: each stage's parameters
 // with their gradients and optimizer state (PartitionStage::static_bytes), summed over its stages.
-[[nodiscard]] inline std::vector<double> static_bytes_per_rank(const PartitionPlan& partition, std::int32_t ranks) {
+[[nodiscard]] inline std::vector<double> static_bytes_per_rank(const Partition& partition, std::int32_t ranks) {
   using detail::concat;
   if (ranks < 1) detail::fail({"static_bytes_per_rank", detail::concat("ranks = ", ranks), "", "give at least one rank"});
   std::vector<double> bytes(static_cast<std::size_t>(ranks), 0.0);

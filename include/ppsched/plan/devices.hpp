@@ -68,7 +68,7 @@ struct DeviceSplit {
   const FamilyInfo* family = nullptr;  // the schedule's family
   std::int32_t chunks = 1;
   Schedule schedule;        // compute-only, as the family builds it for p, m and chunks
-  PartitionPlan partition;  // the model cut for schedule.placement, priced at microbatch_size
+  Partition partition;  // the model cut for schedule.placement, priced at microbatch_size
   double pipeline_time = 0.0;  // one replica's makespan
   double bubble_fraction = 0.0;
   double all_reduce_longest = 0.0;  // the longest stage all-reduce

@@ -205,7 +205,7 @@ struct MemoryChoice {
 // recomputation, and layer-wise recomputation added where the stage's layers make it save
 // memory, then the same with its checkpoints offloaded (MemoryPolicyKind::layerwise_offload),
 // the last rung.
-[[nodiscard]] inline std::vector<std::vector<MemoryPolicy>> stage_ladders(const PlanModel& model, const PartitionPlan& partition,
+[[nodiscard]] inline std::vector<std::vector<MemoryPolicy>> stage_ladders(const PlanModel& model, const Partition& partition,
                                                                           const std::vector<MemoryPolicy>& ladder = MemoryChoiceOptions{}.ladder) {
   std::vector<std::vector<MemoryPolicy>> out;
   out.reserve(partition.stages.size());

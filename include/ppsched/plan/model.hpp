@@ -35,19 +35,17 @@
 namespace ppsched::inline PPSCHED_MODE {
 namespace plan {
 
-// A model cut into stages for one placement; stages in model order, each a PartitionStage
-// (partition/partition.hpp) whose rank is the placement's.
-struct PartitionPlan {
-  std::string method;  // how it was cut, one phrase
-  std::vector<PartitionStage> stages;
-  double bottleneck_time = 0.0;  // max over stages of recv_time + compute_time + send_time
-  std::size_t bottleneck_stage = 0;
+// A model cut into stages for one placement is a Partition (partition/partition.hpp): stages in
+// model order, each a PartitionStage whose rank is the placement's, `method` the PlanModel's
+// phrase (partition_method_name for graph_model's). The former plan::PartitionPlan held a
+// subset of it; the alias keeps code that names it compiling for one release.
+using PartitionPlan [[deprecated("plan::PartitionPlan is ppsched::Partition; its bottleneck_time is Partition::bottleneck")]] =
+    Partition;
 
-  friend bool operator==(const PartitionPlan&, const PartitionPlan&) = default;
-};
-
-// One line per stage: rank, layers, F, BI, BW, comm out, static bytes; then the bottleneck.
-[[nodiscard]] inline std::string to_string(const PartitionPlan& p) {
+// One line per stage: rank, layers, F, BI, BW, comm out, static bytes; then the bottleneck. The
+// planner's listing of a cut, where to_string(Partition) prints the partitioner's table: a
+// cut that places several stages on one rank reads better with the ranks.
+[[nodiscard]] inline std::string cut_text(const Partition& p) {
   std::string out = detail::concat("partition (", p.method, "), ", p.stages.size(), " stages\n");
   for (std::size_t s = 0; s < p.stages.size(); ++s) {
     const PartitionStage& st = p.stages[s];
@@ -57,11 +55,9 @@ struct PartitionPlan {
                           st.forward, " BI ", st.backward_input, " BW ", st.backward_weight, " comm ", st.send_time,
                           " static ", bytes_text(st.static_bytes), "\n");
   }
-  out += detail::concat("  bottleneck ", p.bottleneck_time, " on stage ", p.bottleneck_stage, "\n");
+  out += detail::concat("  bottleneck ", p.bottleneck, " on stage ", p.bottleneck_stage, "\n");
   return out;
 }
-
-inline std::ostream& operator<<(std::ostream& os, const PartitionPlan& p) { return os << to_string(p); }
 
 // What a PlanModel is asked to cut: the placement (stage s on rank placement[s]) and, when the
 // schedule that will run on it states them, the micro-batches whose activations each stage
@@ -121,7 +117,7 @@ struct PlanModel {
   // ranks sharing the host's cores, in `unit`; graph_model takes them from the profile.
   FixedCosts fixed_costs{};
   bool first_stage_backward_in_bw = false;    // Profile::first_stage_backward_in_bw
-  std::function<PartitionPlan(const CutRequest& cut)> partition;
+  std::function<Partition(const CutRequest& cut)> partition;
   // Per position of the layer order the partition cuts (PartitionStage::begin..end),
   // from the profile's layers (graph_model); empty without layers.
   std::vector<LayerMemory> layer_memory;
@@ -160,21 +156,26 @@ enum class PartitionMethod : std::uint8_t {
 }  // namespace plan
 namespace detail {
 
-// Sets bottleneck_time and bottleneck_stage from the stages, counting the time to receive a
-// stage's input (the previous stage's send_time, which also becomes its recv_time) and send
-// its output, as the partitioner counts it; each stage's time is set to that sum.
-inline void set_bottleneck(plan::PartitionPlan& p) {
-  p.bottleneck_time = 0.0;
+// Sets each stage's recv_time to the previous stage's send_time (which a planner zeroes between
+// two stages on one rank) and its time to the sum, as the partitioner counts it; then the
+// bottleneck, its first stage, the mean and the imbalance as make_partition sets them, so a
+// planner's cut reads like the partitioner's.
+inline void set_bottleneck(Partition& p) {
+  p.bottleneck = 0.0;
   p.bottleneck_stage = 0;
+  double total = 0.0;
   for (std::size_t s = 0; s < p.stages.size(); ++s) {
     PartitionStage& st = p.stages[s];
     st.recv_time = s == 0 ? 0.0 : p.stages[s - 1].send_time;
     st.time = (st.compute_time + st.recv_time) + st.send_time;
-    if (st.time > p.bottleneck_time) {
-      p.bottleneck_time = st.time;
+    if (st.time > p.bottleneck) {
+      p.bottleneck = st.time;
       p.bottleneck_stage = s;
     }
+    total += st.time;
   }
+  p.mean_time = p.stages.empty() ? 0.0 : total / static_cast<double>(p.stages.size());
+  p.imbalance = p.mean_time > 0.0 ? p.bottleneck / p.mean_time : 1.0;
 }
 
 }  // namespace detail
@@ -210,9 +211,14 @@ namespace plan {
     const std::span<const std::int32_t> placement = cut.placement;
     const std::int32_t ranks = placement.empty() ? 0 : *std::max_element(placement.begin(), placement.end()) + 1;
     const std::vector<std::int32_t> v = stages_per_rank(placement, ranks);
-    PartitionPlan p;
+    Partition p;
     p.method = "uniform per-rank costs; a rank's v chunks cost 1/v each";
+    // No layers: a position of the order is a stage's share, so stage s holds position s, and
+    // layers_of(s) is {s}.
+    p.boundaries.push_back(0);
     for (std::size_t s = 0; s < placement.size(); ++s) {
+      p.order.push_back(s);
+      p.boundaries.push_back(s + 1);
       PartitionStage st;
       st.rank = placement[s];
       const double share = 1.0 / v[static_cast<std::size_t>(st.rank)];
@@ -331,16 +337,16 @@ struct GraphModelOptions {
     Partition cut = options.method == PartitionMethod::uniform     ? partition_uniform(graph, stages, cost)
                           : options.method == PartitionMethod::by_params ? partition_by_params(graph, stages, cost)
                                                                          : partition_optimal(graph, stages, cost);
-    PartitionPlan p;
-    p.method = std::string(partition_method_name(options.method));
-    p.stages = std::move(cut.stages);
+    // The partitioner's cut as it is (order, boundaries, stages), named the planner's way, on
+    // the placement's ranks; the times set again where a V's turn sends nothing.
+    cut.method = std::string(partition_method_name(options.method));
     for (std::size_t s = 0; s < placement.size(); ++s) {
-      p.stages[s].rank = placement[s];
+      cut.stages[s].rank = placement[s];
       // The V's turn: the next stage is on the same rank, so nothing crosses a link.
-      if (s + 1 < placement.size() && placement[s + 1] == placement[s]) p.stages[s].send_time = 0.0;
+      if (s + 1 < placement.size() && placement[s + 1] == placement[s]) cut.stages[s].send_time = 0.0;
     }
-    detail::set_bottleneck(p);
-    return p;
+    detail::set_bottleneck(cut);
+    return cut;
   };
   return model;
 }

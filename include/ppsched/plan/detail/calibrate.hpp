@@ -26,7 +26,7 @@ namespace detail {
 
 // Each layer's measured-over-predicted ratio per kind (F, B, BI, BW): that of the stage of
 // `cut` it ran in (1 for a layer the cut does not hold), indexed as the profile's layers.
-[[nodiscard]] inline std::vector<KindScales> layer_scales(const Profile& profile, const plan::PartitionPlan& cut,
+[[nodiscard]] inline std::vector<KindScales> layer_scales(const Profile& profile, const Partition& cut,
                                                           const Calibration& fit) {
   using detail::concat;
   if (cut.stages.size() != fit.scale.size()) {

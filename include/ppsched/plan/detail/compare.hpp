@@ -119,7 +119,7 @@ inline void check_plan_request(const plan::PlanRequest& r) {
 class PartitionCache {
  public:
   explicit PartitionCache(const plan::PlanModel& model) : model_(&model) {}
-  [[nodiscard]] const plan::PartitionPlan& operator()(const plan::CutRequest& cut) {
+  [[nodiscard]] const Partition& operator()(const plan::CutRequest& cut) {
     Key key{{cut.placement.begin(), cut.placement.end()}, {cut.in_flight.begin(), cut.in_flight.end()}};
     auto it = cut_.find(key);
     if (it == cut_.end()) it = cut_.emplace(key, model_->partition({key.first, key.second})).first;
@@ -129,7 +129,7 @@ class PartitionCache {
  private:
   using Key = std::pair<std::vector<std::int32_t>, std::vector<double>>;
   const plan::PlanModel* model_;
-  std::map<Key, plan::PartitionPlan> cut_;
+  std::map<Key, Partition> cut_;
 };
 
 // The first excess of `r` over `cap` in words ("needs 9 M_B on rank 0 > cap 8"; `limit` names
@@ -180,7 +180,7 @@ inline void check_fit(plan::ScheduleResult& r, const plan::MemoryCap& cap, const
 
 // Per-rank T_F, T_BI, T_BW for the closed forms (the sum over the rank's chunks), when every
 // rank has the same; nothing otherwise, since the formulas assume identical ranks.
-[[nodiscard]] inline std::optional<std::array<double, 3>> uniform_rank_costs(const plan::PartitionPlan& partition,
+[[nodiscard]] inline std::optional<std::array<double, 3>> uniform_rank_costs(const Partition& partition,
                                                                              std::int32_t ranks) {
   std::vector<std::array<double, 3>> per_rank(static_cast<std::size_t>(ranks), std::array<double, 3>{});
   for (const PartitionStage& s : partition.stages) {
@@ -197,7 +197,7 @@ inline void check_fit(plan::ScheduleResult& r, const plan::MemoryCap& cap, const
   return per_rank.front();
 }
 
-inline void add_analytic(plan::ScheduleResult& r, const FamilyInfo& family, const plan::PartitionPlan& partition,
+inline void add_analytic(plan::ScheduleResult& r, const FamilyInfo& family, const Partition& partition,
                          std::int32_t ranks) {
   if (family.bubble == nullptr) return;
   const auto t = uniform_rank_costs(partition, ranks);
@@ -215,7 +215,7 @@ namespace detail {
 
 // evaluate_schedule with the costs given: the cut's, or the cut's with memory policies.
 [[nodiscard]] inline plan::ScheduleResult evaluate_priced(Schedule schedule, const plan::PlanModel& model,
-                                                    const plan::PartitionPlan& partition, const plan::PlanRequest& request,
+                                                    const Partition& partition, const plan::PlanRequest& request,
                                                     Workspace& ws, const CostModel& cost)
 {
   if (partition.stages.size() != static_cast<std::size_t>(std::max(schedule.stages(), 0))) {
@@ -388,7 +388,7 @@ namespace detail {
 
 // `plain` priced again with one policy per stage of its (compute-only) schedule.
 [[nodiscard]] inline plan::ScheduleResult with_memory_policies(const plan::ScheduleResult& plain, std::span<const plan::MemoryPolicy> policies,
-                                                         bool chosen, const plan::PlanModel& model, const plan::PartitionPlan& partition,
+                                                         bool chosen, const plan::PlanModel& model, const Partition& partition,
                                                          const plan::PlanRequest& request, Workspace& ws) {
   CostModel cost = plan::cost_model_of(partition, plan::plan_cost_options(model, request.weight_memory_fraction));
   // Only copies use the link: recomputation alone needs none, whatever the model's unit.
@@ -450,7 +450,7 @@ namespace detail {
 // it fits, or no byte cap applies), with the given policies, or with those
 // choose_memory_policies picks under the smallest byte cap when they make it fit.
 [[nodiscard]] inline plan::ScheduleResult priced_with_memory_policy(plan::ScheduleResult plain, const plan::PlanModel& model,
-                                                              const plan::PartitionPlan& partition, const plan::PlanRequest& request,
+                                                              const Partition& partition, const plan::PlanRequest& request,
                                                               Workspace& ws) {
   const plan::PlanMemoryPolicy& want = request.memory_policy;
   if (want.mode == plan::MemoryPolicyMode::none || !plain.valid || !plain.training) return plain;
@@ -482,7 +482,7 @@ namespace detail {
   const std::optional<double> cap = smallest_byte_cap(request, model);
   if (!cap) return plain;
   // Each stage's ladder ends with layer-wise recomputation where the model's layers price it.
-  const auto choose_on = [&](const plan::PartitionPlan& cut, std::span<const double> static_bytes) {
+  const auto choose_on = [&](const Partition& cut, std::span<const double> static_bytes) {
     plan::MemoryChoiceOptions options = want.choice;
     if (options.stage_ladders.empty()) options.stage_ladders = plan::stage_ladders(model, cut, options.ladder);
     CostModel cost = plan::cost_model_of(cut, plan::plan_cost_options(model, request.weight_memory_fraction));
@@ -506,7 +506,7 @@ namespace detail {
     const std::vector<double> one(placement.size(), 1.0);
     plan::CutRequest request_cut(placement, one);
     request_cut.cap.total_bytes = *cap;
-    std::optional<plan::PartitionPlan> cut;
+    std::optional<Partition> cut;
     try {
       cut = model.partition(request_cut);
     } catch (const error&) {

@@ -98,7 +98,7 @@ namespace detail {
     if (tried >= request.memory_policy.search_candidates) break;
     if (!(e.candidate.bound < best_makespan * (1.0 - 1e-9))) break;  // neither it nor any after it is faster
     ++tried;
-    const plan::PartitionPlan& cut = partition_for(work.placements[e.placement].placement);
+    const Partition& cut = partition_for(work.placements[e.placement].placement);
     plan::ScheduleResult plain = plan::evaluate_schedule(e.schedule, model, cut, request, ws);
     plain.family = e.candidate.family;
     if (!plain.valid || !plain.training) continue;

@@ -9,14 +9,14 @@ namespace ppsched::inline PPSCHED_MODE {
 namespace plan {
 
 [[nodiscard]] PPSCHED_OUTLINE ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
-                                                      const PartitionPlan& partition, const PlanRequest& request,
+                                                      const Partition& partition, const PlanRequest& request,
                                                       Workspace& ws) {
   return detail::evaluate_priced(std::move(schedule), model, partition, request, ws,
                                  cost_model_of(partition, plan_cost_options(model, request.weight_memory_fraction)));
 }
 
 [[nodiscard]] PPSCHED_OUTLINE ScheduleResult evaluate_schedule(Schedule schedule, const PlanModel& model,
-                                                      const PartitionPlan& partition, const PlanRequest& request) {
+                                                      const Partition& partition, const PlanRequest& request) {
   Workspace ws;
   return evaluate_schedule(std::move(schedule), model, partition, request, ws);
 }
@@ -29,7 +29,7 @@ namespace plan {
   Workspace ws;
   detail::for_each_family(request, detail::named_families(request), partition_for, plan.skipped,
                           [&](const FamilyInfo& family, std::int32_t, Schedule schedule,
-                              const PartitionPlan& partition) {
+                              const Partition& partition) {
                             ScheduleResult result = evaluate_schedule(std::move(schedule), model, partition, request, ws);
                             result.family = &family;
                             result = detail::priced_with_memory_policy(std::move(result), model, partition, request, ws);

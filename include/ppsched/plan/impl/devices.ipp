@@ -152,7 +152,7 @@ namespace plan {
       for (FamilySchedule& built : families.built) {
         const ScheduleResult r = evaluate_schedule(built.schedule, model, built.partition, request, ws);
         if (!r.training || !r.valid) continue;
-        const PartitionPlan& cut = built.partition;
+        const Partition& cut = built.partition;
         std::vector<double> grads, optimizer;
         for (const PartitionStage& st : cut.stages) {
           grads.push_back(st.param_bytes);

@@ -108,7 +108,7 @@ namespace plan {
     plan.recommended.reason = out.search.why;
     return out;
   }
-  const PartitionPlan& partition = partition_for(found.schedule.placement);
+  const Partition& partition = partition_for(found.schedule.placement);
   plan.schedules.push_back(plain_result ? std::move(*plain_result) : evaluate_schedule(found.schedule, model, partition, request));
   plan.schedules.back().family = found.best().family;  // nullptr for a greedy schedule
   plan.recommended.index = 0;

@@ -158,7 +158,7 @@ int main(int argc, char** argv) try {
       const ppsched::CostModel cost = ppsched::plan::cost_model_of(cut, ppsched::plan::plan_cost_options(plan_model, 0.5));
       c.predicted = ppsched::simulate(schedule, cost).makespan;
       ppsched::CostModel alone = cost;
-      alone.concurrent_slowdown.clear();
+      alone.fixed_costs.concurrent_slowdown.clear();
       c.alone = ppsched::simulate(schedule, alone).makespan;
       std::vector<std::unique_ptr<mlp::MlpStage>> stages;
       std::vector<ppsched::StageFunctions> functions;

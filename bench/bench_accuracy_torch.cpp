@@ -244,7 +244,7 @@ void measure(const bench_torch::Model& model, const ppsched::Profile& profile, s
       const ppsched::CostModel cost = ppsched::plan::cost_model_of(cut, ppsched::plan::plan_cost_options(plan_model, 0.5));
       c.predicted = ppsched::simulate(schedule, cost).makespan;
       ppsched::CostModel alone = cost;
-      alone.concurrent_slowdown.clear();
+      alone.fixed_costs.concurrent_slowdown.clear();
       c.alone = ppsched::simulate(schedule, alone).makespan;
 
       const bench_torch::Pipeline pipeline = bench_torch::make_pipeline(model, cut, c.rows, global_batch, false);

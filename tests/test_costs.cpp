@@ -188,10 +188,10 @@ TEST_CASE("finite costs whose sums overflow are rejected, naming the largest val
                     Catch::Contains("activation bytes add up") && Catch::Contains("stages[2].activation_bytes"));
 }
 
-TEST_CASE("every compute action pays the fixed action_overhead once, every transfer transfer_overhead", "[costs][overhead]") {
+TEST_CASE("every compute action pays the fixed cost per action once, every transfer the fixed cost per transfer", "[costs][overhead]") {
   CostModel c = three_stages();
-  c.action_overhead = 0.125;
-  c.transfer_overhead = 0.5;
+  c.fixed_costs.action = 0.125;
+  c.fixed_costs.transfer = 0.5;
   CHECK(compute_time(c, act(Op::F, 0, 0), 1) == 1.0 + 0.125);
   CHECK(compute_time(c, act(Op::BI, 0, 0), 1) == 2.0 + 0.125);
   CHECK(compute_time(c, act(Op::BW, 0, 0), 1) == 0.5 + 0.125);
@@ -199,17 +199,17 @@ TEST_CASE("every compute action pays the fixed action_overhead once, every trans
   CHECK(transfer_time(c, act(Op::SEND_F, 0, 0), 1) == 0.25 + 100.0 / 400.0 + 0.5);
   CHECK(transfer_time(c, act(Op::RECV_B, 0, 0), 1) == 0.25 + 100.0 / 400.0 + 0.5);
   CHECK_NOTHROW(check_cost_model(c, 3, 4));
-  c.action_overhead = -1.0;
+  c.fixed_costs.action = -1.0;
   try {
     check_cost_model(c, 3, 4);
-    FAIL("a negative action_overhead passed");
+    FAIL("a negative fixed_costs.action passed");
   } catch (const ppsched::error& e) {
-    CHECK_THAT(e.what(), Catch::Contains("action_overhead"));
+    CHECK_THAT(e.what(), Catch::Contains("(at fixed_costs.action)"));
   }
-  c.action_overhead = 0.0;
-  c.transfer_overhead = std::numeric_limits<double>::quiet_NaN();
-  CHECK_THROWS_WITH(check_cost_model(c, 3, 4), Catch::Contains("transfer_overhead"));
-  c.transfer_overhead = 0.0;
-  c.step_overhead = -0.5;
-  CHECK_THROWS_WITH(check_cost_model(c, 3, 4), Catch::Contains("step_overhead"));
+  c.fixed_costs.action = 0.0;
+  c.fixed_costs.transfer = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH(check_cost_model(c, 3, 4), Catch::Contains("(at fixed_costs.transfer)"));
+  c.fixed_costs.transfer = 0.0;
+  c.fixed_costs.step = -0.5;
+  CHECK_THROWS_WITH(check_cost_model(c, 3, 4), Catch::Contains("(at fixed_costs.step)"));
 }

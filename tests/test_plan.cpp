@@ -867,9 +867,9 @@ TEST_CASE("the profile's fixed costs per action and transfer reach the planner's
   CHECK(model.fixed_costs.action == 0.5);
   const CostModel cost = cost_model_of(model.partition(one_stage_per_rank_placement(2)),
                                        plan_cost_options(model, 0.5));
-  CHECK(cost.action_overhead == 0.5);
-  CHECK(cost.transfer_overhead == 0.25);
-  CHECK(cost.step_overhead == 0.0);
+  CHECK(cost.fixed_costs.action == 0.5);
+  CHECK(cost.fixed_costs.transfer == 0.25);
+  CHECK(cost.fixed_costs.step == 0.0);
   // Free layers at 1 row per micro-batch: without fixed costs 16 micro-batches of 1 row cost
   // the same work as 1 of 16, with less bubble; a fixed cost per action makes few large ones win.
   std::vector<Layer> layers;
@@ -899,7 +899,7 @@ TEST_CASE("the profile's fixed cost per step is paid once in every price the pla
   p.fixed_costs.step = 3.0;
   const PlanModel model = graph_model(p, "with a step cost", {.ranks = 2});
   CHECK(model.fixed_costs.step == 3.0);
-  CHECK(cost_model_of(model.partition(one_stage_per_rank_placement(2)), plan_cost_options(model, 0.5)).step_overhead == 3.0);
+  CHECK(cost_model_of(model.partition(one_stage_per_rank_placement(2)), plan_cost_options(model, 0.5)).fixed_costs.step == 3.0);
   const DevicePlan with = plan_devices(p, 2, 8, {}, o);
   REQUIRE(without.chosen);
   REQUIRE(with.chosen);
@@ -907,6 +907,10 @@ TEST_CASE("the profile's fixed cost per step is paid once in every price the pla
   CHECK(with.chosen->microbatches == without.chosen->microbatches);
   CHECK(with.chosen->step_time == Approx(without.chosen->step_time + 3.0));
   CHECK(with.chosen->pipeline_time == Approx(without.chosen->pipeline_time + 3.0));
+  // The split's own costs leave it out of the simulation, since the split adds it outside.
+  const CostModel split_costs = cost_model_of(*with.chosen, p, o);
+  CHECK(split_costs.fixed_costs.step == 0.0);
+  CHECK(simulate(with.chosen->schedule, split_costs).makespan + 3.0 == Approx(with.chosen->pipeline_time).epsilon(1e-12));
 }
 
 TEST_CASE("recalibrate_plan: a measured run twice as slow as profiled re-plans from the refit", "[plan][calibrate]") {
@@ -1185,7 +1189,7 @@ TEST_CASE("recalibrate_plan from runs of two shapes recovers the times and the f
   for (double& t : stalled.step_times) t += 2.0;
   const Recalibration mixed =
       recalibrate_plan(profile, {stalled, measure(make_schedule("gpipe", ScheduleRequest{1, 32, 1}))}, 2, 32, {}, o);
-  CHECK(mixed.fits[0].after.action_overhead > 0.4);  // the short run alone: 2 / its 3 later actions' share
+  CHECK(mixed.fits[0].after.fixed_costs.action > 0.4);  // the short run alone: 2 / its 3 later actions' share
   CHECK(mixed.profile.fixed_costs.action < 0.01);
 }
 
@@ -1485,7 +1489,7 @@ TEST_CASE("the profile's concurrent slowdown reaches every price, scaled by the 
   const PlanModel model = graph_model(p, "shared", {.ranks = 2});
   CHECK(model.fixed_costs.concurrent_slowdown == p.fixed_costs.concurrent_slowdown);
   const CostModel cost = cost_model_of(model.partition(one_stage_per_rank_placement(2)), plan_cost_options(model, 0.5));
-  CHECK(cost.concurrent_slowdown == p.fixed_costs.concurrent_slowdown);
+  CHECK(cost.fixed_costs.concurrent_slowdown == p.fixed_costs.concurrent_slowdown);
   DevicePlanOptions o;
   o.pipeline_sizes = {2};
   o.families = {"1f1b"};
@@ -1493,7 +1497,7 @@ TEST_CASE("the profile's concurrent slowdown reaches every price, scaled by the 
   REQUIRE(plan.chosen);
   REQUIRE(plan.chosen->replicas == 2);
   // Two replicas in step: while k ranks of one compute, 2k of the host's do.
-  CHECK(cost_model_of(*plan.chosen, p, o).concurrent_slowdown == std::vector<double>{1.5, 3.0});
+  CHECK(cost_model_of(*plan.chosen, p, o).fixed_costs.concurrent_slowdown == std::vector<double>{1.5, 3.0});
   Profile unshared = p;
   unshared.fixed_costs.concurrent_slowdown.clear();
   const DevicePlan free = plan_devices(unshared, 4, 8, {}, o);

@@ -635,7 +635,7 @@ TEST_CASE("search options: full backward only, F&B overlap, a simulation limit, 
     SearchProblem shared = problem;
     shared.costs = [base = problem.costs](std::span<const std::int32_t> placement) {
       CostModel c = base(placement);
-      c.concurrent_slowdown = {1.0, 1.6};
+      c.fixed_costs.concurrent_slowdown = {1.0, 1.6};
       return c;
     };
     const SearchResult r = search_schedule(shared);

@@ -681,8 +681,8 @@ TEST_CASE("the simulator prices the fixed cost per action and per transfer", "[s
   s.programs = {{act(Op::F, 0, 0), act(Op::B, 0, 0)}, {act(Op::F, 1, 0), act(Op::B, 1, 0)}};
   CostModel c = uniform_costs(1.0, 1.5, 0.5, "ms");
   c.link.latency = 0.5;
-  c.action_overhead = 0.25;
-  c.transfer_overhead = 0.125;
+  c.fixed_costs.action = 0.25;
+  c.fixed_costs.transfer = 0.125;
   const SimResult r = simulate(s, c);
   CHECK(times_of(r.timeline, 1, act(Op::F, 1, 0)) == std::make_pair(1.875, 3.125));
   CHECK(times_of(r.timeline, 0, act(Op::B, 0, 0)) == std::make_pair(6.0, 8.25));
@@ -693,9 +693,9 @@ TEST_CASE("the simulator prices the fixed cost per action and per transfer", "[s
 TEST_CASE("the fixed cost per step is in the makespan once and in no span of the timeline", "[sim][overhead]") {
   const Schedule s = make_schedule("1f1b", ScheduleRequest{2, 4, 1});
   CostModel c = uniform_costs(1.0, 1.0, 1.0, "ms");
-  c.action_overhead = 0.125;
+  c.fixed_costs.action = 0.125;
   const SimResult without = simulate(s, c);
-  c.step_overhead = 2.0;
+  c.fixed_costs.step = 2.0;
   const SimResult with = simulate(s, c);
   CHECK(with.makespan == Approx(without.makespan + 2.0));
   CHECK(with.step_overhead == 2.0);
@@ -714,7 +714,7 @@ TEST_CASE("each rank's optimizer step ends its step: zero changes nothing, a cos
     CAPTURE(p);
     const Schedule s = make_schedule("1f1b", ScheduleRequest{p, 2 * p, 1});
     CostModel c = uniform_costs(1.0, 1.5, 0.5, "ms");
-    c.step_overhead = 0.125;
+    c.fixed_costs.step = 0.125;
     const SimResult before = simulate(s, c);
     const double m = before.makespan;
     // Zero optimizer time, per stage or one for all: bit-identical predictions.
@@ -793,7 +793,7 @@ TEST_CASE("calibrate: a run slower than predicted refits each stage's kinds and 
   CostModel truth;
   truth.unit = "ms";
   truth.stages = {StageCost{1.0, 1.0, 1.0, 0, 0}, StageCost{1.5, 1.5, 1.5, 0, 0}};
-  truth.action_overhead = 0.25;
+  truth.fixed_costs.action = 0.25;
   const Timeline measured = simulate(s, truth).timeline;
   CostModel model = uniform_costs(1000.0, 1000.0, 1000.0, "us");
   const Calibration c = calibrate(measured, model);
@@ -807,7 +807,7 @@ TEST_CASE("calibrate: a run slower than predicted refits each stage's kinds and 
   CHECK(c.scale[1][0] == Approx(1.75));                 // F: (1.5 + 0.25) / 1
   CHECK(c.scale[1][1] == Approx((3.0 + 0.25) / 2.0));  // B
   CHECK(c.scale[1][2] == Approx(c.scale[1][1]));       // BI and BW, not run, take B's ratio
-  CHECK(c.after.action_overhead == Approx(0.0).margin(1e-6));
+  CHECK(c.after.fixed_costs.action == Approx(0.0).margin(1e-6));
   CHECK(c.error_after() == Approx(0.0).margin(1e-9));
 }
 
@@ -897,7 +897,7 @@ TEST_CASE("calibrate: the fixed cost per action absorbs what the spans do not ho
   }
   const Calibration c = calibrate(measured, uniform_costs(1.0, 0.5, 0.5, "ms"));
   CHECK(c.scale[0][0] == Approx(1.0));
-  CHECK(c.after.action_overhead == Approx(0.2).epsilon(1e-6));
+  CHECK(c.after.fixed_costs.action == Approx(0.2).epsilon(1e-6));
   CHECK(c.predicted_after == Approx(c.measured_makespan).epsilon(1e-9));
   CHECK_THROWS_WITH(calibrate(measured, uniform_costs(1, 1, 1, "furlongs")), Catch::Contains("cannot convert"));
 }
@@ -925,15 +925,15 @@ TEST_CASE("calibrate from several steps: medians keep one stalled step out of th
   o.step_times = {in_timeline + 0.7, in_timeline + 3.7, in_timeline + 0.7};
   const Calibration c = calibrate(steps, model, o);
   CHECK(c.steps == 3);
-  CHECK(c.after.action_overhead == Approx(0.2).epsilon(1e-6));
-  CHECK(c.after.step_overhead == Approx(0.7).epsilon(1e-9));
+  CHECK(c.after.fixed_costs.action == Approx(0.2).epsilon(1e-6));
+  CHECK(c.after.fixed_costs.step == Approx(0.7).epsilon(1e-9));
   CHECK(c.measured_makespan == Approx(in_timeline + 0.7));
   CHECK(c.predicted_after == Approx(c.measured_makespan).epsilon(1e-9));
   CHECK(c.action_weight == Approx(8.0).epsilon(1e-6));  // one rank: every action is on the path
   // The stalled step alone charges its stall to every action.
   const Calibration stalled = calibrate(steps[1], model);
-  CHECK(stalled.after.action_overhead == Approx(0.2 + 3.0 / 8).epsilon(1e-6));
-  CHECK(stalled.after.step_overhead == 0.0);  // no step times: the model's kept
+  CHECK(stalled.after.fixed_costs.action == Approx(0.2 + 3.0 / 8).epsilon(1e-6));
+  CHECK(stalled.after.fixed_costs.step == 0.0);  // no step times: the model's kept
   // Steps of another schedule are not steps of one run.
   const Timeline other = simulate(make_schedule("gpipe", ScheduleRequest{1, 2, 1}), model).timeline;
   CHECK_THROWS_WITH(calibrate(std::vector<Timeline>{steps[0], other}, model), Catch::Contains("step 1"));
@@ -950,7 +950,7 @@ TEST_CASE("calibrate from several steps: medians keep one stalled step out of th
   spelled[1].unit = "\xC2\xB5s";
   const Calibration in_us = calibrate(spelled, model);
   CHECK(in_us.steps == 2);
-  CHECK(in_us.after.action_overhead == Approx(0.2).epsilon(1e-6));
+  CHECK(in_us.after.fixed_costs.action == Approx(0.2).epsilon(1e-6));
   spelled[1].unit = "ms";
   CHECK_THROWS_WITH(calibrate(spelled, model), Catch::Contains("step 1"));
 }
@@ -968,13 +968,13 @@ TEST_CASE("calibrate keeps the model's optimizer step out of the fixed cost per 
   CalibrationOptions o;
   o.step_times = {with_optimizer.makespan + 0.7};
   const Calibration c = calibrate(measured, model, o);
-  CHECK(c.after.step_overhead == Approx(0.7).epsilon(1e-9));
+  CHECK(c.after.fixed_costs.step == Approx(0.7).epsilon(1e-9));
   CHECK(c.after.optimizer_step == model.optimizer_step);
   CHECK(c.measured_makespan == Approx(with_optimizer.makespan + 0.7).epsilon(1e-9));
   CHECK(c.predicted_after == Approx(c.measured_makespan).epsilon(1e-9));
   // Without step times the model's own cost per step is kept, the optimizer steps in the step.
   const Calibration kept = calibrate(measured, model);
-  CHECK(kept.after.step_overhead == 0.0);
+  CHECK(kept.after.fixed_costs.step == 0.0);
   CHECK(kept.measured_makespan == Approx(with_optimizer.makespan).epsilon(1e-9));
 }
 
@@ -987,7 +987,7 @@ TEST_CASE("ranks sharing a host: compute slows while others compute, by processo
   CostModel c = uniform_costs(1.0, 1.0, 1.0);
   const SimResult alone = simulate(s, c);
   CHECK(alone.makespan == Approx(9.0));
-  c.concurrent_slowdown = {1.0, 2.0};
+  c.fixed_costs.concurrent_slowdown = {1.0, 2.0};
   const SimResult shared = simulate(s, c);
   CHECK(shared.makespan == Approx(12.0));
   CHECK(shared.ranks[0].busy == Approx(1.0 + 2.0 + 4.0 + 2.0));
@@ -995,13 +995,13 @@ TEST_CASE("ranks sharing a host: compute slows while others compute, by processo
   CHECK(simulate(make_schedule("gpipe", ScheduleRequest{1, 4, 1}), c).makespan ==
         Approx(simulate(make_schedule("gpipe", ScheduleRequest{1, 4, 1}), uniform_costs(1.0, 1.0, 1.0)).makespan));
   // A flat curve changes nothing; a larger slowdown never makes a step shorter.
-  c.concurrent_slowdown = {1.0, 1.0};
+  c.fixed_costs.concurrent_slowdown = {1.0, 1.0};
   CHECK(simulate(s, c).timeline.spans == alone.timeline.spans);
   for (const char* family : {"1f1b", "zb-h1", "interleaved-1f1b"}) {
     const Schedule f = make_schedule(family, ScheduleRequest{2, 8, std::string_view(family) == "interleaved-1f1b" ? 2 : 1});
     double previous = simulate(f, uniform_costs(1.0, 1.0, 1.0)).makespan;
     for (const double k : {1.25, 1.5, 2.0}) {
-      c.concurrent_slowdown = {1.0, k};
+      c.fixed_costs.concurrent_slowdown = {1.0, k};
       const SimResult r = simulate(f, c);
       CHECK(r.makespan >= previous);
       // Nearly always both compute: the step approaches k times the one-rank-at-a-time step.
@@ -1012,10 +1012,10 @@ TEST_CASE("ranks sharing a host: compute slows while others compute, by processo
     }
   }
   // Past the curve's end the host is saturated: three ranks on a curve measured for one core.
-  c.concurrent_slowdown = {1.0};
-  CHECK(detail::concurrent_factor(c.concurrent_slowdown, 3) == Approx(3.0));
-  c.concurrent_slowdown = {1.0, 0.5};
-  CHECK_THROWS_WITH(simulate(s, c), Catch::Contains("concurrent_slowdown[1]"));
+  c.fixed_costs.concurrent_slowdown = {1.0};
+  CHECK(detail::concurrent_factor(c.fixed_costs.concurrent_slowdown, 3) == Approx(3.0));
+  c.fixed_costs.concurrent_slowdown = {1.0, 0.5};
+  CHECK_THROWS_WITH(simulate(s, c), Catch::Contains("(at fixed_costs.concurrent_slowdown[1])"));
 }
 
 TEST_CASE("calibrate divides out the slowdown the other ranks' spans put on a span", "[sim][calibrate][shared]") {
@@ -1023,10 +1023,10 @@ TEST_CASE("calibrate divides out the slowdown the other ranks' spans put on a sp
   // a model that knows the curve finds the stage times again, not the slowed spans.
   const Schedule s = make_schedule("1f1b", ScheduleRequest{2, 8, 1});
   CostModel truth = uniform_costs(1.0, 1.0, 1.0, "ms");
-  truth.concurrent_slowdown = {1.0, 1.8};
+  truth.fixed_costs.concurrent_slowdown = {1.0, 1.8};
   const Timeline measured = simulate(s, truth).timeline;
   CostModel model = uniform_costs(1.0, 1.0, 1.0, "ms");
-  model.concurrent_slowdown = truth.concurrent_slowdown;
+  model.fixed_costs.concurrent_slowdown = truth.fixed_costs.concurrent_slowdown;
   const Calibration c = calibrate(measured, model);
   REQUIRE(c.scale.size() == 2);
   for (const auto& stage : c.scale) CHECK(stage[0] == Approx(1.0).epsilon(0.05));

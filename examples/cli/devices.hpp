@@ -119,8 +119,8 @@ using namespace ppsched::plan;  // the planner library, which these tools only p
                   " ranks, ", c.schedule.microbatches, " micro-batches), times in ", c.before.unit.text(), ":\n");
     out += concat("  measured step ", c.measured_makespan, "; predicted before ", c.predicted_before, " (",
                   100.0 * c.error_before(), "%), re-predicted ", c.predicted_after, " (", 100.0 * c.error_after(), "%)\n");
-    out += concat("  fixed cost per action ", c.before.action_overhead, " -> ", c.after.action_overhead,
-                  "; per transfer ", c.after.transfer_overhead, " (kept)\n");
+    out += concat("  fixed cost per action ", c.before.fixed_costs.action, " -> ", c.after.fixed_costs.action,
+                  "; per transfer ", c.after.fixed_costs.transfer, " (kept)\n");
     for (std::size_t s = 0; s < c.scale.size(); ++s) {
       out += concat("  stage ", s, " (layers ", r.cuts[i].stages[s].begin, "-", r.cuts[i].stages[s].end - 1,
                     "): measured / predicted F ", c.scale[s][0], ", B ", c.scale[s][1], ", BI ", c.scale[s][2], ", BW ",

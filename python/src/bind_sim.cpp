@@ -128,11 +128,8 @@ void bind_sim(py::module_& m) {
              c.link = link;
              c.weight_memory_fraction = weight_memory_fraction;
              c.fb_overlap = fb_overlap;
-             c.action_overhead = action_overhead;
-             c.transfer_overhead = transfer_overhead;
-             c.step_overhead = step_overhead;
+             c.fixed_costs = pp::FixedCosts{action_overhead, transfer_overhead, step_overhead, std::move(concurrent_slowdown)};
              c.host_link = host_link;
-             c.concurrent_slowdown = std::move(concurrent_slowdown);
              return c;
            }),
            py::kw_only(), py::arg("stages"), py::arg("unit") = "unit",
@@ -147,11 +144,20 @@ void bind_sim(py::module_& m) {
       .def_readwrite("link", &pp::CostModel::link)
       .def_readwrite("weight_memory_fraction", &pp::CostModel::weight_memory_fraction)
       .def_readwrite("fb_overlap", &pp::CostModel::fb_overlap)
-      .def_readwrite("action_overhead", &pp::CostModel::action_overhead)
-      .def_readwrite("transfer_overhead", &pp::CostModel::transfer_overhead)
-      .def_readwrite("step_overhead", &pp::CostModel::step_overhead)
+      // CostModel::fixed_costs, under the names the profile JSON and Profile give them.
+      .def_property(
+          "action_overhead", [](const pp::CostModel& c) { return c.fixed_costs.action; },
+          [](pp::CostModel& c, double v) { c.fixed_costs.action = v; })
+      .def_property(
+          "transfer_overhead", [](const pp::CostModel& c) { return c.fixed_costs.transfer; },
+          [](pp::CostModel& c, double v) { c.fixed_costs.transfer = v; })
+      .def_property(
+          "step_overhead", [](const pp::CostModel& c) { return c.fixed_costs.step; },
+          [](pp::CostModel& c, double v) { c.fixed_costs.step = v; })
       .def_readwrite("host_link", &pp::CostModel::host_link)
-      .def_readwrite("concurrent_slowdown", &pp::CostModel::concurrent_slowdown)
+      .def_property(
+          "concurrent_slowdown", [](const pp::CostModel& c) { return c.fixed_costs.concurrent_slowdown; },
+          [](pp::CostModel& c, std::vector<double> v) { c.fixed_costs.concurrent_slowdown = std::move(v); })
       .def("check", &pp::check_cost_model, py::arg("stages"), py::arg("microbatches"),
            "Raises ppsched.Error, naming the field, unless the model fits a schedule of this size and\n"
            "holds only finite, non-negative values.")

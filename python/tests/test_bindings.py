@@ -269,6 +269,26 @@ def test_simulate_per_stage_costs_and_memory():
     assert ppsched.simulate(s, ppsched.uniform_costs(1, 1, 1)).makespan < sim.makespan
 
 
+def test_cost_model_fixed_costs_keep_their_names():
+    # CostModel holds them as one FixedCosts; Python reads and writes them under the profile's names.
+    s = ppsched.make_schedule("1f1b", ranks=2, microbatches=4)
+    plain = ppsched.simulate(s, ppsched.uniform_costs(1.0, 1.0, 1.0))
+    costs = ppsched.CostModel(stages=[ppsched.StageCost()], step_overhead=2.0, concurrent_slowdown=[1.0, 1.5])
+    assert (costs.action_overhead, costs.transfer_overhead, costs.step_overhead) == (0.0, 0.0, 2.0)
+    assert costs.concurrent_slowdown == [1.0, 1.5]
+    costs.concurrent_slowdown = []
+    assert ppsched.simulate(s, costs).makespan == plain.makespan + 2.0
+    assert ppsched.simulate(s, costs).step_overhead == 2.0
+    costs.step_overhead = 0.0
+    costs.action_overhead = 0.25
+    # 1F1B, p = 2, m = 4: (m + p - 1) x (F + B) = 5 x 3, and each F and B pays 0.25 more.
+    assert plain.makespan == 15.0
+    assert ppsched.simulate(s, costs).makespan == pytest.approx(5 * 3.5)
+    costs.transfer_overhead = -1.0
+    with pytest.raises(ppsched.Error, match=r"fixed_costs\.transfer"):
+        costs.check(2, 4)
+
+
 def test_trace_writers(tmp_path):
     sim = ppsched.simulate(ppsched.make_schedule("zb-h1", ranks=2, microbatches=4))
     trace = ppsched.to_chrome_trace(sim.timeline, title="zb-h1")

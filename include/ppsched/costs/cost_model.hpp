@@ -4,11 +4,11 @@
 // an optional per-micro-batch scale (variable-length micro-batches: time and bytes grow
 // with the tokens in the micro-batch) or a full per-(stage, micro-batch) table. A transfer
 // costs latency + bytes / bandwidth. The full backward B takes BI + BW unless the stage
-// gives its own time. On top of these, every compute action pays a fixed `action_overhead`
-// and every transfer a fixed `transfer_overhead`: what a runtime spends per action whatever
+// gives its own time. On top of these, every compute action pays a fixed `fixed_costs.action`
+// and every transfer a fixed `fixed_costs.transfer`: what a runtime spends per action whatever
 // its size (issue, launch, synchronisation; posting and matching a send and a receive), which
 // a time per layer and micro-batch cannot carry and which makes many small micro-batches
-// slower than their rows suggest. A step pays `step_overhead` once (in the makespan, not in
+// slower than their rows suggest. A step pays `fixed_costs.step` once (in the makespan, not in
 // any action), and each rank its stages' `optimizer_step` after its last action. An overlapped F&B pair (a compute group, docs/execution-model.md) takes
 // T_F + T_B - fb_overlap x min(T_F, T_B).
 #pragma once
@@ -81,35 +81,35 @@ struct CostModel {
   // take max(T_F, T_B). Measure T_F&B and set (T_F + T_B - T_F&B) / min(T_F, T_B). Schedules
   // without pairs do not depend on it.
   double fb_overlap = 0.0;
-  // Fixed time of every compute action (F, B, BI, BW) on top of its stage's time: the
-  // runtime's host work, launch and synchronisation per action (measure_backend_overheads in
-  // runtime/profile.hpp measures it; calibrate in sim/calibrate.hpp refits it). A B pays it
-  // once, a BI and its BW once each.
-  double action_overhead = 0.0;
+  // The runtime's fixed costs, in `unit` (graph/hardware.hpp; the same value a Profile, a
+  // plan::PlanModel and plan::PlanCostOptions hold, copied whole). Measured by
+  // measure_backend_overheads and measure_concurrent_slowdown (runtime/profile.hpp); calibrate
+  // (sim/calibrate.hpp) refits `action` and `step`. As the simulator prices them:
+  // - `action`: fixed time of every compute action (F, B, BI, BW) on top of its stage's time,
+  //   the runtime's host work, launch and synchronisation per action. A B pays it once, a BI
+  //   and its BW once each.
+  // - `transfer`: fixed time of every transfer (a send and its receive) on top of
+  //   link.transfer_time(bytes): posting, matching and waking the two sides, which the link's
+  //   latency does not count when the link is modelled as free.
+  // - `step`: fixed time of every step, paid once whatever the schedule: the runtime's work
+  //   before the first action and after the last (waking the rank threads, checking the batch,
+  //   gathering the results). The makespan includes it; no action does, so a predicted
+  //   timeline stays comparable with a measured one, which does not record it either.
+  // - `concurrent_slowdown`: ranks that share one host's cores slow each other down: entry k-1
+  //   is how many times longer a compute action takes while k ranks compute at once (entry 0 is
+  //   1 where the profile was measured alone; each >= 1). Past the last entry the host is taken
+  //   as saturated: entry K-1 x k / K. On the CPU backend two busy threads on a 2-core VM
+  //   measured 1.7-2.4x here. Empty, the default: ranks never slow each other, as on separate
+  //   GPUs. Every rank of the schedule is taken to share the host.
+  FixedCosts fixed_costs{};
   // Between each device and its host: OFFLOAD and RELOAD take host_link.transfer_time(bytes) on
   // the rank's copy lane (free by default, as an unmodelled link is elsewhere; give PCIe's).
   Interconnect host_link{};
-  // Fixed time of every transfer (a send and its receive) on top of link.transfer_time(bytes):
-  // posting, matching and waking the two sides, which the link's latency does not count when
-  // the link is modelled as free.
-  double transfer_overhead = 0.0;
-  // Fixed time of every step, paid once whatever the schedule: the runtime's work before the
-  // first action and after the last (waking the rank threads, checking the batch, gathering
-  // the results). The makespan includes it; no action does, so a predicted timeline stays
-  // comparable with a measured one, which does not record it either.
-  double step_overhead = 0.0;
   // Each stage's optimizer step (StageFunctions::optimizer_step), once per step: a rank runs its
   // stages' after its last action, and their end is the rank's end of the step, which the
-  // makespan includes (no span of the timeline holds it, as with step_overhead). Empty, the
+  // makespan includes (no span of the timeline holds it, as with fixed_costs.step). Empty, the
   // default: free; otherwise one entry per stage, or a single one for every stage.
   std::vector<double> optimizer_step{};
-  // Ranks that share one host's cores slow each other down: entry k-1 is how many times longer
-  // a compute action takes while k ranks compute at once (entry 0 is 1 where the profile was
-  // measured alone; each >= 1). Past the last entry the host is taken as saturated: entry K-1
-  // x k / K. On the CPU backend two busy threads on a 2-core VM measured 1.7-2.4x here
-  // (runtime/profile.hpp, measure_concurrent_slowdown). Empty, the default: ranks never slow
-  // each other, as on separate GPUs. Every rank of the schedule is taken to share the host.
-  std::vector<double> concurrent_slowdown{};
 };
 
 // Every stage alike: the analytic set-up (T_F, T_BI, T_BW per stage, free communication).
@@ -211,14 +211,14 @@ namespace detail {
 
 [[nodiscard]] inline double compute_time_of(const CostModel& c, const StageCost& s, Op op, bool recomputed) {
   switch (op) {
-    case Op::F: return s.forward + c.action_overhead;
-    case Op::B: return s.backward.value_or(s.backward_input + s.backward_weight) + c.action_overhead;
-    case Op::BI: return s.backward_input + c.action_overhead;
-    case Op::BW: return s.backward_weight + c.action_overhead;
-    case Op::R: return recompute_time(s) + c.action_overhead;
+    case Op::F: return s.forward + c.fixed_costs.action;
+    case Op::B: return s.backward.value_or(s.backward_input + s.backward_weight) + c.fixed_costs.action;
+    case Op::BI: return s.backward_input + c.fixed_costs.action;
+    case Op::BW: return s.backward_weight + c.fixed_costs.action;
+    case Op::R: return recompute_time(s) + c.fixed_costs.action;
     // A copy is issued like an action and moves its bytes over the host link.
     case Op::OFFLOAD:
-    case Op::RELOAD: return c.host_link.transfer_time(moved_bytes(s, recomputed)) + c.action_overhead;
+    case Op::RELOAD: return c.host_link.transfer_time(moved_bytes(s, recomputed)) + c.fixed_costs.action;
     case Op::SEND_F:
     case Op::RECV_F:
     case Op::SEND_B:
@@ -249,7 +249,7 @@ namespace detail {
 
 [[nodiscard]] inline double transfer_time(const CostModel& c, const Action& a, std::int32_t microbatches) {
   const double bytes = transfer_bytes(c, a, microbatches);
-  return c.link.transfer_time(bytes) + c.transfer_overhead;
+  return c.link.transfer_time(bytes) + c.fixed_costs.transfer;
 }
 
 }  // namespace ppsched

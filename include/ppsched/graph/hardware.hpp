@@ -1,12 +1,14 @@
 // The hardware a pipeline runs on, as the partitioner sees it: devices in pipeline order, each
-// with a relative speed and a memory cap, joined by one kind of point-to-point interconnect.
-// Kept apart from the layer graph so that a profile (graph + hardware) and a cost model can
-// share it, and small enough that a planner can build one by hand.
+// with a relative speed and a memory cap, joined by one kind of point-to-point interconnect;
+// and what the runtime on it costs besides the layers (FixedCosts). Kept apart from the layer
+// graph so that a profile (graph + hardware) and a cost model can share it, and small enough
+// that a planner can build one by hand.
 #pragma once
 
 #include "ppsched/config.hpp"
 
 #include <limits>
+#include <vector>
 
 namespace ppsched::inline PPSCHED_MODE {
 
@@ -34,6 +36,24 @@ struct Interconnect {
   }
 
   friend constexpr bool operator==(const Interconnect&, const Interconnect&) = default;
+};
+
+// What the runtime costs on top of the layers' own times, in the time unit of the value that
+// holds it (Profile, CostModel, plan::PlanModel, plan::PlanCostOptions,
+// profiling::BackendOverheads: one type, copied whole): every compute action pays `action`,
+// every transfer `transfer`, every step `step` once (in the makespan, not in any action's
+// span), and while k ranks compute at once on one host each compute runs
+// `concurrent_slowdown[k-1]` times slower (entry 0 is 1; empty: ranks never slow each other).
+// Measured by profiling::measure_backend_overheads and measure_concurrent_slowdown; a
+// profile's JSON keeps them as action_overhead, transfer_overhead, step_overhead and
+// concurrent_slowdown, and CostModel::fixed_costs says how the simulator prices each.
+struct FixedCosts {
+  double action = 0.0;
+  double transfer = 0.0;
+  double step = 0.0;
+  std::vector<double> concurrent_slowdown{};
+
+  friend bool operator==(const FixedCosts&, const FixedCosts&) = default;
 };
 
 }  // namespace ppsched

@@ -23,23 +23,6 @@
 
 namespace ppsched::inline PPSCHED_MODE {
 
-// What the runtime costs on top of the layers' own times, in the time unit of the value that
-// holds it (Profile, plan::PlanModel, plan::PlanCostOptions; CostModel prices actions with the
-// same four, in its own fields): every compute action pays `action`, every transfer
-// `transfer`, every step `step` once (in the makespan, not in any action's span), and while k
-// ranks compute at once on one host each compute runs `concurrent_slowdown[k-1]` times slower
-// (entry 0 is 1; empty: ranks never slow each other). Measured by
-// profiling::measure_backend_overheads and measure_concurrent_slowdown; a profile's JSON keeps
-// them as action_overhead, transfer_overhead, step_overhead and concurrent_slowdown.
-struct FixedCosts {
-  double action = 0.0;
-  double transfer = 0.0;
-  double step = 0.0;
-  std::vector<double> concurrent_slowdown{};
-
-  friend bool operator==(const FixedCosts&, const FixedCosts&) = default;
-};
-
 struct Profile {
   LayerGraph graph;
   std::vector<Device> devices;  // in pipeline order; empty when the profile names none

@@ -33,8 +33,8 @@ namespace plan {
 // `cut` is the one the calibrated model was made from, in the profile's time unit
 // (cost_model_of with time_scale 1).
 [[nodiscard]] inline Profile calibrated_profile(const Profile& profile, const Partition& cut, const Calibration& fit) {
-  return detail::scaled_profile(profile, detail::layer_scales(profile, cut, fit), fit.after.action_overhead,
-                                fit.after.step_overhead);
+  return detail::scaled_profile(profile, detail::layer_scales(profile, cut, fit), fit.after.fixed_costs.action,
+                                fit.after.fixed_costs.step);
 }
 
 // What a measured run changed: the fit, the calibrated profile, and the plan before and after.
@@ -100,8 +100,8 @@ struct MeasuredRun {
     co.step_times = m.step_times;
     r.fits.push_back(calibrate(m.steps, cost, co));
     scales.push_back(detail::layer_scales(profile, r.cuts.back(), r.fits.back()));
-    action.push_back(r.fits.back().after.action_overhead);
-    step.push_back(r.fits.back().after.step_overhead);
+    action.push_back(r.fits.back().after.fixed_costs.action);
+    step.push_back(r.fits.back().after.fixed_costs.step);
   }
   r.fit = r.fits.front();
   r.cut = r.cuts.front();

@@ -32,9 +32,9 @@ struct PlanCostOptions {
   // Whether transfers cost each stage's send_time. Off, the link is free: what a run of
   // synthetic stages that move no modelled bytes does (ppsched-bubbles).
   bool transfers = true;
-  // The runtime's fixed costs (CostModel::action_overhead, transfer_overhead, step_overhead),
-  // in the model's unit (multiplied by time_scale like every time), and the slowdown of ranks
-  // sharing the host's cores (CostModel::concurrent_slowdown; a factor, not a time).
+  // The runtime's fixed costs (CostModel::fixed_costs), in the model's unit: cost_model_of
+  // multiplies action, transfer and step by time_scale like every time, and copies
+  // concurrent_slowdown as it is (a factor, not a time).
   FixedCosts fixed_costs{};
   // The first stage's BI priced at 0 and its BW at its whole backward (Profile::first_stage_backward_in_bw).
   bool first_stage_backward_in_bw = false;
@@ -93,11 +93,8 @@ struct PlanCostOptions {
                     detail::concat("PlanCostOptions::fixed_costs.", field), "give a finite fixed time >= 0 (0: none)"});
     }
   }
-  cost.action_overhead = fixed.action * k;
-  cost.transfer_overhead = fixed.transfer * k;
-  cost.step_overhead = fixed.step * k;
   detail::check_concurrent_slowdown(fixed.concurrent_slowdown, "cost_model_of", "PlanCostOptions::fixed_costs.concurrent_slowdown");
-  cost.concurrent_slowdown = fixed.concurrent_slowdown;
+  cost.fixed_costs = FixedCosts{fixed.action * k, fixed.transfer * k, fixed.step * k, fixed.concurrent_slowdown};
   cost.stages.reserve(partition.stages.size());
   for (const PartitionStage& s : partition.stages) {
     StageCost c = stage_cost_of(s, cost.stages.empty());

@@ -105,7 +105,11 @@ struct DevicePlan {
   o.unit = profile.time_unit.empty() ? "unit" : profile.time_unit;
   o.weight_memory_fraction = options.weight_memory_fraction;
   o.fixed_costs = profile.fixed_costs;
-  o.fixed_costs.step = 0.0;  // as plan_devices: added to DeviceSplit::pipeline_time and step_time, not simulated
+  // No step cost in the simulation: plan_devices builds the data-parallel step from the
+  // timeline, which holds no span for it, and pays it once on top of that
+  // (DeviceSplit::pipeline_time and step_time). Left in, a caller who adds the step cost to this
+  // model's makespan, as plan_devices does, would count it twice.
+  o.fixed_costs.step = 0.0;
   o.fixed_costs.concurrent_slowdown =
       detail::replicated_slowdown(profile.fixed_costs.concurrent_slowdown, split.pipeline, split.replicas);
   o.first_stage_backward_in_bw = profile.first_stage_backward_in_bw;

@@ -401,7 +401,7 @@ template <class B>
 }
 
 // How much slower a rank's compute runs while other ranks compute on the same host
-// (CostModel::concurrent_slowdown): `work(thread)` (one micro-batch of the model's own compute;
+// (CostModel::fixed_costs.concurrent_slowdown): `work(thread)` (one micro-batch of the model's own compute;
 // each thread its own copy of what it writes) runs `calls` times back to back on k threads
 // started together, for k = 1 .. ranks, the counts alternated `rounds` times so that a change of
 // load hits each; entry k-1 is the median time per call with k threads over the median with

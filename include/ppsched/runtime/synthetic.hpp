@@ -26,7 +26,7 @@ namespace ppsched::inline PPSCHED_MODE {
 
 // One StageFunctions per stage whose F, B, BI and BW wait for the model's time of that
 // (stage, micro-batch), `per_unit` being one unit of the model's time (e.g. 1 ms), less the
-// model's fixed cost per action (CostModel::action_overhead), which the runtime itself pays.
+// model's fixed cost per action (CostModel::fixed_costs.action), which the runtime itself pays.
 [[nodiscard]] inline std::vector<StageFunctions> synthetic_stages(const CostModel& cost, std::int32_t stages,
                                                                   std::int32_t microbatches,
                                                                   std::chrono::nanoseconds per_unit,
@@ -42,7 +42,7 @@ namespace ppsched::inline PPSCHED_MODE {
     // The stage's own time: the fixed cost per action is what the runtime adds around the
     // call, so a stage that waited for it too would pay it twice.
     auto time = [model, s, microbatches](Op op, std::int32_t mb) {
-      return compute_time(*model, Action{op, s, mb, 0}, microbatches) - model->action_overhead;
+      return compute_time(*model, Action{op, s, mb, 0}, microbatches) - model->fixed_costs.action;
     };
     StageFunctions f;
     f.input_size = floats;

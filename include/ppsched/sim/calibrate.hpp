@@ -175,13 +175,13 @@ struct CalibrationOptions {
     std::vector<double> rank_last(static_cast<std::size_t>(c.schedule.ranks), -std::numeric_limits<double>::infinity());
     // Where ranks share the host (concurrent_slowdown), a span is its stage's time times the
     // slowdown the other ranks' spans put on it: divided out, or the model would count it twice.
-    const bool shared = !model.concurrent_slowdown.empty();
+    const bool shared = !model.fixed_costs.concurrent_slowdown.empty();
     if (shared) {
       load.clear();
       for (const Span& sp : steps[i].spans) {
         if (sp.lane == Lane::compute && !is_comm(sp.action.op)) load.add(sp.start, sp.end);
       }
-      load.build(model.concurrent_slowdown);
+      load.build(model.fixed_costs.concurrent_slowdown);
     }
     for (const Span& sp : steps[i].spans) {
       first = any ? std::min(first, sp.start) : sp.start;
@@ -197,7 +197,7 @@ struct CalibrationOptions {
       }
     }
     // Each rank's optimizer steps, as the simulator places them (after the rank's last action):
-    // the timeline has no span for them, so without this the refit step_overhead would hold
+    // the timeline has no span for them, so without this the refit fixed_costs.step would hold
     // them a second time beside CostModel::optimizer_step.
     if (!model.optimizer_step.empty()) {
       for (std::int32_t s = 0; s < S; ++s) {
@@ -219,12 +219,12 @@ struct CalibrationOptions {
     }
   }
   const double step_overhead =
-      options.step_times.empty() ? model.step_overhead : std::max(0.0, detail::median_of(options.step_times) * k - in_timeline);
+      options.step_times.empty() ? model.fixed_costs.step : std::max(0.0, detail::median_of(options.step_times) * k - in_timeline);
   c.measured_makespan = in_timeline + step_overhead;
   c.predicted_before = simulate(c.schedule, model).makespan;
 
   CostModel after = model;
-  after.step_overhead = step_overhead;
+  after.fixed_costs.step = step_overhead;
   if (after.stages.size() == 1 && S > 1) after.stages.assign(static_cast<std::size_t>(S), model.stages.front());
   c.scale.assign(static_cast<std::size_t>(S), KindScales{1.0, 1.0, 1.0, 1.0});
   for (std::int32_t s = 0; s < S; ++s) {
@@ -239,7 +239,7 @@ struct CalibrationOptions {
       const auto& v = times[static_cast<std::size_t>(s)][kind];
       if (v.empty()) continue;
       seen[kind] = true;
-      fitted[kind] = std::max(0.0, detail::median_of(v) - model.action_overhead);
+      fitted[kind] = std::max(0.0, detail::median_of(v) - model.fixed_costs.action);
       if (predicted[kind] > 0.0) sc[kind] = fitted[kind] / predicted[kind];
     }
     // A backward kind the run did not execute takes the ratio measured for the other.
@@ -261,10 +261,10 @@ struct CalibrationOptions {
   // The fixed cost per action: what the stages' own times leave of the measured step.
   const auto makespan_with = [&](double overhead) {
     CostModel m = after;
-    m.action_overhead = overhead;
+    m.fixed_costs.action = overhead;
     return simulate(c.schedule, m).makespan;
   };
-  double hi = std::max(model.action_overhead, 1e-9);
+  double hi = std::max(model.fixed_costs.action, 1e-9);
   const double target = c.measured_makespan;
   double overhead = 0.0;
   if (makespan_with(0.0) < target) {
@@ -276,7 +276,7 @@ struct CalibrationOptions {
     }
     overhead = 0.5 * (lo + hi);
   }
-  after.action_overhead = overhead;
+  after.fixed_costs.action = overhead;
   c.predicted_after = simulate(c.schedule, after).makespan;
   c.action_weight = makespan_with(overhead + 1.0) - c.predicted_after;
   c.after = std::move(after);

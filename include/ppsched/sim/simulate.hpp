@@ -12,7 +12,7 @@
 //
 // Conventions (docs/validation-and-simulation.md):
 //   makespan      latest end minus earliest start (the step starts at 0), plus
-//                 CostModel::step_overhead, which no span of the timeline holds
+//                 CostModel::fixed_costs.step, which no span of the timeline holds
 //   span          a rank's first compute start to its last compute end
 //   busy          a rank's compute time (F, B, BI, BW)
 //   input_wait    time a rank's compute stream sits idle after the input of its next compute

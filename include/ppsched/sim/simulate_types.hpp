@@ -57,7 +57,7 @@ struct SimResult {
   // bytes. Its maximum per rank is `timed_peak`.
   std::vector<std::vector<MemorySample>> memory_over_time;
   std::vector<MemorySample> timed_peak;
-  // The makespan's part that is not in the timeline (CostModel::step_overhead): the timeline
+  // The makespan's part that is not in the timeline (CostModel::fixed_costs.step): the timeline
   // holds what runs as actions, which is also all a measured timeline records.
   double step_overhead = 0.0;
 };

@@ -90,8 +90,8 @@ PPSCHED_OUTLINE void check_cost_sums(const CostModel& c, std::int32_t stages, st
   const auto transfer = [&c](double bytes) { return c.link.transfer_time(bytes); };
   // Every action of one (stage, micro-batch), B and BI + BW both counted (either may run).
   const auto action_time = [&](const StageCost& s) {
-    return s.forward + s.backward.value_or(0.0) + s.backward_input + s.backward_weight + 4.0 * c.action_overhead +
-           2.0 * (transfer(s.output_bytes) + c.transfer_overhead);
+    return s.forward + s.backward.value_or(0.0) + s.backward_input + s.backward_weight + 4.0 * c.fixed_costs.action +
+           2.0 * (transfer(s.output_bytes) + c.fixed_costs.transfer);
   };
   double times = 0.0, bytes = 0.0, largest = -1.0;
   std::string largest_where;
@@ -125,7 +125,7 @@ PPSCHED_OUTLINE void check_cost_sums(const CostModel& c, std::int32_t stages, st
       }
     }
   }
-  times += c.step_overhead;
+  times += c.fixed_costs.step;
   for (const double t : c.optimizer_step) times += t * (c.optimizer_step.size() == 1 ? static_cast<double>(stages) : 1.0);
   if (std::isfinite(times * S) && std::isfinite(bytes)) return;
   const double bound = std::numeric_limits<double>::max() / (8.0 * S * S * M);
@@ -201,9 +201,9 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
     detail::fail({"cost model", detail::concat("host link bandwidth ", c.host_link.bandwidth, " is not positive"), "host_link.bandwidth",
           "give bytes per time unit between a device and its host, or infinity for free copies"});
   }
-  detail::check_cost_value(c.action_overhead, "action_overhead");
-  detail::check_cost_value(c.transfer_overhead, "transfer_overhead");
-  detail::check_cost_value(c.step_overhead, "step_overhead");
+  detail::check_cost_value(c.fixed_costs.action, "fixed_costs.action");
+  detail::check_cost_value(c.fixed_costs.transfer, "fixed_costs.transfer");
+  detail::check_cost_value(c.fixed_costs.step, "fixed_costs.step");
   if (!c.optimizer_step.empty() && c.optimizer_step.size() != 1 && c.optimizer_step.size() != static_cast<std::size_t>(stages)) {
     detail::fail({"cost model", detail::concat("optimizer_step has ", c.optimizer_step.size(), " entries for ", stages, " stages"),
           "optimizer_step", "give one time per stage, a single one for every stage, or none"});
@@ -211,7 +211,7 @@ PPSCHED_OUTLINE void check_cost_model(const CostModel& c, std::int32_t stages, s
   for (std::size_t s = 0; s < c.optimizer_step.size(); ++s) {
     detail::check_cost_value(c.optimizer_step[s], detail::concat("optimizer_step[", s, "]"));
   }
-  detail::check_concurrent_slowdown(c.concurrent_slowdown, "cost model", "concurrent_slowdown");
+  detail::check_concurrent_slowdown(c.fixed_costs.concurrent_slowdown, "cost model", "fixed_costs.concurrent_slowdown");
   if (!(c.fb_overlap >= 0.0 && c.fb_overlap <= 1.0)) {
     detail::fail({"cost model", detail::concat("fb_overlap ", c.fb_overlap, " is outside [0, 1]"), "fb_overlap",
           "give the share of the shorter action of an F&B pair hidden under the longer: 0 (none) to 1 (max(T_F, T_B))"});

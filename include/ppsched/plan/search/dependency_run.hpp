@@ -145,7 +145,7 @@ namespace detail {
     }
   }
   // As simulate's, so exact timings agree (each rank's optimizer steps after its last action).
-  result.makespan = detail::end_with_optimizer(flat, run, costs.optimizer_step, run.latest_end()) + costs.step_overhead;
+  result.makespan = detail::end_with_optimizer(flat, run, costs.optimizer_step, run.latest_end()) + costs.fixed_costs.step;
   double total_busy = 0.0;
   for (const double b : result.busy) total_busy += b;
   result.bubble_fraction =

@@ -37,8 +37,8 @@ namespace detail {
 [[nodiscard]] inline double fixed_cost_makespan(const Schedule& schedule, double action_overhead,
                                                 double transfer_overhead) {
   CostModel c = uniform_costs(0.0, 0.0, 0.0);
-  c.action_overhead = action_overhead;
-  c.transfer_overhead = transfer_overhead;
+  c.fixed_costs.action = action_overhead;
+  c.fixed_costs.transfer = transfer_overhead;
   return simulate(schedule, c).makespan;
 }
 

@@ -1,5 +1,5 @@
 // Internals of <ppsched/sim/simulate.hpp>: ranks that slow each other down on one host
-// (CostModel::concurrent_slowdown). They are in ppsched::detail and not part of the API.
+// (CostModel::fixed_costs.concurrent_slowdown). They are in ppsched::detail and not part of the API.
 //
 // Ranks that share cores run each compute action at a rate that depends on how many ranks
 // compute at the same moment: processor sharing. The abstract execution takes one duration per

@@ -201,7 +201,7 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
 
   const StreamMode mode = options.comm_on_compute_stream ? StreamMode::comm_on_compute_stream
                                                          : StreamMode::separate_comm_stream;
-  // Ranks sharing a host's cores (CostModel::concurrent_slowdown): each compute time times its
+  // Ranks sharing a host's cores (CostModel::fixed_costs.concurrent_slowdown): each compute time times its
   // action's factor, found by a fixed point over whole runs (sim/detail/shared_host.hpp).
   std::vector<double> shared;
   std::vector<double> shared_durations;  // each action's time times its factor
@@ -227,10 +227,10 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
           detail::concat("deadlocks under rendezvous with ", stream_mode_name(mode), ": ", execution->describe_stuck()), "",
           "validate() proves a schedule deadlock-free; lower() writes communication that is"});
   }
-  if (detail::shares_host(cost.concurrent_slowdown, flat.ranks)) {
+  if (detail::shares_host(cost.fixed_costs.concurrent_slowdown, flat.ranks)) {
     detail::SharedHostLoad load;
     for (int step = 0; step < 12; ++step) {  // converges in a few steps; the damping bounds the rest
-      const double moved = detail::update_shared_factors(flat, *execution, cost.concurrent_slowdown, shared, step == 0, load);
+      const double moved = detail::update_shared_factors(flat, *execution, cost.fixed_costs.concurrent_slowdown, shared, step == 0, load);
       execution.emplace(flat, mode, shared_duration(), flat.lowered ? nullptr : &input_delay, cost.fb_overlap, &ws.execution());
       execution->run();  // the same orders with longer times: what completed completes
       if (moved < 1e-3) break;
@@ -243,8 +243,8 @@ PPSCHED_OUTLINE SimResult simulate_lowered(const Schedule& schedule, const Sched
   result.ranks.assign(ranks, SimRankStats{});
   const double first = run.earliest_start();
   const double last = detail::end_with_optimizer(flat, run, cost.optimizer_step, run.latest_end());
-  result.step_overhead = cost.step_overhead;
-  result.makespan = last - first + cost.step_overhead;
+  result.step_overhead = cost.fixed_costs.step;
+  result.makespan = last - first + cost.fixed_costs.step;
   // The compute on another rank whose output compute action a (on rank r) consumes, if any.
   const auto remote_producer = [&flat](const Action& a, std::int32_t r) {
     if (a.op == Op::F && a.stage > 0 && flat.rank_of(a.stage - 1) != r) return flat.find(Op::F, a.stage - 1, a.microbatch);

@@ -258,7 +258,7 @@ PPSCHED_OUTLINE void bound_entries(SearchBuild& b, const plan::SearchOptions& op
     if (e.same_as >= 0) continue;
     const CostModel& costs = b.placements[e.placement].costs;
     // Ranks that share a host (concurrent_slowdown) run slower than the dependency-only run: a bound only.
-    bound_entry(e, costs, communication_is_free(costs, options) && costs.concurrent_slowdown.empty(), ws,
+    bound_entry(e, costs, communication_is_free(costs, options) && costs.fixed_costs.concurrent_slowdown.empty(), ws,
                 costs_checked_for(e, b.placements[e.placement], b.microbatches));
   }
 }

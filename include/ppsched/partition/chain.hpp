@@ -34,30 +34,8 @@
 #include <vector>
 
 #include "ppsched/error.hpp"
-
-namespace ppsched::inline PPSCHED_MODE {
-
-// Stage j holds positions boundaries[j] .. boundaries[j+1]-1; boundaries has stages + 1
-// entries, from 0 to the layer count.
-struct ChainSplit {
-  std::vector<std::size_t> boundaries;
-  double bottleneck = 0.0;
-
-  friend constexpr bool operator==(const ChainSplit&, const ChainSplit&) = default;
-};
-
-// The same, sized at compile time, so that it can be the value of a constexpr variable.
-template <std::size_t Stages>
-struct StaticChainSplit {
-  std::array<std::size_t, Stages + 1> boundaries{};
-  double bottleneck = 0.0;
-
-  friend constexpr bool operator==(const StaticChainSplit&, const StaticChainSplit&) = default;
-};
-
-}  // namespace ppsched
-
-#include "ppsched/partition/detail/chain.hpp"  // the internals below build on the types above
+#include "ppsched/partition/detail/chain.hpp"
+#include "ppsched/partition/chain_split.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 

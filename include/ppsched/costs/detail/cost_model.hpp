@@ -2,14 +2,8 @@
 // They are in ppsched::detail and not part of the API: no example or page uses them, and they may
 // change in any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/costs/cost_model.hpp>, which includes this file after
-// declaring them. So that this file also compiles alone, it includes that header first, and its
-// guard opens only below that include: included alone, the header's own include of this file
-// emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/costs/cost_model.hpp"
-
-#ifndef PPSCHED_COSTS_DETAIL_COST_MODEL_HPP
-#define PPSCHED_COSTS_DETAIL_COST_MODEL_HPP
+// They build on the part's types, which <ppsched/costs/cost_model_types.hpp> holds.
+#pragma once
 
 #include <algorithm>
 #include <cmath>
@@ -21,6 +15,7 @@
 #include <vector>
 
 #include "ppsched/config.hpp"
+#include "ppsched/costs/cost_model_types.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/graph/hardware.hpp"
 #include "ppsched/schedule/action.hpp"
@@ -66,4 +61,3 @@ PPSCHED_OUTLINE void check_cost_sums(const CostModel& c, std::int32_t stages, st
 
 }  // namespace ppsched
 
-#endif  // PPSCHED_COSTS_DETAIL_COST_MODEL_HPP

@@ -2,14 +2,8 @@
 // in ppsched::detail and not part of the API: no example or page uses them, and they may change
 // in any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/partition/chain.hpp>, which includes this file after
-// declaring them. So that this file also compiles alone, it includes that header first, and its
-// guard opens only below that include: included alone, the header's own include of this file
-// emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/partition/chain.hpp"
-
-#ifndef PPSCHED_PARTITION_DETAIL_CHAIN_HPP
-#define PPSCHED_PARTITION_DETAIL_CHAIN_HPP
+// They build on the part's types, which <ppsched/partition/chain_split.hpp> holds.
+#pragma once
 
 #include <algorithm>
 #include <array>
@@ -24,6 +18,7 @@
 
 #include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
+#include "ppsched/partition/chain_split.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 
@@ -701,4 +696,3 @@ inline void check_chain_stages(std::size_t layers, std::int32_t stages) {
 
 }  // namespace ppsched
 
-#endif  // PPSCHED_PARTITION_DETAIL_CHAIN_HPP

@@ -2,14 +2,8 @@
 // costs, device speeds and memory caps. They are in ppsched::detail and not part of the API: no
 // example or page uses them, and they may change in any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/partition/partition.hpp>, which includes this file after
-// declaring them. So that this file also compiles alone, it includes that header first, and its
-// guard opens only below that include: included alone, the header's own include of this file
-// emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/partition/partition.hpp"
-
-#ifndef PPSCHED_PARTITION_DETAIL_PARTITION_HPP
-#define PPSCHED_PARTITION_DETAIL_PARTITION_HPP
+// They build on the part's types, which <ppsched/partition/partition_types.hpp> holds.
+#pragma once
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +25,7 @@
 #include "ppsched/graph/layer_graph.hpp"
 #include "ppsched/partition/chain.hpp"
 #include "ppsched/partition/cost_model.hpp"
+#include "ppsched/partition/partition_types.hpp"
 
 namespace ppsched::inline PPSCHED_MODE {
 
@@ -137,4 +132,3 @@ PPSCHED_OUTLINE void check_boundaries(const LayerGraph& graph, std::span<const s
 
 }  // namespace ppsched
 
-#endif  // PPSCHED_PARTITION_DETAIL_PARTITION_HPP

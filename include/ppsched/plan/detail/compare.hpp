@@ -2,14 +2,8 @@
 // reasons and the memory-policy search. They are in ppsched::detail and not part of the API: no
 // example or page uses them, and they may change in any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/plan/compare.hpp>, which includes this file after
-// declaring them. So that this file also compiles alone, it includes that header first, and its
-// guard opens only below that include: included alone, the header's own include of this file
-// emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/plan/compare.hpp"
-
-#ifndef PPSCHED_PLAN_DETAIL_COMPARE_HPP
-#define PPSCHED_PLAN_DETAIL_COMPARE_HPP
+// They build on the part's types, which <ppsched/plan/compare_types.hpp> holds.
+#pragma once
 
 #include <algorithm>
 #include <array>
@@ -34,6 +28,7 @@
 #include "ppsched/engine/workspace.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/lower/lower.hpp"
+#include "ppsched/plan/compare_types.hpp"
 #include "ppsched/plan/costs.hpp"
 #include "ppsched/plan/memory_choice.hpp"
 #include "ppsched/plan/memory_policy.hpp"
@@ -529,4 +524,3 @@ namespace detail {
 }  // namespace detail
 }  // namespace ppsched
 
-#endif  // PPSCHED_PLAN_DETAIL_COMPARE_HPP

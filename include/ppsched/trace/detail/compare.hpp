@@ -2,14 +2,8 @@
 // deviations. They are in ppsched::detail and not part of the API: no example or page uses them,
 // and they may change in any release (docs/architecture.md).
 //
-// They build on public types of <ppsched/trace/compare.hpp>, which includes this file after
-// declaring them. So that this file also compiles alone, it includes that header first, and its
-// guard opens only below that include: included alone, the header's own include of this file
-// emits these internals where the header needs them, and this outer copy is then skipped.
-#include "ppsched/trace/compare.hpp"
-
-#ifndef PPSCHED_TRACE_DETAIL_COMPARE_HPP
-#define PPSCHED_TRACE_DETAIL_COMPARE_HPP
+// They build on the part's types, which <ppsched/trace/compare_types.hpp> holds.
+#pragma once
 
 #include <algorithm>
 #include <cmath>
@@ -25,6 +19,7 @@
 #include "ppsched/config.hpp"
 #include "ppsched/error.hpp"
 #include "ppsched/schedule/action.hpp"
+#include "ppsched/trace/compare_types.hpp"
 #include "ppsched/trace/detail/text.hpp"
 #include "ppsched/trace/stats.hpp"
 #include "ppsched/trace/timeline.hpp"
@@ -81,4 +76,3 @@ PPSCHED_OUTLINE void sort_by_rank_then_start(std::vector<Span>& spans);
 
 }  // namespace ppsched
 
-#endif  // PPSCHED_TRACE_DETAIL_COMPARE_HPP
